@@ -1,0 +1,61 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+// Layers point down: Core ← (EventLoop, IPC, Transport) ← DaemonKit ← Stack ← executables.
+// Protocol layers (HCI, L2CAP, ATT, GATT, SMP) join as sans-IO targets above Core.
+let package = Package(
+    name: "Beryl",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "hcid", targets: ["hcid"]),
+        .executable(name: "attd", targets: ["attd"]),
+        .executable(name: "managerd", targets: ["managerd"]),
+        .executable(name: "berylsim", targets: ["berylsim"]),
+        .executable(name: "beryl", targets: ["beryl"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-protobuf.git", from: "1.39.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+    ],
+    targets: [
+        // System libraries (Debian: libbluetooth-dev, libsqlite3-dev); libevent-dev through CBerylEvent.
+        .systemLibrary(name: "CBluetooth", pkgConfig: "bluez", providers: [.apt(["libbluetooth-dev"])]),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .target(name: "CBerylSys"),
+        .target(name: "CBerylEvent", linkerSettings: [.linkedLibrary("event")]),
+
+        .target(name: "BerylCore"),
+        .target(name: "BerylEventLoop", dependencies: ["CBerylEvent"]),
+        .target(name: "BerylIPC", dependencies: [
+            "BerylCore", "BerylEventLoop", "CBerylSys",
+            .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+        ]),
+        .target(name: "BerylTransport", dependencies: ["BerylCore"]),
+        .target(name: "BerylDaemonKit", dependencies: [
+            "BerylCore", "BerylEventLoop", "BerylIPC", "CBerylSys",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .target(name: "BerylStack", dependencies: ["BerylCore", "BerylDaemonKit", "BerylIPC", "BerylEventLoop", "CBerylSys"]),
+
+        .executableTarget(name: "hcid", dependencies: [
+            "BerylDaemonKit", "BerylTransport",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .executableTarget(name: "attd", dependencies: [
+            "BerylDaemonKit", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .executableTarget(name: "managerd", dependencies: [
+            "BerylDaemonKit", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .executableTarget(name: "berylsim", dependencies: [
+            "BerylDaemonKit", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .executableTarget(name: "beryl", dependencies: [
+            "BerylStack", "BerylTransport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+
+        .testTarget(name: "BerylCoreTests", dependencies: ["BerylCore", "BerylTransport", "BerylStack"]),
+        .testTarget(name: "BerylEventLoopTests", dependencies: ["BerylEventLoop"]),
+        .testTarget(name: "BerylIPCTests", dependencies: ["BerylIPC", "BerylStack", "BerylDaemonKit"]),
+    ]
+)

@@ -1,0 +1,3 @@
+public enum Beryl {
+    public static let version = "0.1.0"
+}

@@ -1,0 +1,168 @@
+import BerylCore
+import CBerylSys
+import BerylEventLoop
+import BerylIPC
+import Foundation
+
+/// The shell every daemon runs in: its socket, pid file, signals and the requests all daemons answer
+/// (Ping, GetStatus, SetLogLevel). The daemon adds its own requests through `handle`.
+public final class DaemonHost {
+    public let name: String
+    public let paths: DaemonPaths
+    public let socketPath: String
+    public let loop: EventLoop
+    public let logger: Logger
+    public private(set) var server: IPCServer?
+    public private(set) var state: Beryl_Ipc_V1_DaemonState = .starting
+
+    /// Takes a daemon-specific request and returns true, or returns false to have it refused as UNSUPPORTED.
+    public var handle: (IncomingRequest) -> Bool = { _ in false }
+    /// Lets the daemon add to its Status answer.
+    public var decorateStatus: (inout Beryl_Ipc_V1_Status) -> Void = { _ in }
+    /// Runs when the daemon stops, before the socket goes away.
+    public var onShutdown: () -> Void = {}
+    /// What SIGTERM/SIGINT do; by default `stop()`. A daemon with children to stop first replaces it.
+    public var onTerminationSignal: (() -> Void)?
+    public var limits: IPCLimits = .standard
+    /// Permissions of the socket file; managerd opens its to every local user.
+    public var socketMode: mode_t = 0o660
+
+    private var signalWatchers: [EventRegistration] = []
+    private var wrotePidFile = false
+
+    public init(name: String, paths: DaemonPaths, socketPath: String? = nil, logLevel: LogLevel) throws {
+        self.name = name
+        self.paths = paths
+        self.socketPath = socketPath ?? paths.socket(name)
+        loop = try EventLoop()
+        logger = Logger(component: name, level: logLevel)
+    }
+
+    /// Creates the directories, claims the socket (refusing if a live daemon holds it) and the pid file.
+    public func start() throws {
+        beryl_ignore_sigpipe()
+        try paths.createDirectories()
+        let server = try IPCServer(loop: loop, path: socketPath, limits: limits, logger: logger, mode: socketMode)
+        server.onRequest = { [unowned self] in self.dispatch($0) }
+        self.server = server
+        try writePidFile()
+        for signalNumber in [SIGTERM, SIGINT] {
+            signalWatchers.append(try loop.onSignal(signalNumber) { [unowned self] in
+                self.logger.info("signal \(signalNumber): stopping")
+                if let onTerminationSignal = self.onTerminationSignal { onTerminationSignal() } else { self.stop() }
+            })
+        }
+        state = .running
+        logger.info("\(name) \(Beryl.version) listening on \(socketPath)")
+    }
+
+    /// Runs the loop until stopped; returns the process exit status.
+    public func run() -> Int32 {
+        do {
+            try loop.run()
+        } catch {
+            logger.error("event loop failed: \(error)")
+            cleanUp()
+            return 1
+        }
+        cleanUp()
+        return 0
+    }
+
+    public func stop() {
+        guard state != .stopping else { return }
+        state = .stopping
+        onShutdown()
+        loop.stop()
+    }
+
+    private func cleanUp() {
+        server?.shutdown()
+        server = nil
+        for watcher in signalWatchers { watcher.cancel() }
+        signalWatchers.removeAll()
+        if wrotePidFile { unlink(paths.pidFile(name)) }
+        logger.info("\(name) stopped")
+    }
+
+    private func writePidFile() throws {
+        let path = paths.pidFile(name)
+        let temporary = path + ".tmp.\(getpid())"
+        try "\(getpid())\n".write(toFile: temporary, atomically: false, encoding: .utf8)
+        guard rename(temporary, path) == 0 else {
+            unlink(temporary)
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path])
+        }
+        wrotePidFile = true
+    }
+
+    private func dispatch(_ incoming: IncomingRequest) {
+        switch incoming.request.kind {
+        case .ping(let ping)?:
+            var pong = Beryl_Ipc_V1_Pong()
+            pong.payload = ping.payload
+            var response = Response()
+            response.pong = pong
+            incoming.respond(response)
+        case .getStatus?:
+            var response = Response()
+            response.status = status()
+            incoming.respond(response)
+        case .setLogLevel(let request)?:
+            guard request.level != .unspecified else {
+                incoming.fail(.missingField, "SetLogLevel needs a level", field: "level")
+                return
+            }
+            guard let level = LogLevel(rawValue: request.level.rawValue) else {
+                incoming.fail(.invalidArgument, "unknown log level \(request.level.rawValue)", field: "level")
+                return
+            }
+            logger.level = level
+            var response = Response()
+            response.ack = Beryl_Ipc_V1_Ack()
+            incoming.respond(response)
+        default:
+            if !handle(incoming) {
+                incoming.fail(.unsupported, "\(name) does not serve \(Self.describe(incoming.request))")
+            }
+        }
+    }
+
+    public func status() -> Beryl_Ipc_V1_Status {
+        var status = Beryl_Ipc_V1_Status()
+        status.daemon = name
+        status.version = Beryl.version
+        status.pid = getpid()
+        status.state = state
+        status.uptimeMs = UInt64(loop.uptime.components.seconds * 1000 + loop.uptime.components.attoseconds / 1_000_000_000_000_000)
+        status.rssBytes = ProcessStats.residentBytes(pid: getpid()) ?? 0
+        status.sessions = UInt32(server?.sessions.count ?? 0)
+        status.runtimeDir = paths.runtimeDir
+        status.stateDir = paths.stateDir
+        decorateStatus(&status)
+        return status
+    }
+
+    static func describe(_ request: Request) -> String {
+        switch request.kind {
+        case .hci?: "HCI requests"
+        case .att?: "ATT requests"
+        case .manager?: "manager requests"
+        default: "this request"
+        }
+    }
+}
+
+/// Runs a daemon's whole life and turns startup failures into a clear message and exit status.
+public func runDaemon(_ host: () throws -> DaemonHost, configure: (DaemonHost) throws -> Void = { _ in }) -> Int32 {
+    let daemon: DaemonHost
+    do {
+        daemon = try host()
+        try configure(daemon)
+        try daemon.start()
+    } catch {
+        FileHandle.standardError.write(Data("error: \(error)\n".utf8))
+        return 1
+    }
+    return daemon.run()
+}

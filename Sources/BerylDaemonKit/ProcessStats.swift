@@ -1,0 +1,46 @@
+import Foundation
+
+/// Memory figures of a process from /proc, for Status and the benchmarks.
+public enum ProcessStats {
+    /// Resident set size in bytes (VmRSS), nil if the process is gone.
+    public static func residentBytes(pid: Int32) -> UInt64? {
+        field("VmRSS:", in: "/proc/\(pid)/status").map { $0 * 1024 }
+    }
+
+    /// Proportional set size in bytes: shared pages divided among the processes sharing them.
+    public static func proportionalBytes(pid: Int32) -> UInt64? {
+        field("Pss:", in: "/proc/\(pid)/smaps_rollup").map { $0 * 1024 }
+    }
+
+    public static func openFileCount(pid: Int32) -> Int? {
+        try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count
+    }
+
+    public static func isAlive(pid: Int32) -> Bool {
+        guard pid > 0, kill(pid, 0) == 0 || errno == EPERM else { return false }
+        // A zombie is dead for every purpose here.
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return false }
+        let state = stat[stat.index(close, offsetBy: 2)...].first
+        return state != "Z" && state != "X"
+    }
+
+    /// User plus system CPU time consumed so far.
+    public static func cpuTime(pid: Int32) -> Duration? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return nil }
+        let fields = stat[stat.index(close, offsetBy: 2)...].split(separator: " ")
+        guard fields.count > 13, let user = Int64(fields[11]), let system = Int64(fields[12]) else { return nil }
+        let ticks = Int64(sysconf(Int32(_SC_CLK_TCK)))
+        return .milliseconds((user + system) * 1000 / max(ticks, 1))
+    }
+
+    private static func field(_ name: String, in path: String) -> UInt64? {
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return nil }
+        for line in text.split(separator: "\n") where line.hasPrefix(name) {
+            let digits = line.dropFirst(name.count).split(whereSeparator: { $0 == " " || $0 == "\t" }).first
+            return digits.flatMap { UInt64($0) }
+        }
+        return nil
+    }
+}

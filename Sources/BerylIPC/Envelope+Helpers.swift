@@ -1,0 +1,53 @@
+import SwiftProtobuf
+
+public typealias Envelope = Beryl_Ipc_V1_Envelope
+public typealias Request = Beryl_Ipc_V1_Request
+public typealias Response = Beryl_Ipc_V1_Response
+public typealias Event = Beryl_Ipc_V1_Event
+public typealias IPCErrorCode = Beryl_Ipc_V1_ErrorCode
+public typealias IPCErrorMessage = Beryl_Ipc_V1_Error
+
+extension Response {
+    public static func error(_ code: IPCErrorCode, _ message: String, field: String = "") -> Response {
+        var error = IPCErrorMessage()
+        error.code = code
+        error.message = message
+        error.field = field
+        var response = Response()
+        response.error = error
+        return response
+    }
+}
+
+extension Envelope {
+    public static func response(_ response: Response, to requestID: UInt64) -> Envelope {
+        var envelope = Envelope()
+        envelope.requestID = requestID
+        envelope.response = response
+        return envelope
+    }
+
+    public static func request(_ request: Request, id: UInt64) -> Envelope {
+        var envelope = Envelope()
+        envelope.requestID = id
+        envelope.request = request
+        return envelope
+    }
+
+    public static func event(_ event: Event) -> Envelope {
+        var envelope = Envelope()
+        envelope.event = event
+        return envelope
+    }
+
+    public func encoded() -> [UInt8] {
+        // Serialising a message built in memory cannot fail for proto3 (no required fields).
+        (try? serializedBytes()) ?? []
+    }
+
+    /// Whether any part of the envelope carries fields this build's schema does not know.
+    var hasUnknownFields: Bool {
+        !unknownFields.data.isEmpty || !request.unknownFields.data.isEmpty || !response.unknownFields.data.isEmpty
+            || !event.unknownFields.data.isEmpty
+    }
+}

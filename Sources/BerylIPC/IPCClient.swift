@@ -1,0 +1,96 @@
+import SwiftProtobuf
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public enum IPCClientError: Error, Equatable, Sendable, CustomStringConvertible {
+    case connect(IPCSocketError)
+    case timedOut(requestID: UInt64)
+    case closed
+    case malformedResponse
+    case remote(code: IPCErrorCode, message: String, field: String)
+
+    public var description: String {
+        switch self {
+        case .connect(let error): error.description
+        case .timedOut(let id): "no response to request \(id) in time"
+        case .closed: "the daemon closed the connection"
+        case .malformedResponse: "the daemon sent a datagram that is not an Envelope"
+        case .remote(let code, let message, let field): "\(code): \(message)\(field.isEmpty ? "" : " (field \(field))")"
+        }
+    }
+}
+
+/// A blocking client for tools and tests: one request at a time, or pipelined with `send`/`receive`.
+/// Daemons never use it on their loop thread.
+public final class IPCClient {
+    public let path: String
+    public let fd: Int32
+    public var maxMessageBytes = IPCLimits.standard.maxMessageBytes
+    /// Events that arrived while waiting for a response, oldest first.
+    public private(set) var events: [Event] = []
+    private var nextRequestID: UInt64 = 1
+    private var buffer: [UInt8] = []
+
+    public init(path: String) throws(IPCClientError) {
+        self.path = path
+        do {
+            fd = try SeqPacketSocket.connect(path: path)
+        } catch {
+            throw .connect(error)
+        }
+    }
+
+    deinit { close(fd) }
+
+    /// Sends a request and waits for its response; an Error response is thrown as `.remote`.
+    public func call(_ request: Request, timeout: Duration = .seconds(10)) throws(IPCClientError) -> Response {
+        let id = try send(request)
+        while true {
+            let envelope = try receive(timeout: timeout, requestID: id)
+            if envelope.requestID == id, case .response(let response)? = envelope.body {
+                if case .error(let error)? = response.kind {
+                    throw .remote(code: error.code, message: error.message, field: error.field)
+                }
+                return response
+            }
+        }
+    }
+
+    @discardableResult
+    public func send(_ request: Request) throws(IPCClientError) -> UInt64 {
+        let id = nextRequestID
+        nextRequestID += 1
+        try sendRaw(Envelope.request(request, id: id).encoded())
+        return id
+    }
+
+    public func sendRaw(_ bytes: [UInt8]) throws(IPCClientError) {
+        let sent = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        guard sent == bytes.count else { throw .closed }
+    }
+
+    /// Receives the next envelope; events are also kept in `events`.
+    public func receive(timeout: Duration = .seconds(10), requestID: UInt64 = 0) throws(IPCClientError) -> Envelope {
+        var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        let (seconds, attoseconds) = timeout.components
+        let milliseconds = Int32(clamping: seconds * 1000 + attoseconds / 1_000_000_000_000_000)
+        guard poll(&poller, 1, milliseconds) > 0 else { throw .timedOut(requestID: requestID) }
+        let received = SeqPacketSocket.receive(fd, cap: maxMessageBytes, buffer: &buffer)
+        switch received {
+        case .message(let bytes):
+            guard let envelope = try? Envelope(serializedBytes: bytes) else { throw .malformedResponse }
+            if case .event(let event)? = envelope.body { events.append(event) }
+            return envelope
+        case .tooLarge, .closed:
+            throw .closed
+        case .wouldBlock:
+            return try receive(timeout: timeout, requestID: requestID)
+        }
+    }
+
+    public func takeEvents() -> [Event] {
+        defer { events.removeAll() }
+        return events
+    }
+}

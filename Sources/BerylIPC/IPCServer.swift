@@ -1,0 +1,240 @@
+import BerylCore
+import BerylEventLoop
+import SwiftProtobuf
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A request received by a server. It is answered exactly once: by `respond`, or, if the handler
+/// lets go of it unanswered, by an INTERNAL error when it is released, so no client waits forever.
+public final class IncomingRequest {
+    public let id: UInt64
+    public let request: Request
+    public private(set) weak var session: IPCSession?
+    private var answered = false
+
+    init(id: UInt64, request: Request, session: IPCSession) {
+        self.id = id
+        self.request = request
+        self.session = session
+    }
+
+    public var isAnswered: Bool { answered }
+
+    /// Returns false when the request was already answered; the second answer is not sent.
+    @discardableResult
+    public func respond(_ response: Response) -> Bool {
+        guard !answered else { return false }
+        answered = true
+        session?.send(.response(response, to: id))
+        return true
+    }
+
+    @discardableResult
+    public func fail(_ code: IPCErrorCode, _ message: String, field: String = "") -> Bool {
+        respond(.error(code, message, field: field))
+    }
+
+    deinit {
+        if !answered { session?.send(.response(.error(.internal, "request was dropped without an answer"), to: id)) }
+    }
+}
+
+/// One connected client. Lives on the server's loop.
+public final class IPCSession {
+    public let id: UInt64
+    public let peer: PeerCredentials
+    public private(set) var isOpen = true
+    /// Free for the daemon to attach per-session state (an app's identity, its managers).
+    public var context: AnyObject?
+
+    let fd: Int32
+    private unowned let server: IPCServer
+    private var outbound: [[UInt8]] = []
+    private var outboundHead = 0
+    private var outboundBytes = 0
+    private var readWatcher: EventRegistration?
+    private var writeWatcher: EventRegistration?
+    private var receiveBuffer: [UInt8] = []
+
+    init(id: UInt64, fd: Int32, peer: PeerCredentials, server: IPCServer) {
+        self.id = id
+        self.fd = fd
+        self.peer = peer
+        self.server = server
+    }
+
+    func start() throws(EventLoopError) {
+        readWatcher = try server.loop.onReadable(fd) { [unowned self] in self.readAvailable() }
+    }
+
+    public var queuedMessages: Int { outbound.count - outboundHead }
+
+    /// Queues the envelope; a peer that lets its queue pass the limits is dropped rather than buffered without bound.
+    public func send(_ envelope: Envelope) {
+        guard isOpen else { return }
+        let bytes = envelope.encoded()
+        if queuedMessages == 0 {
+            switch SeqPacketSocket.send(fd, bytes) {
+            case .sent: return
+            case .closed: close(reason: "peer closed while sending"); return
+            case .wouldBlock: break
+            }
+        }
+        outbound.append(bytes)
+        outboundBytes += bytes.count
+        if queuedMessages > server.limits.maxQueuedMessages || outboundBytes > server.limits.maxQueuedBytes {
+            server.logger.warning("dropping session \(id) (pid \(peer.pid)): \(queuedMessages) messages, \(outboundBytes) bytes unread")
+            close(reason: "flooded past its output limits")
+            return
+        }
+        if writeWatcher == nil {
+            writeWatcher = try? server.loop.onWritable(fd) { [unowned self] in self.flush() }
+        }
+    }
+
+    private func flush() {
+        while outboundHead < outbound.count {
+            switch SeqPacketSocket.send(fd, outbound[outboundHead]) {
+            case .sent:
+                outboundBytes -= outbound[outboundHead].count
+                outboundHead += 1
+            case .wouldBlock:
+                return
+            case .closed:
+                close(reason: "peer closed while sending")
+                return
+            }
+        }
+        outbound.removeAll(keepingCapacity: true)
+        outboundHead = 0
+        writeWatcher?.cancel()
+        writeWatcher = nil
+    }
+
+    private func readAvailable() {
+        for _ in 0..<server.limits.readBudget {
+            guard isOpen else { return }
+            switch SeqPacketSocket.receive(fd, cap: server.limits.maxMessageBytes, buffer: &receiveBuffer) {
+            case .message(let bytes):
+                server.dispatch(bytes, from: self)
+            case .tooLarge(let length):
+                send(.response(.error(.messageTooLarge, "message of \(length) bytes exceeds the \(server.limits.maxMessageBytes)-byte cap"), to: 0))
+            case .wouldBlock:
+                return
+            case .closed:
+                close(reason: "peer disconnected")
+                return
+            }
+        }
+    }
+
+    /// Closes the connection; the server forgets the session and tells the daemon.
+    public func close(reason: String) {
+        guard isOpen else { return }
+        isOpen = false
+        readWatcher?.cancel()
+        writeWatcher?.cancel()
+        readWatcher = nil
+        writeWatcher = nil
+        outbound.removeAll()
+        Glibc.close(fd)
+        server.sessionClosed(self, reason: reason)
+    }
+}
+
+/// A SOCK_SEQPACKET server on an event loop: accepts clients, decodes envelopes, rejects bad input with typed errors.
+public final class IPCServer {
+    public let path: String
+    public let limits: IPCLimits
+    let loop: EventLoop
+    let logger: Logger
+    private let listener: Int32
+    private var acceptWatcher: EventRegistration?
+    private var nextSessionID: UInt64 = 1
+    public private(set) var sessions: [UInt64: IPCSession] = [:]
+
+    /// Called for each well-formed request. The handler answers through the `IncomingRequest`, now or later.
+    public var onRequest: (IncomingRequest) -> Void = { $0.fail(.unsupported, "no handler") }
+    public var onSessionOpened: (IPCSession) -> Void = { _ in }
+    public var onSessionClosed: (IPCSession, String) -> Void = { _, _ in }
+
+    public init(loop: EventLoop, path: String, limits: IPCLimits = .standard, logger: Logger, mode: mode_t = 0o660) throws {
+        self.loop = loop
+        self.path = path
+        self.limits = limits
+        self.logger = logger
+        listener = try SeqPacketSocket.listen(path: path, mode: mode)
+        acceptWatcher = try loop.onReadable(listener) { [unowned self] in self.acceptAll() }
+    }
+
+    private func acceptAll() {
+        while let fd = SeqPacketSocket.accept(listener: listener) {
+            let peer = SeqPacketSocket.peerCredentials(fd) ?? PeerCredentials(pid: 0, uid: UInt32.max, gid: UInt32.max)
+            let session = IPCSession(id: nextSessionID, fd: fd, peer: peer, server: self)
+            nextSessionID += 1
+            do {
+                try session.start()
+            } catch {
+                logger.error("cannot watch session fd \(fd): \(error)")
+                Glibc.close(fd)
+                continue
+            }
+            sessions[session.id] = session
+            logger.debug("session \(session.id) opened by pid \(peer.pid) uid \(peer.uid)")
+            onSessionOpened(session)
+        }
+    }
+
+    func dispatch(_ bytes: [UInt8], from session: IPCSession) {
+        let envelope: Envelope
+        do {
+            envelope = try Envelope(serializedBytes: bytes)
+        } catch {
+            session.send(.response(.error(.malformedMessage, "datagram of \(bytes.count) bytes is not an Envelope: \(error)"), to: 0))
+            return
+        }
+        let id = envelope.requestID
+        guard case .request(let request)? = envelope.body else {
+            session.send(.response(.error(.unknownMessage, "expected a request; got \(envelope.body.map(Self.describe) ?? "an empty envelope")"), to: id))
+            return
+        }
+        guard request.kind != nil, !envelope.hasUnknownFields else {
+            session.send(.response(.error(.unknownMessage, "request carries no message this daemon's schema knows"), to: id))
+            return
+        }
+        guard id != 0 else {
+            session.send(.response(.error(.missingField, "a request needs a non-zero request id", field: "request_id"), to: 0))
+            return
+        }
+        onRequest(IncomingRequest(id: id, request: request, session: session))
+    }
+
+    private static func describe(_ body: Envelope.OneOf_Body) -> String {
+        switch body {
+        case .request: "a request"
+        case .response: "a response"
+        case .event: "an event"
+        }
+    }
+
+    func sessionClosed(_ session: IPCSession, reason: String) {
+        sessions.removeValue(forKey: session.id)
+        logger.debug("session \(session.id) closed: \(reason)")
+        onSessionClosed(session, reason)
+    }
+
+    /// Sends an event to every open session.
+    public func broadcast(_ event: Event) {
+        for session in sessions.values { session.send(.event(event)) }
+    }
+
+    /// Stops accepting, closes every session and removes the socket file.
+    public func shutdown() {
+        acceptWatcher?.cancel()
+        acceptWatcher = nil
+        for session in Array(sessions.values) { session.close(reason: "server shutting down") }
+        Glibc.close(listener)
+        unlink(path)
+    }
+}

@@ -1,0 +1,70 @@
+import CBerylSys
+import Foundation
+
+public enum SpawnError: Error, CustomStringConvertible {
+    case failed(executable: String, errno: Int32)
+
+    public var description: String {
+        switch self {
+        case .failed(let executable, let code): "cannot start \(executable): \(String(cString: strerror(code)))"
+        }
+    }
+}
+
+public enum Spawn {
+    /// Starts `arguments[0]` with stdin from /dev/null and output appended to `logPath`.
+    public static func start(_ arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment,
+                             newSession: Bool = false, logPath: String?) throws -> Int32 {
+        let environmentStrings = environment.map { "\($0.key)=\($0.value)" }
+        let pid = withCStrings(arguments) { argv in
+            withCStrings(environmentStrings) { envp in
+                if let logPath {
+                    return logPath.withCString { beryl_spawn(argv, envp, newSession ? 1 : 0, $0) }
+                }
+                return beryl_spawn(argv, envp, newSession ? 1 : 0, nil)
+            }
+        }
+        guard pid > 0 else { throw SpawnError.failed(executable: arguments[0], errno: -pid) }
+        return pid
+    }
+
+    /// Reaps one finished child without blocking: (pid, how it ended), or nil when none has finished.
+    public static func reap(_ pid: Int32 = -1) -> (pid: Int32, exit: ExitReason)? {
+        var code: Int32 = 0
+        var signalNumber: Int32 = 0
+        let got = beryl_reap(pid, &code, &signalNumber)
+        guard got > 0 else { return nil }
+        return (got, signalNumber != 0 ? .signal(signalNumber) : .exit(code))
+    }
+
+    private static func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> R) -> R {
+        let duplicates = strings.map { strdup($0) }
+        defer { duplicates.forEach { free($0) } }
+        var pointers: [UnsafePointer<CChar>?] = duplicates.map { UnsafePointer($0) }
+        pointers.append(nil)
+        return pointers.withUnsafeBufferPointer { body($0.baseAddress!) }
+    }
+}
+
+public enum ExitReason: Equatable, Sendable, CustomStringConvertible {
+    case exit(Int32)
+    case signal(Int32)
+
+    public var description: String {
+        switch self {
+        case .exit(let code): "exit \(code)"
+        case .signal(let number): "signal \(number)"
+        }
+    }
+}
+
+/// Where the stack's executables live: beside the running binary, or `$BERYL_BIN_DIR`.
+public enum Executables {
+    public static func directory() -> String {
+        if let override = ProcessInfo.processInfo.environment["BERYL_BIN_DIR"] { return override }
+        let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return (me as NSString).deletingLastPathComponent
+    }
+
+    public static func path(_ name: String) -> String { "\(directory())/\(name)" }
+}

@@ -1,0 +1,97 @@
+import BerylCore
+import BerylDaemonKit
+import BerylIPC
+import Foundation
+
+public enum StackError: Error, CustomStringConvertible {
+    case alreadyRunning(String)
+    case supervisorExited(ExitReason, log: String)
+    case notReady(after: Duration, log: String)
+    case stopTimedOut(pid: Int32)
+
+    public var description: String {
+        switch self {
+        case .alreadyRunning(let dir): "a stack is already running in \(dir) (beryl down --runtime-dir \(dir) stops it)"
+        case .supervisorExited(let reason, let log): "the supervisor exited (\(reason)) before managerd answered:\n\(log)"
+        case .notReady(let after, let log): "managerd did not answer within \(after):\n\(log)"
+        case .stopTimedOut(let pid): "the supervisor (pid \(pid)) did not stop in time"
+        }
+    }
+}
+
+/// `beryl up` and `beryl down`: start a supervised stack in the background and stop it again.
+public enum StackControl {
+    public static func daemons(paths: DaemonPaths, transport: String, logLevel: LogLevel) -> [SupervisedDaemon] {
+        let common = ["--runtime-dir", paths.runtimeDir, "--state-dir", paths.stateDir, "--log-level", logLevel.label]
+        return [
+            SupervisedDaemon(name: "hcid", arguments: [Executables.path("hcid")] + common + ["--transport", transport]),
+            SupervisedDaemon(name: "attd", arguments: [Executables.path("attd")] + common),
+            SupervisedDaemon(name: "managerd", arguments: [Executables.path("managerd")] + common),
+        ]
+    }
+
+    /// Starts `beryl supervise` detached and returns once managerd answers a Ping.
+    public static func up(paths: DaemonPaths, transport: String, logLevel: LogLevel,
+                          timeout: Duration = .seconds(20)) throws -> StackReport {
+        try paths.createDirectories()
+        try FileManager.default.createDirectory(atPath: paths.logDir, withIntermediateDirectories: true)
+        if StackProbe.status(at: paths.socket(Supervisor.socketName)) != nil {
+            throw StackError.alreadyRunning(paths.runtimeDir)
+        }
+        let logPath = paths.logFile(Supervisor.socketName)
+        let arguments = [Executables.path("beryl"), "supervise", "--runtime-dir", paths.runtimeDir,
+                         "--state-dir", paths.stateDir, "--transport", transport, "--log-level", logLevel.label]
+        let pid = try Spawn.start(arguments, newSession: true, logPath: logPath)
+        let clock = ContinuousClock()
+        let deadline = clock.now + timeout
+        while clock.now < deadline {
+            if let (_, reason) = Spawn.reap(pid) {
+                throw StackError.supervisorExited(reason, log: tail(of: logPath))
+            }
+            if ping(paths.socket("managerd")) { return StackProbe.report(paths: paths) }
+            usleep(50_000)
+        }
+        throw StackError.notReady(after: timeout, log: tail(of: logPath))
+    }
+
+    /// Stops the supervised stack (or lone daemons found by their sockets) and waits until they are gone.
+    /// Returns the pids it stopped; an empty list means nothing was running.
+    @discardableResult
+    public static func down(paths: DaemonPaths, timeout: Duration = .seconds(15)) throws -> [Int32] {
+        var stopped: [Int32] = []
+        if let supervisor = StackProbe.status(at: paths.socket(Supervisor.socketName)) {
+            kill(supervisor.pid, SIGTERM)
+            try waitForExit(supervisor.pid, timeout: timeout)
+            stopped.append(supervisor.pid)
+        }
+        for name in StackProbe.daemonNames {
+            guard let status = StackProbe.status(at: paths.socket(name)) else { continue }
+            kill(status.pid, SIGTERM)
+            try waitForExit(status.pid, timeout: timeout)
+            stopped.append(status.pid)
+        }
+        return stopped
+    }
+
+    public static func ping(_ path: String) -> Bool {
+        guard let client = try? IPCClient(path: path) else { return false }
+        var request = Request()
+        request.ping = Beryl_Ipc_V1_Ping()
+        return (try? client.call(request, timeout: .seconds(1))) != nil
+    }
+
+    public static func waitForExit(_ pid: Int32, timeout: Duration) throws {
+        let clock = ContinuousClock()
+        let deadline = clock.now + timeout
+        while ProcessStats.isAlive(pid: pid) {
+            _ = Spawn.reap(pid)
+            guard clock.now < deadline else { throw StackError.stopTimedOut(pid: pid) }
+            usleep(20_000)
+        }
+    }
+
+    static func tail(of path: String, lines: Int = 20) -> String {
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return "(no log at \(path))" }
+        return text.split(separator: "\n").suffix(lines).joined(separator: "\n")
+    }
+}

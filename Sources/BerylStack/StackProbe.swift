@@ -1,0 +1,66 @@
+import BerylDaemonKit
+import BerylIPC
+import Foundation
+
+/// What `beryl status` reports about one daemon.
+public struct DaemonReport: Codable, Sendable, Equatable {
+    public var name: String
+    public var socket: String
+    public var pid: Int32?
+    public var state: String
+    public var restarts: UInt32?
+    public var lastExit: String?
+    public var rssBytes: UInt64?
+    public var uptimeMs: UInt64?
+}
+
+public struct StackReport: Codable, Sendable, Equatable {
+    public var runtimeDir: String
+    public var supervisorPid: Int32?
+    public var daemons: [DaemonReport]
+
+    public var isUp: Bool { daemons.contains { $0.state == "running" } }
+}
+
+public enum StackProbe {
+    public static let daemonNames = ["hcid", "attd", "managerd"]
+
+    public static func status(at path: String, timeout: Duration = .seconds(2)) -> Beryl_Ipc_V1_Status? {
+        guard let client = try? IPCClient(path: path) else { return nil }
+        var request = Request()
+        request.getStatus = Beryl_Ipc_V1_GetStatus()
+        return try? client.call(request, timeout: timeout).status
+    }
+
+    /// Asks the supervisor (if any) and every daemon; a daemon that does not answer is reported as such.
+    public static func report(paths: DaemonPaths) -> StackReport {
+        let supervisor = status(at: paths.socket(Supervisor.socketName))
+        let children = Dictionary(uniqueKeysWithValues: (supervisor?.children ?? []).map { ($0.name, $0) })
+        let daemons = daemonNames.map { name -> DaemonReport in
+            let socket = paths.socket(name)
+            let child = children[name]
+            var report = DaemonReport(name: name, socket: socket, pid: nil, state: "not running",
+                                      restarts: child?.restarts, lastExit: child.flatMap { $0.lastExit.isEmpty ? nil : $0.lastExit })
+            if let child, child.state == .restarting { report.state = "restarting" }
+            if let live = status(at: socket) {
+                report.pid = live.pid
+                report.state = stateName(live.state)
+                report.rssBytes = live.rssBytes
+                report.uptimeMs = live.uptimeMs
+            }
+            return report
+        }
+        return StackReport(runtimeDir: paths.runtimeDir, supervisorPid: supervisor?.pid, daemons: daemons)
+    }
+
+    public static func stateName(_ state: Beryl_Ipc_V1_DaemonState) -> String {
+        switch state {
+        case .starting: "starting"
+        case .running: "running"
+        case .stopping: "stopping"
+        case .restarting: "restarting"
+        case .stopped: "stopped"
+        case .unspecified, .UNRECOGNIZED: "unknown"
+        }
+    }
+}

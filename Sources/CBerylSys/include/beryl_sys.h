@@ -1,0 +1,24 @@
+#ifndef BERYL_SYS_H
+#define BERYL_SYS_H
+#include <sys/types.h>
+
+/// SO_PEERCRED of a connected UNIX socket; returns 0 or -errno.
+int beryl_peer_credentials(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
+
+/// Spawns argv[0] (a path) with argv/envp, optionally in a new session, with stdin from /dev/null
+/// and stdout/stderr appended to log_path (or inherited when NULL). Returns the pid or -errno.
+pid_t beryl_spawn(const char *const argv[], const char *const envp[], int new_session, const char *log_path);
+
+/// waitpid(WNOHANG) decoded: returns the pid (0 if none, -errno on error); *exit_code or *signal set.
+pid_t beryl_reap(pid_t pid, int *exit_code, int *signal_number);
+
+/// accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC; returns the fd or -errno.
+int beryl_accept_nonblocking(int listener);
+
+/// Whether the peer of a stream or SEQPACKET socket has hung up (POLLHUP or POLLRDHUP), without blocking.
+int beryl_peer_hung_up(int fd);
+
+/// Ignores SIGPIPE: every socket write checks for EPIPE itself (SIG_IGN is a macro Swift cannot import).
+void beryl_ignore_sigpipe(void);
+
+#endif

@@ -1,0 +1,2 @@
+#include <bluetooth/bluetooth.h>
+#include <bluetooth/hci.h>

@@ -1,0 +1,53 @@
+import ArgumentParser
+import BerylIPC
+import BerylStack
+import Foundation
+
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show each daemon's pid and state.")
+
+    @OptionGroup var stack: StackOptions
+
+    @Flag(help: "Print JSON.")
+    var json = false
+
+    func run() throws {
+        let report = StackProbe.report(paths: stack.paths)
+        print(json ? Output.json(report) : Self.render(report))
+        if !report.isUp { throw ExitCode(3) }
+    }
+
+    static func render(_ report: StackReport) -> String {
+        var lines = ["stack \(report.runtimeDir)" + (report.supervisorPid.map { " (supervisor pid \($0))" } ?? " (no supervisor)")]
+        for daemon in report.daemons {
+            let pid = daemon.pid.map(String.init) ?? "-"
+            let rss = daemon.rssBytes.map { "\($0 / 1024) KiB" } ?? "-"
+            let restarts = daemon.restarts.map { " restarts \($0)" } ?? ""
+            lines.append("  \(daemon.name.padding(toLength: 9, withPad: " ", startingAt: 0)) pid \(pid.padding(toLength: 8, withPad: " ", startingAt: 0)) \(daemon.state.padding(toLength: 12, withPad: " ", startingAt: 0)) rss \(rss)\(restarts)")
+        }
+        return lines.joined(separator: "\n")
+    }
+}
+
+struct PingCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "ping", abstract: "Ping one daemon of the stack.")
+
+    @OptionGroup var stack: StackOptions
+
+    @Argument(help: "hcid, attd, managerd or supervisor.")
+    var daemon: String = "managerd"
+
+    func validate() throws {
+        guard (StackProbe.daemonNames + ["supervisor"]).contains(daemon) else {
+            throw ValidationError("unknown daemon '\(daemon)'; expected hcid, attd, managerd or supervisor")
+        }
+    }
+
+    func run() throws {
+        let path = stack.paths.socket(daemon)
+        let clock = ContinuousClock()
+        let start = clock.now
+        guard StackControl.ping(path) else { throw Output.fail("\(daemon) does not answer at \(path)") }
+        print("\(daemon) answered in \(clock.now - start)")
+    }
+}

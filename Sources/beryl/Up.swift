@@ -1,0 +1,74 @@
+import ArgumentParser
+import BerylCore
+import BerylDaemonKit
+import BerylStack
+import BerylTransport
+import Foundation
+
+struct Up: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Start hcid, attd and managerd for one controller and keep them running until `beryl down`.")
+
+    @OptionGroup var stack: StackOptions
+
+    @Option(help: "The controller: userchannel:hciN, uart:/dev/TTY[,baud=N][,flow|noflow], tcp:HOST:PORT or unix:PATH.")
+    var transport: String
+
+    @Option(help: "Log level for the daemons.")
+    var logLevel: LogLevel = .info
+
+    @Flag(help: "Print the stack's status as JSON.")
+    var json = false
+
+    func validate() throws {
+        do { _ = try TransportSpec(parsing: transport) } catch { throw ValidationError(error.description) }
+    }
+
+    func run() throws {
+        do {
+            let report = try StackControl.up(paths: stack.paths, transport: transport, logLevel: logLevel)
+            print(json ? Output.json(report) : Status.render(report))
+        } catch {
+            throw Output.fail("\(error)")
+        }
+    }
+}
+
+struct Supervise: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run the supervisor in the foreground (what `beryl up` starts in the background).",
+        shouldDisplay: false)
+
+    @OptionGroup var stack: StackOptions
+
+    @Option var transport: String
+
+    @Option var logLevel: LogLevel = .info
+
+    func run() throws {
+        let paths = stack.paths
+        let supervisor: Supervisor
+        do {
+            supervisor = try Supervisor(paths: paths, daemons: StackControl.daemons(paths: paths, transport: transport, logLevel: logLevel),
+                                        logLevel: logLevel)
+        } catch {
+            throw Output.fail("\(error)")
+        }
+        throw ExitCode(supervisor.run())
+    }
+}
+
+struct Down: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Stop the stack in a runtime directory.")
+
+    @OptionGroup var stack: StackOptions
+
+    func run() throws {
+        do {
+            let stopped = try StackControl.down(paths: stack.paths)
+            print(stopped.isEmpty ? "no stack running in \(stack.paths.runtimeDir)" : "stopped \(stack.paths.runtimeDir)")
+        } catch {
+            throw Output.fail("\(error)")
+        }
+    }
+}

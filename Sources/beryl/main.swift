@@ -1,0 +1,12 @@
+import ArgumentParser
+import BerylCore
+
+struct BerylCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "beryl",
+        abstract: "Run and drive a Beryl Bluetooth LE stack.",
+        version: Beryl.version,
+        subcommands: [Up.self, Down.self, Status.self, PingCommand.self, Bench.self, Supervise.self])
+}
+
+BerylCommand.main()
