@@ -29,6 +29,8 @@ pid_t beryl_spawn(const char *const argv[], const char *const envp[], int new_se
         posix_spawn_file_actions_addopen(&actions, 1, log_path, O_WRONLY | O_CREAT | O_APPEND, 0640);
         posix_spawn_file_actions_adddup2(&actions, 1, 2);
     }
+    /* Nothing but stdio crosses: a leaked pipe would keep a caller waiting for EOF, a leaked socket would keep it alive. */
+    posix_spawn_file_actions_addclosefrom_np(&actions, 3);
     /* The child must not inherit the parent's blocked or ignored signals (libevent, SIGPIPE). */
     sigset_t none, all;
     sigemptyset(&none);

@@ -1,0 +1,85 @@
+import BerylDaemonKit
+import BerylIPC
+import BerylStack
+import Foundation
+import XCTest
+
+final class RoundTripTests: XCTestCase {
+    func testPingAndStatusRoundTripBetweenProcesses() throws {
+        let scratch = try Scratch()
+        defer { scratch.stopAll() }
+        try scratch.startDaemon("managerd")
+        let client = try IPCClient(path: scratch.paths.socket("managerd"))
+
+        let payload: [UInt8] = Array(0..<200)
+        XCTAssertEqual(Array(try client.call(pingRequest(payload)).pong.payload), payload)
+
+        var request = Request()
+        request.getStatus = Beryl_Ipc_V1_GetStatus()
+        let status = try client.call(request).status
+        XCTAssertEqual(status.daemon, "managerd")
+        XCTAssertEqual(status.pid, scratch.pid(of: "managerd"))
+        XCTAssertEqual(status.state, .running)
+        XCTAssertEqual(status.runtimeDir, scratch.paths.runtimeDir)
+        XCTAssertEqual(status.stateDir, scratch.paths.stateDir)
+        XCTAssertEqual(status.sessions, 1)
+        XCTAssertGreaterThan(status.rssBytes, 0)
+    }
+
+    func testManagerdIdentifiesTheAppByKernelCredentials() throws {
+        let scratch = try Scratch()
+        defer { scratch.stopAll() }
+        try scratch.startDaemon("managerd")
+        let first = try IPCClient(path: scratch.paths.socket("managerd"))
+        let second = try IPCClient(path: scratch.paths.socket("managerd"))
+        var hello = Request()
+        hello.manager.hello.appID = "com.example.test"
+        let welcomeA = try first.call(hello).manager.welcome
+        let welcomeB = try second.call(hello).manager.welcome
+        XCTAssertEqual(welcomeA.peerPid, getpid())
+        XCTAssertEqual(welcomeA.peerUid, getuid())
+        XCTAssertNotEqual(welcomeA.sessionID, welcomeB.sessionID)
+    }
+
+    func testEachDaemonAnswersItsOwnInterfaceAndRefusesOthers() throws {
+        let scratch = try Scratch()
+        defer { scratch.stopAll() }
+        for name in ["hcid", "attd", "managerd"] { try scratch.startDaemon(name) }
+        try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", scratch.root, "--controllers", "2"],
+                          socket: scratch.root + "/control.sock")
+
+        var hci = Request()
+        hci.hci.getControllerInfo = Beryl_Ipc_V1_GetControllerInfo()
+        let info = try IPCClient(path: scratch.paths.socket("hcid")).call(hci).hci.controllerInfo
+        XCTAssertEqual(info.transport, "unix:\(scratch.root)/controller-0.sock")
+
+        var att = Request()
+        att.att.getBearers = Beryl_Ipc_V1_GetBearers()
+        XCTAssertEqual(try IPCClient(path: scratch.paths.socket("attd")).call(att).att.bearers.bearers, [])
+
+        let manager = try IPCClient(path: scratch.paths.socket("managerd"))
+        XCTAssertThrowsError(try manager.call(hci)) { error in
+            guard case .remote(let code, _, _)? = error as? IPCClientError else { return XCTFail("\(error)") }
+            XCTAssertEqual(code, .unsupported)
+        }
+        XCTAssertNoThrow(try manager.call(pingRequest()), "the session survives a refused request")
+
+        let sim = try IPCClient(path: scratch.root + "/control.sock")
+        var status = Request()
+        status.getStatus = Beryl_Ipc_V1_GetStatus()
+        XCTAssertEqual(try sim.call(status).status.daemon, "berylsim")
+    }
+
+    func testPipelinedRequestsAreEachAnsweredOnceInOrder() throws {
+        let scratch = try Scratch()
+        defer { scratch.stopAll() }
+        try scratch.startDaemon("attd")
+        let client = try IPCClient(path: scratch.paths.socket("attd"))
+        var ids: [UInt64] = []
+        for index in 0..<500 { ids.append(try client.send(pingRequest([UInt8(index & 0xFF)]))) }
+        var answered: [UInt64] = []
+        for _ in ids { answered.append(try client.receive().requestID) }
+        XCTAssertEqual(answered, ids)
+        XCTAssertThrowsError(try client.receive(timeout: .milliseconds(200)), "no extra answers")
+    }
+}
