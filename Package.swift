@@ -24,7 +24,11 @@ let package = Package(
         .target(name: "CBerylSys"),
         .target(name: "CBerylEvent", linkerSettings: [.linkedLibrary("event")]),
 
+        .target(name: "CBerylCrypto", linkerSettings: [.linkedLibrary("crypto")]),
+
         .target(name: "BerylCore"),
+        .target(name: "BerylHCI", dependencies: ["BerylCore"]),
+        .target(name: "BerylSim", dependencies: ["BerylCore", "BerylHCI", "CBerylCrypto"]),
         .target(name: "BerylEventLoop", dependencies: ["CBerylEvent"]),
         .target(name: "BerylIPC", dependencies: [
             "BerylCore", "BerylEventLoop", "CBerylSys",
@@ -56,6 +60,7 @@ let package = Package(
 
         .testTarget(name: "BerylCoreTests", dependencies: ["BerylCore", "BerylTransport", "BerylStack"]),
         .testTarget(name: "BerylEventLoopTests", dependencies: ["BerylEventLoop"]),
+        .testTarget(name: "BerylSimTests", dependencies: ["BerylSim", "BerylCore"]),
         .testTarget(name: "BerylIPCTests", dependencies: ["BerylIPC", "BerylStack", "BerylDaemonKit"]),
     ]
 )
