@@ -34,7 +34,7 @@ let package = Package(
             "BerylCore", "BerylEventLoop", "CBerylSys",
             .product(name: "SwiftProtobuf", package: "swift-protobuf"),
         ]),
-        .target(name: "BerylTransport", dependencies: ["BerylCore"]),
+        .target(name: "BerylTransport", dependencies: ["BerylCore", "CBerylSys"]),
         .target(name: "BerylDaemonKit", dependencies: [
             "BerylCore", "BerylEventLoop", "BerylIPC", "CBerylSys",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -52,7 +52,7 @@ let package = Package(
             "BerylDaemonKit", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "berylsim", dependencies: [
-            "BerylDaemonKit", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "BerylDaemonKit", "BerylSim", "BerylTransport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "beryl", dependencies: [
             "BerylStack", "BerylTransport", .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -148,6 +148,7 @@ public final class DaemonHost {
         case .hci?: "HCI requests"
         case .att?: "ATT requests"
         case .manager?: "manager requests"
+        case .sim?: "simulator control requests"
         default: "this request"
         }
     }

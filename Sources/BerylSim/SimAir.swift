@@ -401,3 +401,22 @@ public final class SimAir {
         }
     }
 }
+
+/// What the control socket reports about one link.
+public struct SimLinkSnapshot: Sendable, Equatable {
+    public var central: Int
+    public var peripheral: Int
+    public var interval: Duration
+    public var encrypted: Bool
+    public var phy: Int
+    public var maxOctets: Int
+}
+
+extension SimAir {
+    public var linkSnapshots: [SimLinkSnapshot] {
+        links.filter(\.isOpen).map {
+            SimLinkSnapshot(central: $0.central.index, peripheral: $0.peripheral.index, interval: $0.interval,
+                            encrypted: $0.encrypted, phy: $0.phy[0], maxOctets: $0.maxOctets[0])
+        }
+    }
+}

@@ -124,6 +124,14 @@ public nonisolated struct Beryl_Ipc_V1_Request: Sendable {
     set {kind = .manager(newValue)}
   }
 
+  public var sim: Beryl_Ipc_V1_SimRequest {
+    get {
+      if case .sim(let v)? = kind {return v}
+      return Beryl_Ipc_V1_SimRequest()
+    }
+    set {kind = .sim(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -133,6 +141,7 @@ public nonisolated struct Beryl_Ipc_V1_Request: Sendable {
     case hci(Beryl_Ipc_V1_HciRequest)
     case att(Beryl_Ipc_V1_AttRequest)
     case manager(Beryl_Ipc_V1_ManagerRequest)
+    case sim(Beryl_Ipc_V1_SimRequest)
 
   }
 
@@ -202,6 +211,14 @@ public nonisolated struct Beryl_Ipc_V1_Response: Sendable {
     set {kind = .manager(newValue)}
   }
 
+  public var sim: Beryl_Ipc_V1_SimResponse {
+    get {
+      if case .sim(let v)? = kind {return v}
+      return Beryl_Ipc_V1_SimResponse()
+    }
+    set {kind = .sim(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -212,6 +229,7 @@ public nonisolated struct Beryl_Ipc_V1_Response: Sendable {
     case hci(Beryl_Ipc_V1_HciResponse)
     case att(Beryl_Ipc_V1_AttResponse)
     case manager(Beryl_Ipc_V1_ManagerResponse)
+    case sim(Beryl_Ipc_V1_SimResponse)
 
   }
 
@@ -356,7 +374,7 @@ nonisolated extension Beryl_Ipc_V1_Envelope: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Beryl_Ipc_V1_Request: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Request"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}ping\0\u{3}get_status\0\u{3}set_log_level\0\u{2}\u{7}hci\0\u{1}att\0\u{1}manager\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}ping\0\u{3}get_status\0\u{3}set_log_level\0\u{2}\u{7}hci\0\u{1}att\0\u{1}manager\0\u{1}sim\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -442,6 +460,19 @@ nonisolated extension Beryl_Ipc_V1_Request: SwiftProtobuf.Message, SwiftProtobuf
           self.kind = .manager(v)
         }
       }()
+      case 13: try {
+        var v: Beryl_Ipc_V1_SimRequest?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .sim(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .sim(v)
+        }
+      }()
       default: break
       }
     }
@@ -477,6 +508,10 @@ nonisolated extension Beryl_Ipc_V1_Request: SwiftProtobuf.Message, SwiftProtobuf
       guard case .manager(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
     }()
+    case .sim?: try {
+      guard case .sim(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -491,7 +526,7 @@ nonisolated extension Beryl_Ipc_V1_Request: SwiftProtobuf.Message, SwiftProtobuf
 
 nonisolated extension Beryl_Ipc_V1_Response: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Response"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}error\0\u{1}pong\0\u{1}status\0\u{1}ack\0\u{2}\u{6}hci\0\u{1}att\0\u{1}manager\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}error\0\u{1}pong\0\u{1}status\0\u{1}ack\0\u{2}\u{6}hci\0\u{1}att\0\u{1}manager\0\u{1}sim\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -590,6 +625,19 @@ nonisolated extension Beryl_Ipc_V1_Response: SwiftProtobuf.Message, SwiftProtobu
           self.kind = .manager(v)
         }
       }()
+      case 13: try {
+        var v: Beryl_Ipc_V1_SimResponse?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .sim(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .sim(v)
+        }
+      }()
       default: break
       }
     }
@@ -628,6 +676,10 @@ nonisolated extension Beryl_Ipc_V1_Response: SwiftProtobuf.Message, SwiftProtobu
     case .manager?: try {
       guard case .manager(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+    }()
+    case .sim?: try {
+      guard case .sim(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
     }()
     case nil: break
     }
