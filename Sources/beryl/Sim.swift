@@ -66,7 +66,7 @@ struct SimList: ParsableCommand {
 }
 
 struct SimMove: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "move", abstract: "Move controller INDEX to (X, Y) metres.")
+    static let configuration = CommandConfiguration(commandName: "move", abstract: "Move controller INDEX to (X, Y) metres (put -- before negative numbers).")
     @OptionGroup var sim: SimOptions
     @Argument var index: UInt32
     @Argument var x: Double
