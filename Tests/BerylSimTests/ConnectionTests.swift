@@ -212,3 +212,37 @@ final class ConnectionTests: XCTestCase {
         XCTAssertEqual(disconnections(sim[0]).map(\.reason), [0x08])
     }
 }
+
+final class FilterAcceptListTests: XCTestCase {
+    func testConnectingThroughTheFilterAcceptListPicksOnlyListedAdvertisers() {
+        let sim = SimHarness(controllers: 3)
+        for index in 0..<3 { sim[index].powerOn() }
+        sim.advertise(1)
+        sim.advertise(2)
+        XCTAssertEqual(sim[0].status(0x2011, [0] + sim[2].address), 0)
+        XCTAssertEqual(sim[0].status(0x2011, [2] + sim[2].address), 0x12, "address type 2 is not a valid entry")
+        let create = le16(0x60) + le16(0x60) + [1, 0] + [0, 0, 0, 0, 0, 0] + [0] + le16(24) + le16(24) + le16(0) + le16(100) + le16(0) + le16(0)
+        XCTAssertEqual(sim[0].status(0x200D, create), 0)
+        XCTAssertEqual(sim[0].status(0x2010), 0x0C, "the list is in use while initiating with it")
+        sim.run(until: { !sim[0].leEvents(0x01).isEmpty }, timeout: .seconds(2))
+        XCTAssertEqual(Array(sim[0].leEvents(0x01)[0][5...10]), sim[2].address, "connected to the listed device")
+        XCTAssertTrue(sim[1].leEvents(0x01).isEmpty)
+        XCTAssertEqual(sim[0].status(0x2010), 0, "free again once connected")
+    }
+
+    func testAScanWindowShorterThanTheIntervalHearsProportionallyLess() {
+        func reports(window: UInt16) -> Int {
+            let sim = SimHarness()
+            sim[0].powerOn()
+            sim[1].powerOn()
+            sim.advertise(1, intervalUnits: 0x20)
+            sim.scan(0, active: false, interval: 0x0100, window: window)
+            sim.run(for: .seconds(4))
+            return sim[0].leEvents(0x02).count
+        }
+        let full = reports(window: 0x0100)
+        let quarter = reports(window: 0x0040)
+        XCTAssertGreaterThan(full, 100)
+        XCTAssertEqual(Double(quarter) / Double(full), 0.25, accuracy: 0.08, "\(quarter) of \(full)")
+    }
+}
