@@ -25,6 +25,8 @@ let package = Package(
         .target(name: "CBerylEvent", linkerSettings: [.linkedLibrary("event")]),
 
         .target(name: "CBerylCrypto", linkerSettings: [.linkedLibrary("crypto")]),
+        // Only libbluetooth's headers (sockaddr_hci, HCIDEVDOWN): the user channel needs no library code.
+        .target(name: "CBerylHCISocket"),
 
         .target(name: "BerylCore"),
         .target(name: "BerylHCI", dependencies: ["BerylCore"]),
@@ -34,7 +36,8 @@ let package = Package(
             "BerylCore", "BerylEventLoop", "CBerylSys",
             .product(name: "SwiftProtobuf", package: "swift-protobuf"),
         ]),
-        .target(name: "BerylTransport", dependencies: ["BerylCore", "CBerylSys"]),
+        .target(name: "BerylTransport", dependencies: ["BerylCore", "CBerylSys", "CBerylHCISocket"]),
+        .target(name: "BerylHardware", dependencies: ["BerylCore", "BerylHCI", "BerylTransport"]),
         .target(name: "BerylDaemonKit", dependencies: [
             "BerylCore", "BerylEventLoop", "BerylIPC", "CBerylSys",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -42,7 +45,7 @@ let package = Package(
         .target(name: "BerylStack", dependencies: ["BerylCore", "BerylDaemonKit", "BerylIPC", "BerylEventLoop", "CBerylSys"]),
 
         .executableTarget(name: "hcid", dependencies: [
-            "BerylDaemonKit", "BerylTransport",
+            "BerylDaemonKit", "BerylTransport", "BerylHCI", "BerylHardware",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "attd", dependencies: [
@@ -61,6 +64,7 @@ let package = Package(
         .testTarget(name: "BerylCoreTests", dependencies: ["BerylCore", "BerylTransport", "BerylStack"]),
         .testTarget(name: "BerylEventLoopTests", dependencies: ["BerylEventLoop"]),
         .testTarget(name: "BerylSimTests", dependencies: ["BerylSim", "BerylCore"]),
+        .testTarget(name: "BerylHCITests", dependencies: ["BerylHCI", "BerylSim", "BerylCore", "BerylHardware"]),
         .testTarget(name: "BerylIPCTests", dependencies: ["BerylIPC", "BerylStack", "BerylDaemonKit"]),
     ]
 )

@@ -5,6 +5,8 @@ public struct SimConfig: Sendable {
     /// LE_ACL_Data_Packet_Length and Total_Num_LE_ACL_Data_Packets the controllers report and enforce.
     public var aclBufferSize = 251
     public var aclBufferCount = 8
+    /// Report no LE buffers (LE Read Buffer Size answers 0) so hosts must use the shared BR/EDR ones.
+    public var sharedBuffers = false
     public var filterAcceptListSize = 16
     /// Time a controller takes to run one command; with one command credit, what a host must wait for.
     public var commandLatency: Duration = .microseconds(200)

@@ -76,16 +76,17 @@ extension SimController {
             // Byte 4: bit 5 BR/EDR Not Supported, bit 6 LE Supported (Controller).
             complete(opcode, .success, [0, 0, 0, 0, 0b0110_0000, 0, 0, 0])
         case .readBufferSize:
-            // An LE-only controller: no BR/EDR buffers, so the host must use LE Read Buffer Size.
-            complete(opcode, .success, [0, 0, 0, 0, 0, 0, 0])
+            // LE-only by default: no BR/EDR buffers. With shared buffers, LE uses these (Core Vol 4 Part E §7.8.2).
+            let shared = air.config.sharedBuffers
+            let size = shared ? UInt16(air.config.aclBufferSize) : 0
+            let count = shared ? UInt16(air.config.aclBufferCount) : 0
+            complete(opcode, .success, [UInt8(size & 0xFF), UInt8(size >> 8), 0, UInt8(count & 0xFF), UInt8(count >> 8), 0, 0])
         case .readBDAddr:
             complete(opcode, .success, publicAddress.bytes)
-        case .leReadBufferSize:
-            complete(opcode, .success, [UInt8(air.config.aclBufferSize & 0xFF), UInt8(air.config.aclBufferSize >> 8),
-                                        UInt8(air.config.aclBufferCount)])
-        case .leReadBufferSizeV2:
-            complete(opcode, .success, [UInt8(air.config.aclBufferSize & 0xFF), UInt8(air.config.aclBufferSize >> 8),
-                                        UInt8(air.config.aclBufferCount), 0, 0, 0])
+        case .leReadBufferSize, .leReadBufferSizeV2:
+            let size = air.config.sharedBuffers ? 0 : air.config.aclBufferSize
+            let count = air.config.sharedBuffers ? 0 : air.config.aclBufferCount
+            complete(opcode, .success, [UInt8(size & 0xFF), UInt8(size >> 8), UInt8(count)] + (opcode == .leReadBufferSizeV2 ? [0, 0, 0] : []))
         case .leReadLocalSupportedFeatures:
             complete(opcode, .success, Self.leFeatures)
         case .leReadSupportedStates:

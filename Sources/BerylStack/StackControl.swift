@@ -8,6 +8,8 @@ public enum StackError: Error, CustomStringConvertible {
     case supervisorExited(ExitReason, log: String)
     case notReady(after: Duration, log: String)
     case stopTimedOut(pid: Int32)
+    case controllerFailed(state: String, detail: String)
+    case controllerNotReady(after: Duration, state: String, detail: String)
 
     public var description: String {
         switch self {
@@ -15,23 +17,27 @@ public enum StackError: Error, CustomStringConvertible {
         case .supervisorExited(let reason, let log): "the supervisor exited (\(reason)) before managerd answered:\n\(log)"
         case .notReady(let after, let log): "managerd did not answer within \(after):\n\(log)"
         case .stopTimedOut(let pid): "the supervisor (pid \(pid)) did not stop in time"
+        case .controllerFailed(let state, let detail): "the controller is \(state): \(detail); the stack was stopped"
+        case .controllerNotReady(let after, let state, let detail):
+            "the controller was not poweredOn after \(after) (it is \(state)\(detail.isEmpty ? "" : ": \(detail)")); the stack keeps trying (beryl down stops it)"
         }
     }
 }
 
 /// `beryl up` and `beryl down`: start a supervised stack in the background and stop it again.
 public enum StackControl {
-    public static func daemons(paths: DaemonPaths, transport: String, logLevel: LogLevel) -> [SupervisedDaemon] {
+    public static func daemons(paths: DaemonPaths, transport: String, profile: String = "none", logLevel: LogLevel) -> [SupervisedDaemon] {
         let common = ["--runtime-dir", paths.runtimeDir, "--state-dir", paths.stateDir, "--log-level", logLevel.label]
         return [
-            SupervisedDaemon(name: "hcid", arguments: [Executables.path("hcid")] + common + ["--transport", transport]),
+            SupervisedDaemon(name: "hcid", arguments: [Executables.path("hcid")] + common + ["--transport", transport, "--profile", profile]),
             SupervisedDaemon(name: "attd", arguments: [Executables.path("attd")] + common),
             SupervisedDaemon(name: "managerd", arguments: [Executables.path("managerd")] + common),
         ]
     }
 
-    /// Starts `beryl supervise` detached and returns once managerd answers a Ping.
-    public static func up(paths: DaemonPaths, transport: String, logLevel: LogLevel,
+    /// Starts `beryl supervise` detached and returns once managerd answers and the controller is poweredOn.
+    /// A controller that cannot work here (unsupported, unauthorized) stops the stack and says why.
+    public static func up(paths: DaemonPaths, transport: String, profile: String = "none", logLevel: LogLevel,
                           timeout: Duration = .seconds(20)) throws -> StackReport {
         try paths.createDirectories()
         try FileManager.default.createDirectory(atPath: paths.logDir, withIntermediateDirectories: true)
@@ -40,7 +46,7 @@ public enum StackControl {
         }
         let logPath = paths.logFile(Supervisor.socketName)
         let arguments = [Executables.path("beryl"), "supervise", "--runtime-dir", paths.runtimeDir,
-                         "--state-dir", paths.stateDir, "--transport", transport, "--log-level", logLevel.label]
+                         "--state-dir", paths.stateDir, "--transport", transport, "--profile", profile, "--log-level", logLevel.label]
         let pid = try Spawn.start(arguments, newSession: true, logPath: logPath)
         let clock = ContinuousClock()
         let deadline = clock.now + timeout
@@ -48,8 +54,21 @@ public enum StackControl {
             if let (_, reason) = Spawn.reap(pid) {
                 throw StackError.supervisorExited(reason, log: tail(of: logPath))
             }
-            if ping(paths.socket("managerd")) { return StackProbe.report(paths: paths) }
+            if ping(paths.socket("managerd")), let info = StackProbe.controllerInfo(at: paths.socket("hcid")) {
+                switch info.state {
+                case .poweredOn:
+                    return StackProbe.report(paths: paths)
+                case .unsupported, .unauthorized:
+                    _ = try? down(paths: paths)
+                    throw StackError.controllerFailed(state: StackProbe.controllerStateName(info.state), detail: info.detail)
+                default:
+                    break
+                }
+            }
             usleep(50_000)
+        }
+        if let info = StackProbe.controllerInfo(at: paths.socket("hcid")) {
+            throw StackError.controllerNotReady(after: timeout, state: StackProbe.controllerStateName(info.state), detail: info.detail)
         }
         throw StackError.notReady(after: timeout, log: tail(of: logPath))
     }

@@ -14,10 +14,37 @@ public struct DaemonReport: Codable, Sendable, Equatable {
     public var uptimeMs: UInt64?
 }
 
+/// The controller as hcid sees it.
+public struct ControllerReport: Codable, Sendable, Equatable {
+    public var state: String
+    public var transport: String
+    public var profile: String
+    public var address: String?
+    public var leAclMtu: UInt32?
+    public var leAclBuffers: UInt32?
+    public var aclBufferSource: String?
+    public var filterAcceptListSize: UInt32?
+    public var detail: String?
+
+    init(_ info: Beryl_Ipc_V1_ControllerInfo) {
+        state = StackProbe.controllerStateName(info.state)
+        transport = info.transport
+        profile = info.profile
+        let on = info.state == .poweredOn
+        address = on ? info.address : nil
+        leAclMtu = on ? info.leAclMtu : nil
+        leAclBuffers = on ? info.leAclBuffers : nil
+        aclBufferSource = on ? info.aclBufferSource : nil
+        filterAcceptListSize = on ? info.filterAcceptListSize : nil
+        detail = info.detail.isEmpty ? nil : info.detail
+    }
+}
+
 public struct StackReport: Codable, Sendable, Equatable {
     public var runtimeDir: String
     public var supervisorPid: Int32?
     public var daemons: [DaemonReport]
+    public var controller: ControllerReport?
 
     public var isUp: Bool { daemons.contains { $0.state == "running" } }
 }
@@ -50,7 +77,27 @@ public enum StackProbe {
             }
             return report
         }
-        return StackReport(runtimeDir: paths.runtimeDir, supervisorPid: supervisor?.pid, daemons: daemons)
+        return StackReport(runtimeDir: paths.runtimeDir, supervisorPid: supervisor?.pid, daemons: daemons,
+                           controller: controllerInfo(at: paths.socket("hcid")).map(ControllerReport.init))
+    }
+
+    public static func controllerInfo(at path: String, timeout: Duration = .seconds(2)) -> Beryl_Ipc_V1_ControllerInfo? {
+        guard let client = try? IPCClient(path: path) else { return nil }
+        var request = Request()
+        request.hci.getControllerInfo = Beryl_Ipc_V1_GetControllerInfo()
+        return try? client.call(request, timeout: timeout).hci.controllerInfo
+    }
+
+    public static func controllerStateName(_ state: Beryl_Ipc_V1_ControllerState) -> String {
+        switch state {
+        case .unknown, .UNRECOGNIZED: "unknown"
+        case .resetting: "resetting"
+        case .unsupported: "unsupported"
+        case .unauthorized: "unauthorized"
+        case .poweredOff: "poweredOff"
+        case .poweredOn: "poweredOn"
+        case .unresponsive: "unresponsive"
+        }
     }
 
     public static func stateName(_ state: Beryl_Ipc_V1_DaemonState) -> String {

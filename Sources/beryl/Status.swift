@@ -25,6 +25,14 @@ struct Status: ParsableCommand {
             let restarts = daemon.restarts.map { " restarts \($0)" } ?? ""
             lines.append("  \(daemon.name.padding(toLength: 9, withPad: " ", startingAt: 0)) pid \(pid.padding(toLength: 8, withPad: " ", startingAt: 0)) \(daemon.state.padding(toLength: 12, withPad: " ", startingAt: 0)) rss \(rss)\(restarts)")
         }
+        if let controller = report.controller {
+            var line = "  controller \(controller.state) via \(controller.transport), profile \(controller.profile)"
+            if let address = controller.address, let mtu = controller.leAclMtu, let buffers = controller.leAclBuffers {
+                line += ", \(address), LE ACL \(mtu) bytes × \(buffers) (\(controller.aclBufferSource ?? "?"))"
+            }
+            if let detail = controller.detail { line += ": \(detail)" }
+            lines.append(line)
+        }
         return lines.joined(separator: "\n")
     }
 }

@@ -14,6 +14,12 @@ struct Up: ParsableCommand {
     @Option(help: "The controller: userchannel:hciN, uart:/dev/TTY[,baud=N][,flow|noflow], tcp:HOST:PORT or unix:PATH.")
     var transport: String
 
+    @Option(help: "Adapter profile for hcid: an id, a file, auto or none.")
+    var profile: String = "none"
+
+    @Option(help: "Seconds to wait for the controller to be poweredOn.")
+    var timeout: Int = 20
+
     @Option(help: "Log level for the daemons.")
     var logLevel: LogLevel = .info
 
@@ -26,7 +32,8 @@ struct Up: ParsableCommand {
 
     func run() throws {
         do {
-            let report = try StackControl.up(paths: stack.paths, transport: transport, logLevel: logLevel)
+            let report = try StackControl.up(paths: stack.paths, transport: transport, profile: profile, logLevel: logLevel,
+                                             timeout: .seconds(timeout))
             print(json ? Output.json(report) : Status.render(report))
         } catch {
             throw Output.fail("\(error)")
@@ -43,13 +50,15 @@ struct Supervise: ParsableCommand {
 
     @Option var transport: String
 
+    @Option var profile: String = "none"
+
     @Option var logLevel: LogLevel = .info
 
     func run() throws {
         let paths = stack.paths
         let supervisor: Supervisor
         do {
-            supervisor = try Supervisor(paths: paths, daemons: StackControl.daemons(paths: paths, transport: transport, logLevel: logLevel),
+            supervisor = try Supervisor(paths: paths, daemons: StackControl.daemons(paths: paths, transport: transport, profile: profile, logLevel: logLevel),
                                         logLevel: logLevel)
         } catch {
             throw Output.fail("\(error)")

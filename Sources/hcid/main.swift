@@ -1,8 +1,11 @@
 import ArgumentParser
 import BerylCore
 import BerylDaemonKit
+import BerylHardware
+import BerylHCI
 import BerylIPC
 import BerylTransport
+import Foundation
 
 struct Hcid: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -15,32 +18,73 @@ struct Hcid: ParsableCommand {
     @Option(help: "The controller: userchannel:hciN, uart:/dev/TTY[,baud=N][,flow|noflow], tcp:HOST:PORT or unix:PATH.")
     var transport: String
 
+    @Option(help: "Adapter profile: an id from the profiles directory, a path to a profile file, auto (detect from sysfs), or none.")
+    var profile: String = "none"
+
+    @Option(help: "Directory of adapter profiles (default: $BERYL_HARDWARE_DIR or /usr/share/beryl/hardware/adapters).")
+    var profilesDir: String?
+
+    @Option(help: "Directory firmware patch files are looked up in.")
+    var firmwareDir: String = "/lib/firmware"
+
+    @Option(help: "Milliseconds a controller has to answer a command before it is reported unresponsive.")
+    var commandTimeout: Int = 2000
+
     func validate() throws {
         do { _ = try TransportSpec(parsing: transport) } catch { throw ValidationError(error.description) }
+        guard (100...60_000).contains(commandTimeout) else { throw ValidationError("--command-timeout must be from 100 to 60000 ms") }
     }
 
     func run() throws {
-        let transport = try TransportSpec(parsing: self.transport)
-        let status = runDaemon({ try DaemonHost(name: "hcid", paths: options.paths, logLevel: options.logLevel) }) { host in
-            host.handle = { incoming in
-                guard case .hci(let request)? = incoming.request.kind else { return false }
-                switch request.kind {
-                case .getControllerInfo?:
-                    var info = Beryl_Ipc_V1_ControllerInfo()
-                    // Bring-up of the controller behind the transport is the hcid issue's work; until then it is not opened.
-                    info.state = .unknown
-                    info.transport = transport.description
-                    info.detail = "transport not opened"
-                    var response = Response()
-                    response.hci.controllerInfo = info
-                    incoming.respond(response)
-                case nil:
-                    incoming.fail(.unknownMessage, "empty HCI request")
-                }
-                return true
-            }
+        let spec = try TransportSpec(parsing: transport)
+        let profilesDir = self.profilesDir ?? ProcessInfo.processInfo.environment["BERYL_HARDWARE_DIR"] ?? "/usr/share/beryl/hardware/adapters"
+        let chosen: AdapterProfile?
+        do {
+            chosen = try Self.resolveProfile(profile, directory: profilesDir, transport: spec)
+        } catch {
+            FileHandle.standardError.write(Data("error: \(error)\n".utf8))
+            throw ExitCode(1)
         }
+        let patch: [VendorStepLoad]
+        do {
+            patch = try chosen?.patchFile.map { [try VendorStepLoad.hcd(path: "\(firmwareDir)/\($0)")] } ?? []
+        } catch {
+            FileHandle.standardError.write(Data("error: \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+        var daemon: HcidDaemon?
+        let status = runDaemon({ try DaemonHost(name: "hcid", paths: options.paths, logLevel: options.logLevel) }) { host in
+            daemon = HcidDaemon(host: host, transport: spec, profile: chosen, patch: patch.flatMap(\.steps),
+                                commandTimeout: .milliseconds(commandTimeout))
+        }
+        withExtendedLifetime(daemon) {}
         throw ExitCode(status)
+    }
+
+    static func resolveProfile(_ name: String, directory: String, transport: TransportSpec) throws -> AdapterProfile? {
+        switch name {
+        case "none":
+            return nil
+        case "auto":
+            let (profiles, errors) = ProfileLoader.loadAll(directory: directory)
+            for error in errors { FileHandle.standardError.write(Data("warning: skipping profile \(error)\n".utf8)) }
+            return ProfileDetector.detect(profiles: profiles, transport: transport)
+        default:
+            if name.contains("/") { return try ProfileLoader.load(path: name) }
+            return try ProfileLoader.load(path: "\(directory)/\(name).json")
+        }
+    }
+}
+
+/// A profile's firmware patch, read before the daemon starts so a missing file is a startup error.
+struct VendorStepLoad {
+    var steps: [BerylHCI.VendorStep]
+
+    static func hcd(path: String) throws -> VendorStepLoad {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw CocoaError(.fileReadNoSuchFile, userInfo: [NSFilePathErrorKey: path, NSLocalizedDescriptionKey: "firmware patch \(path) not found"])
+        }
+        return VendorStepLoad(steps: try HCDPatch.commands(in: Array(data)))
     }
 }
 

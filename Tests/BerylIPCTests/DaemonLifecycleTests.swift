@@ -80,6 +80,13 @@ final class DaemonLifecycleTests: XCTestCase {
 }
 
 final class SupervisorTests: XCTestCase {
+    /// A berylsim in the scratch directory; stack i uses controller i.
+    private func startSim(_ scratch: Scratch, controllers: Int = 1) throws -> String {
+        let dir = scratch.root + "/sim"
+        try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", dir, "--controllers", "\(controllers)"], socket: dir + "/control.sock")
+        return dir
+    }
+
     private func statusJSON(_ paths: DaemonPaths) throws -> StackReport {
         let run = try runTool("beryl", ["status", "--runtime-dir", paths.runtimeDir, "--json"])
         return try JSONDecoder().decode(StackReport.self, from: Data(run.stdout.utf8))
@@ -89,10 +96,15 @@ final class SupervisorTests: XCTestCase {
         let scratch = try Scratch()
         defer { _ = try? runTool("beryl", ["down", "--runtime-dir", scratch.paths.runtimeDir]); scratch.stopAll() }
         let paths = scratch.paths
+        let sim = try startSim(scratch)
         let up = try runTool("beryl", ["up", "--runtime-dir", paths.runtimeDir, "--state-dir", paths.stateDir,
-                                       "--transport", "unix:\(scratch.root)/controller-0.sock", "--json"])
+                                       "--transport", "unix:\(sim)/controller-0.sock", "--json"])
         XCTAssertEqual(up.status, 0, up.stderr)
         let report = try statusJSON(paths)
+        XCTAssertEqual(report.controller?.state, "poweredOn")
+        XCTAssertEqual(report.controller?.leAclMtu, 251)
+        XCTAssertEqual(report.controller?.leAclBuffers, 8)
+        XCTAssertEqual(report.controller?.profile, "none")
         XCTAssertEqual(report.daemons.map(\.name), ["hcid", "attd", "managerd"])
         XCTAssertTrue(report.daemons.allSatisfy { $0.state == "running" && $0.pid != nil }, "\(report)")
         let supervisor = try XCTUnwrap(report.supervisorPid)
@@ -124,17 +136,19 @@ final class SupervisorTests: XCTestCase {
     func testTwoStacksRunSideBySide() throws {
         let first = try Scratch()
         let second = try Scratch()
+        let sim = try startSim(first, controllers: 2)
         defer {
             for scratch in [first, second] {
                 _ = try? runTool("beryl", ["down", "--runtime-dir", scratch.paths.runtimeDir])
                 scratch.stopAll()
             }
         }
-        for scratch in [first, second] {
+        for (index, scratch) in [first, second].enumerated() {
             let up = try runTool("beryl", ["up", "--runtime-dir", scratch.paths.runtimeDir, "--state-dir", scratch.paths.stateDir,
-                                           "--transport", "unix:\(scratch.root)/c.sock"])
+                                           "--transport", "unix:\(sim)/controller-\(index).sock"])
             XCTAssertEqual(up.status, 0, up.stderr)
         }
+        XCTAssertNotEqual(try statusJSON(first.paths).controller?.address, try statusJSON(second.paths).controller?.address)
         let pidsA = Set(try statusJSON(first.paths).daemons.compactMap(\.pid))
         let pidsB = Set(try statusJSON(second.paths).daemons.compactMap(\.pid))
         XCTAssertEqual(pidsA.count, 3)
@@ -142,5 +156,16 @@ final class SupervisorTests: XCTestCase {
         XCTAssertTrue(pidsA.isDisjoint(with: pidsB))
         XCTAssertEqual(try runTool("beryl", ["down", "--runtime-dir", first.paths.runtimeDir]).status, 0)
         XCTAssertTrue(StackControl.ping(second.paths.socket("managerd")), "stopping one stack left the other alone")
+    }
+
+    func testUpFailsClearlyWhenTheKernelHasNoBluetooth() throws {
+        let scratch = try Scratch()
+        defer { _ = try? runTool("beryl", ["down", "--runtime-dir", scratch.paths.runtimeDir]); scratch.stopAll() }
+        let up = try runTool("beryl", ["up", "--runtime-dir", scratch.paths.runtimeDir, "--state-dir", scratch.paths.stateDir,
+                                       "--transport", "userchannel:hci0"])
+        // These machines have no AF_BLUETOOTH; on a board this path takes the dongle.
+        XCTAssertEqual(up.status, 1)
+        XCTAssertTrue(up.stderr.contains("the controller is unsupported: this kernel has no Bluetooth support"), up.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: scratch.paths.socket("supervisor")), "the stack was stopped")
     }
 }

@@ -10,6 +10,11 @@
 
 /// hcid's interface: the controller it owns. Grows with the hcid issue.
 
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 import SwiftProtobuf
 
 // If the compiler emits an error on this type, it is because this file
@@ -101,13 +106,150 @@ public nonisolated struct Beryl_Ipc_V1_ControllerInfo: Sendable {
 
   public var address: String = String()
 
+  /// The adapter profile in use ("none" without one).
   public var profile: String = String()
 
   public var leAclMtu: UInt32 = 0
 
   public var leAclBuffers: UInt32 = 0
 
+  /// Why the state is what it is: the error that stopped bring-up, the stalled command.
   public var detail: String = String()
+
+  public var hciVersion: UInt32 = 0
+
+  public var manufacturer: UInt32 = 0
+
+  /// "LE v2", "LE v1" or "shared BR/EDR".
+  public var aclBufferSource: String = String()
+
+  public var filterAcceptListSize: UInt32 = 0
+
+  public var resolvingListSize: UInt32 = 0
+
+  public var aclInFlight: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// One HCI command for the controller; answered with its Command Complete or Command Status.
+public nonisolated struct Beryl_Ipc_V1_SendCommand: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var opcode: UInt32 = 0
+
+  public var parameters: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_CommandResult: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// 0x0E (Command Complete) or 0x0F (Command Status), with the event's parameters.
+  public var eventCode: UInt32 = 0
+
+  public var parameters: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// One L2CAP PDU for a connection; hcid fragments it to the controller's buffer size.
+public nonisolated struct Beryl_Ipc_V1_SendAcl: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var handle: UInt32 = 0
+
+  public var pdu: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_Accepted: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Which streams this session wants: controller events, inbound ACL, every packet (monitor).
+public nonisolated struct Beryl_Ipc_V1_Subscribe: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var events: Bool = false
+
+  public var acl: Bool = false
+
+  public var monitor: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_HciEventPacket: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var code: UInt32 = 0
+
+  public var parameters: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_AclPacket: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var handle: UInt32 = 0
+
+  /// Packet_Boundary_Flag as the controller set it.
+  public var boundary: UInt32 = 0
+
+  public var data: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_MonitorPacket: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// True for controller → host.
+  public var received: Bool = false
+
+  /// The H4 bytes, packet type first.
+  public var h4: Data = Data()
+
+  /// Microseconds since the Unix epoch.
+  public var timestampUs: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -129,10 +271,37 @@ public nonisolated struct Beryl_Ipc_V1_HciRequest: Sendable {
     set {kind = .getControllerInfo(newValue)}
   }
 
+  public var sendCommand: Beryl_Ipc_V1_SendCommand {
+    get {
+      if case .sendCommand(let v)? = kind {return v}
+      return Beryl_Ipc_V1_SendCommand()
+    }
+    set {kind = .sendCommand(newValue)}
+  }
+
+  public var sendAcl: Beryl_Ipc_V1_SendAcl {
+    get {
+      if case .sendAcl(let v)? = kind {return v}
+      return Beryl_Ipc_V1_SendAcl()
+    }
+    set {kind = .sendAcl(newValue)}
+  }
+
+  public var subscribe: Beryl_Ipc_V1_Subscribe {
+    get {
+      if case .subscribe(let v)? = kind {return v}
+      return Beryl_Ipc_V1_Subscribe()
+    }
+    set {kind = .subscribe(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
     case getControllerInfo(Beryl_Ipc_V1_GetControllerInfo)
+    case sendCommand(Beryl_Ipc_V1_SendCommand)
+    case sendAcl(Beryl_Ipc_V1_SendAcl)
+    case subscribe(Beryl_Ipc_V1_Subscribe)
 
   }
 
@@ -154,10 +323,28 @@ public nonisolated struct Beryl_Ipc_V1_HciResponse: Sendable {
     set {kind = .controllerInfo(newValue)}
   }
 
+  public var commandResult: Beryl_Ipc_V1_CommandResult {
+    get {
+      if case .commandResult(let v)? = kind {return v}
+      return Beryl_Ipc_V1_CommandResult()
+    }
+    set {kind = .commandResult(newValue)}
+  }
+
+  public var accepted: Beryl_Ipc_V1_Accepted {
+    get {
+      if case .accepted(let v)? = kind {return v}
+      return Beryl_Ipc_V1_Accepted()
+    }
+    set {kind = .accepted(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
     case controllerInfo(Beryl_Ipc_V1_ControllerInfo)
+    case commandResult(Beryl_Ipc_V1_CommandResult)
+    case accepted(Beryl_Ipc_V1_Accepted)
 
   }
 
@@ -179,10 +366,37 @@ public nonisolated struct Beryl_Ipc_V1_HciEvent: Sendable {
     set {kind = .controllerChanged(newValue)}
   }
 
+  public var event: Beryl_Ipc_V1_HciEventPacket {
+    get {
+      if case .event(let v)? = kind {return v}
+      return Beryl_Ipc_V1_HciEventPacket()
+    }
+    set {kind = .event(newValue)}
+  }
+
+  public var acl: Beryl_Ipc_V1_AclPacket {
+    get {
+      if case .acl(let v)? = kind {return v}
+      return Beryl_Ipc_V1_AclPacket()
+    }
+    set {kind = .acl(newValue)}
+  }
+
+  public var monitor: Beryl_Ipc_V1_MonitorPacket {
+    get {
+      if case .monitor(let v)? = kind {return v}
+      return Beryl_Ipc_V1_MonitorPacket()
+    }
+    set {kind = .monitor(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
     case controllerChanged(Beryl_Ipc_V1_ControllerInfo)
+    case event(Beryl_Ipc_V1_HciEventPacket)
+    case acl(Beryl_Ipc_V1_AclPacket)
+    case monitor(Beryl_Ipc_V1_MonitorPacket)
 
   }
 
@@ -218,7 +432,7 @@ nonisolated extension Beryl_Ipc_V1_GetControllerInfo: SwiftProtobuf.Message, Swi
 
 nonisolated extension Beryl_Ipc_V1_ControllerInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ControllerInfo"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}state\0\u{1}transport\0\u{1}address\0\u{1}profile\0\u{3}le_acl_mtu\0\u{3}le_acl_buffers\0\u{1}detail\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}state\0\u{1}transport\0\u{1}address\0\u{1}profile\0\u{3}le_acl_mtu\0\u{3}le_acl_buffers\0\u{1}detail\0\u{3}hci_version\0\u{1}manufacturer\0\u{3}acl_buffer_source\0\u{3}filter_accept_list_size\0\u{3}resolving_list_size\0\u{3}acl_in_flight\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -233,6 +447,12 @@ nonisolated extension Beryl_Ipc_V1_ControllerInfo: SwiftProtobuf.Message, SwiftP
       case 5: try { try decoder.decodeSingularUInt32Field(value: &self.leAclMtu) }()
       case 6: try { try decoder.decodeSingularUInt32Field(value: &self.leAclBuffers) }()
       case 7: try { try decoder.decodeSingularStringField(value: &self.detail) }()
+      case 8: try { try decoder.decodeSingularUInt32Field(value: &self.hciVersion) }()
+      case 9: try { try decoder.decodeSingularUInt32Field(value: &self.manufacturer) }()
+      case 10: try { try decoder.decodeSingularStringField(value: &self.aclBufferSource) }()
+      case 11: try { try decoder.decodeSingularUInt32Field(value: &self.filterAcceptListSize) }()
+      case 12: try { try decoder.decodeSingularUInt32Field(value: &self.resolvingListSize) }()
+      case 13: try { try decoder.decodeSingularUInt32Field(value: &self.aclInFlight) }()
       default: break
       }
     }
@@ -260,6 +480,24 @@ nonisolated extension Beryl_Ipc_V1_ControllerInfo: SwiftProtobuf.Message, SwiftP
     if !self.detail.isEmpty {
       try visitor.visitSingularStringField(value: self.detail, fieldNumber: 7)
     }
+    if self.hciVersion != 0 {
+      try visitor.visitSingularUInt32Field(value: self.hciVersion, fieldNumber: 8)
+    }
+    if self.manufacturer != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manufacturer, fieldNumber: 9)
+    }
+    if !self.aclBufferSource.isEmpty {
+      try visitor.visitSingularStringField(value: self.aclBufferSource, fieldNumber: 10)
+    }
+    if self.filterAcceptListSize != 0 {
+      try visitor.visitSingularUInt32Field(value: self.filterAcceptListSize, fieldNumber: 11)
+    }
+    if self.resolvingListSize != 0 {
+      try visitor.visitSingularUInt32Field(value: self.resolvingListSize, fieldNumber: 12)
+    }
+    if self.aclInFlight != 0 {
+      try visitor.visitSingularUInt32Field(value: self.aclInFlight, fieldNumber: 13)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -271,6 +509,291 @@ nonisolated extension Beryl_Ipc_V1_ControllerInfo: SwiftProtobuf.Message, SwiftP
     if lhs.leAclMtu != rhs.leAclMtu {return false}
     if lhs.leAclBuffers != rhs.leAclBuffers {return false}
     if lhs.detail != rhs.detail {return false}
+    if lhs.hciVersion != rhs.hciVersion {return false}
+    if lhs.manufacturer != rhs.manufacturer {return false}
+    if lhs.aclBufferSource != rhs.aclBufferSource {return false}
+    if lhs.filterAcceptListSize != rhs.filterAcceptListSize {return false}
+    if lhs.resolvingListSize != rhs.resolvingListSize {return false}
+    if lhs.aclInFlight != rhs.aclInFlight {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_SendCommand: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SendCommand"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}opcode\0\u{1}parameters\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.opcode) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.parameters) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.opcode != 0 {
+      try visitor.visitSingularUInt32Field(value: self.opcode, fieldNumber: 1)
+    }
+    if !self.parameters.isEmpty {
+      try visitor.visitSingularBytesField(value: self.parameters, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_SendCommand, rhs: Beryl_Ipc_V1_SendCommand) -> Bool {
+    if lhs.opcode != rhs.opcode {return false}
+    if lhs.parameters != rhs.parameters {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_CommandResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".CommandResult"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}event_code\0\u{1}parameters\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.eventCode) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.parameters) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.eventCode != 0 {
+      try visitor.visitSingularUInt32Field(value: self.eventCode, fieldNumber: 1)
+    }
+    if !self.parameters.isEmpty {
+      try visitor.visitSingularBytesField(value: self.parameters, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_CommandResult, rhs: Beryl_Ipc_V1_CommandResult) -> Bool {
+    if lhs.eventCode != rhs.eventCode {return false}
+    if lhs.parameters != rhs.parameters {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_SendAcl: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SendAcl"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0\u{1}pdu\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.pdu) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 1)
+    }
+    if !self.pdu.isEmpty {
+      try visitor.visitSingularBytesField(value: self.pdu, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_SendAcl, rhs: Beryl_Ipc_V1_SendAcl) -> Bool {
+    if lhs.handle != rhs.handle {return false}
+    if lhs.pdu != rhs.pdu {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_Accepted: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Accepted"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_Accepted, rhs: Beryl_Ipc_V1_Accepted) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Subscribe"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}events\0\u{1}acl\0\u{1}monitor\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBoolField(value: &self.events) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.acl) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.monitor) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.events != false {
+      try visitor.visitSingularBoolField(value: self.events, fieldNumber: 1)
+    }
+    if self.acl != false {
+      try visitor.visitSingularBoolField(value: self.acl, fieldNumber: 2)
+    }
+    if self.monitor != false {
+      try visitor.visitSingularBoolField(value: self.monitor, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_Subscribe, rhs: Beryl_Ipc_V1_Subscribe) -> Bool {
+    if lhs.events != rhs.events {return false}
+    if lhs.acl != rhs.acl {return false}
+    if lhs.monitor != rhs.monitor {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_HciEventPacket: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".HciEventPacket"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}code\0\u{1}parameters\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.code) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.parameters) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.code != 0 {
+      try visitor.visitSingularUInt32Field(value: self.code, fieldNumber: 1)
+    }
+    if !self.parameters.isEmpty {
+      try visitor.visitSingularBytesField(value: self.parameters, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_HciEventPacket, rhs: Beryl_Ipc_V1_HciEventPacket) -> Bool {
+    if lhs.code != rhs.code {return false}
+    if lhs.parameters != rhs.parameters {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_AclPacket: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AclPacket"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0\u{1}boundary\0\u{1}data\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.boundary) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.data) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 1)
+    }
+    if self.boundary != 0 {
+      try visitor.visitSingularUInt32Field(value: self.boundary, fieldNumber: 2)
+    }
+    if !self.data.isEmpty {
+      try visitor.visitSingularBytesField(value: self.data, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_AclPacket, rhs: Beryl_Ipc_V1_AclPacket) -> Bool {
+    if lhs.handle != rhs.handle {return false}
+    if lhs.boundary != rhs.boundary {return false}
+    if lhs.data != rhs.data {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_MonitorPacket: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".MonitorPacket"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}received\0\u{1}h4\0\u{3}timestamp_us\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBoolField(value: &self.received) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.h4) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.timestampUs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.received != false {
+      try visitor.visitSingularBoolField(value: self.received, fieldNumber: 1)
+    }
+    if !self.h4.isEmpty {
+      try visitor.visitSingularBytesField(value: self.h4, fieldNumber: 2)
+    }
+    if self.timestampUs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.timestampUs, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_MonitorPacket, rhs: Beryl_Ipc_V1_MonitorPacket) -> Bool {
+    if lhs.received != rhs.received {return false}
+    if lhs.h4 != rhs.h4 {return false}
+    if lhs.timestampUs != rhs.timestampUs {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -278,7 +801,7 @@ nonisolated extension Beryl_Ipc_V1_ControllerInfo: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Beryl_Ipc_V1_HciRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".HciRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_controller_info\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_controller_info\0\u{3}send_command\0\u{3}send_acl\0\u{1}subscribe\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -299,6 +822,45 @@ nonisolated extension Beryl_Ipc_V1_HciRequest: SwiftProtobuf.Message, SwiftProto
           self.kind = .getControllerInfo(v)
         }
       }()
+      case 2: try {
+        var v: Beryl_Ipc_V1_SendCommand?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .sendCommand(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .sendCommand(v)
+        }
+      }()
+      case 3: try {
+        var v: Beryl_Ipc_V1_SendAcl?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .sendAcl(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .sendAcl(v)
+        }
+      }()
+      case 4: try {
+        var v: Beryl_Ipc_V1_Subscribe?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .subscribe(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .subscribe(v)
+        }
+      }()
       default: break
       }
     }
@@ -309,9 +871,25 @@ nonisolated extension Beryl_Ipc_V1_HciRequest: SwiftProtobuf.Message, SwiftProto
     // allocates stack space for every if/case branch local when no optimizations
     // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
     // https://github.com/apple/swift-protobuf/issues/1182
-    try { if case .getControllerInfo(let v)? = self.kind {
+    switch self.kind {
+    case .getControllerInfo?: try {
+      guard case .getControllerInfo(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
-    } }()
+    }()
+    case .sendCommand?: try {
+      guard case .sendCommand(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    }()
+    case .sendAcl?: try {
+      guard case .sendAcl(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    }()
+    case .subscribe?: try {
+      guard case .subscribe(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    }()
+    case nil: break
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -324,7 +902,7 @@ nonisolated extension Beryl_Ipc_V1_HciRequest: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Beryl_Ipc_V1_HciResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".HciResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}controller_info\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}controller_info\0\u{3}command_result\0\u{1}accepted\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -345,6 +923,32 @@ nonisolated extension Beryl_Ipc_V1_HciResponse: SwiftProtobuf.Message, SwiftProt
           self.kind = .controllerInfo(v)
         }
       }()
+      case 2: try {
+        var v: Beryl_Ipc_V1_CommandResult?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .commandResult(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .commandResult(v)
+        }
+      }()
+      case 3: try {
+        var v: Beryl_Ipc_V1_Accepted?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .accepted(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .accepted(v)
+        }
+      }()
       default: break
       }
     }
@@ -355,9 +959,21 @@ nonisolated extension Beryl_Ipc_V1_HciResponse: SwiftProtobuf.Message, SwiftProt
     // allocates stack space for every if/case branch local when no optimizations
     // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
     // https://github.com/apple/swift-protobuf/issues/1182
-    try { if case .controllerInfo(let v)? = self.kind {
+    switch self.kind {
+    case .controllerInfo?: try {
+      guard case .controllerInfo(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
-    } }()
+    }()
+    case .commandResult?: try {
+      guard case .commandResult(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    }()
+    case .accepted?: try {
+      guard case .accepted(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    }()
+    case nil: break
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -370,7 +986,7 @@ nonisolated extension Beryl_Ipc_V1_HciResponse: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Beryl_Ipc_V1_HciEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".HciEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}controller_changed\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}controller_changed\0\u{1}event\0\u{1}acl\0\u{1}monitor\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -391,6 +1007,45 @@ nonisolated extension Beryl_Ipc_V1_HciEvent: SwiftProtobuf.Message, SwiftProtobu
           self.kind = .controllerChanged(v)
         }
       }()
+      case 2: try {
+        var v: Beryl_Ipc_V1_HciEventPacket?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .event(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .event(v)
+        }
+      }()
+      case 3: try {
+        var v: Beryl_Ipc_V1_AclPacket?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .acl(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .acl(v)
+        }
+      }()
+      case 4: try {
+        var v: Beryl_Ipc_V1_MonitorPacket?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .monitor(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .monitor(v)
+        }
+      }()
       default: break
       }
     }
@@ -401,9 +1056,25 @@ nonisolated extension Beryl_Ipc_V1_HciEvent: SwiftProtobuf.Message, SwiftProtobu
     // allocates stack space for every if/case branch local when no optimizations
     // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
     // https://github.com/apple/swift-protobuf/issues/1182
-    try { if case .controllerChanged(let v)? = self.kind {
+    switch self.kind {
+    case .controllerChanged?: try {
+      guard case .controllerChanged(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
-    } }()
+    }()
+    case .event?: try {
+      guard case .event(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    }()
+    case .acl?: try {
+      guard case .acl(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    }()
+    case .monitor?: try {
+      guard case .monitor(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    }()
+    case nil: break
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 

@@ -1,0 +1,111 @@
+import BerylCore
+
+/// The bring-up sequence (Core Vol 4 Part E §4, and what BlueZ and Zephyr do): reset, identify the
+/// controller, size its buffers, set the event masks, size its lists, run the adapter profile's steps.
+struct BringUp {
+    enum Result {
+        case continuing
+        case done
+        case failed(ControllerState)
+    }
+
+    private var remainingVendorSteps: [VendorStep]?
+    private var currentStep: VendorStep?
+
+    /// The event mask hcid asks for: Disconnection Complete, Encryption Change, Read Remote Version,
+    /// Hardware Error, Data Buffer Overflow, Encryption Key Refresh Complete and LE Meta (Core Vol 4 Part E §7.3.1).
+    static let eventMask: UInt64 = 1 << 4 | 1 << 7 | 1 << 11 | 1 << 15 | 1 << 25 | 1 << 47 | 1 << 61
+    /// Every LE subevent through PHY Update Complete except the legacy/enhanced duplicate: enhanced is asked for.
+    static let leEventMask: UInt64 = 0b1111_1111_1111 & ~(1 << 0)
+
+    mutating func handle(opcode: UInt16, event: HCIEventPacket, isComplete: Bool, host: HCIHost) -> Result {
+        // Command Complete: parameters are credits(1), opcode(2), status(1), return parameters.
+        let status = isComplete ? (event.parameters.count > 3 ? event.parameters[3] : 0xFF) : (event.parameters.first ?? 0xFF)
+        let body = isComplete && event.parameters.count > 4 ? Array(event.parameters[4...]) : []
+        guard let command = HCIOpcode(rawValue: opcode) else {
+            return vendorStepAnswered(status: status, host: host)
+        }
+        // A controller may lack the optional list commands; everything else must succeed.
+        let optional: Set<HCIOpcode> = [.leReadResolvingListSize, .leReadFilterAcceptListSize, .leReadBufferSizeV2, .readBufferSize]
+        if status != 0, !optional.contains(command) {
+            return .failed(.unsupported("\(command) failed with status 0x\(String(status, radix: 16))"))
+        }
+        var reader = ByteReader(body)
+        switch command {
+        case .reset:
+            host.issue(.readLocalVersionInformation)
+        case .readLocalVersionInformation:
+            let version = (try? reader.u8()) ?? 0
+            _ = try? reader.u16()
+            _ = try? reader.u8()
+            let manufacturer = (try? reader.u16()) ?? 0
+            host.learn { $0.hciVersion = version; $0.manufacturer = manufacturer }
+            host.issue(.readLocalSupportedCommands)
+        case .readLocalSupportedCommands:
+            host.learn { $0.supportedCommands = body }
+            host.issue(.readLocalSupportedFeatures)
+        case .readLocalSupportedFeatures:
+            // Bit 38 of the LMP features: LE Supported (Controller) (Core Vol 2 Part C §3.3).
+            guard body.count >= 5, body[4] & (1 << 6) != 0 else { return .failed(.unsupported("the controller does not support LE")) }
+            host.issue(.readBDAddr)
+        case .readBDAddr:
+            guard body.count >= 6 else { return .failed(.unsupported("Read BD_ADDR answered short")) }
+            host.learn { $0.address = BDAddress(wire: Array(body.prefix(6))) }
+            host.issue(.leReadLocalSupportedFeatures)
+        case .leReadLocalSupportedFeatures:
+            host.learn { $0.leFeatures = Array(body.prefix(8)) }
+            if host.facts.supports(.leReadBufferSizeV2), !host.quirks.noReadBufferSizeV2 {
+                host.issue(.leReadBufferSizeV2)
+            } else {
+                host.issue(.leReadBufferSize)
+            }
+        case .leReadBufferSizeV2, .leReadBufferSize:
+            if status != 0 {
+                host.issue(.leReadBufferSize)
+                return .continuing
+            }
+            let mtu = Int((try? reader.u16()) ?? 0)
+            let count = Int((try? reader.u8()) ?? 0)
+            host.learn { $0.aclMTU = mtu; $0.aclBuffers = count; $0.aclBufferSource = command == .leReadBufferSizeV2 ? "LE v2" : "LE v1" }
+            // Zero means LE shares the BR/EDR buffers (Core Vol 4 Part E §7.8.2).
+            if mtu == 0 || count == 0 { host.issue(.readBufferSize) } else { host.issue(.setEventMask, Self.mask(Self.eventMask)) }
+        case .readBufferSize:
+            let mtu = Int((try? reader.u16()) ?? 0)
+            _ = try? reader.u8()
+            let count = Int((try? reader.u16()) ?? 0)
+            guard status == 0, mtu > 0, count > 0 else { return .failed(.unsupported("the controller reports no ACL buffers")) }
+            host.learn { $0.aclMTU = mtu; $0.aclBuffers = count; $0.aclBufferSource = "shared BR/EDR" }
+            host.issue(.setEventMask, Self.mask(Self.eventMask))
+        case .setEventMask:
+            host.issue(.leSetEventMask, Self.mask(Self.leEventMask))
+        case .leSetEventMask:
+            host.issue(.leReadFilterAcceptListSize)
+        case .leReadFilterAcceptListSize:
+            host.learn { $0.filterAcceptListSize = status == 0 ? Int(body.first ?? 0) : 0 }
+            host.issue(.leReadResolvingListSize)
+        case .leReadResolvingListSize:
+            host.learn { $0.resolvingListSize = status == 0 ? Int(body.first ?? 0) : 0 }
+            return nextVendorStep(host: host)
+        default:
+            return vendorStepAnswered(status: status, host: host)
+        }
+        return .continuing
+    }
+
+    private mutating func nextVendorStep(host: HCIHost) -> Result {
+        if remainingVendorSteps == nil { remainingVendorSteps = host.vendorSteps }
+        guard let step = remainingVendorSteps?.first else { return .done }
+        remainingVendorSteps?.removeFirst()
+        currentStep = step
+        host.issue(raw: step)
+        return .continuing
+    }
+
+    private mutating func vendorStepAnswered(status: UInt8, host: HCIHost) -> Result {
+        guard status == 0 else { return .failed(.unsupported("adapter profile step failed with status 0x\(String(status, radix: 16))")) }
+        if let baud = currentStep?.thenBaud { host.switchBaud(baud) }
+        return nextVendorStep(host: host)
+    }
+
+    static func mask(_ value: UInt64) -> [UInt8] { (0..<8).map { UInt8(truncatingIfNeeded: value >> (8 * UInt64($0))) } }
+}

@@ -1,0 +1,79 @@
+import BerylCore
+
+/// What bring-up learned about the controller.
+public struct ControllerFacts: Sendable, Equatable {
+    public var address = BDAddress.zero
+    public var hciVersion: UInt8 = 0
+    public var manufacturer: UInt16 = 0
+    public var supportedCommands: [UInt8] = []
+    public var leFeatures: [UInt8] = []
+    /// LE ACL buffers: the controller's maximum packet length and how many it holds.
+    public var aclMTU = 0
+    public var aclBuffers = 0
+    /// Where the buffers came from: the LE command (v1 or v2) or, when it reports none, the shared BR/EDR buffers.
+    public var aclBufferSource = ""
+    public var filterAcceptListSize = 0
+    public var resolvingListSize = 0
+
+    public init() {}
+
+    public func supports(_ opcode: HCIOpcode) -> Bool {
+        guard let (octet, bit) = opcode.supportedCommandsBit else { return true }
+        return octet < supportedCommands.count && supportedCommands[octet] & (1 << bit) != 0
+    }
+
+    public func hasLEFeature(bit: Int) -> Bool {
+        bit / 8 < leFeatures.count && leFeatures[bit / 8] & (1 << (bit % 8)) != 0
+    }
+}
+
+/// Mirrors Core Bluetooth's CBManagerState, plus the controller that stopped answering.
+public enum ControllerState: Equatable, Sendable, CustomStringConvertible {
+    case unknown
+    case resetting
+    case unsupported(String)
+    case unauthorized(String)
+    case poweredOff(String)
+    case poweredOn
+    case unresponsive(opcode: UInt16)
+
+    public var description: String {
+        switch self {
+        case .unknown: "unknown"
+        case .resetting: "resetting"
+        case .unsupported(let why): "unsupported (\(why))"
+        case .unauthorized(let why): "unauthorized (\(why))"
+        case .poweredOff(let why): "poweredOff (\(why))"
+        case .poweredOn: "poweredOn"
+        case .unresponsive(let opcode): "unresponsive (command 0x\(String(opcode, radix: 16, uppercase: true)) stalled)"
+        }
+    }
+}
+
+/// A vendor command an adapter profile runs after the standard bring-up.
+public struct VendorStep: Sendable, Equatable, Codable {
+    public var opcode: UInt16
+    public var parameters: [UInt8]
+    public var description: String
+    /// Once the controller accepts this (vendor baud-rate) command, the host's UART moves to this speed.
+    public var thenBaud: Int?
+
+    public init(opcode: UInt16, parameters: [UInt8], description: String, thenBaud: Int? = nil) {
+        self.opcode = opcode
+        self.parameters = parameters
+        self.description = description
+        self.thenBaud = thenBaud
+    }
+}
+
+/// What an adapter profile tells the host core to avoid.
+public struct ControllerQuirks: Sendable, Equatable {
+    /// Use LE Read Buffer Size v1 even when v2 is advertised (some firmware answers v2 wrongly).
+    public var noReadBufferSizeV2 = false
+    /// Cap the ACL packets in flight below what the controller reports.
+    public var maxACLBuffers: Int?
+    /// Do not send LE Set Data Length / the data length extension.
+    public var noDataLengthExtension = false
+
+    public init() {}
+}

@@ -1,0 +1,335 @@
+import BerylCore
+
+public typealias HCIClientID = UInt64
+
+/// What the host core asks its shell to do.
+public enum HCIHostOutput: Equatable, Sendable {
+    /// H4 bytes for the controller.
+    case toController([UInt8])
+    /// The Command Complete or Command Status answering a client's command.
+    case commandAnswered(client: HCIClientID, token: UInt64, HCIEventPacket)
+    /// A client's command that will not be answered by the controller (timeout, reset, bad request).
+    case commandFailed(client: HCIClientID, token: UInt64, reason: String)
+    /// Any other event, for subscribers.
+    case event(HCIEventPacket)
+    /// Inbound ACL, as the controller delivered it.
+    case aclReceived(ACLPacket)
+    case stateChanged(ControllerState)
+    /// Set the UART to this speed now: the controller has switched after a vendor baud-rate command.
+    case switchTransportBaud(Int)
+    case log(String)
+}
+
+/// hcid's sans-IO core: brings the controller up, then multiplexes clients' commands under the
+/// controller's command credits and clients' ACL under its buffer credits (Core Vol 4 Part E §4.4, §4.1).
+public final class HCIHost {
+    public private(set) var state: ControllerState = .unknown
+    public private(set) var facts = ControllerFacts()
+    public let commandTimeout: Duration
+    public var quirks: ControllerQuirks
+    public var vendorSteps: [VendorStep]
+    public private(set) var outputs: [HCIHostOutput] = []
+
+    private var framer = H4Framer()
+    private var now: Duration = .zero
+    private var bringUp: BringUp?
+    private var commandCredits = 1
+    private var outstanding: [UInt16: Pending] = [:]
+    private var queues: [HCIClientID: [Pending]] = [:]
+    private var rotation: [HCIClientID] = []
+    private var internalQueue: [Pending] = []
+    private var recoveryAt: Duration?
+    let acl: ACLScheduler
+
+    struct Pending {
+        var owner: Owner
+        var command: HCICommandPacket
+        var sentAt: Duration = .zero
+    }
+
+    enum Owner: Equatable {
+        case host
+        case client(HCIClientID, token: UInt64)
+    }
+
+    public init(commandTimeout: Duration = .seconds(2), quirks: ControllerQuirks = ControllerQuirks(), vendorSteps: [VendorStep] = []) {
+        self.commandTimeout = commandTimeout
+        self.quirks = quirks
+        self.vendorSteps = vendorSteps
+        acl = ACLScheduler()
+    }
+
+    public func takeOutputs() -> [HCIHostOutput] {
+        defer { outputs.removeAll(keepingCapacity: true) }
+        return outputs
+    }
+
+    /// Starts (or restarts) bring-up with HCI Reset; clients' commands wait until the controller is on.
+    public func start(at time: Duration) {
+        now = time
+        framer.reset()
+        failEverything(reason: "controller is being reset")
+        acl.reset()
+        commandCredits = 1
+        bringUp = BringUp()
+        setState(.resetting)
+        send(HCICommandPacket(.reset), owner: .host)
+    }
+
+    /// When the core next needs `tick`: the oldest outstanding command's timeout or a recovery attempt.
+    public var nextDeadline: Duration? {
+        let oldest = outstanding.values.map { $0.sentAt + commandTimeout }.min()
+        // No credit and nothing outstanding to bring one back: the controller has as long as a command to grant one.
+        let starved = commandCredits == 0 && outstanding.isEmpty && hasQueuedCommands ? creditsExhaustedAt.map { $0 + commandTimeout } : nil
+        return [oldest, recoveryAt, starved].compactMap { $0 }.min()
+    }
+
+    private var creditsExhaustedAt: Duration?
+    private var hasQueuedCommands: Bool { !internalQueue.isEmpty || queues.values.contains { !$0.isEmpty } }
+
+    public func tick(at time: Duration) {
+        now = max(now, time)
+        if let recoveryAt, now >= recoveryAt {
+            self.recoveryAt = nil
+            outputs.append(.log("trying to recover the controller with HCI Reset"))
+            outstanding.removeAll()
+            start(at: now)
+            return
+        }
+        let stalledOpcode: UInt16
+        if let stalled = outstanding.values.first(where: { now - $0.sentAt >= commandTimeout }) {
+            stalledOpcode = stalled.command.opcode
+            outputs.append(.log("command 0x\(String(stalledOpcode, radix: 16)) got no answer in \(commandTimeout)"))
+        } else if commandCredits == 0, outstanding.isEmpty, hasQueuedCommands, let since = creditsExhaustedAt, now - since >= commandTimeout {
+            stalledOpcode = 0
+            outputs.append(.log("the controller granted no command credit for \(commandTimeout)"))
+        } else {
+            return
+        }
+        failEverything(reason: "controller unresponsive")
+        bringUp = nil
+        setState(.unresponsive(opcode: stalledOpcode))
+        recoveryAt = now + commandTimeout
+    }
+
+    // MARK: Clients
+
+    public func submitCommand(_ command: HCICommandPacket, client: HCIClientID, token: UInt64, at time: Duration) {
+        now = max(now, time)
+        guard state == .poweredOn else {
+            outputs.append(.commandFailed(client: client, token: token, reason: "controller is \(state)"))
+            return
+        }
+        // Reset and flow-control-sensitive commands belong to hcid alone.
+        if command.opcode == HCIOpcode.reset.rawValue {
+            outputs.append(.commandFailed(client: client, token: token, reason: "HCI Reset is hcid's; restart hcid to reset the controller"))
+            return
+        }
+        if queues[client] == nil {
+            queues[client] = []
+            // A newcomer goes first once; everyone served since is behind it.
+            rotation.insert(client, at: 0)
+        }
+        queues[client]!.append(Pending(owner: .client(client, token: token), command: command))
+        pumpCommands()
+    }
+
+    /// Queues an L2CAP PDU for `handle`; fragments go out as buffer credits allow.
+    public func submitACL(handle: UInt16, pdu: [UInt8], at time: Duration) -> Bool {
+        now = max(now, time)
+        guard state == .poweredOn, acl.isOpen(handle) else { return false }
+        acl.enqueue(handle: handle, pdu: pdu)
+        pumpACL()
+        return true
+    }
+
+    public var aclQueuedFragments: Int { acl.queuedFragments }
+    public var aclInFlight: Int { acl.inFlight }
+
+    /// A client went away: its queued commands are dropped; one already sent is answered into the void.
+    public func clientGone(_ client: HCIClientID) {
+        queues.removeValue(forKey: client)
+        rotation.removeAll { $0 == client }
+        for (opcode, pending) in outstanding {
+            if case .client(client, _) = pending.owner { outstanding[opcode]?.owner = .host }
+        }
+    }
+
+    // MARK: Controller
+
+    public func controllerBytes(_ bytes: [UInt8], at time: Duration) {
+        now = max(now, time)
+        var desynchronised = false
+        for item in framer.feed(bytes) {
+            switch item {
+            case .invalidIndicator(let byte):
+                if !desynchronised {
+                    outputs.append(.log("H4 stream out of step (byte 0x\(String(byte, radix: 16)) where a packet type belongs); resetting the controller"))
+                }
+                desynchronised = true
+            case .packet(.event(let event)):
+                guard !desynchronised else { continue }
+                handle(event)
+            case .packet(.acl(let packet)):
+                guard !desynchronised else { continue }
+                if acl.isOpen(packet.handle) { outputs.append(.aclReceived(packet)) }
+            case .packet:
+                continue
+            }
+        }
+        // A corrupted stream cannot be trusted byte by byte (a flipped length swallows packets, a flipped
+        // count invents credits), so the controller is reset and brought up again.
+        if desynchronised { start(at: now) }
+    }
+
+    private func handle(_ event: HCIEventPacket) {
+        switch HCIEventCode(rawValue: event.code) {
+        case .commandComplete?, .commandStatus?:
+            var reader = ByteReader(event.parameters)
+            let isComplete = event.code == HCIEventCode.commandComplete.rawValue
+            if !isComplete { _ = try? reader.u8() }
+            guard let credits = try? reader.u8(), let opcode = try? reader.u16() else {
+                outputs.append(.log("malformed command event dropped"))
+                return
+            }
+            commandCredits = Int(credits)
+            creditsExhaustedAt = credits == 0 ? now : nil
+            guard opcode != 0 else { pumpCommands(); return }  // a credit-only event (Core Vol 4 Part E §7.7.14)
+            guard let pending = outstanding.removeValue(forKey: opcode) else {
+                outputs.append(.log("answer for command 0x\(String(opcode, radix: 16)) that is not outstanding; ignored"))
+                pumpCommands()
+                return
+            }
+            switch pending.owner {
+            case .host: bringUpAnswer(opcode: opcode, event: event, isComplete: isComplete)
+            case .client(let client, let token): outputs.append(.commandAnswered(client: client, token: token, event))
+            }
+            pumpCommands()
+        case .numberOfCompletedPackets?:
+            var reader = ByteReader(event.parameters)
+            guard let count = try? reader.u8() else { return }
+            for _ in 0..<count {
+                guard let handle = try? reader.u16(), let completed = try? reader.u16() else { break }
+                if let complaint = acl.completed(handle: handle & 0x0FFF, count: Int(completed)) { outputs.append(.log(complaint)) }
+            }
+            pumpACL()
+        case .disconnectionComplete?:
+            var reader = ByteReader(event.parameters)
+            if let status = try? reader.u8(), status == 0, let handle = try? reader.u16() { acl.close(handle) }
+            pumpACL()
+            outputs.append(.event(event))
+        case .leMeta?:
+            if let subevent = event.parameters.first, subevent == LESubevent.connectionComplete.rawValue || subevent == LESubevent.enhancedConnectionComplete.rawValue,
+               event.parameters.count >= 4, event.parameters[1] == 0 {
+                acl.open(UInt16(event.parameters[2]) | UInt16(event.parameters[3]) << 8 & 0x0FFF)
+            }
+            outputs.append(.event(event))
+        case .hardwareError?:
+            outputs.append(.log("controller reported hardware error 0x\(String(event.parameters.first ?? 0, radix: 16)); resetting it"))
+            outputs.append(.event(event))
+            start(at: now)
+        default:
+            outputs.append(.event(event))
+        }
+    }
+
+    // MARK: Flow control
+
+    private func send(_ command: HCICommandPacket, owner: Owner) {
+        internalQueue.append(Pending(owner: owner, command: command))
+        pumpCommands()
+    }
+
+    /// Sends while the controller grants credits: hcid's own commands first, then one per client in turn.
+    private func pumpCommands() {
+        while commandCredits > 0 {
+            var next: Pending?
+            if !internalQueue.isEmpty {
+                next = internalQueue.removeFirst()
+            } else if state == .poweredOn {
+                for _ in 0..<rotation.count {
+                    let client = rotation.removeFirst()
+                    rotation.append(client)
+                    if var queue = queues[client], !queue.isEmpty {
+                        next = queue.removeFirst()
+                        queues[client] = queue
+                        break
+                    }
+                }
+            }
+            guard var pending = next else { return }
+            // One outstanding command per opcode, or answers could not be told apart.
+            guard outstanding[pending.command.opcode] == nil else {
+                requeueFront(pending)
+                return
+            }
+            pending.sentAt = now
+            outstanding[pending.command.opcode] = pending
+            commandCredits -= 1
+            outputs.append(.toController(HCIPacket.command(pending.command).h4Bytes))
+        }
+    }
+
+    private func requeueFront(_ pending: Pending) {
+        switch pending.owner {
+        case .host: internalQueue.insert(pending, at: 0)
+        case .client(let client, _): queues[client, default: []].insert(pending, at: 0)
+        }
+    }
+
+    private func pumpACL() {
+        while let packet = acl.nextPacket() {
+            outputs.append(.toController(HCIPacket.acl(packet).h4Bytes))
+        }
+    }
+
+    private func failEverything(reason: String) {
+        for pending in outstanding.values + internalQueue + queues.values.flatMap({ $0 }) {
+            if case .client(let client, let token) = pending.owner {
+                outputs.append(.commandFailed(client: client, token: token, reason: reason))
+            }
+        }
+        outstanding.removeAll()
+        internalQueue.removeAll()
+        for key in queues.keys { queues[key] = [] }
+    }
+
+    func setState(_ new: ControllerState) {
+        guard new != state else { return }
+        state = new
+        outputs.append(.stateChanged(new))
+    }
+
+    // MARK: Bring-up
+
+    func issue(_ opcode: HCIOpcode, _ parameters: [UInt8] = []) {
+        send(HCICommandPacket(opcode, parameters: parameters), owner: .host)
+    }
+
+    func issue(raw step: VendorStep) {
+        outputs.append(.log("profile step: \(step.description)"))
+        send(HCICommandPacket(opcode: step.opcode, parameters: step.parameters), owner: .host)
+    }
+
+    func switchBaud(_ baud: Int) { outputs.append(.switchTransportBaud(baud)) }
+
+    private func bringUpAnswer(opcode: UInt16, event: HCIEventPacket, isComplete: Bool) {
+        guard var bringUp else { return }
+        let result = bringUp.handle(opcode: opcode, event: event, isComplete: isComplete, host: self)
+        self.bringUp = bringUp
+        switch result {
+        case .continuing:
+            break
+        case .done:
+            self.bringUp = nil
+            acl.configure(mtu: facts.aclMTU, buffers: quirks.maxACLBuffers.map { min($0, facts.aclBuffers) } ?? facts.aclBuffers)
+            setState(.poweredOn)
+            pumpCommands()
+        case .failed(let state):
+            self.bringUp = nil
+            setState(state)
+        }
+    }
+
+    func learn(_ update: (inout ControllerFacts) -> Void) { update(&facts) }
+}

@@ -1,0 +1,298 @@
+import BerylCore
+import BerylDaemonKit
+import BerylEventLoop
+import BerylHardware
+import BerylHCI
+import BerylIPC
+import BerylTransport
+import Foundation
+
+/// What one hcid client asked to receive.
+final class Subscription {
+    var events = false
+    var acl = false
+    var monitor = false
+}
+
+/// hcid's shell: moves bytes between the transport and the sans-IO `HCIHost`, and between it and clients.
+final class HcidDaemon {
+    static let maxQueuedACLFragments = 4096
+    let host: DaemonHost
+    let core: HCIHost
+    let transport: TransportSpec
+    let profile: AdapterProfile?
+    var fd: Int32?
+    var reader: EventRegistration?
+    var writer: EventRegistration?
+    var outbound: [UInt8] = []
+    var timer: EventRegistration?
+    var reconnect: EventRegistration?
+    var detail = ""
+    var pending: [UInt64: IncomingRequest] = [:]
+    var nextToken: UInt64 = 1
+    var monitorFramer = H4Framer()
+
+    init(host: DaemonHost, transport: TransportSpec, profile: AdapterProfile?, patch: [VendorStep], commandTimeout: Duration) {
+        self.host = host
+        self.transport = transport
+        self.profile = profile
+        core = HCIHost(commandTimeout: commandTimeout, quirks: profile?.quirks ?? ControllerQuirks(),
+                       vendorSteps: (profile?.vendorSteps ?? []) + patch)
+        host.handle = { [unowned self] in self.handle($0) }
+        host.decorateStatus = { [unowned self] status in status.runtimeDir = self.host.paths.runtimeDir }
+        host.server?.onSessionClosed = { _, _ in }
+        host.onShutdown = { [unowned self] in self.closeTransport() }
+        // Start once the loop runs, after the control socket is listening.
+        _ = try? host.loop.after(.zero) { [unowned self] in
+            self.host.server?.onSessionClosed = { [unowned self] session, _ in self.core.clientGone(session.id); self.drain() }
+            self.openTransport()
+        }
+    }
+
+    // MARK: Transport
+
+    func openTransport() {
+        reconnect = nil
+        do {
+            let fd = try ControllerTransport.open(transport)
+            self.fd = fd
+            overriddenState = nil
+            reader = try? host.loop.onReadable(fd) { [unowned self] in self.readController() }
+            detail = ""
+            host.logger.info("opened \(transport)" + (profile.map { " with profile \($0.id)" } ?? ""))
+            core.start(at: host.loop.uptime)
+        } catch {
+            switch error {
+            case .unsupported(let why): fail(.unsupported(why), why: why, retry: false)
+            case .unauthorized(let why): fail(.unauthorized(why), why: why, retry: false)
+            case .unavailable(let why): fail(.poweredOff(why), why: why, retry: true)
+            }
+        }
+        drain()
+    }
+
+    private func fail(_ state: ControllerState, why: String, retry: Bool) {
+        detail = why
+        host.logger.warning("controller: \(state)")
+        broadcastInfo(overriding: state)
+        if retry {
+            reconnect = try? host.loop.after(.seconds(1)) { [unowned self] in self.openTransport() }
+        }
+    }
+
+    private var overriddenState: ControllerState?
+
+    private func broadcastInfo(overriding state: ControllerState? = nil) {
+        overriddenState = state
+        var event = Event()
+        event.hci.controllerChanged = controllerInfo()
+        broadcast(event) { $0.events }
+    }
+
+    private func closeTransport() {
+        reader?.cancel()
+        writer?.cancel()
+        reader = nil
+        writer = nil
+        if let fd { close(fd) }
+        fd = nil
+        outbound.removeAll()
+    }
+
+    private func readController() {
+        guard let fd else { return }
+        switch StreamSocket.read(fd) {
+        case .data(let bytes):
+            monitor(bytes, received: true)
+            core.controllerBytes(bytes, at: host.loop.uptime)
+            drain()
+        case .wouldBlock:
+            return
+        case .closed:
+            closeTransport()
+            fail(.poweredOff("the transport closed"), why: "the transport closed", retry: true)
+        }
+    }
+
+    private func write(_ bytes: [UInt8]) {
+        guard fd != nil else { return }
+        monitor(bytes, received: false)
+        outbound += bytes
+        flush()
+    }
+
+    private func flush() {
+        guard let fd, !outbound.isEmpty else { return }
+        guard let written = StreamSocket.write(fd, outbound[...]) else {
+            closeTransport()
+            fail(.poweredOff("the transport closed while writing"), why: "the transport closed while writing", retry: true)
+            return
+        }
+        outbound.removeFirst(written)
+        if outbound.isEmpty {
+            writer?.cancel()
+            writer = nil
+        } else if writer == nil {
+            writer = try? host.loop.onWritable(fd) { [unowned self] in self.flush() }
+        }
+    }
+
+    // MARK: Core outputs
+
+    func drain() {
+        for output in core.takeOutputs() {
+            switch output {
+            case .toController(let bytes):
+                write(bytes)
+            case .commandAnswered(_, let token, let event):
+                var response = Response()
+                response.hci.commandResult.eventCode = UInt32(event.code)
+                response.hci.commandResult.parameters = Data(event.parameters)
+                pending.removeValue(forKey: token)?.respond(response)
+            case .commandFailed(_, let token, let reason):
+                pending.removeValue(forKey: token)?.fail(reason.contains("unresponsive") ? .timeout : .notReady, reason)
+            case .event(let packet):
+                var event = Event()
+                event.hci.event.code = UInt32(packet.code)
+                event.hci.event.parameters = Data(packet.parameters)
+                broadcast(event) { $0.events }
+            case .aclReceived(let packet):
+                var event = Event()
+                event.hci.acl.handle = UInt32(packet.handle)
+                event.hci.acl.boundary = UInt32(packet.boundary.rawValue)
+                event.hci.acl.data = Data(packet.data)
+                broadcast(event) { $0.acl }
+            case .stateChanged(let state):
+                host.logger.info("controller \(state)" + (state == .poweredOn ? ": \(core.facts.address), LE ACL \(core.facts.aclMTU) × \(core.facts.aclBuffers)" : ""))
+                detail = state == .poweredOn ? "" : state.description
+                broadcastInfo()
+            case .switchTransportBaud(let baud):
+                if let fd, case .uart = transport {
+                    host.logger.info("switching the UART to \(baud) baud")
+                    _ = ControllerTransport.setUARTBaud(fd, baud)
+                }
+            case .log(let message):
+                host.logger.info(message)
+            }
+        }
+        timer?.cancel()
+        timer = nil
+        if let deadline = core.nextDeadline {
+            timer = try? host.loop.after(max(deadline - host.loop.uptime, .milliseconds(1))) { [unowned self] in
+                self.core.tick(at: self.host.loop.uptime)
+                self.drain()
+            }
+        }
+    }
+
+    private func broadcast(_ event: Event, to wants: (Subscription) -> Bool) {
+        for session in host.server?.sessions.values ?? [:].values {
+            if let subscription = session.context as? Subscription, wants(subscription) { session.send(.event(event)) }
+        }
+    }
+
+    private func monitor(_ bytes: [UInt8], received: Bool) {
+        guard host.server?.sessions.values.contains(where: { ($0.context as? Subscription)?.monitor == true }) == true else { return }
+        let now = Date().timeIntervalSince1970
+        let packets: [[UInt8]]
+        if received {
+            packets = monitorFramer.feed(bytes).compactMap { if case .packet(let packet) = $0 { return packet.h4Bytes } else { return nil } }
+        } else {
+            packets = [bytes]  // the core hands over one whole packet at a time
+        }
+        for packet in packets {
+            var event = Event()
+            event.hci.monitor.received = received
+            event.hci.monitor.h4 = Data(packet)
+            event.hci.monitor.timestampUs = UInt64(now * 1_000_000)
+            broadcast(event) { $0.monitor }
+        }
+    }
+
+    // MARK: Requests
+
+    func controllerInfo() -> Beryl_Ipc_V1_ControllerInfo {
+        var info = Beryl_Ipc_V1_ControllerInfo()
+        let state = overriddenState ?? core.state
+        info.state = switch state {
+        case .unknown: .unknown
+        case .resetting: .resetting
+        case .unsupported: .unsupported
+        case .unauthorized: .unauthorized
+        case .poweredOff: .poweredOff
+        case .poweredOn: .poweredOn
+        case .unresponsive: .unresponsive
+        }
+        info.transport = transport.description
+        info.profile = profile?.id ?? "none"
+        info.detail = detail
+        let facts = core.facts
+        if state == .poweredOn {
+            info.address = facts.address.description
+            info.leAclMtu = UInt32(facts.aclMTU)
+            info.leAclBuffers = UInt32(core.quirks.maxACLBuffers.map { min($0, facts.aclBuffers) } ?? facts.aclBuffers)
+            info.hciVersion = UInt32(facts.hciVersion)
+            info.manufacturer = UInt32(facts.manufacturer)
+            info.aclBufferSource = facts.aclBufferSource
+            info.filterAcceptListSize = UInt32(facts.filterAcceptListSize)
+            info.resolvingListSize = UInt32(facts.resolvingListSize)
+            info.aclInFlight = UInt32(core.aclInFlight)
+        }
+        return info
+    }
+
+    func handle(_ incoming: IncomingRequest) -> Bool {
+        guard case .hci(let request)? = incoming.request.kind, let session = incoming.session else { return false }
+        switch request.kind {
+        case .getControllerInfo?:
+            var response = Response()
+            response.hci.controllerInfo = controllerInfo()
+            incoming.respond(response)
+        case .sendCommand(let command)?:
+            guard command.opcode <= 0xFFFF, command.opcode != 0 else {
+                incoming.fail(.invalidArgument, "opcode \(command.opcode) is not a 16-bit HCI opcode", field: "opcode")
+                return true
+            }
+            guard command.parameters.count <= 255 else {
+                incoming.fail(.invalidArgument, "HCI command parameters are at most 255 bytes", field: "parameters")
+                return true
+            }
+            let token = nextToken
+            nextToken += 1
+            pending[token] = incoming
+            core.submitCommand(HCICommandPacket(opcode: UInt16(command.opcode), parameters: Array(command.parameters)),
+                               client: session.id, token: token, at: host.loop.uptime)
+            drain()
+        case .sendAcl(let acl)?:
+            guard acl.handle <= 0x0EFF else {
+                incoming.fail(.invalidArgument, "connection handles are 0x000–0xEFF", field: "handle")
+                return true
+            }
+            guard core.aclQueuedFragments < Self.maxQueuedACLFragments else {
+                incoming.fail(.busy, "ACL queue full; wait for completed packets")
+                return true
+            }
+            guard core.submitACL(handle: UInt16(acl.handle), pdu: Array(acl.pdu), at: host.loop.uptime) else {
+                incoming.fail(core.state == .poweredOn ? .notFound : .notReady,
+                              core.state == .poweredOn ? "no connection with handle 0x\(String(acl.handle, radix: 16))" : "controller is \(core.state)")
+                return true
+            }
+            var response = Response()
+            response.hci.accepted = Beryl_Ipc_V1_Accepted()
+            incoming.respond(response)
+            drain()
+        case .subscribe(let wanted)?:
+            let subscription = (session.context as? Subscription) ?? Subscription()
+            subscription.events = wanted.events
+            subscription.acl = wanted.acl
+            subscription.monitor = wanted.monitor
+            session.context = subscription
+            var response = Response()
+            response.hci.controllerInfo = controllerInfo()
+            incoming.respond(response)
+        case nil:
+            incoming.fail(.unknownMessage, "empty HCI request")
+        }
+        return true
+    }
+}

@@ -1,0 +1,188 @@
+import BerylCore
+@testable import BerylHCI
+import BerylSim
+import XCTest
+
+final class BringUpTests: XCTestCase {
+    func testBringUpReachesPoweredOnAndLearnsTheController() {
+        let harness = HostHarness()
+        harness.startAll()
+        let host = harness.hosts[0]
+        XCTAssertEqual(host.state, .poweredOn)
+        XCTAssertEqual(harness.states[0], [.resetting, .poweredOn])
+        XCTAssertEqual(host.facts.address, harness.air.controllers[0].publicAddress)
+        XCTAssertEqual(host.facts.aclMTU, 251)
+        XCTAssertEqual(host.facts.aclBuffers, 8)
+        XCTAssertEqual(host.facts.aclBufferSource, "LE v2")
+        XCTAssertEqual(host.facts.filterAcceptListSize, 16)
+        XCTAssertEqual(host.facts.hciVersion, 0x0D)
+        XCTAssertEqual(harness.air.controllers[0].commandFlowViolations, 0, "bring-up honours the command credit")
+    }
+
+    func testSharedBuffersFallBackToReadBufferSize() {
+        var config = SimConfig()
+        config.sharedBuffers = true
+        config.aclBufferSize = 1021
+        config.aclBufferCount = 4
+        let harness = HostHarness(config: config)
+        harness.startAll()
+        XCTAssertEqual(harness.hosts[0].facts.aclBufferSource, "shared BR/EDR")
+        XCTAssertEqual(harness.hosts[0].facts.aclMTU, 1021)
+        XCTAssertEqual(harness.hosts[0].facts.aclBuffers, 4)
+    }
+
+    func testProfileQuirksAndVendorStepsAreApplied() {
+        let harness = HostHarness(controllers: 2) { index in
+            var quirks = ControllerQuirks()
+            quirks.noReadBufferSizeV2 = index == 0
+            quirks.maxACLBuffers = index == 0 ? 2 : nil
+            let steps = index == 0 ? [VendorStep(opcode: 0x0C6D, parameters: [1, 0], description: "LE host support", thenBaud: 3_000_000)] : []
+            return HCIHost(quirks: quirks, vendorSteps: steps)
+        }
+        harness.startAll()
+        XCTAssertEqual(harness.hosts[0].facts.aclBufferSource, "LE v1", "v2 avoided by quirk")
+        XCTAssertEqual(harness.baudSwitches[0], [3_000_000], "the UART moves once the vendor step is accepted")
+        let (central, _) = harness.connect()
+        for _ in 0..<20 { XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: [UInt8](repeating: 1, count: 200), at: harness.now)) }
+        harness.run(for: .seconds(1))
+        XCTAssertEqual(harness.maxInFlight[0], 2, "maxACLBuffers caps what is in flight")
+        XCTAssertEqual(harness.acl[1].reduce(0) { $0 + $1.data.count }, 4000)
+    }
+
+    func testAVendorStepTheControllerRefusesMakesItUnsupported() {
+        let harness = HostHarness(controllers: 1) { _ in HCIHost(vendorSteps: [VendorStep(opcode: 0xFC01, parameters: [], description: "unknown")]) }
+        harness.startAll()
+        guard case .unsupported(let why) = harness.hosts[0].state else { return XCTFail("\(harness.hosts[0].state)") }
+        XCTAssertTrue(why.contains("status 0x1"), why)
+    }
+}
+
+final class FlowControlTests: XCTestCase {
+    func testClientsAreServedInTurnWithinTheCommandCredit() {
+        let harness = HostHarness(controllers: 1)
+        harness.startAll()
+        let host = harness.hosts[0]
+        for index in 0..<30 {
+            host.submitCommand(HCICommandPacket(.readBDAddr), client: 1, token: UInt64(index), at: harness.now)
+            host.submitCommand(HCICommandPacket(.leRand), client: 2, token: UInt64(100 + index), at: harness.now)
+        }
+        harness.run(until: { harness.answers[0].count == 60 }, timeout: .seconds(5))
+        XCTAssertEqual(harness.answers[0].count, 60)
+        XCTAssertEqual(harness.air.controllers[0].commandFlowViolations, 0)
+        let order = harness.answers[0].map(\.client)
+        XCTAssertEqual(Array(order.prefix(6)), [1, 2, 1, 2, 1, 2], "round robin, not one client's backlog first")
+        XCTAssertTrue(harness.answers[0].allSatisfy { ($0.client == 1) == ($0.event.parameters[1] == 0x09) }, "each answer reached its sender")
+    }
+
+    func testAClientThatDiesMidCommandDoesNotStallOthers() {
+        let harness = HostHarness(controllers: 1)
+        harness.startAll()
+        let host = harness.hosts[0]
+        host.submitCommand(HCICommandPacket(.readBDAddr), client: 7, token: 1, at: harness.now)
+        host.submitCommand(HCICommandPacket(.leRand), client: 7, token: 2, at: harness.now)
+        host.submitCommand(HCICommandPacket(.readLocalVersionInformation), client: 8, token: 3, at: harness.now)
+        host.clientGone(7)
+        harness.run(until: { harness.answers[0].contains { $0.token == 3 } }, timeout: .seconds(1))
+        XCTAssertEqual(harness.answers[0].map(\.token), [3], "the dead client's answer is discarded, its queue dropped")
+        XCTAssertEqual(host.state, .poweredOn)
+    }
+
+    func testResetIsRefusedToClientsAndCommandsBeforePowerOnFail() {
+        let harness = HostHarness(controllers: 1)
+        harness.hosts[0].submitCommand(HCICommandPacket(.readBDAddr), client: 1, token: 5, at: .zero)
+        XCTAssertEqual(harness.hosts[0].takeOutputs().count, 1)
+        harness.startAll()
+        harness.hosts[0].submitCommand(HCICommandPacket(.reset), client: 1, token: 6, at: harness.now)
+        let outputs = harness.hosts[0].takeOutputs()
+        guard case .commandFailed(1, 6, let reason)? = outputs.first else { return XCTFail("\(outputs)") }
+        XCTAssertTrue(reason.contains("hcid"))
+    }
+}
+
+final class ACLFlowTests: XCTestCase {
+    func testFragmentationAndCreditsUnderLoadNeverOverflowTheController() {
+        let harness = HostHarness()
+        harness.startAll()
+        let (central, peripheral) = harness.connect()
+        var expected: [UInt8] = []
+        for index in 0..<60 {
+            let pdu = (0..<700).map { UInt8(truncatingIfNeeded: $0 &+ index) }
+            expected += pdu
+            XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: pdu, at: harness.now))
+        }
+        harness.run(until: { harness.acl[1].reduce(0) { $0 + $1.data.count } == expected.count }, timeout: .seconds(10))
+        XCTAssertEqual(harness.acl[1].flatMap(\.data), expected)
+        XCTAssertTrue(harness.acl[1].allSatisfy { $0.handle == peripheral })
+        XCTAssertEqual(harness.air.controllers[0].aclOverflows, 0, "the strict controller saw no overflow")
+        XCTAssertEqual(harness.maxInFlight[0], 8)
+        XCTAssertEqual(harness.hosts[0].aclInFlight, 0, "every credit came back")
+        XCTAssertFalse(harness.hosts[0].submitACL(handle: 0x0999, pdu: [1], at: harness.now), "unknown handle")
+    }
+
+    func testTwoLinksShareTheBuffersFairly() {
+        let harness = HostHarness(controllers: 3)
+        harness.startAll()
+        let (first, _) = harness.connect()
+        // A second link: controller 2 advertises, controller 0 connects.
+        harness.command(2, .leSetAdvertisingParameters, [0x20, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0])
+        harness.command(2, .leSetAdvertisingEnable, [1])
+        var create = ByteWriter()
+        create.append([0x10, 0, 0x10, 0, 0, 0])
+        create.append(harness.hosts[2].facts.address.bytes)
+        create.u8(0)
+        for value: UInt16 in [6, 6, 0, 100, 0, 0] { create.u16(value) }
+        harness.command(0, .leCreateConnection, create.bytes)
+        harness.run(until: { harness.handle(2) != nil }, timeout: .seconds(2))
+        let second = harness.events[0].compactMap { event -> UInt16? in
+            guard event.code == 0x3E, event.parameters.first == 0x0A, event.parameters[1] == 0 else { return nil }
+            return UInt16(event.parameters[2]) | UInt16(event.parameters[3]) << 8
+        }.last!
+        XCTAssertNotEqual(first, second)
+        for _ in 0..<40 { _ = harness.hosts[0].submitACL(handle: first, pdu: [UInt8](repeating: 1, count: 251), at: harness.now) }
+        for _ in 0..<4 { _ = harness.hosts[0].submitACL(handle: second, pdu: [UInt8](repeating: 2, count: 251), at: harness.now) }
+        harness.run(until: { harness.acl[2].reduce(0) { $0 + $1.data.count } == 4 * 251 }, timeout: .seconds(2))
+        XCTAssertLessThan(harness.acl[1].reduce(0) { $0 + $1.data.count }, 40 * 251 / 2,
+                          "the small transfer finished while the big one was under half done: turns were taken")
+    }
+
+    func testDisconnectionReturnsOutstandingCredits() {
+        let harness = HostHarness()
+        harness.startAll()
+        let (central, _) = harness.connect()
+        for _ in 0..<30 { _ = harness.hosts[0].submitACL(handle: central, pdu: [UInt8](repeating: 3, count: 251), at: harness.now) }
+        harness.air.setInRange(1, false)
+        harness.run(until: { harness.events[0].contains { $0.code == 0x05 } }, timeout: .seconds(3))
+        XCTAssertEqual(harness.hosts[0].aclInFlight, 0)
+        XCTAssertEqual(harness.hosts[0].aclQueuedFragments, 0)
+    }
+}
+
+final class ControllerFaultTests: XCTestCase {
+    func testAFrozenControllerIsReportedUnresponsiveAndRecoversAfterThaw() {
+        let harness = HostHarness(controllers: 1)
+        harness.startAll()
+        harness.air.freeze(0)
+        harness.hosts[0].submitCommand(HCICommandPacket(.readBDAddr), client: 1, token: 9, at: harness.now)
+        harness.run(until: { if case .unresponsive = harness.hosts[0].state { return true } else { return false } }, timeout: .seconds(3))
+        XCTAssertEqual(harness.hosts[0].state, .unresponsive(opcode: HCIOpcode.readBDAddr.rawValue))
+        XCTAssertEqual(harness.failures[0].map(\.token), [9], "the waiting client is told")
+        harness.air.thaw(0)
+        harness.run(until: { harness.hosts[0].state == .poweredOn }, timeout: .seconds(10))
+        XCTAssertEqual(harness.hosts[0].state, .poweredOn)
+    }
+
+    func testACorruptedStreamResetsTheControllerAndComesBack() {
+        let harness = HostHarness(controllers: 1)
+        harness.startAll()
+        harness.air.setCorruptRate(0, 0.3)
+        for index in 0..<20 { harness.hosts[0].submitCommand(HCICommandPacket(.leRand), client: 1, token: UInt64(index), at: harness.now) }
+        harness.run(for: .milliseconds(200))
+        harness.air.setCorruptRate(0, 0)
+        harness.run(until: { harness.hosts[0].state == .poweredOn && harness.states[0].count > 2 }, timeout: .seconds(15))
+        XCTAssertEqual(harness.hosts[0].state, .poweredOn)
+        XCTAssertTrue(harness.states[0].contains(.resetting))
+        XCTAssertEqual(harness.answers[0].count + harness.failures[0].count, 20, "every command answered or failed exactly once")
+        XCTAssertEqual(Set(harness.answers[0].map(\.token) + harness.failures[0].map(\.token)).count, 20)
+        XCTAssertNotEqual(Array(harness.command(0, .readBDAddr).suffix(6)), [], "serving again")
+    }
+}

@@ -1,0 +1,119 @@
+import BerylCore
+@testable import BerylHCI
+import BerylSim
+import XCTest
+
+/// HCIHost cores attached to simulated controllers, run in simulated time: hcid's logic against a strict controller.
+final class HostHarness {
+    let air: SimAir
+    var hosts: [HCIHost]
+    var now: Duration = .zero
+    var answers: [[(client: HCIClientID, token: UInt64, event: HCIEventPacket)]]
+    var failures: [[(client: HCIClientID, token: UInt64, reason: String)]]
+    var events: [[HCIEventPacket]]
+    var acl: [[ACLPacket]]
+    var states: [[ControllerState]]
+    var maxInFlight: [Int]
+    var baudSwitches: [[Int]]
+
+    init(controllers: Int = 2, config: SimConfig = SimConfig(), makeHost: (Int) -> HCIHost = { _ in HCIHost() }) {
+        air = SimAir(controllerCount: controllers, seed: 3, config: config)
+        hosts = (0..<controllers).map(makeHost)
+        answers = Array(repeating: [], count: controllers)
+        failures = Array(repeating: [], count: controllers)
+        events = Array(repeating: [], count: controllers)
+        acl = Array(repeating: [], count: controllers)
+        states = Array(repeating: [], count: controllers)
+        maxInFlight = Array(repeating: 0, count: controllers)
+        baudSwitches = Array(repeating: [], count: controllers)
+    }
+
+    func startAll() {
+        for (index, host) in hosts.enumerated() {
+            host.start(at: now)
+            route(index)
+        }
+        run(until: { self.hosts.allSatisfy { $0.state == .poweredOn } }, timeout: .seconds(2))
+    }
+
+    private func route(_ index: Int) {
+        let host = hosts[index]
+        for output in host.takeOutputs() {
+            switch output {
+            case .toController(let bytes): air.receive(fromHost: bytes, controller: index, at: now)
+            case .commandAnswered(let client, let token, let event): answers[index].append((client, token, event))
+            case .commandFailed(let client, let token, let reason): failures[index].append((client, token, reason))
+            case .event(let event): events[index].append(event)
+            case .aclReceived(let packet): acl[index].append(packet)
+            case .stateChanged(let state): states[index].append(state)
+            case .switchTransportBaud(let baud): baudSwitches[index].append(baud)
+            case .log: break
+            }
+        }
+        maxInFlight[index] = max(maxInFlight[index], host.aclInFlight)
+    }
+
+    private func exchange() {
+        for index in hosts.indices {
+            let bytes = air.takeOutput(controller: index)
+            if !bytes.isEmpty { hosts[index].controllerBytes(bytes, at: now) }
+            hosts[index].tick(at: now)
+            route(index)
+        }
+    }
+
+    @discardableResult
+    func run(until condition: () -> Bool, timeout: Duration) -> Bool {
+        let deadline = now + timeout
+        while true {
+            exchange()
+            if condition() { return true }
+            let next = ([air.nextDeadline] + hosts.map(\.nextDeadline)).compactMap { $0 }.min()
+            guard let next, next <= deadline else {
+                now = deadline
+                air.advance(to: now)
+                exchange()
+                return condition()
+            }
+            now = max(now, next)
+            air.advance(to: now)
+        }
+    }
+
+    func run(for duration: Duration) { run(until: { false }, timeout: duration) }
+
+    /// Sends a command as client `client` and waits for its answer; returns the event's parameters.
+    @discardableResult
+    func command(_ index: Int, _ opcode: HCIOpcode, _ parameters: [UInt8] = [], client: HCIClientID = 1) -> [UInt8] {
+        let token = UInt64.random(in: 1...UInt64.max)
+        hosts[index].submitCommand(HCICommandPacket(opcode, parameters: parameters), client: client, token: token, at: now)
+        route(index)
+        run(until: { self.answers[index].contains { $0.token == token } || self.failures[index].contains { $0.token == token } },
+            timeout: .seconds(5))
+        return answers[index].first { $0.token == token }?.event.parameters ?? []
+    }
+
+    /// Controller 1 advertises, controller 0 connects; returns both handles.
+    func connect() -> (UInt16, UInt16) {
+        command(1, .leSetAdvertisingParameters, [0x20, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0])
+        command(1, .leSetAdvertisingEnable, [1])
+        var create = ByteWriter()
+        create.u16(0x10)
+        create.u16(0x10)
+        create.u8(0)
+        create.u8(0)
+        create.append(hosts[1].facts.address.bytes)
+        create.u8(0)
+        for value: UInt16 in [6, 6, 0, 100, 0, 0] { create.u16(value) }
+        command(0, .leCreateConnection, create.bytes)
+        run(until: { self.hosts[0].acl.isOpen(self.handle(0) ?? 0xFFFF) && self.handle(1) != nil }, timeout: .seconds(2))
+        return (handle(0) ?? 0, handle(1) ?? 0)
+    }
+
+    func handle(_ index: Int) -> UInt16? {
+        for event in events[index] where event.code == 0x3E && event.parameters.first == 0x0A && event.parameters[1] == 0 {
+            return UInt16(event.parameters[2]) | UInt16(event.parameters[3]) << 8
+        }
+        return nil
+    }
+}
