@@ -133,7 +133,9 @@ public enum StreamSocket {
 
     /// Writes what the socket takes now; returns how many bytes were written, or nil if the peer is gone.
     public static func write(_ fd: Int32, _ bytes: ArraySlice<UInt8>) -> Int? {
-        let count = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT)) }
+        var count = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT)) }
+        // A serial line is not a socket; write(2) it (daemons ignore SIGPIPE).
+        if count < 0, errno == ENOTSOCK { count = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) } }
         if count >= 0 { return count }
         return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : nil
     }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import BerylIPC
+import BerylTransport
 import Foundation
 
 /// `beryl sim --dir DIR <command>`: placement and faults on a running berylsim.
@@ -7,7 +8,7 @@ struct Sim: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Drive a running berylsim: list, move, range, drop, delay, corrupt, freeze, thaw, reset.",
         subcommands: [SimList.self, SimMove.self, SimRange.self, SimDrop.self, SimDelay.self, SimCorrupt.self,
-                      SimFreeze.self, SimThaw.self, SimReset.self])
+                      SimFreeze.self, SimThaw.self, SimReset.self, SimPty.self])
 }
 
 struct SimOptions: ParsableArguments {
@@ -125,4 +126,46 @@ struct SimReset: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "reset", abstract: "Reset every controller and the air's faults.")
     @OptionGroup var sim: SimOptions
     func run() throws { try sim.send(.with { $0.reset = .init() }) }
+}
+
+/// Wires a pseudo-terminal to one simulated controller, so a UART transport can be exercised without hardware.
+struct SimPty: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pty",
+        abstract: "Serve controller INDEX on a pseudo-terminal (prints its path), until stopped: for testing uart: transports.")
+    @Option(help: "berylsim's --dir.")
+    var dir: String
+    @Argument var index: UInt32
+
+    func run() throws {
+        let controller: Int32
+        do {
+            controller = try StreamSocket.connectUnix(path: "\(dir)/controller-\(index).sock")
+        } catch {
+            throw Output.fail("\(error)")
+        }
+        guard let (master, slave) = PseudoTerminal.open() else { throw Output.fail("cannot open a pseudo-terminal") }
+        // Unbuffered, so a parent reading our first line gets it now.
+        FileHandle.standardOutput.write(Data((slave + "\n").utf8))
+        // Keep a slave descriptor open so the master does not see a hang-up between hcid's opens.
+        let keeper = open(slave, O_RDWR | O_NOCTTY)
+        defer { close(keeper) }
+        var fds = [pollfd(fd: master, events: Int16(POLLIN), revents: 0), pollfd(fd: controller, events: Int16(POLLIN), revents: 0)]
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while poll(&fds, 2, -1) > 0 {
+            for (from, to) in [(0, 1), (1, 0)] where fds[from].revents & Int16(POLLIN) != 0 {
+                let count = read(fds[from].fd, &buffer, buffer.count)
+                if count <= 0 {
+                    if from == 1 { return }  // the simulator went away
+                    continue
+                }
+                var offset = 0
+                while offset < count {
+                    let written = buffer[offset..<count].withUnsafeBytes { write(fds[to].fd, $0.baseAddress, $0.count) }
+                    if written <= 0 { break }
+                    offset += written
+                }
+            }
+        }
+    }
 }
