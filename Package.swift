@@ -58,7 +58,7 @@ let package = Package(
             "BerylDaemonKit", "BerylSim", "BerylTransport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "beryl", dependencies: [
-            "BerylStack", "BerylTransport", "BerylSim", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "BerylStack", "BerylTransport", "BerylSim", "BerylHCI", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
         .testTarget(name: "BerylCoreTests", dependencies: ["BerylCore", "BerylTransport", "BerylStack"]),

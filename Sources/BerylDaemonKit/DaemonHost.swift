@@ -123,6 +123,7 @@ public final class DaemonHost {
             incoming.respond(response)
         default:
             if !handle(incoming) {
+                logger.debug("no handler took \(String(describing: incoming.request.kind))")
                 incoming.fail(.unsupported, "\(name) does not serve \(Self.describe(incoming.request))")
             }
         }

@@ -110,6 +110,8 @@ public final class Scratch {
         }
     }
 
+    public func pid(of name: String) -> Int32? { pids.first { $0.0 == name }?.1 }
+
     public func stopAll() {
         for (_, pid) in pids.reversed() { kill(pid, SIGTERM) }
         for (_, pid) in pids { try? StackControl.waitForExit(pid, timeout: .seconds(5)) }

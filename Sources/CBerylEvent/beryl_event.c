@@ -4,7 +4,16 @@
 _Static_assert(BERYL_EV_TIMEOUT == EV_TIMEOUT && BERYL_EV_READ == EV_READ && BERYL_EV_WRITE == EV_WRITE &&
                BERYL_EV_SIGNAL == EV_SIGNAL && BERYL_EV_PERSIST == EV_PERSIST, "libevent flag values");
 
-struct event_base *beryl_event_base_new(void) { return event_base_new(); }
+struct event_base *beryl_event_base_new(void) {
+    /* Precise timers (timerfd on Linux): epoll's millisecond timeouts would round every
+     * sub-millisecond deadline (the simulator's link layer, command latencies) up to a whole millisecond. */
+    struct event_config *config = event_config_new();
+    if (!config) return event_base_new();
+    event_config_set_flag(config, EVENT_BASE_FLAG_PRECISE_TIMER);
+    struct event_base *base = event_base_new_with_config(config);
+    event_config_free(config);
+    return base ? base : event_base_new();
+}
 void beryl_event_base_free(struct event_base *base) { event_base_free(base); }
 int beryl_event_base_dispatch(struct event_base *base) { return event_base_dispatch(base) < 0 ? -1 : 0; }
 int beryl_event_base_run_once(struct event_base *base, int wait) {

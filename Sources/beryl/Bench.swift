@@ -6,7 +6,7 @@ import Foundation
 struct Bench: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run benchmarks and print their figures.",
-        subcommands: [BenchIPC.self, BenchSim.self])
+        subcommands: [BenchIPC.self, BenchSim.self, BenchHCI.self])
 }
 
 struct BenchIPC: ParsableCommand {
@@ -105,5 +105,37 @@ struct BenchSim: ParsableCommand {
           limit = exchanges × payload / interval. 2M, 251 octets: 1048 + 150 + 44 + 150 = 1392 µs, 5 per 7.5 ms = 167,333 B/s.
           Without the model a connection event carries whatever the host has buffered (8 × 251 bytes here).
         """)
+    }
+}
+
+struct BenchHCI: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "hci",
+        abstract: "HCI command round trips per second and ACL throughput through hcid against berylsim, and hcid's CPU per 10,000 ACL packets.")
+
+    @Option(help: "Seconds per measurement.")
+    var seconds: Double = 2
+
+    @Flag(help: "Print JSON.")
+    var json = false
+
+    func validate() throws {
+        guard seconds > 0, seconds <= 60 else { throw ValidationError("--seconds must be in (0, 60]") }
+    }
+
+    func run() throws {
+        let result: HCIBenchmarkResult
+        do {
+            result = try HCIBenchmark.run(seconds: seconds)
+        } catch {
+            throw Output.fail("benchmark failed: \(error)")
+        }
+        if json { print(Output.json(result)); return }
+        print("HCI through hcid (separate processes, berylsim controllers)")
+        print(String(format: "  command round trips   %.0f /s   (LE Rand, one at a time)", result.commandRoundTripsPerSecond))
+        print(String(format: "  ACL throughput        %.0f B/s   (%d-byte L2CAP PDUs, %d ACL packets)", result.aclBytesPerSecond,
+                     result.aclPDUBytes, result.aclPackets))
+        print(String(format: "  hcid CPU              %.1f ms per 10,000 ACL packets", result.hcidCPUMillisecondsPer10kACLPackets))
+        print("  (\(result.note))")
     }
 }

@@ -209,3 +209,50 @@ final class HcidProcessTests: XCTestCase {
         XCTAssertEqual(try command(client, 0x1009)[3], 0)
     }
 }
+
+final class HCIMonitorTests: XCTestCase {
+    func testMonitorShowsEveryPacketAndWritesABTSnoopFile() throws {
+        let scratch = try Scratch()
+        defer { scratch.stopAll() }
+        let sim = scratch.root + "/sim"
+        try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", sim, "--controllers", "1"], socket: sim + "/control.sock")
+        try scratch.startDaemon("hcid", extra: ["--transport", "unix:\(sim)/controller-0.sock"])
+        XCTAssertTrue(eventually { StackProbe.controllerInfo(at: scratch.paths.socket("hcid"))?.state == .poweredOn })
+        let capture = scratch.root + "/capture.btsnoop"
+        let monitor = Process()
+        monitor.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
+        monitor.arguments = ["hci", "monitor", "--runtime-dir", scratch.paths.runtimeDir, "--count", "2", "--seconds", "10", "--btsnoop", capture]
+        let output = Pipe()
+        monitor.standardOutput = output
+        try monitor.run()
+        XCTAssertTrue(eventually { (StackProbe.status(at: scratch.paths.socket("hcid"))?.sessions ?? 0) >= 1 }, "monitor subscribed")
+        usleep(200_000)
+        let client = try IPCClient(path: scratch.paths.socket("hcid"))
+        var request = Request()
+        request.hci.sendCommand.opcode = 0x1009
+        _ = try client.call(request)
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        monitor.waitUntilExit()
+        XCTAssertEqual(monitor.terminationStatus, 0)
+        let lines = text.split(separator: "\n")
+        XCTAssertEqual(lines.count, 2, text)
+        XCTAssertTrue(lines[0].hasPrefix("< HCI Command: readBDAddr (0x4|0x9) plen 0"), text)
+        XCTAssertTrue(lines[1].hasPrefix("> HCI Event: commandComplete (0xe) plen 10 for readBDAddr status 0x0"), text)
+
+        let file = try XCTUnwrap(FileManager.default.contents(atPath: capture)).map { $0 }
+        XCTAssertEqual(Array(file[0..<8]), Array("btsnoop\0".utf8))
+        XCTAssertEqual(Array(file[8..<16]), [0, 0, 0, 1, 0, 0, 0x03, 0xEA], "version 1, datalink 1002 (H4)")
+        func u32(_ at: Int) -> UInt32 { file[at..<at + 4].reduce(0) { $0 << 8 | UInt32($1) } }
+        var offset = 16
+        var records: [(flags: UInt32, packet: [UInt8])] = []
+        while offset + 24 <= file.count {
+            let length = Int(u32(offset + 4))
+            records.append((u32(offset + 8), Array(file[(offset + 24)..<(offset + 24 + length)])))
+            offset += 24 + length
+        }
+        XCTAssertEqual(offset, file.count, "records fill the file exactly")
+        XCTAssertEqual(records.map(\.flags), [2, 3], "sent command, then received event")
+        XCTAssertEqual(records[0].packet, [0x01, 0x09, 0x10, 0x00])
+        XCTAssertEqual(Array(records[1].packet.prefix(3)), [0x04, 0x0E, 0x0A])
+    }
+}

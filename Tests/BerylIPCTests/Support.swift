@@ -35,8 +35,6 @@ extension Scratch {
         if name == "hcid" { arguments += ["--transport", "unix:\(root)/controller-0.sock"] }
         try start(name, arguments + extra)
     }
-
-    func pid(of name: String) -> Int32? { pids.first { $0.0 == name }?.1 }
 }
 
 func pingRequest(_ payload: [UInt8] = []) -> Request {
