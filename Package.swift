@@ -31,6 +31,9 @@ let package = Package(
         .target(name: "BerylCore"),
         .target(name: "BerylHCI", dependencies: ["BerylCore"]),
         .target(name: "BerylSim", dependencies: ["BerylCore", "BerylHCI", "CBerylCrypto"]),
+        .target(name: "BerylL2CAP", dependencies: ["BerylCore", "BerylHCI"]),
+        .target(name: "BerylATT", dependencies: ["BerylCore"]),
+        .target(name: "BerylGATT", dependencies: ["BerylCore", "BerylATT"]),
         .target(name: "BerylEventLoop", dependencies: ["CBerylEvent"]),
         .target(name: "BerylIPC", dependencies: [
             "BerylCore", "BerylEventLoop", "CBerylSys",
@@ -64,6 +67,7 @@ let package = Package(
         .testTarget(name: "BerylCoreTests", dependencies: ["BerylCore", "BerylTransport", "BerylStack"]),
         .testTarget(name: "BerylEventLoopTests", dependencies: ["BerylEventLoop"]),
         .testTarget(name: "BerylSimTests", dependencies: ["BerylSim", "BerylCore"]),
+        .testTarget(name: "BerylGATTTests", dependencies: ["BerylGATT", "BerylATT", "BerylL2CAP", "BerylCore", "BerylHCI"]),
         .testTarget(name: "BerylHCITests", dependencies: ["BerylHCI", "BerylSim", "BerylCore", "BerylHardware"]),
         .testTarget(name: "BerylIPCTests", dependencies: ["BerylIPC", "BerylStack", "BerylDaemonKit"]),
     ]

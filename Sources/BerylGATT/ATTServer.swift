@@ -1,0 +1,415 @@
+import BerylATT
+import BerylCore
+
+/// What the link offers, for permission checks.
+public struct LinkSecurity: Equatable, Sendable {
+    public var encrypted = false
+    public var authenticated = false
+    /// Whether keys exist for this peer: decides Insufficient Encryption (re-encrypt) over Insufficient Authentication (pair).
+    public var bonded = false
+
+    public init(encrypted: Bool = false, authenticated: Bool = false, bonded: Bool = false) {
+        self.encrypted = encrypted
+        self.authenticated = authenticated
+        self.bonded = bonded
+    }
+}
+
+public enum ATTServerOutput: Equatable, Sendable {
+    case send([UInt8])
+    /// A dynamic value is wanted: answer with `completeRead(id:with:)`.
+    case readRequested(id: UInt64, handle: UInt16, offset: UInt16)
+    /// Writes to dynamic values, all or nothing: answer with `completeWrite(id:error:)` (ignored for commands).
+    case writeRequested(id: UInt64, writes: [PreparedWrite], withResponse: Bool)
+    /// A peer changed its Client Characteristic Configuration for the characteristic at `valueHandle`.
+    case subscriptionChanged(valueHandle: UInt16, notify: Bool, indicate: Bool)
+    case indicationConfirmed(handle: UInt16)
+    case log(String)
+}
+
+public struct PreparedWrite: Equatable, Sendable {
+    public var handle: UInt16
+    public var offset: UInt16
+    public var value: [UInt8]
+
+    public init(handle: UInt16, offset: UInt16, value: [UInt8]) {
+        self.handle = handle
+        self.offset = offset
+        self.value = value
+    }
+}
+
+/// The server side of one ATT bearer (Core Vol 3 Part F, GATT server procedures of Part G §4), sans-IO.
+public final class ATTServer {
+    public static let maxValueLength = 512
+    public static let prepareQueueLimit = 128
+    public let database: AttributeDatabase
+    public let serverMTU: UInt16
+    public private(set) var mtu: UInt16 = 23
+    public var security = LinkSecurity()
+    /// This peer's CCCD values, by CCCD handle; persisted for bonded peers by the shell.
+    public private(set) var clientConfigurations: [UInt16: UInt16] = [:]
+    private var prepareQueue: [PreparedWrite] = []
+    private var pending: (id: UInt64, opcode: ATTOpcode, handle: UInt16)?
+    private var nextID: UInt64 = 1
+    private var indicationInFlight: UInt16?
+    private var indicationQueue: [(UInt16, [UInt8])] = []
+
+    public init(database: AttributeDatabase, serverMTU: UInt16 = 517, clientConfigurations: [UInt16: UInt16] = [:]) {
+        self.database = database
+        self.serverMTU = max(23, min(serverMTU, 517))
+        self.clientConfigurations = clientConfigurations
+    }
+
+    // MARK: Inbound
+
+    public func receive(_ bytes: [UInt8]) -> [ATTServerOutput] {
+        let pdu: ATTPDU
+        switch ATTPDU.decode(bytes) {
+        case .success(let decoded):
+            pdu = decoded
+        case .failure(.empty):
+            return [.log("empty ATT PDU dropped")]
+        case .failure(.unknownOpcode(let code)):
+            // Unknown commands (bit 6 set) are ignored; unknown requests are refused (Core Vol 3 Part F §3.4.1.1).
+            if code & 0x40 != 0 { return [.log("unknown ATT command 0x\(String(code, radix: 16)) ignored")] }
+            return [error(code, 0, .requestNotSupported)]
+        case .failure(.malformed(let opcode)):
+            return opcode.isRequest ? [error(opcode.rawValue, 0, .invalidPDU)] : [.log("malformed \(opcode) dropped")]
+        }
+        if pdu.opcode.isRequest, pending != nil {
+            return [.log("\(pdu.opcode) while a request is still being answered: the client broke ATT's one-at-a-time rule; dropped")]
+        }
+        return handle(pdu)
+    }
+
+    private func handle(_ pdu: ATTPDU) -> [ATTServerOutput] {
+        switch pdu {
+        case .exchangeMTURequest(let clientMTU):
+            mtu = max(23, min(clientMTU, serverMTU))
+            return [.send(ATTPDU.exchangeMTUResponse(mtu: serverMTU).encoded)]
+        case .readByGroupTypeRequest(let start, let end, let type):
+            return [readByGroupType(start, end, type)]
+        case .findByTypeValueRequest(let start, let end, let type, let value):
+            return [findByTypeValue(start, end, BluetoothUUID(type), value)]
+        case .readByTypeRequest(let start, let end, let type):
+            return readByType(start, end, type)
+        case .findInformationRequest(let start, let end):
+            return [findInformation(start, end)]
+        case .readRequest(let handle):
+            return read(handle, offset: 0, opcode: .readRequest)
+        case .readBlobRequest(let handle, let offset):
+            return read(handle, offset: offset, opcode: .readBlobRequest)
+        case .readMultipleRequest(let handles):
+            return [readMultiple(handles)]
+        case .writeRequest(let handle, let value):
+            return write(handle, value, opcode: .writeRequest)
+        case .writeCommand(let handle, let value):
+            // Commands get no response, so their errors go unreported (Core Vol 3 Part F §3.4.5.3).
+            return write(handle, value, opcode: .writeCommand).filter { if case .send = $0 { return false } else { return true } }
+        case .signedWriteCommand(let handle, _, _):
+            return [.log("signed write to 0x\(String(handle, radix: 16)) ignored: signing keys are not supported")]
+        case .prepareWriteRequest(let handle, let offset, let value):
+            return [prepareWrite(handle, offset, value)]
+        case .executeWriteRequest(let commit):
+            return executeWrite(commit: commit)
+        case .handleValueConfirmation:
+            guard let handle = indicationInFlight else { return [.log("confirmation with no indication outstanding")] }
+            indicationInFlight = nil
+            var outputs: [ATTServerOutput] = [.indicationConfirmed(handle: handle)]
+            if !indicationQueue.isEmpty {
+                let (next, value) = indicationQueue.removeFirst()
+                outputs += sendIndication(next, value)
+            }
+            return outputs
+        default:
+            // Responses and server-to-client PDUs arriving at a server.
+            return [.log("\(pdu.opcode) is not for a server; dropped")]
+        }
+    }
+
+    // MARK: Discovery (Core Vol 3 Part G §4.4–4.7)
+
+    private func validRange(_ start: UInt16, _ end: UInt16) -> Bool { start != 0 && start <= end }
+
+    private func readByGroupType(_ start: UInt16, _ end: UInt16, _ type: BluetoothUUID) -> ATTServerOutput {
+        let opcode = ATTOpcode.readByGroupTypeRequest.rawValue
+        guard validRange(start, end) else { return error(opcode, start, .invalidHandle) }
+        guard type == GATTType.primaryService || type == GATTType.secondaryService else { return error(opcode, start, .unsupportedGroupType) }
+        var entries: [(UInt16, UInt16, [UInt8])] = []
+        var size = 2
+        for attribute in database.attributes(in: start...end) where attribute.type == type {
+            guard case .fixed(let value) = attribute.value else { continue }
+            if let first = entries.first, first.2.count != value.count { break }
+            guard size + 4 + value.count <= Int(mtu) else { break }
+            entries.append((attribute.handle, attribute.groupEnd, value))
+            size += 4 + value.count
+        }
+        guard !entries.isEmpty else { return error(opcode, start, .attributeNotFound) }
+        return .send(ATTPDU.readByGroupTypeResponse(entries).encoded)
+    }
+
+    private func findByTypeValue(_ start: UInt16, _ end: UInt16, _ type: BluetoothUUID, _ value: [UInt8]) -> ATTServerOutput {
+        let opcode = ATTOpcode.findByTypeValueRequest.rawValue
+        guard validRange(start, end) else { return error(opcode, start, .invalidHandle) }
+        var entries: [(UInt16, UInt16)] = []
+        for attribute in database.attributes(in: start...end) where attribute.type == type {
+            guard case .fixed(let stored) = attribute.value, stored == value else { continue }
+            guard 1 + 4 * (entries.count + 1) <= Int(mtu) else { break }
+            entries.append((attribute.handle, attribute.groupEnd > 0 ? attribute.groupEnd : attribute.handle))
+        }
+        guard !entries.isEmpty else { return error(opcode, start, .attributeNotFound) }
+        return .send(ATTPDU.findByTypeValueResponse(entries).encoded)
+    }
+
+    private func readByType(_ start: UInt16, _ end: UInt16, _ type: BluetoothUUID) -> [ATTServerOutput] {
+        let opcode = ATTOpcode.readByTypeRequest.rawValue
+        guard validRange(start, end) else { return [error(opcode, start, .invalidHandle)] }
+        var entries: [(UInt16, [UInt8])] = []
+        let limit = min(Int(mtu) - 4, 253)
+        for attribute in database.attributes(in: start...end) where attribute.type == type {
+            if let failure = readPermissionError(attribute) {
+                // An error on the first match is the answer; later ones just end the list (Core Vol 3 Part F §3.4.4.1).
+                return entries.isEmpty ? [error(opcode, attribute.handle, failure)] : [.send(ATTPDU.readByTypeResponse(entries).encoded)]
+            }
+            let value: [UInt8]
+            switch attribute.value {
+            case .fixed(let fixed): value = fixed
+            case .clientConfiguration: value = configurationBytes(attribute.handle)
+            case .dynamic:
+                // A dynamic value comes from its owner, alone in the response.
+                guard entries.isEmpty else { return [.send(ATTPDU.readByTypeResponse(entries).encoded)] }
+                return [beginRead(.readByTypeRequest, attribute.handle, offset: 0)]
+            }
+            let clipped = Array(value.prefix(limit))
+            if let first = entries.first, first.1.count != clipped.count { break }
+            guard 2 + (entries.count + 1) * (2 + clipped.count) <= Int(mtu) else { break }
+            entries.append((attribute.handle, clipped))
+        }
+        guard !entries.isEmpty else { return [error(opcode, start, .attributeNotFound)] }
+        return [.send(ATTPDU.readByTypeResponse(entries).encoded)]
+    }
+
+    private func findInformation(_ start: UInt16, _ end: UInt16) -> ATTServerOutput {
+        let opcode = ATTOpcode.findInformationRequest.rawValue
+        guard validRange(start, end) else { return error(opcode, start, .invalidHandle) }
+        var entries: [(UInt16, BluetoothUUID)] = []
+        for attribute in database.attributes(in: start...end) {
+            let short = attribute.type.uuid16 != nil
+            if let first = entries.first, (first.1.uuid16 != nil) != short { break }
+            guard 2 + (entries.count + 1) * (short ? 4 : 18) <= Int(mtu) else { break }
+            entries.append((attribute.handle, attribute.type))
+        }
+        guard !entries.isEmpty else { return error(opcode, start, .attributeNotFound) }
+        return .send(ATTPDU.findInformationResponse(entries).encoded)
+    }
+
+    // MARK: Reads
+
+    private func readPermissionError(_ attribute: Attribute) -> ATTError? {
+        guard attribute.permissions.contains(.readable) || attribute.permissions.contains(.readEncryptionRequired)
+                || attribute.permissions.contains(.readAuthenticationRequired) else { return .readNotPermitted }
+        return securityError(encryption: attribute.permissions.contains(.readEncryptionRequired),
+                             authentication: attribute.permissions.contains(.readAuthenticationRequired))
+    }
+
+    private func securityError(encryption: Bool, authentication: Bool) -> ATTError? {
+        if (encryption || authentication), !security.encrypted {
+            return security.bonded ? .insufficientEncryption : .insufficientAuthentication
+        }
+        if authentication, !security.authenticated { return .insufficientAuthentication }
+        return nil
+    }
+
+    private func read(_ handle: UInt16, offset: UInt16, opcode: ATTOpcode) -> [ATTServerOutput] {
+        guard let attribute = database.attribute(at: handle) else { return [error(opcode.rawValue, handle, .invalidHandle)] }
+        if let failure = readPermissionError(attribute) { return [error(opcode.rawValue, handle, failure)] }
+        let value: [UInt8]
+        switch attribute.value {
+        case .fixed(let fixed): value = fixed
+        case .clientConfiguration: value = configurationBytes(handle)
+        case .dynamic: return [beginRead(opcode, handle, offset: offset)]
+        }
+        return [readResponse(opcode, handle: handle, value: value, offset: offset)]
+    }
+
+    private func readResponse(_ opcode: ATTOpcode, handle: UInt16, value: [UInt8], offset: UInt16) -> ATTServerOutput {
+        guard Int(offset) <= value.count else { return error(opcode.rawValue, handle, .invalidOffset) }
+        let slice = Array(value[Int(offset)...].prefix(Int(mtu) - 1))
+        switch opcode {
+        case .readBlobRequest: return .send(ATTPDU.readBlobResponse(slice).encoded)
+        case .readByTypeRequest: return .send(ATTPDU.readByTypeResponse([(handle, Array(value.prefix(min(Int(mtu) - 4, 253))))]).encoded)
+        default: return .send(ATTPDU.readResponse(slice).encoded)
+        }
+    }
+
+    private func readMultiple(_ handles: [UInt16]) -> ATTServerOutput {
+        let opcode = ATTOpcode.readMultipleRequest.rawValue
+        var values: [UInt8] = []
+        for handle in handles {
+            guard let attribute = database.attribute(at: handle) else { return error(opcode, handle, .invalidHandle) }
+            if let failure = readPermissionError(attribute) { return error(opcode, handle, failure) }
+            switch attribute.value {
+            case .fixed(let value): values += value
+            case .clientConfiguration: values += configurationBytes(handle)
+            // Read Multiple has no room for a value that must be fetched; the client reads dynamic values one by one.
+            case .dynamic: return error(opcode, handle, .requestNotSupported)
+            }
+        }
+        return .send(ATTPDU.readMultipleResponse(Array(values.prefix(Int(mtu) - 1))).encoded)
+    }
+
+    private func beginRead(_ opcode: ATTOpcode, _ handle: UInt16, offset: UInt16) -> ATTServerOutput {
+        let id = nextID
+        nextID += 1
+        pending = (id, opcode, handle)
+        return .readRequested(id: id, handle: handle, offset: offset)
+    }
+
+    /// The owner's answer to `readRequested`: the whole value (the offset is applied here) or an ATT error.
+    public func completeRead(id: UInt64, with result: Result<[UInt8], ATTError>, offset: UInt16 = 0) -> [ATTServerOutput] {
+        guard let pending, pending.id == id else { return [.log("answer to read \(id) that is not pending; ignored")] }
+        self.pending = nil
+        switch result {
+        case .success(let value): return [readResponse(pending.opcode, handle: pending.handle, value: value, offset: offset)]
+        case .failure(let failure): return [error(pending.opcode.rawValue, pending.handle, failure)]
+        }
+    }
+
+    // MARK: Writes
+
+    private func writePermissionError(_ attribute: Attribute) -> ATTError? {
+        guard attribute.permissions.contains(.writeable) || attribute.permissions.contains(.writeEncryptionRequired)
+                || attribute.permissions.contains(.writeAuthenticationRequired) else { return .writeNotPermitted }
+        return securityError(encryption: attribute.permissions.contains(.writeEncryptionRequired),
+                             authentication: attribute.permissions.contains(.writeAuthenticationRequired))
+    }
+
+    private func write(_ handle: UInt16, _ value: [UInt8], opcode: ATTOpcode) -> [ATTServerOutput] {
+        guard let attribute = database.attribute(at: handle) else { return [error(opcode.rawValue, handle, .invalidHandle)] }
+        if let failure = writePermissionError(attribute) { return [error(opcode.rawValue, handle, failure)] }
+        guard value.count <= Self.maxValueLength else { return [error(opcode.rawValue, handle, .invalidAttributeValueLength)] }
+        switch attribute.value {
+        case .clientConfiguration:
+            guard value.count == 2 else { return [error(opcode.rawValue, handle, .invalidAttributeValueLength)] }
+            let bits = UInt16(value[0]) | UInt16(value[1]) << 8
+            clientConfigurations[handle] = bits
+            let valueHandle = characteristicValueHandle(forDescriptor: handle)
+            return [.subscriptionChanged(valueHandle: valueHandle, notify: bits & 1 != 0, indicate: bits & 2 != 0),
+                    .send(ATTPDU.writeResponse.encoded)]
+        case .fixed:
+            database.setValue(value, at: handle)
+            return [.send(ATTPDU.writeResponse.encoded)]
+        case .dynamic:
+            let id = nextID
+            nextID += 1
+            if opcode == .writeRequest { pending = (id, opcode, handle) }
+            return [.writeRequested(id: id, writes: [PreparedWrite(handle: handle, offset: 0, value: value)], withResponse: opcode == .writeRequest)]
+        }
+    }
+
+    private func prepareWrite(_ handle: UInt16, _ offset: UInt16, _ value: [UInt8]) -> ATTServerOutput {
+        let opcode = ATTOpcode.prepareWriteRequest.rawValue
+        guard let attribute = database.attribute(at: handle) else { return error(opcode, handle, .invalidHandle) }
+        if let failure = writePermissionError(attribute) { return error(opcode, handle, failure) }
+        guard prepareQueue.count < Self.prepareQueueLimit else { return error(opcode, handle, .prepareQueueFull) }
+        prepareQueue.append(PreparedWrite(handle: handle, offset: offset, value: value))
+        return .send(ATTPDU.prepareWriteResponse(handle: handle, offset: offset, value: value).encoded)
+    }
+
+    /// Reliable and long writes: every queued part is checked before any is applied, so the batch lands whole or not at all.
+    private func executeWrite(commit: Bool) -> [ATTServerOutput] {
+        let opcode = ATTOpcode.executeWriteRequest.rawValue
+        let queue = prepareQueue
+        prepareQueue.removeAll()
+        guard commit, !queue.isEmpty else { return [.send(ATTPDU.executeWriteResponse.encoded)] }
+        var assembled: [UInt16: [UInt8]] = [:]
+        var dynamic: [PreparedWrite] = []
+        for part in queue {
+            guard let attribute = database.attribute(at: part.handle) else { return [error(opcode, part.handle, .invalidHandle)] }
+            switch attribute.value {
+            case .dynamic:
+                dynamic.append(part)
+            case .clientConfiguration:
+                return [error(opcode, part.handle, .writeNotPermitted)]
+            case .fixed(let current):
+                var value = assembled[part.handle] ?? current
+                guard Int(part.offset) <= value.count else { return [error(opcode, part.handle, .invalidOffset)] }
+                value.replaceSubrange(Int(part.offset)..<min(value.count, Int(part.offset) + part.value.count), with: part.value)
+                guard value.count <= Self.maxValueLength else { return [error(opcode, part.handle, .invalidAttributeValueLength)] }
+                assembled[part.handle] = value
+            }
+        }
+        // Fixed values are applied only if the owner accepts the dynamic part too.
+        guard dynamic.isEmpty else {
+            let id = nextID
+            nextID += 1
+            pending = (id, .executeWriteRequest, dynamic[0].handle)
+            stagedFixedWrites = assembled
+            return [.writeRequested(id: id, writes: dynamic, withResponse: true)]
+        }
+        for (handle, value) in assembled { database.setValue(value, at: handle) }
+        return [.send(ATTPDU.executeWriteResponse.encoded)]
+    }
+
+    private var stagedFixedWrites: [UInt16: [UInt8]] = [:]
+
+    /// The owner's answer to `writeRequested`: nil accepts, an error refuses (and the whole batch with it).
+    public func completeWrite(id: UInt64, error failure: ATTError?) -> [ATTServerOutput] {
+        guard let pending, pending.id == id else { return [.log("answer to write \(id) that is not pending; ignored")] }
+        self.pending = nil
+        let staged = stagedFixedWrites
+        stagedFixedWrites.removeAll()
+        if let failure { return [error(pending.opcode.rawValue, pending.handle, failure)] }
+        for (handle, value) in staged { database.setValue(value, at: handle) }
+        return [.send(pending.opcode == .executeWriteRequest ? ATTPDU.executeWriteResponse.encoded : ATTPDU.writeResponse.encoded)]
+    }
+
+    // MARK: Notifications and indications (Core Vol 3 Part G §4.10, §4.11)
+
+    /// The notification PDU for a subscribed peer, value clipped to ATT_MTU-3; nil when it has not subscribed.
+    public func notification(valueHandle: UInt16, value: [UInt8]) -> [UInt8]? {
+        guard (clientConfigurations[valueHandle + 1] ?? 0) & 1 != 0 else { return nil }
+        return ATTPDU.handleValueNotification(handle: valueHandle, value: Array(value.prefix(Int(mtu) - 3))).encoded
+    }
+
+    /// Sends the indication now or after the outstanding one is confirmed; returns false when the peer has not subscribed.
+    public func indicate(valueHandle: UInt16, value: [UInt8]) -> (subscribed: Bool, outputs: [ATTServerOutput]) {
+        guard (clientConfigurations[valueHandle + 1] ?? 0) & 2 != 0 else { return (false, []) }
+        guard indicationInFlight == nil else {
+            indicationQueue.append((valueHandle, value))
+            return (true, [])
+        }
+        return (true, sendIndication(valueHandle, value))
+    }
+
+    public var isIndicationOutstanding: Bool { indicationInFlight != nil }
+
+    private func sendIndication(_ handle: UInt16, _ value: [UInt8]) -> [ATTServerOutput] {
+        indicationInFlight = handle
+        return [.send(ATTPDU.handleValueIndication(handle: handle, value: Array(value.prefix(Int(mtu) - 3))).encoded)]
+    }
+
+    // MARK: Helpers
+
+    private func configurationBytes(_ handle: UInt16) -> [UInt8] {
+        let value = clientConfigurations[handle] ?? 0
+        return [UInt8(value & 0xFF), UInt8(value >> 8)]
+    }
+
+    /// The characteristic value a CCCD belongs to: the nearest value attribute before it.
+    private func characteristicValueHandle(forDescriptor handle: UInt16) -> UInt16 {
+        var candidate = handle
+        for attribute in database.attributes(in: 1...handle).reversed() where attribute.type == GATTType.characteristic {
+            if case .fixed(let declaration) = attribute.value, declaration.count >= 3 {
+                candidate = UInt16(declaration[1]) | UInt16(declaration[2]) << 8
+            }
+            break
+        }
+        return candidate
+    }
+
+    private func error(_ request: UInt8, _ handle: UInt16, _ code: ATTError) -> ATTServerOutput {
+        .send(ATTPDU.errorResponse(request: request, handle: handle, error: code).encoded)
+    }
+}

@@ -1,0 +1,184 @@
+import BerylATT
+import BerylCore
+
+/// GATT attribute types (Core Vol 3 Part G §3, Assigned Numbers).
+public enum GATTType {
+    public static let primaryService = BluetoothUUID(0x2800)
+    public static let secondaryService = BluetoothUUID(0x2801)
+    public static let include = BluetoothUUID(0x2802)
+    public static let characteristic = BluetoothUUID(0x2803)
+    public static let extendedProperties = BluetoothUUID(0x2900)
+    public static let userDescription = BluetoothUUID(0x2901)
+    public static let clientConfiguration = BluetoothUUID(0x2902)
+    public static let presentationFormat = BluetoothUUID(0x2904)
+}
+
+public struct CharacteristicProperties: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    public static let broadcast = CharacteristicProperties(rawValue: 0x01)
+    public static let read = CharacteristicProperties(rawValue: 0x02)
+    public static let writeWithoutResponse = CharacteristicProperties(rawValue: 0x04)
+    public static let write = CharacteristicProperties(rawValue: 0x08)
+    public static let notify = CharacteristicProperties(rawValue: 0x10)
+    public static let indicate = CharacteristicProperties(rawValue: 0x20)
+    public static let authenticatedSignedWrites = CharacteristicProperties(rawValue: 0x40)
+    public static let extendedProperties = CharacteristicProperties(rawValue: 0x80)
+}
+
+public struct AttributePermissions: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    public static let readable = AttributePermissions(rawValue: 0x01)
+    public static let writeable = AttributePermissions(rawValue: 0x02)
+    public static let readEncryptionRequired = AttributePermissions(rawValue: 0x04)
+    public static let writeEncryptionRequired = AttributePermissions(rawValue: 0x08)
+    public static let readAuthenticationRequired = AttributePermissions(rawValue: 0x10)
+    public static let writeAuthenticationRequired = AttributePermissions(rawValue: 0x20)
+}
+
+public struct DescriptorDefinition: Sendable {
+    public var uuid: BluetoothUUID
+    public var permissions: AttributePermissions
+    public var value: [UInt8]
+
+    public init(uuid: BluetoothUUID, permissions: AttributePermissions = .readable, value: [UInt8]) {
+        self.uuid = uuid
+        self.permissions = permissions
+        self.value = value
+    }
+}
+
+public struct CharacteristicDefinition: Sendable {
+    public var uuid: BluetoothUUID
+    public var properties: CharacteristicProperties
+    public var permissions: AttributePermissions
+    /// A value given at creation is cached and served by attd; nil makes the value dynamic (the owning app answers).
+    public var value: [UInt8]?
+    public var descriptors: [DescriptorDefinition]
+
+    public init(uuid: BluetoothUUID, properties: CharacteristicProperties, permissions: AttributePermissions, value: [UInt8]? = nil,
+                descriptors: [DescriptorDefinition] = []) {
+        self.uuid = uuid
+        self.properties = properties
+        self.permissions = permissions
+        self.value = value
+        self.descriptors = descriptors
+    }
+}
+
+public struct ServiceDefinition: Sendable {
+    public var uuid: BluetoothUUID
+    public var isPrimary: Bool
+    /// Start handles of services (already in the database) this one includes.
+    public var includes: [UInt16]
+    public var characteristics: [CharacteristicDefinition]
+
+    public init(uuid: BluetoothUUID, isPrimary: Bool = true, includes: [UInt16] = [], characteristics: [CharacteristicDefinition]) {
+        self.uuid = uuid
+        self.isPrimary = isPrimary
+        self.includes = includes
+        self.characteristics = characteristics
+    }
+}
+
+public enum AttributeValue: Equatable, Sendable {
+    case fixed([UInt8])
+    /// Read and written through the owner (an app via managerd).
+    case dynamic
+    /// A Client Characteristic Configuration: its value lives per peer in the bearer.
+    case clientConfiguration
+}
+
+public struct Attribute: Equatable, Sendable {
+    public var handle: UInt16
+    public var type: BluetoothUUID
+    public var permissions: AttributePermissions
+    public var value: AttributeValue
+    /// For service declarations: the last handle of the service.
+    public var groupEnd: UInt16
+}
+
+public enum DatabaseError: Error, Equatable, Sendable {
+    case handlesExhausted
+    case unknownIncludedService(UInt16)
+    case valueTooLong(BluetoothUUID)
+}
+
+/// The server's attribute table: handles assigned in order, stable while a service is published (Core Vol 3 Part G §3).
+public final class AttributeDatabase {
+    public private(set) var attributes: [Attribute] = []
+    private var nextHandle: UInt16 = 1
+
+    public init() {}
+
+    /// Adds a service; returns its declaration handle. Characteristics that notify or indicate get a CCCD.
+    @discardableResult
+    public func add(_ service: ServiceDefinition) throws(DatabaseError) -> UInt16 {
+        var added: [Attribute] = []
+        var handle = nextHandle
+        func append(_ type: BluetoothUUID, _ permissions: AttributePermissions, _ value: AttributeValue) throws(DatabaseError) {
+            guard handle < 0xFFFF else { throw .handlesExhausted }
+            added.append(Attribute(handle: handle, type: type, permissions: permissions, value: value, groupEnd: 0))
+            handle += 1
+        }
+        try append(service.isPrimary ? GATTType.primaryService : GATTType.secondaryService, .readable, .fixed(service.uuid.attWire))
+        for include in service.includes {
+            guard let declaration = attribute(at: include), declaration.type == GATTType.primaryService || declaration.type == GATTType.secondaryService,
+                  case .fixed(let uuid) = declaration.value else { throw .unknownIncludedService(include) }
+            var value = ByteWriter()
+            value.u16(include)
+            value.u16(declaration.groupEnd)
+            if uuid.count == 2 { value.append(uuid) }  // 128-bit included UUIDs are left out (Core Vol 3 Part G §3.2)
+            try append(GATTType.include, .readable, .fixed(value.bytes))
+        }
+        for characteristic in service.characteristics {
+            if let value = characteristic.value, value.count > 512 { throw .valueTooLong(characteristic.uuid) }
+            var declaration = ByteWriter()
+            declaration.u8(characteristic.properties.rawValue)
+            declaration.u16(handle + 1)
+            declaration.append(characteristic.uuid.attWire)
+            try append(GATTType.characteristic, .readable, .fixed(declaration.bytes))
+            try append(characteristic.uuid, characteristic.permissions, characteristic.value.map(AttributeValue.fixed) ?? .dynamic)
+            if !characteristic.properties.isDisjoint(with: [.notify, .indicate]) {
+                try append(GATTType.clientConfiguration, [.readable, .writeable], .clientConfiguration)
+            }
+            for descriptor in characteristic.descriptors {
+                try append(descriptor.uuid, descriptor.permissions, .fixed(descriptor.value))
+            }
+        }
+        added[0].groupEnd = handle - 1
+        attributes += added
+        nextHandle = handle
+        return added[0].handle
+    }
+
+    /// Removes the service declared at `handle`; the handles it used are not reused while others stay published.
+    public func removeService(at handle: UInt16) -> Bool {
+        guard let declaration = attribute(at: handle), declaration.groupEnd > 0 else { return false }
+        attributes.removeAll { $0.handle >= handle && $0.handle <= declaration.groupEnd }
+        return true
+    }
+
+    public func attribute(at handle: UInt16) -> Attribute? {
+        var low = 0
+        var high = attributes.count - 1
+        while low <= high {
+            let middle = (low + high) / 2
+            if attributes[middle].handle == handle { return attributes[middle] }
+            if attributes[middle].handle < handle { low = middle + 1 } else { high = middle - 1 }
+        }
+        return nil
+    }
+
+    public func attributes(in range: ClosedRange<UInt16>) -> ArraySlice<Attribute> {
+        let start = attributes.firstIndex { $0.handle >= range.lowerBound } ?? attributes.endIndex
+        let end = attributes.firstIndex { $0.handle > range.upperBound } ?? attributes.endIndex
+        return attributes[start..<max(start, end)]
+    }
+
+    public func setValue(_ value: [UInt8], at handle: UInt16) {
+        guard let index = attributes.firstIndex(where: { $0.handle == handle }) else { return }
+        attributes[index].value = .fixed(value)
+    }
+}

@@ -1,0 +1,75 @@
+import BerylHCI
+import BerylL2CAP
+import XCTest
+
+final class L2CAPReassemblyTests: XCTestCase {
+    func testFragmentsReassembleIntoOneFrame() {
+        var reassembler = L2CAPReassembler()
+        let frame = L2CAPFrame(.att, payload: Array(0..<60))
+        let pdu = frame.pdu
+        XCTAssertEqual(reassembler.feed(boundary: .firstFlushable, data: Array(pdu[0..<2])), [], "header split across fragments")
+        XCTAssertEqual(reassembler.feed(boundary: .continuing, data: Array(pdu[2..<27])), [])
+        XCTAssertEqual(reassembler.feed(boundary: .continuing, data: Array(pdu[27...])), [.frame(frame)])
+        XCTAssertTrue(reassembler.isIdle)
+    }
+
+    func testMalformedAndOversizedPDUsFromARemoteDeviceAreDropped() {
+        var reassembler = L2CAPReassembler(maxPayload: 100)
+        XCTAssertEqual(reassembler.feed(boundary: .continuing, data: [1, 2]), [.dropped("continuation fragment with no PDU started")])
+        // An oversized PDU is dropped whole, including its continuations, and the next one is fine.
+        let big = L2CAPFrame(.att, payload: [UInt8](repeating: 0, count: 500)).pdu
+        guard case .dropped? = reassembler.feed(boundary: .firstFlushable, data: Array(big[0..<27])).first else { return XCTFail() }
+        XCTAssertEqual(reassembler.feed(boundary: .continuing, data: Array(big[27..<54])), [])
+        let small = L2CAPFrame(.smp, payload: [1, 2, 3])
+        XCTAssertEqual(reassembler.feed(boundary: .firstFlushable, data: small.pdu), [.frame(small)])
+        // A PDU longer than its header says.
+        guard case .dropped? = reassembler.feed(boundary: .firstFlushable, data: [1, 0, 4, 0, 9, 9]).first else { return XCTFail() }
+        // A new start abandons an incomplete PDU, and says so.
+        _ = reassembler.feed(boundary: .firstFlushable, data: [10, 0, 4, 0, 1])
+        let outcomes = reassembler.feed(boundary: .firstFlushable, data: small.pdu)
+        XCTAssertEqual(outcomes.count, 2)
+        XCTAssertEqual(outcomes.last, .frame(small))
+    }
+}
+
+final class LESignalingTests: XCTestCase {
+    let request: [UInt8] = [0x12, 0x07, 0x08, 0x00, 0x18, 0x00, 0x28, 0x00, 0x00, 0x00, 0xC8, 0x00]
+
+    /// L2CAP/LE/CPU/BV-02-C: the central's host is asked and its answer goes back with the request's identifier.
+    func testL2CAP_LE_CPU_BV_02_C_centralAcceptsAParameterUpdate() {
+        var central = LESignaling(isCentral: true)
+        XCTAssertEqual(central.receive(request), [.parameterUpdateRequested(identifier: 7, ConnectionParameters(intervalMin: 24, intervalMax: 40, latency: 0, timeout: 200))])
+        XCTAssertEqual(central.respondToParameterUpdate(identifier: 7, accepted: true), .send([0x13, 0x07, 0x02, 0x00, 0x00, 0x00]))
+    }
+
+    /// L2CAP/LE/CPU/BI-01-C: a peripheral receiving the request rejects it as not understood.
+    func testL2CAP_LE_CPU_BI_01_C_peripheralRejectsAParameterUpdateRequest() {
+        var peripheral = LESignaling(isCentral: false)
+        XCTAssertEqual(peripheral.receive(request), [.send([0x01, 0x07, 0x02, 0x00, 0x00, 0x00])])
+    }
+
+    /// L2CAP/LE/CPU/BI-02-C: invalid parameters are refused without asking the host.
+    func testL2CAP_LE_CPU_BI_02_C_invalidParametersAreRejected() {
+        var central = LESignaling(isCentral: true)
+        let invalid: [UInt8] = [0x12, 0x08, 0x08, 0x00, 0x50, 0x00, 0x50, 0x00, 0x00, 0x00, 0x0A, 0x00]  // 100 ms interval, 100 ms timeout
+        XCTAssertEqual(central.receive(invalid), [.send([0x13, 0x08, 0x02, 0x00, 0x01, 0x00])])
+    }
+
+    /// L2CAP/LE/REJ/BI-01-C and BI-02-C: unknown commands and oversized signalling packets get Command Reject.
+    func testL2CAP_LE_REJ_BI_01_C_unknownCommandsAreRejected() {
+        var central = LESignaling(isCentral: true)
+        XCTAssertEqual(central.receive([0x7E, 0x09, 0x00, 0x00]), [.send([0x01, 0x09, 0x02, 0x00, 0x00, 0x00])])
+        XCTAssertEqual(central.receive([0x14, 0x0A, 0x14, 0x00] + [UInt8](repeating: 0, count: 20)),
+                       [.send([0x01, 0x0A, 0x04, 0x00, 0x01, 0x00, 23, 0])], "Signaling MTU exceeded")
+        XCTAssertEqual(central.receive([0x12, 0x00, 0x00, 0x00]).count, 1, "identifier 0 is dropped")
+        guard case .log? = central.receive([0x12]).first else { return XCTFail() }
+    }
+
+    func testAPeripheralsRequestAndTheCentralsAnswer() {
+        var peripheral = LESignaling(isCentral: false)
+        let parameters = ConnectionParameters(intervalMin: 24, intervalMax: 40, latency: 0, timeout: 200)
+        guard case .send(let packet)? = peripheral.requestParameterUpdate(parameters) else { return XCTFail() }
+        XCTAssertNil(peripheral.requestParameterUpdate(parameters), "one request at a time")
+        XCTAssertEqual(peripheral.receive([0x13, packet[1], 0x02, 0x00, 0x01, 0x00]), [.parameterUpdateAnswered(accepted: false)])
+    }
+}
