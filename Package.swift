@@ -12,6 +12,8 @@ let package = Package(
         .executable(name: "managerd", targets: ["managerd"]),
         .executable(name: "berylsim", targets: ["berylsim"]),
         .executable(name: "beryl", targets: ["beryl"]),
+        // The sans-IO protocol cores, for the fuzz package in Fuzz/ (and anyone embedding them).
+        .library(name: "BerylProtocols", targets: ["BerylCore", "BerylHCI", "BerylL2CAP", "BerylATT", "BerylGATT"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-protobuf.git", from: "1.39.0"),
