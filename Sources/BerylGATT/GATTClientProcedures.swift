@@ -1,0 +1,227 @@
+import BerylATT
+import BerylCore
+
+public struct DiscoveredService: Equatable, Sendable {
+    public var start: UInt16
+    public var end: UInt16
+    public var uuid: BluetoothUUID
+}
+
+public struct DiscoveredCharacteristic: Equatable, Sendable {
+    public var declaration: UInt16
+    public var properties: CharacteristicProperties
+    public var valueHandle: UInt16
+    public var uuid: BluetoothUUID
+}
+
+public struct DiscoveredDescriptor: Equatable, Sendable {
+    public var handle: UInt16
+    public var uuid: BluetoothUUID
+}
+
+/// One GATT client procedure as a state machine (Core Vol 3 Part G §4): it names the next request,
+/// takes each response, and ends with a result or the ATT error that stopped it.
+public enum GATTStep<Result: Equatable & Sendable>: Equatable, Sendable {
+    case request(ATTPDU)
+    case done(Result)
+    case failed(ATTError)
+}
+
+/// Discover All Primary Services (§4.4.1) or by UUID (§4.4.2).
+public struct DiscoverPrimaryServices {
+    public let uuid: BluetoothUUID?
+    private var next: UInt16 = 1
+    private var found: [DiscoveredService] = []
+
+    public init(uuid: BluetoothUUID? = nil) { self.uuid = uuid }
+
+    public mutating func start() -> GATTStep<[DiscoveredService]> { request() }
+
+    private func request() -> GATTStep<[DiscoveredService]> {
+        if let uuid { return .request(.findByTypeValueRequest(start: next, end: 0xFFFF, type: 0x2800, value: uuid.attWire)) }
+        return .request(.readByGroupTypeRequest(start: next, end: 0xFFFF, type: GATTType.primaryService))
+    }
+
+    public mutating func handle(_ response: ATTPDU) -> GATTStep<[DiscoveredService]> {
+        var last: UInt16 = 0
+        switch response {
+        case .readByGroupTypeResponse(let entries):
+            for entry in entries {
+                guard let uuid = BluetoothUUID(wire: entry.value) else { return .failed(.invalidPDU) }
+                found.append(DiscoveredService(start: entry.handle, end: entry.groupEnd, uuid: uuid))
+                last = entry.groupEnd
+            }
+        case .findByTypeValueResponse(let entries):
+            for entry in entries {
+                found.append(DiscoveredService(start: entry.found, end: entry.groupEnd, uuid: uuid!))
+                last = entry.groupEnd
+            }
+        case .errorResponse(_, _, .attributeNotFound):
+            return .done(found)
+        case .errorResponse(_, _, let error):
+            return .failed(error)
+        default:
+            return .failed(.invalidPDU)
+        }
+        // A server that does not advance would loop the procedure forever.
+        guard last >= next, last < 0xFFFF else { return .done(found) }
+        next = last + 1
+        return request()
+    }
+}
+
+/// Discover All Characteristics of a Service (§4.6.1).
+public struct DiscoverCharacteristics {
+    public let range: ClosedRange<UInt16>
+    private var next: UInt16
+    private var found: [DiscoveredCharacteristic] = []
+
+    public init(in range: ClosedRange<UInt16>) {
+        self.range = range
+        next = range.lowerBound
+    }
+
+    public mutating func start() -> GATTStep<[DiscoveredCharacteristic]> {
+        .request(.readByTypeRequest(start: next, end: range.upperBound, type: GATTType.characteristic))
+    }
+
+    public mutating func handle(_ response: ATTPDU) -> GATTStep<[DiscoveredCharacteristic]> {
+        switch response {
+        case .readByTypeResponse(let entries):
+            var last: UInt16 = 0
+            for entry in entries {
+                guard entry.value.count == 5 || entry.value.count == 19, let uuid = BluetoothUUID(wire: Array(entry.value[3...])) else {
+                    return .failed(.invalidPDU)
+                }
+                found.append(DiscoveredCharacteristic(declaration: entry.handle, properties: CharacteristicProperties(rawValue: entry.value[0]),
+                                                      valueHandle: UInt16(entry.value[1]) | UInt16(entry.value[2]) << 8, uuid: uuid))
+                last = entry.handle
+            }
+            guard last >= next, last < range.upperBound else { return .done(found) }
+            next = last + 1
+            return start()
+        case .errorResponse(_, _, .attributeNotFound):
+            return .done(found)
+        case .errorResponse(_, _, let error):
+            return .failed(error)
+        default:
+            return .failed(.invalidPDU)
+        }
+    }
+}
+
+/// Discover All Characteristic Descriptors (§4.7.1) between a value handle and the characteristic's end.
+public struct DiscoverDescriptors {
+    public let range: ClosedRange<UInt16>
+    private var next: UInt16
+    private var found: [DiscoveredDescriptor] = []
+
+    public init(in range: ClosedRange<UInt16>) {
+        self.range = range
+        next = range.lowerBound
+    }
+
+    public mutating func start() -> GATTStep<[DiscoveredDescriptor]> {
+        guard next <= range.upperBound else { return .done(found) }
+        return .request(.findInformationRequest(start: next, end: range.upperBound))
+    }
+
+    public mutating func handle(_ response: ATTPDU) -> GATTStep<[DiscoveredDescriptor]> {
+        switch response {
+        case .findInformationResponse(let entries):
+            var last: UInt16 = 0
+            for entry in entries {
+                found.append(DiscoveredDescriptor(handle: entry.handle, uuid: entry.type))
+                last = entry.handle
+            }
+            guard last >= next, last < range.upperBound else { return .done(found) }
+            next = last + 1
+            return start()
+        case .errorResponse(_, _, .attributeNotFound):
+            return .done(found)
+        case .errorResponse(_, _, let error):
+            return .failed(error)
+        default:
+            return .failed(.invalidPDU)
+        }
+    }
+}
+
+/// Read Long Characteristic Value (§4.8.3): Read, then Read Blob while the parts come back full.
+public struct ReadLongValue {
+    public let handle: UInt16
+    public let mtu: UInt16
+    private var value: [UInt8] = []
+
+    public init(handle: UInt16, mtu: UInt16) {
+        self.handle = handle
+        self.mtu = mtu
+    }
+
+    public mutating func start() -> GATTStep<[UInt8]> { .request(.readRequest(handle: handle)) }
+
+    public mutating func handle(_ response: ATTPDU) -> GATTStep<[UInt8]> {
+        switch response {
+        case .readResponse(let part), .readBlobResponse(let part):
+            value += part
+            guard part.count == Int(mtu) - 1, value.count < 512 else { return .done(value) }
+            return .request(.readBlobRequest(handle: handle, offset: UInt16(value.count)))
+        case .errorResponse(_, _, let error) where (error == .attributeNotLong || error == .invalidOffset) && !value.isEmpty:
+            return .done(value)
+        case .errorResponse(_, _, let error):
+            return .failed(error)
+        default:
+            return .failed(.invalidPDU)
+        }
+    }
+}
+
+/// Write Long Characteristic Value / Reliable Writes (§4.9.4, §4.9.5): prepared parts, each echo checked, then execute.
+public struct WriteLongValue {
+    public let writes: [(handle: UInt16, value: [UInt8])]
+    public let mtu: UInt16
+    private var parts: [PreparedWrite] = []
+    private var index = 0
+
+    public init(handle: UInt16, value: [UInt8], mtu: UInt16) {
+        self.init(writes: [(handle, value)], mtu: mtu)
+    }
+
+    public init(writes: [(handle: UInt16, value: [UInt8])], mtu: UInt16) {
+        self.writes = writes
+        self.mtu = mtu
+        let size = Int(mtu) - 5
+        for write in writes {
+            var offset = 0
+            repeat {
+                let end = min(offset + size, write.value.count)
+                parts.append(PreparedWrite(handle: write.handle, offset: UInt16(offset), value: Array(write.value[offset..<end])))
+                offset = end
+            } while offset < write.value.count
+        }
+    }
+
+    public mutating func start() -> GATTStep<Bool> { prepare() }
+
+    private func prepare() -> GATTStep<Bool> {
+        let part = parts[index]
+        return .request(.prepareWriteRequest(handle: part.handle, offset: part.offset, value: part.value))
+    }
+
+    public mutating func handle(_ response: ATTPDU) -> GATTStep<Bool> {
+        switch response {
+        case .prepareWriteResponse(let handle, let offset, let value):
+            let part = parts[index]
+            // A corrupted echo means the server queued something else: cancel everything (reliable write, §4.9.5).
+            guard handle == part.handle, offset == part.offset, value == part.value else { return .request(.executeWriteRequest(commit: false)) }
+            index += 1
+            return index < parts.count ? prepare() : .request(.executeWriteRequest(commit: true))
+        case .executeWriteResponse:
+            return .done(index == parts.count)
+        case .errorResponse(_, _, let error):
+            return .failed(error)
+        default:
+            return .failed(.invalidPDU)
+        }
+    }
+}

@@ -1,0 +1,149 @@
+import BerylATT
+import BerylCore
+import BerylGATT
+import XCTest
+
+/// A client bearer wired to a server bearer in memory: each procedure's requests cross as bytes.
+private final class Loopback {
+    let client = ATTClient()
+    let server: ATTServer
+    let database: AttributeDatabase
+    var notifications: [(UInt16, [UInt8])] = []
+    var serverSaw: [[UInt8]] = []
+
+    init() throws {
+        database = AttributeDatabase()
+        try database.add(ServiceDefinition(uuid: BluetoothUUID(0x1800), characteristics: [
+            CharacteristicDefinition(uuid: BluetoothUUID(0x2A00), properties: .read, permissions: .readable, value: Array("Beryl HR".utf8)),
+        ]))
+        for index in 0..<6 {
+            try database.add(ServiceDefinition(uuid: BluetoothUUID(UInt16(0x1810 + index)), characteristics: [
+                CharacteristicDefinition(uuid: BluetoothUUID(0x2A37), properties: [.read, .notify], permissions: .readable, value: [UInt8(index)]),
+            ]))
+        }
+        try database.add(ServiceDefinition(uuid: BluetoothUUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!, characteristics: [
+            CharacteristicDefinition(uuid: BluetoothUUID("6E400002-B5A3-F393-E0A9-E50E24DCCA9E")!, properties: [.read, .write],
+                                     permissions: [.readable, .writeable], value: Array(repeating: 0, count: 10),
+                                     descriptors: [DescriptorDefinition(uuid: BluetoothUUID(0x2901), value: Array("Data".utf8))]),
+        ]))
+        server = ATTServer(database: database)
+    }
+
+    /// Runs a procedure to its end through the client bearer and the server.
+    func run<R>(_ first: GATTStep<R>, _ handle: (ATTPDU) -> GATTStep<R>) -> GATTStep<R> {
+        var step = first
+        while case .request(let pdu) = step {
+            let (id, outputs) = client.submit(pdu, at: .zero)
+            guard let response = deliver(outputs, waitingFor: id) else { return .failed(.unlikelyError) }
+            step = handle(response)
+        }
+        return step
+    }
+
+    private func deliver(_ outputs: [ATTClientOutput], waitingFor id: UInt64) -> ATTPDU? {
+        var pending = outputs
+        while !pending.isEmpty {
+            let output = pending.removeFirst()
+            switch output {
+            case .send(let bytes):
+                serverSaw.append(bytes)
+                for reply in server.receive(bytes) {
+                    if case .send(let answer) = reply { pending += client.receive(answer, at: .zero) }
+                }
+            case .response(id, let pdu):
+                return pdu
+            case .notification(let handle, let value):
+                notifications.append((handle, value))
+            default:
+                continue
+            }
+        }
+        return nil
+    }
+}
+
+final class GATTClientProcedureTests: XCTestCase {
+    /// GATT/CL/GAD/BV-01-C: Discover All Primary Services across several responses.
+    func testGATT_CL_GAD_BV_01_C_discoverAllPrimaryServices() throws {
+        let link = try Loopback()
+        var procedure = DiscoverPrimaryServices()
+        let result = link.run(procedure.start()) { procedure.handle($0) }
+        guard case .done(let services) = result else { return XCTFail("\(result)") }
+        XCTAssertEqual(services.map(\.uuid.description), ["1800", "1810", "1811", "1812", "1813", "1814", "1815", "6E400001-B5A3-F393-E0A9-E50E24DCCA9E"])
+        XCTAssertEqual(services.first?.start, 1)
+        XCTAssertEqual(services.last?.end, UInt16(link.database.attributes.last!.handle))
+        XCTAssertGreaterThan(link.serverSaw.count, 2, "took more than one request at the default MTU")
+    }
+
+    /// GATT/CL/GAD/BV-02-C: Discover Primary Service by UUID.
+    func testGATT_CL_GAD_BV_02_C_discoverPrimaryServiceByUUID() throws {
+        let link = try Loopback()
+        var procedure = DiscoverPrimaryServices(uuid: BluetoothUUID(0x1813))
+        let result = link.run(procedure.start()) { procedure.handle($0) }
+        guard case .done(let services) = result else { return XCTFail("\(result)") }
+        XCTAssertEqual(services.count, 1)
+        XCTAssertEqual(services[0].uuid, BluetoothUUID(0x1813))
+    }
+
+    /// GATT/CL/GAD/BV-04-C and BV-06-C: characteristics and their descriptors.
+    func testGATT_CL_GAD_BV_04_C_discoverCharacteristicsAndDescriptors() throws {
+        let link = try Loopback()
+        var services = DiscoverPrimaryServices(uuid: BluetoothUUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!)
+        guard case .done(let found) = link.run(services.start(), { services.handle($0) }), let service = found.first else { return XCTFail() }
+        var characteristics = DiscoverCharacteristics(in: service.start...service.end)
+        guard case .done(let list) = link.run(characteristics.start(), { characteristics.handle($0) }), let characteristic = list.first else {
+            return XCTFail()
+        }
+        XCTAssertEqual(characteristic.uuid, BluetoothUUID("6E400002-B5A3-F393-E0A9-E50E24DCCA9E"))
+        XCTAssertEqual(characteristic.properties, [.read, .write])
+        var descriptors = DiscoverDescriptors(in: (characteristic.valueHandle + 1)...service.end)
+        guard case .done(let found2) = link.run(descriptors.start(), { descriptors.handle($0) }) else { return XCTFail() }
+        XCTAssertEqual(found2.map(\.uuid), [BluetoothUUID(0x2901)])
+    }
+
+    /// GATT/CL/GAR/BV-04-C and GATT/CL/GAW/BV-05-C: a long write then a long read of the same 300-byte value.
+    func testGATT_CL_GAW_BV_05_C_longWriteThenLongRead() throws {
+        let link = try Loopback()
+        let value = (0..<300).map { UInt8(truncatingIfNeeded: $0 &* 13) }
+        let handle = try XCTUnwrap(link.database.attributes.first { $0.type == BluetoothUUID("6E400002-B5A3-F393-E0A9-E50E24DCCA9E") }).handle
+        var write = WriteLongValue(handle: handle, value: value, mtu: link.client.mtu)
+        XCTAssertEqual(link.run(write.start()) { write.handle($0) }, .done(true))
+        var read = ReadLongValue(handle: handle, mtu: link.client.mtu)
+        XCTAssertEqual(link.run(read.start()) { read.handle($0) }, .done(value))
+    }
+
+    /// GATT/CL/GAC/BV-01-C: after exchanging the MTU, reads come back in bigger pieces.
+    func testGATT_CL_GAC_BV_01_C_mtuExchangeWidensTheBearer() throws {
+        let link = try Loopback()
+        let (id, outputs) = link.client.submit(.exchangeMTURequest(mtu: 247), at: .zero)
+        guard case .send(let bytes)? = outputs.first, case .send(let answer)? = link.server.receive(bytes).first else { return XCTFail() }
+        XCTAssertEqual(link.client.receive(answer, at: .zero), [.response(id: id, .exchangeMTUResponse(mtu: 517))])
+        XCTAssertEqual(link.client.mtu, 247)
+        XCTAssertEqual(link.server.mtu, 247)
+    }
+}
+
+final class ATTClientBearerTests: XCTestCase {
+    func testOneRequestAtATimeAndTheThirtySecondTimeout() {
+        let client = ATTClient()
+        let first = client.submit(.readRequest(handle: 1), at: .zero)
+        XCTAssertEqual(first.outputs, [.send([0x0A, 1, 0])])
+        let second = client.submit(.readRequest(handle: 2), at: .zero)
+        XCTAssertEqual(second.outputs, [], "queued behind the first")
+        XCTAssertEqual(client.submit(.writeCommand(handle: 3, value: [1]), at: .zero).outputs, [.send([0x52, 3, 0, 1])], "commands do not wait")
+        XCTAssertEqual(client.receive([0x0B, 9], at: .seconds(1)), [.response(id: first.id, .readResponse([9])), .send([0x0A, 2, 0])])
+        XCTAssertEqual(client.receive([0x13], at: .seconds(1)), [.log("writeResponse answers no outstanding request; dropped")])
+        XCTAssertEqual(client.tick(at: .seconds(30)), [], "30 s after the second was sent, not after the first")
+        XCTAssertEqual(client.tick(at: .seconds(31)), [.timedOut(id: second.id)])
+        XCTAssertFalse(client.isUsable, "Core Vol 3 Part F §3.3.3: no more PDUs on this bearer")
+        let late = client.submit(.readRequest(handle: 4), at: .seconds(32))
+        XCTAssertEqual(late.outputs, [.timedOut(id: late.id)])
+    }
+
+    func testIndicationsAreConfirmedAndNotificationsPassedOn() {
+        let client = ATTClient()
+        XCTAssertEqual(client.receive([0x1D, 5, 0, 7], at: .zero), [.indication(handle: 5, value: [7]), .send([0x1E])])
+        XCTAssertEqual(client.receive([0x1B, 5, 0, 8], at: .zero), [.notification(handle: 5, value: [8])])
+        XCTAssertEqual(client.receive([0xFF], at: .zero), [.log("malformed PDU from the server dropped")])
+    }
+}
