@@ -35,7 +35,7 @@ let package = Package(
         .target(name: "BerylSim", dependencies: ["BerylCore", "BerylHCI", "CBerylCrypto"]),
         .target(name: "BerylL2CAP", dependencies: ["BerylCore", "BerylHCI"]),
         .target(name: "BerylATT", dependencies: ["BerylCore"]),
-        .target(name: "BerylGATT", dependencies: ["BerylCore", "BerylATT"]),
+        .target(name: "BerylGATT", dependencies: ["BerylCore", "BerylATT", "BerylL2CAP", "BerylHCI"]),
         .target(name: "BerylEventLoop", dependencies: ["CBerylEvent"]),
         .target(name: "BerylIPC", dependencies: [
             "BerylCore", "BerylEventLoop", "CBerylSys",
@@ -47,14 +47,14 @@ let package = Package(
             "BerylCore", "BerylEventLoop", "BerylIPC", "CBerylSys",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
-        .target(name: "BerylStack", dependencies: ["BerylCore", "BerylDaemonKit", "BerylIPC", "BerylEventLoop", "CBerylSys"]),
+        .target(name: "BerylStack", dependencies: ["BerylCore", "BerylDaemonKit", "BerylIPC", "BerylEventLoop", "BerylHCI", "CBerylSys"]),
 
         .executableTarget(name: "hcid", dependencies: [
             "BerylDaemonKit", "BerylTransport", "BerylHCI", "BerylHardware",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "attd", dependencies: [
-            "BerylDaemonKit", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "BerylDaemonKit", "BerylGATT", "BerylHCI", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "managerd", dependencies: [
             "BerylDaemonKit", .product(name: "ArgumentParser", package: "swift-argument-parser"),

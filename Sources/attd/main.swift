@@ -11,22 +11,23 @@ struct Attd: ParsableCommand {
 
     @OptionGroup var options: DaemonOptions
 
+    @Option(help: "The GAP Device Name this stack's GATT server shows.")
+    var deviceName: String = "Beryl"
+
+    @Option(help: "Seconds a publisher has to answer a remote read or write before the peer gets an error.")
+    var answerTimeout: Double = 5
+
+    func validate() throws {
+        guard !deviceName.isEmpty, deviceName.utf8.count <= 248 else { throw ValidationError("--device-name must be 1 to 248 bytes") }
+        guard answerTimeout > 0, answerTimeout <= 30 else { throw ValidationError("--answer-timeout must be in (0, 30] seconds") }
+    }
+
     func run() throws {
+        var daemon: AttDaemon?
         let status = runDaemon({ try DaemonHost(name: "attd", paths: options.paths, logLevel: options.logLevel) }) { host in
-            host.handle = { incoming in
-                guard case .att(let request)? = incoming.request.kind else { return false }
-                switch request.kind {
-                case .getBearers?:
-                    // No link carries ATT until hcid delivers connections.
-                    var response = Response()
-                    response.att.bearers = Beryl_Ipc_V1_Bearers()
-                    incoming.respond(response)
-                case nil:
-                    incoming.fail(.unknownMessage, "empty ATT request")
-                }
-                return true
-            }
+            daemon = try AttDaemon(host: host, deviceName: deviceName, answerTimeout: .milliseconds(Int(answerTimeout * 1000)))
         }
+        withExtendedLifetime(daemon) {}
         throw ExitCode(status)
     }
 }

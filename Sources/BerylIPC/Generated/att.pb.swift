@@ -10,6 +10,11 @@
 
 /// attd's interface: L2CAP, ATT, GATT and SMP over the controller's links. Grows with the attd issue.
 
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 import SwiftProtobuf
 
 // If the compiler emits an error on this type, it is because this file
@@ -43,6 +48,8 @@ public nonisolated struct Beryl_Ipc_V1_Bearer: Sendable {
 
   public var attMtu: UInt32 = 0
 
+  public var central: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -54,6 +61,250 @@ public nonisolated struct Beryl_Ipc_V1_Bearers: Sendable {
   // methods supported on all messages.
 
   public var bearers: [Beryl_Ipc_V1_Bearer] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_DescriptorSpec: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// "2901" or a full 128-bit UUID.
+  public var uuid: String = String()
+
+  public var value: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_CharacteristicSpec: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var uuid: String = String()
+
+  /// Core Bluetooth's property bits (read 0x02, write 0x08, notify 0x10, ...).
+  public var properties: UInt32 = 0
+
+  /// Beryl's permission bits: readable 0x01, writeable 0x02, readEncryptionRequired 0x04, writeEncryptionRequired 0x08.
+  public var permissions: UInt32 = 0
+
+  /// With a value the characteristic is cached and served by attd; without, reads and writes go to the publisher.
+  public var cached: Bool = false
+
+  public var value: Data = Data()
+
+  public var descriptors: [Beryl_Ipc_V1_DescriptorSpec] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_ServiceSpec: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var uuid: String = String()
+
+  public var primary: Bool = false
+
+  public var characteristics: [Beryl_Ipc_V1_CharacteristicSpec] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Adds a service to the shared database; it stays while the publishing session does.
+public nonisolated struct Beryl_Ipc_V1_PublishService: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var service: Beryl_Ipc_V1_ServiceSpec {
+    get {_service ?? Beryl_Ipc_V1_ServiceSpec()}
+    set {_service = newValue}
+  }
+  /// Returns true if `service` has been explicitly set.
+  public var hasService: Bool {self._service != nil}
+  /// Clears the value of `service`. Subsequent reads from it will return its default value.
+  public mutating func clearService() {self._service = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _service: Beryl_Ipc_V1_ServiceSpec? = nil
+}
+
+public nonisolated struct Beryl_Ipc_V1_ServicePublished: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var startHandle: UInt32 = 0
+
+  public var endHandle: UInt32 = 0
+
+  /// The value handle of each characteristic, in the order given.
+  public var valueHandles: [UInt32] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_UnpublishService: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var startHandle: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Sends a value to every peer subscribed to the characteristic.
+public nonisolated struct Beryl_Ipc_V1_Notify: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var valueHandle: UInt32 = 0
+
+  public var value: Data = Data()
+
+  public var indicate: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_NotifyResult: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// Peers it was sent (or queued, for indications) to.
+  public var peers: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_AttWrite: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var handle: UInt32 = 0
+
+  public var offset: UInt32 = 0
+
+  public var value: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// To a publisher: a remote central reads a dynamic value. Answer with AnswerRead, once.
+public nonisolated struct Beryl_Ipc_V1_ReadRequested: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var id: UInt64 = 0
+
+  public var connectionHandle: UInt32 = 0
+
+  public var handle: UInt32 = 0
+
+  public var offset: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// To a publisher: writes to its dynamic values, all or nothing. Answer with AnswerWrite when with_response.
+public nonisolated struct Beryl_Ipc_V1_WriteRequested: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var id: UInt64 = 0
+
+  public var connectionHandle: UInt32 = 0
+
+  public var writes: [Beryl_Ipc_V1_AttWrite] = []
+
+  public var withResponse: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_SubscriptionChanged: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var valueHandle: UInt32 = 0
+
+  public var notify: Bool = false
+
+  public var indicate: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// error 0 answers with the value; otherwise the ATT error code to send.
+public nonisolated struct Beryl_Ipc_V1_AnswerRead: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var id: UInt64 = 0
+
+  public var connectionHandle: UInt32 = 0
+
+  public var value: Data = Data()
+
+  public var error: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_AnswerWrite: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var id: UInt64 = 0
+
+  public var connectionHandle: UInt32 = 0
+
+  public var error: UInt32 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -75,10 +326,55 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     set {kind = .getBearers(newValue)}
   }
 
+  public var publishService: Beryl_Ipc_V1_PublishService {
+    get {
+      if case .publishService(let v)? = kind {return v}
+      return Beryl_Ipc_V1_PublishService()
+    }
+    set {kind = .publishService(newValue)}
+  }
+
+  public var unpublishService: Beryl_Ipc_V1_UnpublishService {
+    get {
+      if case .unpublishService(let v)? = kind {return v}
+      return Beryl_Ipc_V1_UnpublishService()
+    }
+    set {kind = .unpublishService(newValue)}
+  }
+
+  public var notify: Beryl_Ipc_V1_Notify {
+    get {
+      if case .notify(let v)? = kind {return v}
+      return Beryl_Ipc_V1_Notify()
+    }
+    set {kind = .notify(newValue)}
+  }
+
+  public var answerRead: Beryl_Ipc_V1_AnswerRead {
+    get {
+      if case .answerRead(let v)? = kind {return v}
+      return Beryl_Ipc_V1_AnswerRead()
+    }
+    set {kind = .answerRead(newValue)}
+  }
+
+  public var answerWrite: Beryl_Ipc_V1_AnswerWrite {
+    get {
+      if case .answerWrite(let v)? = kind {return v}
+      return Beryl_Ipc_V1_AnswerWrite()
+    }
+    set {kind = .answerWrite(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
     case getBearers(Beryl_Ipc_V1_GetBearers)
+    case publishService(Beryl_Ipc_V1_PublishService)
+    case unpublishService(Beryl_Ipc_V1_UnpublishService)
+    case notify(Beryl_Ipc_V1_Notify)
+    case answerRead(Beryl_Ipc_V1_AnswerRead)
+    case answerWrite(Beryl_Ipc_V1_AnswerWrite)
 
   }
 
@@ -100,10 +396,28 @@ public nonisolated struct Beryl_Ipc_V1_AttResponse: Sendable {
     set {kind = .bearers(newValue)}
   }
 
+  public var servicePublished: Beryl_Ipc_V1_ServicePublished {
+    get {
+      if case .servicePublished(let v)? = kind {return v}
+      return Beryl_Ipc_V1_ServicePublished()
+    }
+    set {kind = .servicePublished(newValue)}
+  }
+
+  public var notified: Beryl_Ipc_V1_NotifyResult {
+    get {
+      if case .notified(let v)? = kind {return v}
+      return Beryl_Ipc_V1_NotifyResult()
+    }
+    set {kind = .notified(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
     case bearers(Beryl_Ipc_V1_Bearers)
+    case servicePublished(Beryl_Ipc_V1_ServicePublished)
+    case notified(Beryl_Ipc_V1_NotifyResult)
 
   }
 
@@ -133,11 +447,38 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
     set {kind = .bearerClosed(newValue)}
   }
 
+  public var readRequested: Beryl_Ipc_V1_ReadRequested {
+    get {
+      if case .readRequested(let v)? = kind {return v}
+      return Beryl_Ipc_V1_ReadRequested()
+    }
+    set {kind = .readRequested(newValue)}
+  }
+
+  public var writeRequested: Beryl_Ipc_V1_WriteRequested {
+    get {
+      if case .writeRequested(let v)? = kind {return v}
+      return Beryl_Ipc_V1_WriteRequested()
+    }
+    set {kind = .writeRequested(newValue)}
+  }
+
+  public var subscriptionChanged: Beryl_Ipc_V1_SubscriptionChanged {
+    get {
+      if case .subscriptionChanged(let v)? = kind {return v}
+      return Beryl_Ipc_V1_SubscriptionChanged()
+    }
+    set {kind = .subscriptionChanged(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
     case bearerOpened(Beryl_Ipc_V1_Bearer)
     case bearerClosed(Beryl_Ipc_V1_Bearer)
+    case readRequested(Beryl_Ipc_V1_ReadRequested)
+    case writeRequested(Beryl_Ipc_V1_WriteRequested)
+    case subscriptionChanged(Beryl_Ipc_V1_SubscriptionChanged)
 
   }
 
@@ -169,7 +510,7 @@ nonisolated extension Beryl_Ipc_V1_GetBearers: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Beryl_Ipc_V1_Bearer: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Bearer"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{3}peer_address\0\u{3}att_mtu\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{3}peer_address\0\u{3}att_mtu\0\u{1}central\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -180,6 +521,7 @@ nonisolated extension Beryl_Ipc_V1_Bearer: SwiftProtobuf.Message, SwiftProtobuf.
       case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
       case 2: try { try decoder.decodeSingularStringField(value: &self.peerAddress) }()
       case 3: try { try decoder.decodeSingularUInt32Field(value: &self.attMtu) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.central) }()
       default: break
       }
     }
@@ -195,6 +537,9 @@ nonisolated extension Beryl_Ipc_V1_Bearer: SwiftProtobuf.Message, SwiftProtobuf.
     if self.attMtu != 0 {
       try visitor.visitSingularUInt32Field(value: self.attMtu, fieldNumber: 3)
     }
+    if self.central != false {
+      try visitor.visitSingularBoolField(value: self.central, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -202,6 +547,7 @@ nonisolated extension Beryl_Ipc_V1_Bearer: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.connectionHandle != rhs.connectionHandle {return false}
     if lhs.peerAddress != rhs.peerAddress {return false}
     if lhs.attMtu != rhs.attMtu {return false}
+    if lhs.central != rhs.central {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -237,9 +583,573 @@ nonisolated extension Beryl_Ipc_V1_Bearers: SwiftProtobuf.Message, SwiftProtobuf
   }
 }
 
+nonisolated extension Beryl_Ipc_V1_DescriptorSpec: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".DescriptorSpec"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}uuid\0\u{1}value\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.uuid) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.value) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.uuid.isEmpty {
+      try visitor.visitSingularStringField(value: self.uuid, fieldNumber: 1)
+    }
+    if !self.value.isEmpty {
+      try visitor.visitSingularBytesField(value: self.value, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_DescriptorSpec, rhs: Beryl_Ipc_V1_DescriptorSpec) -> Bool {
+    if lhs.uuid != rhs.uuid {return false}
+    if lhs.value != rhs.value {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_CharacteristicSpec: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".CharacteristicSpec"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}uuid\0\u{1}properties\0\u{1}permissions\0\u{1}cached\0\u{1}value\0\u{1}descriptors\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.uuid) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.properties) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.permissions) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.cached) }()
+      case 5: try { try decoder.decodeSingularBytesField(value: &self.value) }()
+      case 6: try { try decoder.decodeRepeatedMessageField(value: &self.descriptors) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.uuid.isEmpty {
+      try visitor.visitSingularStringField(value: self.uuid, fieldNumber: 1)
+    }
+    if self.properties != 0 {
+      try visitor.visitSingularUInt32Field(value: self.properties, fieldNumber: 2)
+    }
+    if self.permissions != 0 {
+      try visitor.visitSingularUInt32Field(value: self.permissions, fieldNumber: 3)
+    }
+    if self.cached != false {
+      try visitor.visitSingularBoolField(value: self.cached, fieldNumber: 4)
+    }
+    if !self.value.isEmpty {
+      try visitor.visitSingularBytesField(value: self.value, fieldNumber: 5)
+    }
+    if !self.descriptors.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.descriptors, fieldNumber: 6)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_CharacteristicSpec, rhs: Beryl_Ipc_V1_CharacteristicSpec) -> Bool {
+    if lhs.uuid != rhs.uuid {return false}
+    if lhs.properties != rhs.properties {return false}
+    if lhs.permissions != rhs.permissions {return false}
+    if lhs.cached != rhs.cached {return false}
+    if lhs.value != rhs.value {return false}
+    if lhs.descriptors != rhs.descriptors {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_ServiceSpec: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ServiceSpec"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}uuid\0\u{1}primary\0\u{1}characteristics\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.uuid) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.primary) }()
+      case 3: try { try decoder.decodeRepeatedMessageField(value: &self.characteristics) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.uuid.isEmpty {
+      try visitor.visitSingularStringField(value: self.uuid, fieldNumber: 1)
+    }
+    if self.primary != false {
+      try visitor.visitSingularBoolField(value: self.primary, fieldNumber: 2)
+    }
+    if !self.characteristics.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.characteristics, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_ServiceSpec, rhs: Beryl_Ipc_V1_ServiceSpec) -> Bool {
+    if lhs.uuid != rhs.uuid {return false}
+    if lhs.primary != rhs.primary {return false}
+    if lhs.characteristics != rhs.characteristics {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PublishService: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PublishService"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}service\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._service) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._service {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PublishService, rhs: Beryl_Ipc_V1_PublishService) -> Bool {
+    if lhs._service != rhs._service {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_ServicePublished: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ServicePublished"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}start_handle\0\u{3}end_handle\0\u{3}value_handles\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.startHandle) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.endHandle) }()
+      case 3: try { try decoder.decodeRepeatedUInt32Field(value: &self.valueHandles) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.startHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.startHandle, fieldNumber: 1)
+    }
+    if self.endHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.endHandle, fieldNumber: 2)
+    }
+    if !self.valueHandles.isEmpty {
+      try visitor.visitPackedUInt32Field(value: self.valueHandles, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_ServicePublished, rhs: Beryl_Ipc_V1_ServicePublished) -> Bool {
+    if lhs.startHandle != rhs.startHandle {return false}
+    if lhs.endHandle != rhs.endHandle {return false}
+    if lhs.valueHandles != rhs.valueHandles {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_UnpublishService: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".UnpublishService"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}start_handle\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.startHandle) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.startHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.startHandle, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_UnpublishService, rhs: Beryl_Ipc_V1_UnpublishService) -> Bool {
+    if lhs.startHandle != rhs.startHandle {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Notify"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}value_handle\0\u{1}value\0\u{1}indicate\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.valueHandle) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.value) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.indicate) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.valueHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.valueHandle, fieldNumber: 1)
+    }
+    if !self.value.isEmpty {
+      try visitor.visitSingularBytesField(value: self.value, fieldNumber: 2)
+    }
+    if self.indicate != false {
+      try visitor.visitSingularBoolField(value: self.indicate, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_Notify, rhs: Beryl_Ipc_V1_Notify) -> Bool {
+    if lhs.valueHandle != rhs.valueHandle {return false}
+    if lhs.value != rhs.value {return false}
+    if lhs.indicate != rhs.indicate {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_NotifyResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".NotifyResult"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peers\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.peers) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.peers != 0 {
+      try visitor.visitSingularUInt32Field(value: self.peers, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_NotifyResult, rhs: Beryl_Ipc_V1_NotifyResult) -> Bool {
+    if lhs.peers != rhs.peers {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_AttWrite: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AttWrite"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0\u{1}offset\0\u{1}value\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.offset) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.value) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 1)
+    }
+    if self.offset != 0 {
+      try visitor.visitSingularUInt32Field(value: self.offset, fieldNumber: 2)
+    }
+    if !self.value.isEmpty {
+      try visitor.visitSingularBytesField(value: self.value, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_AttWrite, rhs: Beryl_Ipc_V1_AttWrite) -> Bool {
+    if lhs.handle != rhs.handle {return false}
+    if lhs.offset != rhs.offset {return false}
+    if lhs.value != rhs.value {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_ReadRequested: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ReadRequested"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{3}connection_handle\0\u{1}handle\0\u{1}offset\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.id) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.offset) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.id != 0 {
+      try visitor.visitSingularUInt64Field(value: self.id, fieldNumber: 1)
+    }
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 2)
+    }
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 3)
+    }
+    if self.offset != 0 {
+      try visitor.visitSingularUInt32Field(value: self.offset, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_ReadRequested, rhs: Beryl_Ipc_V1_ReadRequested) -> Bool {
+    if lhs.id != rhs.id {return false}
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.handle != rhs.handle {return false}
+    if lhs.offset != rhs.offset {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_WriteRequested: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".WriteRequested"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{3}connection_handle\0\u{1}writes\0\u{3}with_response\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.id) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 3: try { try decoder.decodeRepeatedMessageField(value: &self.writes) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.withResponse) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.id != 0 {
+      try visitor.visitSingularUInt64Field(value: self.id, fieldNumber: 1)
+    }
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 2)
+    }
+    if !self.writes.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.writes, fieldNumber: 3)
+    }
+    if self.withResponse != false {
+      try visitor.visitSingularBoolField(value: self.withResponse, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_WriteRequested, rhs: Beryl_Ipc_V1_WriteRequested) -> Bool {
+    if lhs.id != rhs.id {return false}
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.writes != rhs.writes {return false}
+    if lhs.withResponse != rhs.withResponse {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_SubscriptionChanged: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SubscriptionChanged"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{3}value_handle\0\u{1}notify\0\u{1}indicate\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.valueHandle) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.notify) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.indicate) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    if self.valueHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.valueHandle, fieldNumber: 2)
+    }
+    if self.notify != false {
+      try visitor.visitSingularBoolField(value: self.notify, fieldNumber: 3)
+    }
+    if self.indicate != false {
+      try visitor.visitSingularBoolField(value: self.indicate, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_SubscriptionChanged, rhs: Beryl_Ipc_V1_SubscriptionChanged) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.valueHandle != rhs.valueHandle {return false}
+    if lhs.notify != rhs.notify {return false}
+    if lhs.indicate != rhs.indicate {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_AnswerRead: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AnswerRead"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{3}connection_handle\0\u{1}value\0\u{1}error\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.id) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.value) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.error) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.id != 0 {
+      try visitor.visitSingularUInt64Field(value: self.id, fieldNumber: 1)
+    }
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 2)
+    }
+    if !self.value.isEmpty {
+      try visitor.visitSingularBytesField(value: self.value, fieldNumber: 3)
+    }
+    if self.error != 0 {
+      try visitor.visitSingularUInt32Field(value: self.error, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_AnswerRead, rhs: Beryl_Ipc_V1_AnswerRead) -> Bool {
+    if lhs.id != rhs.id {return false}
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.value != rhs.value {return false}
+    if lhs.error != rhs.error {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_AnswerWrite: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AnswerWrite"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{3}connection_handle\0\u{1}error\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.id) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.error) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.id != 0 {
+      try visitor.visitSingularUInt64Field(value: self.id, fieldNumber: 1)
+    }
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 2)
+    }
+    if self.error != 0 {
+      try visitor.visitSingularUInt32Field(value: self.error, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_AnswerWrite, rhs: Beryl_Ipc_V1_AnswerWrite) -> Bool {
+    if lhs.id != rhs.id {return false}
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.error != rhs.error {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -260,6 +1170,71 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
           self.kind = .getBearers(v)
         }
       }()
+      case 2: try {
+        var v: Beryl_Ipc_V1_PublishService?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .publishService(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .publishService(v)
+        }
+      }()
+      case 3: try {
+        var v: Beryl_Ipc_V1_UnpublishService?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .unpublishService(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .unpublishService(v)
+        }
+      }()
+      case 4: try {
+        var v: Beryl_Ipc_V1_Notify?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .notify(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .notify(v)
+        }
+      }()
+      case 5: try {
+        var v: Beryl_Ipc_V1_AnswerRead?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .answerRead(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .answerRead(v)
+        }
+      }()
+      case 6: try {
+        var v: Beryl_Ipc_V1_AnswerWrite?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .answerWrite(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .answerWrite(v)
+        }
+      }()
       default: break
       }
     }
@@ -270,9 +1245,33 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
     // allocates stack space for every if/case branch local when no optimizations
     // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
     // https://github.com/apple/swift-protobuf/issues/1182
-    try { if case .getBearers(let v)? = self.kind {
+    switch self.kind {
+    case .getBearers?: try {
+      guard case .getBearers(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
-    } }()
+    }()
+    case .publishService?: try {
+      guard case .publishService(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    }()
+    case .unpublishService?: try {
+      guard case .unpublishService(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    }()
+    case .notify?: try {
+      guard case .notify(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    }()
+    case .answerRead?: try {
+      guard case .answerRead(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    }()
+    case .answerWrite?: try {
+      guard case .answerWrite(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+    }()
+    case nil: break
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -285,7 +1284,7 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bearers\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bearers\0\u{3}service_published\0\u{1}notified\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -306,6 +1305,32 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
           self.kind = .bearers(v)
         }
       }()
+      case 2: try {
+        var v: Beryl_Ipc_V1_ServicePublished?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .servicePublished(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .servicePublished(v)
+        }
+      }()
+      case 3: try {
+        var v: Beryl_Ipc_V1_NotifyResult?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .notified(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .notified(v)
+        }
+      }()
       default: break
       }
     }
@@ -316,9 +1341,21 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
     // allocates stack space for every if/case branch local when no optimizations
     // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
     // https://github.com/apple/swift-protobuf/issues/1182
-    try { if case .bearers(let v)? = self.kind {
+    switch self.kind {
+    case .bearers?: try {
+      guard case .bearers(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
-    } }()
+    }()
+    case .servicePublished?: try {
+      guard case .servicePublished(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    }()
+    case .notified?: try {
+      guard case .notified(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    }()
+    case nil: break
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -331,7 +1368,7 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}bearer_opened\0\u{3}bearer_closed\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}bearer_opened\0\u{3}bearer_closed\0\u{3}read_requested\0\u{3}write_requested\0\u{3}subscription_changed\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -365,6 +1402,45 @@ nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobu
           self.kind = .bearerClosed(v)
         }
       }()
+      case 3: try {
+        var v: Beryl_Ipc_V1_ReadRequested?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .readRequested(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .readRequested(v)
+        }
+      }()
+      case 4: try {
+        var v: Beryl_Ipc_V1_WriteRequested?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .writeRequested(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .writeRequested(v)
+        }
+      }()
+      case 5: try {
+        var v: Beryl_Ipc_V1_SubscriptionChanged?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .subscriptionChanged(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .subscriptionChanged(v)
+        }
+      }()
       default: break
       }
     }
@@ -383,6 +1459,18 @@ nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobu
     case .bearerClosed?: try {
       guard case .bearerClosed(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    }()
+    case .readRequested?: try {
+      guard case .readRequested(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    }()
+    case .writeRequested?: try {
+      guard case .writeRequested(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    }()
+    case .subscriptionChanged?: try {
+      guard case .subscriptionChanged(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
     }()
     case nil: break
     }

@@ -1,0 +1,74 @@
+import BerylATT
+import BerylCore
+import BerylHCI
+import BerylL2CAP
+
+/// Everything one LE link carries, sans-IO: L2CAP reassembly, then ATT (the GATT server), the
+/// signalling channel, and SMP (refused until pairing is implemented).
+public final class LinkSession {
+    public enum Output: Equatable, Sendable {
+        /// An L2CAP PDU for hcid to fragment onto the link.
+        case send([UInt8])
+        case server(ATTServerOutput)
+        case parameterUpdateRequested(identifier: UInt8, ConnectionParameters)
+        case log(String)
+    }
+
+    public let handle: UInt16
+    public let isCentral: Bool
+    public let server: ATTServer
+    private var reassembler = L2CAPReassembler()
+    private var signaling: LESignaling
+
+    public init(handle: UInt16, isCentral: Bool, database: AttributeDatabase) {
+        self.handle = handle
+        self.isCentral = isCentral
+        server = ATTServer(database: database)
+        signaling = LESignaling(isCentral: isCentral)
+    }
+
+    public func receive(boundary: ACLBoundary, data: [UInt8]) -> [Output] {
+        var outputs: [Output] = []
+        for outcome in reassembler.feed(boundary: boundary, data: data) {
+            switch outcome {
+            case .dropped(let why):
+                outputs.append(.log("link 0x\(String(handle, radix: 16)): \(why)"))
+            case .frame(let frame):
+                outputs += dispatch(frame)
+            }
+        }
+        return outputs
+    }
+
+    private func dispatch(_ frame: L2CAPFrame) -> [Output] {
+        switch FixedChannel(rawValue: frame.channel) {
+        case .att?:
+            return server.receive(frame.payload).map { output in
+                if case .send(let bytes) = output { return .send(L2CAPFrame(.att, payload: bytes).pdu) }
+                return .server(output)
+            }
+        case .leSignaling?:
+            return signaling.receive(frame.payload).map { output in
+                switch output {
+                case .send(let bytes): .send(L2CAPFrame(.leSignaling, payload: bytes).pdu)
+                case .parameterUpdateRequested(let identifier, let parameters): .parameterUpdateRequested(identifier: identifier, parameters)
+                case .parameterUpdateAnswered(let accepted): .log("parameter update \(accepted ? "accepted" : "rejected")")
+                case .log(let message): .log(message)
+                }
+            }
+        case .smp?:
+            // Pairing Failed, reason Pairing Not Supported (Core Vol 3 Part H §3.5.5), to anything but a failure.
+            guard frame.payload.first != 0x05 else { return [] }
+            return [.send(L2CAPFrame(.smp, payload: [0x05, 0x05]).pdu), .log("pairing refused: not supported yet")]
+        case nil:
+            return [.log("frame for unknown channel 0x\(String(frame.channel, radix: 16)) dropped")]
+        }
+    }
+
+    public func answerParameterUpdate(identifier: UInt8, accepted: Bool) -> [UInt8] {
+        guard case .send(let bytes) = signaling.respondToParameterUpdate(identifier: identifier, accepted: accepted) else { return [] }
+        return L2CAPFrame(.leSignaling, payload: bytes).pdu
+    }
+
+    public func attPDU(_ bytes: [UInt8]) -> [UInt8] { L2CAPFrame(.att, payload: bytes).pdu }
+}

@@ -1,0 +1,104 @@
+import BerylCore
+import BerylEventLoop
+import SwiftProtobuf
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A client connection that lives on an event loop (daemon to daemon): requests are answered through
+/// callbacks, events arrive through `onEvent`, and nothing blocks the loop.
+public final class IPCConnection {
+    public let path: String
+    public var onEvent: (Event) -> Void = { _ in }
+    public var onClose: (String) -> Void = { _ in }
+    public private(set) var isOpen = true
+    private let fd: Int32
+    private let loop: EventLoop
+    private var reader: EventRegistration?
+    private var writer: EventRegistration?
+    private var outbound: [[UInt8]] = []
+    private var pending: [UInt64: (Result<Response, IPCClientError>) -> Void] = [:]
+    private var nextID: UInt64 = 1
+    private var buffer: [UInt8] = []
+
+    public init(loop: EventLoop, path: String) throws(IPCClientError) {
+        self.loop = loop
+        self.path = path
+        do {
+            fd = try SeqPacketSocket.connect(path: path, nonBlocking: true)
+        } catch {
+            throw .connect(error)
+        }
+        reader = try? loop.onReadable(fd) { [unowned self] in self.readAvailable() }
+    }
+
+    deinit {
+        if isOpen { close(fd) }
+    }
+
+    /// Sends a request; `completion` runs once with the response, the remote error, or `.closed`.
+    public func request(_ request: Request, completion: @escaping (Result<Response, IPCClientError>) -> Void = { _ in }) {
+        guard isOpen else { return completion(.failure(.closed)) }
+        let id = nextID
+        nextID += 1
+        pending[id] = completion
+        let bytes = Envelope.request(request, id: id).encoded()
+        if outbound.isEmpty, SeqPacketSocket.send(fd, bytes) == .sent { return }
+        outbound.append(bytes)
+        if writer == nil { writer = try? loop.onWritable(fd) { [unowned self] in self.flush() } }
+    }
+
+    private func flush() {
+        while let first = outbound.first {
+            switch SeqPacketSocket.send(fd, first) {
+            case .sent: outbound.removeFirst()
+            case .wouldBlock: return
+            case .closed: shut("peer closed"); return
+            }
+        }
+        writer?.cancel()
+        writer = nil
+    }
+
+    private func readAvailable() {
+        for _ in 0..<64 {
+            switch SeqPacketSocket.receive(fd, cap: IPCLimits.standard.maxMessageBytes, buffer: &buffer) {
+            case .message(let bytes):
+                guard let envelope = try? Envelope(serializedBytes: bytes) else { continue }
+                switch envelope.body {
+                case .event(let event)?:
+                    onEvent(event)
+                case .response(let response)?:
+                    guard let completion = pending.removeValue(forKey: envelope.requestID) else { continue }
+                    if case .error(let error)? = response.kind {
+                        completion(.failure(.remote(code: error.code, message: error.message, field: error.field)))
+                    } else {
+                        completion(.success(response))
+                    }
+                default:
+                    continue
+                }
+                guard isOpen else { return }
+            case .tooLarge:
+                continue
+            case .wouldBlock:
+                return
+            case .closed:
+                shut("peer disconnected")
+                return
+            }
+        }
+    }
+
+    public func shut(_ reason: String) {
+        guard isOpen else { return }
+        isOpen = false
+        reader?.cancel()
+        writer?.cancel()
+        close(fd)
+        let waiting = pending
+        pending.removeAll()
+        for completion in waiting.values { completion(.failure(.closed)) }
+        onClose(reason)
+    }
+}

@@ -1,0 +1,189 @@
+import BerylCore
+import BerylDaemonKit
+import BerylEventLoop
+import BerylHCI
+import BerylIPC
+import Foundation
+
+/// `beryl serve`: publishes a profile's services through attd, answers reads and writes of its dynamic
+/// values as an app would (keeping the last value written), sends its periodic notifications, and
+/// advertises through hcid, re-advertising after each disconnection.
+public final class ServeSession {
+    let loop: EventLoop
+    let profile: GATTProfile
+    let paths: DaemonPaths
+    let say: (String) -> Void
+    var attd: IPCConnection?
+    var hcid: IPCConnection?
+    var values: [UInt16: [UInt8]] = [:]
+    var timers: [EventRegistration] = []
+    var counters: [UInt16: UInt8] = [:]
+    public private(set) var failure: String?
+
+    public init(loop: EventLoop, profile: GATTProfile, paths: DaemonPaths, say: @escaping (String) -> Void) {
+        self.loop = loop
+        self.profile = profile
+        self.paths = paths
+        self.say = say
+    }
+
+    public func start() throws {
+        let attd = try IPCConnection(loop: loop, path: paths.socket("attd"))
+        let hcid = try IPCConnection(loop: loop, path: paths.socket("hcid"))
+        self.attd = attd
+        self.hcid = hcid
+        attd.onEvent = { [unowned self] in self.attdEvent($0) }
+        hcid.onEvent = { [unowned self] in self.hcidEvent($0) }
+        for connection in [attd, hcid] {
+            connection.onClose = { [unowned self] reason in self.fail("lost \(connection.path): \(reason)") }
+        }
+        var subscribe = Request()
+        subscribe.hci.subscribe.events = true
+        hcid.request(subscribe)
+        publish(0)
+    }
+
+    private func fail(_ reason: String) {
+        failure = reason
+        say("error: \(reason)")
+        loop.stop()
+    }
+
+    private func publish(_ index: Int) {
+        guard index < profile.services.count else {
+            advertise()
+            return
+        }
+        let service = profile.services[index]
+        var request = Request()
+        request.att.publishService.service = .with { spec in
+            spec.uuid = service.uuid.fullString
+            spec.primary = service.primary
+            spec.characteristics = service.characteristics.map { characteristic in
+                .with {
+                    $0.uuid = characteristic.uuid.fullString
+                    $0.properties = UInt32(characteristic.properties)
+                    $0.permissions = UInt32(characteristic.permissions)
+                    $0.cached = characteristic.value != nil
+                    $0.value = Data(characteristic.value ?? [])
+                    $0.descriptors = characteristic.descriptors.map { descriptor in .with { $0.uuid = descriptor.uuid.fullString; $0.value = Data(descriptor.value) } }
+                }
+            }
+        }
+        attd?.request(request) { [unowned self] result in
+            switch result {
+            case .failure(let error):
+                self.fail("publishing \(service.uuid): \(error)")
+            case .success(let response):
+                let published = response.att.servicePublished
+                self.say("published \(service.uuid) at handles \(published.startHandle)–\(published.endHandle)")
+                for (characteristic, handle) in zip(service.characteristics, published.valueHandles) {
+                    self.schedule(characteristic, at: UInt16(handle))
+                }
+                self.publish(index + 1)
+            }
+        }
+    }
+
+    private func schedule(_ characteristic: GATTProfile.Characteristic, at handle: UInt16) {
+        for (periodic, indicate) in [(characteristic.notify, false), (characteristic.indicate, true)] {
+            guard let periodic else { continue }
+            if let timer = try? loop.every(periodic.every, { [unowned self] in self.tick(handle, periodic.value, indicate: indicate) }) {
+                timers.append(timer)
+            }
+        }
+    }
+
+    private func tick(_ handle: UInt16, _ value: GATTProfile.PeriodicValue, indicate: Bool) {
+        let bytes: [UInt8]
+        switch value {
+        case .fixed(let fixed): bytes = fixed
+        case .counter8:
+            let next = counters[handle, default: 0] &+ 1
+            counters[handle] = next
+            bytes = [next]
+        }
+        var request = Request()
+        request.att.notify = .with { $0.valueHandle = UInt32(handle); $0.value = Data(bytes); $0.indicate = indicate }
+        attd?.request(request)
+    }
+
+    private func command(_ opcode: HCIOpcode, _ parameters: [UInt8], then: @escaping () -> Void = {}) {
+        var request = Request()
+        request.hci.sendCommand.opcode = UInt32(opcode.rawValue)
+        request.hci.sendCommand.parameters = Data(parameters)
+        hcid?.request(request) { [unowned self] result in
+            if case .failure(let error) = result { self.say("warning: \(opcode) failed: \(error)") }
+            then()
+        }
+    }
+
+    private func advertise() {
+        let (advertising, scanResponse) = profile.advertisingPayloads
+        let pad: ([UInt8]) -> [UInt8] = { [UInt8($0.count)] + $0 + [UInt8](repeating: 0, count: 31 - $0.count) }
+        // ADV_IND every 100 ms from the public address on all three channels.
+        command(.leSetAdvertisingParameters, [0xA0, 0x00, 0xA0, 0x00, 0x00, 0x00, 0x00, 0, 0, 0, 0, 0, 0, 0x07, 0x00])
+        command(.leSetAdvertisingData, pad(advertising))
+        command(.leSetScanResponseData, pad(scanResponse))
+        enableAdvertising()
+    }
+
+    private func enableAdvertising() {
+        command(.leSetAdvertisingEnable, [1]) { [unowned self] in
+            self.say("advertising" + (self.profile.localName.map { " as \"\($0)\"" } ?? ""))
+        }
+    }
+
+    private func hcidEvent(_ event: Event) {
+        guard case .event(let packet)? = event.hci.kind else { return }
+        if packet.code == HCIEventCode.disconnectionComplete.rawValue {
+            say("central disconnected; advertising again")
+            enableAdvertising()
+        } else if packet.code == HCIEventCode.leMeta.rawValue, let subevent = packet.parameters.first,
+                  subevent == LESubevent.enhancedConnectionComplete.rawValue || subevent == LESubevent.connectionComplete.rawValue,
+                  packet.parameters.count > 1, packet.parameters[packet.parameters.startIndex + 1] == 0 {
+            say("central connected")
+        }
+    }
+
+    private func attdEvent(_ event: Event) {
+        switch event.att.kind {
+        case .readRequested(let read)?:
+            let value = values[UInt16(read.handle)] ?? []
+            say("read 0x\(String(read.handle, radix: 16)) offset \(read.offset): \(value.count) bytes")
+            var request = Request()
+            request.att.answerRead = .with { $0.id = read.id; $0.connectionHandle = read.connectionHandle; $0.value = Data(value) }
+            attd?.request(request)
+        case .writeRequested(let write)?:
+            // Check the whole batch first: a bad offset refuses all of it (Core Bluetooth's respond(to:withResult:)).
+            var staged = values
+            var error: UInt32 = 0
+            for part in write.writes {
+                // A write at offset 0 replaces the value; a later part of a long write extends what came before it.
+                var value = part.offset == 0 ? [] : staged[UInt16(part.handle)] ?? []
+                guard Int(part.offset) <= value.count else { error = UInt32(ATTErrorCodes.invalidOffset); break }
+                value.replaceSubrange(Int(part.offset)..<min(value.count, Int(part.offset) + part.value.count), with: Array(part.value))
+                guard value.count <= 512 else { error = UInt32(ATTErrorCodes.invalidAttributeValueLength); break }
+                staged[UInt16(part.handle)] = value
+            }
+            if error == 0 { values = staged }
+            say("write \(write.writes.map { "0x\(String($0.handle, radix: 16))[\($0.offset)] \($0.value.count) bytes" }.joined(separator: ", "))"
+                + (error == 0 ? "" : " refused (0x\(String(error, radix: 16)))"))
+            guard write.withResponse else { return }
+            var request = Request()
+            request.att.answerWrite = .with { $0.id = write.id; $0.connectionHandle = write.connectionHandle; $0.error = error }
+            attd?.request(request)
+        case .subscriptionChanged(let change)?:
+            say("central \(change.notify || change.indicate ? "subscribed to" : "unsubscribed from") 0x\(String(change.valueHandle, radix: 16))"
+                + (change.indicate ? " (indications)" : ""))
+        default:
+            break
+        }
+    }
+}
+
+/// The ATT error codes a publisher answers with (Core Vol 3 Part F §3.4.1.1).
+enum ATTErrorCodes {
+    static let invalidOffset: UInt8 = 0x07
+    static let invalidAttributeValueLength: UInt8 = 0x0D
+}

@@ -1,0 +1,237 @@
+import BerylATT
+import BerylCore
+import BerylDaemonKit
+import BerylEventLoop
+import BerylGATT
+import BerylHCI
+import BerylIPC
+import Foundation
+
+/// attd's shell: links from hcid's events and ACL, one `LinkSession` per connection over a shared
+/// attribute database, and the services publishers add over attd.sock.
+final class AttDaemon {
+    struct Owner {
+        var range: ClosedRange<UInt16>
+        var session: UInt64
+    }
+
+    struct PendingAnswer {
+        var link: UInt16
+        var serverID: UInt64
+        var isRead: Bool
+        var offset: UInt16
+        var timer: EventRegistration?
+    }
+
+    let host: DaemonHost
+    let database = AttributeDatabase()
+    let answerTimeout: Duration
+    var hcid: IPCConnection?
+    var links: [UInt16: LinkSession] = [:]
+    var owners: [Owner] = []
+    var pending: [UInt64: PendingAnswer] = [:]
+    var nextAnswerID: UInt64 = 1
+
+    init(host: DaemonHost, deviceName: String, answerTimeout: Duration) throws {
+        self.host = host
+        self.answerTimeout = answerTimeout
+        // The mandatory GAP and GATT services (Core Vol 3 Part C §12, Part G §7).
+        try database.add(ServiceDefinition(uuid: BluetoothUUID(0x1800), characteristics: [
+            CharacteristicDefinition(uuid: BluetoothUUID(0x2A00), properties: .read, permissions: .readable, value: Array(deviceName.utf8)),
+            CharacteristicDefinition(uuid: BluetoothUUID(0x2A01), properties: .read, permissions: .readable, value: [0, 0]),
+        ]))
+        try database.add(ServiceDefinition(uuid: BluetoothUUID(0x1801), characteristics: [
+            CharacteristicDefinition(uuid: BluetoothUUID(0x2A05), properties: .indicate, permissions: [], value: [0x01, 0x00, 0xFF, 0xFF]),
+        ]))
+        host.handle = { [unowned self] in self.handle($0) }
+        _ = try host.loop.after(.zero) { [unowned self] in
+            self.host.server?.onSessionClosed = { [unowned self] session, _ in self.publisherGone(session.id) }
+            self.connectToHcid()
+        }
+    }
+
+    // MARK: hcid
+
+    private func connectToHcid() {
+        do {
+            let connection = try IPCConnection(loop: host.loop, path: host.paths.socket("hcid"))
+            connection.onEvent = { [unowned self] in self.hcidEvent($0) }
+            connection.onClose = { [unowned self] reason in
+                self.host.logger.warning("lost hcid (\(reason)); links are gone")
+                self.hcid = nil
+                for handle in Array(self.links.keys) { self.linkClosed(handle) }
+                _ = try? self.host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToHcid() }
+            }
+            var subscribe = Request()
+            subscribe.hci.subscribe.events = true
+            subscribe.hci.subscribe.acl = true
+            connection.request(subscribe) { [unowned self] result in
+                if case .failure(let error) = result { self.host.logger.warning("hcid subscription failed: \(error)") }
+            }
+            hcid = connection
+            host.logger.info("attached to hcid")
+        } catch {
+            host.logger.debug("hcid not reachable yet: \(error)")
+            _ = try? host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToHcid() }
+        }
+    }
+
+    private func hcidEvent(_ event: Event) {
+        switch event.hci.kind {
+        case .event(let packet)?:
+            let p = Array(packet.parameters)
+            if packet.code == HCIEventCode.leMeta.rawValue, p.count >= 5, p[0] == LESubevent.enhancedConnectionComplete.rawValue || p[0] == LESubevent.connectionComplete.rawValue, p[1] == 0 {
+                let handle = (UInt16(p[2]) | UInt16(p[3]) << 8) & 0x0FFF
+                links[handle] = LinkSession(handle: handle, isCentral: p[4] == 0, database: database)
+                host.logger.info("link 0x\(String(handle, radix: 16)) up (\(p[4] == 0 ? "central" : "peripheral"))")
+                broadcastBearer(handle, opened: true)
+            } else if packet.code == HCIEventCode.disconnectionComplete.rawValue, p.count >= 4, p[0] == 0 {
+                linkClosed((UInt16(p[1]) | UInt16(p[2]) << 8) & 0x0FFF)
+            }
+        case .acl(let acl)?:
+            guard let link = links[UInt16(acl.handle)] else { return }
+            let boundary = ACLBoundary(rawValue: UInt8(acl.boundary & 0x3)) ?? .continuing
+            apply(link.receive(boundary: boundary, data: Array(acl.data)), on: link)
+        default:
+            break
+        }
+    }
+
+    private func linkClosed(_ handle: UInt16) {
+        guard links.removeValue(forKey: handle) != nil else { return }
+        for (id, answer) in pending where answer.link == handle {
+            answer.timer?.cancel()
+            pending.removeValue(forKey: id)
+        }
+        host.logger.info("link 0x\(String(handle, radix: 16)) down")
+        broadcastBearer(handle, opened: false)
+    }
+
+    private func send(_ pdu: [UInt8], on handle: UInt16) {
+        var request = Request()
+        request.hci.sendAcl.handle = UInt32(handle)
+        request.hci.sendAcl.pdu = Data(pdu)
+        hcid?.request(request) { [unowned self] result in
+            if case .failure(let error) = result { self.host.logger.warning("ACL to 0x\(String(handle, radix: 16)) refused: \(error)") }
+        }
+    }
+
+    // MARK: Link outputs
+
+    func apply(_ outputs: [LinkSession.Output], on link: LinkSession) {
+        for output in outputs {
+            switch output {
+            case .send(let pdu):
+                send(pdu, on: link.handle)
+            case .log(let message):
+                host.logger.info(message)
+            case .parameterUpdateRequested(let identifier, let parameters):
+                // As central, accept what the peripheral asks for when it is valid (the signalling core checked).
+                send(link.answerParameterUpdate(identifier: identifier, accepted: true), on: link.handle)
+                var update = ByteWriter()
+                update.u16(link.handle)
+                for value in [parameters.intervalMin, parameters.intervalMax, parameters.latency, parameters.timeout, 0, 0] { update.u16(value) }
+                var request = Request()
+                request.hci.sendCommand.opcode = UInt32(HCIOpcode.leConnectionUpdate.rawValue)
+                request.hci.sendCommand.parameters = Data(update.bytes)
+                hcid?.request(request)
+            case .server(let serverOutput):
+                serverEvent(serverOutput, on: link)
+            }
+        }
+    }
+
+    private func serverEvent(_ output: ATTServerOutput, on link: LinkSession) {
+        switch output {
+        case .send(let bytes):
+            send(link.attPDU(bytes), on: link.handle)
+        case .readRequested(let id, let handle, let offset):
+            guard let owner = owner(of: handle) else {
+                apply(wrap(link.server.completeRead(id: id, with: .failure(.unlikelyError)), for: link), on: link)
+                return
+            }
+            let answerID = track(link: link.handle, serverID: id, isRead: true, offset: offset)
+            var event = Event()
+            event.att.readRequested = .with {
+                $0.id = answerID
+                $0.connectionHandle = UInt32(link.handle)
+                $0.handle = UInt32(handle)
+                $0.offset = UInt32(offset)
+            }
+            owner.send(.event(event))
+        case .writeRequested(let id, let writes, let withResponse):
+            guard let owner = writes.first.flatMap({ owner(of: $0.handle) }) else {
+                if withResponse { apply(wrap(link.server.completeWrite(id: id, error: .unlikelyError), for: link), on: link) }
+                return
+            }
+            let answerID = withResponse ? track(link: link.handle, serverID: id, isRead: false, offset: 0) : 0
+            var event = Event()
+            event.att.writeRequested = .with {
+                $0.id = answerID
+                $0.connectionHandle = UInt32(link.handle)
+                $0.withResponse = withResponse
+                $0.writes = writes.map { write in .with { $0.handle = UInt32(write.handle); $0.offset = UInt32(write.offset); $0.value = Data(write.value) } }
+            }
+            owner.send(.event(event))
+        case .subscriptionChanged(let valueHandle, let notify, let indicate):
+            var event = Event()
+            event.att.subscriptionChanged = .with {
+                $0.connectionHandle = UInt32(link.handle)
+                $0.valueHandle = UInt32(valueHandle)
+                $0.notify = notify
+                $0.indicate = indicate
+            }
+            owner(of: valueHandle)?.send(.event(event))
+        case .indicationConfirmed, .log:
+            break
+        }
+    }
+
+    func wrap(_ outputs: [ATTServerOutput], for link: LinkSession) -> [LinkSession.Output] {
+        outputs.map { if case .send(let bytes) = $0 { return .send(link.attPDU(bytes)) } else { return .server($0) } }
+    }
+
+    /// Remembers an answer owed by a publisher; if it never comes, the peer gets Unlikely Error rather than silence.
+    private func track(link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16) -> UInt64 {
+        let id = nextAnswerID
+        nextAnswerID += 1
+        let timer = try? host.loop.after(answerTimeout) { [unowned self] in
+            self.host.logger.warning("publisher did not answer \(isRead ? "read" : "write") \(id) in time")
+            self.finish(id, read: .failure(.unlikelyError), writeError: .unlikelyError)
+        }
+        pending[id] = PendingAnswer(link: link, serverID: serverID, isRead: isRead, offset: offset, timer: timer)
+        return id
+    }
+
+    func finish(_ id: UInt64, read: Result<[UInt8], ATTError>, writeError: ATTError?) {
+        guard let answer = pending.removeValue(forKey: id), let link = links[answer.link] else { return }
+        answer.timer?.cancel()
+        let outputs = answer.isRead ? link.server.completeRead(id: answer.serverID, with: read, offset: answer.offset)
+            : link.server.completeWrite(id: answer.serverID, error: writeError)
+        apply(wrap(outputs, for: link), on: link)
+    }
+
+    private func owner(of handle: UInt16) -> IPCSession? {
+        guard let owner = owners.first(where: { $0.range.contains(handle) }) else { return nil }
+        return host.server?.sessions[owner.session]
+    }
+
+    private func publisherGone(_ session: UInt64) {
+        for owner in owners where owner.session == session {
+            _ = database.removeService(at: owner.range.lowerBound)
+            host.logger.info("service at \(owner.range) removed with its publisher")
+        }
+        owners.removeAll { $0.session == session }
+    }
+
+    private func broadcastBearer(_ handle: UInt16, opened: Bool) {
+        var event = Event()
+        let bearer = Beryl_Ipc_V1_Bearer.with {
+            $0.connectionHandle = UInt32(handle)
+            $0.attMtu = UInt32(links[handle]?.server.mtu ?? 23)
+            $0.central = links[handle]?.isCentral ?? false
+        }
+        if opened { event.att.bearerOpened = bearer } else { event.att.bearerClosed = bearer }
+        host.server?.broadcast(event)
+    }
+}

@@ -1,0 +1,44 @@
+import ArgumentParser
+import BerylEventLoop
+import BerylStack
+import Foundation
+
+/// `beryl serve PROFILE.json`: publish the profile's services and advertise them until stopped.
+struct Serve: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Publish the GATT services of a profile file and advertise them, until stopped (SIGINT/SIGTERM).")
+
+    @OptionGroup var stack: StackOptions
+
+    @Argument(help: "The profile: localName, advertise and services (see the README).")
+    var profile: String
+
+    @Flag(help: "Only check the profile and print what it would publish.")
+    var check = false
+
+    func run() throws {
+        let parsed: GATTProfile
+        do {
+            parsed = try GATTProfile.load(path: profile)
+        } catch {
+            throw Output.fail("\(error)", code: 65)
+        }
+        if check {
+            print("\(profile): \(parsed.services.count) services, \(parsed.services.map(\.characteristics.count).reduce(0, +)) characteristics")
+            return
+        }
+        let loop: EventLoop
+        do { loop = try EventLoop() } catch { throw Output.fail("\(error)") }
+        let session = ServeSession(loop: loop, profile: parsed, paths: stack.paths) { line in
+            FileHandle.standardOutput.write(Data((line + "\n").utf8))
+        }
+        do {
+            try session.start()
+        } catch {
+            throw Output.fail("cannot reach the stack in \(stack.paths.runtimeDir): \(error)")
+        }
+        for signalNumber in [SIGINT, SIGTERM] { _ = try? loop.onSignal(signalNumber) { loop.stop() } }
+        do { try loop.run() } catch { throw Output.fail("\(error)") }
+        if let failure = session.failure { throw Output.fail(failure) }
+    }
+}

@@ -1,0 +1,69 @@
+"""Interop: a Bumble central against a Beryl peripheral (hcid + attd + `beryl serve`) on berylsim."""
+import asyncio
+import json
+import os
+import subprocess
+import time
+
+import bumble_central
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_bumble_central_discovers_reads_writes_and_subscribes(berylsim, capsys):
+    binaries = berylsim["bin"]
+    run = os.path.join(berylsim["dir"], "run")
+    state = os.path.join(berylsim["dir"], "state")
+    processes = []
+    logs = []
+
+    def start(name, arguments):
+        log = open(os.path.join(berylsim["dir"], f"{name}.log"), "w")
+        logs.append(log)
+        processes.append(subprocess.Popen([os.path.join(binaries, arguments[0])] + arguments[1:], stdout=log, stderr=subprocess.STDOUT))
+
+    try:
+        start("hcid", ["hcid", "--runtime-dir", run, "--state-dir", state, "--transport", f"unix:{berylsim['dir']}/controller-0.sock"])
+        start("attd", ["attd", "--runtime-dir", run, "--state-dir", state])
+
+        def powered_on():
+            out = subprocess.run([os.path.join(binaries, "beryl"), "status", "--runtime-dir", run, "--json"], capture_output=True, text=True).stdout
+            return bool(out.strip()) and json.loads(out).get("controller", {}).get("state") == "poweredOn"
+
+        wait_for(powered_on, 10, "hcid poweredOn")
+        wait_for(lambda: os.path.exists(os.path.join(run, "attd.sock")), 10, "attd")
+        start("serve", ["beryl", "serve", os.path.join(ROOT, "Examples/profiles/heart-rate.json"), "--runtime-dir", run])
+        serve_log = os.path.join(berylsim["dir"], "serve.log")
+        wait_for(lambda: "advertising" in open(serve_log).read(), 10, "beryl serve advertising")
+
+        assert asyncio.run(bumble_central.main(berylsim["base"] + 1)) == 0
+        out = capsys.readouterr().out
+        for line in ["discovered Beryl HR", "MTU 185", "read GAP name and cached value", "long write and long read",
+                     "notifications:", "indication received and confirmed", "disconnected"]:
+            assert line in out, out
+
+        wait_for(lambda: "advertising again" in open(serve_log).read(), 5, "re-advertising after the disconnection")
+        served = open(serve_log).read()
+        assert "write 0x12[0] 180 bytes, 0x12[180] 180 bytes, 0x12[360] 40 bytes" in served, served
+        assert "central subscribed to" in served, served
+        controllers = json.loads(subprocess.check_output(
+            [os.path.join(binaries, "beryl"), "sim", "list", "--dir", berylsim["dir"], "--json"], text=True))["controllers"]
+        assert all(c.get("aclOverflows", 0) == 0 and c.get("commandFlowViolations", 0) == 0 for c in controllers), controllers
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        for log in logs:
+            log.close()
