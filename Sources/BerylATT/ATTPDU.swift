@@ -54,6 +54,18 @@ public enum ATTOpcode: UInt8, Sendable {
     case writeCommand = 0x52
     case signedWriteCommand = 0xD2
 
+    /// What only a server sends: responses (and Error Response), notifications and indications.
+    public var isSentByServer: Bool {
+        switch self {
+        case .errorResponse, .exchangeMTUResponse, .findInformationResponse, .findByTypeValueResponse, .readByTypeResponse, .readResponse,
+             .readBlobResponse, .readMultipleResponse, .readByGroupTypeResponse, .writeResponse, .prepareWriteResponse, .executeWriteResponse,
+             .handleValueNotification, .handleValueIndication:
+            true
+        default:
+            false
+        }
+    }
+
     /// Requests expect exactly one response; commands, notifications and confirmations do not (§3.3).
     public var isRequest: Bool {
         switch self {

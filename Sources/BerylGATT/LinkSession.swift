@@ -10,6 +10,7 @@ public final class LinkSession {
         /// An L2CAP PDU for hcid to fragment onto the link.
         case send([UInt8])
         case server(ATTServerOutput)
+        case client(ATTClientOutput)
         case parameterUpdateRequested(identifier: UInt8, ConnectionParameters)
         case log(String)
     }
@@ -17,6 +18,7 @@ public final class LinkSession {
     public let handle: UInt16
     public let isCentral: Bool
     public let server: ATTServer
+    public let client = ATTClient()
     private var reassembler = L2CAPReassembler()
     private var signaling: LESignaling
 
@@ -43,6 +45,10 @@ public final class LinkSession {
     private func dispatch(_ frame: L2CAPFrame) -> [Output] {
         switch FixedChannel(rawValue: frame.channel) {
         case .att?:
+            // One fixed channel carries both roles: what only a server sends belongs to our client (Core Vol 3 Part F §3.2.11).
+            if let opcode = frame.payload.first.flatMap(ATTOpcode.init(rawValue:)), opcode.isSentByServer {
+                return clientOutputs(client.receive(frame.payload, at: now))
+            }
             return server.receive(frame.payload).map { output in
                 if case .send(let bytes) = output { return .send(L2CAPFrame(.att, payload: bytes).pdu) }
                 return .server(output)
@@ -71,4 +77,12 @@ public final class LinkSession {
     }
 
     public func attPDU(_ bytes: [UInt8]) -> [UInt8] { L2CAPFrame(.att, payload: bytes).pdu }
+
+    /// The time as the shell last gave it, for the client's transaction timeout.
+    public var now: Duration = .zero
+
+    /// Client outputs with their PDUs framed for the link.
+    public func clientOutputs(_ outputs: [ATTClientOutput]) -> [Output] {
+        outputs.map { if case .send(let bytes) = $0 { return .send(attPDU(bytes)) } else { return .client($0) } }
+    }
 }

@@ -63,6 +63,8 @@ extension AttDaemon {
             let error = answer.error == 0 ? nil : (ATTError(rawValue: UInt8(truncatingIfNeeded: answer.error)) ?? .unlikelyError)
             finish(answer.id, read: .failure(.unlikelyError), writeError: error)
             incoming.respond(.with { $0.ack = .init() })
+        case .gattDiscover?, .gattRead?, .gattWrite?, .gattSubscribe?:
+            return handleClientRequest(request.kind!, incoming)
         case nil:
             incoming.fail(.unknownMessage, "empty ATT request")
         }

@@ -31,6 +31,7 @@ final class AttDaemon {
     var owners: [Owner] = []
     var pending: [UInt64: PendingAnswer] = [:]
     var nextAnswerID: UInt64 = 1
+    var waiters: [WaiterKey: Waiter] = [:]
 
     init(host: DaemonHost, deviceName: String, answerTimeout: Duration) throws {
         self.host = host
@@ -48,6 +49,8 @@ final class AttDaemon {
             self.host.server?.onSessionClosed = { [unowned self] session, _ in self.publisherGone(session.id) }
             self.connectToHcid()
         }
+        // The GATT client's 30-second transaction timeout needs the time now and then.
+        _ = try host.loop.every(.seconds(1)) { [unowned self] in self.tickClients() }
     }
 
     // MARK: hcid
@@ -91,6 +94,7 @@ final class AttDaemon {
         case .acl(let acl)?:
             guard let link = links[UInt16(acl.handle)] else { return }
             let boundary = ACLBoundary(rawValue: UInt8(acl.boundary & 0x3)) ?? .continuing
+            link.now = host.loop.uptime
             apply(link.receive(boundary: boundary, data: Array(acl.data)), on: link)
         default:
             break
@@ -99,6 +103,7 @@ final class AttDaemon {
 
     private func linkClosed(_ handle: UInt16) {
         guard links.removeValue(forKey: handle) != nil else { return }
+        failWaiters(of: handle)
         for (id, answer) in pending where answer.link == handle {
             answer.timer?.cancel()
             pending.removeValue(forKey: id)
@@ -137,6 +142,8 @@ final class AttDaemon {
                 hcid?.request(request)
             case .server(let serverOutput):
                 serverEvent(serverOutput, on: link)
+            case .client(let clientOutput):
+                clientEvent(clientOutput, on: link)
             }
         }
     }

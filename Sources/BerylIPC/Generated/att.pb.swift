@@ -311,6 +311,164 @@ public nonisolated struct Beryl_Ipc_V1_AnswerWrite: Sendable {
   public init() {}
 }
 
+/// GATT client (central role) requests on an open link.
+public nonisolated struct Beryl_Ipc_V1_GattDiscover: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_GattDescriptorInfo: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var uuid: String = String()
+
+  public var handle: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_GattCharacteristicInfo: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var uuid: String = String()
+
+  public var properties: UInt32 = 0
+
+  public var valueHandle: UInt32 = 0
+
+  public var descriptors: [Beryl_Ipc_V1_GattDescriptorInfo] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_GattServiceInfo: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var uuid: String = String()
+
+  public var startHandle: UInt32 = 0
+
+  public var endHandle: UInt32 = 0
+
+  public var characteristics: [Beryl_Ipc_V1_GattCharacteristicInfo] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_GattDatabase: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var services: [Beryl_Ipc_V1_GattServiceInfo] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_GattRead: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var handle: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_GattValue: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var value: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_GattWrite: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var handle: UInt32 = 0
+
+  public var value: Data = Data()
+
+  public var withoutResponse: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Writes the characteristic's Client Characteristic Configuration; values then arrive as GattNotification events.
+public nonisolated struct Beryl_Ipc_V1_GattSubscribe: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var valueHandle: UInt32 = 0
+
+  public var cccdHandle: UInt32 = 0
+
+  public var indicate: Bool = false
+
+  public var enable: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_GattNotification: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var handle: UInt32 = 0
+
+  public var value: Data = Data()
+
+  public var indication: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -366,6 +524,38 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     set {kind = .answerWrite(newValue)}
   }
 
+  public var gattDiscover: Beryl_Ipc_V1_GattDiscover {
+    get {
+      if case .gattDiscover(let v)? = kind {return v}
+      return Beryl_Ipc_V1_GattDiscover()
+    }
+    set {kind = .gattDiscover(newValue)}
+  }
+
+  public var gattRead: Beryl_Ipc_V1_GattRead {
+    get {
+      if case .gattRead(let v)? = kind {return v}
+      return Beryl_Ipc_V1_GattRead()
+    }
+    set {kind = .gattRead(newValue)}
+  }
+
+  public var gattWrite: Beryl_Ipc_V1_GattWrite {
+    get {
+      if case .gattWrite(let v)? = kind {return v}
+      return Beryl_Ipc_V1_GattWrite()
+    }
+    set {kind = .gattWrite(newValue)}
+  }
+
+  public var gattSubscribe: Beryl_Ipc_V1_GattSubscribe {
+    get {
+      if case .gattSubscribe(let v)? = kind {return v}
+      return Beryl_Ipc_V1_GattSubscribe()
+    }
+    set {kind = .gattSubscribe(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -375,6 +565,10 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     case notify(Beryl_Ipc_V1_Notify)
     case answerRead(Beryl_Ipc_V1_AnswerRead)
     case answerWrite(Beryl_Ipc_V1_AnswerWrite)
+    case gattDiscover(Beryl_Ipc_V1_GattDiscover)
+    case gattRead(Beryl_Ipc_V1_GattRead)
+    case gattWrite(Beryl_Ipc_V1_GattWrite)
+    case gattSubscribe(Beryl_Ipc_V1_GattSubscribe)
 
   }
 
@@ -412,12 +606,30 @@ public nonisolated struct Beryl_Ipc_V1_AttResponse: Sendable {
     set {kind = .notified(newValue)}
   }
 
+  public var gattDatabase: Beryl_Ipc_V1_GattDatabase {
+    get {
+      if case .gattDatabase(let v)? = kind {return v}
+      return Beryl_Ipc_V1_GattDatabase()
+    }
+    set {kind = .gattDatabase(newValue)}
+  }
+
+  public var gattValue: Beryl_Ipc_V1_GattValue {
+    get {
+      if case .gattValue(let v)? = kind {return v}
+      return Beryl_Ipc_V1_GattValue()
+    }
+    set {kind = .gattValue(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
     case bearers(Beryl_Ipc_V1_Bearers)
     case servicePublished(Beryl_Ipc_V1_ServicePublished)
     case notified(Beryl_Ipc_V1_NotifyResult)
+    case gattDatabase(Beryl_Ipc_V1_GattDatabase)
+    case gattValue(Beryl_Ipc_V1_GattValue)
 
   }
 
@@ -471,6 +683,14 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
     set {kind = .subscriptionChanged(newValue)}
   }
 
+  public var gattNotification: Beryl_Ipc_V1_GattNotification {
+    get {
+      if case .gattNotification(let v)? = kind {return v}
+      return Beryl_Ipc_V1_GattNotification()
+    }
+    set {kind = .gattNotification(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -479,6 +699,7 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
     case readRequested(Beryl_Ipc_V1_ReadRequested)
     case writeRequested(Beryl_Ipc_V1_WriteRequested)
     case subscriptionChanged(Beryl_Ipc_V1_SubscriptionChanged)
+    case gattNotification(Beryl_Ipc_V1_GattNotification)
 
   }
 
@@ -1147,9 +1368,399 @@ nonisolated extension Beryl_Ipc_V1_AnswerWrite: SwiftProtobuf.Message, SwiftProt
   }
 }
 
+nonisolated extension Beryl_Ipc_V1_GattDiscover: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattDiscover"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattDiscover, rhs: Beryl_Ipc_V1_GattDiscover) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_GattDescriptorInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattDescriptorInfo"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}uuid\0\u{1}handle\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.uuid) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.uuid.isEmpty {
+      try visitor.visitSingularStringField(value: self.uuid, fieldNumber: 1)
+    }
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattDescriptorInfo, rhs: Beryl_Ipc_V1_GattDescriptorInfo) -> Bool {
+    if lhs.uuid != rhs.uuid {return false}
+    if lhs.handle != rhs.handle {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_GattCharacteristicInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattCharacteristicInfo"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}uuid\0\u{1}properties\0\u{3}value_handle\0\u{1}descriptors\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.uuid) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.properties) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.valueHandle) }()
+      case 4: try { try decoder.decodeRepeatedMessageField(value: &self.descriptors) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.uuid.isEmpty {
+      try visitor.visitSingularStringField(value: self.uuid, fieldNumber: 1)
+    }
+    if self.properties != 0 {
+      try visitor.visitSingularUInt32Field(value: self.properties, fieldNumber: 2)
+    }
+    if self.valueHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.valueHandle, fieldNumber: 3)
+    }
+    if !self.descriptors.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.descriptors, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattCharacteristicInfo, rhs: Beryl_Ipc_V1_GattCharacteristicInfo) -> Bool {
+    if lhs.uuid != rhs.uuid {return false}
+    if lhs.properties != rhs.properties {return false}
+    if lhs.valueHandle != rhs.valueHandle {return false}
+    if lhs.descriptors != rhs.descriptors {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_GattServiceInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattServiceInfo"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}uuid\0\u{3}start_handle\0\u{3}end_handle\0\u{1}characteristics\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.uuid) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.startHandle) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.endHandle) }()
+      case 4: try { try decoder.decodeRepeatedMessageField(value: &self.characteristics) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.uuid.isEmpty {
+      try visitor.visitSingularStringField(value: self.uuid, fieldNumber: 1)
+    }
+    if self.startHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.startHandle, fieldNumber: 2)
+    }
+    if self.endHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.endHandle, fieldNumber: 3)
+    }
+    if !self.characteristics.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.characteristics, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattServiceInfo, rhs: Beryl_Ipc_V1_GattServiceInfo) -> Bool {
+    if lhs.uuid != rhs.uuid {return false}
+    if lhs.startHandle != rhs.startHandle {return false}
+    if lhs.endHandle != rhs.endHandle {return false}
+    if lhs.characteristics != rhs.characteristics {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_GattDatabase: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattDatabase"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}services\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.services) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.services.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.services, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattDatabase, rhs: Beryl_Ipc_V1_GattDatabase) -> Bool {
+    if lhs.services != rhs.services {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_GattRead: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattRead"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}handle\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattRead, rhs: Beryl_Ipc_V1_GattRead) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.handle != rhs.handle {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_GattValue: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattValue"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}value\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.value) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.value.isEmpty {
+      try visitor.visitSingularBytesField(value: self.value, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattValue, rhs: Beryl_Ipc_V1_GattValue) -> Bool {
+    if lhs.value != rhs.value {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_GattWrite: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattWrite"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}handle\0\u{1}value\0\u{3}without_response\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.value) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.withoutResponse) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 2)
+    }
+    if !self.value.isEmpty {
+      try visitor.visitSingularBytesField(value: self.value, fieldNumber: 3)
+    }
+    if self.withoutResponse != false {
+      try visitor.visitSingularBoolField(value: self.withoutResponse, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattWrite, rhs: Beryl_Ipc_V1_GattWrite) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.handle != rhs.handle {return false}
+    if lhs.value != rhs.value {return false}
+    if lhs.withoutResponse != rhs.withoutResponse {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_GattSubscribe: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattSubscribe"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{3}value_handle\0\u{3}cccd_handle\0\u{1}indicate\0\u{1}enable\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.valueHandle) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.cccdHandle) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.indicate) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.enable) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    if self.valueHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.valueHandle, fieldNumber: 2)
+    }
+    if self.cccdHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.cccdHandle, fieldNumber: 3)
+    }
+    if self.indicate != false {
+      try visitor.visitSingularBoolField(value: self.indicate, fieldNumber: 4)
+    }
+    if self.enable != false {
+      try visitor.visitSingularBoolField(value: self.enable, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattSubscribe, rhs: Beryl_Ipc_V1_GattSubscribe) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.valueHandle != rhs.valueHandle {return false}
+    if lhs.cccdHandle != rhs.cccdHandle {return false}
+    if lhs.indicate != rhs.indicate {return false}
+    if lhs.enable != rhs.enable {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_GattNotification: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattNotification"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}handle\0\u{1}value\0\u{1}indication\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.value) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.indication) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 2)
+    }
+    if !self.value.isEmpty {
+      try visitor.visitSingularBytesField(value: self.value, fieldNumber: 3)
+    }
+    if self.indication != false {
+      try visitor.visitSingularBoolField(value: self.indication, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattNotification, rhs: Beryl_Ipc_V1_GattNotification) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.handle != rhs.handle {return false}
+    if lhs.value != rhs.value {return false}
+    if lhs.indication != rhs.indication {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0\u{3}gatt_discover\0\u{3}gatt_read\0\u{3}gatt_write\0\u{3}gatt_subscribe\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1235,6 +1846,58 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
           self.kind = .answerWrite(v)
         }
       }()
+      case 7: try {
+        var v: Beryl_Ipc_V1_GattDiscover?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .gattDiscover(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .gattDiscover(v)
+        }
+      }()
+      case 8: try {
+        var v: Beryl_Ipc_V1_GattRead?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .gattRead(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .gattRead(v)
+        }
+      }()
+      case 9: try {
+        var v: Beryl_Ipc_V1_GattWrite?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .gattWrite(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .gattWrite(v)
+        }
+      }()
+      case 10: try {
+        var v: Beryl_Ipc_V1_GattSubscribe?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .gattSubscribe(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .gattSubscribe(v)
+        }
+      }()
       default: break
       }
     }
@@ -1270,6 +1933,22 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
       guard case .answerWrite(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
     }()
+    case .gattDiscover?: try {
+      guard case .gattDiscover(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+    }()
+    case .gattRead?: try {
+      guard case .gattRead(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+    }()
+    case .gattWrite?: try {
+      guard case .gattWrite(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+    }()
+    case .gattSubscribe?: try {
+      guard case .gattSubscribe(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -1284,7 +1963,7 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bearers\0\u{3}service_published\0\u{1}notified\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bearers\0\u{3}service_published\0\u{1}notified\0\u{3}gatt_database\0\u{3}gatt_value\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1331,6 +2010,32 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
           self.kind = .notified(v)
         }
       }()
+      case 4: try {
+        var v: Beryl_Ipc_V1_GattDatabase?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .gattDatabase(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .gattDatabase(v)
+        }
+      }()
+      case 5: try {
+        var v: Beryl_Ipc_V1_GattValue?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .gattValue(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .gattValue(v)
+        }
+      }()
       default: break
       }
     }
@@ -1354,6 +2059,14 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
       guard case .notified(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
     }()
+    case .gattDatabase?: try {
+      guard case .gattDatabase(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    }()
+    case .gattValue?: try {
+      guard case .gattValue(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -1368,7 +2081,7 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}bearer_opened\0\u{3}bearer_closed\0\u{3}read_requested\0\u{3}write_requested\0\u{3}subscription_changed\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}bearer_opened\0\u{3}bearer_closed\0\u{3}read_requested\0\u{3}write_requested\0\u{3}subscription_changed\0\u{3}gatt_notification\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1441,6 +2154,19 @@ nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobu
           self.kind = .subscriptionChanged(v)
         }
       }()
+      case 6: try {
+        var v: Beryl_Ipc_V1_GattNotification?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .gattNotification(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .gattNotification(v)
+        }
+      }()
       default: break
       }
     }
@@ -1471,6 +2197,10 @@ nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobu
     case .subscriptionChanged?: try {
       guard case .subscriptionChanged(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    }()
+    case .gattNotification?: try {
+      guard case .gattNotification(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
     }()
     case nil: break
     }

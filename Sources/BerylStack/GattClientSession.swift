@@ -1,0 +1,204 @@
+import BerylCore
+import BerylDaemonKit
+import BerylEventLoop
+import BerylHCI
+import BerylIPC
+import Foundation
+
+/// `beryl gatt`: connects to a peer through hcid, runs one GATT operation through attd, prints, disconnects.
+/// (Through managerd once it owns connections; until then straight to the daemons, as the attd issue allows.)
+public final class GattClientSession {
+    public enum Operation: Equatable, Sendable {
+        case discover
+        case read(BluetoothUUID)
+        case write(BluetoothUUID, [UInt8], withoutResponse: Bool)
+        case subscribe(BluetoothUUID, count: Int)
+    }
+
+    let loop: EventLoop
+    let paths: DaemonPaths
+    let peer: DeviceAddress
+    let operation: Operation
+    let timeout: Duration
+    let emit: ([String: Any]) -> Void
+    var hcid: IPCConnection?
+    var attd: IPCConnection?
+    var handle: UInt16?
+    var subscribedHandle: UInt32?
+    var received = 0
+    var deadline: EventRegistration?
+    public private(set) var failure: String?
+
+    public init(loop: EventLoop, paths: DaemonPaths, peer: DeviceAddress, operation: Operation, timeout: Duration,
+                emit: @escaping ([String: Any]) -> Void) {
+        self.loop = loop
+        self.paths = paths
+        self.peer = peer
+        self.operation = operation
+        self.timeout = timeout
+        self.emit = emit
+    }
+
+    public func start() throws {
+        let hcid = try IPCConnection(loop: loop, path: paths.socket("hcid"))
+        let attd = try IPCConnection(loop: loop, path: paths.socket("attd"))
+        self.hcid = hcid
+        self.attd = attd
+        hcid.onEvent = { [unowned self] in self.hcidEvent($0) }
+        attd.onEvent = { [unowned self] in self.attdEvent($0) }
+        var subscribe = Request()
+        subscribe.hci.subscribe.events = true
+        hcid.request(subscribe) { [unowned self] _ in self.connect() }
+        deadline = try loop.after(timeout) { [unowned self] in
+            self.finish(failure: self.handle == nil ? "no connection to \(self.peer) within \(self.timeout)" : "timed out")
+        }
+    }
+
+    private func command(_ opcode: HCIOpcode, _ parameters: [UInt8], then: @escaping (Result<Response, IPCClientError>) -> Void = { _ in }) {
+        var request = Request()
+        request.hci.sendCommand.opcode = UInt32(opcode.rawValue)
+        request.hci.sendCommand.parameters = Data(parameters)
+        hcid?.request(request, completion: then)
+    }
+
+    private func connect() {
+        var create = ByteWriter()
+        create.u16(0x0060)
+        create.u16(0x0030)
+        create.u8(0)
+        create.u8(peer.type.isRandom ? 1 : 0)
+        create.append(peer.address.bytes)
+        create.u8(0)
+        for value: UInt16 in [24, 24, 0, 200, 0, 0] { create.u16(value) }
+        command(.leCreateConnection, create.bytes) { [unowned self] result in
+            let status = (try? result.get())?.hci.commandResult.parameters.first ?? 0xFF
+            if status != 0 { self.finish(failure: "LE Create Connection refused (status 0x\(String(status, radix: 16)))") }
+        }
+    }
+
+    private func hcidEvent(_ event: Event) {
+        guard case .event(let packet)? = event.hci.kind else { return }
+        let p = Array(packet.parameters)
+        if packet.code == HCIEventCode.leMeta.rawValue, p.count >= 5, p[0] == LESubevent.enhancedConnectionComplete.rawValue || p[0] == LESubevent.connectionComplete.rawValue,
+           handle == nil {
+            guard p[1] == 0 else { return finish(failure: "connection failed with status 0x\(String(p[1], radix: 16))") }
+            handle = (UInt16(p[2]) | UInt16(p[3]) << 8) & 0x0FFF
+            emit(["event": "connected", "peer": peer.description, "handle": Int(handle!)])
+            discover(attempt: 0)
+        } else if packet.code == HCIEventCode.disconnectionComplete.rawValue, p.count >= 4,
+                  (UInt16(p[1]) | UInt16(p[2]) << 8) & 0x0FFF == handle {
+            handle = nil
+            if failure == nil, !done { finish(failure: "the peer disconnected (reason 0x\(String(p[3], radix: 16)))") } else { loop.stop() }
+        }
+    }
+
+    private var done = false
+
+    private func discover(attempt: Int) {
+        guard let handle else { return }
+        var request = Request()
+        request.att.gattDiscover.connectionHandle = UInt32(handle)
+        attd?.request(request) { [unowned self] result in
+            switch result {
+            case .failure(.remote(.notFound, _, _)) where attempt < 20:
+                // attd may not have seen the connection event yet.
+                _ = try? self.loop.after(.milliseconds(50)) { [unowned self] in self.discover(attempt: attempt + 1) }
+            case .failure(let error):
+                self.finish(failure: "discovery failed: \(error)")
+            case .success(let response):
+                self.perform(with: response.att.gattDatabase)
+            }
+        }
+    }
+
+    private func perform(with database: Beryl_Ipc_V1_GattDatabase) {
+        func find(_ uuid: BluetoothUUID) -> Beryl_Ipc_V1_GattCharacteristicInfo? {
+            database.services.flatMap(\.characteristics).first { BluetoothUUID($0.uuid) == uuid }
+        }
+        guard let handle else { return }
+        switch operation {
+        case .discover:
+            for service in database.services {
+                emit(["event": "service", "uuid": service.uuid, "start": Int(service.startHandle), "end": Int(service.endHandle),
+                      "characteristics": service.characteristics.map { characteristic in
+                          ["uuid": characteristic.uuid, "properties": Int(characteristic.properties), "valueHandle": Int(characteristic.valueHandle),
+                           "descriptors": characteristic.descriptors.map { ["uuid": $0.uuid, "handle": Int($0.handle)] }] as [String: Any]
+                      }])
+            }
+            finish(failure: nil)
+        case .read(let uuid):
+            guard let characteristic = find(uuid) else { return finish(failure: "the peer has no characteristic \(uuid)") }
+            var request = Request()
+            request.att.gattRead = .with { $0.connectionHandle = UInt32(handle); $0.handle = characteristic.valueHandle }
+            attd?.request(request) { [unowned self] result in
+                switch result {
+                case .success(let response):
+                    self.emit(["event": "read", "uuid": uuid.description, "value": Hex.encode(response.att.gattValue.value)])
+                    self.finish(failure: nil)
+                case .failure(let error):
+                    self.finish(failure: "read failed: \(error)")
+                }
+            }
+        case .write(let uuid, let value, let withoutResponse):
+            guard let characteristic = find(uuid) else { return finish(failure: "the peer has no characteristic \(uuid)") }
+            var request = Request()
+            request.att.gattWrite = .with {
+                $0.connectionHandle = UInt32(handle)
+                $0.handle = characteristic.valueHandle
+                $0.value = Data(value)
+                $0.withoutResponse = withoutResponse
+            }
+            attd?.request(request) { [unowned self] result in
+                switch result {
+                case .success:
+                    self.emit(["event": "written", "uuid": uuid.description, "bytes": value.count, "withResponse": !withoutResponse])
+                    // A command has no answer to wait for; give the link a moment to carry it before disconnecting.
+                    _ = try? self.loop.after(.milliseconds(withoutResponse ? 200 : 0)) { [unowned self] in self.finish(failure: nil) }
+                case .failure(let error):
+                    self.finish(failure: "write failed: \(error)")
+                }
+            }
+        case .subscribe(let uuid, _):
+            guard let characteristic = find(uuid) else { return finish(failure: "the peer has no characteristic \(uuid)") }
+            let indicate = characteristic.properties & 0x10 == 0 && characteristic.properties & 0x20 != 0
+            let cccd = characteristic.descriptors.first { BluetoothUUID($0.uuid) == BluetoothUUID(0x2902) }?.handle ?? characteristic.valueHandle + 1
+            subscribedHandle = characteristic.valueHandle
+            var request = Request()
+            request.att.gattSubscribe = .with {
+                $0.connectionHandle = UInt32(handle)
+                $0.valueHandle = characteristic.valueHandle
+                $0.cccdHandle = cccd
+                $0.indicate = indicate
+                $0.enable = true
+            }
+            attd?.request(request) { [unowned self] result in
+                if case .failure(let error) = result { self.finish(failure: "subscribe failed: \(error)") }
+                else { self.emit(["event": "subscribed", "uuid": uuid.description, "indications": indicate]) }
+            }
+        }
+    }
+
+    private func attdEvent(_ event: Event) {
+        guard case .gattNotification(let notification)? = event.att.kind, notification.connectionHandle == UInt32(handle ?? 0xFFFF),
+              notification.handle == subscribedHandle, case .subscribe(let uuid, let count) = operation, !done else { return }
+        received += 1
+        emit(["event": notification.indication ? "indication" : "notification", "uuid": uuid.description, "value": Hex.encode(notification.value)])
+        if received >= count { finish(failure: nil) }
+    }
+
+    private func finish(failure: String?) {
+        guard !done else { return }
+        done = true
+        self.failure = failure
+        deadline?.cancel()
+        if let handle {
+            var disconnect = ByteWriter()
+            disconnect.u16(handle)
+            disconnect.u8(0x13)
+            command(.disconnect, disconnect.bytes)
+            _ = try? loop.after(.seconds(2)) { [unowned self] in self.loop.stop() }
+        } else {
+            if failure != nil { command(.leCreateConnectionCancel, []) { [unowned self] _ in self.loop.stop() } } else { loop.stop() }
+        }
+    }
+}

@@ -1,0 +1,82 @@
+import ArgumentParser
+import BerylCore
+import BerylEventLoop
+import BerylStack
+import Foundation
+
+/// `beryl gatt --peer ADDRESS <operation>`: one GATT client operation against a peer, for scripts.
+struct Gatt: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Connect to a peer and discover, read, write or subscribe; values are hex.",
+        discussion: "Operations: discover | read UUID | write UUID HEX [--without-response] | subscribe UUID --count N")
+
+    @OptionGroup var stack: StackOptions
+
+    @Option(help: "The peer: AA:BB:CC:DD:EE:FF for a public address, AA:BB:CC:DD:EE:FF/random for a random one.")
+    var peer: String
+
+    @Argument(help: "discover, read, write or subscribe.")
+    var operation: String
+
+    @Argument(help: "The characteristic UUID (read, write, subscribe) and, for write, the value in hex.")
+    var arguments: [String] = []
+
+    @Flag(help: "Write without response.")
+    var withoutResponse = false
+
+    @Option(help: "Values to wait for when subscribing.")
+    var count: Int = 1
+
+    @Option(help: "Seconds the whole operation may take.")
+    var timeout: Double = 15
+
+    @Flag(help: "One JSON object per line.")
+    var json = false
+
+    func parsed() throws -> (DeviceAddress, GattClientSession.Operation) {
+        guard let address = DeviceAddress(peer) else { throw ValidationError("'\(peer)' is not an address like AA:BB:CC:DD:EE:FF[/random]") }
+        func uuid(_ index: Int) throws -> BluetoothUUID {
+            guard index < arguments.count, let uuid = BluetoothUUID(arguments[index]) else { throw ValidationError("\(operation) needs a characteristic UUID") }
+            return uuid
+        }
+        switch operation {
+        case "discover": return (address, .discover)
+        case "read": return (address, .read(try uuid(0)))
+        case "write":
+            guard arguments.count == 2, let value = Hex.decode(arguments[1]), value.count <= 512 else {
+                throw ValidationError("write needs a UUID and a hex value of at most 512 bytes")
+            }
+            return (address, .write(try uuid(0), value, withoutResponse: withoutResponse))
+        case "subscribe":
+            guard (1...100_000).contains(count) else { throw ValidationError("--count must be from 1 to 100000") }
+            return (address, .subscribe(try uuid(0), count: count))
+        default:
+            throw ValidationError("unknown operation '\(operation)'; use discover, read, write or subscribe")
+        }
+    }
+
+    func validate() throws {
+        _ = try parsed()
+        guard timeout > 0, timeout <= 3600 else { throw ValidationError("--timeout must be in (0, 3600] seconds") }
+    }
+
+    func run() throws {
+        let (address, operation) = try parsed()
+        let loop: EventLoop
+        do { loop = try EventLoop() } catch { throw Output.fail("\(error)") }
+        let json = self.json
+        let session = GattClientSession(loop: loop, paths: stack.paths, peer: address, operation: operation,
+                                        timeout: .milliseconds(Int(timeout * 1000))) { fields in
+            let line: String
+            if json, let data = try? JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys]) {
+                line = String(decoding: data, as: UTF8.self)
+            } else {
+                line = fields.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+            }
+            FileHandle.standardOutput.write(Data((line + "\n").utf8))
+        }
+        do { try session.start() } catch { throw Output.fail("cannot reach the stack in \(stack.paths.runtimeDir): \(error)") }
+        do { try loop.run() } catch { throw Output.fail("\(error)") }
+        if let failure = session.failure { throw Output.fail(failure) }
+    }
+}

@@ -1,0 +1,55 @@
+"""A Bumble peripheral with Battery, Heart Rate and a custom characteristic, for a Beryl central to use.
+
+Usage: bumble_peripheral.py PORT WRITES_FILE
+Prints "ready ADDRESS" once advertising; appends every value written to the custom characteristic to WRITES_FILE as hex.
+"""
+import asyncio
+import sys
+
+from bumble.core import AdvertisingData, UUID
+from bumble.device import Device
+from bumble.gatt import Characteristic, CharacteristicValue, Service
+from bumble.hci import Address
+from bumble.transport import open_transport
+
+CUSTOM_SERVICE = UUID("A0B40001-9260-4A9E-8E8A-1F8C2B6A0001")
+CUSTOM = UUID("A0B40002-9260-4A9E-8E8A-1F8C2B6A0001")
+
+
+async def main(port: int, writes_path: str) -> None:
+    async with await open_transport(f"tcp-client:127.0.0.1:{port}") as transport:
+        device = Device.with_hci("bumble-peripheral", Address("F0:F1:F2:F3:F4:F6"), transport.source, transport.sink)
+        stored = bytearray(b"hello")
+
+        def on_write(connection, value):
+            stored[:] = bytes(value)
+            with open(writes_path, "a") as f:
+                f.write(bytes(value).hex() + "\n")
+
+        battery = Characteristic(UUID("2A19"), Characteristic.Properties.READ | Characteristic.Properties.NOTIFY,
+                                 Characteristic.READABLE, bytes([77]))
+        heart_rate = Characteristic(UUID("2A37"), Characteristic.Properties.NOTIFY, Characteristic.READABLE, bytes([0, 60]))
+        custom = Characteristic(CUSTOM, Characteristic.Properties.READ | Characteristic.Properties.WRITE,
+                                Characteristic.READABLE | Characteristic.WRITEABLE,
+                                CharacteristicValue(read=lambda connection: bytes(stored), write=on_write))
+        device.add_services([
+            Service(UUID("180F"), [battery]),
+            Service(UUID("180D"), [heart_rate]),
+            Service(CUSTOM_SERVICE, [custom]),
+        ])
+        device.advertising_data = bytes(AdvertisingData([
+            (AdvertisingData.FLAGS, bytes([0x06])),
+            (AdvertisingData.COMPLETE_LOCAL_NAME, b"Bumble HRM"),
+        ]))
+        await device.power_on()
+        await device.start_advertising(auto_restart=True)
+        print(f"ready {device.random_address}", flush=True)
+        beat = 60
+        while True:
+            await asyncio.sleep(0.1)
+            beat = (beat + 1) % 256
+            await device.notify_subscribers(heart_rate, bytes([0, beat]))
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1]), sys.argv[2]))

@@ -1,0 +1,64 @@
+"""Interop: Beryl as central (hcid + attd + `beryl gatt`) against a Bumble GATT server on berylsim."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_beryl_central_discovers_reads_writes_and_subscribes(berylsim):
+    binaries = berylsim["bin"]
+    run = os.path.join(berylsim["dir"], "run")
+    state = os.path.join(berylsim["dir"], "state")
+    writes = os.path.join(berylsim["dir"], "writes.txt")
+    processes = []
+    try:
+        peripheral = subprocess.Popen([sys.executable, os.path.join(HERE, "bumble_peripheral.py"), str(berylsim["base"] + 1), writes],
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        processes.append(peripheral)
+        ready = peripheral.stdout.readline().split()
+        assert ready and ready[0] == "ready", ready
+        address = ready[1].split("/")[0] + "/random"
+        for name in ["hcid", "attd"]:
+            arguments = [os.path.join(binaries, name), "--runtime-dir", run, "--state-dir", state]
+            if name == "hcid":
+                arguments += ["--transport", f"unix:{berylsim['dir']}/controller-0.sock"]
+            processes.append(subprocess.Popen(arguments, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + 10
+        while not os.path.exists(os.path.join(run, "attd.sock")) or not os.path.exists(os.path.join(run, "hcid.sock")):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        time.sleep(0.5)
+
+        def gatt(*arguments):
+            result = subprocess.run([os.path.join(binaries, "beryl"), "gatt", "--runtime-dir", run, "--peer", address, *arguments, "--json"],
+                                    capture_output=True, text=True, timeout=30)
+            assert result.returncode == 0, result.stderr
+            return [json.loads(line) for line in result.stdout.splitlines()]
+
+        services = [e for e in gatt("discover") if e["event"] == "service"]
+        uuids = [s["uuid"] for s in services]
+        assert "180F" in uuids and "180D" in uuids and "A0B40001-9260-4A9E-8E8A-1F8C2B6A0001" in uuids, uuids
+        heart = next(s for s in services if s["uuid"] == "180D")
+        assert heart["characteristics"][0]["uuid"] == "2A37"
+        assert any(d["uuid"] == "2902" for d in heart["characteristics"][0]["descriptors"]), heart
+
+        assert gatt("read", "2A19")[-1] == {"event": "read", "uuid": "2A19", "value": "4d"}
+        assert gatt("read", "A0B40002-9260-4A9E-8E8A-1F8C2B6A0001")[-1]["value"] == b"hello".hex()
+        gatt("write", "A0B40002-9260-4A9E-8E8A-1F8C2B6A0001", "0102030405")
+        assert open(writes).read().split() == ["0102030405"]
+        assert gatt("read", "A0B40002-9260-4A9E-8E8A-1F8C2B6A0001")[-1]["value"] == "0102030405"
+
+        beats = [e for e in gatt("subscribe", "2A37", "--count", "3") if e["event"] == "notification"]
+        assert len(beats) == 3
+        values = [int(b["value"][2:], 16) for b in beats]
+        assert all((b - a) % 256 == 1 for a, b in zip(values, values[1:])), values
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
