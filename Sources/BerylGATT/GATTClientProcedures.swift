@@ -27,6 +27,24 @@ public enum GATTStep<Result: Equatable & Sendable>: Equatable, Sendable {
     case failed(ATTError)
 }
 
+/// What the discovery procedures share: paging past the last handle seen (never backwards, so a server
+/// that does not advance cannot loop a procedure forever), and how a non-matching response ends them.
+enum DiscoveryPaging {
+    static func next(after last: UInt16, from current: UInt16, end: UInt16) -> UInt16? {
+        guard last >= current, last < end else { return nil }
+        return last + 1
+    }
+
+    /// Attribute Not Found ends a discovery with what was found; any other error or PDU fails it.
+    static func end<R>(_ response: ATTPDU, found: R) -> GATTStep<R> {
+        switch response {
+        case .errorResponse(_, _, .attributeNotFound): .done(found)
+        case .errorResponse(_, _, let error): .failed(error)
+        default: .failed(.invalidPDU)
+        }
+    }
+}
+
 /// Discover All Primary Services (§4.4.1) or by UUID (§4.4.2).
 public struct DiscoverPrimaryServices {
     public let uuid: BluetoothUUID?
@@ -56,16 +74,11 @@ public struct DiscoverPrimaryServices {
                 found.append(DiscoveredService(start: entry.found, end: entry.groupEnd, uuid: uuid!))
                 last = entry.groupEnd
             }
-        case .errorResponse(_, _, .attributeNotFound):
-            return .done(found)
-        case .errorResponse(_, _, let error):
-            return .failed(error)
         default:
-            return .failed(.invalidPDU)
+            return DiscoveryPaging.end(response, found: found)
         }
-        // A server that does not advance would loop the procedure forever.
-        guard last >= next, last < 0xFFFF else { return .done(found) }
-        next = last + 1
+        guard let following = DiscoveryPaging.next(after: last, from: next, end: 0xFFFF) else { return .done(found) }
+        next = following
         return request()
     }
 }
@@ -97,15 +110,11 @@ public struct DiscoverCharacteristics {
                                                       valueHandle: UInt16(entry.value[1]) | UInt16(entry.value[2]) << 8, uuid: uuid))
                 last = entry.handle
             }
-            guard last >= next, last < range.upperBound else { return .done(found) }
-            next = last + 1
+            guard let following = DiscoveryPaging.next(after: last, from: next, end: range.upperBound) else { return .done(found) }
+            next = following
             return start()
-        case .errorResponse(_, _, .attributeNotFound):
-            return .done(found)
-        case .errorResponse(_, _, let error):
-            return .failed(error)
         default:
-            return .failed(.invalidPDU)
+            return DiscoveryPaging.end(response, found: found)
         }
     }
 }
@@ -134,15 +143,11 @@ public struct DiscoverDescriptors {
                 found.append(DiscoveredDescriptor(handle: entry.handle, uuid: entry.type))
                 last = entry.handle
             }
-            guard last >= next, last < range.upperBound else { return .done(found) }
-            next = last + 1
+            guard let following = DiscoveryPaging.next(after: last, from: next, end: range.upperBound) else { return .done(found) }
+            next = following
             return start()
-        case .errorResponse(_, _, .attributeNotFound):
-            return .done(found)
-        case .errorResponse(_, _, let error):
-            return .failed(error)
         default:
-            return .failed(.invalidPDU)
+            return DiscoveryPaging.end(response, found: found)
         }
     }
 }

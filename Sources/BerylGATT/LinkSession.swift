@@ -22,10 +22,10 @@ public final class LinkSession {
     private var reassembler = L2CAPReassembler()
     private var signaling: LESignaling
 
-    public init(handle: UInt16, isCentral: Bool, database: AttributeDatabase) {
+    public init(handle: UInt16, isCentral: Bool, database: AttributeDatabase, serverMTU: UInt16 = 517) {
         self.handle = handle
         self.isCentral = isCentral
-        server = ATTServer(database: database)
+        server = ATTServer(database: database, serverMTU: serverMTU)
         signaling = LESignaling(isCentral: isCentral)
     }
 

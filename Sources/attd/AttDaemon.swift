@@ -26,6 +26,7 @@ final class AttDaemon {
     let host: DaemonHost
     let database = AttributeDatabase()
     let answerTimeout: Duration
+    let serverMTU: UInt16
     var hcid: IPCConnection?
     var links: [UInt16: LinkSession] = [:]
     var owners: [Owner] = []
@@ -33,9 +34,10 @@ final class AttDaemon {
     var nextAnswerID: UInt64 = 1
     var waiters: [WaiterKey: Waiter] = [:]
 
-    init(host: DaemonHost, deviceName: String, answerTimeout: Duration) throws {
+    init(host: DaemonHost, deviceName: String, serverMTU: UInt16, answerTimeout: Duration) throws {
         self.host = host
         self.answerTimeout = answerTimeout
+        self.serverMTU = serverMTU
         // The mandatory GAP and GATT services (Core Vol 3 Part C §12, Part G §7).
         try database.add(ServiceDefinition(uuid: BluetoothUUID(0x1800), characteristics: [
             CharacteristicDefinition(uuid: BluetoothUUID(0x2A00), properties: .read, permissions: .readable, value: Array(deviceName.utf8)),
@@ -85,7 +87,7 @@ final class AttDaemon {
             let p = Array(packet.parameters)
             if packet.code == HCIEventCode.leMeta.rawValue, p.count >= 5, p[0] == LESubevent.enhancedConnectionComplete.rawValue || p[0] == LESubevent.connectionComplete.rawValue, p[1] == 0 {
                 let handle = (UInt16(p[2]) | UInt16(p[3]) << 8) & 0x0FFF
-                links[handle] = LinkSession(handle: handle, isCentral: p[4] == 0, database: database)
+                links[handle] = LinkSession(handle: handle, isCentral: p[4] == 0, database: database, serverMTU: serverMTU)
                 host.logger.info("link 0x\(String(handle, radix: 16)) up (\(p[4] == 0 ? "central" : "peripheral"))")
                 broadcastBearer(handle, opened: true)
             } else if packet.code == HCIEventCode.disconnectionComplete.rawValue, p.count >= 4, p[0] == 0 {
