@@ -77,6 +77,11 @@ public final class ATTServer {
         case .failure(.malformed(let opcode)):
             return opcode.isRequest ? [error(opcode.rawValue, 0, .invalidPDU)] : [.log("malformed \(opcode) dropped")]
         }
+        // No PDU may exceed ATT_MTU (Core Vol 3 Part F §3.2.8); answering an oversized one could not stay within it either
+        // (a Prepare Write Response echoes its request).
+        guard bytes.count <= Int(mtu) else {
+            return pdu.opcode.isRequest ? [error(pdu.opcode.rawValue, 0, .invalidPDU)] : [.log("\(pdu.opcode) of \(bytes.count) bytes over ATT_MTU \(mtu) dropped")]
+        }
         if pdu.opcode.isRequest, pending != nil {
             return [.log("\(pdu.opcode) while a request is still being answered: the client broke ATT's one-at-a-time rule; dropped")]
         }

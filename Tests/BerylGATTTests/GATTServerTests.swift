@@ -159,7 +159,9 @@ final class GATTServerReadWriteTests: XCTestCase {
         XCTAssertNil(sent(server.receive([0x52] + le(3) + [1])), "a command's error is not reported")
         XCTAssertNil(sent(server.receive([0x52] + le(18) + [5])))
         XCTAssertEqual(database.attribute(at: 18)?.value, .fixed([5]))
-        XCTAssertEqual(sent(server.receive([0x12] + le(18) + [UInt8](repeating: 1, count: 513))), [0x01, 0x12] + le(18) + [0x0D])
+        _ = server.receive([0x02] + le(517))
+        XCTAssertEqual(sent(server.receive([0x12] + le(18) + [UInt8](repeating: 1, count: 513))), [0x01, 0x12] + le(18) + [0x0D],
+                       "values are at most 512 bytes even when the MTU would carry more")
     }
 
     /// GATT/SR/GAW/BV-05-C and BV-10-C: long and reliable writes (prepare + execute), all or nothing.
@@ -201,6 +203,16 @@ final class GATTServerReadWriteTests: XCTestCase {
         guard case .writeRequested(let writeID, let writes, true)? = server.receive([0x12] + le(22) + [7]).first else { return XCTFail() }
         XCTAssertEqual(writes, [PreparedWrite(handle: 22, offset: 0, value: [7])])
         XCTAssertEqual(sent(server.completeWrite(id: writeID, error: .valueNotAllowed)), [0x01, 0x12] + le(22) + [0x13])
+    }
+
+    /// Found by the fuzzer: a request over ATT_MTU would have been echoed (Prepare Write Response) over ATT_MTU too.
+    func testPDUsOverTheMTUAreRefused() throws {
+        let (server, _) = try makeServer()
+        let oversized: [UInt8] = [0x16] + le(18) + le(0) + [UInt8](repeating: 7, count: 30)
+        XCTAssertEqual(sent(server.receive(oversized)), [0x01, 0x16] + le(0) + [0x04])
+        XCTAssertNil(sent(server.receive([0x52] + le(18) + [UInt8](repeating: 7, count: 30))), "an oversized command is dropped")
+        _ = server.receive([0x02] + le(100))
+        XCTAssertEqual(sent(server.receive(oversized)), [0x17] + le(18) + le(0) + [UInt8](repeating: 7, count: 30), "fine once the MTU allows it")
     }
 
     /// Requests the server does not know get Request Not Supported; unknown commands are ignored; bad PDUs get Invalid PDU.
