@@ -84,7 +84,8 @@ public final class GattClientSession {
             guard p[1] == 0 else { return finish(failure: "connection failed with status 0x\(String(p[1], radix: 16))") }
             handle = (UInt16(p[2]) | UInt16(p[3]) << 8) & 0x0FFF
             emit(["event": "connected", "peer": peer.description, "handle": Int(handle!)])
-            discover(attempt: 0)
+            // attd hears of the link from hcid too; its bearer_opened event says it is ready (discover also retries).
+            discover()
         } else if packet.code == HCIEventCode.disconnectionComplete.rawValue, p.count >= 4,
                   (UInt16(p[1]) | UInt16(p[2]) << 8) & 0x0FFF == handle {
             handle = nil
@@ -94,15 +95,19 @@ public final class GattClientSession {
 
     private var done = false
 
-    private func discover(attempt: Int) {
-        guard let handle else { return }
+    private var discovering = false
+
+    private func discover() {
+        guard let handle, !discovering, !done else { return }
+        discovering = true
         var request = Request()
         request.att.gattDiscover.connectionHandle = UInt32(handle)
         attd?.request(request) { [unowned self] result in
+            self.discovering = false
             switch result {
-            case .failure(.remote(.notFound, _, _)) where attempt < 20:
-                // attd may not have seen the connection event yet.
-                _ = try? self.loop.after(.milliseconds(50)) { [unowned self] in self.discover(attempt: attempt + 1) }
+            case .failure(.remote(.notFound, _, _)):
+                // attd has not seen the connection yet: its bearer_opened event (or this retry) starts discovery; the deadline bounds it.
+                _ = try? self.loop.after(.milliseconds(100)) { [unowned self] in self.discover() }
             case .failure(let error):
                 self.finish(failure: "discovery failed: \(error)")
             case .success(let response):
@@ -111,7 +116,11 @@ public final class GattClientSession {
         }
     }
 
+    private var discovered = false
+
     private func perform(with database: Beryl_Ipc_V1_GattDatabase) {
+        guard !discovered else { return }
+        discovered = true
         func find(_ uuid: BluetoothUUID) -> Beryl_Ipc_V1_GattCharacteristicInfo? {
             database.services.flatMap(\.characteristics).first { BluetoothUUID($0.uuid) == uuid }
         }
@@ -179,6 +188,10 @@ public final class GattClientSession {
     }
 
     private func attdEvent(_ event: Event) {
+        if case .bearerOpened(let bearer)? = event.att.kind, bearer.connectionHandle == UInt32(handle ?? 0xFFFF), !discovered {
+            discover()
+            return
+        }
         guard case .gattNotification(let notification)? = event.att.kind, notification.connectionHandle == UInt32(handle ?? 0xFFFF),
               notification.handle == subscribedHandle, case .subscribe(let uuid, let count) = operation, !done else { return }
         received += 1
