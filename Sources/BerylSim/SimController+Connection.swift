@@ -49,22 +49,14 @@ extension SimController {
             status(opcode, .success)
         case .leConnectionUpdate:
             let handle = try reader.u16()
-            let intervalMin = try reader.u16()
-            let intervalMax = try reader.u16()
-            let latency = try reader.u16()
-            let timeout = try reader.u16()
-            _ = try reader.u32()
+            let (intervalMin, intervalMax, latency, timeout) = try Self.connectionParameters(&reader)
             guard let link = links[handle] else { return status(opcode, .unknownConnectionIdentifier) }
             guard Self.validConnectionParameters(intervalMin, intervalMax, latency, timeout) else { return status(opcode, .invalidParameters) }
             status(opcode, .success)
             air.requestParameterUpdate(link, from: self, intervalMin: intervalMin, intervalMax: intervalMax, latency: latency, timeout: timeout)
         case .leRemoteConnectionParameterRequestReply:
             let handle = try reader.u16()
-            let intervalMin = try reader.u16()
-            let intervalMax = try reader.u16()
-            let latency = try reader.u16()
-            let timeout = try reader.u16()
-            _ = try reader.u32()
+            let (intervalMin, intervalMax, latency, timeout) = try Self.connectionParameters(&reader)
             var body = ByteWriter()
             body.u16(handle)
             guard let link = links[handle], link.awaitingParameterReply else { return complete(opcode, .unknownConnectionIdentifier, body.bytes) }
@@ -152,6 +144,14 @@ extension SimController {
         default:
             answerInvalid(opcode)
         }
+    }
+
+    /// Interval min/max, latency and supervision timeout, then the minimum and maximum CE lengths (ignored),
+    /// as LE Connection Update and the Remote Connection Parameter Request Reply both carry them.
+    static func connectionParameters(_ reader: inout ByteReader) throws(DecodeError) -> (UInt16, UInt16, UInt16, UInt16) {
+        let parameters = (try reader.u16(), try reader.u16(), try reader.u16(), try reader.u16())
+        _ = try reader.u32()
+        return parameters
     }
 
     /// Core Vol 4 Part E §7.8.12: interval 6–3200 (×1.25 ms), latency ≤ 499, timeout 10–3200 (×10 ms),

@@ -23,12 +23,17 @@ public enum ReadResult: Equatable {
 
 /// Stream sockets (UNIX and TCP) for H4 byte streams: berylsim serves them, hcid connects to them.
 public enum StreamSocket {
-    public static func listenUnix(path: String) throws(StreamSocketError) -> Int32 {
+    private static func unixAddress(_ path: String) throws(StreamSocketError) -> sockaddr_un {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
         guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { throw .invalidAddress(path) }
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes + [0]) }
+        return address
+    }
+
+    public static func listenUnix(path: String) throws(StreamSocketError) -> Int32 {
+        var address = try unixAddress(path)
         unlink(path)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw .system(call: "socket", target: path, errno: errno) }
@@ -71,11 +76,7 @@ public enum StreamSocket {
     }
 
     public static func connectUnix(path: String) throws(StreamSocketError) -> Int32 {
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { throw .invalidAddress(path) }
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes + [0]) }
+        var address = try unixAddress(path)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw .system(call: "socket", target: path, errno: errno) }
         let result = withUnsafePointer(to: &address) {
