@@ -175,15 +175,22 @@ final class HcidDaemon {
                 host.logger.info(message)
             }
         }
+        // Re-arm only when the deadline moves: each re-arm is a timerfd system call, and drain runs per packet.
+        let deadline = core.nextDeadline
+        guard deadline != timerDeadline || timer?.isActive != true else { return }
         timer?.cancel()
         timer = nil
-        if let deadline = core.nextDeadline {
+        timerDeadline = deadline
+        if let deadline {
             timer = try? host.loop.after(max(deadline - host.loop.uptime, .milliseconds(1))) { [unowned self] in
+                self.timerDeadline = nil
                 self.core.tick(at: self.host.loop.uptime)
                 self.drain()
             }
         }
     }
+
+    private var timerDeadline: Duration?
 
     private func broadcast(_ event: Event, to wants: (Subscription) -> Bool) {
         for session in host.server?.sessions.values ?? [:].values {
