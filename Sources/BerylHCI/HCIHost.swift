@@ -213,15 +213,13 @@ public final class HCIHost {
                 if let complaint = acl.completed(handle: handle & 0x0FFF, count: Int(completed)) { outputs.append(.log(complaint)) }
             }
             pumpACL()
-        case .disconnectionComplete?:
-            var reader = ByteReader(event.parameters)
-            if let status = try? reader.u8(), status == 0, let handle = try? reader.u16() { acl.close(handle) }
-            pumpACL()
-            outputs.append(.event(event))
-        case .leMeta?:
-            if let subevent = event.parameters.first, subevent == LESubevent.connectionComplete.rawValue || subevent == LESubevent.enhancedConnectionComplete.rawValue,
-               event.parameters.count >= 4, event.parameters[1] == 0 {
-                acl.open(UInt16(event.parameters[2]) | UInt16(event.parameters[3]) << 8 & 0x0FFF)
+        case .disconnectionComplete?, .leMeta?:
+            switch LinkEvent(event) {
+            case .connected(let handle, _, _)?: acl.open(handle)
+            case .disconnected(let handle, _)?:
+                acl.close(handle)
+                pumpACL()
+            default: break
             }
             outputs.append(.event(event))
         case .hardwareError?:

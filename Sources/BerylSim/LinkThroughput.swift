@@ -13,17 +13,10 @@ public enum LinkThroughput {
             driver.command(index, .setEventMask, [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F])
             driver.command(index, .leSetEventMask, [0xFF, 0x0D, 0, 0, 0, 0, 0, 0])
         }
-        driver.command(1, .leSetAdvertisingParameters, [0x20, 0x00, 0x20, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x07, 0])
+        driver.send(1, HCICommands.leSetAdvertisingParameters(interval: 0x20))
         driver.command(1, .leSetAdvertisingEnable, [1])
-        var create = ByteWriter()
-        create.u16(0x0010)
-        create.u16(0x0010)
-        create.u8(0)
-        create.u8(0)
-        create.append(air.controllers[1].publicAddress.bytes)
-        create.u8(0)
-        for value: UInt16 in [intervalUnits, intervalUnits, 0, 200, 0, 0] { create.u16(value) }
-        driver.command(0, .leCreateConnection, create.bytes)
+        driver.send(0, HCICommands.leCreateConnection(peer: DeviceAddress(air.controllers[1].publicAddress, type: .public), scanInterval: 0x10,
+                                                      scanWindow: 0x10, interval: intervalUnits, supervisionTimeout: 200))
         driver.settle(for: .seconds(1))
         guard let handle = air.controllers[0].connectionHandles.first else { return 0 }
         var dataLength = ByteWriter()
@@ -61,7 +54,11 @@ public enum LinkThroughput {
         init(air: SimAir) { self.air = air }
 
         mutating func command(_ index: Int, _ opcode: HCIOpcode, _ parameters: [UInt8] = []) {
-            air.receive(fromHost: HCIPacket.command(HCICommandPacket(opcode, parameters: parameters)).h4Bytes, controller: index, at: now)
+            send(index, HCICommandPacket(opcode, parameters: parameters))
+        }
+
+        mutating func send(_ index: Int, _ command: HCICommandPacket) {
+            air.receive(fromHost: HCIPacket.command(command).h4Bytes, controller: index, at: now)
             settle(for: .milliseconds(1))
         }
 

@@ -54,42 +54,32 @@ public final class GattClientSession {
         }
     }
 
-    private func command(_ opcode: HCIOpcode, _ parameters: [UInt8], then: @escaping (Result<Response, IPCClientError>) -> Void = { _ in }) {
-        var request = Request()
-        request.hci.sendCommand.opcode = UInt32(opcode.rawValue)
-        request.hci.sendCommand.parameters = Data(parameters)
-        hcid?.request(request, completion: then)
+    private func command(_ packet: HCICommandPacket, then: @escaping (Result<Response, IPCClientError>) -> Void = { _ in }) {
+        hcid?.request(.hci(packet), completion: then)
     }
 
     private func connect() {
-        var create = ByteWriter()
-        create.u16(0x0060)
-        create.u16(0x0030)
-        create.u8(0)
-        create.u8(peer.type.isRandom ? 1 : 0)
-        create.append(peer.address.bytes)
-        create.u8(0)
-        for value: UInt16 in [24, 24, 0, 200, 0, 0] { create.u16(value) }
-        command(.leCreateConnection, create.bytes) { [unowned self] result in
+        // 30 ms interval, 2 s supervision timeout.
+        command(HCICommands.leCreateConnection(peer: peer, interval: 24, supervisionTimeout: 200)) { [unowned self] result in
             let status = (try? result.get())?.hci.commandResult.parameters.first ?? 0xFF
             if status != 0 { self.finish(failure: "LE Create Connection refused (status 0x\(String(status, radix: 16)))") }
         }
     }
 
     private func hcidEvent(_ event: Event) {
-        guard case .event(let packet)? = event.hci.kind else { return }
-        let p = Array(packet.parameters)
-        if packet.code == HCIEventCode.leMeta.rawValue, p.count >= 5, p[0] == LESubevent.enhancedConnectionComplete.rawValue || p[0] == LESubevent.connectionComplete.rawValue,
-           handle == nil {
-            guard p[1] == 0 else { return finish(failure: "connection failed with status 0x\(String(p[1], radix: 16))") }
-            handle = (UInt16(p[2]) | UInt16(p[3]) << 8) & 0x0FFF
-            emit(["event": "connected", "peer": peer.description, "handle": Int(handle!)])
+        switch event.linkEvent {
+        case .connectionFailed(let status)? where handle == nil:
+            finish(failure: "connection failed with status 0x\(String(status, radix: 16))")
+        case .connected(let connected, _, _)? where handle == nil:
+            handle = connected
+            emit(["event": "connected", "peer": peer.description, "handle": Int(connected)])
             // attd hears of the link from hcid too; its bearer_opened event says it is ready (discover also retries).
             discover()
-        } else if packet.code == HCIEventCode.disconnectionComplete.rawValue, p.count >= 4,
-                  (UInt16(p[1]) | UInt16(p[2]) << 8) & 0x0FFF == handle {
+        case .disconnected(let disconnected, let reason)? where disconnected == handle:
             handle = nil
-            if failure == nil, !done { finish(failure: "the peer disconnected (reason 0x\(String(p[3], radix: 16)))") } else { loop.stop() }
+            if failure == nil, !done { finish(failure: "the peer disconnected (reason 0x\(String(reason, radix: 16)))") } else { loop.stop() }
+        default:
+            break
         }
     }
 
@@ -205,13 +195,10 @@ public final class GattClientSession {
         self.failure = failure
         deadline?.cancel()
         if let handle {
-            var disconnect = ByteWriter()
-            disconnect.u16(handle)
-            disconnect.u8(0x13)
-            command(.disconnect, disconnect.bytes)
+            command(HCICommands.disconnect(handle: handle))
             _ = try? loop.after(.seconds(2)) { [unowned self] in self.loop.stop() }
         } else {
-            if failure != nil { command(.leCreateConnectionCancel, []) { [unowned self] _ in self.loop.stop() } } else { loop.stop() }
+            if failure != nil { command(HCICommandPacket(.leCreateConnectionCancel)) { [unowned self] _ in self.loop.stop() } } else { loop.stop() }
         }
     }
 }

@@ -1,4 +1,6 @@
+import BerylCore
 import BerylDaemonKit
+import BerylHCI
 import BerylIPC
 import Foundation
 
@@ -40,21 +42,22 @@ public enum HCIBenchmark {
         let commandEnd = clock.now + .milliseconds(Int(seconds * 1000))
         let commandStart = clock.now
         while clock.now < commandEnd {
-            _ = try command(central, 0x2018)
+            _ = try command(central, HCICommandPacket(.leRand))
             rounds += 1
         }
         let commandRate = Double(rounds) / durationSeconds(clock.now - commandStart)
 
         // ACL: connect at a 7.5 ms interval with 251-byte data length, then keep hcid's queue fed.
         for client in clients { try subscribe(client) }
-        _ = try command(peripheral, 0x2006, [0x20, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0])
-        _ = try command(peripheral, 0x200A, [1])
-        let address = (StackProbe.controllerInfo(at: "\(scratch.root)/run1/hcid.sock")?.address ?? "")
-            .split(separator: ":").reversed().compactMap { UInt8($0, radix: 16) }
-        _ = try command(central, 0x200D, [0x10, 0, 0x10, 0, 0, 0] + address + [0, 6, 0, 6, 0, 0, 0, 100, 0, 0, 0, 0, 0])
+        _ = try command(peripheral, HCICommands.leSetAdvertisingParameters(interval: 0x20))
+        _ = try command(peripheral, HCICommandPacket(.leSetAdvertisingEnable, parameters: [1]))
+        guard let address = StackProbe.controllerInfo(at: "\(scratch.root)/run1/hcid.sock").flatMap({ DeviceAddress($0.address) }) else {
+            throw StackError.controllerNotReady(after: .zero, state: "no address", detail: "")
+        }
+        _ = try command(central, HCICommands.leCreateConnection(peer: address, scanInterval: 0x10, scanWindow: 0x10, interval: 6, supervisionTimeout: 100))
         let handle = try waitForHandle(central)
         _ = try waitForHandle(peripheral)
-        _ = try command(central, 0x2022, [UInt8(handle & 0xFF), UInt8(handle >> 8), 251, 0, 0x48, 0x08])
+        _ = try command(central, HCICommandPacket(.leSetDataLength, parameters: [UInt8(handle & 0xFF), UInt8(handle >> 8), 251, 0, 0x48, 0x08]))
         usleep(100_000)
 
         let hcidPid = scratch.pid(of: "hcid0") ?? 0
@@ -86,11 +89,8 @@ public enum HCIBenchmark {
             note: "berylsim without the air-time model; 7.5 ms interval; the controller holds 8 × 251-byte buffers, freed once per connection event")
     }
 
-    private static func command(_ client: IPCClient, _ opcode: UInt32, _ parameters: [UInt8] = []) throws -> [UInt8] {
-        var request = Request()
-        request.hci.sendCommand.opcode = opcode
-        request.hci.sendCommand.parameters = Data(parameters)
-        return Array(try client.call(request).hci.commandResult.parameters)
+    private static func command(_ client: IPCClient, _ packet: HCICommandPacket) throws -> [UInt8] {
+        Array(try client.call(.hci(packet)).hci.commandResult.parameters)
     }
 
     private static func subscribe(_ client: IPCClient) throws {
@@ -104,8 +104,7 @@ public enum HCIBenchmark {
         let deadline = ContinuousClock.now + .seconds(5)
         while ContinuousClock.now < deadline {
             guard let envelope = try? client.receive(timeout: .milliseconds(100)) else { continue }
-            let p = Array(envelope.event.hci.event.parameters)
-            if envelope.event.hci.event.code == 0x3E, p.count > 4, p[0] == 0x0A, p[1] == 0 { return UInt16(p[2]) | UInt16(p[3]) << 8 }
+            if case .connected(let handle, _, _)? = envelope.event.linkEvent { return handle }
         }
         throw StackError.controllerNotReady(after: .seconds(5), state: "no connection", detail: "")
     }

@@ -109,11 +109,12 @@ public final class ServeSession {
     }
 
     private func command(_ opcode: HCIOpcode, _ parameters: [UInt8], then: @escaping () -> Void = {}) {
-        var request = Request()
-        request.hci.sendCommand.opcode = UInt32(opcode.rawValue)
-        request.hci.sendCommand.parameters = Data(parameters)
-        hcid?.request(request) { [unowned self] result in
-            if case .failure(let error) = result { self.say("warning: \(opcode) failed: \(error)") }
+        command(HCICommandPacket(opcode, parameters: parameters), then: then)
+    }
+
+    private func command(_ packet: HCICommandPacket, then: @escaping () -> Void = {}) {
+        hcid?.request(.hci(packet)) { [unowned self] result in
+            if case .failure(let error) = result { self.say("warning: command 0x\(String(packet.opcode, radix: 16)) failed: \(error)") }
             then()
         }
     }
@@ -121,8 +122,7 @@ public final class ServeSession {
     private func advertise() {
         let (advertising, scanResponse) = profile.advertisingPayloads
         let pad: ([UInt8]) -> [UInt8] = { [UInt8($0.count)] + $0 + [UInt8](repeating: 0, count: 31 - $0.count) }
-        // ADV_IND every 100 ms from the public address on all three channels.
-        command(.leSetAdvertisingParameters, [0xA0, 0x00, 0xA0, 0x00, 0x00, 0x00, 0x00, 0, 0, 0, 0, 0, 0, 0x07, 0x00])
+        command(HCICommands.leSetAdvertisingParameters(interval: 0x00A0))  // ADV_IND every 100 ms
         command(.leSetAdvertisingData, pad(advertising))
         command(.leSetScanResponseData, pad(scanResponse))
         enableAdvertising()
@@ -135,14 +135,14 @@ public final class ServeSession {
     }
 
     private func hcidEvent(_ event: Event) {
-        guard case .event(let packet)? = event.hci.kind else { return }
-        if packet.code == HCIEventCode.disconnectionComplete.rawValue {
+        switch event.linkEvent {
+        case .disconnected?:
             say("central disconnected; advertising again")
             enableAdvertising()
-        } else if packet.code == HCIEventCode.leMeta.rawValue, let subevent = packet.parameters.first,
-                  subevent == LESubevent.enhancedConnectionComplete.rawValue || subevent == LESubevent.connectionComplete.rawValue,
-                  packet.parameters.count > 1, packet.parameters[packet.parameters.startIndex + 1] == 0 {
-            say("central connected")
+        case .connected(_, _, let peer)?:
+            say("central connected (\(peer))")
+        default:
+            break
         }
     }
 

@@ -84,14 +84,15 @@ final class AttDaemon {
     private func hcidEvent(_ event: Event) {
         switch event.hci.kind {
         case .event(let packet)?:
-            let p = Array(packet.parameters)
-            if packet.code == HCIEventCode.leMeta.rawValue, p.count >= 5, p[0] == LESubevent.enhancedConnectionComplete.rawValue || p[0] == LESubevent.connectionComplete.rawValue, p[1] == 0 {
-                let handle = (UInt16(p[2]) | UInt16(p[3]) << 8) & 0x0FFF
-                links[handle] = LinkSession(handle: handle, isCentral: p[4] == 0, database: database, serverMTU: serverMTU)
-                host.logger.info("link 0x\(String(handle, radix: 16)) up (\(p[4] == 0 ? "central" : "peripheral"))")
+            switch LinkEvent(HCIEventPacket(code: UInt8(truncatingIfNeeded: packet.code), parameters: Array(packet.parameters))) {
+            case .connected(let handle, let central, let peer)?:
+                links[handle] = LinkSession(handle: handle, isCentral: central, database: database, serverMTU: serverMTU)
+                host.logger.info("link 0x\(String(handle, radix: 16)) up with \(peer) (\(central ? "central" : "peripheral"))")
                 broadcastBearer(handle, opened: true)
-            } else if packet.code == HCIEventCode.disconnectionComplete.rawValue, p.count >= 4, p[0] == 0 {
-                linkClosed((UInt16(p[1]) | UInt16(p[2]) << 8) & 0x0FFF)
+            case .disconnected(let handle, _)?:
+                linkClosed(handle)
+            default:
+                break
             }
         case .acl(let acl)?:
             guard let link = links[UInt16(acl.handle)] else { return }

@@ -1,0 +1,62 @@
+import BerylCore
+
+/// The connection lifecycle events every host component follows, decoded in one place
+/// (Disconnection Complete, Core Vol 4 Part E §7.7.5; LE (Enhanced) Connection Complete, §7.7.65.1 and §7.7.65.10).
+public enum LinkEvent: Equatable, Sendable {
+    case connected(handle: UInt16, central: Bool, peer: DeviceAddress)
+    /// A connection attempt or advertising that ended without a link (cancelled, timed out, refused).
+    case connectionFailed(status: UInt8)
+    case disconnected(handle: UInt16, reason: UInt8)
+
+    /// Nil for any other event, and for ones too short to be what they claim.
+    public init?(_ event: HCIEventPacket) {
+        let p = event.parameters
+        switch HCIEventCode(rawValue: event.code) {
+        case .disconnectionComplete?:
+            guard p.count >= 4, p[0] == 0 else { return nil }
+            self = .disconnected(handle: (UInt16(p[1]) | UInt16(p[2]) << 8) & 0x0FFF, reason: p[3])
+        case .leMeta?:
+            guard p.count >= 12, p[0] == LESubevent.connectionComplete.rawValue || p[0] == LESubevent.enhancedConnectionComplete.rawValue else {
+                return nil
+            }
+            guard p[1] == 0 else {
+                self = .connectionFailed(status: p[1])
+                return
+            }
+            self = .connected(handle: (UInt16(p[2]) | UInt16(p[3]) << 8) & 0x0FFF, central: p[4] == 0,
+                              peer: DeviceAddress(BDAddress(wire: Array(p[6..<12])), type: p[5] & 1 == 1 ? .random : .public))
+        default:
+            return nil
+        }
+    }
+}
+
+/// The commands Beryl's own tools build, with their parameters laid out once (Core Vol 4 Part E §7.1.6, §7.8.5, §7.8.12).
+public enum HCICommands {
+    /// Connection interval and supervision timeout in HCI units (1.25 ms, 10 ms).
+    public static func leCreateConnection(peer: DeviceAddress, scanInterval: UInt16 = 0x0060, scanWindow: UInt16 = 0x0030,
+                                          interval: UInt16, supervisionTimeout: UInt16) -> HCICommandPacket {
+        var w = ByteWriter()
+        w.u16(scanInterval)
+        w.u16(scanWindow)
+        w.u8(0)  // no filter accept list: connect to this peer
+        w.u8(peer.type.isRandom ? 1 : 0)
+        w.append(peer.address.bytes)
+        w.u8(0)  // own address: public
+        for value: UInt16 in [interval, interval, 0, supervisionTimeout, 0, 0] { w.u16(value) }
+        return HCICommandPacket(.leCreateConnection, parameters: w.bytes)
+    }
+
+    /// ADV_IND (or `type`) from the public address on all three channels, interval in 0.625 ms units.
+    public static func leSetAdvertisingParameters(interval: UInt16, type: UInt8 = 0) -> HCICommandPacket {
+        var w = ByteWriter()
+        w.u16(interval)
+        w.u16(interval)
+        w.append([type, 0, 0, 0, 0, 0, 0, 0, 0, 0x07, 0])
+        return HCICommandPacket(.leSetAdvertisingParameters, parameters: w.bytes)
+    }
+
+    public static func disconnect(handle: UInt16, reason: HCIStatus = .remoteUserTerminatedConnection) -> HCICommandPacket {
+        HCICommandPacket(.disconnect, parameters: [UInt8(handle & 0xFF), UInt8(handle >> 8), reason.rawValue])
+    }
+}

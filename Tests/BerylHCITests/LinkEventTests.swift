@@ -1,0 +1,28 @@
+import BerylCore
+import BerylHCI
+import XCTest
+
+final class LinkEventTests: XCTestCase {
+    func testConnectionEventsDecodeFromTheirWireBytes() {
+        let enhanced = HCIEventPacket(code: 0x3E, parameters: [0x0A, 0x00, 0x41, 0x00, 0x01, 0x01, 0x06, 0x05, 0x04, 0x03, 0x02, 0xC1] + [UInt8](repeating: 0, count: 19))
+        XCTAssertEqual(LinkEvent(enhanced), .connected(handle: 0x41, central: false, peer: DeviceAddress(BDAddress("C1:02:03:04:05:06")!, type: .random)))
+        let legacy = HCIEventPacket(code: 0x3E, parameters: [0x01, 0x00, 0x40, 0x10, 0x00, 0x00, 1, 2, 3, 4, 5, 6] + [UInt8](repeating: 0, count: 7))
+        XCTAssertEqual(LinkEvent(legacy), .connected(handle: 0x40, central: true, peer: DeviceAddress(BDAddress("06:05:04:03:02:01")!, type: .public)),
+                       "the flag bits above the 12-bit handle are masked off")
+        let cancelled = HCIEventPacket(code: 0x3E, parameters: [0x01, 0x02] + [UInt8](repeating: 0, count: 17))
+        XCTAssertEqual(LinkEvent(cancelled), .connectionFailed(status: 0x02))
+        XCTAssertEqual(LinkEvent(HCIEventPacket(code: 0x05, parameters: [0x00, 0x40, 0x00, 0x13])), .disconnected(handle: 0x40, reason: 0x13))
+        XCTAssertNil(LinkEvent(HCIEventPacket(code: 0x05, parameters: [0x0C, 0x40, 0x00, 0x13])), "a failed Disconnect leaves the link up")
+        XCTAssertNil(LinkEvent(HCIEventPacket(code: 0x3E, parameters: [0x0A, 0x00, 0x40])), "too short")
+        XCTAssertNil(LinkEvent(HCIEventPacket(code: 0x3E, parameters: [0x02, 0x01] + [UInt8](repeating: 0, count: 12))), "an advertising report")
+    }
+
+    func testCommandBuildersLayOutTheirParameters() {
+        let peer = DeviceAddress(BDAddress("C1:02:03:04:05:06")!, type: .random)
+        XCTAssertEqual(HCIPacket.command(HCICommands.leCreateConnection(peer: peer, interval: 24, supervisionTimeout: 200)).h4Bytes,
+                       [0x01, 0x0D, 0x20, 25, 0x60, 0x00, 0x30, 0x00, 0x00, 0x01, 6, 5, 4, 3, 2, 0xC1, 0x00,
+                        24, 0, 24, 0, 0, 0, 200, 0, 0, 0, 0, 0])
+        XCTAssertEqual(HCICommands.leSetAdvertisingParameters(interval: 0xA0).parameters, [0xA0, 0, 0xA0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x07, 0])
+        XCTAssertEqual(HCICommands.disconnect(handle: 0x41).parameters, [0x41, 0x00, 0x13])
+    }
+}
