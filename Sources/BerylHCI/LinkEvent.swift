@@ -56,6 +56,14 @@ public enum HCICommands {
         return HCICommandPacket(.leSetAdvertisingParameters, parameters: w.bytes)
     }
 
+    /// New connection parameters (1.25 ms interval units, 10 ms timeout units), CE lengths left to the controller.
+    public static func leConnectionUpdate(handle: UInt16, intervalMin: UInt16, intervalMax: UInt16, latency: UInt16,
+                                          supervisionTimeout: UInt16) -> HCICommandPacket {
+        var w = ByteWriter()
+        for value in [handle, intervalMin, intervalMax, latency, supervisionTimeout, 0, 0] { w.u16(value) }
+        return HCICommandPacket(.leConnectionUpdate, parameters: w.bytes)
+    }
+
     public static func disconnect(handle: UInt16, reason: HCIStatus = .remoteUserTerminatedConnection) -> HCICommandPacket {
         HCICommandPacket(.disconnect, parameters: [UInt8(handle & 0xFF), UInt8(handle >> 8), reason.rawValue])
     }

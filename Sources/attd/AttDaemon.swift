@@ -136,12 +136,11 @@ final class AttDaemon {
             case .parameterUpdateRequested(let identifier, let parameters):
                 // As central, accept what the peripheral asks for when it is valid (the signalling core checked).
                 send(link.answerParameterUpdate(identifier: identifier, accepted: true), on: link.handle)
-                var update = ByteWriter()
-                update.u16(link.handle)
-                for value in [parameters.intervalMin, parameters.intervalMax, parameters.latency, parameters.timeout, 0, 0] { update.u16(value) }
+                let update = HCICommands.leConnectionUpdate(handle: link.handle, intervalMin: parameters.intervalMin, intervalMax: parameters.intervalMax,
+                                                            latency: parameters.latency, supervisionTimeout: parameters.timeout)
                 var request = Request()
-                request.hci.sendCommand.opcode = UInt32(HCIOpcode.leConnectionUpdate.rawValue)
-                request.hci.sendCommand.parameters = Data(update.bytes)
+                request.hci.sendCommand.opcode = UInt32(update.opcode)
+                request.hci.sendCommand.parameters = Data(update.parameters)
                 hcid?.request(request)
             case .server(let serverOutput):
                 serverEvent(serverOutput, on: link)

@@ -24,5 +24,7 @@ final class LinkEventTests: XCTestCase {
                         24, 0, 24, 0, 0, 0, 200, 0, 0, 0, 0, 0])
         XCTAssertEqual(HCICommands.leSetAdvertisingParameters(interval: 0xA0).parameters, [0xA0, 0, 0xA0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x07, 0])
         XCTAssertEqual(HCICommands.disconnect(handle: 0x41).parameters, [0x41, 0x00, 0x13])
+        XCTAssertEqual(HCICommands.leConnectionUpdate(handle: 0x41, intervalMin: 24, intervalMax: 40, latency: 0, supervisionTimeout: 200).parameters,
+                       [0x41, 0, 24, 0, 40, 0, 0, 0, 200, 0, 0, 0, 0, 0])
     }
 }
