@@ -17,6 +17,7 @@ public enum TransportOpenError: Error, Equatable, Sendable, CustomStringConverti
 
 public enum ControllerTransport {
     /// Opens the transport and returns a non-blocking fd carrying H4 (user channel: HCI packets with the same type byte).
+    /// A `tcp:` connection may still be under way: wait for the fd to be writable, then ask `connectionFailure`.
     public static func open(_ spec: TransportSpec) throws(TransportOpenError) -> Int32 {
         var why = [CChar](repeating: 0, count: 256)
         switch spec {
@@ -30,9 +31,7 @@ public enum ControllerTransport {
             return fd
         case .tcp(let host, let port):
             do {
-                let fd = try StreamSocket.connectTCP(host: host, port: port)
-                setNonBlocking(fd)
-                return fd
+                return try StreamSocket.connectTCP(host: host, port: port, nonBlocking: true)
             } catch {
                 throw .unavailable("cannot reach the controller at \(host):\(port): \(error)")
             }
@@ -49,6 +48,12 @@ public enum ControllerTransport {
 
     private static func text(_ buffer: [CChar]) -> String {
         String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// Why an in-progress connection failed, or nil once it is up.
+    public static func connectionFailure(_ fd: Int32, _ spec: TransportSpec) -> String? {
+        let code = StreamSocket.pendingError(fd)
+        return code == 0 ? nil : "cannot reach the controller at \(spec): \(String(cString: strerror(code)))"
     }
 
     public static func setUARTBaud(_ fd: Int32, _ baud: Int) -> Bool { beryl_uart_set_baud(fd, Int32(baud)) == 0 }

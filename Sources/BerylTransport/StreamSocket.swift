@@ -90,14 +90,18 @@ public enum StreamSocket {
         return fd
     }
 
-    public static func connectTCP(host: String, port: UInt16) throws(StreamSocketError) -> Int32 {
+    /// With `nonBlocking`, returns as soon as the connection is under way: the socket turns writable when it
+    /// completes, and `pendingError` then says whether it succeeded (so an event loop never waits on a SYN).
+    public static func connectTCP(host: String, port: UInt16, nonBlocking: Bool = false) throws(StreamSocketError) -> Int32 {
         var address = try ipv4(host, port)
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        var type = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
+        if nonBlocking { type |= Int32(SOCK_NONBLOCK.rawValue) }
+        let fd = socket(AF_INET, type, 0)
         guard fd >= 0 else { throw .system(call: "socket", target: "\(host):\(port)", errno: errno) }
         let result = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard result == 0 else {
+        guard result == 0 || (nonBlocking && errno == EINPROGRESS) else {
             let code = errno
             close(fd)
             throw .system(call: "connect", target: "\(host):\(port)", errno: code)
@@ -105,6 +109,14 @@ public enum StreamSocket {
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
         return fd
+    }
+
+    /// The outcome of a non-blocking connect once the socket is writable: 0, or the errno it failed with.
+    public static func pendingError(_ fd: Int32) -> Int32 {
+        var code: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        guard getsockopt(fd, SOL_SOCKET, SO_ERROR, &code, &length) == 0 else { return errno }
+        return code
     }
 
     private static func ipv4(_ host: String, _ port: UInt16) throws(StreamSocketError) -> sockaddr_in {

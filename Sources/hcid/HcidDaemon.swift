@@ -27,6 +27,7 @@ final class HcidDaemon {
     var outbound: [UInt8] = []
     var timer: EventRegistration?
     var reconnect: EventRegistration?
+    var connecting: EventRegistration?
     var detail = ""
     var pending: [UInt64: IncomingRequest] = [:]
     var nextToken: UInt64 = 1
@@ -56,11 +57,20 @@ final class HcidDaemon {
         do {
             let fd = try ControllerTransport.open(transport)
             self.fd = fd
-            overriddenState = nil
-            reader = try? host.loop.onReadable(fd) { [unowned self] in self.readController() }
-            detail = ""
-            host.logger.info("opened \(transport)" + (profile.map { " with profile \($0.id)" } ?? ""))
-            core.start(at: host.loop.uptime)
+            guard case .tcp = transport else { return transportOpened(fd) }
+            // The TCP handshake completes off the loop: writable means done, one way or the other.
+            connecting = try? host.loop.onWritable(fd) { [unowned self] in
+                self.connecting?.cancel()
+                self.connecting = nil
+                if let why = ControllerTransport.connectionFailure(fd, self.transport) {
+                    self.closeTransport()
+                    self.fail(.poweredOff(why), why: why, retry: true)
+                    self.drain()
+                } else {
+                    self.transportOpened(fd)
+                }
+            }
+            return
         } catch {
             switch error {
             case .unsupported(let why): fail(.unsupported(why), why: why, retry: false)
@@ -68,6 +78,15 @@ final class HcidDaemon {
             case .unavailable(let why): fail(.poweredOff(why), why: why, retry: true)
             }
         }
+        drain()
+    }
+
+    private func transportOpened(_ fd: Int32) {
+        overriddenState = nil
+        reader = try? host.loop.onReadable(fd) { [unowned self] in self.readController() }
+        detail = ""
+        host.logger.info("opened \(transport)" + (profile.map { " with profile \($0.id)" } ?? ""))
+        core.start(at: host.loop.uptime)
         drain()
     }
 
@@ -90,6 +109,8 @@ final class HcidDaemon {
     }
 
     private func closeTransport() {
+        connecting?.cancel()
+        connecting = nil
         reader?.cancel()
         writer?.cancel()
         reader = nil

@@ -189,6 +189,25 @@ final class HcidProcessTests: XCTestCase {
         XCTAssertTrue(refused.stderr.contains("\(bad): $.id:"), refused.stderr)
     }
 
+    func testTCPTransportConnectsWithoutBlockingAndReportsARefusal() throws {
+        // Controller 1 over berylsim's TCP port: the connect completes off the loop.
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
+        let closedPort = UInt16(bigEndian: address.sin_port)
+        close(listener)  // bound once, now closed: nobody listens there
+
+        try scratch.start("hcid1", [Executables.path("hcid"), "--runtime-dir", runtime(1), "--transport", "tcp:127.0.0.1:\(closedPort)"],
+                          socket: "\(runtime(1))/hcid.sock")
+        XCTAssertTrue(eventually { self.info(1)?.state == .poweredOff })
+        XCTAssertTrue(info(1)?.detail.contains("cannot reach the controller at tcp:127.0.0.1:\(closedPort)") ?? false, info(1)?.detail ?? "")
+        XCTAssertTrue(StackControl.ping("\(runtime(1))/hcid.sock"), "the loop keeps serving while the controller is away")
+    }
+
     func testUARTTransportThroughAPseudoTerminal() throws {
         let bridge = Process()
         bridge.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
