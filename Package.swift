@@ -32,10 +32,11 @@ let package = Package(
 
         .target(name: "BerylCore"),
         .target(name: "BerylHCI", dependencies: ["BerylCore"]),
+        .target(name: "BerylCrypto", dependencies: ["CBerylCrypto"]),
         .target(name: "BerylSim", dependencies: ["BerylCore", "BerylHCI", "CBerylCrypto"]),
         .target(name: "BerylL2CAP", dependencies: ["BerylCore", "BerylHCI"]),
         .target(name: "BerylATT", dependencies: ["BerylCore"]),
-        .target(name: "BerylGATT", dependencies: ["BerylCore", "BerylATT", "BerylL2CAP", "BerylHCI"]),
+        .target(name: "BerylGATT", dependencies: ["BerylCore", "BerylATT", "BerylL2CAP", "BerylHCI", "BerylCrypto"]),
         .target(name: "BerylEventLoop", dependencies: ["CBerylEvent"]),
         .target(name: "BerylIPC", dependencies: [
             "BerylCore", "BerylEventLoop", "CBerylSys",
@@ -68,6 +69,7 @@ let package = Package(
 
         .testTarget(name: "BerylCoreTests", dependencies: ["BerylCore", "BerylTransport", "BerylStack"]),
         .testTarget(name: "BerylEventLoopTests", dependencies: ["BerylEventLoop"]),
+        .testTarget(name: "BerylCryptoTests", dependencies: ["BerylCrypto", "BerylCore"]),
         .testTarget(name: "BerylSimTests", dependencies: ["BerylSim", "BerylCore"]),
         .testTarget(name: "BerylGATTTests", dependencies: ["BerylGATT", "BerylATT", "BerylL2CAP", "BerylCore", "BerylHCI"]),
         .testTarget(name: "BerylHCITests", dependencies: ["BerylHCI", "BerylSim", "BerylCore", "BerylHardware"]),

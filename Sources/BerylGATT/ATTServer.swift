@@ -49,6 +49,8 @@ public final class ATTServer {
     public var security = LinkSecurity()
     /// This peer's CCCD values, by CCCD handle; persisted for bonded peers by the shell.
     public private(set) var clientConfigurations: [UInt16: UInt16] = [:]
+    /// This peer's Client Supported Features bits (robust caching, EATT, multiple notifications); persisted with its CCCDs.
+    public private(set) var clientFeatures: [UInt8] = [0]
     private var prepareQueue: [PreparedWrite] = []
     private var pending: (id: UInt64, opcode: ATTOpcode, handle: UInt16)?
     private var nextID: UInt64 = 1
@@ -59,6 +61,13 @@ public final class ATTServer {
         self.database = database
         self.serverMTU = max(23, min(serverMTU, 517))
         self.clientConfigurations = clientConfigurations
+    }
+
+    /// A bonded peer's configuration from the last connection (Core Vol 3 Part G §3.3.3.3: CCCDs persist across
+    /// connections for bonded devices); handles no longer in the database are dropped.
+    public func restore(clientConfigurations restored: [UInt16: UInt16], clientFeatures features: [UInt8]) {
+        clientConfigurations = restored.filter { database.attribute(at: $0.key)?.value == .clientConfiguration }
+        if !features.isEmpty { clientFeatures = features }
     }
 
     // MARK: Inbound
@@ -106,7 +115,7 @@ public final class ATTServer {
         case .readBlobRequest(let handle, let offset):
             return read(handle, offset: offset, opcode: .readBlobRequest)
         case .readMultipleRequest(let handles):
-            return [readMultiple(handles)]
+            return readMultiple(handles)
         case .writeRequest(let handle, let value):
             return write(handle, value, opcode: .writeRequest)
         case .writeCommand(let handle, let value):
@@ -181,6 +190,7 @@ public final class ATTServer {
             switch attribute.value {
             case .fixed(let fixed): value = fixed
             case .clientConfiguration: value = configurationBytes(attribute.handle)
+            case .clientSupportedFeatures: value = clientFeatures
             case .dynamic:
                 // A dynamic value comes from its owner, alone in the response.
                 guard entries.isEmpty else { return [.send(ATTPDU.readByTypeResponse(entries).encoded)] }
@@ -233,6 +243,7 @@ public final class ATTServer {
         switch attribute.value {
         case .fixed(let fixed): value = fixed
         case .clientConfiguration: value = configurationBytes(handle)
+        case .clientSupportedFeatures: value = clientFeatures
         case .dynamic: return [beginRead(opcode, handle, offset: offset)]
         }
         return [readResponse(opcode, handle: handle, value: value, offset: offset)]
@@ -248,20 +259,39 @@ public final class ATTServer {
         }
     }
 
-    private func readMultiple(_ handles: [UInt16]) -> ATTServerOutput {
+    /// Read Multiple (Core Vol 3 Part F §3.4.4.7): every handle is checked first, so a refusal costs the owners nothing;
+    /// dynamic values are then fetched from their owners one at a time.
+    private func readMultiple(_ handles: [UInt16]) -> [ATTServerOutput] {
         let opcode = ATTOpcode.readMultipleRequest.rawValue
-        var values: [UInt8] = []
         for handle in handles {
-            guard let attribute = database.attribute(at: handle) else { return error(opcode, handle, .invalidHandle) }
-            if let failure = readPermissionError(attribute) { return error(opcode, handle, failure) }
-            switch attribute.value {
-            case .fixed(let value): values += value
-            case .clientConfiguration: values += configurationBytes(handle)
-            // Read Multiple has no room for a value that must be fetched; the client reads dynamic values one by one.
-            case .dynamic: return error(opcode, handle, .requestNotSupported)
+            guard let attribute = database.attribute(at: handle) else { return [error(opcode, handle, .invalidHandle)] }
+            if let failure = readPermissionError(attribute) { return [error(opcode, handle, failure)] }
+        }
+        multipleRead = (handles, [])
+        return continueReadMultiple()
+    }
+
+    private var multipleRead: (handles: [UInt16], collected: [UInt8])?
+
+    private func continueReadMultiple() -> [ATTServerOutput] {
+        guard var state = multipleRead else { return [] }
+        while state.collected.count < Int(mtu) - 1, let handle = state.handles.first {
+            state.handles.removeFirst()
+            switch database.attribute(at: handle)?.value {
+            case .fixed(let value)?: state.collected += value
+            case .clientConfiguration?: state.collected += configurationBytes(handle)
+            case .clientSupportedFeatures?: state.collected += clientFeatures
+            case .dynamic?:
+                multipleRead = state
+                return [beginRead(.readMultipleRequest, handle, offset: 0)]
+            case nil:
+                // Removed while the owners were being asked.
+                multipleRead = nil
+                return [error(ATTOpcode.readMultipleRequest.rawValue, handle, .invalidHandle)]
             }
         }
-        return .send(ATTPDU.readMultipleResponse(Array(values.prefix(Int(mtu) - 1))).encoded)
+        multipleRead = nil
+        return [.send(ATTPDU.readMultipleResponse(Array(state.collected.prefix(Int(mtu) - 1))).encoded)]
     }
 
     private func beginRead(_ opcode: ATTOpcode, _ handle: UInt16, offset: UInt16) -> ATTServerOutput {
@@ -275,6 +305,16 @@ public final class ATTServer {
     public func completeRead(id: UInt64, with result: Result<[UInt8], ATTError>, offset: UInt16 = 0) -> [ATTServerOutput] {
         guard let pending, pending.id == id else { return [.log("answer to read \(id) that is not pending; ignored")] }
         self.pending = nil
+        if pending.opcode == .readMultipleRequest, var state = multipleRead {
+            guard case .success(let value) = result else {
+                multipleRead = nil
+                if case .failure(let failure) = result { return [error(pending.opcode.rawValue, pending.handle, failure)] }
+                return []
+            }
+            state.collected += value
+            multipleRead = state
+            return continueReadMultiple()
+        }
         switch result {
         case .success(let value): return [readResponse(pending.opcode, handle: pending.handle, value: value, offset: offset)]
         case .failure(let failure): return [error(pending.opcode.rawValue, pending.handle, failure)]
@@ -302,6 +342,14 @@ public final class ATTServer {
             let valueHandle = characteristicValueHandle(forDescriptor: handle)
             return [.subscriptionChanged(valueHandle: valueHandle, notify: bits & 1 != 0, indicate: bits & 2 != 0),
                     .send(ATTPDU.writeResponse.encoded)]
+        case .clientSupportedFeatures:
+            // A client may set feature bits but never clear one it has set (Core Vol 3 Part G §7.2).
+            guard !value.isEmpty else { return [error(opcode.rawValue, handle, .invalidAttributeValueLength)] }
+            let previous = clientFeatures + [UInt8](repeating: 0, count: max(0, value.count - clientFeatures.count))
+            let updated = value + [UInt8](repeating: 0, count: max(0, clientFeatures.count - value.count))
+            guard zip(previous, updated).allSatisfy({ $0 & ~$1 == 0 }) else { return [error(opcode.rawValue, handle, .valueNotAllowed)] }
+            clientFeatures = updated
+            return [.send(ATTPDU.writeResponse.encoded)]
         case .fixed:
             database.setValue(value, at: handle)
             return [.send(ATTPDU.writeResponse.encoded)]
@@ -335,7 +383,7 @@ public final class ATTServer {
             switch attribute.value {
             case .dynamic:
                 dynamic.append(part)
-            case .clientConfiguration:
+            case .clientConfiguration, .clientSupportedFeatures:
                 return [error(opcode, part.handle, .writeNotPermitted)]
             case .fixed(let current):
                 var value = assembled[part.handle] ?? current

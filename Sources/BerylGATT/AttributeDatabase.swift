@@ -1,5 +1,6 @@
 import BerylATT
 import BerylCore
+import BerylCrypto
 
 /// GATT attribute types (Core Vol 3 Part G §3, Assigned Numbers).
 public enum GATTType {
@@ -10,7 +11,16 @@ public enum GATTType {
     public static let extendedProperties = BluetoothUUID(0x2900)
     public static let userDescription = BluetoothUUID(0x2901)
     public static let clientConfiguration = BluetoothUUID(0x2902)
+    public static let serverConfiguration = BluetoothUUID(0x2903)
     public static let presentationFormat = BluetoothUUID(0x2904)
+    public static let aggregateFormat = BluetoothUUID(0x2905)
+    public static let gapService = BluetoothUUID(0x1800)
+    public static let gattService = BluetoothUUID(0x1801)
+    public static let deviceName = BluetoothUUID(0x2A00)
+    public static let appearance = BluetoothUUID(0x2A01)
+    public static let serviceChanged = BluetoothUUID(0x2A05)
+    public static let clientSupportedFeatures = BluetoothUUID(0x2B29)
+    public static let databaseHash = BluetoothUUID(0x2B2A)
 }
 
 public struct CharacteristicProperties: OptionSet, Sendable, Hashable {
@@ -88,6 +98,8 @@ public enum AttributeValue: Equatable, Sendable {
     case dynamic
     /// A Client Characteristic Configuration: its value lives per peer in the bearer.
     case clientConfiguration
+    /// Client Supported Features (Core Vol 3 Part G §7.2): also per peer.
+    case clientSupportedFeatures
 }
 
 public struct Attribute: Equatable, Sendable {
@@ -97,6 +109,14 @@ public struct Attribute: Equatable, Sendable {
     public var value: AttributeValue
     /// For service declarations: the last handle of the service.
     public var groupEnd: UInt16
+
+    public init(handle: UInt16, type: BluetoothUUID, permissions: AttributePermissions = .readable, value: AttributeValue, groupEnd: UInt16 = 0) {
+        self.handle = handle
+        self.type = type
+        self.permissions = permissions
+        self.value = value
+        self.groupEnd = groupEnd
+    }
 }
 
 public enum DatabaseError: Error, Equatable, Sendable {
@@ -109,8 +129,72 @@ public enum DatabaseError: Error, Equatable, Sendable {
 public final class AttributeDatabase {
     public private(set) var attributes: [Attribute] = []
     private var nextHandle: UInt16 = 1
+    /// Where the GATT service's characteristics sit, once `addCoreServices` has run.
+    public private(set) var serviceChangedHandle: UInt16?
+    public private(set) var databaseHashHandle: UInt16?
 
     public init() {}
+
+    /// A table given whole, in handle order (a peer's database as discovered, or a fixture).
+    public init(attributes: [Attribute]) {
+        self.attributes = attributes.sorted { $0.handle < $1.handle }
+        nextHandle = (self.attributes.last?.handle ?? 0) + 1
+        serviceChangedHandle = self.attributes.first { $0.type == GATTType.serviceChanged }?.handle
+        databaseHashHandle = self.attributes.first { $0.type == GATTType.databaseHash }?.handle
+    }
+
+    /// The mandatory GAP and GATT services (Core Vol 3 Part C §12, Part G §7), first in the table so their handles never move.
+    public func addCoreServices(deviceName: String, appearance: UInt16 = 0) throws(DatabaseError) {
+        try add(ServiceDefinition(uuid: GATTType.gapService, characteristics: [
+            CharacteristicDefinition(uuid: GATTType.deviceName, properties: .read, permissions: .readable, value: Array(deviceName.utf8.prefix(248))),
+            CharacteristicDefinition(uuid: GATTType.appearance, properties: .read, permissions: .readable, value: [UInt8(appearance & 0xFF), UInt8(appearance >> 8)]),
+        ]))
+        let gatt = try add(ServiceDefinition(uuid: GATTType.gattService, characteristics: [
+            // Not readable: its value only travels in indications (Core Vol 3 Part G §7.1).
+            CharacteristicDefinition(uuid: GATTType.serviceChanged, properties: .indicate, permissions: [], value: [0x01, 0x00, 0xFF, 0xFF]),
+            CharacteristicDefinition(uuid: GATTType.clientSupportedFeatures, properties: [.read, .write], permissions: [.readable, .writeable], value: nil),
+            CharacteristicDefinition(uuid: GATTType.databaseHash, properties: .read, permissions: .readable, value: [UInt8](repeating: 0, count: 16)),
+        ]))
+        for attribute in attributes(in: gatt...(attribute(at: gatt)?.groupEnd ?? gatt)) {
+            switch attribute.type {
+            case GATTType.serviceChanged: serviceChangedHandle = attribute.handle
+            case GATTType.databaseHash: databaseHashHandle = attribute.handle
+            case GATTType.clientSupportedFeatures:
+                if let index = attributes.firstIndex(where: { $0.handle == attribute.handle }) { attributes[index].value = .clientSupportedFeatures }
+            default: break
+            }
+        }
+        refreshHash()
+    }
+
+    /// The Database Hash (Core Vol 3 Part G §7.3.1): AES-CMAC with a zero key over the attributes that shape the
+    /// database (handle, type and value of declarations; handle and type of the descriptors GATT defines).
+    public func computeHash() -> [UInt8] {
+        var message = ByteWriter()
+        for attribute in attributes {
+            switch attribute.type {
+            case GATTType.primaryService, GATTType.secondaryService, GATTType.include, GATTType.characteristic, GATTType.extendedProperties:
+                message.u16(attribute.handle)
+                message.append(attribute.type.attWire)
+                if case .fixed(let value) = attribute.value { message.append(value) }
+            case GATTType.userDescription, GATTType.clientConfiguration, GATTType.serverConfiguration, GATTType.presentationFormat,
+                 GATTType.aggregateFormat:
+                message.u16(attribute.handle)
+                message.append(attribute.type.attWire)
+            default:
+                break
+            }
+        }
+        // The characteristic holds the hash least significant octet first, as ATT carries every multi-octet value.
+        guard let mac = try? AES.cmac(key: [UInt8](repeating: 0, count: 16), message: message.bytes) else { return [] }
+        return mac.reversed()
+    }
+
+    private func refreshHash() {
+        guard let databaseHashHandle, let index = attributes.firstIndex(where: { $0.handle == databaseHashHandle }) else { return }
+        let hash = computeHash()
+        if hash.count == 16 { attributes[index].value = .fixed(hash) }
+    }
 
     /// Adds a service; returns its declaration handle. Characteristics that notify or indicate get a CCCD.
     @discardableResult
@@ -150,6 +234,7 @@ public final class AttributeDatabase {
         added[0].groupEnd = handle - 1
         attributes += added
         nextHandle = handle
+        refreshHash()
         return added[0].handle
     }
 
@@ -157,6 +242,7 @@ public final class AttributeDatabase {
     public func removeService(at handle: UInt16) -> Bool {
         guard let declaration = attribute(at: handle), declaration.groupEnd > 0 else { return false }
         attributes.removeAll { $0.handle >= handle && $0.handle <= declaration.groupEnd }
+        refreshHash()
         return true
     }
 

@@ -83,14 +83,16 @@ public struct DiscoverPrimaryServices {
     }
 }
 
-/// Discover All Characteristics of a Service (§4.6.1).
+/// Discover All Characteristics of a Service (§4.6.1), or by UUID (§4.6.2: the same requests, filtered).
 public struct DiscoverCharacteristics {
     public let range: ClosedRange<UInt16>
+    public let uuid: BluetoothUUID?
     private var next: UInt16
     private var found: [DiscoveredCharacteristic] = []
 
-    public init(in range: ClosedRange<UInt16>) {
+    public init(in range: ClosedRange<UInt16>, uuid: BluetoothUUID? = nil) {
         self.range = range
+        self.uuid = uuid
         next = range.lowerBound
     }
 
@@ -110,13 +112,16 @@ public struct DiscoverCharacteristics {
                                                       valueHandle: UInt16(entry.value[1]) | UInt16(entry.value[2]) << 8, uuid: uuid))
                 last = entry.handle
             }
-            guard let following = DiscoveryPaging.next(after: last, from: next, end: range.upperBound) else { return .done(found) }
+            guard let following = DiscoveryPaging.next(after: last, from: next, end: range.upperBound) else { return .done(matching) }
             next = following
             return start()
         default:
-            return DiscoveryPaging.end(response, found: found)
+            return DiscoveryPaging.end(response, found: matching)
         }
     }
+
+    /// Every characteristic is kept while paging (the next one's declaration bounds a match's descriptors); the filter applies at the end.
+    private var matching: [DiscoveredCharacteristic] { uuid.map { wanted in found.filter { $0.uuid == wanted } } ?? found }
 }
 
 /// Discover All Characteristic Descriptors (§4.7.1) between a value handle and the characteristic's end.
@@ -227,6 +232,134 @@ public struct WriteLongValue {
             return .failed(error)
         default:
             return .failed(.invalidPDU)
+        }
+    }
+}
+
+public struct DiscoveredInclude: Equatable, Sendable {
+    public var declaration: UInt16
+    public var start: UInt16
+    public var end: UInt16
+    public var uuid: BluetoothUUID
+}
+
+/// Find Included Services (§4.5.1): Read By Type for include declarations; a 128-bit included UUID is not in the
+/// declaration, so it is read from the included service's own declaration.
+public struct FindIncludedServices {
+    public let range: ClosedRange<UInt16>
+    private var next: UInt16
+    private var found: [DiscoveredInclude] = []
+    private var unresolved: [Int] = []
+
+    public init(in range: ClosedRange<UInt16>) {
+        self.range = range
+        next = range.lowerBound
+    }
+
+    public mutating func start() -> GATTStep<[DiscoveredInclude]> {
+        .request(.readByTypeRequest(start: next, end: range.upperBound, type: GATTType.include))
+    }
+
+    public mutating func handle(_ response: ATTPDU) -> GATTStep<[DiscoveredInclude]> {
+        if let waiting = unresolved.first {
+            guard case .readResponse(let value) = response, let uuid = BluetoothUUID(wire: value), value.count == 16 else {
+                if case .errorResponse(_, _, let error) = response { return .failed(error) }
+                return .failed(.invalidPDU)
+            }
+            found[waiting].uuid = uuid
+            unresolved.removeFirst()
+            return resolveOrContinue()
+        }
+        switch response {
+        case .readByTypeResponse(let entries):
+            for entry in entries {
+                guard entry.value.count == 4 || entry.value.count == 6 else { return .failed(.invalidPDU) }
+                let start = UInt16(entry.value[0]) | UInt16(entry.value[1]) << 8
+                let end = UInt16(entry.value[2]) | UInt16(entry.value[3]) << 8
+                let uuid = entry.value.count == 6 ? BluetoothUUID(UInt16(entry.value[4]) | UInt16(entry.value[5]) << 8) : BluetoothUUID(0)
+                if entry.value.count == 4 { unresolved.append(found.count) }
+                found.append(DiscoveredInclude(declaration: entry.handle, start: start, end: end, uuid: uuid))
+            }
+            let last = entries.last?.handle ?? 0
+            guard let following = DiscoveryPaging.next(after: last, from: next, end: range.upperBound) else {
+                next = range.upperBound
+                return resolveOrContinue(finished: true)
+            }
+            next = following
+            return resolveOrContinue()
+        default:
+            next = range.upperBound
+            if case .errorResponse(_, _, .attributeNotFound) = response { return resolveOrContinue(finished: true) }
+            return DiscoveryPaging.end(response, found: found)
+        }
+    }
+
+    private var finished = false
+
+    private mutating func resolveOrContinue(finished done: Bool = false) -> GATTStep<[DiscoveredInclude]> {
+        if done { finished = true }
+        if let waiting = unresolved.first { return .request(.readRequest(handle: found[waiting].start)) }
+        return finished ? .done(found) : start()
+    }
+}
+
+/// Read Using Characteristic UUID (§4.8.2): every value of that type in the range, paged past the last handle.
+public struct ReadByCharacteristicUUID {
+    public let range: ClosedRange<UInt16>
+    public let uuid: BluetoothUUID
+    private var next: UInt16
+    private var found: [(handle: UInt16, value: [UInt8])] = []
+
+    public init(uuid: BluetoothUUID, in range: ClosedRange<UInt16> = 1...0xFFFF) {
+        self.uuid = uuid
+        self.range = range
+        next = range.lowerBound
+    }
+
+    public mutating func start() -> GATTStep<[HandleValue]> {
+        .request(.readByTypeRequest(start: next, end: range.upperBound, type: uuid))
+    }
+
+    public mutating func handle(_ response: ATTPDU) -> GATTStep<[HandleValue]> {
+        switch response {
+        case .readByTypeResponse(let entries):
+            found += entries
+            guard let following = DiscoveryPaging.next(after: entries.last?.handle ?? 0, from: next, end: range.upperBound) else {
+                return .done(found.map { HandleValue(handle: $0.handle, value: $0.value) })
+            }
+            next = following
+            return start()
+        default:
+            return DiscoveryPaging.end(response, found: found.map { HandleValue(handle: $0.handle, value: $0.value) })
+        }
+    }
+}
+
+public struct HandleValue: Equatable, Sendable {
+    public var handle: UInt16
+    public var value: [UInt8]
+
+    public init(handle: UInt16, value: [UInt8]) {
+        self.handle = handle
+        self.value = value
+    }
+}
+
+/// Read Multiple Characteristic Values (§4.8.4): one request; the values come back concatenated.
+public struct ReadMultipleValues {
+    public let handles: [UInt16]
+
+    public init(handles: [UInt16]) { self.handles = handles }
+
+    public func start() -> GATTStep<[UInt8]> {
+        handles.count >= 2 ? .request(.readMultipleRequest(handles)) : .failed(.invalidPDU)
+    }
+
+    public func handle(_ response: ATTPDU) -> GATTStep<[UInt8]> {
+        switch response {
+        case .readMultipleResponse(let values): .done(values)
+        case .errorResponse(_, _, let error): .failed(error)
+        default: .failed(.invalidPDU)
         }
     }
 }

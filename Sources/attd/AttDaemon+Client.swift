@@ -36,6 +36,21 @@ extension AttDaemon {
         case .timedOut(let id):
             host.logger.warning("link 0x\(String(link.handle, radix: 16)): ATT transaction timed out; the bearer is unusable")
             waiters.removeValue(forKey: WaiterKey(link: link.handle, id: id))?(.failure(.unlikelyError))
+        case .indication(let handle, let value) where handle == peerServiceChanged[link.handle] && value.count == 4:
+            let start = UInt16(value[0]) | UInt16(value[1]) << 8
+            let end = UInt16(value[2]) | UInt16(value[3]) << 8
+            host.logger.info("link 0x\(String(link.handle, radix: 16)): peer's services changed in \(start)–\(end); re-discovering")
+            let scope = DiscoveryScope(range: min(start, end)...max(start, end))
+            discover(scope, on: link) { [unowned self] result in
+                var event = Event()
+                event.att.gattServiceChanged = .with {
+                    $0.connectionHandle = UInt32(link.handle)
+                    $0.startHandle = UInt32(start)
+                    $0.endHandle = UInt32(end)
+                    if case .success(let database) = result { $0.database = database }
+                }
+                self.host.server?.broadcast(event)
+            }
         case .notification(let handle, let value), .indication(let handle, let value):
             var event = Event()
             event.att.gattNotification = .with {
@@ -77,9 +92,23 @@ extension AttDaemon {
         }
         func failATT(_ error: ATTError) { incoming.fail(.invalidArgument, "ATT error 0x\(String(error.rawValue, radix: 16)) (\(error))", field: "att_error") }
         switch request {
-        case .gattDiscover(let discover):
-            guard let link = link(discover.connectionHandle) else { return true }
-            discoverAll(on: link) { result in
+        case .gattDiscover(let request):
+            guard let link = link(request.connectionHandle) else { return true }
+            var scope = DiscoveryScope(range: UInt16(clamping: max(1, request.startHandle))...UInt16(clamping: request.endHandle == 0 ? 0xFFFF : request.endHandle))
+            guard request.endHandle == 0 || request.startHandle <= request.endHandle else {
+                incoming.fail(.invalidArgument, "start_handle is past end_handle", field: "start_handle")
+                return true
+            }
+            for (field, strings) in [("service_uuids", request.serviceUuids), ("characteristic_uuids", request.characteristicUuids)] {
+                let parsed = strings.compactMap(BluetoothUUID.init)
+                guard parsed.count == strings.count else {
+                    incoming.fail(.invalidArgument, "not a UUID in \(strings)", field: field)
+                    return true
+                }
+                guard !parsed.isEmpty else { continue }
+                if field == "service_uuids" { scope.services = parsed } else { scope.characteristics = parsed }
+            }
+            discover(scope, on: link) { result in
                 switch result {
                 case .success(let database): incoming.respond(.with { $0.att.gattDatabase = database })
                 case .failure(let error): failATT(error)
@@ -103,7 +132,16 @@ extension AttDaemon {
                     incoming.fail(.invalidArgument, "a write without response carries at most ATT_MTU-3 = \(link.client.mtu - 3) bytes", field: "value")
                     return true
                 }
-                apply(link.clientOutputs(link.client.submit(.writeCommand(handle: handle, value: value), at: host.loop.uptime).outputs), on: link)
+                // Write Without Response has no answer to pace it, so the link's unsent ones are capped; the app hears when
+                // there is room again (Core Bluetooth's canSendWriteWithoutResponse and peripheralIsReady(toSendWriteWithoutResponse:)).
+                guard (writesInFlight[link.handle] ?? 0) < Self.writeWithoutResponseLimit else {
+                    writeRefused.insert(link.handle)
+                    incoming.fail(.busy, "\(Self.writeWithoutResponseLimit) writes without response are still on their way; wait for GattWriteReady")
+                    return true
+                }
+                for case .send(let pdu) in link.clientOutputs(link.client.submit(.writeCommand(handle: handle, value: value), at: host.loop.uptime).outputs) {
+                    sendWriteWithoutResponse(pdu, on: link.handle)
+                }
                 incoming.respond(.with { $0.ack = .init() })
             } else if value.count <= Int(link.client.mtu) - 3 {
                 runProcedure(on: link, GATTStep<Bool>.request(.writeRequest(handle: handle, value: value)), { response -> GATTStep<Bool> in
@@ -128,68 +166,157 @@ extension AttDaemon {
             }) { result in
                 if case .failure(let error) = result { failATT(error) } else { incoming.respond(.with { $0.ack = .init() }) }
             }
+        case .gattReadMultiple(let read):
+            guard let link = link(read.connectionHandle) else { return true }
+            let procedure = ReadMultipleValues(handles: read.handles.map { UInt16(truncatingIfNeeded: $0) })
+            guard read.handles.count >= 2 else {
+                incoming.fail(.invalidArgument, "Read Multiple takes two or more handles", field: "handles")
+                return true
+            }
+            runProcedure(on: link, procedure.start(), { procedure.handle($0) }) { result in
+                switch result {
+                case .success(let value): incoming.respond(.with { $0.att.gattValue.value = Data(value) })
+                case .failure(let error): failATT(error)
+                }
+            }
+        case .gattReadByType(let read):
+            guard let link = link(read.connectionHandle) else { return true }
+            guard let uuid = BluetoothUUID(read.uuid) else {
+                incoming.fail(.invalidArgument, "'\(read.uuid)' is not a UUID", field: "uuid")
+                return true
+            }
+            let end = read.endHandle == 0 ? 0xFFFF : UInt16(clamping: read.endHandle)
+            let start = UInt16(clamping: max(1, read.startHandle))
+            guard start <= end else {
+                incoming.fail(.invalidArgument, "start_handle is past end_handle", field: "start_handle")
+                return true
+            }
+            var procedure = ReadByCharacteristicUUID(uuid: uuid, in: start...end)
+            runProcedure(on: link, procedure.start(), { procedure.handle($0) }) { result in
+                switch result {
+                case .success(let values):
+                    incoming.respond(.with {
+                        $0.att.gattValues.values = values.map { found in .with { $0.handle = UInt32(found.handle); $0.value = Data(found.value) } }
+                    })
+                case .failure(let error): failATT(error)
+                }
+            }
+        case .gattReliableWrite(let write):
+            guard let link = link(write.connectionHandle) else { return true }
+            guard !write.writes.isEmpty, write.writes.allSatisfy({ $0.offset == 0 && $0.value.count <= ATTServer.maxValueLength && $0.handle > 0 && $0.handle <= 0xFFFF }) else {
+                incoming.fail(.invalidArgument, "a reliable write takes one or more values (offset 0, at most 512 bytes) for valid handles", field: "writes")
+                return true
+            }
+            let parts = write.writes.map { (handle: UInt16($0.handle), value: Array($0.value)) }
+            var procedure = WriteLongValue(writes: parts, mtu: link.client.mtu)
+            runProcedure(on: link, procedure.start(), { procedure.handle($0) }) { result in
+                switch result {
+                case .success(true): incoming.respond(.with { $0.ack = .init() })
+                // An echo that came back different: the server's queue was cancelled, nothing was written.
+                case .success(false): incoming.fail(.invalidArgument, "the server echoed a part differently; the reliable write was cancelled", field: "att_error")
+                case .failure(let error): failATT(error)
+                }
+            }
         default:
             return false
         }
         return true
     }
 
-    /// Services, then each one's characteristics, then each characteristic's descriptors.
-    private func discoverAll(on link: LinkSession, completion: @escaping (Result<Beryl_Ipc_V1_GattDatabase, ATTError>) -> Void) {
-        var services = DiscoverPrimaryServices()
-        runProcedure(on: link, services.start(), { services.handle($0) }) { [unowned self] result in
+    /// Services, then each one's included services, characteristics and descriptors.
+    func discover(_ scope: DiscoveryScope, on link: LinkSession, completion: @escaping (Result<Beryl_Ipc_V1_GattDatabase, ATTError>) -> Void) {
+        findServices(scope, remaining: scope.services.map { $0.map(Optional.some) } ?? [nil], on: link, found: []) { [unowned self] result in
             switch result {
             case .failure(let error): completion(.failure(error))
             case .success(let found):
-                self.describe(found, index: 0, on: link, into: Beryl_Ipc_V1_GattDatabase()) { completion($0) }
+                let inScope = found.filter { $0.start <= scope.range.upperBound && $0.end >= scope.range.lowerBound }
+                self.describe(inScope, index: 0, scope: scope, on: link, into: Beryl_Ipc_V1_GattDatabase()) { completion($0) }
             }
         }
     }
 
-    private func describe(_ services: [DiscoveredService], index: Int, on link: LinkSession, into database: Beryl_Ipc_V1_GattDatabase,
+    private func findServices(_ scope: DiscoveryScope, remaining: [BluetoothUUID?], on link: LinkSession, found: [DiscoveredService],
+                              completion: @escaping (Result<[DiscoveredService], ATTError>) -> Void) {
+        guard let uuid = remaining.first else { return completion(.success(found.sorted { $0.start < $1.start })) }
+        var services = DiscoverPrimaryServices(uuid: uuid)
+        runProcedure(on: link, services.start(), { services.handle($0) }) { [unowned self] result in
+            switch result {
+            case .failure(let error): completion(.failure(error))
+            case .success(let more): self.findServices(scope, remaining: Array(remaining.dropFirst()), on: link, found: found + more, completion: completion)
+            }
+        }
+    }
+
+    private func describe(_ services: [DiscoveredService], index: Int, scope: DiscoveryScope, on link: LinkSession, into database: Beryl_Ipc_V1_GattDatabase,
                           completion: @escaping (Result<Beryl_Ipc_V1_GattDatabase, ATTError>) -> Void) {
         guard index < services.count else { return completion(.success(database)) }
         let service = services[index]
-        var characteristics = DiscoverCharacteristics(in: service.start...service.end)
-        runProcedure(on: link, characteristics.start(), { characteristics.handle($0) }) { [unowned self] result in
-            guard case .success(let found) = result else {
-                if case .failure(let error) = result { completion(.failure(error)) }
+        var includes = FindIncludedServices(in: service.start...service.end)
+        runProcedure(on: link, includes.start(), { includes.handle($0) }) { [unowned self] included in
+            guard case .success(let included) = included else {
+                if case .failure(let error) = included { completion(.failure(error)) }
                 return
             }
-            self.describeDescriptors(found, index: 0, serviceEnd: service.end, on: link, collected: []) { described in
-                var next = database
-                next.services.append(.with {
-                    $0.uuid = service.uuid.description
-                    $0.startHandle = UInt32(service.start)
-                    $0.endHandle = UInt32(service.end)
-                    $0.characteristics = described
-                })
-                self.describe(services, index: index + 1, on: link, into: next, completion: completion)
+            // All characteristics are found, so that each one's descriptors end where the next begins; the filter applies after.
+            var characteristics = DiscoverCharacteristics(in: service.start...service.end)
+            self.runProcedure(on: link, characteristics.start(), { characteristics.handle($0) }) { [unowned self] result in
+                guard case .success(let found) = result else {
+                    if case .failure(let error) = result { completion(.failure(error)) }
+                    return
+                }
+                if service.uuid == GATTType.gattService, let changed = found.first(where: { $0.uuid == GATTType.serviceChanged }) {
+                    self.peerServiceChanged[link.handle] = changed.valueHandle
+                }
+                self.describeDescriptors(found, index: 0, serviceEnd: service.end, wanted: scope.characteristics, on: link, collected: []) { described in
+                    var next = database
+                    next.services.append(.with {
+                        $0.uuid = service.uuid.description
+                        $0.startHandle = UInt32(service.start)
+                        $0.endHandle = UInt32(service.end)
+                        $0.characteristics = described
+                        $0.included = included.map { include in
+                            .with { $0.uuid = include.uuid.description; $0.startHandle = UInt32(include.start); $0.endHandle = UInt32(include.end) }
+                        }
+                    })
+                    self.describe(services, index: index + 1, scope: scope, on: link, into: next, completion: completion)
+                }
             }
         }
     }
 
-    private func describeDescriptors(_ characteristics: [DiscoveredCharacteristic], index: Int, serviceEnd: UInt16, on link: LinkSession,
-                                     collected: [Beryl_Ipc_V1_GattCharacteristicInfo], completion: @escaping ([Beryl_Ipc_V1_GattCharacteristicInfo]) -> Void) {
+    private func describeDescriptors(_ characteristics: [DiscoveredCharacteristic], index: Int, serviceEnd: UInt16, wanted: [BluetoothUUID]?,
+                                     on link: LinkSession, collected: [Beryl_Ipc_V1_GattCharacteristicInfo],
+                                     completion: @escaping ([Beryl_Ipc_V1_GattCharacteristicInfo]) -> Void) {
         guard index < characteristics.count else { return completion(collected) }
         let characteristic = characteristics[index]
         let end = index + 1 < characteristics.count ? characteristics[index + 1].declaration - 1 : serviceEnd
+        let next = { [unowned self] (described: [Beryl_Ipc_V1_GattCharacteristicInfo]) in
+            self.describeDescriptors(characteristics, index: index + 1, serviceEnd: serviceEnd, wanted: wanted, on: link, collected: described, completion: completion)
+        }
+        if let wanted, !wanted.contains(characteristic.uuid) { return next(collected) }
         var info = Beryl_Ipc_V1_GattCharacteristicInfo.with {
             $0.uuid = characteristic.uuid.description
             $0.properties = UInt32(characteristic.properties.rawValue)
             $0.valueHandle = UInt32(characteristic.valueHandle)
         }
-        guard characteristic.valueHandle < end else {
-            return describeDescriptors(characteristics, index: index + 1, serviceEnd: serviceEnd, on: link, collected: collected + [info], completion: completion)
-        }
+        guard characteristic.valueHandle < end else { return next(collected + [info]) }
         var descriptors = DiscoverDescriptors(in: (characteristic.valueHandle + 1)...end)
-        runProcedure(on: link, descriptors.start(), { descriptors.handle($0) }) { [unowned self] result in
+        runProcedure(on: link, descriptors.start(), { descriptors.handle($0) }) { result in
             if case .success(let found) = result {
                 info.descriptors = found.map { descriptor in .with { $0.uuid = descriptor.uuid.description; $0.handle = UInt32(descriptor.handle) } }
             }
-            self.describeDescriptors(characteristics, index: index + 1, serviceEnd: serviceEnd, on: link, collected: collected + [info], completion: completion)
+            next(collected + [info])
         }
     }
+}
+
+/// What a discovery covers: a handle range, and optionally only some services and characteristics (by UUID).
+struct DiscoveryScope {
+    var range: ClosedRange<UInt16>
+    var services: [BluetoothUUID]?
+    var characteristics: [BluetoothUUID]?
+
+    init(range: ClosedRange<UInt16> = 1...0xFFFF) { self.range = range }
 }
 
 struct WaiterKey: Hashable {

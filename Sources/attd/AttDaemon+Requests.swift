@@ -22,8 +22,9 @@ extension AttDaemon {
                 return true
             }
             _ = database.removeService(at: owners[index].range.lowerBound)
-            owners.remove(at: index)
+            let range = owners.remove(at: index).range
             incoming.respond(.with { $0.ack = .init() })
+            announceDatabaseChange(range)
         case .notify(let notify)?:
             guard notify.valueHandle > 0, notify.valueHandle < 0xFFFF,
                   owners.contains(where: { $0.session == session.id && $0.range.contains(UInt16(notify.valueHandle)) }) else {
@@ -63,7 +64,7 @@ extension AttDaemon {
             let error = answer.error == 0 ? nil : (ATTError(rawValue: UInt8(truncatingIfNeeded: answer.error)) ?? .unlikelyError)
             finish(answer.id, read: .failure(.unlikelyError), writeError: error)
             incoming.respond(.with { $0.ack = .init() })
-        case .gattDiscover?, .gattRead?, .gattWrite?, .gattSubscribe?:
+        case .gattDiscover?, .gattRead?, .gattWrite?, .gattSubscribe?, .gattReadMultiple?, .gattReadByType?, .gattReliableWrite?:
             return handleClientRequest(request.kind!, incoming)
         case nil:
             incoming.fail(.unknownMessage, "empty ATT request")
@@ -120,5 +121,6 @@ extension AttDaemon {
             $0.att.servicePublished.endHandle = UInt32(end)
             $0.att.servicePublished.valueHandles = valueHandles.map(UInt32.init)
         })
+        announceDatabaseChange(start...end)
     }
 }

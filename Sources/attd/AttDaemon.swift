@@ -33,19 +33,17 @@ final class AttDaemon {
     var pending: [UInt64: PendingAnswer] = [:]
     var nextAnswerID: UInt64 = 1
     var waiters: [WaiterKey: Waiter] = [:]
+    /// Each link's Service Changed value handle on the peer, once discovery has found it.
+    var peerServiceChanged: [UInt16: UInt16] = [:]
+    static let writeWithoutResponseLimit = 16
+    var writesInFlight: [UInt16: Int] = [:]
+    var writeRefused: Set<UInt16> = []
 
     init(host: DaemonHost, deviceName: String, serverMTU: UInt16, answerTimeout: Duration) throws {
         self.host = host
         self.answerTimeout = answerTimeout
         self.serverMTU = serverMTU
-        // The mandatory GAP and GATT services (Core Vol 3 Part C §12, Part G §7).
-        try database.add(ServiceDefinition(uuid: BluetoothUUID(0x1800), characteristics: [
-            CharacteristicDefinition(uuid: BluetoothUUID(0x2A00), properties: .read, permissions: .readable, value: Array(deviceName.utf8)),
-            CharacteristicDefinition(uuid: BluetoothUUID(0x2A01), properties: .read, permissions: .readable, value: [0, 0]),
-        ]))
-        try database.add(ServiceDefinition(uuid: BluetoothUUID(0x1801), characteristics: [
-            CharacteristicDefinition(uuid: BluetoothUUID(0x2A05), properties: .indicate, permissions: [], value: [0x01, 0x00, 0xFF, 0xFF]),
-        ]))
+        try database.addCoreServices(deviceName: deviceName)
         host.handle = { [unowned self] in self.handle($0) }
         _ = try host.loop.after(.zero) { [unowned self] in
             self.host.server?.onSessionClosed = { [unowned self] session, _ in self.publisherGone(session.id) }
@@ -106,6 +104,9 @@ final class AttDaemon {
 
     private func linkClosed(_ handle: UInt16) {
         guard links.removeValue(forKey: handle) != nil else { return }
+        peerServiceChanged[handle] = nil
+        writesInFlight[handle] = nil
+        writeRefused.remove(handle)
         failWaiters(of: handle)
         for (id, answer) in pending where answer.link == handle {
             answer.timer?.cancel()
@@ -121,6 +122,24 @@ final class AttDaemon {
         request.hci.sendAcl.pdu = Data(pdu)
         hcid?.request(request) { [unowned self] result in
             if case .failure(let error) = result { self.host.logger.warning("ACL to 0x\(String(handle, radix: 16)) refused: \(error)") }
+        }
+    }
+
+    /// A write without response counts against its link until hcid has taken it.
+    func sendWriteWithoutResponse(_ pdu: [UInt8], on handle: UInt16) {
+        writesInFlight[handle, default: 0] += 1
+        var request = Request()
+        request.hci.sendAcl.handle = UInt32(handle)
+        request.hci.sendAcl.pdu = Data(pdu)
+        hcid?.request(request) { [unowned self] result in
+            if case .failure(let error) = result { self.host.logger.warning("write without response to 0x\(String(handle, radix: 16)) refused: \(error)") }
+            guard let count = self.writesInFlight[handle] else { return }
+            self.writesInFlight[handle] = count - 1
+            if count - 1 < Self.writeWithoutResponseLimit, self.writeRefused.remove(handle) != nil {
+                var event = Event()
+                event.att.gattWriteReady.connectionHandle = UInt32(handle)
+                self.host.server?.broadcast(event)
+            }
         }
     }
 
@@ -229,8 +248,20 @@ final class AttDaemon {
         for owner in owners where owner.session == session {
             _ = database.removeService(at: owner.range.lowerBound)
             host.logger.info("service at \(owner.range) removed with its publisher")
+            announceDatabaseChange(owner.range)
         }
         owners.removeAll { $0.session == session }
+    }
+
+    /// Tells every connected client that subscribed to Service Changed which handles moved (Core Vol 3 Part G §7.1).
+    func announceDatabaseChange(_ range: ClosedRange<UInt16>) {
+        guard let serviceChanged = database.serviceChangedHandle else { return }
+        let value: [UInt8] = [UInt8(range.lowerBound & 0xFF), UInt8(range.lowerBound >> 8), UInt8(range.upperBound & 0xFF), UInt8(range.upperBound >> 8)]
+        for link in links.values {
+            let (subscribed, outputs) = link.server.indicate(valueHandle: serviceChanged, value: value)
+            if subscribed { host.logger.info("service changed \(range) indicated to link 0x\(String(link.handle, radix: 16))") }
+            apply(wrap(outputs, for: link), on: link)
+        }
     }
 
     private func broadcastBearer(_ handle: UInt16, opened: Bool) {

@@ -26,6 +26,9 @@ private final class Loopback {
                                      permissions: [.readable, .writeable], value: Array(repeating: 0, count: 10),
                                      descriptors: [DescriptorDefinition(uuid: BluetoothUUID(0x2901), value: Array("Data".utf8))]),
         ]))
+        // A service that includes the 128-bit one (its UUID is not in the include declaration) and a 16-bit one.
+        let custom = try XCTUnwrap(database.attributes.last { $0.type == GATTType.primaryService }).handle
+        try database.add(ServiceDefinition(uuid: BluetoothUUID(0x18FF), includes: [custom, 4], characteristics: []))
         server = ATTServer(database: database)
     }
 
@@ -69,7 +72,7 @@ final class GATTClientProcedureTests: XCTestCase {
         var procedure = DiscoverPrimaryServices()
         let result = link.run(procedure.start()) { procedure.handle($0) }
         guard case .done(let services) = result else { return XCTFail("\(result)") }
-        XCTAssertEqual(services.map(\.uuid.description), ["1800", "1810", "1811", "1812", "1813", "1814", "1815", "6E400001-B5A3-F393-E0A9-E50E24DCCA9E"])
+        XCTAssertEqual(services.map(\.uuid.description), ["1800", "1810", "1811", "1812", "1813", "1814", "1815", "6E400001-B5A3-F393-E0A9-E50E24DCCA9E", "18FF"])
         XCTAssertEqual(services.first?.start, 1)
         XCTAssertEqual(services.last?.end, UInt16(link.database.attributes.last!.handle))
         XCTAssertGreaterThan(link.serverSaw.count, 2, "took more than one request at the default MTU")
@@ -120,6 +123,62 @@ final class GATTClientProcedureTests: XCTestCase {
         XCTAssertEqual(link.client.receive(answer, at: .zero), [.response(id: id, .exchangeMTUResponse(mtu: 517))])
         XCTAssertEqual(link.client.mtu, 247)
         XCTAssertEqual(link.server.mtu, 247)
+    }
+}
+
+final class GATTClientMoreProcedureTests: XCTestCase {
+    /// GATT/CL/GAD/BV-03-C: Find Included Services, reading the 128-bit UUID the declaration leaves out.
+    func testGATT_CL_GAD_BV_03_C_findIncludedServices() throws {
+        let link = try Loopback()
+        let includer = try XCTUnwrap(link.database.attributes.last { $0.type == GATTType.primaryService })
+        var procedure = FindIncludedServices(in: includer.handle...includer.groupEnd)
+        guard case .done(let found) = link.run(procedure.start(), { procedure.handle($0) }) else { return XCTFail() }
+        XCTAssertEqual(found.map(\.uuid.description), ["6E400001-B5A3-F393-E0A9-E50E24DCCA9E", "1810"])
+        XCTAssertEqual(found.last?.start, 4)
+        XCTAssertTrue(link.serverSaw.contains { $0.first == 0x0A }, "the 128-bit UUID came from a Read of the included declaration")
+    }
+
+    /// GATT/CL/GAD/BV-05-C: Discover Characteristics by UUID.
+    func testGATT_CL_GAD_BV_05_C_discoverCharacteristicsByUUID() throws {
+        let link = try Loopback()
+        var procedure = DiscoverCharacteristics(in: 1...0xFFFF, uuid: BluetoothUUID(0x2A37))
+        guard case .done(let found) = link.run(procedure.start(), { procedure.handle($0) }) else { return XCTFail() }
+        XCTAssertEqual(found.count, 6)
+        XCTAssertTrue(found.allSatisfy { $0.uuid == BluetoothUUID(0x2A37) })
+    }
+
+    /// GATT/CL/GAR/BV-03-C: Read Using Characteristic UUID, across several responses.
+    func testGATT_CL_GAR_BV_03_C_readUsingCharacteristicUUID() throws {
+        let link = try Loopback()
+        var procedure = ReadByCharacteristicUUID(uuid: BluetoothUUID(0x2A37))
+        guard case .done(let values) = link.run(procedure.start(), { procedure.handle($0) }) else { return XCTFail() }
+        XCTAssertEqual(values.map(\.value), (0..<6).map { [UInt8($0)] })
+        XCTAssertEqual(Set(values.map(\.handle)).count, 6)
+        var none = ReadByCharacteristicUUID(uuid: BluetoothUUID(0x2A99))
+        XCTAssertEqual(link.run(none.start(), { none.handle($0) }), .done([]))
+    }
+
+    /// GATT/CL/GAR/BV-05-C: Read Multiple; a bad handle fails the whole read with the server's error.
+    func testGATT_CL_GAR_BV_05_C_readMultiple() throws {
+        let link = try Loopback()
+        var values = ReadByCharacteristicUUID(uuid: BluetoothUUID(0x2A37))
+        guard case .done(let found) = link.run(values.start(), { values.handle($0) }) else { return XCTFail() }
+        let procedure = ReadMultipleValues(handles: [found[4].handle, found[1].handle])
+        XCTAssertEqual(link.run(procedure.start(), { procedure.handle($0) }), .done([4, 1]))
+        let bad = ReadMultipleValues(handles: [found[0].handle, 0xFFF0])
+        XCTAssertEqual(link.run(bad.start(), { bad.handle($0) }), .failed(.invalidHandle))
+        XCTAssertEqual(ReadMultipleValues(handles: [1]).start(), .failed(.invalidPDU), "Read Multiple needs two handles")
+    }
+
+    /// GATT/CL/GAW/BV-06-C: a reliable write of two values lands whole.
+    func testGATT_CL_GAW_BV_06_C_reliableWriteOfTwoValues() throws {
+        let link = try Loopback()
+        let handle = try XCTUnwrap(link.database.attributes.first { $0.type == BluetoothUUID("6E400002-B5A3-F393-E0A9-E50E24DCCA9E") }).handle
+        let descriptor = handle + 1
+        XCTAssertEqual(link.database.attribute(at: descriptor)?.type, BluetoothUUID(0x2901))
+        var write = WriteLongValue(writes: [(handle, [1, 2, 3]), (handle, [9])], mtu: link.client.mtu)
+        XCTAssertEqual(link.run(write.start()) { write.handle($0) }, .done(true))
+        XCTAssertEqual(link.database.attribute(at: handle)?.value, .fixed([9, 2, 3] + [UInt8](repeating: 0, count: 7)), "parts apply in order")
     }
 }
 

@@ -312,12 +312,38 @@ public nonisolated struct Beryl_Ipc_V1_AnswerWrite: Sendable {
 }
 
 /// GATT client (central role) requests on an open link.
+/// Discovers services (all, or those with the given UUIDs), their included services, characteristics
+/// (all, or those with the given UUIDs) and descriptors, within the handle range (0 and 0 mean all).
 public nonisolated struct Beryl_Ipc_V1_GattDiscover: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
   public var connectionHandle: UInt32 = 0
+
+  public var serviceUuids: [String] = []
+
+  public var characteristicUuids: [String] = []
+
+  public var startHandle: UInt32 = 0
+
+  public var endHandle: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_GattIncludedService: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var uuid: String = String()
+
+  public var startHandle: UInt32 = 0
+
+  public var endHandle: UInt32 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -369,6 +395,8 @@ public nonisolated struct Beryl_Ipc_V1_GattServiceInfo: Sendable {
 
   public var characteristics: [Beryl_Ipc_V1_GattCharacteristicInfo] = []
 
+  public var included: [Beryl_Ipc_V1_GattIncludedService] = []
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -412,6 +440,81 @@ public nonisolated struct Beryl_Ipc_V1_GattValue: Sendable {
   public init() {}
 }
 
+/// Read Multiple: the values of two or more handles, concatenated (the caller knows their lengths).
+public nonisolated struct Beryl_Ipc_V1_GattReadMultiple: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var handles: [UInt32] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Read Using Characteristic UUID: every value of that type in the range (0 and 0 mean all).
+public nonisolated struct Beryl_Ipc_V1_GattReadByType: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var uuid: String = String()
+
+  public var startHandle: UInt32 = 0
+
+  public var endHandle: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_GattHandleValue: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var handle: UInt32 = 0
+
+  public var value: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_GattValues: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var values: [Beryl_Ipc_V1_GattHandleValue] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Reliable write: every part is prepared, echoed and checked, then executed together or cancelled.
+public nonisolated struct Beryl_Ipc_V1_GattReliableWrite: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var writes: [Beryl_Ipc_V1_AttWrite] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 public nonisolated struct Beryl_Ipc_V1_GattWrite: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -445,6 +548,47 @@ public nonisolated struct Beryl_Ipc_V1_GattSubscribe: Sendable {
   public var indicate: Bool = false
 
   public var enable: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// The peer's Service Changed indication, with the affected range re-discovered.
+public nonisolated struct Beryl_Ipc_V1_GattServiceChanged: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var startHandle: UInt32 = 0
+
+  public var endHandle: UInt32 = 0
+
+  public var database: Beryl_Ipc_V1_GattDatabase {
+    get {_database ?? Beryl_Ipc_V1_GattDatabase()}
+    set {_database = newValue}
+  }
+  /// Returns true if `database` has been explicitly set.
+  public var hasDatabase: Bool {self._database != nil}
+  /// Clears the value of `database`. Subsequent reads from it will return its default value.
+  public mutating func clearDatabase() {self._database = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _database: Beryl_Ipc_V1_GattDatabase? = nil
+}
+
+/// After a write without response was refused as busy: the link can take another.
+public nonisolated struct Beryl_Ipc_V1_GattWriteReady: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -556,6 +700,30 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     set {kind = .gattSubscribe(newValue)}
   }
 
+  public var gattReadMultiple: Beryl_Ipc_V1_GattReadMultiple {
+    get {
+      if case .gattReadMultiple(let v)? = kind {return v}
+      return Beryl_Ipc_V1_GattReadMultiple()
+    }
+    set {kind = .gattReadMultiple(newValue)}
+  }
+
+  public var gattReadByType: Beryl_Ipc_V1_GattReadByType {
+    get {
+      if case .gattReadByType(let v)? = kind {return v}
+      return Beryl_Ipc_V1_GattReadByType()
+    }
+    set {kind = .gattReadByType(newValue)}
+  }
+
+  public var gattReliableWrite: Beryl_Ipc_V1_GattReliableWrite {
+    get {
+      if case .gattReliableWrite(let v)? = kind {return v}
+      return Beryl_Ipc_V1_GattReliableWrite()
+    }
+    set {kind = .gattReliableWrite(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -569,6 +737,9 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     case gattRead(Beryl_Ipc_V1_GattRead)
     case gattWrite(Beryl_Ipc_V1_GattWrite)
     case gattSubscribe(Beryl_Ipc_V1_GattSubscribe)
+    case gattReadMultiple(Beryl_Ipc_V1_GattReadMultiple)
+    case gattReadByType(Beryl_Ipc_V1_GattReadByType)
+    case gattReliableWrite(Beryl_Ipc_V1_GattReliableWrite)
 
   }
 
@@ -622,6 +793,14 @@ public nonisolated struct Beryl_Ipc_V1_AttResponse: Sendable {
     set {kind = .gattValue(newValue)}
   }
 
+  public var gattValues: Beryl_Ipc_V1_GattValues {
+    get {
+      if case .gattValues(let v)? = kind {return v}
+      return Beryl_Ipc_V1_GattValues()
+    }
+    set {kind = .gattValues(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -630,6 +809,7 @@ public nonisolated struct Beryl_Ipc_V1_AttResponse: Sendable {
     case notified(Beryl_Ipc_V1_NotifyResult)
     case gattDatabase(Beryl_Ipc_V1_GattDatabase)
     case gattValue(Beryl_Ipc_V1_GattValue)
+    case gattValues(Beryl_Ipc_V1_GattValues)
 
   }
 
@@ -691,6 +871,22 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
     set {kind = .gattNotification(newValue)}
   }
 
+  public var gattServiceChanged: Beryl_Ipc_V1_GattServiceChanged {
+    get {
+      if case .gattServiceChanged(let v)? = kind {return v}
+      return Beryl_Ipc_V1_GattServiceChanged()
+    }
+    set {kind = .gattServiceChanged(newValue)}
+  }
+
+  public var gattWriteReady: Beryl_Ipc_V1_GattWriteReady {
+    get {
+      if case .gattWriteReady(let v)? = kind {return v}
+      return Beryl_Ipc_V1_GattWriteReady()
+    }
+    set {kind = .gattWriteReady(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -700,6 +896,8 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
     case writeRequested(Beryl_Ipc_V1_WriteRequested)
     case subscriptionChanged(Beryl_Ipc_V1_SubscriptionChanged)
     case gattNotification(Beryl_Ipc_V1_GattNotification)
+    case gattServiceChanged(Beryl_Ipc_V1_GattServiceChanged)
+    case gattWriteReady(Beryl_Ipc_V1_GattWriteReady)
 
   }
 
@@ -1370,7 +1568,7 @@ nonisolated extension Beryl_Ipc_V1_AnswerWrite: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Beryl_Ipc_V1_GattDiscover: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GattDiscover"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{3}service_uuids\0\u{3}characteristic_uuids\0\u{3}start_handle\0\u{3}end_handle\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1379,6 +1577,10 @@ nonisolated extension Beryl_Ipc_V1_GattDiscover: SwiftProtobuf.Message, SwiftPro
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeRepeatedStringField(value: &self.serviceUuids) }()
+      case 3: try { try decoder.decodeRepeatedStringField(value: &self.characteristicUuids) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.startHandle) }()
+      case 5: try { try decoder.decodeSingularUInt32Field(value: &self.endHandle) }()
       default: break
       }
     }
@@ -1388,11 +1590,67 @@ nonisolated extension Beryl_Ipc_V1_GattDiscover: SwiftProtobuf.Message, SwiftPro
     if self.connectionHandle != 0 {
       try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
     }
+    if !self.serviceUuids.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.serviceUuids, fieldNumber: 2)
+    }
+    if !self.characteristicUuids.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.characteristicUuids, fieldNumber: 3)
+    }
+    if self.startHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.startHandle, fieldNumber: 4)
+    }
+    if self.endHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.endHandle, fieldNumber: 5)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_GattDiscover, rhs: Beryl_Ipc_V1_GattDiscover) -> Bool {
     if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.serviceUuids != rhs.serviceUuids {return false}
+    if lhs.characteristicUuids != rhs.characteristicUuids {return false}
+    if lhs.startHandle != rhs.startHandle {return false}
+    if lhs.endHandle != rhs.endHandle {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_GattIncludedService: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattIncludedService"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}uuid\0\u{3}start_handle\0\u{3}end_handle\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.uuid) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.startHandle) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.endHandle) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.uuid.isEmpty {
+      try visitor.visitSingularStringField(value: self.uuid, fieldNumber: 1)
+    }
+    if self.startHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.startHandle, fieldNumber: 2)
+    }
+    if self.endHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.endHandle, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattIncludedService, rhs: Beryl_Ipc_V1_GattIncludedService) -> Bool {
+    if lhs.uuid != rhs.uuid {return false}
+    if lhs.startHandle != rhs.startHandle {return false}
+    if lhs.endHandle != rhs.endHandle {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1480,7 +1738,7 @@ nonisolated extension Beryl_Ipc_V1_GattCharacteristicInfo: SwiftProtobuf.Message
 
 nonisolated extension Beryl_Ipc_V1_GattServiceInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GattServiceInfo"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}uuid\0\u{3}start_handle\0\u{3}end_handle\0\u{1}characteristics\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}uuid\0\u{3}start_handle\0\u{3}end_handle\0\u{1}characteristics\0\u{1}included\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1492,6 +1750,7 @@ nonisolated extension Beryl_Ipc_V1_GattServiceInfo: SwiftProtobuf.Message, Swift
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self.startHandle) }()
       case 3: try { try decoder.decodeSingularUInt32Field(value: &self.endHandle) }()
       case 4: try { try decoder.decodeRepeatedMessageField(value: &self.characteristics) }()
+      case 5: try { try decoder.decodeRepeatedMessageField(value: &self.included) }()
       default: break
       }
     }
@@ -1510,6 +1769,9 @@ nonisolated extension Beryl_Ipc_V1_GattServiceInfo: SwiftProtobuf.Message, Swift
     if !self.characteristics.isEmpty {
       try visitor.visitRepeatedMessageField(value: self.characteristics, fieldNumber: 4)
     }
+    if !self.included.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.included, fieldNumber: 5)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1518,6 +1780,7 @@ nonisolated extension Beryl_Ipc_V1_GattServiceInfo: SwiftProtobuf.Message, Swift
     if lhs.startHandle != rhs.startHandle {return false}
     if lhs.endHandle != rhs.endHandle {return false}
     if lhs.characteristics != rhs.characteristics {return false}
+    if lhs.included != rhs.included {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1618,6 +1881,186 @@ nonisolated extension Beryl_Ipc_V1_GattValue: SwiftProtobuf.Message, SwiftProtob
   }
 }
 
+nonisolated extension Beryl_Ipc_V1_GattReadMultiple: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattReadMultiple"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}handles\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeRepeatedUInt32Field(value: &self.handles) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    if !self.handles.isEmpty {
+      try visitor.visitPackedUInt32Field(value: self.handles, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattReadMultiple, rhs: Beryl_Ipc_V1_GattReadMultiple) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.handles != rhs.handles {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_GattReadByType: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattReadByType"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}uuid\0\u{3}start_handle\0\u{3}end_handle\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.uuid) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.startHandle) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.endHandle) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    if !self.uuid.isEmpty {
+      try visitor.visitSingularStringField(value: self.uuid, fieldNumber: 2)
+    }
+    if self.startHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.startHandle, fieldNumber: 3)
+    }
+    if self.endHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.endHandle, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattReadByType, rhs: Beryl_Ipc_V1_GattReadByType) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.uuid != rhs.uuid {return false}
+    if lhs.startHandle != rhs.startHandle {return false}
+    if lhs.endHandle != rhs.endHandle {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_GattHandleValue: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattHandleValue"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0\u{1}value\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.value) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 1)
+    }
+    if !self.value.isEmpty {
+      try visitor.visitSingularBytesField(value: self.value, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattHandleValue, rhs: Beryl_Ipc_V1_GattHandleValue) -> Bool {
+    if lhs.handle != rhs.handle {return false}
+    if lhs.value != rhs.value {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_GattValues: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattValues"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}values\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.values) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.values.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.values, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattValues, rhs: Beryl_Ipc_V1_GattValues) -> Bool {
+    if lhs.values != rhs.values {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_GattReliableWrite: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattReliableWrite"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}writes\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeRepeatedMessageField(value: &self.writes) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    if !self.writes.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.writes, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattReliableWrite, rhs: Beryl_Ipc_V1_GattReliableWrite) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.writes != rhs.writes {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Beryl_Ipc_V1_GattWrite: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GattWrite"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}handle\0\u{1}value\0\u{3}without_response\0")
@@ -1713,6 +2156,85 @@ nonisolated extension Beryl_Ipc_V1_GattSubscribe: SwiftProtobuf.Message, SwiftPr
   }
 }
 
+nonisolated extension Beryl_Ipc_V1_GattServiceChanged: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattServiceChanged"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{3}start_handle\0\u{3}end_handle\0\u{1}database\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.startHandle) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.endHandle) }()
+      case 4: try { try decoder.decodeSingularMessageField(value: &self._database) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    if self.startHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.startHandle, fieldNumber: 2)
+    }
+    if self.endHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.endHandle, fieldNumber: 3)
+    }
+    try { if let v = self._database {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattServiceChanged, rhs: Beryl_Ipc_V1_GattServiceChanged) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.startHandle != rhs.startHandle {return false}
+    if lhs.endHandle != rhs.endHandle {return false}
+    if lhs._database != rhs._database {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_GattWriteReady: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattWriteReady"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattWriteReady, rhs: Beryl_Ipc_V1_GattWriteReady) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Beryl_Ipc_V1_GattNotification: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GattNotification"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}handle\0\u{1}value\0\u{1}indication\0")
@@ -1760,7 +2282,7 @@ nonisolated extension Beryl_Ipc_V1_GattNotification: SwiftProtobuf.Message, Swif
 
 nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0\u{3}gatt_discover\0\u{3}gatt_read\0\u{3}gatt_write\0\u{3}gatt_subscribe\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0\u{3}gatt_discover\0\u{3}gatt_read\0\u{3}gatt_write\0\u{3}gatt_subscribe\0\u{3}gatt_read_multiple\0\u{3}gatt_read_by_type\0\u{3}gatt_reliable_write\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1898,6 +2420,45 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
           self.kind = .gattSubscribe(v)
         }
       }()
+      case 11: try {
+        var v: Beryl_Ipc_V1_GattReadMultiple?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .gattReadMultiple(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .gattReadMultiple(v)
+        }
+      }()
+      case 12: try {
+        var v: Beryl_Ipc_V1_GattReadByType?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .gattReadByType(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .gattReadByType(v)
+        }
+      }()
+      case 13: try {
+        var v: Beryl_Ipc_V1_GattReliableWrite?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .gattReliableWrite(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .gattReliableWrite(v)
+        }
+      }()
       default: break
       }
     }
@@ -1949,6 +2510,18 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
       guard case .gattSubscribe(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
     }()
+    case .gattReadMultiple?: try {
+      guard case .gattReadMultiple(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
+    }()
+    case .gattReadByType?: try {
+      guard case .gattReadByType(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+    }()
+    case .gattReliableWrite?: try {
+      guard case .gattReliableWrite(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -1963,7 +2536,7 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bearers\0\u{3}service_published\0\u{1}notified\0\u{3}gatt_database\0\u{3}gatt_value\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bearers\0\u{3}service_published\0\u{1}notified\0\u{3}gatt_database\0\u{3}gatt_value\0\u{3}gatt_values\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2036,6 +2609,19 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
           self.kind = .gattValue(v)
         }
       }()
+      case 6: try {
+        var v: Beryl_Ipc_V1_GattValues?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .gattValues(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .gattValues(v)
+        }
+      }()
       default: break
       }
     }
@@ -2067,6 +2653,10 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
       guard case .gattValue(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
     }()
+    case .gattValues?: try {
+      guard case .gattValues(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -2081,7 +2671,7 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}bearer_opened\0\u{3}bearer_closed\0\u{3}read_requested\0\u{3}write_requested\0\u{3}subscription_changed\0\u{3}gatt_notification\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}bearer_opened\0\u{3}bearer_closed\0\u{3}read_requested\0\u{3}write_requested\0\u{3}subscription_changed\0\u{3}gatt_notification\0\u{3}gatt_service_changed\0\u{3}gatt_write_ready\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2167,6 +2757,32 @@ nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobu
           self.kind = .gattNotification(v)
         }
       }()
+      case 7: try {
+        var v: Beryl_Ipc_V1_GattServiceChanged?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .gattServiceChanged(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .gattServiceChanged(v)
+        }
+      }()
+      case 8: try {
+        var v: Beryl_Ipc_V1_GattWriteReady?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .gattWriteReady(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .gattWriteReady(v)
+        }
+      }()
       default: break
       }
     }
@@ -2201,6 +2817,14 @@ nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobu
     case .gattNotification?: try {
       guard case .gattNotification(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+    }()
+    case .gattServiceChanged?: try {
+      guard case .gattServiceChanged(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+    }()
+    case .gattWriteReady?: try {
+      guard case .gattWriteReady(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
     }()
     case nil: break
     }
