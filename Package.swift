@@ -13,7 +13,7 @@ let package = Package(
         .executable(name: "berylsim", targets: ["berylsim"]),
         .executable(name: "beryl", targets: ["beryl"]),
         // The sans-IO protocol cores, for the fuzz package in Fuzz/ (and anyone embedding them).
-        .library(name: "BerylProtocols", targets: ["BerylCore", "BerylHCI", "BerylL2CAP", "BerylATT", "BerylGATT"]),
+        .library(name: "BerylProtocols", targets: ["BerylCore", "BerylHCI", "BerylL2CAP", "BerylATT", "BerylGATT", "BerylSMP"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-protobuf.git", from: "1.39.0"),
@@ -33,10 +33,11 @@ let package = Package(
         .target(name: "BerylCore"),
         .target(name: "BerylHCI", dependencies: ["BerylCore"]),
         .target(name: "BerylCrypto", dependencies: ["CBerylCrypto"]),
+        .target(name: "BerylSMP", dependencies: ["BerylCore", "BerylCrypto"]),
         .target(name: "BerylSim", dependencies: ["BerylCore", "BerylHCI", "CBerylCrypto"]),
         .target(name: "BerylL2CAP", dependencies: ["BerylCore", "BerylHCI"]),
         .target(name: "BerylATT", dependencies: ["BerylCore"]),
-        .target(name: "BerylGATT", dependencies: ["BerylCore", "BerylATT", "BerylL2CAP", "BerylHCI", "BerylCrypto"]),
+        .target(name: "BerylGATT", dependencies: ["BerylCore", "BerylATT", "BerylL2CAP", "BerylHCI", "BerylCrypto", "BerylSMP"]),
         .target(name: "BerylEventLoop", dependencies: ["CBerylEvent"]),
         .target(name: "BerylIPC", dependencies: [
             "BerylCore", "BerylEventLoop", "CBerylSys",
@@ -70,6 +71,7 @@ let package = Package(
         .testTarget(name: "BerylCoreTests", dependencies: ["BerylCore", "BerylTransport", "BerylStack"]),
         .testTarget(name: "BerylEventLoopTests", dependencies: ["BerylEventLoop"]),
         .testTarget(name: "BerylCryptoTests", dependencies: ["BerylCrypto", "BerylCore"]),
+        .testTarget(name: "BerylSMPTests", dependencies: ["BerylSMP", "BerylCrypto", "BerylCore"]),
         .testTarget(name: "BerylSimTests", dependencies: ["BerylSim", "BerylCore"]),
         .testTarget(name: "BerylGATTTests", dependencies: ["BerylGATT", "BerylATT", "BerylL2CAP", "BerylCore", "BerylHCI"]),
         .testTarget(name: "BerylHCITests", dependencies: ["BerylHCI", "BerylSim", "BerylCore", "BerylHardware"]),
