@@ -34,6 +34,7 @@ let package = Package(
         .target(name: "BerylHCI", dependencies: ["BerylCore"]),
         .target(name: "BerylCrypto", dependencies: ["CBerylCrypto"]),
         .target(name: "BerylSMP", dependencies: ["BerylCore", "BerylCrypto"]),
+        .target(name: "BerylStore", dependencies: ["BerylCore", "BerylCrypto", "BerylSMP", "CSQLite"]),
         .target(name: "BerylSim", dependencies: ["BerylCore", "BerylHCI", "CBerylCrypto"]),
         .target(name: "BerylL2CAP", dependencies: ["BerylCore", "BerylHCI"]),
         .target(name: "BerylATT", dependencies: ["BerylCore"]),
@@ -56,7 +57,7 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "attd", dependencies: [
-            "BerylDaemonKit", "BerylGATT", "BerylHCI", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "BerylDaemonKit", "BerylGATT", "BerylHCI", "BerylSMP", "BerylStore", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "managerd", dependencies: [
             "BerylDaemonKit", .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -71,7 +72,7 @@ let package = Package(
         .testTarget(name: "BerylCoreTests", dependencies: ["BerylCore", "BerylTransport", "BerylStack"]),
         .testTarget(name: "BerylEventLoopTests", dependencies: ["BerylEventLoop"]),
         .testTarget(name: "BerylCryptoTests", dependencies: ["BerylCrypto", "BerylCore"]),
-        .testTarget(name: "BerylSMPTests", dependencies: ["BerylSMP", "BerylCrypto", "BerylCore"]),
+        .testTarget(name: "BerylSMPTests", dependencies: ["BerylSMP", "BerylCrypto", "BerylCore", "BerylStore"]),
         .testTarget(name: "BerylSimTests", dependencies: ["BerylSim", "BerylCore"]),
         .testTarget(name: "BerylGATTTests", dependencies: ["BerylGATT", "BerylATT", "BerylL2CAP", "BerylCore", "BerylHCI"]),
         .testTarget(name: "BerylHCITests", dependencies: ["BerylHCI", "BerylSim", "BerylCore", "BerylHardware"]),

@@ -1,0 +1,228 @@
+import BerylCore
+import BerylCrypto
+import BerylSMP
+
+/// What Beryl keeps about a bonded peer (Core Vol 3 Part H §2.4.1, Part C §9.4): keys in wire order.
+public struct Bond: Equatable, Sendable {
+    /// The peer's identity address: how it is known across address changes (its public or static address).
+    public var identity: DeviceAddress
+    public var irk: [UInt8]?
+    public var peerLTK: [UInt8]?
+    public var peerEDIV: UInt16
+    public var peerRand: [UInt8]
+    public var localLTK: [UInt8]?
+    public var localEDIV: UInt16
+    public var localRand: [UInt8]
+    public var csrk: [UInt8]?
+    public var authenticated: Bool
+    public var secureConnections: Bool
+    public var keySize: UInt8
+
+    public init(identity: DeviceAddress, irk: [UInt8]? = nil, peerLTK: [UInt8]? = nil, peerEDIV: UInt16 = 0, peerRand: [UInt8] = [UInt8](repeating: 0, count: 8),
+                localLTK: [UInt8]? = nil, localEDIV: UInt16 = 0, localRand: [UInt8] = [UInt8](repeating: 0, count: 8), csrk: [UInt8]? = nil,
+                authenticated: Bool, secureConnections: Bool, keySize: UInt8 = 16) {
+        self.identity = identity
+        self.irk = irk
+        self.peerLTK = peerLTK
+        self.peerEDIV = peerEDIV
+        self.peerRand = peerRand
+        self.localLTK = localLTK
+        self.localEDIV = localEDIV
+        self.localRand = localRand
+        self.csrk = csrk
+        self.authenticated = authenticated
+        self.secureConnections = secureConnections
+        self.keySize = keySize
+    }
+
+    /// Whether a device seen at `address` is this peer: the same identity, or a private address its IRK resolves.
+    public func matches(_ address: DeviceAddress) -> Bool {
+        if address == identity { return true }
+        guard address.type.isRandom, let irk else { return false }
+        return AddressResolution.resolves(address.address, irk: irk)
+    }
+}
+
+public enum BondStoreError: Error, Equatable, Sendable, CustomStringConvertible {
+    case database(SQLiteError)
+    /// A row that fails its own checks (a key of the wrong length): reported, never used.
+    case corruptRow(String)
+
+    public var description: String {
+        switch self {
+        case .database(let error): "bond store: \(error)"
+        case .corruptRow(let why): "bond store: \(why)"
+        }
+    }
+}
+
+/// Bonds, the CCCD values and client features of bonded peers, pending Service Changed ranges, and this device's IRK,
+/// in one SQLite file in the state directory. Every change is one transaction: a kill at any moment leaves the old or
+/// the new bond, never part of one.
+public final class BondStore {
+    private let database: SQLiteDatabase
+    public let path: String
+
+    public init(path: String) throws(BondStoreError) {
+        self.path = path
+        do {
+            database = try SQLiteDatabase(path: path)
+            try database.transaction { () throws(SQLiteError) in
+                try database.execute("""
+                    CREATE TABLE IF NOT EXISTS bonds (
+                      identity TEXT PRIMARY KEY, irk BLOB, peer_ltk BLOB, peer_ediv INTEGER NOT NULL, peer_rand BLOB NOT NULL,
+                      local_ltk BLOB, local_ediv INTEGER NOT NULL, local_rand BLOB NOT NULL, csrk BLOB,
+                      authenticated INTEGER NOT NULL, secure_connections INTEGER NOT NULL, key_size INTEGER NOT NULL,
+                      client_features BLOB NOT NULL DEFAULT x'00')
+                    """)
+                try database.execute("""
+                    CREATE TABLE IF NOT EXISTS cccds (
+                      identity TEXT NOT NULL REFERENCES bonds(identity) ON DELETE CASCADE, handle INTEGER NOT NULL, value INTEGER NOT NULL,
+                      PRIMARY KEY (identity, handle))
+                    """)
+                try database.execute("""
+                    CREATE TABLE IF NOT EXISTS service_changed (
+                      identity TEXT PRIMARY KEY REFERENCES bonds(identity) ON DELETE CASCADE, start INTEGER NOT NULL, end INTEGER NOT NULL)
+                    """)
+                try database.execute("CREATE TABLE IF NOT EXISTS local (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
+            }
+        } catch {
+            throw .database(error)
+        }
+    }
+
+    private func run<T>(_ body: () throws(SQLiteError) -> T) throws(BondStoreError) -> T {
+        do { return try body() } catch { throw .database(error) }
+    }
+
+    /// This device's Identity Resolving Key, made once and kept.
+    public func localIRK() throws(BondStoreError) -> [UInt8] {
+        try run { () throws(SQLiteError) in
+            try database.transaction { () throws(SQLiteError) in
+                if let stored = try database.execute("SELECT value FROM local WHERE key = 'irk'").first?.first?.blob, stored.count == 16 { return stored }
+                let irk = SecureRandom.bytes(16)
+                try database.execute("INSERT OR REPLACE INTO local (key, value) VALUES ('irk', ?)", [.blob(irk)])
+                return irk
+            }
+        }
+    }
+
+    /// Adds or replaces a bond. A new pairing replaces the keys, and the old CCCDs go with them (a fresh bond starts clean).
+    public func save(_ bond: Bond) throws(BondStoreError) {
+        func optionalBlob(_ bytes: [UInt8]?) -> SQLValue { bytes.map(SQLValue.blob) ?? .null }
+        try run { () throws(SQLiteError) in
+            try database.transaction { () throws(SQLiteError) in
+                try database.execute("DELETE FROM bonds WHERE identity = ?", [.text(bond.identity.description)])
+                try database.execute("""
+                    INSERT INTO bonds (identity, irk, peer_ltk, peer_ediv, peer_rand, local_ltk, local_ediv, local_rand, csrk,
+                                       authenticated, secure_connections, key_size)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """, [.text(bond.identity.description), optionalBlob(bond.irk), optionalBlob(bond.peerLTK), .integer(Int64(bond.peerEDIV)),
+                          .blob(bond.peerRand), optionalBlob(bond.localLTK), .integer(Int64(bond.localEDIV)), .blob(bond.localRand),
+                          optionalBlob(bond.csrk), .integer(bond.authenticated ? 1 : 0), .integer(bond.secureConnections ? 1 : 0),
+                          .integer(Int64(bond.keySize))])
+            }
+        }
+    }
+
+    public func bonds() throws(BondStoreError) -> [Bond] {
+        let rows = try run { () throws(SQLiteError) in
+            try database.execute("""
+                SELECT identity, irk, peer_ltk, peer_ediv, peer_rand, local_ltk, local_ediv, local_rand, csrk, authenticated, secure_connections, key_size
+                FROM bonds ORDER BY identity
+                """)
+        }
+        return try rows.map { row throws(BondStoreError) in try decode(row) }
+    }
+
+    private func decode(_ row: [SQLValue]) throws(BondStoreError) -> Bond {
+        guard row.count == 12, let text = row[0].text, let identity = DeviceAddress(text) else { throw .corruptRow("a bond without a valid identity") }
+        func key(_ value: SQLValue, _ length: Int, _ name: String) throws(BondStoreError) -> [UInt8]? {
+            if value == .null { return nil }
+            guard let bytes = value.blob, bytes.count == length else { throw .corruptRow("\(identity): \(name) is not \(length) bytes") }
+            return bytes
+        }
+        guard let peerRand = try key(row[4], 8, "peer rand"), let localRand = try key(row[7], 8, "local rand") else {
+            throw .corruptRow("\(identity): missing rand")
+        }
+        return Bond(identity: identity, irk: try key(row[1], 16, "IRK"), peerLTK: try key(row[2], 16, "peer LTK"),
+                    peerEDIV: UInt16(truncatingIfNeeded: row[3].integer ?? 0), peerRand: peerRand, localLTK: try key(row[5], 16, "local LTK"),
+                    localEDIV: UInt16(truncatingIfNeeded: row[6].integer ?? 0), localRand: localRand, csrk: try key(row[8], 16, "CSRK"),
+                    authenticated: row[9].integer == 1, secureConnections: row[10].integer == 1, keySize: UInt8(truncatingIfNeeded: row[11].integer ?? 16))
+    }
+
+    /// Removes a bond with its CCCDs; false when there was none.
+    @discardableResult
+    public func remove(_ identity: DeviceAddress) throws(BondStoreError) -> Bool {
+        try run { () throws(SQLiteError) in
+            try database.transaction { () throws(SQLiteError) in
+                let existed = try !database.execute("SELECT 1 FROM bonds WHERE identity = ?", [.text(identity.description)]).isEmpty
+                try database.execute("DELETE FROM bonds WHERE identity = ?", [.text(identity.description)])
+                return existed
+            }
+        }
+    }
+
+    // MARK: GATT state of bonded peers (Core Vol 3 Part G §3.3.3.3, §7.1)
+
+    public func saveClientState(_ identity: DeviceAddress, configurations: [UInt16: UInt16], features: [UInt8]) throws(BondStoreError) {
+        try run { () throws(SQLiteError) in
+            try database.transaction { () throws(SQLiteError) in
+                guard try !database.execute("SELECT 1 FROM bonds WHERE identity = ?", [.text(identity.description)]).isEmpty else { return }
+                try database.execute("DELETE FROM cccds WHERE identity = ?", [.text(identity.description)])
+                for (handle, value) in configurations where value != 0 {
+                    try database.execute("INSERT INTO cccds (identity, handle, value) VALUES (?, ?, ?)",
+                                         [.text(identity.description), .integer(Int64(handle)), .integer(Int64(value))])
+                }
+                try database.execute("UPDATE bonds SET client_features = ? WHERE identity = ?", [.blob(features.isEmpty ? [0] : features), .text(identity.description)])
+            }
+        }
+    }
+
+    public func clientState(_ identity: DeviceAddress) throws(BondStoreError) -> (configurations: [UInt16: UInt16], features: [UInt8]) {
+        try run { () throws(SQLiteError) in
+            let rows = try database.execute("SELECT handle, value FROM cccds WHERE identity = ?", [.text(identity.description)])
+            var configurations: [UInt16: UInt16] = [:]
+            for row in rows {
+                guard let handle = row[0].integer, let value = row[1].integer else { continue }
+                configurations[UInt16(truncatingIfNeeded: handle)] = UInt16(truncatingIfNeeded: value)
+            }
+            let features = try database.execute("SELECT client_features FROM bonds WHERE identity = ?", [.text(identity.description)]).first?.first?.blob ?? [0]
+            return (configurations, features)
+        }
+    }
+
+    /// Remembers a database change for a bonded peer that is away, widening any range already pending.
+    public func addPendingServiceChange(_ identity: DeviceAddress, _ range: ClosedRange<UInt16>) throws(BondStoreError) {
+        try run { () throws(SQLiteError) in
+            try database.transaction { () throws(SQLiteError) in
+                var start = range.lowerBound
+                var end = range.upperBound
+                if let row = try database.execute("SELECT start, end FROM service_changed WHERE identity = ?", [.text(identity.description)]).first,
+                   let oldStart = row[0].integer, let oldEnd = row[1].integer {
+                    start = min(start, UInt16(truncatingIfNeeded: oldStart))
+                    end = max(end, UInt16(truncatingIfNeeded: oldEnd))
+                }
+                try database.execute("INSERT OR REPLACE INTO service_changed (identity, start, end) VALUES (?, ?, ?)",
+                                     [.text(identity.description), .integer(Int64(start)), .integer(Int64(end))])
+            }
+        }
+    }
+
+    /// Takes (and clears) the change pending for a peer that has just come back.
+    public func takePendingServiceChange(_ identity: DeviceAddress) throws(BondStoreError) -> ClosedRange<UInt16>? {
+        try run { () throws(SQLiteError) in
+            try database.transaction { () throws(SQLiteError) in
+                guard let row = try database.execute("SELECT start, end FROM service_changed WHERE identity = ?", [.text(identity.description)]).first,
+                      let start = row[0].integer, let end = row[1].integer else { return nil }
+                try database.execute("DELETE FROM service_changed WHERE identity = ?", [.text(identity.description)])
+                return UInt16(truncatingIfNeeded: start)...max(UInt16(truncatingIfNeeded: start), UInt16(truncatingIfNeeded: end))
+            }
+        }
+    }
+
+    /// PRAGMA integrity_check: "ok" when the file is sound.
+    public func integrityCheck() throws(BondStoreError) -> String {
+        try run { () throws(SQLiteError) in try database.execute("PRAGMA integrity_check").first?.first?.text ?? "no answer" }
+    }
+}

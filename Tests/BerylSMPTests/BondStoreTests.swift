@@ -1,0 +1,77 @@
+import BerylCore
+import BerylCrypto
+import BerylSMP
+import BerylStore
+import Foundation
+import XCTest
+
+final class BondStoreTests: XCTestCase {
+    private var directory: String!
+
+    override func setUp() {
+        directory = NSTemporaryDirectory() + "beryl-bonds-\(UUID().uuidString)"
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    }
+
+    override func tearDown() { try? FileManager.default.removeItem(atPath: directory) }
+
+    private func sampleBond(_ text: String = "D0:00:00:00:00:02/random") -> Bond {
+        Bond(identity: DeviceAddress(text)!, irk: SecureRandom.bytes(16), peerLTK: SecureRandom.bytes(16), localLTK: SecureRandom.bytes(16),
+             localEDIV: 0x1234, localRand: SecureRandom.bytes(8), csrk: SecureRandom.bytes(16), authenticated: true, secureConnections: true)
+    }
+
+    func testBondsCCCDsAndTheLocalIRKSurviveReopening() throws {
+        let path = directory + "/bonds.sqlite"
+        let bond = sampleBond()
+        var irk: [UInt8] = []
+        do {
+            let store = try BondStore(path: path)
+            irk = try store.localIRK()
+            try store.save(bond)
+            try store.saveClientState(bond.identity, configurations: [12: 1, 20: 2, 30: 0], features: [1])
+            try store.addPendingServiceChange(bond.identity, 40...50)
+            try store.addPendingServiceChange(bond.identity, 30...45)
+            try store.saveClientState(DeviceAddress("11:11:11:11:11:11")!, configurations: [12: 1], features: [0])
+        }
+        let reopened = try BondStore(path: path)
+        XCTAssertEqual(try reopened.localIRK(), irk, "the IRK is made once")
+        XCTAssertEqual(try reopened.bonds(), [bond])
+        let state = try reopened.clientState(bond.identity)
+        XCTAssertEqual(state.configurations, [12: 1, 20: 2])
+        XCTAssertEqual(state.features, [1])
+        XCTAssertEqual(try reopened.clientState(DeviceAddress("11:11:11:11:11:11")!).configurations, [:], "no CCCDs kept for a peer without a bond")
+        XCTAssertEqual(try reopened.takePendingServiceChange(bond.identity), 30...50)
+        XCTAssertNil(try reopened.takePendingServiceChange(bond.identity))
+        XCTAssertTrue(try reopened.remove(bond.identity))
+        XCTAssertFalse(try reopened.remove(bond.identity))
+        XCTAssertEqual(try reopened.clientState(bond.identity).configurations, [:], "CCCDs go with their bond")
+        XCTAssertEqual(try reopened.integrityCheck(), "ok")
+    }
+
+    func testABondIsRecognisedAtItsPrivateAddresses() throws {
+        let bond = sampleBond()
+        let rpa = try AddressResolution.make(irk: try XCTUnwrap(bond.irk))
+        XCTAssertTrue(bond.matches(DeviceAddress(rpa, type: .random)))
+        XCTAssertTrue(bond.matches(bond.identity))
+        XCTAssertFalse(bond.matches(DeviceAddress(rpa, type: .public)), "a public address is never resolved")
+        XCTAssertFalse(bond.matches(DeviceAddress(try AddressResolution.make(irk: SecureRandom.bytes(16)), type: .random)))
+    }
+
+    func testARowWithABadKeyIsATypedError() throws {
+        let path = directory + "/bonds.sqlite"
+        let store = try BondStore(path: path)
+        try store.save(sampleBond())
+        let raw = try SQLiteDatabase(path: path)
+        try raw.execute("UPDATE bonds SET peer_ltk = x'0102'")
+        XCTAssertThrowsError(try store.bonds()) { error in
+            guard case .corruptRow(let why)? = error as? BondStoreError else { return XCTFail("\(error)") }
+            XCTAssertTrue(why.contains("peer LTK"), why)
+        }
+    }
+
+    func testAFileThatIsNotADatabaseIsATypedError() throws {
+        let path = directory + "/bonds.sqlite"
+        try Data("not a database at all, just text".utf8).write(to: URL(fileURLWithPath: path))
+        XCTAssertThrowsError(try BondStore(path: path)) { XCTAssertNotNil($0 as? BondStoreError) }
+    }
+}
