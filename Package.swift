@@ -57,7 +57,7 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "attd", dependencies: [
-            "BerylDaemonKit", "BerylGATT", "BerylHCI", "BerylSMP", "BerylStore", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "BerylDaemonKit", "BerylGATT", "BerylHCI", "BerylSMP", "BerylStore", "BerylCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "managerd", dependencies: [
             "BerylDaemonKit", .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -2,9 +2,10 @@ import BerylATT
 import BerylCore
 import BerylHCI
 import BerylL2CAP
+import BerylSMP
 
-/// Everything one LE link carries, sans-IO: L2CAP reassembly, then ATT (the GATT server), the
-/// signalling channel, and SMP (refused until pairing is implemented).
+/// Everything one LE link carries, sans-IO: L2CAP reassembly, then ATT (server and client), the
+/// signalling channel, and SMP (refused with Pairing Not Supported when the shell gives no security manager).
 public final class LinkSession {
     public enum Output: Equatable, Sendable {
         /// An L2CAP PDU for hcid to fragment onto the link.
@@ -12,8 +13,12 @@ public final class LinkSession {
         case server(ATTServerOutput)
         case client(ATTClientOutput)
         case parameterUpdateRequested(identifier: UInt8, ConnectionParameters)
+        case smp(SMPOutput)
         case log(String)
     }
+
+    /// The link's security manager; set by the shell once it knows both addresses.
+    public var smp: SMPSession?
 
     public let handle: UInt16
     public let isCentral: Bool
@@ -63,9 +68,12 @@ public final class LinkSession {
                 }
             }
         case .smp?:
-            // Pairing Failed, reason Pairing Not Supported (Core Vol 3 Part H §3.5.5), to anything but a failure.
-            guard frame.payload.first != 0x05 else { return [] }
-            return [.send(L2CAPFrame(.smp, payload: [0x05, 0x05]).pdu), .log("pairing refused: not supported yet")]
+            guard let smp else {
+                // Pairing Failed, reason Pairing Not Supported (Core Vol 3 Part H §3.5.5), to anything but a failure.
+                guard frame.payload.first != 0x05 else { return [] }
+                return [.send(L2CAPFrame(.smp, payload: [0x05, 0x05]).pdu), .log("pairing refused: no security manager on this link")]
+            }
+            return smpOutputs(smp.receive(frame.payload, at: now))
         case nil:
             return [.log("frame for unknown channel 0x\(String(frame.channel, radix: 16)) dropped")]
         }
@@ -80,6 +88,11 @@ public final class LinkSession {
 
     /// The time as the shell last gave it, for the client's transaction timeout.
     public var now: Duration = .zero
+
+    /// Security manager outputs with their PDUs framed for the link.
+    public func smpOutputs(_ outputs: [SMPOutput]) -> [Output] {
+        outputs.map { if case .send(let bytes) = $0 { return .send(L2CAPFrame(.smp, payload: bytes).pdu) } else { return .smp($0) } }
+    }
 
     /// Client outputs with their PDUs framed for the link.
     public func clientOutputs(_ outputs: [ATTClientOutput]) -> [Output] {

@@ -7,6 +7,10 @@ public enum LinkEvent: Equatable, Sendable {
     /// A connection attempt or advertising that ended without a link (cancelled, timed out, refused).
     case connectionFailed(status: UInt8)
     case disconnected(handle: UInt16, reason: UInt8)
+    /// Encryption Change (§7.7.8) or Encryption Key Refresh Complete (§7.7.39, reported as enabled).
+    case encryptionChanged(handle: UInt16, status: UInt8, enabled: Bool)
+    /// LE Long Term Key Request (§7.7.65.5): the peripheral's controller asks for the key the central named.
+    case longTermKeyRequested(handle: UInt16, rand: [UInt8], ediv: UInt16)
 
     /// Nil for any other event, and for ones too short to be what they claim.
     public init?(_ event: HCIEventPacket) {
@@ -15,6 +19,15 @@ public enum LinkEvent: Equatable, Sendable {
         case .disconnectionComplete?:
             guard p.count >= 4, p[0] == 0 else { return nil }
             self = .disconnected(handle: (UInt16(p[1]) | UInt16(p[2]) << 8) & 0x0FFF, reason: p[3])
+        case .encryptionChange?:
+            guard p.count >= 4 else { return nil }
+            self = .encryptionChanged(handle: (UInt16(p[1]) | UInt16(p[2]) << 8) & 0x0FFF, status: p[0], enabled: p[0] == 0 && p[3] != 0)
+        case .encryptionKeyRefreshComplete?:
+            guard p.count >= 3 else { return nil }
+            self = .encryptionChanged(handle: (UInt16(p[1]) | UInt16(p[2]) << 8) & 0x0FFF, status: p[0], enabled: p[0] == 0)
+        case .leMeta? where p.first == LESubevent.longTermKeyRequest.rawValue:
+            guard p.count >= 13 else { return nil }
+            self = .longTermKeyRequested(handle: (UInt16(p[1]) | UInt16(p[2]) << 8) & 0x0FFF, rand: Array(p[3..<11]), ediv: UInt16(p[11]) | UInt16(p[12]) << 8)
         case .leMeta?:
             guard p.count >= 12, p[0] == LESubevent.connectionComplete.rawValue || p[0] == LESubevent.enhancedConnectionComplete.rawValue else {
                 return nil
@@ -62,6 +75,25 @@ public enum HCICommands {
         var w = ByteWriter()
         for value in [handle, intervalMin, intervalMax, latency, supervisionTimeout, 0, 0] { w.u16(value) }
         return HCICommandPacket(.leConnectionUpdate, parameters: w.bytes)
+    }
+
+    /// LE Enable Encryption (§7.8.24): the central starts (or refreshes) encryption with a key; keys in wire order.
+    public static func leEnableEncryption(handle: UInt16, rand: [UInt8], ediv: UInt16, ltk: [UInt8]) -> HCICommandPacket {
+        var w = ByteWriter()
+        w.u16(handle)
+        w.append(rand)
+        w.u16(ediv)
+        w.append(ltk)
+        return HCICommandPacket(.leEnableEncryption, parameters: w.bytes)
+    }
+
+    /// The peripheral's answer to an LTK request (§7.8.25, §7.8.26): the key, or none (the link stays unencrypted).
+    public static func leLongTermKeyReply(handle: UInt16, ltk: [UInt8]?) -> HCICommandPacket {
+        var w = ByteWriter()
+        w.u16(handle)
+        guard let ltk else { return HCICommandPacket(.leLongTermKeyRequestNegativeReply, parameters: w.bytes) }
+        w.append(ltk)
+        return HCICommandPacket(.leLongTermKeyRequestReply, parameters: w.bytes)
     }
 
     public static func disconnect(handle: UInt16, reason: HCIStatus = .remoteUserTerminatedConnection) -> HCICommandPacket {

@@ -115,7 +115,11 @@ public final class SMPSession {
     }
 
     private(set) var phase: Phase = .idle
+    /// The shell's repeated-attempts verdict for this peer, asked when a pairing would start.
+    public var pairingAllowed: () -> Bool = { true }
     public var isPairing: Bool { ![.idle, .done, .failed].contains(phase) }
+    /// Whether the prompt outstanding is a number to confirm (rather than a passkey to type).
+    public var wantsNumberConfirmation: Bool { phase == .waitingUser && method == .numericComparison }
     public private(set) var isTimedOut = false
     private var deadline: Duration?
     private let random: (Int) -> [UInt8]
@@ -173,6 +177,7 @@ public final class SMPSession {
     /// Central: begin pairing (Core Vol 3 Part H §3.5.1).
     public func startPairing(at now: Duration) -> [SMPOutput] {
         guard isInitiator, !isTimedOut, !isPairing else { return [.log("pairing already under way or not ours to start")] }
+        guard pairingAllowed() else { return fail(.repeatedAttempts, "pairing with this peer failed recently; wait before trying again") }
         reset()
         let features = ourFeatures
         request = features
@@ -255,6 +260,7 @@ public final class SMPSession {
     // MARK: Feature exchange
 
     private func answerRequest(_ features: PairingFeatures) throws -> [SMPOutput] {
+        guard pairingAllowed() else { throw PairingFailure.repeatedAttempts }
         reset()
         request = features
         var ours = ourFeatures

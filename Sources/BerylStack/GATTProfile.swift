@@ -47,6 +47,7 @@ public struct GATTProfile: Sendable, Equatable {
     ]
     static let permissionBits: [String: UInt8] = [
         "readable": 0x01, "writeable": 0x02, "readEncryptionRequired": 0x04, "writeEncryptionRequired": 0x08,
+        "readAuthenticationRequired": 0x10, "writeAuthenticationRequired": 0x20,
     ]
 
     public static func load(path: String) throws(ProfileFileError) -> GATTProfile {

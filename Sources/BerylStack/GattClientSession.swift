@@ -13,7 +13,11 @@ public final class GattClientSession {
         case read(BluetoothUUID)
         case write(BluetoothUUID, [UInt8], withoutResponse: Bool)
         case subscribe(BluetoothUUID, count: Int)
+        /// Pair (or encrypt with a stored bond) and report the link's security.
+        case pair
     }
+
+    public var agent = PairingAgent()
 
     let loop: EventLoop
     let paths: DaemonPaths
@@ -74,7 +78,7 @@ public final class GattClientSession {
             handle = connected
             emit(["event": "connected", "peer": peer.description, "handle": Int(connected)])
             // attd hears of the link from hcid too; its bearer_opened event says it is ready (discover also retries).
-            discover()
+            if operation == .pair { pair() } else { discover() }
         case .disconnected(let disconnected, let reason)? where disconnected == handle:
             handle = nil
             if failure == nil, !done { finish(failure: "the peer disconnected (reason 0x\(String(reason, radix: 16)))") } else { loop.stop() }
@@ -107,6 +111,29 @@ public final class GattClientSession {
     }
 
     private var discovered = false
+    private var pairing = false
+
+    private func pair() {
+        guard let handle, !pairing, !done else { return }
+        pairing = true
+        var request = Request()
+        request.att.pair.connectionHandle = UInt32(handle)
+        attd?.request(request) { [unowned self] result in
+            switch result {
+            case .failure(.remote(.notFound, _, _)):
+                self.pairing = false
+                _ = try? self.loop.after(.milliseconds(100)) { [unowned self] in self.pair() }
+            case .failure(let error):
+                self.finish(failure: "\(error)")
+            case .success(let response):
+                let paired = response.att.paired
+                self.emit(["event": "paired", "peer": self.peer.description, "encrypted": paired.encrypted, "authenticated": paired.authenticated,
+                           "bonded": paired.bonded, "secureConnections": paired.secureConnections, "keySize": Int(paired.keySize),
+                           "identity": paired.identity])
+                self.finish(failure: nil)
+            }
+        }
+    }
 
     private func perform(with database: Beryl_Ipc_V1_GattDatabase) {
         guard !discovered else { return }
@@ -157,6 +184,8 @@ public final class GattClientSession {
                     self.finish(failure: "write failed: \(error)")
                 }
             }
+        case .pair:
+            pair()
         case .subscribe(let uuid, _):
             guard let characteristic = find(uuid) else { return finish(failure: "the peer has no characteristic \(uuid)") }
             let indicate = characteristic.properties & 0x10 == 0 && characteristic.properties & 0x20 != 0
@@ -179,8 +208,20 @@ public final class GattClientSession {
 
     private func attdEvent(_ event: Event) {
         if case .bearerOpened(let bearer)? = event.att.kind, bearer.connectionHandle == UInt32(handle ?? 0xFFFF), !discovered {
-            discover()
+            if operation == .pair { pair() } else { discover() }
             return
+        }
+        switch event.att.kind {
+        case .pairingPrompt(let prompt)? where prompt.connectionHandle == UInt32(handle ?? 0xFFFF):
+            let (line, answer) = agent.respond(to: prompt)
+            emit(["event": "pairing", "prompt": line])
+            if let answer { attd?.request(.with { $0.att.pairingAnswer = answer }) }
+            return
+        case .pairingFinished(let finished)? where finished.connectionHandle == UInt32(handle ?? 0xFFFF):
+            emit(["event": finished.success ? "pairing-complete" : "pairing-failed", "detail": PairingAgent.describe(finished), "reason": Int(finished.reason)])
+            return
+        default:
+            break
         }
         guard case .gattNotification(let notification)? = event.att.kind, notification.connectionHandle == UInt32(handle ?? 0xFFFF),
               notification.handle == subscribedHandle, case .subscribe(let uuid, let count) = operation, !done else { return }

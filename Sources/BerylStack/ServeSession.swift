@@ -19,6 +19,7 @@ public final class ServeSession {
     var timers: [EventRegistration] = []
     var counters: [UInt16: UInt8] = [:]
     public private(set) var failure: String?
+    public var agent = PairingAgent()
 
     public init(loop: EventLoop, profile: GATTProfile, paths: DaemonPaths, say: @escaping (String) -> Void) {
         self.loop = loop
@@ -176,6 +177,15 @@ public final class ServeSession {
         case .subscriptionChanged(let change)?:
             say("central \(change.notify || change.indicate ? "subscribed to" : "unsubscribed from") 0x\(String(change.valueHandle, radix: 16))"
                 + (change.indicate ? " (indications)" : ""))
+        case .pairingPrompt(let prompt)?:
+            let (line, answer) = agent.respond(to: prompt)
+            say(line)
+            if let answer { attd?.request(.with { $0.att.pairingAnswer = answer }) }
+        case .pairingFinished(let finished)?:
+            say(PairingAgent.describe(finished))
+        case .securityChanged(let change)?:
+            say("link 0x\(String(change.connectionHandle, radix: 16)) \(change.encrypted ? "encrypted" : "not encrypted (status 0x\(String(change.status, radix: 16)))")"
+                + (change.bonded ? " with a bonded peer" : ""))
         default:
             break
         }

@@ -26,11 +26,13 @@ public enum StackError: Error, CustomStringConvertible {
 
 /// `beryl up` and `beryl down`: start a supervised stack in the background and stop it again.
 public enum StackControl {
-    public static func daemons(paths: DaemonPaths, transport: String, profile: String = "none", logLevel: LogLevel) -> [SupervisedDaemon] {
+    /// `attdArguments` carry the pairing settings (`--io-capability`, `--auto-accept`, ...) through to attd.
+    public static func daemons(paths: DaemonPaths, transport: String, profile: String = "none", logLevel: LogLevel,
+                               attdArguments: [String] = []) -> [SupervisedDaemon] {
         let common = ["--runtime-dir", paths.runtimeDir, "--state-dir", paths.stateDir, "--log-level", logLevel.label]
         return [
             SupervisedDaemon(name: "hcid", arguments: [Executables.path("hcid")] + common + ["--transport", transport, "--profile", profile]),
-            SupervisedDaemon(name: "attd", arguments: [Executables.path("attd")] + common),
+            SupervisedDaemon(name: "attd", arguments: [Executables.path("attd")] + common + attdArguments),
             SupervisedDaemon(name: "managerd", arguments: [Executables.path("managerd")] + common),
         ]
     }
@@ -38,7 +40,7 @@ public enum StackControl {
     /// Starts `beryl supervise` detached and returns once managerd answers and the controller is poweredOn.
     /// A controller that cannot work here (unsupported, unauthorized) stops the stack and says why.
     public static func up(paths: DaemonPaths, transport: String, profile: String = "none", logLevel: LogLevel,
-                          timeout: Duration = .seconds(20)) throws -> StackReport {
+                          attdArguments: [String] = [], timeout: Duration = .seconds(20)) throws -> StackReport {
         try paths.createDirectories()
         try FileManager.default.createDirectory(atPath: paths.logDir, withIntermediateDirectories: true)
         if StackProbe.status(at: paths.socket(Supervisor.socketName)) != nil {
@@ -47,6 +49,7 @@ public enum StackControl {
         let logPath = paths.logFile(Supervisor.socketName)
         let arguments = [Executables.path("beryl"), "supervise", "--runtime-dir", paths.runtimeDir,
                          "--state-dir", paths.stateDir, "--transport", transport, "--profile", profile, "--log-level", logLevel.label]
+            + attdArguments.flatMap { ["--attd-arg", $0] }
         let pid = try Spawn.start(arguments, newSession: true, logPath: logPath)
         let clock = ContinuousClock()
         let deadline = clock.now + timeout

@@ -10,7 +10,7 @@ extension AttDaemon {
 
     /// Runs one procedure to its end, one request at a time, and reports its result.
     func runProcedure<R>(on link: LinkSession, _ step: GATTStep<R>, _ next: @escaping (ATTPDU) -> GATTStep<R>,
-                         completion: @escaping (Result<R, ATTError>) -> Void) {
+                         retried: Bool = false, completion: @escaping (Result<R, ATTError>) -> Void) {
         switch step {
         case .done(let result):
             completion(.success(result))
@@ -21,11 +21,32 @@ extension AttDaemon {
             let (id, outputs) = link.client.submit(pdu, at: host.loop.uptime)
             waiters[WaiterKey(link: link.handle, id: id)] = { [unowned self] result in
                 switch result {
-                case .success(let response): self.runProcedure(on: link, next(response), next, completion: completion)
+                case .success(.errorResponse(_, _, let error)) where !retried && self.needsSecurity(error, on: link):
+                    // As iOS does: secure the link (stored key, else pairing), then send the same request again once.
+                    self.host.logger.info("link 0x\(String(link.handle, radix: 16)): \(error) from the server; securing the link and retrying")
+                    self.secure(link) { [unowned self] secured in
+                        switch secured {
+                        case .success: self.runProcedure(on: link, step, next, retried: true, completion: completion)
+                        case .failure(let failure):
+                            self.host.logger.warning("link 0x\(String(link.handle, radix: 16)): could not secure the link: \(Self.describe(failure))")
+                            completion(.failure(error))
+                        }
+                    }
+                case .success(let response): self.runProcedure(on: link, next(response), next, retried: retried, completion: completion)
                 case .failure(let error): completion(.failure(error))
                 }
             }
             apply(link.clientOutputs(outputs), on: link)
+        }
+    }
+
+    /// An ATT error that encryption (or pairing) on this link would cure (Core Vol 3 Part C §10.3.2).
+    private func needsSecurity(_ error: ATTError, on link: LinkSession) -> Bool {
+        guard let state = linkSecurity[link.handle], link.smp != nil || state.bond != nil else { return false }
+        switch error {
+        case .insufficientEncryption, .insufficientEncryptionKeySize: return !state.encrypted
+        case .insufficientAuthentication: return !state.encrypted || !state.authenticated
+        default: return false
         }
     }
 

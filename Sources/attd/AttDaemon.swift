@@ -5,6 +5,9 @@ import BerylEventLoop
 import BerylGATT
 import BerylHCI
 import BerylIPC
+import BerylCrypto
+import BerylSMP
+import BerylStore
 import Foundation
 
 /// attd's shell: links from hcid's events and ACL, one `LinkSession` per connection over a shared
@@ -39,10 +42,32 @@ final class AttDaemon {
     var writesInFlight: [UInt16: Int] = [:]
     var writeRefused: Set<UInt16> = []
 
-    init(host: DaemonHost, deviceName: String, serverMTU: UInt16, answerTimeout: Duration) throws {
+    // Security (AttDaemon+Security).
+    let securityConfiguration: SecurityConfiguration
+    /// Numeric comparisons are accepted without asking anyone (labs); passkeys are still shown or asked for.
+    let autoAccept: Bool
+    let bondStore: BondStore?
+    var bonds: [Bond] = []
+    var localIdentity: LocalIdentity?
+    var attempts = RepeatedAttemptsGuard()
+    var linkSecurity: [UInt16: LinkSecurityState] = [:]
+
+    init(host: DaemonHost, deviceName: String, serverMTU: UInt16, answerTimeout: Duration, security: SecurityConfiguration, autoAccept: Bool) throws {
         self.host = host
         self.answerTimeout = answerTimeout
         self.serverMTU = serverMTU
+        securityConfiguration = security
+        self.autoAccept = autoAccept
+        // A store that cannot be opened is left as it is (never overwritten): attd runs without bonds and says why.
+        do {
+            let store = try BondStore(path: host.paths.stateDir + "/bonds.sqlite")
+            bonds = try store.bonds()
+            bondStore = store
+            host.logger.info("bond store: \(bonds.count) bond(s)")
+        } catch {
+            host.logger.error("bond store unusable, running without bonds: \(error)")
+            bondStore = nil
+        }
         try database.addCoreServices(deviceName: deviceName)
         host.handle = { [unowned self] in self.handle($0) }
         _ = try host.loop.after(.zero) { [unowned self] in
@@ -50,7 +75,10 @@ final class AttDaemon {
             self.connectToHcid()
         }
         // The GATT client's 30-second transaction timeout needs the time now and then.
-        _ = try host.loop.every(.seconds(1)) { [unowned self] in self.tickClients() }
+        _ = try host.loop.every(.seconds(1)) { [unowned self] in
+            self.tickClients()
+            self.tickSecurity()
+        }
     }
 
     // MARK: hcid
@@ -69,7 +97,12 @@ final class AttDaemon {
             subscribe.hci.subscribe.events = true
             subscribe.hci.subscribe.acl = true
             connection.request(subscribe) { [unowned self] result in
-                if case .failure(let error) = result { self.host.logger.warning("hcid subscription failed: \(error)") }
+                switch result {
+                case .failure(let error):
+                    self.host.logger.warning("hcid subscription failed: \(error)")
+                case .success(let response):
+                    self.learnLocalAddress(response.hci.controllerInfo.address)
+                }
             }
             hcid = connection
             host.logger.info("attached to hcid")
@@ -79,14 +112,27 @@ final class AttDaemon {
         }
     }
 
+    /// Our identity for key distribution: the controller's public address and the IRK kept in the bond store.
+    private func learnLocalAddress(_ text: String) {
+        guard let address = BDAddress(text), address != .zero else { return }
+        let irk = (try? bondStore?.localIRK()) ?? localIdentity?.irk ?? SecureRandom.bytes(16)
+        localIdentity = LocalIdentity(address: DeviceAddress(address, type: .public), irk: irk)
+    }
+
     private func hcidEvent(_ event: Event) {
         switch event.hci.kind {
         case .event(let packet)?:
             switch LinkEvent(HCIEventPacket(code: UInt8(truncatingIfNeeded: packet.code), parameters: Array(packet.parameters))) {
             case .connected(let handle, let central, let peer)?:
-                links[handle] = LinkSession(handle: handle, isCentral: central, database: database, serverMTU: serverMTU)
+                let link = LinkSession(handle: handle, isCentral: central, database: database, serverMTU: serverMTU)
+                links[handle] = link
                 host.logger.info("link 0x\(String(handle, radix: 16)) up with \(peer) (\(central ? "central" : "peripheral"))")
+                securityLinkOpened(link, peer: peer)
                 broadcastBearer(handle, opened: true)
+            case .encryptionChanged(let handle, let status, let enabled)?:
+                encryptionChanged(handle, status: status, enabled: enabled)
+            case .longTermKeyRequested(let handle, let rand, let ediv)?:
+                longTermKeyRequested(handle, rand: rand, ediv: ediv)
             case .disconnected(let handle, _)?:
                 linkClosed(handle)
             default:
@@ -105,6 +151,7 @@ final class AttDaemon {
     private func linkClosed(_ handle: UInt16) {
         guard links.removeValue(forKey: handle) != nil else { return }
         peerServiceChanged[handle] = nil
+        securityLinkClosed(handle)
         writesInFlight[handle] = nil
         writeRefused.remove(handle)
         failWaiters(of: handle)
@@ -165,6 +212,8 @@ final class AttDaemon {
                 serverEvent(serverOutput, on: link)
             case .client(let clientOutput):
                 clientEvent(clientOutput, on: link)
+            case .smp(let smpOutput):
+                smpEvent(smpOutput, on: link)
             }
         }
     }
@@ -210,6 +259,7 @@ final class AttDaemon {
                 $0.indicate = indicate
             }
             owner(of: valueHandle)?.send(.event(event))
+            persistClientState(of: link)
         case .indicationConfirmed, .log:
             break
         }
@@ -256,6 +306,7 @@ final class AttDaemon {
     /// Tells every connected client that subscribed to Service Changed which handles moved (Core Vol 3 Part G §7.1).
     func announceDatabaseChange(_ range: ClosedRange<UInt16>) {
         guard let serviceChanged = database.serviceChangedHandle else { return }
+        rememberServiceChangeForAbsentBonds(range)
         let value: [UInt8] = [UInt8(range.lowerBound & 0xFF), UInt8(range.lowerBound >> 8), UInt8(range.upperBound & 0xFF), UInt8(range.upperBound >> 8)]
         for link in links.values {
             let (subscribed, outputs) = link.server.indicate(valueHandle: serviceChanged, value: value)

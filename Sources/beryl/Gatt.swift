@@ -33,6 +33,12 @@ struct Gatt: ParsableCommand {
     @Flag(help: "One JSON object per line.")
     var json = false
 
+    @Option(help: "The passkey to enter if the read or write needs pairing and pairing asks for one.")
+    var passkey: UInt32?
+
+    @Flag(help: "Accept numeric comparisons without asking.")
+    var autoAccept = false
+
     func parsed() throws -> (DeviceAddress, GattClientSession.Operation) {
         guard let address = DeviceAddress(peer) else { throw ValidationError("'\(peer)' is not an address like AA:BB:CC:DD:EE:FF[/random]") }
         func uuid(_ index: Int) throws -> BluetoothUUID {
@@ -58,14 +64,21 @@ struct Gatt: ParsableCommand {
     func validate() throws {
         _ = try parsed()
         guard timeout > 0, timeout <= 3600 else { throw ValidationError("--timeout must be in (0, 3600] seconds") }
+        if let passkey, passkey > 999_999 { throw ValidationError("--passkey is at most six digits") }
     }
 
     func run() throws {
         let (address, operation) = try parsed()
+        try Gatt.runSession(stack: stack, peer: address, operation: operation, timeout: timeout, json: json,
+                            agent: PairingAgent(passkey: passkey, autoAccept: autoAccept, ask: PairingAgent.terminal))
+    }
+
+    /// Connects, runs one operation, prints each event as a line (key=value, or JSON), disconnects.
+    static func runSession(stack: StackOptions, peer: DeviceAddress, operation: GattClientSession.Operation, timeout: Double, json: Bool,
+                           agent: PairingAgent) throws {
         let loop: EventLoop
         do { loop = try EventLoop() } catch { throw Output.fail("\(error)") }
-        let json = self.json
-        let session = GattClientSession(loop: loop, paths: stack.paths, peer: address, operation: operation,
+        let session = GattClientSession(loop: loop, paths: stack.paths, peer: peer, operation: operation,
                                         timeout: .milliseconds(Int(timeout * 1000))) { fields in
             let line: String
             if json, let data = try? JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys]) {
@@ -75,6 +88,7 @@ struct Gatt: ParsableCommand {
             }
             FileHandle.standardOutput.write(Data((line + "\n").utf8))
         }
+        session.agent = agent
         do { try session.start() } catch { throw Output.fail("cannot reach the stack in \(stack.paths.runtimeDir): \(error)") }
         do { try loop.run() } catch { throw Output.fail("\(error)") }
         if let failure = session.failure { throw Output.fail(failure) }

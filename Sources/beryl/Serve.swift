@@ -16,6 +16,16 @@ struct Serve: ParsableCommand {
     @Flag(help: "Only check the profile and print what it would publish.")
     var check = false
 
+    @Option(help: "The passkey to enter when pairing asks for one (six digits).")
+    var passkey: UInt32?
+
+    @Flag(help: "Accept numeric comparisons without asking.")
+    var autoAccept = false
+
+    func validate() throws {
+        if let passkey, passkey > 999_999 { throw ValidationError("--passkey is at most six digits") }
+    }
+
     func run() throws {
         let parsed: GATTProfile
         do {
@@ -32,6 +42,7 @@ struct Serve: ParsableCommand {
         let session = ServeSession(loop: loop, profile: parsed, paths: stack.paths) { line in
             FileHandle.standardOutput.write(Data((line + "\n").utf8))
         }
+        session.agent = PairingAgent(passkey: passkey, autoAccept: autoAccept, ask: PairingAgent.terminal)
         do {
             try session.start()
         } catch {

@@ -26,14 +26,31 @@ struct Up: ParsableCommand {
     @Flag(help: "Print the stack's status as JSON.")
     var json = false
 
+    @Option(help: "Pairing IO capability: display-only, display-yes-no, keyboard-only, no-input-no-output, keyboard-display.")
+    var ioCapability: String?
+
+    @Flag(help: "Accept pairing number comparisons without asking (labs).")
+    var autoAccept = false
+
+    @Flag(help: "Refuse pairing without MITM protection.")
+    var requireMitm = false
+
+    var attdArguments: [String] {
+        (ioCapability.map { ["--io-capability", $0] } ?? []) + (autoAccept ? ["--auto-accept"] : []) + (requireMitm ? ["--require-mitm"] : [])
+    }
+
     func validate() throws {
         do { _ = try TransportSpec(parsing: transport) } catch { throw ValidationError(error.description) }
+        let known = ["display-only", "display-yes-no", "keyboard-only", "no-input-no-output", "keyboard-display"]
+        if let ioCapability, !known.contains(ioCapability) {
+            throw ValidationError("--io-capability must be one of \(known.joined(separator: ", "))")
+        }
     }
 
     func run() throws {
         do {
             let report = try StackControl.up(paths: stack.paths, transport: transport, profile: profile, logLevel: logLevel,
-                                             timeout: .seconds(timeout))
+                                             attdArguments: attdArguments, timeout: .seconds(timeout))
             print(json ? Output.json(report) : Status.render(report))
         } catch {
             throw Output.fail("\(error)")
@@ -54,11 +71,14 @@ struct Supervise: ParsableCommand {
 
     @Option var logLevel: LogLevel = .info
 
+    @Option(parsing: .unconditionalSingleValue) var attdArg: [String] = []
+
     func run() throws {
         let paths = stack.paths
         let supervisor: Supervisor
         do {
-            supervisor = try Supervisor(paths: paths, daemons: StackControl.daemons(paths: paths, transport: transport, profile: profile, logLevel: logLevel),
+            supervisor = try Supervisor(paths: paths, daemons: StackControl.daemons(paths: paths, transport: transport, profile: profile, logLevel: logLevel,
+                                                                                    attdArguments: attdArg),
                                         logLevel: logLevel)
         } catch {
             throw Output.fail("\(error)")

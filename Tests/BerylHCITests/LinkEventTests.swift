@@ -17,6 +17,21 @@ final class LinkEventTests: XCTestCase {
         XCTAssertNil(LinkEvent(HCIEventPacket(code: 0x3E, parameters: [0x02, 0x01] + [UInt8](repeating: 0, count: 12))), "an advertising report")
     }
 
+    func testEncryptionEventsDecode() {
+        XCTAssertEqual(LinkEvent(HCIEventPacket(code: 0x08, parameters: [0x00, 0x40, 0x00, 0x01])), .encryptionChanged(handle: 0x40, status: 0, enabled: true))
+        XCTAssertEqual(LinkEvent(HCIEventPacket(code: 0x08, parameters: [0x06, 0x40, 0x00, 0x00])), .encryptionChanged(handle: 0x40, status: 6, enabled: false),
+                       "PIN or Key Missing")
+        XCTAssertEqual(LinkEvent(HCIEventPacket(code: 0x30, parameters: [0x00, 0x41, 0x00])), .encryptionChanged(handle: 0x41, status: 0, enabled: true))
+        XCTAssertEqual(LinkEvent(HCIEventPacket(code: 0x3E, parameters: [0x05, 0x40, 0x00, 1, 2, 3, 4, 5, 6, 7, 8, 0x34, 0x12])),
+                       .longTermKeyRequested(handle: 0x40, rand: [1, 2, 3, 4, 5, 6, 7, 8], ediv: 0x1234))
+        XCTAssertNil(LinkEvent(HCIEventPacket(code: 0x3E, parameters: [0x05, 0x40, 0x00, 1])), "too short")
+        XCTAssertNil(LinkEvent(HCIEventPacket(code: 0x08, parameters: [0x00, 0x40])))
+        XCTAssertEqual(HCICommands.leEnableEncryption(handle: 0x40, rand: [UInt8](repeating: 0xAA, count: 8), ediv: 0x1234, ltk: [UInt8](repeating: 7, count: 16)).parameters,
+                       [0x40, 0] + [UInt8](repeating: 0xAA, count: 8) + [0x34, 0x12] + [UInt8](repeating: 7, count: 16))
+        XCTAssertEqual(HCICommands.leLongTermKeyReply(handle: 0x40, ltk: nil).opcode, HCIOpcode.leLongTermKeyRequestNegativeReply.rawValue)
+        XCTAssertEqual(HCICommands.leLongTermKeyReply(handle: 0x40, ltk: [UInt8](repeating: 1, count: 16)).parameters.count, 18)
+    }
+
     func testCommandBuildersLayOutTheirParameters() {
         let peer = DeviceAddress(BDAddress("C1:02:03:04:05:06")!, type: .random)
         XCTAssertEqual(HCIPacket.command(HCICommands.leCreateConnection(peer: peer, interval: 24, supervisionTimeout: 200)).h4Bytes,

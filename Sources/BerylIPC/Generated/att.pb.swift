@@ -27,6 +27,54 @@ fileprivate nonisolated struct _GeneratedWithProtocGenSwiftVersion: SwiftProtobu
   typealias Version = _2
 }
 
+public nonisolated enum Beryl_Ipc_V1_PairingPromptKind: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case unspecified // = 0
+
+  /// Show `number` to the user; the peer's user types it.
+  case displayPasskey // = 1
+
+  /// Ask the user for the passkey the peer shows; answer with PairingAnswer.passkey.
+  case enterPasskey // = 2
+
+  /// Show `number`; answer with PairingAnswer.accept once the user says it matches the peer's.
+  case confirmNumber // = 3
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .displayPasskey
+    case 2: self = .enterPasskey
+    case 3: self = .confirmNumber
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .displayPasskey: return 1
+    case .enterPasskey: return 2
+    case .confirmNumber: return 3
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Beryl_Ipc_V1_PairingPromptKind] = [
+    .unspecified,
+    .displayPasskey,
+    .enterPasskey,
+    .confirmNumber,
+  ]
+
+}
+
 public nonisolated struct Beryl_Ipc_V1_GetBearers: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -613,6 +661,188 @@ public nonisolated struct Beryl_Ipc_V1_GattNotification: Sendable {
   public init() {}
 }
 
+/// Security (SMP, Core Vol 3 Part H). Pair runs pairing on a link (as central: Pairing Request; as peripheral:
+/// Security Request) and answers when it ends; a link to a bonded peer is encrypted with the stored key instead.
+public nonisolated struct Beryl_Ipc_V1_Pair: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_Paired: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var encrypted: Bool = false
+
+  public var authenticated: Bool = false
+
+  public var bonded: Bool = false
+
+  public var secureConnections: Bool = false
+
+  public var keySize: UInt32 = 0
+
+  /// The peer's identity address when it has one (public or static random).
+  public var identity: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_PairingPrompt: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var kind: Beryl_Ipc_V1_PairingPromptKind = .unspecified
+
+  public var number: UInt32 = 0
+
+  public var peer: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_PairingAnswer: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var accept: Bool = false
+
+  public var passkey: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// When pairing ends, either way. reason is the SMP Pairing Failed reason (0 on success; 0xFF: SMP timeout).
+public nonisolated struct Beryl_Ipc_V1_PairingFinished: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var success: Bool = false
+
+  public var reason: UInt32 = 0
+
+  public var remote: Bool = false
+
+  public var result: Beryl_Ipc_V1_Paired {
+    get {_result ?? Beryl_Ipc_V1_Paired()}
+    set {_result = newValue}
+  }
+  /// Returns true if `result` has been explicitly set.
+  public var hasResult: Bool {self._result != nil}
+  /// Clears the value of `result`. Subsequent reads from it will return its default value.
+  public mutating func clearResult() {self._result = nil}
+
+  public var peer: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _result: Beryl_Ipc_V1_Paired? = nil
+}
+
+public nonisolated struct Beryl_Ipc_V1_SecurityChanged: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var encrypted: Bool = false
+
+  public var authenticated: Bool = false
+
+  public var bonded: Bool = false
+
+  /// The HCI status when encryption failed (0x06 PIN or Key Missing: the peer lost its bond).
+  public var status: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_ListBonds: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_BondInfo: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var identity: String = String()
+
+  public var authenticated: Bool = false
+
+  public var secureConnections: Bool = false
+
+  public var keySize: UInt32 = 0
+
+  public var irkKnown: Bool = false
+
+  public var csrkKnown: Bool = false
+
+  public var subscriptions: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_BondList: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var bonds: [Beryl_Ipc_V1_BondInfo] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_RemoveBond: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var identity: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -724,6 +954,38 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     set {kind = .gattReliableWrite(newValue)}
   }
 
+  public var pair: Beryl_Ipc_V1_Pair {
+    get {
+      if case .pair(let v)? = kind {return v}
+      return Beryl_Ipc_V1_Pair()
+    }
+    set {kind = .pair(newValue)}
+  }
+
+  public var pairingAnswer: Beryl_Ipc_V1_PairingAnswer {
+    get {
+      if case .pairingAnswer(let v)? = kind {return v}
+      return Beryl_Ipc_V1_PairingAnswer()
+    }
+    set {kind = .pairingAnswer(newValue)}
+  }
+
+  public var listBonds: Beryl_Ipc_V1_ListBonds {
+    get {
+      if case .listBonds(let v)? = kind {return v}
+      return Beryl_Ipc_V1_ListBonds()
+    }
+    set {kind = .listBonds(newValue)}
+  }
+
+  public var removeBond: Beryl_Ipc_V1_RemoveBond {
+    get {
+      if case .removeBond(let v)? = kind {return v}
+      return Beryl_Ipc_V1_RemoveBond()
+    }
+    set {kind = .removeBond(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -740,6 +1002,10 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     case gattReadMultiple(Beryl_Ipc_V1_GattReadMultiple)
     case gattReadByType(Beryl_Ipc_V1_GattReadByType)
     case gattReliableWrite(Beryl_Ipc_V1_GattReliableWrite)
+    case pair(Beryl_Ipc_V1_Pair)
+    case pairingAnswer(Beryl_Ipc_V1_PairingAnswer)
+    case listBonds(Beryl_Ipc_V1_ListBonds)
+    case removeBond(Beryl_Ipc_V1_RemoveBond)
 
   }
 
@@ -801,6 +1067,22 @@ public nonisolated struct Beryl_Ipc_V1_AttResponse: Sendable {
     set {kind = .gattValues(newValue)}
   }
 
+  public var paired: Beryl_Ipc_V1_Paired {
+    get {
+      if case .paired(let v)? = kind {return v}
+      return Beryl_Ipc_V1_Paired()
+    }
+    set {kind = .paired(newValue)}
+  }
+
+  public var bonds: Beryl_Ipc_V1_BondList {
+    get {
+      if case .bonds(let v)? = kind {return v}
+      return Beryl_Ipc_V1_BondList()
+    }
+    set {kind = .bonds(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -810,6 +1092,8 @@ public nonisolated struct Beryl_Ipc_V1_AttResponse: Sendable {
     case gattDatabase(Beryl_Ipc_V1_GattDatabase)
     case gattValue(Beryl_Ipc_V1_GattValue)
     case gattValues(Beryl_Ipc_V1_GattValues)
+    case paired(Beryl_Ipc_V1_Paired)
+    case bonds(Beryl_Ipc_V1_BondList)
 
   }
 
@@ -887,6 +1171,30 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
     set {kind = .gattWriteReady(newValue)}
   }
 
+  public var pairingPrompt: Beryl_Ipc_V1_PairingPrompt {
+    get {
+      if case .pairingPrompt(let v)? = kind {return v}
+      return Beryl_Ipc_V1_PairingPrompt()
+    }
+    set {kind = .pairingPrompt(newValue)}
+  }
+
+  public var pairingFinished: Beryl_Ipc_V1_PairingFinished {
+    get {
+      if case .pairingFinished(let v)? = kind {return v}
+      return Beryl_Ipc_V1_PairingFinished()
+    }
+    set {kind = .pairingFinished(newValue)}
+  }
+
+  public var securityChanged: Beryl_Ipc_V1_SecurityChanged {
+    get {
+      if case .securityChanged(let v)? = kind {return v}
+      return Beryl_Ipc_V1_SecurityChanged()
+    }
+    set {kind = .securityChanged(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -898,6 +1206,9 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
     case gattNotification(Beryl_Ipc_V1_GattNotification)
     case gattServiceChanged(Beryl_Ipc_V1_GattServiceChanged)
     case gattWriteReady(Beryl_Ipc_V1_GattWriteReady)
+    case pairingPrompt(Beryl_Ipc_V1_PairingPrompt)
+    case pairingFinished(Beryl_Ipc_V1_PairingFinished)
+    case securityChanged(Beryl_Ipc_V1_SecurityChanged)
 
   }
 
@@ -907,6 +1218,10 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
 
 fileprivate nonisolated let _protobuf_package = "beryl.ipc.v1"
+
+nonisolated extension Beryl_Ipc_V1_PairingPromptKind: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0PAIRING_PROMPT_KIND_UNSPECIFIED\0\u{1}DISPLAY_PASSKEY\0\u{1}ENTER_PASSKEY\0\u{1}CONFIRM_NUMBER\0")
+}
 
 nonisolated extension Beryl_Ipc_V1_GetBearers: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GetBearers"
@@ -2280,9 +2595,427 @@ nonisolated extension Beryl_Ipc_V1_GattNotification: SwiftProtobuf.Message, Swif
   }
 }
 
+nonisolated extension Beryl_Ipc_V1_Pair: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Pair"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_Pair, rhs: Beryl_Ipc_V1_Pair) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_Paired: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Paired"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}encrypted\0\u{1}authenticated\0\u{1}bonded\0\u{3}secure_connections\0\u{3}key_size\0\u{1}identity\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBoolField(value: &self.encrypted) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.authenticated) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.bonded) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.secureConnections) }()
+      case 5: try { try decoder.decodeSingularUInt32Field(value: &self.keySize) }()
+      case 6: try { try decoder.decodeSingularStringField(value: &self.identity) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.encrypted != false {
+      try visitor.visitSingularBoolField(value: self.encrypted, fieldNumber: 1)
+    }
+    if self.authenticated != false {
+      try visitor.visitSingularBoolField(value: self.authenticated, fieldNumber: 2)
+    }
+    if self.bonded != false {
+      try visitor.visitSingularBoolField(value: self.bonded, fieldNumber: 3)
+    }
+    if self.secureConnections != false {
+      try visitor.visitSingularBoolField(value: self.secureConnections, fieldNumber: 4)
+    }
+    if self.keySize != 0 {
+      try visitor.visitSingularUInt32Field(value: self.keySize, fieldNumber: 5)
+    }
+    if !self.identity.isEmpty {
+      try visitor.visitSingularStringField(value: self.identity, fieldNumber: 6)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_Paired, rhs: Beryl_Ipc_V1_Paired) -> Bool {
+    if lhs.encrypted != rhs.encrypted {return false}
+    if lhs.authenticated != rhs.authenticated {return false}
+    if lhs.bonded != rhs.bonded {return false}
+    if lhs.secureConnections != rhs.secureConnections {return false}
+    if lhs.keySize != rhs.keySize {return false}
+    if lhs.identity != rhs.identity {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PairingPrompt: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PairingPrompt"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}kind\0\u{1}number\0\u{1}peer\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.kind) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.number) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.peer) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    if self.kind != .unspecified {
+      try visitor.visitSingularEnumField(value: self.kind, fieldNumber: 2)
+    }
+    if self.number != 0 {
+      try visitor.visitSingularUInt32Field(value: self.number, fieldNumber: 3)
+    }
+    if !self.peer.isEmpty {
+      try visitor.visitSingularStringField(value: self.peer, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PairingPrompt, rhs: Beryl_Ipc_V1_PairingPrompt) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.kind != rhs.kind {return false}
+    if lhs.number != rhs.number {return false}
+    if lhs.peer != rhs.peer {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PairingAnswer: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PairingAnswer"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}accept\0\u{1}passkey\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.accept) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.passkey) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    if self.accept != false {
+      try visitor.visitSingularBoolField(value: self.accept, fieldNumber: 2)
+    }
+    if self.passkey != 0 {
+      try visitor.visitSingularUInt32Field(value: self.passkey, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PairingAnswer, rhs: Beryl_Ipc_V1_PairingAnswer) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.accept != rhs.accept {return false}
+    if lhs.passkey != rhs.passkey {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PairingFinished: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PairingFinished"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}success\0\u{1}reason\0\u{1}remote\0\u{1}result\0\u{1}peer\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.success) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.reason) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.remote) }()
+      case 5: try { try decoder.decodeSingularMessageField(value: &self._result) }()
+      case 6: try { try decoder.decodeSingularStringField(value: &self.peer) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    if self.success != false {
+      try visitor.visitSingularBoolField(value: self.success, fieldNumber: 2)
+    }
+    if self.reason != 0 {
+      try visitor.visitSingularUInt32Field(value: self.reason, fieldNumber: 3)
+    }
+    if self.remote != false {
+      try visitor.visitSingularBoolField(value: self.remote, fieldNumber: 4)
+    }
+    try { if let v = self._result {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    } }()
+    if !self.peer.isEmpty {
+      try visitor.visitSingularStringField(value: self.peer, fieldNumber: 6)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PairingFinished, rhs: Beryl_Ipc_V1_PairingFinished) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.success != rhs.success {return false}
+    if lhs.reason != rhs.reason {return false}
+    if lhs.remote != rhs.remote {return false}
+    if lhs._result != rhs._result {return false}
+    if lhs.peer != rhs.peer {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_SecurityChanged: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SecurityChanged"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}encrypted\0\u{1}authenticated\0\u{1}bonded\0\u{1}status\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.encrypted) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.authenticated) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.bonded) }()
+      case 5: try { try decoder.decodeSingularUInt32Field(value: &self.status) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    if self.encrypted != false {
+      try visitor.visitSingularBoolField(value: self.encrypted, fieldNumber: 2)
+    }
+    if self.authenticated != false {
+      try visitor.visitSingularBoolField(value: self.authenticated, fieldNumber: 3)
+    }
+    if self.bonded != false {
+      try visitor.visitSingularBoolField(value: self.bonded, fieldNumber: 4)
+    }
+    if self.status != 0 {
+      try visitor.visitSingularUInt32Field(value: self.status, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_SecurityChanged, rhs: Beryl_Ipc_V1_SecurityChanged) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.encrypted != rhs.encrypted {return false}
+    if lhs.authenticated != rhs.authenticated {return false}
+    if lhs.bonded != rhs.bonded {return false}
+    if lhs.status != rhs.status {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_ListBonds: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ListBonds"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_ListBonds, rhs: Beryl_Ipc_V1_ListBonds) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_BondInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BondInfo"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}identity\0\u{1}authenticated\0\u{3}secure_connections\0\u{3}key_size\0\u{3}irk_known\0\u{3}csrk_known\0\u{1}subscriptions\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.identity) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.authenticated) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.secureConnections) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.keySize) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.irkKnown) }()
+      case 6: try { try decoder.decodeSingularBoolField(value: &self.csrkKnown) }()
+      case 7: try { try decoder.decodeSingularUInt32Field(value: &self.subscriptions) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.identity.isEmpty {
+      try visitor.visitSingularStringField(value: self.identity, fieldNumber: 1)
+    }
+    if self.authenticated != false {
+      try visitor.visitSingularBoolField(value: self.authenticated, fieldNumber: 2)
+    }
+    if self.secureConnections != false {
+      try visitor.visitSingularBoolField(value: self.secureConnections, fieldNumber: 3)
+    }
+    if self.keySize != 0 {
+      try visitor.visitSingularUInt32Field(value: self.keySize, fieldNumber: 4)
+    }
+    if self.irkKnown != false {
+      try visitor.visitSingularBoolField(value: self.irkKnown, fieldNumber: 5)
+    }
+    if self.csrkKnown != false {
+      try visitor.visitSingularBoolField(value: self.csrkKnown, fieldNumber: 6)
+    }
+    if self.subscriptions != 0 {
+      try visitor.visitSingularUInt32Field(value: self.subscriptions, fieldNumber: 7)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_BondInfo, rhs: Beryl_Ipc_V1_BondInfo) -> Bool {
+    if lhs.identity != rhs.identity {return false}
+    if lhs.authenticated != rhs.authenticated {return false}
+    if lhs.secureConnections != rhs.secureConnections {return false}
+    if lhs.keySize != rhs.keySize {return false}
+    if lhs.irkKnown != rhs.irkKnown {return false}
+    if lhs.csrkKnown != rhs.csrkKnown {return false}
+    if lhs.subscriptions != rhs.subscriptions {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_BondList: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BondList"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bonds\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.bonds) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.bonds.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.bonds, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_BondList, rhs: Beryl_Ipc_V1_BondList) -> Bool {
+    if lhs.bonds != rhs.bonds {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_RemoveBond: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RemoveBond"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}identity\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.identity) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.identity.isEmpty {
+      try visitor.visitSingularStringField(value: self.identity, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_RemoveBond, rhs: Beryl_Ipc_V1_RemoveBond) -> Bool {
+    if lhs.identity != rhs.identity {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0\u{3}gatt_discover\0\u{3}gatt_read\0\u{3}gatt_write\0\u{3}gatt_subscribe\0\u{3}gatt_read_multiple\0\u{3}gatt_read_by_type\0\u{3}gatt_reliable_write\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0\u{3}gatt_discover\0\u{3}gatt_read\0\u{3}gatt_write\0\u{3}gatt_subscribe\0\u{3}gatt_read_multiple\0\u{3}gatt_read_by_type\0\u{3}gatt_reliable_write\0\u{1}pair\0\u{3}pairing_answer\0\u{3}list_bonds\0\u{3}remove_bond\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2459,6 +3192,58 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
           self.kind = .gattReliableWrite(v)
         }
       }()
+      case 14: try {
+        var v: Beryl_Ipc_V1_Pair?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .pair(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .pair(v)
+        }
+      }()
+      case 15: try {
+        var v: Beryl_Ipc_V1_PairingAnswer?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .pairingAnswer(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .pairingAnswer(v)
+        }
+      }()
+      case 16: try {
+        var v: Beryl_Ipc_V1_ListBonds?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .listBonds(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .listBonds(v)
+        }
+      }()
+      case 17: try {
+        var v: Beryl_Ipc_V1_RemoveBond?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .removeBond(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .removeBond(v)
+        }
+      }()
       default: break
       }
     }
@@ -2522,6 +3307,22 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
       guard case .gattReliableWrite(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
     }()
+    case .pair?: try {
+      guard case .pair(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 14)
+    }()
+    case .pairingAnswer?: try {
+      guard case .pairingAnswer(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
+    }()
+    case .listBonds?: try {
+      guard case .listBonds(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 16)
+    }()
+    case .removeBond?: try {
+      guard case .removeBond(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 17)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -2536,7 +3337,7 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bearers\0\u{3}service_published\0\u{1}notified\0\u{3}gatt_database\0\u{3}gatt_value\0\u{3}gatt_values\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bearers\0\u{3}service_published\0\u{1}notified\0\u{3}gatt_database\0\u{3}gatt_value\0\u{3}gatt_values\0\u{1}paired\0\u{1}bonds\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2622,6 +3423,32 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
           self.kind = .gattValues(v)
         }
       }()
+      case 7: try {
+        var v: Beryl_Ipc_V1_Paired?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .paired(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .paired(v)
+        }
+      }()
+      case 8: try {
+        var v: Beryl_Ipc_V1_BondList?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .bonds(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .bonds(v)
+        }
+      }()
       default: break
       }
     }
@@ -2657,6 +3484,14 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
       guard case .gattValues(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
     }()
+    case .paired?: try {
+      guard case .paired(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+    }()
+    case .bonds?: try {
+      guard case .bonds(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -2671,7 +3506,7 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}bearer_opened\0\u{3}bearer_closed\0\u{3}read_requested\0\u{3}write_requested\0\u{3}subscription_changed\0\u{3}gatt_notification\0\u{3}gatt_service_changed\0\u{3}gatt_write_ready\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}bearer_opened\0\u{3}bearer_closed\0\u{3}read_requested\0\u{3}write_requested\0\u{3}subscription_changed\0\u{3}gatt_notification\0\u{3}gatt_service_changed\0\u{3}gatt_write_ready\0\u{3}pairing_prompt\0\u{3}pairing_finished\0\u{3}security_changed\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2783,6 +3618,45 @@ nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobu
           self.kind = .gattWriteReady(v)
         }
       }()
+      case 9: try {
+        var v: Beryl_Ipc_V1_PairingPrompt?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .pairingPrompt(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .pairingPrompt(v)
+        }
+      }()
+      case 10: try {
+        var v: Beryl_Ipc_V1_PairingFinished?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .pairingFinished(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .pairingFinished(v)
+        }
+      }()
+      case 11: try {
+        var v: Beryl_Ipc_V1_SecurityChanged?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .securityChanged(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .securityChanged(v)
+        }
+      }()
       default: break
       }
     }
@@ -2825,6 +3699,18 @@ nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobu
     case .gattWriteReady?: try {
       guard case .gattWriteReady(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+    }()
+    case .pairingPrompt?: try {
+      guard case .pairingPrompt(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+    }()
+    case .pairingFinished?: try {
+      guard case .pairingFinished(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
+    }()
+    case .securityChanged?: try {
+      guard case .securityChanged(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
     }()
     case nil: break
     }

@@ -53,6 +53,9 @@ public nonisolated enum Beryl_Ipc_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIt
   case notFound // = 10
   case permissionDenied // = 11
   case `internal` // = 12
+
+  /// Pairing or encryption failed; the message names the SMP reason or HCI status.
+  case securityFailed // = 13
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -74,6 +77,7 @@ public nonisolated enum Beryl_Ipc_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIt
     case 10: self = .notFound
     case 11: self = .permissionDenied
     case 12: self = .internal
+    case 13: self = .securityFailed
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -93,6 +97,7 @@ public nonisolated enum Beryl_Ipc_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIt
     case .notFound: return 10
     case .permissionDenied: return 11
     case .internal: return 12
+    case .securityFailed: return 13
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -112,6 +117,7 @@ public nonisolated enum Beryl_Ipc_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIt
     .notFound,
     .permissionDenied,
     .internal,
+    .securityFailed,
   ]
 
 }
@@ -349,7 +355,7 @@ public nonisolated struct Beryl_Ipc_V1_Ack: Sendable {
 fileprivate nonisolated let _protobuf_package = "beryl.ipc.v1"
 
 nonisolated extension Beryl_Ipc_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_MALFORMED_MESSAGE\0\u{1}ERROR_CODE_UNKNOWN_MESSAGE\0\u{1}ERROR_CODE_MESSAGE_TOO_LARGE\0\u{1}ERROR_CODE_MISSING_FIELD\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_NOT_READY\0\u{1}ERROR_CODE_BUSY\0\u{1}ERROR_CODE_TIMEOUT\0\u{1}ERROR_CODE_NOT_FOUND\0\u{1}ERROR_CODE_PERMISSION_DENIED\0\u{1}ERROR_CODE_INTERNAL\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_MALFORMED_MESSAGE\0\u{1}ERROR_CODE_UNKNOWN_MESSAGE\0\u{1}ERROR_CODE_MESSAGE_TOO_LARGE\0\u{1}ERROR_CODE_MISSING_FIELD\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_NOT_READY\0\u{1}ERROR_CODE_BUSY\0\u{1}ERROR_CODE_TIMEOUT\0\u{1}ERROR_CODE_NOT_FOUND\0\u{1}ERROR_CODE_PERMISSION_DENIED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SECURITY_FAILED\0")
 }
 
 nonisolated extension Beryl_Ipc_V1_DaemonState: SwiftProtobuf._ProtoNameProviding {

@@ -1,0 +1,96 @@
+import ArgumentParser
+import BerylCore
+import BerylIPC
+import BerylStack
+import Foundation
+
+/// `beryl pair --peer ADDRESS`: connect, pair (or re-encrypt with a stored bond), print the result.
+struct Pair: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Connect to a peripheral and pair with it, prompting on the terminal for passkeys and number comparisons.")
+
+    @OptionGroup var stack: StackOptions
+
+    @Option(help: "The peer: AA:BB:CC:DD:EE:FF for a public address, AA:BB:CC:DD:EE:FF/random for a random one.")
+    var peer: String
+
+    @Option(help: "The passkey to enter when pairing asks for one (six digits).")
+    var passkey: UInt32?
+
+    @Flag(help: "Accept numeric comparisons without asking (labs).")
+    var autoAccept = false
+
+    @Option(help: "Seconds pairing may take, connection included.")
+    var timeout: Double = 40
+
+    @Flag(help: "One JSON object per line.")
+    var json = false
+
+    func validate() throws {
+        guard DeviceAddress(peer) != nil else { throw ValidationError("'\(peer)' is not an address like AA:BB:CC:DD:EE:FF[/random]") }
+        if let passkey, passkey > 999_999 { throw ValidationError("--passkey is at most six digits") }
+        guard timeout > 0, timeout <= 600 else { throw ValidationError("--timeout must be in (0, 600] seconds") }
+    }
+
+    func run() throws {
+        try Gatt.runSession(stack: stack, peer: DeviceAddress(peer)!, operation: .pair, timeout: timeout, json: json,
+                            agent: PairingAgent(passkey: passkey, autoAccept: autoAccept, ask: PairingAgent.terminal))
+    }
+}
+
+/// `beryl bonds list | remove ADDRESS`: the bonds attd keeps in the state directory.
+struct Bonds: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List or remove bonded peers.", subcommands: [List.self, Remove.self])
+
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List bonded peers with their keys and subscriptions.")
+        @OptionGroup var stack: StackOptions
+        @Flag(help: "JSON output.") var json = false
+
+        func run() throws {
+            let response = try Bonds.ask(stack) { $0.att.listBonds = .init() }
+            let bonds = response.att.bonds.bonds
+            if json {
+                let objects: [[String: Any]] = bonds.map {
+                    ["identity": $0.identity, "authenticated": $0.authenticated, "secureConnections": $0.secureConnections,
+                     "keySize": Int($0.keySize), "irk": $0.irkKnown, "csrk": $0.csrkKnown, "subscriptions": Int($0.subscriptions)]
+                }
+                let data = try JSONSerialization.data(withJSONObject: ["bonds": objects], options: [.sortedKeys])
+                print(String(decoding: data, as: UTF8.self))
+                return
+            }
+            if bonds.isEmpty { print("no bonds") }
+            for bond in bonds {
+                print("\(bond.identity)  \(bond.secureConnections ? "LE Secure Connections" : "legacy")  "
+                      + "\(bond.authenticated ? "authenticated" : "unauthenticated")  key \(bond.keySize) bytes"
+                      + (bond.irkKnown ? "  IRK" : "") + (bond.csrkKnown ? "  CSRK" : "") + "  \(bond.subscriptions) subscription(s)")
+            }
+        }
+    }
+
+    struct Remove: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Forget a bonded peer: its keys and its subscriptions.")
+        @OptionGroup var stack: StackOptions
+        @Argument(help: "The peer's identity address, as `beryl bonds list` shows it.") var address: String
+
+        func validate() throws {
+            guard DeviceAddress(address) != nil else { throw ValidationError("'\(address)' is not an address like AA:BB:CC:DD:EE:FF[/random]") }
+        }
+
+        func run() throws {
+            _ = try Bonds.ask(stack) { $0.att.removeBond.identity = DeviceAddress(address)!.description }
+            print("removed \(address)")
+        }
+    }
+
+    static func ask(_ stack: StackOptions, _ build: (inout Request) -> Void) throws -> Response {
+        var request = Request()
+        build(&request)
+        do {
+            let client = try IPCClient(path: stack.paths.socket("attd"))
+            return try client.call(request)
+        } catch {
+            throw Output.fail("\(error)")
+        }
+    }
+}
