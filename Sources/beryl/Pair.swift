@@ -2,6 +2,7 @@ import ArgumentParser
 import BerylCore
 import BerylIPC
 import BerylStack
+import BerylStore
 import Foundation
 
 /// `beryl pair --peer ADDRESS`: connect, pair (or re-encrypt with a stored bond), print the result.
@@ -40,7 +41,33 @@ struct Pair: ParsableCommand {
 
 /// `beryl bonds list | remove ADDRESS`: the bonds attd keeps in the state directory.
 struct Bonds: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "List or remove bonded peers.", subcommands: [List.self, Remove.self])
+    static let configuration = CommandConfiguration(abstract: "List or remove bonded peers.", subcommands: [List.self, Remove.self, Churn.self])
+
+    /// For the crash-safety test: rewrites bonds in a loop, each version with every key set to one byte value,
+    /// so a reader can tell a torn bond (keys from two versions) from a whole one.
+    struct Churn: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Rewrite test bonds in a loop until killed.", shouldDisplay: false)
+        @Option(help: "The bond store file.") var path: String
+
+        func run() throws {
+            let store: BondStore
+            do { store = try BondStore(path: path) } catch { throw Output.fail("\(error)") }
+            var version: UInt8 = 0
+            while true {
+                version &+= 1
+                for index in 0..<4 {
+                    let key = [UInt8](repeating: version, count: 16)
+                    let bond = Bond(identity: DeviceAddress(BDAddress(wire: [UInt8(index), 0, 0, 0, 0, 0xC0]), type: .random), irk: key, peerLTK: key,
+                                    peerRand: [UInt8](repeating: version, count: 8), localLTK: key, csrk: key, authenticated: version % 2 == 0,
+                                    secureConnections: true)
+                    do {
+                        try store.save(bond)
+                        try store.saveClientState(bond.identity, configurations: [UInt16(version) | 1: UInt16(version)], features: [version])
+                    } catch { throw Output.fail("\(error)") }
+                }
+            }
+        }
+    }
 
     struct List: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List bonded peers with their keys and subscriptions.")

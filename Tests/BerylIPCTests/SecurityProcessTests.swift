@@ -1,0 +1,186 @@
+import BerylDaemonKit
+import BerylIPC
+import BerylStack
+import BerylStore
+import Foundation
+import XCTest
+
+/// Pairing and bonding between two Beryl stacks (hcid + attd) on berylsim: a `beryl gatt` central and a
+/// `beryl serve` peripheral with encryption-required characteristics.
+final class SecurityProcessTests: XCTestCase {
+    var scratch: Scratch!
+    var simDir: String { scratch.root + "/sim" }
+    static let lockProfile = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Examples/profiles/secure-lock.json").path
+    static let secret = "D00D0002-0000-1000-8000-00805F9B34FB"
+    static let counter = "D00D0004-0000-1000-8000-00805F9B34FB"
+
+    override func setUpWithError() throws {
+        scratch = try Scratch()
+        try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", simDir, "--controllers", "2"], socket: simDir + "/control.sock")
+    }
+
+    override func tearDown() { scratch.stopAll() }
+
+    private func run(_ side: String) -> String { "\(scratch.root)/run-\(side)" }
+    private func state(_ side: String) -> String { "\(scratch.root)/state-\(side)" }
+
+    private func startStack(_ side: String, controller: Int, attd extra: [String] = []) throws {
+        try scratch.start("hcid-\(side)", [Executables.path("hcid"), "--runtime-dir", run(side), "--state-dir", state(side),
+                                           "--transport", "unix:\(simDir)/controller-\(controller).sock"], socket: run(side) + "/hcid.sock")
+        XCTAssertTrue(eventually { StackProbe.controllerInfo(at: self.run(side) + "/hcid.sock")?.state == .poweredOn })
+        try startAttd(side, extra)
+    }
+
+    private func startAttd(_ side: String, _ extra: [String]) throws {
+        try scratch.start("attd-\(side)", [Executables.path("attd"), "--runtime-dir", run(side), "--state-dir", state(side)] + extra,
+                          socket: run(side) + "/attd.sock")
+    }
+
+    /// kill -9, as the fault suite does, then the same daemon again on the same state directory.
+    private func restartAttd(_ side: String, _ extra: [String] = []) throws {
+        let pid = try XCTUnwrap(scratch.pid(of: "attd-\(side)"))
+        kill(pid, SIGKILL)
+        XCTAssertTrue(eventually { kill(pid, 0) != 0 || Spawn.reap(pid) != nil })
+        try? FileManager.default.removeItem(atPath: run(side) + "/attd.sock")
+        try startAttd(side, extra)
+    }
+
+    private var serveName = "serve"
+    private var serveLog: String { (try? String(contentsOfFile: scratch.paths.logFile(serveName), encoding: .utf8)) ?? "" }
+
+    /// `beryl serve` on stack b; it exits when attd goes (its services go with their publisher), so a restart starts another.
+    private func serve(_ extra: [String] = [], name: String = "serve") throws -> String {
+        serveName = name
+        try scratch.start(name, [Executables.path("beryl"), "serve", Self.lockProfile, "--runtime-dir", run("b")] + extra, socket: run("b") + "/attd.sock")
+        XCTAssertTrue(eventually { self.serveLog.contains("advertising") }, serveLog)
+        return try XCTUnwrap(StackProbe.controllerInfo(at: run("b") + "/hcid.sock")?.address)
+    }
+
+    private func gatt(_ arguments: [String]) throws -> ToolRun {
+        try runTool("beryl", ["gatt", "--runtime-dir", run("a")] + arguments + ["--timeout", "30"])
+    }
+
+    private func bonds(_ side: String) throws -> [[String: Any]] {
+        let listed = try runTool("beryl", ["bonds", "list", "--runtime-dir", run(side), "--json"])
+        XCTAssertEqual(listed.status, 0, listed.stderr)
+        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [String: Any])
+        return try XCTUnwrap(object["bonds"] as? [[String: Any]])
+    }
+
+    /// A read of an encryption-required value pairs (LE Secure Connections, Just Works) and bonds; the next connection
+    /// re-encrypts with the stored key; bonds and a bonded peer's subscriptions survive kill -9 of attd on both sides.
+    func testPairBondReEncryptAndSurviveRestarts() throws {
+        try startStack("a", controller: 0)
+        try startStack("b", controller: 1)
+        let peer = try serve()
+        let centralAddress = try XCTUnwrap(StackProbe.controllerInfo(at: run("a") + "/hcid.sock")?.address)
+
+        let first = try gatt(["--peer", peer, "read", Self.secret])
+        XCTAssertEqual(first.status, 0, first.stderr)
+        XCTAssertTrue(first.stdout.contains("value=6c6f636b6564"), first.stdout)
+        XCTAssertTrue(first.stdout.contains("event=pairing-complete"), first.stdout)
+        XCTAssertEqual(try bonds("a").map { $0["identity"] as? String }, [peer])
+        XCTAssertEqual(try bonds("b").map { $0["identity"] as? String }, [centralAddress])
+        XCTAssertEqual(try bonds("a").first?["secureConnections"] as? Bool, true)
+
+        let again = try gatt(["--peer", peer, "read", Self.secret])
+        XCTAssertEqual(again.status, 0, again.stderr)
+        XCTAssertFalse(again.stdout.contains("pairing-complete"), "no second pairing: \(again.stdout)")
+        XCTAssertTrue(eventually { self.serveLog.contains("encrypted with a bonded peer") }, serveLog)
+
+        // A bonded central's subscription is kept by the peripheral (Core Vol 3 Part G §3.3.3.3).
+        let subscribed = try gatt(["--peer", peer, "subscribe", Self.counter, "--count", "2"])
+        XCTAssertEqual(subscribed.status, 0, subscribed.stderr)
+        XCTAssertEqual(try bonds("b").first?["subscriptions"] as? Int, 1)
+
+        try restartAttd("a")
+        try restartAttd("b")
+        _ = try serve(name: "serve-again")
+        XCTAssertEqual(try bonds("a").map { $0["identity"] as? String }, [peer], "bonds survive kill -9")
+        XCTAssertEqual(try bonds("b").first?["subscriptions"] as? Int, 1, "subscriptions of bonded peers survive kill -9")
+        let afterRestart = try gatt(["--peer", peer, "read", Self.secret])
+        XCTAssertEqual(afterRestart.status, 0, afterRestart.stderr)
+        XCTAssertFalse(afterRestart.stdout.contains("pairing-complete"), afterRestart.stdout)
+
+        let removed = try runTool("beryl", ["bonds", "remove", peer, "--runtime-dir", run("a")])
+        XCTAssertEqual(removed.status, 0, removed.stderr)
+        XCTAssertEqual(try bonds("a").count, 0)
+        let unknown = try runTool("beryl", ["bonds", "remove", peer, "--runtime-dir", run("a")])
+        XCTAssertNotEqual(unknown.status, 0)
+        XCTAssertTrue(unknown.stderr.contains("no bond"), unknown.stderr)
+        let badAddress = try runTool("beryl", ["bonds", "remove", "nonsense", "--runtime-dir", run("a")])
+        XCTAssertNotEqual(badAddress.status, 0)
+    }
+
+    /// Passkey entry on both keyboards: the same passkey pairs (authenticated); a different one fails with Confirm Value
+    /// Failed on both sides, and trying again at once meets Repeated Attempts.
+    func testPasskeyEntryAndAWrongPasskey() throws {
+        try startStack("a", controller: 0, attd: ["--io-capability", "keyboard-only"])
+        try startStack("b", controller: 1, attd: ["--io-capability", "keyboard-only"])
+        let peer = try serve(["--passkey", "123456"])
+
+        let wrong = try runTool("beryl", ["pair", "--runtime-dir", run("a"), "--peer", peer, "--passkey", "654321", "--timeout", "30"])
+        XCTAssertNotEqual(wrong.status, 0)
+        XCTAssertTrue(wrong.stderr.contains("confirmValueFailed"), wrong.stderr)
+        XCTAssertTrue(eventually { self.serveLog.contains("failed: we ended it, reason 0x4") }, serveLog)
+        let tooSoon = try runTool("beryl", ["pair", "--runtime-dir", run("a"), "--peer", peer, "--passkey", "123456", "--timeout", "30"])
+        XCTAssertNotEqual(tooSoon.status, 0)
+        XCTAssertTrue(tooSoon.stderr.contains("repeatedAttempts"), tooSoon.stderr)
+        XCTAssertEqual(try bonds("a").count, 0)
+
+        sleep(3)
+        let right = try runTool("beryl", ["pair", "--runtime-dir", run("a"), "--peer", peer, "--passkey", "123456", "--timeout", "30"])
+        XCTAssertEqual(right.status, 0, right.stderr)
+        XCTAssertTrue(right.stdout.contains("authenticated=true"), right.stdout)
+        XCTAssertEqual(try bonds("a").first?["authenticated"] as? Bool, true)
+    }
+
+    /// Keys that differ (the peripheral's bond tampered with) end the link with a MIC failure from berylsim; the
+    /// central's bond is left whole.
+    func testAKeyMismatchEndsTheLinkWithMICFailure() throws {
+        try startStack("a", controller: 0)
+        try startStack("b", controller: 1)
+        let peer = try serve()
+        XCTAssertEqual(try gatt(["--peer", peer, "read", Self.secret]).status, 0)
+        let before = try bonds("a")
+
+        let pid = try XCTUnwrap(scratch.pid(of: "attd-b"))
+        kill(pid, SIGKILL)
+        XCTAssertTrue(eventually { kill(pid, 0) != 0 || Spawn.reap(pid) != nil })
+        let store = try SQLiteDatabase(path: state("b") + "/bonds.sqlite")
+        try store.execute("UPDATE bonds SET local_ltk = ?", [.blob([UInt8](repeating: 0x5A, count: 16))])
+        try? FileManager.default.removeItem(atPath: run("b") + "/attd.sock")
+        try startAttd("b", [])
+        _ = try serve(name: "serve-again")
+
+        let failed = try gatt(["--peer", peer, "read", Self.secret])
+        XCTAssertNotEqual(failed.status, 0)
+        XCTAssertTrue(failed.stderr.contains("0x3d") || failed.stderr.contains("read failed"), failed.stderr)
+        let log = (try? String(contentsOfFile: scratch.paths.logFile("attd-a"), encoding: .utf8)) ?? ""
+        XCTAssertTrue(log.contains("encrypting with the key bonded"), log)
+        XCTAssertEqual(try bonds("a").count, before.count, "the central's bond is untouched")
+    }
+
+    /// kill -9 in the middle of bond writes leaves every bond whole: all its keys from one version.
+    func testBondStoreSurvivesKillDuringWrites() throws {
+        let path = scratch.root + "/churn.sqlite"
+        for round in 0..<15 {
+            let pid = try Spawn.start([Executables.path("beryl"), "bonds", "churn", "--path", path], logPath: scratch.root + "/churn.log")
+            usleep(UInt32(30_000 + (round * 17_389) % 120_000))
+            kill(pid, SIGKILL)
+            _ = eventually { Spawn.reap(pid) != nil }
+            let store = try BondStore(path: path)
+            XCTAssertEqual(try store.integrityCheck(), "ok")
+            for bond in try store.bonds() {
+                let version = try XCTUnwrap(bond.peerLTK?.first)
+                XCTAssertEqual(bond.irk, [UInt8](repeating: version, count: 16), "round \(round): torn bond \(bond)")
+                XCTAssertEqual(bond.localLTK, bond.peerLTK)
+                XCTAssertEqual(bond.csrk, bond.peerLTK)
+                XCTAssertEqual(bond.peerRand, [UInt8](repeating: version, count: 8))
+                XCTAssertEqual(bond.authenticated, version % 2 == 0)
+            }
+        }
+        XCTAssertEqual(try BondStore(path: path).bonds().count, 4)
+    }
+}
