@@ -57,6 +57,9 @@ public final class ATTClient {
         }
     }
 
+    /// ATT_MTU is one value per bearer (Core Vol 3 Part F §3.4.2): an exchange our server answered sets it for our client too.
+    public func adopt(mtu newMTU: UInt16) { mtu = max(mtu, min(newMTU, 517)) }
+
     public func tick(at time: Duration) -> [ATTClientOutput] {
         now = max(now, time)
         guard let outstanding, now - outstanding.sentAt >= Self.transactionTimeout else { return [] }

@@ -70,6 +70,9 @@ public final class ATTServer {
         if !features.isEmpty { clientFeatures = features }
     }
 
+    /// The bearer's ATT_MTU after an exchange our client made (Core Vol 3 Part F §3.4.2: one value for both roles).
+    public func adopt(mtu newMTU: UInt16) { mtu = max(mtu, min(newMTU, serverMTU)) }
+
     // MARK: Inbound
 
     public func receive(_ bytes: [UInt8]) -> [ATTServerOutput] {

@@ -52,8 +52,11 @@ public final class LinkSession {
         case .att?:
             // One fixed channel carries both roles: what only a server sends belongs to our client (Core Vol 3 Part F §3.2.11).
             if let opcode = frame.payload.first.flatMap(ATTOpcode.init(rawValue:)), opcode.isSentByServer {
-                return clientOutputs(client.receive(frame.payload, at: now))
+                let outputs = clientOutputs(client.receive(frame.payload, at: now))
+                server.adopt(mtu: client.mtu)
+                return outputs
             }
+            defer { client.adopt(mtu: server.mtu) }
             return server.receive(frame.payload).map { output in
                 if case .send(let bytes) = output { return .send(L2CAPFrame(.att, payload: bytes).pdu) }
                 return .server(output)

@@ -129,6 +129,7 @@ final class AttDaemon {
                 host.logger.info("link 0x\(String(handle, radix: 16)) up with \(peer) (\(central ? "central" : "peripheral"))")
                 securityLinkOpened(link, peer: peer)
                 broadcastBearer(handle, opened: true)
+                if central { exchangeMTU(on: link) }
             case .encryptionChanged(let handle, let status, let enabled)?:
                 encryptionChanged(handle, status: status, enabled: enabled)
             case .longTermKeyRequested(let handle, let rand, let ediv)?:
@@ -312,6 +313,25 @@ final class AttDaemon {
             let (subscribed, outputs) = link.server.indicate(valueHandle: serviceChanged, value: value)
             if subscribed { host.logger.info("service changed \(range) indicated to link 0x\(String(link.handle, radix: 16))") }
             apply(wrap(outputs, for: link), on: link)
+        }
+    }
+
+    /// The central asks for the largest ATT_MTU straight away (Core Vol 3 Part G §4.3.1), as iOS does.
+    private func exchangeMTU(on link: LinkSession) {
+        runProcedure(on: link, GATTStep<UInt16>.request(.exchangeMTURequest(mtu: serverMTU)), { response -> GATTStep<UInt16> in
+            if case .exchangeMTUResponse(let mtu) = response { return .done(mtu) }
+            if case .errorResponse(_, _, let error) = response { return .failed(error) }
+            return .failed(.invalidPDU)
+        }) { [unowned self] result in
+            guard self.links[link.handle] === link else { return }
+            if case .failure(let error) = result { self.host.logger.info("link 0x\(String(link.handle, radix: 16)): MTU exchange refused (\(error)); ATT_MTU stays 23") }
+            var event = Event()
+            event.att.mtuChanged = .with {
+                $0.connectionHandle = UInt32(link.handle)
+                $0.attMtu = UInt32(link.client.mtu)
+                $0.central = link.isCentral
+            }
+            self.host.server?.broadcast(event)
         }
     }
 

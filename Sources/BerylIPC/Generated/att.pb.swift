@@ -1195,6 +1195,15 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
     set {kind = .securityChanged(newValue)}
   }
 
+  /// The bearer's ATT_MTU after an exchange (attd exchanges as soon as it is central on a link, as iOS does).
+  public var mtuChanged: Beryl_Ipc_V1_Bearer {
+    get {
+      if case .mtuChanged(let v)? = kind {return v}
+      return Beryl_Ipc_V1_Bearer()
+    }
+    set {kind = .mtuChanged(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1209,6 +1218,8 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
     case pairingPrompt(Beryl_Ipc_V1_PairingPrompt)
     case pairingFinished(Beryl_Ipc_V1_PairingFinished)
     case securityChanged(Beryl_Ipc_V1_SecurityChanged)
+    /// The bearer's ATT_MTU after an exchange (attd exchanges as soon as it is central on a link, as iOS does).
+    case mtuChanged(Beryl_Ipc_V1_Bearer)
 
   }
 
@@ -3506,7 +3517,7 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}bearer_opened\0\u{3}bearer_closed\0\u{3}read_requested\0\u{3}write_requested\0\u{3}subscription_changed\0\u{3}gatt_notification\0\u{3}gatt_service_changed\0\u{3}gatt_write_ready\0\u{3}pairing_prompt\0\u{3}pairing_finished\0\u{3}security_changed\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}bearer_opened\0\u{3}bearer_closed\0\u{3}read_requested\0\u{3}write_requested\0\u{3}subscription_changed\0\u{3}gatt_notification\0\u{3}gatt_service_changed\0\u{3}gatt_write_ready\0\u{3}pairing_prompt\0\u{3}pairing_finished\0\u{3}security_changed\0\u{3}mtu_changed\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3657,6 +3668,19 @@ nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobu
           self.kind = .securityChanged(v)
         }
       }()
+      case 12: try {
+        var v: Beryl_Ipc_V1_Bearer?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .mtuChanged(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .mtuChanged(v)
+        }
+      }()
       default: break
       }
     }
@@ -3711,6 +3735,10 @@ nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobu
     case .securityChanged?: try {
       guard case .securityChanged(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
+    }()
+    case .mtuChanged?: try {
+      guard case .mtuChanged(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
     }()
     case nil: break
     }

@@ -1,0 +1,106 @@
+"""A Beryl stack (hcid + attd, optionally `beryl serve`) on one berylsim controller, for the interop tests.
+
+Every process it starts logs to DIR/NAME.log and is stopped by pid in stop() (use it as a context manager).
+"""
+import json
+import os
+import re
+import subprocess
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LOCK_PROFILE = os.path.join(ROOT, "Examples/profiles/secure-lock.json")
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class BerylStack:
+    def __init__(self, env, controller=0, attd_args=()):
+        self.env = env
+        self.dir = env["dir"]
+        self.bin = env["bin"]
+        self.run = os.path.join(self.dir, "run")
+        self.state = os.path.join(self.dir, "state")
+        self.controller = controller
+        self.attd_args = list(attd_args)
+        self.processes = []  # (name, Popen, log file)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def log_path(self, name):
+        return os.path.join(self.dir, f"{name}.log")
+
+    def log(self, name):
+        try:
+            with open(self.log_path(name), errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def wait_log(self, name, text, timeout=10):
+        wait_for(lambda: text in self.log(name), timeout, f"{text!r} in {name}.log:\n{self.log(name)}")
+
+    def start_process(self, name, arguments):
+        log = open(self.log_path(name), "w")
+        process = subprocess.Popen([os.path.join(self.bin, arguments[0])] + arguments[1:], stdout=log, stderr=subprocess.STDOUT)
+        self.processes.append((name, process, log))
+        return process
+
+    def status(self):
+        out = subprocess.run([os.path.join(self.bin, "beryl"), "status", "--runtime-dir", self.run, "--json"],
+                             capture_output=True, text=True, timeout=10).stdout
+        return json.loads(out) if out.strip() else {}
+
+    def start(self):
+        self.start_process("hcid", ["hcid", "--runtime-dir", self.run, "--state-dir", self.state,
+                                    "--transport", f"unix:{self.dir}/controller-{self.controller}.sock"])
+        wait_for(lambda: self.status().get("controller", {}).get("state") == "poweredOn", 10, "hcid poweredOn")
+        self.start_process("attd", ["attd", "--runtime-dir", self.run, "--state-dir", self.state] + self.attd_args)
+        wait_for(lambda: os.path.exists(os.path.join(self.run, "attd.sock")), 10, "attd listening")
+        self.wait_log("attd", "attached to hcid")
+        return self
+
+    @property
+    def address(self):
+        """The controller's public address, as Beryl prints it (AA:BB:CC:DD:EE:FF)."""
+        return self.status()["controller"]["address"]
+
+    def serve(self, profile=LOCK_PROFILE, *extra):
+        self.start_process("serve", ["beryl", "serve", profile, "--runtime-dir", self.run] + list(extra))
+        self.wait_log("serve", "advertising as")
+
+    def beryl(self, *arguments, timeout=60):
+        return subprocess.run([os.path.join(self.bin, "beryl"), *arguments], capture_output=True, text=True, timeout=timeout)
+
+    def bonds(self):
+        listed = self.beryl("bonds", "list", "--runtime-dir", self.run, "--json")
+        assert listed.returncode == 0, listed.stderr
+        return json.loads(listed.stdout)["bonds"]
+
+    def displayed_passkey(self, name="serve"):
+        """The passkey `beryl serve` printed ("pairing with ADDR: passkey 123456"), or None."""
+        found = re.findall(r"passkey (\d{1,6})\b", self.log(name))
+        return int(found[-1]) if found else None
+
+    def stop(self):
+        for name, process, log in reversed(self.processes):
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(5)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(5)
+            log.close()
+        self.processes = []
