@@ -155,13 +155,13 @@ extension AttDaemon {
                 }
                 // Write Without Response has no answer to pace it, so the link's unsent ones are capped; the app hears when
                 // there is room again (Core Bluetooth's canSendWriteWithoutResponse and peripheralIsReady(toSendWriteWithoutResponse:)).
-                guard (writesInFlight[link.handle] ?? 0) < Self.writeWithoutResponseLimit else {
-                    writeRefused.insert(link.handle)
-                    incoming.fail(.busy, "\(Self.writeWithoutResponseLimit) writes without response are still on their way; wait for GattWriteReady")
+                guard hasRoom(on: link.handle) else {
+                    outboxes[link.handle, default: Outbox()].refusedWrites = true
+                    incoming.fail(.busy, "the link's transmit queue is full; wait for GattWriteReady")
                     return true
                 }
                 for case .send(let pdu) in link.clientOutputs(link.client.submit(.writeCommand(handle: handle, value: value), at: host.loop.uptime).outputs) {
-                    sendWriteWithoutResponse(pdu, on: link.handle)
+                    enqueuePaced(pdu, on: link.handle)
                 }
                 incoming.respond(.with { $0.ack = .init() })
             } else if value.count <= Int(link.client.mtu) - 3 {

@@ -35,15 +35,23 @@ extension AttDaemon {
                 incoming.fail(.invalidArgument, "values are at most 512 bytes", field: "value")
                 return true
             }
+            // Notifications are paced per link; when any subscribed link is full the update is refused whole, as
+            // Core Bluetooth's updateValue returns false, and ReadyToUpdate follows.
+            let valueHandle = UInt16(notify.valueHandle)
+            if !notify.indicate, links.values.contains(where: { !hasRoom(on: $0.handle) && $0.server.notification(valueHandle: valueHandle, value: []) != nil }) {
+                notifyRefused.insert(session.id)
+                incoming.fail(.busy, "the transmit queue is full; wait for ReadyToUpdate")
+                return true
+            }
             var peers: UInt32 = 0
             for link in links.values {
                 if notify.indicate {
                     let (subscribed, outputs) = link.server.indicate(valueHandle: UInt16(notify.valueHandle), value: Array(notify.value))
                     if subscribed { peers += 1 }
                     apply(wrap(outputs, for: link), on: link)
-                } else if let pdu = link.server.notification(valueHandle: UInt16(notify.valueHandle), value: Array(notify.value)) {
+                } else if let pdu = link.server.notification(valueHandle: valueHandle, value: Array(notify.value)) {
                     peers += 1
-                    apply([.send(link.attPDU(pdu))], on: link)
+                    enqueuePaced(link.attPDU(pdu), on: link.handle)
                 }
             }
             incoming.respond(.with { $0.att.notified.peers = peers })

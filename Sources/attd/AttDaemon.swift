@@ -38,9 +38,9 @@ final class AttDaemon {
     var waiters: [WaiterKey: Waiter] = [:]
     /// Each link's Service Changed value handle on the peer, once discovery has found it.
     var peerServiceChanged: [UInt16: UInt16] = [:]
-    static let writeWithoutResponseLimit = 16
-    var writesInFlight: [UInt16: Int] = [:]
-    var writeRefused: Set<UInt16> = []
+    var outboxes: [UInt16: Outbox] = [:]
+    /// Publishers told their last notification did not fit; they hear ReadyToUpdate when every outbox has room.
+    var notifyRefused: Set<UInt64> = []
 
     // Security (AttDaemon+Security).
     let securityConfiguration: SecurityConfiguration
@@ -153,8 +153,7 @@ final class AttDaemon {
         guard links.removeValue(forKey: handle) != nil else { return }
         peerServiceChanged[handle] = nil
         securityLinkClosed(handle)
-        writesInFlight[handle] = nil
-        writeRefused.remove(handle)
+        outboxes[handle] = nil
         failWaiters(of: handle)
         for (id, answer) in pending where answer.link == handle {
             answer.timer?.cancel()
@@ -170,24 +169,6 @@ final class AttDaemon {
         request.hci.sendAcl.pdu = Data(pdu)
         hcid?.request(request) { [unowned self] result in
             if case .failure(let error) = result { self.host.logger.warning("ACL to 0x\(String(handle, radix: 16)) refused: \(error)") }
-        }
-    }
-
-    /// A write without response counts against its link until hcid has taken it.
-    func sendWriteWithoutResponse(_ pdu: [UInt8], on handle: UInt16) {
-        writesInFlight[handle, default: 0] += 1
-        var request = Request()
-        request.hci.sendAcl.handle = UInt32(handle)
-        request.hci.sendAcl.pdu = Data(pdu)
-        hcid?.request(request) { [unowned self] result in
-            if case .failure(let error) = result { self.host.logger.warning("write without response to 0x\(String(handle, radix: 16)) refused: \(error)") }
-            guard let count = self.writesInFlight[handle] else { return }
-            self.writesInFlight[handle] = count - 1
-            if count - 1 < Self.writeWithoutResponseLimit, self.writeRefused.remove(handle) != nil {
-                var event = Event()
-                event.att.gattWriteReady.connectionHandle = UInt32(handle)
-                self.host.server?.broadcast(event)
-            }
         }
     }
 

@@ -6,7 +6,7 @@ import Foundation
 struct Bench: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run benchmarks and print their figures.",
-        subcommands: [BenchIPC.self, BenchSim.self, BenchHCI.self])
+        subcommands: [BenchIPC.self, BenchSim.self, BenchHCI.self, BenchGATT.self])
 }
 
 struct BenchIPC: ParsableCommand {
@@ -137,5 +137,55 @@ struct BenchHCI: ParsableCommand {
                      result.aclPDUBytes, result.aclPackets))
         print(String(format: "  hcid CPU              %.1f ms per 10,000 ACL packets", result.hcidCPUMillisecondsPer10kACLPackets))
         print("  (\(result.note))")
+    }
+}
+
+struct BenchGATT: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "gatt",
+        abstract: "GATT notification throughput and read round trips between two Beryl stacks on berylsim, next to two Bumble hosts in the same run.")
+
+    @Option(help: "Seconds of notifications per value size.")
+    var seconds: Double = 2
+
+    @Option(help: "Sequential reads to time.")
+    var reads: Int = 300
+
+    @Flag(help: "Skip the Bumble half.")
+    var noBumble = false
+
+    @Flag(help: "Print JSON.")
+    var json = false
+
+    func validate() throws {
+        guard seconds > 0, seconds <= 60 else { throw ValidationError("--seconds must be in (0, 60]") }
+        guard (10...100_000).contains(reads) else { throw ValidationError("--reads must be from 10 to 100000") }
+    }
+
+    func run() throws {
+        let result: GATTBenchmarkResult
+        do {
+            result = try GATTBenchmark.run(seconds: seconds, reads: reads, bumble: !noBumble)
+        } catch {
+            throw Output.fail("benchmark failed: \(error)")
+        }
+        if json { print(Output.json(result)); return }
+        print("GATT between two stacks (central subscribes; peripheral notifies as fast as it is allowed)")
+        print("  value    Beryl on berylsim                 Bumble on Bumble controllers        Beryl / Bumble")
+        for beryl in result.beryl {
+            let bumble = result.bumble?.first { $0.valueBytes == beryl.valueBytes }
+            let other = bumble.map { String(format: "%8.0f /s %10.0f B/s", $0.perSecond, $0.bytesPerSecond) } ?? "           -"
+            let ratio = bumble.map { String(format: "%.2f", beryl.perSecond / max($0.perSecond, 1)) } ?? "-"
+            print(String(format: "  %3d B   %8.0f /s %10.0f B/s   ", beryl.valueBytes, beryl.perSecond, beryl.bytesPerSecond) + "\(other)      \(ratio)")
+        }
+        let read = result.berylRead
+        print(String(format: "  read round trip (20 B, %d reads)   Beryl p50 %.0f µs  p99 %.0f µs", read.count, read.p50Microseconds, read.p99Microseconds)
+              + (result.bumbleRead.map { String(format: "   Bumble p50 %.0f µs  p99 %.0f µs   ratio p50 %.1f", $0.p50Microseconds, $0.p99Microseconds,
+                                                read.p50Microseconds / max($0.p50Microseconds, 1)) } ?? ""))
+        for (name, value) in result.cpuMillisecondsPer10kNotifications.sorted(by: { $0.key < $1.key }) {
+            print(String(format: "  CPU per 10,000 notifications  %@  %.0f ms", name.padding(toLength: 16, withPad: " ", startingAt: 0), value))
+        }
+        print("  Beryl: \(result.note)")
+        print("  Bumble: \(result.bumbleNote)")
     }
 }

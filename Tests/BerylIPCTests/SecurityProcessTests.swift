@@ -184,3 +184,18 @@ final class SecurityProcessTests: XCTestCase {
         XCTAssertEqual(try BondStore(path: path).bonds().count, 4)
     }
 }
+
+/// The GATT benchmark runs end to end: every figure it prints comes from traffic that crossed berylsim.
+final class GATTBenchmarkSmokeTests: XCTestCase {
+    func testBenchGattMeasuresNotificationsAndReads() throws {
+        let run = try runTool("beryl", ["bench", "gatt", "--no-bumble", "--seconds", "0.5", "--reads", "10", "--json"])
+        XCTAssertEqual(run.status, 0, run.stderr)
+        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
+        let beryl = try XCTUnwrap(object["beryl"] as? [[String: Any]])
+        XCTAssertEqual(beryl.compactMap { $0["valueBytes"] as? Int }, [20, 244])
+        for row in beryl { XCTAssertGreaterThan(row["perSecond"] as? Double ?? 0, 10, "\(row)") }
+        let read = try XCTUnwrap(object["berylRead"] as? [String: Any])
+        XCTAssertEqual(read["count"] as? Int, 10)
+        XCTAssertGreaterThan(read["p50Microseconds"] as? Double ?? 0, 0)
+    }
+}

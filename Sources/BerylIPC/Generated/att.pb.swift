@@ -643,6 +643,17 @@ public nonisolated struct Beryl_Ipc_V1_GattWriteReady: Sendable {
   public init() {}
 }
 
+/// To publishers whose Notify was refused as busy: every link has room again.
+public nonisolated struct Beryl_Ipc_V1_ReadyToUpdate: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 public nonisolated struct Beryl_Ipc_V1_GattNotification: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -1204,6 +1215,14 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
     set {kind = .mtuChanged(newValue)}
   }
 
+  public var readyToUpdate: Beryl_Ipc_V1_ReadyToUpdate {
+    get {
+      if case .readyToUpdate(let v)? = kind {return v}
+      return Beryl_Ipc_V1_ReadyToUpdate()
+    }
+    set {kind = .readyToUpdate(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1220,6 +1239,7 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
     case securityChanged(Beryl_Ipc_V1_SecurityChanged)
     /// The bearer's ATT_MTU after an exchange (attd exchanges as soon as it is central on a link, as iOS does).
     case mtuChanged(Beryl_Ipc_V1_Bearer)
+    case readyToUpdate(Beryl_Ipc_V1_ReadyToUpdate)
 
   }
 
@@ -2561,6 +2581,25 @@ nonisolated extension Beryl_Ipc_V1_GattWriteReady: SwiftProtobuf.Message, SwiftP
   }
 }
 
+nonisolated extension Beryl_Ipc_V1_ReadyToUpdate: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ReadyToUpdate"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_ReadyToUpdate, rhs: Beryl_Ipc_V1_ReadyToUpdate) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Beryl_Ipc_V1_GattNotification: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GattNotification"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}handle\0\u{1}value\0\u{1}indication\0")
@@ -3517,7 +3556,7 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}bearer_opened\0\u{3}bearer_closed\0\u{3}read_requested\0\u{3}write_requested\0\u{3}subscription_changed\0\u{3}gatt_notification\0\u{3}gatt_service_changed\0\u{3}gatt_write_ready\0\u{3}pairing_prompt\0\u{3}pairing_finished\0\u{3}security_changed\0\u{3}mtu_changed\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}bearer_opened\0\u{3}bearer_closed\0\u{3}read_requested\0\u{3}write_requested\0\u{3}subscription_changed\0\u{3}gatt_notification\0\u{3}gatt_service_changed\0\u{3}gatt_write_ready\0\u{3}pairing_prompt\0\u{3}pairing_finished\0\u{3}security_changed\0\u{3}mtu_changed\0\u{3}ready_to_update\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3681,6 +3720,19 @@ nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobu
           self.kind = .mtuChanged(v)
         }
       }()
+      case 13: try {
+        var v: Beryl_Ipc_V1_ReadyToUpdate?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .readyToUpdate(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .readyToUpdate(v)
+        }
+      }()
       default: break
       }
     }
@@ -3739,6 +3791,10 @@ nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobu
     case .mtuChanged?: try {
       guard case .mtuChanged(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+    }()
+    case .readyToUpdate?: try {
+      guard case .readyToUpdate(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
     }()
     case nil: break
     }
