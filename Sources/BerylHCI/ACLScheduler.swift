@@ -10,6 +10,7 @@ final class ACLScheduler {
     private var rotation: [UInt16] = []
 
     var queuedFragments: Int { queues.values.reduce(0) { $0 + $1.count } }
+    func queuedFragments(for handle: UInt16) -> Int { queues[handle]?.count ?? 0 }
 
     func configure(mtu: Int, buffers: Int) {
         self.mtu = max(mtu, 1)

@@ -144,6 +144,7 @@ public final class HCIHost {
     }
 
     public var aclQueuedFragments: Int { acl.queuedFragments }
+    public func aclQueuedFragments(for handle: UInt16) -> Int { acl.queuedFragments(for: handle) }
     public var aclInFlight: Int { acl.inFlight }
 
     /// A client went away: its queued commands are dropped; one already sent is answered into the void.

@@ -89,18 +89,18 @@ public enum HCIBenchmark {
             note: "berylsim without the air-time model; 7.5 ms interval; the controller holds 8 × 251-byte buffers, freed once per connection event")
     }
 
-    static func command(_ client: IPCClient, _ packet: HCICommandPacket) throws -> [UInt8] {
+    public static func command(_ client: IPCClient, _ packet: HCICommandPacket) throws -> [UInt8] {
         Array(try client.call(.hci(packet)).hci.commandResult.parameters)
     }
 
-    static func subscribe(_ client: IPCClient) throws {
+    public static func subscribe(_ client: IPCClient) throws {
         var request = Request()
         request.hci.subscribe.events = true
         request.hci.subscribe.acl = true
         _ = try client.call(request)
     }
 
-    static func waitForHandle(_ client: IPCClient) throws -> UInt16 {
+    public static func waitForHandle(_ client: IPCClient) throws -> UInt16 {
         let deadline = ContinuousClock.now + .seconds(5)
         while ContinuousClock.now < deadline {
             guard let envelope = try? client.receive(timeout: .milliseconds(100)) else { continue }

@@ -285,10 +285,17 @@ extension AttDaemon {
                     if case .failure(let error) = result { completion(.failure(error)) }
                     return
                 }
+                let learnsServiceChanged = service.uuid == GATTType.gattService && self.peerServiceChanged[link.handle] == nil
                 if service.uuid == GATTType.gattService, let changed = found.first(where: { $0.uuid == GATTType.serviceChanged }) {
                     self.peerServiceChanged[link.handle] = changed.valueHandle
                 }
-                self.describeDescriptors(found, index: 0, serviceEnd: service.end, wanted: scope.characteristics, on: link, collected: []) { described in
+                // Service Changed needs its descriptors even when the caller filtered characteristics out.
+                let wanted = learnsServiceChanged ? scope.characteristics.map { $0 + [GATTType.serviceChanged] } : scope.characteristics
+                self.describeDescriptors(found, index: 0, serviceEnd: service.end, wanted: wanted, on: link, collected: []) { described in
+                    if learnsServiceChanged, let changed = described.first(where: { BluetoothUUID($0.uuid) == GATTType.serviceChanged }),
+                       let cccd = changed.descriptors.first(where: { BluetoothUUID($0.uuid) == GATTType.clientConfiguration }) {
+                        self.subscribeToServiceChanged(cccd: UInt16(truncatingIfNeeded: cccd.handle), on: link)
+                    }
                     var next = database
                     next.services.append(.with {
                         $0.uuid = service.uuid.description
@@ -327,6 +334,20 @@ extension AttDaemon {
                 info.descriptors = found.map { descriptor in .with { $0.uuid = descriptor.uuid.description; $0.handle = UInt32(descriptor.handle) } }
             }
             next(collected + [info])
+        }
+    }
+}
+
+extension AttDaemon {
+    /// Like iOS, a client that found the peer's Service Changed characteristic asks for its indications (Core Vol 3 Part G §7.1).
+    func subscribeToServiceChanged(cccd: UInt16, on link: LinkSession) {
+        runProcedure(on: link, GATTStep<Bool>.request(.writeRequest(handle: cccd, value: [0x02, 0x00])), { response -> GATTStep<Bool> in
+            if case .errorResponse(_, _, let error) = response { return .failed(error) }
+            return .done(true)
+        }) { [unowned self] result in
+            if case .failure(let error) = result {
+                self.host.logger.info("link 0x\(String(link.handle, radix: 16)): Service Changed indications refused (\(error))")
+            }
         }
     }
 }

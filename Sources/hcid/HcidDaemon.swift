@@ -17,6 +17,9 @@ final class Subscription {
 /// hcid's shell: moves bytes between the transport and the sans-IO `HCIHost`, and between it and clients.
 final class HcidDaemon {
     static let maxQueuedACLFragments = 4096
+    /// Per link, so one busy link's backlog cannot delay the others, and a sender meets back-pressure within tens of
+    /// milliseconds of air time rather than seconds (attd turns it into Core Bluetooth's "not ready, wait").
+    static let maxQueuedACLFragmentsPerLink = 128
     let host: DaemonHost
     let core: HCIHost
     let transport: TransportSpec
@@ -296,7 +299,8 @@ final class HcidDaemon {
                 incoming.fail(.invalidArgument, "connection handles are 0x000–0xEFF", field: "handle")
                 return true
             }
-            guard core.aclQueuedFragments < Self.maxQueuedACLFragments else {
+            guard core.aclQueuedFragments < Self.maxQueuedACLFragments,
+                  core.aclQueuedFragments(for: UInt16(acl.handle)) < Self.maxQueuedACLFragmentsPerLink else {
                 incoming.fail(.busy, "ACL queue full; wait for completed packets")
                 return true
             }

@@ -1,0 +1,147 @@
+import BerylCore
+import BerylDaemonKit
+import BerylHCI
+import BerylIPC
+import BerylStack
+import Foundation
+import XCTest
+
+/// Two stacks (hcid + attd) on berylsim driven over their sockets: Service Changed from a peripheral whose database
+/// changes, and the pacing of notifications (busy, then ReadyToUpdate).
+final class GATTProcessTests: XCTestCase {
+    var scratch: Scratch!
+    var central: IPCClient!
+    var publisher: IPCClient!
+    var link: UInt32 = 0
+
+    override func setUpWithError() throws {
+        scratch = try Scratch()
+        let sim = scratch.root + "/sim"
+        try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", sim, "--controllers", "2"], socket: sim + "/control.sock")
+        for index in 0...1 {
+            let run = "\(scratch.root)/run\(index)"
+            let common = ["--runtime-dir", run, "--state-dir", "\(scratch.root)/state\(index)"]
+            try scratch.start("hcid\(index)", [Executables.path("hcid")] + common + ["--transport", "unix:\(sim)/controller-\(index).sock"], socket: run + "/hcid.sock")
+            XCTAssertTrue(eventually { StackProbe.controllerInfo(at: run + "/hcid.sock")?.state == .poweredOn })
+            try scratch.start("attd\(index)", [Executables.path("attd")] + common, socket: run + "/attd.sock")
+        }
+        central = try IPCClient(path: "\(scratch.root)/run0/attd.sock")
+        publisher = try IPCClient(path: "\(scratch.root)/run1/attd.sock")
+    }
+
+    override func tearDown() { scratch.stopAll() }
+
+    private func publish(_ uuid: String, notify: Bool = false) throws -> Beryl_Ipc_V1_ServicePublished {
+        var request = Request()
+        request.att.publishService.service = .with {
+            $0.uuid = uuid
+            $0.primary = true
+            $0.characteristics = [.with { $0.uuid = "2A19"; $0.properties = notify ? 0x12 : 0x02; $0.permissions = 0x01; $0.cached = true; $0.value = Data([42]) }]
+        }
+        return try publisher.call(request).att.servicePublished
+    }
+
+    private func connect() throws {
+        let centralHCI = try IPCClient(path: "\(scratch.root)/run0/hcid.sock")
+        let peripheralHCI = try IPCClient(path: "\(scratch.root)/run1/hcid.sock")
+        try HCIBenchmark.subscribe(centralHCI)
+        _ = try HCIBenchmark.command(peripheralHCI, HCICommands.leSetAdvertisingParameters(interval: 0x20))
+        _ = try HCIBenchmark.command(peripheralHCI, HCICommandPacket(.leSetAdvertisingEnable, parameters: [1]))
+        let address = try XCTUnwrap(StackProbe.controllerInfo(at: "\(scratch.root)/run1/hcid.sock").flatMap { DeviceAddress($0.address) })
+        _ = try HCIBenchmark.command(centralHCI, HCICommands.leCreateConnection(peer: address, interval: 6, supervisionTimeout: 100))
+        link = UInt32(try HCIBenchmark.waitForHandle(centralHCI))
+        XCTAssertTrue(eventually {
+            var bearers = Request()
+            bearers.att.getBearers = .init()
+            return (try? self.central.call(bearers).att.bearers.bearers.contains { $0.connectionHandle == self.link && $0.attMtu > 23 }) == true
+        }, "attd saw the link and exchanged the MTU")
+    }
+
+    private func discover() throws -> Beryl_Ipc_V1_GattDatabase {
+        var request = Request()
+        request.att.gattDiscover.connectionHandle = link
+        return try central.call(request, timeout: .seconds(20)).att.gattDatabase
+    }
+
+    /// GATT/CL/GAS/BV-01-C: the peripheral's database grows; its Service Changed indication makes the central's attd
+    /// re-discover the range and tell its clients what is there now.
+    func testServiceChangedIsIndicatedAndTheRangeRediscovered() throws {
+        _ = try publish("180F")
+        try connect()
+        let before = try discover()
+        XCTAssertEqual(before.services.map(\.uuid), ["1800", "1801", "180F"])
+        usleep(300_000)  // the Service Changed CCCD write follows discovery
+        _ = central.takeEvents()
+        let added = try publish("181A")
+        var changed: Beryl_Ipc_V1_GattServiceChanged?
+        XCTAssertTrue(eventually(.seconds(10)) {
+            while let envelope = try? self.central.receive(timeout: .milliseconds(50)) {
+                if case .gattServiceChanged(let event)? = envelope.event.att.kind { changed = event }
+            }
+            return changed != nil
+        }, "no Service Changed reached the central's clients")
+        XCTAssertEqual(changed?.startHandle, added.startHandle)
+        XCTAssertEqual(changed?.endHandle, added.endHandle)
+        XCTAssertEqual(changed?.database.services.map(\.uuid), ["181A"])
+        XCTAssertEqual(changed?.database.services.first?.characteristics.first?.uuid, "2A19")
+    }
+
+    /// Filtered discovery and the read procedures through the socket: by service UUID, Read Multiple, Read By Type.
+    func testFilteredDiscoveryReadMultipleAndReadByType() throws {
+        let battery = try publish("180F")
+        let other = try publish("181A")
+        try connect()
+        var filtered = Request()
+        filtered.att.gattDiscover = .with { $0.connectionHandle = link; $0.serviceUuids = ["181A"] }
+        XCTAssertEqual(try central.call(filtered, timeout: .seconds(20)).att.gattDatabase.services.map(\.uuid), ["181A"])
+        var multiple = Request()
+        multiple.att.gattReadMultiple = .with { $0.connectionHandle = link; $0.handles = [battery.valueHandles[0], other.valueHandles[0]] }
+        XCTAssertEqual(Array(try central.call(multiple).att.gattValue.value), [42, 42])
+        var byType = Request()
+        byType.att.gattReadByType = .with { $0.connectionHandle = link; $0.uuid = "2A19" }
+        XCTAssertEqual(try central.call(byType).att.gattValues.values.map(\.handle), [battery.valueHandles[0], other.valueHandles[0]])
+        var bad = Request()
+        bad.att.gattReadByType = .with { $0.connectionHandle = link; $0.uuid = "not a uuid" }
+        XCTAssertThrowsError(try central.call(bad))
+    }
+
+    /// updateValue's contract: a full transmit queue refuses the notification (busy) and ReadyToUpdate follows.
+    func testNotificationsAreRefusedWhenTheQueueIsFullThenReadyFollows() throws {
+        let service = try publish("180F", notify: true)
+        try connect()
+        var subscribe = Request()
+        subscribe.att.gattSubscribe = .with { $0.connectionHandle = link; $0.valueHandle = service.valueHandles[0]; $0.enable = true }
+        _ = try central.call(subscribe)
+        var refused = 0
+        var accepted = 0
+        for index in 0..<400 where refused == 0 {
+            var notify = Request()
+            notify.att.notify = .with { $0.valueHandle = service.valueHandles[0]; $0.value = Data([UInt8(index % 256)] + [UInt8](repeating: 0, count: 200)) }
+            switch Result(catching: { () throws(IPCClientError) -> Response in try publisher.call(notify) }) {
+            case .success(let response):
+                XCTAssertEqual(response.att.notified.peers, 1)
+                accepted += 1
+            case .failure(let error):
+                guard case .remote(.busy, _, _) = error else { throw error }
+                refused += 1
+            }
+        }
+        XCTAssertEqual(refused, 1, "400 notifications at once cannot all fit")
+        XCTAssertGreaterThanOrEqual(accepted, 32)
+        var ready = false
+        XCTAssertTrue(eventually(.seconds(10)) {
+            while let envelope = try? self.publisher.receive(timeout: .milliseconds(50)) {
+                if case .readyToUpdate? = envelope.event.att.kind { ready = true }
+            }
+            return ready
+        }, "no ReadyToUpdate after the queue drained")
+        var received = 0
+        _ = eventually(.seconds(5)) {
+            while let envelope = try? self.central.receive(timeout: .milliseconds(50)) {
+                if case .gattNotification? = envelope.event.att.kind { received += 1 }
+            }
+            return received >= accepted
+        }
+        XCTAssertEqual(received, accepted, "every accepted notification arrived, none of the refused")
+    }
+}
