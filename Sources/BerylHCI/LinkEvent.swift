@@ -60,12 +60,12 @@ public enum HCICommands {
         return HCICommandPacket(.leCreateConnection, parameters: w.bytes)
     }
 
-    /// ADV_IND (or `type`) from the public address on all three channels, interval in 0.625 ms units.
-    public static func leSetAdvertisingParameters(interval: UInt16, type: UInt8 = 0) -> HCICommandPacket {
+    /// ADV_IND (or `type`) on all three channels, interval in 0.625 ms units, from the public address (or the random one set).
+    public static func leSetAdvertisingParameters(interval: UInt16, type: UInt8 = 0, ownAddressRandom: Bool = false) -> HCICommandPacket {
         var w = ByteWriter()
         w.u16(interval)
         w.u16(interval)
-        w.append([type, 0, 0, 0, 0, 0, 0, 0, 0, 0x07, 0])
+        w.append([type, ownAddressRandom ? 1 : 0, 0, 0, 0, 0, 0, 0, 0, 0x07, 0])
         return HCICommandPacket(.leSetAdvertisingParameters, parameters: w.bytes)
     }
 
@@ -94,6 +94,11 @@ public enum HCICommands {
         guard let ltk else { return HCICommandPacket(.leLongTermKeyRequestNegativeReply, parameters: w.bytes) }
         w.append(ltk)
         return HCICommandPacket(.leLongTermKeyRequestReply, parameters: w.bytes)
+    }
+
+    /// LE Set Random Address (§7.8.4), address in wire order.
+    public static func leSetRandomAddress(_ address: BDAddress) -> HCICommandPacket {
+        HCICommandPacket(.leSetRandomAddress, parameters: address.bytes)
     }
 
     public static func disconnect(handle: UInt16, reason: HCIStatus = .remoteUserTerminatedConnection) -> HCICommandPacket {

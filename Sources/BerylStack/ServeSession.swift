@@ -20,6 +20,8 @@ public final class ServeSession {
     var counters: [UInt16: UInt8] = [:]
     public private(set) var failure: String?
     public var agent = PairingAgent()
+    /// Advertise from a resolvable private address (made by attd from this device's IRK) instead of the public one.
+    public var privateAddress = false
 
     public init(loop: EventLoop, profile: GATTProfile, paths: DaemonPaths, say: @escaping (String) -> Void) {
         self.loop = loop
@@ -121,9 +123,33 @@ public final class ServeSession {
     }
 
     private func advertise() {
+        // Advertising left on by an earlier publisher would refuse new parameters and a new random address.
+        command(.leSetAdvertisingEnable, [0])
+        guard privateAddress else { return advertise(from: nil) }
+        var request = Request()
+        request.att.getPrivateAddress = .init()
+        attd?.request(request) { [unowned self] result in
+            switch result {
+            case .success(let response):
+                guard let address = BDAddress(response.att.privateAddress.address) else { return self.fail("attd gave no private address") }
+                self.command(HCICommands.leSetRandomAddress(address))
+                self.say("advertising from private address \(address)")
+                self.advertise(from: address)
+            case .failure(let error):
+                // attd learns the controller's identity when it attaches to hcid; ask again shortly.
+                if case .remote(.notReady, _, _) = error {
+                    _ = try? self.loop.after(.milliseconds(200)) { [unowned self] in self.advertise() }
+                } else {
+                    self.fail("no private address: \(error)")
+                }
+            }
+        }
+    }
+
+    private func advertise(from privateAddress: BDAddress?) {
         let (advertising, scanResponse) = profile.advertisingPayloads
         let pad: ([UInt8]) -> [UInt8] = { [UInt8($0.count)] + $0 + [UInt8](repeating: 0, count: 31 - $0.count) }
-        command(HCICommands.leSetAdvertisingParameters(interval: 0x00A0))  // ADV_IND every 100 ms
+        command(HCICommands.leSetAdvertisingParameters(interval: 0x00A0, ownAddressRandom: privateAddress != nil))  // ADV_IND every 100 ms
         command(.leSetAdvertisingData, pad(advertising))
         command(.leSetScanResponseData, pad(scanResponse))
         enableAdvertising()

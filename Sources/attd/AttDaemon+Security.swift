@@ -32,8 +32,10 @@ extension AttDaemon {
     func securityLinkOpened(_ link: LinkSession, peer: DeviceAddress) {
         var state = LinkSecurityState(peer: peer)
         if let local = localIdentity {
+            // As peripheral we advertised from the private address we handed out, if any: pairing hashes the addresses in use.
+            let own = !link.isCentral ? privateAddress.map { DeviceAddress($0, type: .random) } ?? local.address : local.address
             let smp = SMPSession(isInitiator: link.isCentral, configuration: securityConfiguration, identity: local,
-                                 localAddress: local.address, peerAddress: peer)
+                                 localAddress: own, peerAddress: peer)
             smp.pairingAllowed = { [unowned self] in self.attempts.allows(peer.address, at: self.host.loop.uptime) }
             link.smp = smp
         } else {
@@ -323,6 +325,18 @@ extension AttDaemon {
                 : smp.passkeyEntered(answer.accept ? answer.passkey : nil, at: now)
             apply(link.smpOutputs(outputs), on: link)
             incoming.respond(.with { $0.ack = .init() })
+        case .getPrivateAddress:
+            guard let irk = localIdentity?.irk else {
+                incoming.fail(.notReady, "the controller's identity is not known yet")
+                return true
+            }
+            do {
+                let address = try AddressResolution.make(irk: irk)
+                privateAddress = address
+                incoming.respond(.with { $0.att.privateAddress.address = address.description })
+            } catch {
+                incoming.fail(.internal, "cannot make a private address: \(error)")
+            }
         case .listBonds:
             incoming.respond(.with {
                 $0.att.bonds.bonds = bonds.sorted { $0.identity.description < $1.identity.description }.map { bond in

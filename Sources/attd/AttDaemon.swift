@@ -51,6 +51,8 @@ final class AttDaemon {
     var localIdentity: LocalIdentity?
     var attempts = RepeatedAttemptsGuard()
     var linkSecurity: [UInt16: LinkSecurityState] = [:]
+    /// The resolvable private address last handed out for advertising.
+    var privateAddress: BDAddress?
 
     init(host: DaemonHost, deviceName: String, serverMTU: UInt16, answerTimeout: Duration, security: SecurityConfiguration, autoAccept: Bool) throws {
         self.host = host

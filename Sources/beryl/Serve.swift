@@ -22,6 +22,9 @@ struct Serve: ParsableCommand {
     @Flag(help: "Accept numeric comparisons without asking.")
     var autoAccept = false
 
+    @Flag(help: "Advertise from a resolvable private address (bonded centrals still recognise this device).")
+    var privateAddress = false
+
     func validate() throws {
         if let passkey, passkey > 999_999 { throw ValidationError("--passkey is at most six digits") }
     }
@@ -43,6 +46,7 @@ struct Serve: ParsableCommand {
             FileHandle.standardOutput.write(Data((line + "\n").utf8))
         }
         session.agent = PairingAgent(passkey: passkey, autoAccept: autoAccept, ask: PairingAgent.terminal)
+        session.privateAddress = privateAddress
         do {
             try session.start()
         } catch {

@@ -92,13 +92,14 @@ final class SecurityProcessTests: XCTestCase {
         // A bonded central's subscription is kept by the peripheral (Core Vol 3 Part G §3.3.3.3).
         let subscribed = try gatt(["--peer", peer, "subscribe", Self.counter, "--count", "2"])
         XCTAssertEqual(subscribed.status, 0, subscribed.stderr)
-        XCTAssertEqual(try bonds("b").first?["subscriptions"] as? Int, 1)
+        // The counter, and Service Changed, which the central's attd subscribes to after discovery as iOS does.
+        XCTAssertEqual(try bonds("b").first?["subscriptions"] as? Int, 2)
 
         try restartAttd("a")
         try restartAttd("b")
         _ = try serve(name: "serve-again")
         XCTAssertEqual(try bonds("a").map { $0["identity"] as? String }, [peer], "bonds survive kill -9")
-        XCTAssertEqual(try bonds("b").first?["subscriptions"] as? Int, 1, "subscriptions of bonded peers survive kill -9")
+        XCTAssertEqual(try bonds("b").first?["subscriptions"] as? Int, 2, "subscriptions of bonded peers survive kill -9")
         let afterRestart = try gatt(["--peer", peer, "read", Self.secret])
         XCTAssertEqual(afterRestart.status, 0, afterRestart.stderr)
         XCTAssertFalse(afterRestart.stdout.contains("pairing-complete"), afterRestart.stdout)
@@ -111,6 +112,30 @@ final class SecurityProcessTests: XCTestCase {
         XCTAssertTrue(unknown.stderr.contains("no bond"), unknown.stderr)
         let badAddress = try runTool("beryl", ["bonds", "remove", "nonsense", "--runtime-dir", run("a")])
         XCTAssertNotEqual(badAddress.status, 0)
+    }
+
+    /// Privacy: a bonded peripheral that advertises from a fresh resolvable private address is recognised by the
+    /// IRK it gave in pairing; the link is encrypted with the bond's key, no new pairing.
+    func testABondedPeerAtAPrivateAddressIsRecognised() throws {
+        try startStack("a", controller: 0)
+        try startStack("b", controller: 1)
+        let peer = try serve()
+        XCTAssertEqual(try gatt(["--peer", peer, "read", Self.secret]).status, 0)
+        XCTAssertEqual(try bonds("a").first?["irk"] as? Bool, true)
+        kill(try XCTUnwrap(scratch.pid(of: "serve")), SIGTERM)
+        _ = try serve(["--private-address"], name: "serve-private")
+        var privateAddress = ""
+        XCTAssertTrue(eventually {
+            privateAddress = self.serveLog.components(separatedBy: "\n").first { $0.hasPrefix("advertising from private address ") }?
+                .replacingOccurrences(of: "advertising from private address ", with: "") ?? ""
+            return !privateAddress.isEmpty
+        }, serveLog)
+        XCTAssertNotEqual(privateAddress, peer)
+        let read = try gatt(["--peer", privateAddress + "/random", "read", Self.secret])
+        XCTAssertEqual(read.status, 0, read.stderr)
+        XCTAssertFalse(read.stdout.contains("pairing-complete"), "recognised, not paired again: \(read.stdout)")
+        let log = (try? String(contentsOfFile: scratch.paths.logFile("attd-a"), encoding: .utf8)) ?? ""
+        XCTAssertTrue(log.contains("encrypting with the key bonded \(peer) gave us"), log)
     }
 
     /// Passkey entry on both keyboards: the same passkey pairs (authenticated); a different one fails with Confirm Value

@@ -854,6 +854,30 @@ public nonisolated struct Beryl_Ipc_V1_RemoveBond: Sendable {
   public init() {}
 }
 
+/// A fresh resolvable private address made from this device's IRK, for advertising as a private device
+/// (Core Vol 6 Part B §1.3.2.2); bonded peers resolve it with the IRK they were given.
+public nonisolated struct Beryl_Ipc_V1_GetPrivateAddress: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_PrivateAddress: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var address: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -997,6 +1021,14 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     set {kind = .removeBond(newValue)}
   }
 
+  public var getPrivateAddress: Beryl_Ipc_V1_GetPrivateAddress {
+    get {
+      if case .getPrivateAddress(let v)? = kind {return v}
+      return Beryl_Ipc_V1_GetPrivateAddress()
+    }
+    set {kind = .getPrivateAddress(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1017,6 +1049,7 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     case pairingAnswer(Beryl_Ipc_V1_PairingAnswer)
     case listBonds(Beryl_Ipc_V1_ListBonds)
     case removeBond(Beryl_Ipc_V1_RemoveBond)
+    case getPrivateAddress(Beryl_Ipc_V1_GetPrivateAddress)
 
   }
 
@@ -1094,6 +1127,14 @@ public nonisolated struct Beryl_Ipc_V1_AttResponse: Sendable {
     set {kind = .bonds(newValue)}
   }
 
+  public var privateAddress: Beryl_Ipc_V1_PrivateAddress {
+    get {
+      if case .privateAddress(let v)? = kind {return v}
+      return Beryl_Ipc_V1_PrivateAddress()
+    }
+    set {kind = .privateAddress(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1105,6 +1146,7 @@ public nonisolated struct Beryl_Ipc_V1_AttResponse: Sendable {
     case gattValues(Beryl_Ipc_V1_GattValues)
     case paired(Beryl_Ipc_V1_Paired)
     case bonds(Beryl_Ipc_V1_BondList)
+    case privateAddress(Beryl_Ipc_V1_PrivateAddress)
 
   }
 
@@ -3063,9 +3105,58 @@ nonisolated extension Beryl_Ipc_V1_RemoveBond: SwiftProtobuf.Message, SwiftProto
   }
 }
 
+nonisolated extension Beryl_Ipc_V1_GetPrivateAddress: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GetPrivateAddress"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GetPrivateAddress, rhs: Beryl_Ipc_V1_GetPrivateAddress) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PrivateAddress: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PrivateAddress"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}address\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.address) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.address.isEmpty {
+      try visitor.visitSingularStringField(value: self.address, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PrivateAddress, rhs: Beryl_Ipc_V1_PrivateAddress) -> Bool {
+    if lhs.address != rhs.address {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0\u{3}gatt_discover\0\u{3}gatt_read\0\u{3}gatt_write\0\u{3}gatt_subscribe\0\u{3}gatt_read_multiple\0\u{3}gatt_read_by_type\0\u{3}gatt_reliable_write\0\u{1}pair\0\u{3}pairing_answer\0\u{3}list_bonds\0\u{3}remove_bond\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0\u{3}gatt_discover\0\u{3}gatt_read\0\u{3}gatt_write\0\u{3}gatt_subscribe\0\u{3}gatt_read_multiple\0\u{3}gatt_read_by_type\0\u{3}gatt_reliable_write\0\u{1}pair\0\u{3}pairing_answer\0\u{3}list_bonds\0\u{3}remove_bond\0\u{3}get_private_address\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3294,6 +3385,19 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
           self.kind = .removeBond(v)
         }
       }()
+      case 18: try {
+        var v: Beryl_Ipc_V1_GetPrivateAddress?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .getPrivateAddress(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .getPrivateAddress(v)
+        }
+      }()
       default: break
       }
     }
@@ -3373,6 +3477,10 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
       guard case .removeBond(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 17)
     }()
+    case .getPrivateAddress?: try {
+      guard case .getPrivateAddress(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 18)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -3387,7 +3495,7 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bearers\0\u{3}service_published\0\u{1}notified\0\u{3}gatt_database\0\u{3}gatt_value\0\u{3}gatt_values\0\u{1}paired\0\u{1}bonds\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bearers\0\u{3}service_published\0\u{1}notified\0\u{3}gatt_database\0\u{3}gatt_value\0\u{3}gatt_values\0\u{1}paired\0\u{1}bonds\0\u{3}private_address\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3499,6 +3607,19 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
           self.kind = .bonds(v)
         }
       }()
+      case 9: try {
+        var v: Beryl_Ipc_V1_PrivateAddress?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .privateAddress(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .privateAddress(v)
+        }
+      }()
       default: break
       }
     }
@@ -3541,6 +3662,10 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
     case .bonds?: try {
       guard case .bonds(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+    }()
+    case .privateAddress?: try {
+      guard case .privateAddress(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
     }()
     case nil: break
     }
