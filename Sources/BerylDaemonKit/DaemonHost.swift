@@ -160,6 +160,8 @@ public func runDaemon(_ host: () throws -> DaemonHost, configure: (DaemonHost) t
     let daemon: DaemonHost
     do {
         daemon = try host()
+        // configure may open databases in the state directory: it must exist first.
+        try daemon.paths.createDirectories()
         try configure(daemon)
         try daemon.start()
     } catch {

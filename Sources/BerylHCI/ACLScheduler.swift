@@ -11,6 +11,8 @@ final class ACLScheduler {
 
     var queuedFragments: Int { queues.values.reduce(0) { $0 + $1.count } }
     func queuedFragments(for handle: UInt16) -> Int { queues[handle]?.count ?? 0 }
+    /// Fragments of this link not yet completed by the controller: queued here or in its buffers.
+    func pending(for handle: UInt16) -> Int { (queues[handle]?.count ?? 0) + (perHandleInFlight[handle] ?? 0) }
 
     func configure(mtu: Int, buffers: Int) {
         self.mtu = max(mtu, 1)

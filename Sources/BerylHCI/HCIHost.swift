@@ -70,6 +70,9 @@ public final class HCIHost {
         framer.reset()
         failEverything(reason: "controller is being reset")
         acl.reset()
+        connections.removeAll()
+        for parked in parkedDisconnects { outputs.append(.commandFailed(client: parked.client, token: parked.token, reason: "controller is being reset")) }
+        parkedDisconnects.removeAll()
         commandCredits = 1
         bringUp = BringUp()
         setState(.resetting)
@@ -81,7 +84,7 @@ public final class HCIHost {
         let oldest = outstanding.values.map { $0.sentAt + commandTimeout }.min()
         // No credit and nothing outstanding to bring one back: the controller has as long as a command to grant one.
         let starved = commandCredits == 0 && outstanding.isEmpty && hasQueuedCommands ? creditsExhaustedAt.map { $0 + commandTimeout } : nil
-        return [oldest, recoveryAt, starved].compactMap { $0 }.min()
+        return [oldest, recoveryAt, starved, parkedDisconnects.map(\.until).min()].compactMap { $0 }.min()
     }
 
     private var creditsExhaustedAt: Duration?
@@ -89,6 +92,7 @@ public final class HCIHost {
 
     public func tick(at time: Duration) {
         now = max(now, time)
+        releaseParkedDisconnects()
         if let recoveryAt, now >= recoveryAt {
             self.recoveryAt = nil
             outputs.append(.log("trying to recover the controller with HCI Reset"))
@@ -115,7 +119,18 @@ public final class HCIHost {
     // MARK: Clients
 
     public func submitCommand(_ command: HCICommandPacket, client: HCIClientID, token: UInt64, at time: Duration) {
+        submitCommand(command, client: client, token: token, at: time, parkable: true)
+    }
+
+    private func submitCommand(_ command: HCICommandPacket, client: HCIClientID, token: UInt64, at time: Duration, parkable: Bool) {
         now = max(now, time)
+        if parkable, state == .poweredOn, command.opcode == HCIOpcode.disconnect.rawValue, command.parameters.count >= 2 {
+            let handle = (UInt16(command.parameters[0]) | UInt16(command.parameters[1]) << 8) & 0x0FFF
+            if acl.isOpen(handle), acl.pending(for: handle) > 0 {
+                parkedDisconnects.append((handle, client, token, command, now + Self.disconnectGrace))
+                return
+            }
+        }
         guard state == .poweredOn else {
             outputs.append(.commandFailed(client: client, token: token, reason: "controller is \(state)"))
             return
@@ -147,8 +162,26 @@ public final class HCIHost {
     public func aclQueuedFragments(for handle: UInt16) -> Int { acl.queuedFragments(for: handle) }
     public var aclInFlight: Int { acl.inFlight }
 
+    /// The links the controller has, as its connection events said: for clients that attach after a link came up.
+    public private(set) var connections: [UInt16: (central: Bool, peer: DeviceAddress)] = [:]
+
+    /// A Disconnect waits (at most this long) for the link's queued data to reach the peer: a client that sends and then
+    /// disconnects (keys at the end of pairing, a last write without response) must not lose what it sent.
+    public static let disconnectGrace: Duration = .seconds(1)
+    private var parkedDisconnects: [(handle: UInt16, client: HCIClientID, token: UInt64, command: HCICommandPacket, until: Duration)] = []
+
+    private func releaseParkedDisconnects() {
+        let ready = parkedDisconnects.filter { acl.pending(for: $0.handle) == 0 || now >= $0.until || !acl.isOpen($0.handle) }
+        guard !ready.isEmpty else { return }
+        parkedDisconnects.removeAll { parked in ready.contains { $0.token == parked.token && $0.client == parked.client } }
+        for parked in ready { submitCommand(parked.command, client: parked.client, token: parked.token, at: now, parkable: false) }
+    }
+
     /// A client went away: its queued commands are dropped; one already sent is answered into the void.
     public func clientGone(_ client: HCIClientID) {
+        // A parked Disconnect still goes out: the client wanted the link down.
+        for index in parkedDisconnects.indices where parkedDisconnects[index].client == client { parkedDisconnects[index].until = now }
+        releaseParkedDisconnects()
         queues.removeValue(forKey: client)
         rotation.removeAll { $0 == client }
         for (opcode, pending) in outstanding {
@@ -214,12 +247,17 @@ public final class HCIHost {
                 if let complaint = acl.completed(handle: handle & 0x0FFF, count: Int(completed)) { outputs.append(.log(complaint)) }
             }
             pumpACL()
+            releaseParkedDisconnects()
         case .disconnectionComplete?, .leMeta?:
             switch LinkEvent(event) {
-            case .connected(let handle, _, _)?: acl.open(handle)
+            case .connected(let handle, let central, let peer)?:
+                acl.open(handle)
+                connections[handle] = (central, peer)
             case .disconnected(let handle, _)?:
                 acl.close(handle)
+                connections[handle] = nil
                 pumpACL()
+                releaseParkedDisconnects()
             default: break
             }
             outputs.append(.event(event))

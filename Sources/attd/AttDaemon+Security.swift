@@ -239,7 +239,13 @@ extension AttDaemon {
             $0.result = summary(of: handle, secureConnections: result.secureConnections, keySize: result.keySize)
         }
         host.server?.broadcast(event)
-        finishSecurity(handle, .success(summary(of: handle, secureConnections: result.secureConnections, keySize: result.keySize)))
+        // Our last keys went to hcid just before this: answer once hcid has taken them, so a caller that disconnects
+        // straight away cannot overtake them (requests on one connection are handled in order).
+        let paired = summary(of: handle, secureConnections: result.secureConnections, keySize: result.keySize)
+        var barrier = Request()
+        barrier.hci.getControllerInfo = .init()
+        guard let hcid else { return finishSecurity(handle, .success(paired)) }
+        hcid.request(barrier) { [unowned self] _ in self.finishSecurity(handle, .success(paired)) }
     }
 
     private func summary(of handle: UInt16, secureConnections: Bool? = nil, keySize: UInt8? = nil) -> Beryl_Ipc_V1_Paired {

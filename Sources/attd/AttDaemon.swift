@@ -104,6 +104,7 @@ final class AttDaemon {
                     self.host.logger.warning("hcid subscription failed: \(error)")
                 case .success(let response):
                     self.learnLocalAddress(response.hci.controllerInfo.address)
+                    self.adoptLinks(response.hci.controllerInfo.links)
                 }
             }
             hcid = connection
@@ -121,17 +122,33 @@ final class AttDaemon {
         localIdentity = LocalIdentity(address: DeviceAddress(address, type: .public), irk: irk)
     }
 
+    /// Links that came up before attd attached (attd restarted under a live link): ATT resumes on them at once.
+    private func adoptLinks(_ existing: [Beryl_Ipc_V1_LinkInfo]) {
+        for info in existing {
+            let handle = UInt16(truncatingIfNeeded: info.handle)
+            guard links[handle] == nil, let peer = DeviceAddress(info.peer) else { continue }
+            host.logger.info("link 0x\(String(handle, radix: 16)) with \(peer) was up before attd attached; taking it over")
+            openLink(handle, central: info.central, peer: peer)
+        }
+    }
+
+    private func openLink(_ handle: UInt16, central: Bool, peer: DeviceAddress) {
+        let link = LinkSession(handle: handle, isCentral: central, database: database, serverMTU: serverMTU)
+        links[handle] = link
+        host.logger.info("link 0x\(String(handle, radix: 16)) up with \(peer) (\(central ? "central" : "peripheral"))")
+        securityLinkOpened(link, peer: peer)
+        broadcastBearer(handle, opened: true)
+        if central { exchangeMTU(on: link) }
+    }
+
     private func hcidEvent(_ event: Event) {
         switch event.hci.kind {
+        case .controllerChanged(let info)?:
+            if localIdentity == nil { learnLocalAddress(info.address) }
         case .event(let packet)?:
             switch LinkEvent(HCIEventPacket(code: UInt8(truncatingIfNeeded: packet.code), parameters: Array(packet.parameters))) {
             case .connected(let handle, let central, let peer)?:
-                let link = LinkSession(handle: handle, isCentral: central, database: database, serverMTU: serverMTU)
-                links[handle] = link
-                host.logger.info("link 0x\(String(handle, radix: 16)) up with \(peer) (\(central ? "central" : "peripheral"))")
-                securityLinkOpened(link, peer: peer)
-                broadcastBearer(handle, opened: true)
-                if central { exchangeMTU(on: link) }
+                openLink(handle, central: central, peer: peer)
             case .encryptionChanged(let handle, let status, let enabled)?:
                 encryptionChanged(handle, status: status, enabled: enabled)
             case .longTermKeyRequested(let handle, let rand, let ediv)?:

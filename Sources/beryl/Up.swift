@@ -35,8 +35,11 @@ struct Up: ParsableCommand {
     @Flag(help: "Refuse pairing without MITM protection.")
     var requireMitm = false
 
+    @Option(parsing: .unconditionalSingleValue, help: "One more argument for attd (repeatable), e.g. --attd-arg --legacy-pairing.")
+    var attdArg: [String] = []
+
     var attdArguments: [String] {
-        (ioCapability.map { ["--io-capability", $0] } ?? []) + (autoAccept ? ["--auto-accept"] : []) + (requireMitm ? ["--require-mitm"] : [])
+        (ioCapability.map { ["--io-capability", $0] } ?? []) + (autoAccept ? ["--auto-accept"] : []) + (requireMitm ? ["--require-mitm"] : []) + attdArg
     }
 
     func validate() throws {

@@ -268,6 +268,9 @@ final class HcidDaemon {
             info.filterAcceptListSize = UInt32(facts.filterAcceptListSize)
             info.resolvingListSize = UInt32(facts.resolvingListSize)
             info.aclInFlight = UInt32(core.aclInFlight)
+            info.links = core.connections.sorted { $0.key < $1.key }.map { handle, link in
+                .with { $0.handle = UInt32(handle); $0.central = link.central; $0.peer = link.peer.description }
+            }
         }
         return info
     }

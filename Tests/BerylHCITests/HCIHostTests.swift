@@ -145,6 +145,21 @@ final class ACLFlowTests: XCTestCase {
                           "the small transfer finished while the big one was under half done: turns were taken")
     }
 
+    /// Data queued before a Disconnect reaches the peer first: the Disconnect waits for the link's queue to drain.
+    func testADisconnectWaitsForTheLinksQueuedData() {
+        let harness = HostHarness()
+        harness.startAll()
+        let (central, peripheral) = harness.connect()
+        XCTAssertEqual(harness.hosts[0].connections[central]?.central, true)
+        XCTAssertEqual(harness.hosts[1].connections[peripheral]?.central, false)
+        let data = (0..<40).map { index in [UInt8](repeating: UInt8(index), count: 251) }
+        for pdu in data { XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: pdu, at: harness.now)) }
+        harness.command(0, .disconnect, [UInt8(central & 0xFF), UInt8(central >> 8), 0x13])
+        harness.run(until: { harness.events[1].contains { $0.code == 0x05 } }, timeout: .seconds(5))
+        XCTAssertEqual(harness.acl[1].flatMap(\.data), data.flatMap { $0 }, "all 40 PDUs arrived before the link went down")
+        XCTAssertNil(harness.hosts[0].connections[central])
+    }
+
     func testDisconnectionReturnsOutstandingCredits() {
         let harness = HostHarness()
         harness.startAll()

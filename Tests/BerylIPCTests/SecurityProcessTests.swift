@@ -138,6 +138,40 @@ final class SecurityProcessTests: XCTestCase {
         XCTAssertTrue(log.contains("encrypting with the key bonded \(peer) gave us"), log)
     }
 
+    /// LE legacy pairing with a peer that has no Secure Connections, through `beryl up` stacks: the peripheral hands over
+    /// its LTK with EDIV and Rand, and after `beryl down` and `beryl up` of both stacks the central encrypts with them.
+    func testLegacyPairingAcrossWholeStackRestarts() throws {
+        func up(_ side: String, controller: Int, _ extra: [String] = []) throws {
+            let started = try runTool("beryl", ["up", "--runtime-dir", run(side), "--state-dir", state(side),
+                                                "--transport", "unix:\(simDir)/controller-\(controller).sock"] + extra)
+            XCTAssertEqual(started.status, 0, started.stderr)
+        }
+        func down(_ side: String) throws { XCTAssertEqual(try runTool("beryl", ["down", "--runtime-dir", run(side)]).status, 0) }
+        defer {
+            _ = try? runTool("beryl", ["down", "--runtime-dir", run("a")])
+            _ = try? runTool("beryl", ["down", "--runtime-dir", run("b")])
+        }
+        try up("a", controller: 0)
+        try up("b", controller: 1, ["--attd-arg", "--legacy-pairing"])
+        let peer = try serve()
+        let first = try gatt(["--peer", peer, "read", Self.secret])
+        XCTAssertEqual(first.status, 0, first.stderr)
+        XCTAssertTrue(first.stdout.contains("legacy"), first.stdout)
+        XCTAssertEqual(try bonds("a").first?["secureConnections"] as? Bool, false)
+
+        kill(try XCTUnwrap(scratch.pid(of: "serve")), SIGTERM)
+        try down("a")
+        try down("b")
+        try up("a", controller: 0)
+        try up("b", controller: 1, ["--attd-arg", "--legacy-pairing"])
+        _ = try serve(name: "serve-again")
+        XCTAssertEqual(try bonds("b").count, 1, "bonds survive the whole stack's restart")
+        let again = try gatt(["--peer", peer, "read", Self.secret])
+        XCTAssertEqual(again.status, 0, again.stderr)
+        XCTAssertFalse(again.stdout.contains("pairing-complete"), again.stdout)
+        XCTAssertTrue(eventually { self.serveLog.contains("encrypted with a bonded peer") }, serveLog)
+    }
+
     /// Passkey entry on both keyboards: the same passkey pairs (authenticated); a different one fails with Confirm Value
     /// Failed on both sides, and trying again at once meets Repeated Attempts.
     func testPasskeyEntryAndAWrongPasskey() throws {

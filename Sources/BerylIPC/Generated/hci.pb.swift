@@ -129,6 +129,26 @@ public nonisolated struct Beryl_Ipc_V1_ControllerInfo: Sendable {
 
   public var aclInFlight: UInt32 = 0
 
+  /// The links up now, so that a client attaching late (attd after a restart) can take them over.
+  public var links: [Beryl_Ipc_V1_LinkInfo] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_LinkInfo: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var handle: UInt32 = 0
+
+  public var central: Bool = false
+
+  /// "AA:BB:CC:DD:EE:FF" or "AA:BB:CC:DD:EE:FF/random".
+  public var peer: String = String()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -432,7 +452,7 @@ nonisolated extension Beryl_Ipc_V1_GetControllerInfo: SwiftProtobuf.Message, Swi
 
 nonisolated extension Beryl_Ipc_V1_ControllerInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ControllerInfo"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}state\0\u{1}transport\0\u{1}address\0\u{1}profile\0\u{3}le_acl_mtu\0\u{3}le_acl_buffers\0\u{1}detail\0\u{3}hci_version\0\u{1}manufacturer\0\u{3}acl_buffer_source\0\u{3}filter_accept_list_size\0\u{3}resolving_list_size\0\u{3}acl_in_flight\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}state\0\u{1}transport\0\u{1}address\0\u{1}profile\0\u{3}le_acl_mtu\0\u{3}le_acl_buffers\0\u{1}detail\0\u{3}hci_version\0\u{1}manufacturer\0\u{3}acl_buffer_source\0\u{3}filter_accept_list_size\0\u{3}resolving_list_size\0\u{3}acl_in_flight\0\u{1}links\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -453,6 +473,7 @@ nonisolated extension Beryl_Ipc_V1_ControllerInfo: SwiftProtobuf.Message, SwiftP
       case 11: try { try decoder.decodeSingularUInt32Field(value: &self.filterAcceptListSize) }()
       case 12: try { try decoder.decodeSingularUInt32Field(value: &self.resolvingListSize) }()
       case 13: try { try decoder.decodeSingularUInt32Field(value: &self.aclInFlight) }()
+      case 14: try { try decoder.decodeRepeatedMessageField(value: &self.links) }()
       default: break
       }
     }
@@ -498,6 +519,9 @@ nonisolated extension Beryl_Ipc_V1_ControllerInfo: SwiftProtobuf.Message, SwiftP
     if self.aclInFlight != 0 {
       try visitor.visitSingularUInt32Field(value: self.aclInFlight, fieldNumber: 13)
     }
+    if !self.links.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.links, fieldNumber: 14)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -515,6 +539,47 @@ nonisolated extension Beryl_Ipc_V1_ControllerInfo: SwiftProtobuf.Message, SwiftP
     if lhs.filterAcceptListSize != rhs.filterAcceptListSize {return false}
     if lhs.resolvingListSize != rhs.resolvingListSize {return false}
     if lhs.aclInFlight != rhs.aclInFlight {return false}
+    if lhs.links != rhs.links {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_LinkInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".LinkInfo"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0\u{1}central\0\u{1}peer\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.central) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.peer) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 1)
+    }
+    if self.central != false {
+      try visitor.visitSingularBoolField(value: self.central, fieldNumber: 2)
+    }
+    if !self.peer.isEmpty {
+      try visitor.visitSingularStringField(value: self.peer, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_LinkInfo, rhs: Beryl_Ipc_V1_LinkInfo) -> Bool {
+    if lhs.handle != rhs.handle {return false}
+    if lhs.central != rhs.central {return false}
+    if lhs.peer != rhs.peer {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

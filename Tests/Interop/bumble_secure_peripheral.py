@@ -1,0 +1,106 @@
+"""A Bumble peripheral whose secret characteristic needs an encrypted link, for a Beryl central to pair with.
+
+Usage: bumble_secure_peripheral.py PORT [--display PASSKEY]
+  PORT                the berylsim TCP port of the controller Bumble drives
+  --display PASSKEY   display-only I/O with this passkey (MITM required); without it, no input/no output (Just Works)
+
+Pairs with LE Secure Connections and bonds (keys in a MemoryKeyStore for the life of the process, so a central that
+comes back re-encrypts with the bonded LTK). Prints one line per event, flushed:
+  ready ADDRESS | connected PEER | pairing started | displaying passkey NNNNNN | paired IDENTITY authenticated=B sc=B |
+  pairing failed 0xNN | encrypted during pairing | encrypted with bonded key | read secret | disconnected 0xNN
+"""
+import argparse
+import asyncio
+
+from bumble.core import AdvertisingData, UUID
+from bumble.device import Device
+from bumble.gatt import Characteristic, CharacteristicValue, Service
+from bumble.hci import Address
+from bumble.keys import MemoryKeyStore
+from bumble.pairing import PairingConfig, PairingDelegate
+from bumble.transport import open_transport
+
+SECURE_SERVICE = UUID("B0B40001-9260-4A9E-8E8A-1F8C2B6A0001")
+SECRET = UUID("B0B40002-9260-4A9E-8E8A-1F8C2B6A0001")
+SECRET_VALUE = b"bumble secret"
+ADDRESS = "F0:F1:F2:F3:F4:F7"
+
+
+def say(text):
+    print(text, flush=True)
+
+
+class Display(PairingDelegate):
+    def __init__(self, passkey):
+        super().__init__(io_capability=PairingDelegate.IoCapability.DISPLAY_OUTPUT_ONLY)
+        self.passkey = passkey
+
+    async def generate_passkey(self):
+        return self.passkey
+
+    async def display_number(self, number, digits):
+        say(f"displaying passkey {number:06d}")
+
+
+async def main(port, passkey):
+    async with await open_transport(f"tcp-client:127.0.0.1:{port}") as transport:
+        device = Device.with_hci("bumble-secure-peripheral", Address(ADDRESS), transport.source, transport.sink)
+        device.keystore = MemoryKeyStore()
+        delegate = Display(passkey) if passkey is not None else PairingDelegate()
+        # Our identity is the static random address we advertise with, so a bonded central finds our keys again.
+        device.pairing_config_factory = lambda connection: PairingConfig(
+            sc=True, mitm=passkey is not None, bonding=True, delegate=delegate,
+            identity_address_type=PairingConfig.AddressType.RANDOM)
+
+        def read_secret(connection):
+            say("read secret")
+            return SECRET_VALUE
+
+        secret = Characteristic(SECRET, Characteristic.Properties.READ,
+                                Characteristic.READABLE | Characteristic.READ_REQUIRES_ENCRYPTION,
+                                CharacteristicValue(read=read_secret))
+        device.add_service(Service(SECURE_SERVICE, [secret]))
+        device.advertising_data = bytes(AdvertisingData([
+            (AdvertisingData.FLAGS, bytes([0x06])),
+            (AdvertisingData.COMPLETE_LOCAL_NAME, b"Bumble Safe"),
+        ]))
+
+        def on_connection(connection):
+            state = {"pairing": False}
+            say(f"connected {connection.peer_address}")
+
+            def on_pairing_start():
+                state["pairing"] = True
+                say("pairing started")
+
+            def on_pairing(keys):
+                state["pairing"] = False
+                say(f"paired {connection.peer_address} authenticated={keys.ltk.authenticated} sc={connection.sc}")
+
+            def on_pairing_failure(reason):
+                state["pairing"] = False
+                say(f"pairing failed 0x{int(reason):02x}")
+
+            def on_encryption_change():
+                if connection.encryption:
+                    say("encrypted during pairing" if state["pairing"] else "encrypted with bonded key")
+
+            connection.on("pairing_start", on_pairing_start)
+            connection.on("pairing", on_pairing)
+            connection.on("pairing_failure", on_pairing_failure)
+            connection.on("connection_encryption_change", on_encryption_change)
+            connection.on("disconnection", lambda reason: say(f"disconnected 0x{int(reason):02x}"))
+
+        device.on("connection", on_connection)
+        await device.power_on()
+        await device.start_advertising(auto_restart=True)
+        say(f"ready {device.random_address.to_string(False)}")
+        await asyncio.get_running_loop().create_future()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("port", type=int)
+    parser.add_argument("--display", type=int)
+    options = parser.parse_args()
+    asyncio.run(main(options.port, options.display))

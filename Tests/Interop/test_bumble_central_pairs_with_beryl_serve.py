@@ -1,0 +1,141 @@
+"""Interop: a Bumble central pairs and bonds with a Beryl peripheral (hcid + attd + `beryl serve secure-lock.json`).
+
+Beryl runs on berylsim controller 0 (unix socket); Bumble drives controller 1 over TCP.
+"""
+import asyncio
+import re
+import time
+
+import pytest
+from bumble.att import ATT_Error
+from bumble.core import ProtocolError
+
+from beryl_stack import BerylStack
+from bumble_secure_central import CENTRAL_ADDRESS, BumbleCentral, PasskeyFromLog
+
+INSUFFICIENT_AUTHENTICATION = 0x05
+INSUFFICIENT_ENCRYPTION = 0x0F
+CONFIRM_VALUE_FAILED = 0x04
+CENTRAL = f"{CENTRAL_ADDRESS}/random"  # how Beryl names the Bumble central
+
+
+async def wait_log(stack, name, text, timeout=10):
+    deadline = time.monotonic() + timeout
+    while text not in stack.log(name):
+        assert time.monotonic() < deadline, f"timed out waiting for {text!r} in {name}.log:\n{stack.log(name)}"
+        await asyncio.sleep(0.05)
+
+
+async def read_error(link):
+    with pytest.raises(ATT_Error) as error:
+        await link.read_secret()
+    return error.value.error_code
+
+
+async def bonded_keys(central):
+    stored = await central.device.keystore.get_all()
+    assert len(stored) == 1, stored
+    return stored[0]
+
+
+async def reconnect_and_reencrypt(central, stack):
+    """A second connection reads the secret after re-encrypting with the stored LTK, without pairing again."""
+    link = await central.connect()
+    # The peer knows us now: the read fails for want of encryption, not of authentication.
+    assert await read_error(link) == INSUFFICIENT_ENCRYPTION
+    await asyncio.wait_for(link.connection.encrypt(), 10)
+    assert link.connection.encryption != 0
+    assert await link.read_secret() == b"locked"
+    assert link.pairings == [] and link.pairing_failures == [], "re-encryption, not pairing"
+    await wait_log(stack, "serve", "encrypted with a bonded peer")
+    await central.disconnect(link)
+
+
+def test_just_works_bond_and_reencrypt_on_reconnection(berylsim):
+    with BerylStack(berylsim) as stack:
+        stack.start()
+        stack.serve()
+        beryl_address = stack.address
+
+        async def scenario():
+            async with BumbleCentral(berylsim["base"] + 1) as central:
+                link = await central.connect()
+                assert await read_error(link) == INSUFFICIENT_AUTHENTICATION, "no reading the secret before pairing"
+
+                await asyncio.wait_for(link.connection.pair(), 20)
+                assert link.pairing_failures == [] and len(link.pairings) == 1
+                assert link.connection.encryption != 0 and link.connection.sc
+                address, keys = await bonded_keys(central)
+                assert address.startswith(beryl_address), (address, beryl_address)
+                assert keys.ltk is not None and not keys.ltk.authenticated, "Just Works: unauthenticated LTK"
+                assert keys.irk is not None, "Beryl distributed its IRK"
+                assert await link.read_secret() == b"locked"
+                await wait_log(stack, "serve", f"paired with {CENTRAL}: LE Secure Connections, unauthenticated, bonded as {CENTRAL}")
+                await central.disconnect(link)
+
+                await reconnect_and_reencrypt(central, stack)
+                return central.identity
+
+        identity = asyncio.run(scenario())
+        served = stack.log("serve")
+        assert served.count("paired with") == 1, served
+        assert re.search(r"link 0x[0-9a-f]+ encrypted\n", served), served
+        bonds = stack.bonds()
+        assert [b["identity"] for b in bonds] == [f"{identity}/random"], bonds
+        assert bonds[0]["authenticated"] is False and bonds[0]["secureConnections"] is True, bonds
+        assert bonds[0]["irk"] is True, "Bumble distributed its IRK"
+
+
+def test_passkey_entry_displayed_by_beryl_typed_by_bumble(berylsim):
+    with BerylStack(berylsim, attd_args=["--io-capability", "display-only"]) as stack:
+        stack.start()
+        stack.serve()
+        keyboard = PasskeyFromLog(stack.displayed_passkey)
+
+        async def scenario():
+            async with BumbleCentral(berylsim["base"] + 1, keyboard, mitm=True) as central:
+                link = await central.connect()
+                assert await read_error(link) == INSUFFICIENT_AUTHENTICATION
+                await asyncio.wait_for(link.connection.pair(), 30)
+                assert link.pairing_failures == [] and len(link.pairings) == 1
+                _, keys = await bonded_keys(central)
+                assert keys.ltk.authenticated, "passkey entry: authenticated LTK"
+                assert await link.read_secret() == b"locked"
+                await wait_log(stack, "serve", f"paired with {CENTRAL}: LE Secure Connections, authenticated, bonded as {CENTRAL}")
+                await central.disconnect(link)
+                await reconnect_and_reencrypt(central, stack)
+
+        asyncio.run(scenario())
+        assert len(keyboard.asked) == 1, keyboard.asked
+        displayed, typed = keyboard.asked[0]
+        assert displayed == typed
+        assert f"pairing with {CENTRAL}: passkey {displayed:06d}" in stack.log("serve"), stack.log("serve")
+        bonds = stack.bonds()
+        assert len(bonds) == 1 and bonds[0]["authenticated"] is True and bonds[0]["secureConnections"] is True, bonds
+
+
+def test_wrong_passkey_fails_with_confirm_value_failed(berylsim):
+    with BerylStack(berylsim, attd_args=["--io-capability", "display-only"]) as stack:
+        stack.start()
+        stack.serve()
+        keyboard = PasskeyFromLog(stack.displayed_passkey, error=1)
+
+        async def scenario():
+            async with BumbleCentral(berylsim["base"] + 1, keyboard, mitm=True) as central:
+                link = await central.connect()
+                with pytest.raises(ProtocolError) as failure:
+                    await asyncio.wait_for(link.connection.pair(), 30)
+                assert failure.value.error_namespace == "smp" and failure.value.error_code == CONFIRM_VALUE_FAILED, failure.value
+                assert link.pairing_failures == [CONFIRM_VALUE_FAILED] and link.pairings == []
+                assert await central.device.keystore.get_all() == []
+                # Beryl, the responder, checks the initiator's commitment against its own passkey and ends the pairing.
+                await wait_log(stack, "serve", f"pairing with {CENTRAL} failed: we ended it, reason 0x4")
+                # The link stays up, unencrypted: the secret is still out of reach.
+                assert link.connection.encryption == 0
+                assert await read_error(link) == INSUFFICIENT_AUTHENTICATION, "still no reading the secret"
+
+        asyncio.run(scenario())
+        displayed, typed = keyboard.asked[0]
+        assert typed != displayed
+        assert "paired with" not in stack.log("serve")
+        assert stack.bonds() == []
