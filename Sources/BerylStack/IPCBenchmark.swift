@@ -120,7 +120,8 @@ public final class Scratch {
             _ = Spawn.reap(pid)
         }
         pids.removeAll()
-        try? FileManager.default.removeItem(atPath: root)
+        // BERYL_KEEP_SCRATCH=1 keeps the directory (logs, sockets, databases) for a failing test's post-mortem.
+        if ProcessInfo.processInfo.environment["BERYL_KEEP_SCRATCH"] == nil { try? FileManager.default.removeItem(atPath: root) }
     }
 
     deinit { stopAll() }

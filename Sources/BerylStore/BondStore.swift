@@ -17,10 +17,14 @@ public struct Bond: Equatable, Sendable {
     public var authenticated: Bool
     public var secureConnections: Bool
     public var keySize: UInt8
+    /// The address the peer paired from, when it differs from its identity (a static random address used beside a
+    /// public identity): a reconnection from it is the same peer.
+    public var pairedFrom: DeviceAddress?
 
     public init(identity: DeviceAddress, irk: [UInt8]? = nil, peerLTK: [UInt8]? = nil, peerEDIV: UInt16 = 0, peerRand: [UInt8] = [UInt8](repeating: 0, count: 8),
                 localLTK: [UInt8]? = nil, localEDIV: UInt16 = 0, localRand: [UInt8] = [UInt8](repeating: 0, count: 8), csrk: [UInt8]? = nil,
-                authenticated: Bool, secureConnections: Bool, keySize: UInt8 = 16) {
+                authenticated: Bool, secureConnections: Bool, keySize: UInt8 = 16, pairedFrom: DeviceAddress? = nil) {
+        self.pairedFrom = pairedFrom
         self.identity = identity
         self.irk = irk
         self.peerLTK = peerLTK
@@ -37,7 +41,7 @@ public struct Bond: Equatable, Sendable {
 
     /// Whether a device seen at `address` is this peer: the same identity, or a private address its IRK resolves.
     public func matches(_ address: DeviceAddress) -> Bool {
-        if address == identity { return true }
+        if address == identity || address == pairedFrom { return true }
         guard address.type.isRandom, let irk else { return false }
         return AddressResolution.resolves(address.address, irk: irk)
     }
@@ -85,6 +89,9 @@ public final class BondStore {
                       identity TEXT PRIMARY KEY REFERENCES bonds(identity) ON DELETE CASCADE, start INTEGER NOT NULL, end INTEGER NOT NULL)
                     """)
                 try database.execute("CREATE TABLE IF NOT EXISTS local (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
+                // Added after the first schema: stores made before it gain the column.
+                let columns = try database.execute("PRAGMA table_info(bonds)").compactMap { $0.count > 1 ? $0[1].text : nil }
+                if !columns.contains("paired_from") { try database.execute("ALTER TABLE bonds ADD COLUMN paired_from TEXT") }
             }
         } catch {
             throw .database(error)
@@ -115,12 +122,12 @@ public final class BondStore {
                 try database.execute("DELETE FROM bonds WHERE identity = ?", [.text(bond.identity.description)])
                 try database.execute("""
                     INSERT INTO bonds (identity, irk, peer_ltk, peer_ediv, peer_rand, local_ltk, local_ediv, local_rand, csrk,
-                                       authenticated, secure_connections, key_size)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                       authenticated, secure_connections, key_size, paired_from)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """, [.text(bond.identity.description), optionalBlob(bond.irk), optionalBlob(bond.peerLTK), .integer(Int64(bond.peerEDIV)),
                           .blob(bond.peerRand), optionalBlob(bond.localLTK), .integer(Int64(bond.localEDIV)), .blob(bond.localRand),
                           optionalBlob(bond.csrk), .integer(bond.authenticated ? 1 : 0), .integer(bond.secureConnections ? 1 : 0),
-                          .integer(Int64(bond.keySize))])
+                          .integer(Int64(bond.keySize)), bond.pairedFrom.map { SQLValue.text($0.description) } ?? .null])
             }
         }
     }
@@ -128,7 +135,8 @@ public final class BondStore {
     public func bonds() throws(BondStoreError) -> [Bond] {
         let rows = try run { () throws(SQLiteError) in
             try database.execute("""
-                SELECT identity, irk, peer_ltk, peer_ediv, peer_rand, local_ltk, local_ediv, local_rand, csrk, authenticated, secure_connections, key_size
+                SELECT identity, irk, peer_ltk, peer_ediv, peer_rand, local_ltk, local_ediv, local_rand, csrk, authenticated, secure_connections, key_size,
+                       paired_from
                 FROM bonds ORDER BY identity
                 """)
         }
@@ -136,7 +144,7 @@ public final class BondStore {
     }
 
     private func decode(_ row: [SQLValue]) throws(BondStoreError) -> Bond {
-        guard row.count == 12, let text = row[0].text, let identity = DeviceAddress(text) else { throw .corruptRow("a bond without a valid identity") }
+        guard row.count == 13, let text = row[0].text, let identity = DeviceAddress(text) else { throw .corruptRow("a bond without a valid identity") }
         func key(_ value: SQLValue, _ length: Int, _ name: String) throws(BondStoreError) -> [UInt8]? {
             if value == .null { return nil }
             guard let bytes = value.blob, bytes.count == length else { throw .corruptRow("\(identity): \(name) is not \(length) bytes") }
@@ -148,7 +156,8 @@ public final class BondStore {
         return Bond(identity: identity, irk: try key(row[1], 16, "IRK"), peerLTK: try key(row[2], 16, "peer LTK"),
                     peerEDIV: UInt16(truncatingIfNeeded: row[3].integer ?? 0), peerRand: peerRand, localLTK: try key(row[5], 16, "local LTK"),
                     localEDIV: UInt16(truncatingIfNeeded: row[6].integer ?? 0), localRand: localRand, csrk: try key(row[8], 16, "CSRK"),
-                    authenticated: row[9].integer == 1, secureConnections: row[10].integer == 1, keySize: UInt8(truncatingIfNeeded: row[11].integer ?? 16))
+                    authenticated: row[9].integer == 1, secureConnections: row[10].integer == 1, keySize: UInt8(truncatingIfNeeded: row[11].integer ?? 16),
+                    pairedFrom: row[12].text.flatMap(DeviceAddress.init))
     }
 
     /// Removes a bond with its CCCDs; false when there was none.

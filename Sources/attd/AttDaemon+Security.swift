@@ -214,7 +214,8 @@ extension AttDaemon {
             let identity = result.peerIdentity ?? state.peer
             let bond = Bond(identity: identity, irk: result.peerIRK, peerLTK: result.peerLTK, peerEDIV: result.peerEDIV, peerRand: result.peerRand,
                             localLTK: result.localLTK, localEDIV: result.localEDIV, localRand: result.localRand, csrk: result.peerCSRK,
-                            authenticated: result.authenticated, secureConnections: result.secureConnections, keySize: result.keySize)
+                            authenticated: result.authenticated, secureConnections: result.secureConnections, keySize: result.keySize,
+                            pairedFrom: state.peer != identity && state.peer.address.randomKind != .resolvablePrivate ? state.peer : nil)
             do {
                 try bondStore?.save(bond)
                 bonds.removeAll { $0.identity == identity }

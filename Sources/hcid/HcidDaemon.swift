@@ -20,6 +20,9 @@ final class HcidDaemon {
     /// Per link, so one busy link's backlog cannot delay the others, and a sender meets back-pressure within tens of
     /// milliseconds of air time rather than seconds (attd turns it into Core Bluetooth's "not ready, wait").
     static let maxQueuedACLFragmentsPerLink = 128
+    static let maxUnclaimedACLPackets = 256
+    /// ACL that arrived while no client subscribed to ACL, for the first one that does.
+    var unclaimedACL: [Event] = []
     let host: DaemonHost
     let core: HCIHost
     let transport: TransportSpec
@@ -185,7 +188,13 @@ final class HcidDaemon {
                 event.hci.acl.handle = UInt32(packet.handle)
                 event.hci.acl.boundary = UInt32(packet.boundary.rawValue)
                 event.hci.acl.data = Data(packet.data)
-                broadcast(event) { $0.acl }
+                // With no one to carry it (attd starting or restarting), a peer's PDU is held, not lost: a dropped ATT
+                // request would stall that peer's bearer for its 30-second timeout.
+                if host.server?.sessions.values.contains(where: { ($0.context as? Subscription)?.acl == true }) == true {
+                    broadcast(event) { $0.acl }
+                } else if unclaimedACL.count < Self.maxUnclaimedACLPackets {
+                    unclaimedACL.append(event)
+                }
             case .stateChanged(let state):
                 host.logger.info("controller \(state)" + (state == .poweredOn ? ": \(core.facts.address), LE ACL \(core.facts.aclMTU) × \(core.facts.aclBuffers)" : ""))
                 detail = state == .poweredOn ? "" : state.description
@@ -325,6 +334,12 @@ final class HcidDaemon {
             var response = Response()
             response.hci.controllerInfo = controllerInfo()
             incoming.respond(response)
+            if wanted.acl, !unclaimedACL.isEmpty {
+                // After the answer, whose link list tells the subscriber which links these belong to.
+                let open = Set(core.connections.keys)
+                for event in unclaimedACL where open.contains(UInt16(event.hci.acl.handle)) { session.send(.event(event)) }
+                unclaimedACL.removeAll()
+            }
         case nil:
             incoming.fail(.unknownMessage, "empty HCI request")
         }

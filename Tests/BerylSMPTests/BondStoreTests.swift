@@ -22,7 +22,8 @@ final class BondStoreTests: XCTestCase {
 
     func testBondsCCCDsAndTheLocalIRKSurviveReopening() throws {
         let path = directory + "/bonds.sqlite"
-        let bond = sampleBond()
+        var bond = sampleBond()
+        bond.pairedFrom = DeviceAddress("F1:02:03:04:05:06/random")
         var irk: [UInt8] = []
         do {
             let store = try BondStore(path: path)
@@ -49,7 +50,11 @@ final class BondStoreTests: XCTestCase {
     }
 
     func testABondIsRecognisedAtItsPrivateAddresses() throws {
-        let bond = sampleBond()
+        var bond = sampleBond("11:22:33:44:55:66")
+        let staticAddress = DeviceAddress("F1:02:03:04:05:06/random")!
+        XCTAssertFalse(bond.matches(staticAddress))
+        bond.pairedFrom = staticAddress
+        XCTAssertTrue(bond.matches(staticAddress), "a peer with a public identity that paired from a static random address")
         let rpa = try AddressResolution.make(irk: try XCTUnwrap(bond.irk))
         XCTAssertTrue(bond.matches(DeviceAddress(rpa, type: .random)))
         XCTAssertTrue(bond.matches(bond.identity))
