@@ -13,6 +13,8 @@ let package = Package(
         .executable(name: "berylsim", targets: ["berylsim"]),
         .executable(name: "beryl", targets: ["beryl"]),
         // The sans-IO protocol cores, for the fuzz package in Fuzz/ (and anyone embedding them).
+        // What apps import: Core Bluetooth's managers for Linux.
+        .library(name: "Beryl", targets: ["Beryl"]),
         .library(name: "BerylProtocols", targets: ["BerylCore", "BerylHCI", "BerylL2CAP", "BerylATT", "BerylGATT", "BerylSMP"]),
     ],
     dependencies: [
@@ -35,6 +37,9 @@ let package = Package(
         .target(name: "BerylCrypto", dependencies: ["CBerylCrypto"]),
         .target(name: "BerylSMP", dependencies: ["BerylCore", "BerylCrypto"]),
         .target(name: "BerylStore", dependencies: ["BerylCore", "BerylCrypto", "BerylSMP", "CSQLite"]),
+        .target(name: "BerylGAP", dependencies: ["BerylCore", "BerylHCI"]),
+        .target(name: "BerylManager", dependencies: ["BerylCore", "BerylGAP"]),
+        .target(name: "Beryl", dependencies: ["BerylCore", "BerylIPC"]),
         .target(name: "BerylSim", dependencies: ["BerylCore", "BerylHCI", "CBerylCrypto"]),
         .target(name: "BerylL2CAP", dependencies: ["BerylCore", "BerylHCI"]),
         .target(name: "BerylATT", dependencies: ["BerylCore"]),
@@ -60,7 +65,7 @@ let package = Package(
             "BerylDaemonKit", "BerylGATT", "BerylHCI", "BerylSMP", "BerylStore", "BerylCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "managerd", dependencies: [
-            "BerylDaemonKit", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "BerylDaemonKit", "BerylManager", "BerylGAP", "BerylHCI", "BerylStore", "BerylEventLoop", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "berylsim", dependencies: [
             "BerylDaemonKit", "BerylSim", "BerylTransport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -73,6 +78,7 @@ let package = Package(
         .testTarget(name: "BerylEventLoopTests", dependencies: ["BerylEventLoop"]),
         .testTarget(name: "BerylCryptoTests", dependencies: ["BerylCrypto", "BerylCore"]),
         .testTarget(name: "BerylSMPTests", dependencies: ["BerylSMP", "BerylCrypto", "BerylCore", "BerylStore"]),
+        .testTarget(name: "BerylManagerTests", dependencies: ["BerylManager", "BerylGAP", "BerylCore", "BerylHCI", "BerylStore"]),
         .testTarget(name: "BerylSimTests", dependencies: ["BerylSim", "BerylCore"]),
         .testTarget(name: "BerylGATTTests", dependencies: ["BerylGATT", "BerylATT", "BerylL2CAP", "BerylCore", "BerylHCI"]),
         .testTarget(name: "BerylHCITests", dependencies: ["BerylHCI", "BerylSim", "BerylCore", "BerylHardware"]),

@@ -48,11 +48,11 @@ public enum LinkEvent: Equatable, Sendable {
 public enum HCICommands {
     /// Connection interval and supervision timeout in HCI units (1.25 ms, 10 ms).
     public static func leCreateConnection(peer: DeviceAddress, scanInterval: UInt16 = 0x0060, scanWindow: UInt16 = 0x0030,
-                                          interval: UInt16, supervisionTimeout: UInt16) -> HCICommandPacket {
+                                          interval: UInt16, supervisionTimeout: UInt16, useFilterAcceptList: Bool = false) -> HCICommandPacket {
         var w = ByteWriter()
         w.u16(scanInterval)
         w.u16(scanWindow)
-        w.u8(0)  // no filter accept list: connect to this peer
+        w.u8(useFilterAcceptList ? 1 : 0)  // 1: whoever on the filter accept list is heard first (the peer below is ignored)
         w.u8(peer.type.isRandom ? 1 : 0)
         w.append(peer.address.bytes)
         w.u8(0)  // own address: public

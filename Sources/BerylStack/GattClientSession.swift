@@ -12,6 +12,8 @@ public final class GattClientSession {
         case discover
         case read(BluetoothUUID)
         case write(BluetoothUUID, [UInt8], withoutResponse: Bool)
+        /// Prepared, echoed and executed as one (Core Vol 3 Part G §4.9.5), even when it would fit one request.
+        case reliableWrite(BluetoothUUID, [UInt8])
         case subscribe(BluetoothUUID, count: Int)
         /// Pair (or encrypt with a stored bond) and report the link's security.
         case pair
@@ -186,6 +188,22 @@ public final class GattClientSession {
             }
         case .pair:
             pair()
+        case .reliableWrite(let uuid, let value):
+            guard let characteristic = find(uuid) else { return finish(failure: "the peer has no characteristic \(uuid)") }
+            var request = Request()
+            request.att.gattReliableWrite = .with {
+                $0.connectionHandle = UInt32(handle)
+                $0.writes = [.with { $0.handle = characteristic.valueHandle; $0.value = Data(value) }]
+            }
+            attd?.request(request) { [unowned self] result in
+                switch result {
+                case .success:
+                    self.emit(["event": "written", "uuid": uuid.description, "bytes": value.count, "withResponse": true, "reliable": true])
+                    self.finish(failure: nil)
+                case .failure(let error):
+                    self.finish(failure: "reliable write failed: \(error)")
+                }
+            }
         case .subscribe(let uuid, _):
             guard let characteristic = find(uuid) else { return finish(failure: "the peer has no characteristic \(uuid)") }
             let indicate = characteristic.properties & 0x10 == 0 && characteristic.properties & 0x20 != 0

@@ -21,6 +21,9 @@ struct Gatt: ParsableCommand {
     @Argument(help: "The characteristic UUID (read, write, subscribe) and, for write, the value in hex.")
     var arguments: [String] = []
 
+    @Flag(help: "A reliable write: prepared, echoed and checked by the peer, then executed as one.")
+    var reliable = false
+
     @Flag(help: "Write without response.")
     var withoutResponse = false
 
@@ -52,7 +55,8 @@ struct Gatt: ParsableCommand {
             guard arguments.count == 2, let value = Hex.decode(arguments[1]), value.count <= 512 else {
                 throw ValidationError("write needs a UUID and a hex value of at most 512 bytes")
             }
-            return (address, .write(try uuid(0), value, withoutResponse: withoutResponse))
+            guard !(reliable && withoutResponse) else { throw ValidationError("--reliable and --without-response contradict each other") }
+            return (address, reliable ? .reliableWrite(try uuid(0), value) : .write(try uuid(0), value, withoutResponse: withoutResponse))
         case "subscribe":
             guard (1...100_000).contains(count) else { throw ValidationError("--count must be from 1 to 100000") }
             return (address, .subscribe(try uuid(0), count: count))

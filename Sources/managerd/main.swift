@@ -12,26 +12,11 @@ struct Managerd: ParsableCommand {
     @OptionGroup var options: DaemonOptions
 
     func run() throws {
+        var daemon: ManagerDaemon?
         let status = runDaemon({ try DaemonHost(name: "managerd", paths: options.paths, logLevel: options.logLevel) }) { host in
-            // Apps connect here under their own uid; identity comes from SO_PEERCRED.
-            host.socketMode = 0o666
-            host.handle = { incoming in
-                guard case .manager(let request)? = incoming.request.kind, let session = incoming.session else { return false }
-                switch request.kind {
-                case .hello?:
-                    var welcome = Beryl_Ipc_V1_Welcome()
-                    welcome.sessionID = session.id
-                    welcome.peerPid = session.peer.pid
-                    welcome.peerUid = session.peer.uid
-                    var response = Response()
-                    response.manager.welcome = welcome
-                    incoming.respond(response)
-                case nil:
-                    incoming.fail(.unknownMessage, "empty manager request")
-                }
-                return true
-            }
+            daemon = try ManagerDaemon(host: host)
         }
+        withExtendedLifetime(daemon) {}
         throw ExitCode(status)
     }
 }

@@ -6,6 +6,7 @@ Prints one line per step; exits non-zero with what was expected on the first fai
 import asyncio
 import sys
 
+from bumble import att
 from bumble.core import UUID, AdvertisingData
 from bumble.device import Device, Peer
 from bumble.hci import Address
@@ -73,6 +74,21 @@ async def main(port: int) -> int:
         back = bytes(await rw.read_value())
         expect(back == long_value, f"400-byte long write then long read, got {len(back)} bytes")
         step("writes with and without response, long write and long read round-trip")
+
+        # Reliable write (Core Vol 3 Part G §4.9.5): two prepared parts, each echo checked, then executed together;
+        # a cancelled one leaves the value as it was.
+        client = peer.gatt_client
+        for offset, part in [(0, b"\xAA\xBB\xCC"), (3, b"\xDD\xEE")]:
+            echo = await client.send_request(att.ATT_Prepare_Write_Request(attribute_handle=rw.handle, value_offset=offset, part_attribute_value=part))
+            expect(echo.op_code == att.Opcode.ATT_PREPARE_WRITE_RESPONSE and bytes(echo.part_attribute_value) == part and echo.value_offset == offset,
+                   f"prepare write echoed, got {echo}")
+        executed = await client.send_request(att.ATT_Execute_Write_Request(flags=0x01))
+        expect(executed.op_code == att.Opcode.ATT_EXECUTE_WRITE_RESPONSE, f"execute write answered, got {executed}")
+        expect(bytes(await rw.read_value()) == b"\xAA\xBB\xCC\xDD\xEE", "reliable write applied both parts")
+        await client.send_request(att.ATT_Prepare_Write_Request(attribute_handle=rw.handle, value_offset=0, part_attribute_value=b"\x00"))
+        await client.send_request(att.ATT_Execute_Write_Request(flags=0x00))
+        expect(bytes(await rw.read_value()) == b"\xAA\xBB\xCC\xDD\xEE", "a cancelled reliable write changed nothing")
+        step("reliable write applied; a cancelled one changed nothing")
 
         beats = []
         got_three = asyncio.get_running_loop().create_future()

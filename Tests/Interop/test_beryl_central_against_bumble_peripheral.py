@@ -50,6 +50,11 @@ def test_beryl_central_discovers_reads_writes_and_subscribes(berylsim):
         gatt("write", "A0B40002-9260-4A9E-8E8A-1F8C2B6A0001", "0102030405")
         assert open(writes).read().split() == ["0102030405"]
         assert gatt("read", "A0B40002-9260-4A9E-8E8A-1F8C2B6A0001")[-1]["value"] == "0102030405"
+        # Reliable write: prepared, echoed and checked, executed; Bumble's server applies the queue as one write.
+        written = gatt("write", "A0B40002-9260-4A9E-8E8A-1F8C2B6A0001", "a1a2a3a4", "--reliable")[-1]
+        assert written == {"event": "written", "uuid": "A0B40002-9260-4A9E-8E8A-1F8C2B6A0001", "bytes": 4, "withResponse": True, "reliable": True}, written
+        assert gatt("read", "A0B40002-9260-4A9E-8E8A-1F8C2B6A0001")[-1]["value"] == "a1a2a3a4"
+        assert open(writes).read().split()[-1] == "a1a2a3a4"
 
         beats = [e for e in gatt("subscribe", "2A37", "--count", "3") if e["event"] == "notification"]
         assert len(beats) == 3

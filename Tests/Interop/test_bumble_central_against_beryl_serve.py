@@ -50,7 +50,7 @@ def test_bumble_central_discovers_reads_writes_and_subscribes(berylsim, capsys):
         assert asyncio.run(bumble_central.main(berylsim["base"] + 1)) == 0
         out = capsys.readouterr().out
         for line in ["discovered Beryl HR", "MTU 185", "read GAP name and cached value", "long write and long read",
-                     "notifications:", "indication received and confirmed", "disconnected"]:
+                     "reliable write applied", "notifications:", "indication received and confirmed", "disconnected"]:
             assert line in out, out
 
         wait_for(lambda: "advertising again" in open(serve_log).read(), 5, "re-advertising after the disconnection")

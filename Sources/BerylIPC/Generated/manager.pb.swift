@@ -9,8 +9,13 @@
 //   https://github.com/apple/swift-protobuf/
 
 /// managerd's interface: what apps (through the Beryl library) and the beryl CLI talk to.
-/// Grows with the managerd and restoration issues.
+/// Peripherals and centrals are named by stable identifiers (UUID strings) that managerd assigns and keeps.
 
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 import SwiftProtobuf
 
 // If the compiler emits an error on this type, it is because this file
@@ -47,6 +52,379 @@ public nonisolated struct Beryl_Ipc_V1_Welcome: Sendable {
 
   public var peerUid: UInt32 = 0
 
+  public var state: Beryl_Ipc_V1_ControllerState = .unknown
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_AdvertisementInfo: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var localName: String = String()
+
+  public var serviceUuids: [String] = []
+
+  public var overflowServiceUuids: [String] = []
+
+  public var solicitedServiceUuids: [String] = []
+
+  public var serviceData: Dictionary<String,Data> = [:]
+
+  public var manufacturerData: Data = Data()
+
+  public var txPowerKnown: Bool = false
+
+  public var txPowerLevel: Int32 = 0
+
+  public var connectable: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_PeripheralInfo: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var identifier: String = String()
+
+  /// "AA:BB:CC:DD:EE:FF" or "AA:BB:CC:DD:EE:FF/random".
+  public var address: String = String()
+
+  public var name: String = String()
+
+  public var rssi: Int32 = 0
+
+  public var advertisement: Beryl_Ipc_V1_AdvertisementInfo {
+    get {_advertisement ?? Beryl_Ipc_V1_AdvertisementInfo()}
+    set {_advertisement = newValue}
+  }
+  /// Returns true if `advertisement` has been explicitly set.
+  public var hasAdvertisement: Bool {self._advertisement != nil}
+  /// Clears the value of `advertisement`. Subsequent reads from it will return its default value.
+  public mutating func clearAdvertisement() {self._advertisement = nil}
+
+  public var connected: Bool = false
+
+  /// Seconds since the epoch when it was last heard.
+  public var lastSeen: Double = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _advertisement: Beryl_Ipc_V1_AdvertisementInfo? = nil
+}
+
+/// Central role (one central manager is one `manager` number within the session).
+public nonisolated struct Beryl_Ipc_V1_StartScan: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  /// Empty: every peripheral.
+  public var serviceUuids: [String] = []
+
+  public var allowDuplicates: Bool = false
+
+  public var solicitedServiceUuids: [String] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_StopScan: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Never times out: managerd keeps trying until the peripheral is connected or the app cancels.
+public nonisolated struct Beryl_Ipc_V1_Connect: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  public var peripheral: String = String()
+
+  public var notifyOnConnection: Bool = false
+
+  public var notifyOnDisconnection: Bool = false
+
+  public var notifyOnNotification: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// App-local: the link goes down only when no app holds it.
+public nonisolated struct Beryl_Ipc_V1_CancelConnection: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  public var peripheral: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_RetrievePeripherals: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var identifiers: [String] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_RetrieveConnectedPeripherals: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var serviceUuids: [String] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_PeripheralList: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var peripherals: [Beryl_Ipc_V1_PeripheralInfo] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// A GATT client operation on a connected peripheral: any of attd's Gatt* requests; managerd fills in the
+/// connection handle and answers with attd's answer.
+public nonisolated struct Beryl_Ipc_V1_PeripheralGatt: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var peripheral: String = String()
+
+  public var request: Beryl_Ipc_V1_AttRequest {
+    get {_request ?? Beryl_Ipc_V1_AttRequest()}
+    set {_request = newValue}
+  }
+  /// Returns true if `request` has been explicitly set.
+  public var hasRequest: Bool {self._request != nil}
+  /// Clears the value of `request`. Subsequent reads from it will return its default value.
+  public mutating func clearRequest() {self._request = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _request: Beryl_Ipc_V1_AttRequest? = nil
+}
+
+public nonisolated struct Beryl_Ipc_V1_ReadRSSI: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var peripheral: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_RSSIValue: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var rssi: Int32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_GetMaximumWriteLength: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var peripheral: String = String()
+
+  public var withoutResponse: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_MaximumWriteLength: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var length: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Peripheral role.
+public nonisolated struct Beryl_Ipc_V1_AddService: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  public var service: Beryl_Ipc_V1_ServiceSpec {
+    get {_service ?? Beryl_Ipc_V1_ServiceSpec()}
+    set {_service = newValue}
+  }
+  /// Returns true if `service` has been explicitly set.
+  public var hasService: Bool {self._service != nil}
+  /// Clears the value of `service`. Subsequent reads from it will return its default value.
+  public mutating func clearService() {self._service = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _service: Beryl_Ipc_V1_ServiceSpec? = nil
+}
+
+public nonisolated struct Beryl_Ipc_V1_RemoveService: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  public var startHandle: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_RemoveAllServices: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_StartAdvertising: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  public var localName: String = String()
+
+  public var serviceUuids: [String] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_StopAdvertising: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// The app's answer to a CentralRead or CentralWrite: once; error 0 is success, else an ATT error code.
+public nonisolated struct Beryl_Ipc_V1_RespondToRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var id: UInt64 = 0
+
+  public var value: Data = Data()
+
+  public var error: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_UpdateValue: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  public var valueHandle: UInt32 = 0
+
+  public var value: Data = Data()
+
+  /// Empty: every subscribed central.
+  public var centrals: [String] = []
+
+  public var indicate: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// sent false: the transmit queue is full; ReadyToUpdate follows.
+public nonisolated struct Beryl_Ipc_V1_UpdateResult: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var sent: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -67,10 +445,154 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     set {kind = .hello(newValue)}
   }
 
+  public var startScan: Beryl_Ipc_V1_StartScan {
+    get {
+      if case .startScan(let v)? = kind {return v}
+      return Beryl_Ipc_V1_StartScan()
+    }
+    set {kind = .startScan(newValue)}
+  }
+
+  public var stopScan: Beryl_Ipc_V1_StopScan {
+    get {
+      if case .stopScan(let v)? = kind {return v}
+      return Beryl_Ipc_V1_StopScan()
+    }
+    set {kind = .stopScan(newValue)}
+  }
+
+  public var connect: Beryl_Ipc_V1_Connect {
+    get {
+      if case .connect(let v)? = kind {return v}
+      return Beryl_Ipc_V1_Connect()
+    }
+    set {kind = .connect(newValue)}
+  }
+
+  public var cancelConnection: Beryl_Ipc_V1_CancelConnection {
+    get {
+      if case .cancelConnection(let v)? = kind {return v}
+      return Beryl_Ipc_V1_CancelConnection()
+    }
+    set {kind = .cancelConnection(newValue)}
+  }
+
+  public var retrievePeripherals: Beryl_Ipc_V1_RetrievePeripherals {
+    get {
+      if case .retrievePeripherals(let v)? = kind {return v}
+      return Beryl_Ipc_V1_RetrievePeripherals()
+    }
+    set {kind = .retrievePeripherals(newValue)}
+  }
+
+  public var retrieveConnected: Beryl_Ipc_V1_RetrieveConnectedPeripherals {
+    get {
+      if case .retrieveConnected(let v)? = kind {return v}
+      return Beryl_Ipc_V1_RetrieveConnectedPeripherals()
+    }
+    set {kind = .retrieveConnected(newValue)}
+  }
+
+  public var gatt: Beryl_Ipc_V1_PeripheralGatt {
+    get {
+      if case .gatt(let v)? = kind {return v}
+      return Beryl_Ipc_V1_PeripheralGatt()
+    }
+    set {kind = .gatt(newValue)}
+  }
+
+  public var readRssi: Beryl_Ipc_V1_ReadRSSI {
+    get {
+      if case .readRssi(let v)? = kind {return v}
+      return Beryl_Ipc_V1_ReadRSSI()
+    }
+    set {kind = .readRssi(newValue)}
+  }
+
+  public var maximumWriteLength: Beryl_Ipc_V1_GetMaximumWriteLength {
+    get {
+      if case .maximumWriteLength(let v)? = kind {return v}
+      return Beryl_Ipc_V1_GetMaximumWriteLength()
+    }
+    set {kind = .maximumWriteLength(newValue)}
+  }
+
+  public var addService: Beryl_Ipc_V1_AddService {
+    get {
+      if case .addService(let v)? = kind {return v}
+      return Beryl_Ipc_V1_AddService()
+    }
+    set {kind = .addService(newValue)}
+  }
+
+  public var removeService: Beryl_Ipc_V1_RemoveService {
+    get {
+      if case .removeService(let v)? = kind {return v}
+      return Beryl_Ipc_V1_RemoveService()
+    }
+    set {kind = .removeService(newValue)}
+  }
+
+  public var removeAllServices: Beryl_Ipc_V1_RemoveAllServices {
+    get {
+      if case .removeAllServices(let v)? = kind {return v}
+      return Beryl_Ipc_V1_RemoveAllServices()
+    }
+    set {kind = .removeAllServices(newValue)}
+  }
+
+  public var startAdvertising: Beryl_Ipc_V1_StartAdvertising {
+    get {
+      if case .startAdvertising(let v)? = kind {return v}
+      return Beryl_Ipc_V1_StartAdvertising()
+    }
+    set {kind = .startAdvertising(newValue)}
+  }
+
+  public var stopAdvertising: Beryl_Ipc_V1_StopAdvertising {
+    get {
+      if case .stopAdvertising(let v)? = kind {return v}
+      return Beryl_Ipc_V1_StopAdvertising()
+    }
+    set {kind = .stopAdvertising(newValue)}
+  }
+
+  public var respond: Beryl_Ipc_V1_RespondToRequest {
+    get {
+      if case .respond(let v)? = kind {return v}
+      return Beryl_Ipc_V1_RespondToRequest()
+    }
+    set {kind = .respond(newValue)}
+  }
+
+  public var updateValue: Beryl_Ipc_V1_UpdateValue {
+    get {
+      if case .updateValue(let v)? = kind {return v}
+      return Beryl_Ipc_V1_UpdateValue()
+    }
+    set {kind = .updateValue(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
     case hello(Beryl_Ipc_V1_Hello)
+    case startScan(Beryl_Ipc_V1_StartScan)
+    case stopScan(Beryl_Ipc_V1_StopScan)
+    case connect(Beryl_Ipc_V1_Connect)
+    case cancelConnection(Beryl_Ipc_V1_CancelConnection)
+    case retrievePeripherals(Beryl_Ipc_V1_RetrievePeripherals)
+    case retrieveConnected(Beryl_Ipc_V1_RetrieveConnectedPeripherals)
+    case gatt(Beryl_Ipc_V1_PeripheralGatt)
+    case readRssi(Beryl_Ipc_V1_ReadRSSI)
+    case maximumWriteLength(Beryl_Ipc_V1_GetMaximumWriteLength)
+    case addService(Beryl_Ipc_V1_AddService)
+    case removeService(Beryl_Ipc_V1_RemoveService)
+    case removeAllServices(Beryl_Ipc_V1_RemoveAllServices)
+    case startAdvertising(Beryl_Ipc_V1_StartAdvertising)
+    case stopAdvertising(Beryl_Ipc_V1_StopAdvertising)
+    case respond(Beryl_Ipc_V1_RespondToRequest)
+    case updateValue(Beryl_Ipc_V1_UpdateValue)
 
   }
 
@@ -92,12 +614,250 @@ public nonisolated struct Beryl_Ipc_V1_ManagerResponse: Sendable {
     set {kind = .welcome(newValue)}
   }
 
+  public var peripherals: Beryl_Ipc_V1_PeripheralList {
+    get {
+      if case .peripherals(let v)? = kind {return v}
+      return Beryl_Ipc_V1_PeripheralList()
+    }
+    set {kind = .peripherals(newValue)}
+  }
+
+  public var gatt: Beryl_Ipc_V1_AttResponse {
+    get {
+      if case .gatt(let v)? = kind {return v}
+      return Beryl_Ipc_V1_AttResponse()
+    }
+    set {kind = .gatt(newValue)}
+  }
+
+  public var rssi: Beryl_Ipc_V1_RSSIValue {
+    get {
+      if case .rssi(let v)? = kind {return v}
+      return Beryl_Ipc_V1_RSSIValue()
+    }
+    set {kind = .rssi(newValue)}
+  }
+
+  public var maximumWriteLength: Beryl_Ipc_V1_MaximumWriteLength {
+    get {
+      if case .maximumWriteLength(let v)? = kind {return v}
+      return Beryl_Ipc_V1_MaximumWriteLength()
+    }
+    set {kind = .maximumWriteLength(newValue)}
+  }
+
+  public var serviceAdded: Beryl_Ipc_V1_ServicePublished {
+    get {
+      if case .serviceAdded(let v)? = kind {return v}
+      return Beryl_Ipc_V1_ServicePublished()
+    }
+    set {kind = .serviceAdded(newValue)}
+  }
+
+  public var updateResult: Beryl_Ipc_V1_UpdateResult {
+    get {
+      if case .updateResult(let v)? = kind {return v}
+      return Beryl_Ipc_V1_UpdateResult()
+    }
+    set {kind = .updateResult(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
     case welcome(Beryl_Ipc_V1_Welcome)
+    case peripherals(Beryl_Ipc_V1_PeripheralList)
+    case gatt(Beryl_Ipc_V1_AttResponse)
+    case rssi(Beryl_Ipc_V1_RSSIValue)
+    case maximumWriteLength(Beryl_Ipc_V1_MaximumWriteLength)
+    case serviceAdded(Beryl_Ipc_V1_ServicePublished)
+    case updateResult(Beryl_Ipc_V1_UpdateResult)
 
   }
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_ScanDiscovery: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  public var peripheral: Beryl_Ipc_V1_PeripheralInfo {
+    get {_peripheral ?? Beryl_Ipc_V1_PeripheralInfo()}
+    set {_peripheral = newValue}
+  }
+  /// Returns true if `peripheral` has been explicitly set.
+  public var hasPeripheral: Bool {self._peripheral != nil}
+  /// Clears the value of `peripheral`. Subsequent reads from it will return its default value.
+  public mutating func clearPeripheral() {self._peripheral = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _peripheral: Beryl_Ipc_V1_PeripheralInfo? = nil
+}
+
+public nonisolated struct Beryl_Ipc_V1_PeripheralConnected: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  public var peripheral: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_PeripheralDisconnected: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  public var peripheral: String = String()
+
+  /// The HCI reason (0x13 remote user, 0x08 supervision timeout, 0x16 local...).
+  public var reason: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_PeripheralNotification: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var peripheral: String = String()
+
+  public var handle: UInt32 = 0
+
+  public var value: Data = Data()
+
+  public var indication: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_PeripheralServicesChanged: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var peripheral: String = String()
+
+  public var change: Beryl_Ipc_V1_GattServiceChanged {
+    get {_change ?? Beryl_Ipc_V1_GattServiceChanged()}
+    set {_change = newValue}
+  }
+  /// Returns true if `change` has been explicitly set.
+  public var hasChange: Bool {self._change != nil}
+  /// Clears the value of `change`. Subsequent reads from it will return its default value.
+  public mutating func clearChange() {self._change = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _change: Beryl_Ipc_V1_GattServiceChanged? = nil
+}
+
+public nonisolated struct Beryl_Ipc_V1_PeripheralReadyToWrite: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var peripheral: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_CentralRead: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  public var id: UInt64 = 0
+
+  public var central: String = String()
+
+  public var handle: UInt32 = 0
+
+  public var offset: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_CentralWrite: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  public var id: UInt64 = 0
+
+  public var central: String = String()
+
+  public var writes: [Beryl_Ipc_V1_AttWrite] = []
+
+  public var withResponse: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_CentralSubscription: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  public var central: String = String()
+
+  public var valueHandle: UInt32 = 0
+
+  public var notify: Bool = false
+
+  public var indicate: Bool = false
+
+  public var maximumUpdateLength: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_AdvertisingStarted: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  /// Empty on success.
+  public var error: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 }
@@ -117,10 +877,109 @@ public nonisolated struct Beryl_Ipc_V1_ManagerEvent: Sendable {
     set {kind = .stateChanged(newValue)}
   }
 
+  public var discovered: Beryl_Ipc_V1_ScanDiscovery {
+    get {
+      if case .discovered(let v)? = kind {return v}
+      return Beryl_Ipc_V1_ScanDiscovery()
+    }
+    set {kind = .discovered(newValue)}
+  }
+
+  public var connected: Beryl_Ipc_V1_PeripheralConnected {
+    get {
+      if case .connected(let v)? = kind {return v}
+      return Beryl_Ipc_V1_PeripheralConnected()
+    }
+    set {kind = .connected(newValue)}
+  }
+
+  public var disconnected: Beryl_Ipc_V1_PeripheralDisconnected {
+    get {
+      if case .disconnected(let v)? = kind {return v}
+      return Beryl_Ipc_V1_PeripheralDisconnected()
+    }
+    set {kind = .disconnected(newValue)}
+  }
+
+  public var notification: Beryl_Ipc_V1_PeripheralNotification {
+    get {
+      if case .notification(let v)? = kind {return v}
+      return Beryl_Ipc_V1_PeripheralNotification()
+    }
+    set {kind = .notification(newValue)}
+  }
+
+  public var servicesChanged: Beryl_Ipc_V1_PeripheralServicesChanged {
+    get {
+      if case .servicesChanged(let v)? = kind {return v}
+      return Beryl_Ipc_V1_PeripheralServicesChanged()
+    }
+    set {kind = .servicesChanged(newValue)}
+  }
+
+  public var readyToWrite: Beryl_Ipc_V1_PeripheralReadyToWrite {
+    get {
+      if case .readyToWrite(let v)? = kind {return v}
+      return Beryl_Ipc_V1_PeripheralReadyToWrite()
+    }
+    set {kind = .readyToWrite(newValue)}
+  }
+
+  public var readRequest: Beryl_Ipc_V1_CentralRead {
+    get {
+      if case .readRequest(let v)? = kind {return v}
+      return Beryl_Ipc_V1_CentralRead()
+    }
+    set {kind = .readRequest(newValue)}
+  }
+
+  public var writeRequest: Beryl_Ipc_V1_CentralWrite {
+    get {
+      if case .writeRequest(let v)? = kind {return v}
+      return Beryl_Ipc_V1_CentralWrite()
+    }
+    set {kind = .writeRequest(newValue)}
+  }
+
+  public var subscription: Beryl_Ipc_V1_CentralSubscription {
+    get {
+      if case .subscription(let v)? = kind {return v}
+      return Beryl_Ipc_V1_CentralSubscription()
+    }
+    set {kind = .subscription(newValue)}
+  }
+
+  public var readyToUpdate: Beryl_Ipc_V1_ReadyToUpdate {
+    get {
+      if case .readyToUpdate(let v)? = kind {return v}
+      return Beryl_Ipc_V1_ReadyToUpdate()
+    }
+    set {kind = .readyToUpdate(newValue)}
+  }
+
+  public var advertisingStarted: Beryl_Ipc_V1_AdvertisingStarted {
+    get {
+      if case .advertisingStarted(let v)? = kind {return v}
+      return Beryl_Ipc_V1_AdvertisingStarted()
+    }
+    set {kind = .advertisingStarted(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
     case stateChanged(Beryl_Ipc_V1_ControllerState)
+    case discovered(Beryl_Ipc_V1_ScanDiscovery)
+    case connected(Beryl_Ipc_V1_PeripheralConnected)
+    case disconnected(Beryl_Ipc_V1_PeripheralDisconnected)
+    case notification(Beryl_Ipc_V1_PeripheralNotification)
+    case servicesChanged(Beryl_Ipc_V1_PeripheralServicesChanged)
+    case readyToWrite(Beryl_Ipc_V1_PeripheralReadyToWrite)
+    case readRequest(Beryl_Ipc_V1_CentralRead)
+    case writeRequest(Beryl_Ipc_V1_CentralWrite)
+    case subscription(Beryl_Ipc_V1_CentralSubscription)
+    case readyToUpdate(Beryl_Ipc_V1_ReadyToUpdate)
+    case advertisingStarted(Beryl_Ipc_V1_AdvertisingStarted)
 
   }
 
@@ -163,7 +1022,7 @@ nonisolated extension Beryl_Ipc_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._
 
 nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Welcome"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}session_id\0\u{3}peer_pid\0\u{3}peer_uid\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}session_id\0\u{3}peer_pid\0\u{3}peer_uid\0\u{1}state\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -174,6 +1033,7 @@ nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf
       case 1: try { try decoder.decodeSingularUInt64Field(value: &self.sessionID) }()
       case 2: try { try decoder.decodeSingularInt32Field(value: &self.peerPid) }()
       case 3: try { try decoder.decodeSingularUInt32Field(value: &self.peerUid) }()
+      case 4: try { try decoder.decodeSingularEnumField(value: &self.state) }()
       default: break
       }
     }
@@ -189,6 +1049,9 @@ nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf
     if self.peerUid != 0 {
       try visitor.visitSingularUInt32Field(value: self.peerUid, fieldNumber: 3)
     }
+    if self.state != .unknown {
+      try visitor.visitSingularEnumField(value: self.state, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -196,6 +1059,849 @@ nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf
     if lhs.sessionID != rhs.sessionID {return false}
     if lhs.peerPid != rhs.peerPid {return false}
     if lhs.peerUid != rhs.peerUid {return false}
+    if lhs.state != rhs.state {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_AdvertisementInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AdvertisementInfo"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}local_name\0\u{3}service_uuids\0\u{3}overflow_service_uuids\0\u{3}solicited_service_uuids\0\u{3}service_data\0\u{3}manufacturer_data\0\u{3}tx_power_known\0\u{3}tx_power_level\0\u{1}connectable\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.localName) }()
+      case 2: try { try decoder.decodeRepeatedStringField(value: &self.serviceUuids) }()
+      case 3: try { try decoder.decodeRepeatedStringField(value: &self.overflowServiceUuids) }()
+      case 4: try { try decoder.decodeRepeatedStringField(value: &self.solicitedServiceUuids) }()
+      case 5: try { try decoder.decodeMapField(fieldType: SwiftProtobuf._ProtobufMap<SwiftProtobuf.ProtobufString,SwiftProtobuf.ProtobufBytes>.self, value: &self.serviceData) }()
+      case 6: try { try decoder.decodeSingularBytesField(value: &self.manufacturerData) }()
+      case 7: try { try decoder.decodeSingularBoolField(value: &self.txPowerKnown) }()
+      case 8: try { try decoder.decodeSingularSInt32Field(value: &self.txPowerLevel) }()
+      case 9: try { try decoder.decodeSingularBoolField(value: &self.connectable) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.localName.isEmpty {
+      try visitor.visitSingularStringField(value: self.localName, fieldNumber: 1)
+    }
+    if !self.serviceUuids.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.serviceUuids, fieldNumber: 2)
+    }
+    if !self.overflowServiceUuids.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.overflowServiceUuids, fieldNumber: 3)
+    }
+    if !self.solicitedServiceUuids.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.solicitedServiceUuids, fieldNumber: 4)
+    }
+    if !self.serviceData.isEmpty {
+      try visitor.visitMapField(fieldType: SwiftProtobuf._ProtobufMap<SwiftProtobuf.ProtobufString,SwiftProtobuf.ProtobufBytes>.self, value: self.serviceData, fieldNumber: 5)
+    }
+    if !self.manufacturerData.isEmpty {
+      try visitor.visitSingularBytesField(value: self.manufacturerData, fieldNumber: 6)
+    }
+    if self.txPowerKnown != false {
+      try visitor.visitSingularBoolField(value: self.txPowerKnown, fieldNumber: 7)
+    }
+    if self.txPowerLevel != 0 {
+      try visitor.visitSingularSInt32Field(value: self.txPowerLevel, fieldNumber: 8)
+    }
+    if self.connectable != false {
+      try visitor.visitSingularBoolField(value: self.connectable, fieldNumber: 9)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_AdvertisementInfo, rhs: Beryl_Ipc_V1_AdvertisementInfo) -> Bool {
+    if lhs.localName != rhs.localName {return false}
+    if lhs.serviceUuids != rhs.serviceUuids {return false}
+    if lhs.overflowServiceUuids != rhs.overflowServiceUuids {return false}
+    if lhs.solicitedServiceUuids != rhs.solicitedServiceUuids {return false}
+    if lhs.serviceData != rhs.serviceData {return false}
+    if lhs.manufacturerData != rhs.manufacturerData {return false}
+    if lhs.txPowerKnown != rhs.txPowerKnown {return false}
+    if lhs.txPowerLevel != rhs.txPowerLevel {return false}
+    if lhs.connectable != rhs.connectable {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PeripheralInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PeripheralInfo"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}identifier\0\u{1}address\0\u{1}name\0\u{1}rssi\0\u{1}advertisement\0\u{1}connected\0\u{3}last_seen\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.identifier) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.address) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.name) }()
+      case 4: try { try decoder.decodeSingularSInt32Field(value: &self.rssi) }()
+      case 5: try { try decoder.decodeSingularMessageField(value: &self._advertisement) }()
+      case 6: try { try decoder.decodeSingularBoolField(value: &self.connected) }()
+      case 7: try { try decoder.decodeSingularDoubleField(value: &self.lastSeen) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if !self.identifier.isEmpty {
+      try visitor.visitSingularStringField(value: self.identifier, fieldNumber: 1)
+    }
+    if !self.address.isEmpty {
+      try visitor.visitSingularStringField(value: self.address, fieldNumber: 2)
+    }
+    if !self.name.isEmpty {
+      try visitor.visitSingularStringField(value: self.name, fieldNumber: 3)
+    }
+    if self.rssi != 0 {
+      try visitor.visitSingularSInt32Field(value: self.rssi, fieldNumber: 4)
+    }
+    try { if let v = self._advertisement {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    } }()
+    if self.connected != false {
+      try visitor.visitSingularBoolField(value: self.connected, fieldNumber: 6)
+    }
+    if self.lastSeen.bitPattern != 0 {
+      try visitor.visitSingularDoubleField(value: self.lastSeen, fieldNumber: 7)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PeripheralInfo, rhs: Beryl_Ipc_V1_PeripheralInfo) -> Bool {
+    if lhs.identifier != rhs.identifier {return false}
+    if lhs.address != rhs.address {return false}
+    if lhs.name != rhs.name {return false}
+    if lhs.rssi != rhs.rssi {return false}
+    if lhs._advertisement != rhs._advertisement {return false}
+    if lhs.connected != rhs.connected {return false}
+    if lhs.lastSeen != rhs.lastSeen {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_StartScan: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".StartScan"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{3}service_uuids\0\u{3}allow_duplicates\0\u{3}solicited_service_uuids\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      case 2: try { try decoder.decodeRepeatedStringField(value: &self.serviceUuids) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.allowDuplicates) }()
+      case 4: try { try decoder.decodeRepeatedStringField(value: &self.solicitedServiceUuids) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    if !self.serviceUuids.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.serviceUuids, fieldNumber: 2)
+    }
+    if self.allowDuplicates != false {
+      try visitor.visitSingularBoolField(value: self.allowDuplicates, fieldNumber: 3)
+    }
+    if !self.solicitedServiceUuids.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.solicitedServiceUuids, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_StartScan, rhs: Beryl_Ipc_V1_StartScan) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs.serviceUuids != rhs.serviceUuids {return false}
+    if lhs.allowDuplicates != rhs.allowDuplicates {return false}
+    if lhs.solicitedServiceUuids != rhs.solicitedServiceUuids {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_StopScan: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".StopScan"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_StopScan, rhs: Beryl_Ipc_V1_StopScan) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_Connect: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Connect"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{1}peripheral\0\u{3}notify_on_connection\0\u{3}notify_on_disconnection\0\u{3}notify_on_notification\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.notifyOnConnection) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.notifyOnDisconnection) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.notifyOnNotification) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    if !self.peripheral.isEmpty {
+      try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 2)
+    }
+    if self.notifyOnConnection != false {
+      try visitor.visitSingularBoolField(value: self.notifyOnConnection, fieldNumber: 3)
+    }
+    if self.notifyOnDisconnection != false {
+      try visitor.visitSingularBoolField(value: self.notifyOnDisconnection, fieldNumber: 4)
+    }
+    if self.notifyOnNotification != false {
+      try visitor.visitSingularBoolField(value: self.notifyOnNotification, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_Connect, rhs: Beryl_Ipc_V1_Connect) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs.peripheral != rhs.peripheral {return false}
+    if lhs.notifyOnConnection != rhs.notifyOnConnection {return false}
+    if lhs.notifyOnDisconnection != rhs.notifyOnDisconnection {return false}
+    if lhs.notifyOnNotification != rhs.notifyOnNotification {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_CancelConnection: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".CancelConnection"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{1}peripheral\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    if !self.peripheral.isEmpty {
+      try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_CancelConnection, rhs: Beryl_Ipc_V1_CancelConnection) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs.peripheral != rhs.peripheral {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_RetrievePeripherals: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RetrievePeripherals"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}identifiers\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedStringField(value: &self.identifiers) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.identifiers.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.identifiers, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_RetrievePeripherals, rhs: Beryl_Ipc_V1_RetrievePeripherals) -> Bool {
+    if lhs.identifiers != rhs.identifiers {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_RetrieveConnectedPeripherals: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RetrieveConnectedPeripherals"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}service_uuids\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedStringField(value: &self.serviceUuids) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.serviceUuids.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.serviceUuids, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_RetrieveConnectedPeripherals, rhs: Beryl_Ipc_V1_RetrieveConnectedPeripherals) -> Bool {
+    if lhs.serviceUuids != rhs.serviceUuids {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PeripheralList: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PeripheralList"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peripherals\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.peripherals) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.peripherals.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.peripherals, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PeripheralList, rhs: Beryl_Ipc_V1_PeripheralList) -> Bool {
+    if lhs.peripherals != rhs.peripherals {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PeripheralGatt: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PeripheralGatt"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peripheral\0\u{1}request\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
+      case 2: try { try decoder.decodeSingularMessageField(value: &self._request) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if !self.peripheral.isEmpty {
+      try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 1)
+    }
+    try { if let v = self._request {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PeripheralGatt, rhs: Beryl_Ipc_V1_PeripheralGatt) -> Bool {
+    if lhs.peripheral != rhs.peripheral {return false}
+    if lhs._request != rhs._request {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_ReadRSSI: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ReadRSSI"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peripheral\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.peripheral.isEmpty {
+      try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_ReadRSSI, rhs: Beryl_Ipc_V1_ReadRSSI) -> Bool {
+    if lhs.peripheral != rhs.peripheral {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_RSSIValue: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RSSIValue"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}rssi\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularSInt32Field(value: &self.rssi) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.rssi != 0 {
+      try visitor.visitSingularSInt32Field(value: self.rssi, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_RSSIValue, rhs: Beryl_Ipc_V1_RSSIValue) -> Bool {
+    if lhs.rssi != rhs.rssi {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_GetMaximumWriteLength: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GetMaximumWriteLength"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peripheral\0\u{3}without_response\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.withoutResponse) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.peripheral.isEmpty {
+      try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 1)
+    }
+    if self.withoutResponse != false {
+      try visitor.visitSingularBoolField(value: self.withoutResponse, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GetMaximumWriteLength, rhs: Beryl_Ipc_V1_GetMaximumWriteLength) -> Bool {
+    if lhs.peripheral != rhs.peripheral {return false}
+    if lhs.withoutResponse != rhs.withoutResponse {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_MaximumWriteLength: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".MaximumWriteLength"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}length\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.length) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.length != 0 {
+      try visitor.visitSingularUInt32Field(value: self.length, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_MaximumWriteLength, rhs: Beryl_Ipc_V1_MaximumWriteLength) -> Bool {
+    if lhs.length != rhs.length {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_AddService: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AddService"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{1}service\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      case 2: try { try decoder.decodeSingularMessageField(value: &self._service) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    try { if let v = self._service {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_AddService, rhs: Beryl_Ipc_V1_AddService) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs._service != rhs._service {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_RemoveService: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RemoveService"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{3}start_handle\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.startHandle) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    if self.startHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.startHandle, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_RemoveService, rhs: Beryl_Ipc_V1_RemoveService) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs.startHandle != rhs.startHandle {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_RemoveAllServices: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RemoveAllServices"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_RemoveAllServices, rhs: Beryl_Ipc_V1_RemoveAllServices) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_StartAdvertising: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".StartAdvertising"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{3}local_name\0\u{3}service_uuids\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.localName) }()
+      case 3: try { try decoder.decodeRepeatedStringField(value: &self.serviceUuids) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    if !self.localName.isEmpty {
+      try visitor.visitSingularStringField(value: self.localName, fieldNumber: 2)
+    }
+    if !self.serviceUuids.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.serviceUuids, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_StartAdvertising, rhs: Beryl_Ipc_V1_StartAdvertising) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs.localName != rhs.localName {return false}
+    if lhs.serviceUuids != rhs.serviceUuids {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_StopAdvertising: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".StopAdvertising"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_StopAdvertising, rhs: Beryl_Ipc_V1_StopAdvertising) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_RespondToRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RespondToRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}value\0\u{1}error\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.id) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.value) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.error) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.id != 0 {
+      try visitor.visitSingularUInt64Field(value: self.id, fieldNumber: 1)
+    }
+    if !self.value.isEmpty {
+      try visitor.visitSingularBytesField(value: self.value, fieldNumber: 2)
+    }
+    if self.error != 0 {
+      try visitor.visitSingularUInt32Field(value: self.error, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_RespondToRequest, rhs: Beryl_Ipc_V1_RespondToRequest) -> Bool {
+    if lhs.id != rhs.id {return false}
+    if lhs.value != rhs.value {return false}
+    if lhs.error != rhs.error {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_UpdateValue: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".UpdateValue"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{3}value_handle\0\u{1}value\0\u{1}centrals\0\u{1}indicate\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.valueHandle) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.value) }()
+      case 4: try { try decoder.decodeRepeatedStringField(value: &self.centrals) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.indicate) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    if self.valueHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.valueHandle, fieldNumber: 2)
+    }
+    if !self.value.isEmpty {
+      try visitor.visitSingularBytesField(value: self.value, fieldNumber: 3)
+    }
+    if !self.centrals.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.centrals, fieldNumber: 4)
+    }
+    if self.indicate != false {
+      try visitor.visitSingularBoolField(value: self.indicate, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_UpdateValue, rhs: Beryl_Ipc_V1_UpdateValue) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs.valueHandle != rhs.valueHandle {return false}
+    if lhs.value != rhs.value {return false}
+    if lhs.centrals != rhs.centrals {return false}
+    if lhs.indicate != rhs.indicate {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_UpdateResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".UpdateResult"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}sent\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBoolField(value: &self.sent) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.sent != false {
+      try visitor.visitSingularBoolField(value: self.sent, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_UpdateResult, rhs: Beryl_Ipc_V1_UpdateResult) -> Bool {
+    if lhs.sent != rhs.sent {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -203,7 +1909,7 @@ nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf
 
 nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{1}gatt\0\u{3}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -224,6 +1930,214 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
           self.kind = .hello(v)
         }
       }()
+      case 2: try {
+        var v: Beryl_Ipc_V1_StartScan?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .startScan(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .startScan(v)
+        }
+      }()
+      case 3: try {
+        var v: Beryl_Ipc_V1_StopScan?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .stopScan(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .stopScan(v)
+        }
+      }()
+      case 4: try {
+        var v: Beryl_Ipc_V1_Connect?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .connect(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .connect(v)
+        }
+      }()
+      case 5: try {
+        var v: Beryl_Ipc_V1_CancelConnection?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .cancelConnection(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .cancelConnection(v)
+        }
+      }()
+      case 6: try {
+        var v: Beryl_Ipc_V1_RetrievePeripherals?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .retrievePeripherals(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .retrievePeripherals(v)
+        }
+      }()
+      case 7: try {
+        var v: Beryl_Ipc_V1_RetrieveConnectedPeripherals?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .retrieveConnected(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .retrieveConnected(v)
+        }
+      }()
+      case 8: try {
+        var v: Beryl_Ipc_V1_PeripheralGatt?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .gatt(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .gatt(v)
+        }
+      }()
+      case 9: try {
+        var v: Beryl_Ipc_V1_ReadRSSI?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .readRssi(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .readRssi(v)
+        }
+      }()
+      case 10: try {
+        var v: Beryl_Ipc_V1_GetMaximumWriteLength?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .maximumWriteLength(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .maximumWriteLength(v)
+        }
+      }()
+      case 11: try {
+        var v: Beryl_Ipc_V1_AddService?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .addService(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .addService(v)
+        }
+      }()
+      case 12: try {
+        var v: Beryl_Ipc_V1_RemoveService?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .removeService(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .removeService(v)
+        }
+      }()
+      case 13: try {
+        var v: Beryl_Ipc_V1_RemoveAllServices?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .removeAllServices(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .removeAllServices(v)
+        }
+      }()
+      case 14: try {
+        var v: Beryl_Ipc_V1_StartAdvertising?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .startAdvertising(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .startAdvertising(v)
+        }
+      }()
+      case 15: try {
+        var v: Beryl_Ipc_V1_StopAdvertising?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .stopAdvertising(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .stopAdvertising(v)
+        }
+      }()
+      case 16: try {
+        var v: Beryl_Ipc_V1_RespondToRequest?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .respond(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .respond(v)
+        }
+      }()
+      case 17: try {
+        var v: Beryl_Ipc_V1_UpdateValue?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .updateValue(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .updateValue(v)
+        }
+      }()
       default: break
       }
     }
@@ -234,9 +2148,77 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
     // allocates stack space for every if/case branch local when no optimizations
     // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
     // https://github.com/apple/swift-protobuf/issues/1182
-    try { if case .hello(let v)? = self.kind {
+    switch self.kind {
+    case .hello?: try {
+      guard case .hello(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
-    } }()
+    }()
+    case .startScan?: try {
+      guard case .startScan(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    }()
+    case .stopScan?: try {
+      guard case .stopScan(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    }()
+    case .connect?: try {
+      guard case .connect(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    }()
+    case .cancelConnection?: try {
+      guard case .cancelConnection(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    }()
+    case .retrievePeripherals?: try {
+      guard case .retrievePeripherals(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+    }()
+    case .retrieveConnected?: try {
+      guard case .retrieveConnected(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+    }()
+    case .gatt?: try {
+      guard case .gatt(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+    }()
+    case .readRssi?: try {
+      guard case .readRssi(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+    }()
+    case .maximumWriteLength?: try {
+      guard case .maximumWriteLength(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
+    }()
+    case .addService?: try {
+      guard case .addService(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
+    }()
+    case .removeService?: try {
+      guard case .removeService(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+    }()
+    case .removeAllServices?: try {
+      guard case .removeAllServices(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
+    }()
+    case .startAdvertising?: try {
+      guard case .startAdvertising(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 14)
+    }()
+    case .stopAdvertising?: try {
+      guard case .stopAdvertising(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
+    }()
+    case .respond?: try {
+      guard case .respond(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 16)
+    }()
+    case .updateValue?: try {
+      guard case .updateValue(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 17)
+    }()
+    case nil: break
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -249,7 +2231,7 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}welcome\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}welcome\0\u{1}peripherals\0\u{1}gatt\0\u{1}rssi\0\u{3}maximum_write_length\0\u{3}service_added\0\u{3}update_result\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -270,6 +2252,84 @@ nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, Swift
           self.kind = .welcome(v)
         }
       }()
+      case 2: try {
+        var v: Beryl_Ipc_V1_PeripheralList?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .peripherals(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .peripherals(v)
+        }
+      }()
+      case 3: try {
+        var v: Beryl_Ipc_V1_AttResponse?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .gatt(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .gatt(v)
+        }
+      }()
+      case 4: try {
+        var v: Beryl_Ipc_V1_RSSIValue?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .rssi(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .rssi(v)
+        }
+      }()
+      case 5: try {
+        var v: Beryl_Ipc_V1_MaximumWriteLength?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .maximumWriteLength(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .maximumWriteLength(v)
+        }
+      }()
+      case 6: try {
+        var v: Beryl_Ipc_V1_ServicePublished?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .serviceAdded(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .serviceAdded(v)
+        }
+      }()
+      case 7: try {
+        var v: Beryl_Ipc_V1_UpdateResult?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .updateResult(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .updateResult(v)
+        }
+      }()
       default: break
       }
     }
@@ -280,9 +2340,37 @@ nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, Swift
     // allocates stack space for every if/case branch local when no optimizations
     // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
     // https://github.com/apple/swift-protobuf/issues/1182
-    try { if case .welcome(let v)? = self.kind {
+    switch self.kind {
+    case .welcome?: try {
+      guard case .welcome(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
-    } }()
+    }()
+    case .peripherals?: try {
+      guard case .peripherals(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    }()
+    case .gatt?: try {
+      guard case .gatt(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    }()
+    case .rssi?: try {
+      guard case .rssi(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    }()
+    case .maximumWriteLength?: try {
+      guard case .maximumWriteLength(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    }()
+    case .serviceAdded?: try {
+      guard case .serviceAdded(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+    }()
+    case .updateResult?: try {
+      guard case .updateResult(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+    }()
+    case nil: break
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -293,9 +2381,427 @@ nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, Swift
   }
 }
 
+nonisolated extension Beryl_Ipc_V1_ScanDiscovery: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ScanDiscovery"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{1}peripheral\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      case 2: try { try decoder.decodeSingularMessageField(value: &self._peripheral) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    try { if let v = self._peripheral {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_ScanDiscovery, rhs: Beryl_Ipc_V1_ScanDiscovery) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs._peripheral != rhs._peripheral {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PeripheralConnected: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PeripheralConnected"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{1}peripheral\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    if !self.peripheral.isEmpty {
+      try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PeripheralConnected, rhs: Beryl_Ipc_V1_PeripheralConnected) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs.peripheral != rhs.peripheral {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PeripheralDisconnected: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PeripheralDisconnected"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{1}peripheral\0\u{1}reason\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.reason) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    if !self.peripheral.isEmpty {
+      try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 2)
+    }
+    if self.reason != 0 {
+      try visitor.visitSingularUInt32Field(value: self.reason, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PeripheralDisconnected, rhs: Beryl_Ipc_V1_PeripheralDisconnected) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs.peripheral != rhs.peripheral {return false}
+    if lhs.reason != rhs.reason {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PeripheralNotification: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PeripheralNotification"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peripheral\0\u{1}handle\0\u{1}value\0\u{1}indication\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.value) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.indication) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.peripheral.isEmpty {
+      try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 1)
+    }
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 2)
+    }
+    if !self.value.isEmpty {
+      try visitor.visitSingularBytesField(value: self.value, fieldNumber: 3)
+    }
+    if self.indication != false {
+      try visitor.visitSingularBoolField(value: self.indication, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PeripheralNotification, rhs: Beryl_Ipc_V1_PeripheralNotification) -> Bool {
+    if lhs.peripheral != rhs.peripheral {return false}
+    if lhs.handle != rhs.handle {return false}
+    if lhs.value != rhs.value {return false}
+    if lhs.indication != rhs.indication {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PeripheralServicesChanged: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PeripheralServicesChanged"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peripheral\0\u{1}change\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
+      case 2: try { try decoder.decodeSingularMessageField(value: &self._change) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if !self.peripheral.isEmpty {
+      try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 1)
+    }
+    try { if let v = self._change {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PeripheralServicesChanged, rhs: Beryl_Ipc_V1_PeripheralServicesChanged) -> Bool {
+    if lhs.peripheral != rhs.peripheral {return false}
+    if lhs._change != rhs._change {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PeripheralReadyToWrite: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PeripheralReadyToWrite"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peripheral\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.peripheral.isEmpty {
+      try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PeripheralReadyToWrite, rhs: Beryl_Ipc_V1_PeripheralReadyToWrite) -> Bool {
+    if lhs.peripheral != rhs.peripheral {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_CentralRead: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".CentralRead"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{1}id\0\u{1}central\0\u{1}handle\0\u{1}offset\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.id) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.central) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      case 5: try { try decoder.decodeSingularUInt32Field(value: &self.offset) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    if self.id != 0 {
+      try visitor.visitSingularUInt64Field(value: self.id, fieldNumber: 2)
+    }
+    if !self.central.isEmpty {
+      try visitor.visitSingularStringField(value: self.central, fieldNumber: 3)
+    }
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 4)
+    }
+    if self.offset != 0 {
+      try visitor.visitSingularUInt32Field(value: self.offset, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_CentralRead, rhs: Beryl_Ipc_V1_CentralRead) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs.id != rhs.id {return false}
+    if lhs.central != rhs.central {return false}
+    if lhs.handle != rhs.handle {return false}
+    if lhs.offset != rhs.offset {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_CentralWrite: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".CentralWrite"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{1}id\0\u{1}central\0\u{1}writes\0\u{3}with_response\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.id) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.central) }()
+      case 4: try { try decoder.decodeRepeatedMessageField(value: &self.writes) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.withResponse) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    if self.id != 0 {
+      try visitor.visitSingularUInt64Field(value: self.id, fieldNumber: 2)
+    }
+    if !self.central.isEmpty {
+      try visitor.visitSingularStringField(value: self.central, fieldNumber: 3)
+    }
+    if !self.writes.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.writes, fieldNumber: 4)
+    }
+    if self.withResponse != false {
+      try visitor.visitSingularBoolField(value: self.withResponse, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_CentralWrite, rhs: Beryl_Ipc_V1_CentralWrite) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs.id != rhs.id {return false}
+    if lhs.central != rhs.central {return false}
+    if lhs.writes != rhs.writes {return false}
+    if lhs.withResponse != rhs.withResponse {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_CentralSubscription: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".CentralSubscription"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{1}central\0\u{3}value_handle\0\u{1}notify\0\u{1}indicate\0\u{3}maximum_update_length\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.central) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.valueHandle) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.notify) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.indicate) }()
+      case 6: try { try decoder.decodeSingularUInt32Field(value: &self.maximumUpdateLength) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    if !self.central.isEmpty {
+      try visitor.visitSingularStringField(value: self.central, fieldNumber: 2)
+    }
+    if self.valueHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.valueHandle, fieldNumber: 3)
+    }
+    if self.notify != false {
+      try visitor.visitSingularBoolField(value: self.notify, fieldNumber: 4)
+    }
+    if self.indicate != false {
+      try visitor.visitSingularBoolField(value: self.indicate, fieldNumber: 5)
+    }
+    if self.maximumUpdateLength != 0 {
+      try visitor.visitSingularUInt32Field(value: self.maximumUpdateLength, fieldNumber: 6)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_CentralSubscription, rhs: Beryl_Ipc_V1_CentralSubscription) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs.central != rhs.central {return false}
+    if lhs.valueHandle != rhs.valueHandle {return false}
+    if lhs.notify != rhs.notify {return false}
+    if lhs.indicate != rhs.indicate {return false}
+    if lhs.maximumUpdateLength != rhs.maximumUpdateLength {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_AdvertisingStarted: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AdvertisingStarted"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{1}error\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.error) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    if !self.error.isEmpty {
+      try visitor.visitSingularStringField(value: self.error, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_AdvertisingStarted, rhs: Beryl_Ipc_V1_AdvertisingStarted) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs.error != rhs.error {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Beryl_Ipc_V1_ManagerEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}state_changed\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}state_changed\0\u{1}discovered\0\u{1}connected\0\u{1}disconnected\0\u{1}notification\0\u{3}services_changed\0\u{3}ready_to_write\0\u{3}read_request\0\u{3}write_request\0\u{1}subscription\0\u{3}ready_to_update\0\u{3}advertising_started\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -311,6 +2817,149 @@ nonisolated extension Beryl_Ipc_V1_ManagerEvent: SwiftProtobuf.Message, SwiftPro
           self.kind = .stateChanged(v)
         }
       }()
+      case 2: try {
+        var v: Beryl_Ipc_V1_ScanDiscovery?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .discovered(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .discovered(v)
+        }
+      }()
+      case 3: try {
+        var v: Beryl_Ipc_V1_PeripheralConnected?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .connected(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .connected(v)
+        }
+      }()
+      case 4: try {
+        var v: Beryl_Ipc_V1_PeripheralDisconnected?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .disconnected(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .disconnected(v)
+        }
+      }()
+      case 5: try {
+        var v: Beryl_Ipc_V1_PeripheralNotification?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .notification(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .notification(v)
+        }
+      }()
+      case 6: try {
+        var v: Beryl_Ipc_V1_PeripheralServicesChanged?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .servicesChanged(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .servicesChanged(v)
+        }
+      }()
+      case 7: try {
+        var v: Beryl_Ipc_V1_PeripheralReadyToWrite?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .readyToWrite(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .readyToWrite(v)
+        }
+      }()
+      case 8: try {
+        var v: Beryl_Ipc_V1_CentralRead?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .readRequest(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .readRequest(v)
+        }
+      }()
+      case 9: try {
+        var v: Beryl_Ipc_V1_CentralWrite?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .writeRequest(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .writeRequest(v)
+        }
+      }()
+      case 10: try {
+        var v: Beryl_Ipc_V1_CentralSubscription?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .subscription(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .subscription(v)
+        }
+      }()
+      case 11: try {
+        var v: Beryl_Ipc_V1_ReadyToUpdate?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .readyToUpdate(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .readyToUpdate(v)
+        }
+      }()
+      case 12: try {
+        var v: Beryl_Ipc_V1_AdvertisingStarted?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .advertisingStarted(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .advertisingStarted(v)
+        }
+      }()
       default: break
       }
     }
@@ -321,9 +2970,57 @@ nonisolated extension Beryl_Ipc_V1_ManagerEvent: SwiftProtobuf.Message, SwiftPro
     // allocates stack space for every if/case branch local when no optimizations
     // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
     // https://github.com/apple/swift-protobuf/issues/1182
-    try { if case .stateChanged(let v)? = self.kind {
+    switch self.kind {
+    case .stateChanged?: try {
+      guard case .stateChanged(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularEnumField(value: v, fieldNumber: 1)
-    } }()
+    }()
+    case .discovered?: try {
+      guard case .discovered(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    }()
+    case .connected?: try {
+      guard case .connected(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    }()
+    case .disconnected?: try {
+      guard case .disconnected(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    }()
+    case .notification?: try {
+      guard case .notification(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    }()
+    case .servicesChanged?: try {
+      guard case .servicesChanged(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+    }()
+    case .readyToWrite?: try {
+      guard case .readyToWrite(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+    }()
+    case .readRequest?: try {
+      guard case .readRequest(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+    }()
+    case .writeRequest?: try {
+      guard case .writeRequest(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+    }()
+    case .subscription?: try {
+      guard case .subscription(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
+    }()
+    case .readyToUpdate?: try {
+      guard case .readyToUpdate(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
+    }()
+    case .advertisingStarted?: try {
+      guard case .advertisingStarted(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+    }()
+    case nil: break
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 

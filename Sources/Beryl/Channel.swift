@@ -1,0 +1,172 @@
+import BerylIPC
+import Dispatch
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Errors a Beryl app sees: Core Bluetooth's kinds, with the ATT error code when a peer refused.
+public enum BerylError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The stack is not running (no managerd socket), or went away.
+    case unavailable(String)
+    /// Core Bluetooth's API misuse: the manager is not powered on.
+    case notPoweredOn
+    case notConnected
+    case unknownPeripheral
+    case att(code: UInt8, message: String)
+    case invalidArgument(String)
+    case failed(String)
+
+    public var description: String {
+        switch self {
+        case .unavailable(let why): "the Bluetooth stack is unavailable: \(why)"
+        case .notPoweredOn: "the manager is not powered on"
+        case .notConnected: "the peripheral is not connected"
+        case .unknownPeripheral: "unknown peripheral"
+        case .att(let code, let message): "ATT error 0x\(String(code, radix: 16)): \(message)"
+        case .invalidArgument(let why): "invalid argument: \(why)"
+        case .failed(let why): why
+        }
+    }
+
+    init(remote code: IPCErrorCode, message: String, field: String) {
+        switch code {
+        case .notReady where message.contains("not powered on"): self = .notPoweredOn
+        case .notFound where field == "peripheral": self = message.contains("not connected") ? .notConnected : .unknownPeripheral
+        case .invalidArgument where field == "att_error":
+            // attd's "ATT error 0x5 (insufficientAuthentication)".
+            let hex = message.split(separator: " ").dropFirst(2).first.flatMap { UInt8($0.replacingOccurrences(of: "0x", with: ""), radix: 16) }
+            self = .att(code: hex ?? 0x0E, message: message)
+        case .invalidArgument: self = .invalidArgument(message)
+        default: self = .failed("\(code): \(message)")
+        }
+    }
+}
+
+/// One session with managerd: a socket, a reader thread, and a serial queue on which every response and event is
+/// handled in order. Requests may be sent from any thread.
+final class Channel: Sendable {
+    typealias Completion = @Sendable (Result<Response, BerylError>) -> Void
+
+    let queue: DispatchQueue
+    private let fd: Int32
+    private struct State {
+        var nextID: UInt64 = 1
+        var pending: [UInt64: Completion] = [:]
+        var closed = false
+    }
+    private let state = Mutex(State())
+    private let onEvent: @Sendable (Event) -> Void
+    private let onClose: @Sendable (String) -> Void
+
+    /// `$BERYL_RUNTIME_DIR/managerd.sock`, else /run/beryl/managerd.sock.
+    static var defaultSocketPath: String {
+        (ProcessInfo.processInfo.environment["BERYL_RUNTIME_DIR"] ?? "/run/beryl") + "/managerd.sock"
+    }
+
+    init(path: String, label: String, onEvent: @escaping @Sendable (Event) -> Void, onClose: @escaping @Sendable (String) -> Void) throws(BerylError) {
+        do {
+            fd = try SeqPacketSocket.connect(path: path)
+        } catch {
+            throw .unavailable("\(path): \(error)")
+        }
+        queue = DispatchQueue(label: "beryl.\(label)")
+        self.onEvent = onEvent
+        self.onClose = onClose
+        let reader = Thread { [self] in self.readLoop() }
+        reader.name = "beryl.\(label).reader"
+        reader.start()
+    }
+
+    deinit { Glibc.close(fd) }
+
+    func close() {
+        let wasOpen = state.withLock { state in
+            defer { state.closed = true }
+            return !state.closed
+        }
+        if wasOpen { shutdown(fd, Int32(SHUT_RDWR)) }
+    }
+
+    func request(_ request: Request, completion: @escaping Completion = { _ in }) {
+        let id: UInt64? = state.withLock { state in
+            guard !state.closed else { return nil }
+            let id = state.nextID
+            state.nextID += 1
+            state.pending[id] = completion
+            return id
+        }
+        guard let id else { return queue.async { completion(.failure(.unavailable("the session is closed"))) } }
+        var envelope = Envelope()
+        envelope.requestID = id
+        envelope.request = request
+        guard let bytes = try? envelope.serializedBytes() as [UInt8], case .sent = SeqPacketSocket.send(fd, bytes) else {
+            let failed = state.withLock { $0.pending.removeValue(forKey: id) }
+            queue.async { failed?(.failure(.unavailable("managerd did not take the request"))) }
+            return
+        }
+    }
+
+    /// A request answered on the calling thread (Core Bluetooth's synchronous retrieve calls). Never call it on `queue`.
+    func call(_ request: Request, timeout: Duration = .seconds(10)) -> Result<Response, BerylError> {
+        let box = Mutex<Result<Response, BerylError>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        self.request(request) { result in
+            box.withLock { $0 = result }
+            done.signal()
+        }
+        let seconds = Double(timeout.components.seconds)
+        guard done.wait(timeout: .now() + seconds) == .success else { return .failure(.failed("managerd did not answer in time")) }
+        return box.withLock { $0 } ?? .failure(.failed("no answer"))
+    }
+
+    private func readLoop() {
+        var buffer: [UInt8] = []
+        while true {
+            switch SeqPacketSocket.receive(fd, cap: IPCLimits.standard.maxMessageBytes, buffer: &buffer) {
+            case .message(let bytes):
+                guard let envelope = try? Envelope(serializedBytes: bytes) else { continue }
+                dispatch(envelope)
+            case .wouldBlock:
+                var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                _ = poll(&descriptor, 1, -1)
+            case .tooLarge:
+                continue
+            case .closed:
+                finish("managerd closed the session")
+                return
+            }
+        }
+    }
+
+    private func dispatch(_ envelope: Envelope) {
+        switch envelope.body {
+        case .response(let response)?:
+            guard let completion = state.withLock({ $0.pending.removeValue(forKey: envelope.requestID) }) else { return }
+            queue.async {
+                if case .error(let error)? = response.kind {
+                    completion(.failure(BerylError(remote: error.code, message: error.message, field: error.field)))
+                } else {
+                    completion(.success(response))
+                }
+            }
+        case .event(let event)?:
+            queue.async { self.onEvent(event) }
+        default:
+            break
+        }
+    }
+
+    private func finish(_ reason: String) {
+        let pending = state.withLock { state -> [Completion] in
+            state.closed = true
+            defer { state.pending.removeAll() }
+            return Array(state.pending.values)
+        }
+        queue.async {
+            for completion in pending { completion(.failure(.unavailable(reason))) }
+            self.onClose(reason)
+        }
+    }
+}

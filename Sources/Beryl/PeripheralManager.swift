@@ -1,0 +1,330 @@
+import BerylIPC
+import Dispatch
+import Foundation
+import Synchronization
+
+/// Core Bluetooth's CBPeripheralManagerDelegate.
+public protocol PeripheralManagerDelegate: AnyObject, Sendable {
+    func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager)
+    func peripheralManager(_ peripheral: PeripheralManager, didAdd service: MutableService, error: BerylError?)
+    func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: BerylError?)
+    func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest)
+    func peripheralManager(_ peripheral: PeripheralManager, didReceiveWrite requests: [ATTRequest])
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: MutableCharacteristic)
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: MutableCharacteristic)
+    func peripheralManagerIsReady(toUpdateSubscribers peripheral: PeripheralManager)
+}
+
+public extension PeripheralManagerDelegate {
+    func peripheralManager(_ peripheral: PeripheralManager, didAdd service: MutableService, error: BerylError?) {}
+    func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: BerylError?) {}
+    func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest) {}
+    func peripheralManager(_ peripheral: PeripheralManager, didReceiveWrite requests: [ATTRequest]) {}
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: MutableCharacteristic) {}
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: MutableCharacteristic) {}
+    func peripheralManagerIsReady(toUpdateSubscribers peripheral: PeripheralManager) {}
+}
+
+/// A remote central, by the identifier the stack keeps for it.
+public struct Central: Sendable, Hashable {
+    public let identifier: UUID
+    /// The most one notification to it carries (ATT_MTU - 3).
+    public let maximumUpdateValueLength: Int
+}
+
+public final class MutableCharacteristic: Sendable {
+    public let uuid: BluetoothUUID
+    public let properties: CharacteristicProperties
+    public let permissions: AttributePermissions
+    /// A value given at creation is cached (served by the stack, read-only); nil makes it dynamic (reads and writes come to the app).
+    public let value: Data?
+    private let state = Mutex<(handle: UInt32, subscribed: [Central])>((0, []))
+
+    public init(type uuid: BluetoothUUID, properties: CharacteristicProperties, value: Data?, permissions: AttributePermissions) {
+        self.uuid = uuid
+        self.properties = properties
+        self.value = value
+        self.permissions = permissions
+    }
+
+    public var subscribedCentrals: [Central]? { state.withLock { $0.subscribed } }
+    var valueHandle: UInt32 { state.withLock { $0.handle } }
+    func setHandle(_ handle: UInt32) { state.withLock { $0.handle = handle } }
+    func subscription(_ central: Central, on: Bool) {
+        state.withLock { state in
+            state.subscribed.removeAll { $0.identifier == central.identifier }
+            if on { state.subscribed.append(central) }
+        }
+    }
+}
+
+public final class MutableService: Sendable {
+    public let uuid: BluetoothUUID
+    public let isPrimary: Bool
+    private let state = Mutex<(characteristics: [MutableCharacteristic], start: UInt32)>(([], 0))
+
+    public init(type uuid: BluetoothUUID, primary: Bool) {
+        self.uuid = uuid
+        isPrimary = primary
+    }
+
+    public var characteristics: [MutableCharacteristic]? {
+        get { state.withLock { $0.characteristics } }
+        set { state.withLock { $0.characteristics = newValue ?? [] } }
+    }
+    var startHandle: UInt32 { state.withLock { $0.start } }
+    func setStart(_ start: UInt32) { state.withLock { $0.start = start } }
+}
+
+/// A read or write from a remote central, answered once with `respond(to:withResult:)`.
+public final class ATTRequest: Sendable {
+    public let central: Central
+    public let characteristic: MutableCharacteristic
+    public let offset: Int
+    let id: UInt64
+    private let stored: Mutex<Data?>
+
+    init(central: Central, characteristic: MutableCharacteristic, offset: Int, value: Data?, id: UInt64) {
+        self.central = central
+        self.characteristic = characteristic
+        self.offset = offset
+        self.id = id
+        stored = Mutex(value)
+    }
+
+    /// For a write: what the central wrote. For a read: what the app sets before responding.
+    public var value: Data? {
+        get { stored.withLock { $0 } }
+        set { stored.withLock { $0 = newValue } }
+    }
+}
+
+public struct AdvertisingOptions: Sendable {
+    public var localName: String?
+    public var serviceUUIDs: [BluetoothUUID]
+    public init(localName: String? = nil, serviceUUIDs: [BluetoothUUID] = []) {
+        self.localName = localName
+        self.serviceUUIDs = serviceUUIDs
+    }
+}
+
+/// Core Bluetooth's CBPeripheralManager: publishes services and advertises through managerd.
+public final class PeripheralManager: Sendable {
+    let channel: Channel
+    let delegateQueue: DispatchQueue
+    let managerID: UInt32 = 1
+    private struct State {
+        var state: ManagerState = .unknown
+        var isAdvertising = false
+        var delegate = WeakBox<AnyObject & Sendable>()
+        var services: [MutableService] = []
+    }
+    private let shared = Mutex(State())
+
+    public init(delegate: PeripheralManagerDelegate?, queue: DispatchQueue? = nil, appID: String = "", socketPath: String? = nil) throws(BerylError) {
+        delegateQueue = queue ?? .main
+        let events = Mutex<(@Sendable (Event) -> Void)?>(nil)
+        channel = try Channel(path: socketPath ?? Channel.defaultSocketPath, label: "peripheral",
+                              onEvent: { event in events.withLock { $0 }?(event) },
+                              onClose: { _ in events.withLock { $0 }?(Event()) })
+        shared.withLock { $0.delegate.value = delegate }
+        events.withLock { $0 = { [weak self] event in self?.handle(event) } }
+        channel.request(.manager { $0.hello.appID = appID }) { [weak self] result in
+            guard let self else { return }
+            switch result {
+            case .success(let response): self.update(ManagerState(response.manager.welcome.state))
+            case .failure: self.update(.unsupported)
+            }
+        }
+    }
+
+    deinit { channel.close() }
+
+    public var delegate: PeripheralManagerDelegate? {
+        get { shared.withLock { $0.delegate.value } as? PeripheralManagerDelegate }
+        set { shared.withLock { $0.delegate.value = newValue } }
+    }
+    public var state: ManagerState { shared.withLock { $0.state } }
+    public var isAdvertising: Bool { shared.withLock { $0.isAdvertising } }
+
+    private func notify(_ body: @escaping @Sendable (PeripheralManagerDelegate) -> Void) {
+        guard let delegate else { return }
+        delegateQueue.async { body(delegate) }
+    }
+
+    private func update(_ newState: ManagerState) {
+        let changed = shared.withLock { state in
+            defer { state.state = newState }
+            return state.state != newState
+        }
+        if changed { notify { $0.peripheralManagerDidUpdateState(self) } }
+    }
+
+    // MARK: Services
+
+    public func add(_ service: MutableService) {
+        let characteristics = service.characteristics ?? []
+        channel.request(.manager {
+            $0.addService = .with {
+                $0.manager = managerID
+                $0.service = .with {
+                    $0.uuid = service.uuid.description
+                    $0.primary = service.isPrimary
+                    $0.characteristics = characteristics.map { characteristic in
+                        .with {
+                            $0.uuid = characteristic.uuid.description
+                            $0.properties = UInt32(characteristic.properties.rawValue)
+                            $0.permissions = UInt32(characteristic.permissions.rawValue)
+                            $0.cached = characteristic.value != nil
+                            $0.value = characteristic.value ?? Data()
+                        }
+                    }
+                }
+            }
+        }) { [self] result in
+            switch result {
+            case .success(let response):
+                let published = response.manager.serviceAdded
+                service.setStart(published.startHandle)
+                for (characteristic, handle) in zip(characteristics, published.valueHandles) { characteristic.setHandle(handle) }
+                shared.withLock { $0.services.append(service) }
+                notify { $0.peripheralManager(self, didAdd: service, error: nil) }
+            case .failure(let error):
+                notify { $0.peripheralManager(self, didAdd: service, error: error) }
+            }
+        }
+    }
+
+    public func add(_ service: MutableService) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            let waiter = AddWaiter(service: service, continuation: continuation)
+            addWaiters.withLock { $0.append(waiter) }
+            add(service)
+        }
+    }
+
+    private struct AddWaiter: Sendable {
+        let service: MutableService
+        let continuation: CheckedContinuation<Void, any Error>
+    }
+    private let addWaiters = Mutex<[AddWaiter]>([])
+
+    public func remove(_ service: MutableService) {
+        shared.withLock { $0.services.removeAll { $0 === service } }
+        channel.request(.manager { $0.removeService = .with { $0.manager = managerID; $0.startHandle = service.startHandle } })
+    }
+
+    public func removeAllServices() {
+        shared.withLock { $0.services.removeAll() }
+        channel.request(.manager { $0.removeAllServices.manager = managerID })
+    }
+
+    // MARK: Advertising
+
+    public func startAdvertising(_ options: AdvertisingOptions) {
+        shared.withLock { $0.isAdvertising = true }
+        channel.request(.manager {
+            $0.startAdvertising = .with {
+                $0.manager = managerID
+                $0.localName = options.localName ?? ""
+                $0.serviceUuids = options.serviceUUIDs.map(\.description)
+            }
+        }) { [self] result in
+            if case .failure(let error) = result {
+                shared.withLock { $0.isAdvertising = false }
+                notify { $0.peripheralManagerDidStartAdvertising(self, error: error) }
+            }
+        }
+    }
+
+    public func stopAdvertising() {
+        shared.withLock { $0.isAdvertising = false }
+        channel.request(.manager { $0.stopAdvertising.manager = managerID })
+    }
+
+    // MARK: Requests and updates
+
+    /// Answers a read or (the first of) a batch of writes; once per request.
+    public func respond(to request: ATTRequest, withResult result: ATTError) {
+        channel.request(.manager {
+            $0.respond = .with {
+                $0.id = request.id
+                $0.error = UInt32(result.rawValue)
+                if result == .success, let value = request.value { $0.value = value }
+            }
+        })
+    }
+
+    /// Sends a value to subscribed centrals; false when the transmit queue is full (peripheralManagerIsReady follows).
+    /// Blocks until managerd answers, as Core Bluetooth's does; do not call it on the delegate queue if that is managerd's.
+    @discardableResult
+    public func updateValue(_ value: Data, for characteristic: MutableCharacteristic, onSubscribedCentrals centrals: [Central]?) -> Bool {
+        let result = channel.call(.manager {
+            $0.updateValue = .with {
+                $0.manager = managerID
+                $0.valueHandle = characteristic.valueHandle
+                $0.value = value
+                $0.centrals = (centrals ?? []).map(\.identifier.uuidString)
+                $0.indicate = !characteristic.properties.contains(.notify) && characteristic.properties.contains(.indicate)
+            }
+        })
+        guard case .success(let response) = result else { return false }
+        return response.manager.updateResult.sent
+    }
+
+    private func characteristic(at handle: UInt32) -> MutableCharacteristic? {
+        shared.withLock { $0.services }.lazy.flatMap { $0.characteristics ?? [] }.first { $0.valueHandle == handle }
+    }
+
+    private func handle(_ event: Event) {
+        guard case .manager(let managed)? = event.kind else {
+            if event.kind == nil { update(.unknown) }
+            return
+        }
+        switch managed.kind {
+        case .stateChanged(let newState)?:
+            update(ManagerState(newState))
+        case .advertisingStarted(let started)?:
+            let error: BerylError? = started.error.isEmpty ? nil : .failed(started.error)
+            if error != nil { shared.withLock { $0.isAdvertising = false } }
+            notify { $0.peripheralManagerDidStartAdvertising(self, error: error) }
+        case .readRequest(let read)?:
+            guard let characteristic = characteristic(at: read.handle) else { return }
+            let request = ATTRequest(central: central(read.central, 20), characteristic: characteristic, offset: Int(read.offset), value: nil, id: read.id)
+            notify { $0.peripheralManager(self, didReceiveRead: request) }
+        case .writeRequest(let write)?:
+            let requests = write.writes.compactMap { part -> ATTRequest? in
+                guard let characteristic = characteristic(at: part.handle) else { return nil }
+                return ATTRequest(central: central(write.central, 20), characteristic: characteristic, offset: Int(part.offset), value: part.value, id: write.id)
+            }
+            guard !requests.isEmpty else { return }
+            notify { $0.peripheralManager(self, didReceiveWrite: requests) }
+        case .subscription(let change)?:
+            guard let characteristic = characteristic(at: change.valueHandle) else { return }
+            let who = central(change.central, Int(change.maximumUpdateLength))
+            let on = change.notify || change.indicate
+            characteristic.subscription(who, on: on)
+            notify { on ? $0.peripheralManager(self, central: who, didSubscribeTo: characteristic) : $0.peripheralManager(self, central: who, didUnsubscribeFrom: characteristic) }
+        case .readyToUpdate?:
+            notify { $0.peripheralManagerIsReady(toUpdateSubscribers: self) }
+        default:
+            break
+        }
+        if case .advertisingStarted? = managed.kind {} else if case .stateChanged? = managed.kind {}
+        resolveAddWaiters()
+    }
+
+    private func resolveAddWaiters() {
+        let added = shared.withLock { $0.services }
+        let done = addWaiters.withLock { waiters -> [AddWaiter] in
+            let finished = waiters.filter { waiter in added.contains { $0 === waiter.service } }
+            waiters.removeAll { waiter in added.contains { $0 === waiter.service } }
+            return finished
+        }
+        for waiter in done { waiter.continuation.resume() }
+    }
+
+    private func central(_ identifier: String, _ maximum: Int) -> Central {
+        Central(identifier: UUID(uuidString: identifier) ?? UUID(), maximumUpdateValueLength: maximum)
+    }
+}

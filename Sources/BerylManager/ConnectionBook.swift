@@ -1,0 +1,111 @@
+import BerylCore
+
+/// Links and who holds them (sans-IO). A connect request never times out; a cancel is app-local and the link goes
+/// down only when no one holds it; several pending peripherals are connected through the filter accept list.
+public struct ConnectionBook: Sendable {
+    public enum Action: Equatable, Sendable {
+        /// LE Create Connection to one peer.
+        case connect(DeviceAddress)
+        /// Replace the filter accept list and connect to whichever of them shows up first.
+        case connectAny([DeviceAddress])
+        case cancelConnect
+        case disconnect(handle: UInt16)
+    }
+
+    public struct Link: Equatable, Sendable {
+        public var handle: UInt16
+        public var address: DeviceAddress
+        public var isCentral: Bool
+        public var holders: Set<ManagerKey>
+    }
+
+    /// Peripheral identifier → who is waiting for it, and at which address.
+    private var pending: [String: (address: DeviceAddress, waiting: Set<ManagerKey>)] = [:]
+    public private(set) var links: [String: Link] = [:]
+    /// What the controller is doing now.
+    private var attempt: [DeviceAddress]?
+    private var cancelling = false
+
+    public init() {}
+
+    public var pendingIdentifiers: [String] { pending.keys.sorted() }
+
+    public func link(for identifier: String) -> Link? { links[identifier] }
+    public func identifier(for handle: UInt16) -> String? { links.first { $0.value.handle == handle }?.key }
+
+    public mutating func connect(_ key: ManagerKey, identifier: String, address: DeviceAddress) -> (alreadyConnected: Bool, actions: [Action]) {
+        if var link = links[identifier] {
+            link.holders.insert(key)
+            links[identifier] = link
+            return (true, [])
+        }
+        pending[identifier, default: (address, [])].waiting.insert(key)
+        pending[identifier]?.address = address
+        return (false, replan())
+    }
+
+    /// App-local cancel; returns whether the key held or awaited the peripheral.
+    public mutating func cancel(_ key: ManagerKey, identifier: String) -> (wasHeld: Bool, actions: [Action]) {
+        if var entry = pending[identifier], entry.waiting.remove(key) != nil {
+            pending[identifier] = entry.waiting.isEmpty ? nil : entry
+            return (true, replan())
+        }
+        guard var link = links[identifier], link.holders.remove(key) != nil else { return (false, []) }
+        links[identifier] = link
+        return (true, link.holders.isEmpty && link.isCentral ? [.disconnect(handle: link.handle)] : [])
+    }
+
+    /// Everything a session held or awaited goes when the session does.
+    public mutating func releaseAll(session: UInt64) -> [Action] {
+        var actions: [Action] = []
+        for (identifier, var entry) in pending {
+            entry.waiting = entry.waiting.filter { $0.session != session }
+            pending[identifier] = entry.waiting.isEmpty ? nil : entry
+        }
+        for (identifier, var link) in links {
+            let before = link.holders.count
+            link.holders = link.holders.filter { $0.session != session }
+            links[identifier] = link
+            if before > 0, link.holders.isEmpty, link.isCentral { actions.append(.disconnect(handle: link.handle)) }
+        }
+        return actions + replan()
+    }
+
+    /// A link came up: the waiting managers now hold it. Returns them (to tell) and what to do next.
+    public mutating func connected(identifier: String, handle: UInt16, address: DeviceAddress, isCentral: Bool) -> (holders: Set<ManagerKey>, actions: [Action]) {
+        if isCentral {
+            attempt = nil
+            cancelling = false
+        }
+        let waiting = isCentral ? pending.removeValue(forKey: identifier)?.waiting ?? [] : []
+        links[identifier] = Link(handle: handle, address: address, isCentral: isCentral, holders: waiting)
+        return (waiting, replan())
+    }
+
+    /// The controller's connection attempt ended without a link (cancelled or failed): try again.
+    public mutating func attemptEnded() -> [Action] {
+        attempt = nil
+        cancelling = false
+        return replan()
+    }
+
+    public mutating func disconnected(handle: UInt16) -> (identifier: String, holders: Set<ManagerKey>)? {
+        guard let identifier = identifier(for: handle), let link = links.removeValue(forKey: identifier) else { return nil }
+        return (identifier, link.holders)
+    }
+
+    /// The controller's attempt follows the pending set: one peer directly, several through the accept list.
+    private mutating func replan() -> [Action] {
+        let wanted = pending.values.map(\.address).sorted { $0.description < $1.description }
+        guard wanted != (attempt ?? []) else { return [] }
+        if attempt != nil {
+            // A different set: stop the current attempt; its end (status 0x02) replans.
+            guard !cancelling else { return [] }
+            cancelling = true
+            return [.cancelConnect]
+        }
+        guard !wanted.isEmpty else { return [] }
+        attempt = wanted
+        return [wanted.count == 1 ? .connect(wanted[0]) : .connectAny(wanted)]
+    }
+}

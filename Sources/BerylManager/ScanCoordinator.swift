@@ -1,0 +1,71 @@
+import BerylCore
+import BerylGAP
+
+/// Who is scanning: an app session and one of its central managers.
+public struct ManagerKey: Hashable, Sendable, Comparable {
+    public var session: UInt64
+    public var manager: UInt32
+
+    public init(session: UInt64, manager: UInt32) {
+        self.session = session
+        self.manager = manager
+    }
+
+    public static func < (a: ManagerKey, b: ManagerKey) -> Bool { (a.session, a.manager) < (b.session, b.manager) }
+}
+
+public struct ScanRequest: Equatable, Sendable {
+    public var services: [BluetoothUUID]
+    public var allowDuplicates: Bool
+    public var solicited: [BluetoothUUID]
+
+    public init(services: [BluetoothUUID] = [], allowDuplicates: Bool = false, solicited: [BluetoothUUID] = []) {
+        self.services = services
+        self.allowDuplicates = allowDuplicates
+        self.solicited = solicited
+    }
+
+    /// Core Bluetooth's filter: no services means everything; otherwise any advertised (or solicited) service matches.
+    func matches(_ advertisement: AdvertisementData) -> Bool {
+        if services.isEmpty && solicited.isEmpty { return true }
+        let advertised = advertisement.serviceUUIDs + advertisement.overflowServiceUUIDs
+        return services.contains { advertised.contains($0) } || solicited.contains { advertisement.solicitedServiceUUIDs.contains($0) }
+    }
+}
+
+/// Many apps' scans merged into one controller scan (sans-IO): the controller scans while anyone does, with the
+/// controller's own duplicate filter off so each scanner gets its own rule — one discovery per peripheral per scan
+/// unless it asked for duplicates.
+public struct ScanCoordinator: Sendable {
+    private var scans: [ManagerKey: ScanRequest] = [:]
+    private var reported: [ManagerKey: Set<String>] = [:]
+
+    public init() {}
+
+    public var isScanning: Bool { !scans.isEmpty }
+    public var scanners: [ManagerKey] { scans.keys.sorted() }
+
+    /// Starts or replaces a scan (Core Bluetooth: a new scanForPeripherals replaces the previous one).
+    public mutating func start(_ key: ManagerKey, _ request: ScanRequest) {
+        scans[key] = request
+        reported[key] = []
+    }
+
+    public mutating func stop(_ key: ManagerKey) {
+        scans[key] = nil
+        reported[key] = nil
+    }
+
+    public mutating func stopAll(session: UInt64) {
+        for key in scans.keys where key.session == session { stop(key) }
+    }
+
+    /// The scanners to tell about this peripheral's (merged) advertisement.
+    public mutating func route(identifier: String, advertisement: AdvertisementData) -> [ManagerKey] {
+        var targets: [ManagerKey] = []
+        for (key, request) in scans.sorted(by: { $0.key < $1.key }) where request.matches(advertisement) {
+            if request.allowDuplicates || reported[key, default: []].insert(identifier).inserted { targets.append(key) }
+        }
+        return targets
+    }
+}

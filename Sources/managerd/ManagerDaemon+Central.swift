@@ -1,0 +1,307 @@
+import BerylCore
+import BerylGAP
+import BerylHCI
+import BerylIPC
+import BerylManager
+import BerylStore
+import Foundation
+
+extension ManagerDaemon {
+    func handleCentral(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: UInt64, _ incoming: IncomingRequest) {
+        switch kind {
+        case .startScan(let start):
+            guard let services = uuids(start.serviceUuids, field: "service_uuids", incoming),
+                  let solicited = uuids(start.solicitedServiceUuids, field: "solicited_service_uuids", incoming) else { return }
+            scans.start(ManagerKey(session: session, manager: start.manager), ScanRequest(services: services, allowDuplicates: start.allowDuplicates, solicited: solicited))
+            updateScanning()
+            incoming.respond(.with { $0.ack = .init() })
+            // Peripherals already heard are reported at once, as a fresh scan on iOS reports cached ones.
+            let key = ManagerKey(session: session, manager: start.manager)
+            for (address, advertisement) in advertisements {
+                guard let device = store?.device(at: address) else { continue }
+                for target in scans.route(identifier: device.identifier, advertisement: advertisement) where target == key {
+                    report(device.identifier, address: address, advertisement: advertisement, to: target)
+                }
+            }
+        case .stopScan(let stop):
+            scans.stop(ManagerKey(session: session, manager: stop.manager))
+            updateScanning()
+            incoming.respond(.with { $0.ack = .init() })
+        case .connect(let connect):
+            guard let device = store?.device(connect.peripheral) else {
+                incoming.fail(.notFound, "no peripheral \(connect.peripheral) is known; scan for it or retrieve it first", field: "peripheral")
+                return
+            }
+            let key = ManagerKey(session: session, manager: connect.manager)
+            let (already, actions) = book.connect(key, identifier: device.identifier, address: device.address)
+            incoming.respond(.with { $0.ack = .init() })
+            if already {
+                var event = Beryl_Ipc_V1_ManagerEvent()
+                event.connected = .with { $0.manager = connect.manager; $0.peripheral = device.identifier }
+                send(event, to: session)
+            }
+            perform(actions)
+        case .cancelConnection(let cancel):
+            let key = ManagerKey(session: session, manager: cancel.manager)
+            let held = book.link(for: cancel.peripheral)?.holders.contains(key) ?? false
+            let (wasHeld, actions) = book.cancel(key, identifier: cancel.peripheral)
+            guard wasHeld else {
+                incoming.fail(.notFound, "this manager neither holds nor awaits \(cancel.peripheral)", field: "peripheral")
+                return
+            }
+            incoming.respond(.with { $0.ack = .init() })
+            perform(actions)
+            // Core Bluetooth reports a cancel as a disconnection to the app that asked, whether or not the link stays up.
+            var event = Beryl_Ipc_V1_ManagerEvent()
+            event.disconnected = .with { $0.manager = cancel.manager; $0.peripheral = cancel.peripheral; $0.reason = held ? 0x16 : 0 }
+            send(event, to: session)
+        case .retrievePeripherals(let retrieve):
+            incoming.respond(.with {
+                $0.manager.peripherals.peripherals = retrieve.identifiers.compactMap { identifier in
+                    store?.device(identifier).map { info(for: $0) }
+                }
+            })
+        case .retrieveConnected(let retrieve):
+            guard let wanted = uuids(retrieve.serviceUuids, field: "service_uuids", incoming) else { return }
+            let connected = book.links.filter { $0.value.isCentral }.compactMap { identifier, _ in store?.device(identifier) }.filter { device in
+                wanted.isEmpty || wanted.contains { (advertisements[device.address]?.serviceUUIDs ?? []).contains($0) }
+                    || !(discoveredServices[device.identifier] ?? []).isDisjoint(with: wanted)
+            }
+            incoming.respond(.with { $0.manager.peripherals.peripherals = connected.map { info(for: $0) } })
+        case .gatt(let operation):
+            forwardGatt(operation, session: session, incoming)
+        case .readRssi(let read):
+            guard let link = heldLink(read.peripheral, session: session, incoming) else { return }
+            command(HCICommandPacket(.readRSSI, parameters: [UInt8(link.handle & 0xFF), UInt8(link.handle >> 8)])) { result in
+                guard case .success(let parameters) = result, parameters.count >= 4, parameters[0] == 0 else {
+                    incoming.fail(.notReady, "Read RSSI failed: \(result)")
+                    return
+                }
+                incoming.respond(.with { $0.manager.rssi.rssi = Int32(Int8(bitPattern: parameters[3])) })
+            }
+        case .maximumWriteLength(let ask):
+            guard let link = heldLink(ask.peripheral, session: session, incoming) else { return }
+            // With response a long write carries up to 512 bytes; without, one PDU of ATT_MTU - 3 (Core Vol 3 Part F §3.4.5).
+            let mtu = mtus[link.handle] ?? 23
+            incoming.respond(.with { $0.manager.maximumWriteLength.length = ask.withoutResponse ? UInt32(mtu - 3) : 512 })
+        default:
+            incoming.fail(.unsupported, "not a central request")
+        }
+    }
+
+    func uuids(_ strings: [String], field: String, _ incoming: IncomingRequest) -> [BluetoothUUID]? {
+        let parsed = strings.compactMap(BluetoothUUID.init)
+        guard parsed.count == strings.count else {
+            incoming.fail(.invalidArgument, "not a UUID among \(strings)", field: field)
+            return nil
+        }
+        return parsed
+    }
+
+    /// The link this session holds to a peripheral; fails the request (not connected) otherwise.
+    func heldLink(_ identifier: String, session: UInt64, _ incoming: IncomingRequest) -> ConnectionBook.Link? {
+        guard let link = book.link(for: identifier), link.holders.contains(where: { $0.session == session }) else {
+            incoming.fail(.notFound, "peripheral \(identifier) is not connected for this app", field: "peripheral")
+            return nil
+        }
+        return link
+    }
+
+    // MARK: Scanning
+
+    func updateScanning() {
+        let wanted = scans.isScanning && state == .poweredOn
+        guard wanted != controllerScanning, hcid != nil else { return }
+        controllerScanning = wanted
+        if wanted {
+            // Active scanning (scan responses carry names), 60 ms every 100 ms; duplicates are filtered here, per app.
+            command(HCICommandPacket(.leSetScanParameters, parameters: [0x01, 0xA0, 0x00, 0x60, 0x00, 0x00, 0x00]))
+            command(HCICommandPacket(.leSetScanEnable, parameters: [0x01, 0x00]))
+        } else {
+            command(HCICommandPacket(.leSetScanEnable, parameters: [0x00, 0x00]))
+        }
+    }
+
+    func advertisementReceived(_ received: AdvertisingReport) {
+        var merged = advertisements[received.address] ?? AdvertisementData()
+        if case .failure(let error) = merged.merge(received.data) {
+            host.logger.debug("malformed advertising data from \(received.address) dropped: \(error)")
+            return
+        }
+        if received.kind != .scanResponse { merged.isConnectable = received.kind.isConnectable }
+        advertisements[received.address] = merged
+        if received.rssi != 127 { rssi[received.address] = received.rssi }
+        guard let store else { return }
+        let device = store.seen(received.address, name: merged.localName, at: Date().timeIntervalSince1970)
+        for target in scans.route(identifier: device.identifier, advertisement: merged) {
+            report(device.identifier, address: received.address, advertisement: merged, to: target)
+        }
+    }
+
+    func report(_ identifier: String, address: DeviceAddress, advertisement: AdvertisementData, to target: ManagerKey) {
+        guard let device = store?.device(identifier) else { return }
+        var event = Beryl_Ipc_V1_ManagerEvent()
+        event.discovered = .with { $0.manager = target.manager; $0.peripheral = info(for: device) }
+        send(event, to: target.session)
+    }
+
+    func info(for device: KnownDevice) -> Beryl_Ipc_V1_PeripheralInfo {
+        let advertisement = advertisements[device.address]
+        return .with {
+            $0.identifier = device.identifier
+            $0.address = device.address.description
+            $0.name = advertisement?.localName ?? device.name ?? ""
+            $0.rssi = Int32(rssi[device.address] ?? 127)
+            $0.connected = book.link(for: device.identifier) != nil
+            $0.lastSeen = device.lastSeen
+            if let advertisement {
+                $0.advertisement = .with {
+                    $0.localName = advertisement.localName ?? ""
+                    $0.serviceUuids = advertisement.serviceUUIDs.map(\.description)
+                    $0.overflowServiceUuids = advertisement.overflowServiceUUIDs.map(\.description)
+                    $0.solicitedServiceUuids = advertisement.solicitedServiceUUIDs.map(\.description)
+                    $0.serviceData = Dictionary(uniqueKeysWithValues: advertisement.serviceData.map { ($0.key.description, Data($0.value)) })
+                    $0.manufacturerData = Data(advertisement.manufacturerData ?? [])
+                    if let power = advertisement.txPowerLevel {
+                        $0.txPowerKnown = true
+                        $0.txPowerLevel = Int32(power)
+                    }
+                    $0.connectable = advertisement.isConnectable
+                }
+            }
+        }
+    }
+
+    // MARK: Connections
+
+    func perform(_ actions: [ConnectionBook.Action]) {
+        guard state == .poweredOn else { return }
+        for action in actions {
+            switch action {
+            case .connect(let address):
+                // No timeout: LE Create Connection waits until the peer advertises or we cancel (Core Vol 4 Part E §7.8.12).
+                command(HCICommands.leCreateConnection(peer: address, interval: 24, supervisionTimeout: 200)) { [unowned self] result in
+                    if case .success(let status) = result, status.first != 0 {
+                        self.host.logger.warning("LE Create Connection refused (0x\(String(status.first ?? 0xFF, radix: 16))); retrying")
+                        _ = try? self.host.loop.after(.seconds(1)) { [unowned self] in self.perform(self.book.attemptEnded()) }
+                    }
+                }
+            case .connectAny(let addresses):
+                // Several peripherals wanted: the controller connects to whichever of them it hears first.
+                command(HCICommandPacket(.leClearFilterAcceptList))
+                for address in addresses {
+                    command(HCICommandPacket(.leAddDeviceToFilterAcceptList, parameters: [address.type.isRandom ? 1 : 0] + address.address.bytes))
+                }
+                command(HCICommands.leCreateConnection(peer: addresses[0], interval: 24, supervisionTimeout: 200, useFilterAcceptList: true))
+            case .cancelConnect:
+                command(HCICommandPacket(.leCreateConnectionCancel))
+            case .disconnect(let handle):
+                command(HCICommands.disconnect(handle: handle))
+            }
+        }
+    }
+
+    func linkEvent(_ event: LinkEvent) {
+        switch event {
+        case .connected(let handle, let central, let peer):
+            guard let store else { return }
+            let device = store.seen(peer, at: Date().timeIntervalSince1970)
+            let (holders, actions) = book.connected(identifier: device.identifier, handle: handle, address: peer, isCentral: central)
+            host.logger.info("link 0x\(String(handle, radix: 16)) up with \(peer) as \(device.identifier)")
+            for key in holders {
+                var connected = Beryl_Ipc_V1_ManagerEvent()
+                connected.connected = .with { $0.manager = key.manager; $0.peripheral = device.identifier }
+                send(connected, to: key.session)
+            }
+            perform(actions)
+            if !central { updateAdvertising() }  // advertising stops when a central connects
+        case .connectionFailed(let status):
+            host.logger.info("connection attempt ended (0x\(String(status, radix: 16))); trying again if anyone still waits")
+            perform(book.attemptEnded())
+        case .disconnected(let handle, let reason):
+            mtus[handle] = nil
+            guard let (identifier, holders) = book.disconnected(handle: handle) else { return }
+            discoveredServices[identifier] = nil
+            for key in holders {
+                var disconnected = Beryl_Ipc_V1_ManagerEvent()
+                disconnected.disconnected = .with { $0.manager = key.manager; $0.peripheral = identifier; $0.reason = UInt32(reason) }
+                send(disconnected, to: key.session)
+            }
+            updateAdvertising()
+        default:
+            break
+        }
+    }
+
+    // MARK: GATT client through attd
+
+    func forwardGatt(_ operation: Beryl_Ipc_V1_PeripheralGatt, session: UInt64, _ incoming: IncomingRequest) {
+        guard let link = heldLink(operation.peripheral, session: session, incoming) else { return }
+        guard let attd else {
+            incoming.fail(.notReady, "attd is not reachable")
+            return
+        }
+        var request = operation.request
+        let handle = UInt32(link.handle)
+        switch request.kind {
+        case .gattDiscover?: request.gattDiscover.connectionHandle = handle
+        case .gattRead?: request.gattRead.connectionHandle = handle
+        case .gattWrite?: request.gattWrite.connectionHandle = handle
+        case .gattSubscribe?: request.gattSubscribe.connectionHandle = handle
+        case .gattReadMultiple?: request.gattReadMultiple.connectionHandle = handle
+        case .gattReadByType?: request.gattReadByType.connectionHandle = handle
+        case .gattReliableWrite?: request.gattReliableWrite.connectionHandle = handle
+        case .pair?: request.pair.connectionHandle = handle
+        default:
+            incoming.fail(.invalidArgument, "only GATT client operations (and Pair) go to a peripheral", field: "request")
+            return
+        }
+        var wrapped = Request()
+        wrapped.att = request
+        let identifier = operation.peripheral
+        attd.request(wrapped) { [unowned self] result in
+            switch result {
+            case .success(let response):
+                if case .gattDatabase(let database)? = response.att.kind {
+                    self.discoveredServices[identifier, default: []].formUnion(database.services.compactMap { BluetoothUUID($0.uuid) })
+                }
+                incoming.respond(.with { $0.manager.gatt = response.att })
+            case .failure(.remote(let code, let message, let field)):
+                incoming.fail(code, message, field: field)
+            case .failure(let error):
+                incoming.fail(.notReady, "attd: \(error)")
+            }
+        }
+    }
+
+    private func holders(ofHandle handle: UInt32) -> (String, Set<ManagerKey>)? {
+        guard let identifier = book.identifier(for: UInt16(truncatingIfNeeded: handle)), let link = book.link(for: identifier) else { return nil }
+        return (identifier, link.holders)
+    }
+
+    func forwardNotification(_ notification: Beryl_Ipc_V1_GattNotification) {
+        guard let (identifier, holders) = holders(ofHandle: notification.connectionHandle) else { return }
+        var event = Beryl_Ipc_V1_ManagerEvent()
+        event.notification = .with {
+            $0.peripheral = identifier
+            $0.handle = notification.handle
+            $0.value = notification.value
+            $0.indication = notification.indication
+        }
+        for session in Set(holders.map(\.session)) { send(event, to: session) }
+    }
+
+    func forwardServiceChange(_ change: Beryl_Ipc_V1_GattServiceChanged) {
+        guard let (identifier, holders) = holders(ofHandle: change.connectionHandle) else { return }
+        var event = Beryl_Ipc_V1_ManagerEvent()
+        event.servicesChanged = .with { $0.peripheral = identifier; $0.change = change }
+        for session in Set(holders.map(\.session)) { send(event, to: session) }
+    }
+
+    func forwardWriteReady(_ ready: Beryl_Ipc_V1_GattWriteReady) {
+        guard let (identifier, holders) = holders(ofHandle: ready.connectionHandle) else { return }
+        var event = Beryl_Ipc_V1_ManagerEvent()
+        event.readyToWrite.peripheral = identifier
+        for session in Set(holders.map(\.session)) { send(event, to: session) }
+    }
+}

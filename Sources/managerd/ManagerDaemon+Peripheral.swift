@@ -1,0 +1,200 @@
+import BerylCore
+import BerylGAP
+import BerylHCI
+import BerylIPC
+import BerylManager
+import Foundation
+
+extension ManagerDaemon {
+    func handlePeripheral(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: UInt64, _ incoming: IncomingRequest) {
+        switch kind {
+        case .addService(let add):
+            guard let attd else {
+                incoming.fail(.notReady, "attd is not reachable")
+                return
+            }
+            var request = Request()
+            request.att.publishService.service = add.service
+            let owner = ManagerKey(session: session, manager: add.manager)
+            attd.request(request) { [unowned self] result in
+                switch result {
+                case .success(let response):
+                    let published = response.att.servicePublished
+                    self.services.append(PublishedService(range: UInt16(published.startHandle)...UInt16(published.endHandle), owner: owner))
+                    incoming.respond(.with { $0.manager.serviceAdded = published })
+                case .failure(.remote(let code, let message, let field)):
+                    incoming.fail(code, message, field: field)
+                case .failure(let error):
+                    incoming.fail(.notReady, "attd: \(error)")
+                }
+            }
+        case .removeService(let remove):
+            guard let index = services.firstIndex(where: { $0.range.lowerBound == remove.startHandle && $0.owner == ManagerKey(session: session, manager: remove.manager) }) else {
+                incoming.fail(.notFound, "this manager published no service at handle \(remove.startHandle)", field: "start_handle")
+                return
+            }
+            unpublish(services.remove(at: index).range.lowerBound)
+            incoming.respond(.with { $0.ack = .init() })
+        case .removeAllServices(let remove):
+            let key = ManagerKey(session: session, manager: remove.manager)
+            for service in services where service.owner == key { unpublish(service.range.lowerBound) }
+            services.removeAll { $0.owner == key }
+            incoming.respond(.with { $0.ack = .init() })
+        case .startAdvertising(let start):
+            guard let uuids = uuids(start.serviceUuids, field: "service_uuids", incoming) else { return }
+            let key = ManagerKey(session: session, manager: start.manager)
+            advertisers[key] = Advertiser(payload: AdvertisingPayload(localName: start.localName.isEmpty ? nil : start.localName, serviceUUIDs: uuids),
+                                          localName: start.localName)
+            incoming.respond(.with { $0.ack = .init() })
+            updateAdvertising { [unowned self] error in
+                var event = Beryl_Ipc_V1_ManagerEvent()
+                event.advertisingStarted = .with { $0.manager = start.manager; $0.error = error ?? "" }
+                self.send(event, to: session)
+            }
+        case .stopAdvertising(let stop):
+            advertisers[ManagerKey(session: session, manager: stop.manager)] = nil
+            updateAdvertising()
+            incoming.respond(.with { $0.ack = .init() })
+        case .respond(let answer):
+            guard let open = openRequests[answer.id], open.owner.session == session else {
+                // Core Bluetooth's rule: one answer per request.
+                incoming.fail(.notFound, "request \(answer.id) is not waiting for this app's answer (answered already, or timed out)", field: "id")
+                return
+            }
+            openRequests[answer.id] = nil
+            answerAttd(answer.id, isRead: open.isRead, value: Array(answer.value), error: answer.error)
+            incoming.respond(.with { $0.ack = .init() })
+        case .updateValue(let update):
+            let key = ManagerKey(session: session, manager: update.manager)
+            guard services.contains(where: { $0.owner == key && $0.range.contains(UInt16(truncatingIfNeeded: update.valueHandle)) }) else {
+                incoming.fail(.notFound, "handle \(update.valueHandle) is not a value of this manager's services", field: "value_handle")
+                return
+            }
+            var request = Request()
+            request.att.notify = .with { $0.valueHandle = update.valueHandle; $0.value = update.value; $0.indicate = update.indicate }
+            attd?.request(request) { [unowned self] result in
+                switch result {
+                case .success:
+                    incoming.respond(.with { $0.manager.updateResult.sent = true })
+                case .failure(.remote(.busy, _, _)):
+                    // Core Bluetooth's updateValue returning false; peripheralManagerIsReady(toUpdateSubscribers:) follows.
+                    self.notifyRefused.insert(session)
+                    incoming.respond(.with { $0.manager.updateResult.sent = false })
+                case .failure(.remote(let code, let message, let field)):
+                    incoming.fail(code, message, field: field)
+                case .failure(let error):
+                    incoming.fail(.notReady, "attd: \(error)")
+                }
+            }
+        default:
+            incoming.fail(.unsupported, "not a peripheral request")
+        }
+    }
+
+    func unpublish(_ start: UInt16) {
+        var request = Request()
+        request.att.unpublishService.startHandle = UInt32(start)
+        attd?.request(request)
+    }
+
+    func answerAttd(_ id: UInt64, isRead: Bool, value: [UInt8], error: UInt32) {
+        var request = Request()
+        if isRead {
+            request.att.answerRead = .with { $0.id = id; $0.value = Data(value); $0.error = error }
+        } else {
+            request.att.answerWrite = .with { $0.id = id; $0.error = error }
+        }
+        attd?.request(request)
+    }
+
+    private func owner(of handle: UInt32) -> ManagerKey? {
+        services.first { $0.range.contains(UInt16(truncatingIfNeeded: handle)) }?.owner
+    }
+
+    private func central(of connectionHandle: UInt32) -> String {
+        book.identifier(for: UInt16(truncatingIfNeeded: connectionHandle)) ?? ""
+    }
+
+    func routeRead(_ read: Beryl_Ipc_V1_ReadRequested) {
+        guard let owner = owner(of: read.handle), session(owner.session) != nil else {
+            answerAttd(read.id, isRead: true, value: [], error: 0x0E)
+            return
+        }
+        openRequests[read.id] = (owner, true)
+        var event = Beryl_Ipc_V1_ManagerEvent()
+        event.readRequest = .with {
+            $0.manager = owner.manager
+            $0.id = read.id
+            $0.central = central(of: read.connectionHandle)
+            $0.handle = read.handle
+            $0.offset = read.offset
+        }
+        send(event, to: owner.session)
+    }
+
+    func routeWrite(_ write: Beryl_Ipc_V1_WriteRequested) {
+        guard let first = write.writes.first, let owner = owner(of: first.handle), session(owner.session) != nil else {
+            if write.withResponse { answerAttd(write.id, isRead: false, value: [], error: 0x0E) }
+            return
+        }
+        if write.withResponse { openRequests[write.id] = (owner, false) }
+        var event = Beryl_Ipc_V1_ManagerEvent()
+        event.writeRequest = .with {
+            $0.manager = owner.manager
+            $0.id = write.withResponse ? write.id : 0
+            $0.central = central(of: write.connectionHandle)
+            $0.writes = write.writes
+            $0.withResponse = write.withResponse
+        }
+        send(event, to: owner.session)
+    }
+
+    func routeSubscription(_ change: Beryl_Ipc_V1_SubscriptionChanged) {
+        guard let owner = owner(of: change.valueHandle) else { return }
+        var event = Beryl_Ipc_V1_ManagerEvent()
+        event.subscription = .with {
+            $0.manager = owner.manager
+            $0.central = central(of: change.connectionHandle)
+            $0.valueHandle = change.valueHandle
+            $0.notify = change.notify
+            $0.indicate = change.indicate
+            $0.maximumUpdateLength = UInt32((mtus[UInt16(truncatingIfNeeded: change.connectionHandle)] ?? 23) - 3)
+        }
+        send(event, to: owner.session)
+    }
+
+    // MARK: Advertising
+
+    /// One advertiser: its data, on. Several: each in turn for a second (a controller without advertising sets has
+    /// one advertiser). None, or a central connected to us: off.
+    func updateAdvertising(completion: ((String?) -> Void)? = nil) {
+        rotation?.cancel()
+        rotation = nil
+        let order = advertisers.keys.sorted()
+        let peripheralLinkUp = book.links.values.contains { !$0.isCentral }
+        guard state == .poweredOn, !order.isEmpty, !peripheralLinkUp else {
+            command(HCICommandPacket(.leSetAdvertisingEnable, parameters: [0])) { _ in completion?(order.isEmpty ? nil : "advertising waits while a central is connected") }
+            return
+        }
+        advertisingTurn %= order.count
+        let advertiser = advertisers[order[advertisingTurn]]!
+        let pad: ([UInt8]) -> [UInt8] = { [UInt8($0.count)] + $0 + [UInt8](repeating: 0, count: 31 - $0.count) }
+        command(HCICommandPacket(.leSetAdvertisingEnable, parameters: [0]))
+        command(HCICommands.leSetAdvertisingParameters(interval: 0x00A0))
+        command(HCICommandPacket(.leSetAdvertisingData, parameters: pad(advertiser.payload.advertising)))
+        command(HCICommandPacket(.leSetScanResponseData, parameters: pad(advertiser.payload.scanResponse)))
+        command(HCICommandPacket(.leSetAdvertisingEnable, parameters: [1])) { result in
+            switch result {
+            case .success(let status) where status.first == 0: completion?(nil)
+            case .success(let status): completion?("the controller refused advertising (0x\(String(status.first ?? 0xFF, radix: 16)))")
+            case .failure(let error): completion?("\(error)")
+            }
+        }
+        if order.count > 1 {
+            rotation = try? host.loop.after(.seconds(1)) { [unowned self] in
+                self.advertisingTurn += 1
+                self.updateAdvertising()
+            }
+        }
+    }
+}

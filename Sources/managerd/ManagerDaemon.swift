@@ -1,0 +1,255 @@
+import BerylCore
+import BerylDaemonKit
+import BerylEventLoop
+import BerylGAP
+import BerylHCI
+import BerylIPC
+import BerylManager
+import BerylStore
+import Foundation
+
+/// What managerd knows of one app session.
+final class AppSession {
+    var appID = ""
+    var saidHello = false
+}
+
+/// managerd's shell: app sessions on managerd.sock; hcid for scanning, connecting and advertising; attd for GATT.
+/// The decisions live in BerylManager's sans-IO parts (scan merging, connection ownership).
+final class ManagerDaemon {
+    let host: DaemonHost
+    var hcid: IPCConnection?
+    var attd: IPCConnection?
+    var state: Beryl_Ipc_V1_ControllerState = .unknown
+    let store: PeripheralStore?
+
+    // Central role.
+    var scans = ScanCoordinator()
+    var book = ConnectionBook()
+    var controllerScanning = false
+    var advertisements: [DeviceAddress: AdvertisementData] = [:]
+    var rssi: [DeviceAddress: Int8] = [:]
+    /// Services found on each peripheral, for retrieveConnectedPeripherals(withServices:).
+    var discoveredServices: [String: Set<BluetoothUUID>] = [:]
+    /// ATT_MTU per link, from attd's bearer events.
+    var mtus: [UInt16: UInt16] = [:]
+
+    // Peripheral role.
+    struct PublishedService {
+        var range: ClosedRange<UInt16>
+        var owner: ManagerKey
+    }
+    var services: [PublishedService] = []
+    struct Advertiser {
+        var payload: AdvertisingPayload
+        var localName: String
+    }
+    var advertisers: [ManagerKey: Advertiser] = [:]
+    var advertisingTurn = 0
+    var rotation: EventRegistration?
+    /// Reads and writes from remote centrals awaiting their app's one answer: attd's id → owner and kind.
+    var openRequests: [UInt64: (owner: ManagerKey, isRead: Bool)] = [:]
+    var notifyRefused: Set<UInt64> = []
+
+    init(host: DaemonHost) throws {
+        self.host = host
+        do {
+            store = try PeripheralStore(path: host.paths.stateDir + "/peripherals.sqlite")
+        } catch {
+            host.logger.error("peripheral store unusable; identifiers will not survive a restart: \(error)")
+            store = nil
+        }
+        host.socketMode = 0o666  // apps connect under their own uid; identity comes from SO_PEERCRED
+        host.handle = { [unowned self] in self.handle($0) }
+        _ = try host.loop.after(.zero) { [unowned self] in
+            self.host.server?.onSessionClosed = { [unowned self] session, _ in self.sessionClosed(session.id) }
+            self.connectToHcid()
+            self.connectToAttd()
+        }
+    }
+
+    func session(_ id: UInt64) -> IPCSession? { host.server?.sessions[id] }
+
+    func send(_ event: Beryl_Ipc_V1_ManagerEvent, to sessionID: UInt64) {
+        var envelope = Event()
+        envelope.manager = event
+        session(sessionID)?.send(.event(envelope))
+    }
+
+    // MARK: Daemons
+
+    private func connectToHcid() {
+        do {
+            let connection = try IPCConnection(loop: host.loop, path: host.paths.socket("hcid"))
+            connection.onEvent = { [unowned self] in self.hcidEvent($0) }
+            connection.onClose = { [unowned self] reason in
+                self.host.logger.warning("lost hcid (\(reason))")
+                self.hcid = nil
+                self.controllerChanged(.unknown)
+                _ = try? self.host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToHcid() }
+            }
+            var subscribe = Request()
+            subscribe.hci.subscribe.events = true
+            connection.request(subscribe) { [unowned self] result in
+                if case .success(let response) = result { self.controllerChanged(response.hci.controllerInfo.state) }
+            }
+            hcid = connection
+        } catch {
+            _ = try? host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToHcid() }
+        }
+    }
+
+    private func connectToAttd() {
+        do {
+            let connection = try IPCConnection(loop: host.loop, path: host.paths.socket("attd"))
+            connection.onEvent = { [unowned self] in self.attdEvent($0) }
+            connection.onClose = { [unowned self] reason in
+                // attd's database went with it: the apps' services must be published again (their sessions are told).
+                self.host.logger.warning("lost attd (\(reason)); published services are gone")
+                self.attd = nil
+                self.services.removeAll()
+                self.openRequests.removeAll()
+                _ = try? self.host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToAttd() }
+            }
+            attd = connection
+        } catch {
+            _ = try? host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToAttd() }
+        }
+    }
+
+    func command(_ packet: HCICommandPacket, then: @escaping (Result<[UInt8], IPCClientError>) -> Void = { _ in }) {
+        guard let hcid else { return then(.failure(.closed)) }
+        var request = Request()
+        request.hci.sendCommand.opcode = UInt32(packet.opcode)
+        request.hci.sendCommand.parameters = Data(packet.parameters)
+        hcid.request(request) { [unowned self] result in
+            switch result {
+            case .success(let response): then(.success(Array(response.hci.commandResult.parameters)))
+            case .failure(let error):
+                self.host.logger.warning("HCI 0x\(String(packet.opcode, radix: 16)) failed: \(error)")
+                then(.failure(error))
+            }
+        }
+    }
+
+    private func controllerChanged(_ newState: Beryl_Ipc_V1_ControllerState) {
+        guard newState != state else { return }
+        state = newState
+        host.logger.info("controller \(newState)")
+        var event = Beryl_Ipc_V1_ManagerEvent()
+        event.stateChanged = newState
+        for id in host.server?.sessions.keys ?? [:].keys { send(event, to: id) }
+        if newState == .poweredOn {
+            // A controller that was reset forgot everything: scanning, advertising and connection attempts resume.
+            controllerScanning = false
+            updateScanning()
+            perform(book.attemptEnded())
+            updateAdvertising()
+        }
+    }
+
+    private func hcidEvent(_ event: Event) {
+        switch event.hci.kind {
+        case .controllerChanged(let info)?:
+            controllerChanged(info.state)
+        case .event(let packet)?:
+            let hci = HCIEventPacket(code: UInt8(truncatingIfNeeded: packet.code), parameters: Array(packet.parameters))
+            if let reports = AdvertisingReport.decode(hci) {
+                for report in reports { advertisementReceived(report) }
+            } else if let link = LinkEvent(hci) {
+                linkEvent(link)
+            }
+        default:
+            break
+        }
+    }
+
+    private func attdEvent(_ event: Event) {
+        switch event.att.kind {
+        case .bearerOpened(let bearer)?, .mtuChanged(let bearer)?:
+            mtus[UInt16(truncatingIfNeeded: bearer.connectionHandle)] = UInt16(truncatingIfNeeded: bearer.attMtu)
+        case .bearerClosed(let bearer)?:
+            mtus[UInt16(truncatingIfNeeded: bearer.connectionHandle)] = nil
+        case .gattNotification(let notification)?:
+            forwardNotification(notification)
+        case .gattServiceChanged(let change)?:
+            forwardServiceChange(change)
+        case .gattWriteReady(let ready)?:
+            forwardWriteReady(ready)
+        case .readRequested(let read)?:
+            routeRead(read)
+        case .writeRequested(let write)?:
+            routeWrite(write)
+        case .subscriptionChanged(let change)?:
+            routeSubscription(change)
+        case .readyToUpdate?:
+            let waiting = notifyRefused
+            notifyRefused.removeAll()
+            var ready = Beryl_Ipc_V1_ManagerEvent()
+            ready.readyToUpdate = .init()
+            for id in waiting { send(ready, to: id) }
+        default:
+            break
+        }
+    }
+
+    // MARK: Sessions
+
+    private func sessionClosed(_ id: UInt64) {
+        scans.stopAll(session: id)
+        updateScanning()
+        perform(book.releaseAll(session: id))
+        for service in services where service.owner.session == id { unpublish(service.range.lowerBound) }
+        services.removeAll { $0.owner.session == id }
+        if advertisers.keys.contains(where: { $0.session == id }) {
+            advertisers = advertisers.filter { $0.key.session != id }
+            updateAdvertising()
+        }
+        for (requestID, open) in openRequests where open.owner.session == id {
+            // The app is gone: its requests are answered for it, so the remote central is not left waiting.
+            answerAttd(requestID, isRead: open.isRead, value: [], error: 0x0E)
+            openRequests[requestID] = nil
+        }
+        notifyRefused.remove(id)
+    }
+
+    func handle(_ incoming: IncomingRequest) -> Bool {
+        guard case .manager(let request)? = incoming.request.kind, let session = incoming.session else { return false }
+        let app = (session.context as? AppSession) ?? AppSession()
+        session.context = app
+        guard let kind = request.kind else {
+            incoming.fail(.unknownMessage, "empty manager request")
+            return true
+        }
+        if case .hello(let hello) = kind {
+            app.appID = hello.appID
+            app.saidHello = true
+            incoming.respond(.with {
+                $0.manager.welcome = .with {
+                    $0.sessionID = session.id
+                    $0.peerPid = session.peer.pid
+                    $0.peerUid = session.peer.uid
+                    $0.state = state
+                }
+            })
+            return true
+        }
+        // Core Bluetooth's API misuse: nothing but state questions before the manager is powered on.
+        switch kind {
+        case .retrievePeripherals, .respond:
+            break
+        default:
+            guard state == .poweredOn else {
+                incoming.fail(.notReady, "API misuse: the manager is not powered on (state \(state)); wait for the poweredOn state")
+                return true
+            }
+        }
+        switch kind {
+        case .startScan, .stopScan, .connect, .cancelConnection, .retrievePeripherals, .retrieveConnected, .gatt, .readRssi, .maximumWriteLength:
+            handleCentral(kind, session: session.id, incoming)
+        default:
+            handlePeripheral(kind, session: session.id, incoming)
+        }
+        return true
+    }
+}

@@ -1,0 +1,109 @@
+import BerylCore
+import BerylGAP
+import BerylManager
+import BerylStore
+import Foundation
+import XCTest
+
+final class ScanCoordinatorTests: XCTestCase {
+    private func advertisement(_ services: [UInt16]) -> AdvertisementData {
+        var data = AdvertisementData()
+        data.serviceUUIDs = services.map(BluetoothUUID.init)
+        return data
+    }
+
+    /// Two apps' scans share the controller; each gets what its own filter and duplicate rule allow.
+    func testScansAreMergedAndRoutedPerFilter() {
+        var scans = ScanCoordinator()
+        let heart = ManagerKey(session: 1, manager: 1)
+        let everything = ManagerKey(session: 2, manager: 1)
+        scans.start(heart, ScanRequest(services: [BluetoothUUID(0x180D)]))
+        scans.start(everything, ScanRequest(allowDuplicates: true))
+        XCTAssertTrue(scans.isScanning)
+        XCTAssertEqual(scans.route(identifier: "A", advertisement: advertisement([0x180D])), [heart, everything])
+        XCTAssertEqual(scans.route(identifier: "A", advertisement: advertisement([0x180D])), [everything], "one discovery per peripheral without duplicates")
+        XCTAssertEqual(scans.route(identifier: "B", advertisement: advertisement([0x180F])), [everything])
+        scans.start(heart, ScanRequest(services: [BluetoothUUID(0x180D)]))
+        XCTAssertEqual(scans.route(identifier: "A", advertisement: advertisement([0x180D])), [heart, everything], "a new scan starts afresh")
+        scans.stopAll(session: 2)
+        XCTAssertEqual(scans.scanners, [heart])
+        scans.stop(heart)
+        XCTAssertFalse(scans.isScanning)
+    }
+
+    func testOverflowAndSolicitedServicesMatch() {
+        var scans = ScanCoordinator()
+        let key = ManagerKey(session: 1, manager: 1)
+        scans.start(key, ScanRequest(services: [BluetoothUUID(0x1234)], solicited: [BluetoothUUID(0x1812)]))
+        var overflow = AdvertisementData()
+        overflow.overflowServiceUUIDs = [BluetoothUUID(0x1234)]
+        XCTAssertEqual(scans.route(identifier: "A", advertisement: overflow), [key], "a scan naming an overflow UUID finds it")
+        var solicited = AdvertisementData()
+        solicited.solicitedServiceUUIDs = [BluetoothUUID(0x1812)]
+        XCTAssertEqual(scans.route(identifier: "B", advertisement: solicited), [key])
+    }
+}
+
+final class ConnectionBookTests: XCTestCase {
+    let one = DeviceAddress("C0:00:00:00:00:01")!
+    let two = DeviceAddress("C0:00:00:00:00:02/random")!
+
+    /// A connection request never times out; several pending go through the filter accept list; a cancel is app-local.
+    func testConnectionsAreSharedAndCancelsAreAppLocal() {
+        var book = ConnectionBook()
+        let app1 = ManagerKey(session: 1, manager: 1)
+        let app2 = ManagerKey(session: 2, manager: 1)
+        XCTAssertEqual(book.connect(app1, identifier: "P1", address: one).actions, [.connect(one)])
+        XCTAssertEqual(book.connect(app2, identifier: "P1", address: one).actions, [], "the same attempt serves both")
+        XCTAssertEqual(book.connect(app1, identifier: "P2", address: two).actions, [.cancelConnect], "a second peer: replan")
+        XCTAssertEqual(book.connect(app1, identifier: "P2", address: two).actions, [], "one cancel at a time")
+        XCTAssertEqual(book.attemptEnded(), [.connectAny([one, two])])
+        let (holders, actions) = book.connected(identifier: "P1", handle: 0x40, address: one, isCentral: true)
+        XCTAssertEqual(holders, [app1, app2])
+        XCTAssertEqual(actions, [.connect(two)])
+        XCTAssertEqual(book.cancel(app1, identifier: "P1").actions, [], "app 2 still holds the link")
+        XCTAssertEqual(book.cancel(app2, identifier: "P1").actions, [.disconnect(handle: 0x40)])
+        XCTAssertFalse(book.cancel(app2, identifier: "P1").wasHeld)
+        XCTAssertEqual(book.cancel(app1, identifier: "P2").actions, [.cancelConnect])
+        XCTAssertEqual(book.attemptEnded(), [], "nobody waits any more")
+    }
+
+    func testASessionThatGoesReleasesWhatItHeld() {
+        var book = ConnectionBook()
+        let app = ManagerKey(session: 7, manager: 3)
+        _ = book.connect(app, identifier: "P1", address: one)
+        _ = book.connected(identifier: "P1", handle: 0x41, address: one, isCentral: true)
+        _ = book.connect(app, identifier: "P2", address: two)
+        XCTAssertEqual(book.releaseAll(session: 7), [.disconnect(handle: 0x41), .cancelConnect])
+        XCTAssertEqual(book.disconnected(handle: 0x41)?.identifier, "P1")
+        XCTAssertNil(book.disconnected(handle: 0x41))
+    }
+
+    func testARemoteCentralsLinkIsNotDisconnectedByCancels() {
+        var book = ConnectionBook()
+        let (holders, _) = book.connected(identifier: "C1", handle: 0x42, address: one, isCentral: false)
+        XCTAssertTrue(holders.isEmpty)
+        XCTAssertEqual(book.releaseAll(session: 1), [])
+        XCTAssertEqual(book.link(for: "C1")?.isCentral, false)
+    }
+}
+
+final class PeripheralStoreTests: XCTestCase {
+    func testIdentifiersAreStableAcrossReopening() throws {
+        let path = NSTemporaryDirectory() + "beryl-peripherals-\(UUID().uuidString).sqlite"
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let address = DeviceAddress("C0:00:00:00:00:01/random")!
+        let identifier: String
+        do {
+            let store = try PeripheralStore(path: path)
+            identifier = store.seen(address, name: "Lock", at: 1000).identifier
+            XCTAssertEqual(store.seen(address, at: 1001).identifier, identifier)
+            XCTAssertNotNil(UUID(uuidString: identifier))
+            XCTAssertNotEqual(store.seen(DeviceAddress("C0:00:00:00:00:01")!, at: 1002).identifier, identifier, "public and random are different devices")
+        }
+        let reopened = try PeripheralStore(path: path)
+        XCTAssertEqual(reopened.device(identifier)?.address, address)
+        XCTAssertEqual(reopened.device(identifier)?.name, "Lock")
+        XCTAssertEqual(reopened.count, 2)
+    }
+}
