@@ -78,6 +78,7 @@ let package = Package(
         .testTarget(name: "BerylEventLoopTests", dependencies: ["BerylEventLoop"]),
         .testTarget(name: "BerylCryptoTests", dependencies: ["BerylCrypto", "BerylCore"]),
         .testTarget(name: "BerylSMPTests", dependencies: ["BerylSMP", "BerylCrypto", "BerylCore", "BerylStore"]),
+        .testTarget(name: "BerylAppTests", dependencies: ["Beryl", "BerylStack"]),
         .testTarget(name: "BerylManagerTests", dependencies: ["BerylManager", "BerylGAP", "BerylCore", "BerylHCI", "BerylStore"]),
         .testTarget(name: "BerylSimTests", dependencies: ["BerylSim", "BerylCore"]),
         .testTarget(name: "BerylGATTTests", dependencies: ["BerylGATT", "BerylATT", "BerylL2CAP", "BerylCore", "BerylHCI"]),

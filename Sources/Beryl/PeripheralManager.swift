@@ -163,6 +163,18 @@ public final class PeripheralManager: Sendable {
     // MARK: Services
 
     public func add(_ service: MutableService) {
+        add(service) { [self] error in notify { $0.peripheralManager(self, didAdd: service, error: error) } }
+    }
+
+    public func add(_ service: MutableService) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            add(service) { error in
+                if let error { continuation.resume(throwing: error) } else { continuation.resume() }
+            }
+        }
+    }
+
+    private func add(_ service: MutableService, completion: @escaping @Sendable (BerylError?) -> Void) {
         let characteristics = service.characteristics ?? []
         channel.request(.manager {
             $0.addService = .with {
@@ -188,26 +200,12 @@ public final class PeripheralManager: Sendable {
                 service.setStart(published.startHandle)
                 for (characteristic, handle) in zip(characteristics, published.valueHandles) { characteristic.setHandle(handle) }
                 shared.withLock { $0.services.append(service) }
-                notify { $0.peripheralManager(self, didAdd: service, error: nil) }
+                completion(nil)
             case .failure(let error):
-                notify { $0.peripheralManager(self, didAdd: service, error: error) }
+                completion(error)
             }
         }
     }
-
-    public func add(_ service: MutableService) async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            let waiter = AddWaiter(service: service, continuation: continuation)
-            addWaiters.withLock { $0.append(waiter) }
-            add(service)
-        }
-    }
-
-    private struct AddWaiter: Sendable {
-        let service: MutableService
-        let continuation: CheckedContinuation<Void, any Error>
-    }
-    private let addWaiters = Mutex<[AddWaiter]>([])
 
     public func remove(_ service: MutableService) {
         shared.withLock { $0.services.removeAll { $0 === service } }
@@ -310,18 +308,6 @@ public final class PeripheralManager: Sendable {
         default:
             break
         }
-        if case .advertisingStarted? = managed.kind {} else if case .stateChanged? = managed.kind {}
-        resolveAddWaiters()
-    }
-
-    private func resolveAddWaiters() {
-        let added = shared.withLock { $0.services }
-        let done = addWaiters.withLock { waiters -> [AddWaiter] in
-            let finished = waiters.filter { waiter in added.contains { $0 === waiter.service } }
-            waiters.removeAll { waiter in added.contains { $0 === waiter.service } }
-            return finished
-        }
-        for waiter in done { waiter.continuation.resume() }
     }
 
     private func central(_ identifier: String, _ maximum: Int) -> Central {

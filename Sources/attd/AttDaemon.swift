@@ -162,7 +162,10 @@ final class AttDaemon {
             guard let link = links[UInt16(acl.handle)] else { return }
             let boundary = ACLBoundary(rawValue: UInt8(acl.boundary & 0x3)) ?? .continuing
             link.now = host.loop.uptime
+            let mtu = link.server.mtu
             apply(link.receive(boundary: boundary, data: Array(acl.data)), on: link)
+            // The peer exchanged the MTU with our server: clients hear of the wider bearer too.
+            if link.server.mtu != mtu { broadcastMTU(link) }
         default:
             break
         }
@@ -325,14 +328,18 @@ final class AttDaemon {
         }) { [unowned self] result in
             guard self.links[link.handle] === link else { return }
             if case .failure(let error) = result { self.host.logger.info("link 0x\(String(link.handle, radix: 16)): MTU exchange refused (\(error)); ATT_MTU stays 23") }
-            var event = Event()
-            event.att.mtuChanged = .with {
-                $0.connectionHandle = UInt32(link.handle)
-                $0.attMtu = UInt32(link.client.mtu)
-                $0.central = link.isCentral
-            }
-            self.host.server?.broadcast(event)
+            self.broadcastMTU(link)
         }
+    }
+
+    private func broadcastMTU(_ link: LinkSession) {
+        var event = Event()
+        event.att.mtuChanged = .with {
+            $0.connectionHandle = UInt32(link.handle)
+            $0.attMtu = UInt32(link.client.mtu)
+            $0.central = link.isCentral
+        }
+        host.server?.broadcast(event)
     }
 
     private func broadcastBearer(_ handle: UInt16, opened: Bool) {

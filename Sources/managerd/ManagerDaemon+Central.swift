@@ -133,6 +133,14 @@ extension ManagerDaemon {
         if received.rssi != 127 { rssi[received.address] = received.rssi }
         guard let store else { return }
         let device = store.seen(received.address, name: merged.localName, at: Date().timeIntervalSince1970)
+        // A scannable advertiser's first report waits for its scan response (its name is usually there), as iOS
+        // reports them together; if none comes, the next advertisement is reported without it.
+        let scannable = received.kind == .connectableUndirected || received.kind == .scannableUndirected
+        if received.kind == .scanResponse {
+            scanResponseSeen.insert(received.address)
+        } else if scannable, !scanResponseSeen.contains(received.address), waitingForScanResponse.insert(received.address).inserted {
+            return
+        }
         for target in scans.route(identifier: device.identifier, advertisement: merged) {
             report(device.identifier, address: received.address, advertisement: merged, to: target)
         }

@@ -29,6 +29,8 @@ final class ManagerDaemon {
     var controllerScanning = false
     var advertisements: [DeviceAddress: AdvertisementData] = [:]
     var rssi: [DeviceAddress: Int8] = [:]
+    var scanResponseSeen: Set<DeviceAddress> = []
+    var waitingForScanResponse: Set<DeviceAddress> = []
     /// Services found on each peripheral, for retrieveConnectedPeripherals(withServices:).
     var discoveredServices: [String: Set<BluetoothUUID>] = [:]
     /// ATT_MTU per link, from attd's bearer events.
@@ -117,6 +119,8 @@ final class ManagerDaemon {
         }
     }
 
+    /// Sends an HCI command; the answer starts with its status (the return parameters of a Command Complete, or a
+    /// Command Status's status).
     func command(_ packet: HCICommandPacket, then: @escaping (Result<[UInt8], IPCClientError>) -> Void = { _ in }) {
         guard let hcid else { return then(.failure(.closed)) }
         var request = Request()
@@ -124,7 +128,10 @@ final class ManagerDaemon {
         request.hci.sendCommand.parameters = Data(packet.parameters)
         hcid.request(request) { [unowned self] result in
             switch result {
-            case .success(let response): then(.success(Array(response.hci.commandResult.parameters)))
+            case .success(let response):
+                let parameters = Array(response.hci.commandResult.parameters)
+                // Command Complete: Num_HCI_Command_Packets and the opcode come first (Core Vol 4 Part E §7.7.14).
+                then(.success(response.hci.commandResult.eventCode == UInt32(HCIEventCode.commandComplete.rawValue) ? Array(parameters.dropFirst(3)) : parameters))
             case .failure(let error):
                 self.host.logger.warning("HCI 0x\(String(packet.opcode, radix: 16)) failed: \(error)")
                 then(.failure(error))

@@ -1,0 +1,183 @@
+import Beryl
+import BerylStack
+import Dispatch
+import Foundation
+import Synchronization
+import XCTest
+
+/// Records what a delegate heard, for the test to wait on.
+final class Recorder: Sendable {
+    private let lines = Mutex<[String]>([])
+    func note(_ line: String) { lines.withLock { $0.append(line) } }
+    var all: [String] { lines.withLock { $0 } }
+    func wait(for prefix: String, timeout: TimeInterval = 15) -> String? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if let line = all.first(where: { $0.hasPrefix(prefix) }) { return line }
+            usleep(20_000)
+        }
+        return nil
+    }
+}
+
+/// A heart-rate peripheral app as the programming guide writes it: a dynamic body-sensor location, a writable
+/// control point, and a notifying measurement.
+final class HeartRatePeripheral: PeripheralManagerDelegate {
+    let recorder = Recorder()
+    let location = MutableCharacteristic(type: BluetoothUUID(0x2A38), properties: .read, value: nil, permissions: .readable)
+    let control = MutableCharacteristic(type: BluetoothUUID(0x2A39), properties: .write, value: nil, permissions: .writeable)
+    let measurement = MutableCharacteristic(type: BluetoothUUID(0x2A37), properties: .notify, value: nil, permissions: .readable)
+    let cached = MutableCharacteristic(type: BluetoothUUID(0x2A29), properties: .read, value: Data("Beryl Labs".utf8), permissions: .readable)
+
+    func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) { recorder.note("state \(peripheral.state)") }
+    func peripheralManager(_ peripheral: PeripheralManager, didAdd service: MutableService, error: BerylError?) {
+        recorder.note("added \(service.uuid) \(error.map { "\($0)" } ?? "ok")")
+    }
+    func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: BerylError?) { recorder.note("advertising \(error.map { "\($0)" } ?? "ok")") }
+    func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest) {
+        recorder.note("read \(request.characteristic.uuid) offset \(request.offset)")
+        guard request.characteristic === location else { return peripheral.respond(to: request, withResult: .readNotPermitted) }
+        guard request.offset <= 1 else { return peripheral.respond(to: request, withResult: .invalidOffset) }
+        request.value = Data([0x01])
+        peripheral.respond(to: request, withResult: .success)
+    }
+    func peripheralManager(_ peripheral: PeripheralManager, didReceiveWrite requests: [ATTRequest]) {
+        recorder.note("write \(requests.map { "\($0.characteristic.uuid)=\($0.value?.map { String(format: "%02x", $0) }.joined() ?? "")" }.joined(separator: ","))")
+        peripheral.respond(to: requests[0], withResult: requests[0].value == Data([0xFF]) ? .writeNotPermitted : .success)
+    }
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: MutableCharacteristic) {
+        recorder.note("subscribed \(characteristic.uuid) max \(central.maximumUpdateValueLength)")
+    }
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: MutableCharacteristic) {
+        recorder.note("unsubscribed \(characteristic.uuid)")
+    }
+}
+
+final class HeartRateCentral: CentralManagerDelegate, PeripheralDelegate {
+    let recorder = Recorder()
+    func centralManagerDidUpdateState(_ central: CentralManager) { recorder.note("state \(central.state)") }
+    func centralManager(_ central: CentralManager, didDiscover peripheral: Peripheral, advertisementData: AdvertisementData, rssi: Int) {
+        recorder.note("discovered \(advertisementData.localName ?? "?") \(advertisementData.serviceUUIDs.map(\.description)) rssi \(rssi)")
+    }
+    func centralManager(_ central: CentralManager, didConnect peripheral: Peripheral) { recorder.note("connected \(peripheral.identifier)") }
+    func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: BerylError?) {
+        recorder.note("disconnected \(error.map { "\($0)" } ?? "cleanly")")
+    }
+    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: BerylError?) {
+        recorder.note("value \(characteristic.uuid) \(characteristic.value?.map { String(format: "%02x", $0) }.joined() ?? "-") \(error.map { "\($0)" } ?? "")")
+    }
+    func peripheral(_ peripheral: Peripheral, didUpdateNotificationStateFor characteristic: Characteristic, error: BerylError?) {
+        recorder.note("notifying \(characteristic.uuid) \(characteristic.isNotifying)")
+    }
+}
+
+final class AppEndToEndTests: XCTestCase {
+    var scratch: Scratch!
+
+    override func setUpWithError() throws {
+        scratch = try Scratch()
+        let sim = scratch.root + "/sim"
+        try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", sim, "--controllers", "2"], socket: sim + "/control.sock")
+        for index in 0...1 {
+            let run = "\(scratch.root)/run\(index)"
+            let common = ["--runtime-dir", run, "--state-dir", "\(scratch.root)/state\(index)"]
+            try scratch.start("hcid\(index)", [Executables.path("hcid")] + common + ["--transport", "unix:\(sim)/controller-\(index).sock"], socket: run + "/hcid.sock")
+            try scratch.start("attd\(index)", [Executables.path("attd")] + common, socket: run + "/attd.sock")
+            try scratch.start("managerd\(index)", [Executables.path("managerd")] + common, socket: run + "/managerd.sock")
+        }
+    }
+
+    override func tearDown() { scratch.stopAll() }
+
+    private func socket(_ index: Int) -> String { "\(scratch.root)/run\(index)/managerd.sock" }
+
+    func testAHeartRateCentralAndPeripheralAppEndToEnd() async throws {
+        let queue = DispatchQueue(label: "app")
+        let app = HeartRatePeripheral()
+        let peripheralManager = try PeripheralManager(delegate: app, queue: queue, socketPath: socket(1))
+        XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
+
+        let service = MutableService(type: BluetoothUUID(0x180D), primary: true)
+        service.characteristics = [app.location, app.control, app.measurement, app.cached]
+        try await peripheralManager.add(service)
+        peripheralManager.startAdvertising(AdvertisingOptions(localName: "Beryl HR", serviceUUIDs: [BluetoothUUID(0x180D)]))
+        XCTAssertEqual(app.recorder.wait(for: "advertising"), "advertising ok")
+
+        let client = HeartRateCentral()
+        let central = try CentralManager(delegate: client, queue: queue, socketPath: socket(0))
+        XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
+        var found: Discovery?
+        for await discovery in central.scan(withServices: [BluetoothUUID(0x180D)]) {
+            found = discovery
+            break
+        }
+        let discovery = try XCTUnwrap(found)
+        XCTAssertEqual(discovery.advertisementData.serviceUUIDs, [BluetoothUUID(0x180D)])
+        XCTAssertEqual(discovery.advertisementData.localName, "Beryl HR")
+        XCTAssertTrue(discovery.advertisementData.isConnectable)
+        let peripheral = discovery.peripheral
+        peripheral.delegate = client
+
+        try await central.connect(peripheral)
+        XCTAssertEqual(peripheral.state, .connected)
+        XCTAssertNotNil(client.recorder.wait(for: "connected"))
+
+        peripheral.discoverServices([BluetoothUUID(0x180D)])
+        let deadline = Date().addingTimeInterval(10)
+        while peripheral.services == nil, Date() < deadline { usleep(20_000) }
+        let heart = try XCTUnwrap(peripheral.services?.first)
+        XCTAssertEqual(heart.uuid, BluetoothUUID(0x180D))
+        let characteristics = try XCTUnwrap(heart.characteristics)
+        func characteristic(_ uuid: UInt16) throws -> Characteristic { try XCTUnwrap(characteristics.first { $0.uuid == BluetoothUUID(uuid) }) }
+
+        // A dynamic read is answered by the peripheral app; a cached one by the stack without asking it.
+        let location = try await peripheral.readValue(for: characteristic(0x2A38))
+        XCTAssertEqual(location, Data([0x01]))
+        XCTAssertNotNil(app.recorder.wait(for: "read 2A38 offset 0"))
+        let manufacturer = try await peripheral.readValue(for: characteristic(0x2A29))
+        XCTAssertEqual(String(decoding: manufacturer, as: UTF8.self), "Beryl Labs")
+        XCTAssertFalse(app.recorder.all.contains { $0.hasPrefix("read 2A29") }, "cached values never reach the app")
+
+        try await peripheral.writeValue(Data([0x01]), for: characteristic(0x2A39))
+        XCTAssertNotNil(app.recorder.wait(for: "write 2A39=01"))
+        do {
+            try await peripheral.writeValue(Data([0xFF]), for: characteristic(0x2A39))
+            XCTFail("the peripheral app refused 0xFF")
+        } catch let error as BerylError {
+            XCTAssertEqual(error, .att(code: 0x03, message: "\(error)".replacingOccurrences(of: "ATT error 0x3: ", with: "")))
+        }
+
+        peripheral.setNotifyValue(true, for: try characteristic(0x2A37))
+        XCTAssertNotNil(client.recorder.wait(for: "notifying 2A37 true"))
+        let subscribed = try XCTUnwrap(app.recorder.wait(for: "subscribed 2A37"))
+        XCTAssertTrue(subscribed.hasSuffix("max 514"), subscribed)
+        for beat in 60..<63 {
+            XCTAssertTrue(peripheralManager.updateValue(Data([0, UInt8(beat)]), for: app.measurement, onSubscribedCentrals: nil))
+        }
+        XCTAssertNotNil(client.recorder.wait(for: "value 2A37 003e"))
+        XCTAssertEqual(app.measurement.subscribedCentrals?.count, 1)
+
+        XCTAssertEqual(central.retrievePeripherals(withIdentifiers: [peripheral.identifier]).first?.identifier, peripheral.identifier)
+        XCTAssertEqual(central.retrieveConnectedPeripherals(withServices: [BluetoothUUID(0x180D)]).map(\.identifier), [peripheral.identifier])
+        XCTAssertEqual(peripheral.maximumWriteValueLength(for: .withoutResponse), 514)
+        XCTAssertEqual(peripheral.maximumWriteValueLength(for: .withResponse), 512)
+
+        central.cancelPeripheralConnection(peripheral)
+        XCTAssertEqual(client.recorder.wait(for: "disconnected"), "disconnected cleanly")
+        XCTAssertNotNil(app.recorder.wait(for: "advertising ok", timeout: 1), "the peripheral advertises again once the central has gone")
+        withExtendedLifetime((central, peripheralManager)) {}
+    }
+
+    /// Core Bluetooth's API misuse: a GATT operation on a peripheral that is not connected is a typed error, and the
+    /// session stays usable.
+    func testMisuseGetsTypedErrors() async throws {
+        let client = HeartRateCentral()
+        let central = try CentralManager(delegate: client, queue: DispatchQueue(label: "app"), socketPath: socket(0))
+        XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
+        XCTAssertEqual(central.retrievePeripherals(withIdentifiers: [UUID()]).count, 0, "an identifier never seen")
+        XCTAssertThrowsError(try CentralManager(delegate: nil, socketPath: scratch.root + "/nothing.sock")) { error in
+            guard case .unavailable? = error as? BerylError else { return XCTFail("\(error)") }
+        }
+        withExtendedLifetime(central) {}
+    }
+}
