@@ -123,26 +123,37 @@ extension ManagerDaemon {
     }
 
     func advertisementReceived(_ received: AdvertisingReport) {
-        var merged = advertisements[received.address] ?? AdvertisementData()
-        if case .failure(let error) = merged.merge(received.data) {
-            host.logger.debug("malformed advertising data from \(received.address) dropped: \(error)")
-            return
-        }
-        if received.kind != .scanResponse { merged.isConnectable = received.kind.isConnectable }
-        advertisements[received.address] = merged
-        if received.rssi != 127 { rssi[received.address] = received.rssi }
-        guard let store else { return }
-        let device = store.seen(received.address, name: merged.localName, at: Date().timeIntervalSince1970)
-        // A scannable advertiser's first report waits for its scan response (its name is usually there), as iOS
-        // reports them together; if none comes, the next advertisement is reported without it.
-        let scannable = received.kind == .connectableUndirected || received.kind == .scannableUndirected
+        let address = received.address
+        // What a device says now is its latest advertising PDU plus the scan response that answered it; new advertising
+        // content (a device rotating several apps' data) makes the old scan response stale.
         if received.kind == .scanResponse {
-            scanResponseSeen.insert(received.address)
-        } else if scannable, !scanResponseSeen.contains(received.address), waitingForScanResponse.insert(received.address).inserted {
-            return
+            lastScanResponse[address] = received.data
+        } else {
+            if lastAdvertising[address] != received.data {
+                lastScanResponse[address] = nil
+                waitingForScanResponse.remove(address)
+            }
+            lastAdvertising[address] = received.data
+            advertisingKind[address] = received.kind
         }
+        var merged = AdvertisementData()
+        for part in [lastAdvertising[address], lastScanResponse[address]].compactMap({ $0 }) {
+            if case .failure(let error) = merged.merge(part) {
+                host.logger.debug("malformed advertising data from \(address) dropped: \(error)")
+                return
+            }
+        }
+        merged.isConnectable = advertisingKind[address]?.isConnectable ?? false
+        advertisements[address] = merged
+        if received.rssi != 127 { rssi[address] = received.rssi }
+        guard let store else { return }
+        let device = store.seen(address, name: merged.localName, at: Date().timeIntervalSince1970)
+        // A scannable advertiser's report waits for its scan response (its name is usually there), as iOS reports
+        // them together; if none comes, the next advertisement is reported without it.
+        let scannable = received.kind == .connectableUndirected || received.kind == .scannableUndirected
+        if scannable, lastScanResponse[address] == nil, waitingForScanResponse.insert(address).inserted { return }
         for target in scans.route(identifier: device.identifier, advertisement: merged) {
-            report(device.identifier, address: received.address, advertisement: merged, to: target)
+            report(device.identifier, address: address, advertisement: merged, to: target)
         }
     }
 

@@ -29,7 +29,9 @@ final class ManagerDaemon {
     var controllerScanning = false
     var advertisements: [DeviceAddress: AdvertisementData] = [:]
     var rssi: [DeviceAddress: Int8] = [:]
-    var scanResponseSeen: Set<DeviceAddress> = []
+    var lastAdvertising: [DeviceAddress: [UInt8]] = [:]
+    var lastScanResponse: [DeviceAddress: [UInt8]] = [:]
+    var advertisingKind: [DeviceAddress: AdvertisingReport.Kind] = [:]
     var waitingForScanResponse: Set<DeviceAddress> = []
     /// Services found on each peripheral, for retrieveConnectedPeripherals(withServices:).
     var discoveredServices: [String: Set<BluetoothUUID>] = [:]
