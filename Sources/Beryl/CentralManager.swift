@@ -195,6 +195,7 @@ public final class CentralManager: Sendable {
 
     /// Peripherals this stack has seen, by the identifiers it gave them (they survive restarts).
     public func retrievePeripherals(withIdentifiers identifiers: [UUID]) -> [Peripheral] {
+        guard !identifiers.isEmpty else { return [] }
         let result = channel.call(.manager { $0.retrievePeripherals.identifiers = identifiers.map(\.uuidString) })
         guard case .success(let response) = result else { return [] }
         return response.manager.peripherals.peripherals.map { peripheral($0.identifier, name: $0.name) }

@@ -40,6 +40,7 @@ public final class PeripheralStore {
     }
 
     public var count: Int { byAddress.count }
+    public var all: [KnownDevice] { byAddress.values.sorted { $0.lastSeen > $1.lastSeen } }
 
     public func device(_ identifier: String) -> KnownDevice? { byIdentifier[identifier].flatMap { byAddress[$0] } }
     public func device(at address: DeviceAddress) -> KnownDevice? { byAddress[address] }

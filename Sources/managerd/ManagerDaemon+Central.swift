@@ -56,11 +56,9 @@ extension ManagerDaemon {
             event.disconnected = .with { $0.manager = cancel.manager; $0.peripheral = cancel.peripheral; $0.reason = held ? 0x16 : 0 }
             send(event, to: session)
         case .retrievePeripherals(let retrieve):
-            incoming.respond(.with {
-                $0.manager.peripherals.peripherals = retrieve.identifiers.compactMap { identifier in
-                    store?.device(identifier).map { info(for: $0) }
-                }
-            })
+            // No identifiers: every device this stack knows (for `beryl peripherals`; the library never asks that).
+            let devices = retrieve.identifiers.isEmpty ? store?.all ?? [] : retrieve.identifiers.compactMap { store?.device($0) }
+            incoming.respond(.with { $0.manager.peripherals.peripherals = devices.map { info(for: $0) } })
         case .retrieveConnected(let retrieve):
             guard let wanted = uuids(retrieve.serviceUuids, field: "service_uuids", incoming) else { return }
             let connected = book.links.filter { $0.value.isCentral }.compactMap { identifier, _ in store?.device(identifier) }.filter { device in

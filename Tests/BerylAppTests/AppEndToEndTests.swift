@@ -265,3 +265,64 @@ final class SharedStackTests: XCTestCase {
         withExtendedLifetime((heartManager, batteryManager, heartCentral, batteryCentral)) {}
     }
 }
+
+/// `beryl scan` and `beryl peripherals` are ordinary apps of managerd; identifiers survive managerd's kill -9.
+final class ScanCommandTests: XCTestCase {
+    func testScanPrintsDiscoveriesAndIdentifiersSurviveARestart() async throws {
+        let scratch = try Scratch()
+        defer { scratch.stopAll() }
+        let sim = scratch.root + "/sim"
+        try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", sim, "--controllers", "2"], socket: sim + "/control.sock")
+        for index in 0...1 {
+            let run = "\(scratch.root)/run\(index)"
+            let common = ["--runtime-dir", run, "--state-dir", "\(scratch.root)/state\(index)"]
+            try scratch.start("hcid\(index)", [Executables.path("hcid")] + common + ["--transport", "unix:\(sim)/controller-\(index).sock"], socket: run + "/hcid.sock")
+            try scratch.start("attd\(index)", [Executables.path("attd")] + common, socket: run + "/attd.sock")
+            try scratch.start("managerd\(index)", [Executables.path("managerd")] + common, socket: run + "/managerd.sock")
+        }
+        let app = HeartRatePeripheral()
+        let manager = try PeripheralManager(delegate: app, queue: DispatchQueue(label: "app"), socketPath: "\(scratch.root)/run1/managerd.sock")
+        XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
+        manager.startAdvertising(AdvertisingOptions(localName: "Beryl HR", serviceUUIDs: [BluetoothUUID(0x180D)]))
+        XCTAssertNotNil(app.recorder.wait(for: "advertising ok"))
+
+        func beryl(_ arguments: [String]) throws -> (status: Int32, out: String, err: String) {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
+            process.arguments = arguments + ["--runtime-dir", "\(scratch.root)/run0"]
+            let out = Pipe(), err = Pipe()
+            process.standardOutput = out
+            process.standardError = err
+            try process.run()
+            let output = out.fileHandleForReading.readDataToEndOfFile()
+            let errors = err.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return (process.terminationStatus, String(decoding: output, as: UTF8.self), String(decoding: errors, as: UTF8.self))
+        }
+        let scan = try beryl(["scan", "--service", "180D", "--count", "1", "--timeout", "10", "--json"])
+        XCTAssertEqual(scan.status, 0, scan.err)
+        let found = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(scan.out.utf8)) as? [String: Any])
+        XCTAssertEqual(found["name"] as? String, "Beryl HR")
+        XCTAssertEqual(found["serviceUUIDs"] as? [String], ["180D"])
+        XCTAssertEqual(found["connectable"] as? Bool, true)
+        let identifier = try XCTUnwrap(found["identifier"] as? String)
+        XCTAssertNotNil(UUID(uuidString: identifier))
+        let peripheralAddress = try XCTUnwrap(StackProbe.controllerInfo(at: "\(scratch.root)/run1/hcid.sock")?.address)
+        XCTAssertEqual(found["address"] as? String, peripheralAddress)
+
+        let pid = try XCTUnwrap(scratch.pid(of: "managerd0"))
+        kill(pid, SIGKILL)
+        _ = Spawn.reap(pid)
+        usleep(200_000)
+        try? FileManager.default.removeItem(atPath: "\(scratch.root)/run0/managerd.sock")
+        try scratch.start("managerd0-again", [Executables.path("managerd"), "--runtime-dir", "\(scratch.root)/run0", "--state-dir", "\(scratch.root)/state0"],
+                          socket: "\(scratch.root)/run0/managerd.sock")
+        let listed = try beryl(["peripherals", "--json"])
+        XCTAssertEqual(listed.status, 0, listed.err)
+        let known = listed.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        XCTAssertEqual(known.compactMap { $0["identifier"] as? String }, [identifier], "the identifier outlives managerd")
+        let bad = try beryl(["scan", "--service", "nonsense"])
+        XCTAssertNotEqual(bad.status, 0)
+        withExtendedLifetime(manager) {}
+    }
+}
