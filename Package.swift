@@ -12,6 +12,8 @@ let package = Package(
         .executable(name: "managerd", targets: ["managerd"]),
         .executable(name: "berylsim", targets: ["berylsim"]),
         .executable(name: "beryl", targets: ["beryl"]),
+        .executable(name: "heart-rate-peripheral", targets: ["HeartRatePeripheral"]),
+        .executable(name: "heart-rate-central", targets: ["HeartRateCentral"]),
         // The sans-IO protocol cores, for the fuzz package in Fuzz/ (and anyone embedding them).
         // What apps import: Core Bluetooth's managers for Linux.
         .library(name: "Beryl", targets: ["Beryl"]),
@@ -73,6 +75,10 @@ let package = Package(
         .executableTarget(name: "beryl", dependencies: [
             "BerylStack", "BerylTransport", "BerylSim", "BerylHCI", "BerylStore", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
+
+        // Examples written as the Core Bluetooth Programming Guide's code is, against the Beryl library.
+        .executableTarget(name: "HeartRatePeripheral", dependencies: ["Beryl"], path: "Examples/HeartRatePeripheral"),
+        .executableTarget(name: "HeartRateCentral", dependencies: ["Beryl"], path: "Examples/HeartRateCentral"),
 
         .testTarget(name: "BerylCoreTests", dependencies: ["BerylCore", "BerylTransport", "BerylStack"]),
         .testTarget(name: "BerylEventLoopTests", dependencies: ["BerylEventLoop"]),

@@ -37,6 +37,13 @@ public enum StackControl {
         ]
     }
 
+    /// Whether managerd tells apps poweredOn: the controller is on and attd is attached.
+    static func managerReady(_ socket: String) -> Bool {
+        var hello = Request()
+        hello.manager.hello = .init()
+        return (try? IPCClient(path: socket).call(hello, timeout: .seconds(1)).manager.welcome.state) == .poweredOn
+    }
+
     /// Starts `beryl supervise` detached and returns once managerd answers and the controller is poweredOn.
     /// A controller that cannot work here (unsupported, unauthorized) stops the stack and says why.
     public static func up(paths: DaemonPaths, transport: String, profile: String = "none", logLevel: LogLevel,
@@ -59,7 +66,7 @@ public enum StackControl {
             }
             if ping(paths.socket("managerd")), let info = StackProbe.controllerInfo(at: paths.socket("hcid")) {
                 switch info.state {
-                case .poweredOn:
+                case .poweredOn where managerReady(paths.socket("managerd")):
                     return StackProbe.report(paths: paths)
                 case .unsupported, .unauthorized:
                     _ = try? down(paths: paths)

@@ -20,7 +20,10 @@ final class ManagerDaemon {
     let host: DaemonHost
     var hcid: IPCConnection?
     var attd: IPCConnection?
+    /// What apps see: poweredOn only when the controller is and attd is attached (the stack can do GATT); a lost attd
+    /// reads as resetting, as Core Bluetooth reports a restarting bluetoothd.
     var state: Beryl_Ipc_V1_ControllerState = .unknown
+    var controllerState: Beryl_Ipc_V1_ControllerState = .unknown
     let store: PeripheralStore?
 
     // Central role.
@@ -113,9 +116,11 @@ final class ManagerDaemon {
                 self.attd = nil
                 self.services.removeAll()
                 self.openRequests.removeAll()
+                self.refreshState()
                 _ = try? self.host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToAttd() }
             }
             attd = connection
+            refreshState()
         } catch {
             _ = try? host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToAttd() }
         }
@@ -142,6 +147,12 @@ final class ManagerDaemon {
     }
 
     private func controllerChanged(_ newState: Beryl_Ipc_V1_ControllerState) {
+        controllerState = newState
+        refreshState()
+    }
+
+    func refreshState() {
+        let newState: Beryl_Ipc_V1_ControllerState = controllerState == .poweredOn && attd == nil ? .resetting : controllerState
         guard newState != state else { return }
         state = newState
         host.logger.info("controller \(newState)")

@@ -326,3 +326,45 @@ final class ScanCommandTests: XCTestCase {
         withExtendedLifetime(manager) {}
     }
 }
+
+/// The heart-rate examples, as built, against each other on two `beryl up` stacks.
+final class ExampleTests: XCTestCase {
+    func testTheHeartRateExamplesTalk() throws {
+        let scratch = try Scratch()
+        defer {
+            for side in ["a", "b"] { _ = try? run(["beryl", "down", "--runtime-dir", "\(scratch.root)/\(side)"]) }
+            scratch.stopAll()
+        }
+        let sim = scratch.root + "/sim"
+        try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", sim, "--controllers", "2"], socket: sim + "/control.sock")
+        for (side, controller) in [("a", 0), ("b", 1)] {
+            let up = try run(["beryl", "up", "--runtime-dir", "\(scratch.root)/\(side)", "--state-dir", "\(scratch.root)/\(side)-state",
+                              "--transport", "unix:\(sim)/controller-\(controller).sock"])
+            XCTAssertEqual(up.status, 0, up.output)
+        }
+        try scratch.start("peripheral", [Executables.path("heart-rate-peripheral"), "--runtime-dir", "\(scratch.root)/b"],
+                          socket: "\(scratch.root)/b/managerd.sock")
+        let central = try run(["heart-rate-central", "--runtime-dir", "\(scratch.root)/a", "--count", "3"])
+        XCTAssertEqual(central.status, 0, central.output)
+        for line in ["discovered Beryl HR", "connected", "sensor location chest", "reset energy expended", "done"] {
+            XCTAssertTrue(central.output.contains(line), "\(line) in:\n\(central.output)")
+        }
+        let beats = central.output.split(separator: "\n").filter { $0.hasPrefix("heart rate ") }
+        XCTAssertEqual(beats.count, 3, central.output)
+        let peripheralLog = (try? String(contentsOfFile: scratch.paths.logFile("peripheral"), encoding: .utf8)) ?? ""
+        XCTAssertTrue(peripheralLog.contains("control point write [1] accepted"), peripheralLog)
+    }
+
+    private func run(_ arguments: [String]) throws -> (status: Int32, output: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Executables.path(arguments[0]))
+        process.arguments = Array(arguments.dropFirst())
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+}

@@ -39,6 +39,7 @@ async def main(port: int, writes_path: str) -> None:
         ])
         device.advertising_data = bytes(AdvertisingData([
             (AdvertisingData.FLAGS, bytes([0x06])),
+            (AdvertisingData.COMPLETE_LIST_OF_16_BIT_SERVICE_CLASS_UUIDS, bytes([0x0D, 0x18])),
             (AdvertisingData.COMPLETE_LOCAL_NAME, b"Bumble HRM"),
         ]))
         await device.power_on()

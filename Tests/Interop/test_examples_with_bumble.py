@@ -1,0 +1,104 @@
+"""Interop: the heart-rate examples (built on the Beryl client library, through managerd) against Bumble hosts."""
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+from bumble.core import UUID, AdvertisingData
+from bumble.device import Device, Peer
+from bumble.hci import Address
+from bumble.transport import open_transport
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def beryl_up(berylsim, side, controller):
+    run = os.path.join(berylsim["dir"], side)
+    subprocess.run([os.path.join(berylsim["bin"], "beryl"), "up", "--runtime-dir", run, "--state-dir", run + "-state",
+                    "--transport", f"unix:{berylsim['dir']}/controller-{controller}.sock"], check=True, capture_output=True, timeout=60)
+    return run
+
+
+def beryl_down(berylsim, run):
+    subprocess.run([os.path.join(berylsim["bin"], "beryl"), "down", "--runtime-dir", run], capture_output=True, timeout=30)
+
+
+def test_heart_rate_central_example_against_a_bumble_peripheral(berylsim):
+    run = beryl_up(berylsim, "a", 0)
+    writes = os.path.join(berylsim["dir"], "writes.txt")
+    peripheral = subprocess.Popen([sys.executable, os.path.join(HERE, "bumble_peripheral.py"), str(berylsim["base"] + 1), writes],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert peripheral.stdout.readline().startswith("ready"), "the Bumble peripheral did not start"
+        central = subprocess.run([os.path.join(berylsim["bin"], "heart-rate-central"), "--runtime-dir", run, "--count", "3"],
+                                 capture_output=True, text=True, timeout=60)
+        assert central.returncode == 0, central.stdout + central.stderr
+        beats = [int(line.split()[2]) for line in central.stdout.splitlines() if line.startswith("heart rate ")]
+        assert len(beats) == 3 and all((b - a) % 256 == 1 for a, b in zip(beats, beats[1:])), central.stdout
+        assert "connected" in central.stdout and "done" in central.stdout, central.stdout
+    finally:
+        peripheral.terminate()
+        peripheral.wait(5)
+        beryl_down(berylsim, run)
+
+
+async def bumble_central_reads_and_subscribes(port):
+    async with await open_transport(f"tcp-client:127.0.0.1:{port}") as transport:
+        device = Device.with_hci("bumble-central", Address("E0:E1:E2:E3:E4:E6"), transport.source, transport.sink)
+        await device.power_on()
+        found = asyncio.get_running_loop().create_future()
+
+        def on_advertisement(advertisement):
+            uuids = advertisement.data.get(AdvertisingData.COMPLETE_LIST_OF_16_BIT_SERVICE_CLASS_UUIDS) or []
+            if UUID("180D") in uuids and not found.done():
+                found.set_result(advertisement)
+
+        device.on("advertisement", on_advertisement)
+        await device.start_scanning(active=True)
+        advertisement = await asyncio.wait_for(found, 15)
+        await device.stop_scanning()
+        connection = await asyncio.wait_for(device.connect(advertisement.address), 15)
+        peer = Peer(connection)
+        await peer.discover_services()
+        for service in peer.services:
+            await service.discover_characteristics()
+        location = bytes(await peer.get_characteristics_by_uuid(UUID("2A38"))[0].read_value())
+        beats = []
+        three = asyncio.get_running_loop().create_future()
+
+        def on_beat(value):
+            beats.append(bytes(value)[1])
+            if len(beats) >= 3 and not three.done():
+                three.set_result(True)
+
+        await peer.get_characteristics_by_uuid(UUID("2A37"))[0].subscribe(on_beat)
+        await asyncio.wait_for(three, 10)
+        await peer.get_characteristics_by_uuid(UUID("2A39"))[0].write_value(b"\x01", with_response=True)
+        await connection.disconnect()
+        return location, beats
+
+
+def test_a_bumble_central_against_the_heart_rate_peripheral_example(berylsim):
+    run = beryl_up(berylsim, "b", 0)
+    log_path = os.path.join(berylsim["dir"], "peripheral.log")
+    log = open(log_path, "w")
+    peripheral = subprocess.Popen([os.path.join(berylsim["bin"], "heart-rate-peripheral"), "--runtime-dir", run], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 15
+        while "advertising as Beryl HR" not in open(log_path).read():
+            assert time.monotonic() < deadline and peripheral.poll() is None, open(log_path).read()
+            time.sleep(0.1)
+        location, beats = asyncio.run(bumble_central_reads_and_subscribes(berylsim["base"] + 1))
+        assert location == b"\x01", location
+        assert len(beats) >= 3 and all((b - a) % 256 == 1 for a, b in zip(beats, beats[1:])), beats
+        deadline = time.monotonic() + 5
+        while "control point write [1] accepted" not in open(log_path).read():
+            assert time.monotonic() < deadline, open(log_path).read()
+            time.sleep(0.1)
+        assert "central subscribed to heart rate measurement" in open(log_path).read()
+    finally:
+        peripheral.terminate()
+        peripheral.wait(5)
+        log.close()
+        beryl_down(berylsim, run)
