@@ -41,7 +41,7 @@ let package = Package(
         .target(name: "BerylStore", dependencies: ["BerylCore", "BerylCrypto", "BerylSMP", "CSQLite"]),
         .target(name: "BerylGAP", dependencies: ["BerylCore", "BerylHCI"]),
         .target(name: "BerylManager", dependencies: ["BerylCore", "BerylGAP"]),
-        .target(name: "Beryl", dependencies: ["BerylCore", "BerylIPC"]),
+        .target(name: "Beryl", dependencies: ["BerylCore", "BerylIPC", "BerylGATT"]),
         .target(name: "BerylSim", dependencies: ["BerylCore", "BerylHCI", "CBerylCrypto"]),
         .target(name: "BerylL2CAP", dependencies: ["BerylCore", "BerylHCI"]),
         .target(name: "BerylATT", dependencies: ["BerylCore"]),

@@ -63,19 +63,11 @@ public final class CentralManager: Sendable {
     ///   - appID: the app's identifier (an app manifest's id, for background modes and restoration).
     public init(delegate: CentralManagerDelegate?, queue: DispatchQueue? = nil, appID: String = "", socketPath: String? = nil) throws(BerylError) {
         delegateQueue = queue ?? .main
-        let events = Mutex<(@Sendable (Event) -> Void)?>(nil)
-        channel = try Channel(path: socketPath ?? Channel.defaultSocketPath, label: "central",
-                              onEvent: { event in events.withLock { $0 }?(event) },
-                              onClose: { _ in events.withLock { $0 }?(Event()) })
+        let relay = EventRelay()
+        channel = try Channel(socketPath: socketPath, label: "central", relay: relay)
         shared.withLock { $0.delegate.value = delegate }
-        events.withLock { $0 = { [weak self] event in self?.handle(event) } }
-        channel.request(.manager { $0.hello.appID = appID }) { [weak self] result in
-            guard let self else { return }
-            switch result {
-            case .success(let response): self.update(ManagerState(response.manager.welcome.state))
-            case .failure: self.update(.unsupported)
-            }
-        }
+        relay.bind { [weak self] event in self?.handle(event) }
+        channel.hello(appID: appID) { [weak self] state in self?.update(state) }
     }
 
     deinit { channel.close() }

@@ -65,6 +65,22 @@ final class Channel: Sendable {
         (ProcessInfo.processInfo.environment["BERYL_RUNTIME_DIR"] ?? "/run/beryl") + "/managerd.sock"
     }
 
+    /// A manager's session: its events (an empty Event once the session is gone) go to whatever `relay` is bound to.
+    convenience init(socketPath: String?, label: String, relay: EventRelay) throws(BerylError) {
+        try self.init(path: socketPath ?? Channel.defaultSocketPath, label: label,
+                      onEvent: { relay.deliver($0) }, onClose: { _ in relay.deliver(Event()) })
+    }
+
+    /// Says Hello for the app; the answer carries the manager's first state (unsupported when managerd refuses).
+    func hello(appID: String, then: @escaping @Sendable (ManagerState) -> Void) {
+        request(.manager { $0.hello.appID = appID }) { result in
+            switch result {
+            case .success(let response): then(ManagerState(response.manager.welcome.state))
+            case .failure: then(.unsupported)
+            }
+        }
+    }
+
     init(path: String, label: String, onEvent: @escaping @Sendable (Event) -> Void, onClose: @escaping @Sendable (String) -> Void) throws(BerylError) {
         do {
             fd = try SeqPacketSocket.connect(path: path)
@@ -169,4 +185,11 @@ final class Channel: Sendable {
             self.onClose(reason)
         }
     }
+}
+
+/// Lets a manager receive its channel's events once it is fully initialised (the channel is made first).
+final class EventRelay: Sendable {
+    private let target = Mutex<(@Sendable (Event) -> Void)?>(nil)
+    func bind(_ handler: @escaping @Sendable (Event) -> Void) { target.withLock { $0 = handler } }
+    func deliver(_ event: Event) { target.withLock { $0 }?(event) }
 }

@@ -1,4 +1,7 @@
 @_exported import struct BerylCore.BluetoothUUID
+// Core Bluetooth's property and permission bits are GATT's own.
+@_exported import struct BerylGATT.AttributePermissions
+@_exported import struct BerylGATT.CharacteristicProperties
 import BerylIPC
 import Foundation
 
@@ -16,30 +19,6 @@ public enum ManagerState: Sendable, Equatable {
         default: self = .unknown
         }
     }
-}
-
-/// Characteristic properties, as Core Bluetooth names them.
-public struct CharacteristicProperties: OptionSet, Sendable, Hashable {
-    public let rawValue: UInt8
-    public init(rawValue: UInt8) { self.rawValue = rawValue }
-    public static let broadcast = CharacteristicProperties(rawValue: 0x01)
-    public static let read = CharacteristicProperties(rawValue: 0x02)
-    public static let writeWithoutResponse = CharacteristicProperties(rawValue: 0x04)
-    public static let write = CharacteristicProperties(rawValue: 0x08)
-    public static let notify = CharacteristicProperties(rawValue: 0x10)
-    public static let indicate = CharacteristicProperties(rawValue: 0x20)
-    public static let authenticatedSignedWrites = CharacteristicProperties(rawValue: 0x40)
-    public static let extendedProperties = CharacteristicProperties(rawValue: 0x80)
-}
-
-/// Attribute permissions for a published characteristic.
-public struct AttributePermissions: OptionSet, Sendable, Hashable {
-    public let rawValue: UInt8
-    public init(rawValue: UInt8) { self.rawValue = rawValue }
-    public static let readable = AttributePermissions(rawValue: 0x01)
-    public static let writeable = AttributePermissions(rawValue: 0x02)
-    public static let readEncryptionRequired = AttributePermissions(rawValue: 0x04)
-    public static let writeEncryptionRequired = AttributePermissions(rawValue: 0x08)
 }
 
 public enum WriteType: Sendable {

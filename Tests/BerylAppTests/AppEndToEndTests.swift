@@ -73,20 +73,25 @@ final class HeartRateCentral: CentralManagerDelegate, PeripheralDelegate {
     }
 }
 
+/// berylsim with two controllers and a full stack (hcid, attd, managerd) on each, in `run0`/`run1`.
+func startTwoStacks(_ scratch: Scratch) throws {
+    let sim = scratch.root + "/sim"
+    try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", sim, "--controllers", "2"], socket: sim + "/control.sock")
+    for index in 0...1 {
+        let run = "\(scratch.root)/run\(index)"
+        let common = ["--runtime-dir", run, "--state-dir", "\(scratch.root)/state\(index)"]
+        try scratch.start("hcid\(index)", [Executables.path("hcid")] + common + ["--transport", "unix:\(sim)/controller-\(index).sock"], socket: run + "/hcid.sock")
+        try scratch.start("attd\(index)", [Executables.path("attd")] + common, socket: run + "/attd.sock")
+        try scratch.start("managerd\(index)", [Executables.path("managerd")] + common, socket: run + "/managerd.sock")
+    }
+}
+
 final class AppEndToEndTests: XCTestCase {
     var scratch: Scratch!
 
     override func setUpWithError() throws {
         scratch = try Scratch()
-        let sim = scratch.root + "/sim"
-        try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", sim, "--controllers", "2"], socket: sim + "/control.sock")
-        for index in 0...1 {
-            let run = "\(scratch.root)/run\(index)"
-            let common = ["--runtime-dir", run, "--state-dir", "\(scratch.root)/state\(index)"]
-            try scratch.start("hcid\(index)", [Executables.path("hcid")] + common + ["--transport", "unix:\(sim)/controller-\(index).sock"], socket: run + "/hcid.sock")
-            try scratch.start("attd\(index)", [Executables.path("attd")] + common, socket: run + "/attd.sock")
-            try scratch.start("managerd\(index)", [Executables.path("managerd")] + common, socket: run + "/managerd.sock")
-        }
+        try startTwoStacks(scratch)
     }
 
     override func tearDown() { scratch.stopAll() }
@@ -191,15 +196,7 @@ final class SharedStackTests: XCTestCase {
 
     override func setUpWithError() throws {
         scratch = try Scratch()
-        let sim = scratch.root + "/sim"
-        try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", sim, "--controllers", "2"], socket: sim + "/control.sock")
-        for index in 0...1 {
-            let run = "\(scratch.root)/run\(index)"
-            let common = ["--runtime-dir", run, "--state-dir", "\(scratch.root)/state\(index)"]
-            try scratch.start("hcid\(index)", [Executables.path("hcid")] + common + ["--transport", "unix:\(sim)/controller-\(index).sock"], socket: run + "/hcid.sock")
-            try scratch.start("attd\(index)", [Executables.path("attd")] + common, socket: run + "/attd.sock")
-            try scratch.start("managerd\(index)", [Executables.path("managerd")] + common, socket: run + "/managerd.sock")
-        }
+        try startTwoStacks(scratch)
     }
 
     override func tearDown() { scratch.stopAll() }
@@ -271,15 +268,7 @@ final class ScanCommandTests: XCTestCase {
     func testScanPrintsDiscoveriesAndIdentifiersSurviveARestart() async throws {
         let scratch = try Scratch()
         defer { scratch.stopAll() }
-        let sim = scratch.root + "/sim"
-        try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", sim, "--controllers", "2"], socket: sim + "/control.sock")
-        for index in 0...1 {
-            let run = "\(scratch.root)/run\(index)"
-            let common = ["--runtime-dir", run, "--state-dir", "\(scratch.root)/state\(index)"]
-            try scratch.start("hcid\(index)", [Executables.path("hcid")] + common + ["--transport", "unix:\(sim)/controller-\(index).sock"], socket: run + "/hcid.sock")
-            try scratch.start("attd\(index)", [Executables.path("attd")] + common, socket: run + "/attd.sock")
-            try scratch.start("managerd\(index)", [Executables.path("managerd")] + common, socket: run + "/managerd.sock")
-        }
+        try startTwoStacks(scratch)
         let app = HeartRatePeripheral()
         let manager = try PeripheralManager(delegate: app, queue: DispatchQueue(label: "app"), socketPath: "\(scratch.root)/run1/managerd.sock")
         XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
