@@ -14,6 +14,8 @@ let package = Package(
         .executable(name: "beryl", targets: ["beryl"]),
         .executable(name: "heart-rate-peripheral", targets: ["HeartRatePeripheral"]),
         .executable(name: "heart-rate-central", targets: ["HeartRateCentral"]),
+        .executable(name: "thermostat", targets: ["Thermostat"]),
+        .executable(name: "door-lock-central", targets: ["DoorLockCentral"]),
         // The sans-IO protocol cores, for the fuzz package in Fuzz/ (and anyone embedding them).
         // What apps import: Core Bluetooth's managers for Linux.
         .library(name: "Beryl", targets: ["Beryl"]),
@@ -79,6 +81,8 @@ let package = Package(
         // Examples written as the Core Bluetooth Programming Guide's code is, against the Beryl library.
         .executableTarget(name: "HeartRatePeripheral", dependencies: ["Beryl"], path: "Examples/HeartRatePeripheral"),
         .executableTarget(name: "HeartRateCentral", dependencies: ["Beryl"], path: "Examples/HeartRateCentral"),
+        .executableTarget(name: "Thermostat", dependencies: ["Beryl"], path: "Examples/Thermostat"),
+        .executableTarget(name: "DoorLockCentral", dependencies: ["Beryl"], path: "Examples/DoorLockCentral"),
 
         .testTarget(name: "BerylCoreTests", dependencies: ["BerylCore", "BerylTransport", "BerylStack"]),
         .testTarget(name: "BerylEventLoopTests", dependencies: ["BerylEventLoop"]),

@@ -202,6 +202,10 @@ public final class Peripheral: Sendable {
     }
 
     private func readValue(_ characteristic: Characteristic, completion: @escaping @Sendable (Result<Data, BerylError>) -> Void) {
+        // Core Bluetooth's API misuse: reading what does not say it can be read.
+        guard characteristic.properties.contains(.read) else {
+            return central.delegateQueue.async { completion(.failure(.att(code: 0x02, message: "the characteristic has no read property"))) }
+        }
         gatt({ $0.gattRead.handle = characteristic.valueHandle }) { result in
             switch result {
             case .success(let response):
@@ -228,6 +232,12 @@ public final class Peripheral: Sendable {
     }
 
     private func writeValue(_ data: Data, _ characteristic: Characteristic, _ type: WriteType, completion: @escaping @Sendable (Result<Void, BerylError>) -> Void) {
+        let allowed = type == .withResponse ? characteristic.properties.contains(.write) : characteristic.properties.contains(.writeWithoutResponse)
+        guard allowed else {
+            return central.delegateQueue.async {
+                completion(.failure(.att(code: 0x03, message: "the characteristic has no \(type == .withResponse ? "write" : "writeWithoutResponse") property")))
+            }
+        }
         if type == .withoutResponse { shared.withLock { $0.canSendWriteWithoutResponse = true } }
         gatt({ $0.gattWrite = .with { $0.handle = characteristic.valueHandle; $0.value = data; $0.withoutResponse = type == .withoutResponse } }) { [self] result in
             switch result {
@@ -248,6 +258,9 @@ public final class Peripheral: Sendable {
     }
 
     public func setNotifyValue(_ enabled: Bool, for characteristic: Characteristic) {
+        guard !characteristic.properties.isDisjoint(with: [.notify, .indicate]) else {
+            return notify { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: .att(code: 0x06, message: "the characteristic neither notifies nor indicates")) }
+        }
         let cccd = characteristic.descriptors?.first { $0.uuid == BluetoothUUID(0x2902) }?.handle ?? characteristic.valueHandle + 1
         let indicate = !characteristic.properties.contains(.notify) && characteristic.properties.contains(.indicate)
         gatt({ $0.gattSubscribe = .with { $0.valueHandle = characteristic.valueHandle; $0.cccdHandle = cccd; $0.indicate = indicate; $0.enable = enabled } }) { [self] result in

@@ -173,9 +173,15 @@ extension ManagerDaemon {
         let order = advertisers.keys.sorted()
         let peripheralLinkUp = book.links.values.contains { !$0.isCentral }
         guard state == .poweredOn, !order.isEmpty, !peripheralLinkUp else {
-            command(HCICommandPacket(.leSetAdvertisingEnable, parameters: [0])) { _ in completion?(order.isEmpty ? nil : "advertising waits while a central is connected") }
+            // Advertising managerd did not start (a low-level tool driving hcid directly) is left alone.
+            if advertisingEnabled {
+                advertisingEnabled = false
+                command(HCICommandPacket(.leSetAdvertisingEnable, parameters: [0]))
+            }
+            completion?(order.isEmpty ? nil : "advertising waits while a central is connected")
             return
         }
+        advertisingEnabled = true
         advertisingTurn %= order.count
         let advertiser = advertisers[order[advertisingTurn]]!
         let pad: ([UInt8]) -> [UInt8] = { [UInt8($0.count)] + $0 + [UInt8](repeating: 0, count: 31 - $0.count) }

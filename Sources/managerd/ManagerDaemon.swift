@@ -53,6 +53,7 @@ final class ManagerDaemon {
     }
     var advertisers: [ManagerKey: Advertiser] = [:]
     var advertisingTurn = 0
+    var advertisingEnabled = false
     var rotation: EventRegistration?
     /// Reads and writes from remote centrals awaiting their app's one answer: attd's id → owner and kind.
     var openRequests: [UInt64: (owner: ManagerKey, isRead: Bool)] = [:]

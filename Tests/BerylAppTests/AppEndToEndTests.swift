@@ -154,6 +154,17 @@ final class AppEndToEndTests: XCTestCase {
             XCTAssertEqual(error, .att(code: 0x03, message: "\(error)".replacingOccurrences(of: "ATT error 0x3: ", with: "")))
         }
 
+        // Core Bluetooth's API misuse: a read of a write-only value and a write of a read-only one fail at once, typed.
+        for (attempt, expected) in [(0x2A39, UInt8(0x02)), (0x2A38, UInt8(0x03))] {
+            do {
+                if expected == 0x02 { _ = try await peripheral.readValue(for: characteristic(UInt16(attempt))) }
+                else { try await peripheral.writeValue(Data([1]), for: characteristic(UInt16(attempt))) }
+                XCTFail("misuse on \(attempt) was allowed")
+            } catch BerylError.att(let code, _) {
+                XCTAssertEqual(code, expected)
+            }
+        }
+
         peripheral.setNotifyValue(true, for: try characteristic(0x2A37))
         XCTAssertNotNil(client.recorder.wait(for: "notifying 2A37 true"))
         let subscribed = try XCTUnwrap(app.recorder.wait(for: "subscribed 2A37"))
@@ -355,5 +366,36 @@ final class ExampleTests: XCTestCase {
         let data = pipe.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+}
+
+/// The door-lock central (through managerd and the library) against `beryl serve secure-lock.json`: the read of an
+/// encryption-required value makes the stack pair, then the unlock is written.
+final class DoorLockExampleTests: XCTestCase {
+    func testTheDoorLockCentralPairsReadsAndUnlocks() throws {
+        let scratch = try Scratch()
+        defer { scratch.stopAll() }
+        try startTwoStacks(scratch)
+        let profile = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Examples/profiles/secure-lock.json").path
+        try scratch.start("serve", [Executables.path("beryl"), "serve", profile, "--runtime-dir", "\(scratch.root)/run1"], socket: "\(scratch.root)/run1/attd.sock")
+        let serveLog = { (try? String(contentsOfFile: scratch.paths.logFile("serve"), encoding: .utf8)) ?? "" }
+        let deadline = Date().addingTimeInterval(10)
+        while !serveLog().contains("advertising"), Date() < deadline { usleep(50_000) }
+
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Executables.path("door-lock-central"))
+        process.arguments = ["--runtime-dir", "\(scratch.root)/run0", "--unlock"]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        XCTAssertEqual(process.terminationStatus, 0, output)
+        XCTAssertTrue(output.contains("lock says \"locked\""), output)
+        XCTAssertTrue(output.contains("unlock sent"), output)
+        XCTAssertTrue(serveLog().contains("paired with"), serveLog())
+        XCTAssertTrue(serveLog().contains("bytes"), "the unlock write reached the publisher: \(serveLog())")
     }
 }

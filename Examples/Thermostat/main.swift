@@ -1,0 +1,75 @@
+// A thermostat peripheral: a readable, writable setpoint (dynamic: the app answers) and a notifying temperature.
+//
+//   thermostat [--runtime-dir DIR]
+import Beryl
+import Dispatch
+import Foundation
+import Synchronization
+
+let thermostatService = BluetoothUUID("7E570001-0000-1000-8000-00805F9B34FB")!
+
+final class Thermostat: PeripheralManagerDelegate {
+    /// Setpoint in tenths of a degree, little-endian (215 = 21.5 °C); allowed 5.0–30.0 °C.
+    let setpoint = MutableCharacteristic(type: BluetoothUUID("7E570002-0000-1000-8000-00805F9B34FB")!, properties: [.read, .write],
+                                         value: nil, permissions: [.readable, .writeable])
+    let temperature = MutableCharacteristic(type: BluetoothUUID(0x2A6E), properties: [.notify], value: nil, permissions: .readable)
+    private let target = Mutex<UInt16>(215)
+
+    func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) {
+        guard peripheral.state == .poweredOn else { return say("state \(peripheral.state)") }
+        let service = MutableService(type: thermostatService, primary: true)
+        service.characteristics = [setpoint, temperature]
+        peripheral.add(service)
+    }
+
+    func peripheralManager(_ peripheral: PeripheralManager, didAdd service: MutableService, error: BerylError?) {
+        if let error { return say("could not add the service: \(error)") }
+        peripheral.startAdvertising(AdvertisingOptions(localName: "Beryl Thermostat", serviceUUIDs: [thermostatService]))
+    }
+
+    func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: BerylError?) {
+        say(error.map { "advertising failed: \($0)" } ?? "advertising as Beryl Thermostat")
+    }
+
+    func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest) {
+        let value = target.withLock { $0 }
+        let bytes = Data([UInt8(value & 0xFF), UInt8(value >> 8)])
+        // Core Bluetooth's rule for long reads: an offset past the value is Invalid Offset.
+        guard request.offset <= bytes.count else { return peripheral.respond(to: request, withResult: .invalidOffset) }
+        request.value = bytes.subdata(in: request.offset..<bytes.count)
+        peripheral.respond(to: request, withResult: .success)
+    }
+
+    func peripheralManager(_ peripheral: PeripheralManager, didReceiveWrite requests: [ATTRequest]) {
+        // All or nothing: every write in the batch is checked before any is applied.
+        guard requests.allSatisfy({ $0.offset == 0 && $0.value?.count == 2 }) else {
+            return peripheral.respond(to: requests[0], withResult: .invalidAttributeValueLength)
+        }
+        let values = requests.map { UInt16($0.value![0]) | UInt16($0.value![1]) << 8 }
+        guard values.allSatisfy({ (50...300).contains($0) }) else { return peripheral.respond(to: requests[0], withResult: ATTError(rawValue: 0x80) ?? .writeNotPermitted) }
+        target.withLock { $0 = values.last! }
+        say("setpoint \(Double(values.last!) / 10) °C")
+        peripheral.respond(to: requests[0], withResult: .success)
+    }
+}
+
+func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+
+var runtimeDir: String?
+var arguments = CommandLine.arguments.dropFirst().makeIterator()
+while let argument = arguments.next() {
+    guard argument == "--runtime-dir", let value = arguments.next() else {
+        FileHandle.standardError.write(Data("usage: thermostat [--runtime-dir DIR]\n".utf8))
+        exit(64)
+    }
+    runtimeDir = value
+}
+let thermostat = Thermostat()
+do {
+    let manager = try PeripheralManager(delegate: thermostat, queue: DispatchQueue(label: "thermostat"), appID: "com.example.thermostat",
+                                        socketPath: runtimeDir.map { $0 + "/managerd.sock" })
+    withExtendedLifetime(manager) { dispatchMain() }
+} catch {
+    FileHandle.standardError.write(Data("thermostat: \(error)\n".utf8))
+    exit(69)
+}
