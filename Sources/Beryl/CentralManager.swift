@@ -52,6 +52,7 @@ public final class CentralManager: Sendable {
         var state: ManagerState = .unknown
         var isScanning = false
         var delegate = WeakBox<AnyObject & Sendable>()
+        var pairingDelegate = WeakBox<AnyObject & Sendable>()
         var peripherals: [String: Peripheral] = [:]
         var scanStreams: [UUID: AsyncStream<Discovery>.Continuation] = [:]
         var connectWaiters: [String: [CheckedContinuation<Void, any Error>]] = [:]
@@ -71,6 +72,12 @@ public final class CentralManager: Sendable {
     }
 
     deinit { channel.close() }
+
+    /// Answers pairing prompts (passkeys, number comparison) for links this manager uses.
+    public var pairingDelegate: PairingDelegate? {
+        get { shared.withLock { $0.pairingDelegate.value } as? PairingDelegate }
+        set { shared.withLock { $0.pairingDelegate.value = newValue } }
+    }
 
     public var delegate: CentralManagerDelegate? {
         get { shared.withLock { $0.delegate.value } as? CentralManagerDelegate }
@@ -206,6 +213,7 @@ public final class CentralManager: Sendable {
             if event.kind == nil { update(.unknown) }  // the session closed
             return
         }
+        if channel.deliverPairing(managed, to: pairingDelegate, on: delegateQueue) { return }
         switch managed.kind {
         case .stateChanged(let newState)?:
             update(ManagerState(newState))

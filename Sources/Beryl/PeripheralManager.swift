@@ -117,6 +117,7 @@ public final class PeripheralManager: Sendable {
         var state: ManagerState = .unknown
         var isAdvertising = false
         var delegate = WeakBox<AnyObject & Sendable>()
+        var pairingDelegate = WeakBox<AnyObject & Sendable>()
         var services: [MutableService] = []
     }
     private let shared = Mutex(State())
@@ -131,6 +132,12 @@ public final class PeripheralManager: Sendable {
     }
 
     deinit { channel.close() }
+
+    /// Answers pairing prompts (passkeys, number comparison) for links this manager uses.
+    public var pairingDelegate: PairingDelegate? {
+        get { shared.withLock { $0.pairingDelegate.value } as? PairingDelegate }
+        set { shared.withLock { $0.pairingDelegate.value = newValue } }
+    }
 
     public var delegate: PeripheralManagerDelegate? {
         get { shared.withLock { $0.delegate.value } as? PeripheralManagerDelegate }
@@ -271,6 +278,7 @@ public final class PeripheralManager: Sendable {
             if event.kind == nil { update(.unknown) }
             return
         }
+        if channel.deliverPairing(managed, to: pairingDelegate, on: delegateQueue) { return }
         switch managed.kind {
         case .stateChanged(let newState)?:
             update(ManagerState(newState))

@@ -86,6 +86,20 @@ extension ManagerDaemon {
                     incoming.fail(.notReady, "attd: \(error)")
                 }
             }
+        case .answerPairing(let answer):
+            guard let link = book.link(for: answer.peer) else {
+                incoming.fail(.notFound, "no link with \(answer.peer)", field: "peer")
+                return
+            }
+            var request = Request()
+            request.att.pairingAnswer = .with { $0.connectionHandle = UInt32(link.handle); $0.accept = answer.accept; $0.passkey = answer.passkey }
+            attd?.request(request) { result in
+                switch result {
+                case .success: incoming.respond(.with { $0.ack = .init() })
+                case .failure(.remote(let code, let message, let field)): incoming.fail(code, message, field: field)
+                case .failure(let error): incoming.fail(.notReady, "attd: \(error)")
+                }
+            }
         default:
             incoming.fail(.unsupported, "not a peripheral request")
         }

@@ -203,6 +203,19 @@ final class ManagerDaemon {
             routeWrite(write)
         case .subscriptionChanged(let change)?:
             routeSubscription(change)
+        case .pairingPrompt(let prompt)?:
+            routePairing(prompt.connectionHandle) { event in
+                event.pairingPrompt = .with { $0.kind = prompt.kind; $0.number = prompt.number }
+            }
+        case .pairingFinished(let finished)?:
+            routePairing(finished.connectionHandle) { event in
+                event.pairingFinished = .with {
+                    $0.success = finished.success
+                    $0.reason = finished.reason
+                    $0.bonded = finished.result.bonded
+                    $0.authenticated = finished.result.authenticated
+                }
+            }
         case .readyToUpdate?:
             let waiting = notifyRefused
             notifyRefused.removeAll()
@@ -212,6 +225,23 @@ final class ManagerDaemon {
         default:
             break
         }
+    }
+
+    /// Pairing prompts go to the apps holding the link (as central), or to every app with published services or
+    /// advertising (a remote central pairing with this device); `peer` is the link's identifier.
+    func routePairing(_ connectionHandle: UInt32, _ build: (inout Beryl_Ipc_V1_ManagerEvent) -> Void) {
+        let handle = UInt16(truncatingIfNeeded: connectionHandle)
+        guard let identifier = book.identifier(for: handle), let link = book.link(for: identifier) else { return }
+        var event = Beryl_Ipc_V1_ManagerEvent()
+        build(&event)
+        switch event.kind {
+        case .pairingPrompt?: event.pairingPrompt.peer = identifier
+        case .pairingFinished?: event.pairingFinished.peer = identifier
+        default: break
+        }
+        let sessions = link.isCentral ? Set(link.holders.map(\.session))
+            : Set(services.map(\.owner.session)).union(advertisers.keys.map(\.session))
+        for session in sessions { send(event, to: session) }
     }
 
     // MARK: Sessions

@@ -74,14 +74,14 @@ final class HeartRateCentral: CentralManagerDelegate, PeripheralDelegate {
 }
 
 /// berylsim with two controllers and a full stack (hcid, attd, managerd) on each, in `run0`/`run1`.
-func startTwoStacks(_ scratch: Scratch) throws {
+func startTwoStacks(_ scratch: Scratch, attd extra: [[String]] = [[], []]) throws {
     let sim = scratch.root + "/sim"
     try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", sim, "--controllers", "2"], socket: sim + "/control.sock")
     for index in 0...1 {
         let run = "\(scratch.root)/run\(index)"
         let common = ["--runtime-dir", run, "--state-dir", "\(scratch.root)/state\(index)"]
         try scratch.start("hcid\(index)", [Executables.path("hcid")] + common + ["--transport", "unix:\(sim)/controller-\(index).sock"], socket: run + "/hcid.sock")
-        try scratch.start("attd\(index)", [Executables.path("attd")] + common, socket: run + "/attd.sock")
+        try scratch.start("attd\(index)", [Executables.path("attd")] + common + extra[index], socket: run + "/attd.sock")
         try scratch.start("managerd\(index)", [Executables.path("managerd")] + common, socket: run + "/managerd.sock")
     }
 }
@@ -397,5 +397,61 @@ final class DoorLockExampleTests: XCTestCase {
         XCTAssertTrue(output.contains("unlock sent"), output)
         XCTAssertTrue(serveLog().contains("paired with"), serveLog())
         XCTAssertTrue(serveLog().contains("bytes"), "the unlock write reached the publisher: \(serveLog())")
+    }
+}
+
+/// The pairing delegate: with keyboards on both sides, pairing by Passkey Entry asks both apps for the passkey.
+final class KeyboardUser: PairingDelegate {
+    let recorder = Recorder()
+    let passkey: UInt32
+    init(passkey: UInt32) { self.passkey = passkey }
+    func pairing(with peer: UUID, prompt: PairingPrompt, responder: PairingResponder) {
+        recorder.note("prompt \(prompt)")
+        if prompt == .enterPasskey { responder.enter(passkey: passkey) }
+    }
+    func pairing(with peer: UUID, finished success: Bool, bonded: Bool, reason: UInt8) {
+        recorder.note("finished \(success) bonded \(bonded) reason \(reason)")
+    }
+}
+
+final class PairingDelegateTests: XCTestCase {
+    func testPasskeyPromptsReachBothAppsAndPairingUnlocksTheValue() async throws {
+        let scratch = try Scratch()
+        defer { scratch.stopAll() }
+        try startTwoStacks(scratch, attd: [["--io-capability", "keyboard-only"], ["--io-capability", "keyboard-only"]])
+        let queue = DispatchQueue(label: "apps")
+        let app = HeartRatePeripheral()
+        let peripheralUser = KeyboardUser(passkey: 246810)
+        let manager = try PeripheralManager(delegate: app, queue: queue, socketPath: "\(scratch.root)/run1/managerd.sock")
+        manager.pairingDelegate = peripheralUser
+        XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
+        let service = MutableService(type: BluetoothUUID(0x180D), primary: true)
+        let secret = MutableCharacteristic(type: BluetoothUUID(0x2A38), properties: .read, value: Data([0x05]), permissions: .readEncryptionRequired)
+        service.characteristics = [secret]
+        try await manager.add(service)
+        manager.startAdvertising(AdvertisingOptions(localName: "Secret", serviceUUIDs: [BluetoothUUID(0x180D)]))
+
+        let client = HeartRateCentral()
+        let centralUser = KeyboardUser(passkey: 246810)
+        let central = try CentralManager(delegate: client, queue: queue, socketPath: "\(scratch.root)/run0/managerd.sock")
+        central.pairingDelegate = centralUser
+        XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
+        var found: Discovery?
+        for await discovery in central.scan(withServices: [BluetoothUUID(0x180D)]) {
+            found = discovery
+            break
+        }
+        let peripheral = try XCTUnwrap(found?.peripheral)
+        try await central.connect(peripheral)
+        peripheral.discoverServices(nil)
+        let deadline = Date().addingTimeInterval(10)
+        while peripheral.services == nil, Date() < deadline { usleep(20_000) }
+        let characteristic = try XCTUnwrap(peripheral.services?.first { $0.uuid == BluetoothUUID(0x180D) }?.characteristics?.first)
+        let value = try await peripheral.readValue(for: characteristic)
+        XCTAssertEqual(value, Data([0x05]), "readable once paired")
+        XCTAssertNotNil(centralUser.recorder.wait(for: "prompt enterPasskey"))
+        XCTAssertNotNil(peripheralUser.recorder.wait(for: "prompt enterPasskey"))
+        XCTAssertEqual(centralUser.recorder.wait(for: "finished"), "finished true bonded true reason 0")
+        withExtendedLifetime((manager, central)) {}
     }
 }

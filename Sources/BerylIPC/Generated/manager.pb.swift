@@ -430,6 +430,60 @@ public nonisolated struct Beryl_Ipc_V1_UpdateResult: Sendable {
   public init() {}
 }
 
+/// The app's answer to a pairing prompt on a link it holds (or, as a peripheral app, any link).
+public nonisolated struct Beryl_Ipc_V1_AnswerPairing: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var peer: String = String()
+
+  public var accept: Bool = false
+
+  public var passkey: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// A pairing prompt for an app: display a passkey, enter one, or confirm a number (attd's PairingPrompt).
+public nonisolated struct Beryl_Ipc_V1_PairingPromptEvent: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var peer: String = String()
+
+  public var kind: Beryl_Ipc_V1_PairingPromptKind = .unspecified
+
+  public var number: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_PairingFinishedEvent: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var peer: String = String()
+
+  public var success: Bool = false
+
+  public var reason: UInt32 = 0
+
+  public var bonded: Bool = false
+
+  public var authenticated: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -573,6 +627,14 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     set {kind = .updateValue(newValue)}
   }
 
+  public var answerPairing: Beryl_Ipc_V1_AnswerPairing {
+    get {
+      if case .answerPairing(let v)? = kind {return v}
+      return Beryl_Ipc_V1_AnswerPairing()
+    }
+    set {kind = .answerPairing(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -593,6 +655,7 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     case stopAdvertising(Beryl_Ipc_V1_StopAdvertising)
     case respond(Beryl_Ipc_V1_RespondToRequest)
     case updateValue(Beryl_Ipc_V1_UpdateValue)
+    case answerPairing(Beryl_Ipc_V1_AnswerPairing)
 
   }
 
@@ -965,6 +1028,22 @@ public nonisolated struct Beryl_Ipc_V1_ManagerEvent: Sendable {
     set {kind = .advertisingStarted(newValue)}
   }
 
+  public var pairingPrompt: Beryl_Ipc_V1_PairingPromptEvent {
+    get {
+      if case .pairingPrompt(let v)? = kind {return v}
+      return Beryl_Ipc_V1_PairingPromptEvent()
+    }
+    set {kind = .pairingPrompt(newValue)}
+  }
+
+  public var pairingFinished: Beryl_Ipc_V1_PairingFinishedEvent {
+    get {
+      if case .pairingFinished(let v)? = kind {return v}
+      return Beryl_Ipc_V1_PairingFinishedEvent()
+    }
+    set {kind = .pairingFinished(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -980,6 +1059,8 @@ public nonisolated struct Beryl_Ipc_V1_ManagerEvent: Sendable {
     case subscription(Beryl_Ipc_V1_CentralSubscription)
     case readyToUpdate(Beryl_Ipc_V1_ReadyToUpdate)
     case advertisingStarted(Beryl_Ipc_V1_AdvertisingStarted)
+    case pairingPrompt(Beryl_Ipc_V1_PairingPromptEvent)
+    case pairingFinished(Beryl_Ipc_V1_PairingFinishedEvent)
 
   }
 
@@ -1907,9 +1988,139 @@ nonisolated extension Beryl_Ipc_V1_UpdateResult: SwiftProtobuf.Message, SwiftPro
   }
 }
 
+nonisolated extension Beryl_Ipc_V1_AnswerPairing: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AnswerPairing"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peer\0\u{1}accept\0\u{1}passkey\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.peer) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.accept) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.passkey) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.peer.isEmpty {
+      try visitor.visitSingularStringField(value: self.peer, fieldNumber: 1)
+    }
+    if self.accept != false {
+      try visitor.visitSingularBoolField(value: self.accept, fieldNumber: 2)
+    }
+    if self.passkey != 0 {
+      try visitor.visitSingularUInt32Field(value: self.passkey, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_AnswerPairing, rhs: Beryl_Ipc_V1_AnswerPairing) -> Bool {
+    if lhs.peer != rhs.peer {return false}
+    if lhs.accept != rhs.accept {return false}
+    if lhs.passkey != rhs.passkey {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PairingPromptEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PairingPromptEvent"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peer\0\u{1}kind\0\u{1}number\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.peer) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.kind) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.number) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.peer.isEmpty {
+      try visitor.visitSingularStringField(value: self.peer, fieldNumber: 1)
+    }
+    if self.kind != .unspecified {
+      try visitor.visitSingularEnumField(value: self.kind, fieldNumber: 2)
+    }
+    if self.number != 0 {
+      try visitor.visitSingularUInt32Field(value: self.number, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PairingPromptEvent, rhs: Beryl_Ipc_V1_PairingPromptEvent) -> Bool {
+    if lhs.peer != rhs.peer {return false}
+    if lhs.kind != rhs.kind {return false}
+    if lhs.number != rhs.number {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PairingFinishedEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PairingFinishedEvent"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peer\0\u{1}success\0\u{1}reason\0\u{1}bonded\0\u{1}authenticated\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.peer) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.success) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.reason) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.bonded) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.authenticated) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.peer.isEmpty {
+      try visitor.visitSingularStringField(value: self.peer, fieldNumber: 1)
+    }
+    if self.success != false {
+      try visitor.visitSingularBoolField(value: self.success, fieldNumber: 2)
+    }
+    if self.reason != 0 {
+      try visitor.visitSingularUInt32Field(value: self.reason, fieldNumber: 3)
+    }
+    if self.bonded != false {
+      try visitor.visitSingularBoolField(value: self.bonded, fieldNumber: 4)
+    }
+    if self.authenticated != false {
+      try visitor.visitSingularBoolField(value: self.authenticated, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PairingFinishedEvent, rhs: Beryl_Ipc_V1_PairingFinishedEvent) -> Bool {
+    if lhs.peer != rhs.peer {return false}
+    if lhs.success != rhs.success {return false}
+    if lhs.reason != rhs.reason {return false}
+    if lhs.bonded != rhs.bonded {return false}
+    if lhs.authenticated != rhs.authenticated {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{1}gatt\0\u{3}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{1}gatt\0\u{3}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0\u{3}answer_pairing\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2138,6 +2349,19 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
           self.kind = .updateValue(v)
         }
       }()
+      case 18: try {
+        var v: Beryl_Ipc_V1_AnswerPairing?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .answerPairing(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .answerPairing(v)
+        }
+      }()
       default: break
       }
     }
@@ -2216,6 +2440,10 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
     case .updateValue?: try {
       guard case .updateValue(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 17)
+    }()
+    case .answerPairing?: try {
+      guard case .answerPairing(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 18)
     }()
     case nil: break
     }
@@ -2801,7 +3029,7 @@ nonisolated extension Beryl_Ipc_V1_AdvertisingStarted: SwiftProtobuf.Message, Sw
 
 nonisolated extension Beryl_Ipc_V1_ManagerEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}state_changed\0\u{1}discovered\0\u{1}connected\0\u{1}disconnected\0\u{1}notification\0\u{3}services_changed\0\u{3}ready_to_write\0\u{3}read_request\0\u{3}write_request\0\u{1}subscription\0\u{3}ready_to_update\0\u{3}advertising_started\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}state_changed\0\u{1}discovered\0\u{1}connected\0\u{1}disconnected\0\u{1}notification\0\u{3}services_changed\0\u{3}ready_to_write\0\u{3}read_request\0\u{3}write_request\0\u{1}subscription\0\u{3}ready_to_update\0\u{3}advertising_started\0\u{3}pairing_prompt\0\u{3}pairing_finished\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2960,6 +3188,32 @@ nonisolated extension Beryl_Ipc_V1_ManagerEvent: SwiftProtobuf.Message, SwiftPro
           self.kind = .advertisingStarted(v)
         }
       }()
+      case 13: try {
+        var v: Beryl_Ipc_V1_PairingPromptEvent?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .pairingPrompt(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .pairingPrompt(v)
+        }
+      }()
+      case 14: try {
+        var v: Beryl_Ipc_V1_PairingFinishedEvent?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .pairingFinished(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .pairingFinished(v)
+        }
+      }()
       default: break
       }
     }
@@ -3018,6 +3272,14 @@ nonisolated extension Beryl_Ipc_V1_ManagerEvent: SwiftProtobuf.Message, SwiftPro
     case .advertisingStarted?: try {
       guard case .advertisingStarted(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+    }()
+    case .pairingPrompt?: try {
+      guard case .pairingPrompt(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
+    }()
+    case .pairingFinished?: try {
+      guard case .pairingFinished(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 14)
     }()
     case nil: break
     }

@@ -1,0 +1,62 @@
+import BerylIPC
+import Foundation
+
+/// What pairing asks of the user (the stack pairs itself; these reach the app that holds the link).
+public enum PairingPrompt: Sendable, Equatable {
+    /// Show this six-digit passkey; the peer's user types it.
+    case displayPasskey(UInt32)
+    /// Ask the user for the passkey the peer shows; answer with `PairingResponder.enter(passkey:)`.
+    case enterPasskey
+    /// Show the number; answer with `PairingResponder.confirm(_:)` once the user compared it with the peer's.
+    case confirmNumber(UInt32)
+}
+
+/// The app's answer to a prompt, once.
+public struct PairingResponder: Sendable {
+    let channel: Channel
+    let peer: String
+
+    public func enter(passkey: UInt32) { answer(accept: true, passkey: passkey) }
+    public func confirm(_ matches: Bool) { answer(accept: matches, passkey: 0) }
+    public func cancel() { answer(accept: false, passkey: 0) }
+
+    private func answer(accept: Bool, passkey: UInt32) {
+        channel.request(.manager { $0.answerPairing = .with { $0.peer = peer; $0.accept = accept; $0.passkey = passkey } })
+    }
+}
+
+/// The pairing delegate: passkey display, passkey entry and numeric comparison, and how pairing ended.
+public protocol PairingDelegate: AnyObject, Sendable {
+    func pairing(with peer: UUID, prompt: PairingPrompt, responder: PairingResponder)
+    func pairing(with peer: UUID, finished success: Bool, bonded: Bool, reason: UInt8)
+}
+
+public extension PairingDelegate {
+    func pairing(with peer: UUID, finished success: Bool, bonded: Bool, reason: UInt8) {}
+}
+
+extension Channel {
+    /// Hands a pairing event to the delegate on its queue; true when the event was one.
+    func deliverPairing(_ event: Beryl_Ipc_V1_ManagerEvent, to delegate: PairingDelegate?, on queue: DispatchQueue) -> Bool {
+        switch event.kind {
+        case .pairingPrompt(let prompt)?:
+            guard let delegate else { return true }
+            let responder = PairingResponder(channel: self, peer: prompt.peer)
+            let kind: PairingPrompt = switch prompt.kind {
+            case .displayPasskey: .displayPasskey(prompt.number)
+            case .confirmNumber: .confirmNumber(prompt.number)
+            default: .enterPasskey
+            }
+            let peer = UUID(uuidString: prompt.peer) ?? UUID()
+            queue.async { delegate.pairing(with: peer, prompt: kind, responder: responder) }
+            return true
+        case .pairingFinished(let finished)?:
+            guard let delegate else { return true }
+            let peer = UUID(uuidString: finished.peer) ?? UUID()
+            queue.async { delegate.pairing(with: peer, finished: finished.success, bonded: finished.bonded, reason: UInt8(truncatingIfNeeded: finished.reason)) }
+            return true
+        default:
+            return false
+        }
+    }
+}
