@@ -8,12 +8,24 @@ public struct GATTThroughput: Codable, Sendable {
     public var valueBytes: Int
     public var perSecond: Double
     public var bytesPerSecond: Double
+
+    public init(valueBytes: Int, perSecond: Double, bytesPerSecond: Double) {
+        self.valueBytes = valueBytes
+        self.perSecond = perSecond
+        self.bytesPerSecond = bytesPerSecond
+    }
 }
 
 public struct GATTReadLatency: Codable, Sendable {
     public var count: Int
     public var p50Microseconds: Double
     public var p99Microseconds: Double
+
+    public init(count: Int, p50Microseconds: Double, p99Microseconds: Double) {
+        self.count = count
+        self.p50Microseconds = p50Microseconds
+        self.p99Microseconds = p99Microseconds
+    }
 }
 
 public struct GATTBenchmarkResult: Codable, Sendable {

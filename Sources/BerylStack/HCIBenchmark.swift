@@ -109,7 +109,7 @@ public enum HCIBenchmark {
         throw StackError.controllerNotReady(after: .seconds(5), state: "no connection", detail: "")
     }
 
-    static func durationSeconds(_ duration: Duration) -> Double {
+    public static func durationSeconds(_ duration: Duration) -> Double {
         Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 }

@@ -154,6 +154,9 @@ struct BenchGATT: ParsableCommand {
     @Flag(help: "Skip the Bumble half.")
     var noBumble = false
 
+    @Flag(help: "Also measure app to app, through managerd and the Beryl library on both sides, with the daemons' memory.")
+    var apps = false
+
     @Flag(help: "Print JSON.")
     var json = false
 
@@ -169,7 +172,15 @@ struct BenchGATT: ParsableCommand {
         } catch {
             throw Output.fail("benchmark failed: \(error)")
         }
-        if json { print(Output.json(result)); return }
+        var appFigures: GATTAppFigures?
+        if apps {
+            do { appFigures = try GATTAppBenchmark.run(seconds: seconds, reads: reads) } catch { throw Output.fail("benchmark failed: \(error)") }
+        }
+        if json {
+            struct Both: Codable { var stacks: GATTBenchmarkResult; var apps: GATTAppFigures? }
+            print(Output.json(Both(stacks: result, apps: appFigures)))
+            return
+        }
         print("GATT between two stacks (central subscribes; peripheral notifies as fast as it is allowed)")
         print("  value    Beryl on berylsim                 Bumble on Bumble controllers        Beryl / Bumble")
         for beryl in result.beryl {
@@ -187,5 +198,16 @@ struct BenchGATT: ParsableCommand {
         }
         print("  Beryl: \(result.note)")
         print("  Bumble: \(result.bumbleNote)")
+        guard let appFigures else { return }
+        print("App to app through managerd and the Beryl library (updateValue → didUpdateValueFor; readValue answered by the peripheral app)")
+        for row in appFigures.notifications {
+            let stack = result.beryl.first { $0.valueBytes == row.valueBytes }
+            print(String(format: "  %3d B   %8.0f /s %10.0f B/s   (stack to stack %.0f /s, ratio %.2f)", row.valueBytes, row.perSecond, row.bytesPerSecond,
+                         stack?.perSecond ?? 0, row.perSecond / max(stack?.perSecond ?? 1, 1)))
+        }
+        print(String(format: "  read round trip   p50 %.0f µs  p99 %.0f µs", appFigures.read.p50Microseconds, appFigures.read.p99Microseconds))
+        for (name, values) in appFigures.memory.sorted(by: { $0.key < $1.key }) {
+            print("  memory  \(name.padding(toLength: 24, withPad: " ", startingAt: 0)) idle \((values["idle"] ?? 0) / 1024) KiB   loaded \((values["loaded"] ?? 0) / 1024) KiB")
+        }
     }
 }

@@ -247,9 +247,15 @@ final class SecurityProcessTests: XCTestCase {
 /// The GATT benchmark runs end to end: every figure it prints comes from traffic that crossed berylsim.
 final class GATTBenchmarkSmokeTests: XCTestCase {
     func testBenchGattMeasuresNotificationsAndReads() throws {
-        let run = try runTool("beryl", ["bench", "gatt", "--no-bumble", "--seconds", "0.5", "--reads", "10", "--json"])
+        let run = try runTool("beryl", ["bench", "gatt", "--no-bumble", "--apps", "--seconds", "0.5", "--reads", "10", "--json"])
         XCTAssertEqual(run.status, 0, run.stderr)
-        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
+        let both = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
+        let object = try XCTUnwrap(both["stacks"] as? [String: Any])
+        // App to app through managerd and the library: notifications arrived, reads were answered, memory was read.
+        let apps = try XCTUnwrap(both["apps"] as? [String: Any])
+        for row in try XCTUnwrap(apps["notifications"] as? [[String: Any]]) { XCTAssertGreaterThan(row["perSecond"] as? Double ?? 0, 1, "\(row)") }
+        XCTAssertEqual((apps["read"] as? [String: Any])?["count"] as? Int, 10)
+        XCTAssertGreaterThan(((apps["memory"] as? [String: [String: Int]])?["central managerd rss"]?["idle"]) ?? 0, 1_000_000)
         let beryl = try XCTUnwrap(object["beryl"] as? [[String: Any]])
         XCTAssertEqual(beryl.compactMap { $0["valueBytes"] as? Int }, [20, 244])
         for row in beryl { XCTAssertGreaterThan(row["perSecond"] as? Double ?? 0, 10, "\(row)") }
