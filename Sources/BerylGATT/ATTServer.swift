@@ -441,6 +441,12 @@ public final class ATTServer {
 
     public var isIndicationOutstanding: Bool { indicationInFlight != nil }
 
+    /// Indicates Service Changed for `range` if this peer subscribed to it (Core Vol 3 Part G §7.1).
+    public func indicateServiceChanged(_ range: ClosedRange<UInt16>) -> (subscribed: Bool, outputs: [ATTServerOutput]) {
+        guard let handle = database.serviceChangedHandle else { return (false, []) }
+        return indicate(valueHandle: handle, value: ServiceChangedValue.encode(range))
+    }
+
     private func sendIndication(_ handle: UInt16, _ value: [UInt8]) -> [ATTServerOutput] {
         indicationInFlight = handle
         return [.send(ATTPDU.handleValueIndication(handle: handle, value: Array(value.prefix(Int(mtu) - 3))).encoded)]

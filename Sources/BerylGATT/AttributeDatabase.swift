@@ -23,6 +23,21 @@ public enum GATTType {
     public static let databaseHash = BluetoothUUID(0x2B2A)
 }
 
+/// The Service Changed value: the affected handle range, start then end, little-endian (Core Vol 3 Part G §7.1).
+public enum ServiceChangedValue {
+    public static func encode(_ range: ClosedRange<UInt16>) -> [UInt8] {
+        [UInt8(range.lowerBound & 0xFF), UInt8(range.lowerBound >> 8), UInt8(range.upperBound & 0xFF), UInt8(range.upperBound >> 8)]
+    }
+
+    /// Nil unless the value is four bytes; a reversed range is put in order.
+    public static func decode(_ value: [UInt8]) -> ClosedRange<UInt16>? {
+        guard value.count == 4 else { return nil }
+        let start = UInt16(value[0]) | UInt16(value[1]) << 8
+        let end = UInt16(value[2]) | UInt16(value[3]) << 8
+        return min(start, end)...max(start, end)
+    }
+}
+
 public struct CharacteristicProperties: OptionSet, Sendable, Hashable {
     public let rawValue: UInt8
     public init(rawValue: UInt8) { self.rawValue = rawValue }

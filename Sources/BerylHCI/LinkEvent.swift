@@ -96,6 +96,13 @@ public enum HCICommands {
         return HCICommandPacket(.leLongTermKeyRequestReply, parameters: w.bytes)
     }
 
+    /// LE Set Advertising Data / Scan Response Data (§7.8.7, §7.8.8): the length, then the data padded to 31 bytes.
+    public static func leSetAdvertisingData(_ data: [UInt8], scanResponse: Bool = false) -> HCICommandPacket {
+        let clipped = Array(data.prefix(31))
+        return HCICommandPacket(scanResponse ? .leSetScanResponseData : .leSetAdvertisingData,
+                                parameters: [UInt8(clipped.count)] + clipped + [UInt8](repeating: 0, count: 31 - clipped.count))
+    }
+
     /// LE Set Random Address (§7.8.4), address in wire order.
     public static func leSetRandomAddress(_ address: BDAddress) -> HCICommandPacket {
         HCICommandPacket(.leSetRandomAddress, parameters: address.bytes)

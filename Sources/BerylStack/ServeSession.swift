@@ -148,10 +148,9 @@ public final class ServeSession {
 
     private func advertise(from privateAddress: BDAddress?) {
         let (advertising, scanResponse) = profile.advertisingPayloads
-        let pad: ([UInt8]) -> [UInt8] = { [UInt8($0.count)] + $0 + [UInt8](repeating: 0, count: 31 - $0.count) }
         command(HCICommands.leSetAdvertisingParameters(interval: 0x00A0, ownAddressRandom: privateAddress != nil))  // ADV_IND every 100 ms
-        command(.leSetAdvertisingData, pad(advertising))
-        command(.leSetScanResponseData, pad(scanResponse))
+        command(HCICommands.leSetAdvertisingData(advertising))
+        command(HCICommands.leSetAdvertisingData(scanResponse, scanResponse: true))
         enableAdvertising()
     }
 

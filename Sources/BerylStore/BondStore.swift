@@ -39,6 +39,13 @@ public struct Bond: Equatable, Sendable {
         self.keySize = keySize
     }
 
+    /// The key to give the controller when this (central) peer starts encryption with `ediv` and `rand`: Secure
+    /// Connections keys go with EDIV and Rand zero; a legacy key with the pair we handed out (Core Vol 3 Part H §2.4.2).
+    public func localKey(ediv: UInt16, rand: [UInt8]) -> [UInt8]? {
+        let matches = secureConnections ? ediv == 0 && rand.allSatisfy { $0 == 0 } : ediv == localEDIV && rand == localRand
+        return matches ? localLTK : nil
+    }
+
     /// Whether a device seen at `address` is this peer: the same identity, or a private address its IRK resolves.
     public func matches(_ address: DeviceAddress) -> Bool {
         if address == identity || address == pairedFrom { return true }

@@ -57,17 +57,16 @@ extension AttDaemon {
         case .timedOut(let id):
             host.logger.warning("link 0x\(String(link.handle, radix: 16)): ATT transaction timed out; the bearer is unusable")
             waiters.removeValue(forKey: WaiterKey(link: link.handle, id: id))?(.failure(.unlikelyError))
-        case .indication(let handle, let value) where handle == peerServiceChanged[link.handle] && value.count == 4:
-            let start = UInt16(value[0]) | UInt16(value[1]) << 8
-            let end = UInt16(value[2]) | UInt16(value[3]) << 8
-            host.logger.info("link 0x\(String(link.handle, radix: 16)): peer's services changed in \(start)–\(end); re-discovering")
-            let scope = DiscoveryScope(range: min(start, end)...max(start, end))
+        case .indication(let handle, let value) where handle == peerServiceChanged[link.handle] && ServiceChangedValue.decode(value) != nil:
+            let range = ServiceChangedValue.decode(value)!
+            host.logger.info("link 0x\(String(link.handle, radix: 16)): peer's services changed in \(range); re-discovering")
+            let scope = DiscoveryScope(range: range)
             discover(scope, on: link) { [unowned self] result in
                 var event = Event()
                 event.att.gattServiceChanged = .with {
                     $0.connectionHandle = UInt32(link.handle)
-                    $0.startHandle = UInt32(start)
-                    $0.endHandle = UInt32(end)
+                    $0.startHandle = UInt32(range.lowerBound)
+                    $0.endHandle = UInt32(range.upperBound)
                     if case .success(let database) = result { $0.database = database }
                 }
                 self.host.server?.broadcast(event)

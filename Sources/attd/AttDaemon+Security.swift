@@ -62,9 +62,8 @@ extension AttDaemon {
             let (configurations, features) = try store.clientState(identity)
             link.server.restore(clientConfigurations: configurations, clientFeatures: features)
             if !configurations.isEmpty { host.logger.info("restored \(configurations.count) subscription(s) of bonded \(identity)") }
-            if let range = try store.takePendingServiceChange(identity), let changed = database.serviceChangedHandle {
-                let value: [UInt8] = [UInt8(range.lowerBound & 0xFF), UInt8(range.lowerBound >> 8), UInt8(range.upperBound & 0xFF), UInt8(range.upperBound >> 8)]
-                apply(wrap(link.server.indicate(valueHandle: changed, value: value).outputs, for: link), on: link)
+            if let range = try store.takePendingServiceChange(identity) {
+                apply(wrap(link.server.indicateServiceChanged(range).outputs, for: link), on: link)
             }
         } catch {
             host.logger.error("bond store: cannot restore \(identity)'s GATT state: \(error)")
@@ -133,10 +132,7 @@ extension AttDaemon {
         guard let link = links[handle] else { return }
         var key = link.smp?.keyForEncryption(ediv: ediv, rand: rand)
         if key == nil, let identity = linkSecurity[handle]?.bond, let bond = bonds.first(where: { $0.identity == identity }) {
-            // Secure Connections keys have EDIV and Rand zero; legacy keys are found by the pair we handed out (Core Vol 3 Part H §2.4.2).
-            if bond.secureConnections ? (ediv == 0 && rand.allSatisfy { $0 == 0 }) : (ediv == bond.localEDIV && rand == bond.localRand) {
-                key = bond.localLTK
-            }
+            key = bond.localKey(ediv: ediv, rand: rand)
             linkSecurity[handle]?.reEncrypting = key != nil
         }
         if key == nil { host.logger.info("link 0x\(String(handle, radix: 16)): no key for the central's LTK request; refused") }

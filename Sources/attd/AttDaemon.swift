@@ -153,8 +153,8 @@ final class AttDaemon {
                 encryptionChanged(handle, status: status, enabled: enabled)
             case .longTermKeyRequested(let handle, let rand, let ediv)?:
                 longTermKeyRequested(handle, rand: rand, ediv: ediv)
-            case .disconnected(let handle, _)?:
-                linkClosed(handle)
+            case .disconnected(let handle, let reason)?:
+                linkClosed(handle, reason: reason)
             default:
                 break
             }
@@ -171,7 +171,7 @@ final class AttDaemon {
         }
     }
 
-    private func linkClosed(_ handle: UInt16) {
+    private func linkClosed(_ handle: UInt16, reason: UInt8? = nil) {
         guard links.removeValue(forKey: handle) != nil else { return }
         peerServiceChanged[handle] = nil
         securityLinkClosed(handle)
@@ -181,7 +181,7 @@ final class AttDaemon {
             answer.timer?.cancel()
             pending.removeValue(forKey: id)
         }
-        host.logger.info("link 0x\(String(handle, radix: 16)) down")
+        host.logger.info("link 0x\(String(handle, radix: 16)) down" + (reason.map { " (HCI reason 0x\(String($0, radix: 16)))" } ?? ""))
         broadcastBearer(handle, opened: false)
     }
 
@@ -309,11 +309,9 @@ final class AttDaemon {
 
     /// Tells every connected client that subscribed to Service Changed which handles moved (Core Vol 3 Part G §7.1).
     func announceDatabaseChange(_ range: ClosedRange<UInt16>) {
-        guard let serviceChanged = database.serviceChangedHandle else { return }
         rememberServiceChangeForAbsentBonds(range)
-        let value: [UInt8] = [UInt8(range.lowerBound & 0xFF), UInt8(range.lowerBound >> 8), UInt8(range.upperBound & 0xFF), UInt8(range.upperBound >> 8)]
         for link in links.values {
-            let (subscribed, outputs) = link.server.indicate(valueHandle: serviceChanged, value: value)
+            let (subscribed, outputs) = link.server.indicateServiceChanged(range)
             if subscribed { host.logger.info("service changed \(range) indicated to link 0x\(String(link.handle, radix: 16))") }
             apply(wrap(outputs, for: link), on: link)
         }

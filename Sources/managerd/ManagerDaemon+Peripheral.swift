@@ -198,11 +198,10 @@ extension ManagerDaemon {
         advertisingEnabled = true
         advertisingTurn %= order.count
         let advertiser = advertisers[order[advertisingTurn]]!
-        let pad: ([UInt8]) -> [UInt8] = { [UInt8($0.count)] + $0 + [UInt8](repeating: 0, count: 31 - $0.count) }
         command(HCICommandPacket(.leSetAdvertisingEnable, parameters: [0]))
         command(HCICommands.leSetAdvertisingParameters(interval: 0x00A0))
-        command(HCICommandPacket(.leSetAdvertisingData, parameters: pad(advertiser.payload.advertising)))
-        command(HCICommandPacket(.leSetScanResponseData, parameters: pad(advertiser.payload.scanResponse)))
+        command(HCICommands.leSetAdvertisingData(advertiser.payload.advertising))
+        command(HCICommands.leSetAdvertisingData(advertiser.payload.scanResponse, scanResponse: true))
         command(HCICommandPacket(.leSetAdvertisingEnable, parameters: [1])) { result in
             switch result {
             case .success(let status) where status.first == 0: completion?(nil)

@@ -336,6 +336,8 @@ final class GATTCoreServiceTests: XCTestCase {
         let server = ATTServer(database: database)
         XCTAssertEqual(sent(server.receive([0x0A] + le(changed))), [0x01, 0x0A] + le(changed) + [0x02], "Service Changed is not readable")
         XCTAssertEqual(sent(server.receive([0x12] + le(changed + 1) + [0x02, 0x00])), [0x13])
-        XCTAssertEqual(server.indicate(valueHandle: changed, value: le(20) + le(30)).outputs, [.send([0x1D] + le(changed) + le(20) + le(30))])
+        XCTAssertEqual(server.indicateServiceChanged(20...30).outputs, [.send([0x1D] + le(changed) + le(20) + le(30))])
+        XCTAssertEqual(ServiceChangedValue.decode(le(30) + le(20)), 20...30, "a reversed range is put in order")
+        XCTAssertNil(ServiceChangedValue.decode([1, 2, 3]))
     }
 }

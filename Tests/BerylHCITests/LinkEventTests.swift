@@ -39,6 +39,10 @@ final class LinkEventTests: XCTestCase {
                         24, 0, 24, 0, 0, 0, 200, 0, 0, 0, 0, 0])
         XCTAssertEqual(HCICommands.leSetAdvertisingParameters(interval: 0xA0).parameters, [0xA0, 0, 0xA0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x07, 0])
         XCTAssertEqual(HCICommands.disconnect(handle: 0x41).parameters, [0x41, 0x00, 0x13])
+        let advertising = HCICommands.leSetAdvertisingData([2, 0x01, 0x06])
+        XCTAssertEqual(advertising.opcode, HCIOpcode.leSetAdvertisingData.rawValue)
+        XCTAssertEqual(advertising.parameters, [3, 2, 0x01, 0x06] + [UInt8](repeating: 0, count: 28), "length, data, zero padding to 31")
+        XCTAssertEqual(HCICommands.leSetAdvertisingData([], scanResponse: true).opcode, HCIOpcode.leSetScanResponseData.rawValue)
         XCTAssertEqual(HCICommands.leConnectionUpdate(handle: 0x41, intervalMin: 24, intervalMax: 40, latency: 0, supervisionTimeout: 200).parameters,
                        [0x41, 0, 24, 0, 40, 0, 0, 0, 200, 0, 0, 0, 0, 0])
     }

@@ -218,6 +218,8 @@ final class SecurityProcessTests: XCTestCase {
         XCTAssertTrue(failed.stderr.contains("0x3d") || failed.stderr.contains("read failed"), failed.stderr)
         let log = (try? String(contentsOfFile: scratch.paths.logFile("attd-a"), encoding: .utf8)) ?? ""
         XCTAssertTrue(log.contains("encrypting with the key bonded"), log)
+        // The link went down with Connection Terminated due to MIC Failure, not for some other reason.
+        XCTAssertTrue(log.contains("down (HCI reason 0x3d)"), log)
         XCTAssertEqual(try bonds("a").count, before.count, "the central's bond is untouched")
     }
 

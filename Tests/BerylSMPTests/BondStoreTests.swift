@@ -62,6 +62,17 @@ final class BondStoreTests: XCTestCase {
         XCTAssertFalse(bond.matches(DeviceAddress(try AddressResolution.make(irk: SecureRandom.bytes(16)), type: .random)))
     }
 
+    /// Core Vol 3 Part H §2.4.2: which stored key answers the controller's LTK request.
+    func testTheKeyForAnLTKRequestFollowsTheBondsKind() {
+        let secure = sampleBond()
+        XCTAssertEqual(secure.localKey(ediv: 0, rand: [UInt8](repeating: 0, count: 8)), secure.localLTK)
+        XCTAssertNil(secure.localKey(ediv: 1, rand: [UInt8](repeating: 0, count: 8)))
+        var legacy = sampleBond()
+        legacy.secureConnections = false
+        XCTAssertEqual(legacy.localKey(ediv: legacy.localEDIV, rand: legacy.localRand), legacy.localLTK)
+        XCTAssertNil(legacy.localKey(ediv: 0, rand: [UInt8](repeating: 0, count: 8)), "EDIV and Rand we never handed out")
+    }
+
     func testARowWithABadKeyIsATypedError() throws {
         let path = directory + "/bonds.sqlite"
         let store = try BondStore(path: path)
