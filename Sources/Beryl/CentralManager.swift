@@ -48,6 +48,7 @@ public final class CentralManager: Sendable {
     let channel: Channel
     let delegateQueue: DispatchQueue
     let managerID: UInt32 = 1
+    let misuse = MisuseReporter()
     private struct State {
         var state: ManagerState = .unknown
         var isScanning = false
@@ -86,6 +87,13 @@ public final class CentralManager: Sendable {
 
     public var state: ManagerState { shared.withLock { $0.state } }
     public var isScanning: Bool { shared.withLock { $0.isScanning } }
+
+    /// Receives API misuse that has no delegate callback (a scan before poweredOn, a write the characteristic does
+    /// not allow); by default it is logged to standard error, as Core Bluetooth logs "API MISUSE".
+    public var apiMisuseHandler: (@Sendable (BerylError) -> Void)? {
+        get { misuse.current }
+        set { misuse.current = newValue }
+    }
 
     private func notify(_ body: @escaping @Sendable (CentralManagerDelegate) -> Void) {
         guard let delegate = delegate else { return }
@@ -126,7 +134,14 @@ public final class CentralManager: Sendable {
                 $0.solicitedServiceUuids = options.solicitedServiceUUIDs.map(\.description)
             }
         }) { [weak self] result in
-            if case .failure = result { self?.shared.withLock { $0.isScanning = false } }
+            guard let self, case .failure(let error) = result else { return }
+            self.shared.withLock { $0.isScanning = false }
+            self.misuse.report(error)
+            let streams = self.shared.withLock { state in
+                defer { state.scanStreams.removeAll() }
+                return Array(state.scanStreams.values)
+            }
+            for stream in streams { stream.finish() }
         }
     }
 
@@ -198,6 +213,15 @@ public final class CentralManager: Sendable {
         let result = channel.call(.manager { $0.retrievePeripherals.identifiers = identifiers.map(\.uuidString) })
         guard case .success(let response) = result else { return [] }
         return response.manager.peripherals.peripherals.map { peripheral($0.identifier, name: $0.name) }
+    }
+
+    /// Beryl's addition for labs: a peripheral by its address ("AA:BB:CC:DD:EE:FF", or ".../random"), under the
+    /// identifier the stack keeps for it (a new one for an address never heard), so that it can be connected to
+    /// without a scan. Nil for an address that does not parse.
+    public func retrievePeripheral(address: String) -> Peripheral? {
+        let result = channel.call(.manager { $0.retrievePeripherals.addresses = [address] })
+        guard case .success(let response) = result, let found = response.manager.peripherals.peripherals.first else { return nil }
+        return peripheral(found.identifier, name: found.name)
     }
 
     public func retrieveConnectedPeripherals(withServices services: [BluetoothUUID]) -> [Peripheral] {

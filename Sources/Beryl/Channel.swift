@@ -16,6 +16,9 @@ public enum BerylError: Error, Equatable, Sendable, CustomStringConvertible {
     case unknownPeripheral
     case att(code: UInt8, message: String)
     case invalidArgument(String)
+    /// Core Bluetooth's "API MISUSE": a call the API's rules forbid (answering a request twice, a write the
+    /// characteristic's properties do not allow, scanning before poweredOn...). Nothing was sent.
+    case apiMisuse(String)
     case failed(String)
 
     public var description: String {
@@ -26,6 +29,7 @@ public enum BerylError: Error, Equatable, Sendable, CustomStringConvertible {
         case .unknownPeripheral: "unknown peripheral"
         case .att(let code, let message): "ATT error 0x\(String(code, radix: 16)): \(message)"
         case .invalidArgument(let why): "invalid argument: \(why)"
+        case .apiMisuse(let why): "API misuse: \(why)"
         case .failed(let why): why
         }
     }
@@ -39,6 +43,7 @@ public enum BerylError: Error, Equatable, Sendable, CustomStringConvertible {
             let hex = message.split(separator: " ").dropFirst(2).first.flatMap { UInt8($0.replacingOccurrences(of: "0x", with: ""), radix: 16) }
             self = .att(code: hex ?? 0x0E, message: message)
         case .invalidArgument: self = .invalidArgument(message)
+        case .notFound where field == "id" || field == "value_handle" || field == "start_handle": self = .apiMisuse(message)
         default: self = .failed("\(code): \(message)")
         }
     }
@@ -184,6 +189,20 @@ final class Channel: Sendable {
             for completion in pending { completion(.failure(.unavailable(reason))) }
             self.onClose(reason)
         }
+    }
+}
+
+/// Where a manager reports Core Bluetooth's API misuse that has no delegate callback (it logs them, as iOS does,
+/// unless the app sets its own handler).
+final class MisuseReporter: Sendable {
+    private let handler = Mutex<(@Sendable (BerylError) -> Void)?>(nil)
+    var current: (@Sendable (BerylError) -> Void)? {
+        get { handler.withLock { $0 } }
+        set { handler.withLock { $0 = newValue } }
+    }
+    func report(_ error: BerylError) {
+        if let handler = current { return handler(error) }
+        FileHandle.standardError.write(Data("Beryl: \(error)\n".utf8))
     }
 }
 

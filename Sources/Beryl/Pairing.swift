@@ -15,6 +15,8 @@ public enum PairingPrompt: Sendable, Equatable {
 public struct PairingResponder: Sendable {
     let channel: Channel
     let peer: String
+    /// The peer's address on the link ("AA:BB:CC:DD:EE:FF[/random]"), to show the user.
+    public let address: String
 
     public func enter(passkey: UInt32) { answer(accept: true, passkey: passkey) }
     public func confirm(_ matches: Bool) { answer(accept: matches, passkey: 0) }
@@ -25,14 +27,29 @@ public struct PairingResponder: Sendable {
     }
 }
 
+/// How a pairing ended.
+public struct PairingOutcome: Sendable, Equatable {
+    public var success: Bool
+    public var bonded: Bool
+    public var authenticated: Bool
+    public var secureConnections: Bool
+    /// The SMP Pairing Failed reason (Core Vol 3 Part H §3.5.5), 0xFF for the 30 s timeout; 0 on success.
+    public var reason: UInt8
+    /// The peer ended it rather than this device.
+    public var endedByPeer: Bool
+    /// The peer's address on the link, and the identity address it distributed (nil when it gave none).
+    public var address: String
+    public var identity: String?
+}
+
 /// The pairing delegate: passkey display, passkey entry and numeric comparison, and how pairing ended.
 public protocol PairingDelegate: AnyObject, Sendable {
     func pairing(with peer: UUID, prompt: PairingPrompt, responder: PairingResponder)
-    func pairing(with peer: UUID, finished success: Bool, bonded: Bool, reason: UInt8)
+    func pairing(with peer: UUID, finished outcome: PairingOutcome)
 }
 
 public extension PairingDelegate {
-    func pairing(with peer: UUID, finished success: Bool, bonded: Bool, reason: UInt8) {}
+    func pairing(with peer: UUID, finished outcome: PairingOutcome) {}
 }
 
 extension Channel {
@@ -41,7 +58,7 @@ extension Channel {
         switch event.kind {
         case .pairingPrompt(let prompt)?:
             guard let delegate else { return true }
-            let responder = PairingResponder(channel: self, peer: prompt.peer)
+            let responder = PairingResponder(channel: self, peer: prompt.peer, address: prompt.address)
             let kind: PairingPrompt = switch prompt.kind {
             case .displayPasskey: .displayPasskey(prompt.number)
             case .confirmNumber: .confirmNumber(prompt.number)
@@ -53,7 +70,11 @@ extension Channel {
         case .pairingFinished(let finished)?:
             guard let delegate else { return true }
             let peer = UUID(uuidString: finished.peer) ?? UUID()
-            queue.async { delegate.pairing(with: peer, finished: finished.success, bonded: finished.bonded, reason: UInt8(truncatingIfNeeded: finished.reason)) }
+            let outcome = PairingOutcome(success: finished.success, bonded: finished.bonded, authenticated: finished.authenticated,
+                                         secureConnections: finished.secureConnections, reason: UInt8(truncatingIfNeeded: finished.reason),
+                                         endedByPeer: finished.remote, address: finished.address,
+                                         identity: finished.identity.isEmpty ? nil : finished.identity)
+            queue.async { delegate.pairing(with: peer, finished: outcome) }
             return true
         default:
             return false

@@ -152,6 +152,14 @@ public final class Peripheral: Sendable {
         }
     }
 
+    /// The async face of discoverServices (named apart so that delegate-style code in async contexts keeps its
+    /// meaning): the services with their characteristics, descriptors and included services.
+    public func services(discovering uuids: [BluetoothUUID]?) async throws -> [Service] {
+        try await withCheckedThrowingContinuation { continuation in
+            discoverAll(uuids) { continuation.resume(with: $0.mapError { $0 as any Error }) }
+        }
+    }
+
     private func discoverAll(_ uuids: [BluetoothUUID]?, completion: @escaping @Sendable (Result<[Service], BerylError>) -> Void) {
         gatt({ $0.gattDiscover.serviceUuids = (uuids ?? []).map(\.description) }) { [self] result in
             switch result {
@@ -171,6 +179,16 @@ public final class Peripheral: Sendable {
                     service.set(characteristics: characteristics, included: [])
                     return service
                 }
+                // An included service is the discovered one at its handles, or a secondary service (primary discovery
+                // does not find those), known by its type and range (Core Vol 3 Part G §4.5.1).
+                for (service, info) in zip(services, response.gattDatabase.services) {
+                    let included = info.included.map { entry in
+                        services.first { $0.range.lowerBound == entry.startHandle }
+                            ?? Service(uuid: BluetoothUUID(entry.uuid) ?? BluetoothUUID(0), isPrimary: false,
+                                       range: entry.startHandle...max(entry.startHandle, entry.endHandle), peripheral: self)
+                    }
+                    service.set(characteristics: service.characteristics ?? [], included: included)
+                }
                 shared.withLock { $0.services = services }
                 completion(.success(services))
             }
@@ -189,7 +207,10 @@ public final class Peripheral: Sendable {
     }
 
     public func discoverIncludedServices(_ uuids: [BluetoothUUID]?, for service: Service) {
-        notify { $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: nil) }
+        central.delegateQueue.async { [self] in
+            if let uuids { service.set(characteristics: service.characteristics ?? [], included: (service.includedServices ?? []).filter { uuids.contains($0.uuid) }) }
+            notify { $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: nil) }
+        }
     }
 
     // MARK: Values
@@ -257,16 +278,46 @@ public final class Peripheral: Sendable {
         }
     }
 
+    /// Beryl's addition: a reliable write (Core Vol 3 Part G §4.9.5). Every value is prepared, echoed back and
+    /// checked, then executed as one; a mismatch or a refusal cancels all of them.
+    public func writeValuesReliably(_ writes: [(Characteristic, Data)]) async throws {
+        guard !writes.isEmpty else { return }
+        if let refused = writes.first(where: { !$0.0.properties.contains(.write) }) {
+            throw BerylError.att(code: 0x03, message: "\(refused.0.uuid) has no write property")
+        }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            gatt({ $0.gattReliableWrite.writes = writes.map { characteristic, value in .with { $0.handle = characteristic.valueHandle; $0.value = value } } }) { result in
+                continuation.resume(with: result.map { _ in () }.mapError { $0 as any Error })
+            }
+        }
+    }
+
     public func setNotifyValue(_ enabled: Bool, for characteristic: Characteristic) {
+        setNotify(enabled, characteristic) { [self] error in
+            notify { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: error) }
+        }
+    }
+
+    /// The async face of setNotifyValue (named apart, as `services(discovering:)` is); values then arrive through
+    /// the delegate's didUpdateValueFor.
+    public func setNotifying(_ enabled: Bool, for characteristic: Characteristic) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            setNotify(enabled, characteristic) { error in
+                if let error { continuation.resume(throwing: error) } else { continuation.resume() }
+            }
+        }
+    }
+
+    private func setNotify(_ enabled: Bool, _ characteristic: Characteristic, completion: @escaping @Sendable (BerylError?) -> Void) {
         guard !characteristic.properties.isDisjoint(with: [.notify, .indicate]) else {
-            return notify { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: .att(code: 0x06, message: "the characteristic neither notifies nor indicates")) }
+            return central.delegateQueue.async { completion(.att(code: 0x06, message: "the characteristic neither notifies nor indicates")) }
         }
         let cccd = characteristic.descriptors?.first { $0.uuid == BluetoothUUID(0x2902) }?.handle ?? characteristic.valueHandle + 1
         let indicate = !characteristic.properties.contains(.notify) && characteristic.properties.contains(.indicate)
-        gatt({ $0.gattSubscribe = .with { $0.valueHandle = characteristic.valueHandle; $0.cccdHandle = cccd; $0.indicate = indicate; $0.enable = enabled } }) { [self] result in
+        gatt({ $0.gattSubscribe = .with { $0.valueHandle = characteristic.valueHandle; $0.cccdHandle = cccd; $0.indicate = indicate; $0.enable = enabled } }) { result in
             if case .success = result { characteristic.setNotifying(enabled) }
             let error: BerylError? = if case .failure(let failure) = result { failure } else { nil }
-            notify { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: error) }
+            completion(error)
         }
     }
 

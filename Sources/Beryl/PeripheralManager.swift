@@ -32,19 +32,35 @@ public struct Central: Sendable, Hashable {
     public let maximumUpdateValueLength: Int
 }
 
+/// Core Bluetooth's CBMutableDescriptor: a fixed descriptor value, such as a Characteristic User Description (0x2901)
+/// or a Presentation Format (0x2904). The stack adds the Client Characteristic Configuration itself.
+public struct MutableDescriptor: Sendable {
+    public let uuid: BluetoothUUID
+    public let value: Data
+    public init(type uuid: BluetoothUUID, value: Data) {
+        self.uuid = uuid
+        self.value = value
+    }
+}
+
 public final class MutableCharacteristic: Sendable {
     public let uuid: BluetoothUUID
     public let properties: CharacteristicProperties
     public let permissions: AttributePermissions
     /// A value given at creation is cached (served by the stack, read-only); nil makes it dynamic (reads and writes come to the app).
     public let value: Data?
-    private let state = Mutex<(handle: UInt32, subscribed: [Central])>((0, []))
+    private let state = Mutex<(handle: UInt32, subscribed: [Central], descriptors: [MutableDescriptor])>((0, [], []))
 
     public init(type uuid: BluetoothUUID, properties: CharacteristicProperties, value: Data?, permissions: AttributePermissions) {
         self.uuid = uuid
         self.properties = properties
         self.value = value
         self.permissions = permissions
+    }
+
+    public var descriptors: [MutableDescriptor]? {
+        get { state.withLock { $0.descriptors } }
+        set { state.withLock { $0.descriptors = newValue ?? [] } }
     }
 
     public var subscribedCentrals: [Central]? { state.withLock { $0.subscribed } }
@@ -72,8 +88,19 @@ public final class MutableService: Sendable {
         get { state.withLock { $0.characteristics } }
         set { state.withLock { $0.characteristics = newValue ?? [] } }
     }
+
+    /// Services this one includes; each must have been added already (Core Bluetooth's rule).
+    public var includedServices: [MutableService]? {
+        get { included.withLock { $0 } }
+        set { included.withLock { $0 = newValue ?? [] } }
+    }
+    private let included = Mutex<[MutableService]>([])
     var startHandle: UInt32 { state.withLock { $0.start } }
     func setStart(_ start: UInt32) { state.withLock { $0.start = start } }
+}
+
+final class AnswerFlag: Sendable {
+    let done = Mutex(false)
 }
 
 /// A read or write from a remote central, answered once with `respond(to:withResult:)`.
@@ -83,13 +110,26 @@ public final class ATTRequest: Sendable {
     public let offset: Int
     let id: UInt64
     private let stored: Mutex<Data?>
+    private let answered: AnswerFlag
 
-    init(central: Central, characteristic: MutableCharacteristic, offset: Int, value: Data?, id: UInt64) {
+    init(central: Central, characteristic: MutableCharacteristic, offset: Int, value: Data?, id: UInt64, answered: AnswerFlag = AnswerFlag()) {
         self.central = central
         self.characteristic = characteristic
         self.offset = offset
         self.id = id
         stored = Mutex(value)
+        self.answered = answered
+    }
+
+    /// False for a write without response (a command): it takes no answer.
+    public var expectsResponse: Bool { id != 0 }
+
+    /// True the first time: a request (or a batch of writes, which share one answer) is answered once.
+    func markAnswered() -> Bool {
+        answered.done.withLock { done in
+            defer { done = true }
+            return !done
+        }
     }
 
     /// For a write: what the central wrote. For a read: what the app sets before responding.
@@ -113,6 +153,7 @@ public final class PeripheralManager: Sendable {
     let channel: Channel
     let delegateQueue: DispatchQueue
     let managerID: UInt32 = 1
+    let misuse = MisuseReporter()
     private struct State {
         var state: ManagerState = .unknown
         var isAdvertising = false
@@ -146,6 +187,13 @@ public final class PeripheralManager: Sendable {
     public var state: ManagerState { shared.withLock { $0.state } }
     public var isAdvertising: Bool { shared.withLock { $0.isAdvertising } }
 
+    /// Receives API misuse that has no delegate callback (answering a request twice, updating a value of a
+    /// characteristic not published); by default it is logged to standard error, as Core Bluetooth logs it.
+    public var apiMisuseHandler: (@Sendable (BerylError) -> Void)? {
+        get { misuse.current }
+        set { misuse.current = newValue }
+    }
+
     private func notify(_ body: @escaping @Sendable (PeripheralManagerDelegate) -> Void) {
         guard let delegate else { return }
         delegateQueue.async { body(delegate) }
@@ -175,12 +223,17 @@ public final class PeripheralManager: Sendable {
 
     private func add(_ service: MutableService, completion: @escaping @Sendable (BerylError?) -> Void) {
         let characteristics = service.characteristics ?? []
+        let included = service.includedServices ?? []
+        if let missing = included.first(where: { $0.startHandle == 0 }) {
+            return delegateQueue.async { completion(.apiMisuse("the included service \(missing.uuid) has not been added yet")) }
+        }
         channel.request(.manager {
             $0.addService = .with {
                 $0.manager = managerID
                 $0.service = .with {
                     $0.uuid = service.uuid.description
                     $0.primary = service.isPrimary
+                    $0.includedStartHandles = included.map(\.startHandle)
                     $0.characteristics = characteristics.map { characteristic in
                         .with {
                             $0.uuid = characteristic.uuid.description
@@ -188,6 +241,7 @@ public final class PeripheralManager: Sendable {
                             $0.permissions = UInt32(characteristic.permissions.rawValue)
                             $0.cached = characteristic.value != nil
                             $0.value = characteristic.value ?? Data()
+                            $0.descriptors = (characteristic.descriptors ?? []).map { descriptor in .with { $0.uuid = descriptor.uuid.description; $0.value = descriptor.value } }
                         }
                     }
                 }
@@ -208,7 +262,9 @@ public final class PeripheralManager: Sendable {
 
     public func remove(_ service: MutableService) {
         shared.withLock { $0.services.removeAll { $0 === service } }
-        channel.request(.manager { $0.removeService = .with { $0.manager = managerID; $0.startHandle = service.startHandle } })
+        channel.request(.manager { $0.removeService = .with { $0.manager = managerID; $0.startHandle = service.startHandle } }) { [misuse] result in
+            if case .failure(let error) = result { misuse.report(error) }
+        }
     }
 
     public func removeAllServices() {
@@ -241,15 +297,20 @@ public final class PeripheralManager: Sendable {
 
     // MARK: Requests and updates
 
-    /// Answers a read or (the first of) a batch of writes; once per request.
+    /// Answers a read or (the first of) a batch of writes; once per request. A second answer, or an answer to a
+    /// write without response, is API misuse: reported to `apiMisuseHandler`, nothing sent.
     public func respond(to request: ATTRequest, withResult result: ATTError) {
+        guard request.id != 0 else { return misuse.report(.apiMisuse("a write without response takes no answer")) }
+        guard request.markAnswered() else { return misuse.report(.apiMisuse("request \(request.id) was answered already")) }
         channel.request(.manager {
             $0.respond = .with {
                 $0.id = request.id
                 $0.error = UInt32(result.rawValue)
                 if result == .success, let value = request.value { $0.value = value }
             }
-        })
+        }) { [misuse] outcome in
+            if case .failure(let error) = outcome { misuse.report(error) }
+        }
     }
 
     /// Sends a value to subscribed centrals; false when the transmit queue is full (peripheralManagerIsReady follows).
@@ -265,8 +326,13 @@ public final class PeripheralManager: Sendable {
                 $0.indicate = !characteristic.properties.contains(.notify) && characteristic.properties.contains(.indicate)
             }
         })
-        guard case .success(let response) = result else { return false }
-        return response.manager.updateResult.sent
+        switch result {
+        case .success(let response): return response.manager.updateResult.sent
+        case .failure(.unavailable): return false
+        case .failure(let error):
+            misuse.report(error)
+            return false
+        }
     }
 
     private func characteristic(at handle: UInt32) -> MutableCharacteristic? {
@@ -288,12 +354,15 @@ public final class PeripheralManager: Sendable {
             notify { $0.peripheralManagerDidStartAdvertising(self, error: error) }
         case .readRequest(let read)?:
             guard let characteristic = characteristic(at: read.handle) else { return }
-            let request = ATTRequest(central: central(read.central, 20), characteristic: characteristic, offset: Int(read.offset), value: nil, id: read.id)
+            let request = ATTRequest(central: central(read.central, Int(read.maximumUpdateLength)), characteristic: characteristic, offset: Int(read.offset),
+                                     value: nil, id: read.id)
             notify { $0.peripheralManager(self, didReceiveRead: request) }
         case .writeRequest(let write)?:
+            let batch = AnswerFlag()  // one answer for the whole batch
             let requests = write.writes.compactMap { part -> ATTRequest? in
                 guard let characteristic = characteristic(at: part.handle) else { return nil }
-                return ATTRequest(central: central(write.central, 20), characteristic: characteristic, offset: Int(part.offset), value: part.value, id: write.id)
+                return ATTRequest(central: central(write.central, Int(write.maximumUpdateLength)), characteristic: characteristic, offset: Int(part.offset),
+                                  value: part.value, id: write.id, answered: batch)
             }
             guard !requests.isEmpty else { return }
             notify { $0.peripheralManager(self, didReceiveWrite: requests) }

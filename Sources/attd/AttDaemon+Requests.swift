@@ -62,7 +62,7 @@ extension AttDaemon {
             }
             let result: Result<[UInt8], ATTError> = answer.error == 0 ? .success(Array(answer.value))
                 : .failure(ATTError(rawValue: UInt8(truncatingIfNeeded: answer.error)) ?? .unlikelyError)
-            finish(answer.id, read: result, writeError: nil)
+            finish(answer.id, read: result, writeError: nil, valueStartsAtOffset: answer.startsAtOffset)
             incoming.respond(.with { $0.ack = .init() })
         case .answerWrite(let answer)?:
             guard pending[answer.id]?.isRead == false else {
@@ -117,7 +117,12 @@ extension AttDaemon {
         }
         let start: UInt16
         do {
-            start = try database.add(ServiceDefinition(uuid: uuid, isPrimary: spec.primary, characteristics: characteristics))
+            guard spec.includedStartHandles.allSatisfy({ $0 > 0 && $0 < 0xFFFF }) else {
+                incoming.fail(.invalidArgument, "an included service's start handle is out of range", field: "service.included_start_handles")
+                return
+            }
+            start = try database.add(ServiceDefinition(uuid: uuid, isPrimary: spec.primary, includes: spec.includedStartHandles.map { UInt16($0) },
+                                                       characteristics: characteristics))
         } catch {
             incoming.fail(.invalidArgument, "the database refused the service: \(error)", field: "service")
             return

@@ -285,10 +285,10 @@ final class AttDaemon {
         return id
     }
 
-    func finish(_ id: UInt64, read: Result<[UInt8], ATTError>, writeError: ATTError?) {
+    func finish(_ id: UInt64, read: Result<[UInt8], ATTError>, writeError: ATTError?, valueStartsAtOffset: Bool = false) {
         guard let answer = pending.removeValue(forKey: id), let link = links[answer.link] else { return }
         answer.timer?.cancel()
-        let outputs = answer.isRead ? link.server.completeRead(id: answer.serverID, with: read, offset: answer.offset)
+        let outputs = answer.isRead ? link.server.completeRead(id: answer.serverID, with: read, offset: valueStartsAtOffset ? 0 : answer.offset)
             : link.server.completeWrite(id: answer.serverID, error: writeError)
         apply(wrap(outputs, for: link), on: link)
     }

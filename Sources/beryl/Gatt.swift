@@ -4,7 +4,8 @@ import BerylEventLoop
 import BerylStack
 import Foundation
 
-/// `beryl gatt --peer ADDRESS <operation>`: one GATT client operation against a peer, for scripts.
+/// `beryl gatt --peer PEER <operation>`: one GATT client operation against a peer, for scripts. An ordinary app of
+/// managerd; `--direct` drives hcid and attd itself (for debugging those daemons without managerd).
 struct Gatt: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Connect to a peer and discover, read, write or subscribe; values are hex.",
@@ -12,8 +13,11 @@ struct Gatt: ParsableCommand {
 
     @OptionGroup var stack: StackOptions
 
-    @Option(help: "The peer: AA:BB:CC:DD:EE:FF for a public address, AA:BB:CC:DD:EE:FF/random for a random one.")
+    @Option(help: "The peer: its identifier (as `beryl scan` prints), or AA:BB:CC:DD:EE:FF[/random].")
     var peer: String
+
+    @Flag(help: "Bypass managerd: connect through hcid and run the operation through attd (needs an address).")
+    var direct = false
 
     @Argument(help: "discover, read, write or subscribe.")
     var operation: String
@@ -42,24 +46,23 @@ struct Gatt: ParsableCommand {
     @Flag(help: "Accept numeric comparisons without asking.")
     var autoAccept = false
 
-    func parsed() throws -> (DeviceAddress, GattClientSession.Operation) {
-        guard let address = DeviceAddress(peer) else { throw ValidationError("'\(peer)' is not an address like AA:BB:CC:DD:EE:FF[/random]") }
+    func parsed() throws -> GattClientSession.Operation {
         func uuid(_ index: Int) throws -> BluetoothUUID {
             guard index < arguments.count, let uuid = BluetoothUUID(arguments[index]) else { throw ValidationError("\(operation) needs a characteristic UUID") }
             return uuid
         }
         switch operation {
-        case "discover": return (address, .discover)
-        case "read": return (address, .read(try uuid(0)))
+        case "discover": return .discover
+        case "read": return .read(try uuid(0))
         case "write":
             guard arguments.count == 2, let value = Hex.decode(arguments[1]), value.count <= 512 else {
                 throw ValidationError("write needs a UUID and a hex value of at most 512 bytes")
             }
             guard !(reliable && withoutResponse) else { throw ValidationError("--reliable and --without-response contradict each other") }
-            return (address, reliable ? .reliableWrite(try uuid(0), value) : .write(try uuid(0), value, withoutResponse: withoutResponse))
+            return reliable ? .reliableWrite(try uuid(0), value) : .write(try uuid(0), value, withoutResponse: withoutResponse)
         case "subscribe":
             guard (1...100_000).contains(count) else { throw ValidationError("--count must be from 1 to 100000") }
-            return (address, .subscribe(try uuid(0), count: count))
+            return .subscribe(try uuid(0), count: count)
         default:
             throw ValidationError("unknown operation '\(operation)'; use discover, read, write or subscribe")
         }
@@ -67,14 +70,19 @@ struct Gatt: ParsableCommand {
 
     func validate() throws {
         _ = try parsed()
+        try AppSupport.validatePeer(peer)
+        if direct, DeviceAddress(peer) == nil { throw ValidationError("--direct needs the peer's address, not an identifier") }
         guard timeout > 0, timeout <= 3600 else { throw ValidationError("--timeout must be in (0, 3600] seconds") }
         if let passkey, passkey > 999_999 { throw ValidationError("--passkey is at most six digits") }
     }
 
     func run() throws {
-        let (address, operation) = try parsed()
-        try Gatt.runSession(stack: stack, peer: address, operation: operation, timeout: timeout, json: json,
-                            agent: PairingAgent(passkey: passkey, autoAccept: autoAccept, ask: PairingAgent.terminal))
+        let operation = try parsed()
+        let agent = PairingAgent(passkey: passkey, autoAccept: autoAccept, ask: PairingAgent.terminal)
+        guard direct, let address = DeviceAddress(peer) else {
+            return try GattApp.run(stack: stack, peer: peer, operation: operation, timeout: timeout, json: json, agent: agent)
+        }
+        try Gatt.runSession(stack: stack, peer: address, operation: operation, timeout: timeout, json: json, agent: agent)
     }
 
     /// Connects, runs one operation, prints each event as a line (key=value, or JSON), disconnects.

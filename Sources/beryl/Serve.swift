@@ -3,7 +3,8 @@ import BerylEventLoop
 import BerylStack
 import Foundation
 
-/// `beryl serve PROFILE.json`: publish the profile's services and advertise them until stopped.
+/// `beryl serve PROFILE.json`: publish the profile's services and advertise them until stopped, as an app of
+/// managerd; `--direct` publishes through attd and advertises through hcid itself (debugging without managerd).
 struct Serve: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Publish the GATT services of a profile file and advertise them, until stopped (SIGINT/SIGTERM).")
@@ -22,11 +23,18 @@ struct Serve: ParsableCommand {
     @Flag(help: "Accept numeric comparisons without asking.")
     var autoAccept = false
 
-    @Flag(help: "Advertise from a resolvable private address (bonded centrals still recognise this device).")
+    @Flag(help: "With --direct: advertise from a resolvable private address (bonded centrals still recognise this device).")
     var privateAddress = false
+
+    @Flag(help: "Bypass managerd: publish through attd and advertise through hcid.")
+    var direct = false
+
+    @Flag(help: "One JSON object per line (events of the managerd path are plain lines either way).")
+    var json = false
 
     func validate() throws {
         if let passkey, passkey > 999_999 { throw ValidationError("--passkey is at most six digits") }
+        if privateAddress, !direct { throw ValidationError("--private-address needs --direct (managerd advertises from the controller's address)") }
     }
 
     func run() throws {
@@ -40,12 +48,14 @@ struct Serve: ParsableCommand {
             print("\(profile): \(parsed.services.count) services, \(parsed.services.map(\.characteristics.count).reduce(0, +)) characteristics")
             return
         }
+        let agent = PairingAgent(passkey: passkey, autoAccept: autoAccept, ask: PairingAgent.terminal)
+        guard direct else { return try ServeApp.run(stack: stack, profile: parsed, json: json, agent: agent) }
         let loop: EventLoop
         do { loop = try EventLoop() } catch { throw Output.fail("\(error)") }
         let session = ServeSession(loop: loop, profile: parsed, paths: stack.paths) { line in
             FileHandle.standardOutput.write(Data((line + "\n").utf8))
         }
-        session.agent = PairingAgent(passkey: passkey, autoAccept: autoAccept, ask: PairingAgent.terminal)
+        session.agent = agent
         session.privateAddress = privateAddress
         do {
             try session.start()

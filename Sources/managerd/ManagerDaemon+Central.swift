@@ -57,7 +57,24 @@ extension ManagerDaemon {
             send(event, to: session)
         case .retrievePeripherals(let retrieve):
             // No identifiers: every device this stack knows (for `beryl peripherals`; the library never asks that).
-            let devices = retrieve.identifiers.isEmpty ? store?.all ?? [] : retrieve.identifiers.compactMap { store?.device($0) }
+            var addresses: [DeviceAddress] = []
+            for text in retrieve.addresses {
+                guard let address = DeviceAddress(text) else {
+                    incoming.fail(.invalidArgument, "'\(text)' is not an address like AA:BB:CC:DD:EE:FF[/random]", field: "addresses")
+                    return
+                }
+                addresses.append(address)
+            }
+            guard let store else {
+                incoming.fail(.notReady, "the peripheral store is not open")
+                return
+            }
+            let devices: [KnownDevice]
+            if !addresses.isEmpty {
+                devices = addresses.map { store.seen($0, at: 0) }  // last seen 0: never heard, only named
+            } else {
+                devices = retrieve.identifiers.isEmpty ? store.all : retrieve.identifiers.compactMap { store.device($0) }
+            }
             incoming.respond(.with { $0.manager.peripherals.peripherals = devices.map { info(for: $0) } })
         case .retrieveConnected(let retrieve):
             guard let wanted = uuids(retrieve.serviceUuids, field: "service_uuids", incoming) else { return }

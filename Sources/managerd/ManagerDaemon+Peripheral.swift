@@ -114,7 +114,8 @@ extension ManagerDaemon {
     func answerAttd(_ id: UInt64, isRead: Bool, value: [UInt8], error: UInt32) {
         var request = Request()
         if isRead {
-            request.att.answerRead = .with { $0.id = id; $0.value = Data(value); $0.error = error }
+            // An app answers as Core Bluetooth's do: the value from the request's offset on.
+            request.att.answerRead = .with { $0.id = id; $0.value = Data(value); $0.error = error; $0.startsAtOffset = true }
         } else {
             request.att.answerWrite = .with { $0.id = id; $0.error = error }
         }
@@ -142,6 +143,7 @@ extension ManagerDaemon {
             $0.central = central(of: read.connectionHandle)
             $0.handle = read.handle
             $0.offset = read.offset
+            $0.maximumUpdateLength = maximumUpdateLength(read.connectionHandle)
         }
         send(event, to: owner.session)
     }
@@ -159,8 +161,14 @@ extension ManagerDaemon {
             $0.central = central(of: write.connectionHandle)
             $0.writes = write.writes
             $0.withResponse = write.withResponse
+            $0.maximumUpdateLength = maximumUpdateLength(write.connectionHandle)
         }
         send(event, to: owner.session)
+    }
+
+    /// ATT_MTU - 3: the most one notification carries (Core Vol 3 Part F §3.4.7.1).
+    private func maximumUpdateLength(_ connectionHandle: UInt32) -> UInt32 {
+        UInt32((mtus[UInt16(truncatingIfNeeded: connectionHandle)] ?? 23) - 3)
     }
 
     func routeSubscription(_ change: Beryl_Ipc_V1_SubscriptionChanged) {
@@ -172,7 +180,7 @@ extension ManagerDaemon {
             $0.valueHandle = change.valueHandle
             $0.notify = change.notify
             $0.indicate = change.indicate
-            $0.maximumUpdateLength = UInt32((mtus[UInt16(truncatingIfNeeded: change.connectionHandle)] ?? 23) - 3)
+            $0.maximumUpdateLength = maximumUpdateLength(change.connectionHandle)
         }
         send(event, to: owner.session)
     }

@@ -205,7 +205,7 @@ final class ManagerDaemon {
             routeSubscription(change)
         case .pairingPrompt(let prompt)?:
             routePairing(prompt.connectionHandle) { event in
-                event.pairingPrompt = .with { $0.kind = prompt.kind; $0.number = prompt.number }
+                event.pairingPrompt = .with { $0.kind = prompt.kind; $0.number = prompt.number; $0.address = prompt.peer }
             }
         case .pairingFinished(let finished)?:
             routePairing(finished.connectionHandle) { event in
@@ -214,6 +214,10 @@ final class ManagerDaemon {
                     $0.reason = finished.reason
                     $0.bonded = finished.result.bonded
                     $0.authenticated = finished.result.authenticated
+                    $0.secureConnections = finished.result.secureConnections
+                    $0.identity = finished.result.identity
+                    $0.address = finished.peer
+                    $0.remote = finished.remote
                 }
             }
         case .readyToUpdate?:

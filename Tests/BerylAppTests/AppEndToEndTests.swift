@@ -73,6 +73,14 @@ final class HeartRateCentral: CentralManagerDelegate, PeripheralDelegate {
     }
 }
 
+final class IncludedServicesCentral: CentralManagerDelegate, PeripheralDelegate {
+    let recorder = Recorder()
+    func centralManagerDidUpdateState(_ central: CentralManager) { recorder.note("state \(central.state)") }
+    func peripheral(_ peripheral: Peripheral, didDiscoverIncludedServicesFor service: Service, error: BerylError?) {
+        recorder.note("included \(service.uuid): " + (service.includedServices ?? []).map { "\($0.uuid) \($0.isPrimary ? "primary" : "secondary")" }.joined(separator: ", "))
+    }
+}
+
 /// berylsim with two controllers and a full stack (hcid, attd, managerd) on each, in `run0`/`run1`.
 func startTwoStacks(_ scratch: Scratch, attd extra: [[String]] = [[], []]) throws {
     let sim = scratch.root + "/sim"
@@ -184,6 +192,55 @@ final class AppEndToEndTests: XCTestCase {
         XCTAssertEqual(client.recorder.wait(for: "disconnected"), "disconnected cleanly")
         XCTAssertNotNil(app.recorder.wait(for: "advertising ok", timeout: 1), "the peripheral advertises again once the central has gone")
         withExtendedLifetime((central, peripheralManager)) {}
+    }
+
+    /// Included services: a secondary service and a primary one, included by a third; the central finds them
+    /// through discoverIncludedServices, the primary one as the very service object discovery made.
+    func testIncludedServicesAreDiscovered() async throws {
+        let queue = DispatchQueue(label: "app")
+        let app = HeartRatePeripheral()
+        let manager = try PeripheralManager(delegate: app, queue: queue, socketPath: socket(1))
+        XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
+        let battery = MutableService(type: BluetoothUUID(0x180F), primary: false)
+        battery.characteristics = [MutableCharacteristic(type: BluetoothUUID(0x2A19), properties: .read, value: Data([90]), permissions: .readable)]
+        let device = MutableService(type: BluetoothUUID(0x180A), primary: true)
+        device.characteristics = [app.cached]
+        let heart = MutableService(type: BluetoothUUID(0x180D), primary: true)
+        heart.characteristics = [app.location]
+        heart.includedServices = [battery, device]
+        do {
+            try await manager.add(heart)
+            XCTFail("included services must be added first")
+        } catch let error as BerylError {
+            guard case .apiMisuse = error else { return XCTFail("\(error)") }
+        }
+        try await manager.add(battery)
+        try await manager.add(device)
+        try await manager.add(heart)
+        manager.startAdvertising(AdvertisingOptions(localName: "Included", serviceUUIDs: [BluetoothUUID(0x180D)]))
+
+        let client = IncludedServicesCentral()
+        let central = try CentralManager(delegate: client, queue: queue, socketPath: socket(0))
+        XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
+        var found: Peripheral?
+        for await discovery in central.scan(withServices: [BluetoothUUID(0x180D)]) {
+            found = discovery.peripheral
+            break
+        }
+        let peripheral = try XCTUnwrap(found)
+        peripheral.delegate = client
+        try await central.connect(peripheral)
+        let services = try await peripheral.services(discovering: nil)
+        let heartService = try XCTUnwrap(services.first { $0.uuid == BluetoothUUID(0x180D) })
+        XCTAssertFalse(services.contains { $0.uuid == BluetoothUUID(0x180F) }, "a secondary service is not found by primary discovery")
+        peripheral.discoverIncludedServices(nil, for: heartService)
+        XCTAssertEqual(client.recorder.wait(for: "included"), "included 180D: 180F secondary, 180A primary")
+        let deviceInfo = try XCTUnwrap(heartService.includedServices?.first { $0.uuid == BluetoothUUID(0x180A) })
+        XCTAssertTrue(deviceInfo === services.first { $0.uuid == BluetoothUUID(0x180A) }, "the included primary service is the discovered object")
+        peripheral.discoverIncludedServices([BluetoothUUID(0x180F)], for: heartService)
+        XCTAssertTrue(eventually { client.recorder.all.contains("included 180D: 180F secondary") }, client.recorder.all.joined(separator: "\n"))
+        central.cancelPeripheralConnection(peripheral)
+        withExtendedLifetime((central, manager)) {}
     }
 
     /// Core Bluetooth's API misuse: a GATT operation on a peripheral that is not connected is a typed error, and the
@@ -409,8 +466,8 @@ final class KeyboardUser: PairingDelegate {
         recorder.note("prompt \(prompt)")
         if prompt == .enterPasskey { responder.enter(passkey: passkey) }
     }
-    func pairing(with peer: UUID, finished success: Bool, bonded: Bool, reason: UInt8) {
-        recorder.note("finished \(success) bonded \(bonded) reason \(reason)")
+    func pairing(with peer: UUID, finished outcome: PairingOutcome) {
+        recorder.note("finished \(outcome.success) bonded \(outcome.bonded) reason \(outcome.reason) sc \(outcome.secureConnections) from \(outcome.address)")
     }
 }
 
@@ -451,7 +508,8 @@ final class PairingDelegateTests: XCTestCase {
         XCTAssertEqual(value, Data([0x05]), "readable once paired")
         XCTAssertNotNil(centralUser.recorder.wait(for: "prompt enterPasskey"))
         XCTAssertNotNil(peripheralUser.recorder.wait(for: "prompt enterPasskey"))
-        XCTAssertEqual(centralUser.recorder.wait(for: "finished"), "finished true bonded true reason 0")
+        let peripheralAddress = try XCTUnwrap(StackProbe.controllerInfo(at: "\(scratch.root)/run1/hcid.sock")?.address)
+        XCTAssertEqual(centralUser.recorder.wait(for: "finished"), "finished true bonded true reason 0 sc true from \(peripheralAddress)")
         withExtendedLifetime((manager, central)) {}
     }
 }

@@ -52,13 +52,13 @@ final class SecurityProcessTests: XCTestCase {
     /// `beryl serve` on stack b; it exits when attd goes (its services go with their publisher), so a restart starts another.
     private func serve(_ extra: [String] = [], name: String = "serve") throws -> String {
         serveName = name
-        try scratch.start(name, [Executables.path("beryl"), "serve", Self.lockProfile, "--runtime-dir", run("b")] + extra, socket: run("b") + "/attd.sock")
+        try scratch.start(name, [Executables.path("beryl"), "serve", "--direct", Self.lockProfile, "--runtime-dir", run("b")] + extra, socket: run("b") + "/attd.sock")
         XCTAssertTrue(eventually { self.serveLog.contains("advertising") }, serveLog)
         return try XCTUnwrap(StackProbe.controllerInfo(at: run("b") + "/hcid.sock")?.address)
     }
 
     private func gatt(_ arguments: [String]) throws -> ToolRun {
-        try runTool("beryl", ["gatt", "--runtime-dir", run("a")] + arguments + ["--timeout", "30"])
+        try runTool("beryl", ["gatt", "--direct", "--runtime-dir", run("a")] + arguments + ["--timeout", "30"])
     }
 
     private func bonds(_ side: String) throws -> [[String: Any]] {

@@ -43,13 +43,3 @@ func pingRequest(_ payload: [UInt8] = []) -> Request {
     return request
 }
 
-/// Waits for `condition` for up to `timeout`, polling; returns whether it became true.
-func eventually(_ timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
-    let clock = ContinuousClock()
-    let deadline = clock.now + timeout
-    while clock.now < deadline {
-        if condition() { return true }
-        usleep(20_000)
-    }
-    return condition()
-}

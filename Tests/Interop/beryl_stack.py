@@ -69,6 +69,8 @@ class BerylStack:
         self.start_process("attd", ["attd", "--runtime-dir", self.run, "--state-dir", self.state] + self.attd_args)
         wait_for(lambda: os.path.exists(os.path.join(self.run, "attd.sock")), 10, "attd listening")
         self.wait_log("attd", "attached to hcid")
+        self.start_process("managerd", ["managerd", "--runtime-dir", self.run, "--state-dir", self.state])
+        wait_for(lambda: os.path.exists(os.path.join(self.run, "managerd.sock")), 10, "managerd listening")
         return self
 
     @property
@@ -77,7 +79,8 @@ class BerylStack:
         return self.status()["controller"]["address"]
 
     def serve(self, profile=LOCK_PROFILE, *extra):
-        self.start_process("serve", ["beryl", "serve", profile, "--runtime-dir", self.run] + list(extra))
+        """beryl serve --direct: these tests read attd's own lines (link encryption, pairing detail) in its log."""
+        self.start_process("serve", ["beryl", "serve", "--direct", profile, "--runtime-dir", self.run] + list(extra))
         self.wait_log("serve", "advertising as")
 
     def beryl(self, *arguments, timeout=60):

@@ -21,13 +21,13 @@ def test_beryl_central_discovers_reads_writes_and_subscribes(berylsim):
         ready = peripheral.stdout.readline().split()
         assert ready and ready[0] == "ready", ready
         address = ready[1].split("/")[0] + "/random"
-        for name in ["hcid", "attd"]:
+        for name in ["hcid", "attd", "managerd"]:
             arguments = [os.path.join(binaries, name), "--runtime-dir", run, "--state-dir", state]
             if name == "hcid":
                 arguments += ["--transport", f"unix:{berylsim['dir']}/controller-0.sock"]
             processes.append(subprocess.Popen(arguments, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         deadline = time.monotonic() + 10
-        while not os.path.exists(os.path.join(run, "attd.sock")) or not os.path.exists(os.path.join(run, "hcid.sock")):
+        while not all(os.path.exists(os.path.join(run, f"{name}.sock")) for name in ["hcid", "attd", "managerd"]):
             assert time.monotonic() < deadline
             time.sleep(0.1)
         time.sleep(0.5)

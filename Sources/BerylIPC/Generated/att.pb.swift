@@ -166,6 +166,9 @@ public nonisolated struct Beryl_Ipc_V1_ServiceSpec: Sendable {
 
   public var characteristics: [Beryl_Ipc_V1_CharacteristicSpec] = []
 
+  /// Start handles of services already published that this one includes (Core Vol 3 Part G §3.2).
+  public var includedStartHandles: [UInt32] = []
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -334,9 +337,13 @@ public nonisolated struct Beryl_Ipc_V1_AnswerRead: Sendable {
 
   public var connectionHandle: UInt32 = 0
 
+  /// The whole value (attd applies the read's offset), or with starts_at_offset the part from the offset on
+  /// (Core Bluetooth's ATTRequest.value, which the app fills from request.offset).
   public var value: Data = Data()
 
   public var error: UInt32 = 0
+
+  public var startsAtOffset: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1482,7 +1489,7 @@ nonisolated extension Beryl_Ipc_V1_CharacteristicSpec: SwiftProtobuf.Message, Sw
 
 nonisolated extension Beryl_Ipc_V1_ServiceSpec: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ServiceSpec"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}uuid\0\u{1}primary\0\u{1}characteristics\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}uuid\0\u{1}primary\0\u{1}characteristics\0\u{3}included_start_handles\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1493,6 +1500,7 @@ nonisolated extension Beryl_Ipc_V1_ServiceSpec: SwiftProtobuf.Message, SwiftProt
       case 1: try { try decoder.decodeSingularStringField(value: &self.uuid) }()
       case 2: try { try decoder.decodeSingularBoolField(value: &self.primary) }()
       case 3: try { try decoder.decodeRepeatedMessageField(value: &self.characteristics) }()
+      case 4: try { try decoder.decodeRepeatedUInt32Field(value: &self.includedStartHandles) }()
       default: break
       }
     }
@@ -1508,6 +1516,9 @@ nonisolated extension Beryl_Ipc_V1_ServiceSpec: SwiftProtobuf.Message, SwiftProt
     if !self.characteristics.isEmpty {
       try visitor.visitRepeatedMessageField(value: self.characteristics, fieldNumber: 3)
     }
+    if !self.includedStartHandles.isEmpty {
+      try visitor.visitPackedUInt32Field(value: self.includedStartHandles, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1515,6 +1526,7 @@ nonisolated extension Beryl_Ipc_V1_ServiceSpec: SwiftProtobuf.Message, SwiftProt
     if lhs.uuid != rhs.uuid {return false}
     if lhs.primary != rhs.primary {return false}
     if lhs.characteristics != rhs.characteristics {return false}
+    if lhs.includedStartHandles != rhs.includedStartHandles {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1871,7 +1883,7 @@ nonisolated extension Beryl_Ipc_V1_SubscriptionChanged: SwiftProtobuf.Message, S
 
 nonisolated extension Beryl_Ipc_V1_AnswerRead: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AnswerRead"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{3}connection_handle\0\u{1}value\0\u{1}error\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{3}connection_handle\0\u{1}value\0\u{1}error\0\u{3}starts_at_offset\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1883,6 +1895,7 @@ nonisolated extension Beryl_Ipc_V1_AnswerRead: SwiftProtobuf.Message, SwiftProto
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
       case 3: try { try decoder.decodeSingularBytesField(value: &self.value) }()
       case 4: try { try decoder.decodeSingularUInt32Field(value: &self.error) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.startsAtOffset) }()
       default: break
       }
     }
@@ -1901,6 +1914,9 @@ nonisolated extension Beryl_Ipc_V1_AnswerRead: SwiftProtobuf.Message, SwiftProto
     if self.error != 0 {
       try visitor.visitSingularUInt32Field(value: self.error, fieldNumber: 4)
     }
+    if self.startsAtOffset != false {
+      try visitor.visitSingularBoolField(value: self.startsAtOffset, fieldNumber: 5)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1909,6 +1925,7 @@ nonisolated extension Beryl_Ipc_V1_AnswerRead: SwiftProtobuf.Message, SwiftProto
     if lhs.connectionHandle != rhs.connectionHandle {return false}
     if lhs.value != rhs.value {return false}
     if lhs.error != rhs.error {return false}
+    if lhs.startsAtOffset != rhs.startsAtOffset {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -197,6 +197,10 @@ public nonisolated struct Beryl_Ipc_V1_RetrievePeripherals: Sendable {
 
   public var identifiers: [String] = []
 
+  /// "AA:BB:CC:DD:EE:FF[/random]": a peripheral by address (for labs and the CLI's --peer); one never heard is
+  /// remembered under a new identifier, so that it can be connected to directly.
+  public var addresses: [String] = []
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -459,6 +463,9 @@ public nonisolated struct Beryl_Ipc_V1_PairingPromptEvent: Sendable {
 
   public var number: UInt32 = 0
 
+  /// The peer's address on the link.
+  public var address: String = String()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -478,6 +485,16 @@ public nonisolated struct Beryl_Ipc_V1_PairingFinishedEvent: Sendable {
   public var bonded: Bool = false
 
   public var authenticated: Bool = false
+
+  public var address: String = String()
+
+  public var secureConnections: Bool = false
+
+  /// The identity address the peer distributed (empty when it gave none).
+  public var identity: String = String()
+
+  /// The peer ended it (rather than this device).
+  public var remote: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -863,6 +880,9 @@ public nonisolated struct Beryl_Ipc_V1_CentralRead: Sendable {
 
   public var offset: UInt32 = 0
 
+  /// ATT_MTU - 3 on the central's link.
+  public var maximumUpdateLength: UInt32 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -882,6 +902,8 @@ public nonisolated struct Beryl_Ipc_V1_CentralWrite: Sendable {
   public var writes: [Beryl_Ipc_V1_AttWrite] = []
 
   public var withResponse: Bool = false
+
+  public var maximumUpdateLength: UInt32 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1442,7 +1464,7 @@ nonisolated extension Beryl_Ipc_V1_CancelConnection: SwiftProtobuf.Message, Swif
 
 nonisolated extension Beryl_Ipc_V1_RetrievePeripherals: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".RetrievePeripherals"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}identifiers\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}identifiers\0\u{1}addresses\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1451,6 +1473,7 @@ nonisolated extension Beryl_Ipc_V1_RetrievePeripherals: SwiftProtobuf.Message, S
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeRepeatedStringField(value: &self.identifiers) }()
+      case 2: try { try decoder.decodeRepeatedStringField(value: &self.addresses) }()
       default: break
       }
     }
@@ -1460,11 +1483,15 @@ nonisolated extension Beryl_Ipc_V1_RetrievePeripherals: SwiftProtobuf.Message, S
     if !self.identifiers.isEmpty {
       try visitor.visitRepeatedStringField(value: self.identifiers, fieldNumber: 1)
     }
+    if !self.addresses.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.addresses, fieldNumber: 2)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_RetrievePeripherals, rhs: Beryl_Ipc_V1_RetrievePeripherals) -> Bool {
     if lhs.identifiers != rhs.identifiers {return false}
+    if lhs.addresses != rhs.addresses {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2030,7 +2057,7 @@ nonisolated extension Beryl_Ipc_V1_AnswerPairing: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Beryl_Ipc_V1_PairingPromptEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PairingPromptEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peer\0\u{1}kind\0\u{1}number\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peer\0\u{1}kind\0\u{1}number\0\u{1}address\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2041,6 +2068,7 @@ nonisolated extension Beryl_Ipc_V1_PairingPromptEvent: SwiftProtobuf.Message, Sw
       case 1: try { try decoder.decodeSingularStringField(value: &self.peer) }()
       case 2: try { try decoder.decodeSingularEnumField(value: &self.kind) }()
       case 3: try { try decoder.decodeSingularUInt32Field(value: &self.number) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.address) }()
       default: break
       }
     }
@@ -2056,6 +2084,9 @@ nonisolated extension Beryl_Ipc_V1_PairingPromptEvent: SwiftProtobuf.Message, Sw
     if self.number != 0 {
       try visitor.visitSingularUInt32Field(value: self.number, fieldNumber: 3)
     }
+    if !self.address.isEmpty {
+      try visitor.visitSingularStringField(value: self.address, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2063,6 +2094,7 @@ nonisolated extension Beryl_Ipc_V1_PairingPromptEvent: SwiftProtobuf.Message, Sw
     if lhs.peer != rhs.peer {return false}
     if lhs.kind != rhs.kind {return false}
     if lhs.number != rhs.number {return false}
+    if lhs.address != rhs.address {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2070,7 +2102,7 @@ nonisolated extension Beryl_Ipc_V1_PairingPromptEvent: SwiftProtobuf.Message, Sw
 
 nonisolated extension Beryl_Ipc_V1_PairingFinishedEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PairingFinishedEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peer\0\u{1}success\0\u{1}reason\0\u{1}bonded\0\u{1}authenticated\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peer\0\u{1}success\0\u{1}reason\0\u{1}bonded\0\u{1}authenticated\0\u{1}address\0\u{3}secure_connections\0\u{1}identity\0\u{1}remote\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2083,6 +2115,10 @@ nonisolated extension Beryl_Ipc_V1_PairingFinishedEvent: SwiftProtobuf.Message, 
       case 3: try { try decoder.decodeSingularUInt32Field(value: &self.reason) }()
       case 4: try { try decoder.decodeSingularBoolField(value: &self.bonded) }()
       case 5: try { try decoder.decodeSingularBoolField(value: &self.authenticated) }()
+      case 6: try { try decoder.decodeSingularStringField(value: &self.address) }()
+      case 7: try { try decoder.decodeSingularBoolField(value: &self.secureConnections) }()
+      case 8: try { try decoder.decodeSingularStringField(value: &self.identity) }()
+      case 9: try { try decoder.decodeSingularBoolField(value: &self.remote) }()
       default: break
       }
     }
@@ -2104,6 +2140,18 @@ nonisolated extension Beryl_Ipc_V1_PairingFinishedEvent: SwiftProtobuf.Message, 
     if self.authenticated != false {
       try visitor.visitSingularBoolField(value: self.authenticated, fieldNumber: 5)
     }
+    if !self.address.isEmpty {
+      try visitor.visitSingularStringField(value: self.address, fieldNumber: 6)
+    }
+    if self.secureConnections != false {
+      try visitor.visitSingularBoolField(value: self.secureConnections, fieldNumber: 7)
+    }
+    if !self.identity.isEmpty {
+      try visitor.visitSingularStringField(value: self.identity, fieldNumber: 8)
+    }
+    if self.remote != false {
+      try visitor.visitSingularBoolField(value: self.remote, fieldNumber: 9)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2113,6 +2161,10 @@ nonisolated extension Beryl_Ipc_V1_PairingFinishedEvent: SwiftProtobuf.Message, 
     if lhs.reason != rhs.reason {return false}
     if lhs.bonded != rhs.bonded {return false}
     if lhs.authenticated != rhs.authenticated {return false}
+    if lhs.address != rhs.address {return false}
+    if lhs.secureConnections != rhs.secureConnections {return false}
+    if lhs.identity != rhs.identity {return false}
+    if lhs.remote != rhs.remote {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2839,7 +2891,7 @@ nonisolated extension Beryl_Ipc_V1_PeripheralReadyToWrite: SwiftProtobuf.Message
 
 nonisolated extension Beryl_Ipc_V1_CentralRead: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".CentralRead"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{1}id\0\u{1}central\0\u{1}handle\0\u{1}offset\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{1}id\0\u{1}central\0\u{1}handle\0\u{1}offset\0\u{3}maximum_update_length\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2852,6 +2904,7 @@ nonisolated extension Beryl_Ipc_V1_CentralRead: SwiftProtobuf.Message, SwiftProt
       case 3: try { try decoder.decodeSingularStringField(value: &self.central) }()
       case 4: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
       case 5: try { try decoder.decodeSingularUInt32Field(value: &self.offset) }()
+      case 6: try { try decoder.decodeSingularUInt32Field(value: &self.maximumUpdateLength) }()
       default: break
       }
     }
@@ -2873,6 +2926,9 @@ nonisolated extension Beryl_Ipc_V1_CentralRead: SwiftProtobuf.Message, SwiftProt
     if self.offset != 0 {
       try visitor.visitSingularUInt32Field(value: self.offset, fieldNumber: 5)
     }
+    if self.maximumUpdateLength != 0 {
+      try visitor.visitSingularUInt32Field(value: self.maximumUpdateLength, fieldNumber: 6)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2882,6 +2938,7 @@ nonisolated extension Beryl_Ipc_V1_CentralRead: SwiftProtobuf.Message, SwiftProt
     if lhs.central != rhs.central {return false}
     if lhs.handle != rhs.handle {return false}
     if lhs.offset != rhs.offset {return false}
+    if lhs.maximumUpdateLength != rhs.maximumUpdateLength {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2889,7 +2946,7 @@ nonisolated extension Beryl_Ipc_V1_CentralRead: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Beryl_Ipc_V1_CentralWrite: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".CentralWrite"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{1}id\0\u{1}central\0\u{1}writes\0\u{3}with_response\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{1}id\0\u{1}central\0\u{1}writes\0\u{3}with_response\0\u{3}maximum_update_length\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2902,6 +2959,7 @@ nonisolated extension Beryl_Ipc_V1_CentralWrite: SwiftProtobuf.Message, SwiftPro
       case 3: try { try decoder.decodeSingularStringField(value: &self.central) }()
       case 4: try { try decoder.decodeRepeatedMessageField(value: &self.writes) }()
       case 5: try { try decoder.decodeSingularBoolField(value: &self.withResponse) }()
+      case 6: try { try decoder.decodeSingularUInt32Field(value: &self.maximumUpdateLength) }()
       default: break
       }
     }
@@ -2923,6 +2981,9 @@ nonisolated extension Beryl_Ipc_V1_CentralWrite: SwiftProtobuf.Message, SwiftPro
     if self.withResponse != false {
       try visitor.visitSingularBoolField(value: self.withResponse, fieldNumber: 5)
     }
+    if self.maximumUpdateLength != 0 {
+      try visitor.visitSingularUInt32Field(value: self.maximumUpdateLength, fieldNumber: 6)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2932,6 +2993,7 @@ nonisolated extension Beryl_Ipc_V1_CentralWrite: SwiftProtobuf.Message, SwiftPro
     if lhs.central != rhs.central {return false}
     if lhs.writes != rhs.writes {return false}
     if lhs.withResponse != rhs.withResponse {return false}
+    if lhs.maximumUpdateLength != rhs.maximumUpdateLength {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -1,0 +1,119 @@
+import Beryl
+import BerylCore
+import BerylStack
+import Dispatch
+import Foundation
+import Synchronization
+
+/// `beryl gatt` as an app of managerd: connect through a central manager, discover, run one operation, cancel.
+final class GattApp: CentralManagerDelegate, PeripheralDelegate {
+    let printer: EventPrinter
+    private let notifications = Mutex<AsyncStream<(BluetoothUUID, Data)>.Continuation?>(nil)
+
+    init(printer: EventPrinter) { self.printer = printer }
+
+    func centralManagerDidUpdateState(_ central: CentralManager) {}
+
+    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: BerylError?) {
+        // Values read with the async face also pass here; only notified ones are streamed.
+        guard characteristic.isNotifying, error == nil, let value = characteristic.value else { return }
+        _ = notifications.withLock { $0?.yield((characteristic.uuid, value)) }
+    }
+
+    static func run(stack: StackOptions, peer: String, operation: GattClientSession.Operation, timeout: Double, json: Bool, agent: PairingAgent) throws {
+        let printer = EventPrinter(json: json)
+        let app = GattApp(printer: printer)
+        let connected = Mutex(false)
+        AppSupport.watchdog(seconds: timeout) { connected.withLock { $0 } ? "timed out" : "no connection to \(peer) within \(timeout) s" }
+        try AppSupport.blocking {
+            let central: CentralManager
+            do {
+                central = try CentralManager(delegate: app, queue: DispatchQueue(label: "beryl.gatt"), appID: "beryl.gatt",
+                                             socketPath: stack.paths.socket("managerd"))
+            } catch {
+                throw Output.fail("cannot reach managerd in \(stack.paths.runtimeDir): \(error)")
+            }
+            let pairing = CommandPairing(agent: agent) { line, outcome in
+                if let outcome {
+                    printer.emit(["event": outcome.success ? "pairing-complete" : "pairing-failed", "detail": line, "reason": Int(outcome.reason)])
+                } else {
+                    printer.emit(["event": "pairing", "prompt": line])
+                }
+            }
+            central.pairingDelegate = pairing
+            try await AppSupport.poweredOn({ central.state }, runtimeDir: stack.paths.runtimeDir)
+            let peripheral = try AppSupport.peripheral(peer, on: central)
+            peripheral.delegate = app
+            try await central.connect(peripheral)
+            connected.withLock { $0 = true }
+            printer.emit(["event": "connected", "peer": peer, "identifier": peripheral.identifier.uuidString])
+            defer { central.cancelPeripheralConnection(peripheral) }
+            do {
+                try await app.perform(operation, on: peripheral)
+            } catch let error as BerylError {
+                throw Output.fail("\(operation.verb) failed: \(error)")
+            }
+            // Let managerd take the cancel before the session closes (a command without response is then carried).
+            try? await Task.sleep(for: .milliseconds(100))
+            withExtendedLifetime((central, pairing)) {}
+        }
+    }
+
+    private func perform(_ operation: GattClientSession.Operation, on peripheral: Peripheral) async throws {
+        let services = try await peripheral.services(discovering: nil)
+        func find(_ uuid: BluetoothUUID) throws -> Characteristic {
+            guard let found = services.lazy.flatMap({ $0.characteristics ?? [] }).first(where: { $0.uuid == uuid }) else {
+                throw Output.fail("the peer has no characteristic \(uuid)")
+            }
+            return found
+        }
+        switch operation {
+        case .discover:
+            for service in services {
+                printer.emit(["event": "service", "uuid": service.uuid.description, "primary": service.isPrimary,
+                              "included": (service.includedServices ?? []).map(\.uuid.description),
+                              "characteristics": (service.characteristics ?? []).map { characteristic in
+                                  ["uuid": characteristic.uuid.description, "properties": Int(characteristic.properties.rawValue),
+                                   "descriptors": (characteristic.descriptors ?? []).map { ["uuid": $0.uuid.description] }] as [String: Any]
+                              }])
+            }
+        case .read(let uuid):
+            let value = try await peripheral.readValue(for: try find(uuid))
+            printer.emit(["event": "read", "uuid": uuid.description, "value": Hex.encode(value)])
+        case .write(let uuid, let value, let withoutResponse):
+            try await peripheral.writeValue(Data(value), for: try find(uuid), type: withoutResponse ? .withoutResponse : .withResponse)
+            printer.emit(["event": "written", "uuid": uuid.description, "bytes": value.count, "withResponse": !withoutResponse])
+        case .reliableWrite(let uuid, let value):
+            try await peripheral.writeValuesReliably([(try find(uuid), Data(value))])
+            printer.emit(["event": "written", "uuid": uuid.description, "bytes": value.count, "withResponse": true, "reliable": true])
+        case .subscribe(let uuid, let count):
+            let characteristic = try find(uuid)
+            let (values, continuation) = AsyncStream<(BluetoothUUID, Data)>.makeStream()
+            notifications.withLock { $0 = continuation }
+            try await peripheral.setNotifying(true, for: characteristic)
+            let indications = !characteristic.properties.contains(.notify)
+            printer.emit(["event": "subscribed", "uuid": uuid.description, "indications": indications])
+            var received = 0
+            for await (from, value) in values where from == uuid {
+                printer.emit(["event": indications ? "indication" : "notification", "uuid": uuid.description, "value": Hex.encode(value)])
+                received += 1
+                if received >= count { break }
+            }
+        case .pair:
+            throw Output.fail("pairing is `beryl pair`")
+        }
+    }
+}
+
+extension GattClientSession.Operation {
+    var verb: String {
+        switch self {
+        case .discover: "discovery"
+        case .read: "read"
+        case .write: "write"
+        case .reliableWrite: "reliable write"
+        case .subscribe: "subscribe"
+        case .pair: "pairing"
+        }
+    }
+}

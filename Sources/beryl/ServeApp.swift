@@ -1,0 +1,142 @@
+import Beryl
+import BerylCore
+import BerylStack
+import Dispatch
+import Foundation
+import Synchronization
+
+/// `beryl serve` as an app of managerd: publishes a profile through a peripheral manager, answers reads and writes
+/// of its dynamic values (keeping the last value written), sends its periodic notifications, and advertises.
+final class ServeApp: PeripheralManagerDelegate {
+    let profile: GATTProfile
+    let printer: EventPrinter
+    let queue = DispatchQueue(label: "beryl.serve")
+    private struct State {
+        var values: [ObjectIdentifier: Data] = [:]
+        var counters: [ObjectIdentifier: UInt8] = [:]
+    }
+    /// Kept for the life of the command; made only while publishing, before any other thread looks.
+    private nonisolated(unsafe) var timers: [any DispatchSourceTimer] = []
+    private let state = Mutex(State())
+    private let published = Mutex<[(GATTProfile.Characteristic, MutableCharacteristic)]>([])
+
+    init(profile: GATTProfile, printer: EventPrinter) {
+        self.profile = profile
+        self.printer = printer
+    }
+
+    static func run(stack: StackOptions, profile: GATTProfile, json: Bool, agent: PairingAgent) throws {
+        let printer = EventPrinter(json: json)
+        let app = ServeApp(profile: profile, printer: printer)
+        try AppSupport.blocking {
+            let manager: PeripheralManager
+            do {
+                manager = try PeripheralManager(delegate: app, queue: app.queue, appID: "beryl.serve", socketPath: stack.paths.socket("managerd"))
+            } catch {
+                throw Output.fail("cannot reach managerd in \(stack.paths.runtimeDir): \(error)")
+            }
+            let pairing = CommandPairing(agent: agent) { line, _ in printer.say(line) }
+            manager.pairingDelegate = pairing
+            try await AppSupport.poweredOn({ manager.state }, runtimeDir: stack.paths.runtimeDir)
+            try await app.publish(on: manager)
+            manager.startAdvertising(AdvertisingOptions(localName: profile.localName, serviceUUIDs: profile.advertise))
+            await AppSupport.waitForStop(seconds: nil)
+            manager.stopAdvertising()
+            manager.removeAllServices()
+            withExtendedLifetime(pairing) {}
+        }
+    }
+
+    private func publish(on manager: PeripheralManager) async throws {
+        for service in profile.services {
+            let mutable = MutableService(type: service.uuid, primary: service.primary)
+            let characteristics = service.characteristics.map { spec in
+                let characteristic = MutableCharacteristic(type: spec.uuid, properties: CharacteristicProperties(rawValue: spec.properties),
+                                                           value: spec.value.map { Data($0) }, permissions: AttributePermissions(rawValue: spec.permissions))
+                characteristic.descriptors = spec.descriptors.map { MutableDescriptor(type: $0.uuid, value: Data($0.value)) }
+                return (spec, characteristic)
+            }
+            mutable.characteristics = characteristics.map(\.1)
+            do {
+                try await manager.add(mutable)
+            } catch {
+                throw Output.fail("publishing \(service.uuid): \(error)")
+            }
+            published.withLock { $0 += characteristics }
+            printer.say("published \(service.uuid) with \(characteristics.count) characteristics")
+            for (spec, characteristic) in characteristics { schedule(spec, characteristic, manager) }
+        }
+    }
+
+    private func schedule(_ spec: GATTProfile.Characteristic, _ characteristic: MutableCharacteristic, _ manager: PeripheralManager) {
+        guard let periodic = spec.notify ?? spec.indicate else { return }
+        let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "beryl.serve.timer"))
+        let interval = DispatchTimeInterval.milliseconds(Int(periodic.every.components.seconds * 1000 + periodic.every.components.attoseconds / 1_000_000_000_000_000))
+        timer.schedule(deadline: .now() + interval, repeating: interval)
+        timer.setEventHandler { [self] in
+            guard !(characteristic.subscribedCentrals ?? []).isEmpty else { return }
+            let bytes: Data
+            switch periodic.value {
+            case .fixed(let fixed): bytes = Data(fixed)
+            case .counter8:
+                bytes = Data([state.withLock { state in
+                    let next = state.counters[ObjectIdentifier(characteristic), default: 0] &+ 1
+                    state.counters[ObjectIdentifier(characteristic)] = next
+                    return next
+                }])
+            }
+            // False: the transmit queue is full; this tick is dropped (peripheralManagerIsReady says when to resume).
+            _ = manager.updateValue(bytes, for: characteristic, onSubscribedCentrals: nil)
+        }
+        timer.resume()
+        timers.append(timer)
+    }
+
+    func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) {
+        if peripheral.state != .poweredOn, peripheral.state != .unknown { printer.say("the stack is \(peripheral.state)") }
+    }
+
+    func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: BerylError?) {
+        if let error { return printer.say("advertising refused: \(error)") }
+        printer.say("advertising" + (profile.localName.map { " as \"\($0)\"" } ?? ""))
+    }
+
+    func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest) {
+        let value = state.withLock { $0.values[ObjectIdentifier(request.characteristic)] } ?? Data()
+        printer.say("read \(request.characteristic.uuid) offset \(request.offset): \(value.count) bytes")
+        // Core Bluetooth's rule for long reads: the app answers from the offset on; past the end is Invalid Offset.
+        guard request.offset <= value.count else { return peripheral.respond(to: request, withResult: .invalidOffset) }
+        request.value = value.subdata(in: request.offset..<value.count)
+        peripheral.respond(to: request, withResult: .success)
+    }
+
+    func peripheralManager(_ peripheral: PeripheralManager, didReceiveWrite requests: [ATTRequest]) {
+        // The whole batch is checked first: a bad offset refuses all of it (one respond for all, Core Bluetooth's rule).
+        let result: ATTError = state.withLock { state in
+            var staged = state.values
+            for request in requests {
+                let key = ObjectIdentifier(request.characteristic)
+                // A write at offset 0 replaces the value; a later part of a long write extends what came before it.
+                var value = request.offset == 0 ? Data() : staged[key] ?? Data()
+                guard request.offset <= value.count else { return .invalidOffset }
+                let part = request.value ?? Data()
+                value.replaceSubrange(request.offset..<min(value.count, request.offset + part.count), with: part)
+                guard value.count <= 512 else { return .invalidAttributeValueLength }
+                staged[key] = value
+            }
+            state.values = staged
+            return .success
+        }
+        printer.say("write \(requests.map { "\($0.characteristic.uuid)[\($0.offset)] \($0.value?.count ?? 0) bytes" }.joined(separator: ", "))"
+                    + (result == .success ? "" : " refused (0x\(String(result.rawValue, radix: 16)))"))
+        if let first = requests.first, first.expectsResponse { peripheral.respond(to: first, withResult: result) }
+    }
+
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: MutableCharacteristic) {
+        printer.say("central subscribed to \(characteristic.uuid) (\(central.identifier))")
+    }
+
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: MutableCharacteristic) {
+        printer.say("central unsubscribed from \(characteristic.uuid) (\(central.identifier))")
+    }
+}
