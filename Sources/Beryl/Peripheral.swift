@@ -259,7 +259,6 @@ public final class Peripheral: Sendable {
                 completion(.failure(.att(code: 0x03, message: "the characteristic has no \(type == .withResponse ? "write" : "writeWithoutResponse") property")))
             }
         }
-        if type == .withoutResponse { shared.withLock { $0.canSendWriteWithoutResponse = true } }
         gatt({ $0.gattWrite = .with { $0.handle = characteristic.valueHandle; $0.value = data; $0.withoutResponse = type == .withoutResponse } }) { [self] result in
             switch result {
             case .success: completion(.success(()))

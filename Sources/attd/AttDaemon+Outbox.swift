@@ -8,6 +8,9 @@ import Foundation
 struct Outbox {
     static let capacity = 32
     static let inFlightLimit = 8
+    /// Responses, indications and signalling hcid refused while paced traffic filled its queue: they go first and
+    /// are never dropped (a lost response stalls the peer's bearer for 30 s, Core Vol 3 Part F §3.3.3).
+    var urgent: [[UInt8]] = []
     var queued: [[UInt8]] = []
     var inFlight = 0
     var retryScheduled = false
@@ -24,9 +27,16 @@ extension AttDaemon {
         pumpOutbox(handle)
     }
 
-    private func pumpOutbox(_ handle: UInt16) {
-        while var box = outboxes[handle], box.inFlight < Outbox.inFlightLimit, !box.queued.isEmpty {
-            let pdu = box.queued.removeFirst()
+    /// A PDU that is not paced (an answer, an indication) which hcid refused as busy: sent again before paced ones.
+    func retryUrgent(_ pdu: [UInt8], on handle: UInt16) {
+        outboxes[handle, default: Outbox()].urgent.append(pdu)
+        pumpOutbox(handle)
+    }
+
+    func pumpOutbox(_ handle: UInt16) {
+        while var box = outboxes[handle], box.inFlight < Outbox.inFlightLimit, !box.urgent.isEmpty || !box.queued.isEmpty {
+            let isUrgent = !box.urgent.isEmpty
+            let pdu = isUrgent ? box.urgent.removeFirst() : box.queued.removeFirst()
             box.inFlight += 1
             outboxes[handle] = box
             var request = Request()
@@ -37,7 +47,7 @@ extension AttDaemon {
                 box.inFlight -= 1
                 if case .failure(.remote(.busy, _, _)) = result {
                     // hcid's queue is full: try again shortly, in order.
-                    box.queued.insert(pdu, at: 0)
+                    if isUrgent { box.urgent.insert(pdu, at: 0) } else { box.queued.insert(pdu, at: 0) }
                     if !box.retryScheduled {
                         box.retryScheduled = true
                         _ = try? self.host.loop.after(.milliseconds(2)) { [unowned self] in

@@ -190,7 +190,13 @@ final class AttDaemon {
         request.hci.sendAcl.handle = UInt32(handle)
         request.hci.sendAcl.pdu = Data(pdu)
         hcid?.request(request) { [unowned self] result in
-            if case .failure(let error) = result { self.host.logger.warning("ACL to 0x\(String(handle, radix: 16)) refused: \(error)") }
+            switch result {
+            case .success: break
+            case .failure(.remote(.busy, _, _)) where self.links[handle] != nil:
+                self.retryUrgent(pdu, on: handle)
+            case .failure(let error):
+                self.host.logger.warning("ACL to 0x\(String(handle, radix: 16)) refused: \(error)")
+            }
         }
     }
 
