@@ -69,7 +69,7 @@ let package = Package(
             "BerylDaemonKit", "BerylGATT", "BerylHCI", "BerylSMP", "BerylStore", "BerylCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "managerd", dependencies: [
-            "BerylDaemonKit", "BerylManager", "BerylGAP", "BerylHCI", "BerylStore", "BerylEventLoop", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "BerylDaemonKit", "BerylManager", "BerylStack", "BerylGAP", "BerylHCI", "BerylStore", "BerylEventLoop", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "berylsim", dependencies: [
             "BerylDaemonKit", "BerylSim", "BerylTransport", .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -10,9 +10,12 @@ public protocol CentralManagerDelegate: AnyObject, Sendable {
     func centralManager(_ central: CentralManager, didConnect peripheral: Peripheral)
     func centralManager(_ central: CentralManager, didFailToConnect peripheral: Peripheral, error: BerylError?)
     func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: BerylError?)
+    /// Before the first state update of a manager managerd kept while the app was not running.
+    func centralManager(_ central: CentralManager, willRestoreState state: RestoredCentralState)
 }
 
 public extension CentralManagerDelegate {
+    func centralManager(_ central: CentralManager, willRestoreState state: RestoredCentralState) {}
     func centralManager(_ central: CentralManager, didDiscover peripheral: Peripheral, advertisementData: AdvertisementData, rssi: Int) {}
     func centralManager(_ central: CentralManager, didConnect peripheral: Peripheral) {}
     func centralManager(_ central: CentralManager, didFailToConnect peripheral: Peripheral, error: BerylError?) {}
@@ -63,16 +66,35 @@ public final class CentralManager: Sendable {
     /// - Parameters:
     ///   - socketPath: managerd's socket; `$BERYL_RUNTIME_DIR/managerd.sock` (or /run/beryl) by default.
     ///   - appID: the app's identifier (an app manifest's id, for background modes and restoration).
-    public init(delegate: CentralManagerDelegate?, queue: DispatchQueue? = nil, appID: String = "", socketPath: String? = nil) throws(BerylError) {
+    ///   - appID: the app's identifier (an app manifest's id, for background modes and restoration); by default
+    ///     `$BERYL_APP_ID`, which managerd sets when it launches the app.
+    public init(delegate: CentralManagerDelegate?, queue: DispatchQueue? = nil, options: CentralManagerOptions = CentralManagerOptions(),
+                appID: String? = nil, socketPath: String? = nil) throws(BerylError) {
         delegateQueue = queue ?? .main
         let relay = EventRelay()
         channel = try Channel(socketPath: socketPath, label: "central", relay: relay)
         shared.withLock { $0.delegate.value = delegate }
         relay.bind { [weak self] event in self?.handle(event) }
-        channel.hello(appID: appID) { [weak self] state in self?.update(state) }
+        channel.hello(appID: appID ?? LaunchOptions.current.appID ?? "", restoreIdentifier: options.restoreIdentifier, role: .central) { [weak self] state, restored, error in
+            guard let self else { return }
+            if let error { self.misuse.report(error) }
+            if let restored {
+                let restoredState = self.restoredState(restored.central)
+                if restoredState.isScanning { self.shared.withLock { $0.isScanning = true } }
+                self.notify { $0.centralManager(self, willRestoreState: restoredState) }
+            }
+            self.update(state)
+        }
     }
 
     deinit { channel.close() }
+
+    /// Ends the manager for good (Core Bluetooth: the user force-quit the app): what managerd preserved for its
+    /// restore identifier is discarded, and its scan, connections, services and advertising stop.
+    public func invalidate() {
+        _ = channel.call(.manager { $0.invalidate.manager = managerID })
+        channel.close()
+    }
 
     /// Answers pairing prompts (passkeys, number comparison) for links this manager uses.
     public var pairingDelegate: PairingDelegate? {

@@ -19,6 +19,8 @@ public enum BerylError: Error, Equatable, Sendable, CustomStringConvertible {
     /// Core Bluetooth's "API MISUSE": a call the API's rules forbid (answering a request twice, a write the
     /// characteristic's properties do not allow, scanning before poweredOn...). Nothing was sent.
     case apiMisuse(String)
+    /// The app id is declared by a manifest for another user (or restoration was asked without a manifest).
+    case permissionDenied(String)
     case failed(String)
 
     public var description: String {
@@ -30,6 +32,7 @@ public enum BerylError: Error, Equatable, Sendable, CustomStringConvertible {
         case .att(let code, let message): "ATT error 0x\(String(code, radix: 16)): \(message)"
         case .invalidArgument(let why): "invalid argument: \(why)"
         case .apiMisuse(let why): "API misuse: \(why)"
+        case .permissionDenied(let why): "not permitted: \(why)"
         case .failed(let why): why
         }
     }
@@ -42,6 +45,7 @@ public enum BerylError: Error, Equatable, Sendable, CustomStringConvertible {
             // attd's "ATT error 0x5 (insufficientAuthentication)".
             let hex = message.split(separator: " ").dropFirst(2).first.flatMap { UInt8($0.replacingOccurrences(of: "0x", with: ""), radix: 16) }
             self = .att(code: hex ?? 0x0E, message: message)
+        case .permissionDenied: self = .permissionDenied(message)
         case .invalidArgument: self = .invalidArgument(message)
         case .notFound where field == "id" || field == "value_handle" || field == "start_handle": self = .apiMisuse(message)
         default: self = .failed("\(code): \(message)")
@@ -76,12 +80,21 @@ final class Channel: Sendable {
                       onEvent: { relay.deliver($0) }, onClose: { _ in relay.deliver(Event()) })
     }
 
-    /// Says Hello for the app; the answer carries the manager's first state (unsupported when managerd refuses).
-    func hello(appID: String, then: @escaping @Sendable (ManagerState) -> Void) {
-        request(.manager { $0.hello.appID = appID }) { result in
+    /// Says Hello for the app; the answer carries the manager's first state (unauthorized when managerd refuses the
+    /// app id, unsupported for any other refusal) and, for a restored manager, what managerd preserved.
+    func hello(appID: String, restoreIdentifier: String?, role: Beryl_Ipc_V1_ManagerRole,
+               then: @escaping @Sendable (ManagerState, Beryl_Ipc_V1_PreservedState?, BerylError?) -> Void) {
+        request(.manager {
+            $0.hello.appID = appID
+            $0.hello.restoreIdentifier = restoreIdentifier ?? ""
+            $0.hello.role = role
+        }) { result in
             switch result {
-            case .success(let response): then(ManagerState(response.manager.welcome.state))
-            case .failure: then(.unsupported)
+            case .success(let response):
+                let welcome = response.manager.welcome
+                then(ManagerState(welcome.state), welcome.wasRestored ? welcome.restored : nil, nil)
+            case .failure(let error):
+                if case .permissionDenied = error { then(.unauthorized, nil, error) } else { then(.unsupported, nil, error) }
             }
         }
     }

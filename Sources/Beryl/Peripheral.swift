@@ -160,36 +160,43 @@ public final class Peripheral: Sendable {
         }
     }
 
+    /// Service objects for a discovered database (also how a restored peripheral gets back what the app had found).
+    @discardableResult
+    func adopt(_ database: Beryl_Ipc_V1_GattDatabase) -> [Service] {
+        let services = database.services.map { info -> Service in
+            let service = Service(uuid: BluetoothUUID(info.uuid) ?? BluetoothUUID(0), isPrimary: true, range: info.startHandle...max(info.startHandle, info.endHandle),
+                                  peripheral: self)
+            let characteristics = info.characteristics.map { item -> Characteristic in
+                let characteristic = Characteristic(uuid: BluetoothUUID(item.uuid) ?? BluetoothUUID(0),
+                                                    properties: CharacteristicProperties(rawValue: UInt8(truncatingIfNeeded: item.properties)),
+                                                    valueHandle: item.valueHandle, service: service)
+                characteristic.setDescriptors(item.descriptors.map { Descriptor(uuid: BluetoothUUID($0.uuid) ?? BluetoothUUID(0), handle: $0.handle,
+                                                                                characteristic: characteristic) })
+                return characteristic
+            }
+            service.set(characteristics: characteristics, included: [])
+            return service
+        }
+        // An included service is the discovered one at its handles, or a secondary service (primary discovery
+        // does not find those), known by its type and range (Core Vol 3 Part G §4.5.1).
+        for (service, info) in zip(services, database.services) {
+            let included = info.included.map { entry in
+                services.first { $0.range.lowerBound == entry.startHandle }
+                    ?? Service(uuid: BluetoothUUID(entry.uuid) ?? BluetoothUUID(0), isPrimary: false,
+                               range: entry.startHandle...max(entry.startHandle, entry.endHandle), peripheral: self)
+            }
+            service.set(characteristics: service.characteristics ?? [], included: included)
+        }
+        shared.withLock { $0.services = services }
+        return services
+    }
+
     private func discoverAll(_ uuids: [BluetoothUUID]?, completion: @escaping @Sendable (Result<[Service], BerylError>) -> Void) {
         gatt({ $0.gattDiscover.serviceUuids = (uuids ?? []).map(\.description) }) { [self] result in
             switch result {
             case .failure(let error): completion(.failure(error))
             case .success(let response):
-                let services = response.gattDatabase.services.map { info -> Service in
-                    let service = Service(uuid: BluetoothUUID(info.uuid) ?? BluetoothUUID(0), isPrimary: true, range: info.startHandle...max(info.startHandle, info.endHandle),
-                                          peripheral: self)
-                    let characteristics = info.characteristics.map { item -> Characteristic in
-                        let characteristic = Characteristic(uuid: BluetoothUUID(item.uuid) ?? BluetoothUUID(0),
-                                                            properties: CharacteristicProperties(rawValue: UInt8(truncatingIfNeeded: item.properties)),
-                                                            valueHandle: item.valueHandle, service: service)
-                        characteristic.setDescriptors(item.descriptors.map { Descriptor(uuid: BluetoothUUID($0.uuid) ?? BluetoothUUID(0), handle: $0.handle,
-                                                                                        characteristic: characteristic) })
-                        return characteristic
-                    }
-                    service.set(characteristics: characteristics, included: [])
-                    return service
-                }
-                // An included service is the discovered one at its handles, or a secondary service (primary discovery
-                // does not find those), known by its type and range (Core Vol 3 Part G §4.5.1).
-                for (service, info) in zip(services, response.gattDatabase.services) {
-                    let included = info.included.map { entry in
-                        services.first { $0.range.lowerBound == entry.startHandle }
-                            ?? Service(uuid: BluetoothUUID(entry.uuid) ?? BluetoothUUID(0), isPrimary: false,
-                                       range: entry.startHandle...max(entry.startHandle, entry.endHandle), peripheral: self)
-                    }
-                    service.set(characteristics: service.characteristics ?? [], included: included)
-                }
-                shared.withLock { $0.services = services }
+                let services = self.adopt(response.gattDatabase)
                 completion(.success(services))
             }
         }

@@ -13,9 +13,12 @@ public protocol PeripheralManagerDelegate: AnyObject, Sendable {
     func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: MutableCharacteristic)
     func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: MutableCharacteristic)
     func peripheralManagerIsReady(toUpdateSubscribers peripheral: PeripheralManager)
+    /// Before the first state update of a manager managerd kept while the app was not running.
+    func peripheralManager(_ peripheral: PeripheralManager, willRestoreState state: RestoredPeripheralState)
 }
 
 public extension PeripheralManagerDelegate {
+    func peripheralManager(_ peripheral: PeripheralManager, willRestoreState state: RestoredPeripheralState) {}
     func peripheralManager(_ peripheral: PeripheralManager, didAdd service: MutableService, error: BerylError?) {}
     func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: BerylError?) {}
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest) {}
@@ -163,16 +166,43 @@ public final class PeripheralManager: Sendable {
     }
     private let shared = Mutex(State())
 
-    public init(delegate: PeripheralManagerDelegate?, queue: DispatchQueue? = nil, appID: String = "", socketPath: String? = nil) throws(BerylError) {
+    public init(delegate: PeripheralManagerDelegate?, queue: DispatchQueue? = nil, options: PeripheralManagerOptions = PeripheralManagerOptions(),
+                appID: String? = nil, socketPath: String? = nil) throws(BerylError) {
         delegateQueue = queue ?? .main
         let relay = EventRelay()
         channel = try Channel(socketPath: socketPath, label: "peripheral", relay: relay)
         shared.withLock { $0.delegate.value = delegate }
         relay.bind { [weak self] event in self?.handle(event) }
-        channel.hello(appID: appID) { [weak self] state in self?.update(state) }
+        channel.hello(appID: appID ?? LaunchOptions.current.appID ?? "", restoreIdentifier: options.restoreIdentifier, role: .peripheral) { [weak self] state, restored, error in
+            guard let self else { return }
+            if let error { self.misuse.report(error) }
+            if let restored {
+                let services = restored.peripheral.services.map(MutableService.restored)
+                let advertising = restored.peripheral.advertising
+                    ? AdvertisingOptions(localName: restored.peripheral.localName.isEmpty ? nil : restored.peripheral.localName,
+                                         serviceUUIDs: restored.peripheral.advertisedServiceUuids.compactMap(BluetoothUUID.init)) : nil
+                self.shared.withLock { state in
+                    state.services = services
+                    state.isAdvertising = advertising != nil
+                }
+                let byHandle = Dictionary(services.flatMap { $0.characteristics ?? [] }.map { ($0.valueHandle, $0) }, uniquingKeysWith: { first, _ in first })
+                for subscription in restored.peripheral.subscriptions {
+                    byHandle[subscription.valueHandle]?.subscription(self.central(subscription.central, Int(subscription.maximumUpdateLength)), on: true)
+                }
+                self.notify { $0.peripheralManager(self, willRestoreState: RestoredPeripheralState(services: services, advertisementData: advertising)) }
+            }
+            self.update(state)
+        }
     }
 
     deinit { channel.close() }
+
+    /// Ends the manager for good: what managerd preserved for its restore identifier is discarded, and its services
+    /// and advertising go.
+    public func invalidate() {
+        _ = channel.call(.manager { $0.invalidate.manager = managerID })
+        channel.close()
+    }
 
     /// Answers pairing prompts (passkeys, number comparison) for links this manager uses.
     public var pairingDelegate: PairingDelegate? {

@@ -55,6 +55,20 @@ public struct ConnectionBook: Sendable {
         return (true, link.holders.isEmpty && link.isCentral ? [.disconnect(handle: link.handle)] : [])
     }
 
+    /// The peripherals a manager holds a link to, and those it waits for.
+    public func held(by key: ManagerKey) -> (connected: [String], pending: [String]) {
+        (links.filter { $0.value.holders.contains(key) }.keys.sorted(), pending.filter { $0.value.waiting.contains(key) }.keys.sorted())
+    }
+
+    /// A preserved manager changes hands: its links and waits move to the new session, nothing goes on the air.
+    public mutating func rebind(session old: UInt64, to new: UInt64) {
+        func move(_ keys: Set<ManagerKey>) -> Set<ManagerKey> {
+            Set(keys.map { $0.session == old ? ManagerKey(session: new, manager: $0.manager) : $0 })
+        }
+        for (identifier, entry) in pending { pending[identifier]?.waiting = move(entry.waiting) }
+        for (identifier, link) in links { links[identifier]?.holders = move(link.holders) }
+    }
+
     /// Everything a session held or awaited goes when the session does.
     public mutating func releaseAll(session: UInt64) -> [Action] {
         var actions: [Action] = []

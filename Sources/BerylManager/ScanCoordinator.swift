@@ -56,6 +56,17 @@ public struct ScanCoordinator: Sendable {
         reported[key] = nil
     }
 
+    public func request(for key: ManagerKey) -> ScanRequest? { scans[key] }
+
+    /// A preserved manager changes hands (its app went, or came back): its scan, and what it was told, go along.
+    public mutating func rebind(session old: UInt64, to new: UInt64) {
+        for key in scans.keys where key.session == old {
+            let moved = ManagerKey(session: new, manager: key.manager)
+            scans[moved] = scans.removeValue(forKey: key)
+            reported[moved] = reported.removeValue(forKey: key)
+        }
+    }
+
     public mutating func stopAll(session: UInt64) {
         for key in scans.keys where key.session == session { stop(key) }
     }

@@ -28,6 +28,19 @@ public enum Spawn {
         return pid
     }
 
+    /// Starts `arguments[0]` in a new session as `uid`/`gid` (dropped to before exec when they are not the caller's).
+    public static func start(_ arguments: [String], environment: [String: String], logPath: String?, uid: UInt32, gid: UInt32) throws -> Int32 {
+        let environmentStrings = environment.map { "\($0.key)=\($0.value)" }
+        let pid = withCStrings(arguments) { argv in
+            withCStrings(environmentStrings) { envp in
+                if let logPath { return logPath.withCString { beryl_spawn_as(argv, envp, $0, uid, gid) } }
+                return beryl_spawn_as(argv, envp, nil, uid, gid)
+            }
+        }
+        guard pid > 0 else { throw SpawnError.failed(executable: arguments[0], errno: -pid) }
+        return pid
+    }
+
     /// Reaps one finished child without blocking: (pid, how it ended), or nil when none has finished.
     public static func reap(_ pid: Int32 = -1) -> (pid: Int32, exit: ExitReason)? {
         var code: Int32 = 0

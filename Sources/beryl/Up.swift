@@ -38,6 +38,13 @@ struct Up: ParsableCommand {
     @Option(parsing: .unconditionalSingleValue, help: "One more argument for attd (repeatable), e.g. --attd-arg --legacy-pairing.")
     var attdArg: [String] = []
 
+    @Option(help: "App manifests for managerd (default /etc/beryl/apps when it exists).")
+    var appsDir: String?
+
+    var managerdArguments: [String] {
+        appsDir.map { ["--apps-dir", URL(fileURLWithPath: $0).standardizedFileURL.path] } ?? []
+    }
+
     var attdArguments: [String] {
         (ioCapability.map { ["--io-capability", $0] } ?? []) + (autoAccept ? ["--auto-accept"] : []) + (requireMitm ? ["--require-mitm"] : []) + attdArg
     }
@@ -53,7 +60,7 @@ struct Up: ParsableCommand {
     func run() throws {
         do {
             let report = try StackControl.up(paths: stack.paths, transport: transport, profile: profile, logLevel: logLevel,
-                                             attdArguments: attdArguments, timeout: .seconds(timeout))
+                                             attdArguments: attdArguments, managerdArguments: managerdArguments, timeout: .seconds(timeout))
             print(json ? Output.json(report) : Status.render(report))
         } catch {
             throw Output.fail("\(error)")
@@ -76,12 +83,14 @@ struct Supervise: ParsableCommand {
 
     @Option(parsing: .unconditionalSingleValue) var attdArg: [String] = []
 
+    @Option(parsing: .unconditionalSingleValue) var managerdArg: [String] = []
+
     func run() throws {
         let paths = stack.paths
         let supervisor: Supervisor
         do {
             supervisor = try Supervisor(paths: paths, daemons: StackControl.daemons(paths: paths, transport: transport, profile: profile, logLevel: logLevel,
-                                                                                    attdArguments: attdArg),
+                                                                                    attdArguments: attdArg, managerdArguments: managerdArg),
                                         logLevel: logLevel)
         } catch {
             throw Output.fail("\(error)")

@@ -14,6 +14,7 @@ extension ManagerDaemon {
                   let solicited = uuids(start.solicitedServiceUuids, field: "solicited_service_uuids", incoming) else { return }
             scans.start(ManagerKey(session: session, manager: start.manager), ScanRequest(services: services, allowDuplicates: start.allowDuplicates, solicited: solicited))
             updateScanning()
+            persistIfPreserved(session)
             incoming.respond(.with { $0.ack = .init() })
             // Peripherals already heard are reported at once, as a fresh scan on iOS reports cached ones.
             let key = ManagerKey(session: session, manager: start.manager)
@@ -26,6 +27,7 @@ extension ManagerDaemon {
         case .stopScan(let stop):
             scans.stop(ManagerKey(session: session, manager: stop.manager))
             updateScanning()
+            persistIfPreserved(session)
             incoming.respond(.with { $0.ack = .init() })
         case .connect(let connect):
             guard let device = store?.device(connect.peripheral) else {
@@ -34,6 +36,10 @@ extension ManagerDaemon {
             }
             let key = ManagerKey(session: session, manager: connect.manager)
             let (already, actions) = book.connect(key, identifier: device.identifier, address: device.address)
+            if let preserved = preservedManagers.first(where: { $0.session == session }) {
+                preserved.connectOptions[device.identifier] = connect
+                persist(preserved)
+            }
             incoming.respond(.with { $0.ack = .init() })
             if already {
                 var event = Beryl_Ipc_V1_ManagerEvent()
@@ -48,6 +54,12 @@ extension ManagerDaemon {
             guard wasHeld else {
                 incoming.fail(.notFound, "this manager neither holds nor awaits \(cancel.peripheral)", field: "peripheral")
                 return
+            }
+            if let preserved = preservedManagers.first(where: { $0.session == session }) {
+                preserved.connectOptions[cancel.peripheral] = nil
+                preserved.databases[cancel.peripheral] = nil
+                preserved.notifying[cancel.peripheral] = nil
+                persist(preserved)
             }
             incoming.respond(.with { $0.ack = .init() })
             perform(actions)
@@ -298,6 +310,25 @@ extension ManagerDaemon {
             case .success(let response):
                 if case .gattDatabase(let database)? = response.att.kind {
                     self.discoveredServices[identifier, default: []].formUnion(database.services.compactMap { BluetoothUUID($0.uuid) })
+                }
+                if let preserved = self.preservedManagers.first(where: { $0.session == session }) {
+                    // What the app knows of the peripheral, for willRestoreState.
+                    switch operation.request.kind {
+                    case .gattDiscover(let discover)? where discover.serviceUuids.isEmpty:
+                        preserved.databases[identifier] = response.att.gattDatabase
+                    case .gattDiscover?:
+                        var known = preserved.databases[identifier] ?? .init()
+                        for service in response.att.gattDatabase.services where !known.services.contains(where: { $0.startHandle == service.startHandle }) {
+                            known.services.append(service)
+                        }
+                        preserved.databases[identifier] = known
+                    case .gattSubscribe(let subscribe)?:
+                        if subscribe.enable { preserved.notifying[identifier, default: []].insert(subscribe.valueHandle) }
+                        else { preserved.notifying[identifier]?.remove(subscribe.valueHandle) }
+                    default:
+                        break
+                    }
+                    self.persist(preserved)
                 }
                 incoming.respond(.with { $0.manager.gatt = response.att })
             case .failure(.remote(let code, let message, let field)):

@@ -21,6 +21,8 @@ extension ManagerDaemon {
                 case .success(let response):
                     let published = response.att.servicePublished
                     self.services.append(PublishedService(range: UInt16(published.startHandle)...UInt16(published.endHandle), owner: owner))
+                    self.serviceSpecs[UInt16(published.startHandle)] = .with { $0.spec = add.service; $0.published = published }
+                    self.persistIfPreserved(session)
                     incoming.respond(.with { $0.manager.serviceAdded = published })
                 case .failure(.remote(let code, let message, let field)):
                     incoming.fail(code, message, field: field)
@@ -34,17 +36,20 @@ extension ManagerDaemon {
                 return
             }
             unpublish(services.remove(at: index).range.lowerBound)
+            persistIfPreserved(session)
             incoming.respond(.with { $0.ack = .init() })
         case .removeAllServices(let remove):
             let key = ManagerKey(session: session, manager: remove.manager)
             for service in services where service.owner == key { unpublish(service.range.lowerBound) }
             services.removeAll { $0.owner == key }
+            persistIfPreserved(session)
             incoming.respond(.with { $0.ack = .init() })
         case .startAdvertising(let start):
             guard let uuids = uuids(start.serviceUuids, field: "service_uuids", incoming) else { return }
             let key = ManagerKey(session: session, manager: start.manager)
             advertisers[key] = Advertiser(payload: AdvertisingPayload(localName: start.localName.isEmpty ? nil : start.localName, serviceUUIDs: uuids),
-                                          localName: start.localName)
+                                          localName: start.localName, serviceUUIDs: uuids)
+            persistIfPreserved(session)
             incoming.respond(.with { $0.ack = .init() })
             updateAdvertising { [unowned self] error in
                 var event = Beryl_Ipc_V1_ManagerEvent()
@@ -54,6 +59,7 @@ extension ManagerDaemon {
         case .stopAdvertising(let stop):
             advertisers[ManagerKey(session: session, manager: stop.manager)] = nil
             updateAdvertising()
+            persistIfPreserved(session)
             incoming.respond(.with { $0.ack = .init() })
         case .respond(let answer):
             guard let open = openRequests[answer.id], open.owner.session == session else {
@@ -106,6 +112,7 @@ extension ManagerDaemon {
     }
 
     func unpublish(_ start: UInt16) {
+        serviceSpecs[start] = nil
         var request = Request()
         request.att.unpublishService.startHandle = UInt32(start)
         attd?.request(request)
@@ -182,6 +189,9 @@ extension ManagerDaemon {
             $0.indicate = change.indicate
             $0.maximumUpdateLength = maximumUpdateLength(change.connectionHandle)
         }
+        subscribers.removeAll { $0.central == event.subscription.central && $0.valueHandle == change.valueHandle }
+        if change.notify || change.indicate { subscribers.append(event.subscription) }
+        if let preserved = preservedManagers.first(where: { $0.session == owner.session }) { persist(preserved) }
         send(event, to: owner.session)
     }
 

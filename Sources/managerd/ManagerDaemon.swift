@@ -12,6 +12,10 @@ import Foundation
 final class AppSession {
     var appID = ""
     var saidHello = false
+    /// The manager's preserved state, when it opted into restoration.
+    var preserved: PreservedManager?
+    /// The user quit the app: what its managers held goes with them.
+    var quitting = false
 }
 
 /// managerd's shell: app sessions on managerd.sock; hcid for scanning, connecting and advertising; attd for GATT.
@@ -50,6 +54,7 @@ final class ManagerDaemon {
     struct Advertiser {
         var payload: AdvertisingPayload
         var localName: String
+        var serviceUUIDs: [BluetoothUUID]
     }
     var advertisers: [ManagerKey: Advertiser] = [:]
     var advertisingTurn = 0
@@ -58,9 +63,30 @@ final class ManagerDaemon {
     /// Reads and writes from remote centrals awaiting their app's one answer: attd's id → owner and kind.
     var openRequests: [UInt64: (owner: ManagerKey, isRead: Bool)] = [:]
     var notifyRefused: Set<UInt64> = []
+    /// What each published service was made from (to preserve and publish it again), by start handle.
+    var serviceSpecs: [UInt16: Beryl_Ipc_V1_PreservedService] = [:]
+    /// Remote centrals subscribed to this device's characteristics.
+    var subscribers: [Beryl_Ipc_V1_CentralSubscription] = []
 
-    init(host: DaemonHost) throws {
+    // Apps, background and restoration.
+    let appsDir: String?
+    var catalog = AppCatalog()
+    var apps: [String: AppRuntime] = [:]
+    var preservedManagers: [PreservedManager] = []
+    /// Session ids for preserved managers whose app is not running (never a real session's).
+    var nextPlaceholder: UInt64 = 1 << 48
+    let restorationStore: RestorationStore?
+    var pendingRepublish: [(ManagerKey, [Beryl_Ipc_V1_PreservedService])] = []
+
+    init(host: DaemonHost, appsDir: String?) throws {
         self.host = host
+        self.appsDir = appsDir
+        do {
+            restorationStore = try RestorationStore(path: host.paths.stateDir + "/restoration.sqlite")
+        } catch {
+            host.logger.error("restoration store unusable; preserved state will not survive a restart: \(error)")
+            restorationStore = nil
+        }
         do {
             store = try PeripheralStore(path: host.paths.stateDir + "/peripherals.sqlite")
         } catch {
@@ -69,6 +95,9 @@ final class ManagerDaemon {
         }
         host.socketMode = 0o666  // apps connect under their own uid; identity comes from SO_PEERCRED
         host.handle = { [unowned self] in self.handle($0) }
+        loadCatalog()
+        resumePreserved()
+        _ = try host.loop.every(.milliseconds(250)) { [unowned self] in self.superviseApps() }
         _ = try host.loop.after(.zero) { [unowned self] in
             self.host.server?.onSessionClosed = { [unowned self] session, _ in self.sessionClosed(session.id) }
             self.connectToHcid()
@@ -79,9 +108,13 @@ final class ManagerDaemon {
     func session(_ id: UInt64) -> IPCSession? { host.server?.sessions[id] }
 
     func send(_ event: Beryl_Ipc_V1_ManagerEvent, to sessionID: UInt64) {
+        guard let live = session(sessionID) else {
+            if sessionID >= 1 << 48 { queueForAbsentApp(event, placeholder: sessionID) }
+            return
+        }
         var envelope = Event()
         envelope.manager = event
-        session(sessionID)?.send(.event(envelope))
+        live.send(.event(envelope))
     }
 
     // MARK: Daemons
@@ -115,12 +148,20 @@ final class ManagerDaemon {
                 // attd's database went with it: the apps' services must be published again (their sessions are told).
                 self.host.logger.warning("lost attd (\(reason)); published services are gone")
                 self.attd = nil
+                // Preserved managers' services are published again when attd is back.
+                for preserved in self.preservedManagers {
+                    let specs = self.services.filter { $0.owner.session == preserved.session }.compactMap { self.serviceSpecs[$0.range.lowerBound] }
+                    if !specs.isEmpty { self.pendingRepublish.append((preserved.key, specs)) }
+                }
                 self.services.removeAll()
+                self.serviceSpecs.removeAll()
+                self.subscribers.removeAll()
                 self.openRequests.removeAll()
                 self.refreshState()
                 _ = try? self.host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToAttd() }
             }
             attd = connection
+            republishPreserved()
             refreshState()
         } catch {
             _ = try? host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToAttd() }
@@ -251,6 +292,19 @@ final class ManagerDaemon {
     // MARK: Sessions
 
     private func sessionClosed(_ id: UInt64) {
+        if let preserved = preservedManagers.first(where: { $0.session == id && $0.live }) {
+            let app = session(id)?.context as? AppSession
+            if app?.quitting == true || preserved.appID.isEmpty {
+                discard(preserved)
+            } else if preserveOnClose(id) {
+                return
+            }
+        }
+        releaseSessionWork(id)
+    }
+
+    /// Everything a session (or a discarded preserved manager) held goes: scans, links, services, advertising.
+    func releaseSessionWork(_ id: UInt64) {
         scans.stopAll(session: id)
         updateScanning()
         perform(book.releaseAll(session: id))
@@ -277,17 +331,42 @@ final class ManagerDaemon {
             return true
         }
         if case .hello(let hello) = kind {
+            let binding = bindSession(hello, session: session, app: app, incoming)
+            if case .refused = binding { return true }
             app.appID = hello.appID
             app.saidHello = true
+            var restored: (Beryl_Ipc_V1_PreservedState, [Beryl_Ipc_V1_ManagerEvent])?
+            if case .restoring(let preserved) = binding { restored = restore(preserved, into: session.id, app: app) }
+            if let manifest = catalog.apps[hello.appID], (apps[manifest.id]?.state ?? .notRunning) == .notRunning {
+                apps[manifest.id, default: AppRuntime()].state = .foreground
+            }
             incoming.respond(.with {
                 $0.manager.welcome = .with {
                     $0.sessionID = session.id
                     $0.peerPid = session.peer.pid
                     $0.peerUid = session.peer.uid
                     $0.state = state
+                    if let restored {
+                        $0.wasRestored = true
+                        $0.restored = restored.0
+                    }
                 }
             })
+            // willRestoreState (in the Welcome), then the queued events, in order.
+            for event in restored?.1 ?? [] { send(event, to: session.id) }
             return true
+        }
+        switch kind {
+        case .listApps, .launchApp, .stopApp, .setAppState:
+            handleApps(kind, session: session, incoming)
+            return true
+        case .invalidate:
+            if let preserved = app.preserved { discard(preserved) }
+            app.preserved = nil
+            incoming.respond(.with { $0.ack = .init() })
+            return true
+        default:
+            break
         }
         // Core Bluetooth's API misuse: nothing but state questions before the manager is powered on.
         switch kind {

@@ -28,13 +28,99 @@ fileprivate nonisolated struct _GeneratedWithProtocGenSwiftVersion: SwiftProtobu
   typealias Version = _2
 }
 
-/// Opens an app session. app_id is optional for foreground-only apps.
+public nonisolated enum Beryl_Ipc_V1_ManagerRole: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case unspecified // = 0
+  case central // = 1
+  case peripheral // = 2
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .central
+    case 2: self = .peripheral
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .central: return 1
+    case .peripheral: return 2
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Beryl_Ipc_V1_ManagerRole] = [
+    .unspecified,
+    .central,
+    .peripheral,
+  ]
+
+}
+
+public nonisolated enum Beryl_Ipc_V1_AppLifecycle: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case notRunning // = 0
+  case foreground // = 1
+  case background // = 2
+  case suspended // = 3
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .notRunning
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .notRunning
+    case 1: self = .foreground
+    case 2: self = .background
+    case 3: self = .suspended
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .notRunning: return 0
+    case .foreground: return 1
+    case .background: return 2
+    case .suspended: return 3
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Beryl_Ipc_V1_AppLifecycle] = [
+    .notRunning,
+    .foreground,
+    .background,
+    .suspended,
+  ]
+
+}
+
+/// Opens an app session. app_id is optional for foreground-only apps; an app id with a manifest may only be
+/// claimed by a process running as the manifest's user. A restore identifier opts the manager into preservation
+/// and restoration (Core Bluetooth's restore identifier key); it needs the app id.
 public nonisolated struct Beryl_Ipc_V1_Hello: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
   public var appID: String = String()
+
+  public var restoreIdentifier: String = String()
+
+  public var role: Beryl_Ipc_V1_ManagerRole = .unspecified
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -53,6 +139,274 @@ public nonisolated struct Beryl_Ipc_V1_Welcome: Sendable {
   public var peerUid: UInt32 = 0
 
   public var state: Beryl_Ipc_V1_ControllerState = .unknown
+
+  /// Set when managerd kept this manager's work while the app was not running: delivered as willRestoreState.
+  public var restored: Beryl_Ipc_V1_PreservedState {
+    get {_restored ?? Beryl_Ipc_V1_PreservedState()}
+    set {_restored = newValue}
+  }
+  /// Returns true if `restored` has been explicitly set.
+  public var hasRestored: Bool {self._restored != nil}
+  /// Clears the value of `restored`. Subsequent reads from it will return its default value.
+  public mutating func clearRestored() {self._restored = nil}
+
+  public var wasRestored: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _restored: Beryl_Ipc_V1_PreservedState? = nil
+}
+
+/// A peripheral a preserved central manager holds or waits for, with what the app had discovered on it.
+public nonisolated struct Beryl_Ipc_V1_PreservedLink: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var identifier: String = String()
+
+  public var pending: Bool = false
+
+  public var notifyOnConnection: Bool = false
+
+  public var notifyOnDisconnection: Bool = false
+
+  public var notifyOnNotification: Bool = false
+
+  public var database: Beryl_Ipc_V1_GattDatabase {
+    get {_database ?? Beryl_Ipc_V1_GattDatabase()}
+    set {_database = newValue}
+  }
+  /// Returns true if `database` has been explicitly set.
+  public var hasDatabase: Bool {self._database != nil}
+  /// Clears the value of `database`. Subsequent reads from it will return its default value.
+  public mutating func clearDatabase() {self._database = nil}
+
+  public var notifyingValueHandles: [UInt32] = []
+
+  public var name: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _database: Beryl_Ipc_V1_GattDatabase? = nil
+}
+
+public nonisolated struct Beryl_Ipc_V1_PreservedService: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var spec: Beryl_Ipc_V1_ServiceSpec {
+    get {_spec ?? Beryl_Ipc_V1_ServiceSpec()}
+    set {_spec = newValue}
+  }
+  /// Returns true if `spec` has been explicitly set.
+  public var hasSpec: Bool {self._spec != nil}
+  /// Clears the value of `spec`. Subsequent reads from it will return its default value.
+  public mutating func clearSpec() {self._spec = nil}
+
+  public var published: Beryl_Ipc_V1_ServicePublished {
+    get {_published ?? Beryl_Ipc_V1_ServicePublished()}
+    set {_published = newValue}
+  }
+  /// Returns true if `published` has been explicitly set.
+  public var hasPublished: Bool {self._published != nil}
+  /// Clears the value of `published`. Subsequent reads from it will return its default value.
+  public mutating func clearPublished() {self._published = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _spec: Beryl_Ipc_V1_ServiceSpec? = nil
+  fileprivate var _published: Beryl_Ipc_V1_ServicePublished? = nil
+}
+
+public nonisolated struct Beryl_Ipc_V1_PreservedCentralRole: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var scanning: Bool = false
+
+  public var scanServiceUuids: [String] = []
+
+  public var allowDuplicates: Bool = false
+
+  public var solicitedServiceUuids: [String] = []
+
+  public var links: [Beryl_Ipc_V1_PreservedLink] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_PreservedPeripheralRole: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var services: [Beryl_Ipc_V1_PreservedService] = []
+
+  public var advertising: Bool = false
+
+  public var localName: String = String()
+
+  public var advertisedServiceUuids: [String] = []
+
+  /// Centrals subscribed to this manager's characteristics: value handle per central identifier.
+  public var subscriptions: [Beryl_Ipc_V1_CentralSubscription] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_PreservedState: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var central: Beryl_Ipc_V1_PreservedCentralRole {
+    get {_central ?? Beryl_Ipc_V1_PreservedCentralRole()}
+    set {_central = newValue}
+  }
+  /// Returns true if `central` has been explicitly set.
+  public var hasCentral: Bool {self._central != nil}
+  /// Clears the value of `central`. Subsequent reads from it will return its default value.
+  public mutating func clearCentral() {self._central = nil}
+
+  public var peripheral: Beryl_Ipc_V1_PreservedPeripheralRole {
+    get {_peripheral ?? Beryl_Ipc_V1_PreservedPeripheralRole()}
+    set {_peripheral = newValue}
+  }
+  /// Returns true if `peripheral` has been explicitly set.
+  public var hasPeripheral: Bool {self._peripheral != nil}
+  /// Clears the value of `peripheral`. Subsequent reads from it will return its default value.
+  public mutating func clearPeripheral() {self._peripheral = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _central: Beryl_Ipc_V1_PreservedCentralRole? = nil
+  fileprivate var _peripheral: Beryl_Ipc_V1_PreservedPeripheralRole? = nil
+}
+
+/// The app's managers are done for good (Core Bluetooth: the user force-quit it): preserved work is discarded.
+public nonisolated struct Beryl_Ipc_V1_Invalidate: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// An app reports its own state; `beryl app state` forces one (labs, tests).
+public nonisolated struct Beryl_Ipc_V1_SetAppState: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var appID: String = String()
+
+  public var state: Beryl_Ipc_V1_AppLifecycle = .notRunning
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_ListApps: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Launches an app from its manifest, exactly as a relaunch for restoration would.
+public nonisolated struct Beryl_Ipc_V1_LaunchApp: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var appID: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// A system termination (state is preserved) or a user quit (state is discarded).
+public nonisolated struct Beryl_Ipc_V1_StopApp: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var appID: String = String()
+
+  public var userQuit: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_AppInfo: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var id: String = String()
+
+  public var manifest: String = String()
+
+  public var user: String = String()
+
+  public var backgroundModes: [String] = []
+
+  public var launchable: Bool = false
+
+  public var state: Beryl_Ipc_V1_AppLifecycle = .notRunning
+
+  public var pids: [Int32] = []
+
+  public var preservedCentrals: [String] = []
+
+  public var preservedPeripherals: [String] = []
+
+  public var queuedEvents: UInt32 = 0
+
+  public var launches: UInt32 = 0
+
+  public var lastLaunchError: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_AppList: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var apps: [Beryl_Ipc_V1_AppInfo] = []
+
+  /// Manifests refused: "file: field: reason".
+  public var refused: [String] = []
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -652,6 +1006,46 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     set {kind = .answerPairing(newValue)}
   }
 
+  public var invalidate: Beryl_Ipc_V1_Invalidate {
+    get {
+      if case .invalidate(let v)? = kind {return v}
+      return Beryl_Ipc_V1_Invalidate()
+    }
+    set {kind = .invalidate(newValue)}
+  }
+
+  public var setAppState: Beryl_Ipc_V1_SetAppState {
+    get {
+      if case .setAppState(let v)? = kind {return v}
+      return Beryl_Ipc_V1_SetAppState()
+    }
+    set {kind = .setAppState(newValue)}
+  }
+
+  public var listApps: Beryl_Ipc_V1_ListApps {
+    get {
+      if case .listApps(let v)? = kind {return v}
+      return Beryl_Ipc_V1_ListApps()
+    }
+    set {kind = .listApps(newValue)}
+  }
+
+  public var launchApp: Beryl_Ipc_V1_LaunchApp {
+    get {
+      if case .launchApp(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LaunchApp()
+    }
+    set {kind = .launchApp(newValue)}
+  }
+
+  public var stopApp: Beryl_Ipc_V1_StopApp {
+    get {
+      if case .stopApp(let v)? = kind {return v}
+      return Beryl_Ipc_V1_StopApp()
+    }
+    set {kind = .stopApp(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -673,6 +1067,11 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     case respond(Beryl_Ipc_V1_RespondToRequest)
     case updateValue(Beryl_Ipc_V1_UpdateValue)
     case answerPairing(Beryl_Ipc_V1_AnswerPairing)
+    case invalidate(Beryl_Ipc_V1_Invalidate)
+    case setAppState(Beryl_Ipc_V1_SetAppState)
+    case listApps(Beryl_Ipc_V1_ListApps)
+    case launchApp(Beryl_Ipc_V1_LaunchApp)
+    case stopApp(Beryl_Ipc_V1_StopApp)
 
   }
 
@@ -742,6 +1141,14 @@ public nonisolated struct Beryl_Ipc_V1_ManagerResponse: Sendable {
     set {kind = .updateResult(newValue)}
   }
 
+  public var apps: Beryl_Ipc_V1_AppList {
+    get {
+      if case .apps(let v)? = kind {return v}
+      return Beryl_Ipc_V1_AppList()
+    }
+    set {kind = .apps(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -752,6 +1159,7 @@ public nonisolated struct Beryl_Ipc_V1_ManagerResponse: Sendable {
     case maximumWriteLength(Beryl_Ipc_V1_MaximumWriteLength)
     case serviceAdded(Beryl_Ipc_V1_ServicePublished)
     case updateResult(Beryl_Ipc_V1_UpdateResult)
+    case apps(Beryl_Ipc_V1_AppList)
 
   }
 
@@ -1093,8 +1501,446 @@ public nonisolated struct Beryl_Ipc_V1_ManagerEvent: Sendable {
 
 fileprivate nonisolated let _protobuf_package = "beryl.ipc.v1"
 
+nonisolated extension Beryl_Ipc_V1_ManagerRole: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0MANAGER_ROLE_UNSPECIFIED\0\u{1}MANAGER_ROLE_CENTRAL\0\u{1}MANAGER_ROLE_PERIPHERAL\0")
+}
+
+nonisolated extension Beryl_Ipc_V1_AppLifecycle: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0APP_LIFECYCLE_NOT_RUNNING\0\u{1}APP_LIFECYCLE_FOREGROUND\0\u{1}APP_LIFECYCLE_BACKGROUND\0\u{1}APP_LIFECYCLE_SUSPENDED\0")
+}
+
 nonisolated extension Beryl_Ipc_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Hello"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}app_id\0\u{3}restore_identifier\0\u{1}role\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.appID) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.restoreIdentifier) }()
+      case 3: try { try decoder.decodeSingularEnumField(value: &self.role) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.appID.isEmpty {
+      try visitor.visitSingularStringField(value: self.appID, fieldNumber: 1)
+    }
+    if !self.restoreIdentifier.isEmpty {
+      try visitor.visitSingularStringField(value: self.restoreIdentifier, fieldNumber: 2)
+    }
+    if self.role != .unspecified {
+      try visitor.visitSingularEnumField(value: self.role, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_Hello, rhs: Beryl_Ipc_V1_Hello) -> Bool {
+    if lhs.appID != rhs.appID {return false}
+    if lhs.restoreIdentifier != rhs.restoreIdentifier {return false}
+    if lhs.role != rhs.role {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Welcome"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}session_id\0\u{3}peer_pid\0\u{3}peer_uid\0\u{1}state\0\u{1}restored\0\u{3}was_restored\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.sessionID) }()
+      case 2: try { try decoder.decodeSingularInt32Field(value: &self.peerPid) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.peerUid) }()
+      case 4: try { try decoder.decodeSingularEnumField(value: &self.state) }()
+      case 5: try { try decoder.decodeSingularMessageField(value: &self._restored) }()
+      case 6: try { try decoder.decodeSingularBoolField(value: &self.wasRestored) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if self.sessionID != 0 {
+      try visitor.visitSingularUInt64Field(value: self.sessionID, fieldNumber: 1)
+    }
+    if self.peerPid != 0 {
+      try visitor.visitSingularInt32Field(value: self.peerPid, fieldNumber: 2)
+    }
+    if self.peerUid != 0 {
+      try visitor.visitSingularUInt32Field(value: self.peerUid, fieldNumber: 3)
+    }
+    if self.state != .unknown {
+      try visitor.visitSingularEnumField(value: self.state, fieldNumber: 4)
+    }
+    try { if let v = self._restored {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    } }()
+    if self.wasRestored != false {
+      try visitor.visitSingularBoolField(value: self.wasRestored, fieldNumber: 6)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_Welcome, rhs: Beryl_Ipc_V1_Welcome) -> Bool {
+    if lhs.sessionID != rhs.sessionID {return false}
+    if lhs.peerPid != rhs.peerPid {return false}
+    if lhs.peerUid != rhs.peerUid {return false}
+    if lhs.state != rhs.state {return false}
+    if lhs._restored != rhs._restored {return false}
+    if lhs.wasRestored != rhs.wasRestored {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PreservedLink: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PreservedLink"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}identifier\0\u{1}pending\0\u{3}notify_on_connection\0\u{3}notify_on_disconnection\0\u{3}notify_on_notification\0\u{1}database\0\u{3}notifying_value_handles\0\u{1}name\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.identifier) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.pending) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.notifyOnConnection) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.notifyOnDisconnection) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.notifyOnNotification) }()
+      case 6: try { try decoder.decodeSingularMessageField(value: &self._database) }()
+      case 7: try { try decoder.decodeRepeatedUInt32Field(value: &self.notifyingValueHandles) }()
+      case 8: try { try decoder.decodeSingularStringField(value: &self.name) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if !self.identifier.isEmpty {
+      try visitor.visitSingularStringField(value: self.identifier, fieldNumber: 1)
+    }
+    if self.pending != false {
+      try visitor.visitSingularBoolField(value: self.pending, fieldNumber: 2)
+    }
+    if self.notifyOnConnection != false {
+      try visitor.visitSingularBoolField(value: self.notifyOnConnection, fieldNumber: 3)
+    }
+    if self.notifyOnDisconnection != false {
+      try visitor.visitSingularBoolField(value: self.notifyOnDisconnection, fieldNumber: 4)
+    }
+    if self.notifyOnNotification != false {
+      try visitor.visitSingularBoolField(value: self.notifyOnNotification, fieldNumber: 5)
+    }
+    try { if let v = self._database {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+    } }()
+    if !self.notifyingValueHandles.isEmpty {
+      try visitor.visitPackedUInt32Field(value: self.notifyingValueHandles, fieldNumber: 7)
+    }
+    if !self.name.isEmpty {
+      try visitor.visitSingularStringField(value: self.name, fieldNumber: 8)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PreservedLink, rhs: Beryl_Ipc_V1_PreservedLink) -> Bool {
+    if lhs.identifier != rhs.identifier {return false}
+    if lhs.pending != rhs.pending {return false}
+    if lhs.notifyOnConnection != rhs.notifyOnConnection {return false}
+    if lhs.notifyOnDisconnection != rhs.notifyOnDisconnection {return false}
+    if lhs.notifyOnNotification != rhs.notifyOnNotification {return false}
+    if lhs._database != rhs._database {return false}
+    if lhs.notifyingValueHandles != rhs.notifyingValueHandles {return false}
+    if lhs.name != rhs.name {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PreservedService: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PreservedService"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}spec\0\u{1}published\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._spec) }()
+      case 2: try { try decoder.decodeSingularMessageField(value: &self._published) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._spec {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    try { if let v = self._published {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PreservedService, rhs: Beryl_Ipc_V1_PreservedService) -> Bool {
+    if lhs._spec != rhs._spec {return false}
+    if lhs._published != rhs._published {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PreservedCentralRole: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PreservedCentralRole"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}scanning\0\u{3}scan_service_uuids\0\u{3}allow_duplicates\0\u{3}solicited_service_uuids\0\u{1}links\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBoolField(value: &self.scanning) }()
+      case 2: try { try decoder.decodeRepeatedStringField(value: &self.scanServiceUuids) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.allowDuplicates) }()
+      case 4: try { try decoder.decodeRepeatedStringField(value: &self.solicitedServiceUuids) }()
+      case 5: try { try decoder.decodeRepeatedMessageField(value: &self.links) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.scanning != false {
+      try visitor.visitSingularBoolField(value: self.scanning, fieldNumber: 1)
+    }
+    if !self.scanServiceUuids.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.scanServiceUuids, fieldNumber: 2)
+    }
+    if self.allowDuplicates != false {
+      try visitor.visitSingularBoolField(value: self.allowDuplicates, fieldNumber: 3)
+    }
+    if !self.solicitedServiceUuids.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.solicitedServiceUuids, fieldNumber: 4)
+    }
+    if !self.links.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.links, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PreservedCentralRole, rhs: Beryl_Ipc_V1_PreservedCentralRole) -> Bool {
+    if lhs.scanning != rhs.scanning {return false}
+    if lhs.scanServiceUuids != rhs.scanServiceUuids {return false}
+    if lhs.allowDuplicates != rhs.allowDuplicates {return false}
+    if lhs.solicitedServiceUuids != rhs.solicitedServiceUuids {return false}
+    if lhs.links != rhs.links {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PreservedPeripheralRole: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PreservedPeripheralRole"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}services\0\u{1}advertising\0\u{3}local_name\0\u{3}advertised_service_uuids\0\u{1}subscriptions\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.services) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.advertising) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.localName) }()
+      case 4: try { try decoder.decodeRepeatedStringField(value: &self.advertisedServiceUuids) }()
+      case 5: try { try decoder.decodeRepeatedMessageField(value: &self.subscriptions) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.services.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.services, fieldNumber: 1)
+    }
+    if self.advertising != false {
+      try visitor.visitSingularBoolField(value: self.advertising, fieldNumber: 2)
+    }
+    if !self.localName.isEmpty {
+      try visitor.visitSingularStringField(value: self.localName, fieldNumber: 3)
+    }
+    if !self.advertisedServiceUuids.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.advertisedServiceUuids, fieldNumber: 4)
+    }
+    if !self.subscriptions.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.subscriptions, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PreservedPeripheralRole, rhs: Beryl_Ipc_V1_PreservedPeripheralRole) -> Bool {
+    if lhs.services != rhs.services {return false}
+    if lhs.advertising != rhs.advertising {return false}
+    if lhs.localName != rhs.localName {return false}
+    if lhs.advertisedServiceUuids != rhs.advertisedServiceUuids {return false}
+    if lhs.subscriptions != rhs.subscriptions {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_PreservedState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PreservedState"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}central\0\u{1}peripheral\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._central) }()
+      case 2: try { try decoder.decodeSingularMessageField(value: &self._peripheral) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._central {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    try { if let v = self._peripheral {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_PreservedState, rhs: Beryl_Ipc_V1_PreservedState) -> Bool {
+    if lhs._central != rhs._central {return false}
+    if lhs._peripheral != rhs._peripheral {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_Invalidate: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Invalidate"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_Invalidate, rhs: Beryl_Ipc_V1_Invalidate) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_SetAppState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SetAppState"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}app_id\0\u{1}state\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.appID) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.state) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.appID.isEmpty {
+      try visitor.visitSingularStringField(value: self.appID, fieldNumber: 1)
+    }
+    if self.state != .notRunning {
+      try visitor.visitSingularEnumField(value: self.state, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_SetAppState, rhs: Beryl_Ipc_V1_SetAppState) -> Bool {
+    if lhs.appID != rhs.appID {return false}
+    if lhs.state != rhs.state {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_ListApps: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ListApps"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_ListApps, rhs: Beryl_Ipc_V1_ListApps) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_LaunchApp: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".LaunchApp"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}app_id\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
@@ -1116,16 +1962,16 @@ nonisolated extension Beryl_Ipc_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  public static func ==(lhs: Beryl_Ipc_V1_Hello, rhs: Beryl_Ipc_V1_Hello) -> Bool {
+  public static func ==(lhs: Beryl_Ipc_V1_LaunchApp, rhs: Beryl_Ipc_V1_LaunchApp) -> Bool {
     if lhs.appID != rhs.appID {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
 }
 
-nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  public static let protoMessageName: String = _protobuf_package + ".Welcome"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}session_id\0\u{3}peer_pid\0\u{3}peer_uid\0\u{1}state\0")
+nonisolated extension Beryl_Ipc_V1_StopApp: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".StopApp"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}app_id\0\u{3}user_quit\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1133,36 +1979,146 @@ nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf
       // allocates stack space for every case branch when no optimizations are
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
-      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.sessionID) }()
-      case 2: try { try decoder.decodeSingularInt32Field(value: &self.peerPid) }()
-      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.peerUid) }()
-      case 4: try { try decoder.decodeSingularEnumField(value: &self.state) }()
+      case 1: try { try decoder.decodeSingularStringField(value: &self.appID) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.userQuit) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    if self.sessionID != 0 {
-      try visitor.visitSingularUInt64Field(value: self.sessionID, fieldNumber: 1)
+    if !self.appID.isEmpty {
+      try visitor.visitSingularStringField(value: self.appID, fieldNumber: 1)
     }
-    if self.peerPid != 0 {
-      try visitor.visitSingularInt32Field(value: self.peerPid, fieldNumber: 2)
-    }
-    if self.peerUid != 0 {
-      try visitor.visitSingularUInt32Field(value: self.peerUid, fieldNumber: 3)
-    }
-    if self.state != .unknown {
-      try visitor.visitSingularEnumField(value: self.state, fieldNumber: 4)
+    if self.userQuit != false {
+      try visitor.visitSingularBoolField(value: self.userQuit, fieldNumber: 2)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  public static func ==(lhs: Beryl_Ipc_V1_Welcome, rhs: Beryl_Ipc_V1_Welcome) -> Bool {
-    if lhs.sessionID != rhs.sessionID {return false}
-    if lhs.peerPid != rhs.peerPid {return false}
-    if lhs.peerUid != rhs.peerUid {return false}
+  public static func ==(lhs: Beryl_Ipc_V1_StopApp, rhs: Beryl_Ipc_V1_StopApp) -> Bool {
+    if lhs.appID != rhs.appID {return false}
+    if lhs.userQuit != rhs.userQuit {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AppInfo"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}manifest\0\u{1}user\0\u{3}background_modes\0\u{1}launchable\0\u{1}state\0\u{1}pids\0\u{3}preserved_centrals\0\u{3}preserved_peripherals\0\u{3}queued_events\0\u{1}launches\0\u{3}last_launch_error\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.id) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.manifest) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.user) }()
+      case 4: try { try decoder.decodeRepeatedStringField(value: &self.backgroundModes) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.launchable) }()
+      case 6: try { try decoder.decodeSingularEnumField(value: &self.state) }()
+      case 7: try { try decoder.decodeRepeatedInt32Field(value: &self.pids) }()
+      case 8: try { try decoder.decodeRepeatedStringField(value: &self.preservedCentrals) }()
+      case 9: try { try decoder.decodeRepeatedStringField(value: &self.preservedPeripherals) }()
+      case 10: try { try decoder.decodeSingularUInt32Field(value: &self.queuedEvents) }()
+      case 11: try { try decoder.decodeSingularUInt32Field(value: &self.launches) }()
+      case 12: try { try decoder.decodeSingularStringField(value: &self.lastLaunchError) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.id.isEmpty {
+      try visitor.visitSingularStringField(value: self.id, fieldNumber: 1)
+    }
+    if !self.manifest.isEmpty {
+      try visitor.visitSingularStringField(value: self.manifest, fieldNumber: 2)
+    }
+    if !self.user.isEmpty {
+      try visitor.visitSingularStringField(value: self.user, fieldNumber: 3)
+    }
+    if !self.backgroundModes.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.backgroundModes, fieldNumber: 4)
+    }
+    if self.launchable != false {
+      try visitor.visitSingularBoolField(value: self.launchable, fieldNumber: 5)
+    }
+    if self.state != .notRunning {
+      try visitor.visitSingularEnumField(value: self.state, fieldNumber: 6)
+    }
+    if !self.pids.isEmpty {
+      try visitor.visitPackedInt32Field(value: self.pids, fieldNumber: 7)
+    }
+    if !self.preservedCentrals.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.preservedCentrals, fieldNumber: 8)
+    }
+    if !self.preservedPeripherals.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.preservedPeripherals, fieldNumber: 9)
+    }
+    if self.queuedEvents != 0 {
+      try visitor.visitSingularUInt32Field(value: self.queuedEvents, fieldNumber: 10)
+    }
+    if self.launches != 0 {
+      try visitor.visitSingularUInt32Field(value: self.launches, fieldNumber: 11)
+    }
+    if !self.lastLaunchError.isEmpty {
+      try visitor.visitSingularStringField(value: self.lastLaunchError, fieldNumber: 12)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_AppInfo, rhs: Beryl_Ipc_V1_AppInfo) -> Bool {
+    if lhs.id != rhs.id {return false}
+    if lhs.manifest != rhs.manifest {return false}
+    if lhs.user != rhs.user {return false}
+    if lhs.backgroundModes != rhs.backgroundModes {return false}
+    if lhs.launchable != rhs.launchable {return false}
     if lhs.state != rhs.state {return false}
+    if lhs.pids != rhs.pids {return false}
+    if lhs.preservedCentrals != rhs.preservedCentrals {return false}
+    if lhs.preservedPeripherals != rhs.preservedPeripherals {return false}
+    if lhs.queuedEvents != rhs.queuedEvents {return false}
+    if lhs.launches != rhs.launches {return false}
+    if lhs.lastLaunchError != rhs.lastLaunchError {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_AppList: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AppList"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}apps\0\u{1}refused\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.apps) }()
+      case 2: try { try decoder.decodeRepeatedStringField(value: &self.refused) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.apps.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.apps, fieldNumber: 1)
+    }
+    if !self.refused.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.refused, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_AppList, rhs: Beryl_Ipc_V1_AppList) -> Bool {
+    if lhs.apps != rhs.apps {return false}
+    if lhs.refused != rhs.refused {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2172,7 +3128,7 @@ nonisolated extension Beryl_Ipc_V1_PairingFinishedEvent: SwiftProtobuf.Message, 
 
 nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{1}gatt\0\u{3}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0\u{3}answer_pairing\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{1}gatt\0\u{3}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0\u{3}answer_pairing\0\u{1}invalidate\0\u{3}set_app_state\0\u{3}list_apps\0\u{3}launch_app\0\u{3}stop_app\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2414,6 +3370,71 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
           self.kind = .answerPairing(v)
         }
       }()
+      case 19: try {
+        var v: Beryl_Ipc_V1_Invalidate?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .invalidate(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .invalidate(v)
+        }
+      }()
+      case 20: try {
+        var v: Beryl_Ipc_V1_SetAppState?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .setAppState(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .setAppState(v)
+        }
+      }()
+      case 21: try {
+        var v: Beryl_Ipc_V1_ListApps?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .listApps(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .listApps(v)
+        }
+      }()
+      case 22: try {
+        var v: Beryl_Ipc_V1_LaunchApp?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .launchApp(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .launchApp(v)
+        }
+      }()
+      case 23: try {
+        var v: Beryl_Ipc_V1_StopApp?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .stopApp(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .stopApp(v)
+        }
+      }()
       default: break
       }
     }
@@ -2497,6 +3518,26 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
       guard case .answerPairing(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 18)
     }()
+    case .invalidate?: try {
+      guard case .invalidate(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 19)
+    }()
+    case .setAppState?: try {
+      guard case .setAppState(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 20)
+    }()
+    case .listApps?: try {
+      guard case .listApps(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 21)
+    }()
+    case .launchApp?: try {
+      guard case .launchApp(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 22)
+    }()
+    case .stopApp?: try {
+      guard case .stopApp(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 23)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -2511,7 +3552,7 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}welcome\0\u{1}peripherals\0\u{1}gatt\0\u{1}rssi\0\u{3}maximum_write_length\0\u{3}service_added\0\u{3}update_result\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}welcome\0\u{1}peripherals\0\u{1}gatt\0\u{1}rssi\0\u{3}maximum_write_length\0\u{3}service_added\0\u{3}update_result\0\u{1}apps\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2610,6 +3651,19 @@ nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, Swift
           self.kind = .updateResult(v)
         }
       }()
+      case 8: try {
+        var v: Beryl_Ipc_V1_AppList?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .apps(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .apps(v)
+        }
+      }()
       default: break
       }
     }
@@ -2648,6 +3702,10 @@ nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, Swift
     case .updateResult?: try {
       guard case .updateResult(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+    }()
+    case .apps?: try {
+      guard case .apps(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
     }()
     case nil: break
     }

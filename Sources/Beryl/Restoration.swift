@@ -1,0 +1,90 @@
+import BerylIPC
+import Foundation
+
+/// The options Core Bluetooth takes as a dictionary when a central manager is made.
+public struct CentralManagerOptions: Sendable {
+    /// Opts into state preservation and restoration (CBCentralManagerOptionRestoreIdentifierKey). Needs an app id
+    /// with a manifest.
+    public var restoreIdentifier: String?
+    public init(restoreIdentifier: String? = nil) { self.restoreIdentifier = restoreIdentifier }
+}
+
+public struct PeripheralManagerOptions: Sendable {
+    /// CBPeripheralManagerOptionRestoreIdentifierKey.
+    public var restoreIdentifier: String?
+    public init(restoreIdentifier: String? = nil) { self.restoreIdentifier = restoreIdentifier }
+}
+
+/// What a restored central manager gets back (willRestoreState's dictionary): its peripherals, with the services,
+/// characteristics and notifying state the app had found, and its scan.
+public struct RestoredCentralState: Sendable {
+    public let peripherals: [Peripheral]
+    /// The scan's services (nil: every peripheral) when the manager was scanning.
+    public let scanServices: [BluetoothUUID]?
+    public let scanOptions: ScanOptions?
+    public let isScanning: Bool
+}
+
+/// What a restored peripheral manager gets back: its published services (with their handles) and advertising.
+public struct RestoredPeripheralState: Sendable {
+    public let services: [MutableService]
+    public let advertisementData: AdvertisingOptions?
+}
+
+/// Why the process was launched (UIApplicationLaunchOptionsBluetoothCentralsKey and ...PeripheralsKey): the
+/// restore identifiers of the managers managerd kept while the app was not running.
+public struct LaunchOptions: Sendable, Equatable {
+    public let centrals: [String]
+    public let peripherals: [String]
+    public let appID: String?
+
+    /// From the environment managerd launched the process with (empty when the user started it).
+    public static var current: LaunchOptions {
+        let environment = ProcessInfo.processInfo.environment
+        func list(_ key: String) -> [String] { (environment[key] ?? "").split(separator: ",").map(String.init) }
+        return LaunchOptions(centrals: list("BERYL_LAUNCH_CENTRALS"), peripherals: list("BERYL_LAUNCH_PERIPHERALS"), appID: environment["BERYL_APP_ID"])
+    }
+
+    public var isRelaunch: Bool { !centrals.isEmpty || !peripherals.isEmpty }
+}
+
+extension CentralManager {
+    func restoredState(_ preserved: Beryl_Ipc_V1_PreservedCentralRole) -> RestoredCentralState {
+        let peripherals = preserved.links.map { link -> Peripheral in
+            let restored = peripheral(link.identifier, name: link.name.isEmpty ? nil : link.name)
+            restored.setState(link.pending ? .connecting : .connected)
+            if link.hasDatabase {
+                let services = restored.adopt(link.database)
+                let notifying = Set(link.notifyingValueHandles)
+                for characteristic in services.flatMap({ $0.characteristics ?? [] }) where notifying.contains(characteristic.valueHandle) {
+                    characteristic.setNotifying(true)
+                }
+            }
+            return restored
+        }
+        let services = preserved.scanServiceUuids.compactMap(BluetoothUUID.init)
+        return RestoredCentralState(peripherals: peripherals, scanServices: preserved.scanning && !services.isEmpty ? services : nil,
+                                    scanOptions: preserved.scanning ? ScanOptions(allowDuplicates: preserved.allowDuplicates,
+                                                                                   solicitedServiceUUIDs: preserved.solicitedServiceUuids.compactMap(BluetoothUUID.init)) : nil,
+                                    isScanning: preserved.scanning)
+    }
+}
+
+extension MutableService {
+    /// A published service as managerd preserved it, with its handles.
+    static func restored(_ preserved: Beryl_Ipc_V1_PreservedService) -> MutableService {
+        let spec = preserved.spec
+        let service = MutableService(type: BluetoothUUID(spec.uuid) ?? BluetoothUUID(0), primary: spec.primary)
+        service.characteristics = zip(spec.characteristics, preserved.published.valueHandles).map { item, handle in
+            let characteristic = MutableCharacteristic(type: BluetoothUUID(item.uuid) ?? BluetoothUUID(0),
+                                                       properties: CharacteristicProperties(rawValue: UInt8(truncatingIfNeeded: item.properties)),
+                                                       value: item.cached ? item.value : nil,
+                                                       permissions: AttributePermissions(rawValue: UInt8(truncatingIfNeeded: item.permissions)))
+            characteristic.descriptors = item.descriptors.compactMap { descriptor in BluetoothUUID(descriptor.uuid).map { MutableDescriptor(type: $0, value: descriptor.value) } }
+            characteristic.setHandle(handle)
+            return characteristic
+        }
+        service.setStart(preserved.published.startHandle)
+        return service
+    }
+}

@@ -1,0 +1,456 @@
+import BerylCore
+import BerylDaemonKit
+import BerylGAP
+import BerylIPC
+import BerylManager
+import BerylStack
+import BerylStore
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One manager that opted into restoration: while its app runs it is the app's session; while it does not, a
+/// placeholder session holds its scan, links, services and advertising, and queues its events.
+final class PreservedManager {
+    let appID: String
+    let restoreID: String
+    let role: PreservedRecord.Role
+    var session: UInt64
+    var live: Bool
+    var queued: [Beryl_Ipc_V1_ManagerEvent] = []
+    /// What the app last discovered on each peripheral, and the values it subscribed to (for willRestoreState).
+    var databases: [String: Beryl_Ipc_V1_GattDatabase] = [:]
+    var notifying: [String: Set<UInt32>] = [:]
+    var connectOptions: [String: Beryl_Ipc_V1_Connect] = [:]
+
+    init(appID: String, restoreID: String, role: PreservedRecord.Role, session: UInt64, live: Bool) {
+        self.appID = appID
+        self.restoreID = restoreID
+        self.role = role
+        self.session = session
+        self.live = live
+    }
+
+    var key: ManagerKey { ManagerKey(session: session, manager: 1) }
+}
+
+/// An app's processes as managerd sees them.
+struct AppRuntime {
+    var state: Beryl_Ipc_V1_AppLifecycle = .notRunning
+    var launchedPID: Int32?
+    var launches = 0
+    var lastLaunchError = ""
+    var nextLaunch: ContinuousClock.Instant?
+    var backoff = RestartBackoff(initial: .seconds(1), maximum: .seconds(60), stableAfter: .seconds(30))
+}
+
+extension ManagerDaemon {
+    static let maxQueuedEvents = 256
+
+    // MARK: Manifests
+
+    func loadCatalog() {
+        guard let appsDir else { return }
+        let me = getuid()
+        catalog = AppCatalog(directory: appsDir, lookup: { name in
+            guard let entry = getpwnam(name) else { return nil }
+            return Account(uid: entry.pointee.pw_uid, gid: entry.pointee.pw_gid)
+        }, ownerAllowed: { path in
+            var info = stat()
+            guard stat(path, &info) == 0 else { return "cannot stat the file" }
+            // Launch commands are trusted only from files root (or managerd's own user, for unprivileged lab stacks) controls.
+            guard info.st_uid == 0 || info.st_uid == me else { return "owned by uid \(info.st_uid), not root" }
+            guard info.st_mode & 0o022 == 0 else { return "writable by group or others" }
+            return nil
+        })
+        for error in catalog.refused { host.logger.error("app manifest refused: \(error)") }
+        host.logger.info("\(catalog.apps.count) app manifest(s) from \(appsDir)")
+    }
+
+    // MARK: Hello
+
+    enum HelloBinding {
+        case refused
+        case plain
+        case restoring(PreservedManager)
+    }
+
+    /// Checks the app id a session claims and binds its restore identifier.
+    func bindSession(_ hello: Beryl_Ipc_V1_Hello, session: IPCSession, app: AppSession, _ incoming: IncomingRequest) -> HelloBinding {
+        if !hello.appID.isEmpty, let manifest = catalog.apps[hello.appID], session.peer.uid != manifest.uid {
+            incoming.fail(.permissionDenied, "app \(hello.appID) runs as \(manifest.user) (uid \(manifest.uid)); this process is uid \(session.peer.uid)",
+                          field: "app_id")
+            return .refused
+        }
+        guard !hello.restoreIdentifier.isEmpty else { return .plain }
+        guard catalog.apps[hello.appID] != nil else {
+            incoming.fail(.invalidArgument, "restoration needs an app manifest for '\(hello.appID)' (apps without one are foreground-only)",
+                          field: "restore_identifier")
+            return .refused
+        }
+        let role: PreservedRecord.Role = hello.role == .peripheral ? .peripheral : .central
+        if let preserved = preservedManagers.first(where: { $0.appID == hello.appID && $0.restoreID == hello.restoreIdentifier && $0.role == role }) {
+            guard !preserved.live else {
+                incoming.fail(.busy, "restore identifier \(hello.restoreIdentifier) is in use by another manager of \(hello.appID)", field: "restore_identifier")
+                return .refused
+            }
+            return .restoring(preserved)
+        }
+        let made = PreservedManager(appID: hello.appID, restoreID: hello.restoreIdentifier, role: role, session: session.id, live: true)
+        preservedManagers.append(made)
+        app.preserved = made
+        persist(made)
+        return .plain
+    }
+
+    /// The app is back: the placeholder's work moves to the new session, which hears willRestoreState (in the
+    /// Welcome) and then the events queued while it was gone.
+    func restore(_ preserved: PreservedManager, into session: UInt64, app: AppSession) -> (Beryl_Ipc_V1_PreservedState, [Beryl_Ipc_V1_ManagerEvent]) {
+        let state = snapshot(preserved)
+        rebind(from: preserved.session, to: session)
+        preserved.session = session
+        preserved.live = true
+        app.preserved = preserved
+        let queued = preserved.queued
+        preserved.queued.removeAll()
+        host.logger.info("\(preserved.appID) restored \(preserved.role) manager \(preserved.restoreID) with \(queued.count) queued event(s)")
+        return (state, queued.map { event in
+            var event = event
+            retarget(&event, manager: 1)
+            return event
+        })
+    }
+
+    private func retarget(_ event: inout Beryl_Ipc_V1_ManagerEvent, manager: UInt32) {
+        switch event.kind {
+        case .discovered?: event.discovered.manager = manager
+        case .connected?: event.connected.manager = manager
+        case .disconnected?: event.disconnected.manager = manager
+        default: break
+        }
+    }
+
+    // MARK: Session end
+
+    /// A session of an opted-in manager closed without the app quitting: its work goes on under a placeholder.
+    func preserveOnClose(_ sessionID: UInt64) -> Bool {
+        guard let preserved = preservedManagers.first(where: { $0.session == sessionID && $0.live }) else { return false }
+        let placeholder = nextPlaceholder
+        nextPlaceholder += 1
+        rebind(from: sessionID, to: placeholder)
+        preserved.session = placeholder
+        preserved.live = false
+        persist(preserved)
+        host.logger.info("\(preserved.appID) is gone; its \(preserved.role) manager \(preserved.restoreID) is preserved")
+        return true
+    }
+
+    private func rebind(from old: UInt64, to new: UInt64) {
+        scans.rebind(session: old, to: new)
+        book.rebind(session: old, to: new)
+        for index in services.indices where services[index].owner.session == old { services[index].owner.session = new }
+        for (key, advertiser) in advertisers where key.session == old {
+            advertisers[key] = nil
+            advertisers[ManagerKey(session: new, manager: key.manager)] = advertiser
+        }
+        for (id, open) in openRequests where open.owner.session == old { openRequests[id] = (ManagerKey(session: new, manager: open.owner.manager), open.isRead) }
+        if notifyRefused.remove(old) != nil { notifyRefused.insert(new) }
+    }
+
+    /// A user quit (or the app invalidated the manager): the preserved work is discarded.
+    func discard(_ preserved: PreservedManager) {
+        preservedManagers.removeAll { $0 === preserved }
+        try? restorationStore?.remove(appID: preserved.appID, restoreID: preserved.restoreID, role: preserved.role)
+        if !preserved.live { releaseSessionWork(preserved.session) }
+        host.logger.info("\(preserved.appID)'s \(preserved.role) manager \(preserved.restoreID) discarded")
+    }
+
+    // MARK: Events while the app is away
+
+    /// An event for a preserved manager whose app is not running: queued (bounded, one discovery per peripheral),
+    /// and the app is launched to handle it.
+    func queueForAbsentApp(_ event: Beryl_Ipc_V1_ManagerEvent, placeholder: UInt64) {
+        guard let preserved = preservedManagers.first(where: { $0.session == placeholder && !$0.live }) else { return }
+        switch event.kind {
+        case .stateChanged?, .pairingPrompt?, .pairingFinished?, .readyToUpdate?, .readyToWrite?, .advertisingStarted?, nil:
+            return  // the restored manager hears the current state; prompts cannot wait
+        case .discovered(let discovery)?:
+            // Coalesced: the latest discovery of each peripheral.
+            preserved.queued.removeAll { queued in
+                if case .discovered(let earlier)? = queued.kind { return earlier.peripheral.identifier == discovery.peripheral.identifier }
+                return false
+            }
+        default:
+            break
+        }
+        if preserved.queued.count >= Self.maxQueuedEvents { preserved.queued.removeFirst() }
+        preserved.queued.append(event)
+        launchForRestoration(preserved.appID)
+    }
+
+    func launchForRestoration(_ appID: String) {
+        guard let manifest = catalog.apps[appID], manifest.launch != nil else { return }
+        var runtime = apps[appID, default: AppRuntime()]
+        if let pid = runtime.launchedPID, ProcessStats.isAlive(pid: pid) { return }
+        if let next = runtime.nextLaunch, ContinuousClock.now < next { return }
+        if preservedManagers.contains(where: { $0.appID == appID && $0.live }) { return }
+        runtime.launches += 1
+        apps[appID] = runtime
+        _ = launch(manifest)
+    }
+
+    /// Starts the manifest's command as its user, with the launch options in the environment.
+    func launch(_ manifest: AppManifest) -> String? {
+        guard let command = manifest.launch else { return "\(manifest.id) has no launch command" }
+        var environment = ["PATH": "/usr/local/bin:/usr/bin:/bin", "BERYL_APP_ID": manifest.id, "BERYL_RUNTIME_DIR": host.paths.runtimeDir,
+                           "HOME": "/", "LANG": "C.UTF-8"]
+        let waiting = preservedManagers.filter { $0.appID == manifest.id && !$0.live }
+        environment["BERYL_LAUNCH_CENTRALS"] = waiting.filter { $0.role == .central }.map(\.restoreID).joined(separator: ",")
+        environment["BERYL_LAUNCH_PERIPHERALS"] = waiting.filter { $0.role == .peripheral }.map(\.restoreID).joined(separator: ",")
+        var runtime = apps[manifest.id, default: AppRuntime()]
+        try? FileManager.default.createDirectory(atPath: host.paths.logDir, withIntermediateDirectories: true)
+        do {
+            let pid = try Spawn.start(command, environment: environment, logPath: host.paths.logDir + "/app-\(manifest.id).log",
+                                      uid: manifest.uid, gid: manifest.gid)
+            runtime.launchedPID = pid
+            runtime.state = .background
+            runtime.lastLaunchError = ""
+            host.logger.info("launched \(manifest.id) as \(manifest.user) (pid \(pid))"
+                             + (waiting.isEmpty ? "" : " to restore \(waiting.map(\.restoreID).joined(separator: ", "))"))
+            apps[manifest.id] = runtime
+            return nil
+        } catch {
+            runtime.lastLaunchError = "\(error)"
+            runtime.nextLaunch = ContinuousClock.now + runtime.backoff.delay(afterRunning: .zero)
+            apps[manifest.id] = runtime
+            host.logger.error("cannot launch \(manifest.id): \(error)")
+            return "\(error)"
+        }
+    }
+
+    /// Reaps launched apps; one that ended with preserved work still waiting is launched again, with backoff.
+    func superviseApps() {
+        for (appID, runtime) in apps {
+            guard let pid = runtime.launchedPID, let (_, reason) = Spawn.reap(pid) else { continue }
+            var updated = runtime
+            updated.launchedPID = nil
+            let waiting = preservedManagers.filter { $0.appID == appID && !$0.live && !$0.queued.isEmpty }
+            if !waiting.isEmpty {
+                let delay = updated.backoff.delay(afterRunning: .zero)
+                updated.nextLaunch = ContinuousClock.now + delay
+                updated.lastLaunchError = "exited (\(reason)) without restoring \(waiting.map(\.restoreID).joined(separator: ", "))"
+                host.logger.warning("\(appID) \(updated.lastLaunchError); launching again in \(delay)")
+                _ = try? host.loop.after(delay) { [unowned self] in self.launchForRestoration(appID) }
+            } else {
+                updated.backoff = AppRuntime().backoff
+            }
+            if !preservedManagers.contains(where: { $0.appID == appID && $0.live }), sessionsOf(appID).isEmpty { updated.state = .notRunning }
+            apps[appID] = updated
+        }
+    }
+
+    func sessionsOf(_ appID: String) -> [IPCSession] {
+        (host.server?.sessions.values.map { $0 } ?? []).filter { ($0.context as? AppSession)?.appID == appID }
+    }
+
+    // MARK: Persistence
+
+    func persist(_ preserved: PreservedManager) {
+        guard let restorationStore else { return }
+        do {
+            let bytes: [UInt8] = try snapshot(preserved).serializedBytes()
+            try restorationStore.save(PreservedRecord(appID: preserved.appID, restoreID: preserved.restoreID, role: preserved.role, state: bytes))
+        } catch {
+            host.logger.error("cannot persist \(preserved.appID)'s manager \(preserved.restoreID): \(error)")
+        }
+    }
+
+    /// Persists the manager of this session if it opted into restoration (before its request is acknowledged).
+    func persistIfPreserved(_ session: UInt64) {
+        guard let preserved = preservedManagers.first(where: { $0.session == session }) else { return }
+        persist(preserved)
+    }
+
+    func snapshot(_ preserved: PreservedManager) -> Beryl_Ipc_V1_PreservedState {
+        let key = preserved.key
+        var state = Beryl_Ipc_V1_PreservedState()
+        switch preserved.role {
+        case .central:
+            state.central = .with { central in
+                if let scan = scans.request(for: key) {
+                    central.scanning = true
+                    central.scanServiceUuids = scan.services.map(\.description)
+                    central.allowDuplicates = scan.allowDuplicates
+                    central.solicitedServiceUuids = scan.solicited.map(\.description)
+                }
+                let (connected, pending) = book.held(by: key)
+                central.links = (connected.map { ($0, false) } + pending.map { ($0, true) }).map { identifier, isPending in
+                    .with { link in
+                        link.identifier = identifier
+                        link.pending = isPending
+                        link.name = store?.device(identifier)?.name ?? ""
+                        if let options = preserved.connectOptions[identifier] {
+                            link.notifyOnConnection = options.notifyOnConnection
+                            link.notifyOnDisconnection = options.notifyOnDisconnection
+                            link.notifyOnNotification = options.notifyOnNotification
+                        }
+                        if !isPending, let database = preserved.databases[identifier] {
+                            link.database = database
+                            link.notifyingValueHandles = (preserved.notifying[identifier] ?? []).sorted()
+                        }
+                    }
+                }
+            }
+        case .peripheral:
+            state.peripheral = .with { peripheral in
+                peripheral.services = services.filter { $0.owner == key }.compactMap { serviceSpecs[$0.range.lowerBound] }
+                if let advertiser = advertisers[key] {
+                    peripheral.advertising = true
+                    peripheral.localName = advertiser.localName
+                    peripheral.advertisedServiceUuids = advertiser.serviceUUIDs.map(\.description)
+                }
+                let ranges = services.filter { $0.owner == key }.map(\.range)
+                peripheral.subscriptions = subscribers.filter { entry in ranges.contains { $0.contains(UInt16(truncatingIfNeeded: entry.valueHandle)) } }
+            }
+        }
+        return state
+    }
+
+    /// After a restart of managerd: every preserved manager's work resumes under a placeholder until its app returns.
+    func resumePreserved() {
+        guard let restorationStore, let records = try? restorationStore.all() else { return }
+        for record in records {
+            guard let state = try? Beryl_Ipc_V1_PreservedState(serializedBytes: record.state) else {
+                host.logger.error("preserved state of \(record.appID)/\(record.restoreID) unreadable; dropped")
+                continue
+            }
+            let placeholder = nextPlaceholder
+            nextPlaceholder += 1
+            let preserved = PreservedManager(appID: record.appID, restoreID: record.restoreID, role: record.role, session: placeholder, live: false)
+            preservedManagers.append(preserved)
+            let key = preserved.key
+            if state.hasCentral {
+                let central = state.central
+                if central.scanning {
+                    scans.start(key, ScanRequest(services: central.scanServiceUuids.compactMap(BluetoothUUID.init), allowDuplicates: central.allowDuplicates,
+                                                 solicited: central.solicitedServiceUuids.compactMap(BluetoothUUID.init)))
+                }
+                for link in central.links {
+                    guard let device = store?.device(link.identifier) else { continue }
+                    // A link that was up is wanted again: the connection is re-requested and never times out.
+                    _ = book.connect(key, identifier: device.identifier, address: device.address)
+                    preserved.connectOptions[link.identifier] = .with {
+                        $0.notifyOnConnection = link.notifyOnConnection
+                        $0.notifyOnDisconnection = link.notifyOnDisconnection
+                        $0.notifyOnNotification = link.notifyOnNotification
+                    }
+                    if link.hasDatabase { preserved.databases[link.identifier] = link.database }
+                }
+            }
+            if state.hasPeripheral {
+                pendingRepublish.append((key, state.peripheral.services))
+                let peripheral = state.peripheral
+                if peripheral.advertising {
+                    let uuids = peripheral.advertisedServiceUuids.compactMap(BluetoothUUID.init)
+                    advertisers[key] = Advertiser(payload: AdvertisingPayload(localName: peripheral.localName.isEmpty ? nil : peripheral.localName, serviceUUIDs: uuids),
+                                                  localName: peripheral.localName, serviceUUIDs: uuids)
+                }
+            }
+            host.logger.info("resumed \(record.appID)'s \(record.role) manager \(record.restoreID) (app not running)")
+        }
+    }
+
+    /// Publishes preserved services again once attd is there (its database went with its session to managerd).
+    func republishPreserved() {
+        guard let attd else { return }
+        let work = pendingRepublish
+        pendingRepublish.removeAll()
+        for (key, specs) in work {
+            for preservedService in specs {
+                var request = Request()
+                request.att.publishService.service = preservedService.spec
+                attd.request(request) { [unowned self] result in
+                    guard case .success(let response) = result else {
+                        self.host.logger.error("cannot publish a preserved service \(preservedService.spec.uuid) again: \(result)")
+                        return
+                    }
+                    let published = response.att.servicePublished
+                    let range = UInt16(published.startHandle)...UInt16(published.endHandle)
+                    self.services.append(PublishedService(range: range, owner: key))
+                    self.serviceSpecs[range.lowerBound] = .with { $0.spec = preservedService.spec; $0.published = published }
+                    if let preserved = self.preservedManagers.first(where: { $0.session == key.session }) { self.persist(preserved) }
+                }
+            }
+        }
+    }
+
+    // MARK: beryl app
+
+    func handleApps(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: IPCSession, _ incoming: IncomingRequest) {
+        func authorized(_ appID: String) -> AppManifest? {
+            guard let manifest = catalog.apps[appID] else {
+                incoming.fail(.notFound, "no app manifest declares '\(appID)'", field: "app_id")
+                return nil
+            }
+            guard session.peer.uid == 0 || session.peer.uid == getuid() || session.peer.uid == manifest.uid else {
+                incoming.fail(.permissionDenied, "only root, managerd's user or \(manifest.user) may drive \(appID)", field: "app_id")
+                return nil
+            }
+            return manifest
+        }
+        switch kind {
+        case .listApps:
+            incoming.respond(.with { $0.manager.apps = .with { list in
+                list.apps = catalog.apps.values.sorted { $0.id < $1.id }.map { appInfo($0) }
+                list.refused = catalog.refused.map(\.description)
+            } })
+        case .launchApp(let launchRequest):
+            guard let manifest = authorized(launchRequest.appID) else { return }
+            if let error = launch(manifest) {
+                incoming.fail(.notReady, error, field: "app_id")
+            } else {
+                apps[manifest.id]?.launches += 1
+                incoming.respond(.with { $0.manager.apps.apps = [appInfo(manifest)] })
+            }
+        case .stopApp(let stop):
+            guard let manifest = authorized(stop.appID) else { return }
+            if stop.userQuit {
+                // A user force-quit: nothing of the app's is kept (its live sessions release their work as they close).
+                for preserved in preservedManagers where preserved.appID == manifest.id { discard(preserved) }
+                try? restorationStore?.removeAll(appID: manifest.id)
+                for live in sessionsOf(manifest.id) { (live.context as? AppSession)?.quitting = true }
+            }
+            var pids = Set(sessionsOf(manifest.id).map(\.peer.pid))
+            if let pid = apps[manifest.id]?.launchedPID { pids.insert(pid) }
+            for pid in pids where pid > 1 { kill(pid, SIGTERM) }
+            host.logger.info("\(stop.userQuit ? "quit" : "terminated") \(manifest.id) (pids \(pids.sorted()))")
+            incoming.respond(.with { $0.manager.apps.apps = [appInfo(manifest)] })
+        case .setAppState(let change):
+            guard let manifest = authorized(change.appID) else { return }
+            apps[manifest.id, default: AppRuntime()].state = change.state
+            incoming.respond(.with { $0.manager.apps.apps = [appInfo(manifest)] })
+        default:
+            incoming.fail(.unsupported, "not an app request")
+        }
+    }
+
+    func appInfo(_ manifest: AppManifest) -> Beryl_Ipc_V1_AppInfo {
+        let runtime = apps[manifest.id] ?? AppRuntime()
+        let mine = preservedManagers.filter { $0.appID == manifest.id }
+        return .with {
+            $0.id = manifest.id
+            $0.manifest = manifest.file
+            $0.user = manifest.user
+            $0.backgroundModes = manifest.backgroundModes.map(\.rawValue).sorted()
+            $0.launchable = manifest.launch != nil
+            $0.state = !sessionsOf(manifest.id).isEmpty && runtime.state == .notRunning ? .foreground : runtime.state
+            $0.pids = Array(Set(sessionsOf(manifest.id).map(\.peer.pid) + [runtime.launchedPID].compactMap { $0 })).sorted()
+            $0.preservedCentrals = mine.filter { $0.role == .central }.map(\.restoreID).sorted()
+            $0.preservedPeripherals = mine.filter { $0.role == .peripheral }.map(\.restoreID).sorted()
+            $0.queuedEvents = UInt32(mine.map(\.queued.count).reduce(0, +))
+            $0.launches = UInt32(runtime.launches)
+            $0.lastLaunchError = runtime.lastLaunchError
+        }
+    }
+}

@@ -1,0 +1,156 @@
+import Beryl
+import BerylStack
+import Foundation
+import XCTest
+
+/// App manifests, `beryl app`, and the restoration chapter's door lock: managerd keeps the app's connection to the
+/// lock while the app is not running and relaunches it (from its manifest, as the manifest's user) when there is
+/// something to handle.
+final class RestorationTests: XCTestCase {
+    var scratch: Scratch!
+    var appsDir: String { scratch.root + "/apps" }
+    static let lockProfile = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Examples/profiles/secure-lock.json").path
+    static let appID = "com.example.doorlock"
+
+    /// Apps never run as root: as root, the tests launch them as nobody; otherwise as the user running the tests.
+    static var appUser: String {
+        getuid() == 0 ? "nobody" : String(cString: getpwuid(getuid())!.pointee.pw_name)
+    }
+
+    override func setUpWithError() throws {
+        scratch = try Scratch()
+        try FileManager.default.createDirectory(atPath: appsDir, withIntermediateDirectories: true)
+        let manifest: [String: Any] = [
+            "id": Self.appID, "user": Self.appUser, "backgroundModes": ["bluetooth-central"],
+            "launch": ["command": [Executables.path("door-lock-central"), "--restore", "--unlock"]],
+        ]
+        try JSONSerialization.data(withJSONObject: manifest).write(to: URL(fileURLWithPath: appsDir + "/doorlock.json"))
+        try Data("{\"id\": \"com.example.rooted\", \"user\": \"root\"}".utf8).write(to: URL(fileURLWithPath: appsDir + "/rooted.json"))
+        try Data("{\"id\": \"com.example.broken\", \"user\": ".utf8).write(to: URL(fileURLWithPath: appsDir + "/broken.json"))
+        for file in ["doorlock.json", "rooted.json", "broken.json"] { chmod(appsDir + "/" + file, 0o644) }
+        try startTwoStacks(scratch, managerd: [["--apps-dir", appsDir], []])
+        // The app's user must reach the runtime directory's sockets.
+        for directory in [scratch.root, scratch.root + "/run0", scratch.root + "/run0/logs"] { chmod(directory, 0o755) }
+    }
+
+    override func tearDown() {
+        _ = try? beryl(["app", "quit", Self.appID])
+        scratch.stopAll()
+    }
+
+    private func sim(_ arguments: [String]) throws -> Int32 {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
+        process.arguments = ["sim"] + arguments + ["--dir", scratch.root + "/sim"]
+        try process.run()
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    @discardableResult
+    private func beryl(_ arguments: [String], side: Int = 0) throws -> (status: Int32, out: String, err: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
+        process.arguments = arguments + ["--runtime-dir", "\(scratch.root)/run\(side)"]
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let output = out.fileHandleForReading.readDataToEndOfFile()
+        let errors = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: output, as: UTF8.self), String(decoding: errors, as: UTF8.self))
+    }
+
+    private func app() throws -> [String: Any] {
+        let listed = try beryl(["app", "list", "--json"])
+        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(listed.out.utf8)) as? [String: Any], listed.err)
+        return try XCTUnwrap((object["apps"] as? [[String: Any]])?.first { $0["id"] as? String == Self.appID })
+    }
+
+    private var appLog: String { (try? String(contentsOfFile: "\(scratch.root)/run0/logs/app-\(Self.appID).log", encoding: .utf8)) ?? "" }
+
+    private func killApp() throws {
+        let pids = try XCTUnwrap(try app()["pids"] as? [Int])
+        XCTAssertFalse(pids.isEmpty)
+        for pid in pids { kill(Int32(pid), SIGKILL) }
+        XCTAssertTrue(eventually { ((try? self.app()["pids"] as? [Int]) ?? [1]).isEmpty }, "managerd saw the app go")
+    }
+
+    func testManifestsLoadAndBadOnesAreRefusedWithTheirReason() throws {
+        let listed = try beryl(["app", "list", "--json"])
+        XCTAssertEqual(listed.status, 0, listed.err)
+        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(listed.out.utf8)) as? [String: Any])
+        XCTAssertEqual((object["apps"] as? [[String: Any]])?.compactMap { $0["id"] as? String }, [Self.appID])
+        let refused = try XCTUnwrap(object["refused"] as? [String])
+        XCTAssertTrue(refused.contains { $0.contains("rooted.json: user: apps never run as root") }, "\(refused)")
+        XCTAssertTrue(refused.contains { $0.contains("broken.json: $: not JSON") }, "\(refused)")
+        let doorlock = try app()
+        XCTAssertEqual(doorlock["user"] as? String, Self.appUser)
+        XCTAssertEqual(doorlock["backgroundModes"] as? [String], ["bluetooth-central"])
+        XCTAssertEqual(doorlock["state"] as? String, "not running")
+
+        // Only the manifest's user may claim the app id (this test runs as another user when it is root).
+        if getuid() == 0 {
+            let misuse = Recorder()
+            let central = try CentralManager(delegate: nil, appID: Self.appID, socketPath: "\(scratch.root)/run0/managerd.sock")
+            central.apiMisuseHandler = { misuse.note("\($0)") }
+            XCTAssertTrue(eventually { central.state == .unauthorized }, "state \(central.state)")
+            // And restoration needs a manifest at all.
+            let stray = try CentralManager(delegate: nil, options: CentralManagerOptions(restoreIdentifier: "x"), appID: "com.example.unknown",
+                                           socketPath: "\(scratch.root)/run0/managerd.sock")
+            XCTAssertTrue(eventually { stray.state == .unsupported }, "state \(stray.state)")
+        }
+        let unknown = try beryl(["app", "launch", "com.example.nothing"])
+        XCTAssertNotEqual(unknown.status, 0)
+        XCTAssertTrue(unknown.err.contains("no app manifest declares 'com.example.nothing'"), unknown.err)
+    }
+
+    func testTheDoorLockIsRestoredWhenItsLockComesBack() throws {
+        try scratch.start("serve", [Executables.path("beryl"), "serve", Self.lockProfile, "--runtime-dir", "\(scratch.root)/run1"],
+                          socket: "\(scratch.root)/run1/managerd.sock")
+        let serveLog = { (try? String(contentsOfFile: self.scratch.paths.logFile("serve"), encoding: .utf8)) ?? "" }
+        XCTAssertTrue(eventually { serveLog().contains("advertising") }, serveLog())
+
+        // 1. Launched through managerd, as its manifest's user: it finds the lock, pairs, reads and unlocks.
+        let launched = try beryl(["app", "launch", Self.appID])
+        XCTAssertEqual(launched.status, 0, launched.err)
+        XCTAssertTrue(eventually(.seconds(20)) { self.appLog.contains("unlock sent") }, appLog)
+        XCTAssertTrue(appLog.hasPrefix("started\n"), appLog)
+        XCTAssertEqual(try app()["preservedCentrals"] as? [String], ["door-lock-central"])
+
+        // 2. kill -9: the link to the lock is kept for the app.
+        try killApp()
+        XCTAssertEqual(try app()["preservedCentrals"] as? [String], ["door-lock-central"], "a crash preserves the manager")
+
+        // 3. The lock goes out of range: the disconnection wakes the app, which asks to connect again and waits.
+        XCTAssertEqual(try sim(["range", "1", "out"]), 0)
+        XCTAssertTrue(eventually(.seconds(20)) { self.appLog.contains("waiting for it") }, appLog)
+        XCTAssertTrue(appLog.contains("relaunched by the stack to restore door-lock-central"), appLog)
+        XCTAssertFalse(appLog.contains("looking for the lock\nlooking"), appLog)
+
+        // 4. Killed again while the connection is pending; the lock comes back; the stack connects and relaunches
+        // the app, which gets the connected lock back in willRestoreState and unlocks it.
+        try killApp()
+        // managerd itself is killed too, and comes back from its state directory with the pending connection.
+        let managerd = try XCTUnwrap(scratch.pid(of: "managerd0"))
+        kill(managerd, SIGKILL)
+        _ = Spawn.reap(managerd)
+        try? FileManager.default.removeItem(atPath: "\(scratch.root)/run0/managerd.sock")
+        try scratch.start("managerd0-again", [Executables.path("managerd"), "--runtime-dir", "\(scratch.root)/run0", "--state-dir", "\(scratch.root)/state0",
+                                              "--apps-dir", appsDir], socket: "\(scratch.root)/run0/managerd.sock")
+        XCTAssertEqual(try app()["preservedCentrals"] as? [String], ["door-lock-central"], "the preserved manager outlives managerd")
+        let before = appLog.components(separatedBy: "unlock sent").count
+        XCTAssertEqual(try sim(["range", "1", "in"]), 0)
+        XCTAssertTrue(eventually(.seconds(30)) { self.appLog.components(separatedBy: "unlock sent").count > before }, appLog)
+        let lastLaunch = try XCTUnwrap(appLog.components(separatedBy: "relaunched by the stack").last)
+        XCTAssertTrue(lastLaunch.contains("(connected, 1 services known") || lastLaunch.contains("connected to the lock"), lastLaunch)
+        XCTAssertTrue(lastLaunch.contains("lock says \"locked\""), lastLaunch)
+        XCTAssertGreaterThanOrEqual(try XCTUnwrap(app()["launches"] as? Int), 1, "the restarted managerd launched it")
+
+        // 5. A user quit discards the preserved manager.
+        XCTAssertEqual(try beryl(["app", "quit", Self.appID]).status, 0)
+        XCTAssertTrue(eventually { ((try? self.app()["preservedCentrals"] as? [String]) ?? ["?"]).isEmpty })
+    }
+}
