@@ -1,6 +1,9 @@
 // A thermostat peripheral: a readable, writable setpoint (dynamic: the app answers) and a notifying temperature.
 //
-//   thermostat [--runtime-dir DIR]
+// With --restore the manager has a restore identifier: when the app dies, the stack keeps its service published
+// and advertised, and a central reading or writing the setpoint relaunches it (bluetooth-peripheral background mode).
+//
+//   thermostat [--runtime-dir DIR] [--restore]
 import Beryl
 import Dispatch
 import Foundation
@@ -14,9 +17,19 @@ final class Thermostat: PeripheralManagerDelegate {
                                          value: nil, permissions: [.readable, .writeable])
     let temperature = MutableCharacteristic(type: BluetoothUUID(0x2A6E), properties: [.notify], value: nil, permissions: .readable)
     private let target = Mutex<UInt16>(215)
+    private let restored = Mutex(false)
+
+    func peripheralManager(_ peripheral: PeripheralManager, willRestoreState state: RestoredPeripheralState) {
+        restored.withLock { $0 = true }
+        let characteristics = state.services.flatMap { $0.characteristics ?? [] }.map(\.uuid.description)
+        say("restored \(state.services.count) services (\(characteristics.joined(separator: ", "))), "
+            + (state.advertisementData.map { "advertising as \($0.localName ?? "-")" } ?? "not advertising"))
+    }
 
     func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) {
         guard peripheral.state == .poweredOn else { return say("state \(peripheral.state)") }
+        // A restored manager's service is still published and advertised: nothing to add.
+        guard !restored.withLock({ $0 }) else { return }
         let service = MutableService(type: thermostatService, primary: true)
         service.characteristics = [setpoint, temperature]
         peripheral.add(service)
@@ -33,6 +46,7 @@ final class Thermostat: PeripheralManagerDelegate {
 
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest) {
         let value = target.withLock { $0 }
+        say("setpoint read by \(request.central.identifier)")
         let bytes = Data([UInt8(value & 0xFF), UInt8(value >> 8)])
         // Core Bluetooth's rule for long reads: an offset past the value is Invalid Offset.
         guard request.offset <= bytes.count else { return peripheral.respond(to: request, withResult: .invalidOffset) }
@@ -56,17 +70,25 @@ final class Thermostat: PeripheralManagerDelegate {
 func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
 
 var runtimeDir: String?
+var restore = false
 var arguments = CommandLine.arguments.dropFirst().makeIterator()
 while let argument = arguments.next() {
+    if argument == "--restore" {
+        restore = true
+        continue
+    }
     guard argument == "--runtime-dir", let value = arguments.next() else {
-        FileHandle.standardError.write(Data("usage: thermostat [--runtime-dir DIR]\n".utf8))
+        FileHandle.standardError.write(Data("usage: thermostat [--runtime-dir DIR] [--restore]\n".utf8))
         exit(64)
     }
     runtimeDir = value
 }
 let thermostat = Thermostat()
+let launch = LaunchOptions.current
+if launch.isRelaunch { say("relaunched by the stack to restore \(launch.peripherals.joined(separator: ", "))") }
 do {
-    let manager = try PeripheralManager(delegate: thermostat, queue: DispatchQueue(label: "thermostat"), appID: "com.example.thermostat",
+    let manager = try PeripheralManager(delegate: thermostat, queue: DispatchQueue(label: "thermostat"),
+                                        options: PeripheralManagerOptions(restoreIdentifier: restore ? "thermostat" : nil), appID: "com.example.thermostat",
                                         socketPath: runtimeDir.map { $0 + "/managerd.sock" })
     withExtendedLifetime(manager) { dispatchMain() }
 } catch {

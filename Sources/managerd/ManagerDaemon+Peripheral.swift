@@ -138,7 +138,7 @@ extension ManagerDaemon {
     }
 
     func routeRead(_ read: Beryl_Ipc_V1_ReadRequested) {
-        guard let owner = owner(of: read.handle), session(owner.session) != nil else {
+        guard let owner = owner(of: read.handle), isReachable(owner.session) else {
             answerAttd(read.id, isRead: true, value: [], error: 0x0E)
             return
         }
@@ -156,7 +156,7 @@ extension ManagerDaemon {
     }
 
     func routeWrite(_ write: Beryl_Ipc_V1_WriteRequested) {
-        guard let first = write.writes.first, let owner = owner(of: first.handle), session(owner.session) != nil else {
+        guard let first = write.writes.first, let owner = owner(of: first.handle), isReachable(owner.session) else {
             if write.withResponse { answerAttd(write.id, isRead: false, value: [], error: 0x0E) }
             return
         }
@@ -171,6 +171,11 @@ extension ManagerDaemon {
             $0.maximumUpdateLength = maximumUpdateLength(write.connectionHandle)
         }
         send(event, to: owner.session)
+    }
+
+    /// A live session, or a preserved manager whose app is launched to answer.
+    private func isReachable(_ session: UInt64) -> Bool {
+        self.session(session) != nil || preservedManagers.contains { $0.session == session && !$0.live }
     }
 
     /// ATT_MTU - 3: the most one notification carries (Core Vol 3 Part F §3.4.7.1).

@@ -21,6 +21,12 @@ final class RestorationTests: XCTestCase {
     override func setUpWithError() throws {
         scratch = try Scratch()
         try FileManager.default.createDirectory(atPath: appsDir, withIntermediateDirectories: true)
+        let thermostat: [String: Any] = [
+            "id": "com.example.thermostat", "user": Self.appUser, "backgroundModes": ["bluetooth-peripheral"],
+            "launch": ["command": [Executables.path("thermostat"), "--restore"]],
+        ]
+        try JSONSerialization.data(withJSONObject: thermostat).write(to: URL(fileURLWithPath: appsDir + "/thermostat.json"))
+        chmod(appsDir + "/thermostat.json", 0o644)
         let manifest: [String: Any] = [
             "id": Self.appID, "user": Self.appUser, "backgroundModes": ["bluetooth-central"],
             "launch": ["command": [Executables.path("door-lock-central"), "--restore", "--unlock"]],
@@ -63,10 +69,36 @@ final class RestorationTests: XCTestCase {
         return (process.terminationStatus, String(decoding: output, as: UTF8.self), String(decoding: errors, as: UTF8.self))
     }
 
-    private func app() throws -> [String: Any] {
+    private func app(_ id: String = RestorationTests.appID) throws -> [String: Any] {
         let listed = try beryl(["app", "list", "--json"])
         let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(listed.out.utf8)) as? [String: Any], listed.err)
-        return try XCTUnwrap((object["apps"] as? [[String: Any]])?.first { $0["id"] as? String == Self.appID })
+        return try XCTUnwrap((object["apps"] as? [[String: Any]])?.first { $0["id"] as? String == id })
+    }
+
+    private func log(of id: String) -> String { (try? String(contentsOfFile: "\(scratch.root)/run0/logs/app-\(id).log", encoding: .utf8)) ?? "" }
+
+    /// A peripheral app: its service stays published and advertised after kill -9, and a central's read of its
+    /// dynamic setpoint relaunches it to answer.
+    func testTheThermostatIsRelaunchedToAnswerARead() throws {
+        let thermostat = "com.example.thermostat"
+        XCTAssertEqual(try beryl(["app", "launch", thermostat]).status, 0)
+        XCTAssertTrue(eventually(.seconds(15)) { self.log(of: thermostat).contains("advertising as Beryl Thermostat") }, log(of: thermostat))
+        let pids = try XCTUnwrap(try app(thermostat)["pids"] as? [Int])
+        for pid in pids { kill(Int32(pid), SIGKILL) }
+        XCTAssertTrue(eventually { ((try? self.app(thermostat)["pids"] as? [Int]) ?? [1]).isEmpty })
+        XCTAssertEqual(try app(thermostat)["preservedPeripherals"] as? [String], ["thermostat"])
+
+        // The other stack still finds it advertising, and reads the setpoint: the read relaunches the app.
+        let found = try beryl(["scan", "--service", "7E570001-0000-1000-8000-00805F9B34FB", "--count", "1", "--timeout", "10", "--json"], side: 1)
+        let identifier = try XCTUnwrap((try? JSONSerialization.jsonObject(with: Data(found.out.utf8)) as? [String: Any])?["identifier"] as? String, found.err)
+        let read = try beryl(["gatt", "--peer", identifier, "read", "7E570002-0000-1000-8000-00805F9B34FB", "--json"], side: 1)
+        XCTAssertEqual(read.status, 0, read.err)
+        XCTAssertTrue(read.out.contains("\"value\":\"d700\""), read.out)
+        let relaunch = try XCTUnwrap(log(of: thermostat).components(separatedBy: "relaunched by the stack to restore thermostat").last)
+        XCTAssertTrue(relaunch.contains("restored 1 services (7E570002, 2A6E), advertising as Beryl Thermostat"), relaunch)
+        XCTAssertTrue(relaunch.contains("setpoint read by"), relaunch)
+        XCTAssertFalse(relaunch.split(separator: "\n").contains("advertising as Beryl Thermostat"), "the restored app added nothing again: \(relaunch)")
+        XCTAssertEqual(try beryl(["app", "quit", thermostat]).status, 0)
     }
 
     private var appLog: String { (try? String(contentsOfFile: "\(scratch.root)/run0/logs/app-\(Self.appID).log", encoding: .utf8)) ?? "" }
@@ -82,7 +114,7 @@ final class RestorationTests: XCTestCase {
         let listed = try beryl(["app", "list", "--json"])
         XCTAssertEqual(listed.status, 0, listed.err)
         let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(listed.out.utf8)) as? [String: Any])
-        XCTAssertEqual((object["apps"] as? [[String: Any]])?.compactMap { $0["id"] as? String }, [Self.appID])
+        XCTAssertEqual((object["apps"] as? [[String: Any]])?.compactMap { $0["id"] as? String }, [Self.appID, "com.example.thermostat"])
         let refused = try XCTUnwrap(object["refused"] as? [String])
         XCTAssertTrue(refused.contains { $0.contains("rooted.json: user: apps never run as root") }, "\(refused)")
         XCTAssertTrue(refused.contains { $0.contains("broken.json: $: not JSON") }, "\(refused)")
