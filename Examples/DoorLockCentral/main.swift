@@ -96,6 +96,7 @@ final class RestorableDoorLock: CentralManagerDelegate, PeripheralDelegate {
         inUse.withLock { $0 = false }
         say("the lock went away (\(error.map { "\($0)" } ?? "cleanly")); waiting for it")
         central.connect(peripheral)
+        central.reportApplicationState(.background)
     }
 
     private func useLock(_ lock: Peripheral, _ central: CentralManager) {
@@ -114,6 +115,8 @@ final class RestorableDoorLock: CentralManagerDelegate, PeripheralDelegate {
             } catch {
                 say("the lock did not answer: \(error)")
             }
+            // Done with what woke us: back to idle in the background (the stack keeps the link).
+            central.reportApplicationState(.background)
         }
     }
 }

@@ -52,6 +52,7 @@ final class Thermostat: PeripheralManagerDelegate {
         guard request.offset <= bytes.count else { return peripheral.respond(to: request, withResult: .invalidOffset) }
         request.value = bytes.subdata(in: request.offset..<bytes.count)
         peripheral.respond(to: request, withResult: .success)
+        if LaunchOptions.current.isRelaunch { peripheral.reportApplicationState(.background) }  // handled: idle again
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveWrite requests: [ATTRequest]) {

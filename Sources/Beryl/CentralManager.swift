@@ -52,6 +52,7 @@ public final class CentralManager: Sendable {
     let delegateQueue: DispatchQueue
     let managerID: UInt32 = 1
     let misuse = MisuseReporter()
+    let appID: String
     private struct State {
         var state: ManagerState = .unknown
         var isScanning = false
@@ -71,11 +72,12 @@ public final class CentralManager: Sendable {
     public init(delegate: CentralManagerDelegate?, queue: DispatchQueue? = nil, options: CentralManagerOptions = CentralManagerOptions(),
                 appID: String? = nil, socketPath: String? = nil) throws(BerylError) {
         delegateQueue = queue ?? .main
+        self.appID = appID ?? LaunchOptions.current.appID ?? ""
         let relay = EventRelay()
         channel = try Channel(socketPath: socketPath, label: "central", relay: relay)
         shared.withLock { $0.delegate.value = delegate }
         relay.bind { [weak self] event in self?.handle(event) }
-        channel.hello(appID: appID ?? LaunchOptions.current.appID ?? "", restoreIdentifier: options.restoreIdentifier, role: .central) { [weak self] state, restored, error in
+        channel.hello(appID: self.appID, restoreIdentifier: options.restoreIdentifier, role: .central) { [weak self] state, restored, error in
             guard let self else { return }
             if let error { self.misuse.report(error) }
             if let restored {

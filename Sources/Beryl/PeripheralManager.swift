@@ -157,6 +157,7 @@ public final class PeripheralManager: Sendable {
     let delegateQueue: DispatchQueue
     let managerID: UInt32 = 1
     let misuse = MisuseReporter()
+    let appID: String
     private struct State {
         var state: ManagerState = .unknown
         var isAdvertising = false
@@ -169,11 +170,12 @@ public final class PeripheralManager: Sendable {
     public init(delegate: PeripheralManagerDelegate?, queue: DispatchQueue? = nil, options: PeripheralManagerOptions = PeripheralManagerOptions(),
                 appID: String? = nil, socketPath: String? = nil) throws(BerylError) {
         delegateQueue = queue ?? .main
+        self.appID = appID ?? LaunchOptions.current.appID ?? ""
         let relay = EventRelay()
         channel = try Channel(socketPath: socketPath, label: "peripheral", relay: relay)
         shared.withLock { $0.delegate.value = delegate }
         relay.bind { [weak self] event in self?.handle(event) }
-        channel.hello(appID: appID ?? LaunchOptions.current.appID ?? "", restoreIdentifier: options.restoreIdentifier, role: .peripheral) { [weak self] state, restored, error in
+        channel.hello(appID: self.appID, restoreIdentifier: options.restoreIdentifier, role: .peripheral) { [weak self] state, restored, error in
             guard let self else { return }
             if let error { self.misuse.report(error) }
             if let restored {

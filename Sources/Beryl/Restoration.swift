@@ -48,7 +48,27 @@ public struct LaunchOptions: Sendable, Equatable {
     public var isRelaunch: Bool { !centrals.isEmpty || !peripherals.isEmpty }
 }
 
+/// What an app tells the stack about itself (iOS knows it from UIApplication): in the foreground, or in the
+/// background — which, said after handling an event the app was woken for, is also "done, idle".
+public enum ApplicationState: Sendable {
+    case foreground, background
+}
+
+extension Channel {
+    func report(_ state: ApplicationState, appID: String) -> BerylError? {
+        guard !appID.isEmpty else { return .invalidArgument("an app without an app id is always in the foreground") }
+        let result = call(.manager { $0.setAppState = .with { $0.appID = appID; $0.state = state == .foreground ? .foreground : .background } })
+        if case .failure(let error) = result { return error }
+        return nil
+    }
+}
+
 extension CentralManager {
+    /// Reports the app's state: background apps follow Core Bluetooth's background rules; a foreground-only app is
+    /// suspended a few seconds after going to the background. Saying background after a wake reports idle.
+    @discardableResult
+    public func reportApplicationState(_ state: ApplicationState) -> BerylError? { channel.report(state, appID: appID) }
+
     func restoredState(_ preserved: Beryl_Ipc_V1_PreservedCentralRole) -> RestoredCentralState {
         let peripherals = preserved.links.map { link -> Peripheral in
             let restored = peripheral(link.identifier, name: link.name.isEmpty ? nil : link.name)
@@ -68,6 +88,12 @@ extension CentralManager {
                                                                                    solicitedServiceUUIDs: preserved.solicitedServiceUuids.compactMap(BluetoothUUID.init)) : nil,
                                     isScanning: preserved.scanning)
     }
+}
+
+extension PeripheralManager {
+    /// As `CentralManager.reportApplicationState`.
+    @discardableResult
+    public func reportApplicationState(_ state: ApplicationState) -> BerylError? { channel.report(state, appID: appID) }
 }
 
 extension MutableService {

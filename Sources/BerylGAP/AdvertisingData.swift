@@ -146,4 +146,12 @@ public struct AdvertisingPayload: Equatable, Sendable {
         self.scanResponse = scanResponse
         self.overflow = overflow
     }
+
+    /// A bluetooth-peripheral app in the background (Core Bluetooth's rule): no local name, and every service UUID
+    /// in the overflow area.
+    public static func background(serviceUUIDs: [BluetoothUUID]) -> AdvertisingPayload {
+        var payload = AdvertisingPayload(localName: nil, serviceUUIDs: [])
+        payload.overflow = serviceUUIDs
+        return payload
+    }
 }

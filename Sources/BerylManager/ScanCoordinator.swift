@@ -42,8 +42,13 @@ public struct ScanCoordinator: Sendable {
 
     public init() {}
 
-    public var isScanning: Bool { !scans.isEmpty }
-    public var scanners: [ManagerKey] { scans.keys.sorted() }
+    /// Scans of suspended apps: kept, but neither run nor routed until the app returns.
+    public var paused: Set<UInt64> = []
+    /// Sessions whose duplicates are coalesced whatever they asked (background apps).
+    public var coalesced: Set<UInt64> = []
+
+    public var isScanning: Bool { scans.keys.contains { !paused.contains($0.session) } }
+    public var scanners: [ManagerKey] { scans.keys.filter { !paused.contains($0.session) }.sorted() }
 
     /// Starts or replaces a scan (Core Bluetooth: a new scanForPeripherals replaces the previous one).
     public mutating func start(_ key: ManagerKey, _ request: ScanRequest) {
@@ -74,8 +79,9 @@ public struct ScanCoordinator: Sendable {
     /// The scanners to tell about this peripheral's (merged) advertisement.
     public mutating func route(identifier: String, advertisement: AdvertisementData) -> [ManagerKey] {
         var targets: [ManagerKey] = []
-        for (key, request) in scans.sorted(by: { $0.key < $1.key }) where request.matches(advertisement) {
-            if request.allowDuplicates || reported[key, default: []].insert(identifier).inserted { targets.append(key) }
+        for (key, request) in scans.sorted(by: { $0.key < $1.key }) where !paused.contains(key.session) && request.matches(advertisement) {
+            let duplicates = request.allowDuplicates && !coalesced.contains(key.session)
+            if reported[key, default: []].insert(identifier).inserted || duplicates { targets.append(key) }
         }
         return targets
     }

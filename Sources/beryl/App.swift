@@ -21,14 +21,17 @@ struct AppCommand: ParsableCommand {
         }
     }
 
-    static func describe(_ app: Beryl_Ipc_V1_AppInfo) -> String {
-        let state = switch app.state {
+    static func state(_ app: Beryl_Ipc_V1_AppInfo) -> String {
+        switch app.state {
         case .foreground: "foreground"
         case .background: "background"
         case .suspended: "suspended"
         default: "not running"
         }
-        var line = "\(app.id)  user \(app.user)  \(state)"
+    }
+
+    static func describe(_ app: Beryl_Ipc_V1_AppInfo) -> String {
+        var line = "\(app.id)  " + (app.user.isEmpty ? "no manifest" : "user \(app.user)") + "  \(state(app))"
         if !app.pids.isEmpty { line += "  pids \(app.pids.map(String.init).joined(separator: ","))" }
         if !app.backgroundModes.isEmpty { line += "  modes \(app.backgroundModes.joined(separator: ","))" }
         if !app.preservedCentrals.isEmpty { line += "  preserved centrals \(app.preservedCentrals.joined(separator: ","))" }
@@ -41,7 +44,7 @@ struct AppCommand: ParsableCommand {
 
     static func object(_ app: Beryl_Ipc_V1_AppInfo) -> [String: Any] {
         ["id": app.id, "manifest": app.manifest, "user": app.user, "backgroundModes": app.backgroundModes, "launchable": app.launchable,
-         "state": describe(app).components(separatedBy: "  ")[2], "pids": app.pids.map(Int.init),
+         "state": state(app), "pids": app.pids.map(Int.init),
          "preservedCentrals": app.preservedCentrals, "preservedPeripherals": app.preservedPeripherals,
          "queuedEvents": Int(app.queuedEvents), "launches": Int(app.launches), "lastLaunchError": app.lastLaunchError]
     }
@@ -99,5 +102,49 @@ struct AppState: ParsableCommand {
     func run() throws {
         let lifecycle: Beryl_Ipc_V1_AppLifecycle = state == "foreground" ? .foreground : state == "background" ? .background : .suspended
         AppCommand.print(try AppCommand.call(stack) { $0.setAppState = .with { $0.appID = app; $0.state = lifecycle } }, json: false)
+    }
+}
+
+/// `beryl alerts`: the alerts managerd raises for suspended apps (connection options' notifyOn*), one per line.
+struct Alerts: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print the alerts managerd raises for suspended apps, until stopped (or --count).")
+    @OptionGroup var stack: StackOptions
+    @Option(help: "Stop after this many alerts.") var count: Int?
+    @Flag(help: "One JSON object per line.") var json = false
+
+    func validate() throws {
+        if let count, count < 1 { throw ValidationError("--count must be at least 1") }
+    }
+
+    func run() throws {
+        let client: IPCClient
+        do {
+            client = try IPCClient(path: stack.paths.socket("managerd"))
+            var subscribe = Request()
+            subscribe.manager.subscribeAlerts = .init()
+            _ = try client.call(subscribe)
+        } catch {
+            throw Output.fail("cannot reach managerd in \(stack.paths.runtimeDir): \(error)")
+        }
+        var seen = 0
+        while seen < (count ?? .max) {
+            let envelope: Envelope
+            switch Result(catching: { () throws(IPCClientError) -> Envelope in try client.receive(timeout: .seconds(1)) }) {
+            case .success(let received): envelope = received
+            case .failure(.timedOut): continue
+            case .failure(let error): throw Output.fail("managerd went away: \(error)")
+            }
+            _ = client.takeEvents()
+            guard case .alert(let alert)? = envelope.event.manager.kind else { continue }
+            seen += 1
+            let line: String
+            if json, let data = try? JSONSerialization.data(withJSONObject: ["app": alert.appID, "kind": alert.kind, "peripheral": alert.peripheral,
+                                                                               "message": alert.message], options: [.sortedKeys]) {
+                line = String(decoding: data, as: UTF8.self)
+            } else {
+                line = alert.message
+            }
+            FileHandle.standardOutput.write(Data((line + "\n").utf8))
+        }
     }
 }

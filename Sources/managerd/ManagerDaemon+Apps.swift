@@ -1,4 +1,5 @@
 import BerylCore
+import BerylEventLoop
 import BerylDaemonKit
 import BerylGAP
 import BerylIPC
@@ -43,6 +44,9 @@ struct AppRuntime {
     var lastLaunchError = ""
     var nextLaunch: ContinuousClock.Instant?
     var backoff = RestartBackoff(initial: .seconds(1), maximum: .seconds(60), stableAfter: .seconds(30))
+    /// When an event woke the app in the background (its budget runs from here until it reports idle).
+    var wokenAt: ContinuousClock.Instant?
+    var suspensionTimer: EventRegistration?
 }
 
 extension ManagerDaemon {
@@ -402,7 +406,8 @@ extension ManagerDaemon {
         switch kind {
         case .listApps:
             incoming.respond(.with { $0.manager.apps = .with { list in
-                list.apps = catalog.apps.values.sorted { $0.id < $1.id }.map { appInfo($0) }
+                let running = Set((host.server?.sessions.values.map { $0 } ?? []).compactMap { ($0.context as? AppSession)?.appID }.filter { !$0.isEmpty })
+                list.apps = Set(catalog.apps.keys).union(running).sorted().map { info(forApp: $0) }
                 list.refused = catalog.refused.map(\.description)
             } })
         case .launchApp(let launchRequest):
@@ -427,28 +432,66 @@ extension ManagerDaemon {
             host.logger.info("\(stop.userQuit ? "quit" : "terminated") \(manifest.id) (pids \(pids.sorted()))")
             incoming.respond(.with { $0.manager.apps.apps = [appInfo(manifest)] })
         case .setAppState(let change):
-            guard let manifest = authorized(change.appID) else { return }
-            apps[manifest.id, default: AppRuntime()].state = change.state
-            incoming.respond(.with { $0.manager.apps.apps = [appInfo(manifest)] })
+            // An app reports its own state; root, managerd's user, or the app's own user may force it (labs, tests).
+            let own = (session.context as? AppSession)?.appID == change.appID && !change.appID.isEmpty
+            let users = Set(sessionsOf(change.appID).map(\.peer.uid) + [catalog.apps[change.appID]?.uid].compactMap { $0 })
+            guard own || session.peer.uid == 0 || session.peer.uid == getuid() || users.contains(session.peer.uid) else {
+                incoming.fail(.permissionDenied, "only the app, root or managerd's user may set \(change.appID)'s state", field: "app_id")
+                return
+            }
+            guard catalog.apps[change.appID] != nil || !sessionsOf(change.appID).isEmpty else {
+                incoming.fail(.notFound, "no app '\(change.appID)' is declared or running", field: "app_id")
+                return
+            }
+            guard change.state != .notRunning else {
+                incoming.fail(.invalidArgument, "an app is not running when its process exits; use terminate or quit", field: "state")
+                return
+            }
+            setLifecycle(change.appID, change.state, reason: own ? "reported by the app" : "set by uid \(session.peer.uid)")
+            incoming.respond(.with { $0.manager.apps.apps = [info(forApp: change.appID)] })
         default:
             incoming.fail(.unsupported, "not an app request")
+        }
+    }
+
+    /// An app with a manifest, or one running without (foreground-only, no restoration).
+    func info(forApp appID: String) -> Beryl_Ipc_V1_AppInfo {
+        if let manifest = catalog.apps[appID] { return appInfo(manifest) }
+        return .with {
+            $0.id = appID
+            $0.state = lifecycleProto(lifecycle(of: appID))
+            $0.pids = Array(Set(sessionsOf(appID).map(\.peer.pid))).sorted()
+            $0.queuedEvents = UInt32(sessionsOf(appID).compactMap { ($0.context as? AppSession)?.held.count }.reduce(0, +))
+        }
+    }
+
+    func lifecycleProto(_ state: LifecycleState) -> Beryl_Ipc_V1_AppLifecycle {
+        switch state {
+        case .foreground: .foreground
+        case .background: .background
+        case .suspended: .suspended
+        case .notRunning: .notRunning
         }
     }
 
     func appInfo(_ manifest: AppManifest) -> Beryl_Ipc_V1_AppInfo {
         let runtime = apps[manifest.id] ?? AppRuntime()
         let mine = preservedManagers.filter { $0.appID == manifest.id }
+        let preservedQueued: Int = mine.map(\.queued.count).reduce(0, +)
+        let held: Int = sessionsOf(manifest.id).compactMap { ($0.context as? AppSession)?.held.count }.reduce(0, +)
+        var pids: Set<Int32> = Set(sessionsOf(manifest.id).map(\.peer.pid))
+        if let launched = runtime.launchedPID { pids.insert(launched) }
         return .with {
             $0.id = manifest.id
             $0.manifest = manifest.file
             $0.user = manifest.user
             $0.backgroundModes = manifest.backgroundModes.map(\.rawValue).sorted()
             $0.launchable = manifest.launch != nil
-            $0.state = !sessionsOf(manifest.id).isEmpty && runtime.state == .notRunning ? .foreground : runtime.state
-            $0.pids = Array(Set(sessionsOf(manifest.id).map(\.peer.pid) + [runtime.launchedPID].compactMap { $0 })).sorted()
+            $0.state = lifecycleProto(lifecycle(of: manifest.id))
+            $0.pids = pids.sorted()
             $0.preservedCentrals = mine.filter { $0.role == .central }.map(\.restoreID).sorted()
             $0.preservedPeripherals = mine.filter { $0.role == .peripheral }.map(\.restoreID).sorted()
-            $0.queuedEvents = UInt32(mine.map(\.queued.count).reduce(0, +))
+            $0.queuedEvents = UInt32(preservedQueued + held)
             $0.launches = UInt32(runtime.launches)
             $0.lastLaunchError = runtime.lastLaunchError
         }

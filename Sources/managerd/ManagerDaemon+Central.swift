@@ -36,6 +36,7 @@ extension ManagerDaemon {
             }
             let key = ManagerKey(session: session, manager: connect.manager)
             let (already, actions) = book.connect(key, identifier: device.identifier, address: device.address)
+            (self.session(session)?.context as? AppSession)?.connectOptions[device.identifier] = connect
             if let preserved = preservedManagers.first(where: { $0.session == session }) {
                 preserved.connectOptions[device.identifier] = connect
                 persist(preserved)
@@ -142,7 +143,9 @@ extension ManagerDaemon {
         controllerScanning = wanted
         if wanted {
             // Active scanning (scan responses carry names), 60 ms every 100 ms; duplicates are filtered here, per app.
-            command(HCICommandPacket(.leSetScanParameters, parameters: [0x01, 0xA0, 0x00, 0x60, 0x00, 0x00, 0x00]))
+            // Only background apps scanning: 30 ms every 1.28 s, as iOS scans for them.
+            let parameters: [UInt8] = scanIsSlow ? [0x01, 0x00, 0x08, 0x30, 0x00, 0x00, 0x00] : [0x01, 0xA0, 0x00, 0x60, 0x00, 0x00, 0x00]
+            command(HCICommandPacket(.leSetScanParameters, parameters: parameters))
             command(HCICommandPacket(.leSetScanEnable, parameters: [0x01, 0x00]))
         } else {
             command(HCICommandPacket(.leSetScanEnable, parameters: [0x00, 0x00]))

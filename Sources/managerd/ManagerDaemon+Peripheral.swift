@@ -138,7 +138,8 @@ extension ManagerDaemon {
     }
 
     func routeRead(_ read: Beryl_Ipc_V1_ReadRequested) {
-        guard let owner = owner(of: read.handle), isReachable(owner.session) else {
+        guard let owner = owner(of: read.handle), isReachable(owner.session), policy(forSession: owner.session).answersRequests else {
+            // No one to answer (or a suspended app: Core Bluetooth refuses its dynamic reads at once).
             answerAttd(read.id, isRead: true, value: [], error: 0x0E)
             return
         }
@@ -156,7 +157,8 @@ extension ManagerDaemon {
     }
 
     func routeWrite(_ write: Beryl_Ipc_V1_WriteRequested) {
-        guard let first = write.writes.first, let owner = owner(of: first.handle), isReachable(owner.session) else {
+        guard let first = write.writes.first, let owner = owner(of: first.handle), isReachable(owner.session),
+              policy(forSession: owner.session).answersRequests else {
             if write.withResponse { answerAttd(write.id, isRead: false, value: [], error: 0x0E) }
             return
         }
@@ -207,7 +209,8 @@ extension ManagerDaemon {
     func updateAdvertising(completion: ((String?) -> Void)? = nil) {
         rotation?.cancel()
         rotation = nil
-        let order = advertisers.keys.sorted()
+        // Suspended apps do not advertise; background ones advertise as Core Bluetooth's background rules say.
+        let order = advertisers.keys.sorted().filter { policy(forSession: $0.session).advertises }
         let peripheralLinkUp = book.links.values.contains { !$0.isCentral }
         guard state == .poweredOn, !order.isEmpty, !peripheralLinkUp else {
             // Advertising managerd did not start (a low-level tool driving hcid directly) is left alone.
@@ -221,10 +224,13 @@ extension ManagerDaemon {
         advertisingEnabled = true
         advertisingTurn %= order.count
         let advertiser = advertisers[order[advertisingTurn]]!
+        let background = policy(forSession: order[advertisingTurn].session).backgroundAdvertising
+        let payload = background ? AdvertisingPayload.background(serviceUUIDs: advertiser.serviceUUIDs) : advertiser.payload
         command(HCICommandPacket(.leSetAdvertisingEnable, parameters: [0]))
-        command(HCICommands.leSetAdvertisingParameters(interval: 0x00A0))
-        command(HCICommands.leSetAdvertisingData(advertiser.payload.advertising))
-        command(HCICommands.leSetAdvertisingData(advertiser.payload.scanResponse, scanResponse: true))
+        // 100 ms in the foreground; 1 s in the background.
+        command(HCICommands.leSetAdvertisingParameters(interval: background ? 0x0640 : 0x00A0))
+        command(HCICommands.leSetAdvertisingData(payload.advertising))
+        command(HCICommands.leSetAdvertisingData(payload.scanResponse, scanResponse: true))
         command(HCICommandPacket(.leSetAdvertisingEnable, parameters: [1])) { result in
             switch result {
             case .success(let status) where status.first == 0: completion?(nil)

@@ -16,6 +16,10 @@ final class AppSession {
     var preserved: PreservedManager?
     /// The user quit the app: what its managers held goes with them.
     var quitting = false
+    /// Events held while the app is suspended.
+    var held = SuspendedQueue<Beryl_Ipc_V1_ManagerEvent>()
+    /// Each connection's options (notifyOn*), by peripheral identifier.
+    var connectOptions: [String: Beryl_Ipc_V1_Connect] = [:]
 }
 
 /// managerd's shell: app sessions on managerd.sock; hcid for scanning, connecting and advertising; attd for GATT.
@@ -76,11 +80,16 @@ final class ManagerDaemon {
     /// Session ids for preserved managers whose app is not running (never a real session's).
     var nextPlaceholder: UInt64 = 1 << 48
     let restorationStore: RestorationStore?
+    /// Sessions of `beryl alerts`.
+    var alertSubscribers: Set<UInt64> = []
+    /// Seconds before a foreground-only app in the background is suspended, unless its manifest says otherwise.
+    let defaultSuspendAfter: Double
     var pendingRepublish: [(ManagerKey, [Beryl_Ipc_V1_PreservedService])] = []
 
-    init(host: DaemonHost, appsDir: String?) throws {
+    init(host: DaemonHost, appsDir: String?, suspendAfter: Double = 5) throws {
         self.host = host
         self.appsDir = appsDir
+        defaultSuspendAfter = suspendAfter
         do {
             restorationStore = try RestorationStore(path: host.paths.stateDir + "/restoration.sqlite")
         } catch {
@@ -112,6 +121,7 @@ final class ManagerDaemon {
             if sessionID >= 1 << 48 { queueForAbsentApp(event, placeholder: sessionID) }
             return
         }
+        if holdIfSuspended(event, for: sessionID) { return }
         var envelope = Event()
         envelope.manager = event
         live.send(.event(envelope))
@@ -292,6 +302,9 @@ final class ManagerDaemon {
     // MARK: Sessions
 
     private func sessionClosed(_ id: UInt64) {
+        alertSubscribers.remove(id)
+        scans.paused.remove(id)
+        scans.coalesced.remove(id)
         if let preserved = preservedManagers.first(where: { $0.session == id && $0.live }) {
             let app = session(id)?.context as? AppSession
             if app?.quitting == true || preserved.appID.isEmpty {
@@ -359,6 +372,10 @@ final class ManagerDaemon {
         switch kind {
         case .listApps, .launchApp, .stopApp, .setAppState:
             handleApps(kind, session: session, incoming)
+            return true
+        case .subscribeAlerts:
+            alertSubscribers.insert(session.id)
+            incoming.respond(.with { $0.ack = .init() })
             return true
         case .invalidate:
             if let preserved = app.preserved { discard(preserved) }

@@ -15,11 +15,18 @@ struct Managerd: ParsableCommand {
     @Option(help: "Where app manifests (*.json) are; /etc/beryl/apps when it exists.")
     var appsDir: String?
 
+    @Option(help: "Seconds a foreground-only app stays in the background before it is suspended (a manifest may say otherwise).")
+    var suspendAfter: Double = 5
+
+    func validate() throws {
+        guard (0...3600).contains(suspendAfter) else { throw ValidationError("--suspend-after must be in [0, 3600] seconds") }
+    }
+
     func run() throws {
         var daemon: ManagerDaemon?
         let status = runDaemon({ try DaemonHost(name: "managerd", paths: options.paths, logLevel: options.logLevel) }) { host in
             let directory = appsDir ?? (FileManager.default.fileExists(atPath: "/etc/beryl/apps") ? "/etc/beryl/apps" : nil)
-            daemon = try ManagerDaemon(host: host, appsDir: directory)
+            daemon = try ManagerDaemon(host: host, appsDir: directory, suspendAfter: suspendAfter)
         }
         withExtendedLifetime(daemon) {}
         throw ExitCode(status)

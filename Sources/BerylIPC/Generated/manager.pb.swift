@@ -336,6 +336,36 @@ public nonisolated struct Beryl_Ipc_V1_ListApps: Sendable {
   public init() {}
 }
 
+/// Alerts (connection options' notifyOn* while the app is suspended) for `beryl alerts`, until the session closes.
+public nonisolated struct Beryl_Ipc_V1_SubscribeAlerts: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_AlertEvent: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var appID: String = String()
+
+  public var message: String = String()
+
+  /// connection, disconnection or notification.
+  public var kind: String = String()
+
+  public var peripheral: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 /// Launches an app from its manifest, exactly as a relaunch for restoration would.
 public nonisolated struct Beryl_Ipc_V1_LaunchApp: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
@@ -1046,6 +1076,14 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     set {kind = .stopApp(newValue)}
   }
 
+  public var subscribeAlerts: Beryl_Ipc_V1_SubscribeAlerts {
+    get {
+      if case .subscribeAlerts(let v)? = kind {return v}
+      return Beryl_Ipc_V1_SubscribeAlerts()
+    }
+    set {kind = .subscribeAlerts(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1072,6 +1110,7 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     case listApps(Beryl_Ipc_V1_ListApps)
     case launchApp(Beryl_Ipc_V1_LaunchApp)
     case stopApp(Beryl_Ipc_V1_StopApp)
+    case subscribeAlerts(Beryl_Ipc_V1_SubscribeAlerts)
 
   }
 
@@ -1474,6 +1513,14 @@ public nonisolated struct Beryl_Ipc_V1_ManagerEvent: Sendable {
     set {kind = .pairingFinished(newValue)}
   }
 
+  public var alert: Beryl_Ipc_V1_AlertEvent {
+    get {
+      if case .alert(let v)? = kind {return v}
+      return Beryl_Ipc_V1_AlertEvent()
+    }
+    set {kind = .alert(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1491,6 +1538,7 @@ public nonisolated struct Beryl_Ipc_V1_ManagerEvent: Sendable {
     case advertisingStarted(Beryl_Ipc_V1_AdvertisingStarted)
     case pairingPrompt(Beryl_Ipc_V1_PairingPromptEvent)
     case pairingFinished(Beryl_Ipc_V1_PairingFinishedEvent)
+    case alert(Beryl_Ipc_V1_AlertEvent)
 
   }
 
@@ -1934,6 +1982,70 @@ nonisolated extension Beryl_Ipc_V1_ListApps: SwiftProtobuf.Message, SwiftProtobu
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_ListApps, rhs: Beryl_Ipc_V1_ListApps) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_SubscribeAlerts: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SubscribeAlerts"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_SubscribeAlerts, rhs: Beryl_Ipc_V1_SubscribeAlerts) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_AlertEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AlertEvent"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}app_id\0\u{1}message\0\u{1}kind\0\u{1}peripheral\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.appID) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.message) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.kind) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.appID.isEmpty {
+      try visitor.visitSingularStringField(value: self.appID, fieldNumber: 1)
+    }
+    if !self.message.isEmpty {
+      try visitor.visitSingularStringField(value: self.message, fieldNumber: 2)
+    }
+    if !self.kind.isEmpty {
+      try visitor.visitSingularStringField(value: self.kind, fieldNumber: 3)
+    }
+    if !self.peripheral.isEmpty {
+      try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_AlertEvent, rhs: Beryl_Ipc_V1_AlertEvent) -> Bool {
+    if lhs.appID != rhs.appID {return false}
+    if lhs.message != rhs.message {return false}
+    if lhs.kind != rhs.kind {return false}
+    if lhs.peripheral != rhs.peripheral {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3128,7 +3240,7 @@ nonisolated extension Beryl_Ipc_V1_PairingFinishedEvent: SwiftProtobuf.Message, 
 
 nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{1}gatt\0\u{3}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0\u{3}answer_pairing\0\u{1}invalidate\0\u{3}set_app_state\0\u{3}list_apps\0\u{3}launch_app\0\u{3}stop_app\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{1}gatt\0\u{3}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0\u{3}answer_pairing\0\u{1}invalidate\0\u{3}set_app_state\0\u{3}list_apps\0\u{3}launch_app\0\u{3}stop_app\0\u{3}subscribe_alerts\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3435,6 +3547,19 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
           self.kind = .stopApp(v)
         }
       }()
+      case 24: try {
+        var v: Beryl_Ipc_V1_SubscribeAlerts?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .subscribeAlerts(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .subscribeAlerts(v)
+        }
+      }()
       default: break
       }
     }
@@ -3537,6 +3662,10 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
     case .stopApp?: try {
       guard case .stopApp(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 23)
+    }()
+    case .subscribeAlerts?: try {
+      guard case .subscribeAlerts(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 24)
     }()
     case nil: break
     }
@@ -4149,7 +4278,7 @@ nonisolated extension Beryl_Ipc_V1_AdvertisingStarted: SwiftProtobuf.Message, Sw
 
 nonisolated extension Beryl_Ipc_V1_ManagerEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}state_changed\0\u{1}discovered\0\u{1}connected\0\u{1}disconnected\0\u{1}notification\0\u{3}services_changed\0\u{3}ready_to_write\0\u{3}read_request\0\u{3}write_request\0\u{1}subscription\0\u{3}ready_to_update\0\u{3}advertising_started\0\u{3}pairing_prompt\0\u{3}pairing_finished\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}state_changed\0\u{1}discovered\0\u{1}connected\0\u{1}disconnected\0\u{1}notification\0\u{3}services_changed\0\u{3}ready_to_write\0\u{3}read_request\0\u{3}write_request\0\u{1}subscription\0\u{3}ready_to_update\0\u{3}advertising_started\0\u{3}pairing_prompt\0\u{3}pairing_finished\0\u{1}alert\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4334,6 +4463,19 @@ nonisolated extension Beryl_Ipc_V1_ManagerEvent: SwiftProtobuf.Message, SwiftPro
           self.kind = .pairingFinished(v)
         }
       }()
+      case 15: try {
+        var v: Beryl_Ipc_V1_AlertEvent?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .alert(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .alert(v)
+        }
+      }()
       default: break
       }
     }
@@ -4400,6 +4542,10 @@ nonisolated extension Beryl_Ipc_V1_ManagerEvent: SwiftProtobuf.Message, SwiftPro
     case .pairingFinished?: try {
       guard case .pairingFinished(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 14)
+    }()
+    case .alert?: try {
+      guard case .alert(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
     }()
     case nil: break
     }

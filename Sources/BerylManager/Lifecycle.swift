@@ -1,0 +1,74 @@
+import BerylCore
+
+/// An app's lifecycle state, as iOS has them.
+public enum LifecycleState: String, Sendable, CaseIterable {
+    case foreground, background, suspended
+    case notRunning = "not running"
+}
+
+/// What an app's managers may do in its current state, given its background modes (Core Bluetooth's background
+/// execution rules).
+public struct LifecyclePolicy: Equatable, Sendable {
+    /// Its scans run at all.
+    public var scans: Bool
+    /// Every advertisement reported once per peripheral, even if the app asked for duplicates.
+    public var coalesceDuplicates: Bool
+    /// The scan may run at the slow background interval.
+    public var slowScan: Bool
+    public var advertises: Bool
+    /// Background advertising: no local name, every service UUID in the overflow area, a slower interval.
+    public var backgroundAdvertising: Bool
+    /// Events are delivered at once (foreground, or background with the mode that wakes it); otherwise queued.
+    public var deliversEvents: Bool
+    /// A remote central's read or write of a dynamic value reaches the app (else it is refused at once).
+    public var answersRequests: Bool
+
+    public static func of(_ state: LifecycleState, modes: Set<BackgroundMode>) -> LifecyclePolicy {
+        switch state {
+        case .foreground, .notRunning:
+            // Not running is only ever a preserved manager, which works as its background modes allow; an app
+            // without them has nothing preserved.
+            if state == .notRunning { return .of(.background, modes: modes) }
+            return LifecyclePolicy(scans: true, coalesceDuplicates: false, slowScan: false, advertises: true, backgroundAdvertising: false,
+                                   deliversEvents: true, answersRequests: true)
+        case .background:
+            let central = modes.contains(.central), peripheral = modes.contains(.peripheral)
+            if !central && !peripheral {
+                // A foreground-only app in the background has a few seconds before suspension; it keeps working.
+                return LifecyclePolicy(scans: true, coalesceDuplicates: false, slowScan: false, advertises: true, backgroundAdvertising: false,
+                                       deliversEvents: true, answersRequests: true)
+            }
+            return LifecyclePolicy(scans: central, coalesceDuplicates: true, slowScan: true, advertises: peripheral, backgroundAdvertising: true,
+                                   deliversEvents: true, answersRequests: peripheral || central)
+        case .suspended:
+            return LifecyclePolicy(scans: false, coalesceDuplicates: true, slowScan: true, advertises: false, backgroundAdvertising: true,
+                                   deliversEvents: false, answersRequests: false)
+        }
+    }
+}
+
+/// Events held for a suspended app: bounded, in order, one discovery per peripheral (the latest).
+public struct SuspendedQueue<Event>: Sendable where Event: Sendable {
+    public private(set) var events: [(discovery: String?, event: Event)] = []
+    public let capacity: Int
+    public private(set) var dropped = 0
+
+    public init(capacity: Int = 256) { self.capacity = capacity }
+
+    /// `discoveryOf`: the peripheral identifier when the event is a discovery.
+    public mutating func append(_ event: Event, discoveryOf identifier: String?) {
+        if let identifier { events.removeAll { $0.discovery == identifier } }
+        if events.count >= capacity {
+            events.removeFirst()
+            dropped += 1
+        }
+        events.append((identifier, event))
+    }
+
+    public mutating func drain() -> [Event] {
+        defer { events.removeAll() }
+        return events.map(\.event)
+    }
+
+    public var count: Int { events.count }
+}

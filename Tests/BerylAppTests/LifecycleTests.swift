@@ -1,0 +1,136 @@
+import Beryl
+import BerylStack
+import Dispatch
+import Foundation
+import XCTest
+
+/// Foreground-only apps on two stacks: suspension stops their scans and holds their events (one discovery per
+/// peripheral) until they return; a suspended publisher's dynamic reads are refused; alerts for notifyOn*.
+final class LifecycleTests: XCTestCase {
+    var scratch: Scratch!
+
+    override func setUpWithError() throws {
+        scratch = try Scratch()
+        try startTwoStacks(scratch, managerd: [["--suspend-after", "0.5"], ["--suspend-after", "0.5"]])
+    }
+
+    override func tearDown() { scratch.stopAll() }
+
+    private func socket(_ index: Int) -> String { "\(scratch.root)/run\(index)/managerd.sock" }
+
+    @discardableResult
+    private func beryl(_ arguments: [String], side: Int = 0) throws -> (status: Int32, out: String, err: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
+        process.arguments = arguments + ["--runtime-dir", "\(scratch.root)/run\(side)"]
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let output = out.fileHandleForReading.readDataToEndOfFile()
+        let errors = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: output, as: UTF8.self), String(decoding: errors, as: UTF8.self))
+    }
+
+    private func appState(_ id: String, side: Int = 0) throws -> [String: Any]? {
+        let listed = try beryl(["app", "list", "--json"], side: side)
+        let object = try JSONSerialization.jsonObject(with: Data(listed.out.utf8)) as? [String: Any]
+        return (object?["apps"] as? [[String: Any]])?.first { $0["id"] as? String == id }
+    }
+
+    private func advertiseHeartRate() throws -> (HeartRatePeripheral, PeripheralManager) {
+        let app = HeartRatePeripheral()
+        let manager = try PeripheralManager(delegate: app, queue: DispatchQueue(label: "peripheral"), appID: "com.test.sensor", socketPath: socket(1))
+        XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
+        return (app, manager)
+    }
+
+    func testASuspendedScannerHearsNothingUntilItReturnsThenOneDiscoveryPerPeripheral() throws {
+        let (peripheralApp, manager) = try advertiseHeartRate()
+        manager.startAdvertising(AdvertisingOptions(localName: "Pulse", serviceUUIDs: [BluetoothUUID(0x180D)]))
+        XCTAssertNotNil(peripheralApp.recorder.wait(for: "advertising ok"))
+
+        let client = HeartRateCentral()
+        let central = try CentralManager(delegate: client, queue: DispatchQueue(label: "central"), appID: "com.test.scanner", socketPath: socket(0))
+        XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
+        central.scanForPeripherals(withServices: [BluetoothUUID(0x180D)], options: ScanOptions(allowDuplicates: true))
+        XCTAssertTrue(eventually { client.recorder.all.filter { $0.hasPrefix("discovered") }.count >= 3 }, "duplicates flow in the foreground")
+        XCTAssertEqual(try appState("com.test.scanner")?["state"] as? String, "foreground")
+
+        XCTAssertEqual(try beryl(["app", "state", "com.test.scanner", "suspended"]).status, 0)
+        usleep(300_000)
+        let whileSuspended = client.recorder.all.filter { $0.hasPrefix("discovered") }.count
+        usleep(1_500_000)
+        XCTAssertEqual(client.recorder.all.filter { $0.hasPrefix("discovered") }.count, whileSuspended, "a suspended app hears nothing")
+        XCTAssertEqual(try appState("com.test.scanner")?["state"] as? String, "suspended")
+
+        // Its scan was paused, not dropped: back in the foreground it hears again.
+        XCTAssertEqual(try beryl(["app", "state", "com.test.scanner", "foreground"]).status, 0)
+        XCTAssertTrue(eventually { client.recorder.all.filter { $0.hasPrefix("discovered") }.count > whileSuspended + 2 })
+
+        // Reporting background itself: a foreground-only app is suspended after --suspend-after (0.5 s here).
+        XCTAssertNil(central.reportApplicationState(.background))
+        XCTAssertTrue(eventually(.seconds(5)) { (try? self.appState("com.test.scanner")?["state"] as? String) == "suspended" })
+        XCTAssertNil(central.reportApplicationState(.foreground))
+        XCTAssertEqual(try appState("com.test.scanner")?["state"] as? String, "foreground")
+        withExtendedLifetime((central, manager)) {}
+    }
+
+    func testEventsHeldWhileSuspendedArriveInOrderAndAlertsAreRaised() throws {
+        let (peripheralApp, manager) = try advertiseHeartRate()
+        let service = MutableService(type: BluetoothUUID(0x180D), primary: true)
+        service.characteristics = [peripheralApp.location]
+        delegateStyle { manager.add(service) }
+        XCTAssertNotNil(peripheralApp.recorder.wait(for: "added"))
+        manager.startAdvertising(AdvertisingOptions(localName: "Pulse", serviceUUIDs: [BluetoothUUID(0x180D)]))
+
+        let client = HeartRateCentral()
+        let central = try CentralManager(delegate: client, queue: DispatchQueue(label: "central"), appID: "com.test.alerts", socketPath: socket(0))
+        XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
+        central.scanForPeripherals(withServices: [BluetoothUUID(0x180D)])
+        XCTAssertNotNil(client.recorder.wait(for: "discovered"))
+        let peripheral = try XCTUnwrap(client.discovered.withLock { $0.first })
+        central.stopScan()
+        delegateStyle { central.connect(peripheral, options: ConnectOptions(notifyOnDisconnection: true)) }
+        XCTAssertNotNil(client.recorder.wait(for: "connected"))
+
+        // While the central app is suspended its peripheral app refuses dynamic reads... (the publisher is suspended too)
+        let alerts = scratch.root + "/alerts.out"
+        FileManager.default.createFile(atPath: alerts, contents: nil)
+        let watcher = Process()
+        watcher.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
+        watcher.arguments = ["alerts", "--count", "1", "--runtime-dir", "\(scratch.root)/run0"]
+        watcher.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: alerts))
+        try watcher.run()
+        defer { if watcher.isRunning { watcher.terminate() } }
+        usleep(300_000)
+
+        XCTAssertEqual(try beryl(["app", "state", "com.test.sensor", "suspended"], side: 1).status, 0)
+        let sensorDeadline = Date().addingTimeInterval(10)
+        while peripheral.services == nil, Date() < sensorDeadline {
+            peripheral.discoverServices(nil)
+            usleep(300_000)
+        }
+        let location = try XCTUnwrap(peripheral.services?.first { $0.uuid == BluetoothUUID(0x180D) }?.characteristics?.first)
+        peripheral.delegate = client
+        peripheral.readValue(for: location)
+        XCTAssertNotNil(client.recorder.wait(for: "value 2A38 - ATT error 0xe"), client.recorder.all.joined(separator: "\n"))
+        XCTAssertFalse(peripheralApp.recorder.all.contains { $0.hasPrefix("read") }, "the suspended publisher was not asked")
+
+        // ...and the central app, suspended, misses the disconnection but gets an alert for it.
+        XCTAssertEqual(try beryl(["app", "state", "com.test.alerts", "suspended"]).status, 0)
+        let sim = Process()
+        sim.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
+        sim.arguments = ["sim", "range", "1", "out", "--dir", scratch.root + "/sim"]
+        try sim.run()
+        sim.waitUntilExit()
+        XCTAssertTrue(eventually(.seconds(10)) { ((try? String(contentsOfFile: alerts, encoding: .utf8)) ?? "").contains("com.test.alerts: disconnection of") },
+                      (try? String(contentsOfFile: alerts, encoding: .utf8)) ?? "")
+        XCTAssertFalse(client.recorder.all.contains { $0.hasPrefix("disconnected") }, "held while suspended")
+        XCTAssertEqual(try appState("com.test.alerts")?["queuedEvents"] as? Int, 1)
+        XCTAssertEqual(try beryl(["app", "state", "com.test.alerts", "foreground"]).status, 0)
+        XCTAssertNotNil(client.recorder.wait(for: "disconnected"), "delivered on return")
+        withExtendedLifetime((central, manager)) {}
+    }
+}
