@@ -31,8 +31,11 @@ public enum AdvertisingDataError: Error, Equatable, Sendable {
 public struct AdvertisementData: Equatable, Sendable {
     public var localName: String?
     public var serviceUUIDs: [BluetoothUUID] = []
-    /// Service UUIDs that did not fit (Core Bluetooth's overflow area); never on the air, only in the scan's own matching.
+    /// Service UUIDs that did not fit (Core Bluetooth's overflow area), when known by name.
     public var overflowServiceUUIDs: [BluetoothUUID] = []
+    /// The overflow area as it goes on the air: one bit per service UUID (`OverflowArea`), so only a scan naming
+    /// the service finds it, as iOS's overflow area works.
+    public var overflowMask: [UInt8]?
     public var solicitedServiceUUIDs: [BluetoothUUID] = []
     public var serviceData: [BluetoothUUID: [UInt8]] = [:]
     public var manufacturerData: [UInt8]?
@@ -94,9 +97,46 @@ public struct AdvertisementData: Equatable, Sendable {
             serviceData[uuid] = Array(value[width...])
         case .manufacturerData:
             guard value.count >= 2 else { return .failure(.malformedField(type)) }
-            manufacturerData = value
+            if let mask = OverflowArea.mask(inManufacturerData: value) { overflowMask = mask } else { manufacturerData = value }
         }
         return .success(())
+    }
+}
+
+/// The overflow area on the air: manufacturer-specific data under the SIG's reserved test company id 0xFFFF, a
+/// type byte, and a 128-bit mask in which each overflowed service UUID sets one bit (a hash of its 128-bit form).
+/// Like iOS's, it tells only a scanner looking for a given service that the advertiser may have it.
+public enum OverflowArea {
+    static let company: [UInt8] = [0xFF, 0xFF]
+    static let type: UInt8 = 0x01
+
+    public static func bit(for uuid: BluetoothUUID) -> Int {
+        var hash: UInt32 = 2_166_136_261  // FNV-1a
+        for byte in uuid.wire128 {
+            hash = (hash ^ UInt32(byte)) &* 16_777_619
+        }
+        return Int(hash % 128)
+    }
+
+    public static func mask(for uuids: [BluetoothUUID]) -> [UInt8] {
+        var mask = [UInt8](repeating: 0, count: 16)
+        for uuid in uuids {
+            let bit = bit(for: uuid)
+            mask[bit / 8] |= 1 << (bit % 8)
+        }
+        return mask
+    }
+
+    public static func manufacturerData(for uuids: [BluetoothUUID]) -> [UInt8] { company + [type] + mask(for: uuids) }
+
+    static func mask(inManufacturerData value: [UInt8]) -> [UInt8]? {
+        guard value.count == 19, Array(value[0..<2]) == company, value[2] == type else { return nil }
+        return Array(value[3...])
+    }
+
+    public static func mayContain(_ mask: [UInt8], _ uuid: BluetoothUUID) -> Bool {
+        let bit = bit(for: uuid)
+        return mask.count == 16 && mask[bit / 8] & (1 << (bit % 8)) != 0
     }
 }
 
@@ -152,6 +192,10 @@ public struct AdvertisingPayload: Equatable, Sendable {
     public static func background(serviceUUIDs: [BluetoothUUID]) -> AdvertisingPayload {
         var payload = AdvertisingPayload(localName: nil, serviceUUIDs: [])
         payload.overflow = serviceUUIDs
+        if !serviceUUIDs.isEmpty {
+            let data = OverflowArea.manufacturerData(for: serviceUUIDs)
+            payload.advertising += [UInt8(1 + data.count), ADType.manufacturerData.rawValue] + data
+        }
         return payload
     }
 }

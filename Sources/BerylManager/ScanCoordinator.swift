@@ -29,7 +29,10 @@ public struct ScanRequest: Equatable, Sendable {
     func matches(_ advertisement: AdvertisementData) -> Bool {
         if services.isEmpty && solicited.isEmpty { return true }
         let advertised = advertisement.serviceUUIDs + advertisement.overflowServiceUUIDs
-        return services.contains { advertised.contains($0) } || solicited.contains { advertisement.solicitedServiceUUIDs.contains($0) }
+        return services.contains { wanted in
+            advertised.contains(wanted) || advertisement.overflowMask.map { OverflowArea.mayContain($0, wanted) } == true
+        }
+            || solicited.contains { advertisement.solicitedServiceUUIDs.contains($0) }
     }
 }
 

@@ -40,6 +40,7 @@ final class PreservedManager {
 struct AppRuntime {
     var state: Beryl_Ipc_V1_AppLifecycle = .notRunning
     var launchedPID: Int32?
+    var launchedAt: ContinuousClock.Instant?
     var launches = 0
     var lastLaunchError = ""
     var nextLaunch: ContinuousClock.Instant?
@@ -51,6 +52,8 @@ struct AppRuntime {
 
 extension ManagerDaemon {
     static let maxQueuedEvents = 256
+    /// How long a relaunched app has to make the managers it was launched for.
+    var restoreGrace: Duration { .seconds(15) }
 
     // MARK: Manifests
 
@@ -218,6 +221,7 @@ extension ManagerDaemon {
             let pid = try Spawn.start(command, environment: environment, logPath: host.paths.logDir + "/app-\(manifest.id).log",
                                       uid: manifest.uid, gid: manifest.gid)
             runtime.launchedPID = pid
+            runtime.launchedAt = .now
             runtime.state = .background
             runtime.lastLaunchError = ""
             host.logger.info("launched \(manifest.id) as \(manifest.user) (pid \(pid))"
@@ -236,14 +240,27 @@ extension ManagerDaemon {
     /// Reaps launched apps; one that ended with preserved work still waiting is launched again, with backoff.
     func superviseApps() {
         for (appID, runtime) in apps {
-            guard let pid = runtime.launchedPID, let (_, reason) = Spawn.reap(pid) else { continue }
+            guard let pid = runtime.launchedPID else { continue }
+            guard let (_, reason) = Spawn.reap(pid) else {
+                // Up, but it has not made the managers it was launched to restore: ended, so that it is launched again.
+                let waiting = preservedManagers.filter { $0.appID == appID && !$0.live && !$0.queued.isEmpty }
+                if !waiting.isEmpty, let launchedAt = runtime.launchedAt, ContinuousClock.now - launchedAt > restoreGrace {
+                    apps[appID]?.launchedAt = nil
+                    apps[appID]?.lastLaunchError = "did not restore \(waiting.map(\.restoreID).joined(separator: ", ")) within \(restoreGrace)"
+                    host.logger.warning("\(appID) (pid \(pid)) \(apps[appID]?.lastLaunchError ?? ""); ending it")
+                    kill(pid, SIGTERM)
+                }
+                continue
+            }
             var updated = runtime
             updated.launchedPID = nil
             let waiting = preservedManagers.filter { $0.appID == appID && !$0.live && !$0.queued.isEmpty }
             if !waiting.isEmpty {
                 let delay = updated.backoff.delay(afterRunning: .zero)
                 updated.nextLaunch = ContinuousClock.now + delay
-                updated.lastLaunchError = "exited (\(reason)) without restoring \(waiting.map(\.restoreID).joined(separator: ", "))"
+                if updated.launchedAt != nil || updated.lastLaunchError.isEmpty {
+                    updated.lastLaunchError = "exited (\(reason)) without restoring \(waiting.map(\.restoreID).joined(separator: ", "))"
+                }
                 host.logger.warning("\(appID) \(updated.lastLaunchError); launching again in \(delay)")
                 _ = try? host.loop.after(delay) { [unowned self] in self.launchForRestoration(appID) }
             } else {

@@ -90,7 +90,11 @@ final class RestorationTests: XCTestCase {
 
         // The other stack still finds it advertising, and reads the setpoint: the read relaunches the app.
         let found = try beryl(["scan", "--service", "7E570001-0000-1000-8000-00805F9B34FB", "--count", "1", "--timeout", "10", "--json"], side: 1)
-        let identifier = try XCTUnwrap((try? JSONSerialization.jsonObject(with: Data(found.out.utf8)) as? [String: Any])?["identifier"] as? String, found.err)
+        let heard = try XCTUnwrap(try? JSONSerialization.jsonObject(with: Data(found.out.utf8)) as? [String: Any], found.err)
+        let identifier = try XCTUnwrap(heard["identifier"] as? String)
+        // Background advertising: no name, the service only in the overflow area (found because the scan names it).
+        XCTAssertEqual(heard["name"] as? String, "", "\(heard)")
+        XCTAssertEqual(heard["serviceUUIDs"] as? [String], [], "\(heard)")
         let read = try beryl(["gatt", "--peer", identifier, "read", "7E570002-0000-1000-8000-00805F9B34FB", "--json"], side: 1)
         XCTAssertEqual(read.status, 0, read.err)
         XCTAssertTrue(read.out.contains("\"value\":\"d700\""), read.out)

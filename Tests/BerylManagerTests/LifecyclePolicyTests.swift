@@ -35,9 +35,24 @@ final class LifecyclePolicyTests: XCTestCase {
 
     func testBackgroundAdvertisingHasNoNameAndOverflowsEveryService() {
         let payload = AdvertisingPayload.background(serviceUUIDs: [BluetoothUUID(0x180D), BluetoothUUID(0x180F)])
-        XCTAssertEqual(payload.advertising, [2, 0x01, 0x06], "flags only")
-        XCTAssertEqual(payload.scanResponse, [])
+        XCTAssertEqual(Array(payload.advertising.prefix(3)), [2, 0x01, 0x06], "flags, then only the overflow area")
+        XCTAssertEqual(Array(payload.advertising[3..<8]), [20, 0xFF, 0xFF, 0xFF, 0x01])
+        XCTAssertLessThanOrEqual(payload.advertising.count, 31)
+        XCTAssertEqual(payload.scanResponse, [], "no name")
         XCTAssertEqual(payload.overflow, [BluetoothUUID(0x180D), BluetoothUUID(0x180F)])
+
+        // A scanner finds it only by naming one of its services.
+        var heard = AdvertisementData()
+        XCTAssertNoThrow(try heard.merge(payload.advertising).get())
+        XCTAssertEqual(heard.serviceUUIDs, [])
+        XCTAssertNil(heard.manufacturerData, "the overflow area is not the app's manufacturer data")
+        var scans = ScanCoordinator()
+        let heart = ManagerKey(session: 1, manager: 1), battery = ManagerKey(session: 2, manager: 1), other = ManagerKey(session: 3, manager: 1)
+        scans.start(heart, ScanRequest(services: [BluetoothUUID(0x180D)]))
+        scans.start(battery, ScanRequest(services: [BluetoothUUID(0x180F)]))
+        scans.start(other, ScanRequest(services: [BluetoothUUID(0x1809)]))
+        let unrelated = [BluetoothUUID(0x1809)].filter { !OverflowArea.mayContain(OverflowArea.mask(for: payload.overflow), $0) }
+        XCTAssertEqual(scans.route(identifier: "p", advertisement: heard), unrelated.isEmpty ? [heart, battery, other] : [heart, battery])
     }
 }
 
