@@ -16,6 +16,7 @@ let package = Package(
         .executable(name: "heart-rate-central", targets: ["HeartRateCentral"]),
         .executable(name: "thermostat", targets: ["Thermostat"]),
         .executable(name: "door-lock-central", targets: ["DoorLockCentral"]),
+        .executable(name: "doorlock", targets: ["DoorLock"]),
         // The sans-IO protocol cores, for the fuzz package in Fuzz/ (and anyone embedding them).
         // What apps import: Core Bluetooth's managers for Linux.
         .library(name: "Beryl", targets: ["Beryl"]),
@@ -83,6 +84,7 @@ let package = Package(
         .executableTarget(name: "HeartRateCentral", dependencies: ["Beryl"], path: "Examples/HeartRateCentral"),
         .executableTarget(name: "Thermostat", dependencies: ["Beryl"], path: "Examples/Thermostat"),
         .executableTarget(name: "DoorLockCentral", dependencies: ["Beryl"], path: "Examples/DoorLockCentral"),
+        .executableTarget(name: "DoorLock", dependencies: ["Beryl"], path: "Examples/DoorLock"),
 
         .testTarget(name: "BerylCoreTests", dependencies: ["BerylCore", "BerylTransport", "BerylStack"]),
         .testTarget(name: "BerylEventLoopTests", dependencies: ["BerylEventLoop"]),

@@ -316,9 +316,10 @@ extension ManagerDaemon {
                             link.notifyOnDisconnection = options.notifyOnDisconnection
                             link.notifyOnNotification = options.notifyOnNotification
                         }
-                        if !isPending, let database = preserved.databases[identifier] {
+                        // What the app discovered stays known across a reconnection, so a restored app need not discover again.
+                        if let database = preserved.databases[identifier] {
                             link.database = database
-                            link.notifyingValueHandles = (preserved.notifying[identifier] ?? []).sorted()
+                            link.notifyingValueHandles = isPending ? [] : (preserved.notifying[identifier] ?? []).sorted()
                         }
                     }
                 }

@@ -271,11 +271,22 @@ extension ManagerDaemon {
             mtus[handle] = nil
             guard let (identifier, holders) = book.disconnected(handle: handle) else { return }
             discoveredServices[identifier] = nil
+            var rerequested: [ConnectionBook.Action] = []
             for key in holders {
+                // A preserved manager whose app is not running keeps wanting the peripheral: the connection is requested
+                // again at once and never times out; the app hears of it when the link is back (the guide's door lock).
+                if let preserved = preservedManagers.first(where: { $0.session == key.session && !$0.live }), let address = store?.device(identifier)?.address {
+                    rerequested += book.connect(key, identifier: identifier, address: address).actions
+                    preserved.notifying[identifier] = nil
+                    persist(preserved)
+                    host.logger.info("\(preserved.appID)'s link to \(identifier) dropped (0x\(String(reason, radix: 16))); connection requested again for it")
+                    continue
+                }
                 var disconnected = Beryl_Ipc_V1_ManagerEvent()
                 disconnected.disconnected = .with { $0.manager = key.manager; $0.peripheral = identifier; $0.reason = UInt32(reason) }
                 send(disconnected, to: key.session)
             }
+            perform(rerequested)
             updateAdvertising()
         default:
             break

@@ -9,6 +9,7 @@ import XCTest
 final class RestorationTests: XCTestCase {
     var scratch: Scratch!
     var appsDir: String { scratch.root + "/apps" }
+    var doorlockLog: String { scratch.root + "/doorlock.log" }
     static let lockProfile = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Examples/profiles/secure-lock.json").path
     static let appID = "com.example.doorlock"
@@ -27,9 +28,12 @@ final class RestorationTests: XCTestCase {
         ]
         try JSONSerialization.data(withJSONObject: thermostat).write(to: URL(fileURLWithPath: appsDir + "/thermostat.json"))
         chmod(appsDir + "/thermostat.json", 0o644)
+        FileManager.default.createFile(atPath: doorlockLog, contents: nil)
+        chmod(doorlockLog, 0o666)  // the app appends to it as its manifest's user
         let manifest: [String: Any] = [
             "id": Self.appID, "user": Self.appUser, "backgroundModes": ["bluetooth-central"],
-            "launch": ["command": [Executables.path("door-lock-central"), "--restore", "--unlock"]],
+            "launch": ["command": [Executables.path("doorlock"), "--service", "D00D0001-0000-1000-8000-00805F9B34FB",
+                                   "--characteristic", "D00D0004-0000-1000-8000-00805F9B34FB", "--log", doorlockLog]],
         ]
         try JSONSerialization.data(withJSONObject: manifest).write(to: URL(fileURLWithPath: appsDir + "/doorlock.json"))
         try Data("{\"id\": \"com.example.rooted\", \"user\": \"root\"}".utf8).write(to: URL(fileURLWithPath: appsDir + "/rooted.json"))
@@ -105,7 +109,6 @@ final class RestorationTests: XCTestCase {
         XCTAssertEqual(try beryl(["app", "quit", thermostat]).status, 0)
     }
 
-    private var appLog: String { (try? String(contentsOfFile: "\(scratch.root)/run0/logs/app-\(Self.appID).log", encoding: .utf8)) ?? "" }
 
     private func killApp() throws {
         let pids = try XCTUnwrap(try app()["pids"] as? [Int])
@@ -143,49 +146,78 @@ final class RestorationTests: XCTestCase {
         XCTAssertTrue(unknown.err.contains("no app manifest declares 'com.example.nothing'"), unknown.err)
     }
 
-    func testTheDoorLockIsRestoredWhenItsLockComesBack() throws {
-        try scratch.start("serve", [Executables.path("beryl"), "serve", Self.lockProfile, "--runtime-dir", "\(scratch.root)/run1"],
+    /// The doorlock app's callbacks, one JSON object per line.
+    private func doorlockEvents() -> [[String: Any]] {
+        ((try? String(contentsOfFile: doorlockLog, encoding: .utf8)) ?? "").split(separator: "\n")
+            .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+    }
+
+    private func names(_ events: [[String: Any]]) -> [String] { events.compactMap { $0["event"] as? String } }
+
+    /// The programming guide's door-lock scenario: connected and subscribed, the app is killed; the lock leaves range
+    /// and the link drops, and managerd keeps the connection request pending (through its own kill -9); the lock comes
+    /// back, managerd reconnects and relaunches the app, which gets willRestoreState with the lock, then didConnect,
+    /// and reads again without discovering again.
+    func testTheGuidesDoorLockScenario() throws {
+        // A lock whose state notifies only when it changes (a ticking one would wake the app each time).
+        let profile = Self.lockProfile.replacingOccurrences(of: "secure-lock.json", with: "lock.json")
+        try scratch.start("serve", [Executables.path("beryl"), "serve", profile, "--runtime-dir", "\(scratch.root)/run1"],
                           socket: "\(scratch.root)/run1/managerd.sock")
         let serveLog = { (try? String(contentsOfFile: self.scratch.paths.logFile("serve"), encoding: .utf8)) ?? "" }
         XCTAssertTrue(eventually { serveLog().contains("advertising") }, serveLog())
 
-        // 1. Launched through managerd, as its manifest's user: it finds the lock, pairs, reads and unlocks.
-        let launched = try beryl(["app", "launch", Self.appID])
-        XCTAssertEqual(launched.status, 0, launched.err)
-        XCTAssertTrue(eventually(.seconds(20)) { self.appLog.contains("unlock sent") }, appLog)
-        XCTAssertTrue(appLog.hasPrefix("started\n"), appLog)
-        XCTAssertEqual(try app()["preservedCentrals"] as? [String], ["door-lock-central"])
+        // 1. Launched through managerd as its manifest's user: it finds the lock, connects, discovers, subscribes, reads.
+        XCTAssertEqual(try beryl(["app", "launch", Self.appID]).status, 0)
+        XCTAssertTrue(eventually(.seconds(20)) { self.names(self.doorlockEvents()).contains("didUpdateValueFor") }, "\(doorlockEvents())")
+        let first = names(doorlockEvents())
+        XCTAssertEqual(Array(first.prefix(4)), ["launched", "centralManagerDidUpdateState", "didDiscover", "didConnect"], "\(first)")
+        XCTAssertTrue(first.contains("didDiscoverServices") && first.contains("didUpdateNotificationStateFor"), "\(first)")
+        XCTAssertEqual(Set(doorlockEvents().compactMap { $0["pid"] as? Int }).count, 1)
 
-        // 2. kill -9: the link to the lock is kept for the app.
+        // 2. kill -9: the link is kept for the app.
         try killApp()
-        XCTAssertEqual(try app()["preservedCentrals"] as? [String], ["door-lock-central"], "a crash preserves the manager")
+        XCTAssertEqual(try app()["preservedCentrals"] as? [String], ["doorlock-central"])
 
-        // 3. The lock goes out of range: the disconnection wakes the app, which asks to connect again and waits.
+        // 3. Out of range: the link drops, the request is pending again, and nothing is launched for that.
         XCTAssertEqual(try sim(["range", "1", "out"]), 0)
-        XCTAssertTrue(eventually(.seconds(20)) { self.appLog.contains("waiting for it") }, appLog)
-        XCTAssertTrue(appLog.contains("relaunched by the stack to restore door-lock-central"), appLog)
-        XCTAssertFalse(appLog.contains("looking for the lock\nlooking"), appLog)
+        XCTAssertTrue(eventually(.seconds(10)) { (try? self.beryl(["peripherals", "--connected", "--json"]).out.isEmpty) == true }, "the link dropped")
+        usleep(1_000_000)
+        XCTAssertEqual(names(doorlockEvents()).filter { $0 == "launched" }.count, 1, "a preserved pending connection wakes no one")
 
-        // 4. Killed again while the connection is pending; the lock comes back; the stack connects and relaunches
-        // the app, which gets the connected lock back in willRestoreState and unlocks it.
-        try killApp()
-        // managerd itself is killed too, and comes back from its state directory with the pending connection.
+        // 4. managerd is killed too; it comes back with the pending request from its state directory.
         let managerd = try XCTUnwrap(scratch.pid(of: "managerd0"))
         kill(managerd, SIGKILL)
         _ = Spawn.reap(managerd)
         try? FileManager.default.removeItem(atPath: "\(scratch.root)/run0/managerd.sock")
         try scratch.start("managerd0-again", [Executables.path("managerd"), "--runtime-dir", "\(scratch.root)/run0", "--state-dir", "\(scratch.root)/state0",
                                               "--apps-dir", appsDir], socket: "\(scratch.root)/run0/managerd.sock")
-        XCTAssertEqual(try app()["preservedCentrals"] as? [String], ["door-lock-central"], "the preserved manager outlives managerd")
-        let before = appLog.components(separatedBy: "unlock sent").count
-        XCTAssertEqual(try sim(["range", "1", "in"]), 0)
-        XCTAssertTrue(eventually(.seconds(30)) { self.appLog.components(separatedBy: "unlock sent").count > before }, appLog)
-        let lastLaunch = try XCTUnwrap(appLog.components(separatedBy: "relaunched by the stack").last)
-        XCTAssertTrue(lastLaunch.contains("(connected, 1 services known") || lastLaunch.contains("connected to the lock"), lastLaunch)
-        XCTAssertTrue(lastLaunch.contains("lock says \"locked\""), lastLaunch)
-        XCTAssertGreaterThanOrEqual(try XCTUnwrap(app()["launches"] as? Int), 1, "the restarted managerd launched it")
+        XCTAssertEqual(try app()["preservedCentrals"] as? [String], ["doorlock-central"], "the preserved manager outlives managerd")
 
-        // 5. A user quit discards the preserved manager.
+        // 5. The lock comes back: reconnected, relaunched, restored, then didConnect; reading resumes without discovery.
+        XCTAssertEqual(try sim(["range", "1", "in"]), 0)
+        XCTAssertTrue(eventually(.seconds(30)) {
+            let events = self.doorlockEvents()
+            guard let relaunch = events.lastIndex(where: { $0["event"] as? String == "launched" }), relaunch > 0 else { return false }
+            return events[relaunch...].contains { $0["event"] as? String == "didUpdateValueFor" }
+        }, "\(doorlockEvents())")
+        let events = doorlockEvents()
+        let relaunch = try XCTUnwrap(events.lastIndex { $0["event"] as? String == "launched" })
+        let after = Array(events[relaunch...])
+        XCTAssertEqual(after.first?["restoring"] as? [String], ["doorlock-central"])
+        let restored = try XCTUnwrap(after.first { $0["event"] as? String == "willRestoreState" })
+        let peripherals = try XCTUnwrap(restored["peripherals"] as? [[String: Any]])
+        XCTAssertEqual(peripherals.count, 1)
+        XCTAssertEqual(peripherals.first?["characteristicKnown"] as? Bool, true, "what the app discovered is restored")
+        let order = names(after)
+        let restoreAt = try XCTUnwrap(order.firstIndex(of: "willRestoreState"))
+        let connectAt = try XCTUnwrap(order.firstIndex(of: "didConnect"), "\(order)")
+        XCTAssertLessThan(restoreAt, connectAt)
+        XCTAssertLessThan(restoreAt, try XCTUnwrap(order.firstIndex(of: "centralManagerDidUpdateState")), "willRestoreState comes first")
+        XCTAssertTrue(order.contains("resumedWithoutDiscovery"), "\(order)")
+        XCTAssertFalse(order.contains("didDiscoverServices") || order.contains("didDiscover"), "no discovery after restoration: \(order)")
+        XCTAssertNotEqual(after.first?["pid"] as? Int, events.first?["pid"] as? Int, "a new process")
+
+        // 6. A user quit discards the preserved manager.
         XCTAssertEqual(try beryl(["app", "quit", Self.appID]).status, 0)
         XCTAssertTrue(eventually { ((try? self.app()["preservedCentrals"] as? [String]) ?? ["?"]).isEmpty })
     }

@@ -1,0 +1,177 @@
+// The door-lock app of the Core Bluetooth Programming Guide's restoration chapter. A central manager with the
+// restore identifier "doorlock-central" scans for the lock's service, connects (a request that never times out),
+// discovers, subscribes to the characteristic and reads it. When the app is not running, the stack keeps the
+// connection (and asks for it again when the lock goes away); when the lock is back it relaunches the app, which
+// gets the lock in willRestoreState and carries on without discovering again. Every delegate callback is one JSON
+// line, to stdout or appended to --log.
+//
+//   doorlock --service UUID --characteristic UUID [--log FILE] [--runtime-dir DIR]
+import Beryl
+import Dispatch
+import Foundation
+import Synchronization
+
+struct Options {
+    var service: BluetoothUUID
+    var characteristic: BluetoothUUID
+    var log: String?
+    var runtimeDir: String?
+
+    static func parse(_ arguments: [String]) -> Options? {
+        var service: BluetoothUUID?, characteristic: BluetoothUUID?, log: String?, runtimeDir: String?
+        var iterator = arguments.makeIterator()
+        while let argument = iterator.next() {
+            guard let value = iterator.next() else { return nil }
+            switch argument {
+            case "--service": service = BluetoothUUID(value)
+            case "--characteristic": characteristic = BluetoothUUID(value)
+            case "--log": log = value
+            case "--runtime-dir": runtimeDir = value
+            default: return nil
+            }
+        }
+        guard let service, let characteristic else { return nil }
+        return Options(service: service, characteristic: characteristic, log: log, runtimeDir: runtimeDir)
+    }
+}
+
+/// One JSON object per line: the callback's name, the pid, a timestamp, and what the callback carried.
+final class EventLog: Sendable {
+    let handle: FileHandle
+    init(path: String?) throws {
+        if let path {
+            if !FileManager.default.fileExists(atPath: path) { FileManager.default.createFile(atPath: path, contents: nil) }
+            handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+            handle.seekToEndOfFile()
+        } else {
+            handle = .standardOutput
+        }
+    }
+
+    func write(_ event: String, _ fields: [String: Any] = [:]) {
+        var object = fields
+        object["event"] = event
+        object["pid"] = Int(getpid())
+        object["time"] = Date().timeIntervalSince1970
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }
+        handle.write(data + Data("\n".utf8))
+    }
+}
+
+final class DoorLock: CentralManagerDelegate, PeripheralDelegate {
+    let options: Options
+    let log: EventLog
+    let relaunched: Bool
+    private let lock = Mutex<Peripheral?>(nil)
+
+    init(options: Options, log: EventLog, relaunched: Bool) {
+        self.options = options
+        self.log = log
+        self.relaunched = relaunched
+    }
+
+    private func known(_ peripheral: Peripheral) -> Characteristic? {
+        peripheral.services?.first { $0.uuid == options.service }?.characteristics?.first { $0.uuid == options.characteristic }
+    }
+
+    func centralManager(_ central: CentralManager, willRestoreState state: RestoredCentralState) {
+        log.write("willRestoreState", ["peripherals": state.peripherals.map { peripheral in
+            ["identifier": peripheral.identifier.uuidString, "state": "\(peripheral.state)", "servicesKnown": peripheral.services?.count ?? 0,
+             "characteristicKnown": known(peripheral) != nil] as [String: Any]
+        }, "scanning": state.isScanning])
+        if let restored = state.peripherals.first {
+            restored.delegate = self
+            lock.withLock { $0 = restored }
+        }
+    }
+
+    func centralManagerDidUpdateState(_ central: CentralManager) {
+        log.write("centralManagerDidUpdateState", ["state": "\(central.state)"])
+        guard central.state == .poweredOn else { return }
+        if let restored = lock.withLock({ $0 }) {
+            // Restored connected: carry on at once; restored pending: didConnect will come.
+            if restored.state == .connected { resume(restored, central) }
+            return
+        }
+        guard !relaunched else { return }  // a relaunch is for an event that arrives next
+        central.scanForPeripherals(withServices: [options.service])
+    }
+
+    func centralManager(_ central: CentralManager, didDiscover peripheral: Peripheral, advertisementData: AdvertisementData, rssi: Int) {
+        log.write("didDiscover", ["peripheral": peripheral.identifier.uuidString, "rssi": rssi, "name": advertisementData.localName ?? ""])
+        central.stopScan()
+        peripheral.delegate = self
+        lock.withLock { $0 = peripheral }
+        central.connect(peripheral)  // never times out
+    }
+
+    func centralManager(_ central: CentralManager, didConnect peripheral: Peripheral) {
+        log.write("didConnect", ["peripheral": peripheral.identifier.uuidString])
+        peripheral.delegate = self
+        resume(peripheral, central)
+    }
+
+    func centralManager(_ central: CentralManager, didFailToConnect peripheral: Peripheral, error: BerylError?) {
+        log.write("didFailToConnect", ["peripheral": peripheral.identifier.uuidString, "error": error.map { "\($0)" } ?? ""])
+    }
+
+    func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: BerylError?) {
+        log.write("didDisconnectPeripheral", ["peripheral": peripheral.identifier.uuidString, "error": error.map { "\($0)" } ?? ""])
+        central.connect(peripheral)  // wait for the lock to come back, however long
+    }
+
+    /// What was discovered before (in this process or, restored, in an earlier one) is used as it is.
+    private func resume(_ peripheral: Peripheral, _ central: CentralManager) {
+        if let characteristic = known(peripheral) {
+            log.write("resumedWithoutDiscovery", ["characteristic": characteristic.uuid.description])
+            peripheral.setNotifyValue(true, for: characteristic)
+            peripheral.readValue(for: characteristic)
+        } else {
+            peripheral.discoverServices([options.service])
+        }
+    }
+
+    func peripheral(_ peripheral: Peripheral, didDiscoverServices error: BerylError?) {
+        log.write("didDiscoverServices", ["services": (peripheral.services ?? []).map(\.uuid.description), "error": error.map { "\($0)" } ?? ""])
+        guard let service = peripheral.services?.first(where: { $0.uuid == options.service }) else { return }
+        peripheral.discoverCharacteristics([options.characteristic], for: service)
+    }
+
+    func peripheral(_ peripheral: Peripheral, didDiscoverCharacteristicsFor service: Service, error: BerylError?) {
+        log.write("didDiscoverCharacteristicsFor", ["service": service.uuid.description,
+                                                    "characteristics": (service.characteristics ?? []).map(\.uuid.description)])
+        guard let characteristic = known(peripheral) else { return }
+        peripheral.setNotifyValue(true, for: characteristic)
+        peripheral.readValue(for: characteristic)
+    }
+
+    func peripheral(_ peripheral: Peripheral, didUpdateNotificationStateFor characteristic: Characteristic, error: BerylError?) {
+        log.write("didUpdateNotificationStateFor", ["characteristic": characteristic.uuid.description, "notifying": characteristic.isNotifying,
+                                                    "error": error.map { "\($0)" } ?? ""])
+    }
+
+    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: BerylError?) {
+        log.write("didUpdateValueFor", ["characteristic": characteristic.uuid.description,
+                                        "value": characteristic.value.map { $0.map { String(format: "%02x", $0) }.joined() } ?? "",
+                                        "error": error.map { "\($0)" } ?? ""])
+    }
+}
+
+guard let options = Options.parse(Array(CommandLine.arguments.dropFirst())) else {
+    FileHandle.standardError.write(Data("usage: doorlock --service UUID --characteristic UUID [--log FILE] [--runtime-dir DIR]\n".utf8))
+    exit(64)
+}
+do {
+    let log = try EventLog(path: options.log)
+    let launch = LaunchOptions.current
+    log.write("launched", ["restoring": launch.centrals])
+    let app = DoorLock(options: options, log: log, relaunched: launch.isRelaunch)
+    let central = try CentralManager(delegate: app, queue: DispatchQueue(label: "doorlock"), options: CentralManagerOptions(restoreIdentifier: "doorlock-central"),
+                                     appID: launch.appID ?? "com.example.doorlock", socketPath: options.runtimeDir.map { $0 + "/managerd.sock" })
+    central.apiMisuseHandler = { log.write("apiMisuse", ["error": "\($0)"]) }
+    // Runs until the system terminates it or the user quits it; the stack keeps the lock's connection either way.
+    withExtendedLifetime((central, app)) { dispatchMain() }
+} catch {
+    FileHandle.standardError.write(Data("doorlock: \(error)\n".utf8))
+    exit(69)
+}
