@@ -94,17 +94,33 @@ func startTwoStacks(_ scratch: Scratch, attd extra: [[String]] = [[], []], manag
     }
 }
 
-final class AppEndToEndTests: XCTestCase {
+/// Two full stacks on berylsim for each test (`run0`/`run1`), with what most app tests use.
+class TwoStacksTestCase: XCTestCase {
     var scratch: Scratch!
+    /// Extra managerd arguments for each stack.
+    var managerdArguments: [[String]] { [[], []] }
+    /// Runs in the scratch directory before the stacks start.
+    func prepare() throws {}
 
     override func setUpWithError() throws {
         scratch = try Scratch()
-        try startTwoStacks(scratch)
+        try prepare()
+        try startTwoStacks(scratch, managerd: managerdArguments)
     }
 
     override func tearDown() { scratch.stopAll() }
 
-    private func socket(_ index: Int) -> String { "\(scratch.root)/run\(index)/managerd.sock" }
+    func socket(_ index: Int) -> String { "\(scratch.root)/run\(index)/managerd.sock" }
+
+    /// `beryl ARGUMENTS` against one of the stacks.
+    @discardableResult
+    func beryl(_ arguments: [String], side: Int = 0) throws -> (status: Int32, out: String, err: String) {
+        let run = try runTool("beryl", arguments + ["--runtime-dir", "\(scratch.root)/run\(side)"])
+        return (run.status, run.stdout, run.stderr)
+    }
+}
+
+final class AppEndToEndTests: TwoStacksTestCase {
 
     func testAHeartRateCentralAndPeripheralAppEndToEnd() async throws {
         let queue = DispatchQueue(label: "app")
@@ -259,17 +275,7 @@ final class AppEndToEndTests: XCTestCase {
 
 /// Two apps on one stack: two peripheral apps publish into one database and advertise in turn; two central apps
 /// on the other stack scan through one controller scan (each by its own filter) and share one link.
-final class SharedStackTests: XCTestCase {
-    var scratch: Scratch!
-
-    override func setUpWithError() throws {
-        scratch = try Scratch()
-        try startTwoStacks(scratch)
-    }
-
-    override func tearDown() { scratch.stopAll() }
-
-    private func socket(_ index: Int) -> String { "\(scratch.root)/run\(index)/managerd.sock" }
+final class SharedStackTests: TwoStacksTestCase {
 
     func testTwoAppsShareScansALinkAndTheDatabase() async throws {
         let queue = DispatchQueue(label: "apps")

@@ -4,32 +4,10 @@ import XCTest
 
 /// `beryl serve|gatt|connect|advertise|scan` are ordinary apps of managerd, written on the Beryl library; `--peer`
 /// takes an identifier or an address.
-final class CommandsThroughManagerTests: XCTestCase {
-    var scratch: Scratch!
+final class CommandsThroughManagerTests: TwoStacksTestCase {
     static let profile = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Examples/profiles/heart-rate.json").path
     static let rw = "6E400002-B5A3-F393-E0A9-E50E24DCCA9E"
-
-    override func setUpWithError() throws {
-        scratch = try Scratch()
-        try startTwoStacks(scratch)
-    }
-
-    override func tearDown() { scratch.stopAll() }
-
-    private func beryl(_ arguments: [String], side: Int = 0) throws -> (status: Int32, out: String, err: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
-        process.arguments = arguments + ["--runtime-dir", "\(scratch.root)/run\(side)"]
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let output = out.fileHandleForReading.readDataToEndOfFile()
-        let errors = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: output, as: UTF8.self), String(decoding: errors, as: UTF8.self))
-    }
 
     private func objects(_ out: String) -> [[String: Any]] {
         out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }

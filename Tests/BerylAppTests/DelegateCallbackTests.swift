@@ -86,17 +86,7 @@ final class GuidePeripheral: PeripheralManagerDelegate {
 /// Calls the delegate-style method where an async test would otherwise pick its async twin.
 func delegateStyle(_ body: () -> Void) { body() }
 
-final class DelegateCallbackTests: XCTestCase {
-    var scratch: Scratch!
-
-    override func setUpWithError() throws {
-        scratch = try Scratch()
-        try startTwoStacks(scratch)
-    }
-
-    override func tearDown() { scratch.stopAll() }
-
-    private func socket(_ index: Int) -> String { "\(scratch.root)/run\(index)/managerd.sock" }
+final class DelegateCallbackTests: TwoStacksTestCase {
 
     func testTheProgrammingGuidesCallbacksInOrder() async throws {
         let app = GuidePeripheral()

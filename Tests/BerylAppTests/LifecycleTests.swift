@@ -6,32 +6,8 @@ import XCTest
 
 /// Foreground-only apps on two stacks: suspension stops their scans and holds their events (one discovery per
 /// peripheral) until they return; a suspended publisher's dynamic reads are refused; alerts for notifyOn*.
-final class LifecycleTests: XCTestCase {
-    var scratch: Scratch!
-
-    override func setUpWithError() throws {
-        scratch = try Scratch()
-        try startTwoStacks(scratch, managerd: [["--suspend-after", "0.5"], ["--suspend-after", "0.5"]])
-    }
-
-    override func tearDown() { scratch.stopAll() }
-
-    private func socket(_ index: Int) -> String { "\(scratch.root)/run\(index)/managerd.sock" }
-
-    @discardableResult
-    private func beryl(_ arguments: [String], side: Int = 0) throws -> (status: Int32, out: String, err: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
-        process.arguments = arguments + ["--runtime-dir", "\(scratch.root)/run\(side)"]
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let output = out.fileHandleForReading.readDataToEndOfFile()
-        let errors = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: output, as: UTF8.self), String(decoding: errors, as: UTF8.self))
-    }
+final class LifecycleTests: TwoStacksTestCase {
+    override var managerdArguments: [[String]] { [["--suspend-after", "0.5"], ["--suspend-after", "0.5"]] }
 
     private func appState(_ id: String, side: Int = 0) throws -> [String: Any]? {
         let listed = try beryl(["app", "list", "--json"], side: side)

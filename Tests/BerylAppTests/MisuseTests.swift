@@ -24,17 +24,7 @@ final class DoubleAnswerer: PeripheralManagerDelegate {
 
 /// Every misuse a Core Bluetooth app can make gets the typed error Core Bluetooth gives, nothing reaches the air,
 /// and the session stays usable afterwards.
-final class MisuseTests: XCTestCase {
-    var scratch: Scratch!
-
-    override func setUpWithError() throws {
-        scratch = try Scratch()
-        try startTwoStacks(scratch)
-    }
-
-    override func tearDown() { scratch.stopAll() }
-
-    private func socket(_ index: Int) -> String { "\(scratch.root)/run\(index)/managerd.sock" }
+final class MisuseTests: TwoStacksTestCase {
 
     func testCallsBeforePoweredOnAreMisuse() async throws {
         // A managerd with no controller behind it: the managers stay unknown (never poweredOn).

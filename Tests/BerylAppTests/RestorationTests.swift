@@ -6,8 +6,7 @@ import XCTest
 /// App manifests, `beryl app`, and the restoration chapter's door lock: managerd keeps the app's connection to the
 /// lock while the app is not running and relaunches it (from its manifest, as the manifest's user) when there is
 /// something to handle.
-final class RestorationTests: XCTestCase {
-    var scratch: Scratch!
+final class RestorationTests: TwoStacksTestCase {
     var appsDir: String { scratch.root + "/apps" }
     var doorlockLog: String { scratch.root + "/doorlock.log" }
     static let lockProfile = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
@@ -19,8 +18,9 @@ final class RestorationTests: XCTestCase {
         getuid() == 0 ? "nobody" : String(cString: getpwuid(getuid())!.pointee.pw_name)
     }
 
-    override func setUpWithError() throws {
-        scratch = try Scratch()
+    override var managerdArguments: [[String]] { [["--apps-dir", appsDir], []] }
+
+    override func prepare() throws {
         try FileManager.default.createDirectory(atPath: appsDir, withIntermediateDirectories: true)
         let thermostat: [String: Any] = [
             "id": "com.example.thermostat", "user": Self.appUser, "backgroundModes": ["bluetooth-peripheral"],
@@ -39,14 +39,17 @@ final class RestorationTests: XCTestCase {
         try Data("{\"id\": \"com.example.rooted\", \"user\": \"root\"}".utf8).write(to: URL(fileURLWithPath: appsDir + "/rooted.json"))
         try Data("{\"id\": \"com.example.broken\", \"user\": ".utf8).write(to: URL(fileURLWithPath: appsDir + "/broken.json"))
         for file in ["doorlock.json", "rooted.json", "broken.json"] { chmod(appsDir + "/" + file, 0o644) }
-        try startTwoStacks(scratch, managerd: [["--apps-dir", appsDir], []])
+    }
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
         // The app's user must reach the runtime directory's sockets.
         for directory in [scratch.root, scratch.root + "/run0", scratch.root + "/run0/logs"] { chmod(directory, 0o755) }
     }
 
     override func tearDown() {
         _ = try? beryl(["app", "quit", Self.appID])
-        scratch.stopAll()
+        super.tearDown()
     }
 
     private func sim(_ arguments: [String]) throws -> Int32 {
@@ -56,21 +59,6 @@ final class RestorationTests: XCTestCase {
         try process.run()
         process.waitUntilExit()
         return process.terminationStatus
-    }
-
-    @discardableResult
-    private func beryl(_ arguments: [String], side: Int = 0) throws -> (status: Int32, out: String, err: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
-        process.arguments = arguments + ["--runtime-dir", "\(scratch.root)/run\(side)"]
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let output = out.fileHandleForReading.readDataToEndOfFile()
-        let errors = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: output, as: UTF8.self), String(decoding: errors, as: UTF8.self))
     }
 
     private func app(_ id: String = RestorationTests.appID) throws -> [String: Any] {
@@ -93,7 +81,7 @@ final class RestorationTests: XCTestCase {
         XCTAssertEqual(try app(thermostat)["preservedPeripherals"] as? [String], ["thermostat"])
 
         // The other stack still finds it advertising, and reads the setpoint: the read relaunches the app.
-        let found = try beryl(["scan", "--service", "7E570001-0000-1000-8000-00805F9B34FB", "--count", "1", "--timeout", "10", "--json"], side: 1)
+        let found = try beryl(["scan", "--service", "7E570001-0000-1000-8000-00805F9B34FB", "--count", "1", "--timeout", "30", "--json"], side: 1)  // 1 s background interval
         let heard = try XCTUnwrap(try? JSONSerialization.jsonObject(with: Data(found.out.utf8)) as? [String: Any], found.err)
         let identifier = try XCTUnwrap(heard["identifier"] as? String)
         // Background advertising: no name, the service only in the overflow area (found because the scan names it).
