@@ -6,7 +6,7 @@ import Foundation
 struct Bench: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run benchmarks and print their figures.",
-        subcommands: [BenchIPC.self, BenchSim.self, BenchHCI.self, BenchGATT.self])
+        subcommands: [BenchIPC.self, BenchSim.self, BenchHCI.self, BenchGATT.self, BenchRestore.self])
 }
 
 struct BenchIPC: ParsableCommand {

@@ -71,7 +71,7 @@ final class RestorationTests: TwoStacksTestCase {
 
     /// A peripheral app: its service stays published and advertised after kill -9, and a central's read of its
     /// dynamic setpoint relaunches it to answer.
-    func testTheThermostatIsRelaunchedToAnswerARead() throws {
+    func testTheThermostatIsRelaunchedToAnswerAReadThenAWrite() throws {
         let thermostat = "com.example.thermostat"
         XCTAssertEqual(try beryl(["app", "launch", thermostat]).status, 0)
         XCTAssertTrue(eventually(.seconds(15)) { self.log(of: thermostat).contains("advertising as Beryl Thermostat") }, log(of: thermostat))
@@ -94,7 +94,22 @@ final class RestorationTests: TwoStacksTestCase {
         XCTAssertTrue(relaunch.contains("restored 1 services (7E570002, 2A6E), advertising as Beryl Thermostat"), relaunch)
         XCTAssertTrue(relaunch.contains("setpoint read by"), relaunch)
         XCTAssertFalse(relaunch.split(separator: "\n").contains("advertising as Beryl Thermostat"), "the restored app added nothing again: \(relaunch)")
+
+        // A system termination keeps the manager; a central's write then relaunches the app to answer it.
+        XCTAssertEqual(try beryl(["app", "terminate", thermostat]).status, 0)
+        XCTAssertTrue(eventually { ((try? self.app(thermostat)["pids"] as? [Int]) ?? [1]).isEmpty })
+        XCTAssertEqual(try app(thermostat)["preservedPeripherals"] as? [String], ["thermostat"], "terminate preserves")
+        let relaunches = log(of: thermostat).components(separatedBy: "relaunched by the stack").count
+        let write = try beryl(["gatt", "--peer", identifier, "write", "7E570002-0000-1000-8000-00805F9B34FB", "e100", "--json"], side: 1)
+        XCTAssertEqual(write.status, 0, write.err)
+        XCTAssertEqual(log(of: thermostat).components(separatedBy: "relaunched by the stack").count, relaunches + 1, log(of: thermostat))
+        XCTAssertTrue(log(of: thermostat).hasSuffix("setpoint 22.5 °C\n") || log(of: thermostat).contains("setpoint 22.5 °C"), log(of: thermostat))
+
+        // A user quit discards it: nothing is published or advertised any more.
         XCTAssertEqual(try beryl(["app", "quit", thermostat]).status, 0)
+        XCTAssertTrue(eventually { ((try? self.app(thermostat)["preservedPeripherals"] as? [String]) ?? ["?"]).isEmpty })
+        let gone = try beryl(["gatt", "--peer", identifier, "read", "7E570002-0000-1000-8000-00805F9B34FB", "--timeout", "4"], side: 1)
+        XCTAssertNotEqual(gone.status, 0, "after a quit the setpoint is gone: \(gone.out)")
     }
 
 
@@ -208,5 +223,19 @@ final class RestorationTests: TwoStacksTestCase {
         // 6. A user quit discards the preserved manager.
         XCTAssertEqual(try beryl(["app", "quit", Self.appID]).status, 0)
         XCTAssertTrue(eventually { ((try? self.app()["preservedCentrals"] as? [String]) ?? ["?"]).isEmpty })
+    }
+}
+
+/// `beryl bench restore` runs the door-lock story and prints its figures (the figures themselves are not judged here).
+final class RestoreBenchmarkSmokeTests: XCTestCase {
+    func testTheRestoreBenchmarkRuns() throws {
+        let run = try runTool("beryl", ["bench", "restore", "--rounds", "1", "--json"])
+        XCTAssertEqual(run.status, 0, run.stderr)
+        let figures = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: [Double]], run.stdout)
+        for key in ["reconnectToRestoreMilliseconds", "reconnectToReadMilliseconds", "managerdRestartMilliseconds"] {
+            XCTAssertEqual(figures[key]?.count, 1, key)
+            XCTAssertGreaterThan(figures[key]?.first ?? 0, 0, key)
+        }
+        XCTAssertLessThanOrEqual(figures["reconnectToRestoreMilliseconds"]![0], figures["reconnectToReadMilliseconds"]![0])
     }
 }
