@@ -28,6 +28,14 @@ final class RestorationTests: TwoStacksTestCase {
         ]
         try JSONSerialization.data(withJSONObject: thermostat).write(to: URL(fileURLWithPath: appsDir + "/thermostat.json"))
         chmod(appsDir + "/thermostat.json", 0o644)
+        // The same app under another id, with a 1 s wake budget, that never reports idle.
+        let sleepy: [String: Any] = [
+            "id": "com.example.sleepy", "user": Self.appUser, "backgroundModes": ["bluetooth-central"], "wakeBudgetSeconds": 1,
+            "launch": ["command": [Executables.path("doorlock"), "--service", "D00D0001-0000-1000-8000-00805F9B34FB",
+                                   "--characteristic", "D00D0004-0000-1000-8000-00805F9B34FB"]],
+        ]
+        try JSONSerialization.data(withJSONObject: sleepy).write(to: URL(fileURLWithPath: appsDir + "/sleepy.json"))
+        chmod(appsDir + "/sleepy.json", 0o644)
         FileManager.default.createFile(atPath: doorlockLog, contents: nil)
         chmod(doorlockLog, 0o666)  // the app appends to it as its manifest's user
         let manifest: [String: Any] = [
@@ -113,6 +121,21 @@ final class RestorationTests: TwoStacksTestCase {
     }
 
 
+    /// A background app woken by an event has its budget to report idle; this one never does, and is suspended.
+    func testAWokenAppThatOverrunsItsBudgetIsSuspended() throws {
+        let profile = Self.lockProfile.replacingOccurrences(of: "secure-lock.json", with: "lock.json")
+        try scratch.start("serve", [Executables.path("beryl"), "serve", profile, "--runtime-dir", "\(scratch.root)/run1"],
+                          socket: "\(scratch.root)/run1/managerd.sock")
+        XCTAssertEqual(try beryl(["app", "launch", "com.example.sleepy"]).status, 0)
+        XCTAssertEqual(try app("com.example.sleepy")["state"] as? String, "background", "a launched app starts in the background")
+        // Its scan finds the lock (an event that wakes it); it connects and reads, and never says it is idle.
+        XCTAssertTrue(eventually(.seconds(20)) { (try? self.app("com.example.sleepy")["state"] as? String) == "suspended" },
+                      "\(String(describing: try? app("com.example.sleepy")))")
+        let log = (try? String(contentsOfFile: scratch.paths.logFile("managerd0"), encoding: .utf8)) ?? ""
+        XCTAssertTrue(log.contains("com.example.sleepy overran its 1.0 s background budget"), log)
+        XCTAssertEqual(try beryl(["app", "quit", "com.example.sleepy"]).status, 0)
+    }
+
     private func killApp() throws {
         let pids = try XCTUnwrap(try app()["pids"] as? [Int])
         XCTAssertFalse(pids.isEmpty)
@@ -124,7 +147,7 @@ final class RestorationTests: TwoStacksTestCase {
         let listed = try beryl(["app", "list", "--json"])
         XCTAssertEqual(listed.status, 0, listed.err)
         let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(listed.out.utf8)) as? [String: Any])
-        XCTAssertEqual((object["apps"] as? [[String: Any]])?.compactMap { $0["id"] as? String }, [Self.appID, "com.example.thermostat"])
+        XCTAssertEqual((object["apps"] as? [[String: Any]])?.compactMap { $0["id"] as? String }, [Self.appID, "com.example.sleepy", "com.example.thermostat"])
         let refused = try XCTUnwrap(object["refused"] as? [String])
         XCTAssertTrue(refused.contains { $0.contains("rooted.json: user: apps never run as root") }, "\(refused)")
         XCTAssertTrue(refused.contains { $0.contains("broken.json: $: not JSON") }, "\(refused)")
