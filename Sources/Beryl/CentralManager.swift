@@ -48,16 +48,14 @@ struct WeakBox<T: AnyObject & Sendable>: Sendable {
 
 /// Core Bluetooth's CBCentralManager for Linux apps: one session with managerd.
 public final class CentralManager: Sendable {
-    let channel: Channel
-    let delegateQueue: DispatchQueue
-    let managerID: UInt32 = 1
-    let misuse = MisuseReporter()
-    let appID: String
+    let session: ManagerSession
+    var channel: Channel { session.channel }
+    var delegateQueue: DispatchQueue { session.delegateQueue }
+    var managerID: UInt32 { session.managerID }
+    var misuse: MisuseReporter { session.misuse }
+    var appID: String { session.appID }
     private struct State {
-        var state: ManagerState = .unknown
         var isScanning = false
-        var delegate = WeakBox<AnyObject & Sendable>()
-        var pairingDelegate = WeakBox<AnyObject & Sendable>()
         var peripherals: [String: Peripheral] = [:]
         var scanStreams: [UUID: AsyncStream<Discovery>.Continuation] = [:]
         var connectWaiters: [String: [CheckedContinuation<Void, any Error>]] = [:]
@@ -66,20 +64,13 @@ public final class CentralManager: Sendable {
 
     /// - Parameters:
     ///   - socketPath: managerd's socket; `$BERYL_RUNTIME_DIR/managerd.sock` (or /run/beryl) by default.
-    ///   - appID: the app's identifier (an app manifest's id, for background modes and restoration).
     ///   - appID: the app's identifier (an app manifest's id, for background modes and restoration); by default
     ///     `$BERYL_APP_ID`, which managerd sets when it launches the app.
     public init(delegate: CentralManagerDelegate?, queue: DispatchQueue? = nil, options: CentralManagerOptions = CentralManagerOptions(),
                 appID: String? = nil, socketPath: String? = nil) throws(BerylError) {
-        delegateQueue = queue ?? .main
-        self.appID = appID ?? LaunchOptions.current.appID ?? ""
-        let relay = EventRelay()
-        channel = try Channel(socketPath: socketPath, label: "central", relay: relay)
-        shared.withLock { $0.delegate.value = delegate }
-        relay.bind { [weak self] event in self?.handle(event) }
-        channel.hello(appID: self.appID, restoreIdentifier: options.restoreIdentifier, role: .central) { [weak self] state, restored, error in
+        session = try ManagerSession(label: "central", delegate: delegate, queue: queue, appID: appID, socketPath: socketPath)
+        session.start(restoreIdentifier: options.restoreIdentifier, role: .central, events: { [weak self] in self?.handle($0) }) { [weak self] state, restored in
             guard let self else { return }
-            if let error { self.misuse.report(error) }
             if let restored {
                 let restoredState = self.restoredState(restored.central)
                 if restoredState.isScanning { self.shared.withLock { $0.isScanning = true } }
@@ -89,27 +80,24 @@ public final class CentralManager: Sendable {
         }
     }
 
-    deinit { channel.close() }
-
     /// Ends the manager for good (Core Bluetooth: the user force-quit the app): what managerd preserved for its
     /// restore identifier is discarded, and its scan, connections, services and advertising stop.
     public func invalidate() {
-        _ = channel.call(.manager { $0.invalidate.manager = managerID })
-        channel.close()
+        channel.invalidate(manager: managerID)
     }
 
     /// Answers pairing prompts (passkeys, number comparison) for links this manager uses.
     public var pairingDelegate: PairingDelegate? {
-        get { shared.withLock { $0.pairingDelegate.value } as? PairingDelegate }
-        set { shared.withLock { $0.pairingDelegate.value = newValue } }
+        get { session.pairingDelegate }
+        set { session.pairingDelegate = newValue }
     }
 
     public var delegate: CentralManagerDelegate? {
-        get { shared.withLock { $0.delegate.value } as? CentralManagerDelegate }
-        set { shared.withLock { $0.delegate.value = newValue } }
+        get { session.delegate as? CentralManagerDelegate }
+        set { session.delegate = newValue }
     }
 
-    public var state: ManagerState { shared.withLock { $0.state } }
+    public var state: ManagerState { session.state }
     public var isScanning: Bool { shared.withLock { $0.isScanning } }
 
     /// Receives API misuse that has no delegate callback (a scan before poweredOn, a write the characteristic does
@@ -125,11 +113,7 @@ public final class CentralManager: Sendable {
     }
 
     private func update(_ newState: ManagerState) {
-        let changed = shared.withLock { state in
-            defer { state.state = newState }
-            return state.state != newState
-        }
-        guard changed else { return }
+        guard session.setState(newState) else { return }
         if newState != .poweredOn { shared.withLock { $0.isScanning = false } }
         notify { $0.centralManagerDidUpdateState(self) }
     }

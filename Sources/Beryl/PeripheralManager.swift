@@ -153,70 +153,62 @@ public struct AdvertisingOptions: Sendable {
 
 /// Core Bluetooth's CBPeripheralManager: publishes services and advertises through managerd.
 public final class PeripheralManager: Sendable {
-    let channel: Channel
-    let delegateQueue: DispatchQueue
-    let managerID: UInt32 = 1
-    let misuse = MisuseReporter()
-    let appID: String
+    let session: ManagerSession
+    var channel: Channel { session.channel }
+    var delegateQueue: DispatchQueue { session.delegateQueue }
+    var managerID: UInt32 { session.managerID }
+    var misuse: MisuseReporter { session.misuse }
+    var appID: String { session.appID }
     private struct State {
-        var state: ManagerState = .unknown
         var isAdvertising = false
-        var delegate = WeakBox<AnyObject & Sendable>()
-        var pairingDelegate = WeakBox<AnyObject & Sendable>()
         var services: [MutableService] = []
     }
     private let shared = Mutex(State())
 
     public init(delegate: PeripheralManagerDelegate?, queue: DispatchQueue? = nil, options: PeripheralManagerOptions = PeripheralManagerOptions(),
                 appID: String? = nil, socketPath: String? = nil) throws(BerylError) {
-        delegateQueue = queue ?? .main
-        self.appID = appID ?? LaunchOptions.current.appID ?? ""
-        let relay = EventRelay()
-        channel = try Channel(socketPath: socketPath, label: "peripheral", relay: relay)
-        shared.withLock { $0.delegate.value = delegate }
-        relay.bind { [weak self] event in self?.handle(event) }
-        channel.hello(appID: self.appID, restoreIdentifier: options.restoreIdentifier, role: .peripheral) { [weak self] state, restored, error in
+        session = try ManagerSession(label: "peripheral", delegate: delegate, queue: queue, appID: appID, socketPath: socketPath)
+        session.start(restoreIdentifier: options.restoreIdentifier, role: .peripheral, events: { [weak self] in self?.handle($0) }) { [weak self] state, restored in
             guard let self else { return }
-            if let error { self.misuse.report(error) }
-            if let restored {
-                let services = restored.peripheral.services.map(MutableService.restored)
-                let advertising = restored.peripheral.advertising
-                    ? AdvertisingOptions(localName: restored.peripheral.localName.isEmpty ? nil : restored.peripheral.localName,
-                                         serviceUUIDs: restored.peripheral.advertisedServiceUuids.compactMap(BluetoothUUID.init)) : nil
-                self.shared.withLock { state in
-                    state.services = services
-                    state.isAdvertising = advertising != nil
-                }
-                let byHandle = Dictionary(services.flatMap { $0.characteristics ?? [] }.map { ($0.valueHandle, $0) }, uniquingKeysWith: { first, _ in first })
-                for subscription in restored.peripheral.subscriptions {
-                    byHandle[subscription.valueHandle]?.subscription(self.central(subscription.central, Int(subscription.maximumUpdateLength)), on: true)
-                }
-                self.notify { $0.peripheralManager(self, willRestoreState: RestoredPeripheralState(services: services, advertisementData: advertising)) }
-            }
+            if let restored { self.restore(restored.peripheral) }
             self.update(state)
         }
     }
 
-    deinit { channel.close() }
+    /// A restored manager takes back its services (with their handles), its advertising and its subscribed centrals.
+    private func restore(_ preserved: Beryl_Ipc_V1_PreservedPeripheralRole) {
+        let services = preserved.services.map(MutableService.restored)
+        let advertising = preserved.advertising
+            ? AdvertisingOptions(localName: preserved.localName.isEmpty ? nil : preserved.localName,
+                                 serviceUUIDs: preserved.advertisedServiceUuids.compactMap(BluetoothUUID.init)) : nil
+        shared.withLock { state in
+            state.services = services
+            state.isAdvertising = advertising != nil
+        }
+        let byHandle = Dictionary(services.flatMap { $0.characteristics ?? [] }.map { ($0.valueHandle, $0) }, uniquingKeysWith: { first, _ in first })
+        for subscription in preserved.subscriptions {
+            byHandle[subscription.valueHandle]?.subscription(central(subscription.central, Int(subscription.maximumUpdateLength)), on: true)
+        }
+        notify { $0.peripheralManager(self, willRestoreState: RestoredPeripheralState(services: services, advertisementData: advertising)) }
+    }
 
     /// Ends the manager for good: what managerd preserved for its restore identifier is discarded, and its services
     /// and advertising go.
     public func invalidate() {
-        _ = channel.call(.manager { $0.invalidate.manager = managerID })
-        channel.close()
+        channel.invalidate(manager: managerID)
     }
 
     /// Answers pairing prompts (passkeys, number comparison) for links this manager uses.
     public var pairingDelegate: PairingDelegate? {
-        get { shared.withLock { $0.pairingDelegate.value } as? PairingDelegate }
-        set { shared.withLock { $0.pairingDelegate.value = newValue } }
+        get { session.pairingDelegate }
+        set { session.pairingDelegate = newValue }
     }
 
     public var delegate: PeripheralManagerDelegate? {
-        get { shared.withLock { $0.delegate.value } as? PeripheralManagerDelegate }
-        set { shared.withLock { $0.delegate.value = newValue } }
+        get { session.delegate as? PeripheralManagerDelegate }
+        set { session.delegate = newValue }
     }
-    public var state: ManagerState { shared.withLock { $0.state } }
+    public var state: ManagerState { session.state }
     public var isAdvertising: Bool { shared.withLock { $0.isAdvertising } }
 
     /// Receives API misuse that has no delegate callback (answering a request twice, updating a value of a
@@ -232,11 +224,7 @@ public final class PeripheralManager: Sendable {
     }
 
     private func update(_ newState: ManagerState) {
-        let changed = shared.withLock { state in
-            defer { state.state = newState }
-            return state.state != newState
-        }
-        if changed { notify { $0.peripheralManagerDidUpdateState(self) } }
+        if session.setState(newState) { notify { $0.peripheralManagerDidUpdateState(self) } }
     }
 
     // MARK: Services

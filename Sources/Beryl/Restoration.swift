@@ -55,6 +55,12 @@ public enum ApplicationState: Sendable {
 }
 
 extension Channel {
+    /// Ends a manager for good (Core Bluetooth: the user force-quit the app): managerd discards what it preserved.
+    func invalidate(manager: UInt32) {
+        _ = call(.manager { $0.invalidate.manager = manager })
+        close()
+    }
+
     func report(_ state: ApplicationState, appID: String) -> BerylError? {
         guard !appID.isEmpty else { return .invalidArgument("an app without an app id is always in the foreground") }
         let result = call(.manager { $0.setAppState = .with { $0.appID = appID; $0.state = state == .foreground ? .foreground : .background } })

@@ -156,3 +156,29 @@ public struct ProfileFileError: Error, Equatable, Sendable, CustomStringConverti
     public var reason: String
     public var description: String { "\(file): \(field): \(reason)" }
 }
+
+/// The dynamic values `beryl serve` answers for: what centrals last wrote, up to 512 bytes each
+/// (Core Vol 3 Part F §3.2.9).
+public struct ProfileValues<Key: Hashable & Sendable>: Sendable {
+    private var values: [Key: [UInt8]] = [:]
+
+    public init() {}
+
+    public subscript(key: Key) -> [UInt8] { values[key] ?? [] }
+
+    /// A batch of writes, all or nothing, as Core Bluetooth answers a batch once: a write at offset 0 replaces the
+    /// value; a later part of a long write extends what came before it. Returns the ATT error that refuses the whole
+    /// batch (Invalid Offset 0x07, Invalid Attribute Value Length 0x0D; Core Vol 3 Part F §3.4.1.1), or nil.
+    public mutating func apply(_ writes: [(key: Key, offset: Int, value: [UInt8])]) -> UInt8? {
+        var staged = values
+        for write in writes {
+            var value = write.offset == 0 ? [] : staged[write.key] ?? []
+            guard write.offset <= value.count else { return 0x07 }
+            value.replaceSubrange(write.offset..<min(value.count, write.offset + write.value.count), with: write.value)
+            guard value.count <= 512 else { return 0x0D }
+            staged[write.key] = value
+        }
+        values = staged
+        return nil
+    }
+}

@@ -15,7 +15,7 @@ public final class ServeSession {
     let say: (String) -> Void
     var attd: IPCConnection?
     var hcid: IPCConnection?
-    var values: [UInt16: [UInt8]] = [:]
+    var values = ProfileValues<UInt16>()
     var timers: [EventRegistration] = []
     var counters: [UInt16: UInt8] = [:]
     public private(set) var failure: String?
@@ -175,24 +175,13 @@ public final class ServeSession {
     private func attdEvent(_ event: Event) {
         switch event.att.kind {
         case .readRequested(let read)?:
-            let value = values[UInt16(read.handle)] ?? []
+            let value = values[UInt16(read.handle)]
             say("read 0x\(String(read.handle, radix: 16)) offset \(read.offset): \(value.count) bytes")
             var request = Request()
             request.att.answerRead = .with { $0.id = read.id; $0.connectionHandle = read.connectionHandle; $0.value = Data(value) }
             attd?.request(request)
         case .writeRequested(let write)?:
-            // Check the whole batch first: a bad offset refuses all of it (Core Bluetooth's respond(to:withResult:)).
-            var staged = values
-            var error: UInt32 = 0
-            for part in write.writes {
-                // A write at offset 0 replaces the value; a later part of a long write extends what came before it.
-                var value = part.offset == 0 ? [] : staged[UInt16(part.handle)] ?? []
-                guard Int(part.offset) <= value.count else { error = UInt32(ATTErrorCodes.invalidOffset); break }
-                value.replaceSubrange(Int(part.offset)..<min(value.count, Int(part.offset) + part.value.count), with: Array(part.value))
-                guard value.count <= 512 else { error = UInt32(ATTErrorCodes.invalidAttributeValueLength); break }
-                staged[UInt16(part.handle)] = value
-            }
-            if error == 0 { values = staged }
+            let error = UInt32(values.apply(write.writes.map { (UInt16(truncatingIfNeeded: $0.handle), Int($0.offset), Array($0.value)) }) ?? 0)
             say("write \(write.writes.map { "0x\(String($0.handle, radix: 16))[\($0.offset)] \($0.value.count) bytes" }.joined(separator: ", "))"
                 + (error == 0 ? "" : " refused (0x\(String(error, radix: 16)))"))
             guard write.withResponse else { return }
@@ -215,10 +204,4 @@ public final class ServeSession {
             break
         }
     }
-}
-
-/// The ATT error codes a publisher answers with (Core Vol 3 Part F §3.4.1.1).
-enum ATTErrorCodes {
-    static let invalidOffset: UInt8 = 0x07
-    static let invalidAttributeValueLength: UInt8 = 0x0D
 }

@@ -90,16 +90,9 @@ struct Gatt: ParsableCommand {
                            agent: PairingAgent) throws {
         let loop: EventLoop
         do { loop = try EventLoop() } catch { throw Output.fail("\(error)") }
+        let printer = EventPrinter(json: json)
         let session = GattClientSession(loop: loop, paths: stack.paths, peer: peer, operation: operation,
-                                        timeout: .milliseconds(Int(timeout * 1000))) { fields in
-            let line: String
-            if json, let data = try? JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys]) {
-                line = String(decoding: data, as: UTF8.self)
-            } else {
-                line = fields.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-            }
-            FileHandle.standardOutput.write(Data((line + "\n").utf8))
-        }
+                                        timeout: .milliseconds(Int(timeout * 1000))) { printer.emit($0) }
         session.agent = agent
         do { try session.start() } catch { throw Output.fail("cannot reach the stack in \(stack.paths.runtimeDir): \(error)") }
         do { try loop.run() } catch { throw Output.fail("\(error)") }

@@ -12,7 +12,7 @@ final class ServeApp: PeripheralManagerDelegate {
     let printer: EventPrinter
     let queue = DispatchQueue(label: "beryl.serve")
     private struct State {
-        var values: [ObjectIdentifier: Data] = [:]
+        var values = ProfileValues<ObjectIdentifier>()
         var counters: [ObjectIdentifier: UInt8] = [:]
     }
     /// Kept for the life of the command; made only while publishing, before any other thread looks.
@@ -102,7 +102,7 @@ final class ServeApp: PeripheralManagerDelegate {
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest) {
-        let value = state.withLock { $0.values[ObjectIdentifier(request.characteristic)] } ?? Data()
+        let value = Data(state.withLock { $0.values[ObjectIdentifier(request.characteristic)] })
         printer.say("read \(request.characteristic.uuid) offset \(request.offset): \(value.count) bytes")
         // Core Bluetooth's rule for long reads: the app answers from the offset on; past the end is Invalid Offset.
         guard request.offset <= value.count else { return peripheral.respond(to: request, withResult: .invalidOffset) }
@@ -111,22 +111,8 @@ final class ServeApp: PeripheralManagerDelegate {
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveWrite requests: [ATTRequest]) {
-        // The whole batch is checked first: a bad offset refuses all of it (one respond for all, Core Bluetooth's rule).
-        let result: ATTError = state.withLock { state in
-            var staged = state.values
-            for request in requests {
-                let key = ObjectIdentifier(request.characteristic)
-                // A write at offset 0 replaces the value; a later part of a long write extends what came before it.
-                var value = request.offset == 0 ? Data() : staged[key] ?? Data()
-                guard request.offset <= value.count else { return .invalidOffset }
-                let part = request.value ?? Data()
-                value.replaceSubrange(request.offset..<min(value.count, request.offset + part.count), with: part)
-                guard value.count <= 512 else { return .invalidAttributeValueLength }
-                staged[key] = value
-            }
-            state.values = staged
-            return .success
-        }
+        let refusal = state.withLock { $0.values.apply(requests.map { (ObjectIdentifier($0.characteristic), $0.offset, Array($0.value ?? Data())) }) }
+        let result = refusal.flatMap(ATTError.init(rawValue:)) ?? .success
         printer.say("write \(requests.map { "\($0.characteristic.uuid)[\($0.offset)] \($0.value?.count ?? 0) bytes" }.joined(separator: ", "))"
                     + (result == .success ? "" : " refused (0x\(String(result.rawValue, radix: 16)))"))
         if let first = requests.first, first.expectsResponse { peripheral.respond(to: first, withResult: result) }

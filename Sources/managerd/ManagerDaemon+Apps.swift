@@ -19,7 +19,7 @@ final class PreservedManager {
     let role: PreservedRecord.Role
     var session: UInt64
     var live: Bool
-    var queued: [Beryl_Ipc_V1_ManagerEvent] = []
+    var queued = SuspendedQueue<Beryl_Ipc_V1_ManagerEvent>()
     /// What the app last discovered on each peripheral, and the values it subscribed to (for willRestoreState).
     var databases: [String: Beryl_Ipc_V1_GattDatabase] = [:]
     var notifying: [String: Set<UInt32>] = [:]
@@ -50,8 +50,15 @@ struct AppRuntime {
     var suspensionTimer: EventRegistration?
 }
 
+/// Events held for an app that cannot take them now (suspended, or not running): one discovery per peripheral.
+extension SuspendedQueue where Event == Beryl_Ipc_V1_ManagerEvent {
+    mutating func hold(_ event: Event) {
+        let discovered: String? = if case .discovered(let discovery)? = event.kind { discovery.peripheral.identifier } else { nil }
+        append(event, discoveryOf: discovered)
+    }
+}
+
 extension ManagerDaemon {
-    static let maxQueuedEvents = 256
     /// How long a relaunched app has to make the managers it was launched for.
     var restoreGrace: Duration { .seconds(15) }
 
@@ -119,8 +126,7 @@ extension ManagerDaemon {
         preserved.session = session
         preserved.live = true
         app.preserved = preserved
-        let queued = preserved.queued
-        preserved.queued.removeAll()
+        let queued = preserved.queued.drain()
         host.logger.info("\(preserved.appID) restored \(preserved.role) manager \(preserved.restoreID) with \(queued.count) queued event(s)")
         return (state, queued.map { event in
             var event = event
@@ -140,11 +146,20 @@ extension ManagerDaemon {
 
     // MARK: Session end
 
+    /// Session ids from here up are placeholders for preserved managers whose app is not running, never a real
+    /// session's (those count up from 1).
+    static let firstPlaceholder: UInt64 = 1 << 48
+    func isPlaceholder(_ session: UInt64) -> Bool { session >= Self.firstPlaceholder }
+
+    func makePlaceholder() -> UInt64 {
+        defer { nextPlaceholder += 1 }
+        return nextPlaceholder
+    }
+
     /// A session of an opted-in manager closed without the app quitting: its work goes on under a placeholder.
     func preserveOnClose(_ sessionID: UInt64) -> Bool {
         guard let preserved = preservedManagers.first(where: { $0.session == sessionID && $0.live }) else { return false }
-        let placeholder = nextPlaceholder
-        nextPlaceholder += 1
+        let placeholder = makePlaceholder()
         rebind(from: sessionID, to: placeholder)
         preserved.session = placeholder
         preserved.live = false
@@ -182,17 +197,9 @@ extension ManagerDaemon {
         switch event.kind {
         case .stateChanged?, .pairingPrompt?, .pairingFinished?, .readyToUpdate?, .readyToWrite?, .advertisingStarted?, nil:
             return  // the restored manager hears the current state; prompts cannot wait
-        case .discovered(let discovery)?:
-            // Coalesced: the latest discovery of each peripheral.
-            preserved.queued.removeAll { queued in
-                if case .discovered(let earlier)? = queued.kind { return earlier.peripheral.identifier == discovery.peripheral.identifier }
-                return false
-            }
         default:
-            break
+            preserved.queued.hold(event)
         }
-        if preserved.queued.count >= Self.maxQueuedEvents { preserved.queued.removeFirst() }
-        preserved.queued.append(event)
         launchForRestoration(preserved.appID)
     }
 
@@ -243,7 +250,7 @@ extension ManagerDaemon {
             guard let pid = runtime.launchedPID else { continue }
             guard let (_, reason) = Spawn.reap(pid) else {
                 // Up, but it has not made the managers it was launched to restore: ended, so that it is launched again.
-                let waiting = preservedManagers.filter { $0.appID == appID && !$0.live && !$0.queued.isEmpty }
+                let waiting = preservedManagers.filter { $0.appID == appID && !$0.live && $0.queued.count > 0 }
                 if !waiting.isEmpty, let launchedAt = runtime.launchedAt, ContinuousClock.now - launchedAt > restoreGrace {
                     apps[appID]?.launchedAt = nil
                     apps[appID]?.lastLaunchError = "did not restore \(waiting.map(\.restoreID).joined(separator: ", ")) within \(restoreGrace)"
@@ -254,7 +261,7 @@ extension ManagerDaemon {
             }
             var updated = runtime
             updated.launchedPID = nil
-            let waiting = preservedManagers.filter { $0.appID == appID && !$0.live && !$0.queued.isEmpty }
+            let waiting = preservedManagers.filter { $0.appID == appID && !$0.live && $0.queued.count > 0 }
             if !waiting.isEmpty {
                 let delay = updated.backoff.delay(afterRunning: .zero)
                 updated.nextLaunch = ContinuousClock.now + delay
@@ -347,8 +354,7 @@ extension ManagerDaemon {
                 host.logger.error("preserved state of \(record.appID)/\(record.restoreID) unreadable; dropped")
                 continue
             }
-            let placeholder = nextPlaceholder
-            nextPlaceholder += 1
+            let placeholder = makePlaceholder()
             let preserved = PreservedManager(appID: record.appID, restoreID: record.restoreID, role: record.role, session: placeholder, live: false)
             preservedManagers.append(preserved)
             let key = preserved.key

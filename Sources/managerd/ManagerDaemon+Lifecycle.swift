@@ -100,8 +100,7 @@ extension ManagerDaemon {
             break
         }
         alertIfAsked(event, app: app)
-        let discovered: String? = if case .discovered(let discovery)? = event.kind { discovery.peripheral.identifier } else { nil }
-        app.held.append(event, discoveryOf: discovered)
+        app.held.hold(event)
         return true
     }
 

@@ -78,7 +78,7 @@ final class ManagerDaemon {
     var apps: [String: AppRuntime] = [:]
     var preservedManagers: [PreservedManager] = []
     /// Session ids for preserved managers whose app is not running (never a real session's).
-    var nextPlaceholder: UInt64 = 1 << 48
+    var nextPlaceholder = ManagerDaemon.firstPlaceholder
     let restorationStore: RestorationStore?
     /// Sessions of `beryl alerts`.
     var alertSubscribers: Set<UInt64> = []
@@ -118,7 +118,7 @@ final class ManagerDaemon {
 
     func send(_ event: Beryl_Ipc_V1_ManagerEvent, to sessionID: UInt64) {
         guard let live = session(sessionID) else {
-            if sessionID >= 1 << 48 { queueForAbsentApp(event, placeholder: sessionID) }
+            if isPlaceholder(sessionID) { queueForAbsentApp(event, placeholder: sessionID) }
             return
         }
         if holdIfSuspended(event, for: sessionID) { return }

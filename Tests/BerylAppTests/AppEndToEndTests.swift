@@ -350,17 +350,8 @@ final class ScanCommandTests: XCTestCase {
         XCTAssertNotNil(app.recorder.wait(for: "advertising ok"))
 
         func beryl(_ arguments: [String]) throws -> (status: Int32, out: String, err: String) {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
-            process.arguments = arguments + ["--runtime-dir", "\(scratch.root)/run0"]
-            let out = Pipe(), err = Pipe()
-            process.standardOutput = out
-            process.standardError = err
-            try process.run()
-            let output = out.fileHandleForReading.readDataToEndOfFile()
-            let errors = err.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return (process.terminationStatus, String(decoding: output, as: UTF8.self), String(decoding: errors, as: UTF8.self))
+            let run = try runTool("beryl", arguments + ["--runtime-dir", "\(scratch.root)/run0"])
+            return (run.status, run.stdout, run.stderr)
         }
         let scan = try beryl(["scan", "--service", "180D", "--count", "1", "--timeout", "10", "--json"])
         XCTAssertEqual(scan.status, 0, scan.err)
