@@ -76,7 +76,7 @@ let package = Package(
             "BerylDaemonKit", "BerylSim", "BerylTransport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "beryl", dependencies: [
-            "BerylStack", "BerylTransport", "BerylSim", "BerylHCI", "BerylStore", "Beryl", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "BerylStack", "BerylTransport", "BerylSim", "BerylHCI", "BerylStore", "Beryl", "CBerylSys", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
         // Examples written as the Core Bluetooth Programming Guide's code is, against the Beryl library.

@@ -89,6 +89,12 @@ public final class SimController {
 
     public var isAdvertising: Bool { advertisingEnabled }
     public var isScanning: Bool { scanEnabled }
+    /// The host's scan parameters (units of 625 µs), which the background rules change.
+    public var scanTiming: (interval: UInt16, window: UInt16, filterDuplicates: Bool) {
+        (scanParameters.interval, scanParameters.window, filterDuplicates)
+    }
+    /// The host's minimum advertising interval (units of 625 µs).
+    public var advertisingIntervalMin: UInt16 { advertisingParameters.intervalMin }
     public var isInitiating: Bool { initiating != nil }
     public var connectionHandles: [UInt16] { links.keys.sorted() }
 

@@ -115,3 +115,7 @@ int beryl_peer_hung_up(int fd) {
     if (poll(&poller, 1, 0) < 0) return 1;
     return (poller.revents & (POLLHUP | POLLRDHUP)) != 0;
 }
+
+void beryl_line_buffer_stdout(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+}

@@ -23,8 +23,13 @@ struct Connect: ParsableCommand {
     @Option(help: "Seconds to hold the link once connected (default: until SIGINT/SIGTERM).")
     var hold: Double?
 
+    @Option(help: "Alert when this happens while the app is suspended: connection, disconnection or notification (repeatable).")
+    var notifyOn: [ConnectAlert] = []
+
     @Flag(help: "One JSON object per line.")
     var json = false
+
+    enum ConnectAlert: String, ExpressibleByArgument, CaseIterable { case connection, disconnection, notification }
 
     func validate() throws {
         try AppSupport.validatePeer(peer)
@@ -35,6 +40,8 @@ struct Connect: ParsableCommand {
     func run() throws {
         let printer = EventPrinter(json: json)
         let (stack, peer, timeout, hold) = (stack, peer, timeout, hold)
+        let options = ConnectOptions(notifyOnConnection: notifyOn.contains(.connection), notifyOnDisconnection: notifyOn.contains(.disconnection),
+                                     notifyOnNotification: notifyOn.contains(.notification))
         let connected = Mutex(false)
         DispatchQueue.global().asyncAfter(deadline: .now() + timeout) {
             guard !connected.withLock({ $0 }) else { return }
@@ -45,7 +52,7 @@ struct Connect: ParsableCommand {
             let watcher = LinkWatcher()
             let central: CentralManager
             do {
-                central = try CentralManager(delegate: watcher, queue: DispatchQueue(label: "beryl.connect"), appID: "beryl.connect",
+                central = try CentralManager(delegate: watcher, queue: DispatchQueue(label: "beryl.connect"), appID: LaunchOptions.current.appID ?? "beryl.connect",
                                              socketPath: stack.paths.socket("managerd"))
             } catch {
                 throw Output.fail("cannot reach managerd in \(stack.paths.runtimeDir): \(error)")
@@ -53,7 +60,7 @@ struct Connect: ParsableCommand {
             try await AppSupport.poweredOn({ central.state }, runtimeDir: stack.paths.runtimeDir)
             let peripheral = try AppSupport.peripheral(peer, on: central)
             let started = ContinuousClock.now
-            try await central.connect(peripheral)
+            try await central.connect(peripheral, options: options)
             connected.withLock { $0 = true }
             let rssi = await withCheckedContinuation { continuation in
                 watcher.rssiWaiter.withLock { $0 = continuation }

@@ -36,7 +36,8 @@ struct Scan: ParsableCommand {
         do {
             client = try IPCClient(path: stack.paths.socket("managerd"))
             var hello = Request()
-            hello.manager.hello.appID = "beryl.scan"
+            // Launched from a manifest, it is that app (and gets its background rules); otherwise a foreground tool.
+            hello.manager.hello.appID = ProcessInfo.processInfo.environment["BERYL_APP_ID"] ?? "beryl.scan"
             guard try client.call(hello).manager.welcome.state == .poweredOn else { throw Output.fail("the controller is not powered on") }
             var start = Request()
             start.manager.startScan = .with { $0.manager = 1; $0.serviceUuids = service; $0.allowDuplicates = duplicates }

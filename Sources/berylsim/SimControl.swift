@@ -92,6 +92,11 @@ extension SimDaemon {
             info.invalidPackets = UInt32(controller.invalidPackets)
             info.socketPath = port.socketPath
             info.tcpPort = UInt32(port.tcpPort)
+            let scan = controller.scanTiming
+            info.scanIntervalUs = UInt32(scan.interval) * 625
+            info.scanWindowUs = UInt32(scan.window) * 625
+            info.scanFilterDuplicates = scan.filterDuplicates
+            info.advertisingIntervalUs = UInt32(controller.advertisingIntervalMin) * 625
             return info
         }
         state.links = air.linkSnapshots.map { link in

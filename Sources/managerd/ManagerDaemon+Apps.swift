@@ -59,9 +59,6 @@ extension SuspendedQueue where Event == Beryl_Ipc_V1_ManagerEvent {
 }
 
 extension ManagerDaemon {
-    /// How long a relaunched app has to make the managers it was launched for.
-    var restoreGrace: Duration { .seconds(15) }
-
     // MARK: Manifests
 
     func loadCatalog() {

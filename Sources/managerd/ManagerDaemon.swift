@@ -86,7 +86,11 @@ final class ManagerDaemon {
     let defaultSuspendAfter: Double
     var pendingRepublish: [(ManagerKey, [Beryl_Ipc_V1_PreservedService])] = []
 
-    init(host: DaemonHost, appsDir: String?, suspendAfter: Double = 5) throws {
+    /// How long a relaunched app has to make the managers it was launched for before it is ended and launched again.
+    let restoreGrace: Duration
+
+    init(host: DaemonHost, appsDir: String?, suspendAfter: Double = 5, restoreGrace: Double = 15) throws {
+        self.restoreGrace = .milliseconds(Int(restoreGrace * 1000))
         self.host = host
         self.appsDir = appsDir
         defaultSuspendAfter = suspendAfter

@@ -68,6 +68,9 @@ final class HeartRateCentral: CentralManagerDelegate, PeripheralDelegate {
     func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: BerylError?) {
         recorder.note("value \(characteristic.uuid) \(characteristic.value?.map { String(format: "%02x", $0) }.joined() ?? "-") \(error.map { "\($0)" } ?? "")")
     }
+    func peripheral(_ peripheral: Peripheral, didWriteValueFor characteristic: Characteristic, error: BerylError?) {
+        recorder.note("wrote \(characteristic.uuid) \(error.map { "\($0)" } ?? "ok")")
+    }
     func peripheral(_ peripheral: Peripheral, didUpdateNotificationStateFor characteristic: Characteristic, error: BerylError?) {
         recorder.note("notifying \(characteristic.uuid) \(characteristic.isNotifying)")
     }

@@ -56,7 +56,7 @@ final class LifecycleTests: TwoStacksTestCase {
     func testEventsHeldWhileSuspendedArriveInOrderAndAlertsAreRaised() throws {
         let (peripheralApp, manager) = try advertiseHeartRate()
         let service = MutableService(type: BluetoothUUID(0x180D), primary: true)
-        service.characteristics = [peripheralApp.location]
+        service.characteristics = [peripheralApp.location, peripheralApp.control]
         delegateStyle { manager.add(service) }
         XCTAssertNotNil(peripheralApp.recorder.wait(for: "added"))
         manager.startAdvertising(AdvertisingOptions(localName: "Pulse", serviceUUIDs: [BluetoothUUID(0x180D)]))
@@ -88,11 +88,15 @@ final class LifecycleTests: TwoStacksTestCase {
             peripheral.discoverServices(nil)
             usleep(300_000)
         }
-        let location = try XCTUnwrap(peripheral.services?.first { $0.uuid == BluetoothUUID(0x180D) }?.characteristics?.first)
+        let characteristics = try XCTUnwrap(peripheral.services?.first { $0.uuid == BluetoothUUID(0x180D) }?.characteristics)
+        let location = try XCTUnwrap(characteristics.first { $0.uuid == BluetoothUUID(0x2A38) })
+        let control = try XCTUnwrap(characteristics.first { $0.uuid == BluetoothUUID(0x2A39) })
         peripheral.delegate = client
         peripheral.readValue(for: location)
         XCTAssertNotNil(client.recorder.wait(for: "value 2A38 - ATT error 0xe"), client.recorder.all.joined(separator: "\n"))
-        XCTAssertFalse(peripheralApp.recorder.all.contains { $0.hasPrefix("read") }, "the suspended publisher was not asked")
+        peripheral.writeValue(Data([0x01]), for: control, type: .withResponse)
+        XCTAssertNotNil(client.recorder.wait(for: "wrote 2A39 ATT error 0xe"), client.recorder.all.joined(separator: "\n"))
+        XCTAssertFalse(peripheralApp.recorder.all.contains { $0.hasPrefix("read") || $0.hasPrefix("write") }, "the suspended publisher was not asked")
 
         // ...and the central app, suspended, misses the disconnection but gets an alert for it.
         XCTAssertEqual(try beryl(["app", "state", "com.test.alerts", "suspended"]).status, 0)

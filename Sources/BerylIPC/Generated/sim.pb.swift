@@ -226,6 +226,28 @@ public nonisolated struct Beryl_Ipc_V1_SimControllerInfo: @unchecked Sendable {
     set {_uniqueStorage()._tcpPort = newValue}
   }
 
+  /// What the host last set (HCI LE Set Scan Parameters / Enable, LE Set Advertising Parameters): the background
+  /// rules are checked on the air by these.
+  public var scanIntervalUs: UInt32 {
+    get {_storage._scanIntervalUs}
+    set {_uniqueStorage()._scanIntervalUs = newValue}
+  }
+
+  public var scanWindowUs: UInt32 {
+    get {_storage._scanWindowUs}
+    set {_uniqueStorage()._scanWindowUs = newValue}
+  }
+
+  public var scanFilterDuplicates: Bool {
+    get {_storage._scanFilterDuplicates}
+    set {_uniqueStorage()._scanFilterDuplicates = newValue}
+  }
+
+  public var advertisingIntervalUs: UInt32 {
+    get {_storage._advertisingIntervalUs}
+    set {_uniqueStorage()._advertisingIntervalUs = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -674,7 +696,7 @@ nonisolated extension Beryl_Ipc_V1_ResetAir: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Beryl_Ipc_V1_SimControllerInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".SimControllerInfo"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}index\0\u{1}address\0\u{1}x\0\u{1}y\0\u{3}in_range\0\u{1}frozen\0\u{3}corrupt_rate\0\u{3}host_attached\0\u{1}advertising\0\u{1}scanning\0\u{1}initiating\0\u{3}connection_handles\0\u{3}command_flow_violations\0\u{3}acl_overflows\0\u{3}invalid_packets\0\u{3}socket_path\0\u{3}tcp_port\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}index\0\u{1}address\0\u{1}x\0\u{1}y\0\u{3}in_range\0\u{1}frozen\0\u{3}corrupt_rate\0\u{3}host_attached\0\u{1}advertising\0\u{1}scanning\0\u{1}initiating\0\u{3}connection_handles\0\u{3}command_flow_violations\0\u{3}acl_overflows\0\u{3}invalid_packets\0\u{3}socket_path\0\u{3}tcp_port\0\u{3}scan_interval_us\0\u{3}scan_window_us\0\u{3}scan_filter_duplicates\0\u{3}advertising_interval_us\0")
 
   fileprivate class _StorageClass {
     var _index: UInt32 = 0
@@ -694,6 +716,10 @@ nonisolated extension Beryl_Ipc_V1_SimControllerInfo: SwiftProtobuf.Message, Swi
     var _invalidPackets: UInt32 = 0
     var _socketPath: String = String()
     var _tcpPort: UInt32 = 0
+    var _scanIntervalUs: UInt32 = 0
+    var _scanWindowUs: UInt32 = 0
+    var _scanFilterDuplicates: Bool = false
+    var _advertisingIntervalUs: UInt32 = 0
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -721,6 +747,10 @@ nonisolated extension Beryl_Ipc_V1_SimControllerInfo: SwiftProtobuf.Message, Swi
       _invalidPackets = source._invalidPackets
       _socketPath = source._socketPath
       _tcpPort = source._tcpPort
+      _scanIntervalUs = source._scanIntervalUs
+      _scanWindowUs = source._scanWindowUs
+      _scanFilterDuplicates = source._scanFilterDuplicates
+      _advertisingIntervalUs = source._advertisingIntervalUs
     }
   }
 
@@ -756,6 +786,10 @@ nonisolated extension Beryl_Ipc_V1_SimControllerInfo: SwiftProtobuf.Message, Swi
         case 15: try { try decoder.decodeSingularUInt32Field(value: &_storage._invalidPackets) }()
         case 16: try { try decoder.decodeSingularStringField(value: &_storage._socketPath) }()
         case 17: try { try decoder.decodeSingularUInt32Field(value: &_storage._tcpPort) }()
+        case 18: try { try decoder.decodeSingularUInt32Field(value: &_storage._scanIntervalUs) }()
+        case 19: try { try decoder.decodeSingularUInt32Field(value: &_storage._scanWindowUs) }()
+        case 20: try { try decoder.decodeSingularBoolField(value: &_storage._scanFilterDuplicates) }()
+        case 21: try { try decoder.decodeSingularUInt32Field(value: &_storage._advertisingIntervalUs) }()
         default: break
         }
       }
@@ -815,6 +849,18 @@ nonisolated extension Beryl_Ipc_V1_SimControllerInfo: SwiftProtobuf.Message, Swi
       if _storage._tcpPort != 0 {
         try visitor.visitSingularUInt32Field(value: _storage._tcpPort, fieldNumber: 17)
       }
+      if _storage._scanIntervalUs != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._scanIntervalUs, fieldNumber: 18)
+      }
+      if _storage._scanWindowUs != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._scanWindowUs, fieldNumber: 19)
+      }
+      if _storage._scanFilterDuplicates != false {
+        try visitor.visitSingularBoolField(value: _storage._scanFilterDuplicates, fieldNumber: 20)
+      }
+      if _storage._advertisingIntervalUs != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._advertisingIntervalUs, fieldNumber: 21)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -841,6 +887,10 @@ nonisolated extension Beryl_Ipc_V1_SimControllerInfo: SwiftProtobuf.Message, Swi
         if _storage._invalidPackets != rhs_storage._invalidPackets {return false}
         if _storage._socketPath != rhs_storage._socketPath {return false}
         if _storage._tcpPort != rhs_storage._tcpPort {return false}
+        if _storage._scanIntervalUs != rhs_storage._scanIntervalUs {return false}
+        if _storage._scanWindowUs != rhs_storage._scanWindowUs {return false}
+        if _storage._scanFilterDuplicates != rhs_storage._scanFilterDuplicates {return false}
+        if _storage._advertisingIntervalUs != rhs_storage._advertisingIntervalUs {return false}
         return true
       }
       if !storagesAreEqual {return false}

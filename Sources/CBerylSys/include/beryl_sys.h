@@ -26,4 +26,7 @@ int beryl_peer_hung_up(int fd);
 /// Ignores SIGPIPE: every socket write checks for EPIPE itself (SIG_IGN is a macro Swift cannot import).
 void beryl_ignore_sigpipe(void);
 
+/// Line-buffers stdout, so that output redirected to a log file appears a line at a time.
+void beryl_line_buffer_stdout(void);
+
 #endif
