@@ -121,6 +121,13 @@ class TwoStacksTestCase: XCTestCase {
         let run = try runTool("beryl", arguments + ["--runtime-dir", "\(scratch.root)/run\(side)"])
         return (run.status, run.stdout, run.stderr)
     }
+
+    /// Controller `index` as berylsim sees it: what its host set on the air.
+    func simController(_ index: Int) throws -> [String: Any] {
+        let listed = try runTool("beryl", ["sim", "list", "--json", "--dir", scratch.root + "/sim"])
+        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [String: Any], listed.stderr)
+        return try XCTUnwrap((object["controllers"] as? [[String: Any]])?.first { ($0["index"] as? Int ?? 0) == index })
+    }
 }
 
 final class AppEndToEndTests: TwoStacksTestCase {

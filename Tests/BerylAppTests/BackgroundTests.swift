@@ -63,13 +63,6 @@ final class BackgroundTests: TwoStacksTestCase {
 
     private func log(_ name: String) -> String { (try? String(contentsOfFile: "\(scratch.root)/run0/logs/\(name).log", encoding: .utf8)) ?? "" }
 
-    /// Controller `index` as berylsim sees it: what the host set on the air.
-    private func controller(_ index: Int) throws -> [String: Any] {
-        let listed = try runTool("beryl", ["sim", "list", "--json", "--dir", scratch.root + "/sim"])
-        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [String: Any], listed.stderr)
-        return try XCTUnwrap((object["controllers"] as? [[String: Any]])?.first { ($0["index"] as? Int ?? 0) == index })
-    }
-
     private func advertiseHeartRate() throws -> (HeartRatePeripheral, PeripheralManager) {
         let app = HeartRatePeripheral()
         let manager = try PeripheralManager(delegate: app, queue: DispatchQueue(label: "peripheral"), appID: "com.test.sensor", socketPath: socket(1))
@@ -86,9 +79,9 @@ final class BackgroundTests: TwoStacksTestCase {
     func testABackgroundCentralScansSlowlyWithDuplicatesCoalescedAndHearsAtOnce() throws {
         XCTAssertEqual(try beryl(["app", "launch", "com.example.scanner"]).status, 0)
         XCTAssertEqual(try app("com.example.scanner")["state"] as? String, "background", "a launched app starts in the background")
-        XCTAssertTrue(eventually { (try? self.controller(0)["scanning"] as? Bool) == true }, "its scan is on the air in the background")
+        XCTAssertTrue(eventually { (try? self.simController(0)["scanning"] as? Bool) == true }, "its scan is on the air in the background")
         // Core Bluetooth's background scan: a long interval, and no duplicates even though the app asked for them.
-        let slow = try controller(0)
+        let slow = try simController(0)
         XCTAssertEqual(slow["scanIntervalUs"] as? Int, 1_280_000, "\(slow)")
         XCTAssertEqual(slow["scanWindowUs"] as? Int, 30_000, "\(slow)")
 
@@ -102,12 +95,12 @@ final class BackgroundTests: TwoStacksTestCase {
         // In the foreground it gets the duplicates it asked for, at the foreground interval.
         XCTAssertEqual(try beryl(["app", "state", "com.example.scanner", "foreground"]).status, 0)
         XCTAssertTrue(eventually(.seconds(10)) { self.discoveries() >= 4 }, log("app-com.example.scanner"))
-        let fast = try controller(0)
+        let fast = try simController(0)
         XCTAssertLessThan(try XCTUnwrap(fast["scanIntervalUs"] as? Int), 1_280_000, "\(fast)")
 
         // Back in the background: slow again, and coalesced again (it has heard this peripheral).
         XCTAssertEqual(try beryl(["app", "state", "com.example.scanner", "background"]).status, 0)
-        XCTAssertTrue(eventually { (try? self.controller(0)["scanIntervalUs"] as? Int) == 1_280_000 })
+        XCTAssertTrue(eventually { (try? self.simController(0)["scanIntervalUs"] as? Int) == 1_280_000 })
         usleep(500_000)
         let settled = discoveries()
         usleep(3_000_000)

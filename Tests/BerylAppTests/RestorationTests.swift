@@ -87,6 +87,8 @@ final class RestorationTests: TwoStacksTestCase {
         for pid in pids { kill(Int32(pid), SIGKILL) }
         XCTAssertTrue(eventually { ((try? self.app(thermostat)["pids"] as? [Int]) ?? [1]).isEmpty })
         XCTAssertEqual(try app(thermostat)["preservedPeripherals"] as? [String], ["thermostat"])
+        // Background advertising is slower on the air: 1 s rather than the foreground's 100 ms.
+        XCTAssertEqual(try simController(0)["advertisingIntervalUs"] as? Int, 1_000_000)
 
         // The other stack still finds it advertising, and reads the setpoint: the read relaunches the app.
         let found = try beryl(["scan", "--service", "7E570001-0000-1000-8000-00805F9B34FB", "--count", "1", "--timeout", "30", "--json"], side: 1)  // 1 s background interval
