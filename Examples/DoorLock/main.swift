@@ -89,8 +89,12 @@ final class DoorLock: CentralManagerDelegate, PeripheralDelegate {
         log.write("centralManagerDidUpdateState", ["state": "\(central.state)"])
         guard central.state == .poweredOn else { return }
         if let restored = lock.withLock({ $0 }) {
-            // Restored connected: carry on at once; restored pending: didConnect will come.
-            if restored.state == .connected { resume(restored, central) }
+            // Known from a restoration or from before managerd restarted.
+            switch restored.state {
+            case .connected: resume(restored, central)
+            case .disconnected: central.connect(restored)  // the link went while managerd restarted: ask again
+            default: break  // restored pending: didConnect will come
+            }
             return
         }
         guard !relaunched else { return }  // a relaunch is for an event that arrives next

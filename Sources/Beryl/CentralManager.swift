@@ -69,12 +69,14 @@ public final class CentralManager: Sendable {
     public init(delegate: CentralManagerDelegate?, queue: DispatchQueue? = nil, options: CentralManagerOptions = CentralManagerOptions(),
                 appID: String? = nil, socketPath: String? = nil) throws(BerylError) {
         session = try ManagerSession(label: "central", delegate: delegate, queue: queue, appID: appID, socketPath: socketPath)
-        session.start(restoreIdentifier: options.restoreIdentifier, role: .central, events: { [weak self] in self?.handle($0) }) { [weak self] state, restored in
+        session.start(restoreIdentifier: options.restoreIdentifier, role: .central, events: { [weak self] in self?.handle($0) }) { [weak self] state, restored, again in
             guard let self else { return }
             if let restored {
+                // After managerd restarted, the peripherals take back their links and databases quietly: the app
+                // was not relaunched, so there is nothing to restore it from.
                 let restoredState = self.restoredState(restored.central)
                 if restoredState.isScanning { self.shared.withLock { $0.isScanning = true } }
-                self.notify { $0.centralManager(self, willRestoreState: restoredState) }
+                if !again { self.notify { $0.centralManager(self, willRestoreState: restoredState) } }
             }
             self.update(state)
         }
@@ -116,6 +118,14 @@ public final class CentralManager: Sendable {
         guard session.setState(newState) else { return }
         if newState != .poweredOn { shared.withLock { $0.isScanning = false } }
         notify { $0.centralManagerDidUpdateState(self) }
+    }
+
+    /// managerd is gone: resetting, every link lost as far as the app knows, until a new session says otherwise.
+    private func sessionLost() {
+        let known = shared.withLock { Array($0.peripherals.values) }
+        for peripheral in known { peripheral.setState(.disconnected) }
+        update(.resetting)
+        session.reconnect()
     }
 
     func peripheral(_ identifier: String, name: String? = nil) -> Peripheral {
@@ -242,7 +252,7 @@ public final class CentralManager: Sendable {
 
     private func handle(_ event: Event) {
         guard case .manager(let managed)? = event.kind else {
-            if event.kind == nil { update(.unknown) }  // the session closed
+            if event.kind == nil { sessionLost() }
             return
         }
         if channel.deliverPairing(managed, to: pairingDelegate, on: delegateQueue) { return }

@@ -1,12 +1,25 @@
 import BerylIPC
 import Dispatch
+import Foundation
 import Synchronization
 
 /// What a central and a peripheral manager both are: one session with managerd for an app, its state, its
 /// delegate and pairing delegate (held weakly, as Core Bluetooth does), the queue their callbacks go on, and where
 /// API misuse is reported.
 final class ManagerSession: Sendable {
-    let channel: Channel
+    private let current: Mutex<Channel>
+    /// The session with managerd now: a new one after managerd restarted.
+    var channel: Channel { current.withLock { $0 } }
+    private let socketPath: String?
+    private let label: String
+    /// What `start` said, said again to a restarted managerd.
+    private struct Greeting: Sendable {
+        let restoreIdentifier: String?
+        let role: Beryl_Ipc_V1_ManagerRole
+        let welcome: @Sendable (ManagerState, Beryl_Ipc_V1_PreservedState?, _ again: Bool) -> Void
+    }
+    private let greeting = Mutex<Greeting?>(nil)
+    private let ended = Atomic<Bool>(false)
     let delegateQueue: DispatchQueue
     let appID: String
     let managerID: UInt32 = 1
@@ -28,20 +41,54 @@ final class ManagerSession: Sendable {
         self.appID = appID ?? LaunchOptions.current.appID ?? ""
         let relay = EventRelay()
         self.relay = relay
-        channel = try Channel(socketPath: socketPath, label: label, relay: relay)
+        self.socketPath = socketPath
+        self.label = label
+        current = Mutex(try Channel(socketPath: socketPath, label: label, relay: relay))
         shared.withLock { $0.delegate.value = delegate }
     }
 
-    deinit { channel.close() }
+    deinit {
+        ended.store(true, ordering: .relaxed)
+        channel.close()
+    }
 
     /// Binds the manager's event handler and says Hello; `welcome` gets the first state and, for a restored manager,
     /// what managerd preserved (a refusal is reported as misuse and reads as unauthorized or unsupported).
+    /// `welcome`'s last argument is true when it answers a Hello said again after managerd restarted.
     func start(restoreIdentifier: String?, role: Beryl_Ipc_V1_ManagerRole, events: @escaping @Sendable (Event) -> Void,
-               welcome: @escaping @Sendable (ManagerState, Beryl_Ipc_V1_PreservedState?) -> Void) {
+               welcome: @escaping @Sendable (ManagerState, Beryl_Ipc_V1_PreservedState?, _ again: Bool) -> Void) {
         relay.bind(events)
-        channel.hello(appID: appID, restoreIdentifier: restoreIdentifier, role: role) { [misuse] state, restored, error in
+        let greeting = Greeting(restoreIdentifier: restoreIdentifier, role: role, welcome: welcome)
+        self.greeting.withLock { $0 = greeting }
+        greet(greeting, again: false)
+    }
+
+    private func greet(_ greeting: Greeting, again: Bool) {
+        channel.hello(appID: appID, restoreIdentifier: greeting.restoreIdentifier, role: greeting.role) { [misuse] state, restored, error in
             if let error { misuse.report(error) }
-            welcome(state, restored)
+            greeting.welcome(state, restored, again)
+        }
+    }
+
+    /// managerd went away (a crash, or a restart by its supervisor): a new session is opened as soon as it is back,
+    /// retrying with backoff, and the Hello said again; a manager with a restore identifier gets back what managerd
+    /// preserved for it. Until then the manager is resetting, as a Core Bluetooth manager is while bluetoothd restarts.
+    func reconnect() {
+        DispatchQueue.global().async { [weak self] in
+            var delay = Duration.milliseconds(50)
+            while true {
+                // The manager is held only while trying, so one released meanwhile ends the loop.
+                let finished: Bool = {
+                    guard let session = self, !session.ended.load(ordering: .relaxed) else { return true }
+                    guard let channel = try? Channel(socketPath: session.socketPath, label: session.label, relay: session.relay) else { return false }
+                    session.current.withLock { $0 = channel }
+                    if let greeting = session.greeting.withLock({ $0 }) { session.greet(greeting, again: true) }
+                    return true
+                }()
+                if finished { return }
+                Thread.sleep(forTimeInterval: Double(delay.components.attoseconds) / 1e18 + Double(delay.components.seconds))
+                delay = min(delay * 2, .seconds(1))
+            }
         }
     }
 

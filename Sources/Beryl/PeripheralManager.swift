@@ -168,15 +168,15 @@ public final class PeripheralManager: Sendable {
     public init(delegate: PeripheralManagerDelegate?, queue: DispatchQueue? = nil, options: PeripheralManagerOptions = PeripheralManagerOptions(),
                 appID: String? = nil, socketPath: String? = nil) throws(BerylError) {
         session = try ManagerSession(label: "peripheral", delegate: delegate, queue: queue, appID: appID, socketPath: socketPath)
-        session.start(restoreIdentifier: options.restoreIdentifier, role: .peripheral, events: { [weak self] in self?.handle($0) }) { [weak self] state, restored in
+        session.start(restoreIdentifier: options.restoreIdentifier, role: .peripheral, events: { [weak self] in self?.handle($0) }) { [weak self] state, restored, again in
             guard let self else { return }
-            if let restored { self.restore(restored.peripheral) }
+            if let restored { self.restore(restored.peripheral, announce: !again) }
             self.update(state)
         }
     }
 
     /// A restored manager takes back its services (with their handles), its advertising and its subscribed centrals.
-    private func restore(_ preserved: Beryl_Ipc_V1_PreservedPeripheralRole) {
+    private func restore(_ preserved: Beryl_Ipc_V1_PreservedPeripheralRole, announce: Bool) {
         let services = preserved.services.map(MutableService.restored)
         let advertising = preserved.advertising
             ? AdvertisingOptions(localName: preserved.localName.isEmpty ? nil : preserved.localName,
@@ -189,6 +189,7 @@ public final class PeripheralManager: Sendable {
         for subscription in preserved.subscriptions {
             byHandle[subscription.valueHandle]?.subscription(central(subscription.central, Int(subscription.maximumUpdateLength)), on: true)
         }
+        guard announce else { return }
         notify { $0.peripheralManager(self, willRestoreState: RestoredPeripheralState(services: services, advertisementData: advertising)) }
     }
 
@@ -361,7 +362,11 @@ public final class PeripheralManager: Sendable {
 
     private func handle(_ event: Event) {
         guard case .manager(let managed)? = event.kind else {
-            if event.kind == nil { update(.unknown) }
+            if event.kind == nil {
+                // managerd is gone: without a restore identifier its services went with it, as after bluetoothd resets.
+                update(.resetting)
+                session.reconnect()
+            }
             return
         }
         if channel.deliverPairing(managed, to: pairingDelegate, on: delegateQueue) { return }

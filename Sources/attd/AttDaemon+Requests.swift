@@ -11,7 +11,12 @@ extension AttDaemon {
         case .getBearers?:
             var response = Response()
             response.att.bearers.bearers = links.values.sorted { $0.handle < $1.handle }.map { link in
-                .with { $0.connectionHandle = UInt32(link.handle); $0.attMtu = UInt32(link.server.mtu); $0.central = link.isCentral }
+                .with {
+                    $0.connectionHandle = UInt32(link.handle)
+                    $0.attMtu = UInt32(link.server.mtu)
+                    $0.central = link.isCentral
+                    $0.peerAddress = linkSecurity[link.handle]?.peer.description ?? ""
+                }
             }
             incoming.respond(response)
         case .publishService(let publish)?:

@@ -202,6 +202,17 @@ extension ManagerDaemon {
 
     func launchForRestoration(_ appID: String) {
         guard let manifest = catalog.apps[appID], manifest.launch != nil else { return }
+        // Apps that were running when an earlier managerd died are reconnecting now: give them the time to, rather
+        // than launching a second copy.
+        let settled = startedAt + Self.reconnectionGrace
+        if ContinuousClock.now < settled {
+            guard deferredLaunches.insert(appID).inserted else { return }
+            _ = try? host.loop.after(settled - ContinuousClock.now + .milliseconds(10)) { [unowned self] in
+                self.deferredLaunches.remove(appID)
+                self.launchForRestoration(appID)
+            }
+            return
+        }
         var runtime = apps[appID, default: AppRuntime()]
         if let pid = runtime.launchedPID, ProcessStats.isAlive(pid: pid) { return }
         if let next = runtime.nextLaunch, ContinuousClock.now < next { return }

@@ -13,7 +13,8 @@ extension ManagerDaemon {
             guard let services = uuids(start.serviceUuids, field: "service_uuids", incoming),
                   let solicited = uuids(start.solicitedServiceUuids, field: "solicited_service_uuids", incoming) else { return }
             scans.start(ManagerKey(session: session, manager: start.manager), ScanRequest(services: services, allowDuplicates: start.allowDuplicates, solicited: solicited))
-            updateScanning()
+            applyScanPolicy(session)  // an app launched into the background scans by the background rules from its first scan
+            restartScanning()
             persistIfPreserved(session)
             incoming.respond(.with { $0.ack = .init() })
             // Peripherals already heard are reported at once, as a fresh scan on iOS reports cached ones.

@@ -58,13 +58,16 @@ extension ManagerDaemon {
 
     /// Re-applies every rule that depends on app states: which scans run (and how), who advertises (and how).
     func applyLifecycle(_ appID: String) {
-        for live in sessionsOf(appID) {
-            let policy = policy(forSession: live.id)
-            if policy.scans { scans.paused.remove(live.id) } else { scans.paused.insert(live.id) }
-            if policy.coalesceDuplicates { scans.coalesced.insert(live.id) } else { scans.coalesced.remove(live.id) }
-        }
+        for live in sessionsOf(appID) { applyScanPolicy(live.id) }
         restartScanning()
         updateAdvertising()
+    }
+
+    /// Whether the session's scans run, and whether their duplicates are coalesced, by its app's state now.
+    func applyScanPolicy(_ session: UInt64) {
+        let policy = policy(forSession: session)
+        if policy.scans { scans.paused.remove(session) } else { scans.paused.insert(session) }
+        if policy.coalesceDuplicates { scans.coalesced.insert(session) } else { scans.coalesced.remove(session) }
     }
 
     /// Scan parameters can only change with the scan off (Core Vol 4 Part E §7.8.10).

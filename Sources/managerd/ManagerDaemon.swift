@@ -88,6 +88,12 @@ final class ManagerDaemon {
 
     /// How long a relaunched app has to make the managers it was launched for before it is ended and launched again.
     let restoreGrace: Duration
+    let startedAt = ContinuousClock.now
+    /// How long after starting managerd waits for running apps to reconnect (the library retries for up to 1 s
+    /// between attempts) before it launches any app for restoration.
+    static let reconnectionGrace = Duration.seconds(3)
+    /// Apps whose launch for restoration waits for the end of that grace.
+    var deferredLaunches: Set<String> = []
 
     init(host: DaemonHost, appsDir: String?, suspendAfter: Double = 5, restoreGrace: Double = 15) throws {
         self.restoreGrace = .milliseconds(Int(restoreGrace * 1000))
@@ -175,10 +181,29 @@ final class ManagerDaemon {
                 _ = try? self.host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToAttd() }
             }
             attd = connection
+            adoptOpenLinks(connection)
             republishPreserved()
             refreshState()
         } catch {
             _ = try? host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToAttd() }
+        }
+    }
+
+    /// Links that are up already, because managerd restarted under them (hcid and attd kept them): taken back as if
+    /// they had just come up, so that preserved managers get their peripherals back rather than asking the controller
+    /// for a connection it already has (which it refuses, 0x0B).
+    private func adoptOpenLinks(_ connection: IPCConnection) {
+        var request = Request()
+        request.att.getBearers = .init()
+        connection.request(request) { [unowned self] result in
+            guard case .success(let response) = result else { return }
+            for bearer in response.att.bearers.bearers {
+                let handle = UInt16(truncatingIfNeeded: bearer.connectionHandle)
+                mtus[handle] = UInt16(truncatingIfNeeded: bearer.attMtu)
+                guard book.identifier(for: handle) == nil, let peer = DeviceAddress(bearer.peerAddress) else { continue }
+                host.logger.info("link 0x\(String(handle, radix: 16)) with \(peer) was up before managerd started; taking it back")
+                linkEvent(.connected(handle: handle, central: bearer.central, peer: peer))
+            }
         }
     }
 

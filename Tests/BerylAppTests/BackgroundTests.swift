@@ -129,10 +129,13 @@ final class BackgroundTests: TwoStacksTestCase {
         withExtendedLifetime(manager) {}
     }
 
-    func testARelaunchThatNeverRestoresIsEndedAndLaunchedAgain() throws {
-        let profile = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    var heartRateProfile: String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Examples/profiles/heart-rate.json").path
-        try scratch.start("serve", [Executables.path("beryl"), "serve", profile, "--runtime-dir", "\(scratch.root)/run1"],
+    }
+
+    func testARelaunchThatNeverRestoresIsEndedAndLaunchedAgain() throws {
+        try scratch.start("serve", [Executables.path("beryl"), "serve", heartRateProfile, "--runtime-dir", "\(scratch.root)/run1"],
                           socket: "\(scratch.root)/run1/managerd.sock")
         XCTAssertEqual(try beryl(["app", "launch", "com.example.stubborn"]).status, 0)
         XCTAssertTrue(eventually(.seconds(30)) { self.log("app-com.example.stubborn").contains("\"event\":\"didUpdateValueFor\"") },
@@ -156,5 +159,31 @@ final class BackgroundTests: TwoStacksTestCase {
         XCTAssertTrue(eventually(.seconds(30)) { self.log("app-com.example.stubborn").contains("\"event\":\"willRestoreState\"") },
                       log("app-com.example.stubborn"))
         XCTAssertTrue(eventually { ((try? self.app("com.example.stubborn")["pids"] as? [Int]) ?? []).count == 1 })
+    }
+
+    /// managerd dies under a running app: its managers are resetting, reconnect on their own when the supervisor (here
+    /// the test) restarts managerd, and take back the link and subscription it preserved; no second copy is launched.
+    func testARunningAppRidesOutAManagerdRestart() throws {
+        try scratch.start("serve", [Executables.path("beryl"), "serve", heartRateProfile, "--runtime-dir", "\(scratch.root)/run1"],
+                          socket: "\(scratch.root)/run1/managerd.sock")
+        XCTAssertEqual(try beryl(["app", "launch", "com.example.stubborn"]).status, 0)
+        XCTAssertTrue(eventually(.seconds(30)) { self.log("app-com.example.stubborn").contains("\"event\":\"didUpdateValueFor\"") },
+                      log("app-com.example.stubborn"))
+        let pids = try XCTUnwrap(try app("com.example.stubborn")["pids"] as? [Int])
+        XCTAssertEqual(pids.count, 1)
+
+        kill(try XCTUnwrap(scratch.pid(of: "managerd0")), SIGKILL)
+        XCTAssertTrue(eventually { self.log("app-com.example.stubborn").contains("\"state\":\"resetting\"") }, log("app-com.example.stubborn"))
+        let before = log("app-com.example.stubborn").count
+        try scratch.start("managerd0", [Executables.path("managerd"), "--runtime-dir", scratch.root + "/run0", "--state-dir", scratch.root + "/state0"]
+                          + managerdArguments[0], socket: socket(0))
+        XCTAssertTrue(eventually(.seconds(15)) {
+            let after = String(self.log("app-com.example.stubborn").dropFirst(before))
+            return after.contains("\"state\":\"poweredOn\"") && after.contains("\"event\":\"didUpdateValueFor\"")
+        }, log("app-com.example.stubborn"))
+        XCTAssertEqual(try app("com.example.stubborn")["pids"] as? [Int], pids, "the same process, reconnected")
+        usleep(3_500_000)  // past managerd's wait for reconnecting apps
+        XCTAssertEqual(try app("com.example.stubborn")["pids"] as? [Int], pids, "no second copy was launched")
+        XCTAssertFalse(log("app-com.example.stubborn").contains("willRestoreState"), "nothing to restore: the app never stopped")
     }
 }
