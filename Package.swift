@@ -61,6 +61,8 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .target(name: "BerylStack", dependencies: ["BerylCore", "BerylDaemonKit", "BerylIPC", "BerylEventLoop", "BerylHCI", "CBerylSys"]),
+        // The fault-injection suite: full stacks on berylsim, faults at phases, invariants after each.
+        .target(name: "BerylFaults", dependencies: ["BerylDaemonKit", "BerylIPC", "BerylStack"]),
 
         .executableTarget(name: "hcid", dependencies: [
             "BerylDaemonKit", "BerylTransport", "BerylHCI", "BerylHardware",
@@ -76,7 +78,7 @@ let package = Package(
             "BerylDaemonKit", "BerylSim", "BerylTransport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "beryl", dependencies: [
-            "BerylStack", "BerylTransport", "BerylSim", "BerylHCI", "BerylStore", "Beryl", "CBerylSys", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "BerylStack", "BerylFaults", "BerylTransport", "BerylSim", "BerylHCI", "BerylStore", "Beryl", "CBerylSys", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
         // Examples written as the Core Bluetooth Programming Guide's code is, against the Beryl library.
@@ -91,6 +93,7 @@ let package = Package(
         .testTarget(name: "BerylCryptoTests", dependencies: ["BerylCrypto", "BerylCore"]),
         .testTarget(name: "BerylSMPTests", dependencies: ["BerylSMP", "BerylCrypto", "BerylCore", "BerylStore"]),
         .testTarget(name: "BerylAppTests", dependencies: ["Beryl", "BerylStack"]),
+        .testTarget(name: "BerylFaultTests", dependencies: ["BerylFaults", "BerylStack"]),
         .testTarget(name: "BerylManagerTests", dependencies: ["BerylManager", "BerylGAP", "BerylCore", "BerylHCI", "BerylStore"]),
         .testTarget(name: "BerylSimTests", dependencies: ["BerylSim", "BerylCore"]),
         .testTarget(name: "BerylGATTTests", dependencies: ["BerylGATT", "BerylATT", "BerylL2CAP", "BerylCore", "BerylHCI"]),

@@ -3,7 +3,9 @@
 // With --restore the manager has a restore identifier: when the app dies, the stack keeps its service published
 // and advertised, and a central reading or writing the setpoint relaunches it (bluetooth-peripheral background mode).
 //
-//   thermostat [--runtime-dir DIR] [--restore]
+//   thermostat [--runtime-dir DIR] [--restore] [--tick SECONDS]
+//
+// With --tick it measures the temperature every SECONDS and notifies subscribed centrals.
 import Beryl
 import Dispatch
 import Foundation
@@ -18,6 +20,18 @@ final class Thermostat: PeripheralManagerDelegate {
     let temperature = MutableCharacteristic(type: BluetoothUUID(0x2A6E), properties: [.notify], value: nil, permissions: .readable)
     private let target = Mutex<UInt16>(215)
     private let restored = Mutex(false)
+    private let measurements = Mutex(0)
+
+    /// A new temperature (2A6E: sint16 in 0.01 °C) to whoever subscribed; a full queue just skips a measurement.
+    func measure(_ peripheral: PeripheralManager) {
+        let count = measurements.withLock { count in
+            count += 1
+            return count
+        }
+        let hundredths = Int16(2000 + count % 100)
+        _ = peripheral.updateValue(Data([UInt8(truncatingIfNeeded: hundredths), UInt8(truncatingIfNeeded: hundredths >> 8)]),
+                                   for: temperature, onSubscribedCentrals: nil)
+    }
 
     func peripheralManager(_ peripheral: PeripheralManager, willRestoreState state: RestoredPeripheralState) {
         restored.withLock { $0 = true }
@@ -28,8 +42,12 @@ final class Thermostat: PeripheralManagerDelegate {
 
     func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) {
         guard peripheral.state == .poweredOn else { return say("state \(peripheral.state)") }
-        // A restored manager's service is still published and advertised: nothing to add.
-        guard !restored.withLock({ $0 }) else { return }
+        // A restored manager's service is still published and advertised: nothing to add. After a reset of the stack
+        // (resetting, then poweredOn again) the services are gone, as after bluetoothd restarts, and are added again.
+        guard !restored.withLock({ restored in
+            defer { restored = false }
+            return restored
+        }) else { return }
         let service = MutableService(type: thermostatService, primary: true)
         service.characteristics = [setpoint, temperature]
         peripheral.add(service)
@@ -68,30 +86,46 @@ final class Thermostat: PeripheralManagerDelegate {
     }
 }
 
+/// Not main-actor code: the timer fires on the manager's queue.
+nonisolated func measure(with manager: PeripheralManager, _ thermostat: Thermostat, on queue: DispatchQueue, every seconds: Double) -> any DispatchSourceTimer {
+    let timer = DispatchSource.makeTimerSource(queue: queue)
+    timer.schedule(deadline: .now() + seconds, repeating: seconds)
+    timer.setEventHandler { if manager.state == .poweredOn { thermostat.measure(manager) } }
+    timer.resume()
+    return timer
+}
+
 func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
 
 var runtimeDir: String?
 var restore = false
+var tick: Double?
 var arguments = CommandLine.arguments.dropFirst().makeIterator()
 while let argument = arguments.next() {
     if argument == "--restore" {
         restore = true
         continue
     }
-    guard argument == "--runtime-dir", let value = arguments.next() else {
-        FileHandle.standardError.write(Data("usage: thermostat [--runtime-dir DIR] [--restore]\n".utf8))
+    switch (argument, arguments.next()) {
+    case ("--runtime-dir", let value?):
+        runtimeDir = value
+    case ("--tick", let value?) where Double(value).map({ (0.05...3600).contains($0) }) == true:
+        tick = Double(value)
+    default:
+        FileHandle.standardError.write(Data("usage: thermostat [--runtime-dir DIR] [--restore] [--tick SECONDS (0.05-3600)]\n".utf8))
         exit(64)
     }
-    runtimeDir = value
 }
 let thermostat = Thermostat()
 let launch = LaunchOptions.current
 if launch.isRelaunch { say("relaunched by the stack to restore \(launch.peripherals.joined(separator: ", "))") }
 do {
-    let manager = try PeripheralManager(delegate: thermostat, queue: DispatchQueue(label: "thermostat"),
+    let queue = DispatchQueue(label: "thermostat")
+    let manager = try PeripheralManager(delegate: thermostat, queue: queue,
                                         options: PeripheralManagerOptions(restoreIdentifier: restore ? "thermostat" : nil), appID: "com.example.thermostat",
                                         socketPath: runtimeDir.map { $0 + "/managerd.sock" })
-    withExtendedLifetime(manager) { dispatchMain() }
+    let timer = tick.map { measure(with: manager, thermostat, on: queue, every: $0) }
+    withExtendedLifetime((manager, timer)) { dispatchMain() }
 } catch {
     FileHandle.standardError.write(Data("thermostat: \(error)\n".utf8))
     exit(69)

@@ -70,6 +70,21 @@ public final class ATTServer {
         if !features.isEmpty { clientFeatures = features }
     }
 
+    /// A bonded client's stored configurations for CCCDs in `range`, a service published after the link came up (an
+    /// app adding its service again after the stack restarted): the client's subscription holds across it, as its
+    /// configuration would across a reconnection (Core Vol 3 Part G §3.3.3.3). Returns the value handles now on.
+    public func adoptStored(clientConfigurations stored: [UInt16: UInt16], in range: ClosedRange<UInt16>) -> [(valueHandle: UInt16, value: UInt16)] {
+        var adopted: [(UInt16, UInt16)] = []
+        for (handle, value) in stored.sorted(by: { $0.key < $1.key }) where range.contains(handle) && clientConfigurations[handle] == nil {
+            guard database.attribute(at: handle)?.value == .clientConfiguration, value & 0b11 != 0,
+                  let valueHandle = database.attributes(in: range).last(where: { $0.handle < handle && $0.type == GATTType.characteristic }).map({ $0.handle + 1 })
+            else { continue }
+            clientConfigurations[handle] = value
+            adopted.append((valueHandle, value))
+        }
+        return adopted
+    }
+
     /// The bearer's ATT_MTU after an exchange our client made (Core Vol 3 Part F §3.4.2: one value for both roles).
     public func adopt(mtu newMTU: UInt16) { mtu = max(mtu, min(newMTU, serverMTU)) }
 

@@ -17,11 +17,18 @@ public struct ToolRun: Sendable {
     public var status: Int32
     public var stdout: String
     public var stderr: String
+
+    public init(status: Int32, stdout: String, stderr: String) {
+        self.status = status
+        self.stdout = stdout
+        self.stderr = stderr
+    }
 }
 
+/// `name` is one of the package's executables, or a path to any other program.
 public func runTool(_ name: String, _ arguments: [String], environment: [String: String]? = nil) throws -> ToolRun {
     let process = Process()
-    process.executableURL = URL(fileURLWithPath: Executables.path(name))
+    process.executableURL = URL(fileURLWithPath: name.contains("/") ? name : Executables.path(name))
     process.arguments = arguments
     if let environment { process.environment = environment }
     let out = Pipe()

@@ -142,5 +142,6 @@ extension AttDaemon {
             $0.att.servicePublished.valueHandles = valueHandles.map(UInt32.init)
         })
         announceDatabaseChange(start...end)
+        adoptStoredSubscriptions(in: start...end)
     }
 }

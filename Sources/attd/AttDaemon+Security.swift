@@ -70,6 +70,26 @@ extension AttDaemon {
         }
     }
 
+    /// A service published while bonded peers are connected takes back their stored subscriptions to it, and its
+    /// publisher hears of them as of any subscription.
+    func adoptStoredSubscriptions(in range: ClosedRange<UInt16>) {
+        guard let store = bondStore else { return }
+        for link in links.values {
+            guard let identity = linkSecurity[link.handle]?.bond, let (configurations, _) = try? store.clientState(identity) else { continue }
+            for (valueHandle, value) in link.server.adoptStored(clientConfigurations: configurations, in: range) {
+                host.logger.info("bonded \(identity) is subscribed again to 0x\(String(valueHandle, radix: 16))")
+                var event = Event()
+                event.att.subscriptionChanged = .with {
+                    $0.connectionHandle = UInt32(link.handle)
+                    $0.valueHandle = UInt32(valueHandle)
+                    $0.notify = value & 0b01 != 0
+                    $0.indicate = value & 0b10 != 0
+                }
+                owner(of: valueHandle)?.send(.event(event))
+            }
+        }
+    }
+
     /// Keeps a bonded peer's CCCDs and client features after each change.
     func persistClientState(of link: LinkSession) {
         guard let identity = linkSecurity[link.handle]?.bond, let store = bondStore else { return }

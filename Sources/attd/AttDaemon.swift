@@ -299,7 +299,7 @@ final class AttDaemon {
         apply(wrap(outputs, for: link), on: link)
     }
 
-    private func owner(of handle: UInt16) -> IPCSession? {
+    func owner(of handle: UInt16) -> IPCSession? {
         guard let owner = owners.first(where: { $0.range.contains(handle) }) else { return nil }
         return host.server?.sessions[owner.session]
     }

@@ -144,8 +144,11 @@ final class ManagerDaemon {
             let connection = try IPCConnection(loop: host.loop, path: host.paths.socket("hcid"))
             connection.onEvent = { [unowned self] in self.hcidEvent($0) }
             connection.onClose = { [unowned self] reason in
-                self.host.logger.warning("lost hcid (\(reason))")
+                self.host.logger.warning("lost hcid (\(reason)); its links are gone")
                 self.hcid = nil
+                // hcid's successor resets the controller (Core Vol 4 Part E §7.3.2): every link ends with it, and the
+                // apps and preserved managers that held one hear so (a preserved one asks for it again).
+                for handle in self.book.links.values.map(\.handle) { self.linkEvent(.disconnected(handle: handle, reason: 0x16)) }
                 self.controllerChanged(.unknown)
                 _ = try? self.host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToHcid() }
             }
@@ -168,8 +171,9 @@ final class ManagerDaemon {
                 // attd's database went with it: the apps' services must be published again (their sessions are told).
                 self.host.logger.warning("lost attd (\(reason)); published services are gone")
                 self.attd = nil
-                // Preserved managers' services are published again when attd is back.
-                for preserved in self.preservedManagers {
+                // Preserved managers' services are published again when attd is back; a running app adds its own
+                // again when it hears poweredOn after resetting (as after bluetoothd restarts), so not for it.
+                for preserved in self.preservedManagers where !preserved.live {
                     let specs = self.services.filter { $0.owner.session == preserved.session }.compactMap { self.serviceSpecs[$0.range.lowerBound] }
                     if !specs.isEmpty { self.pendingRepublish.append((preserved.key, specs)) }
                 }

@@ -1,0 +1,189 @@
+import BerylDaemonKit
+import BerylStack
+import Foundation
+
+/// The world the faults hit: berylsim with three controllers, a supervised stack (`beryl up`) on controllers 0 and 1,
+/// and on them two apps launched from manifests, both with restore identifiers: `doorlock` (a central subscribed
+/// to the thermostat's temperature) and `thermostat` (a peripheral with a dynamic setpoint, notifying every 200 ms).
+/// The two stacks are bonded. Controller 2 is left for a rogue remote device.
+/// Driven from one thread; the serving phase's writer thread only reads what `start` set.
+public final class FaultLab: @unchecked Sendable {
+    public static let thermostatService = "7E570001-0000-1000-8000-00805F9B34FB"
+    public static let setpoint = "7E570002-0000-1000-8000-00805F9B34FB"
+    public static let doorlockID = "com.example.doorlock"
+    public static let thermostatID = "com.example.thermostat"
+
+    public let root: String
+    let seed: UInt64
+    let tcpBase: Int
+    private(set) var simPID: Int32 = 0
+    /// The thermostat as the central's stack names it, and the peripheral stack's controller address.
+    private(set) var thermostatIdentifier = ""
+    private(set) var peripheralAddress = ""
+    let appUser: String
+
+    public init(seed: UInt64) throws {
+        var template = Array("/tmp/beryl-faults-XXXXXX".utf8CString)
+        guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else { throw FaultLabError.setup("mkdtemp failed") }
+        root = String(cString: made)
+        chmod(root, 0o755)  // the apps run as their manifest's user and must reach the runtime directories
+        self.seed = seed
+        tcpBase = 20_000 + Int(getpid() % 20_000) * 2
+        appUser = getuid() == 0 ? "nobody" : String(cString: getpwuid(getuid())!.pointee.pw_name)
+    }
+
+    public func paths(_ side: Side) -> DaemonPaths { DaemonPaths(runtimeDir: "\(root)/\(side)/run", stateDir: "\(root)/\(side)/state") }
+    var simDir: String { root + "/sim" }
+    var doorlockLog: String { root + "/doorlock.log" }
+    var thermostatLog: String { paths(.peripheral).logDir + "/app-\(Self.thermostatID).log" }
+
+    // MARK: Bring-up and teardown
+
+    public func start() throws {
+        let sim = try Spawn.start([Executables.path("berylsim"), "--controllers", "3", "--dir", simDir, "--seed", "\(seed)",
+                                   "--tcp", "127.0.0.1:\(tcpBase)"], logPath: root + "/berylsim.log")
+        simPID = sim
+        guard eventually(.seconds(10), { FileManager.default.fileExists(atPath: self.simDir + "/control.sock") }) else {
+            throw FaultLabError.setup("berylsim did not start: \(tail(root + "/berylsim.log"))")
+        }
+        try writeManifests()
+        for side in Side.allCases {
+            let paths = paths(side)
+            _ = try StackControl.up(paths: paths, transport: "unix:\(simDir)/controller-\(side.rawValue).sock", logLevel: .info,
+                                    managerdArguments: ["--apps-dir", "\(root)/\(side)/apps"])
+            for directory in [paths.runtimeDir, paths.logDir] { chmod(directory, 0o755) }
+        }
+        peripheralAddress = try controllerAddress(.peripheral)
+        try launch(Self.thermostatID, on: .peripheral)
+        guard eventually(.seconds(20), { self.read(self.thermostatLog).contains("advertising as Beryl Thermostat") }) else {
+            throw FaultLabError.setup("the thermostat did not advertise: \(tail(thermostatLog))")
+        }
+        // Bonded before the workload starts, so that a torn bond would show.
+        let paired = try runTool("beryl", ["pair", "--peer", peripheralAddress, "--auto-accept", "--timeout", "30", "--json",
+                                           "--runtime-dir", paths(.central).runtimeDir])
+        guard paired.status == 0 else { throw FaultLabError.setup("pairing failed: \(paired.stdout) \(paired.stderr)") }
+        guard bondCount(.central) == 1, bondCount(.peripheral) == 1 else { throw FaultLabError.setup("no bond after pairing") }
+
+        try launch(Self.doorlockID, on: .central)
+        guard eventually(.seconds(30), { self.notificationCount() >= 2 }) else {
+            throw FaultLabError.setup("the doorlock app took no notifications: \(tail(doorlockLog))")
+        }
+        thermostatIdentifier = doorlockEvents().last { $0["event"] as? String == "didConnect" }?["peripheral"] as? String ?? ""
+    }
+
+    public func stop() {
+        for side in Side.allCases {
+            _ = try? runTool("beryl", ["app", "quit", Self.doorlockID, "--runtime-dir", paths(side).runtimeDir])
+            _ = try? runTool("beryl", ["app", "quit", Self.thermostatID, "--runtime-dir", paths(side).runtimeDir])
+            _ = try? StackControl.down(paths: paths(side))
+        }
+        if simPID > 0 {
+            kill(simPID, SIGTERM)
+            try? StackControl.waitForExit(simPID, timeout: .seconds(5))
+            if ProcessStats.isAlive(pid: simPID) { kill(simPID, SIGKILL) }
+            _ = Spawn.reap(simPID)
+        }
+    }
+
+    public func removeScratch() { try? FileManager.default.removeItem(atPath: root) }
+
+    private func writeManifests() throws {
+        let manifests: [(Side, [String: Any])] = [
+            (.central, ["id": Self.doorlockID, "user": appUser, "backgroundModes": ["bluetooth-central"],
+                        "launch": ["command": [Executables.path("doorlock"), "--service", Self.thermostatService,
+                                               "--characteristic", "2A6E", "--log", doorlockLog]]]),
+            (.peripheral, ["id": Self.thermostatID, "user": appUser, "backgroundModes": ["bluetooth-peripheral"],
+                           "launch": ["command": [Executables.path("thermostat"), "--restore", "--tick", "0.2"]]]),
+        ]
+        FileManager.default.createFile(atPath: doorlockLog, contents: nil)
+        chmod(doorlockLog, 0o666)
+        for (side, manifest) in manifests {
+            let directory = "\(root)/\(side)/apps"
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            let file = "\(directory)/\(manifest["id"]!).json"
+            try JSONSerialization.data(withJSONObject: manifest).write(to: URL(fileURLWithPath: file))
+            chmod(file, 0o644)
+        }
+    }
+
+    /// Launched as a relaunch would be, then brought to the foreground as a user opening it would: a launched app
+    /// starts in the background, where scans and advertising are slow (iOS's 1.28 s / 30 ms scan finds a 1 s
+    /// advertiser in tens of seconds).
+    func launch(_ app: String, on side: Side) throws {
+        let launched = try runTool("beryl", ["app", "launch", app, "--runtime-dir", paths(side).runtimeDir])
+        guard launched.status == 0 else { throw FaultLabError.setup("cannot launch \(app): \(launched.stderr)") }
+        _ = try runTool("beryl", ["app", "state", app, "foreground", "--runtime-dir", paths(side).runtimeDir])
+    }
+
+    // MARK: What the world looks like
+
+    func beryl(_ arguments: [String], on side: Side) -> ToolRun {
+        (try? runTool("beryl", arguments + ["--runtime-dir", paths(side).runtimeDir])) ?? ToolRun(status: -1, stdout: "", stderr: "cannot run beryl")
+    }
+
+    func json(_ text: String) -> [String: Any]? { try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any] }
+
+    func controllerAddress(_ side: Side) throws -> String {
+        guard let address = (json(beryl(["status", "--json"], on: side).stdout)?["controller"] as? [String: Any])?["address"] as? String else {
+            throw FaultLabError.setup("no controller address for the \(side) stack")
+        }
+        return address
+    }
+
+    func bondCount(_ side: Side) -> Int? {
+        (json(beryl(["bonds", "list", "--json"], on: side).stdout)?["bonds"] as? [Any])?.count
+    }
+
+    func app(_ id: String, on side: Side) -> [String: Any]? {
+        (json(beryl(["app", "list", "--json"], on: side).stdout)?["apps"] as? [[String: Any]])?.first { $0["id"] as? String == id }
+    }
+
+    func appPIDs(_ id: String, on side: Side) -> [Int32] { ((app(id, on: side)?["pids"] as? [Int]) ?? []).map(Int32.init) }
+
+    /// The daemons' pids on one side, by name (nil: not answering).
+    func daemonPIDs(_ side: Side) -> [String: Int32] {
+        var pids: [String: Int32] = [:]
+        for name in StackProbe.daemonNames {
+            if let status = StackProbe.status(at: paths(side).socket(name), timeout: .seconds(1)) { pids[name] = status.pid }
+        }
+        return pids
+    }
+
+    func sim(_ arguments: [String]) -> ToolRun {
+        (try? runTool("beryl", ["sim"] + arguments + ["--dir", simDir])) ?? ToolRun(status: -1, stdout: "", stderr: "cannot run beryl sim")
+    }
+
+    /// Links on the air between the two stacks' controllers.
+    func airLinks() -> Int {
+        let links = (json(sim(["list", "--json"]).stdout)?["links"] as? [[String: Any]]) ?? []
+        return links.filter { Set([$0["central"] as? Int ?? 0, $0["peripheral"] as? Int ?? 0]) == [0, 1] }.count
+    }
+
+    func read(_ path: String) -> String { (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
+
+    func tail(_ path: String, lines: Int = 15) -> String { read(path).split(separator: "\n").suffix(lines).joined(separator: "\n") }
+
+    func doorlockEvents() -> [[String: Any]] {
+        read(doorlockLog).split(separator: "\n").compactMap { json(String($0)) }
+    }
+
+    /// Temperatures the doorlock app has taken (notifications that reached it, over all its launches).
+    func notificationCount() -> Int {
+        doorlockEvents().filter { $0["event"] as? String == "didUpdateValueFor" && ($0["error"] as? String ?? "x").isEmpty
+            && !($0["value"] as? String ?? "").isEmpty }.count
+    }
+
+    /// Lines in the thermostat's log that record `fragment` (a setpoint applied, a read answered).
+    func thermostatLines(containing fragment: String) -> Int {
+        read(thermostatLog).components(separatedBy: "\n").filter { $0.contains(fragment) }.count
+    }
+}
+
+public enum FaultLabError: Error, CustomStringConvertible {
+    case setup(String)
+    public var description: String {
+        switch self {
+        case .setup(let reason): "fault lab setup: \(reason)"
+        }
+    }
+}

@@ -1,0 +1,296 @@
+import BerylDaemonKit
+import BerylIPC
+import BerylStack
+import Foundation
+
+/// One fault in one phase with one seed, and whether the stacks came back whole.
+public struct FaultOutcome: Sendable {
+    public var fault: Fault
+    public var phase: Phase
+    public var seed: UInt64
+    public var side: Side
+    public var failures: [String]
+    /// From the end of the fault until every invariant held.
+    public var recovery: Duration
+    public var passed: Bool { failures.isEmpty }
+}
+
+extension FaultLab {
+    /// The side a fault hits: chosen by the seed where either makes sense.
+    func side(for fault: Fault, in phase: Phase, random: inout FaultRandom) -> Side {
+        switch fault {
+        case .roguePDU: return .peripheral  // the rogue connects to the advertising stack
+        case .oversizedValue, .deadHandle: return .central  // sent by the central's apps, answered by the peripheral
+        case .killApp where phase == .restoring: return .peripheral  // the central app is already dead
+        default: return random.side()
+        }
+    }
+
+    public func run(_ fault: Fault, in phase: Phase, seed: UInt64, rogue: [String]?) -> FaultOutcome {
+        var random = FaultRandom(seed: seed)
+        let side = side(for: fault, in: phase, random: &random)
+        var failures: [String] = []
+        let pidsBefore = Dictionary(uniqueKeysWithValues: Side.allCases.map { ($0, daemonPIDs($0)) })
+
+        // Into the phase.
+        var burst: Thread?
+        let burstResults = BurstResults()
+        switch phase {
+        case .subscribed:
+            break
+        case .serving:
+            let values = (0..<4).map { 50 + Int((seed &* 4 &+ UInt64($0)) % 250) }
+            let before = values.map { thermostatLines(containing: "setpoint \(Double($0) / 10) °C") }
+            burstResults.expect(values: values, linesBefore: before)
+            let thread = Thread { [self] in
+                for value in values {
+                    let written = beryl(["gatt", "--peer", thermostatIdentifier, "write", Self.setpoint, Self.hex(value), "--json", "--timeout", "20"], on: .central)
+                    burstResults.record(value: value, run: written)
+                }
+                burstResults.finish()
+            }
+            thread.start()
+            burst = thread
+            usleep(UInt32(random.int(100_000...600_000)))
+        case .connecting:
+            _ = sim(["range", "1", "out"])
+            if !eventually(.seconds(10), { self.airLinks() == 0 }) { failures.append("phase: the link did not drop out of range") }
+        case .restoring:
+            for pid in appPIDs(Self.doorlockID, on: .central) { kill(pid, SIGKILL) }
+            if !eventually(.seconds(10), { self.appPIDs(Self.doorlockID, on: .central).isEmpty }) { failures.append("phase: the doorlock app did not die") }
+        }
+        usleep(UInt32(random.int(0...500_000)))
+
+        failures += inject(fault, on: side, random: &random, rogue: rogue)
+
+        // Out of the phase: whatever the fault, the world is put back as the phase found it.
+        _ = sim(["range", "0", "in"])
+        _ = sim(["range", "1", "in"])
+        let recovered = ContinuousClock.now
+        var remaining: [String] = []
+        let healthy = eventually(.seconds(60)) {
+            remaining = self.invariants(seed: seed)
+            return remaining.isEmpty
+        }
+        if !healthy { failures += remaining }
+        let recovery = ContinuousClock.now - recovered
+
+        if let burst {
+            while !burst.isFinished && !burstResults.isFinished { usleep(50_000) }
+            failures += burstResults.problems(linesAfter: { self.thermostatLines(containing: "setpoint \(Double($0) / 10) °C") })
+        }
+        // A daemon the fault did not kill kept its pid: a crash would be hidden by the supervisor's restart.
+        let pidsAfter = Dictionary(uniqueKeysWithValues: Side.allCases.map { ($0, daemonPIDs($0)) })
+        for checked in Side.allCases {
+            for name in StackProbe.daemonNames {
+                let killed = checked == side && fault.killedDaemons.contains(name)
+                guard let before = pidsBefore[checked]?[name], let after = pidsAfter[checked]?[name] else { continue }
+                if killed, before == after { failures.append("\(checked) \(name) was to be killed but kept pid \(before)") }
+                if !killed, before != after {
+                    failures.append("\(checked) \(name) restarted (pid \(before) → \(after)): \(tail(paths(checked).logFile(name), lines: 5))")
+                }
+            }
+        }
+        return FaultOutcome(fault: fault, phase: phase, seed: seed, side: side, failures: failures, recovery: recovery)
+    }
+
+    // MARK: Faults
+
+    private func inject(_ fault: Fault, on side: Side, random: inout FaultRandom, rogue: [String]?) -> [String] {
+        let controller = "\(side.rawValue)"
+        switch fault {
+        case .killHcid, .killAttd, .killManagerd:
+            guard let pid = daemonPIDs(side)[fault.killedDaemons[0]] else { return ["\(side) \(fault.killedDaemons[0]) was not running"] }
+            kill(pid, SIGKILL)
+        case .killApp:
+            let id = side == .central ? Self.doorlockID : Self.thermostatID
+            let pids = appPIDs(id, on: side)
+            // Already dead (a peripheral app relaunched only when a central asks for it) is fine: nothing to kill.
+            for pid in pids { kill(pid, SIGKILL) }
+        case .killAll:
+            let id = side == .central ? Self.doorlockID : Self.thermostatID
+            let targets = Array(daemonPIDs(side).values) + appPIDs(id, on: side)
+            for pid in targets { kill(pid, SIGKILL) }
+        case .outOfRange:
+            _ = sim(["range", controller, "out"])
+            usleep(3_000_000)  // past the 2 s supervision timeout: the link drops
+            _ = sim(["range", controller, "in"])
+        case .linkLoss:
+            let rate = random.double(0.1...0.3)
+            _ = sim(["drop", String(format: "%.3f", rate)])
+            usleep(5_000_000)
+            _ = sim(["drop", "0"])
+        case .frozenController:
+            _ = sim(["freeze", controller])
+            usleep(UInt32(random.int(1_000_000...3_000_000)))
+            _ = sim(["thaw", controller])
+        case .corruptHCI:
+            let rate = random.double(0.001...0.01)
+            _ = sim(["corrupt", controller, String(format: "%.4f", rate)])
+            usleep(1_000_000)
+            _ = sim(["corrupt", controller, "0"])
+        case .rogueIPC:
+            return rogueIPC(on: side, random: &random)
+        case .roguePDU:
+            guard let rogue else { return ["no rogue remote device (Bumble) to run"] }
+            let port = tcpBase + 2
+            let run = (try? runTool(rogue[0], Array(rogue.dropFirst()) + ["--transport", "tcp-client:127.0.0.1:\(port)", "--peer", peripheralAddress,
+                                                                          "--seed", "\(random.next() % 1_000_000)"]))
+            guard let run else { return ["the rogue remote device did not start"] }
+            let verdict = run.stdout.split(separator: "\n").last.flatMap { json(String($0)) }
+            if run.status != 0 || verdict?["stillServing"] as? Bool != true {
+                return ["the rogue remote device says the peripheral stopped serving (exit \(run.status)): \(run.stdout.suffix(400)) \(run.stderr.suffix(400))"]
+            }
+        case .oversizedValue:
+            return oversizedWrites(random: &random)
+        case .deadHandle:
+            return deadHandleRequests(random: &random)
+        }
+        return []
+    }
+
+    private func rogueIPC(on side: Side, random: inout FaultRandom) -> [String] {
+        var failures: [String] = []
+        for name in StackProbe.daemonNames {
+            var nonsense: [Request] = []
+            switch name {
+            case "managerd":
+                nonsense.append(.with { $0.manager.hello.appID = "beryl.rogue" })
+                nonsense.append(.with { $0.manager.gatt = .with { $0.peripheral = "not an identifier"; $0.request.gattRead.handle = 3 } })
+                nonsense.append(.with { $0.manager.gatt = .with { $0.peripheral = UUID().uuidString; $0.request.gattRead.handle = 0xFFF0 } })
+                nonsense.append(.with { $0.manager.respond = .with { $0.id = 0xDEAD_BEEF } })
+                nonsense.append(.with { $0.manager.updateValue = .with { $0.manager = 77; $0.valueHandle = 0xFFF0 } })
+                nonsense.append(.with { $0.manager.connect = .with { $0.peripheral = "" } })
+            case "attd":
+                nonsense.append(.with { $0.att.gattRead = .with { $0.connectionHandle = 0x0EFF; $0.handle = 1 } })
+                nonsense.append(.with { $0.att.publishService = .init() })
+            default:
+                nonsense.append(.with { $0.hci.sendAcl = .with { $0.handle = 0x0EFF; $0.pdu = Data([1, 2, 3]) } })
+            }
+            failures += RogueClient.abuse(socket: paths(side).socket(name), daemon: "\(side) \(name)", random: &random, nonsense: nonsense)
+        }
+        return failures
+    }
+
+    /// Values longer than an attribute may be (512 bytes, Core Vol 3 Part F §3.2.9) and longer than the setpoint takes:
+    /// refused with an ATT error, and nothing applied.
+    private func oversizedWrites(random: inout FaultRandom) -> [String] {
+        var failures: [String] = []
+        let before = thermostatLines(containing: "setpoint ")
+        for length in [3, random.int(200...512), 513, random.int(600...2000)] {
+            let value = String(repeating: "a5", count: length)
+            let written = beryl(["gatt", "--peer", thermostatIdentifier, "write", Self.setpoint, value, "--json", "--timeout", "20"], on: .central)
+            if written.status == 0 { failures.append("a \(length)-byte write to the 2-byte setpoint succeeded") }
+            if !(written.stderr + written.stdout).localizedCaseInsensitiveContains("0xd") && !(written.stderr + written.stdout).contains("length") {
+                failures.append("a \(length)-byte write was not refused for its length: \((written.stderr + written.stdout).suffix(200))")
+            }
+        }
+        if thermostatLines(containing: "setpoint ") != before { failures.append("an oversized write changed the setpoint") }
+        return failures
+    }
+
+    /// Reads and writes of handles the peripheral does not have, sent through managerd as an app would: each answered
+    /// with the peer's Invalid Handle (0x01) as a typed error.
+    private func deadHandleRequests(random: inout FaultRandom) -> [String] {
+        guard let client = try? IPCClient(path: paths(.central).socket("managerd")) else { return ["cannot reach the central's managerd"] }
+        _ = try? client.call(.with { $0.manager.hello.appID = "beryl.deadhandles" })
+        var failures: [String] = []
+        for _ in 0..<4 {
+            let handle = UInt32(random.int(0xFF00...0xFFFF))
+            let write = random.next() % 2 == 0
+            let request = Request.with {
+                $0.manager.gatt.peripheral = thermostatIdentifier
+                if write {
+                    $0.manager.gatt.request.gattWrite = .with { $0.handle = handle; $0.value = Data([1]) }
+                } else {
+                    $0.manager.gatt.request.gattRead.handle = handle
+                }
+            }
+            do {
+                _ = try client.call(request, timeout: .seconds(20))
+                failures.append("a \(write ? "write" : "read") of dead handle 0x\(String(handle, radix: 16)) succeeded")
+            } catch .remote(_, let message, _) {
+                if !message.contains("0x1 ") && !message.lowercased().contains("invalid handle") {
+                    failures.append("dead handle 0x\(String(handle, radix: 16)): \(message), not Invalid Handle")
+                }
+            } catch {
+                failures.append("dead handle 0x\(String(handle, radix: 16)): \(error)")
+            }
+        }
+        return failures
+    }
+
+    static func hex(_ value: Int) -> String { String(format: "%02x%02x", value & 0xFF, value >> 8) }
+
+    // MARK: Invariants
+
+    /// What must hold once the fault is over; empty when it all does.
+    func invariants(seed: UInt64) -> [String] {
+        var failures: [String] = []
+        for side in Side.allCases {
+            let pids = daemonPIDs(side)
+            for name in StackProbe.daemonNames where pids[name] == nil { failures.append("\(side) \(name) is not answering") }
+        }
+        guard failures.isEmpty else { return failures }
+        if bondCount(.central) != 1 || bondCount(.peripheral) != 1 {
+            failures.append("bond torn: central has \(bondCount(.central) ?? -1), peripheral has \(bondCount(.peripheral) ?? -1)")
+        }
+        // The peripheral app's service is there and answers, exactly once per request (relaunched if it must be).
+        let value = 50 + Int(seed % 250)
+        let line = "setpoint \(Double(value) / 10) °C"
+        let appliedBefore = thermostatLines(containing: line)
+        let written = beryl(["gatt", "--peer", thermostatIdentifier, "write", Self.setpoint, Self.hex(value), "--json", "--timeout", "10"], on: .central)
+        guard written.status == 0 else { return failures + ["the setpoint write failed: \(written.stderr.suffix(200))"] }
+        let read = beryl(["gatt", "--peer", thermostatIdentifier, "read", Self.setpoint, "--json", "--timeout", "10"], on: .central)
+        if !read.stdout.contains("\"value\":\"\(Self.hex(value))\"") { failures.append("the setpoint read back \(read.stdout.suffix(120)) \(read.stderr.suffix(120))") }
+        let applied = thermostatLines(containing: line) - appliedBefore
+        if applied != 1 { failures.append("one setpoint write was applied \(applied) times") }
+        // The link is up on the air and both apps see it; the central app's subscription delivers again.
+        if airLinks() != 1 { failures.append("\(airLinks()) links on the air between the stacks") }
+        if appPIDs(Self.doorlockID, on: .central).count != 1 { failures.append("doorlock runs \(appPIDs(Self.doorlockID, on: .central).count) times") }
+        if appPIDs(Self.thermostatID, on: .peripheral).count != 1 { failures.append("thermostat runs \(appPIDs(Self.thermostatID, on: .peripheral).count) times") }
+        let connected = beryl(["peripherals", "--connected", "--json"], on: .central).stdout
+        if !connected.contains(thermostatIdentifier) { failures.append("the central's stack does not list the thermostat as connected") }
+        let taken = notificationCount()
+        if !eventually(.seconds(3), { self.notificationCount() >= taken + 2 }) {
+            failures.append("the doorlock app's subscription delivers nothing: \(tail(doorlockLog, lines: 3))")
+        }
+        return failures
+    }
+}
+
+/// What the serving phase's writes got back, collected on their own thread.
+final class BurstResults: @unchecked Sendable {
+    private let lock = NSLock()
+    private var values: [Int] = []
+    private var linesBefore: [Int] = []
+    private var runs: [Int: ToolRun] = [:]
+    private var done = false
+
+    func expect(values: [Int], linesBefore: [Int]) {
+        lock.withLock {
+            self.values = values
+            self.linesBefore = linesBefore
+        }
+    }
+    func record(value: Int, run: ToolRun) { lock.withLock { runs[value] = run } }
+    func finish() { lock.withLock { done = true } }
+    var isFinished: Bool { lock.withLock { done } }
+
+    /// Each write answered once (success, or a clean error), and applied at most once — exactly once if it succeeded.
+    func problems(linesAfter: (Int) -> Int) -> [String] {
+        let (values, before, runs) = lock.withLock { (self.values, self.linesBefore, self.runs) }
+        var problems: [String] = []
+        for (index, value) in values.enumerated() {
+            guard let run = runs[value] else {
+                problems.append("write of \(value) never finished")
+                continue
+            }
+            let applied = linesAfter(value) - before[index]
+            if applied > 1 { problems.append("write of \(value) applied \(applied) times") }
+            if run.status == 0, applied != 1 { problems.append("write of \(value) succeeded but was applied \(applied) times") }
+            if run.status != 0, run.stderr.isEmpty { problems.append("write of \(value) failed (exit \(run.status)) without saying why") }
+        }
+        return problems
+    }
+}
