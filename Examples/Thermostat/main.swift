@@ -21,6 +21,8 @@ final class Thermostat: PeripheralManagerDelegate {
     private let target = Mutex<UInt16>(215)
     private let restored = Mutex(false)
     private let measurements = Mutex(0)
+    /// The restored service's temperature characteristic: after a relaunch the app's own objects were never added.
+    private let restoredTemperature = Mutex<MutableCharacteristic?>(nil)
 
     /// A new temperature (2A6E: sint16 in 0.01 °C) to whoever subscribed; a full queue just skips a measurement.
     func measure(_ peripheral: PeripheralManager) {
@@ -30,11 +32,13 @@ final class Thermostat: PeripheralManagerDelegate {
         }
         let hundredths = Int16(2000 + count % 100)
         _ = peripheral.updateValue(Data([UInt8(truncatingIfNeeded: hundredths), UInt8(truncatingIfNeeded: hundredths >> 8)]),
-                                   for: temperature, onSubscribedCentrals: nil)
+                                   for: restoredTemperature.withLock { $0 } ?? temperature, onSubscribedCentrals: nil)
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, willRestoreState state: RestoredPeripheralState) {
         restored.withLock { $0 = true }
+        let restoredCharacteristics = state.services.flatMap { $0.characteristics ?? [] }
+        restoredTemperature.withLock { $0 = restoredCharacteristics.first { $0.uuid == temperature.uuid } }
         let characteristics = state.services.flatMap { $0.characteristics ?? [] }.map(\.uuid.description)
         say("restored \(state.services.count) services (\(characteristics.joined(separator: ", "))), "
             + (state.advertisementData.map { "advertising as \($0.localName ?? "-")" } ?? "not advertising"))
@@ -48,6 +52,7 @@ final class Thermostat: PeripheralManagerDelegate {
             defer { restored = false }
             return restored
         }) else { return }
+        restoredTemperature.withLock { $0 = nil }
         let service = MutableService(type: thermostatService, primary: true)
         service.characteristics = [setpoint, temperature]
         peripheral.add(service)

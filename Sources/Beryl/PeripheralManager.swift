@@ -170,13 +170,20 @@ public final class PeripheralManager: Sendable {
         session = try ManagerSession(label: "peripheral", delegate: delegate, queue: queue, appID: appID, socketPath: socketPath)
         session.start(restoreIdentifier: options.restoreIdentifier, role: .peripheral, events: { [weak self] in self?.handle($0) }) { [weak self] state, restored, again in
             guard let self else { return }
-            if let restored { self.restore(restored.peripheral, announce: !again) }
+            if again {
+                // Core Bluetooth's rule after resetting: the database is cleared and advertising stopped; the app adds
+                // its services again on poweredOn. What managerd kept for the manager goes, so nothing is there twice.
+                self.removeAllServices()
+                self.stopAdvertising()
+            } else if let restored {
+                self.restore(restored.peripheral)
+            }
             self.update(state)
         }
     }
 
     /// A restored manager takes back its services (with their handles), its advertising and its subscribed centrals.
-    private func restore(_ preserved: Beryl_Ipc_V1_PreservedPeripheralRole, announce: Bool) {
+    private func restore(_ preserved: Beryl_Ipc_V1_PreservedPeripheralRole) {
         let services = preserved.services.map(MutableService.restored)
         let advertising = preserved.advertising
             ? AdvertisingOptions(localName: preserved.localName.isEmpty ? nil : preserved.localName,
@@ -189,7 +196,6 @@ public final class PeripheralManager: Sendable {
         for subscription in preserved.subscriptions {
             byHandle[subscription.valueHandle]?.subscription(central(subscription.central, Int(subscription.maximumUpdateLength)), on: true)
         }
-        guard announce else { return }
         notify { $0.peripheralManager(self, willRestoreState: RestoredPeripheralState(services: services, advertisementData: advertising)) }
     }
 

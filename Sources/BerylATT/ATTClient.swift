@@ -59,6 +59,9 @@ public final class ATTClient {
 
     /// ATT_MTU is one value per bearer (Core Vol 3 Part F §3.4.2): an exchange our server answered sets it for our client too.
     public func adopt(mtu newMTU: UInt16) { mtu = max(mtu, min(newMTU, 517)) }
+    /// The ATT_MTU our server just agreed with the peer's client: one value for both roles, even when a peer's second
+    /// exchange (which it shall not send, Core Vol 3 Part F §3.4.2.1) lowered it.
+    public func agree(mtu newMTU: UInt16) { mtu = max(23, min(newMTU, 517)) }
 
     public func tick(at time: Duration) -> [ATTClientOutput] {
         now = max(now, time)

@@ -1,26 +1,62 @@
 import BerylCore
 
 /// ATT error codes (Core Vol 3 Part F §3.4.1.1).
-public enum ATTError: UInt8, Error, Sendable {
-    case invalidHandle = 0x01
-    case readNotPermitted = 0x02
-    case writeNotPermitted = 0x03
-    case invalidPDU = 0x04
-    case insufficientAuthentication = 0x05
-    case requestNotSupported = 0x06
-    case invalidOffset = 0x07
-    case insufficientAuthorization = 0x08
-    case prepareQueueFull = 0x09
-    case attributeNotFound = 0x0A
-    case attributeNotLong = 0x0B
-    case insufficientEncryptionKeySize = 0x0C
-    case invalidAttributeValueLength = 0x0D
-    case unlikelyError = 0x0E
-    case insufficientEncryption = 0x0F
-    case unsupportedGroupType = 0x10
-    case insufficientResources = 0x11
-    case databaseOutOfSync = 0x12
-    case valueNotAllowed = 0x13
+/// An ATT error code (Core Vol 3 Part F §3.4.1.1): the spec's, or any other a server sends — application errors
+/// (0x80–0x9F) and common profile errors (0xE0–0xFF, Core Specification Supplement Part B) are passed on as they are.
+public struct ATTError: RawRepresentable, Hashable, Error, Sendable, CustomStringConvertible {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+
+    public static let invalidHandle = ATTError(rawValue: 0x01)
+    public static let readNotPermitted = ATTError(rawValue: 0x02)
+    public static let writeNotPermitted = ATTError(rawValue: 0x03)
+    public static let invalidPDU = ATTError(rawValue: 0x04)
+    public static let insufficientAuthentication = ATTError(rawValue: 0x05)
+    public static let requestNotSupported = ATTError(rawValue: 0x06)
+    public static let invalidOffset = ATTError(rawValue: 0x07)
+    public static let insufficientAuthorization = ATTError(rawValue: 0x08)
+    public static let prepareQueueFull = ATTError(rawValue: 0x09)
+    public static let attributeNotFound = ATTError(rawValue: 0x0A)
+    public static let attributeNotLong = ATTError(rawValue: 0x0B)
+    public static let insufficientEncryptionKeySize = ATTError(rawValue: 0x0C)
+    public static let invalidAttributeValueLength = ATTError(rawValue: 0x0D)
+    public static let unlikelyError = ATTError(rawValue: 0x0E)
+    public static let insufficientEncryption = ATTError(rawValue: 0x0F)
+    public static let unsupportedGroupType = ATTError(rawValue: 0x10)
+    public static let insufficientResources = ATTError(rawValue: 0x11)
+    public static let databaseOutOfSync = ATTError(rawValue: 0x12)
+    public static let valueNotAllowed = ATTError(rawValue: 0x13)
+
+    private static let names: [UInt8: String] = [
+        0x01: "invalidHandle",
+        0x02: "readNotPermitted",
+        0x03: "writeNotPermitted",
+        0x04: "invalidPDU",
+        0x05: "insufficientAuthentication",
+        0x06: "requestNotSupported",
+        0x07: "invalidOffset",
+        0x08: "insufficientAuthorization",
+        0x09: "prepareQueueFull",
+        0x0A: "attributeNotFound",
+        0x0B: "attributeNotLong",
+        0x0C: "insufficientEncryptionKeySize",
+        0x0D: "invalidAttributeValueLength",
+        0x0E: "unlikelyError",
+        0x0F: "insufficientEncryption",
+        0x10: "unsupportedGroupType",
+        0x11: "insufficientResources",
+        0x12: "databaseOutOfSync",
+        0x13: "valueNotAllowed",
+    ]
+
+    public var description: String {
+        if let name = Self.names[rawValue] { return name }
+        switch rawValue {
+        case 0x80...0x9F: return "application error"
+        case 0xE0...0xFF: return "common profile error"
+        default: return "reserved error"
+        }
+    }
 }
 
 /// ATT opcodes (Core Vol 3 Part F §3.4.8).
@@ -206,8 +242,7 @@ public enum ATTPDU: Equatable, Sendable {
             case .errorResponse:
                 let request = try r.u8()
                 let handle = try r.u16()
-                guard let error = ATTError(rawValue: try r.u8()) else { throw DecodeError.invalidValue(field: "error", value: 0) }
-                pdu = .errorResponse(request: request, handle: handle, error: error)
+                pdu = .errorResponse(request: request, handle: handle, error: ATTError(rawValue: try r.u8()))
             case .exchangeMTURequest: pdu = .exchangeMTURequest(mtu: try r.u16())
             case .exchangeMTUResponse: pdu = .exchangeMTUResponse(mtu: try r.u16())
             case .findInformationRequest: pdu = .findInformationRequest(start: try r.u16(), end: try r.u16())

@@ -56,7 +56,8 @@ public final class LinkSession {
                 server.adopt(mtu: client.mtu)
                 return outputs
             }
-            defer { client.adopt(mtu: server.mtu) }
+            let isExchange = frame.payload.first == ATTOpcode.exchangeMTURequest.rawValue
+            defer { if isExchange { client.agree(mtu: server.mtu) } else { client.adopt(mtu: server.mtu) } }
             return server.receive(frame.payload).map { output in
                 if case .send(let bytes) = output { return .send(L2CAPFrame(.att, payload: bytes).pdu) }
                 return .server(output)

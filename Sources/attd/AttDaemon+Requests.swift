@@ -66,7 +66,7 @@ extension AttDaemon {
                 return true
             }
             let result: Result<[UInt8], ATTError> = answer.error == 0 ? .success(Array(answer.value))
-                : .failure(ATTError(rawValue: UInt8(truncatingIfNeeded: answer.error)) ?? .unlikelyError)
+                : .failure(ATTError(rawValue: UInt8(truncatingIfNeeded: answer.error)))
             finish(answer.id, read: result, writeError: nil, valueStartsAtOffset: answer.startsAtOffset)
             incoming.respond(.with { $0.ack = .init() })
         case .answerWrite(let answer)?:
@@ -74,7 +74,7 @@ extension AttDaemon {
                 incoming.fail(.notFound, "no write \(answer.id) is waiting for an answer (answered already, or timed out)", field: "id")
                 return true
             }
-            let error = answer.error == 0 ? nil : (ATTError(rawValue: UInt8(truncatingIfNeeded: answer.error)) ?? .unlikelyError)
+            let error = answer.error == 0 ? nil : ATTError(rawValue: UInt8(truncatingIfNeeded: answer.error))
             finish(answer.id, read: .failure(.unlikelyError), writeError: error)
             incoming.respond(.with { $0.ack = .init() })
         case .gattDiscover?, .gattRead?, .gattWrite?, .gattSubscribe?, .gattReadMultiple?, .gattReadByType?, .gattReliableWrite?:

@@ -1,4 +1,5 @@
 import ArgumentParser
+import BerylCore
 import BerylSim
 import BerylStack
 import Foundation
@@ -6,7 +7,7 @@ import Foundation
 struct Bench: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run benchmarks and print their figures.",
-        subcommands: [BenchIPC.self, BenchSim.self, BenchHCI.self, BenchGATT.self, BenchRestore.self])
+        subcommands: [BenchIPC.self, BenchSim.self, BenchHCI.self, BenchGATT.self, BenchRestore.self, BenchAll.self])
 }
 
 struct BenchIPC: ParsableCommand {
@@ -209,5 +210,47 @@ struct BenchGATT: ParsableCommand {
         for (name, values) in appFigures.memory.sorted(by: { $0.key < $1.key }) {
             print("  memory  \(name.padding(toLength: 24, withPad: " ", startingAt: 0)) idle \((values["idle"] ?? 0) / 1024) KiB   loaded \((values["loaded"] ?? 0) / 1024) KiB")
         }
+    }
+}
+
+/// `beryl bench all`: every benchmark in one report, each in its own process, then the binaries' sizes.
+struct BenchAll: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "all",
+        abstract: "One report: IPC, HCI, simulated air time against the physical limit, GATT app to app next to Bumble, restoration, memory, CPU and binary sizes.",
+        discussion: "Run from the repository so that the Bumble half finds .venv-interop; each part is `beryl bench PART`, run in turn.")
+
+    @Flag(help: "Short runs of each part (a smoke test, not figures to quote).")
+    var quick = false
+
+    func run() throws {
+        let parts: [(String, [String])] = [
+            ("IPC", ["ipc"] + (quick ? ["--round-trips", "500", "--seconds", "0.5"] : [])),
+            ("HCI through hcid", ["hci"] + (quick ? ["--seconds", "0.5"] : [])),
+            ("Simulated air time", ["sim"] + (quick ? ["--seconds", "0.5"] : [])),
+            ("GATT, stack to stack and app to app, next to Bumble", ["gatt", "--apps"] + (quick ? ["--seconds", "0.5", "--reads", "30"] : [])),
+            ("Restoration", ["restore"] + (quick ? ["--rounds", "1"] : [])),
+        ]
+        var uname = utsname()
+        Glibc.uname(&uname)
+        let machine = withUnsafeBytes(of: uname.machine) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        print("Beryl \(Beryl.version) benchmark report, \(ISO8601DateFormatter().string(from: Date())), \(machine), "
+              + "\(ProcessInfo.processInfo.activeProcessorCount) cores, \(Executables.directory().contains("release") ? "release" : "debug") build\(quick ? ", quick runs" : "")")
+        var failed: [String] = []
+        for (title, arguments) in parts {
+            print("\n== \(title) (beryl bench \(arguments.joined(separator: " ")))")
+            let run = try runTool("beryl", ["bench"] + arguments)
+            print(run.stdout.trimmingCharacters(in: .newlines))
+            if run.status != 0 {
+                print("  FAILED (exit \(run.status)): \(run.stderr.trimmingCharacters(in: .whitespacesAndNewlines))")
+                failed.append(title)
+            }
+        }
+        print("\n== Binary sizes (\(Executables.directory()))")
+        for name in ["hcid", "attd", "managerd", "beryl", "berylsim"] {
+            let size = (try? FileManager.default.attributesOfItem(atPath: Executables.path(name))[.size] as? Int) ?? nil
+            print("  \(name.padding(toLength: 9, withPad: " ", startingAt: 0)) \(size.map { String(format: "%.1f MiB", Double($0) / 1_048_576) } ?? "missing")")
+        }
+        if !failed.isEmpty { throw Output.fail("failed parts: \(failed.joined(separator: ", "))") }
     }
 }

@@ -239,6 +239,7 @@ final class ManagerDaemon {
     func refreshState() {
         let newState: Beryl_Ipc_V1_ControllerState = controllerState == .poweredOn && attd == nil ? .resetting : controllerState
         guard newState != state else { return }
+        if state == .poweredOn { clearRunningAppsPublications() }
         state = newState
         host.logger.info("controller \(newState)")
         var event = Beryl_Ipc_V1_ManagerEvent()
@@ -251,6 +252,20 @@ final class ManagerDaemon {
             perform(book.attemptEnded())
             updateAdvertising()
         }
+    }
+
+    /// Core Bluetooth's rule for a manager whose state drops below poweredOn: advertising has stopped and the local
+    /// database is cleared, and the app adds its services again on poweredOn. Preserved managers of apps that are not
+    /// running keep theirs: there is no one to add them again.
+    private func clearRunningAppsPublications() {
+        let running = Set(services.map(\.owner.session).filter { session($0) != nil })
+            .union(advertisers.keys.map(\.session).filter { session($0) != nil })
+        guard !running.isEmpty else { return }
+        for service in services where running.contains(service.owner.session) { unpublish(service.range.lowerBound) }
+        services.removeAll { running.contains($0.owner.session) }
+        advertisers = advertisers.filter { !running.contains($0.key.session) }
+        subscribers.removeAll { subscriber in !services.contains { $0.range.contains(UInt16(truncatingIfNeeded: subscriber.valueHandle)) } }
+        for id in running { persistIfPreserved(id) }
     }
 
     private func hcidEvent(_ event: Event) {

@@ -520,3 +520,32 @@ final class PairingDelegateTests: XCTestCase {
         withExtendedLifetime((manager, central)) {}
     }
 }
+
+/// `beryl demo --json`, the main job's machine-readable face: every step ok, in order, and a clean end.
+final class DemoCommandTests: XCTestCase {
+    static let examples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Examples").path
+
+    func testTheDemoRunsEndToEndAndSaysSoInJSON() throws {
+        let run = try runTool("beryl", ["demo", "--json", "--examples", Self.examples])
+        let events = run.stdout.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        XCTAssertEqual(run.status, 0, run.stdout + run.stderr)
+        let steps = events.filter { $0["event"] as? String == "step" }
+        XCTAssertTrue(steps.allSatisfy { $0["ok"] as? Bool == true && $0["ms"] is Int }, "\(steps)")
+        let names = steps.compactMap { $0["step"] as? String }
+        for expected in ["heart-rate-central example discovers it", "connects", "reads the body sensor location", "takes 5 heart-rate notifications",
+                         "writes the control point", "kill -9 the app; the stack keeps its link", "the lock returns: relaunched, restored, read"] {
+            XCTAssertTrue(names.contains(expected), "\(expected) in \(names)")
+        }
+        XCTAssertEqual(events.last?["event"] as? String, "done")
+        XCTAssertEqual(events.last?["ok"] as? Bool, true)
+        let sides = Set(steps.compactMap { $0["side"] as? String })
+        XCTAssertTrue(sides.isSuperset(of: ["central", "peripheral", "air"]), "\(sides)")
+    }
+
+    func testTheDemoRefusesAMissingExamplesDirectory() throws {
+        let run = try runTool("beryl", ["demo", "--examples", "/nonexistent"])
+        XCTAssertEqual(run.status, 64, run.stderr)
+        XCTAssertTrue(run.stderr.contains("no /nonexistent/profiles/lock.json"), run.stderr)
+    }
+}

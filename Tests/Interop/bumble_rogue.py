@@ -9,35 +9,49 @@ Usage:
 --rounds     rounds of abuse (default 3); each round runs every section below
 --timeout    seconds to wait for each answer (default 2)
 
-Each round sends, on one link (reconnecting when the peer drops it, counted in disconnectedUs):
-  att        ATT (CID 0x0004) garbage: truncated requests, unknown request and command opcodes, reads, blob reads, writes
-             and prepares on dead handles (0x0000, 0xFFF0-0xFFFF), discovery with start > end or start 0, Read By Group
-             Type with a 5-byte UUID and with a non-grouping type, an Exchange MTU below 23, a Write Request longer than
-             ATT_MTU, a Prepare Write flood then Execute Write with an invalid flags value and with 0x01, Execute Write
-             with nothing prepared, a flood past 128 prepares then a cancel, a Handle Value Confirmation with no
-             indication outstanding, and random byte strings; one request at a time, each answer awaited.
-  signaling  LE signalling (CID 0x0005): unknown command codes, identifier 0, length fields that disagree with the
-             payload, a command over the 23-byte signalling MTU, a Connection Parameter Update Request with invalid
-             values (a peripheral must reject any), an unsolicited Connection Parameter Update Response, a Command
-             Reject, a Disconnection Request for a channel that does not exist, random bytes.
-  smp        SMP (CID 0x0006): Pairing Requests with maximum key size 0 and 6, a reserved IO capability, truncated;
-             Pairing Confirm, Random and DHKey Check out of order, an unknown command code, random bytes.
-  acl        raw HCI ACL packets: an L2CAP basic header longer and shorter than its payload, a huge length, a
-             continuation with no start, a zero-length start, a lone 2-byte header fragment, a well-formed request
-             cut into 1-byte fragments (must be answered); PDUs to unassigned fixed channels (0x0007 and others).
-After each section a well-formed Read Request probes the peer (a missing answer is recorded, not fatal).
+Each round sends, on one link (reconnecting when the peer drops it, counted in disconnectedUs), after a well-formed
+look at the peer's database (its writable values and CCCDs):
+  att        ATT (CID 0x0004): round 1 raises ATT_MTU, round 2 exchanges it a second time down to 23 (a client may only
+             exchange once); truncated requests (Invalid PDU 0x04 expected), requests with trailing bytes, unknown
+             request opcodes (Request Not Supported 0x06) and unknown commands (ignored); Read, Read Blob, Write, Prepare
+             Write and Read Multiple on dead handles (0x0000, 0xFFF0-0xFFFF: Invalid Handle 0x01 naming the handle);
+             Find Information, Read By Type, Read By Group Type and Find By Type Value with start > end and with start 0
+             (0x01 naming the start, Core Vol 3 Part F §3.4.3.1); Read By Group Type with a 5-byte UUID (0x04 or 0x10)
+             and of 0x2803 (0x10); CCCD writes of wrong lengths, then subscriptions kept on through the round
+             (indications are confirmed); Read Blob past a value's end (0x07 or 0x0B); a Handle Value Indication to the
+             peer's own client (it must confirm); a Write Request longer than ATT_MTU (refused); a flood of 100 Prepare
+             Writes, Execute Write with reserved flags (an Error Response) then with 0x01; Execute Write with nothing
+             prepared (0x01 and 0x00); in round 0, 130 prepares (past Beryl's 128) then a cancel; Handle Value
+             Confirmations with no indication outstanding; 20 random PDUs. One request at a time, each answer awaited.
+  signaling  LE signalling (CID 0x0005): unknown and BR/EDR-only command codes (Command Reject 0x0000, same
+             identifier), identifier 0, length fields longer and shorter than the payload, under 4 bytes, over the
+             23-byte signalling MTU, a Connection Parameter Update Request with invalid values and one of a bad length
+             (a peripheral rejects any: Command Reject 0x0000, Core Vol 3 Part A §4.20), an unsolicited Connection
+             Parameter Update Response and Command Reject (not answered), a Disconnection Request for a channel that does
+             not exist, an LE Credit Based Connection Request on an unknown SPSM, 8 random packets.
+  smp        SMP (CID 0x0006): Pairing Requests with maximum key size 0, 6 and over 16, a reserved IO capability, a
+             reserved OOB flag, truncated and overlong (none may start pairing); Pairing Confirm, Random, DHKey Check and
+             Response out of order; an unknown command code; Pairing Failed with nothing under way; empty; random bytes.
+  acl        raw HCI ACL packets (Bumble's ACL flow control kept): an L2CAP basic header longer and shorter than its
+             payload, a continuation past the header's length, a huge length with garbage continuations, a continuation
+             with no start, a zero-length start, a start with part of a header, a well-formed request cut into 1-byte
+             fragments (must be answered); PDUs to unassigned fixed channels (0x0007 and three others).
+After each part a well-formed Read Request probes the peer (a missing answer is recorded in probeFailures).
 
 Final checks (reconnecting first if the link is down): an ATT Exchange MTU and a full primary service discovery
 (Read By Group Type) must get proper answers. stillServing = both answered.
 
-The last stdout line is one JSON object: sent, errorResponses, invalidHandleErrors (Error Responses carrying 0x01),
-disconnectedUs, stillServing, services, seed, and detail (unexpected: answers that break a rule the Core spec states;
-notes: answers worth a look that the spec leaves open; unanswered, probeFailures, ...). Progress goes to stderr.
+The last stdout line is one JSON object: sent (abuse PDUs and ACL packets), errorResponses, invalidHandleErrors (Error
+Responses carrying 0x01), disconnectedUs, stillServing, services, seed, rounds, mtu, seconds, sentDigest (a hash of
+everything sent: the same seed against the same peer gives the same digest), error (why the checks failed), detail:
+unexpected (answers that break a rule the Core spec states: where, case, bytes sent and got, the rule; the first 3 of
+each case, unexpectedCounts has all), notes (answers worth a look that the spec leaves open), unanswered,
+probeFailures, disconnectReasons, and counters. Progress goes to stderr (Bumble's own log with --verbose).
 Exit 0 when the peer still serves after the abuse, 1 when it does not, 2 for usage errors.
 """
 import argparse
-import hashlib
 import asyncio
+import hashlib
 import json
 import logging
 import random
@@ -164,8 +178,8 @@ class Rogue:
             self.note("peer sent an empty ATT PDU")
             return
         opcode = pdu[0]
-        if len(pdu) > self.mtu:
-            self.unexpected("PDU from the peer longer than ATT_MTU", b"", pdu, f"no PDU exceeds ATT_MTU, here {self.mtu} (Core Vol 3 Part F §3.2.8)")
+        if opcode in (NOTIFY, INDICATE, MULTIPLE_NOTIFY) and len(pdu) > self.mtu:  # answers are checked in att()
+            self.unexpected("notification or indication longer than ATT_MTU", b"", pdu, f"no PDU exceeds ATT_MTU, here {self.mtu} (Core Vol 3 Part F §3.2.8)")
         if opcode in (NOTIFY, MULTIPLE_NOTIFY):
             self.detail["notifications"] += 1
         elif opcode == INDICATE:
@@ -378,41 +392,43 @@ class Rogue:
     # MARK: Recon (well-formed)
 
     async def recon(self):
-        """Finds the characteristics (Read By Type 0x2803), to aim prepare floods at a writable value."""
+        """Finds writable values (Read By Type 0x2803) to aim prepare floods at, and the CCCDs (Read By Type 0x2902)."""
         self.counting = False
-        start = 0x0001
         try:
-            while start <= 0xFFFF:
-                answer = await self.att(bytes([READ_BY_TYPE_REQ]) + struct.pack("<HHH", start, 0xFFFF, CHARACTERISTIC), count=False)
-                if answer is None or answer[0] != 0x09 or len(answer) < 2 or answer[1] < 7:
-                    break
-                size = answer[1]
-                last = start
-                for offset in range(2, len(answer) - size + 1, size):
-                    handle, properties, value_handle = struct.unpack_from("<HBH", answer, offset)
-                    if properties & 0x08:
-                        self.writable.append(value_handle)
-                    last = handle
-                if last == 0xFFFF:
-                    break
-                start = last + 1
-        finally:
-            self.counting = True
-        self.counting = False
-        start = 0x0001
-        try:
-            while start <= 0xFFFF:
-                answer = await self.att(bytes([READ_BY_TYPE_REQ]) + struct.pack("<HHH", start, 0xFFFF, CCCD), count=False)
-                if answer is None or answer[0] != 0x09 or len(answer) < 2 or answer[1] != 4:
-                    break
-                handles = [struct.unpack_from("<H", answer, offset)[0] for offset in range(2, len(answer) - 3, 4)]
-                self.cccds += handles
-                if not handles or handles[-1] == 0xFFFF:
-                    break
-                start = handles[-1] + 1
+            await self.recon_characteristics()
+            await self.recon_cccds()
         finally:
             self.counting = True
         log(f"recon: writable value handles {[f'0x{h:04X}' for h in self.writable]}, CCCDs {[f'0x{h:04X}' for h in self.cccds]}")
+
+    async def recon_characteristics(self):
+        start = 0x0001
+        while start <= 0xFFFF:
+            answer = await self.att(bytes([READ_BY_TYPE_REQ]) + struct.pack("<HHH", start, 0xFFFF, CHARACTERISTIC), count=False)
+            if answer is None or answer[0] != 0x09 or len(answer) < 2 or answer[1] < 7:
+                return
+            size = answer[1]
+            last = start
+            for offset in range(2, len(answer) - size + 1, size):
+                handle, properties, value_handle = struct.unpack_from("<HBH", answer, offset)
+                if properties & 0x08:
+                    self.writable.append(value_handle)
+                last = handle
+            if last == 0xFFFF:
+                return
+            start = last + 1
+
+    async def recon_cccds(self):
+        start = 0x0001
+        while start <= 0xFFFF:
+            answer = await self.att(bytes([READ_BY_TYPE_REQ]) + struct.pack("<HHH", start, 0xFFFF, CCCD), count=False)
+            if answer is None or answer[0] != 0x09 or len(answer) < 2 or answer[1] != 4:
+                return
+            handles = [struct.unpack_from("<H", answer, offset)[0] for offset in range(2, len(answer) - 3, 4)]
+            self.cccds += handles
+            if not handles or handles[-1] == 0xFFFF:
+                return
+            start = handles[-1] + 1
 
     # MARK: ATT abuse
 
@@ -460,12 +476,14 @@ class Rogue:
                 self.note(f"overlong {pdu.hex()} accepted: {answer.hex()}")
 
         # Unknown and unsupported requests (command flag clear) get Request Not Supported; unknown commands are ignored.
-        unknown_requests = [0x00, 0x14, 0x1A, 0x1C, 0x22, 0x24, 0x26, 0x2E, 0x30, 0x3E, READ_MULTIPLE_VARIABLE_REQ, 0x80, 0x90, 0xBE]
+        unknown_requests = [0x00, 0x14, 0x1A, 0x1C, 0x22, 0x24, 0x26, 0x2E, 0x30, 0x3E, READ_MULTIPLE_VARIABLE_REQ]
         for opcode in rng.sample(unknown_requests, 5):
             pdu = bytes([opcode]) + rng.randbytes(rng.randint(0, 8))
             if opcode == READ_MULTIPLE_VARIABLE_REQ:
                 pdu = bytes([opcode]) + struct.pack("<HH", 0x0001, 0x0002)
             answer = await self.att(pdu)
+            if opcode == READ_MULTIPLE_VARIABLE_REQ and answer is not None and answer[0] == READ_MULTIPLE_VARIABLE_REQ + 1:
+                continue  # a Core 5.2 server supports it
             if answer is None or answer[0] != ERROR_RSP or len(answer) != 5:
                 if not (answer is None and self.link_lost.is_set()):
                     self.unexpected(f"unknown request 0x{opcode:02X}", pdu, answer, "an unsupported request gets an Error Response (0x06)")
@@ -517,10 +535,11 @@ class Rogue:
             elif answer is not None and answer[4] != 0x0D:
                 self.note(f"CCCD write of {size} bytes {pdu.hex()}: {answer.hex()}")
             await self.att(bytes([WRITE_REQ]) + struct.pack("<HH", handle, rng.choice([1, 2, 3])))
-        # Read Blob past the end of a value: Invalid Offset 0x07 (Core Vol 3 Part F §3.4.4.5).
+        # Read Blob past the end of a value: Invalid Offset 0x07, or Attribute Not Long 0x0B for a short fixed value
+        # (Core Vol 3 Part F §3.4.4.5).
         for handle in [self.readable] + self.writable[-1:]:
-            await self.expect_error("read blob past the end", bytes([READ_BLOB_REQ]) + struct.pack("<HH", handle, rng.randint(0x0300, 0xFFFF)), {0x07}, handle,
-                                    rule="Read Blob at an offset past the value gets Invalid Offset 0x07")
+            await self.expect_error("read blob past the end", bytes([READ_BLOB_REQ]) + struct.pack("<HH", handle, rng.randint(0x0300, 0xFFFF)), {0x07, 0x0B}, handle,
+                                    rule="Read Blob at an offset past the value gets Invalid Offset 0x07 (or Attribute Not Long 0x0B)")
         # An indication to the peer's own client: a client confirms every indication (Core Vol 3 Part F §3.4.7.2).
         await self.ensure_link()
         self.drain(self.confirm_inbox)
@@ -537,7 +556,8 @@ class Rogue:
             pdu = bytes([WRITE_REQ]) + struct.pack("<H", self.target()) + rng.randbytes(size - 3)
             answer = await self.att(pdu)
             if answer is not None and answer[0] != ERROR_RSP:
-                self.unexpected("write over ATT_MTU", pdu, answer, f"a {size}-byte request over ATT_MTU {self.mtu} is refused, not carried out (Core Vol 3 Part F §3.2.8)")
+                self.unexpected("write over ATT_MTU", pdu, answer, f"a {size}-byte request over ATT_MTU {self.mtu} (as the last Exchange MTU set it) is refused, "
+                                "not carried out (Core Vol 3 Part F §3.2.8)")
             elif answer is None and not self.link_lost.is_set():
                 self.note(f"write of {size} bytes over ATT_MTU {self.mtu} went unanswered")
 
@@ -580,7 +600,7 @@ class Rogue:
         handle = self.target()
         offset = 0
         full = 0
-        for index in range(count):
+        for _ in range(count):
             part = rng.randbytes(rng.randint(0, max(0, self.mtu - 5)))
             if rng.random() < 0.1:
                 offset = rng.randint(0, 0xFFFF)
@@ -723,7 +743,7 @@ class Rogue:
         def pairing_request(io=0x03, oob=0x00, auth=0x01, key=16, initiator=0x00, responder=0x00):
             return bytes([PAIRING_REQ, io, oob, auth, key, initiator, responder])
 
-        async def must_not_pair(case, pdu, rule):
+        async def must_not_pair(case, pdu, rule, reasons):
             answer = await self.smp(pdu, self.timeout)
             if answer is not None and answer[0] == PAIRING_RSP:
                 self.unexpected(case, pdu, answer, rule)
@@ -732,20 +752,21 @@ class Rogue:
             elif answer is None:
                 if not self.link_lost.is_set():
                     self.note(f"{case} {pdu.hex()}: no answer")
-            else:
+            elif answer[0] != PAIRING_FAILED or len(answer) != 2 or answer[1] not in reasons:
                 self.note(f"{case} {pdu.hex()}: {answer.hex()}")
 
+        # Pairing Failed reasons: 0x06 Encryption Key Size, 0x0A Invalid Parameters (Core Vol 3 Part H §3.5.5).
         cases = [
-            ("pairing request max key 0", pairing_request(key=0), "a maximum key size of 0 is refused (Pairing Failed, Core Vol 3 Part H §3.5.1)"),
-            ("pairing request max key 6", pairing_request(key=6), "a maximum key size under 7 is refused"),
-            ("pairing request max key 17", pairing_request(key=rng.randint(17, 255)), "a maximum key size over 16 is refused"),
-            ("pairing request reserved IO capability", pairing_request(io=rng.randint(0x05, 0xFF)), "a reserved IO capability is refused (Invalid Parameters)"),
-            ("pairing request reserved OOB flag", pairing_request(oob=rng.randint(0x02, 0xFF)), "a reserved OOB flag is refused"),
-            ("pairing request truncated", pairing_request()[:rng.randint(1, 6)], "a truncated Pairing Request is refused"),
-            ("pairing request overlong", pairing_request() + rng.randbytes(rng.randint(1, 8)), "an overlong Pairing Request is refused"),
+            ("pairing request max key 0", pairing_request(key=0), "a maximum key size of 0 is refused (Pairing Failed, Core Vol 3 Part H §3.5.1)", {0x06, 0x0A}),
+            ("pairing request max key 6", pairing_request(key=6), "a maximum key size under 7 is refused", {0x06, 0x0A}),
+            ("pairing request max key 17", pairing_request(key=rng.randint(17, 255)), "a maximum key size over 16 is refused", {0x06, 0x0A}),
+            ("pairing request reserved IO capability", pairing_request(io=rng.randint(0x05, 0xFF)), "a reserved IO capability is refused", {0x0A}),
+            ("pairing request reserved OOB flag", pairing_request(oob=rng.randint(0x02, 0xFF)), "a reserved OOB flag is refused", {0x0A}),
+            ("pairing request truncated", pairing_request()[:rng.randint(1, 6)], "a truncated Pairing Request is refused", {0x0A}),
+            ("pairing request overlong", pairing_request() + rng.randbytes(rng.randint(1, 8)), "an overlong Pairing Request is refused", {0x0A}),
         ]
-        for case, pdu, rule in rng.sample(cases, len(cases)):
-            await must_not_pair(case, pdu, rule)
+        for case, pdu, rule, reasons in rng.sample(cases, len(cases)):
+            await must_not_pair(case, pdu, rule, reasons)
         # Out of order: nothing under way.
         for case, pdu in [("pairing confirm out of order", bytes([PAIRING_CONFIRM]) + rng.randbytes(16)),
                           ("pairing random out of order", bytes([PAIRING_RANDOM]) + rng.randbytes(16)),
@@ -879,12 +900,13 @@ class Rogue:
                 break
             size = answer[1]
             end = start
-            for offset in range(2, len(answer), size):
-                handle, end = struct.unpack_from("<HH", answer, offset)
-                if handle < start or end < handle:
-                    result.setdefault("error", f"discovery answer out of range: {answer.hex()}")
-                services.append(uuid_string(answer[offset + 4: offset + size]))
-            if end == 0xFFFF or end < start:
+            entries = [struct.unpack_from("<HH", answer, offset) + (answer[offset + 4: offset + size],) for offset in range(2, len(answer), size)]
+            if any(handle < start or group_end < handle for handle, group_end, _ in entries):
+                result.setdefault("error", f"discovery request {pdu.hex()} got services out of range: {answer.hex()}")
+                break
+            services += [uuid_string(uuid) for _, _, uuid in entries]
+            end = entries[-1][1]
+            if end == 0xFFFF:
                 result["discoveryAnswered"] = True
                 break
             start = end + 1
