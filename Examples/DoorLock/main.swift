@@ -135,6 +135,12 @@ final class DoorLock: CentralManagerDelegate, PeripheralDelegate {
         }
     }
 
+    /// The lock's database changed (Service Changed): what was known there is gone, so discover and subscribe again.
+    func peripheral(_ peripheral: Peripheral, didModifyServices invalidatedServices: [Service]) {
+        log.write("didModifyServices", ["invalidated": invalidatedServices.map(\.uuid.description)])
+        if invalidatedServices.contains(where: { $0.uuid == options.service }) { peripheral.discoverServices([options.service]) }
+    }
+
     func peripheral(_ peripheral: Peripheral, didDiscoverServices error: BerylError?) {
         log.write("didDiscoverServices", ["services": (peripheral.services ?? []).map(\.uuid.description), "error": error.map { "\($0)" } ?? ""])
         guard let service = peripheral.services?.first(where: { $0.uuid == options.service }) else { return }

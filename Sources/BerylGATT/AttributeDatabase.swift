@@ -144,6 +144,10 @@ public enum DatabaseError: Error, Equatable, Sendable {
 public final class AttributeDatabase {
     public private(set) var attributes: [Attribute] = []
     private var nextHandle: UInt16 = 1
+    /// Handle ranges of removed services, by the removed service's shape: the same service added again (an app
+    /// publishing it again after the stack reset) gets its old handles back, so clients' cached handles and bonded
+    /// clients' stored subscriptions stay right. Any other service gets fresh handles.
+    private var vacated: [String: UInt16] = [:]
     /// Where the GATT service's characteristics sit, once `addCoreServices` has run.
     public private(set) var serviceChangedHandle: UInt16?
     public private(set) var databaseHashHandle: UInt16?
@@ -215,7 +219,8 @@ public final class AttributeDatabase {
     @discardableResult
     public func add(_ service: ServiceDefinition) throws(DatabaseError) -> UInt16 {
         var added: [Attribute] = []
-        var handle = nextHandle
+        let shape = Self.shape(of: service)
+        var handle = vacated.removeValue(forKey: shape) ?? nextHandle
         func append(_ type: BluetoothUUID, _ permissions: AttributePermissions, _ value: AttributeValue) throws(DatabaseError) {
             guard handle < 0xFFFF else { throw .handlesExhausted }
             added.append(Attribute(handle: handle, type: type, permissions: permissions, value: value, groupEnd: 0))
@@ -248,14 +253,48 @@ public final class AttributeDatabase {
         }
         added[0].groupEnd = handle - 1
         attributes += added
-        nextHandle = handle
+        attributes.sort { $0.handle < $1.handle }
+        nextHandle = max(nextHandle, handle)
         refreshHash()
         return added[0].handle
     }
 
-    /// Removes the service declared at `handle`; the handles it used are not reused while others stay published.
+    /// What identifies "the same service": its type, includes, and each characteristic's type, properties and descriptors.
+    private static func shape(of service: ServiceDefinition) -> String {
+        "\(service.uuid)|\(service.isPrimary)|\(service.includes)|" + service.characteristics.map { characteristic in
+            "\(characteristic.uuid):\(characteristic.properties.rawValue):\(characteristic.descriptors.map(\.uuid.description))"
+        }.joined(separator: ",")
+    }
+
+    /// Rebuilds the definition of the service declared at `handle` from its attributes (to recognise it if it is added again).
+    private func definition(at handle: UInt16) -> ServiceDefinition? {
+        guard let declaration = attribute(at: handle), case .fixed(let typeBytes) = declaration.value, let uuid = BluetoothUUID(wire: typeBytes) else { return nil }
+        let group = attributes(in: handle...declaration.groupEnd)
+        var includes: [UInt16] = []
+        var characteristics: [CharacteristicDefinition] = []
+        for attribute in group.dropFirst() {
+            switch attribute.type {
+            case GATTType.include:
+                if case .fixed(let bytes) = attribute.value, bytes.count >= 2 { includes.append(UInt16(bytes[0]) | UInt16(bytes[1]) << 8) }
+            case GATTType.characteristic:
+                guard case .fixed(let bytes) = attribute.value, bytes.count >= 5, let type = BluetoothUUID(wire: Array(bytes[3...])) else { return nil }
+                characteristics.append(CharacteristicDefinition(uuid: type, properties: CharacteristicProperties(rawValue: bytes[0]), permissions: []))
+            case GATTType.clientConfiguration:
+                break
+            default:
+                // A descriptor: anything after a characteristic's value that is not its CCCD.
+                if let last = characteristics.indices.last, attribute.handle > (group.last { $0.type == GATTType.characteristic && $0.handle < attribute.handle }?.handle ?? 0) + 1 {
+                    characteristics[last].descriptors.append(DescriptorDefinition(uuid: attribute.type, value: []))
+                }
+            }
+        }
+        return ServiceDefinition(uuid: uuid, isPrimary: declaration.type == GATTType.primaryService, includes: includes, characteristics: characteristics)
+    }
+
+    /// Removes the service declared at `handle`; its handles go to the same service if it is added again, to no other.
     public func removeService(at handle: UInt16) -> Bool {
         guard let declaration = attribute(at: handle), declaration.groupEnd > 0 else { return false }
+        if let shape = definition(at: handle).map(Self.shape(of:)) { vacated[shape] = handle }
         attributes.removeAll { $0.handle >= handle && $0.handle <= declaration.groupEnd }
         refreshHash()
         return true
