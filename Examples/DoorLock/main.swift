@@ -63,6 +63,7 @@ final class DoorLock: CentralManagerDelegate, PeripheralDelegate {
     let log: EventLog
     let relaunched: Bool
     private let lock = Mutex<Peripheral?>(nil)
+    private let central = Mutex<CentralManager?>(nil)
 
     init(options: Options, log: EventLog, relaunched: Bool) {
         self.options = options
@@ -87,6 +88,7 @@ final class DoorLock: CentralManagerDelegate, PeripheralDelegate {
 
     func centralManagerDidUpdateState(_ central: CentralManager) {
         log.write("centralManagerDidUpdateState", ["state": "\(central.state)"])
+        self.central.withLock { $0 = central }
         guard central.state == .poweredOn else { return }
         if let restored = lock.withLock({ $0 }) {
             // Known from a restoration or from before managerd restarted.
@@ -164,6 +166,9 @@ final class DoorLock: CentralManagerDelegate, PeripheralDelegate {
         log.write("didUpdateValueFor", ["characteristic": characteristic.uuid.description,
                                         "value": characteristic.value.map { $0.map { String(format: "%02x", $0) }.joined() } ?? "",
                                         "error": error.map { "\($0)" } ?? ""])
+        // Relaunched in the background, each event wakes the app for a budget: handled, it says it is idle again, or
+        // the stack suspends it (and holds its events) when the budget runs out.
+        if relaunched { _ = central.withLock({ $0 })?.reportApplicationState(.background) }
     }
 }
 

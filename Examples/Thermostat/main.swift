@@ -88,6 +88,7 @@ final class Thermostat: PeripheralManagerDelegate {
         target.withLock { $0 = values.last! }
         say("setpoint \(Double(values.last!) / 10) °C")
         peripheral.respond(to: requests[0], withResult: .success)
+        if LaunchOptions.current.isRelaunch { peripheral.reportApplicationState(.background) }  // handled: idle again
     }
 }
 

@@ -9,7 +9,9 @@ enum RogueClient {
     static func abuse(socket: String, daemon: String, random: inout FaultRandom, nonsense: [Request]) -> [String] {
         var failures: [String] = []
         // Bytes: random, truncated envelopes, and one datagram over the cap.
-        var garbage: [[UInt8]] = (0..<8).map { _ in random.bytes(random.int(1...300)) }
+        // Random bytes, led by a tag with wire type 7 (which no protobuf decoder accepts), so that garbage never happens
+        // to decode as a real request (a random HCI command would be a fault of its own, not malformed input).
+        var garbage: [[UInt8]] = (0..<8).map { _ in [0x07 | UInt8(truncatingIfNeeded: random.next() << 3)] + random.bytes(random.int(0...299)) }
         var ping = Request()
         ping.ping = .init()
         if let valid = try? Envelope.with({ $0.requestID = 7; $0.request = ping }).serializedBytes() as [UInt8], valid.count > 2 {
