@@ -137,10 +137,10 @@ final class DoorLock: CentralManagerDelegate, PeripheralDelegate {
         }
     }
 
-    /// The lock's database changed (Service Changed): what was known there is gone, so discover and subscribe again.
+    /// The lock's database changed (Service Changed): discover and subscribe again, whatever the stack invalidated.
     func peripheral(_ peripheral: Peripheral, didModifyServices invalidatedServices: [Service]) {
         log.write("didModifyServices", ["invalidated": invalidatedServices.map(\.uuid.description)])
-        if invalidatedServices.contains(where: { $0.uuid == options.service }) { peripheral.discoverServices([options.service]) }
+        peripheral.discoverServices([options.service])
     }
 
     func peripheral(_ peripheral: Peripheral, didDiscoverServices error: BerylError?) {

@@ -1,3 +1,4 @@
+import BerylCore
 import BerylDaemonKit
 import BerylIPC
 import BerylStack
@@ -53,7 +54,9 @@ extension FaultLab {
             burst = thread
             usleep(UInt32(random.int(100_000...600_000)))
         case .connecting:
-            _ = sim(["range", "1", "out"])
+            // The central out of range: its app's connection request pending, the peripheral still advertising (so a
+            // rogue remote device can reach it).
+            _ = sim(["range", "0", "out"])
             if !eventually(.seconds(10), { self.airLinks() == 0 }) { failures.append("phase: the link did not drop out of range") }
         case .restoring:
             // The next notification relaunches it at once (within the thermostat's 200 ms tick): the fault hits while
@@ -177,28 +180,51 @@ extension FaultLab {
         return failures
     }
 
-    /// Values longer than an attribute may be (512 bytes, Core Vol 3 Part F §3.2.9) and longer than the setpoint takes:
-    /// refused with an ATT error, and nothing applied.
+    /// Values longer than the setpoint takes, and longer than an attribute may be (512 bytes, Core Vol 3 Part F
+    /// §3.2.9): the CLI refuses what no attribute can hold before sending it; sent anyway over managerd's socket, the
+    /// long write reaches the peripheral and is refused with Invalid Attribute Value Length. Nothing is applied.
     private func oversizedWrites(random: inout FaultRandom) -> [String] {
         var failures: [String] = []
-        let before = thermostatLines(containing: "setpoint ")
+        let applied = "setpoint \(Double(0xA5A5) / 10) °C"  // what any of them would read as, taken as a setpoint
+        let before = thermostatLines(containing: applied)
         for length in [3, random.int(200...512), 513, random.int(600...2000)] {
             let value = String(repeating: "a5", count: length)
             let written = beryl(["gatt", "--peer", thermostatIdentifier, "write", Self.setpoint, value, "--json", "--timeout", "20"], on: .central)
+            let said = written.stderr + written.stdout
             if written.status == 0 { failures.append("a \(length)-byte write to the 2-byte setpoint succeeded") }
-            if !(written.stderr + written.stdout).localizedCaseInsensitiveContains("0xd") && !(written.stderr + written.stdout).contains("length") {
-                failures.append("a \(length)-byte write was not refused for its length: \((written.stderr + written.stdout).suffix(200))")
-            }
+            let outOfRange = airLinks() == 0 && said.contains("no connection")  // the connecting phase: refused for that
+            let refused = outOfRange || (length > 512 ? said.contains("at most 512 bytes") : (said.contains("0xd") || said.localizedCaseInsensitiveContains("length")))
+            if !refused { failures.append("a \(length)-byte write was not refused for its length: \(said.suffix(200))") }
         }
-        if thermostatLines(containing: "setpoint ") != before { failures.append("an oversized write changed the setpoint") }
+        // On the wire: a prepared write of 600 bytes, as a client that ignores the limit would send it.
+        let (session, reason) = connectedAppSession("beryl.oversized")
+        guard let client = session else { return airLinks() == 0 ? failures : failures + ["oversized: \(reason)"] }
+        let discovered = try? client.call(.with {
+            $0.manager.gatt.peripheral = thermostatIdentifier
+            $0.manager.gatt.request.gattDiscover = .with { $0.serviceUuids = [Self.thermostatService] }
+        }, timeout: .seconds(20))
+        let handle = discovered?.manager.gatt.gattDatabase.services.flatMap(\.characteristics).first { BluetoothUUID($0.uuid) == BluetoothUUID(Self.setpoint) }?.valueHandle
+        guard let handle else { return failures + ["the setpoint was not found by discovery: \(String(describing: discovered))"] }
+        do {
+            _ = try client.call(.with {
+                $0.manager.gatt.peripheral = thermostatIdentifier
+                $0.manager.gatt.request.gattWrite = .with { $0.handle = handle; $0.value = Data(repeating: 0xA5, count: 600) }
+            }, timeout: .seconds(20))
+            failures.append("a 600-byte write on the wire succeeded")
+        } catch .remote(_, let message, _) {
+            if !message.contains("0xd") && !message.localizedCaseInsensitiveContains("length") { failures.append("a 600-byte write on the wire: \(message)") }
+        } catch {
+            failures.append("a 600-byte write on the wire: \(error)")
+        }
+        if thermostatLines(containing: applied) != before { failures.append("an oversized write changed the setpoint") }
         return failures
     }
 
     /// Reads and writes of handles the peripheral does not have, sent through managerd as an app would: each answered
     /// with the peer's Invalid Handle (0x01) as a typed error.
     private func deadHandleRequests(random: inout FaultRandom) -> [String] {
-        guard let client = try? IPCClient(path: paths(.central).socket("managerd")) else { return ["cannot reach the central's managerd"] }
-        _ = try? client.call(.with { $0.manager.hello.appID = "beryl.deadhandles" })
+        let (session, reason) = connectedAppSession("beryl.deadhandles")
+        guard let client = session else { return airLinks() == 0 ? [] : ["dead handles: \(reason)"] }  // out of range: nothing to ask
         var failures: [String] = []
         for _ in 0..<4 {
             let handle = UInt32(random.int(0xFF00...0xFFFF))
@@ -223,6 +249,25 @@ extension FaultLab {
             }
         }
         return failures
+    }
+
+    /// A session with the central's managerd as an app that has connected to the thermostat (the link is shared with
+    /// the doorlock app's): what Core Bluetooth asks before GATT. Nil when the thermostat cannot be reached (the
+    /// connecting phase), with the reason.
+    private func connectedAppSession(_ appID: String) -> (client: IPCClient?, reason: String) {
+        guard let client = try? IPCClient(path: paths(.central).socket("managerd")) else { return (nil, "cannot reach the central's managerd") }
+        do {
+            _ = try client.call(.with { $0.manager.hello.appID = appID })
+            _ = try client.call(.with { $0.manager.connect = .with { $0.manager = 1; $0.peripheral = thermostatIdentifier } })
+        } catch {
+            return (nil, "\(error)")
+        }
+        let deadline = ContinuousClock.now + .seconds(5)
+        while ContinuousClock.now < deadline {
+            guard let envelope = try? client.receive(timeout: .milliseconds(500)) else { continue }
+            if case .connected? = envelope.event.manager.kind { return (client, "") }
+        }
+        return (nil, "not connected")
     }
 
     static func hex(_ value: Int) -> String { String(format: "%02x%02x", value & 0xFF, value >> 8) }

@@ -1,6 +1,7 @@
 import BerylATT
 import BerylCore
 import BerylGATT
+import BerylHCI
 import BerylIPC
 import Foundation
 
@@ -55,8 +56,11 @@ extension AttDaemon {
         case .response(let id, let pdu):
             waiters.removeValue(forKey: WaiterKey(link: link.handle, id: id))?(.success(pdu))
         case .timedOut(let id):
-            host.logger.warning("link 0x\(String(link.handle, radix: 16)): ATT transaction timed out; the bearer is unusable")
+            // No further ATT on this bearer (Core Vol 3 Part F §3.3.3): only a new link brings ATT back, so end this one
+            // rather than leave the apps on it stuck; they hear of the disconnection and connect again.
+            host.logger.warning("link 0x\(String(link.handle, radix: 16)): ATT transaction timed out; the bearer is unusable, disconnecting")
             waiters.removeValue(forKey: WaiterKey(link: link.handle, id: id))?(.failure(.unlikelyError))
+            sendCommand(HCICommands.disconnect(handle: link.handle))
         case .indication(let handle, let value) where handle == peerServiceChanged[link.handle] && ServiceChangedValue.decode(value) != nil:
             let range = ServiceChangedValue.decode(value)!
             host.logger.info("link 0x\(String(link.handle, radix: 16)): peer's services changed in \(range); re-discovering")

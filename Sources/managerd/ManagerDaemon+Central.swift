@@ -264,7 +264,7 @@ extension ManagerDaemon {
                 send(connected, to: key.session)
             }
             perform(actions)
-            if !central { updateAdvertising() }  // advertising stops when a central connects
+            if !central { updateAdvertising() }  // the controller ended connectable advertising: start it again
         case .connectionFailed(let status):
             host.logger.info("connection attempt ended (0x\(String(status, radix: 16))); trying again if anyone still waits")
             perform(book.attemptEnded())

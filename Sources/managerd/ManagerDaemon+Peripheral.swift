@@ -205,20 +205,20 @@ extension ManagerDaemon {
     // MARK: Advertising
 
     /// One advertiser: its data, on. Several: each in turn for a second (a controller without advertising sets has
-    /// one advertiser). None, or a central connected to us: off.
+    /// one advertiser). None: off. A central connecting ends connectable advertising in the controller (Core Vol 6
+    /// Part B §4.4.2); it is started again, so that other centrals still find the app, as Core Bluetooth's does.
     func updateAdvertising(completion: ((String?) -> Void)? = nil) {
         rotation?.cancel()
         rotation = nil
         // Suspended apps do not advertise; background ones advertise as Core Bluetooth's background rules say.
         let order = advertisers.keys.sorted().filter { policy(forSession: $0.session).advertises }
-        let peripheralLinkUp = book.links.values.contains { !$0.isCentral }
-        guard state == .poweredOn, !order.isEmpty, !peripheralLinkUp else {
+        guard state == .poweredOn, !order.isEmpty else {
             // Advertising managerd did not start (a low-level tool driving hcid directly) is left alone.
             if advertisingEnabled {
                 advertisingEnabled = false
                 command(HCICommandPacket(.leSetAdvertisingEnable, parameters: [0]))
             }
-            completion?(order.isEmpty ? nil : "advertising waits while a central is connected")
+            completion?(order.isEmpty ? nil : "the controller is not powered on")
             return
         }
         advertisingEnabled = true
