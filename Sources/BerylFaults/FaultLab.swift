@@ -39,7 +39,13 @@ public final class FaultLab: @unchecked Sendable {
 
     // MARK: Bring-up and teardown
 
+    private var interruption: UUID?
+
     public func start() throws {
+        interruption = Interruption.onInterrupt { [self] in
+            stop()
+            removeScratch()
+        }
         let sim = try Spawn.start([Executables.path("berylsim"), "--controllers", "3", "--dir", simDir, "--seed", "\(seed)",
                                    "--tcp", "127.0.0.1:\(tcpBase)"], logPath: root + "/berylsim.log")
         simPID = sim
@@ -72,6 +78,8 @@ public final class FaultLab: @unchecked Sendable {
     }
 
     public func stop() {
+        if let interruption { Interruption.remove(interruption) }
+        interruption = nil
         for side in Side.allCases {
             _ = try? runTool("beryl", ["app", "quit", Self.doorlockID, "--runtime-dir", paths(side).runtimeDir])
             _ = try? runTool("beryl", ["app", "quit", Self.thermostatID, "--runtime-dir", paths(side).runtimeDir])

@@ -35,7 +35,12 @@ struct Demo: ParsableCommand {
         } catch {
             throw Output.fail("demo: cannot prepare: \(error)")
         }
+        let interruption = Interruption.onInterrupt {
+            world.stop()
+            world.remove()
+        }
         defer {
+            Interruption.remove(interruption)
             world.stop()
             if !keep { world.remove() } else { show.note("kept \(world.root)") }
         }
@@ -54,7 +59,8 @@ struct Demo: ParsableCommand {
 }
 
 /// The processes and directories of one demo run.
-final class DemoWorld {
+/// Driven from one thread; an interruption stops it from the signal handler, which only stops processes.
+final class DemoWorld: @unchecked Sendable {
     let root: String
     let examples: String
     private var pids: [Int32] = []

@@ -134,12 +134,17 @@ final class BackgroundTests: TwoStacksTestCase {
             .appendingPathComponent("Examples/profiles/heart-rate.json").path
     }
 
-    func testARelaunchThatNeverRestoresIsEndedAndLaunchedAgain() throws {
+    /// The other stack serves heart rate; the door-lock app (as com.example.stubborn) is launched and takes its notifications.
+    private func launchStubbornSubscribedToAHeartRateMonitor() throws {
         try scratch.start("serve", [Executables.path("beryl"), "serve", heartRateProfile, "--runtime-dir", "\(scratch.root)/run1"],
                           socket: "\(scratch.root)/run1/managerd.sock")
         XCTAssertEqual(try beryl(["app", "launch", "com.example.stubborn"]).status, 0)
         XCTAssertTrue(eventually(.seconds(30)) { self.log("app-com.example.stubborn").contains("\"event\":\"didUpdateValueFor\"") },
                       log("app-com.example.stubborn"))
+    }
+
+    func testARelaunchThatNeverRestoresIsEndedAndLaunchedAgain() throws {
+        try launchStubbornSubscribedToAHeartRateMonitor()
 
         // From now on a launch is the stand-in. The app dies; the next notification relaunches it.
         FileManager.default.createFile(atPath: standInMarker, contents: nil)
@@ -164,11 +169,7 @@ final class BackgroundTests: TwoStacksTestCase {
     /// managerd dies under a running app: its managers are resetting, reconnect on their own when the supervisor (here
     /// the test) restarts managerd, and take back the link and subscription it preserved; no second copy is launched.
     func testARunningAppRidesOutAManagerdRestart() throws {
-        try scratch.start("serve", [Executables.path("beryl"), "serve", heartRateProfile, "--runtime-dir", "\(scratch.root)/run1"],
-                          socket: "\(scratch.root)/run1/managerd.sock")
-        XCTAssertEqual(try beryl(["app", "launch", "com.example.stubborn"]).status, 0)
-        XCTAssertTrue(eventually(.seconds(30)) { self.log("app-com.example.stubborn").contains("\"event\":\"didUpdateValueFor\"") },
-                      log("app-com.example.stubborn"))
+        try launchStubbornSubscribedToAHeartRateMonitor()
         let pids = try XCTUnwrap(try app("com.example.stubborn")["pids"] as? [Int])
         XCTAssertEqual(pids.count, 1)
 
