@@ -49,8 +49,10 @@ enum RogueClient {
                 failures.append("\(daemon): \(String(describing: request.kind).prefix(80)) got \(error) instead of an answer")
             }
         }
-        // A second answer to any of them would be a bug.
-        while let late = try? client.receive(timeout: .milliseconds(300)) {
+        // A second answer to any of them would be a bug. (Bounded in time: a daemon may stream events, such as attd's
+        // notifications, to every session.)
+        let drainUntil = ContinuousClock.now + .milliseconds(300)
+        while ContinuousClock.now < drainUntil, let late = try? client.receive(timeout: .milliseconds(100)) {
             if case .response? = late.body, answered.contains(late.requestID) { failures.append("\(daemon): request \(late.requestID) was answered twice") }
         }
         return failures
