@@ -67,6 +67,16 @@ final class Thermostat: PeripheralManagerDelegate {
         say(error.map { "advertising failed: \($0)" } ?? "advertising as Beryl Thermostat")
     }
 
+    /// A central subscribing (or leaving) can be what woke a relaunched app: noted, it is idle again.
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: MutableCharacteristic) {
+        say("temperature subscribed by \(central.identifier)")
+        if LaunchOptions.current.isRelaunch { peripheral.reportApplicationState(.background) }
+    }
+
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: MutableCharacteristic) {
+        if LaunchOptions.current.isRelaunch { peripheral.reportApplicationState(.background) }
+    }
+
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest) {
         let value = target.withLock { $0 }
         say("setpoint read by \(request.central.identifier)")
