@@ -234,6 +234,16 @@ public final class HCIHost {
                 pumpCommands()
                 return
             }
+            // Disconnect answered Unknown Connection Identifier (0x02) for a link we still hold: its Disconnection
+            // Complete never reached us (lost in a corrupted HCI stream), so the link ends here, for every client.
+            if !isComplete, opcode == HCIOpcode.disconnect.rawValue, event.parameters.first == 0x02, pending.command.parameters.count >= 2 {
+                let link = (UInt16(pending.command.parameters[0]) | UInt16(pending.command.parameters[1]) << 8) & 0x0FFF
+                if connections[link] != nil {
+                    outputs.append(.log("link 0x\(String(link, radix: 16)) is unknown to the controller; its disconnection was lost, ending it"))
+                    handle(HCIEventPacket(code: HCIEventCode.disconnectionComplete.rawValue,
+                                          parameters: [0x00, UInt8(link & 0xFF), UInt8(link >> 8), 0x08]))
+                }
+            }
             switch pending.owner {
             case .host: bringUpAnswer(opcode: opcode, event: event, isComplete: isComplete)
             case .client(let client, let token): outputs.append(.commandAnswered(client: client, token: token, event))
