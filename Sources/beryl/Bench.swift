@@ -227,7 +227,7 @@ struct BenchAll: ParsableCommand {
         let parts: [(String, [String])] = [
             ("IPC", ["ipc"] + (quick ? ["--round-trips", "500", "--seconds", "0.5"] : [])),
             ("HCI through hcid", ["hci"] + (quick ? ["--seconds", "0.5"] : [])),
-            ("Simulated air time", ["sim"] + (quick ? ["--seconds", "0.5"] : [])),
+            ("Simulated air time", ["sim"] + (quick ? ["--seconds", "1"] : [])),
             ("GATT, stack to stack and app to app, next to Bumble", ["gatt", "--apps"] + (quick ? ["--seconds", "0.5", "--reads", "30"] : [])),
             ("Restoration", ["restore"] + (quick ? ["--rounds", "1"] : [])),
         ]

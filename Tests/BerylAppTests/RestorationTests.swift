@@ -264,3 +264,25 @@ final class RestoreBenchmarkSmokeTests: XCTestCase {
         XCTAssertLessThanOrEqual(figures["reconnectToRestoreMilliseconds"]![0], figures["reconnectToReadMilliseconds"]![0])
     }
 }
+
+/// `beryl bench all --quick`: every part runs and lands in the one report (the figures are not checked: shared machines).
+final class BenchAllSmokeTests: XCTestCase {
+    func testTheReportHasEveryPart() throws {
+        let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
+        process.arguments = ["bench", "all", "--quick"]
+        process.currentDirectoryURL = URL(fileURLWithPath: repository)  // the Bumble half finds .venv-interop from here
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        XCTAssertEqual(process.terminationStatus, 0, output)
+        for part in ["== IPC", "== HCI through hcid", "== Simulated air time", "== GATT, stack to stack and app to app", "== Restoration", "== Binary sizes",
+                     "Bumble on Bumble controllers", "CPU per 10,000 notifications", "memory  central managerd pss", "managerd kill -9"] {
+            XCTAssertTrue(output.contains(part), "\(part) in:\n\(output)")
+        }
+    }
+}
