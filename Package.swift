@@ -62,7 +62,7 @@ let package = Package(
         ]),
         .target(name: "BerylStack", dependencies: ["BerylCore", "BerylDaemonKit", "BerylIPC", "BerylEventLoop", "BerylHCI", "CBerylSys"]),
         // The fault-injection suite: full stacks on berylsim, faults at phases, invariants after each.
-        .target(name: "BerylFaults", dependencies: ["BerylCore", "BerylDaemonKit", "BerylIPC", "BerylStack"]),
+        .target(name: "BerylFaults", dependencies: ["BerylCore", "BerylDaemonKit", "BerylIPC", "BerylSim", "BerylStack"]),
 
         .executableTarget(name: "hcid", dependencies: [
             "BerylDaemonKit", "BerylTransport", "BerylHCI", "BerylHardware",

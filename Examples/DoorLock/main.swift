@@ -71,12 +71,19 @@ final class DoorLock: CentralManagerDelegate, PeripheralDelegate {
         self.relaunched = relaunched
     }
 
+    /// Every callback is logged here. Relaunched in the background, each event wakes the app for a budget: handled, it
+    /// says it is idle again, or the stack suspends it (and holds its events) when the budget runs out.
+    private func heard(_ event: String, _ fields: [String: Any] = [:]) {
+        log.write(event, fields)
+        if relaunched { _ = central.withLock({ $0 })?.reportApplicationState(.background) }
+    }
+
     private func known(_ peripheral: Peripheral) -> Characteristic? {
         peripheral.services?.first { $0.uuid == options.service }?.characteristics?.first { $0.uuid == options.characteristic }
     }
 
     func centralManager(_ central: CentralManager, willRestoreState state: RestoredCentralState) {
-        log.write("willRestoreState", ["peripherals": state.peripherals.map { peripheral in
+        heard("willRestoreState", ["peripherals": state.peripherals.map { peripheral in
             ["identifier": peripheral.identifier.uuidString, "state": "\(peripheral.state)", "servicesKnown": peripheral.services?.count ?? 0,
              "characteristicKnown": known(peripheral) != nil] as [String: Any]
         }, "scanning": state.isScanning])
@@ -87,7 +94,7 @@ final class DoorLock: CentralManagerDelegate, PeripheralDelegate {
     }
 
     func centralManagerDidUpdateState(_ central: CentralManager) {
-        log.write("centralManagerDidUpdateState", ["state": "\(central.state)"])
+        heard("centralManagerDidUpdateState", ["state": "\(central.state)"])
         self.central.withLock { $0 = central }
         guard central.state == .poweredOn else { return }
         if let restored = lock.withLock({ $0 }) {
@@ -104,7 +111,7 @@ final class DoorLock: CentralManagerDelegate, PeripheralDelegate {
     }
 
     func centralManager(_ central: CentralManager, didDiscover peripheral: Peripheral, advertisementData: AdvertisementData, rssi: Int) {
-        log.write("didDiscover", ["peripheral": peripheral.identifier.uuidString, "rssi": rssi, "name": advertisementData.localName ?? ""])
+        heard("didDiscover", ["peripheral": peripheral.identifier.uuidString, "rssi": rssi, "name": advertisementData.localName ?? ""])
         central.stopScan()
         peripheral.delegate = self
         lock.withLock { $0 = peripheral }
@@ -112,24 +119,24 @@ final class DoorLock: CentralManagerDelegate, PeripheralDelegate {
     }
 
     func centralManager(_ central: CentralManager, didConnect peripheral: Peripheral) {
-        log.write("didConnect", ["peripheral": peripheral.identifier.uuidString])
+        heard("didConnect", ["peripheral": peripheral.identifier.uuidString])
         peripheral.delegate = self
         resume(peripheral, central)
     }
 
     func centralManager(_ central: CentralManager, didFailToConnect peripheral: Peripheral, error: BerylError?) {
-        log.write("didFailToConnect", ["peripheral": peripheral.identifier.uuidString, "error": error.map { "\($0)" } ?? ""])
+        heard("didFailToConnect", ["peripheral": peripheral.identifier.uuidString, "error": error.map { "\($0)" } ?? ""])
     }
 
     func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: BerylError?) {
-        log.write("didDisconnectPeripheral", ["peripheral": peripheral.identifier.uuidString, "error": error.map { "\($0)" } ?? ""])
+        heard("didDisconnectPeripheral", ["peripheral": peripheral.identifier.uuidString, "error": error.map { "\($0)" } ?? ""])
         central.connect(peripheral)  // wait for the lock to come back, however long
     }
 
     /// What was discovered before (in this process or, restored, in an earlier one) is used as it is.
     private func resume(_ peripheral: Peripheral, _ central: CentralManager) {
         if let characteristic = known(peripheral) {
-            log.write("resumedWithoutDiscovery", ["characteristic": characteristic.uuid.description])
+            heard("resumedWithoutDiscovery", ["characteristic": characteristic.uuid.description])
             peripheral.setNotifyValue(true, for: characteristic)
             peripheral.readValue(for: characteristic)
         } else {
@@ -139,18 +146,18 @@ final class DoorLock: CentralManagerDelegate, PeripheralDelegate {
 
     /// The lock's database changed (Service Changed): discover and subscribe again, whatever the stack invalidated.
     func peripheral(_ peripheral: Peripheral, didModifyServices invalidatedServices: [Service]) {
-        log.write("didModifyServices", ["invalidated": invalidatedServices.map(\.uuid.description)])
+        heard("didModifyServices", ["invalidated": invalidatedServices.map(\.uuid.description)])
         peripheral.discoverServices([options.service])
     }
 
     func peripheral(_ peripheral: Peripheral, didDiscoverServices error: BerylError?) {
-        log.write("didDiscoverServices", ["services": (peripheral.services ?? []).map(\.uuid.description), "error": error.map { "\($0)" } ?? ""])
+        heard("didDiscoverServices", ["services": (peripheral.services ?? []).map(\.uuid.description), "error": error.map { "\($0)" } ?? ""])
         guard let service = peripheral.services?.first(where: { $0.uuid == options.service }) else { return }
         peripheral.discoverCharacteristics([options.characteristic], for: service)
     }
 
     func peripheral(_ peripheral: Peripheral, didDiscoverCharacteristicsFor service: Service, error: BerylError?) {
-        log.write("didDiscoverCharacteristicsFor", ["service": service.uuid.description,
+        heard("didDiscoverCharacteristicsFor", ["service": service.uuid.description,
                                                     "characteristics": (service.characteristics ?? []).map(\.uuid.description)])
         guard let characteristic = known(peripheral) else { return }
         peripheral.setNotifyValue(true, for: characteristic)
@@ -158,17 +165,14 @@ final class DoorLock: CentralManagerDelegate, PeripheralDelegate {
     }
 
     func peripheral(_ peripheral: Peripheral, didUpdateNotificationStateFor characteristic: Characteristic, error: BerylError?) {
-        log.write("didUpdateNotificationStateFor", ["characteristic": characteristic.uuid.description, "notifying": characteristic.isNotifying,
+        heard("didUpdateNotificationStateFor", ["characteristic": characteristic.uuid.description, "notifying": characteristic.isNotifying,
                                                     "error": error.map { "\($0)" } ?? ""])
     }
 
     func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: BerylError?) {
-        log.write("didUpdateValueFor", ["characteristic": characteristic.uuid.description,
+        heard("didUpdateValueFor", ["characteristic": characteristic.uuid.description,
                                         "value": characteristic.value.map { $0.map { String(format: "%02x", $0) }.joined() } ?? "",
                                         "error": error.map { "\($0)" } ?? ""])
-        // Relaunched in the background, each event wakes the app for a budget: handled, it says it is idle again, or
-        // the stack suspends it (and holds its events) when the budget runs out.
-        if relaunched { _ = central.withLock({ $0 })?.reportApplicationState(.background) }
     }
 }
 

@@ -47,13 +47,8 @@ struct WeakBox<T: AnyObject & Sendable>: Sendable {
 }
 
 /// Core Bluetooth's CBCentralManager for Linux apps: one session with managerd.
-public final class CentralManager: Sendable {
+public final class CentralManager: Sendable, SessionBacked {
     let session: ManagerSession
-    var channel: Channel { session.channel }
-    var delegateQueue: DispatchQueue { session.delegateQueue }
-    var managerID: UInt32 { session.managerID }
-    var misuse: MisuseReporter { session.misuse }
-    var appID: String { session.appID }
     private struct State {
         var isScanning = false
         var peripherals: [String: Peripheral] = [:]

@@ -1,6 +1,5 @@
 import BerylIPC
 import Dispatch
-import Foundation
 import Synchronization
 
 /// What a central and a peripheral manager both are: one session with managerd for an app, its state, its
@@ -73,22 +72,16 @@ final class ManagerSession: Sendable {
     /// managerd went away (a crash, or a restart by its supervisor): a new session is opened as soon as it is back,
     /// retrying with backoff, and the Hello said again; a manager with a restore identifier gets back what managerd
     /// preserved for it. Until then the manager is resetting, as a Core Bluetooth manager is while bluetoothd restarts.
-    func reconnect() {
-        DispatchQueue.global().async { [weak self] in
-            var delay = Duration.milliseconds(50)
-            while true {
-                // The manager is held only while trying, so one released meanwhile ends the loop.
-                let finished: Bool = {
-                    guard let session = self, !session.ended.load(ordering: .relaxed) else { return true }
-                    guard let channel = try? Channel(socketPath: session.socketPath, label: session.label, relay: session.relay) else { return false }
-                    session.current.withLock { $0 = channel }
-                    if let greeting = session.greeting.withLock({ $0 }) { session.greet(greeting, again: true) }
-                    return true
-                }()
-                if finished { return }
-                Thread.sleep(forTimeInterval: Double(delay.components.attoseconds) / 1e18 + Double(delay.components.seconds))
-                delay = min(delay * 2, .seconds(1))
+    func reconnect(after delay: Duration = .zero) {
+        // Each attempt is scheduled, not slept for, and holds the manager only while it tries: a manager released
+        // meanwhile ends the attempts.
+        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(delay / .milliseconds(1)))) { [weak self] in
+            guard let self, !self.ended.load(ordering: .relaxed) else { return }
+            guard let channel = try? Channel(socketPath: self.socketPath, label: self.label, relay: self.relay) else {
+                return self.reconnect(after: min(max(delay * 2, .milliseconds(50)), .seconds(1)))
             }
+            self.current.withLock { $0 = channel }
+            if let greeting = self.greeting.withLock({ $0 }) { self.greet(greeting, again: true) }
         }
     }
 
@@ -111,4 +104,17 @@ final class ManagerSession: Sendable {
         get { shared.withLock { $0.pairingDelegate.value } as? PairingDelegate }
         set { shared.withLock { $0.pairingDelegate.value = newValue } }
     }
+}
+
+/// A manager standing on a session: what both managers reach through it.
+protocol SessionBacked {
+    var session: ManagerSession { get }
+}
+
+extension SessionBacked {
+    var channel: Channel { session.channel }
+    var delegateQueue: DispatchQueue { session.delegateQueue }
+    var managerID: UInt32 { session.managerID }
+    var misuse: MisuseReporter { session.misuse }
+    var appID: String { session.appID }
 }

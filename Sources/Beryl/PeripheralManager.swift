@@ -152,13 +152,8 @@ public struct AdvertisingOptions: Sendable {
 }
 
 /// Core Bluetooth's CBPeripheralManager: publishes services and advertises through managerd.
-public final class PeripheralManager: Sendable {
+public final class PeripheralManager: Sendable, SessionBacked {
     let session: ManagerSession
-    var channel: Channel { session.channel }
-    var delegateQueue: DispatchQueue { session.delegateQueue }
-    var managerID: UInt32 { session.managerID }
-    var misuse: MisuseReporter { session.misuse }
-    var appID: String { session.appID }
     private struct State {
         var isAdvertising = false
         var services: [MutableService] = []

@@ -1,3 +1,5 @@
+import BerylSim
+
 /// What the fault-injection suite does to a running pair of stacks, and when.
 public enum Fault: String, CaseIterable, Sendable {
     case killHcid = "kill-hcid"
@@ -65,21 +67,14 @@ public enum Side: Int, CaseIterable, Sendable, CustomStringConvertible {
     var other: Side { self == .central ? .peripheral : .central }
 }
 
-/// A small deterministic generator (SplitMix64), so a printed seed replays the same choices.
+/// The seed's choices, from the simulator's own generator (SplitMix64), so that a printed seed replays them.
 struct FaultRandom {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
+    private var dice: SimRandom
+    init(seed: UInt64) { dice = SimRandom(seed: seed) }
 
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    mutating func int(_ range: ClosedRange<Int>) -> Int { range.lowerBound + Int(next() % UInt64(range.count)) }
-    mutating func double(_ range: ClosedRange<Double>) -> Double { range.lowerBound + Double(next() % 1_000_000) / 1_000_000 * (range.upperBound - range.lowerBound) }
-    mutating func side() -> Side { next() % 2 == 0 ? .central : .peripheral }
-    mutating func bytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in UInt8(truncatingIfNeeded: next()) } }
+    mutating func next() -> UInt64 { dice.next() }
+    mutating func int(_ range: ClosedRange<Int>) -> Int { range.lowerBound + dice.below(range.count) }
+    mutating func double(_ range: ClosedRange<Double>) -> Double { range.lowerBound + dice.unit() * (range.upperBound - range.lowerBound) }
+    mutating func side() -> Side { dice.below(2) == 0 ? .central : .peripheral }
+    mutating func bytes(_ count: Int) -> [UInt8] { dice.bytes(count) }
 }

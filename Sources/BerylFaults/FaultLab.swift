@@ -22,14 +22,12 @@ public final class FaultLab: @unchecked Sendable {
     private(set) var peripheralAddress = ""
     let appUser: String
 
-    public init(seed: UInt64) throws {
-        var template = Array("/tmp/beryl-faults-XXXXXX".utf8CString)
-        guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else { throw FaultLabError.setup("mkdtemp failed") }
-        root = String(cString: made)
-        chmod(root, 0o755)  // the apps run as their manifest's user and must reach the runtime directories
+    public init(seed: UInt64, index: Int = 0) throws {
+        root = try Scratch.makeDirectory(prefix: "beryl-faults", openToApps: true)  // the apps run as their manifest's user
         self.seed = seed
-        tcpBase = 20_000 + Int(getpid() % 20_000) * 2
-        appUser = getuid() == 0 ? "nobody" : String(cString: getpwuid(getuid())!.pointee.pw_name)
+        // berylsim listens on one port per controller from here: apart for each process and each lab in it.
+        tcpBase = 20_000 + Int(getpid() % 2_500) * 16 + index % 4 * 4
+        appUser = Spawn.unprivilegedUser
     }
 
     public func paths(_ side: Side) -> DaemonPaths { DaemonPaths(runtimeDir: "\(root)/\(side)/run", stateDir: "\(root)/\(side)/state") }
@@ -103,7 +101,7 @@ public final class FaultLab: @unchecked Sendable {
             (.peripheral, ["id": Self.thermostatID, "user": appUser, "backgroundModes": ["bluetooth-peripheral"],
                            "launch": ["command": [Executables.path("thermostat"), "--restore", "--tick", "0.2"]]]),
         ]
-        FileManager.default.createFile(atPath: doorlockLog, contents: nil)
+        _ = FileManager.default.createFile(atPath: doorlockLog, contents: nil)
         chmod(doorlockLog, 0o666)
         for (side, manifest) in manifests {
             let directory = "\(root)/\(side)/apps"

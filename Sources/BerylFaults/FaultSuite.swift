@@ -1,6 +1,7 @@
 import BerylDaemonKit
 import BerylStack
 import Foundation
+import Synchronization
 
 /// Every fault in every phase, `seeds` times each, on one lab (set up again after a failure, so one failure does
 /// not cascade), then a soak that looks for leaked file descriptors and memory in all six daemons.
@@ -14,40 +15,75 @@ public struct FaultSuite: Sendable {
     /// Iterations of the leak soak (0: none).
     public var soak = 100
     public var keepScratch = false
+    /// Labs run side by side, each its own berylsim and two stacks: the faults mostly wait on timers (supervisor
+    /// backoff, supervision timeouts, the thermostat's ticks), so a few labs share two cores.
+    public var labs = 1
 
     public init() {}
 
     /// The seed of one iteration, printed so that `beryl faults --fault F --phase P --seed S` replays it.
     public func seed(cell: Int, iteration: Int) -> UInt64 { baseSeed &+ UInt64(cell) &* 1000 &+ UInt64(iteration) }
 
-    public func run(progress: (String) -> Void) throws -> FaultReport {
-        var report = FaultReport(seeds: seeds)
-        var lab = try startLab(progress: progress)
-        defer { finish(lab) }
-        if soak > 0 { report.soak = soakRun(lab, progress: progress) }
+    public func run(progress: @escaping @Sendable (String) -> Void) throws -> FaultReport {
         let cells = faults.flatMap { fault in phases.map { (fault, $0) } }
-        var done = 0
-        for (cellIndex, (fault, phase)) in cells.enumerated() {
-            for iteration in 0..<seeds {
-                let seed = seed(cell: cellIndex, iteration: iteration)
-                let outcome = lab.run(fault, in: phase, seed: seed, rogue: rogue)
-                report.outcomes.append(outcome)
-                done += 1
-                let verdict = outcome.passed ? "ok" : "FAILED: " + outcome.failures.joined(separator: "; ")
-                progress("[\(done)/\(cells.count * seeds)] \(fault.rawValue) × \(phase.rawValue) on the \(outcome.side) side, seed \(seed): "
-                         + "\(verdict) (back in \(Self.seconds(outcome.recovery)))")
-                if !outcome.passed {
-                    progress("  replay: beryl faults --fault \(fault.rawValue) --phase \(phase.rawValue) --seed \(seed)  (lab kept at \(lab.root))")
-                    lab.stop()
-                    lab = try startLab(progress: progress)
+        let work = cells.indices.flatMap { cell in (0..<seeds).map { (cell, $0) } }
+        let ledger = Mutex(Ledger(report: FaultReport(seeds: seeds)))
+        let first = try startLab(index: 0, progress: progress)
+        if soak > 0 {
+            let result = soakRun(first, progress: progress)
+            ledger.withLock { $0.report.soak = result }
+        }
+        // Each lab takes the next iteration until none is left; a seed belongs to its cell and iteration, not to the
+        // lab that runs it, so a replay needs no --labs.
+        let errors = Mutex<[String]>([])
+        let lanes = DispatchGroup()
+        for index in 0..<labs {
+            DispatchQueue.global().async(group: lanes) {
+                do {
+                    var lab = index == 0 ? first : try startLab(index: index, progress: progress)
+                    defer { finish(lab) }
+                    func take() -> (Int, Int)? {
+                        ledger.withLock { ledger in
+                            guard ledger.next < work.count else { return nil }
+                            defer { ledger.next += 1 }
+                            return work[ledger.next]
+                        }
+                    }
+                    while let (cellIndex, iteration) = take() {
+                        let (fault, phase) = cells[cellIndex]
+                        let seed = seed(cell: cellIndex, iteration: iteration)
+                        let outcome = lab.run(fault, in: phase, seed: seed, rogue: rogue)
+                        let done = ledger.withLock { ledger in
+                            ledger.report.outcomes.append(outcome)
+                            return ledger.report.outcomes.count
+                        }
+                        let verdict = outcome.passed ? "ok" : "FAILED: " + outcome.failures.joined(separator: "; ")
+                        progress("[\(done)/\(work.count)] \(fault.rawValue) × \(phase.rawValue) on the \(outcome.side) side, seed \(seed): "
+                                 + "\(verdict) (back in \(Self.seconds(outcome.recovery)))")
+                        if !outcome.passed {
+                            progress("  replay: beryl faults --fault \(fault.rawValue) --phase \(phase.rawValue) --seed \(seed)  (lab kept at \(lab.root))")
+                            lab.stop()
+                            lab = try startLab(index: index, progress: progress)
+                        }
+                    }
+                } catch {
+                    errors.withLock { $0.append("lab \(index): \(error)") }
                 }
             }
         }
-        return report
+        lanes.wait()
+        if let error = errors.withLock({ $0.first }) { throw FaultLabError.setup(error) }
+        return ledger.withLock { $0.report }
     }
 
-    private func startLab(progress: (String) -> Void) throws -> FaultLab {
-        let lab = try FaultLab(seed: baseSeed)
+    /// What the labs share: the next iteration to take and what came of those taken.
+    private struct Ledger {
+        var next = 0
+        var report: FaultReport
+    }
+
+    private func startLab(index: Int, progress: (String) -> Void) throws -> FaultLab {
+        let lab = try FaultLab(seed: baseSeed, index: index)
         let started = ContinuousClock.now
         do {
             try lab.start()
@@ -102,7 +138,7 @@ public struct FaultSuite: Sendable {
     }
 
     static func seconds(_ duration: Duration) -> String {
-        String(format: "%.1f s", Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18)
+        String(format: "%.1f s", HCIBenchmark.durationSeconds(duration))
     }
 }
 
@@ -146,6 +182,12 @@ public struct FaultReport: Sendable {
 
     public var passed: Bool { outcomes.allSatisfy(\.passed) && (soak?.failures.isEmpty ?? true) }
 
+    /// Each failed iteration with its seed and what broke: what a log read from its tail needs.
+    public func failures() -> String {
+        outcomes.filter { !$0.passed }.map { "\($0.fault.rawValue) × \($0.phase.rawValue), seed \($0.seed): " + $0.failures.joined(separator: "; ") }
+            .joined(separator: "\n")
+    }
+
     public func table() -> String {
         let phases = Phase.allCases.filter { phase in outcomes.contains { $0.phase == phase } }
         let faults = Fault.allCases.filter { fault in outcomes.contains { $0.fault == fault } }
@@ -160,7 +202,7 @@ public struct FaultReport: Sendable {
             }
             lines.append(line)
         }
-        let recoveries = outcomes.filter(\.passed).map { Double($0.recovery.components.seconds) + Double($0.recovery.components.attoseconds) / 1e18 }.sorted()
+        let recoveries = outcomes.filter(\.passed).map { HCIBenchmark.durationSeconds($0.recovery) }.sorted()
         if !recoveries.isEmpty {
             lines.append(String(format: "back to every invariant after the fault: median %.1f s, worst %.1f s", recoveries[recoveries.count / 2], recoveries.last!))
         }

@@ -148,6 +148,8 @@ public final class AttributeDatabase {
     /// publishing it again after the stack reset) gets its old handles back, so clients' cached handles and bonded
     /// clients' stored subscriptions stay right. Any other service gets fresh handles.
     private var vacated: [String: UInt16] = [:]
+    /// The shape of each published service, by its declaration's handle.
+    private var shapes: [UInt16: String] = [:]
     /// Where the GATT service's characteristics sit, once `addCoreServices` has run.
     public private(set) var serviceChangedHandle: UInt16?
     public private(set) var databaseHashHandle: UInt16?
@@ -254,6 +256,7 @@ public final class AttributeDatabase {
         added[0].groupEnd = handle - 1
         attributes += added
         attributes.sort { $0.handle < $1.handle }
+        shapes[added[0].handle] = shape
         nextHandle = max(nextHandle, handle)
         refreshHash()
         return added[0].handle
@@ -266,35 +269,10 @@ public final class AttributeDatabase {
         }.joined(separator: ",")
     }
 
-    /// Rebuilds the definition of the service declared at `handle` from its attributes (to recognise it if it is added again).
-    private func definition(at handle: UInt16) -> ServiceDefinition? {
-        guard let declaration = attribute(at: handle), case .fixed(let typeBytes) = declaration.value, let uuid = BluetoothUUID(wire: typeBytes) else { return nil }
-        let group = attributes(in: handle...declaration.groupEnd)
-        var includes: [UInt16] = []
-        var characteristics: [CharacteristicDefinition] = []
-        for attribute in group.dropFirst() {
-            switch attribute.type {
-            case GATTType.include:
-                if case .fixed(let bytes) = attribute.value, bytes.count >= 2 { includes.append(UInt16(bytes[0]) | UInt16(bytes[1]) << 8) }
-            case GATTType.characteristic:
-                guard case .fixed(let bytes) = attribute.value, bytes.count >= 5, let type = BluetoothUUID(wire: Array(bytes[3...])) else { return nil }
-                characteristics.append(CharacteristicDefinition(uuid: type, properties: CharacteristicProperties(rawValue: bytes[0]), permissions: []))
-            case GATTType.clientConfiguration:
-                break
-            default:
-                // A descriptor: anything after a characteristic's value that is not its CCCD.
-                if let last = characteristics.indices.last, attribute.handle > (group.last { $0.type == GATTType.characteristic && $0.handle < attribute.handle }?.handle ?? 0) + 1 {
-                    characteristics[last].descriptors.append(DescriptorDefinition(uuid: attribute.type, value: []))
-                }
-            }
-        }
-        return ServiceDefinition(uuid: uuid, isPrimary: declaration.type == GATTType.primaryService, includes: includes, characteristics: characteristics)
-    }
-
     /// Removes the service declared at `handle`; its handles go to the same service if it is added again, to no other.
     public func removeService(at handle: UInt16) -> Bool {
         guard let declaration = attribute(at: handle), declaration.groupEnd > 0 else { return false }
-        if let shape = definition(at: handle).map(Self.shape(of:)) { vacated[shape] = handle }
+        if let shape = shapes.removeValue(forKey: handle) { vacated[shape] = handle }
         attributes.removeAll { $0.handle >= handle && $0.handle <= declaration.groupEnd }
         refreshHash()
         return true

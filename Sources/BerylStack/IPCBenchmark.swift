@@ -83,12 +83,20 @@ public final class Scratch {
     public let paths: DaemonPaths
     public private(set) var pids: [(String, Int32)] = []
 
-    public init() throws {
-        var template = Array("/tmp/beryl-XXXXXX".utf8CString)
+    /// A new directory `/tmp/PREFIX-XXXXXX`. `openToApps` makes it 0755, so that apps launched as another user (never
+    /// root) reach the runtime directories under it.
+    public static func makeDirectory(prefix: String, openToApps: Bool = false) throws -> String {
+        var template = Array("/tmp/\(prefix)-XXXXXX".utf8CString)
         guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
-            throw CocoaError(.fileWriteUnknown)
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: "/tmp/\(prefix)-XXXXXX"])
         }
-        root = String(cString: made)
+        let root = String(cString: made)
+        if openToApps { chmod(root, 0o755) }
+        return root
+    }
+
+    public init() throws {
+        root = try Scratch.makeDirectory(prefix: "beryl")
         paths = DaemonPaths(runtimeDir: root + "/run", stateDir: root + "/state")
         try paths.createDirectories()
         try FileManager.default.createDirectory(atPath: paths.logDir, withIntermediateDirectories: true)

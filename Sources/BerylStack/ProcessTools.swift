@@ -26,11 +26,12 @@ public struct ToolRun: Sendable {
 }
 
 /// `name` is one of the package's executables, or a path to any other program.
-public func runTool(_ name: String, _ arguments: [String], environment: [String: String]? = nil) throws -> ToolRun {
+public func runTool(_ name: String, _ arguments: [String], environment: [String: String]? = nil, in directory: String? = nil) throws -> ToolRun {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: name.contains("/") ? name : Executables.path(name))
     process.arguments = arguments
     if let environment { process.environment = environment }
+    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
     let out = Pipe()
     let err = Pipe()
     process.standardOutput = out

@@ -12,6 +12,12 @@ public enum SpawnError: Error, CustomStringConvertible {
 }
 
 public enum Spawn {
+    /// The user apps are launched as when a manifest is written here: never root (nobody, when this runs as root),
+    /// otherwise whoever runs this.
+    public static var unprivilegedUser: String {
+        getuid() == 0 ? "nobody" : String(cString: getpwuid(getuid())!.pointee.pw_name)
+    }
+
     /// Starts `arguments[0]` with stdin from /dev/null and output appended to `logPath`.
     public static func start(_ arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment,
                              newSession: Bool = false, logPath: String?) throws -> Int32 {

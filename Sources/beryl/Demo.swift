@@ -68,12 +68,9 @@ final class DemoWorld: @unchecked Sendable {
     let appUser: String
 
     init(examples: String) throws {
-        var template = Array("/tmp/beryl-demo-XXXXXX".utf8CString)
-        guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else { throw DemoFailure(expected: "a directory", got: "mkdtemp failed") }
-        root = String(cString: made)
-        chmod(root, 0o755)  // the door-lock app runs as its manifest's user and must reach the runtime directory
+        root = try Scratch.makeDirectory(prefix: "beryl-demo", openToApps: true)  // the door-lock app runs as its manifest's user
         self.examples = examples
-        appUser = getuid() == 0 ? "nobody" : String(cString: getpwuid(getuid())!.pointee.pw_name)
+        appUser = Spawn.unprivilegedUser
     }
 
     var central: DaemonPaths { DaemonPaths(runtimeDir: root + "/central/run", stateDir: root + "/central/state") }

@@ -38,12 +38,16 @@ struct Faults: ParsableCommand {
     @Option(help: "The rogue remote device's command (default: .venv-interop/bin/python Tests/Interop/bumble_rogue.py, when they exist).")
     var rogue: String?
 
+    @Option(help: "Labs run side by side (1-4), each its own berylsim and two stacks; the cells are shared out among them.")
+    var labs = 1
+
     @Flag(help: "Keep the lab's directory (logs, databases).")
     var keep = false
 
     func validate() throws {
         guard (1...1000).contains(seeds) else { throw ValidationError("--seeds must be in [1, 1000]") }
         guard (0...100_000).contains(soak) else { throw ValidationError("--soak must be in [0, 100000]") }
+        guard (1...4).contains(labs) else { throw ValidationError("--labs must be in [1, 4]") }
     }
 
     func run() throws {
@@ -54,11 +58,12 @@ struct Faults: ParsableCommand {
         suite.baseSeed = seed
         suite.soak = soak
         suite.keepScratch = keep
+        suite.labs = labs
         suite.rogue = rogue.map { $0.split(separator: " ").map(String.init) } ?? Self.defaultRogue()
         if suite.rogue == nil, suite.faults.contains(.roguePDU) {
             FileHandle.standardError.write(Data("beryl faults: no Bumble rogue found (run ci/setup, or pass --rogue); the rogue-pdu row will fail\n".utf8))
         }
-        print("faults: \(suite.faults.count) faults × \(suite.phases.count) phases × \(seeds) seed(s) from seed \(seed), soak \(soak) rounds")
+        print("faults: \(suite.faults.count) faults × \(suite.phases.count) phases × \(seeds) seed(s) from seed \(seed), soak \(soak) rounds, \(labs) lab(s)")
         let report: FaultReport
         do {
             report = try suite.run { line in print(line) }

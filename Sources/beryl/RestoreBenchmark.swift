@@ -52,11 +52,9 @@ struct RestoreBenchmark {
     let rounds: Int
     let root: String
 
-    init(rounds: Int) {
+    init(rounds: Int) throws {
         self.rounds = rounds
-        var template = Array("/tmp/beryl-bench-restore-XXXXXX".utf8CString)
-        root = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
-        chmod(root, 0o755)
+        root = try Scratch.makeDirectory(prefix: "beryl-bench-restore", openToApps: true)
     }
 
     private var central: DaemonPaths { DaemonPaths(runtimeDir: root + "/run0", stateDir: root + "/state0") }
@@ -109,7 +107,7 @@ struct RestoreBenchmark {
 
         // The app's manifest, run as nobody when this runs as root (apps never run as root).
         try FileManager.default.createDirectory(atPath: root + "/apps", withIntermediateDirectories: true)
-        let user = getuid() == 0 ? "nobody" : String(cString: getpwuid(getuid())!.pointee.pw_name)
+        let user = Spawn.unprivilegedUser
         let manifest: [String: Any] = ["id": "com.example.doorlock", "user": user, "backgroundModes": ["bluetooth-central"],
                                        "launch": ["command": [Executables.path("doorlock"), "--service", "D00D0001-0000-1000-8000-00805F9B34FB",
                                                               "--characteristic", "D00D0004-0000-1000-8000-00805F9B34FB", "--log", log]]]

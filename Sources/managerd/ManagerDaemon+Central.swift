@@ -14,7 +14,7 @@ extension ManagerDaemon {
                   let solicited = uuids(start.solicitedServiceUuids, field: "solicited_service_uuids", incoming) else { return }
             scans.start(ManagerKey(session: session, manager: start.manager), ScanRequest(services: services, allowDuplicates: start.allowDuplicates, solicited: solicited))
             applyScanPolicy(session)  // an app launched into the background scans by the background rules from its first scan
-            restartScanning()
+            updateScanning()
             persistIfPreserved(session)
             incoming.respond(.with { $0.ack = .init() })
             // Peripherals already heard are reported at once, as a fresh scan on iOS reports cached ones.
@@ -139,18 +139,17 @@ extension ManagerDaemon {
     // MARK: Scanning
 
     func updateScanning() {
-        let wanted = scans.isScanning && state == .poweredOn
-        guard wanted != controllerScanning, hcid != nil else { return }
-        controllerScanning = wanted
-        if wanted {
-            // Active scanning (scan responses carry names), 60 ms every 100 ms; duplicates are filtered here, per app.
-            // Only background apps scanning: 30 ms every 1.28 s, as iOS scans for them.
-            let parameters: [UInt8] = scanIsSlow ? [0x01, 0x00, 0x08, 0x30, 0x00, 0x00, 0x00] : [0x01, 0xA0, 0x00, 0x60, 0x00, 0x00, 0x00]
-            command(HCICommandPacket(.leSetScanParameters, parameters: parameters))
-            command(HCICommandPacket(.leSetScanEnable, parameters: [0x01, 0x00]))
-        } else {
-            command(HCICommandPacket(.leSetScanEnable, parameters: [0x00, 0x00]))
-        }
+        let wanted: ControllerScan = !scans.isScanning || state != .poweredOn ? .off : scanIsSlow ? .slow : .fast
+        guard wanted != controllerScan, hcid != nil else { return }
+        // Scan parameters can only change with the scan off (Core Vol 4 Part E §7.8.10).
+        if controllerScan != .off { command(HCICommandPacket(.leSetScanEnable, parameters: [0x00, 0x00])) }
+        controllerScan = wanted
+        guard wanted != .off else { return }
+        // Active scanning (scan responses carry names), 60 ms every 100 ms; duplicates are filtered here, per app.
+        // Only background apps scanning: 30 ms every 1.28 s, as iOS scans for them.
+        let parameters: [UInt8] = wanted == .slow ? [0x01, 0x00, 0x08, 0x30, 0x00, 0x00, 0x00] : [0x01, 0xA0, 0x00, 0x60, 0x00, 0x00, 0x00]
+        command(HCICommandPacket(.leSetScanParameters, parameters: parameters))
+        command(HCICommandPacket(.leSetScanEnable, parameters: [0x01, 0x00]))
     }
 
     func advertisementReceived(_ received: AdvertisingReport) {

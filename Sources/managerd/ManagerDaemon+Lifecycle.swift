@@ -59,7 +59,7 @@ extension ManagerDaemon {
     /// Re-applies every rule that depends on app states: which scans run (and how), who advertises (and how).
     func applyLifecycle(_ appID: String) {
         for live in sessionsOf(appID) { applyScanPolicy(live.id) }
-        restartScanning()
+        updateScanning()
         updateAdvertising()
     }
 
@@ -70,14 +70,6 @@ extension ManagerDaemon {
         if policy.coalesceDuplicates { scans.coalesced.insert(session) } else { scans.coalesced.remove(session) }
     }
 
-    /// Scan parameters can only change with the scan off (Core Vol 4 Part E §7.8.10).
-    func restartScanning() {
-        if controllerScanning, hcid != nil {
-            command(HCICommandPacket(.leSetScanEnable, parameters: [0x00, 0x00]))
-            controllerScanning = false
-        }
-        updateScanning()
-    }
 
     /// Every scanner in the background: the slow interval (1.28 s, 30 ms window), as iOS scans for background apps.
     var scanIsSlow: Bool {

@@ -37,7 +37,9 @@ final class ManagerDaemon {
     // Central role.
     var scans = ScanCoordinator()
     var book = ConnectionBook()
-    var controllerScanning = false
+    /// The scan the controller runs now (the background one is slow).
+    enum ControllerScan { case off, fast, slow }
+    var controllerScan = ControllerScan.off
     var advertisements: [DeviceAddress: AdvertisementData] = [:]
     var rssi: [DeviceAddress: Int8] = [:]
     var lastAdvertising: [DeviceAddress: [UInt8]] = [:]
@@ -247,7 +249,7 @@ final class ManagerDaemon {
         for id in host.server?.sessions.keys ?? [:].keys { send(event, to: id) }
         if newState == .poweredOn {
             // A controller that was reset forgot everything: scanning, advertising and connection attempts resume.
-            controllerScanning = false
+            controllerScan = .off
             updateScanning()
             perform(book.attemptEnded())
             updateAdvertising()

@@ -14,9 +14,7 @@ final class RestorationTests: TwoStacksTestCase {
     static let appID = "com.example.doorlock"
 
     /// Apps never run as root: as root, the tests launch them as nobody; otherwise as the user running the tests.
-    static var appUser: String {
-        getuid() == 0 ? "nobody" : String(cString: getpwuid(getuid())!.pointee.pw_name)
-    }
+    static var appUser: String { Spawn.unprivilegedUser }
 
     override var managerdArguments: [[String]] { [["--apps-dir", appsDir], []] }
 
@@ -269,17 +267,10 @@ final class RestoreBenchmarkSmokeTests: XCTestCase {
 final class BenchAllSmokeTests: XCTestCase {
     func testTheReportHasEveryPart() throws {
         let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
-        process.arguments = ["bench", "all", "--quick"]
-        process.currentDirectoryURL = URL(fileURLWithPath: repository)  // the Bumble half finds .venv-interop from here
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        XCTAssertEqual(process.terminationStatus, 0, output)
+        // From the repository, so that the Bumble half finds .venv-interop.
+        let run = try runTool("beryl", ["bench", "all", "--quick"], in: repository)
+        let output = run.stdout + run.stderr
+        XCTAssertEqual(run.status, 0, output)
         for part in ["== IPC", "== HCI through hcid", "== Simulated air time", "== GATT, stack to stack and app to app", "== Restoration", "== Binary sizes",
                      "Bumble on Bumble controllers", "CPU per 10,000 notifications", "memory  central managerd pss", "managerd kill -9"] {
             XCTAssertTrue(output.contains(part), "\(part) in:\n\(output)")

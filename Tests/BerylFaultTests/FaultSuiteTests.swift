@@ -14,15 +14,8 @@ final class FaultSuiteTests: XCTestCase {
         suite.seeds = environment["BERYL_FAULT_SEEDS"].flatMap(Int.init) ?? 1
         suite.soak = environment["BERYL_FAULT_SOAK"].flatMap(Int.init) ?? 100
         suite.baseSeed = environment["BERYL_FAULT_SEED"].flatMap(UInt64.init) ?? 1
-        if let only = environment["BERYL_FAULTS"] {
-            suite.faults = only.split(separator: ",").compactMap { Fault(rawValue: String($0)) }
-        } else if suite.seeds == 1 {
-            // The one-seed run inside ci/test leaves out the rogue remote device's row: a rogue-pdu cell failed once
-            // in CI, not yet understood (every standalone run passed); the Bumble interop test
-            // test_rogue_remote_against_beryl.py still attacks a Beryl stack in every ci/test, and ci/test --faults runs the row.
-            suite.faults = Fault.allCases.filter { $0 != .roguePDU }
-            print("faults: the rogue-pdu row is left out of this run (see FaultSuiteTests); ci/test --faults runs it")
-        }
+        suite.labs = environment["BERYL_FAULT_LABS"].flatMap(Int.init) ?? 1
+        if let only = environment["BERYL_FAULTS"] { suite.faults = only.split(separator: ",").compactMap { Fault(rawValue: String($0)) } }
         let python = Self.repository + "/.venv-interop/bin/python"
         let rogue = Self.repository + "/Tests/Interop/bumble_rogue.py"
         XCTAssertTrue(FileManager.default.isExecutableFile(atPath: python), "ci/setup makes the Bumble venv the rogue remote device runs in")
@@ -31,7 +24,7 @@ final class FaultSuiteTests: XCTestCase {
         print(report.table())
         print("faults: \(suite.seeds) seed(s) per cell in this run; the full run (ci/test --faults) takes 20")
         XCTAssertEqual(report.outcomes.count, suite.faults.count * suite.phases.count * suite.seeds)
-        XCTAssertTrue(report.passed, report.table())
+        XCTAssertTrue(report.passed, report.failures() + "\n" + report.table())
         XCTAssertEqual(report.soak?.rows.count, suite.soak > 0 ? 6 : nil, "all six daemons measured")
     }
 }

@@ -160,6 +160,25 @@ final class ACLFlowTests: XCTestCase {
         XCTAssertNil(harness.hosts[0].connections[central])
     }
 
+    /// A Disconnection Complete lost in the stream leaves the host believing in the link; the controller answers the
+    /// next Disconnect for it with Unknown Connection Identifier (0x02), and the host ends the link for every client.
+    func testALostDisconnectionCompleteIsRecoveredByTheNextDisconnect() {
+        let harness = HostHarness()
+        harness.startAll()
+        let (central, _) = harness.connect()
+        harness.lose = { controller, code in controller == 0 && code == HCIEventCode.disconnectionComplete.rawValue }
+        harness.air.setInRange(1, false)
+        harness.run(for: .seconds(3))  // past the supervision timeout: both controllers dropped the link
+        XCTAssertNotNil(harness.hosts[0].connections[central], "the host never heard")
+        XCTAssertFalse(harness.events[0].contains { $0.code == 0x05 })
+        harness.lose = nil
+        let status = harness.command(0, .disconnect, [UInt8(central & 0xFF), UInt8(central >> 8), 0x13])
+        XCTAssertEqual(status.first, 0x02, "Unknown Connection Identifier")
+        XCTAssertNil(harness.hosts[0].connections[central])
+        let ended = harness.events[0].first { $0.code == 0x05 }
+        XCTAssertEqual(ended?.parameters, [0x00, UInt8(central & 0xFF), UInt8(central >> 8), 0x08], "every client hears the link end")
+    }
+
     func testDisconnectionReturnsOutstandingCredits() {
         let harness = HostHarness()
         harness.startAll()

@@ -15,6 +15,8 @@ final class HostHarness {
     var states: [[ControllerState]]
     var maxInFlight: [Int]
     var baudSwitches: [[Int]]
+    /// Events a controller sends that its host never sees, as a corrupted stream loses them: (controller, event code).
+    var lose: ((Int, UInt8) -> Bool)?
 
     init(controllers: Int = 2, config: SimConfig = SimConfig(), makeHost: (Int) -> HCIHost = { _ in HCIHost() }) {
         air = SimAir(controllerCount: controllers, seed: 3, config: config)
@@ -55,11 +57,30 @@ final class HostHarness {
 
     private func exchange() {
         for index in hosts.indices {
-            let bytes = air.takeOutput(controller: index)
+            let bytes = withoutLostEvents(air.takeOutput(controller: index), from: index)
             if !bytes.isEmpty { hosts[index].controllerBytes(bytes, at: now) }
             hosts[index].tick(at: now)
             route(index)
         }
+    }
+
+    /// The controller's H4 output (whole packets) less the events `lose` picks.
+    private func withoutLostEvents(_ bytes: [UInt8], from index: Int) -> [UInt8] {
+        guard let lose else { return bytes }
+        var kept: [UInt8] = []
+        var at = 0
+        while at < bytes.count {
+            let length: Int
+            switch bytes[at] {
+            case 0x04 where at + 2 < bytes.count: length = 3 + Int(bytes[at + 2])
+            case 0x02 where at + 4 < bytes.count: length = 5 + (Int(bytes[at + 3]) | Int(bytes[at + 4]) << 8)
+            default: return kept + bytes[at...]
+            }
+            let packet = bytes[at..<min(at + length, bytes.count)]
+            if !(packet.first == 0x04 && lose(index, packet[at + 1])) { kept += packet }
+            at += length
+        }
+        return kept
     }
 
     @discardableResult
