@@ -40,6 +40,7 @@ public final class HCIHost {
     private var internalQueue: [Pending] = []
     private var recoveryAt: Duration?
     let acl: ACLScheduler
+    private var attAnswers = ATTAnswerWatch()
 
     struct Pending {
         var owner: Owner
@@ -70,6 +71,7 @@ public final class HCIHost {
         framer.reset()
         failEverything(reason: "controller is being reset")
         acl.reset()
+        attAnswers.reset()
         connections.removeAll()
         for parked in parkedDisconnects { outputs.append(.commandFailed(client: parked.client, token: parked.token, reason: "controller is being reset")) }
         parkedDisconnects.removeAll()
@@ -153,6 +155,7 @@ public final class HCIHost {
     public func submitACL(handle: UInt16, pdu: [UInt8], at time: Duration) -> Bool {
         now = max(now, time)
         guard state == .poweredOn, acl.isOpen(handle) else { return false }
+        attAnswers.sending(handle: handle, pdu: pdu)
         acl.enqueue(handle: handle, pdu: pdu)
         pumpACL()
         return true
@@ -189,6 +192,20 @@ public final class HCIHost {
         }
     }
 
+    /// The client that took the links' ATT traffic (attd) went away. A peer it owed a response or a confirmation
+    /// would wait out the 30 s transaction timeout and then give up on the link (Core Vol 3 Part F §3.3.3): those
+    /// links end now, Remote User Terminated Connection (Core Vol 4 Part E §7.1.6), and their peers reconnect at once.
+    /// Links with nothing owed stay up for attd's successor.
+    public func attOwnerGone(at time: Duration) {
+        now = max(now, time)
+        guard state == .poweredOn else { return }
+        for handle in attAnswers.awaitingAnswer.sorted() where acl.isOpen(handle) {
+            outputs.append(.log("link 0x\(String(handle, radix: 16)) was owed an ATT answer by the client that went away; disconnecting it"))
+            send(HCICommandPacket(.disconnect, parameters: [UInt8(handle & 0xFF), UInt8(handle >> 8), 0x13]), owner: .host)
+        }
+        attAnswers.reset()
+    }
+
     // MARK: Controller
 
     public func controllerBytes(_ bytes: [UInt8], at time: Duration) {
@@ -206,7 +223,10 @@ public final class HCIHost {
                 handle(event)
             case .packet(.acl(let packet)):
                 guard !desynchronised else { continue }
-                if acl.isOpen(packet.handle) { outputs.append(.aclReceived(packet)) }
+                if acl.isOpen(packet.handle) {
+                    attAnswers.received(packet)
+                    outputs.append(.aclReceived(packet))
+                }
             case .packet:
                 continue
             }
@@ -265,6 +285,7 @@ public final class HCIHost {
                 connections[handle] = (central, peer)
             case .disconnected(let handle, _)?:
                 acl.close(handle)
+                attAnswers.closed(handle)
                 connections[handle] = nil
                 pumpACL()
                 releaseParkedDisconnects()

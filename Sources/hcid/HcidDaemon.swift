@@ -51,7 +51,14 @@ final class HcidDaemon {
         host.onShutdown = { [unowned self] in self.closeTransport() }
         // Start once the loop runs, after the control socket is listening.
         _ = try? host.loop.after(.zero) { [unowned self] in
-            self.host.server?.onSessionClosed = { [unowned self] session, _ in self.core.clientGone(session.id); self.drain() }
+            self.host.server?.onSessionClosed = { [unowned self] session, _ in
+                self.core.clientGone(session.id)
+                // The last taker of ACL (attd) gone: what it owed peers dies with it.
+                let tookACL = (session.context as? Subscription)?.acl == true
+                let others = self.host.server?.sessions.values.contains { $0 !== session && ($0.context as? Subscription)?.acl == true } ?? false
+                if tookACL && !others { self.core.attOwnerGone(at: self.host.loop.uptime) }
+                self.drain()
+            }
             self.openTransport()
         }
     }

@@ -179,6 +179,57 @@ final class ACLFlowTests: XCTestCase {
         XCTAssertEqual(ended?.parameters, [0x00, UInt8(central & 0xFF), UInt8(central >> 8), 0x08], "every client hears the link end")
     }
 
+    /// An ATT PDU as L2CAP carries it on the fixed ATT channel (Core Vol 3 Part A §3.1).
+    private func att(_ opcode: UInt8, _ parameters: [UInt8] = [0x03, 0x00, 0x01]) -> [UInt8] {
+        let length = UInt16(1 + parameters.count)
+        return [UInt8(length & 0xFF), UInt8(length >> 8), 0x04, 0x00, opcode] + parameters
+    }
+
+    func testALinkOwedAnATTAnswerEndsWhenItsATTClientGoes() {
+        let harness = HostHarness()
+        harness.startAll()
+        let (central, peripheral) = harness.connect()
+        // A Write Request reaches the peripheral's attd, which dies before it answers.
+        XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: att(0x12), at: harness.now))
+        harness.run(until: { !harness.acl[1].isEmpty }, timeout: .seconds(1))
+        harness.hosts[1].attOwnerGone(at: harness.now)
+        harness.run(until: { harness.events[0].contains { $0.code == 0x05 } }, timeout: .seconds(1))
+        let ended = harness.events[0].first { $0.code == 0x05 }
+        XCTAssertEqual(ended?.parameters, [0x00, UInt8(central & 0xFF), UInt8(central >> 8), 0x13],
+                       "the central hears Remote User Terminated at once, not after a 30 s ATT timeout")
+        XCTAssertNil(harness.hosts[1].connections[peripheral])
+    }
+
+    func testALinkOwedNothingOutlivesItsATTClient() {
+        let harness = HostHarness()
+        harness.startAll()
+        let (central, peripheral) = harness.connect()
+        // Answered requests, a Write Command and a notification: nothing is owed.
+        XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: att(0x12), at: harness.now))
+        harness.run(until: { harness.acl[1].count == 1 }, timeout: .seconds(1))
+        XCTAssertTrue(harness.hosts[1].submitACL(handle: peripheral, pdu: att(0x13, []), at: harness.now))
+        XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: att(0x52), at: harness.now))
+        XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: att(0x1B), at: harness.now))
+        // An indication the peripheral's attd confirmed.
+        XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: att(0x1D), at: harness.now))
+        harness.run(until: { harness.acl[1].count == 4 }, timeout: .seconds(1))
+        XCTAssertTrue(harness.hosts[1].submitACL(handle: peripheral, pdu: att(0x1E, []), at: harness.now))
+        harness.run(for: .milliseconds(100))
+        harness.hosts[1].attOwnerGone(at: harness.now)
+        harness.run(for: .milliseconds(500))
+        XCTAssertFalse(harness.events[0].contains { $0.code == 0x05 }, "the link stays up for attd's successor")
+        XCTAssertNotNil(harness.hosts[1].connections[peripheral])
+
+        // An indication left unconfirmed is owed, even once a request has been answered.
+        XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: att(0x1D), at: harness.now))
+        XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: att(0x0A, [0x03, 0x00]), at: harness.now))
+        harness.run(until: { harness.acl[1].count == 6 }, timeout: .seconds(1))
+        XCTAssertTrue(harness.hosts[1].submitACL(handle: peripheral, pdu: att(0x0B, [0x01]), at: harness.now))
+        harness.hosts[1].attOwnerGone(at: harness.now)
+        harness.run(until: { harness.events[0].contains { $0.code == 0x05 } }, timeout: .seconds(1))
+        XCTAssertEqual(harness.events[0].first { $0.code == 0x05 }?.parameters.last, 0x13)
+    }
+
     func testDisconnectionReturnsOutstandingCredits() {
         let harness = HostHarness()
         harness.startAll()
