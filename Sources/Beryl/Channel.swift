@@ -215,7 +215,7 @@ final class MisuseReporter: Sendable {
     }
     func report(_ error: BerylError) {
         if let handler = current { return handler(error) }
-        FileHandle.standardError.write(Data("Beryl: \(error)\n".utf8))
+        try? FileHandle.standardError.write(contentsOf: Data("Beryl: \(error)\n".utf8))
     }
 }
 

@@ -165,7 +165,7 @@ public func runDaemon(_ host: () throws -> DaemonHost, configure: (DaemonHost) t
         try configure(daemon)
         try daemon.start()
     } catch {
-        FileHandle.standardError.write(Data("error: \(error)\n".utf8))
+        try? FileHandle.standardError.write(contentsOf: Data("error: \(error)\n".utf8))
         return 1
     }
     return daemon.run()

@@ -90,8 +90,19 @@ public struct LESignaling {
                 return [.parameterUpdateAnswered(accepted: false)]
             }
             return [.log("peer rejected signalling command \(identifier)")]
+        case .disconnectionRequest?:
+            // No dynamic channel is ever open, so every one named is invalid; the data is the request's
+            // destination (our end) then its source (Core Vol 3 Part A §4.1, §4.6).
+            guard body.count == 4 else { return [reject(identifier, .commandNotUnderstood)] }
+            return [reject(identifier, .invalidCIDInRequest, data: Array(body))]
+        case .leCreditBasedConnectionRequest?:
+            // No SPSM is registered: refused with SPSM Not Supported and zeroed fields (Core Vol 3 Part A §4.23).
+            guard body.count == 10 else { return [reject(identifier, .commandNotUnderstood)] }
+            return [.send(Self.packet(.leCreditBasedConnectionResponse, identifier, [UInt8](repeating: 0, count: 8) + [0x02, 0x00]))]
+        case .disconnectionResponse?, .leCreditBasedConnectionResponse?, .flowControlCredit?:
+            // Answers to requests never sent, and credits for channels that do not exist, are dropped (§4.24).
+            return [.log("signalling code 0x\(String(code, radix: 16)) for no channel of ours; ignored")]
         default:
-            // Credit-based channels are not offered yet; anything else is not understood.
             return [reject(identifier, .commandNotUnderstood)]
         }
     }

@@ -18,20 +18,27 @@ public enum Interruption {
 
     public static func remove(_ token: UUID) { _ = stops.withLock { $0.removeValue(forKey: token) } }
 
+    /// Stops what was registered and exits: for a command that can no longer go on (its output closed).
+    public static func interrupt(exitCode: Int32) -> Never {
+        let pending = stops.withLock { stops in
+            defer { stops.removeAll() }
+            return Array(stops.values)
+        }
+        for stop in pending { stop() }
+        exit(exitCode)
+    }
+
     private static func installOnce() {
         sources.withLock { sources in
             guard sources.isEmpty else { return }
-            for signal in [SIGINT, SIGTERM] {
+            // A closed pipe must not kill the command before it stops what it started: the writer sees EPIPE
+            // instead, and calls `interrupt` (Console does).
+            Foundation.signal(SIGPIPE, SIG_IGN)
+            // A closed terminal ends the run as ^C does.
+            for signal in [SIGINT, SIGTERM, SIGHUP] {
                 Foundation.signal(signal, SIG_IGN)
                 let source = DispatchSource.makeSignalSource(signal: signal, queue: .global())
-                source.setEventHandler {
-                    let pending = stops.withLock { stops in
-                        defer { stops.removeAll() }
-                        return Array(stops.values)
-                    }
-                    for stop in pending { stop() }
-                    exit(128 + signal)
-                }
+                source.setEventHandler { interrupt(exitCode: 128 + signal) }
                 source.resume()
                 sources.append(source)
             }

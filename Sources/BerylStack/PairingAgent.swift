@@ -19,7 +19,7 @@ public struct PairingAgent: Sendable {
     public static var terminal: (@Sendable (String) -> String?)? {
         guard isatty(STDIN_FILENO) == 1 else { return nil }
         return { question in
-            FileHandle.standardError.write(Data((question + " ").utf8))
+            Console.error(question + " ")
             return readLine()
         }
     }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import BerylIPC
+import BerylStack
 import Foundation
 
 /// `beryl app`: the apps managerd knows from their manifests, and their lifecycle (launch, terminate, quit, state).
@@ -144,7 +145,7 @@ struct Alerts: ParsableCommand {
             } else {
                 line = alert.message
             }
-            FileHandle.standardOutput.write(Data((line + "\n").utf8))
+            Console.out(line + "\n")
         }
     }
 }

@@ -25,7 +25,7 @@ enum AppSupport {
     /// Ends the process with a message once `seconds` pass (a connection request never times out by itself).
     static func watchdog(seconds: Double, _ message: @escaping @Sendable () -> String) {
         DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
-            FileHandle.standardError.write(Data("beryl: \(message())\n".utf8))
+            Console.error("beryl: \(message())\n")
             exit(1)
         }
     }
@@ -87,11 +87,11 @@ struct EventPrinter: Sendable {
         } else {
             line = fields.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
         }
-        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+        Console.out(line + "\n")
     }
 
     func say(_ line: String) {
-        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+        Console.out(line + "\n")
     }
 }
 

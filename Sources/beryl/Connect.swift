@@ -2,6 +2,7 @@ import ArgumentParser
 import Beryl
 import BerylCore
 import Dispatch
+import BerylStack
 import Foundation
 import Synchronization
 
@@ -45,7 +46,7 @@ struct Connect: ParsableCommand {
         let connected = Mutex(false)
         DispatchQueue.global().asyncAfter(deadline: .now() + timeout) {
             guard !connected.withLock({ $0 }) else { return }
-            FileHandle.standardError.write(Data("beryl: no connection to \(peer) within \(timeout) s\n".utf8))
+            Console.error("beryl: no connection to \(peer) within \(timeout) s\n")
             Foundation.exit(1)
         }
         try AppSupport.blocking {

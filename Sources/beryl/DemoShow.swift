@@ -70,7 +70,7 @@ final class DemoShow {
     }
 
     /// Straight to the descriptor: a step's line is written in two parts, before and after the step.
-    private func out(_ text: String) { FileHandle.standardOutput.write(Data(text.utf8)) }
+    private func out(_ text: String) { Console.out(text) }
 
     private func emit(_ object: [String: Any]) {
         guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import BerylFaults
+import BerylStack
 import Foundation
 
 extension Fault: ExpressibleByArgument {}
@@ -61,7 +62,7 @@ struct Faults: ParsableCommand {
         suite.labs = labs
         suite.rogue = rogue.map { $0.split(separator: " ").map(String.init) } ?? Self.defaultRogue()
         if suite.rogue == nil, suite.faults.contains(.roguePDU) {
-            FileHandle.standardError.write(Data("beryl faults: no Bumble rogue found (run ci/setup, or pass --rogue); the rogue-pdu row will fail\n".utf8))
+            Console.error("beryl faults: no Bumble rogue found (run ci/setup, or pass --rogue); the rogue-pdu row will fail\n")
         }
         print("faults: \(suite.faults.count) faults × \(suite.phases.count) phases × \(seeds) seed(s) from seed \(seed), soak \(soak) rounds, \(labs) lab(s)")
         let report: FaultReport

@@ -53,7 +53,7 @@ struct Serve: ParsableCommand {
         let loop: EventLoop
         do { loop = try EventLoop() } catch { throw Output.fail("\(error)") }
         let session = ServeSession(loop: loop, profile: parsed, paths: stack.paths) { line in
-            FileHandle.standardOutput.write(Data((line + "\n").utf8))
+            Console.out(line + "\n")
         }
         session.agent = agent
         session.privateAddress = privateAddress

@@ -1,6 +1,7 @@
 import ArgumentParser
 import BerylIPC
 import BerylTransport
+import BerylStack
 import Foundation
 
 /// `beryl sim --dir DIR <command>`: placement and faults on a running berylsim.
@@ -146,7 +147,7 @@ struct SimPty: ParsableCommand {
         }
         guard let (master, slave) = PseudoTerminal.open() else { throw Output.fail("cannot open a pseudo-terminal") }
         // Unbuffered, so a parent reading our first line gets it now.
-        FileHandle.standardOutput.write(Data((slave + "\n").utf8))
+        Console.out(slave + "\n")
         // Keep a slave descriptor open so the master does not see a hang-up between hcid's opens.
         let keeper = open(slave, O_RDWR | O_NOCTTY)
         defer { close(keeper) }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import BerylDaemonKit
+import BerylStack
 import Foundation
 
 /// Every command names the stack it works on, so several run side by side.
@@ -21,7 +22,7 @@ enum Output {
     }
 
     static func fail(_ message: String, code: Int32 = 1) -> ExitCode {
-        FileHandle.standardError.write(Data("beryl: \(message)\n".utf8))
+        Console.error("beryl: \(message)\n")
         return ExitCode(code)
     }
 }

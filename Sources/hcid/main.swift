@@ -42,14 +42,14 @@ struct Hcid: ParsableCommand {
         do {
             chosen = try Self.resolveProfile(profile, directory: profilesDir, transport: spec)
         } catch {
-            FileHandle.standardError.write(Data("error: \(error)\n".utf8))
+            try? FileHandle.standardError.write(contentsOf: Data("error: \(error)\n".utf8))
             throw ExitCode(1)
         }
         let patch: [VendorStepLoad]
         do {
             patch = try chosen?.patchFile.map { [try VendorStepLoad.hcd(path: "\(firmwareDir)/\($0)")] } ?? []
         } catch {
-            FileHandle.standardError.write(Data("error: \(error)\n".utf8))
+            try? FileHandle.standardError.write(contentsOf: Data("error: \(error)\n".utf8))
             throw ExitCode(1)
         }
         var daemon: HcidDaemon?
@@ -67,7 +67,7 @@ struct Hcid: ParsableCommand {
             return nil
         case "auto":
             let (profiles, errors) = ProfileLoader.loadAll(directory: directory)
-            for error in errors { FileHandle.standardError.write(Data("warning: skipping profile \(error)\n".utf8)) }
+            for error in errors { try? FileHandle.standardError.write(contentsOf: Data("warning: skipping profile \(error)\n".utf8)) }
             return ProfileDetector.detect(profiles: profiles, transport: transport)
         default:
             if name.contains("/") { return try ProfileLoader.load(path: name) }

@@ -24,6 +24,11 @@ final class PreservedManager {
     var databases: [String: Beryl_Ipc_V1_GattDatabase] = [:]
     var notifying: [String: Set<UInt32>] = [:]
     var connectOptions: [String: Beryl_Ipc_V1_Connect] = [:]
+    /// What the manager had published when attd or the controller went away, until it is published again: by the
+    /// app (Core Bluetooth's rule: it adds its services again on poweredOn) or, for an app not running, by managerd.
+    /// Its record keeps these meanwhile, so an app killed before it adds them again, or a managerd killed with it,
+    /// still has its services and advertising back on restoration.
+    var unrepublished: (services: [Beryl_Ipc_V1_PreservedService], advertiser: ManagerDaemon.Advertiser?)?
 
     init(appID: String, restoreID: String, role: PreservedRecord.Role, session: UInt64, live: Bool) {
         self.appID = appID
@@ -160,6 +165,15 @@ extension ManagerDaemon {
         rebind(from: sessionID, to: placeholder)
         preserved.session = placeholder
         preserved.live = false
+        if let stash = preserved.unrepublished {
+            // Gone before it added its services again: managerd publishes them for it, as for a restored manager.
+            if !stash.services.isEmpty { pendingRepublish.append((preserved.key, stash.services)) }
+            if advertisers[preserved.key] == nil, let advertiser = stash.advertiser { advertisers[preserved.key] = advertiser }
+            if state == .poweredOn {
+                republishPreserved()
+                updateAdvertising()
+            }
+        }
         persist(preserved)
         host.logger.info("\(preserved.appID) is gone; its \(preserved.role) manager \(preserved.restoreID) is preserved")
         return true
@@ -341,8 +355,8 @@ extension ManagerDaemon {
             }
         case .peripheral:
             state.peripheral = .with { peripheral in
-                peripheral.services = services.filter { $0.owner == key }.compactMap { serviceSpecs[$0.range.lowerBound] }
-                if let advertiser = advertisers[key] {
+                peripheral.services = preserved.unrepublished?.services ?? services.filter { $0.owner == key }.compactMap { serviceSpecs[$0.range.lowerBound] }
+                if let advertiser = advertisers[key] ?? preserved.unrepublished?.advertiser {
                     peripheral.advertising = true
                     peripheral.localName = advertiser.localName
                     peripheral.advertisedServiceUuids = advertiser.serviceUUIDs.map(\.description)
@@ -415,7 +429,10 @@ extension ManagerDaemon {
                     let range = UInt16(published.startHandle)...UInt16(published.endHandle)
                     self.services.append(PublishedService(range: range, owner: key))
                     self.serviceSpecs[range.lowerBound] = .with { $0.spec = preservedService.spec; $0.published = published }
-                    if let preserved = self.preservedManagers.first(where: { $0.session == key.session }) { self.persist(preserved) }
+                    if let preserved = self.preservedManagers.first(where: { $0.session == key.session }) {
+                        if self.services.filter({ $0.owner == key }).count >= specs.count { preserved.unrepublished = nil }
+                        self.persist(preserved)
+                    }
                 }
             }
         }

@@ -6,6 +6,12 @@ import BerylManager
 import Foundation
 
 extension ManagerDaemon {
+    /// The app publishes again after a reset: what it had before is no longer its record's to keep.
+    func republishedByApp(_ session: UInt64) {
+        preservedManagers.first { $0.session == session }?.unrepublished = nil
+        persistIfPreserved(session)
+    }
+
     func handlePeripheral(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: UInt64, _ incoming: IncomingRequest) {
         switch kind {
         case .addService(let add):
@@ -22,7 +28,7 @@ extension ManagerDaemon {
                     let published = response.att.servicePublished
                     self.services.append(PublishedService(range: UInt16(published.startHandle)...UInt16(published.endHandle), owner: owner))
                     self.serviceSpecs[UInt16(published.startHandle)] = .with { $0.spec = add.service; $0.published = published }
-                    self.persistIfPreserved(session)
+                    self.republishedByApp(session)
                     incoming.respond(.with { $0.manager.serviceAdded = published })
                 case .failure(.remote(let code, let message, let field)):
                     incoming.fail(code, message, field: field)
@@ -49,7 +55,7 @@ extension ManagerDaemon {
             let key = ManagerKey(session: session, manager: start.manager)
             advertisers[key] = Advertiser(payload: AdvertisingPayload(localName: start.localName.isEmpty ? nil : start.localName, serviceUUIDs: uuids),
                                           localName: start.localName, serviceUUIDs: uuids)
-            persistIfPreserved(session)
+            republishedByApp(session)
             incoming.respond(.with { $0.ack = .init() })
             updateAdvertising { [unowned self] error in
                 var event = Beryl_Ipc_V1_ManagerEvent()

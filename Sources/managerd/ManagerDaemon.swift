@@ -175,9 +175,9 @@ final class ManagerDaemon {
                 self.attd = nil
                 // Preserved managers' services are published again when attd is back; a running app adds its own
                 // again when it hears poweredOn after resetting (as after bluetoothd restarts), so not for it.
-                for preserved in self.preservedManagers where !preserved.live {
-                    let specs = self.services.filter { $0.owner.session == preserved.session }.compactMap { self.serviceSpecs[$0.range.lowerBound] }
-                    if !specs.isEmpty { self.pendingRepublish.append((preserved.key, specs)) }
+                for preserved in self.preservedManagers {
+                    self.stashPublications(of: preserved)
+                    if !preserved.live, let specs = preserved.unrepublished?.services, !specs.isEmpty { self.pendingRepublish.append((preserved.key, specs)) }
                 }
                 self.services.removeAll()
                 self.serviceSpecs.removeAll()
@@ -263,11 +263,22 @@ final class ManagerDaemon {
         let running = Set(services.map(\.owner.session).filter { session($0) != nil })
             .union(advertisers.keys.map(\.session).filter { session($0) != nil })
         guard !running.isEmpty else { return }
+        for preserved in preservedManagers where running.contains(preserved.session) { stashPublications(of: preserved) }
         for service in services where running.contains(service.owner.session) { unpublish(service.range.lowerBound) }
         services.removeAll { running.contains($0.owner.session) }
         advertisers = advertisers.filter { !running.contains($0.key.session) }
         subscribers.removeAll { subscriber in !services.contains { $0.range.contains(UInt16(truncatingIfNeeded: subscriber.valueHandle)) } }
         for id in running { persistIfPreserved(id) }
+    }
+
+    /// Keeps what a preserved manager has published as its record's, before it is cleared (see `unrepublished`).
+    func stashPublications(of preserved: PreservedManager) {
+        // Services and advertising are cleared one after the other (attd's loss, then the state's drop): what is
+        // already stashed stands for what is gone by now.
+        let specs = services.filter { $0.owner == preserved.key }.compactMap { serviceSpecs[$0.range.lowerBound] }
+        let advertiser = advertisers[preserved.key]
+        guard !specs.isEmpty || advertiser != nil else { return }
+        preserved.unrepublished = (specs.isEmpty ? preserved.unrepublished?.services ?? [] : specs, advertiser ?? preserved.unrepublished?.advertiser)
     }
 
     private func hcidEvent(_ event: Event) {

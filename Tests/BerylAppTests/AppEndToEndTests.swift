@@ -543,6 +543,33 @@ final class DemoCommandTests: XCTestCase {
         XCTAssertTrue(sides.isSuperset(of: ["central", "peripheral", "air"]), "\(sides)")
     }
 
+    /// `beryl demo --json | head -2`: the reader goes, and the demo stops what it started rather than leaving
+    /// berylsim and two stacks running (or crashing on EPIPE).
+    func testADemoWhoseReaderGoesStopsItsProcesses() throws {
+        let demo = Process()
+        demo.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
+        demo.arguments = ["demo", "--json", "--examples", Self.examples]
+        let output = Pipe()
+        demo.standardOutput = output
+        demo.standardError = FileHandle.nullDevice
+        try demo.run()
+        var received = Data()
+        while !received.contains(UInt8(ascii: "\n")) {
+            let chunk = output.fileHandleForReading.availableData
+            guard !chunk.isEmpty else { break }
+            received += chunk
+        }
+        let first = try XCTUnwrap(JSONSerialization.jsonObject(with: received.prefix { $0 != UInt8(ascii: "\n") }) as? [String: Any])
+        let detail = try XCTUnwrap(first["detail"] as? String, "\(first)")
+        let simPID = try XCTUnwrap(Int32(detail.replacingOccurrences(of: "pid ", with: "")), detail)
+        XCTAssertEqual(kill(simPID, 0), 0, "berylsim runs")
+        try output.fileHandleForReading.close()
+        demo.waitUntilExit()
+        XCTAssertEqual(demo.terminationReason, .exit, "ended by itself, not by a signal")
+        XCTAssertEqual(demo.terminationStatus, 128 + SIGPIPE)
+        XCTAssertNotEqual(kill(simPID, 0), 0, "berylsim was stopped")
+    }
+
     func testTheDemoRefusesAMissingExamplesDirectory() throws {
         let run = try runTool("beryl", ["demo", "--examples", "/nonexistent"])
         XCTAssertEqual(run.status, 64, run.stderr)

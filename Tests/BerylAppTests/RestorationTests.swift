@@ -121,6 +121,55 @@ final class RestorationTests: TwoStacksTestCase {
     }
 
 
+    /// attd goes: the running thermostat's service and advertising are cleared (Core Bluetooth's rule: the app adds
+    /// them again on poweredOn), and the app is killed before it can. Its record keeps what it had published: managerd
+    /// publishes and advertises it again once attd is back, and a central's read relaunches the app. Then the same
+    /// with managerd killed too, restarted from the record alone.
+    func testAPeripheralKilledBeforeItAddsItsServicesAgainIsStillRestored() throws {
+        let thermostat = "com.example.thermostat"
+        let run = "\(scratch.root)/run0"
+        XCTAssertEqual(try beryl(["app", "launch", thermostat]).status, 0)
+        XCTAssertTrue(eventually(.seconds(15)) { self.log(of: thermostat).contains("advertising as Beryl Thermostat") }, log(of: thermostat))
+
+        func killAttdThenTheApp(alsoManagerd: Bool, round: Int) throws {
+            let resets = log(of: thermostat).components(separatedBy: "state resetting").count
+            let attd = try XCTUnwrap(scratch.pid(of: round == 0 ? "attd0" : "attd0-\(round)"))
+            kill(attd, SIGKILL)
+            _ = Spawn.reap(attd)
+            XCTAssertTrue(eventually { self.log(of: thermostat).components(separatedBy: "state resetting").count > resets }, log(of: thermostat))
+            let appPIDs = try XCTUnwrap(try app(thermostat)["pids"] as? [Int])
+            if alsoManagerd {
+                let managerd = try XCTUnwrap(scratch.pid(of: "managerd0"))
+                kill(managerd, SIGKILL)
+                _ = Spawn.reap(managerd)
+            }
+            for pid in appPIDs { kill(Int32(pid), SIGKILL) }
+            try? FileManager.default.removeItem(atPath: run + "/attd.sock")
+            try scratch.start("attd0-\(round + 1)", [Executables.path("attd"), "--runtime-dir", run, "--state-dir", "\(scratch.root)/state0"],
+                              socket: run + "/attd.sock")
+            if alsoManagerd {
+                try? FileManager.default.removeItem(atPath: run + "/managerd.sock")
+                try scratch.start("managerd0-\(round + 1)", [Executables.path("managerd"), "--runtime-dir", run, "--state-dir", "\(scratch.root)/state0",
+                                                            "--apps-dir", appsDir], socket: run + "/managerd.sock")
+            }
+            XCTAssertTrue(eventually { ((try? self.app(thermostat)["pids"] as? [Int]) ?? [1]).isEmpty })
+            XCTAssertEqual(try app(thermostat)["preservedPeripherals"] as? [String], ["thermostat"])
+
+            let found = try beryl(["scan", "--service", "7E570001-0000-1000-8000-00805F9B34FB", "--count", "1", "--timeout", "30", "--json"], side: 1)
+            let heard = try XCTUnwrap(try? JSONSerialization.jsonObject(with: Data(found.out.utf8)) as? [String: Any], "still advertised: \(found.err)")
+            let identifier = try XCTUnwrap(heard["identifier"] as? String)
+            let relaunches = log(of: thermostat).components(separatedBy: "relaunched by the stack").count
+            let read = try beryl(["gatt", "--peer", identifier, "read", "7E570002-0000-1000-8000-00805F9B34FB", "--json"], side: 1)
+            XCTAssertEqual(read.status, 0, "still published: \(read.err)")
+            XCTAssertTrue(read.out.contains("\"value\":\"d700\""), read.out)
+            XCTAssertEqual(log(of: thermostat).components(separatedBy: "relaunched by the stack").count, relaunches + 1, log(of: thermostat))
+            let relaunch = try XCTUnwrap(log(of: thermostat).components(separatedBy: "relaunched by the stack to restore thermostat").last)
+            XCTAssertTrue(relaunch.contains("restored 1 services (7E570002, 2A6E)"), relaunch)
+        }
+        try killAttdThenTheApp(alsoManagerd: false, round: 0)
+        try killAttdThenTheApp(alsoManagerd: true, round: 1)
+    }
+
     /// A background app woken by an event has its budget to report idle; this one never does, and is suspended.
     func testAWokenAppThatOverrunsItsBudgetIsSuspended() throws {
         let profile = Self.lockProfile.replacingOccurrences(of: "secure-lock.json", with: "lock.json")

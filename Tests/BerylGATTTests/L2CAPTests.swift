@@ -65,6 +65,30 @@ final class LESignalingTests: XCTestCase {
         guard case .log? = central.receive([0x12]).first else { return XCTFail() }
     }
 
+    /// A Disconnection Request names a channel that is not open: Invalid CID in Request, with the request's
+    /// destination and source CIDs (Core Vol 3 Part A §4.1).
+    func testADisconnectionRequestForNoChannelIsAnInvalidCID() {
+        var peripheral = LESignaling(isCentral: false)
+        XCTAssertEqual(peripheral.receive([0x06, 0x0B, 0x04, 0x00, 0x41, 0x00, 0x52, 0x00]),
+                       [.send([0x01, 0x0B, 0x06, 0x00, 0x02, 0x00, 0x41, 0x00, 0x52, 0x00])])
+        XCTAssertEqual(peripheral.receive([0x06, 0x0C, 0x02, 0x00, 0x41, 0x00]), [.send([0x01, 0x0C, 0x02, 0x00, 0x00, 0x00])])
+    }
+
+    /// L2CAP/LE/CFC/BV-11-C's shape: a connection on an SPSM nobody serves is refused, SPSM Not Supported (0x0002).
+    func testACreditBasedConnectionOnAnUnknownSPSMIsRefused() {
+        var central = LESignaling(isCentral: true)
+        let request: [UInt8] = [0x14, 0x0D, 0x0A, 0x00, 0x81, 0x00, 0x40, 0x00, 0x17, 0x00, 0x17, 0x00, 0x01, 0x00]
+        XCTAssertEqual(central.receive(request), [.send([0x15, 0x0D, 0x0A, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x00])])
+    }
+
+    func testUnsolicitedResponsesAndCreditsAreNotAnswered() {
+        var central = LESignaling(isCentral: true)
+        for packet: [UInt8] in [[0x07, 0x03, 0x04, 0x00, 0x41, 0x00, 0x41, 0x00], [0x15, 0x04, 0x0A, 0x00] + [UInt8](repeating: 0, count: 10),
+                                [0x16, 0x05, 0x04, 0x00, 0x41, 0x00, 0x05, 0x00]] {
+            XCTAssertFalse(central.receive(packet).contains { if case .send = $0 { true } else { false } }, "\(packet)")
+        }
+    }
+
     func testAPeripheralsRequestAndTheCentralsAnswer() {
         var peripheral = LESignaling(isCentral: false)
         let parameters = ConnectionParameters(intervalMin: 24, intervalMax: 40, latency: 0, timeout: 200)
