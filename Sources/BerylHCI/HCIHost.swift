@@ -72,6 +72,13 @@ public final class HCIHost {
         failEverything(reason: "controller is being reset")
         acl.reset()
         attAnswers.reset()
+        // HCI Reset ends every link with no Disconnection Complete (Core Vol 4 Part E §7.3.2): clients hear of each
+        // here, or they would keep a bearer that no longer exists until an ATT timeout, and then not even a Disconnect
+        // could end it.
+        for handle in connections.keys.sorted() {
+            outputs.append(.event(HCIEventPacket(code: HCIEventCode.disconnectionComplete.rawValue,
+                                                 parameters: [0x00, UInt8(handle & 0xFF), UInt8(handle >> 8), 0x08])))
+        }
         connections.removeAll()
         for parked in parkedDisconnects { outputs.append(.commandFailed(client: parked.client, token: parked.token, reason: "controller is being reset")) }
         parkedDisconnects.removeAll()

@@ -230,6 +230,19 @@ final class ACLFlowTests: XCTestCase {
         XCTAssertEqual(harness.events[0].first { $0.code == 0x05 }?.parameters.last, 0x13)
     }
 
+    /// A corrupted stream resets the controller, which ends its links silently: the host tells its clients.
+    func testAResetControllersLinksAreReportedDisconnected() {
+        let harness = HostHarness()
+        harness.startAll()
+        let (central, _) = harness.connect()
+        harness.events[0].removeAll()
+        harness.hosts[0].controllerBytes([0x3B, 0x00], at: harness.now)  // no packet type starts with 0x3B
+        harness.run(until: { harness.hosts[0].state == .poweredOn && !harness.events[0].isEmpty }, timeout: .seconds(2))
+        XCTAssertEqual(harness.events[0].first { $0.code == 0x05 }?.parameters, [0x00, UInt8(central & 0xFF), UInt8(central >> 8), 0x08])
+        XCTAssertTrue(harness.hosts[0].connections.isEmpty)
+        XCTAssertFalse(harness.hosts[0].submitACL(handle: central, pdu: [1, 0, 4, 0, 0x0A], at: harness.now), "no ACL to a link that is gone")
+    }
+
     func testDisconnectionReturnsOutstandingCredits() {
         let harness = HostHarness()
         harness.startAll()
