@@ -72,6 +72,7 @@ public final class HCIHost {
         failEverything(reason: "controller is being reset")
         acl.reset()
         attAnswers.reset()
+        endingUnknown.removeAll()
         // HCI Reset ends every link with no Disconnection Complete (Core Vol 4 Part E §7.3.2): clients hear of each
         // here, or they would keep a bearer that no longer exists until an ATT timeout, and then not even a Disconnect
         // could end it.
@@ -213,6 +214,18 @@ public final class HCIHost {
         attAnswers.reset()
     }
 
+    private var endingUnknown: Set<UInt16> = []
+
+    /// ACL on a handle the host never heard connect: its LE Connection Complete was lost (a corrupted stream) and
+    /// the controller holds a link nobody here serves, on which the peer would wait out its 30 s ATT timeout. It is
+    /// ended now (Remote User Terminated Connection). A handle made up by corruption is refused by the controller
+    /// with Unknown Connection Identifier, and nothing else happens.
+    private func endUnknownLink(_ handle: UInt16) {
+        guard state == .poweredOn, handle <= 0x0EFF, endingUnknown.insert(handle).inserted else { return }
+        outputs.append(.log("ACL on link 0x\(String(handle, radix: 16)), whose connection the host never heard of; disconnecting it"))
+        send(HCICommandPacket(.disconnect, parameters: [UInt8(handle & 0xFF), UInt8(handle >> 8), 0x13]), owner: .host)
+    }
+
     // MARK: Controller
 
     public func controllerBytes(_ bytes: [UInt8], at time: Duration) {
@@ -233,6 +246,8 @@ public final class HCIHost {
                 if acl.isOpen(packet.handle) {
                     attAnswers.received(packet)
                     outputs.append(.aclReceived(packet))
+                } else {
+                    endUnknownLink(packet.handle)
                 }
             case .packet:
                 continue
@@ -288,9 +303,11 @@ public final class HCIHost {
         case .disconnectionComplete?, .leMeta?:
             switch LinkEvent(event) {
             case .connected(let handle, let central, let peer)?:
+                endingUnknown.remove(handle)
                 acl.open(handle)
                 connections[handle] = (central, peer)
             case .disconnected(let handle, _)?:
+                endingUnknown.remove(handle)
                 acl.close(handle)
                 attAnswers.closed(handle)
                 connections[handle] = nil

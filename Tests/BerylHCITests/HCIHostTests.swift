@@ -243,6 +243,21 @@ final class ACLFlowTests: XCTestCase {
         XCTAssertFalse(harness.hosts[0].submitACL(handle: central, pdu: [1, 0, 4, 0, 0x0A], at: harness.now), "no ACL to a link that is gone")
     }
 
+    /// The peripheral's host loses the LE Connection Complete (a corrupted stream): the first ACL on the link it never
+    /// heard of ends it, so the central learns now instead of at its ATT timeout.
+    func testALinkWhoseConnectionEventWasLostIsEndedOnItsFirstData() {
+        let harness = HostHarness()
+        harness.startAll()
+        harness.lose = { controller, code in controller == 1 && code == HCIEventCode.leMeta.rawValue }
+        let (central, peripheral) = harness.connect()
+        harness.lose = nil
+        XCTAssertNil(harness.hosts[1].connections[peripheral], "the peripheral's host never heard")
+        XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: att(0x02, [0x00, 0x02]), at: harness.now))  // Exchange MTU
+        harness.run(until: { harness.events[0].contains { $0.code == 0x05 } }, timeout: .seconds(1))
+        XCTAssertEqual(harness.events[0].first { $0.code == 0x05 }?.parameters, [0x00, UInt8(central & 0xFF), UInt8(central >> 8), 0x13])
+        XCTAssertTrue(harness.acl[1].isEmpty, "nothing handed to clients for a link they do not know")
+    }
+
     func testDisconnectionReturnsOutstandingCredits() {
         let harness = HostHarness()
         harness.startAll()
