@@ -1,4 +1,5 @@
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -54,3 +55,6 @@ def berylsim():
     except subprocess.TimeoutExpired:
         process.kill()
     log.close()
+    # As the Swift tests do: BERYL_KEEP_SCRATCH=1 keeps the logs and databases for a post-mortem.
+    if os.environ.get("BERYL_KEEP_SCRATCH") != "1":
+        shutil.rmtree(directory, ignore_errors=True)
