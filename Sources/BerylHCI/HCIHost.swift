@@ -76,10 +76,7 @@ public final class HCIHost {
         // HCI Reset ends every link with no Disconnection Complete (Core Vol 4 Part E §7.3.2): clients hear of each
         // here, or they would keep a bearer that no longer exists until an ATT timeout, and then not even a Disconnect
         // could end it.
-        for handle in connections.keys.sorted() {
-            outputs.append(.event(HCIEventPacket(code: HCIEventCode.disconnectionComplete.rawValue,
-                                                 parameters: [0x00, UInt8(handle & 0xFF), UInt8(handle >> 8), 0x08])))
-        }
+        for handle in connections.keys.sorted() { outputs.append(.event(Self.linkLost(handle))) }
         connections.removeAll()
         for parked in parkedDisconnects { outputs.append(.commandFailed(client: parked.client, token: parked.token, reason: "controller is being reset")) }
         parkedDisconnects.removeAll()
@@ -209,12 +206,19 @@ public final class HCIHost {
         guard state == .poweredOn else { return }
         for handle in attAnswers.awaitingAnswer.sorted() where acl.isOpen(handle) {
             outputs.append(.log("link 0x\(String(handle, radix: 16)) was owed an ATT answer by the client that went away; disconnecting it"))
-            send(HCICommandPacket(.disconnect, parameters: [UInt8(handle & 0xFF), UInt8(handle >> 8), 0x13]), owner: .host)
+            send(HCICommands.disconnect(handle: handle), owner: .host)
         }
         attAnswers.reset()
     }
 
     private var endingUnknown: Set<UInt16> = []
+
+    /// The Disconnection Complete a controller never sent (its link ended by a reset, or the event lost), as clients
+    /// would have had it: success, Connection Timeout, as the peer sees it.
+    private static func linkLost(_ handle: UInt16) -> HCIEventPacket {
+        HCIEventPacket(code: HCIEventCode.disconnectionComplete.rawValue,
+                       parameters: [0x00, UInt8(handle & 0xFF), UInt8(handle >> 8), HCIStatus.connectionTimeout.rawValue])
+    }
 
     /// ACL on a handle the host never heard connect: its LE Connection Complete was lost (a corrupted stream) and
     /// the controller holds a link nobody here serves, on which the peer would wait out its 30 s ATT timeout. It is
@@ -223,7 +227,7 @@ public final class HCIHost {
     private func endUnknownLink(_ handle: UInt16) {
         guard state == .poweredOn, handle <= 0x0EFF, endingUnknown.insert(handle).inserted else { return }
         outputs.append(.log("ACL on link 0x\(String(handle, radix: 16)), whose connection the host never heard of; disconnecting it"))
-        send(HCICommandPacket(.disconnect, parameters: [UInt8(handle & 0xFF), UInt8(handle >> 8), 0x13]), owner: .host)
+        send(HCICommands.disconnect(handle: handle), owner: .host)
     }
 
     // MARK: Controller
@@ -282,8 +286,7 @@ public final class HCIHost {
                 let link = (UInt16(pending.command.parameters[0]) | UInt16(pending.command.parameters[1]) << 8) & 0x0FFF
                 if connections[link] != nil {
                     outputs.append(.log("link 0x\(String(link, radix: 16)) is unknown to the controller; its disconnection was lost, ending it"))
-                    handle(HCIEventPacket(code: HCIEventCode.disconnectionComplete.rawValue,
-                                          parameters: [0x00, UInt8(link & 0xFF), UInt8(link >> 8), 0x08]))
+                    handle(Self.linkLost(link))
                 }
             }
             switch pending.owner {
