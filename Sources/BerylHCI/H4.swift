@@ -95,17 +95,24 @@ public enum HCIPacket: Equatable, Sendable {
 
 /// Splits an H4 byte stream into packets. A byte that is not a packet indicator where one must be
 /// is reported and skipped, so the framer resynchronises at the next plausible packet instead of
-/// misreading the rest of the stream or stalling.
+/// misreading the rest of the stream or stalling. So is an ACL header announcing more than the
+/// controller can send: H4 has no checksum, and a flipped length byte would otherwise make the
+/// framer swallow every packet that follows while it waits for one that never comes.
 public struct H4Framer {
     public enum Output: Equatable, Sendable {
         case packet(HCIPacket)
         case invalidIndicator(UInt8)
+        case implausibleLength(H4PacketType, Int)
     }
 
     private var buffer: [UInt8] = []
     private var start = 0
+    /// The longest ACL payload the other side can send; longer headers are corruption.
+    public var maximumACLPayload: Int
 
-    public init() {}
+    public init(maximumACLPayload: Int = 0xFFFF) {
+        self.maximumACLPayload = maximumACLPayload
+    }
 
     public var bufferedByteCount: Int { buffer.count - start }
 
@@ -124,6 +131,11 @@ public struct H4Framer {
                 continue
             }
             guard let (headerLength, payloadLength) = lengths(of: type) else { break }
+            if type == .acl, payloadLength > maximumACLPayload {
+                outputs.append(.implausibleLength(type, payloadLength))
+                start += 1
+                continue
+            }
             let total = 1 + headerLength + payloadLength
             guard buffer.count - start >= total else { break }
             let packetBytes = Array(buffer[(start + 1)..<(start + total)])

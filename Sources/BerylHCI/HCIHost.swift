@@ -69,6 +69,7 @@ public final class HCIHost {
     public func start(at time: Duration) {
         now = time
         framer.reset()
+        partialPacketSince = nil
         failEverything(reason: "controller is being reset")
         acl.reset()
         attAnswers.reset()
@@ -91,7 +92,8 @@ public final class HCIHost {
         let oldest = outstanding.values.map { $0.sentAt + commandTimeout }.min()
         // No credit and nothing outstanding to bring one back: the controller has as long as a command to grant one.
         let starved = commandCredits == 0 && outstanding.isEmpty && hasQueuedCommands ? creditsExhaustedAt.map { $0 + commandTimeout } : nil
-        return [oldest, recoveryAt, starved, parkedDisconnects.map(\.until).min()].compactMap { $0 }.min()
+        let stalledRead = partialPacketSince.map { $0 + partialPacketLimit }
+        return [oldest, recoveryAt, starved, stalledRead, parkedDisconnects.map(\.until).min()].compactMap { $0 }.min()
     }
 
     private var creditsExhaustedAt: Duration?
@@ -100,6 +102,11 @@ public final class HCIHost {
     public func tick(at time: Duration) {
         now = max(now, time)
         releaseParkedDisconnects()
+        if let since = partialPacketSince, now - since >= partialPacketLimit {
+            outputs.append(.log("H4 stream out of step (\(framer.bufferedByteCount) bytes of a packet unfinished for \(partialPacketLimit)); resetting the controller"))
+            start(at: now)
+            return
+        }
         if let recoveryAt, now >= recoveryAt {
             self.recoveryAt = nil
             outputs.append(.log("trying to recover the controller with HCI Reset"))
@@ -235,11 +242,17 @@ public final class HCIHost {
     public func controllerBytes(_ bytes: [UInt8], at time: Duration) {
         now = max(now, time)
         var desynchronised = false
-        for item in framer.feed(bytes) {
+        let items = framer.feed(bytes)
+        for item in items {
             switch item {
             case .invalidIndicator(let byte):
                 if !desynchronised {
                     outputs.append(.log("H4 stream out of step (byte 0x\(String(byte, radix: 16)) where a packet type belongs); resetting the controller"))
+                }
+                desynchronised = true
+            case .implausibleLength(let type, let length):
+                if !desynchronised {
+                    outputs.append(.log("H4 stream out of step (\(type) packet of \(length) bytes, more than the controller sends); resetting the controller"))
                 }
                 desynchronised = true
             case .packet(.event(let event)):
@@ -259,7 +272,21 @@ public final class HCIHost {
         }
         // A corrupted stream cannot be trusted byte by byte (a flipped length swallows packets, a flipped
         // count invents credits), so the controller is reset and brought up again.
-        if desynchronised { start(at: now) }
+        if desynchronised { start(at: now); return }
+        notePartialPacket(progressed: !items.isEmpty)
+    }
+
+    /// A controller writes each packet whole, so one left half-read for `partialPacketLimit` had a length
+    /// corrupted upwards (within what the controller could send) and is holding back every packet behind it.
+    public let partialPacketLimit: Duration = .seconds(1)
+    private var partialPacketSince: Duration?
+
+    private func notePartialPacket(progressed: Bool) {
+        if framer.bufferedByteCount == 0 {
+            partialPacketSince = nil
+        } else if progressed || partialPacketSince == nil {
+            partialPacketSince = now
+        }
     }
 
     private func handle(_ event: HCIEventPacket) {
@@ -418,6 +445,9 @@ public final class HCIHost {
         case .done:
             self.bringUp = nil
             acl.configure(mtu: facts.aclMTU, buffers: quirks.maxACLBuffers.map { min($0, facts.aclBuffers) } ?? facts.aclBuffers)
+            // A controller hands up ACL no longer than its own buffers, or one LE Data PDU's payload, 251 octets
+            // (Core Vol 6 Part B §2.4), whichever is more.
+            framer.maximumACLPayload = max(facts.aclMTU, 251)
             setState(.poweredOn)
             pumpCommands()
         case .failed(let state):

@@ -121,7 +121,7 @@ public final class SimController {
                 receiveACL(acl)
             case .packet:
                 invalidPackets += 1
-            case .invalidIndicator:
+            case .invalidIndicator, .implausibleLength:
                 invalidPackets += 1
                 sawInvalid = true
             }

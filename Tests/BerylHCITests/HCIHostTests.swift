@@ -284,6 +284,45 @@ final class ControllerFaultTests: XCTestCase {
         XCTAssertEqual(harness.hosts[0].state, .poweredOn)
     }
 
+    /// A flipped high byte in an ACL length: without a bound the framer would wait for 16 kB that never come,
+    /// swallowing every later event (a link's end, the next link's start). Beyond what the controller sends, it resets.
+    func testAnACLLengthBeyondWhatTheControllerSendsResetsAtOnce() {
+        let harness = HostHarness()
+        harness.startAll()
+        let (_, peripheral) = harness.connect()
+        harness.events[1].removeAll()
+        let corrupted: [UInt8] = [0x02, UInt8(peripheral & 0xFF), UInt8(peripheral >> 8) | 0x20, 0x05, 0x40, 0x01, 0x00, 0x04, 0x00, 0x0A]
+        harness.hosts[1].controllerBytes(corrupted, at: harness.now)
+        XCTAssertEqual(harness.hosts[1].state, .resetting, "reset on the header, not after the packet")
+        harness.run(until: { harness.hosts[1].state == .poweredOn }, timeout: .seconds(2))
+        XCTAssertEqual(harness.events[1].first { $0.code == 0x05 }?.parameters,
+                       [0x00, UInt8(peripheral & 0xFF), UInt8(peripheral >> 8), 0x08], "the link the reset ended is reported")
+    }
+
+    /// A length corrupted upwards but within bounds leaves a packet that never completes; the host gives it a second.
+    func testAPacketLeftUnfinishedResetsTheControllerAfterASecond() {
+        let harness = HostHarness(controllers: 1)
+        harness.startAll()
+        let began = harness.now
+        harness.hosts[0].controllerBytes([0x04, 0x0E, 0xC8, 0x01, 0x03, 0x0C, 0x00], at: harness.now)  // 200 bytes announced, 4 sent
+        harness.run(for: .milliseconds(900))
+        XCTAssertEqual(harness.hosts[0].state, .poweredOn, "a packet still arriving is waited for")
+        harness.run(until: { harness.states[0].last == .resetting }, timeout: .seconds(1))
+        XCTAssertEqual(harness.states[0].last, .resetting)
+        XCTAssertGreaterThanOrEqual(harness.now - began, harness.hosts[0].partialPacketLimit)
+        harness.run(until: { harness.hosts[0].state == .poweredOn }, timeout: .seconds(2))
+        XCTAssertEqual(harness.hosts[0].state, .poweredOn)
+        XCTAssertEqual(harness.command(0, .readBDAddr).dropFirst(3).first, 0x00, "serving again: Read BD_ADDR succeeds")
+    }
+
+    func testAFramerSkipsAnACLHeaderLongerThanAllowedAndFindsTheNextPacket() {
+        var framer = H4Framer(maximumACLPayload: 251)
+        let outputs = framer.feed([0x02, 0x40, 0x20, 0x2C, 0x11] + HCIPacket.event(HCIEventPacket(code: 0x0E, parameters: [1, 3, 0x0C, 0])).h4Bytes)
+        XCTAssertEqual(outputs.first, .implausibleLength(.acl, 0x112C))
+        XCTAssertEqual(outputs.last, .packet(.event(HCIEventPacket(code: 0x0E, parameters: [1, 3, 0x0C, 0]))))
+        XCTAssertEqual(framer.bufferedByteCount, 0)
+    }
+
     func testACorruptedStreamResetsTheControllerAndComesBack() {
         let harness = HostHarness(controllers: 1)
         harness.startAll()
