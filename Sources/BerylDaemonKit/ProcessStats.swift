@@ -25,6 +25,14 @@ public enum ProcessStats {
         return state != "Z" && state != "X"
     }
 
+    /// When the process started, in clock ticks since boot: with the pid, names one process even after pids wrap.
+    public static func startTicks(pid: Int32) -> UInt64? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return nil }
+        let fields = stat[stat.index(close, offsetBy: 2)...].split(separator: " ")
+        return fields.count > 19 ? UInt64(fields[19]) : nil
+    }
+
     /// User plus system CPU time consumed so far.
     public static func cpuTime(pid: Int32) -> Duration? {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),

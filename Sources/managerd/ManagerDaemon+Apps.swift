@@ -45,6 +45,8 @@ final class PreservedManager {
 struct AppRuntime {
     var state: Beryl_Ipc_V1_AppLifecycle = .notRunning
     var launchedPID: Int32?
+    /// Launched by an earlier managerd: not this process's child, so watched for exit rather than reaped.
+    var adopted = false
     var launchedAt: ContinuousClock.Instant?
     var launches = 0
     var lastLaunchError = ""
@@ -227,6 +229,7 @@ extension ManagerDaemon {
             }
             return
         }
+        guard !stoppingApps else { return }
         var runtime = apps[appID, default: AppRuntime()]
         if let pid = runtime.launchedPID, ProcessStats.isAlive(pid: pid) { return }
         if let next = runtime.nextLaunch, ContinuousClock.now < next { return }
@@ -239,6 +242,7 @@ extension ManagerDaemon {
     /// Starts the manifest's command as its user, with the launch options in the environment.
     func launch(_ manifest: AppManifest) -> String? {
         guard let command = manifest.launch else { return "\(manifest.id) has no launch command" }
+        guard !stoppingApps else { return "managerd is stopping" }
         var environment = ["PATH": "/usr/local/bin:/usr/bin:/bin", "BERYL_APP_ID": manifest.id, "BERYL_RUNTIME_DIR": host.paths.runtimeDir,
                            "HOME": "/", "LANG": "C.UTF-8"]
         let waiting = preservedManagers.filter { $0.appID == manifest.id && !$0.live }
@@ -250,12 +254,14 @@ extension ManagerDaemon {
             let pid = try Spawn.start(command, environment: environment, logPath: host.paths.logDir + "/app-\(manifest.id).log",
                                       uid: manifest.uid, gid: manifest.gid)
             runtime.launchedPID = pid
+            runtime.adopted = false
             runtime.launchedAt = .now
             runtime.state = .background
             runtime.lastLaunchError = ""
             host.logger.info("launched \(manifest.id) as \(manifest.user) (pid \(pid))"
                              + (waiting.isEmpty ? "" : " to restore \(waiting.map(\.restoreID).joined(separator: ", "))"))
             apps[manifest.id] = runtime
+            recordLaunchedApps()
             return nil
         } catch {
             runtime.lastLaunchError = "\(error)"
@@ -270,7 +276,8 @@ extension ManagerDaemon {
     func superviseApps() {
         for (appID, runtime) in apps {
             guard let pid = runtime.launchedPID else { continue }
-            guard let (_, reason) = Spawn.reap(pid) else {
+            let ended = runtime.adopted ? (ProcessStats.isAlive(pid: pid) ? nil : "exited") : Spawn.reap(pid).map { "\($0.exit)" }
+            guard let reason = ended else {
                 // Up, but it has not made the managers it was launched to restore: ended, so that it is launched again.
                 let waiting = preservedManagers.filter { $0.appID == appID && !$0.live && $0.queued.count > 0 }
                 if !waiting.isEmpty, let launchedAt = runtime.launchedAt, ContinuousClock.now - launchedAt > restoreGrace {
@@ -283,6 +290,8 @@ extension ManagerDaemon {
             }
             var updated = runtime
             updated.launchedPID = nil
+            updated.adopted = false
+            defer { recordLaunchedApps() }
             let waiting = preservedManagers.filter { $0.appID == appID && !$0.live && $0.queued.count > 0 }
             if !waiting.isEmpty {
                 let delay = updated.backoff.delay(afterRunning: .zero)
@@ -544,5 +553,71 @@ extension ManagerDaemon {
             $0.launches = UInt32(runtime.launches)
             $0.lastLaunchError = runtime.lastLaunchError
         }
+    }
+}
+
+// MARK: Launched apps across managerd's life
+
+extension ManagerDaemon {
+    var launchedAppsPath: String { host.paths.stateDir + "/launched-apps.json" }
+
+    func recordLaunchedApps() {
+        let running = apps.compactMap { appID, runtime in runtime.launchedPID.map { (app: appID, pid: $0) } }
+        do {
+            try LaunchedApps(running: running).save(to: launchedAppsPath)
+        } catch {
+            host.logger.error("cannot record the launched apps: \(error)")
+        }
+    }
+
+    /// Apps an earlier managerd launched and that outlived it (it crashed, or was killed) are this one's to watch
+    /// and, at the end, to stop.
+    func adoptLaunchedApps() {
+        let running = LaunchedApps.load(from: launchedAppsPath).stillRunning()
+        for entry in running where catalog.apps[entry.app] != nil {
+            var runtime = apps[entry.app, default: AppRuntime()]
+            runtime.launchedPID = entry.pid
+            runtime.adopted = true
+            runtime.state = .background
+            apps[entry.app] = runtime
+            host.logger.info("\(entry.app) (pid \(entry.pid)), launched before this managerd started, is still running")
+        }
+        recordLaunchedApps()
+    }
+
+    /// managerd stopped (SIGTERM: `beryl down`, systemd) ends the apps it launched, as the system ends a
+    /// background app: their preserved managers stay, so a later managerd launches them again for their events.
+    /// A managerd that crashes leaves them running, to reconnect to its successor.
+    func stopLaunchedApps() {
+        guard !stoppingApps else { return }
+        stoppingApps = true
+        let pids = apps.values.compactMap(\.launchedPID).filter { ProcessStats.isAlive(pid: $0) }
+        guard !pids.isEmpty else { finishStopping(); return }
+        host.logger.info("ending the apps it launched (pids \(pids.sorted()))")
+        for pid in pids { kill(pid, SIGTERM) }
+        let deadline = ContinuousClock.now + Self.appStopGrace
+        func check() {
+            superviseApps()
+            let left = apps.values.compactMap(\.launchedPID).filter { ProcessStats.isAlive(pid: $0) }
+            if left.isEmpty { finishStopping(); return }
+            if ContinuousClock.now >= deadline {
+                host.logger.warning("apps \(left.sorted()) ignored SIGTERM; killing them")
+                for pid in left { kill(pid, SIGKILL) }
+                usleep(50_000)
+                superviseApps()
+                finishStopping()
+                return
+            }
+            _ = try? host.loop.after(.milliseconds(50)) { check() }
+        }
+        check()
+    }
+
+    /// Within the supervisor's 5 s before it kills managerd itself.
+    static let appStopGrace = Duration.seconds(3)
+
+    private func finishStopping() {
+        recordLaunchedApps()
+        host.stop()
     }
 }

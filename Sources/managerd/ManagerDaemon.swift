@@ -96,6 +96,8 @@ final class ManagerDaemon {
     static let reconnectionGrace = Duration.seconds(3)
     /// Apps whose launch for restoration waits for the end of that grace.
     var deferredLaunches: Set<String> = []
+    /// Set once SIGTERM arrives: the launched apps are being ended, and none is launched again.
+    var stoppingApps = false
 
     init(host: DaemonHost, appsDir: String?, suspendAfter: Double = 5, restoreGrace: Double = 15) throws {
         self.restoreGrace = .milliseconds(Int(restoreGrace * 1000))
@@ -118,6 +120,8 @@ final class ManagerDaemon {
         host.handle = { [unowned self] in self.handle($0) }
         loadCatalog()
         resumePreserved()
+        adoptLaunchedApps()
+        host.onTerminationSignal = { [unowned self] in self.stopLaunchedApps() }
         _ = try host.loop.every(.milliseconds(250)) { [unowned self] in self.superviseApps() }
         _ = try host.loop.after(.zero) { [unowned self] in
             self.host.server?.onSessionClosed = { [unowned self] session, _ in self.sessionClosed(session.id) }

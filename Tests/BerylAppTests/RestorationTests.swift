@@ -1,4 +1,5 @@
 import Beryl
+import BerylDaemonKit
 import BerylStack
 import Foundation
 import XCTest
@@ -171,6 +172,37 @@ final class RestorationTests: TwoStacksTestCase {
     }
 
     /// A background app woken by an event has its budget to report idle; this one never does, and is suspended.
+    /// managerd stopped (SIGTERM: `beryl down`, systemd) ends the apps launched for the stack, also one an earlier
+    /// managerd launched before it was killed; their preserved managers stay, for the next managerd to launch again.
+    func testStoppingManagerdEndsTheAppsLaunchedForTheStack() throws {
+        let thermostat = "com.example.thermostat"
+        let run = "\(scratch.root)/run0"
+        let arguments = [Executables.path("managerd"), "--runtime-dir", run, "--state-dir", "\(scratch.root)/state0", "--apps-dir", appsDir]
+        XCTAssertEqual(try beryl(["app", "launch", thermostat]).status, 0)
+        XCTAssertTrue(eventually(.seconds(15)) { self.log(of: thermostat).contains("advertising as Beryl Thermostat") }, log(of: thermostat))
+        let appPID = Int32(try XCTUnwrap((try app(thermostat)["pids"] as? [Int])?.first))
+
+        // A crash leaves the app running, to reconnect to the next managerd, which takes it as its own.
+        let crashed = try XCTUnwrap(scratch.pid(of: "managerd0"))
+        kill(crashed, SIGKILL)
+        _ = Spawn.reap(crashed)
+        try? FileManager.default.removeItem(atPath: run + "/managerd.sock")
+        try scratch.start("managerd0-1", arguments, socket: run + "/managerd.sock")
+        XCTAssertTrue(eventually { self.log(of: thermostat).contains("state resetting") }, log(of: thermostat))
+        XCTAssertTrue(eventually { (try? self.app(thermostat)["pids"] as? [Int]) == [Int(appPID)] })
+        XCTAssertTrue(ProcessStats.isAlive(pid: appPID), "a crash ends no app")
+
+        let stopped = try XCTUnwrap(scratch.pid(of: "managerd0-1"))
+        kill(stopped, SIGTERM)
+        XCTAssertTrue(eventually(.seconds(6)) { Spawn.reap(stopped) != nil }, "managerd stops within the supervisor's 5 s")
+        XCTAssertTrue(eventually(.seconds(2)) { !ProcessStats.isAlive(pid: appPID) }, "the app managerd's predecessor launched is ended")
+
+        try? FileManager.default.removeItem(atPath: run + "/managerd.sock")
+        try scratch.start("managerd0-2", arguments, socket: run + "/managerd.sock")
+        XCTAssertEqual(try app(thermostat)["preservedPeripherals"] as? [String], ["thermostat"], "a stop is a system termination: kept")
+        XCTAssertEqual(try app(thermostat)["pids"] as? [Int], [], "nothing running is mistaken for the app")
+    }
+
     func testAWokenAppThatOverrunsItsBudgetIsSuspended() throws {
         let profile = Self.lockProfile.replacingOccurrences(of: "secure-lock.json", with: "lock.json")
         try scratch.start("serve", [Executables.path("beryl"), "serve", profile, "--runtime-dir", "\(scratch.root)/run1"],
