@@ -35,6 +35,18 @@ enum DiscoveryPaging {
         return last + 1
     }
 
+    /// A server answers only with attributes inside the requested range, in ascending handle order (Core Vol 3
+    /// Part F §3.4.3, §3.4.4): a response that breaks this is malformed, and trusting it would build impossible
+    /// ranges (a group ending before it starts, a characteristic's descriptors ending before its value).
+    static func inOrder(_ handles: [UInt16], from start: UInt16, through end: UInt16) -> Bool {
+        var previous: UInt16?
+        for handle in handles {
+            guard handle >= max(start, 1), handle <= end, previous.map({ handle > $0 }) ?? true else { return false }
+            previous = handle
+        }
+        return true
+    }
+
     /// Attribute Not Found ends a discovery with what was found; any other error or PDU fails it.
     static func end<R>(_ response: ATTPDU, found: R) -> GATTStep<R> {
         switch response {
@@ -64,12 +76,17 @@ public struct DiscoverPrimaryServices {
         var last: UInt16 = 0
         switch response {
         case .readByGroupTypeResponse(let entries):
+            // A service group spans its declaration to its end group handle (Core Vol 3 Part G §4.4.1).
+            guard DiscoveryPaging.inOrder(entries.map(\.handle), from: next, through: 0xFFFF),
+                  entries.allSatisfy({ $0.groupEnd >= $0.handle }) else { return .failed(.invalidPDU) }
             for entry in entries {
                 guard let uuid = BluetoothUUID(wire: entry.value) else { return .failed(.invalidPDU) }
                 found.append(DiscoveredService(start: entry.handle, end: entry.groupEnd, uuid: uuid))
                 last = entry.groupEnd
             }
         case .findByTypeValueResponse(let entries):
+            guard DiscoveryPaging.inOrder(entries.map(\.found), from: next, through: 0xFFFF),
+                  entries.allSatisfy({ $0.groupEnd >= $0.found }) else { return .failed(.invalidPDU) }
             for entry in entries {
                 found.append(DiscoveredService(start: entry.found, end: entry.groupEnd, uuid: uuid!))
                 last = entry.groupEnd
@@ -103,13 +120,17 @@ public struct DiscoverCharacteristics {
     public mutating func handle(_ response: ATTPDU) -> GATTStep<[DiscoveredCharacteristic]> {
         switch response {
         case .readByTypeResponse(let entries):
+            guard DiscoveryPaging.inOrder(entries.map(\.handle), from: next, through: range.upperBound) else { return .failed(.invalidPDU) }
             var last: UInt16 = 0
             for entry in entries {
                 guard entry.value.count == 5 || entry.value.count == 19, let uuid = BluetoothUUID(wire: Array(entry.value[3...])) else {
                     return .failed(.invalidPDU)
                 }
+                let valueHandle = UInt16(entry.value[1]) | UInt16(entry.value[2]) << 8
+                // The value follows its declaration, inside the service (Core Vol 3 Part G §3.3.1.2).
+                guard valueHandle > entry.handle, valueHandle <= range.upperBound else { return .failed(.invalidPDU) }
                 found.append(DiscoveredCharacteristic(declaration: entry.handle, properties: CharacteristicProperties(rawValue: entry.value[0]),
-                                                      valueHandle: UInt16(entry.value[1]) | UInt16(entry.value[2]) << 8, uuid: uuid))
+                                                      valueHandle: valueHandle, uuid: uuid))
                 last = entry.handle
             }
             guard let following = DiscoveryPaging.next(after: last, from: next, end: range.upperBound) else { return .done(matching) }
@@ -143,6 +164,7 @@ public struct DiscoverDescriptors {
     public mutating func handle(_ response: ATTPDU) -> GATTStep<[DiscoveredDescriptor]> {
         switch response {
         case .findInformationResponse(let entries):
+            guard DiscoveryPaging.inOrder(entries.map(\.handle), from: next, through: range.upperBound) else { return .failed(.invalidPDU) }
             var last: UInt16 = 0
             for entry in entries {
                 found.append(DiscoveredDescriptor(handle: entry.handle, uuid: entry.type))
@@ -272,10 +294,12 @@ public struct FindIncludedServices {
         }
         switch response {
         case .readByTypeResponse(let entries):
+            guard DiscoveryPaging.inOrder(entries.map(\.handle), from: next, through: range.upperBound) else { return .failed(.invalidPDU) }
             for entry in entries {
                 guard entry.value.count == 4 || entry.value.count == 6 else { return .failed(.invalidPDU) }
                 let start = UInt16(entry.value[0]) | UInt16(entry.value[1]) << 8
                 let end = UInt16(entry.value[2]) | UInt16(entry.value[3]) << 8
+                guard start >= 1, end >= start else { return .failed(.invalidPDU) }
                 let uuid = entry.value.count == 6 ? BluetoothUUID(UInt16(entry.value[4]) | UInt16(entry.value[5]) << 8) : BluetoothUUID(0)
                 if entry.value.count == 4 { unresolved.append(found.count) }
                 found.append(DiscoveredInclude(declaration: entry.handle, start: start, end: end, uuid: uuid))
@@ -323,6 +347,7 @@ public struct ReadByCharacteristicUUID {
     public mutating func handle(_ response: ATTPDU) -> GATTStep<[HandleValue]> {
         switch response {
         case .readByTypeResponse(let entries):
+            guard DiscoveryPaging.inOrder(entries.map(\.handle), from: next, through: range.upperBound) else { return .failed(.invalidPDU) }
             found += entries
             guard let following = DiscoveryPaging.next(after: entries.last?.handle ?? 0, from: next, end: range.upperBound) else {
                 return .done(found.map { HandleValue(handle: $0.handle, value: $0.value) })

@@ -206,3 +206,63 @@ final class ATTClientBearerTests: XCTestCase {
         XCTAssertEqual(client.receive([0xFF], at: .zero), [.log("malformed PDU from the server dropped")])
     }
 }
+
+/// A remote server's malformed discovery answers (a rogue device, or bytes corrupted on the way) fail the
+/// procedure with Invalid PDU rather than yielding impossible handle ranges, which attd would then build on.
+final class GATTClientMalformedResponseTests: XCTestCase {
+    func testAServiceEndingBeforeItStartsIsRefused() {
+        var all = DiscoverPrimaryServices()
+        _ = all.start()
+        XCTAssertEqual(all.handle(.readByGroupTypeResponse([(handle: 0x20, groupEnd: 0x10, value: [0x0D, 0x18])])), .failed(.invalidPDU))
+        var byUUID = DiscoverPrimaryServices(uuid: BluetoothUUID(0x180D))
+        _ = byUUID.start()
+        XCTAssertEqual(byUUID.handle(.findByTypeValueResponse([(found: 0x20, groupEnd: 0x1F)])), .failed(.invalidPDU))
+    }
+
+    func testServicesOutOfOrderOrAtHandleZeroAreRefused() {
+        var zero = DiscoverPrimaryServices()
+        _ = zero.start()
+        XCTAssertEqual(zero.handle(.readByGroupTypeResponse([(handle: 0, groupEnd: 5, value: [0x00, 0x18])])), .failed(.invalidPDU))
+        var backwards = DiscoverPrimaryServices()
+        _ = backwards.start()
+        XCTAssertEqual(backwards.handle(.readByGroupTypeResponse([(handle: 0x10, groupEnd: 0x12, value: [0x0D, 0x18]),
+                                                                 (handle: 0x08, groupEnd: 0x09, value: [0x0F, 0x18])])), .failed(.invalidPDU))
+        // Well-formed, the same shape is taken and paging goes on past the last group.
+        var good = DiscoverPrimaryServices()
+        _ = good.start()
+        XCTAssertEqual(good.handle(.readByGroupTypeResponse([(handle: 0x08, groupEnd: 0x09, value: [0x0F, 0x18]),
+                                                            (handle: 0x10, groupEnd: 0x12, value: [0x0D, 0x18])])),
+                       .request(.readByGroupTypeRequest(start: 0x13, end: 0xFFFF, type: GATTType.primaryService)))
+    }
+
+    func testACharacteristicOutsideItsServiceOrValueBeforeItsDeclarationIsRefused() {
+        // A characteristic declaration (read, Heart Rate Measurement) at `handle` whose value is at `value`.
+        func declaration(_ handle: UInt16, value: UInt16) -> (handle: UInt16, value: [UInt8]) {
+            (handle, [0x02, UInt8(value & 0xFF), UInt8(value >> 8), 0x37, 0x2A])
+        }
+        var outside = DiscoverCharacteristics(in: 0x10...0x20)
+        _ = outside.start()
+        XCTAssertEqual(outside.handle(.readByTypeResponse([declaration(0x30, value: 0x31)])), .failed(.invalidPDU))
+        var valueFirst = DiscoverCharacteristics(in: 0x10...0x20)
+        _ = valueFirst.start()
+        XCTAssertEqual(valueFirst.handle(.readByTypeResponse([declaration(0x12, value: 0x12)])), .failed(.invalidPDU))
+        var valueOutside = DiscoverCharacteristics(in: 0x10...0x20)
+        _ = valueOutside.start()
+        XCTAssertEqual(valueOutside.handle(.readByTypeResponse([declaration(0x12, value: 0x21)])), .failed(.invalidPDU))
+        var good = DiscoverCharacteristics(in: 0x10...0x20)
+        _ = good.start()
+        XCTAssertEqual(good.handle(.readByTypeResponse([declaration(0x11, value: 0x12), declaration(0x14, value: 0x15)])),
+                       .request(.readByTypeRequest(start: 0x15, end: 0x20, type: GATTType.characteristic)))
+    }
+
+    func testDescriptorsAndIncludesOutsideTheirRangeAreRefused() {
+        var descriptors = DiscoverDescriptors(in: 0x13...0x15)
+        _ = descriptors.start()
+        XCTAssertEqual(descriptors.handle(.findInformationResponse([(handle: 0x13, type: BluetoothUUID(0x2902)), (handle: 0x40, type: BluetoothUUID(0x2901))])),
+                       .failed(.invalidPDU))
+        var includes = FindIncludedServices(in: 0x10...0x20)
+        _ = includes.start()
+        XCTAssertEqual(includes.handle(.readByTypeResponse([(handle: 0x11, value: [0x30, 0x00, 0x2F, 0x00, 0x0F, 0x18])])), .failed(.invalidPDU),
+                       "an included service ending before it starts")
+    }
+}
