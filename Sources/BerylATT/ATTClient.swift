@@ -41,20 +41,34 @@ public final class ATTClient {
     public func receive(_ bytes: [UInt8], at time: Duration) -> [ATTClientOutput] {
         now = max(now, time)
         guard isUsable else { return [.log("PDU after the transaction timeout ignored")] }
-        guard case .success(let pdu) = ATTPDU.decode(bytes) else { return [.log("malformed PDU from the server dropped")] }
+        guard case .success(let pdu) = ATTPDU.decode(bytes) else {
+            if let opcode = bytes.first.flatMap(ATTOpcode.init(rawValue:)), opcode.isResponse { return answerWithInvalidPDU("a malformed \(opcode)") }
+            return [.log("malformed PDU from the server dropped")]
+        }
         switch pdu {
         case .handleValueNotification(let handle, let value):
             return [.notification(handle: handle, value: value)]
         case .handleValueIndication(let handle, let value):
             return [.indication(handle: handle, value: value), .send(ATTPDU.handleValueConfirmation.encoded)]
         default:
-            guard let outstanding, answers(pdu, outstanding.request) else { return [.log("\(pdu.opcode) answers no outstanding request; dropped")] }
+            guard let outstanding else { return [.log("\(pdu.opcode) answers no outstanding request; dropped")] }
+            guard answers(pdu, outstanding.request) else { return answerWithInvalidPDU("\(pdu.opcode)") }
             self.outstanding = nil
             if case .exchangeMTUResponse(let serverMTU) = pdu, case .exchangeMTURequest(let clientMTU) = outstanding.request {
                 mtu = max(23, min(serverMTU, clientMTU))
             }
             return [.response(id: outstanding.id, pdu)] + pump()
         }
+    }
+
+    /// A server sends one response per request and nothing else between (Core Vol 3 Part F §3.3.2), so a response
+    /// that cannot be this request's answer is that answer garbled (a rogue server, or bytes corrupted on the way).
+    /// The request fails now with Invalid PDU; waiting would only end the bearer at the 30 s timeout.
+    private func answerWithInvalidPDU(_ what: String) -> [ATTClientOutput] {
+        guard let outstanding else { return [.log("\(what) answers no outstanding request; dropped")] }
+        self.outstanding = nil
+        let failed = ATTPDU.errorResponse(request: outstanding.request.opcode.rawValue, handle: 0, error: .invalidPDU)
+        return [.log("\(what) cannot answer \(outstanding.request.opcode); failing it"), .response(id: outstanding.id, failed)] + pump()
     }
 
     /// ATT_MTU is one value per bearer (Core Vol 3 Part F §3.4.2): an exchange our server answered sets it for our client too.

@@ -191,12 +191,29 @@ final class ATTClientBearerTests: XCTestCase {
         XCTAssertEqual(second.outputs, [], "queued behind the first")
         XCTAssertEqual(client.submit(.writeCommand(handle: 3, value: [1]), at: .zero).outputs, [.send([0x52, 3, 0, 1])], "commands do not wait")
         XCTAssertEqual(client.receive([0x0B, 9], at: .seconds(1)), [.response(id: first.id, .readResponse([9])), .send([0x0A, 2, 0])])
-        XCTAssertEqual(client.receive([0x13], at: .seconds(1)), [.log("writeResponse answers no outstanding request; dropped")])
         XCTAssertEqual(client.tick(at: .seconds(30)), [], "30 s after the second was sent, not after the first")
         XCTAssertEqual(client.tick(at: .seconds(31)), [.timedOut(id: second.id)])
         XCTAssertFalse(client.isUsable, "Core Vol 3 Part F §3.3.3: no more PDUs on this bearer")
         let late = client.submit(.readRequest(handle: 4), at: .seconds(32))
         XCTAssertEqual(late.outputs, [.timedOut(id: late.id)])
+    }
+
+    /// The one response a request gets, garbled (wrong opcode, or undecodable): the request fails now with Invalid
+    /// PDU and the next one goes, instead of the bearer ending at the 30 s timeout. With nothing outstanding it is dropped.
+    func testAGarbledResponseFailsItsRequestAndTheBearerGoesOn() {
+        let client = ATTClient()
+        let read = client.submit(.readRequest(handle: 1), at: .zero)
+        let write = client.submit(.writeRequest(handle: 2, value: [1]), at: .zero)
+        let third = client.submit(.readRequest(handle: 3), at: .zero)
+        XCTAssertEqual(client.receive([0x13], at: .seconds(1)),
+                       [.log("writeResponse cannot answer readRequest; failing it"), .response(id: read.id, .errorResponse(request: 0x0A, handle: 0, error: .invalidPDU)),
+                        .send([0x12, 2, 0, 1])])
+        XCTAssertEqual(client.receive([0x09, 0x07, 0x01], at: .seconds(1)).dropFirst(),
+                       [.response(id: write.id, .errorResponse(request: 0x12, handle: 0, error: .invalidPDU)), .send([0x0A, 3, 0])],
+                       "a Read By Type Response too short to decode")
+        XCTAssertEqual(client.receive([0x0B, 7], at: .seconds(2)), [.response(id: third.id, .readResponse([7]))])
+        XCTAssertEqual(client.receive([0x13], at: .seconds(2)), [.log("writeResponse answers no outstanding request; dropped")])
+        XCTAssertTrue(client.isUsable)
     }
 
     func testIndicationsAreConfirmedAndNotificationsPassedOn() {
