@@ -171,7 +171,8 @@ public final class ATTServer {
         var entries: [(UInt16, UInt16, [UInt8])] = []
         var size = 2
         for attribute in database.attributes(in: start...end) where attribute.type == type {
-            guard case .fixed(let value) = attribute.value else { continue }
+            // A service declaration's value is its UUID (Core Vol 3 Part G §3.1); nothing else is a group.
+            guard case .fixed(let value) = attribute.value, value.count == 2 || value.count == 16, attribute.groupEnd >= attribute.handle else { continue }
             if let first = entries.first, first.2.count != value.count { break }
             guard size + 4 + value.count <= Int(mtu) else { break }
             entries.append((attribute.handle, attribute.groupEnd, value))

@@ -374,19 +374,26 @@ public final class SMPSession {
         }
     }
 
-    private var passkeyBit: UInt8 { 0x80 | UInt8((passkey! >> UInt32(round)) & 1) }
+    /// This round's passkey bit (Core Vol 3 Part H §2.3.5.6.3); none before the passkey is known, which a peer
+    /// sending its confirm and random out of turn would otherwise reach.
+    private func passkeyBit() throws -> UInt8 {
+        guard let passkey else { throw PairingFailure.unspecifiedReason }
+        return 0x80 | UInt8((passkey >> UInt32(round)) & 1)
+    }
 
     /// Initiator: commit to this round's bit, Cai = f4(PKa, PKb, Nai, rai) (§2.3.5.6.3).
     private func passkeyRoundCommit() throws -> [SMPOutput] {
         guard let keyPair else { throw PairingFailure.unspecifiedReason }
         localNonce = random(16)
-        return [send(.pairingConfirm(try SMPToolbox.f4(u: keyPair.publicX, v: peerX, x: localNonce, z: passkeyBit).reversed()))]
+        return [send(.pairingConfirm(try SMPToolbox.f4(u: keyPair.publicX, v: peerX, x: localNonce, z: try passkeyBit()).reversed()))]
     }
 
     private func afterConfirm() throws -> [SMPOutput] {
         if !secureConnections { return try legacyAfterConfirm() }
         guard let keyPair else { throw PairingFailure.unspecifiedReason }
         if isInitiator {
+            // In passkey entry the initiator commits first (§2.3.5.6.3): a confirm before ours is out of turn.
+            if case .passkeyEntry = method, passkey == nil { throw PairingFailure.unspecifiedReason }
             phase = .waitingRandom
             return [send(.pairingRandom(localNonce.reversed()))]
         }
@@ -394,7 +401,7 @@ public final class SMPSession {
         guard passkey != nil else { return [] }
         localNonce = random(16)
         phase = .waitingRandom
-        return [send(.pairingConfirm(try SMPToolbox.f4(u: keyPair.publicX, v: peerX, x: localNonce, z: passkeyBit).reversed()))]
+        return [send(.pairingConfirm(try SMPToolbox.f4(u: keyPair.publicX, v: peerX, x: localNonce, z: try passkeyBit()).reversed()))]
     }
 
     private func afterRandom() throws -> [SMPOutput] {
@@ -420,7 +427,7 @@ public final class SMPSession {
             return outputs + [.prompt(.confirmNumber(try SMPToolbox.g2(u: pka, v: pkb, x: na, y: nb) % 1_000_000))]
         case .passkeyEntry:
             guard let peerConfirm else { throw PairingFailure.unspecifiedReason }
-            guard peerConfirm == (try SMPToolbox.f4(u: peerX, v: keyPair.publicX, x: peerNonce, z: passkeyBit)) else {
+            guard peerConfirm == (try SMPToolbox.f4(u: peerX, v: keyPair.publicX, x: peerNonce, z: try passkeyBit())) else {
                 throw PairingFailure.confirmValueFailed
             }
             var outputs: [SMPOutput] = []
@@ -519,6 +526,8 @@ public final class SMPSession {
 
     private func legacyAfterConfirm() throws -> [SMPOutput] {
         if isInitiator {
+            // The initiator confirms first (Core Vol 3 Part H §2.3.5.5): a confirm before ours is out of turn.
+            if tk.isEmpty { throw PairingFailure.unspecifiedReason }
             phase = .waitingRandom
             return [send(.pairingRandom(localNonce.reversed()))]
         }

@@ -118,11 +118,12 @@ extension AttDaemon {
         switch request {
         case .gattDiscover(let request):
             guard let link = link(request.connectionHandle) else { return true }
-            var scope = DiscoveryScope(range: UInt16(clamping: max(1, request.startHandle))...UInt16(clamping: request.endHandle == 0 ? 0xFFFF : request.endHandle))
-            guard request.endHandle == 0 || request.startHandle <= request.endHandle else {
+            let first = UInt16(clamping: max(1, request.startHandle)), last = UInt16(clamping: request.endHandle == 0 ? 0xFFFF : request.endHandle)
+            guard first <= last else {
                 incoming.fail(.invalidArgument, "start_handle is past end_handle", field: "start_handle")
                 return true
             }
+            var scope = DiscoveryScope(range: first...last)
             for (field, strings) in [("service_uuids", request.serviceUuids), ("characteristic_uuids", request.characteristicUuids)] {
                 let parsed = strings.compactMap(BluetoothUUID.init)
                 guard parsed.count == strings.count else {
@@ -183,6 +184,10 @@ extension AttDaemon {
         case .gattSubscribe(let subscribe):
             guard let link = link(subscribe.connectionHandle) else { return true }
             let bits: UInt8 = subscribe.enable ? (subscribe.indicate ? 0x02 : 0x01) : 0x00
+            guard subscribe.cccdHandle != 0 || (1..<0xFFFF).contains(subscribe.valueHandle) else {
+                incoming.fail(.invalidArgument, "value_handle must be a handle below 0xFFFF when cccd_handle is not given", field: "value_handle")
+                return true
+            }
             let cccd = subscribe.cccdHandle != 0 ? subscribe.cccdHandle : subscribe.valueHandle + 1
             runProcedure(on: link, GATTStep<Bool>.request(.writeRequest(handle: UInt16(truncatingIfNeeded: cccd), value: [bits, 0])), { response -> GATTStep<Bool> in
                 if case .errorResponse(_, _, let error) = response { return .failed(error) }
@@ -315,29 +320,39 @@ extension AttDaemon {
         }
     }
 
-    private func describeDescriptors(_ characteristics: [DiscoveredCharacteristic], index: Int, serviceEnd: UInt16, wanted: [BluetoothUUID]?,
-                                     on link: LinkSession, collected: [Beryl_Ipc_V1_GattCharacteristicInfo],
+    /// Characteristics that need no request are taken in a loop, not by recursion: a peer's service may hold
+    /// thousands, which would run the stack out. The next call comes only from a request's answer, on the event loop.
+    private func describeDescriptors(_ characteristics: [DiscoveredCharacteristic], index first: Int, serviceEnd: UInt16, wanted: [BluetoothUUID]?,
+                                     on link: LinkSession, collected described: [Beryl_Ipc_V1_GattCharacteristicInfo],
                                      completion: @escaping ([Beryl_Ipc_V1_GattCharacteristicInfo]) -> Void) {
-        guard index < characteristics.count else { return completion(collected) }
-        let characteristic = characteristics[index]
-        let end = index + 1 < characteristics.count ? characteristics[index + 1].declaration - 1 : serviceEnd
-        let next = { [unowned self] (described: [Beryl_Ipc_V1_GattCharacteristicInfo]) in
-            self.describeDescriptors(characteristics, index: index + 1, serviceEnd: serviceEnd, wanted: wanted, on: link, collected: described, completion: completion)
-        }
-        if let wanted, !wanted.contains(characteristic.uuid) { return next(collected) }
-        var info = Beryl_Ipc_V1_GattCharacteristicInfo.with {
-            $0.uuid = characteristic.uuid.description
-            $0.properties = UInt32(characteristic.properties.rawValue)
-            $0.valueHandle = UInt32(characteristic.valueHandle)
-        }
-        guard characteristic.valueHandle < end else { return next(collected + [info]) }
-        var descriptors = DiscoverDescriptors(in: (characteristic.valueHandle + 1)...end)
-        runProcedure(on: link, descriptors.start(), { descriptors.handle($0) }) { result in
-            if case .success(let found) = result {
-                info.descriptors = found.map { descriptor in .with { $0.uuid = descriptor.uuid.description; $0.handle = UInt32(descriptor.handle) } }
+        var collected = described
+        for index in first..<max(first, characteristics.count) {
+            let characteristic = characteristics[index]
+            if let wanted, !wanted.contains(characteristic.uuid) { continue }
+            let end = index + 1 < characteristics.count ? characteristics[index + 1].declaration - 1 : serviceEnd
+            var info = Beryl_Ipc_V1_GattCharacteristicInfo.with {
+                $0.uuid = characteristic.uuid.description
+                $0.properties = UInt32(characteristic.properties.rawValue)
+                $0.valueHandle = UInt32(characteristic.valueHandle)
             }
-            next(collected + [info])
+            guard characteristic.valueHandle < end else {
+                collected.append(info)
+                continue
+            }
+            var descriptors = DiscoverDescriptors(in: (characteristic.valueHandle + 1)...end)
+            let before = collected
+            runProcedure(on: link, descriptors.start(), { descriptors.handle($0) }) { [unowned self] result in
+                if case .success(let found) = result {
+                    info.descriptors = found.map { descriptor in .with { $0.uuid = descriptor.uuid.description; $0.handle = UInt32(descriptor.handle) } }
+                }
+                // A bearer past its timeout fails every request at once: nothing more is asked of it.
+                guard link.client.isUsable else { return completion(before + [info]) }
+                self.describeDescriptors(characteristics, index: index + 1, serviceEnd: serviceEnd, wanted: wanted, on: link,
+                                         collected: before + [info], completion: completion)
+            }
+            return
         }
+        completion(collected)
     }
 }
 

@@ -87,6 +87,10 @@ extension AttDaemon {
         return true
     }
 
+    /// Service, include and characteristic declarations give a database its structure (Core Vol 3 Part G §3):
+    /// an app's characteristic or descriptor of one of these types would be read as structure by every client.
+    static let declarationTypes: Set<BluetoothUUID> = [GATTType.primaryService, GATTType.secondaryService, GATTType.include, GATTType.characteristic]
+
     private func publishService(_ spec: Beryl_Ipc_V1_ServiceSpec, for session: IPCSession, _ incoming: IncomingRequest) {
         guard let uuid = BluetoothUUID(spec.uuid) else {
             incoming.fail(.invalidArgument, "'\(spec.uuid)' is not a UUID", field: "service.uuid")
@@ -96,6 +100,10 @@ extension AttDaemon {
         for (index, characteristic) in spec.characteristics.enumerated() {
             guard let characteristicUUID = BluetoothUUID(characteristic.uuid) else {
                 incoming.fail(.invalidArgument, "'\(characteristic.uuid)' is not a UUID", field: "service.characteristics[\(index)].uuid")
+                return
+            }
+            guard !Self.declarationTypes.contains(characteristicUUID) else {
+                incoming.fail(.invalidArgument, "\(characteristicUUID) is a GATT declaration type, not a characteristic's", field: "service.characteristics[\(index)].uuid")
                 return
             }
             guard characteristic.properties <= 0xFF, characteristic.permissions <= 0x3F else {
@@ -108,9 +116,14 @@ extension AttDaemon {
             }
             var descriptors: [DescriptorDefinition] = []
             for (position, descriptor) in characteristic.descriptors.enumerated() {
-                guard let descriptorUUID = BluetoothUUID(descriptor.uuid), descriptorUUID != GATTType.clientConfiguration else {
-                    incoming.fail(.invalidArgument, "'\(descriptor.uuid)' is not a UUID, or is the CCCD attd adds itself",
+                guard let descriptorUUID = BluetoothUUID(descriptor.uuid), descriptorUUID != GATTType.clientConfiguration,
+                      !Self.declarationTypes.contains(descriptorUUID) else {
+                    incoming.fail(.invalidArgument, "'\(descriptor.uuid)' is not a UUID, or is the CCCD attd adds itself, or a declaration type",
                                   field: "service.characteristics[\(index)].descriptors[\(position)].uuid")
+                    return
+                }
+                guard descriptor.value.count <= ATTServer.maxValueLength else {
+                    incoming.fail(.invalidArgument, "values are at most 512 bytes", field: "service.characteristics[\(index)].descriptors[\(position)].value")
                     return
                 }
                 descriptors.append(DescriptorDefinition(uuid: descriptorUUID, value: Array(descriptor.value)))

@@ -50,6 +50,19 @@ final class GATTServerDiscoveryTests: XCTestCase {
         XCTAssertEqual(sent(server.receive([0x10] + le(23) + le(0xFFFF) + le(0x2800))), [0x01, 0x10] + le(23) + [0x0A])
     }
 
+    /// Only service declarations are groups: a characteristic typed 0x2800 with a long value (which attd refuses to
+    /// publish) is not listed, and could not be: its length does not fit the response's one-byte length field.
+    func testReadByGroupTypeListsOnlyServiceDeclarations() throws {
+        let database = AttributeDatabase()
+        try database.add(ServiceDefinition(uuid: BluetoothUUID(0x180F), characteristics: [
+            CharacteristicDefinition(uuid: BluetoothUUID(0x2800), properties: .read, permissions: .readable, value: [UInt8](repeating: 7, count: 300)),
+        ]))
+        let server = ATTServer(database: database)
+        _ = server.receive([0x02] + le(517))
+        XCTAssertEqual(sent(server.receive([0x10] + le(1) + le(0xFFFF) + le(0x2800))), [0x11, 6] + le(1) + le(3) + le(0x180F))
+        XCTAssertEqual(sent(server.receive([0x10] + le(3) + le(0xFFFF) + le(0x2800))), [0x01, 0x10] + le(3) + [0x0A])
+    }
+
     /// GATT/SR/GAD/BV-02-C: Discover Primary Service by Service UUID (Find By Type Value).
     func testGATT_SR_GAD_BV_02_C_discoverPrimaryServiceByUUID() throws {
         let (server, _) = try makeServer()

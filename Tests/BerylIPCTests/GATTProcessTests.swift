@@ -105,6 +105,43 @@ final class GATTProcessTests: XCTestCase {
         XCTAssertThrowsError(try central.call(bad))
     }
 
+    /// Requests naming impossible handles, or services shaped like GATT's own declarations, are refused with the field
+    /// at fault; attd (which trapped on the first two) serves on.
+    func testImpossibleHandlesAndDeclarationTypesAreRefused() throws {
+        func refusal(_ client: IPCClient, _ request: Request) -> (IPCErrorCode, String)? {
+            do {
+                _ = try client.call(request)
+                return nil
+            } catch {
+                guard case .remote(let code, _, let field) = error else { return nil }
+                return (code, field)
+            }
+        }
+        for (characteristic, descriptor) in [("2800", "2901"), ("2A19", "2803")] {
+            var request = Request()
+            request.att.publishService.service = .with {
+                $0.uuid = "180F"
+                $0.primary = true
+                $0.characteristics = [.with {
+                    $0.uuid = characteristic; $0.properties = 0x02; $0.permissions = 0x01; $0.cached = true; $0.value = Data(repeating: 7, count: 300)
+                    $0.descriptors = [.with { $0.uuid = descriptor; $0.value = Data([1]) }]
+                }]
+            }
+            let refused = refusal(publisher, request)
+            XCTAssertEqual(refused?.0, .invalidArgument, "\(characteristic)/\(descriptor)")
+            XCTAssertTrue(refused?.1.hasSuffix(characteristic == "2800" ? "characteristics[0].uuid" : "descriptors[0].uuid") == true, "\(String(describing: refused))")
+        }
+        _ = try publish("180F")
+        try connect()
+        var backwards = Request()
+        backwards.att.gattDiscover = .with { $0.connectionHandle = link; $0.startHandle = 10; $0.endHandle = 5 }
+        XCTAssertEqual(refusal(central, backwards)?.1, "start_handle")
+        var pastTheEnd = Request()
+        pastTheEnd.att.gattSubscribe = .with { $0.connectionHandle = link; $0.valueHandle = 0xFFFF_FFFF; $0.enable = true }
+        XCTAssertEqual(refusal(central, pastTheEnd)?.1, "value_handle")
+        XCTAssertEqual(try discover().services.map(\.uuid), ["1800", "1801", "180F"], "attd still serves")
+    }
+
     /// updateValue's contract: a full transmit queue refuses the notification (busy) and ReadyToUpdate follows.
     func testNotificationsAreRefusedWhenTheQueueIsFullThenReadyFollows() throws {
         let service = try publish("180F", notify: true)

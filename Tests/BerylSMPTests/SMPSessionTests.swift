@@ -100,6 +100,18 @@ final class SMPPairingTests: XCTestCase {
         XCTAssertEqual(bench.wire.filter { $0.bytes[0] == 0x03 }.count, 40, "20 rounds of confirms from each side")
     }
 
+    /// A responder that sends its confirm and random before the initiator's user has typed the passkey (and so
+    /// before the initiator committed) is out of turn: pairing fails with Unspecified Reason. It crashed attd.
+    func testAConfirmOutOfTurnInPasskeyEntryIsRefused() {
+        let bench = PairingBench(central: SecurityConfiguration(ioCapability: .keyboardOnly), peripheral: SecurityConfiguration(ioCapability: .displayOnly))
+        bench.start()
+        XCTAssertEqual(bench.prompts(central: true), [.enterPasskey])
+        let outputs = bench.central.receive([0x03] + [UInt8](repeating: 0x33, count: 16), at: .zero)
+            + bench.central.receive([0x04] + [UInt8](repeating: 0x44, count: 16), at: .zero)
+        XCTAssertEqual(outputs.first, .send([0x05, 0x08]), "\(outputs)")
+        XCTAssertFalse(bench.central.isPairing)
+    }
+
     /// SM/PER/SCPK/BI-03-C: a wrong passkey fails with Confirm Value Failed on both sides.
     func testWrongPasskeyFailsWithConfirmValueFailedOnBothSides() throws {
         let bench = PairingBench(central: SecurityConfiguration(ioCapability: .keyboardOnly), peripheral: SecurityConfiguration(ioCapability: .displayOnly))
