@@ -97,6 +97,8 @@ public final class HCIHost {
     }
 
     private var creditsExhaustedAt: Duration?
+    static let bringUpAttempts = 3
+    private var failedBringUps = 0
     private var hasQueuedCommands: Bool { !internalQueue.isEmpty || queues.values.contains { !$0.isEmpty } }
 
     public func tick(at time: Duration) {
@@ -448,11 +450,18 @@ public final class HCIHost {
             // A controller hands up ACL no longer than its own buffers, or one LE Data PDU's payload, 251 octets
             // (Core Vol 6 Part B §2.4), whichever is more.
             framer.maximumACLPayload = max(facts.aclMTU, 251)
+            failedBringUps = 0
             setState(.poweredOn)
             pumpCommands()
         case .failed(let state):
             self.bringUp = nil
             setState(state)
+            // A refusal may be real (no LE) or an answer garbled on the way (H4 has no checksum): bring-up is tried
+            // again a few times before the state stands.
+            guard failedBringUps < Self.bringUpAttempts - 1 else { return }
+            failedBringUps += 1
+            recoveryAt = now + commandTimeout
+            outputs.append(.log("bring-up failed; trying again in \(commandTimeout) (\(failedBringUps + 1) of \(Self.bringUpAttempts))"))
         }
     }
 

@@ -256,7 +256,7 @@ final class DemoWorld: @unchecked Sendable {
         launch["command"] = command
         manifest["launch"] = launch
         manifest["user"] = appUser
-        FileManager.default.createFile(atPath: doorlockLog, contents: nil)
+        _ = FileManager.default.createFile(atPath: doorlockLog, contents: nil)
         chmod(doorlockLog, 0o666)
         let file = root + "/apps/doorlock.json"
         try JSONSerialization.data(withJSONObject: manifest).write(to: URL(fileURLWithPath: file))

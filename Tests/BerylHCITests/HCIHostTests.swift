@@ -52,8 +52,32 @@ final class BringUpTests: XCTestCase {
     func testAVendorStepTheControllerRefusesMakesItUnsupported() {
         let harness = HostHarness(controllers: 1) { _ in HCIHost(vendorSteps: [VendorStep(opcode: 0xFC01, parameters: [], description: "unknown")]) }
         harness.startAll()
+        harness.run(for: .seconds(10))
         guard case .unsupported(let why) = harness.hosts[0].state else { return XCTFail("\(harness.hosts[0].state)") }
         XCTAssertTrue(why.contains("status 0x1"), why)
+        let refusals = harness.states[0].filter { if case .unsupported = $0 { true } else { false } }
+        XCTAssertEqual(refusals.count, HCIHost.bringUpAttempts, "tried again, in case the refusal was garbled, then it stands")
+        XCTAssertNil(harness.hosts[0].nextDeadline, "and no more tries")
+    }
+
+    /// A bring-up answer garbled by a corrupted stream (here: Read Local Supported Commands with a made-up status)
+    /// does not leave the controller unsupported for good: bring-up runs again and the controller comes on.
+    func testABringUpAnswerGarbledOnceIsTriedAgain() {
+        let harness = HostHarness(controllers: 1)
+        var garbled = false
+        harness.rewrite = { _, bytes in
+            // Command Complete (0x0E) for Read Local Supported Commands (0x1002): status 0x00 becomes 0xA5, once.
+            guard !garbled, bytes.count > 6, bytes[0] == 0x04, bytes[1] == 0x0E, bytes[4] == 0x02, bytes[5] == 0x10 else { return bytes }
+            garbled = true
+            var copy = bytes
+            copy[6] = 0xA5
+            return copy
+        }
+        harness.hosts[0].start(at: harness.now)
+        harness.run(until: { harness.hosts[0].state == .poweredOn }, timeout: .seconds(5))
+        XCTAssertTrue(garbled)
+        XCTAssertEqual(harness.hosts[0].state, .poweredOn)
+        XCTAssertTrue(harness.states[0].contains(.unsupported("readLocalSupportedCommands failed with status 0xa5")), "\(harness.states[0])")
     }
 }
 

@@ -17,6 +17,8 @@ final class HostHarness {
     var baudSwitches: [[Int]]
     /// Events a controller sends that its host never sees, as a corrupted stream loses them: (controller, event code).
     var lose: ((Int, UInt8) -> Bool)?
+    /// Rewrites a controller's H4 output on its way to the host, as corruption would: (controller, bytes) → bytes.
+    var rewrite: ((Int, [UInt8]) -> [UInt8])?
 
     init(controllers: Int = 2, config: SimConfig = SimConfig(), makeHost: (Int) -> HCIHost = { _ in HCIHost() }) {
         air = SimAir(controllerCount: controllers, seed: 3, config: config)
@@ -57,7 +59,8 @@ final class HostHarness {
 
     private func exchange() {
         for index in hosts.indices {
-            let bytes = withoutLostEvents(air.takeOutput(controller: index), from: index)
+            var bytes = withoutLostEvents(air.takeOutput(controller: index), from: index)
+            if let rewrite, !bytes.isEmpty { bytes = rewrite(index, bytes) }
             if !bytes.isEmpty { hosts[index].controllerBytes(bytes, at: now) }
             hosts[index].tick(at: now)
             route(index)
