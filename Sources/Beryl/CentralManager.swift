@@ -94,7 +94,7 @@ public final class CentralManager: Sendable, SessionBacked {
         set { session.delegate = newValue }
     }
 
-    public var state: ManagerState { session.state }
+    public var state: ManagerState { session.reportedState }
     public var isScanning: Bool { shared.withLock { $0.isScanning } }
 
     /// Receives API misuse that has no delegate callback (a scan before poweredOn, a write the characteristic does
@@ -112,7 +112,12 @@ public final class CentralManager: Sendable, SessionBacked {
     private func update(_ newState: ManagerState) {
         guard session.setState(newState) else { return }
         if newState != .poweredOn { shared.withLock { $0.isScanning = false } }
-        notify { $0.centralManagerDidUpdateState(self) }
+        // With no delegate there is no callback to keep in step with: the state is reported at once.
+        guard let delegate else { return session.report(newState) }
+        delegateQueue.async { [session] in
+            session.report(newState)
+            delegate.centralManagerDidUpdateState(self)
+        }
     }
 
     /// managerd is gone: resetting, every link lost as far as the app knows, until a new session says otherwise.

@@ -26,6 +26,7 @@ final class ManagerSession: Sendable {
     private let relay: EventRelay
     private struct State {
         var state: ManagerState = .unknown
+        var reportedState: ManagerState = .unknown
         var delegate = WeakBox<AnyObject & Sendable>()
         var pairingDelegate = WeakBox<AnyObject & Sendable>()
     }
@@ -86,6 +87,12 @@ final class ManagerSession: Sendable {
     }
 
     var state: ManagerState { shared.withLock { $0.state } }
+
+    /// The state as the app has been told it, set on the delegate queue just before each state callback (as Core
+    /// Bluetooth updates `state`): a callback reads the state it reports, so resetting then poweredOn in quick
+    /// succession is heard as both, not as poweredOn twice (which made apps add their services twice).
+    var reportedState: ManagerState { shared.withLock { $0.reportedState } }
+    func report(_ reported: ManagerState) { shared.withLock { $0.reportedState = reported } }
 
     /// Records a new state; true when it changed (and the delegate is to hear of it).
     func setState(_ newState: ManagerState) -> Bool {

@@ -210,7 +210,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
         get { session.delegate as? PeripheralManagerDelegate }
         set { session.delegate = newValue }
     }
-    public var state: ManagerState { session.state }
+    public var state: ManagerState { session.reportedState }
     public var isAdvertising: Bool { shared.withLock { $0.isAdvertising } }
 
     /// Receives API misuse that has no delegate callback (answering a request twice, updating a value of a
@@ -226,7 +226,13 @@ public final class PeripheralManager: Sendable, SessionBacked {
     }
 
     private func update(_ newState: ManagerState) {
-        if session.setState(newState) { notify { $0.peripheralManagerDidUpdateState(self) } }
+        guard session.setState(newState) else { return }
+        // With no delegate there is no callback to keep in step with: the state is reported at once.
+        guard let delegate else { return session.report(newState) }
+        delegateQueue.async { [session] in
+            session.report(newState)
+            delegate.peripheralManagerDidUpdateState(self)
+        }
     }
 
     // MARK: Services
@@ -379,7 +385,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
             if error != nil { shared.withLock { $0.isAdvertising = false } }
             notify { $0.peripheralManagerDidStartAdvertising(self, error: error) }
         case .readRequest(let read)?:
-            guard let characteristic = characteristic(at: read.handle) else { return }
+            guard let characteristic = characteristic(at: read.handle) else { return refuse(read.id, handle: read.handle) }
             let request = ATTRequest(central: central(read.central, Int(read.maximumUpdateLength)), characteristic: characteristic, offset: Int(read.offset),
                                      value: nil, id: read.id)
             notify { $0.peripheralManager(self, didReceiveRead: request) }
@@ -390,7 +396,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
                 return ATTRequest(central: central(write.central, Int(write.maximumUpdateLength)), characteristic: characteristic, offset: Int(part.offset),
                                   value: part.value, id: write.id, answered: batch)
             }
-            guard !requests.isEmpty else { return }
+            guard !requests.isEmpty else { return refuse(write.id, handle: write.writes.first?.handle ?? 0) }
             notify { $0.peripheralManager(self, didReceiveWrite: requests) }
         case .subscription(let change)?:
             guard let characteristic = characteristic(at: change.valueHandle) else { return }
@@ -403,6 +409,14 @@ public final class PeripheralManager: Sendable, SessionBacked {
         default:
             break
         }
+    }
+
+    /// A request for a handle this manager does not know (a service it no longer has) is answered Invalid Handle
+    /// here: unanswered, the central would wait out managerd's deadline for an answer that cannot come.
+    private func refuse(_ id: UInt64, handle: UInt32) {
+        guard id != 0 else { return }
+        misuse.report(.failed("request \(id) for handle \(handle), which no service of this manager has; answered Invalid Handle"))
+        channel.request(.manager { $0.respond = .with { $0.id = id; $0.error = UInt32(ATTError.invalidHandle.rawValue) } }) { _ in }
     }
 
     private func central(_ identifier: String, _ maximum: Int) -> Central {

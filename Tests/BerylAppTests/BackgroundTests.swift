@@ -147,7 +147,7 @@ final class BackgroundTests: TwoStacksTestCase {
         try launchStubbornSubscribedToAHeartRateMonitor()
 
         // From now on a launch is the stand-in. The app dies; the next notification relaunches it.
-        FileManager.default.createFile(atPath: standInMarker, contents: nil)
+        _ = FileManager.default.createFile(atPath: standInMarker, contents: nil)
         let pids = try XCTUnwrap(try app("com.example.stubborn")["pids"] as? [Int])
         for pid in pids { kill(Int32(pid), SIGKILL) }
         XCTAssertTrue(eventually(.seconds(20)) {

@@ -168,6 +168,36 @@ final class DelegateCallbackTests: TwoStacksTestCase {
         withExtendedLifetime((central, manager)) {}
     }
 
+    /// State changes that arrive while the app's queue is busy are each heard with the state they report (Core
+    /// Bluetooth sets `state` just before the callback): resetting then poweredOn, never poweredOn twice, which made a
+    /// peripheral app add its services twice after a controller reset.
+    func testStateChangesQueuedBehindABusyDelegateAreHeardInTurn() throws {
+        let app = GuidePeripheral()
+        let queue = DispatchQueue(label: "peripheral")
+        let manager = try PeripheralManager(delegate: app, queue: queue, socketPath: socket(1))
+        XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
+        let before = app.recorder.all.count
+        let released = DispatchSemaphore(value: 0)
+        queue.async { released.wait() }
+        let run = "\(scratch.root)/run1"
+        let hcid = try XCTUnwrap(scratch.pid(of: "hcid1"))
+        kill(hcid, SIGKILL)
+        _ = Spawn.reap(hcid)
+        usleep(1_000_000)  // managerd hears hcid go at once, and tells the app
+        try? FileManager.default.removeItem(atPath: run + "/hcid.sock")
+        try scratch.start("hcid1-again", [Executables.path("hcid"), "--runtime-dir", run, "--state-dir", "\(scratch.root)/state1",
+                                          "--transport", "unix:\(scratch.root)/sim/controller-1.sock"], socket: run + "/hcid.sock")
+        XCTAssertTrue(eventually { StackProbe.controllerInfo(at: run + "/hcid.sock")?.state == .poweredOn })
+        usleep(1_500_000)  // managerd reconnects to hcid and tells the app poweredOn, while its queue is still busy
+        XCTAssertEqual(manager.state, .poweredOn, "still the state last reported: the app has not heard of the drop yet")
+        released.signal()
+        XCTAssertTrue(eventually { app.recorder.all.count > before + 1 && app.recorder.all.last == "state poweredOn" }, "\(app.recorder.all)")
+        let heard = Array(app.recorder.all[before...])
+        XCTAssertTrue(heard.first != "state poweredOn", "the drop is heard as what it was: \(heard)")
+        XCTAssertFalse(zip(heard, heard.dropFirst()).contains { $0 == $1 }, "each callback reports a change: \(heard)")
+        withExtendedLifetime(manager) {}
+    }
+
     /// didFailToConnect: a connection the stack cannot attempt (its controller is not on) fails at once, typed.
     func testAConnectionThatCannotBeAttemptedFails() throws {
         let lonely = scratch.root + "/lonely"

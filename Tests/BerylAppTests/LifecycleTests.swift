@@ -73,7 +73,7 @@ final class LifecycleTests: TwoStacksTestCase {
 
         // While the central app is suspended its peripheral app refuses dynamic reads... (the publisher is suspended too)
         let alerts = scratch.root + "/alerts.out"
-        FileManager.default.createFile(atPath: alerts, contents: nil)
+        _ = FileManager.default.createFile(atPath: alerts, contents: nil)
         let watcher = Process()
         watcher.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
         watcher.arguments = ["alerts", "--count", "1", "--runtime-dir", "\(scratch.root)/run0"]
