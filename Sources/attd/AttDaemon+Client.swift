@@ -62,19 +62,7 @@ extension AttDaemon {
             waiters.removeValue(forKey: WaiterKey(link: link.handle, id: id))?(.failure(.unlikelyError))
             sendCommand(HCICommands.disconnect(handle: link.handle))
         case .indication(let handle, let value) where handle == peerServiceChanged[link.handle] && ServiceChangedValue.decode(value) != nil:
-            let range = ServiceChangedValue.decode(value)!
-            host.logger.info("link 0x\(String(link.handle, radix: 16)): peer's services changed in \(range); re-discovering")
-            let scope = DiscoveryScope(range: range)
-            discover(scope, on: link) { [unowned self] result in
-                var event = Event()
-                event.att.gattServiceChanged = .with {
-                    $0.connectionHandle = UInt32(link.handle)
-                    $0.startHandle = UInt32(range.lowerBound)
-                    $0.endHandle = UInt32(range.upperBound)
-                    if case .success(let database) = result { $0.database = database }
-                }
-                self.host.server?.broadcast(event)
-            }
+            rediscover(ServiceChangedValue.decode(value)!, on: link)
         case .notification(let handle, let value), .indication(let handle, let value):
             var event = Event()
             event.att.gattNotification = .with {
@@ -88,6 +76,29 @@ extension AttDaemon {
             host.logger.debug(message)
         case .send:
             break
+        }
+    }
+
+    /// Re-discovers a range the peer says changed and tells the clients; a change indicated meanwhile waits, merged
+    /// with any others, for the one running to end.
+    private func rediscover(_ range: ClosedRange<UInt16>, on link: LinkSession) {
+        if let running = rediscovering[link.handle] {
+            rediscovering[link.handle] = running.map { min($0.lowerBound, range.lowerBound)...max($0.upperBound, range.upperBound) } ?? range
+            return
+        }
+        rediscovering[link.handle] = .some(nil)
+        host.logger.info("link 0x\(String(link.handle, radix: 16)): peer's services changed in \(range); re-discovering")
+        discover(DiscoveryScope(range: range), on: link) { [unowned self] result in
+            var event = Event()
+            event.att.gattServiceChanged = .with {
+                $0.connectionHandle = UInt32(link.handle)
+                $0.startHandle = UInt32(range.lowerBound)
+                $0.endHandle = UInt32(range.upperBound)
+                if case .success(let database) = result { $0.database = database }
+            }
+            self.host.server?.broadcast(event)
+            guard self.links[link.handle] === link, let waiting = self.rediscovering.removeValue(forKey: link.handle) else { return }
+            if let next = waiting { self.rediscover(next, on: link) }
         }
     }
 

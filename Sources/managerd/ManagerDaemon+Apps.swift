@@ -576,9 +576,10 @@ extension ManagerDaemon {
         let running = LaunchedApps.load(from: launchedAppsPath).stillRunning()
         for entry in running where catalog.apps[entry.app] != nil {
             var runtime = apps[entry.app, default: AppRuntime()]
+            // Only the pid is taken: the app's lifecycle state went with the old managerd, and is what it was for an
+            // app that reconnects (foreground, until it or `beryl app state` says otherwise).
             runtime.launchedPID = entry.pid
             runtime.adopted = true
-            runtime.state = .background
             apps[entry.app] = runtime
             host.logger.info("\(entry.app) (pid \(entry.pid)), launched before this managerd started, is still running")
         }

@@ -191,6 +191,8 @@ final class RestorationTests: TwoStacksTestCase {
         XCTAssertTrue(eventually { self.log(of: thermostat).contains("state resetting") }, log(of: thermostat))
         XCTAssertTrue(eventually { (try? self.app(thermostat)["pids"] as? [Int]) == [Int(appPID)] })
         XCTAssertTrue(ProcessStats.isAlive(pid: appPID), "a crash ends no app")
+        XCTAssertEqual(try app(thermostat)["state"] as? String, "foreground",
+                       "as any app that reconnects: taken as launched is not taken as woken (it would be suspended at its wake budget)")
 
         let stopped = try XCTUnwrap(scratch.pid(of: "managerd0-1"))
         kill(stopped, SIGTERM)

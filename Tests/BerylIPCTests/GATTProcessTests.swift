@@ -86,6 +86,31 @@ final class GATTProcessTests: XCTestCase {
         XCTAssertEqual(changed?.database.services.first?.characteristics.first?.uuid, "2A19")
     }
 
+    /// Service Changed indicated again while the central's attd is still re-discovering is merged into one more
+    /// re-discovery, not queued once per indication: five services published back to back reach the clients in fewer
+    /// events, and every one of them is in what they hear.
+    func testServiceChangesDuringARediscoveryAreMerged() throws {
+        _ = try publish("180F")
+        try connect()
+        _ = try discover()
+        usleep(300_000)  // the Service Changed CCCD write follows discovery
+        _ = central.takeEvents()
+        var added: [String] = []
+        for uuid in ["181A", "181B", "181C", "181D", "181E"] {
+            added.append(String(try publish(uuid).startHandle))
+        }
+        var heard: [Beryl_Ipc_V1_GattServiceChanged] = []
+        _ = eventually(.seconds(15)) {
+            while let envelope = try? self.central.receive(timeout: .milliseconds(50)) {
+                if case .gattServiceChanged(let event)? = envelope.event.att.kind { heard.append(event) }
+            }
+            return Set(heard.flatMap { $0.database.services.map(\.uuid) }).isSuperset(of: ["181A", "181B", "181C", "181D", "181E"])
+        }
+        XCTAssertEqual(Set(heard.flatMap { $0.database.services.map(\.uuid) }).intersection(["181A", "181B", "181C", "181D", "181E"]).count, 5,
+                       "\(heard.map { "\($0.startHandle)-\($0.endHandle)" }) for services at \(added)")
+        XCTAssertLessThan(heard.count, 5, "one re-discovery at a time, the changes meanwhile merged")
+    }
+
     /// Filtered discovery and the read procedures through the socket: by service UUID, Read Multiple, Read By Type.
     func testFilteredDiscoveryReadMultipleAndReadByType() throws {
         let battery = try publish("180F")
