@@ -29,6 +29,9 @@ final class PreservedManager {
     /// Its record keeps these meanwhile, so an app killed before it adds them again, or a managerd killed with it,
     /// still has its services and advertising back on restoration.
     var unrepublished: (services: [Beryl_Ipc_V1_PreservedService], advertiser: ManagerDaemon.Advertiser?)?
+    /// Counts the app's Remove All Services: a publication managerd started for the manager before one lands after
+    /// it (an app back from a managerd restart clears, then adds its own), and is withdrawn rather than kept twice.
+    var publicationEpoch = 0
 
     init(appID: String, restoreID: String, role: PreservedRecord.Role, session: UInt64, live: Bool) {
         self.appID = appID
@@ -426,6 +429,8 @@ extension ManagerDaemon {
         let work = pendingRepublish
         pendingRepublish.removeAll()
         for (key, specs) in work {
+            let preserved = preservedManagers.first { $0.session == key.session }
+            let epoch = preserved?.publicationEpoch
             for preservedService in specs {
                 var request = Request()
                 request.att.publishService.service = preservedService.spec
@@ -436,12 +441,23 @@ extension ManagerDaemon {
                     }
                     let published = response.att.servicePublished
                     let range = UInt16(published.startHandle)...UInt16(published.endHandle)
-                    self.services.append(PublishedService(range: range, owner: key))
-                    self.serviceSpecs[range.lowerBound] = .with { $0.spec = preservedService.spec; $0.published = published }
-                    if let preserved = self.preservedManagers.first(where: { $0.session == key.session }) {
-                        if self.services.filter({ $0.owner == key }).count >= specs.count { preserved.unrepublished = nil }
-                        self.persist(preserved)
+                    guard let preserved else {
+                        self.services.append(PublishedService(range: range, owner: key))
+                        self.serviceSpecs[range.lowerBound] = .with { $0.spec = preservedService.spec; $0.published = published }
+                        return
                     }
+                    // Meanwhile the manager may have been discarded, or its app come back and cleared its services.
+                    guard self.preservedManagers.contains(where: { $0 === preserved }), preserved.publicationEpoch == epoch else {
+                        self.host.logger.info("\(preserved.appID)'s service \(preservedService.spec.uuid), published again for it, is withdrawn: the app cleared its services meanwhile")
+                        self.unpublish(range.lowerBound)
+                        return
+                    }
+                    // The app may be back (restored) by now: the service is its session's, not the placeholder's.
+                    let owner = ManagerKey(session: preserved.session, manager: key.manager)
+                    self.services.append(PublishedService(range: range, owner: owner))
+                    self.serviceSpecs[range.lowerBound] = .with { $0.spec = preservedService.spec; $0.published = published }
+                    if self.services.filter({ $0.owner == owner }).count >= specs.count { preserved.unrepublished = nil }
+                    self.persist(preserved)
                 }
             }
         }

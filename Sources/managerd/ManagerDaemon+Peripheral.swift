@@ -46,6 +46,7 @@ extension ManagerDaemon {
             incoming.respond(.with { $0.ack = .init() })
         case .removeAllServices(let remove):
             let key = ManagerKey(session: session, manager: remove.manager)
+            preservedManagers.first { $0.session == session }?.publicationEpoch += 1
             for service in services where service.owner == key { unpublish(service.range.lowerBound) }
             services.removeAll { $0.owner == key }
             persistIfPreserved(session)
