@@ -42,7 +42,9 @@ public final class ATTClient {
         now = max(now, time)
         guard isUsable else { return [.log("PDU after the transaction timeout ignored")] }
         guard case .success(let pdu) = ATTPDU.decode(bytes) else {
-            if let opcode = bytes.first.flatMap(ATTOpcode.init(rawValue:)), opcode.isResponse { return answerWithInvalidPDU("a malformed \(opcode)") }
+            if let outstanding, let opcode = bytes.first, opcode == outstanding.request.opcode.rawValue + 1 || opcode == ATTOpcode.errorResponse.rawValue {
+                return answerWithInvalidPDU("a malformed \(ATTOpcode(rawValue: opcode).map { "\($0)" } ?? "response")")
+            }
             return [.log("malformed PDU from the server dropped")]
         }
         switch pdu {
@@ -51,8 +53,7 @@ public final class ATTClient {
         case .handleValueIndication(let handle, let value):
             return [.indication(handle: handle, value: value), .send(ATTPDU.handleValueConfirmation.encoded)]
         default:
-            guard let outstanding else { return [.log("\(pdu.opcode) answers no outstanding request; dropped")] }
-            guard answers(pdu, outstanding.request) else { return answerWithInvalidPDU("\(pdu.opcode)") }
+            guard let outstanding, answers(pdu, outstanding.request) else { return [.log("\(pdu.opcode) answers no outstanding request; dropped")] }
             self.outstanding = nil
             if case .exchangeMTUResponse(let serverMTU) = pdu, case .exchangeMTURequest(let clientMTU) = outstanding.request {
                 mtu = max(23, min(serverMTU, clientMTU))
@@ -61,9 +62,10 @@ public final class ATTClient {
         }
     }
 
-    /// A server sends one response per request and nothing else between (Core Vol 3 Part F §3.3.2), so a response
-    /// that cannot be this request's answer is that answer garbled (a rogue server, or bytes corrupted on the way).
-    /// The request fails now with Invalid PDU; waiting would only end the bearer at the 30 s timeout.
+    /// The outstanding request's response (its opcode, or an Error Response) that does not decode is that answer
+    /// garbled (a rogue server, or bytes corrupted on the way): the request fails now with Invalid PDU, where waiting
+    /// would only end the bearer at the 30 s timeout (Core Vol 3 Part F §3.3.3). A well-formed PDU of another opcode
+    /// is dropped instead: it may be a notification garbled into a response, and the real answer may still come.
     private func answerWithInvalidPDU(_ what: String) -> [ATTClientOutput] {
         guard let outstanding else { return [.log("\(what) answers no outstanding request; dropped")] }
         self.outstanding = nil

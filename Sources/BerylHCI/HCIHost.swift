@@ -70,6 +70,7 @@ public final class HCIHost {
         now = time
         framer.reset()
         partialPacketSince = nil
+        recoveryAt = nil
         failEverything(reason: "controller is being reset")
         acl.reset()
         attAnswers.reset()
@@ -455,13 +456,16 @@ public final class HCIHost {
             pumpCommands()
         case .failed(let state):
             self.bringUp = nil
-            setState(state)
             // A refusal may be real (no LE) or an answer garbled on the way (H4 has no checksum): bring-up is tried
-            // again a few times before the state stands.
-            guard failedBringUps < Self.bringUpAttempts - 1 else { return }
+            // again a few times, still resetting as far as clients know, before the state stands.
+            guard failedBringUps < Self.bringUpAttempts - 1 else {
+                failedBringUps = 0
+                setState(state)
+                return
+            }
             failedBringUps += 1
             recoveryAt = now + commandTimeout
-            outputs.append(.log("bring-up failed; trying again in \(commandTimeout) (\(failedBringUps + 1) of \(Self.bringUpAttempts))"))
+            outputs.append(.log("bring-up failed (\(state)); trying again in \(commandTimeout) (\(failedBringUps + 1) of \(Self.bringUpAttempts))"))
         }
     }
 

@@ -199,6 +199,10 @@ extension AttDaemon {
                 incoming.fail(.invalidArgument, "value_handle must be a handle below 0xFFFF when cccd_handle is not given", field: "value_handle")
                 return true
             }
+            guard subscribe.cccdHandle <= 0xFFFF else {
+                incoming.fail(.invalidArgument, "cccd_handle is not a handle", field: "cccd_handle")
+                return true
+            }
             let cccd = subscribe.cccdHandle != 0 ? subscribe.cccdHandle : subscribe.valueHandle + 1
             runProcedure(on: link, GATTStep<Bool>.request(.writeRequest(handle: UInt16(truncatingIfNeeded: cccd), value: [bits, 0])), { response -> GATTStep<Bool> in
                 if case .errorResponse(_, _, let error) = response { return .failed(error) }
@@ -357,7 +361,7 @@ extension AttDaemon {
                     info.descriptors = found.map { descriptor in .with { $0.uuid = descriptor.uuid.description; $0.handle = UInt32(descriptor.handle) } }
                 }
                 // A bearer past its timeout fails every request at once: nothing more is asked of it.
-                guard link.client.isUsable else { return completion(before + [info]) }
+                guard link.client.isUsable, self.links[link.handle] === link else { return completion(before + [info]) }
                 self.describeDescriptors(characteristics, index: index + 1, serviceEnd: serviceEnd, wanted: wanted, on: link,
                                          collected: before + [info], completion: completion)
             }

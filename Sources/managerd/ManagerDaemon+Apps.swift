@@ -194,6 +194,7 @@ extension ManagerDaemon {
         }
         for (id, open) in openRequests where open.owner.session == old { openRequests[id] = (ManagerKey(session: new, manager: open.owner.manager), open.isRead) }
         if notifyRefused.remove(old) != nil { notifyRefused.insert(new) }
+        for index in pendingRepublish.indices where pendingRepublish[index].0.session == old { pendingRepublish[index].0.session = new }
     }
 
     /// A user quit (or the app invalidated the manager): the preserved work is discarded.

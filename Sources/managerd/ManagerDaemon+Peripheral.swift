@@ -46,7 +46,9 @@ extension ManagerDaemon {
             incoming.respond(.with { $0.ack = .init() })
         case .removeAllServices(let remove):
             let key = ManagerKey(session: session, manager: remove.manager)
+            // The app adds its own now: what managerd was to publish again for it, or has under way, is not wanted.
             preservedManagers.first { $0.session == session }?.publicationEpoch += 1
+            pendingRepublish.removeAll { $0.0.session == session }
             for service in services where service.owner == key { unpublish(service.range.lowerBound) }
             services.removeAll { $0.owner == key }
             persistIfPreserved(session)

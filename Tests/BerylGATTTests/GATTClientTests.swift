@@ -198,21 +198,24 @@ final class ATTClientBearerTests: XCTestCase {
         XCTAssertEqual(late.outputs, [.timedOut(id: late.id)])
     }
 
-    /// The one response a request gets, garbled (wrong opcode, or undecodable): the request fails now with Invalid
-    /// PDU and the next one goes, instead of the bearer ending at the 30 s timeout. With nothing outstanding it is dropped.
+    /// The outstanding request's response, garbled past decoding (its opcode, or an Error Response): the request fails
+    /// now with Invalid PDU and the next one goes, instead of the bearer ending at the 30 s timeout. A well-formed PDU
+    /// of another opcode (perhaps a notification garbled into a response) is dropped, and the real answer still counts.
     func testAGarbledResponseFailsItsRequestAndTheBearerGoesOn() {
         let client = ATTClient()
-        let read = client.submit(.readRequest(handle: 1), at: .zero)
+        let byType = client.submit(.readByTypeRequest(start: 1, end: 0xFFFF, type: BluetoothUUID(0x2803)), at: .zero)
+        let read = client.submit(.readRequest(handle: 3), at: .zero)
         let write = client.submit(.writeRequest(handle: 2, value: [1]), at: .zero)
-        let third = client.submit(.readRequest(handle: 3), at: .zero)
-        XCTAssertEqual(client.receive([0x13], at: .seconds(1)),
-                       [.log("writeResponse cannot answer readRequest; failing it"), .response(id: read.id, .errorResponse(request: 0x0A, handle: 0, error: .invalidPDU)),
-                        .send([0x12, 2, 0, 1])])
-        XCTAssertEqual(client.receive([0x09, 0x07, 0x01], at: .seconds(1)).dropFirst(),
-                       [.response(id: write.id, .errorResponse(request: 0x12, handle: 0, error: .invalidPDU)), .send([0x0A, 3, 0])],
+        XCTAssertEqual(client.receive([0x09, 0x07, 0x01], at: .seconds(1)),
+                       [.log("a malformed readByTypeResponse cannot answer readByTypeRequest; failing it"),
+                        .response(id: byType.id, .errorResponse(request: 0x08, handle: 0, error: .invalidPDU)), .send([0x0A, 3, 0])],
                        "a Read By Type Response too short to decode")
-        XCTAssertEqual(client.receive([0x0B, 7], at: .seconds(2)), [.response(id: third.id, .readResponse([7]))])
-        XCTAssertEqual(client.receive([0x13], at: .seconds(2)), [.log("writeResponse answers no outstanding request; dropped")])
+        XCTAssertEqual(client.receive([0x13], at: .seconds(1)), [.log("writeResponse answers no outstanding request; dropped")],
+                       "a Write Response cannot be the read's answer: dropped, and the read still waits")
+        XCTAssertEqual(client.receive([0x0B, 7], at: .seconds(2)), [.response(id: read.id, .readResponse([7])), .send([0x12, 2, 0, 1])])
+        XCTAssertEqual(client.receive([0x01, 0x12], at: .seconds(2)),
+                       [.log("a malformed errorResponse cannot answer writeRequest; failing it"),
+                        .response(id: write.id, .errorResponse(request: 0x12, handle: 0, error: .invalidPDU))])
         XCTAssertTrue(client.isUsable)
     }
 

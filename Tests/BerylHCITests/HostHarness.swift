@@ -15,6 +15,7 @@ final class HostHarness {
     var states: [[ControllerState]]
     var maxInFlight: [Int]
     var baudSwitches: [[Int]]
+    var logs: [[String]]
     /// Events a controller sends that its host never sees, as a corrupted stream loses them: (controller, event code).
     var lose: ((Int, UInt8) -> Bool)?
     /// Rewrites a controller's H4 output on its way to the host, as corruption would: (controller, bytes) → bytes.
@@ -30,6 +31,7 @@ final class HostHarness {
         states = Array(repeating: [], count: controllers)
         maxInFlight = Array(repeating: 0, count: controllers)
         baudSwitches = Array(repeating: [], count: controllers)
+        logs = Array(repeating: [], count: controllers)
     }
 
     func startAll() {
@@ -51,7 +53,7 @@ final class HostHarness {
             case .aclReceived(let packet): acl[index].append(packet)
             case .stateChanged(let state): states[index].append(state)
             case .switchTransportBaud(let baud): baudSwitches[index].append(baud)
-            case .log: break
+            case .log(let line): logs[index].append(line)
             }
         }
         maxInFlight[index] = max(maxInFlight[index], host.aclInFlight)
