@@ -131,9 +131,6 @@ final class HcidDaemon {
         if let fd { close(fd) }
         fd = nil
         outbound.removeAll()
-        timer?.cancel()
-        timer = nil
-        timerDeadline = nil
     }
 
     private func readController() {
@@ -218,9 +215,8 @@ final class HcidDaemon {
                 host.logger.info(message)
             }
         }
-        // Re-arm only when the deadline moves: each re-arm is a timerfd system call, and drain runs per packet. With no
-        // transport there is nothing to time: the core starts again when it reopens.
-        let deadline = fd == nil ? nil : core.nextDeadline
+        // Re-arm only when the deadline moves: each re-arm is a timerfd system call, and drain runs per packet.
+        let deadline = core.nextDeadline
         guard deadline != timerDeadline || timer?.isActive != true else { return }
         timer?.cancel()
         timer = nil
