@@ -110,14 +110,8 @@ public final class CentralManager: Sendable, SessionBacked {
     }
 
     private func update(_ newState: ManagerState) {
-        guard session.setState(newState) else { return }
         if newState != .poweredOn { shared.withLock { $0.isScanning = false } }
-        // With no delegate there is no callback to keep in step with: the state is reported at once.
-        guard let delegate else { return session.report(newState) }
-        delegateQueue.async { [session] in
-            session.report(newState)
-            delegate.centralManagerDidUpdateState(self)
-        }
+        session.changeState(newState) { ($0 as? CentralManagerDelegate)?.centralManagerDidUpdateState(self) }
     }
 
     /// managerd is gone: resetting, every link lost as far as the app knows, until a new session says otherwise.

@@ -86,21 +86,27 @@ final class ManagerSession: Sendable {
         }
     }
 
-    var state: ManagerState { shared.withLock { $0.state } }
-
-    /// The state as the app has been told it, set on the delegate queue just before each state callback (as Core
-    /// Bluetooth updates `state`): a callback reads the state it reports, so resetting then poweredOn in quick
-    /// succession is heard as both, not as poweredOn twice (which made apps add their services twice).
+    /// The state as the app has been told it.
     var reportedState: ManagerState { shared.withLock { $0.reportedState } }
-    func report(_ reported: ManagerState) { shared.withLock { $0.reportedState = reported } }
 
-    /// Records a new state; true when it changed (and the delegate is to hear of it).
-    func setState(_ newState: ManagerState) -> Bool {
-        shared.withLock { state in
+    /// Records a new state and, when it changed, tells the delegate through `callback`. The state the app reads
+    /// changes on the delegate queue just before the callback (as Core Bluetooth's does), so a callback reads the
+    /// state it reports: resetting then poweredOn behind a busy queue is heard as both, not as poweredOn twice (which
+    /// made apps add their services twice). With no delegate there is no callback to keep in step with.
+    func changeState(_ newState: ManagerState, callback: @escaping @Sendable (AnyObject & Sendable) -> Void) {
+        let changed = shared.withLock { state in
             defer { state.state = newState }
             return state.state != newState
         }
+        guard changed else { return }
+        guard let delegate else { return report(newState) }
+        delegateQueue.async { [self] in
+            report(newState)
+            callback(delegate)
+        }
     }
+
+    private func report(_ reported: ManagerState) { shared.withLock { $0.reportedState = reported } }
 
     var delegate: (AnyObject & Sendable)? {
         get { shared.withLock { $0.delegate.value } }

@@ -226,13 +226,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
     }
 
     private func update(_ newState: ManagerState) {
-        guard session.setState(newState) else { return }
-        // With no delegate there is no callback to keep in step with: the state is reported at once.
-        guard let delegate else { return session.report(newState) }
-        delegateQueue.async { [session] in
-            session.report(newState)
-            delegate.peripheralManagerDidUpdateState(self)
-        }
+        session.changeState(newState) { ($0 as? PeripheralManagerDelegate)?.peripheralManagerDidUpdateState(self) }
     }
 
     // MARK: Services

@@ -17,7 +17,8 @@ public final class ATTClient {
     public static let transactionTimeout: Duration = .seconds(30)
     public private(set) var mtu: UInt16 = 23
     public private(set) var isUsable = true
-    private var outstanding: (id: UInt64, request: ATTPDU, sentAt: Duration)?
+    private typealias Outstanding = (id: UInt64, request: ATTPDU, sentAt: Duration)
+    private var outstanding: Outstanding?
     private var queue: [(id: UInt64, request: ATTPDU)] = []
     private var nextID: UInt64 = 1
     private var now: Duration = .zero
@@ -42,8 +43,8 @@ public final class ATTClient {
         now = max(now, time)
         guard isUsable else { return [.log("PDU after the transaction timeout ignored")] }
         guard case .success(let pdu) = ATTPDU.decode(bytes) else {
-            if let outstanding, let opcode = bytes.first, opcode == outstanding.request.opcode.rawValue + 1 || opcode == ATTOpcode.errorResponse.rawValue {
-                return answerWithInvalidPDU("a malformed \(ATTOpcode(rawValue: opcode).map { "\($0)" } ?? "response")")
+            if let outstanding, let opcode = bytes.first, mayAnswer(opcode, outstanding.request) {
+                return fail(outstanding, garbled: "a malformed \(ATTOpcode(rawValue: opcode).map { "\($0)" } ?? "response")")
             }
             return [.log("malformed PDU from the server dropped")]
         }
@@ -66,8 +67,7 @@ public final class ATTClient {
     /// garbled (a rogue server, or bytes corrupted on the way): the request fails now with Invalid PDU, where waiting
     /// would only end the bearer at the 30 s timeout (Core Vol 3 Part F §3.3.3). A well-formed PDU of another opcode
     /// is dropped instead: it may be a notification garbled into a response, and the real answer may still come.
-    private func answerWithInvalidPDU(_ what: String) -> [ATTClientOutput] {
-        guard let outstanding else { return [.log("\(what) answers no outstanding request; dropped")] }
+    private func fail(_ outstanding: Outstanding, garbled what: String) -> [ATTClientOutput] {
         self.outstanding = nil
         let failed = ATTPDU.errorResponse(request: outstanding.request.opcode.rawValue, handle: 0, error: .invalidPDU)
         return [.log("\(what) cannot answer \(outstanding.request.opcode); failing it"), .response(id: outstanding.id, failed)] + pump()
@@ -99,6 +99,11 @@ public final class ATTClient {
     /// A response answers the request whose opcode is one less, or is an Error Response naming it.
     private func answers(_ response: ATTPDU, _ request: ATTPDU) -> Bool {
         if case .errorResponse(let opcode, _, _) = response { return opcode == request.opcode.rawValue }
-        return response.opcode.rawValue == request.opcode.rawValue + 1
+        return mayAnswer(response.opcode.rawValue, request)
+    }
+
+    /// The opcodes an answer to `request` can have: its response's, one more than its own, or Error Response's.
+    private func mayAnswer(_ opcode: UInt8, _ request: ATTPDU) -> Bool {
+        opcode == ATTOpcode.errorResponse.rawValue || opcode == request.opcode.rawValue + 1
     }
 }

@@ -102,9 +102,6 @@ public enum ATTOpcode: UInt8, Sendable {
         }
     }
 
-    /// What answers a request: a response or an Error Response.
-    public var isResponse: Bool { isSentByServer && self != .handleValueNotification && self != .handleValueIndication }
-
     /// Requests expect exactly one response; commands, notifications and confirmations do not (§3.3).
     public var isRequest: Bool {
         switch self {

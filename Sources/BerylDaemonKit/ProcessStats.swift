@@ -17,30 +17,29 @@ public enum ProcessStats {
     }
 
     public static func isAlive(pid: Int32) -> Bool {
-        guard pid > 0, kill(pid, 0) == 0 || errno == EPERM else { return false }
+        guard pid > 0, kill(pid, 0) == 0 || errno == EPERM, let state = statFields(pid: pid)?.first else { return false }
         // A zombie is dead for every purpose here.
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return false }
-        let state = stat[stat.index(close, offsetBy: 2)...].first
         return state != "Z" && state != "X"
     }
 
     /// When the process started, in clock ticks since boot: with the pid, names one process even after pids wrap.
     public static func startTicks(pid: Int32) -> UInt64? {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return nil }
-        let fields = stat[stat.index(close, offsetBy: 2)...].split(separator: " ")
-        return fields.count > 19 ? UInt64(fields[19]) : nil
+        statFields(pid: pid).flatMap { $0.count > 19 ? UInt64($0[19]) : nil }
     }
 
     /// User plus system CPU time consumed so far.
     public static func cpuTime(pid: Int32) -> Duration? {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return nil }
-        let fields = stat[stat.index(close, offsetBy: 2)...].split(separator: " ")
-        guard fields.count > 13, let user = Int64(fields[11]), let system = Int64(fields[12]) else { return nil }
+        guard let fields = statFields(pid: pid), fields.count > 13, let user = Int64(fields[11]), let system = Int64(fields[12]) else { return nil }
         let ticks = Int64(sysconf(Int32(_SC_CLK_TCK)))
         return .milliseconds((user + system) * 1000 / max(ticks, 1))
+    }
+
+    /// /proc/PID/stat's fields from the state on (field 3, at index 0; proc(5)): what comes before is the command name,
+    /// in parentheses, which may itself hold spaces and parentheses.
+    private static func statFields(pid: Int32) -> [Substring]? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")"), stat.index(close, offsetBy: 2, limitedBy: stat.endIndex) != nil else { return nil }
+        return stat[stat.index(close, offsetBy: 2)...].split(separator: " ")
     }
 
     private static func field(_ name: String, in path: String) -> UInt64? {

@@ -8,6 +8,9 @@ public enum GATTType {
     public static let secondaryService = BluetoothUUID(0x2801)
     public static let include = BluetoothUUID(0x2802)
     public static let characteristic = BluetoothUUID(0x2803)
+    /// Service, include and characteristic declarations give a database its structure (Core Vol 3 Part G §3): no
+    /// characteristic or descriptor may take one of these types, or clients would read it as structure.
+    public static let declarations: Set<BluetoothUUID> = [primaryService, secondaryService, include, characteristic]
     public static let extendedProperties = BluetoothUUID(0x2900)
     public static let userDescription = BluetoothUUID(0x2901)
     public static let clientConfiguration = BluetoothUUID(0x2902)

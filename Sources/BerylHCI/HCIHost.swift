@@ -106,9 +106,7 @@ public final class HCIHost {
         now = max(now, time)
         releaseParkedDisconnects()
         if let since = partialPacketSince, now - since >= partialPacketLimit {
-            outputs.append(.log("H4 stream out of step (\(framer.bufferedByteCount) bytes of a packet unfinished for \(partialPacketLimit)); resetting the controller"))
-            start(at: now)
-            return
+            return resynchronise(because: "\(framer.bufferedByteCount) bytes of a packet unfinished for \(partialPacketLimit)")
         }
         if let recoveryAt, now >= recoveryAt {
             self.recoveryAt = nil
@@ -244,25 +242,20 @@ public final class HCIHost {
 
     public func controllerBytes(_ bytes: [UInt8], at time: Duration) {
         now = max(now, time)
-        var desynchronised = false
+        // The first sign the stream is out of step; nothing after it is trusted.
+        var outOfStep: String?
         let items = framer.feed(bytes)
         for item in items {
             switch item {
             case .invalidIndicator(let byte):
-                if !desynchronised {
-                    outputs.append(.log("H4 stream out of step (byte 0x\(String(byte, radix: 16)) where a packet type belongs); resetting the controller"))
-                }
-                desynchronised = true
+                outOfStep = outOfStep ?? "byte 0x\(String(byte, radix: 16)) where a packet type belongs"
             case .implausibleLength(let type, let length):
-                if !desynchronised {
-                    outputs.append(.log("H4 stream out of step (\(type) packet of \(length) bytes, more than the controller sends); resetting the controller"))
-                }
-                desynchronised = true
+                outOfStep = outOfStep ?? "\(type) packet of \(length) bytes, more than the controller sends"
             case .packet(.event(let event)):
-                guard !desynchronised else { continue }
+                guard outOfStep == nil else { continue }
                 handle(event)
             case .packet(.acl(let packet)):
-                guard !desynchronised else { continue }
+                guard outOfStep == nil else { continue }
                 if acl.isOpen(packet.handle) {
                     attAnswers.received(packet)
                     outputs.append(.aclReceived(packet))
@@ -273,10 +266,15 @@ public final class HCIHost {
                 continue
             }
         }
-        // A corrupted stream cannot be trusted byte by byte (a flipped length swallows packets, a flipped
-        // count invents credits), so the controller is reset and brought up again.
-        if desynchronised { start(at: now); return }
+        if let outOfStep { return resynchronise(because: outOfStep) }
         notePartialPacket(progressed: !items.isEmpty)
+    }
+
+    /// A corrupted stream cannot be trusted byte by byte (a flipped length swallows packets, a flipped count invents
+    /// credits), so the controller is reset and brought up again.
+    private func resynchronise(because why: String) {
+        outputs.append(.log("H4 stream out of step (\(why)); resetting the controller"))
+        start(at: now)
     }
 
     /// A controller writes each packet whole, so one left half-read for `partialPacketLimit` had a length

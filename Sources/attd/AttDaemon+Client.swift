@@ -82,11 +82,11 @@ extension AttDaemon {
     /// Re-discovers a range the peer says changed and tells the clients; a change indicated meanwhile waits, merged
     /// with any others, for the one running to end.
     private func rediscover(_ range: ClosedRange<UInt16>, on link: LinkSession) {
-        if let running = rediscovering[link.handle] {
-            rediscovering[link.handle] = running.map { min($0.lowerBound, range.lowerBound)...max($0.upperBound, range.upperBound) } ?? range
+        guard rediscovering.insert(link.handle).inserted else {
+            let waiting = changedWhileRediscovering[link.handle] ?? range
+            changedWhileRediscovering[link.handle] = min(waiting.lowerBound, range.lowerBound)...max(waiting.upperBound, range.upperBound)
             return
         }
-        rediscovering[link.handle] = .some(nil)
         host.logger.info("link 0x\(String(link.handle, radix: 16)): peer's services changed in \(range); re-discovering")
         discover(DiscoveryScope(range: range), on: link) { [unowned self] result in
             var event = Event()
@@ -97,8 +97,9 @@ extension AttDaemon {
                 if case .success(let database) = result { $0.database = database }
             }
             self.host.server?.broadcast(event)
-            guard self.links[link.handle] === link, let waiting = self.rediscovering.removeValue(forKey: link.handle) else { return }
-            if let next = waiting { self.rediscover(next, on: link) }
+            guard self.links[link.handle] === link else { return }
+            self.rediscovering.remove(link.handle)
+            if let next = self.changedWhileRediscovering.removeValue(forKey: link.handle) { self.rediscover(next, on: link) }
         }
     }
 

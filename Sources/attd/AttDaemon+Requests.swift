@@ -87,10 +87,6 @@ extension AttDaemon {
         return true
     }
 
-    /// Service, include and characteristic declarations give a database its structure (Core Vol 3 Part G §3):
-    /// an app's characteristic or descriptor of one of these types would be read as structure by every client.
-    static let declarationTypes: Set<BluetoothUUID> = [GATTType.primaryService, GATTType.secondaryService, GATTType.include, GATTType.characteristic]
-
     private func publishService(_ spec: Beryl_Ipc_V1_ServiceSpec, for session: IPCSession, _ incoming: IncomingRequest) {
         guard let uuid = BluetoothUUID(spec.uuid) else {
             incoming.fail(.invalidArgument, "'\(spec.uuid)' is not a UUID", field: "service.uuid")
@@ -102,7 +98,7 @@ extension AttDaemon {
                 incoming.fail(.invalidArgument, "'\(characteristic.uuid)' is not a UUID", field: "service.characteristics[\(index)].uuid")
                 return
             }
-            guard !Self.declarationTypes.contains(characteristicUUID) else {
+            guard !GATTType.declarations.contains(characteristicUUID) else {
                 incoming.fail(.invalidArgument, "\(characteristicUUID) is a GATT declaration type, not a characteristic's", field: "service.characteristics[\(index)].uuid")
                 return
             }
@@ -117,7 +113,7 @@ extension AttDaemon {
             var descriptors: [DescriptorDefinition] = []
             for (position, descriptor) in characteristic.descriptors.enumerated() {
                 guard let descriptorUUID = BluetoothUUID(descriptor.uuid), descriptorUUID != GATTType.clientConfiguration,
-                      !Self.declarationTypes.contains(descriptorUUID) else {
+                      !GATTType.declarations.contains(descriptorUUID) else {
                     incoming.fail(.invalidArgument, "'\(descriptor.uuid)' is not a UUID, or is the CCCD attd adds itself, or a declaration type",
                                   field: "service.characteristics[\(index)].descriptors[\(position)].uuid")
                     return

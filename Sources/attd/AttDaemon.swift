@@ -38,9 +38,10 @@ final class AttDaemon {
     var waiters: [WaiterKey: Waiter] = [:]
     /// Each link's Service Changed value handle on the peer, once discovery has found it.
     var peerServiceChanged: [UInt16: UInt16] = [:]
-    /// Links re-discovering after a Service Changed, and the range changed since (merged): one re-discovery at a time
-    /// per link, however often the peer indicates, so a peer cannot queue requests without bound.
-    var rediscovering: [UInt16: ClosedRange<UInt16>?] = [:]
+    /// Links re-discovering after a Service Changed: one re-discovery at a time per link, however often the peer
+    /// indicates, so a peer cannot queue requests without bound. What it indicates meanwhile waits, merged.
+    var rediscovering: Set<UInt16> = []
+    var changedWhileRediscovering: [UInt16: ClosedRange<UInt16>] = [:]
     var outboxes: [UInt16: Outbox] = [:]
     /// Publishers told their last notification did not fit; they hear ReadyToUpdate when every outbox has room.
     var notifyRefused: Set<UInt64> = []
@@ -177,7 +178,8 @@ final class AttDaemon {
     private func linkClosed(_ handle: UInt16, reason: UInt8? = nil) {
         guard links.removeValue(forKey: handle) != nil else { return }
         peerServiceChanged[handle] = nil
-        rediscovering[handle] = nil
+        rediscovering.remove(handle)
+        changedWhileRediscovering[handle] = nil
         securityLinkClosed(handle)
         outboxes[handle] = nil
         failWaiters(of: handle)

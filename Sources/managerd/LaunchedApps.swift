@@ -4,8 +4,8 @@ import Foundation
 /// The apps this stack launched, kept in the state directory so that a managerd started after one that crashed
 /// knows them: it supervises them as its own and ends them when it is stopped. A pid counts only while the
 /// process with that pid started when the record says, so a reused pid is never mistaken for an app.
-struct LaunchedApps: Codable, Equatable {
-    struct Entry: Codable, Equatable {
+struct LaunchedApps: Codable {
+    struct Entry: Codable {
         var app: String
         var pid: Int32
         var start: UInt64
@@ -24,7 +24,7 @@ struct LaunchedApps: Codable, Equatable {
         entries.filter { ProcessStats.isAlive(pid: $0.pid) && ProcessStats.startTicks(pid: $0.pid) == $0.start }
     }
 
-    init(entries: [Entry] = []) { self.entries = entries }
+    init() {}
 
     init(running: [(app: String, pid: Int32)]) {
         entries = running.compactMap { app, pid in ProcessStats.startTicks(pid: pid).map { Entry(app: app, pid: pid, start: $0) } }
@@ -32,8 +32,6 @@ struct LaunchedApps: Codable, Equatable {
     }
 
     func save(to path: String) throws {
-        let temporary = path + ".tmp"
-        try JSONEncoder().encode(self).write(to: URL(fileURLWithPath: temporary))
-        guard rename(temporary, path) == 0 else { throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path]) }
+        try JSONEncoder().encode(self).write(to: URL(fileURLWithPath: path), options: .atomic)
     }
 }

@@ -430,8 +430,8 @@ extension ManagerDaemon {
         let work = pendingRepublish
         pendingRepublish.removeAll()
         for (key, specs) in work {
-            let preserved = preservedManagers.first { $0.session == key.session }
-            let epoch = preserved?.publicationEpoch
+            guard let preserved = preservedManagers.first(where: { $0.session == key.session }) else { continue }  // discarded meanwhile
+            let epoch = preserved.publicationEpoch
             for preservedService in specs {
                 var request = Request()
                 request.att.publishService.service = preservedService.spec
@@ -442,11 +442,6 @@ extension ManagerDaemon {
                     }
                     let published = response.att.servicePublished
                     let range = UInt16(published.startHandle)...UInt16(published.endHandle)
-                    guard let preserved else {
-                        self.services.append(PublishedService(range: range, owner: key))
-                        self.serviceSpecs[range.lowerBound] = .with { $0.spec = preservedService.spec; $0.published = published }
-                        return
-                    }
                     // Meanwhile the manager may have been discarded, or its app come back and cleared its services.
                     guard self.preservedManagers.contains(where: { $0 === preserved }), preserved.publicationEpoch == epoch else {
                         self.host.logger.info("\(preserved.appID)'s service \(preservedService.spec.uuid), published again for it, is withdrawn: the app cleared its services meanwhile")
@@ -609,27 +604,31 @@ extension ManagerDaemon {
     func stopLaunchedApps() {
         guard !stoppingApps else { return }
         stoppingApps = true
-        let pids = apps.values.compactMap(\.launchedPID).filter { ProcessStats.isAlive(pid: $0) }
+        let pids = launchedAppsAlive
         guard !pids.isEmpty else { finishStopping(); return }
         host.logger.info("ending the apps it launched (pids \(pids.sorted()))")
         for pid in pids { kill(pid, SIGTERM) }
         let deadline = ContinuousClock.now + Self.appStopGrace
         func check() {
             superviseApps()
-            let left = apps.values.compactMap(\.launchedPID).filter { ProcessStats.isAlive(pid: $0) }
+            let left = launchedAppsAlive
             if left.isEmpty { finishStopping(); return }
             if ContinuousClock.now >= deadline {
                 host.logger.warning("apps \(left.sorted()) ignored SIGTERM; killing them")
                 for pid in left { kill(pid, SIGKILL) }
-                usleep(50_000)
-                superviseApps()
-                finishStopping()
+                // Reaped at one more look on the loop, not waited for on it.
+                _ = try? host.loop.after(.milliseconds(50)) { [unowned self] in
+                    superviseApps()
+                    finishStopping()
+                }
                 return
             }
             _ = try? host.loop.after(.milliseconds(50)) { check() }
         }
         check()
     }
+
+    private var launchedAppsAlive: [Int32] { apps.values.compactMap(\.launchedPID).filter { ProcessStats.isAlive(pid: $0) } }
 
     /// Within the supervisor's 5 s before it kills managerd itself.
     static let appStopGrace = Duration.seconds(3)

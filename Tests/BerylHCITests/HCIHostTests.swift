@@ -57,6 +57,7 @@ final class BringUpTests: XCTestCase {
         XCTAssertTrue(why.contains("status 0x1"), why)
         let refusals = harness.states[0].filter { if case .unsupported = $0 { true } else { false } }
         XCTAssertEqual(harness.logs[0].filter { $0.hasPrefix("bring-up failed") }.count, HCIHost.bringUpAttempts - 1, "tried again, in case the refusal was garbled")
+        XCTAssertEqual(harness.commandsSent[0].filter { $0 == HCIOpcode.reset.rawValue }.count, HCIHost.bringUpAttempts, "each try starts with HCI Reset")
         XCTAssertEqual(refusals.count, 1, "clients hear the refusal once, when it stands")
         XCTAssertNil(harness.hosts[0].nextDeadline, "and no more tries")
     }
@@ -80,6 +81,7 @@ final class BringUpTests: XCTestCase {
         XCTAssertEqual(harness.hosts[0].state, .poweredOn)
         XCTAssertEqual(harness.states[0], [.resetting, .poweredOn], "resetting throughout, as far as clients know")
         XCTAssertEqual(harness.logs[0].filter { $0.hasPrefix("bring-up failed") }.count, 1)
+        XCTAssertEqual(harness.commandsSent[0].filter { $0 == HCIOpcode.reset.rawValue }.count, 2, "a second bring-up, from HCI Reset")
     }
 }
 

@@ -16,6 +16,9 @@ final class HostHarness {
     var maxInFlight: [Int]
     var baudSwitches: [[Int]]
     var logs: [[String]]
+    /// The opcodes of the commands each host wrote to its controller, in order.
+    var commandsSent: [[UInt16]]
+    private var sentFramers: [H4Framer]
     /// Events a controller sends that its host never sees, as a corrupted stream loses them: (controller, event code).
     var lose: ((Int, UInt8) -> Bool)?
     /// Rewrites a controller's H4 output on its way to the host, as corruption would: (controller, bytes) → bytes.
@@ -32,6 +35,8 @@ final class HostHarness {
         maxInFlight = Array(repeating: 0, count: controllers)
         baudSwitches = Array(repeating: [], count: controllers)
         logs = Array(repeating: [], count: controllers)
+        commandsSent = Array(repeating: [], count: controllers)
+        sentFramers = Array(repeating: H4Framer(), count: controllers)
     }
 
     func startAll() {
@@ -46,7 +51,9 @@ final class HostHarness {
         let host = hosts[index]
         for output in host.takeOutputs() {
             switch output {
-            case .toController(let bytes): air.receive(fromHost: bytes, controller: index, at: now)
+            case .toController(let bytes):
+                for case .packet(.command(let command)) in sentFramers[index].feed(bytes) { commandsSent[index].append(command.opcode) }
+                air.receive(fromHost: bytes, controller: index, at: now)
             case .commandAnswered(let client, let token, let event): answers[index].append((client, token, event))
             case .commandFailed(let client, let token, let reason): failures[index].append((client, token, reason))
             case .event(let event): events[index].append(event)
