@@ -92,7 +92,7 @@ let package = Package(
         .testTarget(name: "BerylEventLoopTests", dependencies: ["BerylEventLoop"]),
         .testTarget(name: "BerylCryptoTests", dependencies: ["BerylCrypto", "BerylCore"]),
         .testTarget(name: "BerylSMPTests", dependencies: ["BerylSMP", "BerylCrypto", "BerylCore", "BerylStore"]),
-        .testTarget(name: "BerylAppTests", dependencies: ["Beryl", "BerylStack", "BerylDaemonKit"]),
+        .testTarget(name: "BerylAppTests", dependencies: ["Beryl", "BerylIPC", "BerylStack", "BerylDaemonKit"]),
         .testTarget(name: "BerylFaultTests", dependencies: ["BerylFaults", "BerylStack"]),
         .testTarget(name: "BerylManagerTests", dependencies: ["BerylManager", "BerylGAP", "BerylCore", "BerylHCI", "BerylStore"]),
         .testTarget(name: "BerylSimTests", dependencies: ["BerylSim", "BerylCore"]),

@@ -450,9 +450,12 @@ final class ManagerDaemon {
         default:
             break
         }
-        // Core Bluetooth's API misuse: nothing but state questions before the manager is powered on.
+        // Core Bluetooth's API misuse: nothing but state questions before the manager is powered on. Clearing a
+        // manager's services and advertising is let through: the library does it for the app after a reset, often
+        // before the stack is on again, and refused it would leave the record's copies to be published beside the
+        // ones the app adds on poweredOn.
         switch kind {
-        case .retrievePeripherals, .respond:
+        case .retrievePeripherals, .respond, .removeAllServices, .stopAdvertising:
             break
         default:
             guard state == .poweredOn else {

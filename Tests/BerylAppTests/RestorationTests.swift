@@ -171,7 +171,6 @@ final class RestorationTests: TwoStacksTestCase {
         try killAttdThenTheApp(alsoManagerd: true, round: 1)
     }
 
-    /// A background app woken by an event has its budget to report idle; this one never does, and is suspended.
     /// managerd stopped (SIGTERM: `beryl down`, systemd) ends the apps launched for the stack, also one an earlier
     /// managerd launched before it was killed; their preserved managers stay, for the next managerd to launch again.
     func testStoppingManagerdEndsTheAppsLaunchedForTheStack() throws {
@@ -205,6 +204,48 @@ final class RestorationTests: TwoStacksTestCase {
         XCTAssertEqual(try app(thermostat)["pids"] as? [Int], [], "nothing running is mistaken for the app")
     }
 
+    /// managerd crashes, and its successor is up before the stack is on again (attd went too), so the running app
+    /// reconnects to a manager that is not poweredOn. Its reset clears its services and advertising, and it adds its
+    /// own again on poweredOn; managerd must not publish the record's copy beside them. (Found by the fault suite:
+    /// two copies, and writes to the first answered Invalid Handle by an app that no longer had it.)
+    func testAnAppBackBeforeTheStackIsOnHasItsServiceOnce() throws {
+        let thermostat = "com.example.thermostat"
+        let run = "\(scratch.root)/run0"
+        let common = ["--runtime-dir", run, "--state-dir", "\(scratch.root)/state0"]
+        XCTAssertEqual(try beryl(["app", "launch", thermostat]).status, 0)
+        XCTAssertTrue(eventually(.seconds(15)) { self.log(of: thermostat).contains("advertising as Beryl Thermostat") }, log(of: thermostat))
+        let advertised = log(of: thermostat).components(separatedBy: "advertising as Beryl Thermostat").count
+
+        for name in ["managerd0", "attd0"] {
+            let pid = try XCTUnwrap(scratch.pid(of: name))
+            kill(pid, SIGKILL)
+            _ = Spawn.reap(pid)
+        }
+        try? FileManager.default.removeItem(atPath: run + "/managerd.sock")
+        try? FileManager.default.removeItem(atPath: run + "/attd.sock")
+        try scratch.start("managerd0-1", [Executables.path("managerd")] + common + ["--apps-dir", appsDir], socket: run + "/managerd.sock")
+        XCTAssertTrue(eventually {
+            ((try? String(contentsOfFile: self.scratch.paths.logFile("managerd0-1"), encoding: .utf8)) ?? "").contains("restored peripheral manager thermostat")
+        }, "the app reconnects while managerd has no attd")
+        usleep(500_000)  // the app's reset clears its services and advertising now, before poweredOn
+        try scratch.start("attd0-1", [Executables.path("attd")] + common, socket: run + "/attd.sock")
+        XCTAssertTrue(eventually(.seconds(15)) { self.log(of: thermostat).components(separatedBy: "advertising as Beryl Thermostat").count > advertised },
+                      "the app adds its service again on poweredOn: \(log(of: thermostat))")
+
+        let found = try beryl(["scan", "--service", "7E570001-0000-1000-8000-00805F9B34FB", "--count", "1", "--timeout", "10", "--json"], side: 1)
+        let heard = try XCTUnwrap(try? JSONSerialization.jsonObject(with: Data(found.out.utf8)) as? [String: Any], found.err)
+        let identifier = try XCTUnwrap(heard["identifier"] as? String)
+        let discover = try beryl(["gatt", "--peer", identifier, "discover", "--json"], side: 1)
+        XCTAssertEqual(discover.status, 0, discover.err)
+        let services = discover.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            .filter { $0["event"] as? String == "service" }.compactMap { $0["uuid"] as? String }
+        XCTAssertEqual(services.filter { $0 == "7E570001" }.count, 1, "one thermostat service on the air: \(services)")
+        let write = try beryl(["gatt", "--peer", identifier, "write", "7E570002-0000-1000-8000-00805F9B34FB", "e100"], side: 1)
+        XCTAssertEqual(write.status, 0, write.err)
+        XCTAssertTrue(log(of: thermostat).contains("setpoint 22.5 °C"), log(of: thermostat))
+    }
+
+    /// A background app woken by an event has its budget to report idle; this one never does, and is suspended.
     func testAWokenAppThatOverrunsItsBudgetIsSuspended() throws {
         let profile = Self.lockProfile.replacingOccurrences(of: "secure-lock.json", with: "lock.json")
         try scratch.start("serve", [Executables.path("beryl"), "serve", profile, "--runtime-dir", "\(scratch.root)/run1"],
