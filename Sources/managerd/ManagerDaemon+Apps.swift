@@ -235,7 +235,9 @@ extension ManagerDaemon {
         }
         guard !stoppingApps else { return }
         var runtime = apps[appID, default: AppRuntime()]
-        if let pid = runtime.launchedPID, ProcessStats.isAlive(pid: pid) { return }
+        // A child of ours is the app's until superviseApps reaps it and schedules the next launch with backoff: ended
+        // but not yet reaped (a zombie), launching again here skipped the backoff and left the zombie unreaped.
+        if let pid = runtime.launchedPID, !runtime.adopted || ProcessStats.isAlive(pid: pid) { return }
         if let next = runtime.nextLaunch, ContinuousClock.now < next { return }
         if preservedManagers.contains(where: { $0.appID == appID && $0.live }) { return }
         runtime.launches += 1

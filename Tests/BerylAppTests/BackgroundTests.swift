@@ -155,6 +155,11 @@ final class BackgroundTests: TwoStacksTestCase {
         }, "\(String(describing: try? app("com.example.stubborn")))")
         let managerdLog = (try? String(contentsOfFile: scratch.paths.logFile("managerd0"), encoding: .utf8)) ?? ""
         XCTAssertTrue(managerdLog.contains("did not restore doorlock-central within 2"), managerdLog)
+        // Each stand-in ended is reaped before the next launch, which waits out the backoff: none is launched over one
+        // not yet reaped (that skipped the backoff, cleared the error, and left a zombie).
+        let ended = managerdLog.components(separatedBy: "; ending it").count - 1
+        let relaunchedAfterBackoff = managerdLog.components(separatedBy: "; launching again in").count - 1
+        XCTAssertLessThanOrEqual(ended, relaunchedAfterBackoff + 1, managerdLog)
         XCTAssertEqual(try app("com.example.stubborn")["preservedCentrals"] as? [String], ["doorlock-central"], "its work is still kept")
 
         // Launched again (with backoff) until a launch restores: the real app comes back and resumes.
