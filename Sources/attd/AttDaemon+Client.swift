@@ -196,16 +196,15 @@ extension AttDaemon {
         case .gattSubscribe(let subscribe):
             guard let link = link(subscribe.connectionHandle) else { return true }
             let bits: UInt8 = subscribe.enable ? (subscribe.indicate ? 0x02 : 0x01) : 0x00
-            guard subscribe.cccdHandle != 0 || (1..<0xFFFF).contains(subscribe.valueHandle) else {
-                incoming.fail(.invalidArgument, "value_handle must be a handle below 0xFFFF when cccd_handle is not given", field: "value_handle")
+            // The CCCD named, else the attribute after a value of 1...0xFFFE (where a CCCD that was not discovered sits).
+            let (cccd, field) = subscribe.cccdHandle != 0
+                ? (UInt16(exactly: subscribe.cccdHandle), "cccd_handle")
+                : ((1..<0xFFFF).contains(subscribe.valueHandle) ? UInt16(subscribe.valueHandle + 1) : nil, "value_handle")
+            guard let cccd else {
+                incoming.fail(.invalidArgument, "\(field) names no attribute whose CCCD could be written", field: field)
                 return true
             }
-            guard subscribe.cccdHandle <= 0xFFFF else {
-                incoming.fail(.invalidArgument, "cccd_handle is not a handle", field: "cccd_handle")
-                return true
-            }
-            let cccd = subscribe.cccdHandle != 0 ? subscribe.cccdHandle : subscribe.valueHandle + 1
-            runProcedure(on: link, GATTStep<Bool>.request(.writeRequest(handle: UInt16(truncatingIfNeeded: cccd), value: [bits, 0])), { response -> GATTStep<Bool> in
+            runProcedure(on: link, GATTStep<Bool>.request(.writeRequest(handle: cccd, value: [bits, 0])), { response -> GATTStep<Bool> in
                 if case .errorResponse(_, _, let error) = response { return .failed(error) }
                 return .done(true)
             }) { result in

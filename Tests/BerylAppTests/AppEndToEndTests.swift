@@ -97,6 +97,17 @@ func startTwoStacks(_ scratch: Scratch, attd extra: [[String]] = [[], []], manag
     }
 }
 
+extension Scratch {
+    /// kill -9 of a process this test started, reaped if it is gone already; the socket it served is removed, so that
+    /// starting its successor waits for the successor's own.
+    func crash(_ name: String, socket: String? = nil) throws {
+        let pid = try XCTUnwrap(self.pid(of: name), "\(name) was not started")
+        kill(pid, SIGKILL)
+        _ = Spawn.reap(pid)
+        if let socket { try? FileManager.default.removeItem(atPath: socket) }
+    }
+}
+
 /// Two full stacks on berylsim for each test (`run0`/`run1`), with what most app tests use.
 class TwoStacksTestCase: XCTestCase {
     var scratch: Scratch!
@@ -374,11 +385,8 @@ final class ScanCommandTests: XCTestCase {
         let peripheralAddress = try XCTUnwrap(StackProbe.controllerInfo(at: "\(scratch.root)/run1/hcid.sock")?.address)
         XCTAssertEqual(found["address"] as? String, peripheralAddress)
 
-        let pid = try XCTUnwrap(scratch.pid(of: "managerd0"))
-        kill(pid, SIGKILL)
-        _ = Spawn.reap(pid)
+        try scratch.crash("managerd0", socket: "\(scratch.root)/run0/managerd.sock")
         usleep(200_000)
-        try? FileManager.default.removeItem(atPath: "\(scratch.root)/run0/managerd.sock")
         try scratch.start("managerd0-again", [Executables.path("managerd"), "--runtime-dir", "\(scratch.root)/run0", "--state-dir", "\(scratch.root)/state0"],
                           socket: "\(scratch.root)/run0/managerd.sock")
         let listed = try beryl(["peripherals", "--json"])

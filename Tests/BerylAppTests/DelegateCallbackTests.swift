@@ -180,11 +180,8 @@ final class DelegateCallbackTests: TwoStacksTestCase {
         let released = DispatchSemaphore(value: 0)
         queue.async { released.wait() }
         let run = "\(scratch.root)/run1"
-        let hcid = try XCTUnwrap(scratch.pid(of: "hcid1"))
-        kill(hcid, SIGKILL)
-        _ = Spawn.reap(hcid)
+        try scratch.crash("hcid1", socket: run + "/hcid.sock")
         usleep(1_000_000)  // managerd hears hcid go at once, and tells the app
-        try? FileManager.default.removeItem(atPath: run + "/hcid.sock")
         try scratch.start("hcid1-again", [Executables.path("hcid"), "--runtime-dir", run, "--state-dir", "\(scratch.root)/state1",
                                           "--transport", "unix:\(scratch.root)/sim/controller-1.sock"], socket: run + "/hcid.sock")
         XCTAssertTrue(eventually { StackProbe.controllerInfo(at: run + "/hcid.sock")?.state == .poweredOn })

@@ -134,22 +134,14 @@ final class RestorationTests: TwoStacksTestCase {
 
         func killAttdThenTheApp(alsoManagerd: Bool, round: Int) throws {
             let resets = log(of: thermostat).components(separatedBy: "state resetting").count
-            let attd = try XCTUnwrap(scratch.pid(of: round == 0 ? "attd0" : "attd0-\(round)"))
-            kill(attd, SIGKILL)
-            _ = Spawn.reap(attd)
+            try scratch.crash(round == 0 ? "attd0" : "attd0-\(round)", socket: run + "/attd.sock")
             XCTAssertTrue(eventually { self.log(of: thermostat).components(separatedBy: "state resetting").count > resets }, log(of: thermostat))
             let appPIDs = try XCTUnwrap(try app(thermostat)["pids"] as? [Int])
-            if alsoManagerd {
-                let managerd = try XCTUnwrap(scratch.pid(of: "managerd0"))
-                kill(managerd, SIGKILL)
-                _ = Spawn.reap(managerd)
-            }
+            if alsoManagerd { try scratch.crash("managerd0", socket: run + "/managerd.sock") }
             for pid in appPIDs { kill(Int32(pid), SIGKILL) }
-            try? FileManager.default.removeItem(atPath: run + "/attd.sock")
             try scratch.start("attd0-\(round + 1)", [Executables.path("attd"), "--runtime-dir", run, "--state-dir", "\(scratch.root)/state0"],
                               socket: run + "/attd.sock")
             if alsoManagerd {
-                try? FileManager.default.removeItem(atPath: run + "/managerd.sock")
                 try scratch.start("managerd0-\(round + 1)", [Executables.path("managerd"), "--runtime-dir", run, "--state-dir", "\(scratch.root)/state0",
                                                             "--apps-dir", appsDir], socket: run + "/managerd.sock")
             }
@@ -182,10 +174,7 @@ final class RestorationTests: TwoStacksTestCase {
         let appPID = Int32(try XCTUnwrap((try app(thermostat)["pids"] as? [Int])?.first))
 
         // A crash leaves the app running, to reconnect to the next managerd, which takes it as its own.
-        let crashed = try XCTUnwrap(scratch.pid(of: "managerd0"))
-        kill(crashed, SIGKILL)
-        _ = Spawn.reap(crashed)
-        try? FileManager.default.removeItem(atPath: run + "/managerd.sock")
+        try scratch.crash("managerd0", socket: run + "/managerd.sock")
         try scratch.start("managerd0-1", arguments, socket: run + "/managerd.sock")
         XCTAssertTrue(eventually { self.log(of: thermostat).contains("state resetting") }, log(of: thermostat))
         XCTAssertTrue(eventually { (try? self.app(thermostat)["pids"] as? [Int]) == [Int(appPID)] })
@@ -216,13 +205,8 @@ final class RestorationTests: TwoStacksTestCase {
         XCTAssertTrue(eventually(.seconds(15)) { self.log(of: thermostat).contains("advertising as Beryl Thermostat") }, log(of: thermostat))
         let advertised = log(of: thermostat).components(separatedBy: "advertising as Beryl Thermostat").count
 
-        for name in ["managerd0", "attd0"] {
-            let pid = try XCTUnwrap(scratch.pid(of: name))
-            kill(pid, SIGKILL)
-            _ = Spawn.reap(pid)
-        }
-        try? FileManager.default.removeItem(atPath: run + "/managerd.sock")
-        try? FileManager.default.removeItem(atPath: run + "/attd.sock")
+        try scratch.crash("managerd0", socket: run + "/managerd.sock")
+        try scratch.crash("attd0", socket: run + "/attd.sock")
         try scratch.start("managerd0-1", [Executables.path("managerd")] + common + ["--apps-dir", appsDir], socket: run + "/managerd.sock")
         XCTAssertTrue(eventually {
             ((try? String(contentsOfFile: self.scratch.paths.logFile("managerd0-1"), encoding: .utf8)) ?? "").contains("restored peripheral manager thermostat")
@@ -335,10 +319,7 @@ final class RestorationTests: TwoStacksTestCase {
         XCTAssertEqual(names(doorlockEvents()).filter { $0 == "launched" }.count, 1, "a preserved pending connection wakes no one")
 
         // 4. managerd is killed too; it comes back with the pending request from its state directory.
-        let managerd = try XCTUnwrap(scratch.pid(of: "managerd0"))
-        kill(managerd, SIGKILL)
-        _ = Spawn.reap(managerd)
-        try? FileManager.default.removeItem(atPath: "\(scratch.root)/run0/managerd.sock")
+        try scratch.crash("managerd0", socket: socket(0))
         try scratch.start("managerd0-again", [Executables.path("managerd"), "--runtime-dir", "\(scratch.root)/run0", "--state-dir", "\(scratch.root)/state0",
                                               "--apps-dir", appsDir], socket: "\(scratch.root)/run0/managerd.sock")
         XCTAssertEqual(try app()["preservedCentrals"] as? [String], ["doorlock-central"], "the preserved manager outlives managerd")

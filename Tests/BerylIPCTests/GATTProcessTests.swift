@@ -174,6 +174,9 @@ final class GATTProcessTests: XCTestCase {
         var pastTheEnd = Request()
         pastTheEnd.att.gattSubscribe = .with { $0.connectionHandle = link; $0.valueHandle = 0xFFFF_FFFF; $0.enable = true }
         XCTAssertEqual(refusal(central, pastTheEnd)?.1, "value_handle")
+        var namedPastTheEnd = Request()
+        namedPastTheEnd.att.gattSubscribe = .with { $0.connectionHandle = link; $0.valueHandle = 3; $0.cccdHandle = 0x1_0004; $0.enable = true }
+        XCTAssertEqual(refusal(central, namedPastTheEnd)?.1, "cccd_handle")
         XCTAssertEqual(try discover().services.map(\.uuid), ["1800", "1801", "180F"], "attd still serves")
     }
 
