@@ -5,7 +5,8 @@
 //
 //   thermostat [--runtime-dir DIR] [--restore] [--tick SECONDS]
 //
-// With --tick it measures the temperature every SECONDS and notifies subscribed centrals.
+// With --tick it measures the temperature every SECONDS and notifies subscribed centrals. Launched by managerd, it
+// is the app its manifest names (com.example.thermostat otherwise).
 import Beryl
 import Dispatch
 import Foundation
@@ -23,9 +24,13 @@ final class Thermostat: PeripheralManagerDelegate {
     private let measurements = Mutex(0)
     /// The restored service's temperature characteristic: after a relaunch the app's own objects were never added.
     private let restoredTemperature = Mutex<MutableCharacteristic?>(nil)
+    /// Whether the temperature is published now: between a reset and the service being added again there is
+    /// nothing to notify.
+    private let published = Mutex(false)
 
     /// A new temperature (2A6E: sint16 in 0.01 °C) to whoever subscribed; a full queue just skips a measurement.
     func measure(_ peripheral: PeripheralManager) {
+        guard published.withLock({ $0 }) else { return }
         let count = measurements.withLock { count in
             count += 1
             return count
@@ -39,13 +44,17 @@ final class Thermostat: PeripheralManagerDelegate {
         restored.withLock { $0 = true }
         let restoredCharacteristics = state.services.flatMap { $0.characteristics ?? [] }
         restoredTemperature.withLock { $0 = restoredCharacteristics.first { $0.uuid == temperature.uuid } }
+        published.withLock { $0 = restoredTemperature.withLock { $0 } != nil }
         let characteristics = state.services.flatMap { $0.characteristics ?? [] }.map(\.uuid.description)
         say("restored \(state.services.count) services (\(characteristics.joined(separator: ", "))), "
             + (state.advertisementData.map { "advertising as \($0.localName ?? "-")" } ?? "not advertising"))
     }
 
     func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) {
-        guard peripheral.state == .poweredOn else { return say("state \(peripheral.state)") }
+        guard peripheral.state == .poweredOn else {
+            published.withLock { $0 = false }
+            return say("state \(peripheral.state)")
+        }
         // A restored manager's service is still published and advertised: nothing to add. After a reset of the stack
         // (resetting, then poweredOn again) the services are gone, as after bluetoothd restarts, and are added again.
         guard !restored.withLock({ restored in
@@ -60,6 +69,7 @@ final class Thermostat: PeripheralManagerDelegate {
 
     func peripheralManager(_ peripheral: PeripheralManager, didAdd service: MutableService, error: BerylError?) {
         if let error { return say("could not add the service: \(error)") }
+        published.withLock { $0 = true }
         peripheral.startAdvertising(AdvertisingOptions(localName: "Beryl Thermostat", serviceUUIDs: [thermostatService]))
     }
 
@@ -67,17 +77,23 @@ final class Thermostat: PeripheralManagerDelegate {
         say(error.map { "advertising failed: \($0)" } ?? "advertising as Beryl Thermostat")
     }
 
-    /// A central subscribing (or leaving) can be what woke a relaunched app: noted, it is idle again.
-    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: MutableCharacteristic) {
-        say("temperature subscribed by \(central.identifier)")
+    /// Relaunched in the background, each event wakes the app for a budget: handled (answered or refused), it says it
+    /// is idle again, or the stack suspends it and refuses its centrals' reads and writes.
+    private func handled(_ peripheral: PeripheralManager) {
         if LaunchOptions.current.isRelaunch { peripheral.reportApplicationState(.background) }
+    }
+
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: MutableCharacteristic) {
+        defer { handled(peripheral) }
+        say("temperature subscribed by \(central.identifier)")
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: MutableCharacteristic) {
-        if LaunchOptions.current.isRelaunch { peripheral.reportApplicationState(.background) }
+        handled(peripheral)
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest) {
+        defer { handled(peripheral) }
         let value = target.withLock { $0 }
         say("setpoint read by \(request.central.identifier)")
         let bytes = Data([UInt8(value & 0xFF), UInt8(value >> 8)])
@@ -85,10 +101,10 @@ final class Thermostat: PeripheralManagerDelegate {
         guard request.offset <= bytes.count else { return peripheral.respond(to: request, withResult: .invalidOffset) }
         request.value = bytes.subdata(in: request.offset..<bytes.count)
         peripheral.respond(to: request, withResult: .success)
-        if LaunchOptions.current.isRelaunch { peripheral.reportApplicationState(.background) }  // handled: idle again
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveWrite requests: [ATTRequest]) {
+        defer { handled(peripheral) }
         // All or nothing: every write in the batch is checked before any is applied.
         guard requests.allSatisfy({ $0.offset == 0 && $0.value?.count == 2 }) else {
             return peripheral.respond(to: requests[0], withResult: .invalidAttributeValueLength)
@@ -98,7 +114,6 @@ final class Thermostat: PeripheralManagerDelegate {
         target.withLock { $0 = values.last! }
         say("setpoint \(Double(values.last!) / 10) °C")
         peripheral.respond(to: requests[0], withResult: .success)
-        if LaunchOptions.current.isRelaunch { peripheral.reportApplicationState(.background) }  // handled: idle again
     }
 }
 
@@ -138,7 +153,7 @@ if launch.isRelaunch { say("relaunched by the stack to restore \(launch.peripher
 do {
     let queue = DispatchQueue(label: "thermostat")
     let manager = try PeripheralManager(delegate: thermostat, queue: queue,
-                                        options: PeripheralManagerOptions(restoreIdentifier: restore ? "thermostat" : nil), appID: "com.example.thermostat",
+                                        options: PeripheralManagerOptions(restoreIdentifier: restore ? "thermostat" : nil), appID: launch.appID ?? "com.example.thermostat",
                                         socketPath: runtimeDir.map { $0 + "/managerd.sock" })
     let timer = tick.map { measure(with: manager, thermostat, on: queue, every: $0) }
     withExtendedLifetime((manager, timer)) { dispatchMain() }

@@ -82,6 +82,8 @@ public final class Scratch {
     public let root: String
     public let paths: DaemonPaths
     public private(set) var pids: [(String, Int32)] = []
+    /// Kept after stopAll (a failed test's logs, sockets and databases), as BERYL_KEEP_SCRATCH=1 keeps every one.
+    public var keep = false
 
     /// A new directory `/tmp/PREFIX-XXXXXX`. `openToApps` makes it 0755, so that apps launched as another user (never
     /// root) reach the runtime directories under it.
@@ -128,8 +130,7 @@ public final class Scratch {
             _ = Spawn.reap(pid)
         }
         pids.removeAll()
-        // BERYL_KEEP_SCRATCH=1 keeps the directory (logs, sockets, databases) for a failing test's post-mortem.
-        if ProcessInfo.processInfo.environment["BERYL_KEEP_SCRATCH"] == nil { try? FileManager.default.removeItem(atPath: root) }
+        if !keep, ProcessInfo.processInfo.environment["BERYL_KEEP_SCRATCH"] == nil { try? FileManager.default.removeItem(atPath: root) }
     }
 
     deinit { stopAll() }

@@ -300,7 +300,10 @@ extension ManagerDaemon {
             defer { recordLaunchedApps() }
             let waiting = preservedManagers.filter { $0.appID == appID && !$0.live && $0.queued.count > 0 }
             if !waiting.isEmpty {
-                let delay = updated.backoff.delay(afterRunning: .zero)
+                // An app that ran a while before it ended starts the backoff over; a stand-in ended for not restoring
+                // (its launch time cleared) or a crash loop keeps doubling it.
+                let uptime = updated.launchedAt.map { ContinuousClock.now - $0 } ?? .zero
+                let delay = updated.backoff.delay(afterRunning: uptime)
                 updated.nextLaunch = ContinuousClock.now + delay
                 if updated.launchedAt != nil || updated.lastLaunchError.isEmpty {
                     updated.lastLaunchError = "exited (\(reason)) without restoring \(waiting.map(\.restoreID).joined(separator: ", "))"

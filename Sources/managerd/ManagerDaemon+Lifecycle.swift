@@ -151,7 +151,9 @@ extension ManagerDaemon {
         guard lifecycle(of: appID) == .background, let manifest = catalog.apps[appID], !manifest.backgroundModes.isEmpty,
               apps[appID]?.wokenAt == nil else { return }
         switch event.kind {
-        case .stateChanged?, .readyToUpdate?, .readyToWrite?: return
+        // Pairing's outcome is news of what the stack did, with no delegate call an app must make; it cannot report
+        // idle for an event it may have no callback for.
+        case .stateChanged?, .readyToUpdate?, .readyToWrite?, .pairingFinished?: return
         default: break
         }
         let woken = ContinuousClock.now

@@ -122,7 +122,14 @@ class TwoStacksTestCase: XCTestCase {
         try startTwoStacks(scratch, managerd: managerdArguments)
     }
 
-    override func tearDown() { scratch.stopAll() }
+    override func tearDown() {
+        // A failure that shows once in a CI run leaves its daemons' and apps' logs behind.
+        if testRun?.hasSucceeded == false {
+            scratch.keep = true
+            print("\(name): kept \(scratch.root) for its logs")
+        }
+        scratch.stopAll()
+    }
 
     func socket(_ index: Int) -> String { "\(scratch.root)/run\(index)/managerd.sock" }
 

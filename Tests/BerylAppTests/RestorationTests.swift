@@ -27,6 +27,13 @@ final class RestorationTests: TwoStacksTestCase {
         ]
         try JSONSerialization.data(withJSONObject: thermostat).write(to: URL(fileURLWithPath: appsDir + "/thermostat.json"))
         chmod(appsDir + "/thermostat.json", 0o644)
+        // The thermostat under another id, with a 2 s wake budget.
+        let brief: [String: Any] = [
+            "id": "com.example.brief-thermostat", "user": Self.appUser, "backgroundModes": ["bluetooth-peripheral"], "wakeBudgetSeconds": 2,
+            "launch": ["command": [Executables.path("thermostat"), "--restore"]],
+        ]
+        try JSONSerialization.data(withJSONObject: brief).write(to: URL(fileURLWithPath: appsDir + "/brief-thermostat.json"))
+        chmod(appsDir + "/brief-thermostat.json", 0o644)
         // The same app under another id, with a 1 s wake budget, that never reports idle.
         let sleepy: [String: Any] = [
             "id": "com.example.sleepy", "user": Self.appUser, "backgroundModes": ["bluetooth-central"], "wakeBudgetSeconds": 1,
@@ -121,6 +128,36 @@ final class RestorationTests: TwoStacksTestCase {
         XCTAssertNotEqual(gone.status, 0, "after a quit the setpoint is gone: \(gone.out)")
     }
 
+    /// A relaunched app that refuses a write it was woken for has handled it as much as one that applies it: it
+    /// reports idle, so it is not suspended at its wake budget and the central's next write is answered by the app.
+    /// (The thermostat said idle only after a write it applied: a refused one left it to be suspended, and its next
+    /// write was refused with Unlikely Error.)
+    func testARelaunchedAppThatRefusesAWriteIsIdleAgainWithinItsBudget() throws {
+        let brief = "com.example.brief-thermostat"
+        XCTAssertEqual(try beryl(["app", "launch", brief]).status, 0)
+        XCTAssertTrue(eventually(.seconds(15)) { self.log(of: brief).contains("advertising as Beryl Thermostat") }, log(of: brief))
+        for pid in try XCTUnwrap(try app(brief)["pids"] as? [Int]) { kill(Int32(pid), SIGKILL) }
+        XCTAssertTrue(eventually { ((try? self.app(brief)["pids"] as? [Int]) ?? [1]).isEmpty })
+        let found = try beryl(["scan", "--service", "7E570001-0000-1000-8000-00805F9B34FB", "--count", "1", "--timeout", "30", "--json"], side: 1)
+        let identifier = try XCTUnwrap((try? JSONSerialization.jsonObject(with: Data(found.out.utf8)) as? [String: Any])?["identifier"] as? String, found.err)
+
+        // The write relaunches the app; the next event, in the background, wakes it for its budget.
+        let first = try beryl(["gatt", "--peer", identifier, "write", "7E570002-0000-1000-8000-00805F9B34FB", "e100", "--json"], side: 1)
+        XCTAssertEqual(first.status, 0, first.err)
+        XCTAssertTrue(log(of: brief).contains("relaunched by the stack to restore thermostat"), log(of: brief))
+        XCTAssertTrue(log(of: brief).contains("setpoint 22.5 °C"), log(of: brief))
+        // One byte where the setpoint takes two: the app refuses it (Invalid Attribute Value Length).
+        let refused = try beryl(["gatt", "--peer", identifier, "write", "7E570002-0000-1000-8000-00805F9B34FB", "e1", "--json"], side: 1)
+        XCTAssertNotEqual(refused.status, 0, refused.out)
+        XCTAssertTrue(refused.err.contains("0xd"), refused.err)
+        Thread.sleep(forTimeInterval: 3)  // past the 2 s budget
+        XCTAssertEqual(try app(brief)["state"] as? String, "background", "idle after the refusal, not suspended")
+
+        let write = try beryl(["gatt", "--peer", identifier, "write", "7E570002-0000-1000-8000-00805F9B34FB", "dc00", "--json"], side: 1)
+        XCTAssertEqual(write.status, 0, write.err)
+        XCTAssertTrue(log(of: brief).contains("setpoint 22.0 °C"), log(of: brief))
+        _ = try? beryl(["app", "quit", brief])
+    }
 
     /// attd goes: the running thermostat's service and advertising are cleared (Core Bluetooth's rule: the app adds
     /// them again on poweredOn), and the app is killed before it can. Its record keeps what it had published: managerd
@@ -255,7 +292,7 @@ final class RestorationTests: TwoStacksTestCase {
         let listed = try beryl(["app", "list", "--json"])
         XCTAssertEqual(listed.status, 0, listed.err)
         let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(listed.out.utf8)) as? [String: Any])
-        XCTAssertEqual((object["apps"] as? [[String: Any]])?.compactMap { $0["id"] as? String }, [Self.appID, "com.example.sleepy", "com.example.thermostat"])
+        XCTAssertEqual((object["apps"] as? [[String: Any]])?.compactMap { $0["id"] as? String }, ["com.example.brief-thermostat", Self.appID, "com.example.sleepy", "com.example.thermostat"])
         let refused = try XCTUnwrap(object["refused"] as? [String])
         XCTAssertTrue(refused.contains { $0.contains("rooted.json: user: apps never run as root") }, "\(refused)")
         XCTAssertTrue(refused.contains { $0.contains("broken.json: $: not JSON") }, "\(refused)")
