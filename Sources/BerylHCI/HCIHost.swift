@@ -232,6 +232,11 @@ public final class HCIHost {
     /// the controller holds a link nobody here serves, on which the peer would wait out its 30 s ATT timeout. It is
     /// ended now (Remote User Terminated Connection). A handle made up by corruption is refused by the controller
     /// with Unknown Connection Identifier, and nothing else happens.
+    /// Whether the controller has yet to answer (or be sent) the Reset that starts bring-up.
+    private var resetPending: Bool {
+        outstanding[HCIOpcode.reset.rawValue] != nil || internalQueue.contains { $0.command.opcode == HCIOpcode.reset.rawValue }
+    }
+
     private func endUnknownLink(_ handle: UInt16) {
         guard state == .poweredOn, handle <= 0x0EFF, endingUnknown.insert(handle).inserted else { return }
         outputs.append(.log("ACL on link 0x\(String(handle, radix: 16)), whose connection the host never heard of; disconnecting it"))
@@ -332,6 +337,15 @@ public final class HCIHost {
             pumpACL()
             releaseParkedDisconnects()
         case .disconnectionComplete?, .leMeta?:
+            // Sent before the controller took the Reset: it speaks of links the Reset ends with no event of their
+            // own (Core Vol 4 Part E §7.3.2). A connection made there (a central reaching the last hcid's
+            // advertising as this one starts) would be served by nobody here and stand forever.
+            guard !resetPending else {
+                if case .connected(let handle, _, _)? = LinkEvent(event) {
+                    outputs.append(.log("link 0x\(String(handle, radix: 16)) connected before the controller took the reset; the reset ends it"))
+                }
+                return
+            }
             switch LinkEvent(event) {
             case .connected(let handle, let central, let peer)?:
                 endingUnknown.remove(handle)

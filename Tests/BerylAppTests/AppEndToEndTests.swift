@@ -65,6 +65,9 @@ final class HeartRateCentral: CentralManagerDelegate, PeripheralDelegate {
     func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: BerylError?) {
         recorder.note("disconnected \(error.map { "\($0)" } ?? "cleanly")")
     }
+    func peripheral(_ peripheral: Peripheral, didDiscoverServices error: BerylError?) {
+        recorder.note("services \(peripheral.services?.map(\.uuid.description) ?? []) \(error.map { "\($0)" } ?? "ok")")
+    }
     func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: BerylError?) {
         recorder.note("value \(characteristic.uuid) \(characteristic.value?.map { String(format: "%02x", $0) }.joined() ?? "-") \(error.map { "\($0)" } ?? "")")
     }
@@ -182,9 +185,8 @@ final class AppEndToEndTests: TwoStacksTestCase {
         XCTAssertNotNil(client.recorder.wait(for: "connected"))
 
         peripheral.discoverServices([BluetoothUUID(0x180D)])
-        let deadline = Date().addingTimeInterval(10)
-        while peripheral.services == nil, Date() < deadline { usleep(20_000) }
-        let heart = try XCTUnwrap(peripheral.services?.first)
+        let discovered = client.recorder.wait(for: "services", timeout: 10)
+        let heart = try XCTUnwrap(peripheral.services?.first, "\(discovered ?? "no didDiscoverServices in 10 s"); the central heard \(client.recorder.all)")
         XCTAssertEqual(heart.uuid, BluetoothUUID(0x180D))
         let characteristics = try XCTUnwrap(heart.characteristics)
         func characteristic(_ uuid: UInt16) throws -> Characteristic { try XCTUnwrap(characteristics.first { $0.uuid == BluetoothUUID(uuid) }) }

@@ -271,6 +271,29 @@ final class ACLFlowTests: XCTestCase {
         XCTAssertFalse(harness.hosts[0].submitACL(handle: central, pdu: [1, 0, 4, 0, 0x0A], at: harness.now), "no ACL to a link that is gone")
     }
 
+    /// A new hcid starts while its controller still advertises for the last one, and a central connects before the
+    /// controller takes the new Reset: that LE Connection Complete speaks of a link the Reset ends. It is dropped,
+    /// not held as a link nobody serves (fault run: kill -9 hcid × connecting, ATT timeouts on every later link).
+    func testAConnectionReportedBeforeTheResetIsTakenIsForgotten() {
+        let harness = HostHarness()
+        harness.startAll()
+        let fresh = HCIHost()
+        harness.hosts[1] = fresh
+        harness.events[1].removeAll()
+        fresh.start(at: harness.now)
+        // LE Connection Complete (Core Vol 4 Part E §7.7.65.1): handle 0x0051, peripheral role, a public peer.
+        let early: [UInt8] = [0x04, 0x3E, 19, 0x01, 0x00, 0x51, 0x00, 0x01, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06,
+                              0x18, 0x00, 0x00, 0x00, 0x48, 0x00, 0x00]
+        fresh.controllerBytes(early, at: harness.now)
+        XCTAssertTrue(harness.run(until: { fresh.state == .poweredOn }, timeout: .seconds(2)))
+        XCTAssertNil(fresh.connections[0x51], "the reset ended it")
+        XCTAssertFalse(harness.events[1].contains { $0.code == HCIEventCode.leMeta.rawValue }, "clients never hear of it")
+        XCTAssertTrue(harness.logs[1].contains { $0.contains("link 0x51 connected before the controller took the reset") }, "\(harness.logs[1])")
+        // A connection after the reset is a link as any other.
+        let (_, peripheral) = harness.connect()
+        XCTAssertNotNil(fresh.connections[peripheral])
+    }
+
     /// The peripheral's host loses the LE Connection Complete (a corrupted stream): the first ACL on the link it never
     /// heard of ends it, so the central learns now instead of at its ATT timeout.
     func testALinkWhoseConnectionEventWasLostIsEndedOnItsFirstData() {
