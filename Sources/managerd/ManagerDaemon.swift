@@ -250,7 +250,9 @@ final class ManagerDaemon {
         host.logger.info("controller \(newState)")
         var event = Beryl_Ipc_V1_ManagerEvent()
         event.stateChanged = newState
-        for id in host.server?.sessions.keys ?? [:].keys { send(event, to: id) }
+        // A session hears the state in its Welcome, and changes after it. One told before its Hello was answered heard
+        // poweredOn ahead of the Welcome: its app added its services, then the Welcome's reset clearing removed them.
+        for (id, live) in host.server?.sessions ?? [:] where (live.context as? AppSession)?.saidHello == true { send(event, to: id) }
         if newState == .poweredOn {
             // A controller that was reset forgot everything: scanning, advertising and connection attempts resume.
             controllerScan = .off
