@@ -127,7 +127,8 @@ class TwoStacksTestCase: XCTestCase {
 
     override func tearDown() {
         // A failure that shows once in a CI run leaves its daemons' and apps' logs behind.
-        if testRun?.hasSucceeded == false {
+        // Not hasSucceeded: that is false until the run has stopped, which is after tearDown.
+        if (testRun?.totalFailureCount ?? 0) > 0 {
             scratch.keep = true
             print("\(name): kept \(scratch.root) for its logs")
         }
