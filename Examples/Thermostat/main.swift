@@ -22,29 +22,26 @@ final class Thermostat: PeripheralManagerDelegate {
     private let target = Mutex<UInt16>(215)
     private let restored = Mutex(false)
     private let measurements = Mutex(0)
-    /// The restored service's temperature characteristic: after a relaunch the app's own objects were never added.
-    private let restoredTemperature = Mutex<MutableCharacteristic?>(nil)
-    /// Whether the temperature is published now: between a reset and the service being added again there is
-    /// nothing to notify.
-    private let published = Mutex(false)
+    /// The temperature as published now: the app's own once added, the restored service's after a relaunch (the app's
+    /// objects were never added then), none between a reset and the service being added again.
+    private let publishedTemperature = Mutex<MutableCharacteristic?>(nil)
 
     /// A new temperature (2A6E: sint16 in 0.01 °C) to whoever subscribed; a full queue just skips a measurement.
     func measure(_ peripheral: PeripheralManager) {
-        guard published.withLock({ $0 }) else { return }
+        guard let characteristic = publishedTemperature.withLock({ $0 }) else { return }
         let count = measurements.withLock { count in
             count += 1
             return count
         }
         let hundredths = Int16(2000 + count % 100)
         _ = peripheral.updateValue(Data([UInt8(truncatingIfNeeded: hundredths), UInt8(truncatingIfNeeded: hundredths >> 8)]),
-                                   for: restoredTemperature.withLock { $0 } ?? temperature, onSubscribedCentrals: nil)
+                                   for: characteristic, onSubscribedCentrals: nil)
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, willRestoreState state: RestoredPeripheralState) {
         restored.withLock { $0 = true }
         let restoredCharacteristics = state.services.flatMap { $0.characteristics ?? [] }
-        restoredTemperature.withLock { $0 = restoredCharacteristics.first { $0.uuid == temperature.uuid } }
-        published.withLock { $0 = restoredTemperature.withLock { $0 } != nil }
+        publishedTemperature.withLock { $0 = restoredCharacteristics.first { $0.uuid == temperature.uuid } }
         let characteristics = state.services.flatMap { $0.characteristics ?? [] }.map(\.uuid.description)
         say("restored \(state.services.count) services (\(characteristics.joined(separator: ", "))), "
             + (state.advertisementData.map { "advertising as \($0.localName ?? "-")" } ?? "not advertising"))
@@ -52,7 +49,7 @@ final class Thermostat: PeripheralManagerDelegate {
 
     func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) {
         guard peripheral.state == .poweredOn else {
-            published.withLock { $0 = false }
+            publishedTemperature.withLock { $0 = nil }
             return say("state \(peripheral.state)")
         }
         // A restored manager's service is still published and advertised: nothing to add. After a reset of the stack
@@ -61,7 +58,6 @@ final class Thermostat: PeripheralManagerDelegate {
             defer { restored = false }
             return restored
         }) else { return }
-        restoredTemperature.withLock { $0 = nil }
         let service = MutableService(type: thermostatService, primary: true)
         service.characteristics = [setpoint, temperature]
         peripheral.add(service)
@@ -69,7 +65,7 @@ final class Thermostat: PeripheralManagerDelegate {
 
     func peripheralManager(_ peripheral: PeripheralManager, didAdd service: MutableService, error: BerylError?) {
         if let error { return say("could not add the service: \(error)") }
-        published.withLock { $0 = true }
+        publishedTemperature.withLock { $0 = temperature }
         peripheral.startAdvertising(AdvertisingOptions(localName: "Beryl Thermostat", serviceUUIDs: [thermostatService]))
     }
 

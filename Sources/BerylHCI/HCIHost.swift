@@ -228,15 +228,15 @@ public final class HCIHost {
                        parameters: [0x00, UInt8(handle & 0xFF), UInt8(handle >> 8), HCIStatus.connectionTimeout.rawValue])
     }
 
-    /// ACL on a handle the host never heard connect: its LE Connection Complete was lost (a corrupted stream) and
-    /// the controller holds a link nobody here serves, on which the peer would wait out its 30 s ATT timeout. It is
-    /// ended now (Remote User Terminated Connection). A handle made up by corruption is refused by the controller
-    /// with Unknown Connection Identifier, and nothing else happens.
     /// Whether the controller has yet to answer (or be sent) the Reset that starts bring-up.
     private var resetPending: Bool {
         outstanding[HCIOpcode.reset.rawValue] != nil || internalQueue.contains { $0.command.opcode == HCIOpcode.reset.rawValue }
     }
 
+    /// ACL on a handle the host never heard connect: its LE Connection Complete was lost (a corrupted stream) and
+    /// the controller holds a link nobody here serves, on which the peer would wait out its 30 s ATT timeout. It is
+    /// ended now (Remote User Terminated Connection). A handle made up by corruption is refused by the controller
+    /// with Unknown Connection Identifier, and nothing else happens.
     private func endUnknownLink(_ handle: UInt16) {
         guard state == .poweredOn, handle <= 0x0EFF, endingUnknown.insert(handle).inserted else { return }
         outputs.append(.log("ACL on link 0x\(String(handle, radix: 16)), whose connection the host never heard of; disconnecting it"))

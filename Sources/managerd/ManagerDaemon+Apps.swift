@@ -58,6 +58,13 @@ struct AppRuntime {
     /// When an event woke the app in the background (its budget runs from here until it reports idle).
     var wokenAt: ContinuousClock.Instant?
     var suspensionTimer: EventRegistration?
+
+    /// A launch is still the app's: a child of ours until superviseApps reaps it (ended but unreaped, a zombie, it
+    /// still waits for the reaping that schedules the next launch with backoff); an adopted app while it lives.
+    var holdsLaunch: Bool {
+        guard let pid = launchedPID else { return false }
+        return !adopted || ProcessStats.isAlive(pid: pid)
+    }
 }
 
 /// Events held for an app that cannot take them now (suspended, or not running): one discovery per peripheral.
@@ -235,9 +242,7 @@ extension ManagerDaemon {
         }
         guard !stoppingApps else { return }
         var runtime = apps[appID, default: AppRuntime()]
-        // A child of ours is the app's until superviseApps reaps it and schedules the next launch with backoff: ended
-        // but not yet reaped (a zombie), launching again here skipped the backoff and left the zombie unreaped.
-        if let pid = runtime.launchedPID, !runtime.adopted || ProcessStats.isAlive(pid: pid) { return }
+        if runtime.holdsLaunch { return }
         if let next = runtime.nextLaunch, ContinuousClock.now < next { return }
         if preservedManagers.contains(where: { $0.appID == appID && $0.live }) { return }
         runtime.launches += 1

@@ -136,8 +136,7 @@ final class RestorationTests: TwoStacksTestCase {
         let brief = "com.example.brief-thermostat"
         XCTAssertEqual(try beryl(["app", "launch", brief]).status, 0)
         XCTAssertTrue(eventually(.seconds(15)) { self.log(of: brief).contains("advertising as Beryl Thermostat") }, log(of: brief))
-        for pid in try XCTUnwrap(try app(brief)["pids"] as? [Int]) { kill(Int32(pid), SIGKILL) }
-        XCTAssertTrue(eventually { ((try? self.app(brief)["pids"] as? [Int]) ?? [1]).isEmpty })
+        try killApp(brief)
         let found = try beryl(["scan", "--service", "7E570001-0000-1000-8000-00805F9B34FB", "--count", "1", "--timeout", "30", "--json"], side: 1)
         let identifier = try XCTUnwrap((try? JSONSerialization.jsonObject(with: Data(found.out.utf8)) as? [String: Any])?["identifier"] as? String, found.err)
 
@@ -281,11 +280,11 @@ final class RestorationTests: TwoStacksTestCase {
         XCTAssertEqual(try beryl(["app", "quit", "com.example.sleepy"]).status, 0)
     }
 
-    private func killApp() throws {
-        let pids = try XCTUnwrap(try app()["pids"] as? [Int])
+    private func killApp(_ id: String = RestorationTests.appID) throws {
+        let pids = try XCTUnwrap(try app(id)["pids"] as? [Int])
         XCTAssertFalse(pids.isEmpty)
         for pid in pids { kill(Int32(pid), SIGKILL) }
-        XCTAssertTrue(eventually { ((try? self.app()["pids"] as? [Int]) ?? [1]).isEmpty }, "managerd saw the app go")
+        XCTAssertTrue(eventually { ((try? self.app(id)["pids"] as? [Int]) ?? [1]).isEmpty }, "managerd saw the app go")
     }
 
     func testManifestsLoadAndBadOnesAreRefusedWithTheirReason() throws {
