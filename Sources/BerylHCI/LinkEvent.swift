@@ -48,24 +48,28 @@ public enum LinkEvent: Equatable, Sendable {
 public enum HCICommands {
     /// Connection interval and supervision timeout in HCI units (1.25 ms, 10 ms).
     public static func leCreateConnection(peer: DeviceAddress, scanInterval: UInt16 = 0x0060, scanWindow: UInt16 = 0x0030,
-                                          interval: UInt16, supervisionTimeout: UInt16, useFilterAcceptList: Bool = false) -> HCICommandPacket {
+                                          interval: UInt16, supervisionTimeout: UInt16, useFilterAcceptList: Bool = false,
+                                          ownAddressType: UInt8 = 0) -> HCICommandPacket {
         var w = ByteWriter()
         w.u16(scanInterval)
         w.u16(scanWindow)
         w.u8(useFilterAcceptList ? 1 : 0)  // 1: whoever on the filter accept list is heard first (the peer below is ignored)
         w.u8(peer.type.isRandom ? 1 : 0)
         w.append(peer.address.bytes)
-        w.u8(0)  // own address: public
+        w.u8(ownAddressType)  // 0 public, 1 random, 2/3 a resolvable private address when the resolving list has the peer
         for value: UInt16 in [interval, interval, 0, supervisionTimeout, 0, 0] { w.u16(value) }
         return HCICommandPacket(.leCreateConnection, parameters: w.bytes)
     }
 
     /// ADV_IND (or `type`) on all three channels, interval in 0.625 ms units, from the public address (or the random one set).
-    public static func leSetAdvertisingParameters(interval: UInt16, type: UInt8 = 0, ownAddressRandom: Bool = false) -> HCICommandPacket {
+    public static func leSetAdvertisingParameters(interval: UInt16, type: UInt8 = 0, ownAddressRandom: Bool = false,
+                                                  ownAddressType: UInt8? = nil, directedTo peer: DeviceAddress? = nil) -> HCICommandPacket {
         var w = ByteWriter()
         w.u16(interval)
         w.u16(interval)
-        w.append([type, ownAddressRandom ? 1 : 0, 0, 0, 0, 0, 0, 0, 0, 0x07, 0])
+        w.append([type, ownAddressType ?? (ownAddressRandom ? 1 : 0), peer?.type.isRandom == true ? 1 : 0])
+        w.append(peer?.address.bytes ?? [0, 0, 0, 0, 0, 0])
+        w.append([0x07, 0])
         return HCICommandPacket(.leSetAdvertisingParameters, parameters: w.bytes)
     }
 

@@ -28,13 +28,17 @@ public enum StackError: Error, CustomStringConvertible {
 public enum StackControl {
     /// `attdArguments` carry the pairing settings (`--io-capability`, `--auto-accept`, ...) through to attd.
     public static func daemons(paths: DaemonPaths, transport: String, profile: String = "none", logLevel: LogLevel,
-                               attdArguments: [String] = [], managerdArguments: [String] = []) -> [SupervisedDaemon] {
+                               attdArguments: [String] = [], managerdArguments: [String] = [], pandoraPort: Int? = nil) -> [SupervisedDaemon] {
         let common = ["--runtime-dir", paths.runtimeDir, "--state-dir", paths.stateDir, "--log-level", logLevel.label]
-        return [
+        let daemons = [
             SupervisedDaemon(name: "hcid", arguments: [Executables.path("hcid")] + common + ["--transport", transport, "--profile", profile]),
             SupervisedDaemon(name: "attd", arguments: [Executables.path("attd")] + common + attdArguments),
             SupervisedDaemon(name: "managerd", arguments: [Executables.path("managerd")] + common + managerdArguments),
         ]
+        // The lab's gRPC server, a client of managerd like any app, started last.
+        guard let pandoraPort else { return daemons }
+        return daemons + [SupervisedDaemon(name: "beryl-pandora", arguments: [Executables.path("beryl-pandora"), "--runtime-dir", paths.runtimeDir,
+                                                                               "--port", String(pandoraPort)])]
     }
 
     /// Whether managerd tells apps poweredOn: the controller is on and attd is attached.
@@ -47,7 +51,8 @@ public enum StackControl {
     /// Starts `beryl supervise` detached and returns once managerd answers and the controller is poweredOn.
     /// A controller that cannot work here (unsupported, unauthorized) stops the stack and says why.
     public static func up(paths: DaemonPaths, transport: String, profile: String = "none", logLevel: LogLevel,
-                          attdArguments: [String] = [], managerdArguments: [String] = [], timeout: Duration = .seconds(20)) throws -> StackReport {
+                          attdArguments: [String] = [], managerdArguments: [String] = [], pandoraPort: Int? = nil,
+                          timeout: Duration = .seconds(20)) throws -> StackReport {
         try paths.createDirectories()
         try FileManager.default.createDirectory(atPath: paths.logDir, withIntermediateDirectories: true)
         if StackProbe.status(at: paths.socket(Supervisor.socketName)) != nil {
@@ -57,6 +62,7 @@ public enum StackControl {
         let arguments = [Executables.path("beryl"), "supervise", "--runtime-dir", paths.runtimeDir,
                          "--state-dir", paths.stateDir, "--transport", transport, "--profile", profile, "--log-level", logLevel.label]
             + attdArguments.flatMap { ["--attd-arg", $0] } + managerdArguments.flatMap { ["--managerd-arg", $0] }
+            + (pandoraPort.map { ["--pandora-port", String($0)] } ?? [])
         let pid = try Spawn.start(arguments, newSession: true, logPath: logPath)
         let clock = ContinuousClock()
         let deadline = clock.now + timeout

@@ -41,6 +41,9 @@ struct Up: ParsableCommand {
     @Option(help: "App manifests for managerd (default /etc/beryl/apps when it exists).")
     var appsDir: String?
 
+    @Option(help: "Also run beryl-pandora (device labs' gRPC interfaces) on 127.0.0.1 at this port.")
+    var pandoraPort: Int?
+
     var managerdArguments: [String] {
         appsDir.map { ["--apps-dir", URL(fileURLWithPath: $0).standardizedFileURL.path] } ?? []
     }
@@ -55,12 +58,14 @@ struct Up: ParsableCommand {
         if let ioCapability, !known.contains(ioCapability) {
             throw ValidationError("--io-capability must be one of \(known.joined(separator: ", "))")
         }
+        if let pandoraPort, !(1...65535).contains(pandoraPort) { throw ValidationError("--pandora-port must be 1 to 65535, not \(pandoraPort)") }
     }
 
     func run() throws {
         do {
             let report = try StackControl.up(paths: stack.paths, transport: transport, profile: profile, logLevel: logLevel,
-                                             attdArguments: attdArguments, managerdArguments: managerdArguments, timeout: .seconds(timeout))
+                                             attdArguments: attdArguments, managerdArguments: managerdArguments, pandoraPort: pandoraPort,
+                                             timeout: .seconds(timeout))
             print(json ? Output.json(report) : Status.render(report))
         } catch {
             throw Output.fail("\(error)")
@@ -85,12 +90,15 @@ struct Supervise: ParsableCommand {
 
     @Option(parsing: .unconditionalSingleValue) var managerdArg: [String] = []
 
+    @Option var pandoraPort: Int?
+
     func run() throws {
         let paths = stack.paths
         let supervisor: Supervisor
         do {
             supervisor = try Supervisor(paths: paths, daemons: StackControl.daemons(paths: paths, transport: transport, profile: profile, logLevel: logLevel,
-                                                                                    attdArguments: attdArg, managerdArguments: managerdArg),
+                                                                                    attdArguments: attdArg, managerdArguments: managerdArg,
+                                                                                    pandoraPort: pandoraPort),
                                         logLevel: logLevel)
         } catch {
             throw Output.fail("\(error)")

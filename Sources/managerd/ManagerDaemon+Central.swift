@@ -139,7 +139,10 @@ extension ManagerDaemon {
     // MARK: Scanning
 
     func updateScanning() {
-        let wanted: ControllerScan = !scans.isScanning || state != .poweredOn ? .off : scanIsSlow ? .slow : .fast
+        // A lab session's scan runs fast, and passive only when no app scans (apps need scan responses for names).
+        let labScan = lab?.scan
+        let wanted: ControllerScan = (!scans.isScanning && labScan == nil) || state != .poweredOn ? .off
+            : labScan != nil || !scanIsSlow ? .fast : .slow
         guard wanted != controllerScan, hcid != nil else { return }
         // Scan parameters can only change with the scan off (Core Vol 4 Part E §7.8.10).
         if controllerScan != .off { command(HCICommandPacket(.leSetScanEnable, parameters: [0x00, 0x00])) }
@@ -147,8 +150,11 @@ extension ManagerDaemon {
         guard wanted != .off else { return }
         // Active scanning (scan responses carry names), 60 ms every 100 ms; duplicates are filtered here, per app.
         // Only background apps scanning: 30 ms every 1.28 s, as iOS scans for them.
-        let parameters: [UInt8] = wanted == .slow ? [0x01, 0x00, 0x08, 0x30, 0x00, 0x00, 0x00] : [0x01, 0xA0, 0x00, 0x60, 0x00, 0x00, 0x00]
+        let active: UInt8 = labScan?.passive == true && !scans.isScanning ? 0x00 : 0x01
+        let ownAddress = labScan?.ownAddress.rawValue ?? 0
+        let parameters: [UInt8] = wanted == .slow ? [active, 0x00, 0x08, 0x30, 0x00, ownAddress, 0x00] : [active, 0xA0, 0x00, 0x60, 0x00, ownAddress, 0x00]
         command(HCICommandPacket(.leSetScanParameters, parameters: parameters))
+        // Duplicate filtering off: apps' duplicates are filtered per app here, and a lab session sees every report.
         command(HCICommandPacket(.leSetScanEnable, parameters: [0x01, 0x00]))
     }
 
@@ -229,7 +235,8 @@ extension ManagerDaemon {
             switch action {
             case .connect(let address):
                 // No timeout: LE Create Connection waits until the peer advertises or we cancel (Core Vol 4 Part E §7.8.12).
-                command(HCICommands.leCreateConnection(peer: address, interval: 24, supervisionTimeout: 200)) { [unowned self] result in
+                command(HCICommands.leCreateConnection(peer: address, interval: 24, supervisionTimeout: 200,
+                                                       ownAddressType: labOwnAddressType(connectingTo: address))) { [unowned self] result in
                     if case .success(let status) = result, status.first != 0 {
                         self.host.logger.warning("LE Create Connection refused (0x\(String(status.first ?? 0xFF, radix: 16))); retrying")
                         _ = try? self.host.loop.after(.seconds(1)) { [unowned self] in self.perform(self.book.attemptEnded()) }

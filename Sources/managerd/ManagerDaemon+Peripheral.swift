@@ -219,35 +219,46 @@ extension ManagerDaemon {
     func updateAdvertising(completion: ((String?) -> Void)? = nil) {
         rotation?.cancel()
         rotation = nil
-        // Suspended apps do not advertise; background ones advertise as Core Bluetooth's background rules say.
+        // Suspended apps do not advertise; background ones advertise as Core Bluetooth's background rules say. A lab
+        // session's advertising takes its turn after the apps'.
         let order = advertisers.keys.sorted().filter { policy(forSession: $0.session).advertises }
-        guard state == .poweredOn, !order.isEmpty else {
+        let turns = order.count + (lab?.advertising != nil ? 1 : 0)
+        guard state == .poweredOn, turns > 0 else {
             // Advertising managerd did not start (a low-level tool driving hcid directly) is left alone.
             if advertisingEnabled {
                 advertisingEnabled = false
                 command(HCICommandPacket(.leSetAdvertisingEnable, parameters: [0]))
             }
-            completion?(order.isEmpty ? nil : "the controller is not powered on")
+            completion?(turns == 0 ? nil : "the controller is not powered on")
             return
         }
         advertisingEnabled = true
-        advertisingTurn %= order.count
-        let advertiser = advertisers[order[advertisingTurn]]!
-        let background = policy(forSession: order[advertisingTurn].session).backgroundAdvertising
-        let payload = background ? AdvertisingPayload.background(serviceUUIDs: advertiser.serviceUUIDs) : advertiser.payload
-        command(HCICommandPacket(.leSetAdvertisingEnable, parameters: [0]))
-        // 100 ms in the foreground; 1 s in the background.
-        command(HCICommands.leSetAdvertisingParameters(interval: background ? 0x0640 : 0x00A0))
-        command(HCICommands.leSetAdvertisingData(payload.advertising))
-        command(HCICommands.leSetAdvertisingData(payload.scanResponse, scanResponse: true))
-        command(HCICommandPacket(.leSetAdvertisingEnable, parameters: [1])) { result in
+        advertisingTurn %= turns
+        let commands: [HCICommandPacket]
+        if advertisingTurn < order.count {
+            let advertiser = advertisers[order[advertisingTurn]]!
+            let background = policy(forSession: order[advertisingTurn].session).backgroundAdvertising
+            let payload = background ? AdvertisingPayload.background(serviceUUIDs: advertiser.serviceUUIDs) : advertiser.payload
+            commands = [
+                HCICommandPacket(.leSetAdvertisingEnable, parameters: [0]),
+                // 100 ms in the foreground; 1 s in the background.
+                HCICommands.leSetAdvertisingParameters(interval: background ? 0x0640 : 0x00A0),
+                HCICommands.leSetAdvertisingData(payload.advertising),
+                HCICommands.leSetAdvertisingData(payload.scanResponse, scanResponse: true),
+                HCICommandPacket(.leSetAdvertisingEnable, parameters: [1]),
+            ]
+        } else {
+            commands = lab!.advertising!.commands
+        }
+        for packet in commands.dropLast() { command(packet) }
+        command(commands.last!) { result in
             switch result {
             case .success(let status) where status.first == 0: completion?(nil)
             case .success(let status): completion?("the controller refused advertising (0x\(String(status.first ?? 0xFF, radix: 16)))")
             case .failure(let error): completion?("\(error)")
             }
         }
-        if order.count > 1 {
+        if turns > 1 {
             rotation = try? host.loop.after(.seconds(1)) { [unowned self] in
                 self.advertisingTurn += 1
                 self.updateAdvertising()

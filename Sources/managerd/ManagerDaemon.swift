@@ -99,6 +99,13 @@ final class ManagerDaemon {
     /// Set once SIGTERM arrives: the launched apps are being ended, and none is launched again.
     var stoppingApps = false
 
+    // Device labs.
+    var lab: LabState?
+    /// The static random address a lab session's RANDOM procedures use, made once per managerd.
+    let labRandomAddress = makeStaticRandomAddress { UInt8.random(in: 0...255) }
+    /// Each link's interval, latency and supervision timeout as the controller last reported them.
+    var linkTimings: [UInt16: LinkTiming] = [:]
+
     init(host: DaemonHost, appsDir: String?, suspendAfter: Double = 5, restoreGrace: Double = 15) throws {
         self.restoreGrace = .milliseconds(Int(restoreGrace * 1000))
         self.host = host
@@ -258,6 +265,7 @@ final class ManagerDaemon {
             controllerScan = .off
             updateScanning()
             perform(book.attemptEnded())
+            setLabRandomAddress()
             updateAdvertising()
         }
     }
@@ -294,9 +302,18 @@ final class ManagerDaemon {
         case .event(let packet)?:
             let hci = HCIEventPacket(code: UInt8(truncatingIfNeeded: packet.code), parameters: Array(packet.parameters))
             if let reports = AdvertisingReport.decode(hci) {
-                for report in reports { advertisementReceived(report) }
-            } else if let link = LinkEvent(hci) {
+                for report in reports {
+                    advertisementReceived(report)
+                    labReport(report)
+                }
+                return
+            }
+            let timing = LinkTiming(hci)
+            if let timing { labTimingChanged(timing, isUpdate: hci.parameters.first == LESubevent.connectionUpdateComplete.rawValue) }
+            if let link = LinkEvent(hci) {
                 linkEvent(link)
+                labLinkEvent(link)
+                if case .disconnected(let handle, _) = link { linkTimings[handle] = nil }
             }
         default:
             break
@@ -369,6 +386,7 @@ final class ManagerDaemon {
     // MARK: Sessions
 
     private func sessionClosed(_ id: UInt64) {
+        labSessionClosed(id)
         alertSubscribers.remove(id)
         scans.paused.remove(id)
         scans.coalesced.remove(id)
@@ -437,6 +455,10 @@ final class ManagerDaemon {
             return true
         }
         switch kind {
+        case .labOpen, .labAdvertise, .labStopAdvertising, .labScan, .labStopScan, .labConnect, .labCancelConnect, .labDisconnect,
+             .labGetLinks, .labFactoryReset:
+            handleLab(kind, session: session, app: app, incoming)
+            return true
         case .listApps, .launchApp, .stopApp, .setAppState:
             handleApps(kind, session: session, incoming)
             return true

@@ -56,6 +56,12 @@ public nonisolated enum Beryl_Ipc_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIt
 
   /// Pairing or encryption failed; the message names the SMP reason or HCI status.
   case securityFailed // = 13
+
+  /// What was asked exists already (a link to that peer).
+  case alreadyExists // = 14
+
+  /// The caller withdrew the request before it completed (a connection attempt cancelled).
+  case cancelled // = 15
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -78,6 +84,8 @@ public nonisolated enum Beryl_Ipc_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIt
     case 11: self = .permissionDenied
     case 12: self = .internal
     case 13: self = .securityFailed
+    case 14: self = .alreadyExists
+    case 15: self = .cancelled
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -98,6 +106,8 @@ public nonisolated enum Beryl_Ipc_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIt
     case .permissionDenied: return 11
     case .internal: return 12
     case .securityFailed: return 13
+    case .alreadyExists: return 14
+    case .cancelled: return 15
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -118,6 +128,8 @@ public nonisolated enum Beryl_Ipc_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIt
     .permissionDenied,
     .internal,
     .securityFailed,
+    .alreadyExists,
+    .cancelled,
   ]
 
 }
@@ -355,7 +367,7 @@ public nonisolated struct Beryl_Ipc_V1_Ack: Sendable {
 fileprivate nonisolated let _protobuf_package = "beryl.ipc.v1"
 
 nonisolated extension Beryl_Ipc_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_MALFORMED_MESSAGE\0\u{1}ERROR_CODE_UNKNOWN_MESSAGE\0\u{1}ERROR_CODE_MESSAGE_TOO_LARGE\0\u{1}ERROR_CODE_MISSING_FIELD\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_NOT_READY\0\u{1}ERROR_CODE_BUSY\0\u{1}ERROR_CODE_TIMEOUT\0\u{1}ERROR_CODE_NOT_FOUND\0\u{1}ERROR_CODE_PERMISSION_DENIED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SECURITY_FAILED\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_MALFORMED_MESSAGE\0\u{1}ERROR_CODE_UNKNOWN_MESSAGE\0\u{1}ERROR_CODE_MESSAGE_TOO_LARGE\0\u{1}ERROR_CODE_MISSING_FIELD\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_NOT_READY\0\u{1}ERROR_CODE_BUSY\0\u{1}ERROR_CODE_TIMEOUT\0\u{1}ERROR_CODE_NOT_FOUND\0\u{1}ERROR_CODE_PERMISSION_DENIED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SECURITY_FAILED\0\u{1}ERROR_CODE_ALREADY_EXISTS\0\u{1}ERROR_CODE_CANCELLED\0")
 }
 
 nonisolated extension Beryl_Ipc_V1_DaemonState: SwiftProtobuf._ProtoNameProviding {

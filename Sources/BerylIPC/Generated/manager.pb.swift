@@ -1084,6 +1084,87 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     set {kind = .subscribeAlerts(newValue)}
   }
 
+  /// The lab session (lab.proto): LabOpen first, on a session that has not said Hello.
+  public var labOpen: Beryl_Ipc_V1_LabOpen {
+    get {
+      if case .labOpen(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabOpen()
+    }
+    set {kind = .labOpen(newValue)}
+  }
+
+  public var labAdvertise: Beryl_Ipc_V1_LabAdvertise {
+    get {
+      if case .labAdvertise(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabAdvertise()
+    }
+    set {kind = .labAdvertise(newValue)}
+  }
+
+  public var labStopAdvertising: Beryl_Ipc_V1_LabStopAdvertising {
+    get {
+      if case .labStopAdvertising(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabStopAdvertising()
+    }
+    set {kind = .labStopAdvertising(newValue)}
+  }
+
+  public var labScan: Beryl_Ipc_V1_LabScan {
+    get {
+      if case .labScan(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabScan()
+    }
+    set {kind = .labScan(newValue)}
+  }
+
+  public var labStopScan: Beryl_Ipc_V1_LabStopScan {
+    get {
+      if case .labStopScan(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabStopScan()
+    }
+    set {kind = .labStopScan(newValue)}
+  }
+
+  public var labConnect: Beryl_Ipc_V1_LabConnect {
+    get {
+      if case .labConnect(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabConnect()
+    }
+    set {kind = .labConnect(newValue)}
+  }
+
+  public var labCancelConnect: Beryl_Ipc_V1_LabCancelConnect {
+    get {
+      if case .labCancelConnect(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabCancelConnect()
+    }
+    set {kind = .labCancelConnect(newValue)}
+  }
+
+  public var labDisconnect: Beryl_Ipc_V1_LabDisconnect {
+    get {
+      if case .labDisconnect(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabDisconnect()
+    }
+    set {kind = .labDisconnect(newValue)}
+  }
+
+  public var labGetLinks: Beryl_Ipc_V1_LabGetLinks {
+    get {
+      if case .labGetLinks(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabGetLinks()
+    }
+    set {kind = .labGetLinks(newValue)}
+  }
+
+  public var labFactoryReset: Beryl_Ipc_V1_LabFactoryReset {
+    get {
+      if case .labFactoryReset(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabFactoryReset()
+    }
+    set {kind = .labFactoryReset(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1111,6 +1192,17 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     case launchApp(Beryl_Ipc_V1_LaunchApp)
     case stopApp(Beryl_Ipc_V1_StopApp)
     case subscribeAlerts(Beryl_Ipc_V1_SubscribeAlerts)
+    /// The lab session (lab.proto): LabOpen first, on a session that has not said Hello.
+    case labOpen(Beryl_Ipc_V1_LabOpen)
+    case labAdvertise(Beryl_Ipc_V1_LabAdvertise)
+    case labStopAdvertising(Beryl_Ipc_V1_LabStopAdvertising)
+    case labScan(Beryl_Ipc_V1_LabScan)
+    case labStopScan(Beryl_Ipc_V1_LabStopScan)
+    case labConnect(Beryl_Ipc_V1_LabConnect)
+    case labCancelConnect(Beryl_Ipc_V1_LabCancelConnect)
+    case labDisconnect(Beryl_Ipc_V1_LabDisconnect)
+    case labGetLinks(Beryl_Ipc_V1_LabGetLinks)
+    case labFactoryReset(Beryl_Ipc_V1_LabFactoryReset)
 
   }
 
@@ -1188,6 +1280,30 @@ public nonisolated struct Beryl_Ipc_V1_ManagerResponse: Sendable {
     set {kind = .apps(newValue)}
   }
 
+  public var labWelcome: Beryl_Ipc_V1_LabWelcome {
+    get {
+      if case .labWelcome(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabWelcome()
+    }
+    set {kind = .labWelcome(newValue)}
+  }
+
+  public var labLink: Beryl_Ipc_V1_LabLink {
+    get {
+      if case .labLink(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabLink()
+    }
+    set {kind = .labLink(newValue)}
+  }
+
+  public var labLinks: Beryl_Ipc_V1_LabLinks {
+    get {
+      if case .labLinks(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabLinks()
+    }
+    set {kind = .labLinks(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1199,6 +1315,9 @@ public nonisolated struct Beryl_Ipc_V1_ManagerResponse: Sendable {
     case serviceAdded(Beryl_Ipc_V1_ServicePublished)
     case updateResult(Beryl_Ipc_V1_UpdateResult)
     case apps(Beryl_Ipc_V1_AppList)
+    case labWelcome(Beryl_Ipc_V1_LabWelcome)
+    case labLink(Beryl_Ipc_V1_LabLink)
+    case labLinks(Beryl_Ipc_V1_LabLinks)
 
   }
 
@@ -1521,6 +1640,14 @@ public nonisolated struct Beryl_Ipc_V1_ManagerEvent: Sendable {
     set {kind = .alert(newValue)}
   }
 
+  public var lab: Beryl_Ipc_V1_LabEvent {
+    get {
+      if case .lab(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabEvent()
+    }
+    set {kind = .lab(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1539,6 +1666,7 @@ public nonisolated struct Beryl_Ipc_V1_ManagerEvent: Sendable {
     case pairingPrompt(Beryl_Ipc_V1_PairingPromptEvent)
     case pairingFinished(Beryl_Ipc_V1_PairingFinishedEvent)
     case alert(Beryl_Ipc_V1_AlertEvent)
+    case lab(Beryl_Ipc_V1_LabEvent)
 
   }
 
@@ -3240,7 +3368,7 @@ nonisolated extension Beryl_Ipc_V1_PairingFinishedEvent: SwiftProtobuf.Message, 
 
 nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{1}gatt\0\u{3}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0\u{3}answer_pairing\0\u{1}invalidate\0\u{3}set_app_state\0\u{3}list_apps\0\u{3}launch_app\0\u{3}stop_app\0\u{3}subscribe_alerts\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{1}gatt\0\u{3}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0\u{3}answer_pairing\0\u{1}invalidate\0\u{3}set_app_state\0\u{3}list_apps\0\u{3}launch_app\0\u{3}stop_app\0\u{3}subscribe_alerts\0\u{3}lab_open\0\u{3}lab_advertise\0\u{3}lab_stop_advertising\0\u{3}lab_scan\0\u{3}lab_stop_scan\0\u{3}lab_connect\0\u{3}lab_cancel_connect\0\u{3}lab_disconnect\0\u{3}lab_get_links\0\u{3}lab_factory_reset\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3560,6 +3688,136 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
           self.kind = .subscribeAlerts(v)
         }
       }()
+      case 25: try {
+        var v: Beryl_Ipc_V1_LabOpen?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labOpen(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labOpen(v)
+        }
+      }()
+      case 26: try {
+        var v: Beryl_Ipc_V1_LabAdvertise?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labAdvertise(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labAdvertise(v)
+        }
+      }()
+      case 27: try {
+        var v: Beryl_Ipc_V1_LabStopAdvertising?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labStopAdvertising(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labStopAdvertising(v)
+        }
+      }()
+      case 28: try {
+        var v: Beryl_Ipc_V1_LabScan?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labScan(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labScan(v)
+        }
+      }()
+      case 29: try {
+        var v: Beryl_Ipc_V1_LabStopScan?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labStopScan(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labStopScan(v)
+        }
+      }()
+      case 30: try {
+        var v: Beryl_Ipc_V1_LabConnect?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labConnect(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labConnect(v)
+        }
+      }()
+      case 31: try {
+        var v: Beryl_Ipc_V1_LabCancelConnect?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labCancelConnect(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labCancelConnect(v)
+        }
+      }()
+      case 32: try {
+        var v: Beryl_Ipc_V1_LabDisconnect?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labDisconnect(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labDisconnect(v)
+        }
+      }()
+      case 33: try {
+        var v: Beryl_Ipc_V1_LabGetLinks?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labGetLinks(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labGetLinks(v)
+        }
+      }()
+      case 34: try {
+        var v: Beryl_Ipc_V1_LabFactoryReset?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labFactoryReset(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labFactoryReset(v)
+        }
+      }()
       default: break
       }
     }
@@ -3667,6 +3925,46 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
       guard case .subscribeAlerts(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 24)
     }()
+    case .labOpen?: try {
+      guard case .labOpen(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 25)
+    }()
+    case .labAdvertise?: try {
+      guard case .labAdvertise(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 26)
+    }()
+    case .labStopAdvertising?: try {
+      guard case .labStopAdvertising(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 27)
+    }()
+    case .labScan?: try {
+      guard case .labScan(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 28)
+    }()
+    case .labStopScan?: try {
+      guard case .labStopScan(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 29)
+    }()
+    case .labConnect?: try {
+      guard case .labConnect(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 30)
+    }()
+    case .labCancelConnect?: try {
+      guard case .labCancelConnect(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 31)
+    }()
+    case .labDisconnect?: try {
+      guard case .labDisconnect(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 32)
+    }()
+    case .labGetLinks?: try {
+      guard case .labGetLinks(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 33)
+    }()
+    case .labFactoryReset?: try {
+      guard case .labFactoryReset(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 34)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -3681,7 +3979,7 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}welcome\0\u{1}peripherals\0\u{1}gatt\0\u{1}rssi\0\u{3}maximum_write_length\0\u{3}service_added\0\u{3}update_result\0\u{1}apps\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}welcome\0\u{1}peripherals\0\u{1}gatt\0\u{1}rssi\0\u{3}maximum_write_length\0\u{3}service_added\0\u{3}update_result\0\u{1}apps\0\u{3}lab_welcome\0\u{3}lab_link\0\u{3}lab_links\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3793,6 +4091,45 @@ nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, Swift
           self.kind = .apps(v)
         }
       }()
+      case 9: try {
+        var v: Beryl_Ipc_V1_LabWelcome?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labWelcome(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labWelcome(v)
+        }
+      }()
+      case 10: try {
+        var v: Beryl_Ipc_V1_LabLink?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labLink(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labLink(v)
+        }
+      }()
+      case 11: try {
+        var v: Beryl_Ipc_V1_LabLinks?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labLinks(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labLinks(v)
+        }
+      }()
       default: break
       }
     }
@@ -3835,6 +4172,18 @@ nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, Swift
     case .apps?: try {
       guard case .apps(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+    }()
+    case .labWelcome?: try {
+      guard case .labWelcome(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+    }()
+    case .labLink?: try {
+      guard case .labLink(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
+    }()
+    case .labLinks?: try {
+      guard case .labLinks(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
     }()
     case nil: break
     }
@@ -4278,7 +4627,7 @@ nonisolated extension Beryl_Ipc_V1_AdvertisingStarted: SwiftProtobuf.Message, Sw
 
 nonisolated extension Beryl_Ipc_V1_ManagerEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}state_changed\0\u{1}discovered\0\u{1}connected\0\u{1}disconnected\0\u{1}notification\0\u{3}services_changed\0\u{3}ready_to_write\0\u{3}read_request\0\u{3}write_request\0\u{1}subscription\0\u{3}ready_to_update\0\u{3}advertising_started\0\u{3}pairing_prompt\0\u{3}pairing_finished\0\u{1}alert\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}state_changed\0\u{1}discovered\0\u{1}connected\0\u{1}disconnected\0\u{1}notification\0\u{3}services_changed\0\u{3}ready_to_write\0\u{3}read_request\0\u{3}write_request\0\u{1}subscription\0\u{3}ready_to_update\0\u{3}advertising_started\0\u{3}pairing_prompt\0\u{3}pairing_finished\0\u{1}alert\0\u{1}lab\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4476,6 +4825,19 @@ nonisolated extension Beryl_Ipc_V1_ManagerEvent: SwiftProtobuf.Message, SwiftPro
           self.kind = .alert(v)
         }
       }()
+      case 16: try {
+        var v: Beryl_Ipc_V1_LabEvent?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .lab(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .lab(v)
+        }
+      }()
       default: break
       }
     }
@@ -4546,6 +4908,10 @@ nonisolated extension Beryl_Ipc_V1_ManagerEvent: SwiftProtobuf.Message, SwiftPro
     case .alert?: try {
       guard case .alert(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
+    }()
+    case .lab?: try {
+      guard case .lab(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 16)
     }()
     case nil: break
     }

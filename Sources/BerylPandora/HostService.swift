@@ -1,0 +1,239 @@
+import BerylIPC
+import Foundation
+import GRPCCore
+import PandoraInterfaces
+import SwiftProtobuf
+
+/// pandora.Host over a lab session: LE only. The BR/EDR RPCs answer UNIMPLEMENTED at once.
+public struct HostService: Pandora_Host.SimpleServiceProtocol {
+    let lab: LabClient
+    /// What include_*_local_name advertises.
+    let deviceName: String
+
+    public init(lab: LabClient, deviceName: String) {
+        self.lab = lab
+        self.deviceName = deviceName
+    }
+
+    public func factoryReset(request: Google_Protobuf_Empty, context: ServerContext) async throws -> Google_Protobuf_Empty {
+        try await lab.call { $0.labFactoryReset = .init() }
+        return .init()
+    }
+
+    public func reset(request: Google_Protobuf_Empty, context: ServerContext) async throws -> Google_Protobuf_Empty {
+        try await lab.call { $0.labFactoryReset = .init() }
+        return .init()
+    }
+
+    public func readLocalAddress(request: Google_Protobuf_Empty, context: ServerContext) async throws -> Pandora_ReadLocalAddressResponse {
+        guard let (bytes, _) = PandoraAddress.bytes(lab.welcome.publicAddress) else {
+            throw RPCError(code: .unavailable, message: "the controller's address is not known yet")
+        }
+        return .with { $0.address = bytes }
+    }
+
+    public func connectLE(request: Pandora_ConnectLERequest, context: ServerContext) async throws -> Pandora_ConnectLEResponse {
+        let address: String
+        switch request.address {
+        case .public(let bytes)?, .publicIdentity(let bytes)?: address = try PandoraAddress.text(bytes, random: false, field: "address")
+        case .random(let bytes)?, .randomStaticIdentity(let bytes)?: address = try PandoraAddress.text(bytes, random: true, field: "address")
+        case nil: throw RPCError(code: .invalidArgument, message: "address: one of public, random, public_identity, random_static_identity is needed")
+        }
+        let ownAddressType = try ownAddress(request.ownAddressType)
+        // A connection request never times out by itself; the caller's deadline (or its cancel) withdraws it.
+        let outcome: Result<Beryl_Ipc_V1_ManagerResponse, RPCError> = await withTaskCancellationHandler {
+            do throws(RPCError) {
+                return .success(try await lab.call {
+                    $0.labConnect = .with {
+                        $0.address = address
+                        $0.ownAddressType = ownAddressType
+                    }
+                })
+            } catch {
+                return .failure(error)
+            }
+        } onCancel: {
+            Task { try? await lab.call { $0.labCancelConnect = .init() } }
+        }
+        switch outcome {
+        case .success(let response):
+            return .with { $0.connection = ConnectionCookie.make(response.labLink.handle) }
+        case .failure(let error) where error.code == .alreadyExists:
+            return .with { $0.connectionAlreadyExists = .init() }
+        case .failure(let error):
+            throw error
+        }
+    }
+
+    public func disconnect(request: Pandora_DisconnectRequest, context: ServerContext) async throws -> Google_Protobuf_Empty {
+        let handle = try ConnectionCookie.handle(request.connection)
+        let events = lab.events()
+        do throws(RPCError) {
+            try await lab.call { $0.labDisconnect.handle = handle }
+        } catch {
+            if error.code == .notFound { return .init() }  // gone already: what the caller wanted
+            throw error
+        }
+        // Answered once the link is down, so that the next RPC sees it gone.
+        for await event in events {
+            if case .linkDown(let down)? = event.kind, down.handle == handle { break }
+        }
+        return .init()
+    }
+
+    public func waitDisconnection(request: Pandora_WaitDisconnectionRequest, context: ServerContext) async throws -> Google_Protobuf_Empty {
+        let handle = try ConnectionCookie.handle(request.connection)
+        let events = lab.events()
+        guard try await lab.links().contains(where: { $0.handle == handle }) else { return .init() }
+        for await event in events {
+            if case .linkDown(let down)? = event.kind, down.handle == handle { break }
+        }
+        return .init()
+    }
+
+    public func getConnectionParameters(request: Pandora_GetConnectionParametersRequest, context: ServerContext) async throws -> Pandora_GetConnectionParametersResponse {
+        let handle = try ConnectionCookie.handle(request.connection)
+        guard let link = try await lab.links().first(where: { $0.handle == handle }) else { return .with { $0.connectionNotFound = .init() } }
+        return .with { $0.connectionParameters = parameters(link) }
+    }
+
+    public func waitConnectionUpdate(request: Pandora_WaitConnectionUpdateRequest, context: ServerContext) async throws -> Pandora_WaitConnectionUpdateResponse {
+        let handle = try ConnectionCookie.handle(request.connection)
+        let events = lab.events()
+        guard try await lab.links().contains(where: { $0.handle == handle }) else { return .with { $0.connectionNotFound = .init() } }
+        for await event in events {
+            switch event.kind {
+            case .linkUpdated(let link)? where link.handle == handle: return .with { $0.connectionParameters = parameters(link) }
+            case .linkDown(let down)? where down.handle == handle: return .with { $0.connectionNotFound = .init() }
+            default: continue
+            }
+        }
+        throw RPCError(code: .unavailable, message: "the lab session ended")
+    }
+
+    public func advertise(request: Pandora_AdvertiseRequest, response: RPCWriter<Pandora_AdvertiseResponse>, context: ServerContext) async throws {
+        // Legacy advertising whatever `legacy` says: Pandora's false means "extended if the stack can", and Beryl's
+        // managerd drives legacy advertising only.
+        let advertise = try labAdvertise(request)
+        let events = lab.events()
+        try await lab.call { $0.labAdvertise = advertise }
+        // Cancelling the call (its task) stops advertising; the calls below still reach managerd.
+        for await event in events {
+            if case .linkUp(let link)? = event.kind, !link.central, request.connectable {
+                do {
+                    try await response.write(.with { $0.connection = ConnectionCookie.make(link.handle) })
+                } catch {
+                    break
+                }
+            }
+        }
+        try? await lab.call { $0.labStopAdvertising = .init() }
+    }
+
+    public func scan(request: Pandora_ScanRequest, response: RPCWriter<Pandora_ScanningResponse>, context: ServerContext) async throws {
+        let ownAddressType = try ownAddress(request.ownAddressType)
+        let events = lab.events()
+        try await lab.call {
+            $0.labScan = .with {
+                $0.passive = request.passive
+                $0.ownAddressType = ownAddressType
+            }
+        }
+        var merger = ScanReportMerger(active: !request.passive)
+        reading: for await event in events {
+            guard case .scanReport(let report)? = event.kind, let kind = ScanReportMerger.Kind(rawValue: report.eventType) else { continue }
+            for advertisement in merger.take(.init(address: report.address, kind: kind, rssi: report.rssi, data: Array(report.data))) {
+                do {
+                    try await response.write(scanningResponse(advertisement))
+                } catch {
+                    break reading
+                }
+            }
+        }
+        try? await lab.call { $0.labStopScan = .init() }
+    }
+
+    // MARK: BR/EDR: not a Beryl transport
+
+    public func connect(request: Pandora_ConnectRequest, context: ServerContext) async throws -> Pandora_ConnectResponse { throw brEdr("Connect") }
+    public func waitConnection(request: Pandora_WaitConnectionRequest, context: ServerContext) async throws -> Pandora_WaitConnectionResponse {
+        throw brEdr("WaitConnection")
+    }
+    public func inquiry(request: Google_Protobuf_Empty, response: RPCWriter<Pandora_InquiryResponse>, context: ServerContext) async throws {
+        throw brEdr("Inquiry")
+    }
+    public func setDiscoverabilityMode(request: Pandora_SetDiscoverabilityModeRequest, context: ServerContext) async throws -> Google_Protobuf_Empty {
+        throw brEdr("SetDiscoverabilityMode")
+    }
+    public func setConnectabilityMode(request: Pandora_SetConnectabilityModeRequest, context: ServerContext) async throws -> Google_Protobuf_Empty {
+        throw brEdr("SetConnectabilityMode")
+    }
+
+    // MARK: Translation
+
+    private func brEdr(_ rpc: String) -> RPCError {
+        RPCError(code: .unimplemented, message: "\(rpc) is BR/EDR; Beryl is an LE-only stack")
+    }
+
+    private func ownAddress(_ type: Pandora_OwnAddressType) throws(RPCError) -> Beryl_Ipc_V1_OwnAddressType {
+        switch type {
+        case .public: .public
+        case .random: .random
+        case .resolvableOrPublic: .resolvableOrPublic
+        case .resolvableOrRandom: .resolvableOrRandom
+        case .UNRECOGNIZED(let value): throw RPCError(code: .invalidArgument, message: "own_address_type: \(value) is not an address type")
+        }
+    }
+
+    func labAdvertise(_ request: Pandora_AdvertiseRequest) throws(RPCError) -> Beryl_Ipc_V1_LabAdvertise {
+        var advertise = Beryl_Ipc_V1_LabAdvertise()
+        do {
+            advertise.data = Data(try DataTypesCodec.encode(request.data, deviceName: deviceName))
+            advertise.scanResponse = Data(try DataTypesCodec.encode(request.scanResponseData, deviceName: deviceName))
+        } catch {
+            throw RPCError(code: .invalidArgument, message: "\(error)")
+        }
+        advertise.connectable = request.connectable
+        advertise.scannable = request.hasScanResponseData
+        advertise.ownAddressType = try ownAddress(request.ownAddressType)
+        switch request.target {
+        case .public(let bytes)?: advertise.directedTo = try PandoraAddress.text(bytes, random: false, field: "target")
+        case .random(let bytes)?: advertise.directedTo = try PandoraAddress.text(bytes, random: true, field: "target")
+        case nil: break
+        }
+        if !advertise.directedTo.isEmpty, !request.connectable {
+            throw RPCError(code: .invalidArgument, message: "target: directed advertising is connectable")
+        }
+        // Pandora's interval is in milliseconds; HCI's in 0.625 ms units (Core Vol 4 Part E §7.8.5).
+        if request.interval < 0 || request.interval > 10_240 {
+            throw RPCError(code: .invalidArgument, message: "interval: \(request.interval) ms is outside 20 ms to 10.24 s")
+        }
+        advertise.interval = UInt32((request.interval / 0.625).rounded())
+        return advertise
+    }
+
+    func scanningResponse(_ advertisement: ScanReportMerger.Advertisement) -> Pandora_ScanningResponse {
+        var out = Pandora_ScanningResponse()
+        out.legacy = true
+        out.connectable = advertisement.connectable
+        out.scannable = advertisement.scannable
+        out.truncated = false
+        out.primaryPhy = .primary1M
+        out.secondaryPhy = .secondaryNone
+        out.txPower = 127  // not reported by a legacy advertising report (Core Vol 4 Part E §7.7.65.13 "not available")
+        out.rssi = advertisement.rssi
+        out.data = DataTypesCodec.decode(advertisement.data)
+        if let (bytes, random) = PandoraAddress.bytes(advertisement.address) {
+            if random { out.random = bytes } else { out.public = bytes }
+        }
+        return out
+    }
+
+    private func parameters(_ link: Beryl_Ipc_V1_LabLink) -> Pandora_ConnectionParameters {
+        .with {
+            $0.connectionInterval = link.interval
+            $0.peripheralLatency = link.latency
+            $0.supervisionTimeout = link.supervisionTimeout
+        }
+    }
+}

@@ -1,0 +1,133 @@
+import BerylIPC
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// beryl-pandora's session with managerd: requests awaited from any task, and every event fanned out to the
+/// subscribers of the moment (each gRPC stream subscribes for as long as it runs). A reader thread does the blocking
+/// receive, so the gRPC server's executor never blocks on the socket.
+public final class LabChannel: Sendable {
+    private struct State {
+        var nextID: UInt64 = 1
+        var pending: [UInt64: CheckedContinuation<Response, any Error>] = [:]
+        var subscribers: [UInt64: AsyncStream<Event>.Continuation] = [:]
+        var nextSubscriber: UInt64 = 1
+        var closed: String?
+    }
+
+    private let fd: Int32
+    private let state = Mutex(State())
+
+    public init(socketPath: String) throws(IPCClientError) {
+        do {
+            fd = try SeqPacketSocket.connect(path: socketPath)
+        } catch {
+            throw .connect(error)
+        }
+        let reader = Thread { [self] in self.readLoop() }
+        reader.name = "beryl-pandora.reader"
+        reader.start()
+    }
+
+    deinit { Glibc.close(fd) }
+
+    /// Why the session ended, once managerd has gone (requests fail with `.closed` from then on).
+    public var closedReason: String? { state.withLock { $0.closed } }
+
+    public func close() {
+        shutdown(fd, Int32(SHUT_RDWR))
+    }
+
+    /// Sends a request and waits for its one answer; a typed managerd error comes back as `.remote`.
+    public func call(_ request: Request) async throws(IPCClientError) -> Response {
+        do {
+            return try await withCheckedThrowingContinuation { continuation in
+                let id: UInt64? = state.withLock { state in
+                    guard state.closed == nil else { return nil }
+                    let id = state.nextID
+                    state.nextID += 1
+                    state.pending[id] = continuation
+                    return id
+                }
+                guard let id else { return continuation.resume(throwing: IPCClientError.closed) }
+                guard case .sent = SeqPacketSocket.send(fd, Envelope.request(request, id: id).encoded()) else {
+                    let waiting = state.withLock { $0.pending.removeValue(forKey: id) }
+                    waiting?.resume(throwing: IPCClientError.closed)
+                    return
+                }
+            }
+        } catch let error as IPCClientError {
+            throw error
+        } catch {
+            throw .closed
+        }
+    }
+
+    /// Every event from now on, until the stream is dropped or the session ends (then the stream finishes).
+    public func events() -> AsyncStream<Event> {
+        let (stream, continuation) = AsyncStream<Event>.makeStream(bufferingPolicy: .bufferingNewest(4096))
+        let id: UInt64? = state.withLock { state in
+            guard state.closed == nil else { return nil }
+            let id = state.nextSubscriber
+            state.nextSubscriber += 1
+            state.subscribers[id] = continuation
+            return id
+        }
+        guard let id else {
+            continuation.finish()
+            return stream
+        }
+        continuation.onTermination = { [weak self] _ in _ = self?.state.withLock { $0.subscribers.removeValue(forKey: id) } }
+        return stream
+    }
+
+    private func readLoop() {
+        var buffer: [UInt8] = []
+        while true {
+            switch SeqPacketSocket.receive(fd, cap: IPCLimits.standard.maxMessageBytes, buffer: &buffer) {
+            case .message(let bytes):
+                guard let envelope = try? Envelope(serializedBytes: bytes) else { continue }
+                dispatch(envelope)
+            case .wouldBlock:
+                var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                _ = poll(&descriptor, 1, -1)
+            case .tooLarge:
+                continue
+            case .closed:
+                finish("managerd closed the lab session")
+                return
+            }
+        }
+    }
+
+    private func dispatch(_ envelope: Envelope) {
+        switch envelope.body {
+        case .response(let response)?:
+            guard let waiting = state.withLock({ $0.pending.removeValue(forKey: envelope.requestID) }) else { return }
+            if case .error(let error)? = response.kind {
+                waiting.resume(throwing: IPCClientError.remote(code: error.code, message: error.message, field: error.field))
+            } else {
+                waiting.resume(returning: response)
+            }
+        case .event(let event)?:
+            for subscriber in state.withLock({ Array($0.subscribers.values) }) { subscriber.yield(event) }
+        default:
+            break
+        }
+    }
+
+    private func finish(_ reason: String) {
+        let (waiting, subscribers) = state.withLock { state in
+            state.closed = reason
+            defer {
+                state.pending.removeAll()
+                state.subscribers.removeAll()
+            }
+            return (Array(state.pending.values), Array(state.subscribers.values))
+        }
+        for continuation in waiting { continuation.resume(throwing: IPCClientError.closed) }
+        for subscriber in subscribers { subscriber.finish() }
+    }
+}

@@ -1,0 +1,120 @@
+import BerylIPC
+import Foundation
+import GRPCCore
+import PandoraInterfaces
+
+/// The lab session's requests, typed, over one LabChannel; managerd's typed errors become gRPC statuses here.
+public final class LabClient: Sendable {
+    public let channel: LabChannel
+    public let welcome: Beryl_Ipc_V1_LabWelcome
+
+    private init(channel: LabChannel, welcome: Beryl_Ipc_V1_LabWelcome) {
+        self.channel = channel
+        self.welcome = welcome
+    }
+
+    /// Opens the lab session on managerd's socket; managerd refuses it (PERMISSION_DENIED) to anyone but root and the lab group.
+    public static func open(socketPath: String) async throws(IPCClientError) -> LabClient {
+        let channel = try LabChannel(socketPath: socketPath)
+        do {
+            let response = try await channel.call(.manager { $0.labOpen = .init() })
+            return LabClient(channel: channel, welcome: response.manager.labWelcome)
+        } catch {
+            channel.close()
+            throw error
+        }
+    }
+
+    @discardableResult
+    func call(_ build: (inout Beryl_Ipc_V1_ManagerRequest) -> Void) async throws(RPCError) -> Beryl_Ipc_V1_ManagerResponse {
+        do {
+            return try await channel.call(.manager(build)).manager
+        } catch {
+            throw RPCError(error)
+        }
+    }
+
+    func events() -> AsyncStream<Beryl_Ipc_V1_LabEvent> {
+        let events = channel.events()
+        return AsyncStream { continuation in
+            let task = Task {
+                for await event in events {
+                    if case .lab(let lab)? = event.manager.kind { continuation.yield(lab) }
+                }
+                continuation.finish()
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    func links() async throws(RPCError) -> [Beryl_Ipc_V1_LabLink] {
+        try await call { $0.labGetLinks = .init() }.labLinks.links
+    }
+}
+
+extension Request {
+    static func manager(_ build: (inout Beryl_Ipc_V1_ManagerRequest) -> Void) -> Request {
+        var request = Request()
+        build(&request.manager)
+        return request
+    }
+}
+
+extension RPCError {
+    /// managerd's error codes as gRPC's (the message carries managerd's words and the field it named).
+    init(_ error: IPCClientError) {
+        guard case .remote(let code, let message, let field) = error else {
+            self.init(code: .unavailable, message: "the Beryl stack is unavailable: \(error)")
+            return
+        }
+        let text = field.isEmpty ? message : "\(message) (\(field))"
+        switch code {
+        case .invalidArgument, .missingField, .malformedMessage, .messageTooLarge: self.init(code: .invalidArgument, message: text)
+        case .notFound: self.init(code: .notFound, message: text)
+        case .alreadyExists: self.init(code: .alreadyExists, message: text)
+        case .permissionDenied: self.init(code: .permissionDenied, message: text)
+        case .busy: self.init(code: .resourceExhausted, message: text)
+        case .notReady: self.init(code: .unavailable, message: text)
+        case .timeout: self.init(code: .deadlineExceeded, message: text)
+        case .cancelled: self.init(code: .cancelled, message: text)
+        case .unsupported, .unknownMessage: self.init(code: .unimplemented, message: text)
+        default: self.init(code: .internalError, message: text)
+        }
+    }
+}
+
+/// Pandora's addresses: six bytes, most significant first, the kind in the oneof's case.
+enum PandoraAddress {
+    static func text(_ bytes: Data, random: Bool, field: String) throws(RPCError) -> String {
+        guard bytes.count == 6 else {
+            throw RPCError(code: .invalidArgument, message: "\(field): an address is 6 bytes, not \(bytes.count)")
+        }
+        let text = bytes.map { String(format: "%02X", $0) }.joined(separator: ":")
+        return random ? text + "/random" : text
+    }
+
+    /// "AA:BB:CC:DD:EE:FF[/random]" → the bytes and whether it is random; nil for anything else.
+    static func bytes(_ text: String) -> (Data, random: Bool)? {
+        let parts = text.split(separator: "/")
+        let octets = parts.first?.split(separator: ":").compactMap { UInt8($0, radix: 16) } ?? []
+        guard octets.count == 6 else { return nil }
+        return (Data(octets), parts.count > 1 && parts[1] != "public")
+    }
+}
+
+/// A link as Pandora names it: an opaque cookie, here the connection handle (4 bytes, big-endian, as Bumble's).
+enum ConnectionCookie {
+    static func make(_ handle: UInt32) -> Pandora_Connection {
+        var connection = Pandora_Connection()
+        connection.cookie.value = Data([UInt8(handle >> 24 & 0xFF), UInt8(handle >> 16 & 0xFF), UInt8(handle >> 8 & 0xFF), UInt8(handle & 0xFF)])
+        return connection
+    }
+
+    static func handle(_ connection: Pandora_Connection, field: String = "connection") throws(RPCError) -> UInt32 {
+        let bytes = connection.cookie.value
+        guard connection.hasCookie, bytes.count == 4 else {
+            throw RPCError(code: .invalidArgument, message: "\(field): not a connection this server made")
+        }
+        return bytes.reduce(0) { $0 << 8 | UInt32($1) }
+    }
+}
