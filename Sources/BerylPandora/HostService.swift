@@ -26,10 +26,12 @@ public struct HostService: Pandora_Host.SimpleServiceProtocol {
     }
 
     public func readLocalAddress(request: Google_Protobuf_Empty, context: ServerContext) async throws -> Pandora_ReadLocalAddressResponse {
-        guard let (bytes, _) = PandoraAddress.bytes(lab.welcome.publicAddress) else {
-            throw RPCError(code: .unavailable, message: "the controller's address is not known yet")
+        // After a reset the controller is back only once hcid has brought it up: wait for that (within the deadline).
+        while true {
+            let info = try await lab.call { $0.labGetInfo = .init() }.labWelcome
+            if info.state == .poweredOn, let (bytes, _) = PandoraAddress.bytes(info.publicAddress) { return .with { $0.address = bytes } }
+            try await Task.sleep(for: .milliseconds(100))
         }
-        return .with { $0.address = bytes }
     }
 
     public func connectLE(request: Pandora_ConnectLERequest, context: ServerContext) async throws -> Pandora_ConnectLEResponse {

@@ -86,6 +86,8 @@ extension ManagerDaemon {
             }
         case .labGetLinks:
             incoming.respond(.with { $0.manager.labLinks.links = book.links.values.sorted { $0.handle < $1.handle }.map(labLink) })
+        case .labGetInfo:
+            answerLabInfo(session: session.id, incoming)
         case .labFactoryReset:
             labFactoryReset(lab)
             incoming.respond(.with { $0.ack = .init() })
@@ -110,10 +112,15 @@ extension ManagerDaemon {
         lab = LabState(session: session.id)
         host.logger.info("lab session \(session.id) opened by pid \(session.peer.pid) (uid \(session.peer.uid))")
         setLabRandomAddress()
+        answerLabInfo(session: session.id, incoming)
+    }
+
+    /// The controller's state and addresses as hcid knows them now (the public one is unknown until bring-up read it).
+    private func answerLabInfo(session: UInt64, _ incoming: IncomingRequest) {
         let welcome = { [unowned self] (address: String) in
-            incoming.respond(.with {
+            _ = incoming.respond(.with {
                 $0.manager.labWelcome = .with {
-                    $0.sessionID = session.id
+                    $0.sessionID = session
                     $0.state = state
                     $0.publicAddress = address
                     $0.randomAddress = DeviceAddress(labRandomAddress, type: .random).description

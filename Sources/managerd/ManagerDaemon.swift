@@ -456,7 +456,7 @@ final class ManagerDaemon {
         }
         switch kind {
         case .labOpen, .labAdvertise, .labStopAdvertising, .labScan, .labStopScan, .labConnect, .labCancelConnect, .labDisconnect,
-             .labGetLinks, .labFactoryReset:
+             .labGetLinks, .labFactoryReset, .labGetInfo:
             handleLab(kind, session: session, app: app, incoming)
             return true
         case .listApps, .launchApp, .stopApp, .setAppState:

@@ -256,6 +256,16 @@ public nonisolated struct Beryl_Ipc_V1_LabFactoryReset: Sendable {
   public init() {}
 }
 
+public nonisolated struct Beryl_Ipc_V1_LabGetInfo: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 public nonisolated struct Beryl_Ipc_V1_LabScanReport: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -764,6 +774,25 @@ nonisolated extension Beryl_Ipc_V1_LabFactoryReset: SwiftProtobuf.Message, Swift
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_LabFactoryReset, rhs: Beryl_Ipc_V1_LabFactoryReset) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_LabGetInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".LabGetInfo"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_LabGetInfo, rhs: Beryl_Ipc_V1_LabGetInfo) -> Bool {
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

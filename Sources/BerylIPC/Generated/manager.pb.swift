@@ -1165,6 +1165,15 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     set {kind = .labFactoryReset(newValue)}
   }
 
+  /// Answered with a LabWelcome: the controller's state and addresses now.
+  public var labGetInfo: Beryl_Ipc_V1_LabGetInfo {
+    get {
+      if case .labGetInfo(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabGetInfo()
+    }
+    set {kind = .labGetInfo(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1203,6 +1212,8 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     case labDisconnect(Beryl_Ipc_V1_LabDisconnect)
     case labGetLinks(Beryl_Ipc_V1_LabGetLinks)
     case labFactoryReset(Beryl_Ipc_V1_LabFactoryReset)
+    /// Answered with a LabWelcome: the controller's state and addresses now.
+    case labGetInfo(Beryl_Ipc_V1_LabGetInfo)
 
   }
 
@@ -3368,7 +3379,7 @@ nonisolated extension Beryl_Ipc_V1_PairingFinishedEvent: SwiftProtobuf.Message, 
 
 nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{1}gatt\0\u{3}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0\u{3}answer_pairing\0\u{1}invalidate\0\u{3}set_app_state\0\u{3}list_apps\0\u{3}launch_app\0\u{3}stop_app\0\u{3}subscribe_alerts\0\u{3}lab_open\0\u{3}lab_advertise\0\u{3}lab_stop_advertising\0\u{3}lab_scan\0\u{3}lab_stop_scan\0\u{3}lab_connect\0\u{3}lab_cancel_connect\0\u{3}lab_disconnect\0\u{3}lab_get_links\0\u{3}lab_factory_reset\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{1}gatt\0\u{3}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0\u{3}answer_pairing\0\u{1}invalidate\0\u{3}set_app_state\0\u{3}list_apps\0\u{3}launch_app\0\u{3}stop_app\0\u{3}subscribe_alerts\0\u{3}lab_open\0\u{3}lab_advertise\0\u{3}lab_stop_advertising\0\u{3}lab_scan\0\u{3}lab_stop_scan\0\u{3}lab_connect\0\u{3}lab_cancel_connect\0\u{3}lab_disconnect\0\u{3}lab_get_links\0\u{3}lab_factory_reset\0\u{3}lab_get_info\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3818,6 +3829,19 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
           self.kind = .labFactoryReset(v)
         }
       }()
+      case 35: try {
+        var v: Beryl_Ipc_V1_LabGetInfo?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labGetInfo(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labGetInfo(v)
+        }
+      }()
       default: break
       }
     }
@@ -3964,6 +3988,10 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
     case .labFactoryReset?: try {
       guard case .labFactoryReset(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 34)
+    }()
+    case .labGetInfo?: try {
+      guard case .labGetInfo(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 35)
     }()
     case nil: break
     }
