@@ -123,6 +123,7 @@ let package = Package(
             "BerylPandora", "PandoraInterfaces", "BerylIPC", "BerylStack", "BerylDaemonKit",
             .product(name: "GRPCCore", package: "grpc-swift-2"),
             .product(name: "GRPCInProcessTransport", package: "grpc-swift-2"),
+            .product(name: "SwiftProtobuf", package: "swift-protobuf"),
         ]),
         .testTarget(name: "BerylIPCTests", dependencies: ["BerylIPC", "BerylStack", "BerylDaemonKit", "BerylStore"]),
     ]

@@ -43,19 +43,25 @@ public struct HostService: Pandora_Host.SimpleServiceProtocol {
         }
         let ownAddressType = try ownAddress(request.ownAddressType)
         // A connection request never times out by itself; the caller's deadline (or its cancel) withdraws it.
+        let lab = self.lab
+        let withdraw: @Sendable () -> Void = { Task { try? await lab.call { $0.labCancelConnect = .init() } } }
         let outcome: Result<Beryl_Ipc_V1_ManagerResponse, RPCError> = await withTaskCancellationHandler {
-            do throws(RPCError) {
-                return .success(try await lab.call {
-                    $0.labConnect = .with {
-                        $0.address = address
-                        $0.ownAddressType = ownAddressType
-                    }
-                })
-            } catch {
-                return .failure(error)
+            await withRPCCancellationHandler {
+                do throws(RPCError) {
+                    return .success(try await lab.call {
+                        $0.labConnect = .with {
+                            $0.address = address
+                            $0.ownAddressType = ownAddressType
+                        }
+                    })
+                } catch {
+                    return .failure(error)
+                }
+            } onCancelRPC: {
+                withdraw()
             }
         } onCancel: {
-            Task { try? await lab.call { $0.labCancelConnect = .init() } }
+            withdraw()
         }
         switch outcome {
         case .success(let response):
@@ -77,8 +83,10 @@ public struct HostService: Pandora_Host.SimpleServiceProtocol {
             throw error
         }
         // Answered once the link is down, so that the next RPC sees it gone.
-        for await event in events {
-            if case .linkDown(let down)? = event.kind, down.handle == handle { break }
+        try await untilRPCEnds {
+            for await event in events {
+                if case .linkDown(let down)? = event.kind, down.handle == handle { break }
+            }
         }
         return .init()
     }
@@ -87,8 +95,10 @@ public struct HostService: Pandora_Host.SimpleServiceProtocol {
         let handle = try ConnectionCookie.handle(request.connection)
         let events = lab.events()
         guard try await lab.links().contains(where: { $0.handle == handle }) else { return .init() }
-        for await event in events {
-            if case .linkDown(let down)? = event.kind, down.handle == handle { break }
+        try await untilRPCEnds {
+            for await event in events {
+                if case .linkDown(let down)? = event.kind, down.handle == handle { break }
+            }
         }
         return .init()
     }
@@ -96,21 +106,23 @@ public struct HostService: Pandora_Host.SimpleServiceProtocol {
     public func getConnectionParameters(request: Pandora_GetConnectionParametersRequest, context: ServerContext) async throws -> Pandora_GetConnectionParametersResponse {
         let handle = try ConnectionCookie.handle(request.connection)
         guard let link = try await lab.links().first(where: { $0.handle == handle }) else { return .with { $0.connectionNotFound = .init() } }
-        return .with { $0.connectionParameters = parameters(link) }
+        return .with { $0.connectionParameters = Self.parameters(link) }
     }
 
     public func waitConnectionUpdate(request: Pandora_WaitConnectionUpdateRequest, context: ServerContext) async throws -> Pandora_WaitConnectionUpdateResponse {
         let handle = try ConnectionCookie.handle(request.connection)
         let events = lab.events()
         guard try await lab.links().contains(where: { $0.handle == handle }) else { return .with { $0.connectionNotFound = .init() } }
-        for await event in events {
-            switch event.kind {
-            case .linkUpdated(let link)? where link.handle == handle: return .with { $0.connectionParameters = parameters(link) }
-            case .linkDown(let down)? where down.handle == handle: return .with { $0.connectionNotFound = .init() }
-            default: continue
+        return try await untilRPCEnds {
+            for await event in events {
+                switch event.kind {
+                case .linkUpdated(let link)? where link.handle == handle: return .with { $0.connectionParameters = Self.parameters(link) }
+                case .linkDown(let down)? where down.handle == handle: return .with { $0.connectionNotFound = .init() }
+                default: continue
+                }
             }
+            throw RPCError(code: .unavailable, message: "the lab session ended")
         }
-        throw RPCError(code: .unavailable, message: "the lab session ended")
     }
 
     public func advertise(request: Pandora_AdvertiseRequest, response: RPCWriter<Pandora_AdvertiseResponse>, context: ServerContext) async throws {
@@ -119,13 +131,12 @@ public struct HostService: Pandora_Host.SimpleServiceProtocol {
         let advertise = try labAdvertise(request)
         let events = lab.events()
         try await lab.call { $0.labAdvertise = advertise }
-        // Cancelling the call (its task) stops advertising; the calls below still reach managerd.
-        for await event in events {
-            if case .linkUp(let link)? = event.kind, !link.central, request.connectable {
-                do {
+        // The caller's cancel ends the loop and stops advertising.
+        let connectable = request.connectable
+        _ = try? await untilRPCEnds {
+            for await event in events {
+                if case .linkUp(let link)? = event.kind, !link.central, connectable {
                     try await response.write(.with { $0.connection = ConnectionCookie.make(link.handle) })
-                } catch {
-                    break
                 }
             }
         }
@@ -141,14 +152,13 @@ public struct HostService: Pandora_Host.SimpleServiceProtocol {
                 $0.ownAddressType = ownAddressType
             }
         }
-        var merger = ScanReportMerger(active: !request.passive)
-        reading: for await event in events {
-            guard case .scanReport(let report)? = event.kind, let kind = ScanReportMerger.Kind(rawValue: report.eventType) else { continue }
-            for advertisement in merger.take(.init(address: report.address, kind: kind, rssi: report.rssi, data: Array(report.data))) {
-                do {
-                    try await response.write(scanningResponse(advertisement))
-                } catch {
-                    break reading
+        let active = !request.passive
+        _ = try? await untilRPCEnds {
+            var merger = ScanReportMerger(active: active)
+            for await event in events {
+                guard case .scanReport(let report)? = event.kind, let kind = ScanReportMerger.Kind(rawValue: report.eventType) else { continue }
+                for advertisement in merger.take(.init(address: report.address, kind: kind, rssi: report.rssi, data: Array(report.data))) {
+                    try await response.write(Self.scanningResponse(advertisement))
                 }
             }
         }
@@ -214,7 +224,7 @@ public struct HostService: Pandora_Host.SimpleServiceProtocol {
         return advertise
     }
 
-    func scanningResponse(_ advertisement: ScanReportMerger.Advertisement) -> Pandora_ScanningResponse {
+    static func scanningResponse(_ advertisement: ScanReportMerger.Advertisement) -> Pandora_ScanningResponse {
         var out = Pandora_ScanningResponse()
         out.legacy = true
         out.connectable = advertisement.connectable
@@ -231,7 +241,7 @@ public struct HostService: Pandora_Host.SimpleServiceProtocol {
         return out
     }
 
-    private func parameters(_ link: Beryl_Ipc_V1_LabLink) -> Pandora_ConnectionParameters {
+    private static func parameters(_ link: Beryl_Ipc_V1_LabLink) -> Pandora_ConnectionParameters {
         .with {
             $0.connectionInterval = link.interval
             $0.peripheralLatency = link.latency

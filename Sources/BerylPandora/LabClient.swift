@@ -118,3 +118,19 @@ enum ConnectionCookie {
         return bytes.reduce(0) { $0 << 8 | UInt32($1) }
     }
 }
+
+/// Runs `body` until the RPC ends. gRPC signals a caller's cancel or passed deadline through the RPC's cancellation
+/// handle, not by cancelling the handler's task, so the body runs in a task of its own that either one cancels; its
+/// `for await` loops over lab events then end.
+func untilRPCEnds<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    let task = Task { try await body() }
+    return try await withTaskCancellationHandler {
+        try await withRPCCancellationHandler {
+            try await task.value
+        } onCancelRPC: {
+            task.cancel()
+        }
+    } onCancel: {
+        task.cancel()
+    }
+}

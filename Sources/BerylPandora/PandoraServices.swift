@@ -1,11 +1,23 @@
 import GRPCCore
 import PandoraInterfaces
 
-/// Every Pandora service beryl-pandora serves over one lab session.
-public enum PandoraServices {
-    public static func all(lab: LabClient, deviceName: String) -> [any RegistrableRPCService] {
-        [HostService(lab: lab, deviceName: deviceName), L2CAPService()]
+/// Every Pandora service beryl-pandora serves over one lab session, and the desk that answers pairing prompts when
+/// no OnPairing stream is open (run it beside the server, for as long as the lab session lasts).
+public struct PandoraServices: Sendable {
+    public let lab: LabClient
+    public let desk = PairingDesk()
+    public let deviceName: String
+
+    public init(lab: LabClient, deviceName: String) {
+        self.lab = lab
+        self.deviceName = deviceName
     }
+
+    public var all: [any RegistrableRPCService] {
+        [HostService(lab: lab, deviceName: deviceName), SecurityService(lab: lab, desk: desk), SecurityStorageService(lab: lab), L2CAPService()]
+    }
+
+    public func runPairingDesk() async { await desk.run(lab) }
 }
 
 /// LE credit-based channels are not in the stack yet: every RPC answers UNIMPLEMENTED at once, never hangs.

@@ -66,6 +66,8 @@ public enum PairingPrompt: Equatable, Sendable {
     case displayPasskey(UInt32)
     case enterPasskey
     case confirmNumber(UInt32)
+    /// Just Works with the user's consent (only when `asksJustWorksConsent`): nothing to compare, only yes or no.
+    case confirmPairing
 }
 
 public enum SMPFailure: Equatable, Sendable, Error {
@@ -119,7 +121,11 @@ public final class SMPSession {
     public var pairingAllowed: () -> Bool = { true }
     public var isPairing: Bool { ![.idle, .done, .failed].contains(phase) }
     /// Whether the prompt outstanding is a number to confirm (rather than a passkey to type).
-    public var wantsNumberConfirmation: Bool { phase == .waitingUser && method == .numericComparison }
+    public var wantsNumberConfirmation: Bool { phase == .waitingUser && (method == .numericComparison || method == .justWorks) }
+    /// Secure Connections Just Works waits for a yes or no (a `confirmPairing` prompt) where numeric comparison would
+    /// show its number (Core Vol 3 Part H §2.3.5.6.2: the same protocol, the number not shown); set for a device-lab
+    /// harness that must be able to refuse.
+    public var asksJustWorksConsent = false
     public private(set) var isTimedOut = false
     private var deadline: Duration?
     private let random: (Int) -> [UInt8]
@@ -240,7 +246,7 @@ public final class SMPSession {
             peerNonce = value.reversed()
             return try afterRandom()
         case (.pairingDHKeyCheck(let value), .waitingDHKeyCheck) where !isInitiator,
-             (.pairingDHKeyCheck(let value), .waitingUser) where !isInitiator && method == .numericComparison:
+             (.pairingDHKeyCheck(let value), .waitingUser) where !isInitiator && (method == .numericComparison || method == .justWorks):
             peerCheck = value.reversed()
             return try responderCheck()
         case (.pairingDHKeyCheck(let value), .waitingDHKeyCheck):
@@ -361,8 +367,10 @@ public final class SMPSession {
 
     /// The user compared the numbers (numeric comparison).
     public func numberConfirmed(_ matches: Bool, at now: Duration) -> [SMPOutput] {
-        guard isPairing, method == .numericComparison, phase == .waitingUser else { return [.log("no number was waiting for confirmation")] }
-        guard matches else { return fail(.numericComparisonFailed, "the user said the numbers differ") }
+        guard isPairing, method == .numericComparison || method == .justWorks, phase == .waitingUser else { return [.log("no number was waiting for confirmation")] }
+        guard matches else {
+            return fail(.numericComparisonFailed, method == .justWorks ? "the user refused the pairing" : "the user said the numbers differ")
+        }
         userConfirmed = true
         deadline = now + Self.timeout
         do {
@@ -416,6 +424,10 @@ public final class SMPSession {
                 }
             } else {
                 outputs.append(send(.pairingRandom(localNonce.reversed())))
+            }
+            if method == .justWorks, asksJustWorksConsent {
+                phase = .waitingUser
+                return outputs + [.prompt(.confirmPairing)]
             }
             guard method == .numericComparison else {
                 if isInitiator { return outputs + (try initiatorSendCheck()) }
@@ -484,7 +496,7 @@ public final class SMPSession {
     private func responderCheck() throws -> [SMPOutput] {
         guard let request, let response, let ea = peerCheck else { throw PairingFailure.unspecifiedReason }
         // Numeric comparison waits for our own user before answering (§2.3.5.6.2).
-        if method == .numericComparison && !userConfirmed { return [] }
+        if (method == .numericComparison || (method == .justWorks && asksJustWorksConsent)) && !userConfirmed { return [] }
         try deriveKeys()
         let expected = try SMPToolbox.f6(w: macKey, n1: peerNonce, n2: localNonce, r: checkR, ioCap: request.ioCapField,
                                          a1: addressField(initiatorAddress), a2: addressField(responderAddress))

@@ -79,7 +79,7 @@ extension AttDaemon {
             incoming.respond(.with { $0.ack = .init() })
         case .gattDiscover?, .gattRead?, .gattWrite?, .gattSubscribe?, .gattReadMultiple?, .gattReadByType?, .gattReliableWrite?:
             return handleClientRequest(request.kind!, incoming)
-        case .pair?, .pairingAnswer?, .listBonds?, .removeBond?, .getPrivateAddress?:
+        case .pair?, .pairingAnswer?, .listBonds?, .removeBond?, .getPrivateAddress?, .setLinkPairing?:
             return handleSecurityRequest(request.kind!, incoming)
         case nil:
             incoming.fail(.unknownMessage, "empty ATT request")

@@ -33,11 +33,7 @@ extension AttDaemon {
         var state = LinkSecurityState(peer: peer)
         if let local = localIdentity {
             // As peripheral we advertised from the private address we handed out, if any: pairing hashes the addresses in use.
-            let own = !link.isCentral ? privateAddress.map { DeviceAddress($0, type: .random) } ?? local.address : local.address
-            let smp = SMPSession(isInitiator: link.isCentral, configuration: securityConfiguration, identity: local,
-                                 localAddress: own, peerAddress: peer)
-            smp.pairingAllowed = { [unowned self] in self.attempts.allows(peer.address, at: self.host.loop.uptime) }
-            link.smp = smp
+            makeSMP(for: link, peer: peer, localAddress: !link.isCentral ? privateAddress.map { DeviceAddress($0, type: .random) } ?? local.address : local.address)
         } else {
             host.logger.warning("link 0x\(String(link.handle, radix: 16)): controller address unknown; pairing is refused on it")
         }
@@ -47,6 +43,15 @@ extension AttDaemon {
             restoreClientState(of: bond.identity, on: link)
         }
         linkSecurity[link.handle] = state
+    }
+
+    /// The link's Security Manager, for the addresses the link uses on the air.
+    func makeSMP(for link: LinkSession, peer: DeviceAddress? = nil, localAddress: DeviceAddress) {
+        guard let local = localIdentity, let peer = peer ?? linkSecurity[link.handle]?.peer else { return }
+        let smp = SMPSession(isInitiator: link.isCentral, configuration: securityConfiguration, identity: local,
+                             localAddress: localAddress, peerAddress: peer)
+        smp.pairingAllowed = { [unowned self] in self.attempts.allows(peer.address, at: self.host.loop.uptime) }
+        link.smp = smp
     }
 
     func securityLinkClosed(_ handle: UInt16) {
@@ -187,11 +192,12 @@ extension AttDaemon {
                 case .displayPasskey(let number): $0.kind = .displayPasskey; $0.number = number
                 case .enterPasskey: $0.kind = .enterPasskey
                 case .confirmNumber(let number): $0.kind = .confirmNumber; $0.number = number
+                case .confirmPairing: $0.kind = .confirmPairing
                 }
             }
             host.logger.info("link 0x\(String(handle, radix: 16)): pairing prompt \(prompt)")
             host.server?.broadcast(event)
-            if autoAccept, case .confirmNumber = prompt, let smp = link.smp {
+            if autoAccept, prompt == .confirmPairing || smpPromptIsNumber(prompt), let smp = link.smp {
                 apply(link.smpOutputs(smp.numberConfirmed(true, at: host.loop.uptime)), on: link)
             }
         case .securityRequested:
@@ -348,6 +354,24 @@ extension AttDaemon {
                 : smp.passkeyEntered(answer.accept ? answer.passkey : nil, at: now)
             apply(link.smpOutputs(outputs), on: link)
             incoming.respond(.with { $0.ack = .init() })
+        case .setLinkPairing(let options):
+            guard let link = links[UInt16(truncatingIfNeeded: options.connectionHandle)], link.smp != nil else {
+                incoming.fail(.notFound, "no link with handle 0x\(String(options.connectionHandle, radix: 16))", field: "connection_handle")
+                return true
+            }
+            if !options.localAddress.isEmpty {
+                guard let address = DeviceAddress(options.localAddress) else {
+                    incoming.fail(.invalidArgument, "'\(options.localAddress)' is not an address", field: "local_address")
+                    return true
+                }
+                guard !(link.smp?.isPairing ?? false) else {
+                    incoming.fail(.busy, "pairing is under way on link 0x\(String(link.handle, radix: 16))", field: "local_address")
+                    return true
+                }
+                makeSMP(for: link, localAddress: address)
+            }
+            link.smp?.asksJustWorksConsent = options.justWorksConsent
+            incoming.respond(.with { $0.ack = .init() })
         case .getPrivateAddress:
             guard let irk = localIdentity?.irk else {
                 incoming.fail(.notReady, "the controller's identity is not known yet")
@@ -400,6 +424,11 @@ extension AttDaemon {
             return false
         }
         return true
+    }
+
+    private func smpPromptIsNumber(_ prompt: PairingPrompt) -> Bool {
+        if case .confirmNumber = prompt { return true }
+        return false
     }
 
     static func describe(_ failure: SecurityFailure) -> String {

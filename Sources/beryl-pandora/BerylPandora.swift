@@ -46,7 +46,8 @@ struct BerylPandoraCommand: AsyncParsableCommand {
         let (host, port) = listen.flatMap(parseListen) ?? ("127.0.0.1", self.port)
         let address = host.contains(":") ? SocketAddress.ipv6(host: host, port: port) : SocketAddress.ipv4(host: host, port: port)
         let transport = HTTP2ServerTransport.Posix(address: address, transportSecurity: .plaintext)
-        let server = GRPCServer(transport: transport, services: PandoraServices.all(lab: lab, deviceName: name))
+        let services = PandoraServices(lab: lab, deviceName: name)
+        let server = GRPCServer(transport: transport, services: services.all)
         let stop = StopRequested()
         var signalSources: [any DispatchSourceSignal] = []
         for number in [SIGTERM, SIGINT] {
@@ -60,7 +61,11 @@ struct BerylPandoraCommand: AsyncParsableCommand {
             signalSources.append(source)
         }
         try await withThrowingDiscardingTaskGroup { group in
-            group.addTask { try await server.serve() }
+            group.addTask {
+                try await server.serve()
+                lab.channel.close()  // ends the tasks below
+            }
+            group.addTask { await services.runPairingDesk() }
             let bound = try await transport.listeningAddress
             // Unbuffered: a supervisor or a test waits for this line.
             FileHandle.standardOutput.write(Data("beryl-pandora: serving Pandora on \(bound) (lab session \(lab.welcome.sessionID), controller \(lab.welcome.publicAddress))\n".utf8))

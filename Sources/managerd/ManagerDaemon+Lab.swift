@@ -16,6 +16,11 @@ final class LabState {
     var scan: (passive: Bool, ownAddress: LabOwnAddress)?
     /// The connection the lab waits for, answered when the link is up.
     var connecting: (identifier: String, address: DeviceAddress, ownAddress: LabOwnAddress, incoming: IncomingRequest)?
+    /// Links a remote central made to the lab's advertising (the lab holds its central links in the book).
+    var peripheralLinks: Set<UInt16> = []
+    /// Each lab link's security as attd last reported it, and the last way it failed (for LabSecure's typed answer).
+    var security: [UInt16: Beryl_Ipc_V1_LabSecurityState] = [:]
+    var lastFailure: [UInt16: Beryl_Ipc_V1_LabSecurityOutcome] = [:]
 
     init(session: UInt64) { self.session = session }
 
@@ -86,6 +91,26 @@ extension ManagerDaemon {
             }
         case .labGetLinks:
             incoming.respond(.with { $0.manager.labLinks.links = book.links.values.sorted { $0.handle < $1.handle }.map(labLink) })
+        case .labSecure(let request):
+            labSecure(UInt16(truncatingIfNeeded: request.handle), lab: lab, incoming)
+        case .labPairingAnswer(let answer):
+            guard isLabLink(UInt16(truncatingIfNeeded: answer.handle)) else {
+                incoming.fail(.notFound, "no lab link 0x\(String(answer.handle, radix: 16))", field: "handle")
+                return
+            }
+            forwardToAttd(.with { $0.att.pairingAnswer = .with { $0.connectionHandle = answer.handle; $0.accept = answer.accept; $0.passkey = answer.passkey } },
+                          incoming) { _ in .with { $0.ack = .init() } }
+        case .labListBonds:
+            forwardToAttd(.with { $0.att.listBonds = .init() }, incoming) { response in .with { $0.manager.labBonds = response.att.bonds } }
+        case .labRemoveBond(let remove):
+            guard DeviceAddress(remove.address) != nil else {
+                incoming.fail(.invalidArgument, "'\(remove.address)' is not an address", field: "address")
+                return
+            }
+            forwardToAttd(.with { $0.att.removeBond.identity = remove.address }, incoming) { [unowned self] _ in
+                forgetLabBond(remove.address)
+                return .with { $0.ack = .init() }
+            }
         case .labGetInfo:
             answerLabInfo(session: session.id, incoming)
         case .labFactoryReset:
@@ -207,8 +232,15 @@ extension ManagerDaemon {
             perform(book.cancel(lab.key, identifier: connecting.identifier).actions)
             connecting.incoming.fail(.cancelled, "factory reset")
         }
-        for link in book.links.values where link.holders == [lab.key] || (link.holders.isEmpty && !link.isCentral) {
+        for link in book.links.values where link.holders == [lab.key] || lab.peripheralLinks.contains(link.handle) {
             command(HCICommands.disconnect(handle: link.handle))
+        }
+        // The bonds the lab made go too; other apps' bonds and preserved state stay.
+        for identity in labBonds() {
+            var request = Request()
+            request.att.removeBond.identity = identity
+            attd?.request(request)
+            forgetLabBond(identity)
         }
         updateAdvertising()
         updateScanning()
@@ -241,8 +273,21 @@ extension ManagerDaemon {
         guard let lab else { return }
         var out = Beryl_Ipc_V1_ManagerEvent()
         switch event {
-        case .connected(let handle, _, let peer):
+        case .connected(let handle, let central, let peer):
             guard let identifier = book.identifier(for: handle), let link = book.link(for: identifier) else { return }
+            if !central, lab.advertising != nil { lab.peripheralLinks.insert(handle) }
+            if isLabLink(handle) {
+                // The lab answers every pairing on its links, Just Works included (it may refuse); and pairing hashes the
+                // address the link uses, which is the lab's random one when it asked for that.
+                let own = central ? lab.connecting.flatMap { $0.address == peer ? $0.ownAddress : nil } : lab.advertising?.ownAddress
+                var options = Request()
+                options.att.setLinkPairing = .with {
+                    $0.connectionHandle = UInt32(handle)
+                    $0.justWorksConsent = true
+                    if own?.needsRandomAddress == true { $0.localAddress = DeviceAddress(labRandomAddress, type: .random).description }
+                }
+                attd?.request(options)
+            }
             out.lab.linkUp = labLink(link)
             if let connecting = lab.connecting, link.isCentral, connecting.address == peer {
                 lab.connecting = nil
@@ -252,6 +297,9 @@ extension ManagerDaemon {
             out.lab.connectFailed = UInt32(status)
         case .disconnected(let handle, let reason):
             out.lab.linkDown = .with { $0.handle = UInt32(handle); $0.reason = UInt32(reason) }
+            lab.peripheralLinks.remove(handle)
+            lab.security[handle] = nil
+            lab.lastFailure[handle] = .with { $0.handle = UInt32(handle); $0.linkClosed = UInt32(reason) }
         default:
             return
         }
@@ -269,6 +317,7 @@ extension ManagerDaemon {
     private func labLink(_ link: ConnectionBook.Link) -> Beryl_Ipc_V1_LabLink {
         .with {
             $0.handle = UInt32(link.handle)
+            if let security = lab?.security[link.handle] { $0.security = security }
             $0.peer = link.address.description
             $0.central = link.isCentral
             if let timing = linkTimings[link.handle] {
@@ -291,6 +340,142 @@ extension ManagerDaemon {
         case .directedNotConnectable: "directed_to"
         case .intervalOutOfRange: "interval"
         }
+    }
+}
+
+extension ManagerDaemon {
+    // MARK: Security on lab links
+
+    func isLabLink(_ handle: UInt16) -> Bool {
+        guard let lab else { return false }
+        if lab.peripheralLinks.contains(handle) { return true }
+        guard let identifier = book.identifier(for: handle) else { return false }
+        return book.link(for: identifier)?.holders.contains(lab.key) == true
+    }
+
+    /// attd pairs (or encrypts with a bond's key); its events, which come before its answer, say how it failed.
+    private func labSecure(_ handle: UInt16, lab: LabState, _ incoming: IncomingRequest) {
+        guard isLabLink(handle) else {
+            incoming.fail(.notFound, "no lab link 0x\(String(handle, radix: 16))", field: "handle")
+            return
+        }
+        guard let attd else {
+            incoming.fail(.notReady, "attd is not attached")
+            return
+        }
+        lab.lastFailure[handle] = nil
+        var request = Request()
+        request.att.pair.connectionHandle = UInt32(handle)
+        attd.request(request) { [unowned self] result in
+            switch result {
+            case .success(let response):
+                let state = Self.labSecurityState(response.att.paired)
+                self.lab?.security[handle] = state
+                incoming.respond(.with { $0.manager.labSecurity = .with { $0.handle = UInt32(handle); $0.secured = state } })
+            case .failure:
+                let outcome = self.lab?.lastFailure[handle]
+                    ?? .with { $0.handle = UInt32(handle); $0.pairingFailed = .with { $0.reason = 0x08 } }  // Unspecified Reason
+                incoming.respond(.with { $0.manager.labSecurity = outcome })
+            }
+        }
+    }
+
+    /// attd's pairing and encryption events on a lab link, for the lab session; false when the link is not the lab's.
+    func labSecurityEvent(_ event: Beryl_Ipc_V1_AttEvent.OneOf_Kind) -> Bool {
+        guard let lab else { return false }
+        var outcome = Beryl_Ipc_V1_LabSecurityOutcome()
+        switch event {
+        case .pairingPrompt(let prompt):
+            guard isLabLink(UInt16(truncatingIfNeeded: prompt.connectionHandle)) else { return false }
+            var out = Beryl_Ipc_V1_ManagerEvent()
+            out.lab.pairingPrompt = .with { $0.handle = prompt.connectionHandle; $0.kind = prompt.kind; $0.number = prompt.number }
+            send(out, to: lab.session)
+            return true
+        case .pairingFinished(let finished):
+            let handle = UInt16(truncatingIfNeeded: finished.connectionHandle)
+            guard isLabLink(handle) else { return false }
+            outcome.handle = finished.connectionHandle
+            if finished.success {
+                outcome.secured = Self.labSecurityState(finished.result)
+                lab.security[handle] = outcome.secured
+                if finished.result.bonded { rememberLabBond(finished.result.identity.isEmpty ? finished.peer : finished.result.identity) }
+            } else {
+                outcome.pairingFailed = .with { $0.reason = finished.reason; $0.remote = finished.remote }
+                lab.lastFailure[handle] = outcome
+            }
+        case .securityChanged(let changed):
+            let handle = UInt16(truncatingIfNeeded: changed.connectionHandle)
+            guard isLabLink(handle) else { return false }
+            outcome.handle = changed.connectionHandle
+            if changed.status != 0 {
+                outcome.encryptionFailed = changed.status
+                lab.lastFailure[handle] = outcome
+            } else {
+                var state = lab.security[handle] ?? .init()
+                state.encrypted = changed.encrypted
+                state.authenticated = changed.authenticated
+                state.bonded = changed.bonded
+                lab.security[handle] = state
+                outcome.secured = state
+            }
+        default:
+            return false
+        }
+        var out = Beryl_Ipc_V1_ManagerEvent()
+        out.lab.security = outcome
+        send(out, to: lab.session)
+        return true
+    }
+
+    static func labSecurityState(_ paired: Beryl_Ipc_V1_Paired) -> Beryl_Ipc_V1_LabSecurityState {
+        .with {
+            $0.encrypted = paired.encrypted
+            $0.authenticated = paired.authenticated
+            $0.bonded = paired.bonded
+            $0.secureConnections = paired.secureConnections
+            $0.keySize = paired.keySize
+        }
+    }
+
+    private func forwardToAttd(_ request: Request, _ incoming: IncomingRequest, answer: @escaping (Response) -> Response) {
+        guard let attd else {
+            incoming.fail(.notReady, "attd is not attached")
+            return
+        }
+        attd.request(request) { result in
+            switch result {
+            case .success(let response): incoming.respond(answer(response))
+            case .failure(.remote(let code, let message, let field)): incoming.fail(code, message, field: field)
+            case .failure(let error): incoming.fail(.notReady, "attd: \(error)")
+            }
+        }
+    }
+
+    // MARK: The lab's bonds, kept so that a factory reset removes them and no one else's
+
+    private var labBondsPath: String { host.paths.stateDir + "/lab-bonds.json" }
+
+    func labBonds() -> [String] {
+        guard let data = FileManager.default.contents(atPath: labBondsPath) else { return [] }
+        return (try? JSONDecoder().decode([String].self, from: data)) ?? []
+    }
+
+    private func saveLabBonds(_ identities: [String]) {
+        do {
+            try JSONEncoder().encode(identities.sorted()).write(to: URL(fileURLWithPath: labBondsPath), options: .atomic)
+        } catch {
+            host.logger.error("cannot record the lab's bonds: \(error)")
+        }
+    }
+
+    func rememberLabBond(_ identity: String) {
+        let known = labBonds()
+        if !known.contains(identity) { saveLabBonds(known + [identity]) }
+    }
+
+    func forgetLabBond(_ identity: String) {
+        let known = labBonds()
+        if known.contains(identity) { saveLabBonds(known.filter { $0 != identity }) }
     }
 }
 

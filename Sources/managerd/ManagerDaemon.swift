@@ -321,6 +321,8 @@ final class ManagerDaemon {
     }
 
     private func attdEvent(_ event: Event) {
+        // Pairing on a lab link is the lab session's to answer and to hear of, not an app's.
+        if let kind = event.att.kind, labSecurityEvent(kind) { return }
         switch event.att.kind {
         case .bearerOpened(let bearer)?, .mtuChanged(let bearer)?:
             mtus[UInt16(truncatingIfNeeded: bearer.connectionHandle)] = UInt16(truncatingIfNeeded: bearer.attMtu)
@@ -456,7 +458,7 @@ final class ManagerDaemon {
         }
         switch kind {
         case .labOpen, .labAdvertise, .labStopAdvertising, .labScan, .labStopScan, .labConnect, .labCancelConnect, .labDisconnect,
-             .labGetLinks, .labFactoryReset, .labGetInfo:
+             .labGetLinks, .labFactoryReset, .labGetInfo, .labSecure, .labPairingAnswer, .labListBonds, .labRemoveBond:
             handleLab(kind, session: session, app: app, incoming)
             return true
         case .listApps, .launchApp, .stopApp, .setAppState:

@@ -39,6 +39,9 @@ public nonisolated enum Beryl_Ipc_V1_PairingPromptKind: SwiftProtobuf.Enum, Swif
 
   /// Show `number`; answer with PairingAnswer.accept once the user says it matches the peer's.
   case confirmNumber // = 3
+
+  /// Just Works, asked only on links whose pairing needs consent (SetLinkPairing): answer with PairingAnswer.accept.
+  case confirmPairing // = 4
   case UNRECOGNIZED(Int)
 
   public init() {
@@ -51,6 +54,7 @@ public nonisolated enum Beryl_Ipc_V1_PairingPromptKind: SwiftProtobuf.Enum, Swif
     case 1: self = .displayPasskey
     case 2: self = .enterPasskey
     case 3: self = .confirmNumber
+    case 4: self = .confirmPairing
     default: self = .UNRECOGNIZED(rawValue)
     }
   }
@@ -61,6 +65,7 @@ public nonisolated enum Beryl_Ipc_V1_PairingPromptKind: SwiftProtobuf.Enum, Swif
     case .displayPasskey: return 1
     case .enterPasskey: return 2
     case .confirmNumber: return 3
+    case .confirmPairing: return 4
     case .UNRECOGNIZED(let i): return i
     }
   }
@@ -71,6 +76,7 @@ public nonisolated enum Beryl_Ipc_V1_PairingPromptKind: SwiftProtobuf.Enum, Swif
     .displayPasskey,
     .enterPasskey,
     .confirmNumber,
+    .confirmPairing,
   ]
 
 }
@@ -716,6 +722,26 @@ public nonisolated struct Beryl_Ipc_V1_Paired: Sendable {
   public init() {}
 }
 
+/// How pairing runs on one link, for a link a device-lab harness made: Just Works waits for a PairingAnswer (the lab
+/// must be able to refuse; otherwise it proceeds without asking, as Core Bluetooth's does), and the address this
+/// device used on the air when it was not the identity address (a static random one), which pairing's confirm and
+/// check values hash (Core Vol 3 Part H §2.3.5.6.5).
+public nonisolated struct Beryl_Ipc_V1_SetLinkPairing: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var justWorksConsent: Bool = false
+
+  public var localAddress: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 public nonisolated struct Beryl_Ipc_V1_PairingPrompt: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -1036,6 +1062,14 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     set {kind = .getPrivateAddress(newValue)}
   }
 
+  public var setLinkPairing: Beryl_Ipc_V1_SetLinkPairing {
+    get {
+      if case .setLinkPairing(let v)? = kind {return v}
+      return Beryl_Ipc_V1_SetLinkPairing()
+    }
+    set {kind = .setLinkPairing(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1057,6 +1091,7 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     case listBonds(Beryl_Ipc_V1_ListBonds)
     case removeBond(Beryl_Ipc_V1_RemoveBond)
     case getPrivateAddress(Beryl_Ipc_V1_GetPrivateAddress)
+    case setLinkPairing(Beryl_Ipc_V1_SetLinkPairing)
 
   }
 
@@ -1300,7 +1335,7 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
 fileprivate nonisolated let _protobuf_package = "beryl.ipc.v1"
 
 nonisolated extension Beryl_Ipc_V1_PairingPromptKind: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0PAIRING_PROMPT_KIND_UNSPECIFIED\0\u{1}DISPLAY_PASSKEY\0\u{1}ENTER_PASSKEY\0\u{1}CONFIRM_NUMBER\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0PAIRING_PROMPT_KIND_UNSPECIFIED\0\u{1}DISPLAY_PASSKEY\0\u{1}ENTER_PASSKEY\0\u{1}CONFIRM_NUMBER\0\u{1}CONFIRM_PAIRING\0")
 }
 
 nonisolated extension Beryl_Ipc_V1_GetBearers: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
@@ -2789,6 +2824,46 @@ nonisolated extension Beryl_Ipc_V1_Paired: SwiftProtobuf.Message, SwiftProtobuf.
   }
 }
 
+nonisolated extension Beryl_Ipc_V1_SetLinkPairing: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SetLinkPairing"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{3}just_works_consent\0\u{3}local_address\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.justWorksConsent) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.localAddress) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    if self.justWorksConsent != false {
+      try visitor.visitSingularBoolField(value: self.justWorksConsent, fieldNumber: 2)
+    }
+    if !self.localAddress.isEmpty {
+      try visitor.visitSingularStringField(value: self.localAddress, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_SetLinkPairing, rhs: Beryl_Ipc_V1_SetLinkPairing) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.justWorksConsent != rhs.justWorksConsent {return false}
+    if lhs.localAddress != rhs.localAddress {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Beryl_Ipc_V1_PairingPrompt: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PairingPrompt"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}kind\0\u{1}number\0\u{1}peer\0")
@@ -3173,7 +3248,7 @@ nonisolated extension Beryl_Ipc_V1_PrivateAddress: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0\u{3}gatt_discover\0\u{3}gatt_read\0\u{3}gatt_write\0\u{3}gatt_subscribe\0\u{3}gatt_read_multiple\0\u{3}gatt_read_by_type\0\u{3}gatt_reliable_write\0\u{1}pair\0\u{3}pairing_answer\0\u{3}list_bonds\0\u{3}remove_bond\0\u{3}get_private_address\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0\u{3}gatt_discover\0\u{3}gatt_read\0\u{3}gatt_write\0\u{3}gatt_subscribe\0\u{3}gatt_read_multiple\0\u{3}gatt_read_by_type\0\u{3}gatt_reliable_write\0\u{1}pair\0\u{3}pairing_answer\0\u{3}list_bonds\0\u{3}remove_bond\0\u{3}get_private_address\0\u{3}set_link_pairing\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3415,6 +3490,19 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
           self.kind = .getPrivateAddress(v)
         }
       }()
+      case 19: try {
+        var v: Beryl_Ipc_V1_SetLinkPairing?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .setLinkPairing(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .setLinkPairing(v)
+        }
+      }()
       default: break
       }
     }
@@ -3497,6 +3585,10 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
     case .getPrivateAddress?: try {
       guard case .getPrivateAddress(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 18)
+    }()
+    case .setLinkPairing?: try {
+      guard case .setLinkPairing(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 19)
     }()
     case nil: break
     }

@@ -219,9 +219,20 @@ public nonisolated struct Beryl_Ipc_V1_LabLink: Sendable {
 
   public var supervisionTimeout: UInt32 = 0
 
+  public var security: Beryl_Ipc_V1_LabSecurityState {
+    get {_security ?? Beryl_Ipc_V1_LabSecurityState()}
+    set {_security = newValue}
+  }
+  /// Returns true if `security` has been explicitly set.
+  public var hasSecurity: Bool {self._security != nil}
+  /// Clears the value of `security`. Subsequent reads from it will return its default value.
+  public mutating func clearSecurity() {self._security = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+
+  fileprivate var _security: Beryl_Ipc_V1_LabSecurityState? = nil
 }
 
 public nonisolated struct Beryl_Ipc_V1_LabGetLinks: Sendable {
@@ -304,6 +315,171 @@ public nonisolated struct Beryl_Ipc_V1_LabLinkDown: Sendable {
   public init() {}
 }
 
+/// Security on a link the lab holds (SMP, Core Vol 3 Part H; attd pairs or encrypts). As central, pairing (or
+/// encryption with a bonded peer's key); as peripheral, a Security Request.
+public nonisolated struct Beryl_Ipc_V1_LabSecure: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var handle: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_LabSecurityState: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var encrypted: Bool = false
+
+  public var authenticated: Bool = false
+
+  public var bonded: Bool = false
+
+  public var secureConnections: Bool = false
+
+  public var keySize: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_LabPairingFailure: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// Core Vol 3 Part H §3.5.5; 0xFF: the SMP timeout.
+  public var reason: UInt32 = 0
+
+  public var remote: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// LabSecure's answer, and a LabEvent whenever a lab link's security changes or a pairing on it ends.
+public nonisolated struct Beryl_Ipc_V1_LabSecurityOutcome: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var handle: UInt32 = 0
+
+  public var outcome: Beryl_Ipc_V1_LabSecurityOutcome.OneOf_Outcome? = nil
+
+  public var secured: Beryl_Ipc_V1_LabSecurityState {
+    get {
+      if case .secured(let v)? = outcome {return v}
+      return Beryl_Ipc_V1_LabSecurityState()
+    }
+    set {outcome = .secured(newValue)}
+  }
+
+  public var pairingFailed: Beryl_Ipc_V1_LabPairingFailure {
+    get {
+      if case .pairingFailed(let v)? = outcome {return v}
+      return Beryl_Ipc_V1_LabPairingFailure()
+    }
+    set {outcome = .pairingFailed(newValue)}
+  }
+
+  /// The HCI status of a failed encryption (0x06 PIN or Key Missing: the peer lost its bond).
+  public var encryptionFailed: UInt32 {
+    get {
+      if case .encryptionFailed(let v)? = outcome {return v}
+      return 0
+    }
+    set {outcome = .encryptionFailed(newValue)}
+  }
+
+  /// The link ended first: the HCI reason.
+  public var linkClosed: UInt32 {
+    get {
+      if case .linkClosed(let v)? = outcome {return v}
+      return 0
+    }
+    set {outcome = .linkClosed(newValue)}
+  }
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public nonisolated enum OneOf_Outcome: Equatable, Sendable {
+    case secured(Beryl_Ipc_V1_LabSecurityState)
+    case pairingFailed(Beryl_Ipc_V1_LabPairingFailure)
+    /// The HCI status of a failed encryption (0x06 PIN or Key Missing: the peer lost its bond).
+    case encryptionFailed(UInt32)
+    /// The link ended first: the HCI reason.
+    case linkClosed(UInt32)
+
+  }
+
+  public init() {}
+}
+
+/// A pairing on a lab link waits for the lab: Just Works consent, a number to compare, a passkey to enter or show.
+public nonisolated struct Beryl_Ipc_V1_LabPairingPrompt: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var handle: UInt32 = 0
+
+  public var kind: Beryl_Ipc_V1_PairingPromptKind = .unspecified
+
+  public var number: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// accept false refuses (Pairing Failed); for ENTER_PASSKEY, accept with the passkey.
+public nonisolated struct Beryl_Ipc_V1_LabPairingAnswer: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var handle: UInt32 = 0
+
+  public var accept: Bool = false
+
+  public var passkey: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_LabListBonds: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// "AA:BB:CC:DD:EE:FF[/random]": the bond's identity address.
+public nonisolated struct Beryl_Ipc_V1_LabRemoveBond: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var address: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 public nonisolated struct Beryl_Ipc_V1_LabEvent: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -352,6 +528,22 @@ public nonisolated struct Beryl_Ipc_V1_LabEvent: Sendable {
     set {kind = .connectFailed(newValue)}
   }
 
+  public var security: Beryl_Ipc_V1_LabSecurityOutcome {
+    get {
+      if case .security(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabSecurityOutcome()
+    }
+    set {kind = .security(newValue)}
+  }
+
+  public var pairingPrompt: Beryl_Ipc_V1_LabPairingPrompt {
+    get {
+      if case .pairingPrompt(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabPairingPrompt()
+    }
+    set {kind = .pairingPrompt(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -361,6 +553,8 @@ public nonisolated struct Beryl_Ipc_V1_LabEvent: Sendable {
     case linkUpdated(Beryl_Ipc_V1_LabLink)
     /// The central attempt (LabConnect) ended without a link: the HCI status.
     case connectFailed(UInt32)
+    case security(Beryl_Ipc_V1_LabSecurityOutcome)
+    case pairingPrompt(Beryl_Ipc_V1_LabPairingPrompt)
 
   }
 
@@ -658,7 +852,7 @@ nonisolated extension Beryl_Ipc_V1_LabDisconnect: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Beryl_Ipc_V1_LabLink: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".LabLink"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0\u{1}peer\0\u{1}central\0\u{1}interval\0\u{1}latency\0\u{3}supervision_timeout\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0\u{1}peer\0\u{1}central\0\u{1}interval\0\u{1}latency\0\u{3}supervision_timeout\0\u{1}security\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -672,12 +866,17 @@ nonisolated extension Beryl_Ipc_V1_LabLink: SwiftProtobuf.Message, SwiftProtobuf
       case 4: try { try decoder.decodeSingularUInt32Field(value: &self.interval) }()
       case 5: try { try decoder.decodeSingularUInt32Field(value: &self.latency) }()
       case 6: try { try decoder.decodeSingularUInt32Field(value: &self.supervisionTimeout) }()
+      case 7: try { try decoder.decodeSingularMessageField(value: &self._security) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if self.handle != 0 {
       try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 1)
     }
@@ -696,6 +895,9 @@ nonisolated extension Beryl_Ipc_V1_LabLink: SwiftProtobuf.Message, SwiftProtobuf
     if self.supervisionTimeout != 0 {
       try visitor.visitSingularUInt32Field(value: self.supervisionTimeout, fieldNumber: 6)
     }
+    try { if let v = self._security {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -706,6 +908,7 @@ nonisolated extension Beryl_Ipc_V1_LabLink: SwiftProtobuf.Message, SwiftProtobuf
     if lhs.interval != rhs.interval {return false}
     if lhs.latency != rhs.latency {return false}
     if lhs.supervisionTimeout != rhs.supervisionTimeout {return false}
+    if lhs._security != rhs._security {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -883,9 +1086,349 @@ nonisolated extension Beryl_Ipc_V1_LabLinkDown: SwiftProtobuf.Message, SwiftProt
   }
 }
 
+nonisolated extension Beryl_Ipc_V1_LabSecure: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".LabSecure"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_LabSecure, rhs: Beryl_Ipc_V1_LabSecure) -> Bool {
+    if lhs.handle != rhs.handle {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_LabSecurityState: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".LabSecurityState"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}encrypted\0\u{1}authenticated\0\u{1}bonded\0\u{3}secure_connections\0\u{3}key_size\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBoolField(value: &self.encrypted) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.authenticated) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.bonded) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.secureConnections) }()
+      case 5: try { try decoder.decodeSingularUInt32Field(value: &self.keySize) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.encrypted != false {
+      try visitor.visitSingularBoolField(value: self.encrypted, fieldNumber: 1)
+    }
+    if self.authenticated != false {
+      try visitor.visitSingularBoolField(value: self.authenticated, fieldNumber: 2)
+    }
+    if self.bonded != false {
+      try visitor.visitSingularBoolField(value: self.bonded, fieldNumber: 3)
+    }
+    if self.secureConnections != false {
+      try visitor.visitSingularBoolField(value: self.secureConnections, fieldNumber: 4)
+    }
+    if self.keySize != 0 {
+      try visitor.visitSingularUInt32Field(value: self.keySize, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_LabSecurityState, rhs: Beryl_Ipc_V1_LabSecurityState) -> Bool {
+    if lhs.encrypted != rhs.encrypted {return false}
+    if lhs.authenticated != rhs.authenticated {return false}
+    if lhs.bonded != rhs.bonded {return false}
+    if lhs.secureConnections != rhs.secureConnections {return false}
+    if lhs.keySize != rhs.keySize {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_LabPairingFailure: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".LabPairingFailure"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}reason\0\u{1}remote\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.reason) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.remote) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.reason != 0 {
+      try visitor.visitSingularUInt32Field(value: self.reason, fieldNumber: 1)
+    }
+    if self.remote != false {
+      try visitor.visitSingularBoolField(value: self.remote, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_LabPairingFailure, rhs: Beryl_Ipc_V1_LabPairingFailure) -> Bool {
+    if lhs.reason != rhs.reason {return false}
+    if lhs.remote != rhs.remote {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_LabSecurityOutcome: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".LabSecurityOutcome"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0\u{1}secured\0\u{3}pairing_failed\0\u{3}encryption_failed\0\u{3}link_closed\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      case 2: try {
+        var v: Beryl_Ipc_V1_LabSecurityState?
+        var hadOneofValue = false
+        if let current = self.outcome {
+          hadOneofValue = true
+          if case .secured(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.outcome = .secured(v)
+        }
+      }()
+      case 3: try {
+        var v: Beryl_Ipc_V1_LabPairingFailure?
+        var hadOneofValue = false
+        if let current = self.outcome {
+          hadOneofValue = true
+          if case .pairingFailed(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.outcome = .pairingFailed(v)
+        }
+      }()
+      case 4: try {
+        var v: UInt32?
+        try decoder.decodeSingularUInt32Field(value: &v)
+        if let v = v {
+          if self.outcome != nil {try decoder.handleConflictingOneOf()}
+          self.outcome = .encryptionFailed(v)
+        }
+      }()
+      case 5: try {
+        var v: UInt32?
+        try decoder.decodeSingularUInt32Field(value: &v)
+        if let v = v {
+          if self.outcome != nil {try decoder.handleConflictingOneOf()}
+          self.outcome = .linkClosed(v)
+        }
+      }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 1)
+    }
+    switch self.outcome {
+    case .secured?: try {
+      guard case .secured(let v)? = self.outcome else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    }()
+    case .pairingFailed?: try {
+      guard case .pairingFailed(let v)? = self.outcome else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    }()
+    case .encryptionFailed?: try {
+      guard case .encryptionFailed(let v)? = self.outcome else { preconditionFailure() }
+      try visitor.visitSingularUInt32Field(value: v, fieldNumber: 4)
+    }()
+    case .linkClosed?: try {
+      guard case .linkClosed(let v)? = self.outcome else { preconditionFailure() }
+      try visitor.visitSingularUInt32Field(value: v, fieldNumber: 5)
+    }()
+    case nil: break
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_LabSecurityOutcome, rhs: Beryl_Ipc_V1_LabSecurityOutcome) -> Bool {
+    if lhs.handle != rhs.handle {return false}
+    if lhs.outcome != rhs.outcome {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_LabPairingPrompt: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".LabPairingPrompt"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0\u{1}kind\0\u{1}number\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.kind) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.number) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 1)
+    }
+    if self.kind != .unspecified {
+      try visitor.visitSingularEnumField(value: self.kind, fieldNumber: 2)
+    }
+    if self.number != 0 {
+      try visitor.visitSingularUInt32Field(value: self.number, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_LabPairingPrompt, rhs: Beryl_Ipc_V1_LabPairingPrompt) -> Bool {
+    if lhs.handle != rhs.handle {return false}
+    if lhs.kind != rhs.kind {return false}
+    if lhs.number != rhs.number {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_LabPairingAnswer: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".LabPairingAnswer"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0\u{1}accept\0\u{1}passkey\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.accept) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.passkey) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 1)
+    }
+    if self.accept != false {
+      try visitor.visitSingularBoolField(value: self.accept, fieldNumber: 2)
+    }
+    if self.passkey != 0 {
+      try visitor.visitSingularUInt32Field(value: self.passkey, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_LabPairingAnswer, rhs: Beryl_Ipc_V1_LabPairingAnswer) -> Bool {
+    if lhs.handle != rhs.handle {return false}
+    if lhs.accept != rhs.accept {return false}
+    if lhs.passkey != rhs.passkey {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_LabListBonds: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".LabListBonds"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_LabListBonds, rhs: Beryl_Ipc_V1_LabListBonds) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_LabRemoveBond: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".LabRemoveBond"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}address\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.address) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.address.isEmpty {
+      try visitor.visitSingularStringField(value: self.address, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_LabRemoveBond, rhs: Beryl_Ipc_V1_LabRemoveBond) -> Bool {
+    if lhs.address != rhs.address {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Beryl_Ipc_V1_LabEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".LabEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}scan_report\0\u{3}link_up\0\u{3}link_down\0\u{3}link_updated\0\u{3}connect_failed\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}scan_report\0\u{3}link_up\0\u{3}link_down\0\u{3}link_updated\0\u{3}connect_failed\0\u{1}security\0\u{3}pairing_prompt\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -953,6 +1496,32 @@ nonisolated extension Beryl_Ipc_V1_LabEvent: SwiftProtobuf.Message, SwiftProtobu
           self.kind = .connectFailed(v)
         }
       }()
+      case 6: try {
+        var v: Beryl_Ipc_V1_LabSecurityOutcome?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .security(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .security(v)
+        }
+      }()
+      case 7: try {
+        var v: Beryl_Ipc_V1_LabPairingPrompt?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .pairingPrompt(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .pairingPrompt(v)
+        }
+      }()
       default: break
       }
     }
@@ -983,6 +1552,14 @@ nonisolated extension Beryl_Ipc_V1_LabEvent: SwiftProtobuf.Message, SwiftProtobu
     case .connectFailed?: try {
       guard case .connectFailed(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularUInt32Field(value: v, fieldNumber: 5)
+    }()
+    case .security?: try {
+      guard case .security(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+    }()
+    case .pairingPrompt?: try {
+      guard case .pairingPrompt(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
     }()
     case nil: break
     }

@@ -1174,6 +1174,38 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     set {kind = .labGetInfo(newValue)}
   }
 
+  public var labSecure: Beryl_Ipc_V1_LabSecure {
+    get {
+      if case .labSecure(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabSecure()
+    }
+    set {kind = .labSecure(newValue)}
+  }
+
+  public var labPairingAnswer: Beryl_Ipc_V1_LabPairingAnswer {
+    get {
+      if case .labPairingAnswer(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabPairingAnswer()
+    }
+    set {kind = .labPairingAnswer(newValue)}
+  }
+
+  public var labListBonds: Beryl_Ipc_V1_LabListBonds {
+    get {
+      if case .labListBonds(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabListBonds()
+    }
+    set {kind = .labListBonds(newValue)}
+  }
+
+  public var labRemoveBond: Beryl_Ipc_V1_LabRemoveBond {
+    get {
+      if case .labRemoveBond(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabRemoveBond()
+    }
+    set {kind = .labRemoveBond(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1214,6 +1246,10 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     case labFactoryReset(Beryl_Ipc_V1_LabFactoryReset)
     /// Answered with a LabWelcome: the controller's state and addresses now.
     case labGetInfo(Beryl_Ipc_V1_LabGetInfo)
+    case labSecure(Beryl_Ipc_V1_LabSecure)
+    case labPairingAnswer(Beryl_Ipc_V1_LabPairingAnswer)
+    case labListBonds(Beryl_Ipc_V1_LabListBonds)
+    case labRemoveBond(Beryl_Ipc_V1_LabRemoveBond)
 
   }
 
@@ -1315,6 +1351,22 @@ public nonisolated struct Beryl_Ipc_V1_ManagerResponse: Sendable {
     set {kind = .labLinks(newValue)}
   }
 
+  public var labSecurity: Beryl_Ipc_V1_LabSecurityOutcome {
+    get {
+      if case .labSecurity(let v)? = kind {return v}
+      return Beryl_Ipc_V1_LabSecurityOutcome()
+    }
+    set {kind = .labSecurity(newValue)}
+  }
+
+  public var labBonds: Beryl_Ipc_V1_BondList {
+    get {
+      if case .labBonds(let v)? = kind {return v}
+      return Beryl_Ipc_V1_BondList()
+    }
+    set {kind = .labBonds(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1329,6 +1381,8 @@ public nonisolated struct Beryl_Ipc_V1_ManagerResponse: Sendable {
     case labWelcome(Beryl_Ipc_V1_LabWelcome)
     case labLink(Beryl_Ipc_V1_LabLink)
     case labLinks(Beryl_Ipc_V1_LabLinks)
+    case labSecurity(Beryl_Ipc_V1_LabSecurityOutcome)
+    case labBonds(Beryl_Ipc_V1_BondList)
 
   }
 
@@ -3379,7 +3433,7 @@ nonisolated extension Beryl_Ipc_V1_PairingFinishedEvent: SwiftProtobuf.Message, 
 
 nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{1}gatt\0\u{3}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0\u{3}answer_pairing\0\u{1}invalidate\0\u{3}set_app_state\0\u{3}list_apps\0\u{3}launch_app\0\u{3}stop_app\0\u{3}subscribe_alerts\0\u{3}lab_open\0\u{3}lab_advertise\0\u{3}lab_stop_advertising\0\u{3}lab_scan\0\u{3}lab_stop_scan\0\u{3}lab_connect\0\u{3}lab_cancel_connect\0\u{3}lab_disconnect\0\u{3}lab_get_links\0\u{3}lab_factory_reset\0\u{3}lab_get_info\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{1}gatt\0\u{3}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0\u{3}answer_pairing\0\u{1}invalidate\0\u{3}set_app_state\0\u{3}list_apps\0\u{3}launch_app\0\u{3}stop_app\0\u{3}subscribe_alerts\0\u{3}lab_open\0\u{3}lab_advertise\0\u{3}lab_stop_advertising\0\u{3}lab_scan\0\u{3}lab_stop_scan\0\u{3}lab_connect\0\u{3}lab_cancel_connect\0\u{3}lab_disconnect\0\u{3}lab_get_links\0\u{3}lab_factory_reset\0\u{3}lab_get_info\0\u{3}lab_secure\0\u{3}lab_pairing_answer\0\u{3}lab_list_bonds\0\u{3}lab_remove_bond\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3842,6 +3896,58 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
           self.kind = .labGetInfo(v)
         }
       }()
+      case 36: try {
+        var v: Beryl_Ipc_V1_LabSecure?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labSecure(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labSecure(v)
+        }
+      }()
+      case 37: try {
+        var v: Beryl_Ipc_V1_LabPairingAnswer?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labPairingAnswer(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labPairingAnswer(v)
+        }
+      }()
+      case 38: try {
+        var v: Beryl_Ipc_V1_LabListBonds?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labListBonds(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labListBonds(v)
+        }
+      }()
+      case 39: try {
+        var v: Beryl_Ipc_V1_LabRemoveBond?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labRemoveBond(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labRemoveBond(v)
+        }
+      }()
       default: break
       }
     }
@@ -3993,6 +4099,22 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
       guard case .labGetInfo(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 35)
     }()
+    case .labSecure?: try {
+      guard case .labSecure(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 36)
+    }()
+    case .labPairingAnswer?: try {
+      guard case .labPairingAnswer(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 37)
+    }()
+    case .labListBonds?: try {
+      guard case .labListBonds(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 38)
+    }()
+    case .labRemoveBond?: try {
+      guard case .labRemoveBond(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 39)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -4007,7 +4129,7 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}welcome\0\u{1}peripherals\0\u{1}gatt\0\u{1}rssi\0\u{3}maximum_write_length\0\u{3}service_added\0\u{3}update_result\0\u{1}apps\0\u{3}lab_welcome\0\u{3}lab_link\0\u{3}lab_links\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}welcome\0\u{1}peripherals\0\u{1}gatt\0\u{1}rssi\0\u{3}maximum_write_length\0\u{3}service_added\0\u{3}update_result\0\u{1}apps\0\u{3}lab_welcome\0\u{3}lab_link\0\u{3}lab_links\0\u{3}lab_security\0\u{3}lab_bonds\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4158,6 +4280,32 @@ nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, Swift
           self.kind = .labLinks(v)
         }
       }()
+      case 12: try {
+        var v: Beryl_Ipc_V1_LabSecurityOutcome?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labSecurity(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labSecurity(v)
+        }
+      }()
+      case 13: try {
+        var v: Beryl_Ipc_V1_BondList?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .labBonds(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .labBonds(v)
+        }
+      }()
       default: break
       }
     }
@@ -4212,6 +4360,14 @@ nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, Swift
     case .labLinks?: try {
       guard case .labLinks(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
+    }()
+    case .labSecurity?: try {
+      guard case .labSecurity(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+    }()
+    case .labBonds?: try {
+      guard case .labBonds(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
     }()
     case nil: break
     }
