@@ -1,4 +1,7 @@
 import SwiftProtobuf
+#if canImport(Glibc)
+import Glibc
+#endif
 
 public typealias Envelope = Beryl_Ipc_V1_Envelope
 public typealias Request = Beryl_Ipc_V1_Request
@@ -49,5 +52,27 @@ extension Envelope {
     var hasUnknownFields: Bool {
         !unknownFields.data.isEmpty || !request.unknownFields.data.isEmpty || !response.unknownFields.data.isEmpty
             || !event.unknownFields.data.isEmpty
+    }
+}
+
+extension SeqPacketSocket {
+    /// A client's reader thread: hands each Envelope received on a blocking socket to `deliver` until the peer closes
+    /// (datagrams that are not Envelopes, or over the cap, are skipped), then returns.
+    public static func readEnvelopes(_ fd: Int32, _ deliver: (Envelope) -> Void) {
+        var buffer: [UInt8] = []
+        while true {
+            switch receive(fd, cap: IPCLimits.standard.maxMessageBytes, buffer: &buffer) {
+            case .message(let bytes):
+                guard let envelope = try? Envelope(serializedBytes: bytes) else { continue }
+                deliver(envelope)
+            case .wouldBlock:
+                var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                _ = poll(&descriptor, 1, -1)
+            case .tooLarge:
+                continue
+            case .closed:
+                return
+            }
+        }
     }
 }

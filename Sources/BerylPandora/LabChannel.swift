@@ -84,22 +84,8 @@ public final class LabChannel: Sendable {
     }
 
     private func readLoop() {
-        var buffer: [UInt8] = []
-        while true {
-            switch SeqPacketSocket.receive(fd, cap: IPCLimits.standard.maxMessageBytes, buffer: &buffer) {
-            case .message(let bytes):
-                guard let envelope = try? Envelope(serializedBytes: bytes) else { continue }
-                dispatch(envelope)
-            case .wouldBlock:
-                var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-                _ = poll(&descriptor, 1, -1)
-            case .tooLarge:
-                continue
-            case .closed:
-                finish("managerd closed the lab session")
-                return
-            }
-        }
+        SeqPacketSocket.readEnvelopes(fd) { dispatch($0) }
+        finish("managerd closed the lab session")
     }
 
     private func dispatch(_ envelope: Envelope) {

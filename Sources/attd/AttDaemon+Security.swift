@@ -20,6 +20,14 @@ struct LinkSecurityState {
     var reEncrypting = false
 }
 
+/// Pairing options announced for a link before it exists (SetLinkPairing.for_next_link).
+struct PendingLinkPairing {
+    var central: Bool
+    var peer: DeviceAddress?
+    var consent: Bool
+    var localAddress: DeviceAddress?
+}
+
 enum SecurityFailure: Error {
     case pairing(SMPFailure)
     case encryption(status: UInt8)
@@ -34,6 +42,11 @@ extension AttDaemon {
         if let local = localIdentity {
             // As peripheral we advertised from the private address we handed out, if any: pairing hashes the addresses in use.
             makeSMP(for: link, peer: peer, localAddress: !link.isCentral ? privateAddress.map { DeviceAddress($0, type: .random) } ?? local.address : local.address)
+            if let index = pendingLinkPairing.firstIndex(where: { $0.central == link.isCentral && ($0.peer == nil || $0.peer == peer) }) {
+                let options = pendingLinkPairing.remove(at: index)
+                if let address = options.localAddress { makeSMP(for: link, peer: peer, localAddress: address) }
+                link.smp?.asksJustWorksConsent = options.consent
+            }
         } else {
             host.logger.warning("link 0x\(String(link.handle, radix: 16)): controller address unknown; pairing is refused on it")
         }
@@ -354,6 +367,18 @@ extension AttDaemon {
                 : smp.passkeyEntered(answer.accept ? answer.passkey : nil, at: now)
             apply(link.smpOutputs(outputs), on: link)
             incoming.respond(.with { $0.ack = .init() })
+        case .setLinkPairing(let options) where options.forNextLink:
+            let peer = options.peer.isEmpty ? nil : DeviceAddress(options.peer)
+            let local = options.localAddress.isEmpty ? nil : DeviceAddress(options.localAddress)
+            guard options.peer.isEmpty || peer != nil, options.localAddress.isEmpty || local != nil else {
+                incoming.fail(.invalidArgument, "an address is not AA:BB:CC:DD:EE:FF[/random]", field: peer == nil ? "peer" : "local_address")
+                return true
+            }
+            pendingLinkPairing.removeAll { $0.central == options.central && $0.peer == peer }
+            if !options.clear {
+                pendingLinkPairing.append(PendingLinkPairing(central: options.central, peer: peer, consent: options.justWorksConsent, localAddress: local))
+            }
+            incoming.respond(.with { $0.ack = .init() })
         case .setLinkPairing(let options):
             guard let link = links[UInt16(truncatingIfNeeded: options.connectionHandle)], link.smp != nil else {
                 incoming.fail(.notFound, "no link with handle 0x\(String(options.connectionHandle, radix: 16))", field: "connection_handle")
@@ -364,11 +389,13 @@ extension AttDaemon {
                     incoming.fail(.invalidArgument, "'\(options.localAddress)' is not an address", field: "local_address")
                     return true
                 }
-                guard !(link.smp?.isPairing ?? false) else {
-                    incoming.fail(.busy, "pairing is under way on link 0x\(String(link.handle, radix: 16))", field: "local_address")
-                    return true
+                if link.smp?.localAddress != address {
+                    guard !(link.smp?.isPairing ?? false) else {
+                        incoming.fail(.busy, "pairing is under way on link 0x\(String(link.handle, radix: 16))", field: "local_address")
+                        return true
+                    }
+                    makeSMP(for: link, localAddress: address)
                 }
-                makeSMP(for: link, localAddress: address)
             }
             link.smp?.asksJustWorksConsent = options.justWorksConsent
             incoming.respond(.with { $0.ack = .init() })

@@ -50,6 +50,7 @@ final class AttDaemon {
     let securityConfiguration: SecurityConfiguration
     /// Numeric comparisons are accepted without asking anyone (labs); passkeys are still shown or asked for.
     let autoAccept: Bool
+    var pendingLinkPairing: [PendingLinkPairing] = []
     let bondStore: BondStore?
     var bonds: [Bond] = []
     var localIdentity: LocalIdentity?

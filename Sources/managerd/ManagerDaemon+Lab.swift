@@ -50,11 +50,13 @@ extension ManagerDaemon {
                 return
             }
             lab.advertising = advertising
+            announceLabLink(central: false, peer: nil, ownAddress: advertising.ownAddress)
             updateAdvertising { error in
                 if let error { incoming.fail(.internal, error) } else { incoming.respond(.with { $0.ack = .init() }) }
             }
         case .labStopAdvertising:
             lab.advertising = nil
+            announceLabLink(central: false, peer: nil, ownAddress: nil)
             updateAdvertising()
             incoming.respond(.with { $0.ack = .init() })
         case .labScan(let request):
@@ -72,6 +74,7 @@ extension ManagerDaemon {
         case .labCancelConnect:
             if let connecting = lab.connecting {
                 lab.connecting = nil
+                announceLabLink(central: true, peer: connecting.address, ownAddress: nil)
                 perform(book.cancel(lab.key, identifier: connecting.identifier).actions)
                 connecting.incoming.fail(.cancelled, "the connection attempt to \(connecting.address) was cancelled")
             }
@@ -161,6 +164,21 @@ extension ManagerDaemon {
         hcid.request(request) { result in welcome((try? result.get())?.hci.controllerInfo.address ?? "") }
     }
 
+    /// Tells attd how the lab's next link in a role pairs (nil: withdraws it), before the link exists: a peer may
+    /// start pairing before a message naming the link's handle could reach attd.
+    private func announceLabLink(central: Bool, peer: DeviceAddress?, ownAddress: LabOwnAddress?) {
+        var request = Request()
+        request.att.setLinkPairing = .with {
+            $0.forNextLink = true
+            $0.central = central
+            $0.peer = peer?.description ?? ""
+            $0.clear = ownAddress == nil
+            $0.justWorksConsent = true
+            if ownAddress?.needsRandomAddress == true { $0.localAddress = DeviceAddress(labRandomAddress, type: .random).description }
+        }
+        attd?.request(request)
+    }
+
     private func labAccessGranted(_ peer: PeerCredentials) -> Bool {
         var userName: String?
         var primaryGroup: UInt32?
@@ -212,7 +230,9 @@ extension ManagerDaemon {
             return
         }
         let identifier = store.seen(address, at: Date().timeIntervalSince1970).identifier
-        lab.connecting = (identifier, address, LabOwnAddress(rawValue: UInt8(request.ownAddressType.rawValue)) ?? .public, incoming)
+        let ownAddress = LabOwnAddress(rawValue: UInt8(request.ownAddressType.rawValue)) ?? .public
+        lab.connecting = (identifier, address, ownAddress, incoming)
+        announceLabLink(central: true, peer: address, ownAddress: ownAddress)
         perform(book.connect(lab.key, identifier: identifier, address: address).actions)
     }
 
@@ -227,6 +247,7 @@ extension ManagerDaemon {
     private func labFactoryReset(_ lab: LabState) {
         lab.advertising = nil
         lab.scan = nil
+        announceLabLink(central: false, peer: nil, ownAddress: nil)
         if let connecting = lab.connecting {
             lab.connecting = nil
             perform(book.cancel(lab.key, identifier: connecting.identifier).actions)

@@ -147,6 +147,35 @@ final class SMPPairingTests: XCTestCase {
         XCTAssertEqual(bench.failure(central: false), .remote(.numericComparisonFailed))
     }
 
+    /// A device-lab harness answers Just Works (Secure Connections) too: each side asked for consent waits for it, the
+    /// peer's DHKey check held meanwhile, and the pairing completes once both said yes (in either order).
+    func testJustWorksWithConsentWaitsForBothAnswers() throws {
+        let bench = PairingBench(central: SecurityConfiguration(), peripheral: SecurityConfiguration())
+        bench.central.asksJustWorksConsent = true
+        bench.peripheral.asksJustWorksConsent = true
+        bench.start()
+        XCTAssertEqual(bench.prompts(central: true), [.confirmPairing])
+        XCTAssertEqual(bench.prompts(central: false), [.confirmPairing])
+        XCTAssertTrue(bench.central.wantsNumberConfirmation)
+        bench.run(bench.central.numberConfirmed(true, at: .zero), fromCentral: true)
+        XCTAssertNil(bench.result(central: false), "the peripheral's user has not answered: its DHKey check waits")
+        bench.run(bench.peripheral.numberConfirmed(true, at: .zero), fromCentral: false)
+        let central = try XCTUnwrap(bench.result(central: true))
+        XCTAssertFalse(central.authenticated, "consent is not MITM protection")
+        XCTAssertEqual(central.peerLTK, bench.result(central: false)?.localLTK)
+    }
+
+    func testJustWorksRefusedByTheLabFailsOnBothSides() {
+        let bench = PairingBench(central: SecurityConfiguration(), peripheral: SecurityConfiguration())
+        bench.peripheral.asksJustWorksConsent = true
+        bench.start()
+        XCTAssertTrue(bench.prompts(central: true).isEmpty, "a side not asked for consent pairs as before")
+        bench.run(bench.peripheral.numberConfirmed(false, at: .zero), fromCentral: false)
+        XCTAssertEqual(bench.failure(central: false), .local(.numericComparisonFailed))
+        XCTAssertEqual(bench.failure(central: true), .remote(.numericComparisonFailed))
+        XCTAssertNil(bench.result(central: true))
+    }
+
     /// SM/CEN/JW/BV-05-C: legacy Just Works; the peripheral hands over its LTK, EDIV and Rand.
     func testLegacyJustWorksDistributesTheLongTermKeys() throws {
         let legacy = SecurityConfiguration(secureConnections: false)

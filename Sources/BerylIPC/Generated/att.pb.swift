@@ -726,6 +726,8 @@ public nonisolated struct Beryl_Ipc_V1_Paired: Sendable {
 /// must be able to refuse; otherwise it proceeds without asking, as Core Bluetooth's does), and the address this
 /// device used on the air when it was not the identity address (a static random one), which pairing's confirm and
 /// check values hash (Core Vol 3 Part H §2.3.5.6.5).
+/// Sent ahead of the link too (for_next_link), because a peer may start pairing before a message about the link's
+/// handle could arrive: the next link in that role (as central, to that peer) opens with these options.
 public nonisolated struct Beryl_Ipc_V1_SetLinkPairing: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -736,6 +738,15 @@ public nonisolated struct Beryl_Ipc_V1_SetLinkPairing: Sendable {
   public var justWorksConsent: Bool = false
 
   public var localAddress: String = String()
+
+  public var forNextLink: Bool = false
+
+  public var central: Bool = false
+
+  public var peer: String = String()
+
+  /// With for_next_link: withdraw what waits for that role (and peer) instead.
+  public var clear: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -2826,7 +2837,7 @@ nonisolated extension Beryl_Ipc_V1_Paired: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Beryl_Ipc_V1_SetLinkPairing: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".SetLinkPairing"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{3}just_works_consent\0\u{3}local_address\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{3}just_works_consent\0\u{3}local_address\0\u{3}for_next_link\0\u{1}central\0\u{1}peer\0\u{1}clear\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2837,6 +2848,10 @@ nonisolated extension Beryl_Ipc_V1_SetLinkPairing: SwiftProtobuf.Message, SwiftP
       case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
       case 2: try { try decoder.decodeSingularBoolField(value: &self.justWorksConsent) }()
       case 3: try { try decoder.decodeSingularStringField(value: &self.localAddress) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.forNextLink) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.central) }()
+      case 6: try { try decoder.decodeSingularStringField(value: &self.peer) }()
+      case 7: try { try decoder.decodeSingularBoolField(value: &self.clear) }()
       default: break
       }
     }
@@ -2852,6 +2867,18 @@ nonisolated extension Beryl_Ipc_V1_SetLinkPairing: SwiftProtobuf.Message, SwiftP
     if !self.localAddress.isEmpty {
       try visitor.visitSingularStringField(value: self.localAddress, fieldNumber: 3)
     }
+    if self.forNextLink != false {
+      try visitor.visitSingularBoolField(value: self.forNextLink, fieldNumber: 4)
+    }
+    if self.central != false {
+      try visitor.visitSingularBoolField(value: self.central, fieldNumber: 5)
+    }
+    if !self.peer.isEmpty {
+      try visitor.visitSingularStringField(value: self.peer, fieldNumber: 6)
+    }
+    if self.clear != false {
+      try visitor.visitSingularBoolField(value: self.clear, fieldNumber: 7)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2859,6 +2886,10 @@ nonisolated extension Beryl_Ipc_V1_SetLinkPairing: SwiftProtobuf.Message, SwiftP
     if lhs.connectionHandle != rhs.connectionHandle {return false}
     if lhs.justWorksConsent != rhs.justWorksConsent {return false}
     if lhs.localAddress != rhs.localAddress {return false}
+    if lhs.forNextLink != rhs.forNextLink {return false}
+    if lhs.central != rhs.central {return false}
+    if lhs.peer != rhs.peer {return false}
+    if lhs.clear != rhs.clear {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
