@@ -32,7 +32,6 @@ public struct LabAdvertising: Equatable, Sendable {
 
     public enum Refusal: Error, Equatable, Sendable {
         case dataTooLong(field: String, length: Int)
-        case directedNotConnectable
         case intervalOutOfRange(UInt32)
     }
 
@@ -44,11 +43,12 @@ public struct LabAdvertising: Equatable, Sendable {
     public var interval: UInt16
 
     /// Legacy advertising carries at most 31 bytes per PDU (Core Vol 3 Part C §11) at 20 ms to 10.24 s (Vol 4 Part E §7.8.5).
+    /// A directed advertiser sends ADV_DIRECT_IND, connectable by its PDU type (Core Vol 6 Part B §2.3.1.2), whatever
+    /// `connectable` says.
     public init(data: [UInt8], scanResponse: [UInt8], connectable: Bool, scannable: Bool, directedTo: DeviceAddress?,
                 ownAddress: LabOwnAddress, interval: UInt32) throws(Refusal) {
         guard data.count <= 31 else { throw .dataTooLong(field: "data", length: data.count) }
         guard scanResponse.count <= 31 else { throw .dataTooLong(field: "scan_response", length: scanResponse.count) }
-        if directedTo != nil, !connectable { throw .directedNotConnectable }
         let chosen = interval == 0 ? 0x00A0 : interval
         guard (0x0020...0x4000).contains(chosen) else { throw .intervalOutOfRange(interval) }
         self.data = data

@@ -213,9 +213,6 @@ public struct HostService: Pandora_Host.SimpleServiceProtocol {
         case .random(let bytes)?: advertise.directedTo = try PandoraAddress.text(bytes, random: true, field: "target")
         case nil: break
         }
-        if !advertise.directedTo.isEmpty, !request.connectable {
-            throw RPCError(code: .invalidArgument, message: "target: directed advertising is connectable")
-        }
         // Pandora's interval is in milliseconds; HCI's in 0.625 ms units (Core Vol 4 Part E §7.8.5).
         if request.interval < 0 || request.interval > 10_240 {
             throw RPCError(code: .invalidArgument, message: "interval: \(request.interval) ms is outside 20 ms to 10.24 s")

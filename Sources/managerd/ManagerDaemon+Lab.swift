@@ -358,7 +358,6 @@ extension ManagerDaemon {
     private func refusalField(_ refusal: LabAdvertising.Refusal) -> String {
         switch refusal {
         case .dataTooLong(let field, _): field
-        case .directedNotConnectable: "directed_to"
         case .intervalOutOfRange: "interval"
         }
     }

@@ -1,0 +1,66 @@
+import BerylCore
+import BerylHCI
+import BerylManager
+import XCTest
+
+/// The lab session's sans-IO rules: who may open one, what its advertising puts on the wire, what a link's timing is.
+final class LabSessionTests: XCTestCase {
+    func testOnlyRootAndTheLabGroupMayOpenALabSession() {
+        let lab = (gid: UInt32(990), members: ["alice"])
+        XCTAssertTrue(LabAccess.isGranted(uid: 0, primaryGroup: 0, userName: "root", labGroup: nil))
+        XCTAssertTrue(LabAccess.isGranted(uid: 1000, primaryGroup: 1000, userName: "alice", labGroup: lab), "a member")
+        XCTAssertTrue(LabAccess.isGranted(uid: 1001, primaryGroup: 990, userName: "bob", labGroup: lab), "the lab group is bob's primary group")
+        XCTAssertFalse(LabAccess.isGranted(uid: 1001, primaryGroup: 1001, userName: "bob", labGroup: lab))
+        XCTAssertFalse(LabAccess.isGranted(uid: 1000, primaryGroup: 1000, userName: "alice", labGroup: nil), "no such group on this board")
+    }
+
+    func testAdvertisingParametersOnTheWire() throws {
+        let peer = try XCTUnwrap(DeviceAddress("C0:11:22:33:44:55/random"))
+        let directed = try LabAdvertising(data: [2, 1, 6], scanResponse: [], connectable: false, scannable: false, directedTo: peer,
+                                          ownAddress: .random, interval: 0)
+        XCTAssertEqual(directed.kind, .connectableDirectedLowDuty, "ADV_DIRECT_IND is connectable by its PDU type")
+        let parameters = directed.commands[1]
+        XCTAssertEqual(parameters.opcode, HCIOpcode.leSetAdvertisingParameters.rawValue)
+        // Interval 100 ms twice, ADV_DIRECT_IND (low duty), own random, peer random, the peer's address (wire order), all channels.
+        XCTAssertEqual(parameters.parameters, [0xA0, 0x00, 0xA0, 0x00, 0x04, 0x01, 0x01, 0x55, 0x44, 0x33, 0x22, 0x11, 0xC0, 0x07, 0x00])
+        XCTAssertEqual(directed.commands.first?.parameters, [0], "advertising off before its parameters change")
+        XCTAssertEqual(directed.commands.last?.parameters, [1])
+
+        let scannable = try LabAdvertising(data: [], scanResponse: [3, 0xFF, 1, 2], connectable: false, scannable: true, directedTo: nil,
+                                           ownAddress: .public, interval: 0x0800)
+        XCTAssertEqual(scannable.kind, .scannableUndirected)
+        XCTAssertEqual(scannable.commands[3].parameters.prefix(5), [4, 3, 0xFF, 1, 2], "the scan response, length first")
+        XCTAssertEqual(try LabAdvertising(data: [], scanResponse: [], connectable: false, scannable: false, directedTo: nil,
+                                          ownAddress: .public, interval: 0).kind, .nonConnectable)
+    }
+
+    func testAdvertisingRefusalsAreTyped() {
+        XCTAssertThrowsError(try LabAdvertising(data: Array(repeating: 0, count: 32), scanResponse: [], connectable: true, scannable: true,
+                                                directedTo: nil, ownAddress: .public, interval: 0)) {
+            XCTAssertEqual($0 as? LabAdvertising.Refusal, .dataTooLong(field: "data", length: 32))
+        }
+        XCTAssertThrowsError(try LabAdvertising(data: [], scanResponse: [], connectable: true, scannable: true, directedTo: nil,
+                                                ownAddress: .public, interval: 0x001F)) {
+            XCTAssertEqual($0 as? LabAdvertising.Refusal, .intervalOutOfRange(0x001F))
+        }
+    }
+
+    func testLinkTimingFromConnectionAndUpdateEvents() {
+        // LE Connection Complete (§7.7.65.1): handle 0x0040, interval 0x0018, latency 0, timeout 0x00C8.
+        let complete = HCIEventPacket(code: 0x3E, parameters: [0x01, 0x00, 0x40, 0x00, 0x00, 0x00, 1, 2, 3, 4, 5, 6, 0x18, 0x00, 0x00, 0x00, 0xC8, 0x00, 0x00])
+        XCTAssertEqual(LinkTiming(complete), LinkTiming(handle: 0x40, interval: 0x18, latency: 0, supervisionTimeout: 0xC8))
+        // LE Connection Update Complete (§7.7.65.3).
+        let update = HCIEventPacket(code: 0x3E, parameters: [0x03, 0x00, 0x40, 0x00, 0x28, 0x00, 0x02, 0x00, 0x90, 0x01])
+        XCTAssertEqual(LinkTiming(update), LinkTiming(handle: 0x40, interval: 0x28, latency: 2, supervisionTimeout: 0x190))
+        XCTAssertNil(LinkTiming(HCIEventPacket(code: 0x3E, parameters: [0x03, 0x00, 0x40])), "too short")
+        XCTAssertNil(LinkTiming(HCIEventPacket(code: 0x3E, parameters: [0x03, 0x3B, 0x40, 0x00, 0x28, 0x00, 0x02, 0x00, 0x90, 0x01])), "failed")
+    }
+
+    func testStaticRandomAddressesHaveTheirTopBitsSet() {
+        var values: [UInt8] = [0, 0, 0, 0, 0, 0, 0xAB, 0xCD, 0xEF, 0x01, 0x23, 0x45]
+        let address = makeStaticRandomAddress { values.removeFirst() }
+        // All zeros with the top bits set is refused (§1.3.2.1); the next draw is taken.
+        XCTAssertEqual(address.bytes, [0xAB, 0xCD, 0xEF, 0x01, 0x23, 0xC5])
+        XCTAssertEqual(address.randomKind, .static)
+    }
+}
