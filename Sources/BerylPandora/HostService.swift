@@ -20,8 +20,9 @@ public struct HostService: Pandora_Host.SimpleServiceProtocol {
         return .init()
     }
 
+    /// A power cycle as the lab sees it: its work ends, its bonds stay.
     public func reset(request: Google_Protobuf_Empty, context: ServerContext) async throws -> Google_Protobuf_Empty {
-        try await lab.call { $0.labFactoryReset = .init() }
+        try await lab.call { $0.labFactoryReset.keepBonds = true }
         return .init()
     }
 

@@ -116,8 +116,8 @@ extension ManagerDaemon {
             }
         case .labGetInfo:
             answerLabInfo(session: session.id, incoming)
-        case .labFactoryReset:
-            labFactoryReset(lab)
+        case .labFactoryReset(let reset):
+            labFactoryReset(lab, keepBonds: reset.keepBonds)
             incoming.respond(.with { $0.ack = .init() })
         default:
             incoming.fail(.unknownMessage, "not a lab request")
@@ -244,7 +244,7 @@ extension ManagerDaemon {
 
     /// Leaves the controller as the lab found it: no lab advertising, scanning or attempt, and the lab's links down.
     /// Apps' managers and their preserved state are not touched.
-    private func labFactoryReset(_ lab: LabState) {
+    private func labFactoryReset(_ lab: LabState, keepBonds: Bool = false) {
         lab.advertising = nil
         lab.scan = nil
         announceLabLink(central: false, peer: nil, ownAddress: nil)
@@ -257,7 +257,7 @@ extension ManagerDaemon {
             command(HCICommands.disconnect(handle: link.handle))
         }
         // The bonds the lab made go too; other apps' bonds and preserved state stay.
-        for identity in labBonds() {
+        for identity in keepBonds ? [] : labBonds() {
             var request = Request()
             request.att.removeBond.identity = identity
             attd?.request(request)
@@ -270,7 +270,7 @@ extension ManagerDaemon {
     func labSessionClosed(_ id: UInt64) {
         guard let lab, lab.session == id else { return }
         host.logger.info("lab session \(id) closed")
-        labFactoryReset(lab)
+        labFactoryReset(lab, keepBonds: true)  // its bonds stay recorded for the next factory reset
         self.lab = nil
         updateAdvertising()
         updateScanning()

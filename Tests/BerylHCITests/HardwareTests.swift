@@ -136,7 +136,7 @@ final class UdevAndSystemdTests: XCTestCase {
     func testSystemdUnitsAreWellFormedAndRunTheDaemons() throws {
         let directory = repositoryRoot + "/hardware/systemd"
         let units = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".service") }.sorted()
-        XCTAssertEqual(units, ["beryl-attd.service", "beryl-hcid-uart@.service", "beryl-hcid@.service", "beryl-managerd.service"])
+        XCTAssertEqual(units, ["beryl-attd.service", "beryl-hcid-uart@.service", "beryl-hcid@.service", "beryl-managerd.service", "beryl-pandora.service"])
         for unit in units {
             let text = try String(contentsOfFile: "\(directory)/\(unit)", encoding: .utf8)
             var section = ""
@@ -156,7 +156,12 @@ final class UdevAndSystemdTests: XCTestCase {
             XCTAssertTrue(seen["[Service]"]?.contains("Restart") ?? false, "\(unit) restarts what dies")
             let exec = text.split(separator: "\n").first { $0.hasPrefix("ExecStart=") }.map(String.init) ?? ""
             let binary = String(exec.dropFirst("ExecStart=".count).split(separator: " ")[0])
-            XCTAssertTrue(["/usr/local/bin/hcid", "/usr/local/bin/attd", "/usr/local/bin/managerd"].contains(binary), binary)
+            XCTAssertTrue(["/usr/local/bin/hcid", "/usr/local/bin/attd", "/usr/local/bin/managerd", "/usr/local/bin/beryl-pandora"].contains(binary), binary)
+            if unit == "beryl-pandora.service" {
+                // Pandora has no authentication: the unit serves loopback only, and runs in the group managerd grants the lab.
+                XCTAssertFalse(exec.contains("--listen"), "\(unit) must not serve a network by default")
+                XCTAssertTrue(text.contains("Group=beryl-lab"), unit)
+            }
             if unit.contains("@") { XCTAssertTrue(exec.contains("%i") || exec.contains("%I"), "\(unit) uses its instance") }
             if unit.hasPrefix("beryl-hcid") {
                 // The transport in the unit must be one hcid accepts.

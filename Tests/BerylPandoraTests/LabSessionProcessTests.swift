@@ -68,6 +68,50 @@ final class LabSessionProcessTests: XCTestCase {
         return harness
     }
 
+    // MARK: 0
+
+    /// The executable as a supervisor runs it: it serves gRPC on the port it was given, and SIGTERM ends it with
+    /// status 0 and gives managerd's one lab session back (a new LabOpen is welcomed, not refused as busy).
+    func testSigtermStopsBerylPandoraAndFreesTheLabSession() throws {
+        try bringUp(1)
+        let port = try freeLoopbackPort()
+        let log = scratch.root + "/pandora.log"
+        let pid = try Spawn.start([Executables.path("beryl-pandora"), "--runtime-dir", run(0), "--port", String(port)],
+                                  environment: ProcessInfo.processInfo.environment, logPath: log)
+        children.append(pid)
+        let serving = eventually(.seconds(20)) { ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("serving Pandora on") }
+        XCTAssertTrue(serving, (try? String(contentsOfFile: log, encoding: .utf8)) ?? "no log")
+        XCTAssertThrowsError(try IPCClient(path: managerd(0)).call(managerRequest { $0.labOpen = .init() }), "a second lab session while one is open")
+        XCTAssertEqual(kill(pid, SIGTERM), 0)
+        var ended: ExitReason?
+        XCTAssertTrue(eventually(.seconds(10)) {
+            ended = Spawn.reap(pid)?.exit
+            return ended != nil
+        }, "beryl-pandora still running 10 s after SIGTERM")
+        children.removeAll { $0 == pid }
+        XCTAssertEqual(ended, .exit(0))
+        var welcomed = false
+        _ = eventually(.seconds(5)) {
+            welcomed = ((try? IPCClient(path: managerd(0)).call(managerRequest { $0.labOpen = .init() }).manager.labWelcome.sessionID) ?? 0) != 0
+            return welcomed
+        }
+        XCTAssertTrue(welcomed, "the lab session was not given back after beryl-pandora stopped")
+    }
+
+    private func freeLoopbackPort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound else { throw POSIXError(.EADDRNOTAVAIL) }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
     // MARK: 1
 
     /// SO_PEERCRED decides: beryl-pandora run as nobody (not root, not in beryl-lab) is refused PERMISSION_DENIED by

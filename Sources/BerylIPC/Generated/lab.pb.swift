@@ -257,10 +257,14 @@ public nonisolated struct Beryl_Ipc_V1_LabLinks: Sendable {
   public init() {}
 }
 
+/// Ends the lab's advertising, scan, connection attempt and links; removes the bonds made on lab links unless
+/// keep_bonds (Pandora's Reset, a power cycle, keeps them; its FactoryReset does not).
 public nonisolated struct Beryl_Ipc_V1_LabFactoryReset: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
+
+  public var keepBonds: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -965,18 +969,29 @@ nonisolated extension Beryl_Ipc_V1_LabLinks: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Beryl_Ipc_V1_LabFactoryReset: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".LabFactoryReset"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}keep_bonds\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    // Load everything into unknown fields
-    while try decoder.nextFieldNumber() != nil {}
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBoolField(value: &self.keepBonds) }()
+      default: break
+      }
+    }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.keepBonds != false {
+      try visitor.visitSingularBoolField(value: self.keepBonds, fieldNumber: 1)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_LabFactoryReset, rhs: Beryl_Ipc_V1_LabFactoryReset) -> Bool {
+    if lhs.keepBonds != rhs.keepBonds {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
