@@ -124,6 +124,7 @@ let package = Package(
             .product(name: "GRPCCore", package: "grpc-swift-2"),
             .product(name: "GRPCInProcessTransport", package: "grpc-swift-2"),
             .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+            .product(name: "GRPCNIOTransportHTTP2Posix", package: "grpc-swift-nio-transport"),
         ]),
         .testTarget(name: "BerylIPCTests", dependencies: ["BerylIPC", "BerylStack", "BerylDaemonKit", "BerylStore"]),
     ]

@@ -20,7 +20,7 @@ public final class PairingDesk: Sendable {
         for await event in lab.events() {
             guard case .pairingPrompt(let prompt)? = event.kind, !hasListener else { continue }
             guard prompt.kind != .displayPasskey else { continue }  // nothing to answer
-            try? await lab.call { $0.labPairingAnswer = .with { $0.handle = prompt.handle; $0.accept = prompt.kind == .confirmPairing } }
+            _ = try? await lab.call { $0.labPairingAnswer = .with { $0.handle = prompt.handle; $0.accept = prompt.kind == .confirmPairing } }
         }
     }
 }
@@ -71,7 +71,7 @@ public struct SecurityService: Pandora_Security.SimpleServiceProtocol {
                     case (.passkeyEntryNotification?, _): continue  // shown, nothing to answer
                     default: accept = false  // no answer, or not this method's: a refusal
                     }
-                    try? await lab.call { $0.labPairingAnswer = .with { $0.handle = handle; $0.accept = accept; $0.passkey = passkey } }
+                    _ = try? await lab.call { $0.labPairingAnswer = .with { $0.handle = handle; $0.accept = accept; $0.passkey = passkey } }
                 }
             }
             // The client's half-close or cancel ends the call.

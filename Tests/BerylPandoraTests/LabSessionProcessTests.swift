@@ -5,6 +5,7 @@ import BerylStack
 import Foundation
 import GRPCCore
 import GRPCInProcessTransport
+import GRPCNIOTransportHTTP2Posix
 import PandoraInterfaces
 import SwiftProtobuf
 import XCTest
@@ -96,6 +97,58 @@ final class LabSessionProcessTests: XCTestCase {
             return welcomed
         }
         XCTAssertTrue(welcomed, "the lab session was not given back after beryl-pandora stopped")
+    }
+
+    /// A client that goes away mid-stream (its call cancelled: RST_STREAM over HTTP/2, to the real executable) ends the
+    /// Scan on the controller too: hcid's monitor sees managerd send LE Set Scan Enable (Core Vol 4 Part E §7.8.11)
+    /// with Enable 0. (The in-process transport signals no cancel to a server, so this runs over TCP.)
+    func testACancelledScanStopsTheControllersScan() async throws {
+        try bringUp(2)
+        let (peer, _) = try openLab(1)
+        _ = try peer.call(managerRequest { $0.labAdvertise = .with { $0.data = Self.labAdvertisingData } })
+        let monitor = try IPCClient(path: run(0) + "/hcid.sock")
+        var subscribe = Request()
+        subscribe.hci.subscribe.monitor = true
+        _ = try monitor.call(subscribe)
+        let port = try freeLoopbackPort()
+        let log = scratch.root + "/pandora.log"
+        let pid = try Spawn.start([Executables.path("beryl-pandora"), "--runtime-dir", run(0), "--port", String(port)],
+                                  environment: ProcessInfo.processInfo.environment, logPath: log)
+        children.append(pid)
+        XCTAssertTrue(eventually(.seconds(20)) { ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("serving Pandora on") })
+
+        let client = GRPCClient(transport: try .http2NIOPosix(target: .ipv4(host: "127.0.0.1", port: port), transportSecurity: .plaintext))
+        let connections = Task { try? await client.runConnections() }
+        defer {
+            client.beginGracefulShutdown()
+            connections.cancel()
+        }
+        let host = Pandora_Host.Client(wrapping: client)
+        let watch = StreamWatch()
+        let scanning = Task {
+            do {
+                try await host.scan(.with { $0.passive = true }, options: .within(.seconds(120))) { response in
+                    for try await _ in response.messages { watch.heard() }
+                }
+                watch.end("normally")
+            } catch {
+                watch.end("\(error)")
+            }
+        }
+        let reporting = await watch.wait(.seconds(15)) { $0.messages > 0 }
+        XCTAssertTrue(reporting, "the Scan stream delivered nothing while stack 1 advertised")
+        // The scan's own set-up disabled the scan once before enabling it: only what hcid sent from the cancel on counts.
+        let cancelledAt = UInt64(Date().timeIntervalSince1970 * 1_000_000)
+        scanning.cancel()
+        var scanDisabled = false
+        let deadline = ContinuousClock.now + .seconds(5)
+        while !scanDisabled, ContinuousClock.now < deadline {
+            guard let envelope = try? monitor.receive(timeout: .milliseconds(200)), case .event(let event)? = envelope.body,
+                  case .monitor(let packet)? = event.hci.kind, !packet.received, packet.timestampUs >= cancelledAt else { continue }
+            let h4 = Array(packet.h4)
+            scanDisabled = h4.count >= 5 && h4[0] == 0x01 && h4[1] == 0x0C && h4[2] == 0x20 && h4[4] == 0x00
+        }
+        XCTAssertTrue(scanDisabled, "the controller still scans 5 s after the client cancelled its Scan")
     }
 
     private func freeLoopbackPort() throws -> Int {
