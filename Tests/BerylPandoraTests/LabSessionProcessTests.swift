@@ -151,6 +151,41 @@ final class LabSessionProcessTests: XCTestCase {
         XCTAssertTrue(scanDisabled, "the controller still scans 5 s after the client cancelled its Scan")
     }
 
+    /// A pairing the lab refuses fails on both sides: the peripheral's lab answers its Just Works prompt no, so its attd
+    /// sends Pairing Failed, Numeric Comparison Failed (Core Vol 3 Part H §3.5.5); the central's LabSecure is answered
+    /// with the peer's reason, and the refusing lab hears its own, which Pandora reports as pairing_failure.
+    func testAPairingRefusedByTheLabFailsOnBothSides() throws {
+        try bringUp(2)
+        let (peripheral, welcome) = try openLab(0)
+        let (central, _) = try openLab(1)
+        _ = try peripheral.call(managerRequest { $0.labAdvertise = .with { $0.data = Self.labAdvertisingData; $0.connectable = true } })
+        let link = try central.call(managerRequest { $0.labConnect.address = welcome.publicAddress }).manager.labLink
+        XCTAssertTrue(link.central)
+        let up = peripheral.nextManagerEvent(within: .seconds(5)) { if case .linkUp(let up)? = $0.lab.kind { !up.central } else { false } }
+        let peripheralHandle = try XCTUnwrap(up?.lab.linkUp.handle, "the peripheral's lab heard no link")
+
+        let secure = try central.send(managerRequest { $0.labSecure.handle = link.handle })
+        let prompt = peripheral.nextManagerEvent(within: .seconds(10)) { if case .pairingPrompt? = $0.lab.kind { true } else { false } }
+        XCTAssertEqual(prompt?.lab.pairingPrompt.kind, .confirmPairing, "Just Works asks the lab for consent")
+        XCTAssertEqual(prompt?.lab.pairingPrompt.handle, peripheralHandle)
+        _ = try peripheral.call(managerRequest { $0.labPairingAnswer = .with { $0.handle = peripheralHandle; $0.accept = false } })
+
+        var outcome: Beryl_Ipc_V1_LabSecurityOutcome?
+        let deadline = ContinuousClock.now + .seconds(10)
+        while outcome == nil, ContinuousClock.now < deadline {
+            guard let envelope = try? central.receive(timeout: .milliseconds(200), requestID: secure), envelope.requestID == secure,
+                  case .response(let response)? = envelope.body else { continue }
+            outcome = response.manager.labSecurity
+        }
+        guard case .pairingFailed(let failure)? = outcome?.outcome else { return XCTFail("the central's LabSecure: \(String(describing: outcome))") }
+        XCTAssertEqual(failure.reason, 0x0C)
+        XCTAssertTrue(failure.remote, "the peripheral refused")
+        let heard = peripheral.nextManagerEvent(within: .seconds(5)) { if case .security(let security)? = $0.lab.kind { security.handle == peripheralHandle } else { false } }
+        guard case .pairingFailed(let own)? = heard?.lab.security.outcome else { return XCTFail("the peripheral's lab: \(String(describing: heard))") }
+        XCTAssertEqual(own.reason, 0x0C)
+        XCTAssertFalse(own.remote)
+    }
+
     private func freeLoopbackPort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
