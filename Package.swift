@@ -120,7 +120,7 @@ let package = Package(
         .testTarget(name: "BerylGATTTests", dependencies: ["BerylGATT", "BerylATT", "BerylL2CAP", "BerylCore", "BerylHCI"]),
         .testTarget(name: "BerylHCITests", dependencies: ["BerylHCI", "BerylSim", "BerylCore", "BerylHardware"]),
         .testTarget(name: "BerylPandoraTests", dependencies: [
-            "BerylPandora", "PandoraInterfaces", "BerylIPC", "BerylStack", "BerylDaemonKit",
+            "BerylPandora", "PandoraInterfaces", "BerylIPC", "BerylStack", "BerylStore", "BerylDaemonKit",
             .product(name: "GRPCCore", package: "grpc-swift-2"),
             .product(name: "GRPCInProcessTransport", package: "grpc-swift-2"),
             .product(name: "SwiftProtobuf", package: "swift-protobuf"),

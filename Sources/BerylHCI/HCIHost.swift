@@ -67,6 +67,17 @@ public final class HCIHost {
 
     /// Starts (or restarts) bring-up with HCI Reset; clients' commands wait until the controller is on.
     public func start(at time: Duration) {
+        start(at: time, linksEndWith: .connectionTimeout)
+    }
+
+    /// A reset a client asked for (a lab's factory reset): the same bring-up, but the links end because this host ended
+    /// them, and clients hear Connection Terminated by Local Host (Core Vol 1 Part F §2.22).
+    public func resetController(at time: Duration) {
+        outputs.append(.log("resetting the controller as a client asked"))
+        start(at: time, linksEndWith: .connectionTerminatedByLocalHost)
+    }
+
+    private func start(at time: Duration, linksEndWith reason: HCIStatus) {
         now = time
         framer.reset()
         partialPacketSince = nil
@@ -78,7 +89,7 @@ public final class HCIHost {
         // HCI Reset ends every link with no Disconnection Complete (Core Vol 4 Part E §7.3.2): clients hear of each
         // here, or they would keep a bearer that no longer exists until an ATT timeout, and then not even a Disconnect
         // could end it.
-        for handle in connections.keys.sorted() { outputs.append(.event(Self.linkLost(handle))) }
+        for handle in connections.keys.sorted() { outputs.append(.event(Self.linkLost(handle, reason: reason))) }
         connections.removeAll()
         for parked in parkedDisconnects { outputs.append(.commandFailed(client: parked.client, token: parked.token, reason: "controller is being reset")) }
         parkedDisconnects.removeAll()
@@ -223,9 +234,9 @@ public final class HCIHost {
 
     /// The Disconnection Complete a controller never sent (its link ended by a reset, or the event lost), as clients
     /// would have had it: success, Connection Timeout, as the peer sees it.
-    private static func linkLost(_ handle: UInt16) -> HCIEventPacket {
+    private static func linkLost(_ handle: UInt16, reason: HCIStatus = .connectionTimeout) -> HCIEventPacket {
         HCIEventPacket(code: HCIEventCode.disconnectionComplete.rawValue,
-                       parameters: [0x00, UInt8(handle & 0xFF), UInt8(handle >> 8), HCIStatus.connectionTimeout.rawValue])
+                       parameters: [0x00, UInt8(handle & 0xFF), UInt8(handle >> 8), reason.rawValue])
     }
 
     /// Whether the controller has yet to answer (or be sent) the Reset that starts bring-up.

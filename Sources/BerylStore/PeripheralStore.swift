@@ -45,6 +45,17 @@ public final class PeripheralStore {
     public func device(_ identifier: String) -> KnownDevice? { byIdentifier[identifier].flatMap { byAddress[$0] } }
     public func device(at address: DeviceAddress) -> KnownDevice? { byAddress[address] }
 
+    /// Forgets a device: its identifier is never handed out again, and the address gets a new one if it is seen again.
+    @discardableResult
+    public func forget(_ identifier: String) throws(SQLiteError) -> Bool {
+        guard let address = byIdentifier[identifier] else { return false }
+        try database.execute("DELETE FROM devices WHERE identifier = ?", [.text(identifier)])
+        byIdentifier[identifier] = nil
+        byAddress[address] = nil
+        persistedSeen[identifier] = nil
+        return true
+    }
+
     /// The device at `address`, made known (with a new identifier) if it was not.
     @discardableResult
     public func seen(_ address: DeviceAddress, name: String? = nil, at time: Double) -> KnownDevice {

@@ -113,7 +113,7 @@ struct RestoreBenchmark {
                                                               "--characteristic", "D00D0004-0000-1000-8000-00805F9B34FB", "--log", log]]]
         try JSONSerialization.data(withJSONObject: manifest).write(to: URL(fileURLWithPath: root + "/apps/doorlock.json"))
         chmod(root + "/apps/doorlock.json", 0o644)
-        FileManager.default.createFile(atPath: log, contents: nil)
+        guard FileManager.default.createFile(atPath: log, contents: nil) else { throw CocoaError(.fileWriteUnknown) }
         chmod(log, 0o666)
         let lock = #"{"localName": "Beryl Lock", "advertise": ["D00D0001-0000-1000-8000-00805F9B34FB"], "services": [{"uuid": "D00D0001-0000-1000-8000-00805F9B34FB", "characteristics": [{"uuid": "D00D0004-0000-1000-8000-00805F9B34FB", "properties": ["read", "notify"], "value": "6c6f636b6564"}]}]}"#
         try Data(lock.utf8).write(to: URL(fileURLWithPath: root + "/lock.json"))

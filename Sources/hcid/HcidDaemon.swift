@@ -38,6 +38,8 @@ final class HcidDaemon {
     var pending: [UInt64: IncomingRequest] = [:]
     var nextToken: UInt64 = 1
     var monitorFramer = H4Framer()
+    /// Clients that asked for a controller reset, answered when bring-up ends one way or the other.
+    var resetsAwaitingBringUp: [IncomingRequest] = []
 
     init(host: DaemonHost, transport: TransportSpec, profile: AdapterProfile?, patch: [VendorStep], commandTimeout: Duration) {
         self.host = host
@@ -104,6 +106,7 @@ final class HcidDaemon {
     }
 
     private func fail(_ state: ControllerState, why: String, retry: Bool) {
+        answerResets(state)
         detail = why
         host.logger.warning("controller: \(state)")
         broadcastInfo(overriding: state)
@@ -206,6 +209,7 @@ final class HcidDaemon {
                 host.logger.info("controller \(state)" + (state == .poweredOn ? ": \(core.facts.address), LE ACL \(core.facts.aclMTU) × \(core.facts.aclBuffers)" : ""))
                 detail = state == .poweredOn ? "" : state.description
                 broadcastInfo()
+                answerResets(state)
             case .switchTransportBaud(let baud):
                 if let fd, case .uart = transport {
                     host.logger.info("switching the UART to \(baud) baud")
@@ -231,6 +235,22 @@ final class HcidDaemon {
     }
 
     private var timerDeadline: Duration?
+
+    /// After the subscribers heard the new state: a reset's asker learns the controller is back (or why it is not).
+    private func answerResets(_ state: ControllerState) {
+        guard state != .resetting, !resetsAwaitingBringUp.isEmpty else { return }
+        let waiting = resetsAwaitingBringUp
+        resetsAwaitingBringUp.removeAll()
+        for incoming in waiting {
+            if state == .poweredOn {
+                var response = Response()
+                response.hci.controllerInfo = controllerInfo()
+                incoming.respond(response)
+            } else {
+                incoming.fail(.notReady, "the controller did not come back from the reset: \(state)")
+            }
+        }
+    }
 
     private func broadcast(_ event: Event, to wants: (Subscription) -> Bool) {
         for session in host.server?.sessions.values ?? [:].values {
@@ -347,6 +367,18 @@ final class HcidDaemon {
                 for event in unclaimedACL where open.contains(UInt16(event.hci.acl.handle)) { session.send(.event(event)) }
                 unclaimedACL.removeAll()
             }
+        case .resetController?:
+            guard fd != nil, connecting == nil else {
+                incoming.fail(.notReady, "the controller's transport is not open (\(overriddenState ?? core.state))")
+                return true
+            }
+            resetsAwaitingBringUp.append(incoming)
+            // One reset serves everyone who asks while it runs.
+            if resetsAwaitingBringUp.count == 1 {
+                host.logger.info("controller reset asked by session \(session.id)")
+                core.resetController(at: host.loop.uptime)
+            }
+            drain()
         case nil:
             incoming.fail(.unknownMessage, "empty HCI request")
         }

@@ -182,7 +182,8 @@ extension ManagerDaemon {
         merged.isConnectable = advertisingKind[address]?.isConnectable ?? false
         advertisements[address] = merged
         if received.rssi != 127 { rssi[address] = received.rssi }
-        guard let store else { return }
+        // Only an app's scan makes a device known: a lab's scan hears every device around and hands out no identifiers.
+        guard let store, scans.isScanning else { return }
         let device = store.seen(address, name: merged.localName, at: Date().timeIntervalSince1970)
         // A scannable advertiser's report waits for its scan response (its name is usually there), as iOS reports
         // them together; if none comes, the next advertisement is reported without it.
@@ -201,6 +202,8 @@ extension ManagerDaemon {
     }
 
     func info(for device: KnownDevice) -> Beryl_Ipc_V1_PeripheralInfo {
+        // An app holds this identifier from now on: a lab's factory reset no longer takes it back.
+        if labRecord?.record.peripherals.contains(device.identifier) == true { updateLabRecord { $0.peripherals.removeAll { $0 == device.identifier } } }
         let advertisement = advertisements[device.address]
         return .with {
             $0.identifier = device.identifier
@@ -257,10 +260,13 @@ extension ManagerDaemon {
         }
     }
 
-    func linkEvent(_ event: LinkEvent) {
+    /// Returns the identifier a link's peer was given if it was unknown until now.
+    @discardableResult
+    func linkEvent(_ event: LinkEvent) -> String? {
         switch event {
         case .connected(let handle, let central, let peer):
-            guard let store else { return }
+            guard let store else { return nil }
+            let wasKnown = store.device(at: peer) != nil
             let device = store.seen(peer, at: Date().timeIntervalSince1970)
             let (holders, actions) = book.connected(identifier: device.identifier, handle: handle, address: peer, isCentral: central)
             host.logger.info("link 0x\(String(handle, radix: 16)) up with \(peer) as \(device.identifier)")
@@ -271,12 +277,13 @@ extension ManagerDaemon {
             }
             perform(actions)
             if !central { updateAdvertising() }  // the controller ended connectable advertising: start it again
+            return wasKnown ? nil : device.identifier
         case .connectionFailed(let status):
             host.logger.info("connection attempt ended (0x\(String(status, radix: 16))); trying again if anyone still waits")
             perform(book.attemptEnded())
         case .disconnected(let handle, let reason):
             mtus[handle] = nil
-            guard let (identifier, holders) = book.disconnected(handle: handle) else { return }
+            guard let (identifier, holders) = book.disconnected(handle: handle) else { return nil }
             discoveredServices[identifier] = nil
             var rerequested: [ConnectionBook.Action] = []
             for key in holders {
@@ -298,6 +305,7 @@ extension ManagerDaemon {
         default:
             break
         }
+        return nil
     }
 
     // MARK: GATT client through attd

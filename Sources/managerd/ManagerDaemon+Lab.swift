@@ -4,6 +4,7 @@ import BerylGAP
 import BerylHCI
 import BerylIPC
 import BerylManager
+import BerylStore
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -117,8 +118,7 @@ extension ManagerDaemon {
         case .labGetInfo:
             answerLabInfo(session: session.id, incoming)
         case .labFactoryReset(let reset):
-            labFactoryReset(lab, keepBonds: reset.keepBonds)
-            incoming.respond(.with { $0.ack = .init() })
+            labFactoryReset(lab, keepBonds: reset.keepBonds, incoming)
         default:
             incoming.fail(.unknownMessage, "not a lab request")
         }
@@ -229,7 +229,9 @@ extension ManagerDaemon {
             incoming.fail(.internal, "the peripheral store is unusable")
             return
         }
+        let madeKnown = store.device(at: address) == nil
         let identifier = store.seen(address, at: Date().timeIntervalSince1970).identifier
+        if madeKnown { updateLabRecord { $0.peripherals.append(identifier) } }
         let ownAddress = LabOwnAddress(rawValue: UInt8(request.ownAddressType.rawValue)) ?? .public
         lab.connecting = (identifier, address, ownAddress, incoming)
         announceLabLink(central: true, peer: address, ownAddress: ownAddress)
@@ -242,9 +244,41 @@ extension ManagerDaemon {
         return connecting.ownAddress.rawValue
     }
 
-    /// Leaves the controller as the lab found it: no lab advertising, scanning or attempt, and the lab's links down.
-    /// Apps' managers and their preserved state are not touched.
-    private func labFactoryReset(_ lab: LabState, keepBonds: Bool = false) {
+    /// Leaves the controller as the lab found it: no lab advertising, scanning or attempt, the lab's links down, and
+    /// (unless `keepBonds`) the lab's bonds and the identifiers it made known forgotten; then the controller is reset.
+    /// Apps' managers, services and preserved state are not touched, and what they had running resumes after the reset.
+    private func labFactoryReset(_ lab: LabState, keepBonds: Bool, _ incoming: IncomingRequest) {
+        guard let labRecord else {
+            incoming.fail(.internal, "the lab's record in the state directory is unreadable, so what the lab made cannot be told apart; see managerd's log")
+            return
+        }
+        endLabWork(lab)
+        if !keepBonds {
+            for identity in labRecord.record.bonds {
+                var request = Request()
+                request.att.removeBond.identity = identity
+                attd?.request(request)
+            }
+            updateLabRecord { $0.bonds.removeAll() }
+        }
+        // Every link ends with the reset: each is ended first, so that its peer hears so now rather than at its
+        // supervision timeout, as BlueZ does before powering a controller off.
+        let links = Set(book.links.values.map(\.handle))
+        for handle in links { command(HCICommands.disconnect(handle: handle)) }
+        afterLinksEnd(links, within: .seconds(1)) { [unowned self] in
+            resetController { [unowned self] failure in
+                guard failure == nil else {
+                    incoming.fail(.notReady, failure!)
+                    return
+                }
+                if !keepBonds { forgetLabPeripherals() }
+                incoming.respond(.with { $0.ack = .init() })
+            }
+        }
+    }
+
+    /// The lab's advertising, scan, attempt and links end; its bonds and records stay.
+    private func endLabWork(_ lab: LabState) {
         lab.advertising = nil
         lab.scan = nil
         announceLabLink(central: false, peer: nil, ownAddress: nil)
@@ -256,21 +290,66 @@ extension ManagerDaemon {
         for link in book.links.values where link.holders == [lab.key] || lab.peripheralLinks.contains(link.handle) {
             command(HCICommands.disconnect(handle: link.handle))
         }
-        // The bonds the lab made go too; other apps' bonds and preserved state stay.
-        for identity in keepBonds ? [] : labBonds() {
-            var request = Request()
-            request.att.removeBond.identity = identity
-            attd?.request(request)
-            forgetLabBond(identity)
-        }
         updateAdvertising()
         updateScanning()
+    }
+
+    /// Runs `then` once none of `handles` is up any more, or when `limit` has passed.
+    private func afterLinksEnd(_ handles: Set<UInt16>, within limit: Duration, then: @escaping () -> Void) {
+        let deadline = host.loop.uptime + limit
+        func check() {
+            let open = handles.filter { book.identifier(for: $0) != nil }
+            guard !open.isEmpty, host.loop.uptime < deadline else { return then() }
+            _ = try? host.loop.after(.milliseconds(20)) { check() }
+        }
+        check()
+    }
+
+    /// HCI Reset through hcid, which brings the controller up again before it answers. Apps stay poweredOn meanwhile.
+    private func resetController(then: @escaping (String?) -> Void) {
+        guard let hcid else { return then("hcid is not attached") }
+        labResetInFlight = true
+        var request = Request()
+        request.hci.resetController = .init()
+        hcid.request(request) { [unowned self] result in
+            labResetInFlight = false
+            switch result {
+            case .success(let response):
+                controllerState = response.hci.controllerInfo.state
+                refreshState()
+                resumeOnController()
+                then(nil)
+            case .failure(let error):
+                refreshState()
+                then("the controller reset failed: \(error)")
+            }
+        }
+    }
+
+    /// Identifiers only the lab's links made known, and no app was handed since, are forgotten.
+    private func forgetLabPeripherals() {
+        guard let store else { return }
+        var kept: [String] = []
+        for identifier in labRecord?.record.peripherals ?? [] {
+            // Still wanted by a manager (a link, an attempt): kept, and taken back by a later reset.
+            if book.link(for: identifier) != nil || book.pendingIdentifiers.contains(identifier) {
+                kept.append(identifier)
+                continue
+            }
+            do {
+                try store.forget(identifier)
+            } catch {
+                host.logger.error("cannot forget the lab's peripheral \(identifier): \(error)")
+                kept.append(identifier)
+            }
+        }
+        updateLabRecord { $0.peripherals = kept }
     }
 
     func labSessionClosed(_ id: UInt64) {
         guard let lab, lab.session == id else { return }
         host.logger.info("lab session \(id) closed")
-        labFactoryReset(lab, keepBonds: true)  // its bonds stay recorded for the next factory reset
+        endLabWork(lab)  // what it made stays recorded for the next factory reset
         self.lab = nil
         updateAdvertising()
         updateScanning()
@@ -290,7 +369,8 @@ extension ManagerDaemon {
         send(event, to: lab.session)
     }
 
-    func labLinkEvent(_ event: LinkEvent) {
+    /// `madeKnown`: the identifier a new link's peer was just given, which is the lab's to take back if the link is.
+    func labLinkEvent(_ event: LinkEvent, madeKnown: String?) {
         guard let lab else { return }
         var out = Beryl_Ipc_V1_ManagerEvent()
         switch event {
@@ -298,6 +378,7 @@ extension ManagerDaemon {
             guard let identifier = book.identifier(for: handle), let link = book.link(for: identifier) else { return }
             if !central, lab.advertising != nil { lab.peripheralLinks.insert(handle) }
             if isLabLink(handle) {
+                if let madeKnown { updateLabRecord { $0.peripherals.append(madeKnown) } }
                 // The lab answers every pairing on its links, Just Works included (it may refuse); and pairing hashes the
                 // address the link uses, which is the lab's random one when it asked for that.
                 let own = central ? lab.connecting.flatMap { $0.address == peer ? $0.ownAddress : nil } : lab.advertising?.ownAddress
@@ -471,32 +552,34 @@ extension ManagerDaemon {
         }
     }
 
-    // MARK: The lab's bonds, kept so that a factory reset removes them and no one else's
+    // MARK: What the lab made, kept so that a factory reset takes it back and nothing else
 
-    private var labBondsPath: String { host.paths.stateDir + "/lab-bonds.json" }
-
-    func labBonds() -> [String] {
-        guard let data = FileManager.default.contents(atPath: labBondsPath) else { return [] }
-        return (try? JSONDecoder().decode([String].self, from: data)) ?? []
-    }
-
-    private func saveLabBonds(_ identities: [String]) {
+    static func openLabRecord(stateDir: String, logger: Logger) -> LabRecordFile? {
         do {
-            try JSONEncoder().encode(identities.sorted()).write(to: URL(fileURLWithPath: labBondsPath), options: .atomic)
+            let file = try LabRecordFile(path: stateDir + "/lab.json")
+            // The first lab sessions kept only their bonds, in lab-bonds.json.
+            let legacy = stateDir + "/lab-bonds.json"
+            if let data = FileManager.default.contents(atPath: legacy), let bonds = try? JSONDecoder().decode([String].self, from: data) {
+                try file.update { $0.bonds += bonds }
+                try? FileManager.default.removeItem(atPath: legacy)
+            }
+            return file
         } catch {
-            host.logger.error("cannot record the lab's bonds: \(error)")
+            logger.error("the lab record is unusable, so a lab's factory reset will be refused: \(error)")
+            return nil
         }
     }
 
-    func rememberLabBond(_ identity: String) {
-        let known = labBonds()
-        if !known.contains(identity) { saveLabBonds(known + [identity]) }
+    func updateLabRecord(_ change: (inout LabRecord) -> Void) {
+        do {
+            try labRecord?.update(change)
+        } catch {
+            host.logger.error("cannot record what the lab made: \(error)")
+        }
     }
 
-    func forgetLabBond(_ identity: String) {
-        let known = labBonds()
-        if known.contains(identity) { saveLabBonds(known.filter { $0 != identity }) }
-    }
+    func rememberLabBond(_ identity: String) { updateLabRecord { $0.bonds.append(identity) } }
+    func forgetLabBond(_ identity: String) { updateLabRecord { $0.bonds.removeAll { $0 == identity } } }
 }
 
 struct LabAddressError: Error, CustomStringConvertible {

@@ -142,8 +142,11 @@ extension ManagerDaemon {
         services.first { $0.range.contains(UInt16(truncatingIfNeeded: handle)) }?.owner
     }
 
+    /// The identifier an app is given for a remote central: handed out, so a lab's factory reset no longer takes it back.
     private func central(of connectionHandle: UInt32) -> String {
-        book.identifier(for: UInt16(truncatingIfNeeded: connectionHandle)) ?? ""
+        guard let identifier = book.identifier(for: UInt16(truncatingIfNeeded: connectionHandle)) else { return "" }
+        if labRecord?.record.peripherals.contains(identifier) == true { updateLabRecord { $0.peripherals.removeAll { $0 == identifier } } }
+        return identifier
     }
 
     func routeRead(_ read: Beryl_Ipc_V1_ReadRequested) {

@@ -105,6 +105,11 @@ final class ManagerDaemon {
     let labRandomAddress = makeStaticRandomAddress { UInt8.random(in: 0...255) }
     /// Each link's interval, latency and supervision timeout as the controller last reported them.
     var linkTimings: [UInt16: LinkTiming] = [:]
+    /// What lab sessions made here that a factory reset takes back (nil: the file is damaged, and is left as it is).
+    let labRecord: LabRecordFile?
+    /// A lab's controller reset is under way: apps stay poweredOn through it (their database and managers are intact),
+    /// and what they had running on the controller is set up again when it is back.
+    var labResetInFlight = false
 
     init(host: DaemonHost, appsDir: String?, suspendAfter: Double = 5, restoreGrace: Double = 15) throws {
         self.restoreGrace = .milliseconds(Int(restoreGrace * 1000))
@@ -123,6 +128,7 @@ final class ManagerDaemon {
             host.logger.error("peripheral store unusable; identifiers will not survive a restart: \(error)")
             store = nil
         }
+        labRecord = Self.openLabRecord(stateDir: host.paths.stateDir, logger: host.logger)
         host.socketMode = 0o666  // apps connect under their own uid; identity comes from SO_PEERCRED
         host.handle = { [unowned self] in self.handle($0) }
         loadCatalog()
@@ -245,6 +251,7 @@ final class ManagerDaemon {
     }
 
     private func controllerChanged(_ newState: Beryl_Ipc_V1_ControllerState) {
+        if labResetInFlight, newState == .resetting { return }
         controllerState = newState
         refreshState()
     }
@@ -260,14 +267,17 @@ final class ManagerDaemon {
         // A session hears the state in its Welcome, and changes after it. One told before its Hello was answered heard
         // poweredOn ahead of the Welcome: its app added its services, then the Welcome's reset clearing removed them.
         for (id, live) in host.server?.sessions ?? [:] where (live.context as? AppSession)?.saidHello == true { send(event, to: id) }
-        if newState == .poweredOn {
-            // A controller that was reset forgot everything: scanning, advertising and connection attempts resume.
-            controllerScan = .off
-            updateScanning()
-            perform(book.attemptEnded())
-            setLabRandomAddress()
-            updateAdvertising()
-        }
+        if newState == .poweredOn { resumeOnController() }
+    }
+
+    /// A controller that was reset forgot everything: scanning, advertising and connection attempts resume.
+    func resumeOnController() {
+        controllerScan = .off
+        advertisingEnabled = false
+        updateScanning()
+        perform(book.attemptEnded())
+        setLabRandomAddress()
+        updateAdvertising()
     }
 
     /// Core Bluetooth's rule for a manager whose state drops below poweredOn: advertising has stopped and the local
@@ -311,8 +321,8 @@ final class ManagerDaemon {
             let timing = LinkTiming(hci)
             if let timing { labTimingChanged(timing, isUpdate: hci.parameters.first == LESubevent.connectionUpdateComplete.rawValue) }
             if let link = LinkEvent(hci) {
-                linkEvent(link)
-                labLinkEvent(link)
+                let madeKnown = linkEvent(link)
+                labLinkEvent(link, madeKnown: madeKnown)
                 if case .disconnected(let handle, _) = link { linkTimings[handle] = nil }
             }
         default:

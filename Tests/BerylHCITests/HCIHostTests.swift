@@ -271,6 +271,29 @@ final class ACLFlowTests: XCTestCase {
         XCTAssertFalse(harness.hosts[0].submitACL(handle: central, pdu: [1, 0, 4, 0, 0x0A], at: harness.now), "no ACL to a link that is gone")
     }
 
+    /// A lab's factory reset: the controller takes HCI Reset and the whole bring-up again, the links end as this host
+    /// ended them (0x16), a client's command caught in flight fails rather than hanging, and the controller forgot the
+    /// link (a new connection gets going from scratch).
+    func testAResetAClientAsksForEndsLinksAsTerminatedByLocalHostAndBringsTheControllerBack() {
+        let harness = HostHarness()
+        harness.startAll()
+        let (central, _) = harness.connect()
+        harness.events[0].removeAll()
+        harness.states[0].removeAll()
+        harness.commandsSent[0].removeAll()
+        harness.hosts[0].submitCommand(HCICommandPacket(.readBDAddr), client: 7, token: 70, at: harness.now)
+        harness.hosts[0].resetController(at: harness.now)
+        harness.run(until: { harness.hosts[0].state == .poweredOn && harness.states[0].count >= 2 }, timeout: .seconds(2))
+        XCTAssertEqual(harness.states[0], [.resetting, .poweredOn])
+        XCTAssertEqual(harness.events[0].first { $0.code == 0x05 }?.parameters, [0x00, UInt8(central & 0xFF), UInt8(central >> 8), 0x16])
+        XCTAssertTrue(harness.failures[0].contains { $0.client == 7 && $0.token == 70 }, "\(harness.failures[0])")
+        XCTAssertEqual(Array(harness.commandsSent[0].prefix(2)), [HCIOpcode.readBDAddr.rawValue, HCIOpcode.reset.rawValue])
+        XCTAssertTrue(harness.commandsSent[0].contains(HCIOpcode.leSetEventMask.rawValue), "the whole bring-up ran again")
+        XCTAssertTrue(harness.hosts[0].connections.isEmpty)
+        let (again, _) = harness.connect()
+        XCTAssertNotNil(harness.hosts[0].connections[again])
+    }
+
     /// A new hcid starts while its controller still advertises for the last one, and a central connects before the
     /// controller takes the new Reset: that LE Connection Complete speaks of a link the Reset ends. It is dropped,
     /// not held as a link nobody serves (fault run: kill -9 hcid × connecting, ATT timeouts on every later link).

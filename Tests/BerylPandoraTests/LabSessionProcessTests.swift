@@ -2,6 +2,7 @@ import BerylDaemonKit
 import BerylIPC
 import BerylPandora
 import BerylStack
+import BerylStore
 import Foundation
 import GRPCCore
 import GRPCInProcessTransport
@@ -117,7 +118,7 @@ final class LabSessionProcessTests: XCTestCase {
         children.append(pid)
         XCTAssertTrue(eventually(.seconds(20)) { ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("serving Pandora on") })
 
-        let client = GRPCClient(transport: try .http2NIOPosix(target: .ipv4(host: "127.0.0.1", port: port), transportSecurity: .plaintext))
+        let client = GRPCClient(transport: try .http2NIOPosix(target: .ipv4(address: "127.0.0.1", port: port), transportSecurity: .plaintext))
         let connections = Task { try? await client.runConnections() }
         defer {
             client.beginGracefulShutdown()
@@ -289,17 +290,45 @@ final class LabSessionProcessTests: XCTestCase {
         }
         XCTAssertEqual(started?.advertisingStarted.error, "", "the app's advertising did not start: \(String(describing: started))")
 
-        // The lab session on the same stack advertises beside it (managerd rotates them, a second each).
+        // The app knows a peripheral of its own (retrieved by address, as a restored app does).
+        let appsPeripheral = "C0:FF:EE:00:00:02"
+        let retrieved = try app.call(managerRequest { $0.retrievePeripherals.addresses = [appsPeripheral] })
+        let appsIdentifier = try XCTUnwrap(retrieved.manager.peripherals.peripherals.first?.identifier)
+
+        // The lab session on the same stack advertises beside it (managerd rotates them, a second each), and holds a
+        // link it made to stack 1, whose peer the lab alone made known.
         let (lab, _) = try openLab(0)
         _ = try lab.call(managerRequest { $0.labAdvertise = .with { $0.data = Self.labAdvertisingData } })
+        let (scanner, scannerWelcome) = try openLab(1)
+        _ = try scanner.call(managerRequest { $0.labAdvertise = .with { $0.data = Self.labAdvertisingData; $0.connectable = true } })
+        let labLink = try lab.call(managerRequest { $0.labConnect.address = scannerWelcome.publicAddress }).manager.labLink
+        XCTAssertTrue(labLink.central)
+        _ = try scanner.call(managerRequest { $0.labStopAdvertising = .init() })
+        let record = try XCTUnwrap(LabRecordFile(path: "\(scratch.root)/state0/lab.json").record)
+        XCTAssertEqual(record.peripherals.count, 1, "the lab's connect made stack 1 known to stack 0, on the lab's account: \(record)")
 
-        let (scanner, _) = try openLab(1)
         _ = try scanner.call(managerRequest { $0.labScan.passive = true })
         let before = scanner.labReports(for: .seconds(10)) { reports in reports.contains(where: heardApp) && reports.contains(where: heardLab) }
         XCTAssertTrue(before.contains(where: heardApp), "the app's advertising was not heard before the reset (\(before.count) reports)")
         XCTAssertTrue(before.contains(where: heardLab), "the lab's advertising was not heard before the reset (\(before.count) reports)")
 
+        let monitor = try IPCClient(path: run(0) + "/hcid.sock")
+        var subscribe = Request()
+        subscribe.hci.subscribe.monitor = true
+        _ = try monitor.call(subscribe)
         _ = try lab.call(managerRequest { $0.labFactoryReset = .init() })
+        // HCI Reset (Core Vol 4 Part E §7.3.2) went to stack 0's controller.
+        var sentReset = false
+        while !sentReset, let envelope = try? monitor.receive(timeout: .milliseconds(200)) {
+            guard case .event(let event)? = envelope.body, case .monitor(let packet)? = event.hci.kind, !packet.received else { continue }
+            sentReset = Array(packet.h4) == [0x01, 0x03, 0x0C, 0x00]
+        }
+        XCTAssertTrue(sentReset, "no HCI Reset reached the controller")
+        let down = lab.nextManagerEvent(within: .seconds(5)) { if case .linkDown(let down)? = $0.lab.kind { down.handle == labLink.handle } else { false } }
+        XCTAssertNotNil(down, "the lab's link outlived its factory reset")
+        XCTAssertEqual(try XCTUnwrap(LabRecordFile(path: "\(scratch.root)/state0/lab.json").record), LabRecord(), "the lab's record is empty")
+        // The app was not told the controller reset: its managers stayed powered on, as their database did.
+        XCTAssertNil(app.nextManagerEvent(within: .milliseconds(300)) { if case .stateChanged? = $0.kind { true } else { false } })
         _ = scanner.labReports(for: .milliseconds(500))  // what was on the air as the reset ran
         let after = scanner.labReports(for: .seconds(4))  // four turns of managerd's advertising rotation
         XCTAssertTrue(after.contains(where: heardApp), "the app's advertising stopped with the lab's factory reset (\(after.count) reports)")
@@ -312,6 +341,11 @@ final class LabSessionProcessTests: XCTestCase {
         XCTAssertEqual(read.status, 0, read.stderr)
         XCTAssertTrue(read.stdout.contains("626572796c"), "the cached value \"beryl\": \(read.stdout)")
         XCTAssertEqual(Array(try app.call(pingRequest([7])).pong.payload), [7], "the app's session is still served")
+
+        // The app's peripheral is known under its identifier still; the one only the lab's link made known is forgotten.
+        let known = try app.call(managerRequest { $0.retrievePeripherals = .init() }).manager.peripherals.peripherals
+        XCTAssertTrue(known.contains { $0.identifier == appsIdentifier && $0.address == appsPeripheral }, "\(known)")
+        XCTAssertFalse(known.contains { $0.identifier == record.peripherals.first }, "the lab's peripheral outlived its factory reset: \(known)")
     }
 
     // MARK: 3

@@ -209,6 +209,18 @@ public nonisolated struct Beryl_Ipc_V1_Accepted: Sendable {
   public init() {}
 }
 
+/// Resets the controller (HCI Reset, then hcid's bring-up again), answered with the controller's info once it is
+/// powered on. Every link ends, reported as Disconnection Complete with Connection Terminated by Local Host.
+public nonisolated struct Beryl_Ipc_V1_ResetController: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 /// Which streams this session wants: controller events, inbound ACL, every packet (monitor).
 public nonisolated struct Beryl_Ipc_V1_Subscribe: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
@@ -315,6 +327,14 @@ public nonisolated struct Beryl_Ipc_V1_HciRequest: Sendable {
     set {kind = .subscribe(newValue)}
   }
 
+  public var resetController: Beryl_Ipc_V1_ResetController {
+    get {
+      if case .resetController(let v)? = kind {return v}
+      return Beryl_Ipc_V1_ResetController()
+    }
+    set {kind = .resetController(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -322,6 +342,7 @@ public nonisolated struct Beryl_Ipc_V1_HciRequest: Sendable {
     case sendCommand(Beryl_Ipc_V1_SendCommand)
     case sendAcl(Beryl_Ipc_V1_SendAcl)
     case subscribe(Beryl_Ipc_V1_Subscribe)
+    case resetController(Beryl_Ipc_V1_ResetController)
 
   }
 
@@ -709,6 +730,25 @@ nonisolated extension Beryl_Ipc_V1_Accepted: SwiftProtobuf.Message, SwiftProtobu
   }
 }
 
+nonisolated extension Beryl_Ipc_V1_ResetController: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ResetController"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_ResetController, rhs: Beryl_Ipc_V1_ResetController) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Beryl_Ipc_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Subscribe"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}events\0\u{1}acl\0\u{1}monitor\0")
@@ -866,7 +906,7 @@ nonisolated extension Beryl_Ipc_V1_MonitorPacket: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Beryl_Ipc_V1_HciRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".HciRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_controller_info\0\u{3}send_command\0\u{3}send_acl\0\u{1}subscribe\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_controller_info\0\u{3}send_command\0\u{3}send_acl\0\u{1}subscribe\0\u{3}reset_controller\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -926,6 +966,19 @@ nonisolated extension Beryl_Ipc_V1_HciRequest: SwiftProtobuf.Message, SwiftProto
           self.kind = .subscribe(v)
         }
       }()
+      case 5: try {
+        var v: Beryl_Ipc_V1_ResetController?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .resetController(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .resetController(v)
+        }
+      }()
       default: break
       }
     }
@@ -952,6 +1005,10 @@ nonisolated extension Beryl_Ipc_V1_HciRequest: SwiftProtobuf.Message, SwiftProto
     case .subscribe?: try {
       guard case .subscribe(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    }()
+    case .resetController?: try {
+      guard case .resetController(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
     }()
     case nil: break
     }
