@@ -19,6 +19,8 @@ let package = Package(
         .executable(name: "thermostat", targets: ["Thermostat"]),
         .executable(name: "door-lock-central", targets: ["DoorLockCentral"]),
         .executable(name: "doorlock", targets: ["DoorLock"]),
+        // The Core Bluetooth Programming Guide's listings, written for iOS and renamed at build time (Guide/).
+        .executable(name: "guide-listings", targets: ["GuideListings"]),
         // The sans-IO protocol cores, for the fuzz package in Fuzz/ (and anyone embedding them).
         // What apps import: Core Bluetooth's managers for Linux.
         .library(name: "Beryl", targets: ["Beryl"]),
@@ -108,6 +110,10 @@ let package = Package(
         .executableTarget(name: "Thermostat", dependencies: ["Beryl"], path: "Examples/Thermostat"),
         .executableTarget(name: "DoorLockCentral", dependencies: ["Beryl"], path: "Examples/DoorLockCentral"),
         .executableTarget(name: "DoorLock", dependencies: ["Beryl"], path: "Examples/DoorLock"),
+        // Swift 6 language mode, as every target here; a warning in the guide's code fails the build.
+        .executableTarget(name: "GuideListings", dependencies: ["Beryl"], path: "Guide/App",
+                          swiftSettings: [.unsafeFlags(["-warnings-as-errors"])], plugins: ["GuideRename"]),
+        .plugin(name: "GuideRename", capability: .buildTool(), path: "Plugins/GuideRename"),
 
         .testTarget(name: "BerylCoreTests", dependencies: ["BerylCore", "BerylTransport", "BerylStack"]),
         .testTarget(name: "BerylEventLoopTests", dependencies: ["BerylEventLoop"]),

@@ -9,7 +9,6 @@
 import Beryl
 import Dispatch
 import Foundation
-import Synchronization
 
 struct Options {
     var service: BluetoothUUID
@@ -40,7 +39,9 @@ final class EventLog: Sendable {
     let handle: FileHandle
     init(path: String?) throws {
         if let path {
-            if !FileManager.default.fileExists(atPath: path) { FileManager.default.createFile(atPath: path, contents: nil) }
+            if !FileManager.default.fileExists(atPath: path), !FileManager.default.createFile(atPath: path, contents: nil) {
+                throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path])
+            }
             handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
             handle.seekToEndOfFile()
         } else {
@@ -58,64 +59,73 @@ final class EventLog: Sendable {
     }
 }
 
-final class DoorLock: CentralManagerDelegate, PeripheralDelegate {
+final class DoorLock: NSObject, CentralManagerDelegate, PeripheralDelegate {
     let options: Options
     let log: EventLog
     let relaunched: Bool
-    private let lock = Mutex<Peripheral?>(nil)
-    private let central = Mutex<CentralManager?>(nil)
+    var myCentralManager: CentralManager!
+    var lock: Peripheral?
 
-    init(options: Options, log: EventLog, relaunched: Bool) {
+    /// As the guide's app delegate: the launch options say whether the stack relaunched the app to restore a manager;
+    /// the manager is made with the restore identifier either way.
+    init(options: Options, log: EventLog, launchOptions: [String: Any]?, appID: String) {
         self.options = options
         self.log = log
-        self.relaunched = relaunched
+        let centralManagerIdentifiers = launchOptions?[ApplicationLaunchOptionsBluetoothCentralsKey] as? [String] ?? []
+        relaunched = !centralManagerIdentifiers.isEmpty
+        super.init()
+        log.write("launched", ["restoring": centralManagerIdentifiers])
+        myCentralManager = CentralManager(delegate: self, queue: nil, options: [CentralManagerOptionRestoreIdentifierKey: "doorlock-central"],
+                                          appID: appID, socketPath: options.runtimeDir.map { $0 + "/managerd.sock" })
+        myCentralManager.apiMisuseHandler = { [log] in log.write("apiMisuse", ["error": "\($0)"]) }
     }
 
     /// Every callback is logged here. Relaunched in the background, each event wakes the app for a budget: handled, it
     /// says it is idle again, or the stack suspends it (and holds its events) when the budget runs out.
     private func heard(_ event: String, _ fields: [String: Any] = [:]) {
         log.write(event, fields)
-        if relaunched { _ = central.withLock({ $0 })?.reportApplicationState(.background) }
+        if relaunched { myCentralManager?.reportApplicationState(.background) }
     }
 
     private func known(_ peripheral: Peripheral) -> Characteristic? {
         peripheral.services?.first { $0.uuid == options.service }?.characteristics?.first { $0.uuid == options.characteristic }
     }
 
-    func centralManager(_ central: CentralManager, willRestoreState state: RestoredCentralState) {
+    func centralManager(_ central: CentralManager, willRestoreState dict: [String: Any]) {
+        let state = RestoredCentralState(dict)
         heard("willRestoreState", ["peripherals": state.peripherals.map { peripheral in
             ["identifier": peripheral.identifier.uuidString, "state": "\(peripheral.state)", "servicesKnown": peripheral.services?.count ?? 0,
              "characteristicKnown": known(peripheral) != nil] as [String: Any]
         }, "scanning": state.isScanning])
         if let restored = state.peripherals.first {
             restored.delegate = self
-            lock.withLock { $0 = restored }
+            lock = restored
         }
     }
 
     func centralManagerDidUpdateState(_ central: CentralManager) {
         heard("centralManagerDidUpdateState", ["state": "\(central.state)"])
-        self.central.withLock { $0 = central }
         guard central.state == .poweredOn else { return }
-        if let restored = lock.withLock({ $0 }) {
+        if let restored = lock {
             // Known from a restoration or from before managerd restarted.
             switch restored.state {
             case .connected: resume(restored, central)
-            case .disconnected: central.connect(restored)  // the link went while managerd restarted: ask again
+            case .disconnected: central.connect(restored, options: nil)  // the link went while managerd restarted: ask again
             default: break  // restored pending: didConnect will come
             }
             return
         }
         guard !relaunched else { return }  // a relaunch is for an event that arrives next
-        central.scanForPeripherals(withServices: [options.service])
+        central.scanForPeripherals(withServices: [options.service], options: nil)
     }
 
-    func centralManager(_ central: CentralManager, didDiscover peripheral: Peripheral, advertisementData: AdvertisementData, rssi: Int) {
-        heard("didDiscover", ["peripheral": peripheral.identifier.uuidString, "rssi": rssi, "name": advertisementData.localName ?? ""])
+    func centralManager(_ central: CentralManager, didDiscover peripheral: Peripheral, advertisementData: [String: Any], rssi RSSI: NSNumber) {
+        heard("didDiscover", ["peripheral": peripheral.identifier.uuidString, "rssi": RSSI.intValue,
+                              "name": advertisementData[AdvertisementDataLocalNameKey] as? String ?? ""])
         central.stopScan()
         peripheral.delegate = self
-        lock.withLock { $0 = peripheral }
-        central.connect(peripheral)  // never times out
+        lock = peripheral
+        central.connect(peripheral, options: nil)  // never times out
     }
 
     func centralManager(_ central: CentralManager, didConnect peripheral: Peripheral) {
@@ -124,13 +134,13 @@ final class DoorLock: CentralManagerDelegate, PeripheralDelegate {
         resume(peripheral, central)
     }
 
-    func centralManager(_ central: CentralManager, didFailToConnect peripheral: Peripheral, error: BerylError?) {
+    func centralManager(_ central: CentralManager, didFailToConnect peripheral: Peripheral, error: Error?) {
         heard("didFailToConnect", ["peripheral": peripheral.identifier.uuidString, "error": error.map { "\($0)" } ?? ""])
     }
 
-    func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: BerylError?) {
+    func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: Error?) {
         heard("didDisconnectPeripheral", ["peripheral": peripheral.identifier.uuidString, "error": error.map { "\($0)" } ?? ""])
-        central.connect(peripheral)  // wait for the lock to come back, however long
+        central.connect(peripheral, options: nil)  // wait for the lock to come back, however long
     }
 
     /// What was discovered before (in this process or, restored, in an earlier one) is used as it is.
@@ -150,13 +160,13 @@ final class DoorLock: CentralManagerDelegate, PeripheralDelegate {
         peripheral.discoverServices([options.service])
     }
 
-    func peripheral(_ peripheral: Peripheral, didDiscoverServices error: BerylError?) {
+    func peripheral(_ peripheral: Peripheral, didDiscoverServices error: Error?) {
         heard("didDiscoverServices", ["services": (peripheral.services ?? []).map(\.uuid.description), "error": error.map { "\($0)" } ?? ""])
         guard let service = peripheral.services?.first(where: { $0.uuid == options.service }) else { return }
         peripheral.discoverCharacteristics([options.characteristic], for: service)
     }
 
-    func peripheral(_ peripheral: Peripheral, didDiscoverCharacteristicsFor service: Service, error: BerylError?) {
+    func peripheral(_ peripheral: Peripheral, didDiscoverCharacteristicsFor service: Service, error: Error?) {
         heard("didDiscoverCharacteristicsFor", ["service": service.uuid.description,
                                                     "characteristics": (service.characteristics ?? []).map(\.uuid.description)])
         guard let characteristic = known(peripheral) else { return }
@@ -164,12 +174,12 @@ final class DoorLock: CentralManagerDelegate, PeripheralDelegate {
         peripheral.readValue(for: characteristic)
     }
 
-    func peripheral(_ peripheral: Peripheral, didUpdateNotificationStateFor characteristic: Characteristic, error: BerylError?) {
+    func peripheral(_ peripheral: Peripheral, didUpdateNotificationStateFor characteristic: Characteristic, error: Error?) {
         heard("didUpdateNotificationStateFor", ["characteristic": characteristic.uuid.description, "notifying": characteristic.isNotifying,
                                                     "error": error.map { "\($0)" } ?? ""])
     }
 
-    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: BerylError?) {
+    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: Error?) {
         heard("didUpdateValueFor", ["characteristic": characteristic.uuid.description,
                                         "value": characteristic.value.map { $0.map { String(format: "%02x", $0) }.joined() } ?? "",
                                         "error": error.map { "\($0)" } ?? ""])
@@ -183,13 +193,9 @@ guard let options = Options.parse(Array(CommandLine.arguments.dropFirst())) else
 do {
     let log = try EventLog(path: options.log)
     let launch = LaunchOptions.current
-    log.write("launched", ["restoring": launch.centrals])
-    let app = DoorLock(options: options, log: log, relaunched: launch.isRelaunch)
-    let central = try CentralManager(delegate: app, queue: DispatchQueue(label: "doorlock"), options: CentralManagerOptions(restoreIdentifier: "doorlock-central"),
-                                     appID: launch.appID ?? "com.example.doorlock", socketPath: options.runtimeDir.map { $0 + "/managerd.sock" })
-    central.apiMisuseHandler = { log.write("apiMisuse", ["error": "\($0)"]) }
+    let app = DoorLock(options: options, log: log, launchOptions: launch.dictionary, appID: launch.appID ?? "com.example.doorlock")
     // Runs until the system terminates it or the user quits it; the stack keeps the lock's connection either way.
-    withExtendedLifetime((central, app)) { dispatchMain() }
+    withExtendedLifetime(app) { dispatchMain() }
 } catch {
     FileHandle.standardError.write(Data("doorlock: \(error)\n".utf8))
     exit(69)

@@ -7,35 +7,77 @@ import Beryl
 import Dispatch
 import Foundation
 
-let lockService = BluetoothUUID("D00D0001-0000-1000-8000-00805F9B34FB")!
-let lockState = BluetoothUUID("D00D0002-0000-1000-8000-00805F9B34FB")!
-let lockCommand = BluetoothUUID("D00D0003-0000-1000-8000-00805F9B34FB")!
+let lockService = BluetoothUUID(string: "D00D0001-0000-1000-8000-00805F9B34FB")
+let lockState = BluetoothUUID(string: "D00D0002-0000-1000-8000-00805F9B34FB")
+let lockCommand = BluetoothUUID(string: "D00D0003-0000-1000-8000-00805F9B34FB")
 
 func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
 
-func run(runtimeDir: String?, unlock: Bool) async throws {
-    let central = try CentralManager(delegate: nil, queue: DispatchQueue(label: "door-lock"), appID: "com.example.doorlock",
-                                     socketPath: runtimeDir.map { $0 + "/managerd.sock" })
-    while central.state != .poweredOn { try await Task.sleep(for: .milliseconds(50)) }
+func fail(_ why: String) -> Never {
+    FileHandle.standardError.write(Data("door-lock-central: \(why)\n".utf8))
+    exit(1)
+}
+
+final class DoorLockCentral: NSObject, CentralManagerDelegate, PeripheralDelegate {
+    var centralManager: CentralManager!
     var lock: Peripheral?
-    for await discovery in central.scan(withServices: [lockService]) {
-        lock = discovery.peripheral
-        break
+    var command: Characteristic?
+    let unlock: Bool
+
+    init(unlock: Bool, socketPath: String?) {
+        self.unlock = unlock
+        super.init()
+        centralManager = CentralManager(delegate: self, queue: nil, options: nil, appID: "com.example.doorlock", socketPath: socketPath)
     }
-    guard let lock else { throw BerylError.unknownPeripheral }
-    try await central.connect(lock)
-    say("connected to \(lock.name ?? "the lock") (\(lock.identifier))")
-    lock.discoverServices([lockService])
-    while lock.services == nil { try await Task.sleep(for: .milliseconds(20)) }
-    guard let characteristics = lock.services?.first?.characteristics,
-          let state = characteristics.first(where: { $0.uuid == lockState }) else { throw BerylError.failed("not a door lock") }
-    let value = try await lock.readValue(for: state)
-    say("lock says \"\(String(decoding: value, as: UTF8.self))\"")
-    if unlock, let command = characteristics.first(where: { $0.uuid == lockCommand }) {
-        try await lock.writeValue(Data("unlock".utf8), for: command)
+
+    func centralManagerDidUpdateState(_ central: CentralManager) {
+        guard central.state == .poweredOn else { return }
+        central.scanForPeripherals(withServices: [lockService], options: nil)
+    }
+
+    func centralManager(_ central: CentralManager, didDiscover peripheral: Peripheral, advertisementData: [String: Any], rssi RSSI: NSNumber) {
+        guard lock == nil else { return }
+        lock = peripheral
+        central.stopScan()
+        central.connect(peripheral, options: nil)
+    }
+
+    func centralManager(_ central: CentralManager, didConnect peripheral: Peripheral) {
+        say("connected to \(peripheral.name ?? "the lock") (\(peripheral.identifier))")
+        peripheral.delegate = self
+        peripheral.discoverServices([lockService])
+    }
+
+    func peripheral(_ peripheral: Peripheral, didDiscoverServices error: Error?) {
+        if let error = error { fail("discovery failed: \(error.localizedDescription)") }
+        guard let service = peripheral.services?.first(where: { $0.uuid == lockService }) else { fail("not a door lock") }
+        peripheral.discoverCharacteristics([lockState, lockCommand], for: service)
+    }
+
+    func peripheral(_ peripheral: Peripheral, didDiscoverCharacteristicsFor service: Service, error: Error?) {
+        guard let state = service.characteristics?.first(where: { $0.uuid == lockState }) else { fail("not a door lock") }
+        command = service.characteristics?.first { $0.uuid == lockCommand }
+        // Encryption required: the stack pairs first, then reads.
+        peripheral.readValue(for: state)
+    }
+
+    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: Error?) {
+        if let error = error { fail("reading the lock failed: \(error.localizedDescription)") }
+        say("lock says \"\(String(decoding: characteristic.value ?? Data(), as: UTF8.self))\"")
+        guard unlock, let command else { return finish(peripheral) }
+        peripheral.writeValue(Data("unlock".utf8), for: command, type: .withResponse)
+    }
+
+    func peripheral(_ peripheral: Peripheral, didWriteValueFor characteristic: Characteristic, error: Error?) {
+        if let error = error { fail("the lock refused: \(error.localizedDescription)") }
         say("unlock sent")
+        finish(peripheral)
     }
-    central.cancelPeripheralConnection(lock)
+
+    func finish(_ peripheral: Peripheral) {
+        centralManager.cancelPeripheralConnection(peripheral)
+        exit(0)
+    }
 }
 
 var runtimeDir: String?
@@ -50,9 +92,6 @@ while let argument = arguments.next() {
         exit(64)
     }
 }
-do {
-    try await run(runtimeDir: runtimeDir, unlock: unlock)
-} catch {
-    FileHandle.standardError.write(Data("door-lock-central: \(error)\n".utf8))
-    exit(1)
-}
+let central = DoorLockCentral(unlock: unlock, socketPath: runtimeDir.map { $0 + "/managerd.sock" })
+DispatchQueue.main.asyncAfter(deadline: .now() + 30) { fail("the lock did not answer in 30 s") }
+dispatchMain()

@@ -1,10 +1,94 @@
-// A heart-rate central, written as the Core Bluetooth Programming Guide's central tasks are: scan for the
-// service, connect, discover, read the sensor location, subscribe to measurements, write the control point.
+// A heart-rate central, written as the Core Bluetooth Programming Guide's central tasks are: a delegate class that
+// keeps what it found, scans for the service, connects, discovers, reads the sensor location, subscribes to
+// measurements and writes the control point.
 //
 //   heart-rate-central [--runtime-dir DIR] [--count N]
 import Beryl
 import Dispatch
 import Foundation
+
+let heartRateService = BluetoothUUID(string: "180D")
+let measurementUUID = BluetoothUUID(string: "2A37")
+let sensorLocationUUID = BluetoothUUID(string: "2A38")
+let controlPointUUID = BluetoothUUID(string: "2A39")
+
+final class HeartRateCentral: NSObject, CentralManagerDelegate, PeripheralDelegate {
+    var centralManager: CentralManager!
+    var heartRateMonitor: Peripheral?
+    var controlPoint: Characteristic?
+    let wanted: Int
+    var beats = 0
+
+    init(wanted: Int, socketPath: String?) {
+        self.wanted = wanted
+        super.init()
+        centralManager = CentralManager(delegate: self, queue: nil, options: nil, appID: "com.example.heartrate-central", socketPath: socketPath)
+    }
+
+    func centralManagerDidUpdateState(_ central: CentralManager) {
+        guard central.state == .poweredOn else { return }
+        central.scanForPeripherals(withServices: [heartRateService], options: nil)
+    }
+
+    func centralManager(_ central: CentralManager, didDiscover peripheral: Peripheral, advertisementData: [String: Any], rssi RSSI: NSNumber) {
+        guard heartRateMonitor == nil else { return }
+        say("discovered \(advertisementData[AdvertisementDataLocalNameKey] as? String ?? "a heart rate monitor") (RSSI \(RSSI))")
+        heartRateMonitor = peripheral
+        central.stopScan()
+        central.connect(peripheral, options: nil)
+    }
+
+    func centralManager(_ central: CentralManager, didConnect peripheral: Peripheral) {
+        say("connected")
+        peripheral.delegate = self
+        peripheral.discoverServices([heartRateService])
+    }
+
+    func centralManager(_ central: CentralManager, didFailToConnect peripheral: Peripheral, error: Error?) {
+        fail("could not connect: \(error?.localizedDescription ?? "no reason given")")
+    }
+
+    func peripheral(_ peripheral: Peripheral, didDiscoverServices error: Error?) {
+        if let error = error { fail("service discovery failed: \(error.localizedDescription)") }
+        guard let service = peripheral.services?.first(where: { $0.uuid == heartRateService }) else { fail("the peripheral has no heart rate service") }
+        peripheral.discoverCharacteristics(nil, for: service)
+    }
+
+    func peripheral(_ peripheral: Peripheral, didDiscoverCharacteristicsFor service: Service, error: Error?) {
+        let characteristics = service.characteristics ?? []
+        say("discovered \(characteristics.count) characteristics")
+        controlPoint = characteristics.first { $0.uuid == controlPointUUID }
+        if let location = characteristics.first(where: { $0.uuid == sensorLocationUUID }) { peripheral.readValue(for: location) }
+        if let measurement = characteristics.first(where: { $0.uuid == measurementUUID }) { peripheral.setNotifyValue(true, for: measurement) }
+    }
+
+    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: Error?) {
+        if let error = error { fail("reading \(characteristic.uuid) failed: \(error.localizedDescription)") }
+        guard let value = characteristic.value else { return }
+        switch characteristic.uuid {
+        case sensorLocationUUID:
+            say("sensor location \(value.first.map { $0 == 1 ? "chest" : "code \($0)" } ?? "?")")
+        case measurementUUID where value.count >= 2 && beats < wanted:
+            // Flags first; bit 0 clear: an 8-bit heart rate value (Heart Rate Service §3.1.1.1).
+            say("heart rate \(value[value.startIndex + 1]) bpm")
+            beats += 1
+            if beats == wanted, let controlPoint {
+                peripheral.setNotifyValue(false, for: characteristic)
+                peripheral.writeValue(Data([0x01]), for: controlPoint, type: .withResponse)
+            }
+        default:
+            break
+        }
+    }
+
+    func peripheral(_ peripheral: Peripheral, didWriteValueFor characteristic: Characteristic, error: Error?) {
+        if let error = error { fail("the control point refused the write: \(error.localizedDescription)") }
+        say("reset energy expended")
+        centralManager.cancelPeripheralConnection(peripheral)
+        say("done")
+        exit(0)
+    }
+}
 
 var runtimeDir: String?
 var wanted = 5
@@ -19,82 +103,15 @@ while let argument = arguments.next() {
     }
 }
 
-
-let heartRate = BluetoothUUID(0x180D)
-func run(runtimeDir: String?, wanted: Int) async throws {
-    let central = try CentralManager(delegate: nil, queue: DispatchQueue(label: "central"), appID: "com.example.heartrate-central",
-                                     socketPath: runtimeDir.map { $0 + "/managerd.sock" })
-    let deadline = Date().addingTimeInterval(10)
-    while central.state != .poweredOn {
-        guard Date() < deadline else { throw BerylError.notPoweredOn }
-        try await Task.sleep(for: .milliseconds(50))
-    }
-    var found: Discovery?
-    for await discovery in central.scan(withServices: [heartRate]) {
-        found = discovery
-        break
-    }
-    guard let discovery = found else { throw BerylError.unknownPeripheral }
-    say("discovered \(discovery.advertisementData.localName ?? "a heart rate monitor") (RSSI \(discovery.rssi))")
-    let peripheral = discovery.peripheral
-    try await central.connect(peripheral)
-    say("connected")
-    let measurements = Measurements(wanted: wanted)
-    peripheral.delegate = measurements
-    peripheral.discoverServices([heartRate])
-    while peripheral.services == nil { try await Task.sleep(for: .milliseconds(20)) }
-    guard let service = peripheral.services?.first(where: { $0.uuid == heartRate }), let characteristics = service.characteristics else {
-        throw BerylError.failed("the peripheral has no heart rate service")
-    }
-    say("discovered \(characteristics.count) characteristics")
-    if let location = characteristics.first(where: { $0.uuid == BluetoothUUID(0x2A38) }) {
-        let value = try await peripheral.readValue(for: location)
-        say("sensor location \(value.first.map { $0 == 1 ? "chest" : "code \($0)" } ?? "?")")
-    }
-    if let measurement = characteristics.first(where: { $0.uuid == BluetoothUUID(0x2A37) }) {
-        peripheral.setNotifyValue(true, for: measurement)
-        await measurements.waitForAll()
-    }
-    if let control = characteristics.first(where: { $0.uuid == BluetoothUUID(0x2A39) }) {
-        try await peripheral.writeValue(Data([0x01]), for: control)
-        say("reset energy expended")
-    }
-    central.cancelPeripheralConnection(peripheral)
-    say("done")
-}
-
-/// Counts measurements as they are notified.
-final class Measurements: PeripheralDelegate {
-    let wanted: Int
-    private let stream: AsyncStream<Int>
-    private let continuation: AsyncStream<Int>.Continuation
-
-    init(wanted: Int) {
-        self.wanted = wanted
-        (stream, continuation) = AsyncStream<Int>.makeStream()
-    }
-
-    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: BerylError?) {
-        guard characteristic.uuid == BluetoothUUID(0x2A37), let value = characteristic.value, value.count >= 2 else { return }
-        say("heart rate \(value[value.startIndex + 1]) bpm")
-        continuation.yield(Int(value[value.startIndex + 1]))
-    }
-
-    func waitForAll() async {
-        var seen = 0
-        for await _ in stream {
-            seen += 1
-            if seen >= wanted { break }
-        }
-    }
-}
-
-do {
-    try await run(runtimeDir: runtimeDir, wanted: wanted)
-} catch {
-    FileHandle.standardError.write(Data("heart-rate-central: \(error)\n".utf8))
-    exit(1)
-}
+let central = HeartRateCentral(wanted: max(1, wanted), socketPath: runtimeDir.map { $0 + "/managerd.sock" })
+// A stack that never comes up, or a monitor that never answers, is this tool's failure, not a state to wait in.
+DispatchQueue.main.asyncAfter(deadline: .now() + 20) { fail("no heart rate monitor served the measurements in 20 s") }
+dispatchMain()
 
 /// One line to stdout at once (examples are often read through a pipe).
 func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+
+func fail(_ why: String) -> Never {
+    FileHandle.standardError.write(Data("heart-rate-central: \(why)\n".utf8))
+    exit(1)
+}

@@ -38,10 +38,11 @@ final class Thermostat: PeripheralManagerDelegate {
                                    for: characteristic, onSubscribedCentrals: nil)
     }
 
-    func peripheralManager(_ peripheral: PeripheralManager, willRestoreState state: RestoredPeripheralState) {
+    func peripheralManager(_ peripheral: PeripheralManager, willRestoreState dict: [String: Any]) {
+        let state = RestoredPeripheralState(dict)
         restored.withLock { $0 = true }
         let restoredCharacteristics = state.services.flatMap { $0.characteristics ?? [] }
-        publishedTemperature.withLock { $0 = restoredCharacteristics.first { $0.uuid == temperature.uuid } }
+        publishedTemperature.withLock { $0 = restoredCharacteristics.first { $0.uuid == temperature.uuid } as? MutableCharacteristic }
         let characteristics = state.services.flatMap { $0.characteristics ?? [] }.map(\.uuid.description)
         say("restored \(state.services.count) services (\(characteristics.joined(separator: ", "))), "
             + (state.advertisementData.map { "advertising as \($0.localName ?? "-")" } ?? "not advertising"))
@@ -63,13 +64,13 @@ final class Thermostat: PeripheralManagerDelegate {
         peripheral.add(service)
     }
 
-    func peripheralManager(_ peripheral: PeripheralManager, didAdd service: MutableService, error: BerylError?) {
+    func peripheralManager(_ peripheral: PeripheralManager, didAdd service: Service, error: Error?) {
         if let error { return say("could not add the service: \(error)") }
         publishedTemperature.withLock { $0 = temperature }
         peripheral.startAdvertising(AdvertisingOptions(localName: "Beryl Thermostat", serviceUUIDs: [thermostatService]))
     }
 
-    func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: BerylError?) {
+    func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: Error?) {
         say(error.map { "advertising failed: \($0)" } ?? "advertising as Beryl Thermostat")
     }
 
@@ -79,12 +80,12 @@ final class Thermostat: PeripheralManagerDelegate {
         if LaunchOptions.current.isRelaunch { peripheral.reportApplicationState(.background) }
     }
 
-    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: MutableCharacteristic) {
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: Characteristic) {
         defer { handled(peripheral) }
         say("temperature subscribed by \(central.identifier)")
     }
 
-    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: MutableCharacteristic) {
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: Characteristic) {
         handled(peripheral)
     }
 
@@ -106,7 +107,7 @@ final class Thermostat: PeripheralManagerDelegate {
             return peripheral.respond(to: requests[0], withResult: .invalidAttributeValueLength)
         }
         let values = requests.map { UInt16($0.value![0]) | UInt16($0.value![1]) << 8 }
-        guard values.allSatisfy({ (50...300).contains($0) }) else { return peripheral.respond(to: requests[0], withResult: ATTError(rawValue: 0x80) ?? .writeNotPermitted) }
+        guard values.allSatisfy({ (50...300).contains($0) }) else { return peripheral.respond(to: requests[0], withResult: ATTError.Code(rawValue: 0x80)!) }
         target.withLock { $0 = values.last! }
         say("setpoint \(Double(values.last!) / 10) °C")
         peripheral.respond(to: requests[0], withResult: .success)
@@ -146,14 +147,9 @@ while let argument = arguments.next() {
 let thermostat = Thermostat()
 let launch = LaunchOptions.current
 if launch.isRelaunch { say("relaunched by the stack to restore \(launch.peripherals.joined(separator: ", "))") }
-do {
-    let queue = DispatchQueue(label: "thermostat")
-    let manager = try PeripheralManager(delegate: thermostat, queue: queue,
-                                        options: PeripheralManagerOptions(restoreIdentifier: restore ? "thermostat" : nil), appID: launch.appID ?? "com.example.thermostat",
-                                        socketPath: runtimeDir.map { $0 + "/managerd.sock" })
-    let timer = tick.map { measure(with: manager, thermostat, on: queue, every: $0) }
-    withExtendedLifetime((manager, timer)) { dispatchMain() }
-} catch {
-    FileHandle.standardError.write(Data("thermostat: \(error)\n".utf8))
-    exit(69)
-}
+let queue = DispatchQueue(label: "thermostat")
+let manager = PeripheralManager(delegate: thermostat, queue: queue,
+                                options: restore ? [PeripheralManagerOptionRestoreIdentifierKey: "thermostat"] : nil,
+                                appID: launch.appID ?? "com.example.thermostat", socketPath: runtimeDir.map { $0 + "/managerd.sock" })
+let timer = tick.map { measure(with: manager, thermostat, on: queue, every: $0) }
+withExtendedLifetime((manager, timer)) { dispatchMain() }

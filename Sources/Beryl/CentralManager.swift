@@ -3,25 +3,28 @@ import Dispatch
 import Foundation
 import Synchronization
 
-/// Core Bluetooth's CBCentralManagerDelegate. Callbacks arrive on the queue given to the manager (main if none).
-public protocol CentralManagerDelegate: AnyObject, Sendable {
+/// Core Bluetooth's CBCentralManagerDelegate. Called on the queue given to the manager (the main queue for nil; see
+/// Confinement.swift). Every method has Core Bluetooth's exact signature; all but the state update are optional.
+public protocol CentralManagerDelegate: AnyObject {
     func centralManagerDidUpdateState(_ central: CentralManager)
-    func centralManager(_ central: CentralManager, didDiscover peripheral: Peripheral, advertisementData: AdvertisementData, rssi: Int)
+    /// Before the first state update of a manager managerd kept while the app was not running; the dictionary has
+    /// `CentralManagerRestoredStatePeripheralsKey`, `…ScanServicesKey` and `…ScanOptionsKey`.
+    func centralManager(_ central: CentralManager, willRestoreState dict: [String: Any])
+    func centralManager(_ central: CentralManager, didDiscover peripheral: Peripheral, advertisementData: [String: Any], rssi RSSI: NSNumber)
     func centralManager(_ central: CentralManager, didConnect peripheral: Peripheral)
-    func centralManager(_ central: CentralManager, didFailToConnect peripheral: Peripheral, error: BerylError?)
-    func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: BerylError?)
-    /// Before the first state update of a manager managerd kept while the app was not running.
-    func centralManager(_ central: CentralManager, willRestoreState state: RestoredCentralState)
+    func centralManager(_ central: CentralManager, didFailToConnect peripheral: Peripheral, error: Error?)
+    func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: Error?)
 }
 
 public extension CentralManagerDelegate {
-    func centralManager(_ central: CentralManager, willRestoreState state: RestoredCentralState) {}
-    func centralManager(_ central: CentralManager, didDiscover peripheral: Peripheral, advertisementData: AdvertisementData, rssi: Int) {}
+    func centralManager(_ central: CentralManager, willRestoreState dict: [String: Any]) {}
+    func centralManager(_ central: CentralManager, didDiscover peripheral: Peripheral, advertisementData: [String: Any], rssi RSSI: NSNumber) {}
     func centralManager(_ central: CentralManager, didConnect peripheral: Peripheral) {}
-    func centralManager(_ central: CentralManager, didFailToConnect peripheral: Peripheral, error: BerylError?) {}
-    func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: BerylError?) {}
+    func centralManager(_ central: CentralManager, didFailToConnect peripheral: Peripheral, error: Error?) {}
+    func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: Error?) {}
 }
 
+/// Typed scan options, beside Core Bluetooth's dictionary.
 public struct ScanOptions: Sendable {
     public var allowDuplicates = false
     public var solicitedServiceUUIDs: [BluetoothUUID] = []
@@ -29,8 +32,21 @@ public struct ScanOptions: Sendable {
         self.allowDuplicates = allowDuplicates
         self.solicitedServiceUUIDs = solicitedServiceUUIDs
     }
+
+    public init(_ dictionary: [String: Any]?) {
+        let options = dictionary ?? [:]
+        self.init(allowDuplicates: options.flag(CentralManagerScanOptionAllowDuplicatesKey),
+                  solicitedServiceUUIDs: options.uuids(CentralManagerScanOptionSolicitedServiceUUIDsKey))
+    }
+
+    public var dictionary: [String: Any] {
+        var options: [String: Any] = [CentralManagerScanOptionAllowDuplicatesKey: NSNumber(value: allowDuplicates)]
+        if !solicitedServiceUUIDs.isEmpty { options[CentralManagerScanOptionSolicitedServiceUUIDsKey] = solicitedServiceUUIDs }
+        return options
+    }
 }
 
+/// Typed connect options, beside Core Bluetooth's dictionary.
 public struct ConnectOptions: Sendable {
     public var notifyOnConnection = false
     public var notifyOnDisconnection = false
@@ -40,10 +56,13 @@ public struct ConnectOptions: Sendable {
         self.notifyOnDisconnection = notifyOnDisconnection
         self.notifyOnNotification = notifyOnNotification
     }
-}
 
-struct WeakBox<T: AnyObject & Sendable>: Sendable {
-    weak var value: T?
+    public init(_ dictionary: [String: Any]?) {
+        let options = dictionary ?? [:]
+        self.init(notifyOnConnection: options.flag(ConnectPeripheralOptionNotifyOnConnectionKey),
+                  notifyOnDisconnection: options.flag(ConnectPeripheralOptionNotifyOnDisconnectionKey),
+                  notifyOnNotification: options.flag(ConnectPeripheralOptionNotifyOnNotificationKey))
+    }
 }
 
 /// Core Bluetooth's CBCentralManager for Linux apps: one session with managerd.
@@ -57,21 +76,43 @@ public final class CentralManager: Sendable, SessionBacked {
     }
     private let shared = Mutex(State())
 
+    /// Core Bluetooth's initialiser: never fails. A stack that is missing or refuses this user is reported through
+    /// `state` (poweredOff or unauthorized, with `stateReason`), and the manager attaches by itself once it is up.
     /// - Parameters:
-    ///   - socketPath: managerd's socket; `$BERYL_RUNTIME_DIR/managerd.sock` (or /run/beryl) by default.
-    ///   - appID: the app's identifier (an app manifest's id, for background modes and restoration); by default
+    ///   - queue: where every delegate callback runs; the main queue when nil.
+    ///   - options: `CentralManagerOptionRestoreIdentifierKey` opts into state preservation and restoration.
+    ///   - appID: Beryl's: the app's identifier (its manifest's id, for background modes and restoration); by default
     ///     `$BERYL_APP_ID`, which managerd sets when it launches the app.
-    public init(delegate: CentralManagerDelegate?, queue: DispatchQueue? = nil, options: CentralManagerOptions = CentralManagerOptions(),
-                appID: String? = nil, socketPath: String? = nil) throws(BerylError) {
-        session = try ManagerSession(label: "central", delegate: delegate, queue: queue, appID: appID, socketPath: socketPath)
-        session.start(restoreIdentifier: options.restoreIdentifier, role: .central, events: { [weak self] in self?.handle($0) }) { [weak self] state, restored, again in
+    ///   - socketPath: Beryl's: managerd's socket; `$BERYL_RUNTIME_DIR/managerd.sock` (or /run/beryl) by default.
+    public convenience init(delegate: CentralManagerDelegate?, queue: DispatchQueue?, options: [String: Any]? = nil,
+                            appID: String? = nil, socketPath: String? = nil) {
+        self.init(delegate: delegate, queue: queue, restoreIdentifier: options?[CentralManagerOptionRestoreIdentifierKey] as? String,
+                  appID: appID, socketPath: socketPath)
+    }
+
+    /// The typed options, beside Core Bluetooth's dictionary.
+    public convenience init(delegate: CentralManagerDelegate?, queue: DispatchQueue?, options: CentralManagerOptions,
+                            appID: String? = nil, socketPath: String? = nil) {
+        self.init(delegate: delegate, queue: queue, restoreIdentifier: options.restoreIdentifier, appID: appID, socketPath: socketPath)
+    }
+
+    public convenience init() {
+        self.init(delegate: nil, queue: nil)
+    }
+
+    private init(delegate: CentralManagerDelegate?, queue: DispatchQueue?, restoreIdentifier: String?, appID: String?, socketPath: String?) {
+        session = ManagerSession(label: "central", delegate: delegate, queue: queue, appID: appID, socketPath: socketPath)
+        session.start(restoreIdentifier: restoreIdentifier, role: .central, events: { [weak self] in self?.handle($0) }) { [weak self] state, restored, again in
             guard let self else { return }
             if let restored {
                 // After managerd restarted, the peripherals take back their links and databases quietly: the app
                 // was not relaunched, so there is nothing to restore it from.
                 let restoredState = self.restoredState(restored.central)
                 if restoredState.isScanning { self.shared.withLock { $0.isScanning = true } }
-                if !again { self.notify { $0.centralManager(self, willRestoreState: restoredState) } }
+                if !again {
+                    let dictionary = Handover(restoredState.dictionary)
+                    self.notify { $0.centralManager(self, willRestoreState: dictionary.value) }
+                }
             }
             self.update(state)
         }
@@ -85,16 +126,18 @@ public final class CentralManager: Sendable, SessionBacked {
 
     /// Answers pairing prompts (passkeys, number comparison) for links this manager uses.
     public var pairingDelegate: PairingDelegate? {
-        get { session.pairingDelegate }
-        set { session.pairingDelegate = newValue }
+        get { session.pairingSlot.object as? PairingDelegate }
+        set { session.pairingSlot.set(newValue) }
     }
 
     public var delegate: CentralManagerDelegate? {
-        get { session.delegate as? CentralManagerDelegate }
-        set { session.delegate = newValue }
+        get { session.delegateSlot.object as? CentralManagerDelegate }
+        set { session.delegateSlot.set(newValue) }
     }
 
     public var state: ManagerState { session.reportedState }
+    /// Beryl's: why the state is not poweredOn (no stack at the socket, a refused app id), when known.
+    public var stateReason: String? { session.stateReason }
     public var isScanning: Bool { shared.withLock { $0.isScanning } }
 
     /// Receives API misuse that has no delegate callback (a scan before poweredOn, a write the characteristic does
@@ -104,14 +147,13 @@ public final class CentralManager: Sendable, SessionBacked {
         set { misuse.current = newValue }
     }
 
-    private func notify(_ body: @escaping @Sendable (CentralManagerDelegate) -> Void) {
-        guard let delegate = delegate else { return }
-        delegateQueue.async { body(delegate) }
+    private func notify(_ body: @escaping (CentralManagerDelegate) -> Void) {
+        session.notify(CentralManagerDelegate.self, body)
     }
 
     private func update(_ newState: ManagerState) {
         if newState != .poweredOn { shared.withLock { $0.isScanning = false } }
-        session.changeState(newState) { ($0 as? CentralManagerDelegate)?.centralManagerDidUpdateState(self) }
+        session.changeState(newState, CentralManagerDelegate.self) { $0.centralManagerDidUpdateState(self) }
     }
 
     /// managerd is gone: resetting, every link lost as far as the app knows, until a new session says otherwise.
@@ -123,25 +165,29 @@ public final class CentralManager: Sendable, SessionBacked {
     }
 
     func peripheral(_ identifier: String, name: String? = nil) -> Peripheral {
-        shared.withLock { state in
-            if let known = state.peripherals[identifier] {
-                if let name, !name.isEmpty { known.setName(name) }
-                return known
-            }
-            let made = Peripheral(identifier: identifier, name: name, central: self)
+        let (peripheral, renamed) = shared.withLock { state -> (Peripheral, Bool) in
+            if let known = state.peripherals[identifier] { return (known, name.map { !$0.isEmpty && $0 != known.name } ?? false) }
+            let made = Peripheral(identifier: identifier, name: name.flatMap { $0.isEmpty ? nil : $0 }, central: self)
             state.peripherals[identifier] = made
-            return made
+            return (made, false)
         }
+        if renamed, let name { peripheral.setName(name) }
+        return peripheral
     }
 
     // MARK: Scanning
 
-    public func scanForPeripherals(withServices services: [BluetoothUUID]?, options: ScanOptions = ScanOptions()) {
+    public func scanForPeripherals(withServices serviceUUIDs: [BluetoothUUID]?, options: [String: Any]? = nil) {
+        scanForPeripherals(withServices: serviceUUIDs, scanOptions: ScanOptions(options))
+    }
+
+    /// The typed options, beside Core Bluetooth's dictionary.
+    public func scanForPeripherals(withServices serviceUUIDs: [BluetoothUUID]?, scanOptions options: ScanOptions) {
         shared.withLock { $0.isScanning = true }
         channel.request(.manager {
             $0.startScan = .with {
                 $0.manager = managerID
-                $0.serviceUuids = (services ?? []).map(\.description)
+                $0.serviceUuids = (serviceUUIDs ?? []).map(\.description)
                 $0.allowDuplicates = options.allowDuplicates
                 $0.solicitedServiceUuids = options.solicitedServiceUUIDs.map(\.description)
             }
@@ -175,14 +221,19 @@ public final class CentralManager: Sendable, SessionBacked {
             }
             if last { self.stopScan() }
         }
-        scanForPeripherals(withServices: services, options: options)
+        scanForPeripherals(withServices: services, scanOptions: options)
         return stream
     }
 
     // MARK: Connections
 
     /// Never times out (Core Bluetooth's rule): managerd keeps trying until the peripheral connects or the app cancels.
-    public func connect(_ peripheral: Peripheral, options: ConnectOptions = ConnectOptions()) {
+    public func connect(_ peripheral: Peripheral, options: [String: Any]? = nil) {
+        connect(peripheral, connectOptions: ConnectOptions(options))
+    }
+
+    /// The typed options, beside Core Bluetooth's dictionary.
+    public func connect(_ peripheral: Peripheral, connectOptions options: ConnectOptions) {
         peripheral.setState(.connecting)
         channel.request(.manager {
             $0.connect = .with {
@@ -193,21 +244,23 @@ public final class CentralManager: Sendable, SessionBacked {
                 $0.notifyOnNotification = options.notifyOnNotification
             }
         }) { [weak self] result in
-            guard let self, case .failure(let error) = result else { return }
+            guard let self, case .failure(let failure) = result else { return }
             peripheral.setState(.disconnected)
+            let error = failure.coreBluetoothError
             self.notify { $0.centralManager(self, didFailToConnect: peripheral, error: error) }
             self.resumeConnectWaiters(peripheral.identifierString, with: error)
         }
     }
 
-    public func connect(_ peripheral: Peripheral, options: ConnectOptions = ConnectOptions()) async throws {
+    /// The async face of connect: returns once the link is up.
+    public func connected(to peripheral: Peripheral, options: ConnectOptions = ConnectOptions()) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             shared.withLock { $0.connectWaiters[peripheral.identifierString, default: []].append(continuation) }
-            connect(peripheral, options: options)
+            connect(peripheral, connectOptions: options)
         }
     }
 
-    private func resumeConnectWaiters(_ identifier: String, with error: BerylError?) {
+    private func resumeConnectWaiters(_ identifier: String, with error: (any Error)?) {
         let waiters = shared.withLock { $0.connectWaiters.removeValue(forKey: identifier) ?? [] }
         for waiter in waiters {
             if let error { waiter.resume(throwing: error) } else { waiter.resume() }
@@ -219,27 +272,33 @@ public final class CentralManager: Sendable, SessionBacked {
         channel.request(.manager { $0.cancelConnection = .with { $0.manager = managerID; $0.peripheral = peripheral.identifierString } })
     }
 
-    /// Peripherals this stack has seen, by the identifiers it gave them (they survive restarts).
+    /// Peripherals this stack has seen, by the identifiers it gave them (they survive restarts). With no stack to
+    /// ask, the app is told (misuse handler) and gets none.
     public func retrievePeripherals(withIdentifiers identifiers: [UUID]) -> [Peripheral] {
         guard !identifiers.isEmpty else { return [] }
-        let result = channel.call(.manager { $0.retrievePeripherals.identifiers = identifiers.map(\.uuidString) })
-        guard case .success(let response) = result else { return [] }
-        return response.manager.peripherals.peripherals.map { peripheral($0.identifier, name: $0.name) }
+        return peripherals(from: channel.call(.manager { $0.retrievePeripherals.identifiers = identifiers.map(\.uuidString) }), asked: "retrievePeripherals(withIdentifiers:)")
     }
 
     /// Beryl's addition for labs: a peripheral by its address ("AA:BB:CC:DD:EE:FF", or ".../random"), under the
     /// identifier the stack keeps for it (a new one for an address never heard), so that it can be connected to
     /// without a scan. Nil for an address that does not parse.
     public func retrievePeripheral(address: String) -> Peripheral? {
-        let result = channel.call(.manager { $0.retrievePeripherals.addresses = [address] })
-        guard case .success(let response) = result, let found = response.manager.peripherals.peripherals.first else { return nil }
-        return peripheral(found.identifier, name: found.name)
+        peripherals(from: channel.call(.manager { $0.retrievePeripherals.addresses = [address] }), asked: "retrievePeripheral(address:)").first
     }
 
-    public func retrieveConnectedPeripherals(withServices services: [BluetoothUUID]) -> [Peripheral] {
-        let result = channel.call(.manager { $0.retrieveConnected.serviceUuids = services.map(\.description) })
-        guard case .success(let response) = result else { return [] }
-        return response.manager.peripherals.peripherals.map { peripheral($0.identifier, name: $0.name) }
+    public func retrieveConnectedPeripherals(withServices serviceUUIDs: [BluetoothUUID]) -> [Peripheral] {
+        peripherals(from: channel.call(.manager { $0.retrieveConnected.serviceUuids = serviceUUIDs.map(\.description) }),
+                    asked: "retrieveConnectedPeripherals(withServices:)")
+    }
+
+    private func peripherals(from result: Result<Response, BerylError>, asked call: String) -> [Peripheral] {
+        switch result {
+        case .success(let response):
+            return response.manager.peripherals.peripherals.map { peripheral($0.identifier, name: $0.name) }
+        case .failure(let error):
+            misuse.report(.failed("\(call) could not reach the stack: \(error)"))
+            return []
+        }
     }
 
     // MARK: Events
@@ -249,7 +308,7 @@ public final class CentralManager: Sendable, SessionBacked {
             if event.kind == nil { sessionLost() }
             return
         }
-        if channel.deliverPairing(managed, to: pairingDelegate, on: delegateQueue) { return }
+        if channel.deliverPairing(managed, to: session.pairingSlot, on: delegateQueue) { return }
         switch managed.kind {
         case .stateChanged(let newState)?:
             update(ManagerState(newState))
@@ -257,7 +316,8 @@ public final class CentralManager: Sendable, SessionBacked {
             let found = peripheral(discovery.peripheral.identifier, name: discovery.peripheral.name)
             let advertisement = AdvertisementData(discovery.peripheral.advertisement)
             let rssi = Int(discovery.peripheral.rssi)
-            notify { $0.centralManager(self, didDiscover: found, advertisementData: advertisement, rssi: rssi) }
+            let dictionary = Handover(advertisement.dictionary)
+            notify { $0.centralManager(self, didDiscover: found, advertisementData: dictionary.value, rssi: NSNumber(value: rssi)) }
             let streams = shared.withLock { Array($0.scanStreams.values) }
             for stream in streams { stream.yield(Discovery(peripheral: found, advertisementData: advertisement, rssi: rssi)) }
         case .connected(let connected)?:
@@ -268,8 +328,9 @@ public final class CentralManager: Sendable, SessionBacked {
         case .disconnected(let disconnected)?:
             let found = peripheral(disconnected.peripheral)
             found.disconnected()
-            let error: BerylError? = disconnected.reason == 0 || disconnected.reason == 0x16 ? nil
-                : .failed("the link went down (HCI reason 0x\(String(disconnected.reason, radix: 16)))")
+            let error = BluetoothError.Code(disconnectionReason: disconnected.reason).map {
+                BluetoothError($0, message: "the link went down (HCI reason 0x\(String(disconnected.reason, radix: 16)))")
+            }
             notify { $0.centralManager(self, didDisconnectPeripheral: found, error: error) }
         case .notification(let notification)?:
             peripheral(notification.peripheral).valueArrived(handle: notification.handle, value: notification.value)
@@ -281,4 +342,11 @@ public final class CentralManager: Sendable, SessionBacked {
             break
         }
     }
+}
+
+/// One scan result, for the async face.
+public struct Discovery: Sendable {
+    public let peripheral: Peripheral
+    public let advertisementData: AdvertisementData
+    public let rssi: Int
 }

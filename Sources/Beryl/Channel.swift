@@ -6,53 +6,6 @@ import Synchronization
 import Glibc
 #endif
 
-/// Errors a Beryl app sees: Core Bluetooth's kinds, with the ATT error code when a peer refused.
-public enum BerylError: Error, Equatable, Sendable, CustomStringConvertible {
-    /// The stack is not running (no managerd socket), or went away.
-    case unavailable(String)
-    /// Core Bluetooth's API misuse: the manager is not powered on.
-    case notPoweredOn
-    case notConnected
-    case unknownPeripheral
-    case att(code: UInt8, message: String)
-    case invalidArgument(String)
-    /// Core Bluetooth's "API MISUSE": a call the API's rules forbid (answering a request twice, a write the
-    /// characteristic's properties do not allow, scanning before poweredOn...). Nothing was sent.
-    case apiMisuse(String)
-    /// The app id is declared by a manifest for another user (or restoration was asked without a manifest).
-    case permissionDenied(String)
-    case failed(String)
-
-    public var description: String {
-        switch self {
-        case .unavailable(let why): "the Bluetooth stack is unavailable: \(why)"
-        case .notPoweredOn: "the manager is not powered on"
-        case .notConnected: "the peripheral is not connected"
-        case .unknownPeripheral: "unknown peripheral"
-        case .att(let code, let message): "ATT error 0x\(String(code, radix: 16)): \(message)"
-        case .invalidArgument(let why): "invalid argument: \(why)"
-        case .apiMisuse(let why): "API misuse: \(why)"
-        case .permissionDenied(let why): "not permitted: \(why)"
-        case .failed(let why): why
-        }
-    }
-
-    init(remote code: IPCErrorCode, message: String, field: String) {
-        switch code {
-        case .notReady where message.contains("not powered on"): self = .notPoweredOn
-        case .notFound where field == "peripheral": self = message.contains("not connected") ? .notConnected : .unknownPeripheral
-        case .invalidArgument where field == "att_error":
-            // attd's "ATT error 0x5 (insufficientAuthentication)".
-            let hex = message.split(separator: " ").dropFirst(2).first.flatMap { UInt8($0.replacingOccurrences(of: "0x", with: ""), radix: 16) }
-            self = .att(code: hex ?? 0x0E, message: message)
-        case .permissionDenied: self = .permissionDenied(message)
-        case .invalidArgument: self = .invalidArgument(message)
-        case .notFound where field == "id" || field == "value_handle" || field == "start_handle": self = .apiMisuse(message)
-        default: self = .failed("\(code): \(message)")
-        }
-    }
-}
-
 /// One session with managerd: a socket, a reader thread, and a serial queue on which every response and event is
 /// handled in order. Requests may be sent from any thread.
 final class Channel: Sendable {
@@ -103,6 +56,9 @@ final class Channel: Sendable {
         do {
             fd = try SeqPacketSocket.connect(path: path)
         } catch {
+            // A socket this user may not open is a refusal, as Core Bluetooth's unauthorized; anything else is a stack
+            // that is not there (yet).
+            if case .system(_, _, let code) = error, code == EACCES || code == EPERM { throw .permissionDenied("\(path): \(error)") }
             throw .unavailable("\(path): \(error)")
         }
         queue = DispatchQueue(label: "beryl.\(label)")
@@ -113,14 +69,23 @@ final class Channel: Sendable {
         reader.start()
     }
 
-    deinit { Glibc.close(fd) }
+    /// A session that never opened: every request fails as unavailable, on its own queue as an answer would come.
+    init(disconnected label: String) {
+        fd = -1
+        queue = DispatchQueue(label: "beryl.\(label)")
+        onEvent = { _ in }
+        onClose = { _ in }
+        state.withLock { $0.closed = true }
+    }
+
+    deinit { if fd >= 0 { Glibc.close(fd) } }
 
     func close() {
         let wasOpen = state.withLock { state in
             defer { state.closed = true }
             return !state.closed
         }
-        if wasOpen { shutdown(fd, Int32(SHUT_RDWR)) }
+        if wasOpen, fd >= 0 { shutdown(fd, Int32(SHUT_RDWR)) }
     }
 
     func request(_ request: Request, completion: @escaping Completion = { _ in }) {
@@ -166,7 +131,7 @@ final class Channel: Sendable {
             guard let completion = state.withLock({ $0.pending.removeValue(forKey: envelope.requestID) }) else { return }
             queue.async {
                 if case .error(let error)? = response.kind {
-                    completion(.failure(BerylError(remote: error.code, message: error.message, field: error.field)))
+                    completion(.failure(BerylError(remote: error.code, message: error.message, field: error.field, detail: RemoteDetail(error))))
                 } else {
                     completion(.success(response))
                 }

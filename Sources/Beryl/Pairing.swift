@@ -42,8 +42,9 @@ public struct PairingOutcome: Sendable, Equatable {
     public var identity: String?
 }
 
-/// The pairing delegate: passkey display, passkey entry and numeric comparison, and how pairing ended.
-public protocol PairingDelegate: AnyObject, Sendable {
+/// The pairing delegate: passkey display, passkey entry and numeric comparison, and how pairing ended. Beryl's
+/// (iOS asks the user itself); called on the manager's queue, as its delegate is.
+public protocol PairingDelegate: AnyObject {
     func pairing(with peer: UUID, prompt: PairingPrompt, responder: PairingResponder)
     func pairing(with peer: UUID, finished outcome: PairingOutcome)
 }
@@ -54,10 +55,9 @@ public extension PairingDelegate {
 
 extension Channel {
     /// Hands a pairing event to the delegate on its queue; true when the event was one.
-    func deliverPairing(_ event: Beryl_Ipc_V1_ManagerEvent, to delegate: PairingDelegate?, on queue: DispatchQueue) -> Bool {
+    func deliverPairing(_ event: Beryl_Ipc_V1_ManagerEvent, to slot: DelegateSlot, on queue: DispatchQueue) -> Bool {
         switch event.kind {
         case .pairingPrompt(let prompt)?:
-            guard let delegate else { return true }
             let responder = PairingResponder(channel: self, peer: prompt.peer, address: prompt.address)
             let kind: PairingPrompt = switch prompt.kind {
             case .displayPasskey: .displayPasskey(prompt.number)
@@ -65,16 +65,15 @@ extension Channel {
             default: .enterPasskey
             }
             let peer = UUID(uuidString: prompt.peer) ?? UUID()
-            queue.async { delegate.pairing(with: peer, prompt: kind, responder: responder) }
+            slot.call(PairingDelegate.self, on: queue) { $0.pairing(with: peer, prompt: kind, responder: responder) }
             return true
         case .pairingFinished(let finished)?:
-            guard let delegate else { return true }
             let peer = UUID(uuidString: finished.peer) ?? UUID()
             let outcome = PairingOutcome(success: finished.success, bonded: finished.bonded, authenticated: finished.authenticated,
                                          secureConnections: finished.secureConnections, reason: UInt8(truncatingIfNeeded: finished.reason),
                                          endedByPeer: finished.remote, address: finished.address,
                                          identity: finished.identity.isEmpty ? nil : finished.identity)
-            queue.async { delegate.pairing(with: peer, finished: outcome) }
+            slot.call(PairingDelegate.self, on: queue) { $0.pairing(with: peer, finished: outcome) }
             return true
         default:
             return false

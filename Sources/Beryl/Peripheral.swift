@@ -3,121 +3,90 @@ import Dispatch
 import Foundation
 import Synchronization
 
-/// Core Bluetooth's CBPeripheralDelegate.
-public protocol PeripheralDelegate: AnyObject, Sendable {
-    func peripheral(_ peripheral: Peripheral, didDiscoverServices error: BerylError?)
-    func peripheral(_ peripheral: Peripheral, didDiscoverIncludedServicesFor service: Service, error: BerylError?)
-    func peripheral(_ peripheral: Peripheral, didDiscoverCharacteristicsFor service: Service, error: BerylError?)
-    func peripheral(_ peripheral: Peripheral, didDiscoverDescriptorsFor characteristic: Characteristic, error: BerylError?)
-    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: BerylError?)
-    func peripheral(_ peripheral: Peripheral, didWriteValueFor characteristic: Characteristic, error: BerylError?)
-    func peripheral(_ peripheral: Peripheral, didUpdateNotificationStateFor characteristic: Characteristic, error: BerylError?)
-    func peripheral(_ peripheral: Peripheral, didReadRSSI rssi: Int, error: BerylError?)
+/// Core Bluetooth's CBPeripheralDelegate. Called on the manager's queue (see Confinement.swift); every method but
+/// none is optional, and each has Core Bluetooth's exact signature, so a method written from the guide is the one
+/// called.
+public protocol PeripheralDelegate: AnyObject {
+    func peripheralDidUpdateName(_ peripheral: Peripheral)
     func peripheral(_ peripheral: Peripheral, didModifyServices invalidatedServices: [Service])
+    func peripheral(_ peripheral: Peripheral, didReadRSSI RSSI: NSNumber, error: Error?)
+    func peripheral(_ peripheral: Peripheral, didDiscoverServices error: Error?)
+    func peripheral(_ peripheral: Peripheral, didDiscoverIncludedServicesFor service: Service, error: Error?)
+    func peripheral(_ peripheral: Peripheral, didDiscoverCharacteristicsFor service: Service, error: Error?)
+    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: Error?)
+    func peripheral(_ peripheral: Peripheral, didWriteValueFor characteristic: Characteristic, error: Error?)
+    func peripheral(_ peripheral: Peripheral, didUpdateNotificationStateFor characteristic: Characteristic, error: Error?)
+    func peripheral(_ peripheral: Peripheral, didDiscoverDescriptorsFor characteristic: Characteristic, error: Error?)
+    func peripheral(_ peripheral: Peripheral, didUpdateValueFor descriptor: Descriptor, error: Error?)
+    func peripheral(_ peripheral: Peripheral, didWriteValueFor descriptor: Descriptor, error: Error?)
     func peripheralIsReady(toSendWriteWithoutResponse peripheral: Peripheral)
 }
 
 public extension PeripheralDelegate {
-    func peripheral(_ peripheral: Peripheral, didDiscoverServices error: BerylError?) {}
-    func peripheral(_ peripheral: Peripheral, didDiscoverIncludedServicesFor service: Service, error: BerylError?) {}
-    func peripheral(_ peripheral: Peripheral, didDiscoverCharacteristicsFor service: Service, error: BerylError?) {}
-    func peripheral(_ peripheral: Peripheral, didDiscoverDescriptorsFor characteristic: Characteristic, error: BerylError?) {}
-    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: BerylError?) {}
-    func peripheral(_ peripheral: Peripheral, didWriteValueFor characteristic: Characteristic, error: BerylError?) {}
-    func peripheral(_ peripheral: Peripheral, didUpdateNotificationStateFor characteristic: Characteristic, error: BerylError?) {}
-    func peripheral(_ peripheral: Peripheral, didReadRSSI rssi: Int, error: BerylError?) {}
+    func peripheralDidUpdateName(_ peripheral: Peripheral) {}
     func peripheral(_ peripheral: Peripheral, didModifyServices invalidatedServices: [Service]) {}
+    func peripheral(_ peripheral: Peripheral, didReadRSSI RSSI: NSNumber, error: Error?) {}
+    func peripheral(_ peripheral: Peripheral, didDiscoverServices error: Error?) {}
+    func peripheral(_ peripheral: Peripheral, didDiscoverIncludedServicesFor service: Service, error: Error?) {}
+    func peripheral(_ peripheral: Peripheral, didDiscoverCharacteristicsFor service: Service, error: Error?) {}
+    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: Error?) {}
+    func peripheral(_ peripheral: Peripheral, didWriteValueFor characteristic: Characteristic, error: Error?) {}
+    func peripheral(_ peripheral: Peripheral, didUpdateNotificationStateFor characteristic: Characteristic, error: Error?) {}
+    func peripheral(_ peripheral: Peripheral, didDiscoverDescriptorsFor characteristic: Characteristic, error: Error?) {}
+    func peripheral(_ peripheral: Peripheral, didUpdateValueFor descriptor: Descriptor, error: Error?) {}
+    func peripheral(_ peripheral: Peripheral, didWriteValueFor descriptor: Descriptor, error: Error?) {}
     func peripheralIsReady(toSendWriteWithoutResponse peripheral: Peripheral) {}
 }
 
-public enum PeripheralState: Sendable {
-    case disconnected, connecting, connected, disconnecting
+/// Core Bluetooth's CBPeripheralState, with Apple's raw values.
+public enum PeripheralState: Int, Sendable {
+    case disconnected = 0, connecting = 1, connected = 2, disconnecting = 3
 }
 
-public final class Service: Sendable {
-    public let uuid: BluetoothUUID
-    public let isPrimary: Bool
-    let range: ClosedRange<UInt32>
-    public unowned let peripheral: Peripheral
-    private let state = Mutex<(characteristics: [Characteristic], included: [Service])>(([], []))
-
-    init(uuid: BluetoothUUID, isPrimary: Bool, range: ClosedRange<UInt32>, peripheral: Peripheral) {
-        self.uuid = uuid
-        self.isPrimary = isPrimary
-        self.range = range
-        self.peripheral = peripheral
-    }
-
-    public var characteristics: [Characteristic]? { state.withLock { $0.characteristics } }
-    public var includedServices: [Service]? { state.withLock { $0.included } }
-    func set(characteristics: [Characteristic], included: [Service]) { state.withLock { $0 = (characteristics, included) } }
-}
-
-public final class Characteristic: Sendable {
-    public let uuid: BluetoothUUID
-    public let properties: CharacteristicProperties
-    let valueHandle: UInt32
-    public unowned let service: Service
-    private let state = Mutex<(value: Data?, notifying: Bool, descriptors: [Descriptor])>((nil, false, []))
-
-    init(uuid: BluetoothUUID, properties: CharacteristicProperties, valueHandle: UInt32, service: Service) {
-        self.uuid = uuid
-        self.properties = properties
-        self.valueHandle = valueHandle
-        self.service = service
-    }
-
-    public var value: Data? { state.withLock { $0.value } }
-    public var isNotifying: Bool { state.withLock { $0.notifying } }
-    public var descriptors: [Descriptor]? { state.withLock { $0.descriptors } }
-    func setValue(_ value: Data) { state.withLock { $0.value = value } }
-    func setNotifying(_ on: Bool) { state.withLock { $0.notifying = on } }
-    func setDescriptors(_ descriptors: [Descriptor]) { state.withLock { $0.descriptors = descriptors } }
-}
-
-public final class Descriptor: Sendable {
-    public let uuid: BluetoothUUID
-    let handle: UInt32
-    public unowned let characteristic: Characteristic
-
-    init(uuid: BluetoothUUID, handle: UInt32, characteristic: Characteristic) {
-        self.uuid = uuid
-        self.handle = handle
-        self.characteristic = characteristic
-    }
-}
-
-/// Core Bluetooth's CBPeripheral: a remote peripheral, named by the identifier the stack keeps for it.
-public final class Peripheral: Sendable {
+/// Core Bluetooth's CBPeripheral: a remote peripheral, named by the identifier the stack keeps for it. It holds its
+/// manager weakly: one that outlives its manager answers every request as misuse instead of crashing.
+public final class Peripheral: CustomStringConvertible, Sendable {
     public let identifier: UUID
     let identifierString: String
-    unowned let central: CentralManager
+    private let manager: WeakBox<CentralManager>
+    private let queue: DispatchQueue
     private struct State {
         var name: String?
         var state: PeripheralState = .disconnected
         var services: [Service]?
-        var delegate = WeakBox<AnyObject & Sendable>()
         var canSendWriteWithoutResponse = true
     }
     private let shared: Mutex<State>
+    private let delegateSlot = DelegateSlot(nil)
 
     init(identifier: String, name: String?, central: CentralManager) {
         identifierString = identifier
         self.identifier = UUID(uuidString: identifier) ?? UUID()
-        self.central = central
+        manager = WeakBox(value: central)
+        queue = central.session.delegateQueue
         shared = Mutex(State(name: name))
     }
 
     public var name: String? { shared.withLock { $0.name } }
     public var state: PeripheralState { shared.withLock { $0.state } }
-    public var services: [Service]? { shared.withLock { $0.services } }
+    public var services: [Service]? { shared.withLock { Handover($0.services) }.value }
     public var canSendWriteWithoutResponse: Bool { shared.withLock { $0.canSendWriteWithoutResponse } }
     public var delegate: PeripheralDelegate? {
-        get { shared.withLock { $0.delegate.value } as? PeripheralDelegate }
-        set { shared.withLock { $0.delegate.value = newValue } }
+        get { delegateSlot.object as? PeripheralDelegate }
+        set { delegateSlot.set(newValue) }
     }
 
-    func setName(_ name: String) { shared.withLock { $0.name = name } }
+    public var description: String { "<Peripheral \(identifier) \(name.map { "'\($0)' " } ?? "")\(state)>" }
+
+    /// A new name heard (a scan response, a GAP read): the delegate hears of a change.
+    func setName(_ name: String) {
+        let changed = shared.withLock { state in
+            defer { state.name = name }
+            return state.name != nil && state.name != name
+        }
+        if changed { notify { $0.peripheralDidUpdateName(self) } }
+    }
+
     func setState(_ state: PeripheralState) { shared.withLock { $0.state = state } }
     func disconnected() {
         shared.withLock { state in
@@ -127,13 +96,25 @@ public final class Peripheral: Sendable {
         for service in services ?? [] { for characteristic in service.characteristics ?? [] { characteristic.setNotifying(false) } }
     }
 
-    private func notify(_ body: @escaping @Sendable (PeripheralDelegate) -> Void) {
-        guard let delegate else { return }
-        central.delegateQueue.async { body(delegate) }
+    private func notify(_ body: @escaping (PeripheralDelegate) -> Void) {
+        delegateSlot.call(PeripheralDelegate.self, on: queue, body)
+    }
+
+    /// An answer that needs no request: after what is queued on the delegate queue, as an answer would come.
+    private func later(_ body: @escaping @Sendable () -> Void) { queue.async(execute: body) }
+
+    private func managerGone() -> BerylError {
+        let error = BerylError.apiMisuse("peripheral \(identifier) is used after its central manager was released")
+        try? FileHandle.standardError.write(contentsOf: Data("Beryl: \(error)\n".utf8))
+        return error
     }
 
     /// One GATT operation through managerd, answered on the session's queue.
     private func gatt(_ build: (inout Beryl_Ipc_V1_AttRequest) -> Void, completion: @escaping @Sendable (Result<Beryl_Ipc_V1_AttResponse, BerylError>) -> Void) {
+        guard let central = manager.value else {
+            let error = managerGone()
+            return later { completion(.failure(error)) }
+        }
         var operation = Beryl_Ipc_V1_AttRequest()
         build(&operation)
         central.channel.request(.manager { $0.gatt = .with { $0.peripheral = identifierString; $0.request = operation } }) { result in
@@ -145,9 +126,9 @@ public final class Peripheral: Sendable {
 
     /// Discovers the services (all, or those given) with their characteristics and descriptors in one pass; the
     /// characteristic and descriptor discovery calls then answer from it.
-    public func discoverServices(_ uuids: [BluetoothUUID]?) {
-        discoverAll(uuids) { [self] result in
-            let error: BerylError? = if case .failure(let failure) = result { failure } else { nil }
+    public func discoverServices(_ serviceUUIDs: [BluetoothUUID]?) {
+        discoverAll(serviceUUIDs) { [self] result in
+            let error: Error? = if case .failure(let failure) = result { failure.coreBluetoothError } else { nil }
             notify { $0.peripheral(self, didDiscoverServices: error) }
         }
     }
@@ -156,7 +137,7 @@ public final class Peripheral: Sendable {
     /// meaning): the services with their characteristics, descriptors and included services.
     public func services(discovering uuids: [BluetoothUUID]?) async throws -> [Service] {
         try await withCheckedThrowingContinuation { continuation in
-            discoverAll(uuids) { continuation.resume(with: $0.mapError { $0 as any Error }) }
+            discoverAll(uuids) { continuation.resume(with: $0.mapError { $0.coreBluetoothError }) }
         }
     }
 
@@ -164,17 +145,18 @@ public final class Peripheral: Sendable {
     @discardableResult
     func adopt(_ database: Beryl_Ipc_V1_GattDatabase) -> [Service] {
         let services = database.services.map { info -> Service in
-            let service = Service(uuid: BluetoothUUID(info.uuid) ?? BluetoothUUID(0), isPrimary: true, range: info.startHandle...max(info.startHandle, info.endHandle),
-                                  peripheral: self)
+            let service = Service(uuid: BluetoothUUID(info.uuid) ?? BluetoothUUID(0), isPrimary: true,
+                                  range: info.startHandle...max(info.startHandle, info.endHandle), peripheral: self)
             let characteristics = info.characteristics.map { item -> Characteristic in
                 let characteristic = Characteristic(uuid: BluetoothUUID(item.uuid) ?? BluetoothUUID(0),
                                                     properties: CharacteristicProperties(rawValue: UInt8(truncatingIfNeeded: item.properties)),
-                                                    valueHandle: item.valueHandle, service: service)
-                characteristic.setDescriptors(item.descriptors.map { Descriptor(uuid: BluetoothUUID($0.uuid) ?? BluetoothUUID(0), handle: $0.handle,
-                                                                                characteristic: characteristic) })
+                                                    value: nil, valueHandle: item.valueHandle, service: service)
+                characteristic.setDescriptors(item.descriptors.map {
+                    Descriptor(uuid: BluetoothUUID($0.uuid) ?? BluetoothUUID(0), value: nil, handle: $0.handle, characteristic: characteristic)
+                })
                 return characteristic
             }
-            service.set(characteristics: characteristics, included: [])
+            service.with { $0.characteristics = characteristics; $0.included = [] }
             return service
         }
         // An included service is the discovered one at its handles, or a secondary service (primary discovery
@@ -185,9 +167,10 @@ public final class Peripheral: Sendable {
                     ?? Service(uuid: BluetoothUUID(entry.uuid) ?? BluetoothUUID(0), isPrimary: false,
                                range: entry.startHandle...max(entry.startHandle, entry.endHandle), peripheral: self)
             }
-            service.set(characteristics: service.characteristics ?? [], included: included)
+            service.with { $0.included = included }
         }
-        shared.withLock { $0.services = services }
+        let handed = Handover(services)
+        shared.withLock { $0.services = handed.value }
         return services
     }
 
@@ -195,16 +178,15 @@ public final class Peripheral: Sendable {
         gatt({ $0.gattDiscover.serviceUuids = (uuids ?? []).map(\.description) }) { [self] result in
             switch result {
             case .failure(let error): completion(.failure(error))
-            case .success(let response):
-                let services = self.adopt(response.gattDatabase)
-                completion(.success(services))
+            case .success(let response): completion(.success(self.adopt(response.gattDatabase)))
             }
         }
     }
 
-    public func discoverCharacteristics(_ uuids: [BluetoothUUID]?, for service: Service) {
-        central.delegateQueue.async { [self] in
-            if let uuids { service.set(characteristics: (service.characteristics ?? []).filter { uuids.contains($0.uuid) }, included: service.includedServices ?? []) }
+    public func discoverCharacteristics(_ characteristicUUIDs: [BluetoothUUID]?, for service: Service) {
+        let filter = Handover(characteristicUUIDs)
+        later { [self] in
+            if let uuids = filter.value { service.with { $0.characteristics = $0.characteristics?.filter { uuids.contains($0.uuid) } } }
             notify { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: nil) }
         }
     }
@@ -213,9 +195,10 @@ public final class Peripheral: Sendable {
         notify { $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: nil) }
     }
 
-    public func discoverIncludedServices(_ uuids: [BluetoothUUID]?, for service: Service) {
-        central.delegateQueue.async { [self] in
-            if let uuids { service.set(characteristics: service.characteristics ?? [], included: (service.includedServices ?? []).filter { uuids.contains($0.uuid) }) }
+    public func discoverIncludedServices(_ includedServiceUUIDs: [BluetoothUUID]?, for service: Service) {
+        let filter = Handover(includedServiceUUIDs)
+        later { [self] in
+            if let uuids = filter.value { service.with { $0.included = $0.included?.filter { uuids.contains($0.uuid) } } }
             notify { $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: nil) }
         }
     }
@@ -224,7 +207,7 @@ public final class Peripheral: Sendable {
 
     public func readValue(for characteristic: Characteristic) {
         readValue(characteristic) { [self] result in
-            let error: BerylError? = if case .failure(let failure) = result { failure } else { nil }
+            let error: Error? = if case .failure(let failure) = result { failure.coreBluetoothError } else { nil }
             notify { $0.peripheral(self, didUpdateValueFor: characteristic, error: error) }
         }
     }
@@ -232,7 +215,7 @@ public final class Peripheral: Sendable {
     private func readValue(_ characteristic: Characteristic, completion: @escaping @Sendable (Result<Data, BerylError>) -> Void) {
         // Core Bluetooth's API misuse: reading what does not say it can be read.
         guard characteristic.properties.contains(.read) else {
-            return central.delegateQueue.async { completion(.failure(.att(code: 0x02, message: "the characteristic has no read property"))) }
+            return later { completion(.failure(.att(code: 0x02, message: "the characteristic has no read property"))) }
         }
         gatt({ $0.gattRead.handle = characteristic.valueHandle }) { result in
             switch result {
@@ -247,40 +230,38 @@ public final class Peripheral: Sendable {
 
     public func readValue(for characteristic: Characteristic) async throws -> Data {
         try await withCheckedThrowingContinuation { continuation in
-            readValue(characteristic) { continuation.resume(with: $0) }
+            readValue(characteristic) { continuation.resume(with: $0.mapError { $0.coreBluetoothError }) }
         }
     }
 
-    public func writeValue(_ data: Data, for characteristic: Characteristic, type: WriteType) {
+    public func writeValue(_ data: Data, for characteristic: Characteristic, type: CharacteristicWriteType) {
         writeValue(data, characteristic, type) { [self] result in
             guard type == .withResponse else { return }
-            let error: BerylError? = if case .failure(let failure) = result { failure } else { nil }
+            let error: Error? = if case .failure(let failure) = result { failure.coreBluetoothError } else { nil }
             notify { $0.peripheral(self, didWriteValueFor: characteristic, error: error) }
         }
     }
 
-    private func writeValue(_ data: Data, _ characteristic: Characteristic, _ type: WriteType, completion: @escaping @Sendable (Result<Void, BerylError>) -> Void) {
+    private func writeValue(_ data: Data, _ characteristic: Characteristic, _ type: CharacteristicWriteType,
+                            completion: @escaping @Sendable (Result<Void, BerylError>) -> Void) {
         let allowed = type == .withResponse ? characteristic.properties.contains(.write) : characteristic.properties.contains(.writeWithoutResponse)
         guard allowed else {
-            return central.delegateQueue.async {
+            return later {
                 completion(.failure(.att(code: 0x03, message: "the characteristic has no \(type == .withResponse ? "write" : "writeWithoutResponse") property")))
             }
         }
         gatt({ $0.gattWrite = .with { $0.handle = characteristic.valueHandle; $0.value = data; $0.withoutResponse = type == .withoutResponse } }) { [self] result in
-            switch result {
-            case .success: completion(.success(()))
-            case .failure(.failed(let message)) where type == .withoutResponse && message.contains("busy"):
+            if case .failure(.busy) = result, type == .withoutResponse {
                 // The link's transmit queue is full: canSendWriteWithoutResponse turns false until peripheralIsReady.
                 shared.withLock { $0.canSendWriteWithoutResponse = false }
-                completion(.failure(.failed(message)))
-            case .failure(let error): completion(.failure(error))
             }
+            completion(result.map { _ in () })
         }
     }
 
-    public func writeValue(_ data: Data, for characteristic: Characteristic, type: WriteType = .withResponse) async throws {
+    public func writeValue(_ data: Data, for characteristic: Characteristic, type: CharacteristicWriteType = .withResponse) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            writeValue(data, characteristic, type) { continuation.resume(with: $0.mapError { $0 as any Error }) }
+            writeValue(data, characteristic, type) { continuation.resume(with: $0.mapError { $0.coreBluetoothError }) }
         }
     }
 
@@ -289,17 +270,49 @@ public final class Peripheral: Sendable {
     public func writeValuesReliably(_ writes: [(Characteristic, Data)]) async throws {
         guard !writes.isEmpty else { return }
         if let refused = writes.first(where: { !$0.0.properties.contains(.write) }) {
-            throw BerylError.att(code: 0x03, message: "\(refused.0.uuid) has no write property")
+            throw ATTError(.writeNotPermitted, message: "\(refused.0.uuid) has no write property")
         }
+        let parts = writes.map { characteristic, value in Beryl_Ipc_V1_AttWrite.with { $0.handle = characteristic.valueHandle; $0.value = value } }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            gatt({ $0.gattReliableWrite.writes = writes.map { characteristic, value in .with { $0.handle = characteristic.valueHandle; $0.value = value } } }) { result in
-                continuation.resume(with: result.map { _ in () }.mapError { $0 as any Error })
+            gatt({ $0.gattReliableWrite.writes = parts }) { result in
+                continuation.resume(with: result.map { _ in () }.mapError { $0.coreBluetoothError })
             }
+        }
+    }
+
+    /// A descriptor's value, read from the peer (the Client Characteristic Configuration included).
+    public func readValue(for descriptor: Descriptor) {
+        gatt({ $0.gattRead.handle = descriptor.handle }) { [self] result in
+            var error: Error?
+            switch result {
+            case .success(let response): descriptor.setValue(bytes: response.gattValue.value)
+            case .failure(let failure): error = failure.coreBluetoothError
+            }
+            notify { $0.peripheral(self, didUpdateValueFor: descriptor, error: error) }
+        }
+    }
+
+    /// Writes a descriptor. As in Core Bluetooth, the Client Characteristic Configuration is set with
+    /// `setNotifyValue(_:for:)`, not written.
+    public func writeValue(_ data: Data, for descriptor: Descriptor) {
+        guard descriptor.uuid != BluetoothUUID(0x2902) else {
+            let error = ATTError(.writeNotPermitted, message: "the Client Characteristic Configuration is written by setNotifyValue(_:for:)")
+            manager.value?.session.misuse.report(.apiMisuse(error.message))
+            return notify { $0.peripheral(self, didWriteValueFor: descriptor, error: error) }
+        }
+        gatt({ $0.gattWrite = .with { $0.handle = descriptor.handle; $0.value = data } }) { [self] result in
+            var error: Error?
+            switch result {
+            case .success: descriptor.setValue(bytes: data)
+            case .failure(let failure): error = failure.coreBluetoothError
+            }
+            notify { $0.peripheral(self, didWriteValueFor: descriptor, error: error) }
         }
     }
 
     public func setNotifyValue(_ enabled: Bool, for characteristic: Characteristic) {
         setNotify(enabled, characteristic) { [self] error in
+            let error = error?.coreBluetoothError
             notify { $0.peripheral(self, didUpdateNotificationStateFor: characteristic, error: error) }
         }
     }
@@ -309,14 +322,14 @@ public final class Peripheral: Sendable {
     public func setNotifying(_ enabled: Bool, for characteristic: Characteristic) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             setNotify(enabled, characteristic) { error in
-                if let error { continuation.resume(throwing: error) } else { continuation.resume() }
+                if let error { continuation.resume(throwing: error.coreBluetoothError) } else { continuation.resume() }
             }
         }
     }
 
     private func setNotify(_ enabled: Bool, _ characteristic: Characteristic, completion: @escaping @Sendable (BerylError?) -> Void) {
         guard !characteristic.properties.isDisjoint(with: [.notify, .indicate]) else {
-            return central.delegateQueue.async { completion(.att(code: 0x06, message: "the characteristic neither notifies nor indicates")) }
+            return later { completion(.att(code: 0x06, message: "the characteristic neither notifies nor indicates")) }
         }
         let cccd = characteristic.descriptors?.first { $0.uuid == BluetoothUUID(0x2902) }?.handle ?? characteristic.valueHandle + 1
         let indicate = !characteristic.properties.contains(.notify) && characteristic.properties.contains(.indicate)
@@ -328,19 +341,38 @@ public final class Peripheral: Sendable {
     }
 
     public func readRSSI() {
+        guard let central = manager.value else {
+            let error = managerGone().coreBluetoothError
+            return notify { $0.peripheral(self, didReadRSSI: NSNumber(value: 127), error: error) }
+        }
         central.channel.request(.manager { $0.readRssi.peripheral = identifierString }) { [self] result in
             switch result {
-            case .success(let response): notify { $0.peripheral(self, didReadRSSI: Int(response.manager.rssi.rssi), error: nil) }
-            case .failure(let error): notify { $0.peripheral(self, didReadRSSI: 127, error: error) }
+            case .success(let response):
+                let rssi = NSNumber(value: response.manager.rssi.rssi)
+                notify { $0.peripheral(self, didReadRSSI: rssi, error: nil) }
+            case .failure(let failure):
+                let error = failure.coreBluetoothError
+                notify { $0.peripheral(self, didReadRSSI: NSNumber(value: 127), error: error) }
             }
         }
     }
 
-    /// The most one write of this type carries (512 with response; ATT_MTU - 3 without).
-    public func maximumWriteValueLength(for type: WriteType) -> Int {
+    /// The most one write of this type carries (512 with response; ATT_MTU - 3 without). With no stack to ask, the
+    /// app is told (misuse handler) and gets the least any link carries.
+    public func maximumWriteValueLength(for type: CharacteristicWriteType) -> Int {
+        let least = type == .withResponse ? 512 : 20
+        guard let central = manager.value else {
+            _ = managerGone()
+            return least
+        }
         let result = central.channel.call(.manager { $0.maximumWriteLength = .with { $0.peripheral = identifierString; $0.withoutResponse = type == .withoutResponse } })
-        guard case .success(let response) = result else { return type == .withResponse ? 512 : 20 }
-        return Int(response.manager.maximumWriteLength.length)
+        switch result {
+        case .success(let response):
+            return Int(response.manager.maximumWriteLength.length)
+        case .failure(let error):
+            central.session.misuse.report(.failed("maximumWriteValueLength(for:) could not reach the stack (\(error)); answering \(least)"))
+            return least
+        }
     }
 
     // MARK: From managerd
@@ -353,11 +385,11 @@ public final class Peripheral: Sendable {
 
     func servicesChanged(_ change: Beryl_Ipc_V1_GattServiceChanged) {
         let range = change.startHandle...max(change.startHandle, change.endHandle)
-        let invalidated = shared.withLock { state -> [Service] in
+        let invalidated = shared.withLock { state -> Handover<[Service]> in
             let gone = (state.services ?? []).filter { $0.range.overlaps(range) }
             state.services?.removeAll { $0.range.overlaps(range) }
-            return gone
-        }
+            return Handover(gone)
+        }.value
         notify { $0.peripheral(self, didModifyServices: invalidated) }
     }
 
@@ -365,4 +397,8 @@ public final class Peripheral: Sendable {
         shared.withLock { $0.canSendWriteWithoutResponse = true }
         notify { $0.peripheralIsReady(toSendWriteWithoutResponse: self) }
     }
+}
+
+struct WeakBox<T: AnyObject & Sendable>: Sendable {
+    weak var value: T?
 }

@@ -3,103 +3,31 @@ import Dispatch
 import Foundation
 import Synchronization
 
-/// Core Bluetooth's CBPeripheralManagerDelegate.
-public protocol PeripheralManagerDelegate: AnyObject, Sendable {
+/// Core Bluetooth's CBPeripheralManagerDelegate. Called on the queue given to the manager (the main queue for nil;
+/// see Confinement.swift). Every method has Core Bluetooth's exact signature; all but the state update are optional.
+public protocol PeripheralManagerDelegate: AnyObject {
     func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager)
-    func peripheralManager(_ peripheral: PeripheralManager, didAdd service: MutableService, error: BerylError?)
-    func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: BerylError?)
+    /// Before the first state update of a manager managerd kept while the app was not running; the dictionary has
+    /// `PeripheralManagerRestoredStateServicesKey` and `…AdvertisementDataKey`.
+    func peripheralManager(_ peripheral: PeripheralManager, willRestoreState dict: [String: Any])
+    func peripheralManager(_ peripheral: PeripheralManager, didAdd service: Service, error: Error?)
+    func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: Error?)
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: Characteristic)
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: Characteristic)
+    func peripheralManagerIsReady(toUpdateSubscribers peripheral: PeripheralManager)
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest)
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveWrite requests: [ATTRequest])
-    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: MutableCharacteristic)
-    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: MutableCharacteristic)
-    func peripheralManagerIsReady(toUpdateSubscribers peripheral: PeripheralManager)
-    /// Before the first state update of a manager managerd kept while the app was not running.
-    func peripheralManager(_ peripheral: PeripheralManager, willRestoreState state: RestoredPeripheralState)
 }
 
 public extension PeripheralManagerDelegate {
-    func peripheralManager(_ peripheral: PeripheralManager, willRestoreState state: RestoredPeripheralState) {}
-    func peripheralManager(_ peripheral: PeripheralManager, didAdd service: MutableService, error: BerylError?) {}
-    func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: BerylError?) {}
+    func peripheralManager(_ peripheral: PeripheralManager, willRestoreState dict: [String: Any]) {}
+    func peripheralManager(_ peripheral: PeripheralManager, didAdd service: Service, error: Error?) {}
+    func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: Error?) {}
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: Characteristic) {}
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: Characteristic) {}
+    func peripheralManagerIsReady(toUpdateSubscribers peripheral: PeripheralManager) {}
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest) {}
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveWrite requests: [ATTRequest]) {}
-    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: MutableCharacteristic) {}
-    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: MutableCharacteristic) {}
-    func peripheralManagerIsReady(toUpdateSubscribers peripheral: PeripheralManager) {}
-}
-
-/// A remote central, by the identifier the stack keeps for it.
-public struct Central: Sendable, Hashable {
-    public let identifier: UUID
-    /// The most one notification to it carries (ATT_MTU - 3).
-    public let maximumUpdateValueLength: Int
-}
-
-/// Core Bluetooth's CBMutableDescriptor: a fixed descriptor value, such as a Characteristic User Description (0x2901)
-/// or a Presentation Format (0x2904). The stack adds the Client Characteristic Configuration itself.
-public struct MutableDescriptor: Sendable {
-    public let uuid: BluetoothUUID
-    public let value: Data
-    public init(type uuid: BluetoothUUID, value: Data) {
-        self.uuid = uuid
-        self.value = value
-    }
-}
-
-public final class MutableCharacteristic: Sendable {
-    public let uuid: BluetoothUUID
-    public let properties: CharacteristicProperties
-    public let permissions: AttributePermissions
-    /// A value given at creation is cached (served by the stack, read-only); nil makes it dynamic (reads and writes come to the app).
-    public let value: Data?
-    private let state = Mutex<(handle: UInt32, subscribed: [Central], descriptors: [MutableDescriptor])>((0, [], []))
-
-    public init(type uuid: BluetoothUUID, properties: CharacteristicProperties, value: Data?, permissions: AttributePermissions) {
-        self.uuid = uuid
-        self.properties = properties
-        self.value = value
-        self.permissions = permissions
-    }
-
-    public var descriptors: [MutableDescriptor]? {
-        get { state.withLock { $0.descriptors } }
-        set { state.withLock { $0.descriptors = newValue ?? [] } }
-    }
-
-    public var subscribedCentrals: [Central]? { state.withLock { $0.subscribed } }
-    var valueHandle: UInt32 { state.withLock { $0.handle } }
-    func setHandle(_ handle: UInt32) { state.withLock { $0.handle = handle } }
-    func subscription(_ central: Central, on: Bool) {
-        state.withLock { state in
-            state.subscribed.removeAll { $0.identifier == central.identifier }
-            if on { state.subscribed.append(central) }
-        }
-    }
-}
-
-public final class MutableService: Sendable {
-    public let uuid: BluetoothUUID
-    public let isPrimary: Bool
-    private let state = Mutex<(characteristics: [MutableCharacteristic], start: UInt32)>(([], 0))
-
-    public init(type uuid: BluetoothUUID, primary: Bool) {
-        self.uuid = uuid
-        isPrimary = primary
-    }
-
-    public var characteristics: [MutableCharacteristic]? {
-        get { state.withLock { $0.characteristics } }
-        set { state.withLock { $0.characteristics = newValue ?? [] } }
-    }
-
-    /// Services this one includes; each must have been added already (Core Bluetooth's rule).
-    public var includedServices: [MutableService]? {
-        get { included.withLock { $0 } }
-        set { included.withLock { $0 = newValue ?? [] } }
-    }
-    private let included = Mutex<[MutableService]>([])
-    var startHandle: UInt32 { state.withLock { $0.start } }
-    func setStart(_ start: UInt32) { state.withLock { $0.start = start } }
 }
 
 final class AnswerFlag: Sendable {
@@ -109,13 +37,14 @@ final class AnswerFlag: Sendable {
 /// A read or write from a remote central, answered once with `respond(to:withResult:)`.
 public final class ATTRequest: Sendable {
     public let central: Central
-    public let characteristic: MutableCharacteristic
+    /// The published `MutableCharacteristic` the request is for.
+    public let characteristic: Characteristic
     public let offset: Int
     let id: UInt64
     private let stored: Mutex<Data?>
     private let answered: AnswerFlag
 
-    init(central: Central, characteristic: MutableCharacteristic, offset: Int, value: Data?, id: UInt64, answered: AnswerFlag = AnswerFlag()) {
+    init(central: Central, characteristic: Characteristic, offset: Int, value: Data?, id: UInt64, answered: AnswerFlag = AnswerFlag()) {
         self.central = central
         self.characteristic = characteristic
         self.offset = offset
@@ -142,12 +71,25 @@ public final class ATTRequest: Sendable {
     }
 }
 
+/// Typed advertisement data, beside Core Bluetooth's dictionary (whose only keys for advertising are the local name
+/// and the service UUIDs, as on iOS).
 public struct AdvertisingOptions: Sendable {
     public var localName: String?
     public var serviceUUIDs: [BluetoothUUID]
     public init(localName: String? = nil, serviceUUIDs: [BluetoothUUID] = []) {
         self.localName = localName
         self.serviceUUIDs = serviceUUIDs
+    }
+
+    public init(_ dictionary: [String: Any]) {
+        self.init(localName: dictionary[AdvertisementDataLocalNameKey] as? String, serviceUUIDs: dictionary.uuids(AdvertisementDataServiceUUIDsKey))
+    }
+
+    public var dictionary: [String: Any] {
+        var data: [String: Any] = [:]
+        if let localName { data[AdvertisementDataLocalNameKey] = localName }
+        if !serviceUUIDs.isEmpty { data[AdvertisementDataServiceUUIDsKey] = serviceUUIDs }
+        return data
     }
 }
 
@@ -160,10 +102,27 @@ public final class PeripheralManager: Sendable, SessionBacked {
     }
     private let shared = Mutex(State())
 
-    public init(delegate: PeripheralManagerDelegate?, queue: DispatchQueue? = nil, options: PeripheralManagerOptions = PeripheralManagerOptions(),
-                appID: String? = nil, socketPath: String? = nil) throws(BerylError) {
-        session = try ManagerSession(label: "peripheral", delegate: delegate, queue: queue, appID: appID, socketPath: socketPath)
-        session.start(restoreIdentifier: options.restoreIdentifier, role: .peripheral, events: { [weak self] in self?.handle($0) }) { [weak self] state, restored, again in
+    /// Core Bluetooth's initialiser: never fails (see `CentralManager.init(delegate:queue:options:appID:socketPath:)`).
+    /// `PeripheralManagerOptionRestoreIdentifierKey` opts into state preservation and restoration.
+    public convenience init(delegate: PeripheralManagerDelegate?, queue: DispatchQueue?, options: [String: Any]? = nil,
+                            appID: String? = nil, socketPath: String? = nil) {
+        self.init(delegate: delegate, queue: queue, restoreIdentifier: options?[PeripheralManagerOptionRestoreIdentifierKey] as? String,
+                  appID: appID, socketPath: socketPath)
+    }
+
+    /// The typed options, beside Core Bluetooth's dictionary.
+    public convenience init(delegate: PeripheralManagerDelegate?, queue: DispatchQueue?, options: PeripheralManagerOptions,
+                            appID: String? = nil, socketPath: String? = nil) {
+        self.init(delegate: delegate, queue: queue, restoreIdentifier: options.restoreIdentifier, appID: appID, socketPath: socketPath)
+    }
+
+    public convenience init() {
+        self.init(delegate: nil, queue: nil)
+    }
+
+    private init(delegate: PeripheralManagerDelegate?, queue: DispatchQueue?, restoreIdentifier: String?, appID: String?, socketPath: String?) {
+        session = ManagerSession(label: "peripheral", delegate: delegate, queue: queue, appID: appID, socketPath: socketPath)
+        session.start(restoreIdentifier: restoreIdentifier, role: .peripheral, events: { [weak self] in self?.handle($0) }) { [weak self] state, restored, again in
             guard let self else { return }
             if again {
                 // Core Bluetooth's rule after resetting: the database is cleared and advertising stopped; the app adds
@@ -187,11 +146,13 @@ public final class PeripheralManager: Sendable, SessionBacked {
             state.services = services
             state.isAdvertising = advertising != nil
         }
-        let byHandle = Dictionary(services.flatMap { $0.characteristics ?? [] }.map { ($0.valueHandle, $0) }, uniquingKeysWith: { first, _ in first })
+        let published = services.flatMap { $0.characteristics ?? [] }.compactMap { $0 as? MutableCharacteristic }
+        let byHandle = Dictionary(published.map { ($0.valueHandle, $0) }, uniquingKeysWith: { first, _ in first })
         for subscription in preserved.subscriptions {
             byHandle[subscription.valueHandle]?.subscription(central(subscription.central, Int(subscription.maximumUpdateLength)), on: true)
         }
-        notify { $0.peripheralManager(self, willRestoreState: RestoredPeripheralState(services: services, advertisementData: advertising)) }
+        let dictionary = Handover(RestoredPeripheralState(services: services, advertisementData: advertising).dictionary)
+        notify { $0.peripheralManager(self, willRestoreState: dictionary.value) }
     }
 
     /// Ends the manager for good: what managerd preserved for its restore identifier is discarded, and its services
@@ -202,15 +163,17 @@ public final class PeripheralManager: Sendable, SessionBacked {
 
     /// Answers pairing prompts (passkeys, number comparison) for links this manager uses.
     public var pairingDelegate: PairingDelegate? {
-        get { session.pairingDelegate }
-        set { session.pairingDelegate = newValue }
+        get { session.pairingSlot.object as? PairingDelegate }
+        set { session.pairingSlot.set(newValue) }
     }
 
     public var delegate: PeripheralManagerDelegate? {
-        get { session.delegate as? PeripheralManagerDelegate }
-        set { session.delegate = newValue }
+        get { session.delegateSlot.object as? PeripheralManagerDelegate }
+        set { session.delegateSlot.set(newValue) }
     }
     public var state: ManagerState { session.reportedState }
+    /// Beryl's: why the state is not poweredOn, when known.
+    public var stateReason: String? { session.stateReason }
     public var isAdvertising: Bool { shared.withLock { $0.isAdvertising } }
 
     /// Receives API misuse that has no delegate callback (answering a request twice, updating a value of a
@@ -220,34 +183,61 @@ public final class PeripheralManager: Sendable, SessionBacked {
         set { misuse.current = newValue }
     }
 
-    private func notify(_ body: @escaping @Sendable (PeripheralManagerDelegate) -> Void) {
-        guard let delegate else { return }
-        delegateQueue.async { body(delegate) }
+    private func notify(_ body: @escaping (PeripheralManagerDelegate) -> Void) {
+        session.notify(PeripheralManagerDelegate.self, body)
     }
 
     private func update(_ newState: ManagerState) {
-        session.changeState(newState) { ($0 as? PeripheralManagerDelegate)?.peripheralManagerDidUpdateState(self) }
+        session.changeState(newState, PeripheralManagerDelegate.self) { $0.peripheralManagerDidUpdateState(self) }
     }
 
     // MARK: Services
 
     public func add(_ service: MutableService) {
-        add(service) { [self] error in notify { $0.peripheralManager(self, didAdd: service, error: error) } }
+        add(service) { [self] failure in
+            let error = failure?.coreBluetoothError
+            notify { $0.peripheralManager(self, didAdd: service, error: error) }
+        }
     }
 
     public func add(_ service: MutableService) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             add(service) { error in
-                if let error { continuation.resume(throwing: error) } else { continuation.resume() }
+                if let error { continuation.resume(throwing: error.coreBluetoothError) } else { continuation.resume() }
             }
         }
     }
 
     private func add(_ service: MutableService, completion: @escaping @Sendable (BerylError?) -> Void) {
-        let characteristics = service.characteristics ?? []
-        let included = service.includedServices ?? []
+        // Core Bluetooth publishes what an app made: mutable characteristics with mutable descriptors.
+        let given = service.characteristics ?? []
+        let characteristics = given.compactMap { $0 as? MutableCharacteristic }
+        guard characteristics.count == given.count else {
+            return delegateQueue.async { completion(.apiMisuse("a published service's characteristics must be MutableCharacteristic")) }
+        }
+        let included = (service.includedServices ?? []).compactMap { $0 as? MutableService }
         if let missing = included.first(where: { $0.startHandle == 0 }) {
             return delegateQueue.async { completion(.apiMisuse("the included service \(missing.uuid) has not been added yet")) }
+        }
+        var specs: [Beryl_Ipc_V1_CharacteristicSpec] = []
+        for characteristic in characteristics {
+            var descriptors: [Beryl_Ipc_V1_DescriptorSpec] = []
+            for descriptor in characteristic.descriptors ?? [] {
+                guard descriptor is MutableDescriptor, let bytes = Descriptor.bytes(descriptor.value) else {
+                    let uuid = descriptor.uuid
+                    return delegateQueue.async { completion(.apiMisuse("descriptor \(uuid): a MutableDescriptor's value is a String, Data or NSNumber")) }
+                }
+                descriptors.append(.with { $0.uuid = descriptor.uuid.description; $0.value = bytes })
+            }
+            let value = characteristic.value
+            specs.append(.with {
+                $0.uuid = characteristic.uuid.description
+                $0.properties = UInt32(characteristic.properties.rawValue)
+                $0.permissions = UInt32(characteristic.permissions.rawValue)
+                $0.cached = value != nil
+                $0.value = value ?? Data()
+                $0.descriptors = descriptors
+            })
         }
         channel.request(.manager {
             $0.addService = .with {
@@ -256,16 +246,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
                     $0.uuid = service.uuid.description
                     $0.primary = service.isPrimary
                     $0.includedStartHandles = included.map(\.startHandle)
-                    $0.characteristics = characteristics.map { characteristic in
-                        .with {
-                            $0.uuid = characteristic.uuid.description
-                            $0.properties = UInt32(characteristic.properties.rawValue)
-                            $0.permissions = UInt32(characteristic.permissions.rawValue)
-                            $0.cached = characteristic.value != nil
-                            $0.value = characteristic.value ?? Data()
-                            $0.descriptors = (characteristic.descriptors ?? []).map { descriptor in .with { $0.uuid = descriptor.uuid.description; $0.value = descriptor.value } }
-                        }
-                    }
+                    $0.characteristics = specs
                 }
             }
         }) { [self] result in
@@ -296,6 +277,12 @@ public final class PeripheralManager: Sendable, SessionBacked {
 
     // MARK: Advertising
 
+    /// Core Bluetooth's: `AdvertisementDataLocalNameKey` and `AdvertisementDataServiceUUIDsKey` are advertised.
+    public func startAdvertising(_ advertisementData: [String: Any]?) {
+        startAdvertising(AdvertisingOptions(advertisementData ?? [:]))
+    }
+
+    /// The typed advertisement data, beside Core Bluetooth's dictionary.
     public func startAdvertising(_ options: AdvertisingOptions) {
         shared.withLock { $0.isAdvertising = true }
         channel.request(.manager {
@@ -305,8 +292,9 @@ public final class PeripheralManager: Sendable, SessionBacked {
                 $0.serviceUuids = options.serviceUUIDs.map(\.description)
             }
         }) { [self] result in
-            if case .failure(let error) = result {
+            if case .failure(let failure) = result {
                 shared.withLock { $0.isAdvertising = false }
+                let error = failure.coreBluetoothError
                 notify { $0.peripheralManagerDidStartAdvertising(self, error: error) }
             }
         }
@@ -321,13 +309,13 @@ public final class PeripheralManager: Sendable, SessionBacked {
 
     /// Answers a read or (the first of) a batch of writes; once per request. A second answer, or an answer to a
     /// write without response, is API misuse: reported to `apiMisuseHandler`, nothing sent.
-    public func respond(to request: ATTRequest, withResult result: ATTError) {
+    public func respond(to request: ATTRequest, withResult result: ATTError.Code) {
         guard request.id != 0 else { return misuse.report(.apiMisuse("a write without response takes no answer")) }
         guard request.markAnswered() else { return misuse.report(.apiMisuse("request \(request.id) was answered already")) }
         channel.request(.manager {
             $0.respond = .with {
                 $0.id = request.id
-                $0.error = UInt32(result.rawValue)
+                $0.error = UInt32(result.byte)
                 if result == .success, let value = request.value { $0.value = value }
             }
         }) { [misuse] outcome in
@@ -358,7 +346,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
     }
 
     private func characteristic(at handle: UInt32) -> MutableCharacteristic? {
-        shared.withLock { $0.services }.lazy.flatMap { $0.characteristics ?? [] }.first { $0.valueHandle == handle }
+        shared.withLock { $0.services }.lazy.flatMap { $0.characteristics ?? [] }.compactMap { $0 as? MutableCharacteristic }.first { $0.valueHandle == handle }
     }
 
     private func handle(_ event: Event) {
@@ -370,12 +358,12 @@ public final class PeripheralManager: Sendable, SessionBacked {
             }
             return
         }
-        if channel.deliverPairing(managed, to: pairingDelegate, on: delegateQueue) { return }
+        if channel.deliverPairing(managed, to: session.pairingSlot, on: delegateQueue) { return }
         switch managed.kind {
         case .stateChanged(let newState)?:
             update(ManagerState(newState))
         case .advertisingStarted(let started)?:
-            let error: BerylError? = started.error.isEmpty ? nil : .failed(started.error)
+            let error: Error? = started.error.isEmpty ? nil : BluetoothError(.unknown, message: started.error)
             if error != nil { shared.withLock { $0.isAdvertising = false } }
             notify { $0.peripheralManagerDidStartAdvertising(self, error: error) }
         case .readRequest(let read)?:
@@ -410,7 +398,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
     private func refuse(_ id: UInt64, handle: UInt32) {
         guard id != 0 else { return }
         misuse.report(.failed("request \(id) for handle \(handle), which no service of this manager has; answered Invalid Handle"))
-        channel.request(.manager { $0.respond = .with { $0.id = id; $0.error = UInt32(ATTError.invalidHandle.rawValue) } }) { _ in }
+        channel.request(.manager { $0.respond = .with { $0.id = id; $0.error = UInt32(ATTError.invalidHandle.byte) } }) { _ in }
     }
 
     private func central(_ identifier: String, _ maximum: Int) -> Central {

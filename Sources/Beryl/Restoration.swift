@@ -15,20 +15,63 @@ public struct PeripheralManagerOptions: Sendable {
     public init(restoreIdentifier: String? = nil) { self.restoreIdentifier = restoreIdentifier }
 }
 
-/// What a restored central manager gets back (willRestoreState's dictionary): its peripherals, with the services,
-/// characteristics and notifying state the app had found, and its scan.
+/// What a restored central manager gets back (willRestoreState's dictionary, typed): its peripherals, with the
+/// services, characteristics and notifying state the app had found, and its scan.
 public struct RestoredCentralState: Sendable {
     public let peripherals: [Peripheral]
     /// The scan's services (nil: every peripheral) when the manager was scanning.
     public let scanServices: [BluetoothUUID]?
     public let scanOptions: ScanOptions?
     public let isScanning: Bool
+
+    init(peripherals: [Peripheral], scanServices: [BluetoothUUID]?, scanOptions: ScanOptions?, isScanning: Bool) {
+        self.peripherals = peripherals
+        self.scanServices = scanServices
+        self.scanOptions = scanOptions
+        self.isScanning = isScanning
+    }
+
+    /// Reads willRestoreState's dictionary.
+    public init(_ dictionary: [String: Any]) {
+        peripherals = dictionary[CentralManagerRestoredStatePeripheralsKey] as? [Peripheral] ?? []
+        scanServices = dictionary[CentralManagerRestoredStateScanServicesKey] as? [BluetoothUUID]
+        let options = dictionary[CentralManagerRestoredStateScanOptionsKey] as? [String: Any]
+        scanOptions = options.map { ScanOptions($0) }
+        isScanning = options != nil
+    }
+
+    /// As Core Bluetooth gives it: only the keys that apply.
+    public var dictionary: [String: Any] {
+        var dictionary: [String: Any] = [:]
+        if !peripherals.isEmpty { dictionary[CentralManagerRestoredStatePeripheralsKey] = peripherals }
+        if let scanServices { dictionary[CentralManagerRestoredStateScanServicesKey] = scanServices }
+        if let scanOptions { dictionary[CentralManagerRestoredStateScanOptionsKey] = scanOptions.dictionary }
+        return dictionary
+    }
 }
 
-/// What a restored peripheral manager gets back: its published services (with their handles) and advertising.
+/// What a restored peripheral manager gets back (willRestoreState's dictionary, typed): its published services
+/// (with their handles) and advertising.
 public struct RestoredPeripheralState: Sendable {
     public let services: [MutableService]
     public let advertisementData: AdvertisingOptions?
+
+    init(services: [MutableService], advertisementData: AdvertisingOptions?) {
+        self.services = services
+        self.advertisementData = advertisementData
+    }
+
+    public init(_ dictionary: [String: Any]) {
+        services = dictionary[PeripheralManagerRestoredStateServicesKey] as? [MutableService] ?? []
+        advertisementData = (dictionary[PeripheralManagerRestoredStateAdvertisementDataKey] as? [String: Any]).map { AdvertisingOptions($0) }
+    }
+
+    public var dictionary: [String: Any] {
+        var dictionary: [String: Any] = [:]
+        if !services.isEmpty { dictionary[PeripheralManagerRestoredStateServicesKey] = services }
+        if let advertisementData { dictionary[PeripheralManagerRestoredStateAdvertisementDataKey] = advertisementData.dictionary }
+        return dictionary
+    }
 }
 
 /// Why the process was launched (UIApplicationLaunchOptionsBluetoothCentralsKey and ...PeripheralsKey): the
@@ -46,6 +89,15 @@ public struct LaunchOptions: Sendable, Equatable {
     }
 
     public var isRelaunch: Bool { !centrals.isEmpty || !peripherals.isEmpty }
+
+    /// As iOS gives an app its launch options: `ApplicationLaunchOptionsBluetoothCentralsKey` and
+    /// `…PeripheralsKey` with the restore identifiers, present only for a relaunch.
+    public var dictionary: [String: Any] {
+        var options: [String: Any] = [:]
+        if !centrals.isEmpty { options[ApplicationLaunchOptionsBluetoothCentralsKey] = centrals }
+        if !peripherals.isEmpty { options[ApplicationLaunchOptionsBluetoothPeripheralsKey] = peripherals }
+        return options
+    }
 }
 
 /// What an app tells the stack about itself (iOS knows it from UIApplication): in the foreground, or in the
@@ -112,7 +164,9 @@ extension MutableService {
                                                        properties: CharacteristicProperties(rawValue: UInt8(truncatingIfNeeded: item.properties)),
                                                        value: item.cached ? item.value : nil,
                                                        permissions: AttributePermissions(rawValue: UInt8(truncatingIfNeeded: item.permissions)))
-            characteristic.descriptors = item.descriptors.compactMap { descriptor in BluetoothUUID(descriptor.uuid).map { MutableDescriptor(type: $0, value: descriptor.value) } }
+            characteristic.descriptors = item.descriptors.compactMap { descriptor in
+                BluetoothUUID(descriptor.uuid).map { MutableDescriptor(type: $0, value: Descriptor.typed(descriptor.value, for: $0)) }
+            }
             characteristic.setHandle(handle)
             return characteristic
         }

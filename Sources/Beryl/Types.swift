@@ -5,9 +5,9 @@
 import BerylIPC
 import Foundation
 
-/// Core Bluetooth's manager states.
-public enum ManagerState: Sendable, Equatable {
-    case unknown, resetting, unsupported, unauthorized, poweredOff, poweredOn
+/// Core Bluetooth's CBManagerState, with Apple's raw values.
+public enum ManagerState: Int, Sendable, Equatable {
+    case unknown = 0, resetting = 1, unsupported = 2, unauthorized = 3, poweredOff = 4, poweredOn = 5
 
     init(_ state: Beryl_Ipc_V1_ControllerState) {
         switch state {
@@ -21,31 +21,12 @@ public enum ManagerState: Sendable, Equatable {
     }
 }
 
-public enum WriteType: Sendable {
-    case withResponse, withoutResponse
+/// Core Bluetooth's CBCharacteristicWriteType.
+public enum CharacteristicWriteType: Int, Sendable {
+    case withResponse = 0, withoutResponse = 1
 }
 
-/// ATT error codes an app answers requests with (Core Vol 3 Part F §3.4.1.1), Core Bluetooth's CBATTError.Code.
-public enum ATTError: UInt8, Error, Sendable {
-    case success = 0x00
-    case invalidHandle = 0x01
-    case readNotPermitted = 0x02
-    case writeNotPermitted = 0x03
-    case invalidPdu = 0x04
-    case insufficientAuthentication = 0x05
-    case requestNotSupported = 0x06
-    case invalidOffset = 0x07
-    case insufficientAuthorization = 0x08
-    case prepareQueueFull = 0x09
-    case attributeNotFound = 0x0A
-    case attributeNotLong = 0x0B
-    case insufficientEncryptionKeySize = 0x0C
-    case invalidAttributeValueLength = 0x0D
-    case unlikelyError = 0x0E
-    case insufficientEncryption = 0x0F
-    case unsupportedGroupType = 0x10
-    case insufficientResources = 0x11
-}
+public typealias WriteType = CharacteristicWriteType
 
 /// What a scan heard: Core Bluetooth's advertisement data keys.
 public struct AdvertisementData: Sendable, Equatable {
@@ -68,13 +49,19 @@ public struct AdvertisementData: Sendable, Equatable {
         txPowerLevel = info.txPowerKnown ? Int(info.txPowerLevel) : nil
         isConnectable = info.connectable
     }
-}
 
-/// One scan result.
-public struct Discovery: Sendable {
-    public let peripheral: Peripheral
-    public let advertisementData: AdvertisementData
-    public let rssi: Int
+    /// As Core Bluetooth's didDiscover gives it: only the keys that were heard, with its value types.
+    public var dictionary: [String: Any] {
+        var data: [String: Any] = [AdvertisementDataIsConnectable: NSNumber(value: isConnectable)]
+        if let localName { data[AdvertisementDataLocalNameKey] = localName }
+        if !serviceUUIDs.isEmpty { data[AdvertisementDataServiceUUIDsKey] = serviceUUIDs }
+        if !overflowServiceUUIDs.isEmpty { data[AdvertisementDataOverflowServiceUUIDsKey] = overflowServiceUUIDs }
+        if !solicitedServiceUUIDs.isEmpty { data[AdvertisementDataSolicitedServiceUUIDsKey] = solicitedServiceUUIDs }
+        if !serviceData.isEmpty { data[AdvertisementDataServiceDataKey] = serviceData }
+        if let manufacturerData { data[AdvertisementDataManufacturerDataKey] = manufacturerData }
+        if let txPowerLevel { data[AdvertisementDataTxPowerLevelKey] = NSNumber(value: txPowerLevel) }
+        return data
+    }
 }
 
 extension Request {

@@ -211,7 +211,7 @@ extension FaultLab {
                 $0.manager.gatt.request.gattWrite = .with { $0.handle = handle; $0.value = Data(repeating: 0xA5, count: 600) }
             }, timeout: .seconds(20))
             failures.append("a 600-byte write on the wire succeeded")
-        } catch .remote(_, let message, _) {
+        } catch .remote(_, let message, _, _) {
             if !message.contains("0xd") && !message.localizedCaseInsensitiveContains("length") { failures.append("a 600-byte write on the wire: \(message)") }
         } catch {
             failures.append("a 600-byte write on the wire: \(error)")
@@ -240,7 +240,7 @@ extension FaultLab {
             do {
                 _ = try client.call(request, timeout: .seconds(20))
                 failures.append("a \(write ? "write" : "read") of dead handle 0x\(String(handle, radix: 16)) succeeded")
-            } catch .remote(_, let message, _) {
+            } catch .remote(_, let message, _, _) {
                 if !message.contains("0x1 ") && !message.lowercased().contains("invalid handle") {
                     failures.append("dead handle 0x\(String(handle, radix: 16)): \(message), not Invalid Handle")
                 }

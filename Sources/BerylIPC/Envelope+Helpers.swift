@@ -11,11 +11,13 @@ public typealias IPCErrorCode = Beryl_Ipc_V1_ErrorCode
 public typealias IPCErrorMessage = Beryl_Ipc_V1_Error
 
 extension Response {
-    public static func error(_ code: IPCErrorCode, _ message: String, field: String = "") -> Response {
+    public static func error(_ code: IPCErrorCode, _ message: String, field: String = "", detail: RemoteDetail = RemoteDetail()) -> Response {
         var error = IPCErrorMessage()
         error.code = code
         error.message = message
         error.field = field
+        error.attError = UInt32(detail.attError)
+        error.bluetoothError = detail.bluetoothError
         var response = Response()
         response.error = error
         return response

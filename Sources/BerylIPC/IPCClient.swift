@@ -3,12 +3,28 @@ import SwiftProtobuf
 import Glibc
 #endif
 
+/// The typed codes an error carries beside its IPC code: the ATT error a peer answered with and what the failure
+/// is in Core Bluetooth's terms. Forwarded as they are, never recovered from the message.
+public struct RemoteDetail: Equatable, Sendable {
+    public var attError: UInt8
+    public var bluetoothError: Beryl_Ipc_V1_BluetoothErrorCode
+
+    public init(attError: UInt8 = 0, bluetoothError: Beryl_Ipc_V1_BluetoothErrorCode = .unspecified) {
+        self.attError = attError
+        self.bluetoothError = bluetoothError
+    }
+
+    public init(_ error: IPCErrorMessage) {
+        self.init(attError: UInt8(truncatingIfNeeded: error.attError), bluetoothError: error.bluetoothError)
+    }
+}
+
 public enum IPCClientError: Error, Equatable, Sendable, CustomStringConvertible {
     case connect(IPCSocketError)
     case timedOut(requestID: UInt64)
     case closed
     case malformedResponse
-    case remote(code: IPCErrorCode, message: String, field: String)
+    case remote(code: IPCErrorCode, message: String, field: String, detail: RemoteDetail = RemoteDetail())
 
     public var description: String {
         switch self {
@@ -16,7 +32,7 @@ public enum IPCClientError: Error, Equatable, Sendable, CustomStringConvertible 
         case .timedOut(let id): "no response to request \(id) in time"
         case .closed: "the daemon closed the connection"
         case .malformedResponse: "the daemon sent a datagram that is not an Envelope"
-        case .remote(let code, let message, let field): "\(code): \(message)\(field.isEmpty ? "" : " (field \(field))")"
+        case .remote(let code, let message, let field, _): "\(code): \(message)\(field.isEmpty ? "" : " (field \(field))")"
         }
     }
 }
@@ -50,7 +66,7 @@ public final class IPCClient {
             let envelope = try receive(timeout: timeout, requestID: id)
             if envelope.requestID == id, case .response(let response)? = envelope.body {
                 if case .error(let error)? = response.kind {
-                    throw .remote(code: error.code, message: error.message, field: error.field)
+                    throw .remote(code: error.code, message: error.message, field: error.field, detail: RemoteDetail(error))
                 }
                 return response
             }

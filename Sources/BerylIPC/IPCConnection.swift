@@ -71,7 +71,7 @@ public final class IPCConnection {
                 case .response(let response)?:
                     guard let completion = pending.removeValue(forKey: envelope.requestID) else { continue }
                     if case .error(let error)? = response.kind {
-                        completion(.failure(.remote(code: error.code, message: error.message, field: error.field)))
+                        completion(.failure(.remote(code: error.code, message: error.message, field: error.field, detail: RemoteDetail(error))))
                     } else {
                         completion(.success(response))
                     }

@@ -31,8 +31,8 @@ public final class IncomingRequest {
     }
 
     @discardableResult
-    public func fail(_ code: IPCErrorCode, _ message: String, field: String = "") -> Bool {
-        respond(.error(code, message, field: field))
+    public func fail(_ code: IPCErrorCode, _ message: String, field: String = "", detail: RemoteDetail = RemoteDetail()) -> Bool {
+        respond(.error(code, message, field: field, detail: detail))
     }
 
     deinit {

@@ -93,7 +93,7 @@ public final class LabChannel: Sendable {
         case .response(let response)?:
             guard let waiting = state.withLock({ $0.pending.removeValue(forKey: envelope.requestID) }) else { return }
             if case .error(let error)? = response.kind {
-                waiting.resume(throwing: IPCClientError.remote(code: error.code, message: error.message, field: error.field))
+                waiting.resume(throwing: IPCClientError.remote(code: error.code, message: error.message, field: error.field, detail: RemoteDetail(error)))
             } else {
                 waiting.resume(returning: response)
             }

@@ -63,7 +63,7 @@ extension Request {
 extension RPCError {
     /// managerd's error codes as gRPC's (the message carries managerd's words and the field it named).
     init(_ error: IPCClientError) {
-        guard case .remote(let code, let message, let field) = error else {
+        guard case .remote(let code, let message, let field, _) = error else {
             self.init(code: .unavailable, message: "the Beryl stack is unavailable: \(error)")
             return
         }

@@ -101,7 +101,7 @@ public final class GattClientSession {
         attd?.request(request) { [unowned self] result in
             self.discovering = false
             switch result {
-            case .failure(.remote(.notFound, _, _)):
+            case .failure(.remote(.notFound, _, _, _)):
                 // attd has not seen the connection yet: its bearer_opened event (or this retry) starts discovery; the deadline bounds it.
                 _ = try? self.loop.after(.milliseconds(100)) { [unowned self] in self.discover() }
             case .failure(let error):
@@ -122,7 +122,7 @@ public final class GattClientSession {
         request.att.pair.connectionHandle = UInt32(handle)
         attd?.request(request) { [unowned self] result in
             switch result {
-            case .failure(.remote(.notFound, _, _)):
+            case .failure(.remote(.notFound, _, _, _)):
                 self.pairing = false
                 _ = try? self.loop.after(.milliseconds(100)) { [unowned self] in self.pair() }
             case .failure(let error):

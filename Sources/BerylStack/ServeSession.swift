@@ -137,7 +137,7 @@ public final class ServeSession {
                 self.advertise(from: address)
             case .failure(let error):
                 // attd learns the controller's identity when it attaches to hcid; ask again shortly.
-                if case .remote(.notReady, _, _) = error {
+                if case .remote(.notReady, _, _, _) = error {
                     _ = try? self.loop.after(.milliseconds(200)) { [unowned self] in self.advertise() }
                 } else {
                     self.fail("no private address: \(error)")

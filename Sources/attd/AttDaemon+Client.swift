@@ -126,7 +126,17 @@ extension AttDaemon {
             }
             return link
         }
-        func failATT(_ error: ATTError) { incoming.fail(.invalidArgument, "ATT error 0x\(String(error.rawValue, radix: 16)) (\(error))", field: "att_error") }
+        func failATT(_ error: ATTError, on link: LinkSession) {
+            // Waiters fail when their link closes or its bearer times out; what the app hears is that, not the stand-in code.
+            if links[link.handle] !== link {
+                incoming.fail(.notFound, "the link went down", field: "connection_handle", detail: RemoteDetail(bluetoothError: .peripheralDisconnected))
+            } else if !link.client.isUsable {
+                incoming.fail(.timeout, "the ATT transaction timed out (Core Vol 3 Part F §3.3.3)", detail: RemoteDetail(bluetoothError: .connectionTimeout))
+            } else {
+                incoming.fail(.invalidArgument, "ATT error 0x\(String(error.rawValue, radix: 16)) (\(error))", field: "att_error",
+                              detail: RemoteDetail(attError: error.rawValue))
+            }
+        }
         switch request {
         case .gattDiscover(let request):
             guard let link = link(request.connectionHandle) else { return true }
@@ -148,7 +158,7 @@ extension AttDaemon {
             discover(scope, on: link) { result in
                 switch result {
                 case .success(let database): incoming.respond(.with { $0.att.gattDatabase = database })
-                case .failure(let error): failATT(error)
+                case .failure(let error): failATT(error, on: link)
                 }
             }
         case .gattRead(let read):
@@ -157,7 +167,7 @@ extension AttDaemon {
             runProcedure(on: link, procedure.start(), { procedure.handle($0) }) { result in
                 switch result {
                 case .success(let value): incoming.respond(.with { $0.att.gattValue.value = Data(value) })
-                case .failure(let error): failATT(error)
+                case .failure(let error): failATT(error, on: link)
                 }
             }
         case .gattWrite(let write):
@@ -185,12 +195,12 @@ extension AttDaemon {
                     if case .errorResponse(_, _, let error) = response { return .failed(error) }
                     return .done(true)
                 }) { result in
-                    if case .failure(let error) = result { failATT(error) } else { incoming.respond(.with { $0.ack = .init() }) }
+                    if case .failure(let error) = result { failATT(error, on: link) } else { incoming.respond(.with { $0.ack = .init() }) }
                 }
             } else {
                 var procedure = WriteLongValue(handle: handle, value: value, mtu: link.client.mtu)
                 runProcedure(on: link, procedure.start(), { procedure.handle($0) }) { result in
-                    if case .failure(let error) = result { failATT(error) } else { incoming.respond(.with { $0.ack = .init() }) }
+                    if case .failure(let error) = result { failATT(error, on: link) } else { incoming.respond(.with { $0.ack = .init() }) }
                 }
             }
         case .gattSubscribe(let subscribe):
@@ -208,7 +218,7 @@ extension AttDaemon {
                 if case .errorResponse(_, _, let error) = response { return .failed(error) }
                 return .done(true)
             }) { result in
-                if case .failure(let error) = result { failATT(error) } else { incoming.respond(.with { $0.ack = .init() }) }
+                if case .failure(let error) = result { failATT(error, on: link) } else { incoming.respond(.with { $0.ack = .init() }) }
             }
         case .gattReadMultiple(let read):
             guard let link = link(read.connectionHandle) else { return true }
@@ -220,7 +230,7 @@ extension AttDaemon {
             runProcedure(on: link, procedure.start(), { procedure.handle($0) }) { result in
                 switch result {
                 case .success(let value): incoming.respond(.with { $0.att.gattValue.value = Data(value) })
-                case .failure(let error): failATT(error)
+                case .failure(let error): failATT(error, on: link)
                 }
             }
         case .gattReadByType(let read):
@@ -242,7 +252,7 @@ extension AttDaemon {
                     incoming.respond(.with {
                         $0.att.gattValues.values = values.map { found in .with { $0.handle = UInt32(found.handle); $0.value = Data(found.value) } }
                     })
-                case .failure(let error): failATT(error)
+                case .failure(let error): failATT(error, on: link)
                 }
             }
         case .gattReliableWrite(let write):
@@ -257,8 +267,9 @@ extension AttDaemon {
                 switch result {
                 case .success(true): incoming.respond(.with { $0.ack = .init() })
                 // An echo that came back different: the server's queue was cancelled, nothing was written.
-                case .success(false): incoming.fail(.invalidArgument, "the server echoed a part differently; the reliable write was cancelled", field: "att_error")
-                case .failure(let error): failATT(error)
+                case .success(false): incoming.fail(.invalidArgument, "the server echoed a part differently; the reliable write was cancelled", field: "att_error",
+                                                     detail: RemoteDetail(bluetoothError: .unknown))
+                case .failure(let error): failATT(error, on: link)
                 }
             }
         default:

@@ -45,7 +45,7 @@ extension AttDaemon {
             hcid?.request(request) { [unowned self] result in
                 guard var box = self.outboxes[handle] else { return }
                 box.inFlight -= 1
-                if case .failure(.remote(.busy, _, _)) = result {
+                if case .failure(.remote(.busy, _, _, _)) = result {
                     // hcid's queue is full: try again shortly, in order.
                     if isUrgent { box.urgent.insert(pdu, at: 0) } else { box.queued.insert(pdu, at: 0) }
                     if !box.retryScheduled {

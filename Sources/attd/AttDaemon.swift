@@ -199,7 +199,7 @@ final class AttDaemon {
         hcid?.request(request) { [unowned self] result in
             switch result {
             case .success: break
-            case .failure(.remote(.busy, _, _)) where self.links[handle] != nil:
+            case .failure(.remote(.busy, _, _, _)) where self.links[handle] != nil:
                 self.retryUrgent(pdu, on: handle)
             case .failure(let error):
                 self.host.logger.warning("ACL to 0x\(String(handle, radix: 16)) refused: \(error)")

@@ -100,7 +100,7 @@ struct BerylPandoraCommand: AsyncParsableCommand {
 
 extension IPCClientError {
     var isPermissionDenied: Bool {
-        if case .remote(.permissionDenied, _, _) = self { return true }
+        if case .remote(.permissionDenied, _, _, _) = self { return true }
         return false
     }
 }

@@ -15,7 +15,7 @@ struct AppCommand: ParsableCommand {
         build(&request.manager)
         do {
             return try IPCClient(path: stack.paths.socket("managerd")).call(request).manager.apps
-        } catch IPCClientError.remote(_, let message, _) {
+        } catch IPCClientError.remote(_, let message, _, _) {
             throw Output.fail(message)
         } catch {
             throw Output.fail("cannot reach managerd in \(stack.paths.runtimeDir): \(error)")

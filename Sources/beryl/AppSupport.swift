@@ -47,11 +47,11 @@ enum AppSupport {
     }
 
     /// Waits for the manager's first definite state; anything but poweredOn is a clear failure.
-    static func poweredOn(_ state: @Sendable () -> ManagerState, runtimeDir: String) async throws {
+    static func poweredOn(_ state: @Sendable () -> ManagerState, reason: @Sendable () -> String?, runtimeDir: String) async throws {
         let deadline = ContinuousClock.now + .seconds(10)
         while state() == .unknown, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
         guard state() == .poweredOn else {
-            throw Output.fail("the stack in \(runtimeDir) is not powered on (state \(state())); is `beryl up` running with a controller?")
+            throw Output.fail("the stack in \(runtimeDir) is not powered on (state \(state())\(reason().map { ": \($0)" } ?? "")); is `beryl up` running with a controller?")
         }
     }
 
@@ -97,7 +97,7 @@ struct EventPrinter: Sendable {
 
 /// Answers the library's pairing prompts for a command: a passkey given up front, --auto-accept, or the terminal;
 /// the lines are those `--direct` prints from attd's prompts.
-final class CommandPairing: PairingDelegate {
+final class CommandPairing: PairingDelegate, Sendable {
     let agent: PairingAgent
     let report: @Sendable (_ line: String, _ finished: PairingOutcome?) -> Void
 

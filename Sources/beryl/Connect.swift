@@ -51,17 +51,12 @@ struct Connect: ParsableCommand {
         }
         try AppSupport.blocking {
             let watcher = LinkWatcher()
-            let central: CentralManager
-            do {
-                central = try CentralManager(delegate: watcher, queue: DispatchQueue(label: "beryl.connect"), appID: LaunchOptions.current.appID ?? "beryl.connect",
+            let central = CentralManager(delegate: watcher, queue: DispatchQueue(label: "beryl.connect"), appID: LaunchOptions.current.appID ?? "beryl.connect",
                                              socketPath: stack.paths.socket("managerd"))
-            } catch {
-                throw Output.fail("cannot reach managerd in \(stack.paths.runtimeDir): \(error)")
-            }
-            try await AppSupport.poweredOn({ central.state }, runtimeDir: stack.paths.runtimeDir)
+            try await AppSupport.poweredOn({ central.state }, reason: { central.stateReason }, runtimeDir: stack.paths.runtimeDir)
             let peripheral = try AppSupport.peripheral(peer, on: central)
             let started = ContinuousClock.now
-            try await central.connect(peripheral, options: options)
+            try await central.connected(to: peripheral, options: options)
             connected.withLock { $0 = true }
             let rssi = await withCheckedContinuation { continuation in
                 watcher.rssiWaiter.withLock { $0 = continuation }
@@ -86,20 +81,20 @@ struct Connect: ParsableCommand {
 }
 
 /// The callbacks `beryl connect` waits on.
-final class LinkWatcher: CentralManagerDelegate, PeripheralDelegate {
+final class LinkWatcher: CentralManagerDelegate, PeripheralDelegate, Sendable {
     let rssiWaiter = Mutex<CheckedContinuation<Int, Never>?>(nil)
     private let lost = Mutex<(happened: Bool, then: (@Sendable () -> Void)?)>((false, nil))
 
     func centralManagerDidUpdateState(_ central: CentralManager) {}
 
-    func peripheral(_ peripheral: Peripheral, didReadRSSI rssi: Int, error: BerylError?) {
+    func peripheral(_ peripheral: Peripheral, didReadRSSI RSSI: NSNumber, error: Error?) {
         rssiWaiter.withLock { waiter in
-            waiter?.resume(returning: rssi)
+            waiter?.resume(returning: RSSI.intValue)
             waiter = nil
         }
     }
 
-    func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: BerylError?) {
+    func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: Error?) {
         lost.withLock { state in
             state.happened = true
             return state.then
@@ -143,14 +138,9 @@ struct Advertise: ParsableCommand {
         let uuids = service.compactMap(BluetoothUUID.init)
         try AppSupport.blocking {
             let watcher = AdvertisingWatcher()
-            let manager: PeripheralManager
-            do {
-                manager = try PeripheralManager(delegate: watcher, queue: DispatchQueue(label: "beryl.advertise"), appID: "beryl.advertise",
+            let manager = PeripheralManager(delegate: watcher, queue: DispatchQueue(label: "beryl.advertise"), appID: "beryl.advertise",
                                                 socketPath: stack.paths.socket("managerd"))
-            } catch {
-                throw Output.fail("cannot reach managerd in \(stack.paths.runtimeDir): \(error)")
-            }
-            try await AppSupport.poweredOn({ manager.state }, runtimeDir: stack.paths.runtimeDir)
+            try await AppSupport.poweredOn({ manager.state }, reason: { manager.stateReason }, runtimeDir: stack.paths.runtimeDir)
             let error = await withCheckedContinuation { continuation in
                 watcher.started.withLock { $0 = continuation }
                 manager.startAdvertising(AdvertisingOptions(localName: name, serviceUUIDs: uuids))
@@ -166,12 +156,13 @@ struct Advertise: ParsableCommand {
     }
 }
 
-final class AdvertisingWatcher: PeripheralManagerDelegate {
-    let started = Mutex<CheckedContinuation<BerylError?, Never>?>(nil)
+final class AdvertisingWatcher: PeripheralManagerDelegate, Sendable {
+    let started = Mutex<CheckedContinuation<String?, Never>?>(nil)
     func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) {}
-    func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: BerylError?) {
+    func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: Error?) {
+        let refusal = error.map { "\($0)" }
         started.withLock { waiter in
-            waiter?.resume(returning: error)
+            waiter?.resume(returning: refusal)
             waiter = nil
         }
     }

@@ -14,7 +14,7 @@ struct GATTAppFigures: Codable {
     var memory: [String: [String: UInt64]]
 }
 
-final class BenchPeripheralApp: PeripheralManagerDelegate {
+final class BenchPeripheralApp: PeripheralManagerDelegate, Sendable {
     let notifying = MutableCharacteristic(type: BluetoothUUID("B0000012-0000-1000-8000-00805F9B34FB")!, properties: .notify, value: nil, permissions: .readable)
     let dynamic = MutableCharacteristic(type: BluetoothUUID("B0000013-0000-1000-8000-00805F9B34FB")!, properties: .read, value: nil, permissions: .readable)
     let ready = DispatchSemaphore(value: 0)
@@ -24,14 +24,14 @@ final class BenchPeripheralApp: PeripheralManagerDelegate {
         request.value = Data((0..<20).map { UInt8($0) })
         peripheral.respond(to: request, withResult: .success)
     }
-    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: MutableCharacteristic) { subscribed.signal() }
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: Characteristic) { subscribed.signal() }
 }
 
-final class BenchCentralApp: CentralManagerDelegate, PeripheralDelegate {
+final class BenchCentralApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
     let ready = DispatchSemaphore(value: 0)
     let received = Mutex(0)
     func centralManagerDidUpdateState(_ central: CentralManager) { if central.state == .poweredOn { ready.signal() } }
-    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: BerylError?) {
+    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: Error?) {
         if characteristic.uuid == BluetoothUUID("B0000012-0000-1000-8000-00805F9B34FB")! { received.withLock { $0 += 1 } }
     }
 }
@@ -70,7 +70,7 @@ enum GATTAppBenchmark {
 
         let queue = DispatchQueue(label: "bench.apps")
         let peripheralApp = BenchPeripheralApp()
-        let peripheralManager = try PeripheralManager(delegate: peripheralApp, queue: queue, socketPath: "\(scratch.root)/peripheral/managerd.sock")
+        let peripheralManager = PeripheralManager(delegate: peripheralApp, queue: queue, socketPath: "\(scratch.root)/peripheral/managerd.sock")
         guard peripheralApp.ready.wait(timeout: .now() + 10) == .success else { throw Failure.step("peripheral poweredOn") }
         let service = MutableService(type: BluetoothUUID("B0000011-0000-1000-8000-00805F9B34FB")!, primary: true)
         service.characteristics = [peripheralApp.notifying, peripheralApp.dynamic]
@@ -80,7 +80,7 @@ enum GATTAppBenchmark {
         peripheralManager.startAdvertising(AdvertisingOptions(localName: "Bench", serviceUUIDs: [service.uuid]))
 
         let centralApp = BenchCentralApp()
-        let central = try CentralManager(delegate: centralApp, queue: queue, socketPath: "\(scratch.root)/central/managerd.sock")
+        let central = CentralManager(delegate: centralApp, queue: queue, socketPath: "\(scratch.root)/central/managerd.sock")
         guard centralApp.ready.wait(timeout: .now() + 10) == .success else { throw Failure.step("central poweredOn") }
         let found = Mutex<Peripheral?>(nil)
         let discovered = DispatchSemaphore(value: 0)
@@ -94,7 +94,7 @@ enum GATTAppBenchmark {
         guard discovered.wait(timeout: .now() + 10) == .success, let peripheral = found.withLock({ $0 }) else { throw Failure.step("discovery") }
         peripheral.delegate = centralApp
         let connected = DispatchSemaphore(value: 0)
-        Task { try? await central.connect(peripheral); connected.signal() }
+        Task { try? await central.connected(to: peripheral); connected.signal() }
         guard connected.wait(timeout: .now() + 10) == .success else { throw Failure.step("connect") }
         peripheral.discoverServices([service.uuid])
         let deadline = Date().addingTimeInterval(10)

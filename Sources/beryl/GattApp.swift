@@ -6,7 +6,7 @@ import Foundation
 import Synchronization
 
 /// `beryl gatt` as an app of managerd: connect through a central manager, discover, run one operation, cancel.
-final class GattApp: CentralManagerDelegate, PeripheralDelegate {
+final class GattApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
     let printer: EventPrinter
     private let notifications = Mutex<AsyncStream<(BluetoothUUID, Data)>.Continuation?>(nil)
 
@@ -14,7 +14,7 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate {
 
     func centralManagerDidUpdateState(_ central: CentralManager) {}
 
-    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: BerylError?) {
+    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: Error?) {
         // Values read with the async face also pass here; only notified ones are streamed.
         guard characteristic.isNotifying, error == nil, let value = characteristic.value else { return }
         _ = notifications.withLock { $0?.yield((characteristic.uuid, value)) }
@@ -26,13 +26,8 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate {
         let connected = Mutex(false)
         AppSupport.watchdog(seconds: timeout) { connected.withLock { $0 } ? "timed out" : "no connection to \(peer) within \(timeout) s" }
         try AppSupport.blocking {
-            let central: CentralManager
-            do {
-                central = try CentralManager(delegate: app, queue: DispatchQueue(label: "beryl.gatt"), appID: "beryl.gatt",
+            let central = CentralManager(delegate: app, queue: DispatchQueue(label: "beryl.gatt"), appID: "beryl.gatt",
                                              socketPath: stack.paths.socket("managerd"))
-            } catch {
-                throw Output.fail("cannot reach managerd in \(stack.paths.runtimeDir): \(error)")
-            }
             let pairing = CommandPairing(agent: agent) { line, outcome in
                 if let outcome {
                     printer.emit(["event": outcome.success ? "pairing-complete" : "pairing-failed", "detail": line, "reason": Int(outcome.reason)])
@@ -41,10 +36,10 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate {
                 }
             }
             central.pairingDelegate = pairing
-            try await AppSupport.poweredOn({ central.state }, runtimeDir: stack.paths.runtimeDir)
+            try await AppSupport.poweredOn({ central.state }, reason: { central.stateReason }, runtimeDir: stack.paths.runtimeDir)
             let peripheral = try AppSupport.peripheral(peer, on: central)
             peripheral.delegate = app
-            try await central.connect(peripheral)
+            try await central.connected(to: peripheral)
             connected.withLock { $0 = true }
             printer.emit(["event": "connected", "peer": peer, "identifier": peripheral.identifier.uuidString])
             defer { central.cancelPeripheralConnection(peripheral) }

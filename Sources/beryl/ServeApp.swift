@@ -7,7 +7,7 @@ import Synchronization
 
 /// `beryl serve` as an app of managerd: publishes a profile through a peripheral manager, answers reads and writes
 /// of its dynamic values (keeping the last value written), sends its periodic notifications, and advertises.
-final class ServeApp: PeripheralManagerDelegate {
+final class ServeApp: PeripheralManagerDelegate, Sendable {
     let profile: GATTProfile
     let printer: EventPrinter
     let queue = DispatchQueue(label: "beryl.serve")
@@ -29,15 +29,10 @@ final class ServeApp: PeripheralManagerDelegate {
         let printer = EventPrinter(json: json)
         let app = ServeApp(profile: profile, printer: printer)
         try AppSupport.blocking {
-            let manager: PeripheralManager
-            do {
-                manager = try PeripheralManager(delegate: app, queue: app.queue, appID: "beryl.serve", socketPath: stack.paths.socket("managerd"))
-            } catch {
-                throw Output.fail("cannot reach managerd in \(stack.paths.runtimeDir): \(error)")
-            }
+            let manager = PeripheralManager(delegate: app, queue: app.queue, appID: "beryl.serve", socketPath: stack.paths.socket("managerd"))
             let pairing = CommandPairing(agent: agent) { line, _ in printer.say(line) }
             manager.pairingDelegate = pairing
-            try await AppSupport.poweredOn({ manager.state }, runtimeDir: stack.paths.runtimeDir)
+            try await AppSupport.poweredOn({ manager.state }, reason: { manager.stateReason }, runtimeDir: stack.paths.runtimeDir)
             try await app.publish(on: manager)
             manager.startAdvertising(AdvertisingOptions(localName: profile.localName, serviceUUIDs: profile.advertise))
             await AppSupport.waitForStop(seconds: nil)
@@ -96,7 +91,7 @@ final class ServeApp: PeripheralManagerDelegate {
         if peripheral.state != .poweredOn, peripheral.state != .unknown { printer.say("the stack is \(peripheral.state)") }
     }
 
-    func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: BerylError?) {
+    func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: Error?) {
         if let error { return printer.say("advertising refused: \(error)") }
         printer.say("advertising" + (profile.localName.map { " as \"\($0)\"" } ?? ""))
     }
@@ -112,17 +107,17 @@ final class ServeApp: PeripheralManagerDelegate {
 
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveWrite requests: [ATTRequest]) {
         let refusal = state.withLock { $0.values.apply(requests.map { (ObjectIdentifier($0.characteristic), $0.offset, Array($0.value ?? Data())) }) }
-        let result = refusal.flatMap(ATTError.init(rawValue:)) ?? .success
+        let result = refusal.flatMap { ATTError.Code(rawValue: Int($0)) } ?? .success
         printer.say("write \(requests.map { "\($0.characteristic.uuid)[\($0.offset)] \($0.value?.count ?? 0) bytes" }.joined(separator: ", "))"
                     + (result == .success ? "" : " refused (0x\(String(result.rawValue, radix: 16)))"))
         if let first = requests.first, first.expectsResponse { peripheral.respond(to: first, withResult: result) }
     }
 
-    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: MutableCharacteristic) {
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: Characteristic) {
         printer.say("central subscribed to \(characteristic.uuid) (\(central.identifier))")
     }
 
-    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: MutableCharacteristic) {
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: Characteristic) {
         printer.say("central unsubscribed from \(characteristic.uuid) (\(central.identifier))")
     }
 }

@@ -32,7 +32,8 @@ extension ManagerDaemon {
             incoming.respond(.with { $0.ack = .init() })
         case .connect(let connect):
             guard let device = store?.device(connect.peripheral) else {
-                incoming.fail(.notFound, "no peripheral \(connect.peripheral) is known; scan for it or retrieve it first", field: "peripheral")
+                incoming.fail(.notFound, "no peripheral \(connect.peripheral) is known; scan for it or retrieve it first", field: "peripheral",
+                              detail: RemoteDetail(bluetoothError: .unknownDevice))
                 return
             }
             let key = ManagerKey(session: session, manager: connect.manager)
@@ -54,7 +55,8 @@ extension ManagerDaemon {
             let held = book.link(for: cancel.peripheral)?.holders.contains(key) ?? false
             let (wasHeld, actions) = book.cancel(key, identifier: cancel.peripheral)
             guard wasHeld else {
-                incoming.fail(.notFound, "this manager neither holds nor awaits \(cancel.peripheral)", field: "peripheral")
+                incoming.fail(.notFound, "this manager neither holds nor awaits \(cancel.peripheral)", field: "peripheral",
+                              detail: RemoteDetail(bluetoothError: .unknownDevice))
                 return
             }
             if let preserved = preservedManagers.first(where: { $0.session == session }) {
@@ -128,9 +130,15 @@ extension ManagerDaemon {
     }
 
     /// The link this session holds to a peripheral; fails the request (not connected) otherwise.
+    /// Requests that waited for a bearer go on: to attd now that it has it, or to their error now that it cannot.
+    func releaseAwaitingBearer(_ handle: UInt16) {
+        for resume in awaitingBearer.removeValue(forKey: handle) ?? [] { resume() }
+    }
+
     func heldLink(_ identifier: String, session: UInt64, _ incoming: IncomingRequest) -> ConnectionBook.Link? {
         guard let link = book.link(for: identifier), link.holders.contains(where: { $0.session == session }) else {
-            incoming.fail(.notFound, "peripheral \(identifier) is not connected for this app", field: "peripheral")
+            incoming.fail(.notFound, "peripheral \(identifier) is not connected for this app", field: "peripheral",
+                          detail: RemoteDetail(bluetoothError: .notConnected))
             return nil
         }
         return link
@@ -283,6 +291,7 @@ extension ManagerDaemon {
             perform(book.attemptEnded())
         case .disconnected(let handle, let reason):
             mtus[handle] = nil
+            defer { releaseAwaitingBearer(handle) }
             guard let (identifier, holders) = book.disconnected(handle: handle) else { return nil }
             discoveredServices[identifier] = nil
             var rerequested: [ConnectionBook.Action] = []
@@ -314,6 +323,12 @@ extension ManagerDaemon {
         guard let link = heldLink(operation.peripheral, session: session, incoming) else { return }
         guard let attd else {
             incoming.fail(.notReady, "attd is not reachable")
+            return
+        }
+        // attd hears of a new link from hcid as managerd does, and may not have yet: an app that asks at once (in
+        // didConnect, as the guide does) waits for the link's bearer rather than being told there is no link.
+        guard mtus[link.handle] != nil else {
+            awaitingBearer[link.handle, default: []].append { [unowned self] in forwardGatt(operation, session: session, incoming) }
             return
         }
         var request = operation.request
@@ -360,8 +375,8 @@ extension ManagerDaemon {
                     self.persist(preserved)
                 }
                 incoming.respond(.with { $0.manager.gatt = response.att })
-            case .failure(.remote(let code, let message, let field)):
-                incoming.fail(code, message, field: field)
+            case .failure(.remote(let code, let message, let field, let detail)):
+                incoming.fail(code, message, field: field, detail: detail)
             case .failure(let error):
                 incoming.fail(.notReady, "attd: \(error)")
             }

@@ -546,7 +546,7 @@ extension ManagerDaemon {
         attd.request(request) { result in
             switch result {
             case .success(let response): incoming.respond(answer(response))
-            case .failure(.remote(let code, let message, let field)): incoming.fail(code, message, field: field)
+            case .failure(.remote(let code, let message, let field, let detail)): incoming.fail(code, message, field: field, detail: detail)
             case .failure(let error): incoming.fail(.notReady, "attd: \(error)")
             }
         }

@@ -30,8 +30,8 @@ extension ManagerDaemon {
                     self.serviceSpecs[UInt16(published.startHandle)] = .with { $0.spec = add.service; $0.published = published }
                     self.republishedByApp(session)
                     incoming.respond(.with { $0.manager.serviceAdded = published })
-                case .failure(.remote(let code, let message, let field)):
-                    incoming.fail(code, message, field: field)
+                case .failure(.remote(let code, let message, let field, let detail)):
+                    incoming.fail(code, message, field: field, detail: detail)
                 case .failure(let error):
                     incoming.fail(.notReady, "attd: \(error)")
                 }
@@ -76,6 +76,12 @@ extension ManagerDaemon {
                 incoming.fail(.notFound, "request \(answer.id) is not waiting for this app's answer (answered already, or timed out)", field: "id")
                 return
             }
+            // An ATT error code is one byte; the application range is 0x80–0x9F (Core Vol 3 Part F §3.4.1.1).
+            guard answer.error <= 0xFF else {
+                incoming.fail(.invalidArgument, "ATT error codes are one byte; \(answer.error) is not one", field: "error",
+                              detail: RemoteDetail(bluetoothError: .invalidParameters))
+                return
+            }
             openRequests[answer.id] = nil
             answerAttd(answer.id, isRead: open.isRead, value: Array(answer.value), error: answer.error)
             incoming.respond(.with { $0.ack = .init() })
@@ -91,12 +97,12 @@ extension ManagerDaemon {
                 switch result {
                 case .success:
                     incoming.respond(.with { $0.manager.updateResult.sent = true })
-                case .failure(.remote(.busy, _, _)):
+                case .failure(.remote(.busy, _, _, _)):
                     // Core Bluetooth's updateValue returning false; peripheralManagerIsReady(toUpdateSubscribers:) follows.
                     self.notifyRefused.insert(session)
                     incoming.respond(.with { $0.manager.updateResult.sent = false })
-                case .failure(.remote(let code, let message, let field)):
-                    incoming.fail(code, message, field: field)
+                case .failure(.remote(let code, let message, let field, let detail)):
+                    incoming.fail(code, message, field: field, detail: detail)
                 case .failure(let error):
                     incoming.fail(.notReady, "attd: \(error)")
                 }
@@ -111,7 +117,7 @@ extension ManagerDaemon {
             attd?.request(request) { result in
                 switch result {
                 case .success: incoming.respond(.with { $0.ack = .init() })
-                case .failure(.remote(let code, let message, let field)): incoming.fail(code, message, field: field)
+                case .failure(.remote(let code, let message, let field, let detail)): incoming.fail(code, message, field: field, detail: detail)
                 case .failure(let error): incoming.fail(.notReady, "attd: \(error)")
                 }
             }

@@ -50,6 +50,8 @@ final class ManagerDaemon {
     var discoveredServices: [String: Set<BluetoothUUID>] = [:]
     /// ATT_MTU per link, from attd's bearer events.
     var mtus: [UInt16: UInt16] = [:]
+    /// GATT requests for links whose bearer attd has not reported yet.
+    var awaitingBearer: [UInt16: [() -> Void]] = [:]
 
     // Peripheral role.
     struct PublishedService {
@@ -200,6 +202,7 @@ final class ManagerDaemon {
                 self.serviceSpecs.removeAll()
                 self.subscribers.removeAll()
                 self.openRequests.removeAll()
+                for handle in self.awaitingBearer.keys { self.releaseAwaitingBearer(handle) }
                 self.refreshState()
                 _ = try? self.host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToAttd() }
             }
@@ -336,6 +339,7 @@ final class ManagerDaemon {
         switch event.att.kind {
         case .bearerOpened(let bearer)?, .mtuChanged(let bearer)?:
             mtus[UInt16(truncatingIfNeeded: bearer.connectionHandle)] = UInt16(truncatingIfNeeded: bearer.attMtu)
+            releaseAwaitingBearer(UInt16(truncatingIfNeeded: bearer.connectionHandle))
         case .bearerClosed(let bearer)?:
             mtus[UInt16(truncatingIfNeeded: bearer.connectionHandle)] = nil
         case .gattNotification(let notification)?:

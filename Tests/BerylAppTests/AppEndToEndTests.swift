@@ -30,10 +30,10 @@ final class HeartRatePeripheral: PeripheralManagerDelegate {
     let cached = MutableCharacteristic(type: BluetoothUUID(0x2A29), properties: .read, value: Data("Beryl Labs".utf8), permissions: .readable)
 
     func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) { recorder.note("state \(peripheral.state)") }
-    func peripheralManager(_ peripheral: PeripheralManager, didAdd service: MutableService, error: BerylError?) {
+    func peripheralManager(_ peripheral: PeripheralManager, didAdd service: Service, error: Error?) {
         recorder.note("added \(service.uuid) \(error.map { "\($0)" } ?? "ok")")
     }
-    func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: BerylError?) { recorder.note("advertising \(error.map { "\($0)" } ?? "ok")") }
+    func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: Error?) { recorder.note("advertising \(error.map { "\($0)" } ?? "ok")") }
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest) {
         recorder.note("read \(request.characteristic.uuid) offset \(request.offset)")
         guard request.characteristic === location else { return peripheral.respond(to: request, withResult: .readNotPermitted) }
@@ -45,10 +45,10 @@ final class HeartRatePeripheral: PeripheralManagerDelegate {
         recorder.note("write \(requests.map { "\($0.characteristic.uuid)=\($0.value?.map { String(format: "%02x", $0) }.joined() ?? "")" }.joined(separator: ","))")
         peripheral.respond(to: requests[0], withResult: requests[0].value == Data([0xFF]) ? .writeNotPermitted : .success)
     }
-    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: MutableCharacteristic) {
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: Characteristic) {
         recorder.note("subscribed \(characteristic.uuid) max \(central.maximumUpdateValueLength)")
     }
-    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: MutableCharacteristic) {
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: Characteristic) {
         recorder.note("unsubscribed \(characteristic.uuid)")
     }
 }
@@ -57,24 +57,25 @@ final class HeartRateCentral: CentralManagerDelegate, PeripheralDelegate {
     let recorder = Recorder()
     let discovered = Mutex<[Peripheral]>([])
     func centralManagerDidUpdateState(_ central: CentralManager) { recorder.note("state \(central.state)") }
-    func centralManager(_ central: CentralManager, didDiscover peripheral: Peripheral, advertisementData: AdvertisementData, rssi: Int) {
+    func centralManager(_ central: CentralManager, didDiscover peripheral: Peripheral, advertisementData: [String: Any], rssi RSSI: NSNumber) {
         discovered.withLock { $0.append(peripheral) }
-        recorder.note("discovered \(advertisementData.localName ?? "?") \(advertisementData.serviceUUIDs.map(\.description)) rssi \(rssi)")
+        let uuids = advertisementData[AdvertisementDataServiceUUIDsKey] as? [BluetoothUUID] ?? []
+        recorder.note("discovered \(advertisementData[AdvertisementDataLocalNameKey] as? String ?? "?") \(uuids.map(\.description)) rssi \(RSSI)")
     }
     func centralManager(_ central: CentralManager, didConnect peripheral: Peripheral) { recorder.note("connected \(peripheral.identifier)") }
-    func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: BerylError?) {
+    func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: Error?) {
         recorder.note("disconnected \(error.map { "\($0)" } ?? "cleanly")")
     }
-    func peripheral(_ peripheral: Peripheral, didDiscoverServices error: BerylError?) {
+    func peripheral(_ peripheral: Peripheral, didDiscoverServices error: Error?) {
         recorder.note("services \(peripheral.services?.map(\.uuid.description) ?? []) \(error.map { "\($0)" } ?? "ok")")
     }
-    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: BerylError?) {
+    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: Error?) {
         recorder.note("value \(characteristic.uuid) \(characteristic.value?.map { String(format: "%02x", $0) }.joined() ?? "-") \(error.map { "\($0)" } ?? "")")
     }
-    func peripheral(_ peripheral: Peripheral, didWriteValueFor characteristic: Characteristic, error: BerylError?) {
+    func peripheral(_ peripheral: Peripheral, didWriteValueFor characteristic: Characteristic, error: Error?) {
         recorder.note("wrote \(characteristic.uuid) \(error.map { "\($0)" } ?? "ok")")
     }
-    func peripheral(_ peripheral: Peripheral, didUpdateNotificationStateFor characteristic: Characteristic, error: BerylError?) {
+    func peripheral(_ peripheral: Peripheral, didUpdateNotificationStateFor characteristic: Characteristic, error: Error?) {
         recorder.note("notifying \(characteristic.uuid) \(characteristic.isNotifying)")
     }
 }
@@ -82,7 +83,7 @@ final class HeartRateCentral: CentralManagerDelegate, PeripheralDelegate {
 final class IncludedServicesCentral: CentralManagerDelegate, PeripheralDelegate {
     let recorder = Recorder()
     func centralManagerDidUpdateState(_ central: CentralManager) { recorder.note("state \(central.state)") }
-    func peripheral(_ peripheral: Peripheral, didDiscoverIncludedServicesFor service: Service, error: BerylError?) {
+    func peripheral(_ peripheral: Peripheral, didDiscoverIncludedServicesFor service: Service, error: Error?) {
         recorder.note("included \(service.uuid): " + (service.includedServices ?? []).map { "\($0.uuid) \($0.isPrimary ? "primary" : "secondary")" }.joined(separator: ", "))
     }
 }
@@ -157,7 +158,7 @@ final class AppEndToEndTests: TwoStacksTestCase {
     func testAHeartRateCentralAndPeripheralAppEndToEnd() async throws {
         let queue = DispatchQueue(label: "app")
         let app = HeartRatePeripheral()
-        let peripheralManager = try PeripheralManager(delegate: app, queue: queue, socketPath: socket(1))
+        let peripheralManager = PeripheralManager(delegate: app, queue: queue, socketPath: socket(1))
         XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
 
         let service = MutableService(type: BluetoothUUID(0x180D), primary: true)
@@ -167,7 +168,7 @@ final class AppEndToEndTests: TwoStacksTestCase {
         XCTAssertEqual(app.recorder.wait(for: "advertising"), "advertising ok")
 
         let client = HeartRateCentral()
-        let central = try CentralManager(delegate: client, queue: queue, socketPath: socket(0))
+        let central = CentralManager(delegate: client, queue: queue, socketPath: socket(0))
         XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
         var found: Discovery?
         for await discovery in central.scan(withServices: [BluetoothUUID(0x180D)]) {
@@ -181,7 +182,7 @@ final class AppEndToEndTests: TwoStacksTestCase {
         let peripheral = discovery.peripheral
         peripheral.delegate = client
 
-        try await central.connect(peripheral)
+        try await central.connected(to: peripheral)
         XCTAssertEqual(peripheral.state, .connected)
         XCTAssertNotNil(client.recorder.wait(for: "connected"))
 
@@ -205,8 +206,8 @@ final class AppEndToEndTests: TwoStacksTestCase {
         do {
             try await peripheral.writeValue(Data([0xFF]), for: characteristic(0x2A39))
             XCTFail("the peripheral app refused 0xFF")
-        } catch let error as BerylError {
-            XCTAssertEqual(error, .att(code: 0x03, message: "\(error)".replacingOccurrences(of: "ATT error 0x3: ", with: "")))
+        } catch let error as ATTError {
+            XCTAssertEqual(error.code, .writeNotPermitted)
         }
 
         // Core Bluetooth's API misuse: a read of a write-only value and a write of a read-only one fail at once, typed.
@@ -215,8 +216,8 @@ final class AppEndToEndTests: TwoStacksTestCase {
                 if expected == 0x02 { _ = try await peripheral.readValue(for: characteristic(UInt16(attempt))) }
                 else { try await peripheral.writeValue(Data([1]), for: characteristic(UInt16(attempt))) }
                 XCTFail("misuse on \(attempt) was allowed")
-            } catch BerylError.att(let code, _) {
-                XCTAssertEqual(code, expected)
+            } catch let error as ATTError {
+                XCTAssertEqual(error.code.rawValue, Int(expected))
             }
         }
 
@@ -246,7 +247,7 @@ final class AppEndToEndTests: TwoStacksTestCase {
     func testIncludedServicesAreDiscovered() async throws {
         let queue = DispatchQueue(label: "app")
         let app = HeartRatePeripheral()
-        let manager = try PeripheralManager(delegate: app, queue: queue, socketPath: socket(1))
+        let manager = PeripheralManager(delegate: app, queue: queue, socketPath: socket(1))
         XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
         let battery = MutableService(type: BluetoothUUID(0x180F), primary: false)
         battery.characteristics = [MutableCharacteristic(type: BluetoothUUID(0x2A19), properties: .read, value: Data([90]), permissions: .readable)]
@@ -258,8 +259,8 @@ final class AppEndToEndTests: TwoStacksTestCase {
         do {
             try await manager.add(heart)
             XCTFail("included services must be added first")
-        } catch let error as BerylError {
-            guard case .apiMisuse = error else { return XCTFail("\(error)") }
+        } catch let error as BluetoothError {
+            XCTAssertEqual(error.code, .invalidParameters, "API misuse")
         }
         try await manager.add(battery)
         try await manager.add(device)
@@ -267,7 +268,7 @@ final class AppEndToEndTests: TwoStacksTestCase {
         manager.startAdvertising(AdvertisingOptions(localName: "Included", serviceUUIDs: [BluetoothUUID(0x180D)]))
 
         let client = IncludedServicesCentral()
-        let central = try CentralManager(delegate: client, queue: queue, socketPath: socket(0))
+        let central = CentralManager(delegate: client, queue: queue, socketPath: socket(0))
         XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
         var found: Peripheral?
         for await discovery in central.scan(withServices: [BluetoothUUID(0x180D)]) {
@@ -276,7 +277,7 @@ final class AppEndToEndTests: TwoStacksTestCase {
         }
         let peripheral = try XCTUnwrap(found)
         peripheral.delegate = client
-        try await central.connect(peripheral)
+        try await central.connected(to: peripheral)
         let services = try await peripheral.services(discovering: nil)
         let heartService = try XCTUnwrap(services.first { $0.uuid == BluetoothUUID(0x180D) })
         XCTAssertFalse(services.contains { $0.uuid == BluetoothUUID(0x180F) }, "a secondary service is not found by primary discovery")
@@ -294,12 +295,13 @@ final class AppEndToEndTests: TwoStacksTestCase {
     /// session stays usable.
     func testMisuseGetsTypedErrors() async throws {
         let client = HeartRateCentral()
-        let central = try CentralManager(delegate: client, queue: DispatchQueue(label: "app"), socketPath: socket(0))
+        let central = CentralManager(delegate: client, queue: DispatchQueue(label: "app"), socketPath: socket(0))
         XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
         XCTAssertEqual(central.retrievePeripherals(withIdentifiers: [UUID()]).count, 0, "an identifier never seen")
-        XCTAssertThrowsError(try CentralManager(delegate: nil, socketPath: scratch.root + "/nothing.sock")) { error in
-            guard case .unavailable? = error as? BerylError else { return XCTFail("\(error)") }
-        }
+        // No stack at the socket: a state with its reason, as Core Bluetooth reports a missing service, not a throw.
+        let absent = CentralManager(delegate: nil, queue: nil, socketPath: scratch.root + "/nothing.sock")
+        XCTAssertTrue(eventually { absent.state == .poweredOff }, "state \(absent.state)")
+        XCTAssertTrue(absent.stateReason?.contains("nothing.sock") == true, absent.stateReason ?? "no reason")
         withExtendedLifetime(central) {}
     }
 }
@@ -311,9 +313,9 @@ final class SharedStackTests: TwoStacksTestCase {
     func testTwoAppsShareScansALinkAndTheDatabase() async throws {
         let queue = DispatchQueue(label: "apps")
         let heartApp = HeartRatePeripheral()
-        let heartManager = try PeripheralManager(delegate: heartApp, queue: queue, socketPath: socket(1))
+        let heartManager = PeripheralManager(delegate: heartApp, queue: queue, socketPath: socket(1))
         let batteryApp = HeartRatePeripheral()
-        let batteryManager = try PeripheralManager(delegate: batteryApp, queue: queue, socketPath: socket(1))
+        let batteryManager = PeripheralManager(delegate: batteryApp, queue: queue, socketPath: socket(1))
         XCTAssertNotNil(heartApp.recorder.wait(for: "state poweredOn"))
         XCTAssertNotNil(batteryApp.recorder.wait(for: "state poweredOn"))
         let heart = MutableService(type: BluetoothUUID(0x180D), primary: true)
@@ -328,8 +330,8 @@ final class SharedStackTests: TwoStacksTestCase {
 
         let heartClient = HeartRateCentral()
         let batteryClient = HeartRateCentral()
-        let heartCentral = try CentralManager(delegate: heartClient, queue: queue, socketPath: socket(0))
-        let batteryCentral = try CentralManager(delegate: batteryClient, queue: queue, socketPath: socket(0))
+        let heartCentral = CentralManager(delegate: heartClient, queue: queue, socketPath: socket(0))
+        let batteryCentral = CentralManager(delegate: batteryClient, queue: queue, socketPath: socket(0))
         XCTAssertNotNil(heartClient.recorder.wait(for: "state poweredOn"))
         XCTAssertNotNil(batteryClient.recorder.wait(for: "state poweredOn"))
         heartCentral.scanForPeripherals(withServices: [BluetoothUUID(0x180D)])
@@ -345,8 +347,8 @@ final class SharedStackTests: TwoStacksTestCase {
         let peripheralID = try XCTUnwrap(heartClient.discovered.withLock { $0.first?.identifier })
         let forHeart = try XCTUnwrap(heartCentral.retrievePeripherals(withIdentifiers: [peripheralID]).first)
         let forBattery = try XCTUnwrap(batteryCentral.retrievePeripherals(withIdentifiers: [peripheralID]).first)
-        try await heartCentral.connect(forHeart)
-        try await batteryCentral.connect(forBattery)
+        try await heartCentral.connected(to: forHeart)
+        try await batteryCentral.connected(to: forBattery)
         forHeart.discoverServices(nil)
         forBattery.discoverServices(nil)
         let deadline = Date().addingTimeInterval(10)
@@ -375,7 +377,7 @@ final class ScanCommandTests: XCTestCase {
         defer { scratch.stopAll() }
         try startTwoStacks(scratch)
         let app = HeartRatePeripheral()
-        let manager = try PeripheralManager(delegate: app, queue: DispatchQueue(label: "app"), socketPath: "\(scratch.root)/run1/managerd.sock")
+        let manager = PeripheralManager(delegate: app, queue: DispatchQueue(label: "app"), socketPath: "\(scratch.root)/run1/managerd.sock")
         XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
         manager.startAdvertising(AdvertisingOptions(localName: "Beryl HR", serviceUUIDs: [BluetoothUUID(0x180D)]))
         XCTAssertNotNil(app.recorder.wait(for: "advertising ok"))
@@ -504,7 +506,7 @@ final class PairingDelegateTests: XCTestCase {
         let queue = DispatchQueue(label: "apps")
         let app = HeartRatePeripheral()
         let peripheralUser = KeyboardUser(passkey: 246810)
-        let manager = try PeripheralManager(delegate: app, queue: queue, socketPath: "\(scratch.root)/run1/managerd.sock")
+        let manager = PeripheralManager(delegate: app, queue: queue, socketPath: "\(scratch.root)/run1/managerd.sock")
         manager.pairingDelegate = peripheralUser
         XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
         let service = MutableService(type: BluetoothUUID(0x180D), primary: true)
@@ -515,7 +517,7 @@ final class PairingDelegateTests: XCTestCase {
 
         let client = HeartRateCentral()
         let centralUser = KeyboardUser(passkey: 246810)
-        let central = try CentralManager(delegate: client, queue: queue, socketPath: "\(scratch.root)/run0/managerd.sock")
+        let central = CentralManager(delegate: client, queue: queue, socketPath: "\(scratch.root)/run0/managerd.sock")
         central.pairingDelegate = centralUser
         XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
         var found: Discovery?
@@ -524,7 +526,7 @@ final class PairingDelegateTests: XCTestCase {
             break
         }
         let peripheral = try XCTUnwrap(found?.peripheral)
-        try await central.connect(peripheral)
+        try await central.connected(to: peripheral)
         peripheral.discoverServices(nil)
         let deadline = Date().addingTimeInterval(10)
         while peripheral.services == nil, Date() < deadline { usleep(20_000) }

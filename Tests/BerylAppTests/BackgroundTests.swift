@@ -65,7 +65,7 @@ final class BackgroundTests: TwoStacksTestCase {
 
     private func advertiseHeartRate() throws -> (HeartRatePeripheral, PeripheralManager) {
         let app = HeartRatePeripheral()
-        let manager = try PeripheralManager(delegate: app, queue: DispatchQueue(label: "peripheral"), appID: "com.test.sensor", socketPath: socket(1))
+        let manager = PeripheralManager(delegate: app, queue: DispatchQueue(label: "peripheral"), appID: "com.test.sensor", socketPath: socket(1))
         XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
         manager.startAdvertising(AdvertisingOptions(localName: "Pulse", serviceUUIDs: [BluetoothUUID(0x180D)]))
         XCTAssertNotNil(app.recorder.wait(for: "advertising ok"))

@@ -18,35 +18,35 @@ final class GuideCentral: CentralManagerDelegate, PeripheralDelegate {
         peripheral.delegate = self
         peripheral.discoverServices(nil)
     }
-    func centralManager(_ central: CentralManager, didFailToConnect peripheral: Peripheral, error: BerylError?) {
+    func centralManager(_ central: CentralManager, didFailToConnect peripheral: Peripheral, error: Error?) {
         recorder.note("failed to connect \(error.map { "\($0)" } ?? "-")")
     }
-    func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: BerylError?) {
+    func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: Error?) {
         recorder.note("disconnected \(error.map { "\($0)" } ?? "cleanly")")
     }
-    func peripheral(_ peripheral: Peripheral, didDiscoverServices error: BerylError?) {
+    func peripheral(_ peripheral: Peripheral, didDiscoverServices error: Error?) {
         recorder.note("services \((peripheral.services ?? []).map(\.uuid.description).sorted().joined(separator: ","))")
         for service in peripheral.services ?? [] where service.uuid == BluetoothUUID(0x180D) {
             peripheral.discoverCharacteristics([control, measurement, stream], for: service)
         }
     }
-    func peripheral(_ peripheral: Peripheral, didDiscoverCharacteristicsFor service: Service, error: BerylError?) {
+    func peripheral(_ peripheral: Peripheral, didDiscoverCharacteristicsFor service: Service, error: Error?) {
         recorder.note("characteristics \((service.characteristics ?? []).map(\.uuid.description).sorted().joined(separator: ","))")
         for characteristic in service.characteristics ?? [] where characteristic.uuid == measurement {
             peripheral.discoverDescriptors(for: characteristic)
         }
     }
-    func peripheral(_ peripheral: Peripheral, didDiscoverDescriptorsFor characteristic: Characteristic, error: BerylError?) {
+    func peripheral(_ peripheral: Peripheral, didDiscoverDescriptorsFor characteristic: Characteristic, error: Error?) {
         recorder.note("descriptors \(characteristic.uuid) \((characteristic.descriptors ?? []).map(\.uuid.description).joined(separator: ","))")
         peripheral.setNotifyValue(true, for: characteristic)
     }
-    func peripheral(_ peripheral: Peripheral, didUpdateNotificationStateFor characteristic: Characteristic, error: BerylError?) {
+    func peripheral(_ peripheral: Peripheral, didUpdateNotificationStateFor characteristic: Characteristic, error: Error?) {
         recorder.note("notifying \(characteristic.uuid) \(characteristic.isNotifying)")
     }
-    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: BerylError?) {
+    func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: Error?) {
         recorder.note("value \(characteristic.uuid) \(characteristic.value?.count ?? 0)")
     }
-    func peripheral(_ peripheral: Peripheral, didWriteValueFor characteristic: Characteristic, error: BerylError?) {
+    func peripheral(_ peripheral: Peripheral, didWriteValueFor characteristic: Characteristic, error: Error?) {
         recorder.note("wrote \(characteristic.uuid) \(error.map { "\($0)" } ?? "ok")")
     }
     func peripheral(_ peripheral: Peripheral, didModifyServices invalidatedServices: [Service]) {
@@ -61,7 +61,7 @@ final class GuidePeripheral: PeripheralManagerDelegate {
     let recorder = Recorder()
     let commands = Mutex(0)
     func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) { recorder.note("state \(peripheral.state)") }
-    func peripheralManager(_ peripheral: PeripheralManager, didAdd service: MutableService, error: BerylError?) {
+    func peripheralManager(_ peripheral: PeripheralManager, didAdd service: Service, error: Error?) {
         recorder.note("added \(service.uuid) \(error.map { "\($0)" } ?? "ok")")
     }
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveWrite requests: [ATTRequest]) {
@@ -72,10 +72,10 @@ final class GuidePeripheral: PeripheralManagerDelegate {
             peripheral.respond(to: requests[0], withResult: .success)
         }
     }
-    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: MutableCharacteristic) {
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: Characteristic) {
         recorder.note("subscribed \(characteristic.uuid)")
     }
-    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: MutableCharacteristic) {
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: Characteristic) {
         recorder.note("unsubscribed \(characteristic.uuid)")
     }
     func peripheralManagerIsReady(toUpdateSubscribers peripheral: PeripheralManager) { recorder.note("ready to update") }
@@ -90,7 +90,7 @@ final class DelegateCallbackTests: TwoStacksTestCase {
 
     func testTheProgrammingGuidesCallbacksInOrder() async throws {
         let app = GuidePeripheral()
-        let manager = try PeripheralManager(delegate: app, queue: DispatchQueue(label: "peripheral"), socketPath: socket(1))
+        let manager = PeripheralManager(delegate: app, queue: DispatchQueue(label: "peripheral"), socketPath: socket(1))
         XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
         let measurement = MutableCharacteristic(type: BluetoothUUID(0x2A37), properties: .notify, value: nil, permissions: .readable)
         measurement.descriptors = [MutableDescriptor(type: BluetoothUUID(0x2901), value: Data("beats".utf8))]
@@ -108,7 +108,7 @@ final class DelegateCallbackTests: TwoStacksTestCase {
         manager.startAdvertising(AdvertisingOptions(localName: "Guide", serviceUUIDs: [BluetoothUUID(0x180D)]))
 
         let client = GuideCentral()
-        let central = try CentralManager(delegate: client, queue: DispatchQueue(label: "central"), socketPath: socket(0))
+        let central = CentralManager(delegate: client, queue: DispatchQueue(label: "central"), socketPath: socket(0))
         XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
         var found: Peripheral?
         for await discovery in central.scan(withServices: [BluetoothUUID(0x180D)]) {
@@ -174,7 +174,7 @@ final class DelegateCallbackTests: TwoStacksTestCase {
     func testStateChangesQueuedBehindABusyDelegateAreHeardInTurn() throws {
         let app = GuidePeripheral()
         let queue = DispatchQueue(label: "peripheral")
-        let manager = try PeripheralManager(delegate: app, queue: queue, socketPath: socket(1))
+        let manager = PeripheralManager(delegate: app, queue: queue, socketPath: socket(1))
         XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
         let before = app.recorder.all.count
         let released = DispatchSemaphore(value: 0)
@@ -201,7 +201,7 @@ final class DelegateCallbackTests: TwoStacksTestCase {
         try scratch.start("managerd-lonely", [Executables.path("managerd"), "--runtime-dir", lonely, "--state-dir", lonely + "-state"],
                           socket: lonely + "/managerd.sock")
         let client = GuideCentral()
-        let central = try CentralManager(delegate: client, queue: DispatchQueue(label: "central"), socketPath: lonely + "/managerd.sock")
+        let central = CentralManager(delegate: client, queue: DispatchQueue(label: "central"), socketPath: lonely + "/managerd.sock")
         let peripheral = try XCTUnwrap(central.retrievePeripheral(address: "C0:FF:EE:00:00:01/random"))
         XCTAssertEqual(central.retrievePeripherals(withIdentifiers: [peripheral.identifier]).first?.identifier, peripheral.identifier,
                        "an address named is remembered under its identifier")

@@ -17,7 +17,7 @@ final class LifecycleTests: TwoStacksTestCase {
 
     private func advertiseHeartRate() throws -> (HeartRatePeripheral, PeripheralManager) {
         let app = HeartRatePeripheral()
-        let manager = try PeripheralManager(delegate: app, queue: DispatchQueue(label: "peripheral"), appID: "com.test.sensor", socketPath: socket(1))
+        let manager = PeripheralManager(delegate: app, queue: DispatchQueue(label: "peripheral"), appID: "com.test.sensor", socketPath: socket(1))
         XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
         return (app, manager)
     }
@@ -28,9 +28,9 @@ final class LifecycleTests: TwoStacksTestCase {
         XCTAssertNotNil(peripheralApp.recorder.wait(for: "advertising ok"))
 
         let client = HeartRateCentral()
-        let central = try CentralManager(delegate: client, queue: DispatchQueue(label: "central"), appID: "com.test.scanner", socketPath: socket(0))
+        let central = CentralManager(delegate: client, queue: DispatchQueue(label: "central"), appID: "com.test.scanner", socketPath: socket(0))
         XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
-        central.scanForPeripherals(withServices: [BluetoothUUID(0x180D)], options: ScanOptions(allowDuplicates: true))
+        central.scanForPeripherals(withServices: [BluetoothUUID(0x180D)], scanOptions: ScanOptions(allowDuplicates: true))
         XCTAssertTrue(eventually { client.recorder.all.filter { $0.hasPrefix("discovered") }.count >= 3 }, "duplicates flow in the foreground")
         XCTAssertEqual(try appState("com.test.scanner")?["state"] as? String, "foreground")
 
@@ -62,13 +62,13 @@ final class LifecycleTests: TwoStacksTestCase {
         manager.startAdvertising(AdvertisingOptions(localName: "Pulse", serviceUUIDs: [BluetoothUUID(0x180D)]))
 
         let client = HeartRateCentral()
-        let central = try CentralManager(delegate: client, queue: DispatchQueue(label: "central"), appID: "com.test.alerts", socketPath: socket(0))
+        let central = CentralManager(delegate: client, queue: DispatchQueue(label: "central"), appID: "com.test.alerts", socketPath: socket(0))
         XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
         central.scanForPeripherals(withServices: [BluetoothUUID(0x180D)])
         XCTAssertNotNil(client.recorder.wait(for: "discovered"))
         let peripheral = try XCTUnwrap(client.discovered.withLock { $0.first })
         central.stopScan()
-        delegateStyle { central.connect(peripheral, options: ConnectOptions(notifyOnDisconnection: true)) }
+        delegateStyle { central.connect(peripheral, connectOptions: ConnectOptions(notifyOnDisconnection: true)) }
         XCTAssertNotNil(client.recorder.wait(for: "connected"))
 
         // While the central app is suspended its peripheral app refuses dynamic reads... (the publisher is suspended too)

@@ -33,7 +33,7 @@ final class MisuseTests: TwoStacksTestCase {
                           socket: lonely + "/managerd.sock")
         let misuse = Recorder()
         let client = HeartRateCentral()
-        let central = try CentralManager(delegate: client, queue: DispatchQueue(label: "app"), socketPath: lonely + "/managerd.sock")
+        let central = CentralManager(delegate: client, queue: DispatchQueue(label: "app"), socketPath: lonely + "/managerd.sock")
         central.apiMisuseHandler = { misuse.note("\($0)") }
         usleep(300_000)
         XCTAssertNotEqual(central.state, .poweredOn)
@@ -45,14 +45,15 @@ final class MisuseTests: TwoStacksTestCase {
         XCTAssertEqual(discoveries, 0)
 
         let app = HeartRatePeripheral()
-        let manager = try PeripheralManager(delegate: app, queue: DispatchQueue(label: "app"), socketPath: lonely + "/managerd.sock")
+        let manager = PeripheralManager(delegate: app, queue: DispatchQueue(label: "app"), socketPath: lonely + "/managerd.sock")
         let service = MutableService(type: BluetoothUUID(0x180D), primary: true)
         service.characteristics = [app.location]
         do {
             try await manager.add(service)
             XCTFail("a service was added before poweredOn")
-        } catch let error as BerylError {
-            XCTAssertEqual(error, .notPoweredOn)
+        } catch let error as BluetoothError {
+            XCTAssertEqual(error.code, .unknown)
+            XCTAssertEqual(error.message, BerylError.notPoweredOn.description)
         }
         manager.startAdvertising(AdvertisingOptions(localName: "Early"))
         XCTAssertEqual(app.recorder.wait(for: "advertising"), "advertising the manager is not powered on")
@@ -63,7 +64,7 @@ final class MisuseTests: TwoStacksTestCase {
     func testMisuseOnALiveLinkIsTypedAndTheSessionStaysUsable() async throws {
         let queue = DispatchQueue(label: "apps")
         let answerer = DoubleAnswerer()
-        let manager = try PeripheralManager(delegate: answerer, queue: queue, socketPath: socket(1))
+        let manager = PeripheralManager(delegate: answerer, queue: queue, socketPath: socket(1))
         let peripheralMisuse = Recorder()
         manager.apiMisuseHandler = { peripheralMisuse.note("\($0)") }
         XCTAssertNotNil(answerer.recorder.wait(for: "state poweredOn"))
@@ -79,7 +80,7 @@ final class MisuseTests: TwoStacksTestCase {
         manager.startAdvertising(AdvertisingOptions(localName: "Misuse", serviceUUIDs: [BluetoothUUID(0x180F)]))
 
         let client = HeartRateCentral()
-        let central = try CentralManager(delegate: client, queue: queue, socketPath: socket(0))
+        let central = CentralManager(delegate: client, queue: queue, socketPath: socket(0))
         XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
         var found: Peripheral?
         for await discovery in central.scan(withServices: [BluetoothUUID(0x180F)]) {
@@ -93,11 +94,11 @@ final class MisuseTests: TwoStacksTestCase {
         do {
             _ = try await peripheral.services(discovering: nil)
             XCTFail("discovery without a connection")
-        } catch let error as BerylError {
-            XCTAssertEqual(error, .notConnected)
+        } catch let error as BluetoothError {
+            XCTAssertEqual(error.code, .notConnected)
         }
 
-        try await central.connect(peripheral)
+        try await central.connected(to: peripheral)
         let services = try await peripheral.services(discovering: nil)
         let level = try XCTUnwrap(services.first { $0.uuid == BluetoothUUID(0x180F) }?.characteristics?.first { $0.uuid == BluetoothUUID(0x2A19) })
         let heart = try XCTUnwrap(services.first { $0.uuid == BluetoothUUID(0x180F) }?.characteristics?.first { $0.uuid == BluetoothUUID(0x2A37) })
@@ -112,19 +113,19 @@ final class MisuseTests: TwoStacksTestCase {
         do {
             try await peripheral.writeValue(Data([1]), for: heart, type: .withResponse)
             XCTFail("a write to a notify-only characteristic")
-        } catch BerylError.att(let code, _) { XCTAssertEqual(code, 0x03) }
+        } catch let error as ATTError { XCTAssertEqual(error.code.rawValue, 0x03) }
         do {
             _ = try await peripheral.readValue(for: heart)
             XCTFail("a read of a notify-only characteristic")
-        } catch BerylError.att(let code, _) { XCTAssertEqual(code, 0x02) }
+        } catch let error as ATTError { XCTAssertEqual(error.code.rawValue, 0x02) }
         do {
             try await peripheral.setNotifying(true, for: level)
             XCTFail("notifications from a characteristic that does not notify")
-        } catch BerylError.att(let code, _) { XCTAssertEqual(code, 0x06) }
+        } catch let error as ATTError { XCTAssertEqual(error.code.rawValue, 0x06) }
         do {
             try await peripheral.writeValue(Data([1]), for: level, type: .withoutResponse)
             XCTFail("a command to a characteristic without writeWithoutResponse")
-        } catch BerylError.att(let code, _) { XCTAssertEqual(code, 0x03) }
+        } catch let error as ATTError { XCTAssertEqual(error.code.rawValue, 0x03) }
 
         // updateValue of a characteristic this manager never published: false, and misuse.
         let stranger = MutableCharacteristic(type: BluetoothUUID(0x2A00), properties: .notify, value: nil, permissions: .readable)
@@ -138,8 +139,8 @@ final class MisuseTests: TwoStacksTestCase {
         do {
             _ = try await peripheral.readValue(for: thermometer)
             XCTFail("a read of a removed characteristic")
-        } catch BerylError.att(let code, _) {
-            XCTAssertTrue([0x01, 0x0A].contains(code), "Invalid Handle (or Attribute Not Found), got 0x\(String(code, radix: 16))")
+        } catch let error as ATTError {
+            XCTAssertTrue([0x01, 0x0A].contains(error.code.rawValue), "Invalid Handle (or Attribute Not Found), got \(error.code)")
         }
         manager.remove(removable)  // twice: nothing published there any more
         XCTAssertNotNil(peripheralMisuse.wait(for: "API misuse: this manager published no service"), peripheralMisuse.all.joined(separator: "\n"))

@@ -303,11 +303,11 @@ final class RestorationTests: TwoStacksTestCase {
         // Only the manifest's user may claim the app id (this test runs as another user when it is root).
         if getuid() == 0 {
             let misuse = Recorder()
-            let central = try CentralManager(delegate: nil, appID: Self.appID, socketPath: "\(scratch.root)/run0/managerd.sock")
+            let central = CentralManager(delegate: nil, queue: nil, appID: Self.appID, socketPath: "\(scratch.root)/run0/managerd.sock")
             central.apiMisuseHandler = { misuse.note("\($0)") }
             XCTAssertTrue(eventually { central.state == .unauthorized }, "state \(central.state)")
             // And restoration needs a manifest at all.
-            let stray = try CentralManager(delegate: nil, options: CentralManagerOptions(restoreIdentifier: "x"), appID: "com.example.unknown",
+            let stray = CentralManager(delegate: nil, queue: nil, options: CentralManagerOptions(restoreIdentifier: "x"), appID: "com.example.unknown",
                                            socketPath: "\(scratch.root)/run0/managerd.sock")
             XCTAssertTrue(eventually { stray.state == .unsupported }, "state \(stray.state)")
         }

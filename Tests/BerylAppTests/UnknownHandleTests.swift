@@ -80,7 +80,7 @@ final class UnknownHandleTests: XCTestCase {
     func testARequestForAHandleTheAppDoesNotHaveIsAnsweredInvalidHandle() throws {
         let app = RequestRecorder()
         let misuse = Recorder()
-        let manager = try PeripheralManager(delegate: app, queue: DispatchQueue(label: "unknown-handle"),
+        let manager = PeripheralManager(delegate: app, queue: DispatchQueue(label: "unknown-handle"),
                                             socketPath: directory + "/managerd.sock")
         manager.apiMisuseHandler = { misuse.note("\($0)") }
         let session = try acceptPoweredOn()

@@ -148,7 +148,7 @@ final class GATTProcessTests: XCTestCase {
                 _ = try client.call(request)
                 return nil
             } catch {
-                guard case .remote(let code, _, let field) = error else { return nil }
+                guard case .remote(let code, _, let field, _) = error else { return nil }
                 return (code, field)
             }
         }
@@ -197,7 +197,7 @@ final class GATTProcessTests: XCTestCase {
                 XCTAssertEqual(response.att.notified.peers, 1)
                 accepted += 1
             case .failure(let error):
-                guard case .remote(.busy, _, _) = error else { throw error }
+                guard case .remote(.busy, _, _, _) = error else { throw error }
                 refused += 1
             }
         }

@@ -28,7 +28,7 @@ final class HcidProcessTests: XCTestCase {
     }
 
     private func remoteCode(_ error: Error) -> IPCErrorCode? {
-        guard case .remote(let code, _, _)? = error as? IPCClientError else { return nil }
+        guard case .remote(let code, _, _, _)? = error as? IPCClientError else { return nil }
         return code
     }
 
@@ -78,7 +78,7 @@ final class HcidProcessTests: XCTestCase {
         XCTAssertEqual(answer.count, 3 + 1 + 6, "Command Complete for Read BD_ADDR")
         XCTAssertEqual(answer[3], 0)
         XCTAssertThrowsError(try command(client, 0x0C03)) { error in
-            guard case .remote(let code, let message, _)? = error as? IPCClientError else { return XCTFail("\(error)") }
+            guard case .remote(let code, let message, _, _)? = error as? IPCClientError else { return XCTFail("\(error)") }
             XCTAssertEqual(code, .notReady)
             XCTAssertTrue(message.contains("hcid"), message)
         }
@@ -125,7 +125,7 @@ final class HcidProcessTests: XCTestCase {
             while true {
                 let outcome = Result(catching: { () throws(IPCClientError) -> Response in try central.call(request) })
                 guard case .failure(let error) = outcome else { break }
-                guard case .remote(.busy, _, _) = error else { throw error }
+                guard case .remote(.busy, _, _, _) = error else { throw error }
                 busy += 1
                 drain()
             }

@@ -59,7 +59,7 @@ final class RoundTripTests: XCTestCase {
 
         let manager = try IPCClient(path: scratch.paths.socket("managerd"))
         XCTAssertThrowsError(try manager.call(hci)) { error in
-            guard case .remote(let code, _, _)? = error as? IPCClientError else { return XCTFail("\(error)") }
+            guard case .remote(let code, _, _, _)? = error as? IPCClientError else { return XCTFail("\(error)") }
             XCTAssertEqual(code, .unsupported)
         }
         XCTAssertNoThrow(try manager.call(pingRequest()), "the session survives a refused request")

@@ -134,6 +134,105 @@ public nonisolated enum Beryl_Ipc_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIt
 
 }
 
+/// Core Bluetooth's CBError.Code, each value one more than Apple's (0 is "not one of these").
+public nonisolated enum Beryl_Ipc_V1_BluetoothErrorCode: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case unspecified // = 0
+  case unknown // = 1
+  case invalidParameters // = 2
+  case invalidHandle // = 3
+  case notConnected // = 4
+  case outOfSpace // = 5
+  case operationCancelled // = 6
+  case connectionTimeout // = 7
+  case peripheralDisconnected // = 8
+  case uuidNotAllowed // = 9
+  case alreadyAdvertising // = 10
+  case connectionFailed // = 11
+  case connectionLimitReached // = 12
+  case unknownDevice // = 13
+  case operationNotSupported // = 14
+  case peerRemovedPairingInformation // = 15
+  case encryptionTimedOut // = 16
+  case tooManyLePairedDevices // = 17
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .unknown
+    case 2: self = .invalidParameters
+    case 3: self = .invalidHandle
+    case 4: self = .notConnected
+    case 5: self = .outOfSpace
+    case 6: self = .operationCancelled
+    case 7: self = .connectionTimeout
+    case 8: self = .peripheralDisconnected
+    case 9: self = .uuidNotAllowed
+    case 10: self = .alreadyAdvertising
+    case 11: self = .connectionFailed
+    case 12: self = .connectionLimitReached
+    case 13: self = .unknownDevice
+    case 14: self = .operationNotSupported
+    case 15: self = .peerRemovedPairingInformation
+    case 16: self = .encryptionTimedOut
+    case 17: self = .tooManyLePairedDevices
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .unknown: return 1
+    case .invalidParameters: return 2
+    case .invalidHandle: return 3
+    case .notConnected: return 4
+    case .outOfSpace: return 5
+    case .operationCancelled: return 6
+    case .connectionTimeout: return 7
+    case .peripheralDisconnected: return 8
+    case .uuidNotAllowed: return 9
+    case .alreadyAdvertising: return 10
+    case .connectionFailed: return 11
+    case .connectionLimitReached: return 12
+    case .unknownDevice: return 13
+    case .operationNotSupported: return 14
+    case .peerRemovedPairingInformation: return 15
+    case .encryptionTimedOut: return 16
+    case .tooManyLePairedDevices: return 17
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Beryl_Ipc_V1_BluetoothErrorCode] = [
+    .unspecified,
+    .unknown,
+    .invalidParameters,
+    .invalidHandle,
+    .notConnected,
+    .outOfSpace,
+    .operationCancelled,
+    .connectionTimeout,
+    .peripheralDisconnected,
+    .uuidNotAllowed,
+    .alreadyAdvertising,
+    .connectionFailed,
+    .connectionLimitReached,
+    .unknownDevice,
+    .operationNotSupported,
+    .peerRemovedPairingInformation,
+    .encryptionTimedOut,
+    .tooManyLePairedDevices,
+  ]
+
+}
+
 public nonisolated enum Beryl_Ipc_V1_DaemonState: SwiftProtobuf.Enum, Swift.CaseIterable {
   public typealias RawValue = Int
   case unspecified // = 0
@@ -247,6 +346,13 @@ public nonisolated struct Beryl_Ipc_V1_Error: Sendable {
 
   /// For MISSING_FIELD and INVALID_ARGUMENT: the offending field's path.
   public var field: String = String()
+
+  /// The ATT error a peer (or a peripheral app) answered with (Core Vol 3 Part F §3.4.1.1, application codes
+  /// 0x80–0x9F included); 0 when the failure was not an ATT error response.
+  public var attError: UInt32 = 0
+
+  /// What the failure is in Core Bluetooth's terms (CBError.Code), for apps.
+  public var bluetoothError: Beryl_Ipc_V1_BluetoothErrorCode = .unspecified
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -370,6 +476,10 @@ nonisolated extension Beryl_Ipc_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding 
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_MALFORMED_MESSAGE\0\u{1}ERROR_CODE_UNKNOWN_MESSAGE\0\u{1}ERROR_CODE_MESSAGE_TOO_LARGE\0\u{1}ERROR_CODE_MISSING_FIELD\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_NOT_READY\0\u{1}ERROR_CODE_BUSY\0\u{1}ERROR_CODE_TIMEOUT\0\u{1}ERROR_CODE_NOT_FOUND\0\u{1}ERROR_CODE_PERMISSION_DENIED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SECURITY_FAILED\0\u{1}ERROR_CODE_ALREADY_EXISTS\0\u{1}ERROR_CODE_CANCELLED\0")
 }
 
+nonisolated extension Beryl_Ipc_V1_BluetoothErrorCode: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0BLUETOOTH_ERROR_CODE_UNSPECIFIED\0\u{1}BLUETOOTH_ERROR_CODE_UNKNOWN\0\u{1}BLUETOOTH_ERROR_CODE_INVALID_PARAMETERS\0\u{1}BLUETOOTH_ERROR_CODE_INVALID_HANDLE\0\u{1}BLUETOOTH_ERROR_CODE_NOT_CONNECTED\0\u{1}BLUETOOTH_ERROR_CODE_OUT_OF_SPACE\0\u{1}BLUETOOTH_ERROR_CODE_OPERATION_CANCELLED\0\u{1}BLUETOOTH_ERROR_CODE_CONNECTION_TIMEOUT\0\u{1}BLUETOOTH_ERROR_CODE_PERIPHERAL_DISCONNECTED\0\u{1}BLUETOOTH_ERROR_CODE_UUID_NOT_ALLOWED\0\u{1}BLUETOOTH_ERROR_CODE_ALREADY_ADVERTISING\0\u{1}BLUETOOTH_ERROR_CODE_CONNECTION_FAILED\0\u{1}BLUETOOTH_ERROR_CODE_CONNECTION_LIMIT_REACHED\0\u{1}BLUETOOTH_ERROR_CODE_UNKNOWN_DEVICE\0\u{1}BLUETOOTH_ERROR_CODE_OPERATION_NOT_SUPPORTED\0\u{1}BLUETOOTH_ERROR_CODE_PEER_REMOVED_PAIRING_INFORMATION\0\u{1}BLUETOOTH_ERROR_CODE_ENCRYPTION_TIMED_OUT\0\u{1}BLUETOOTH_ERROR_CODE_TOO_MANY_LE_PAIRED_DEVICES\0")
+}
+
 nonisolated extension Beryl_Ipc_V1_DaemonState: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0DAEMON_STATE_UNSPECIFIED\0\u{1}DAEMON_STATE_STARTING\0\u{1}DAEMON_STATE_RUNNING\0\u{1}DAEMON_STATE_STOPPING\0\u{1}DAEMON_STATE_RESTARTING\0\u{1}DAEMON_STATE_STOPPED\0")
 }
@@ -380,7 +490,7 @@ nonisolated extension Beryl_Ipc_V1_LogLevel: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension Beryl_Ipc_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Error"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}code\0\u{1}message\0\u{1}field\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}code\0\u{1}message\0\u{1}field\0\u{3}att_error\0\u{3}bluetooth_error\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -391,6 +501,8 @@ nonisolated extension Beryl_Ipc_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._
       case 1: try { try decoder.decodeSingularEnumField(value: &self.code) }()
       case 2: try { try decoder.decodeSingularStringField(value: &self.message) }()
       case 3: try { try decoder.decodeSingularStringField(value: &self.field) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.attError) }()
+      case 5: try { try decoder.decodeSingularEnumField(value: &self.bluetoothError) }()
       default: break
       }
     }
@@ -406,6 +518,12 @@ nonisolated extension Beryl_Ipc_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._
     if !self.field.isEmpty {
       try visitor.visitSingularStringField(value: self.field, fieldNumber: 3)
     }
+    if self.attError != 0 {
+      try visitor.visitSingularUInt32Field(value: self.attError, fieldNumber: 4)
+    }
+    if self.bluetoothError != .unspecified {
+      try visitor.visitSingularEnumField(value: self.bluetoothError, fieldNumber: 5)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -413,6 +531,8 @@ nonisolated extension Beryl_Ipc_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._
     if lhs.code != rhs.code {return false}
     if lhs.message != rhs.message {return false}
     if lhs.field != rhs.field {return false}
+    if lhs.attError != rhs.attError {return false}
+    if lhs.bluetoothError != rhs.bluetoothError {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
