@@ -124,12 +124,29 @@ public final class Peripheral: CustomStringConvertible, Sendable {
 
     // MARK: Discovery
 
-    /// Discovers the services (all, or those given) with their characteristics and descriptors in one pass; the
-    /// characteristic and descriptor discovery calls then answer from it.
+    /// Primary service discovery (by UUID when given), as Core Bluetooth runs it: what is found is added to
+    /// `services` (a service found before keeps its object), and the delegate hears once.
     public func discoverServices(_ serviceUUIDs: [BluetoothUUID]?) {
-        discoverAll(serviceUUIDs) { [self] result in
-            let error: Error? = if case .failure(let failure) = result { failure.coreBluetoothError } else { nil }
+        gatt({ $0.gattDiscover = .with { $0.depth = .services; $0.serviceUuids = (serviceUUIDs ?? []).map(\.description) } }) { [self] result in
+            var error: Error?
+            switch result {
+            case .failure(let failure): error = failure.coreBluetoothError
+            case .success(let response): mergeServices(response.gattDatabase)
+            }
             notify { $0.peripheral(self, didDiscoverServices: error) }
+        }
+    }
+
+    private func mergeServices(_ database: Beryl_Ipc_V1_GattDatabase) {
+        let found = database.services.map { info in
+            Service(uuid: BluetoothUUID(info.uuid) ?? BluetoothUUID(0), isPrimary: true,
+                    range: info.startHandle...max(info.startHandle, info.endHandle), peripheral: self)
+        }
+        let handed = Handover(found)
+        shared.withLock { state in
+            var services = state.services ?? []
+            for service in handed.value where !services.contains(where: { $0.range.lowerBound == service.range.lowerBound }) { services.append(service) }
+            state.services = services.sorted { $0.range.lowerBound < $1.range.lowerBound }
         }
     }
 
@@ -183,23 +200,92 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         }
     }
 
+    /// Discovers the service's characteristics (Core Vol 3 Part G §4.6.1), keeping those asked for; they are added to
+    /// what was found before.
     public func discoverCharacteristics(_ characteristicUUIDs: [BluetoothUUID]?, for service: Service) {
-        let filter = Handover(characteristicUUIDs)
-        later { [self] in
-            if let uuids = filter.value { service.with { $0.characteristics = $0.characteristics?.filter { uuids.contains($0.uuid) } } }
-            notify { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: nil) }
+        let range = service.range
+        gatt({ $0.gattDiscover = .with {
+            $0.depth = .characteristics
+            $0.startHandle = range.lowerBound
+            $0.endHandle = range.upperBound
+            $0.characteristicUuids = (characteristicUUIDs ?? []).map(\.description)
+        } }) { [self] result in
+            var error: Error?
+            switch result {
+            case .failure(let failure): error = failure.coreBluetoothError
+            case .success(let response):
+                let found = (response.gattDatabase.services.first?.characteristics ?? []).map { item in
+                    Characteristic(uuid: BluetoothUUID(item.uuid) ?? BluetoothUUID(0),
+                                   properties: CharacteristicProperties(rawValue: UInt8(truncatingIfNeeded: item.properties)),
+                                   value: nil, valueHandle: item.valueHandle, service: service)
+                }
+                service.with { state in
+                    var characteristics = state.characteristics ?? []
+                    for characteristic in found where !characteristics.contains(where: { $0.valueHandle == characteristic.valueHandle }) {
+                        characteristics.append(characteristic)
+                    }
+                    state.characteristics = characteristics.sorted { $0.valueHandle < $1.valueHandle }
+                }
+            }
+            notify { $0.peripheral(self, didDiscoverCharacteristicsFor: service, error: error) }
         }
     }
 
+    /// Discovers the characteristic's descriptors (§4.7.1): the handles after its value, up to the next
+    /// characteristic's declaration (attd stops at one it meets when the next is not known here).
     public func discoverDescriptors(for characteristic: Characteristic) {
-        notify { $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: nil) }
+        guard let service = characteristic.service else {
+            return notify { $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: BluetoothError(.invalidHandle, message: "the characteristic's service is gone")) }
+        }
+        let valueHandle = characteristic.valueHandle
+        let next = (service.characteristics ?? []).map(\.valueHandle).filter { $0 > valueHandle }.min()
+        let end = next.map { $0 - 2 } ?? service.range.upperBound
+        guard valueHandle < end else {
+            characteristic.setDescriptors([])
+            return notify { $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: nil) }
+        }
+        gatt({ $0.gattDiscover = .with { $0.depth = .descriptors; $0.startHandle = valueHandle + 1; $0.endHandle = end } }) { [self] result in
+            var error: Error?
+            switch result {
+            case .failure(let failure): error = failure.coreBluetoothError
+            case .success(let response):
+                let known = characteristic.descriptors ?? []
+                let found = (response.gattDatabase.services.first?.characteristics.first?.descriptors ?? []).map { info in
+                    known.first { $0.handle == info.handle }
+                        ?? Descriptor(uuid: BluetoothUUID(info.uuid) ?? BluetoothUUID(0), value: nil, handle: info.handle, characteristic: characteristic)
+                }
+                characteristic.setDescriptors(found)
+            }
+            notify { $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: error) }
+        }
     }
 
+    /// Find Included Services (§4.5.1) over the service; an included service is the discovered object at its
+    /// handles, or a secondary service (which primary discovery does not find).
     public func discoverIncludedServices(_ includedServiceUUIDs: [BluetoothUUID]?, for service: Service) {
+        let range = service.range
         let filter = Handover(includedServiceUUIDs)
-        later { [self] in
-            if let uuids = filter.value { service.with { $0.included = $0.included?.filter { uuids.contains($0.uuid) } } }
-            notify { $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: nil) }
+        gatt({ $0.gattDiscover = .with { $0.depth = .included; $0.startHandle = range.lowerBound; $0.endHandle = range.upperBound } }) { [self] result in
+            var error: Error?
+            switch result {
+            case .failure(let failure): error = failure.coreBluetoothError
+            case .success(let response):
+                // Found before (as included here, or as a primary service): the same object.
+                let known = (service.includedServices ?? []) + (services ?? [])
+                let found = (response.gattDatabase.services.first?.included ?? [])
+                    .filter { entry in filter.value.map { $0.contains(BluetoothUUID(entry.uuid) ?? BluetoothUUID(0)) } ?? true }
+                    .map { entry in
+                        known.first { $0.range.lowerBound == entry.startHandle }
+                            ?? Service(uuid: BluetoothUUID(entry.uuid) ?? BluetoothUUID(0), isPrimary: false,
+                                       range: entry.startHandle...max(entry.startHandle, entry.endHandle), peripheral: self)
+                    }
+                service.with { state in
+                    var included = state.included ?? []
+                    for entry in found where !included.contains(where: { $0.range.lowerBound == entry.range.lowerBound }) { included.append(entry) }
+                    state.included = included
+                }
+            }
+            notify { $0.peripheral(self, didDiscoverIncludedServicesFor: service, error: error) }
         }
     }
 

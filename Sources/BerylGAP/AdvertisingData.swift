@@ -177,10 +177,17 @@ public struct AdvertisingPayload: Equatable, Sendable {
         if let manufacturerData, advertising.count + 2 + manufacturerData.count <= Self.maximumLength {
             advertising += [UInt8(1 + manufacturerData.count), ADType.manufacturerData.rawValue] + manufacturerData
         }
+        // Core Bluetooth's rule: the name goes in the advertising packet when it fits beside the service UUIDs (28
+        // bytes after the flags), so a passive scanner sees it; otherwise in the scan response, shortened if need be
+        // (Core Supplement Part A §1.2).
         if let localName, !localName.isEmpty {
             let bytes = Array(localName.utf8)
-            let fits = min(bytes.count, Self.maximumLength - 2)
-            scanResponse = [UInt8(1 + fits), fits == bytes.count ? ADType.completeLocalName.rawValue : ADType.shortenedLocalName.rawValue] + bytes.prefix(fits)
+            if advertising.count + 2 + bytes.count <= Self.maximumLength {
+                advertising += [UInt8(1 + bytes.count), ADType.completeLocalName.rawValue] + bytes
+            } else {
+                let fits = min(bytes.count, Self.maximumLength - 2)
+                scanResponse = [UInt8(1 + fits), fits == bytes.count ? ADType.completeLocalName.rawValue : ADType.shortenedLocalName.rawValue] + bytes.prefix(fits)
+            }
         }
         self.advertising = advertising
         self.scanResponse = scanResponse

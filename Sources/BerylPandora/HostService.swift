@@ -141,7 +141,7 @@ public struct HostService: Pandora_Host.SimpleServiceProtocol {
                 }
             }
         }
-        try? await lab.call { $0.labStopAdvertising = .init() }
+        _ = try? await lab.call { $0.labStopAdvertising = .init() }
     }
 
     public func scan(request: Pandora_ScanRequest, response: RPCWriter<Pandora_ScanningResponse>, context: ServerContext) async throws {
@@ -163,7 +163,7 @@ public struct HostService: Pandora_Host.SimpleServiceProtocol {
                 }
             }
         }
-        try? await lab.call { $0.labStopScan = .init() }
+        _ = try? await lab.call { $0.labStopScan = .init() }
     }
 
     // MARK: BR/EDR: not a Beryl transport

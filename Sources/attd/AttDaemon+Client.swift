@@ -155,11 +155,18 @@ extension AttDaemon {
                 guard !parsed.isEmpty else { continue }
                 if field == "service_uuids" { scope.services = parsed } else { scope.characteristics = parsed }
             }
-            discover(scope, on: link) { result in
+            let answer: (Result<Beryl_Ipc_V1_GattDatabase, ATTError>) -> Void = { result in
                 switch result {
                 case .success(let database): incoming.respond(.with { $0.att.gattDatabase = database })
                 case .failure(let error): failATT(error, on: link)
                 }
+            }
+            switch request.depth {
+            case .whole, .UNRECOGNIZED: discover(scope, on: link, completion: answer)
+            case .services: discoverServicesOnly(scope, on: link, completion: answer)
+            case .included: discoverIncluded(in: scope.range, on: link, completion: answer)
+            case .characteristics: discoverCharacteristicsOnly(scope, on: link, completion: answer)
+            case .descriptors: discoverDescriptorsOnly(in: scope.range, on: link, completion: answer)
             }
         case .gattRead(let read):
             guard let link = link(read.connectionHandle) else { return true }
@@ -287,6 +294,87 @@ extension AttDaemon {
                 let inScope = found.filter { $0.start <= scope.range.upperBound && $0.end >= scope.range.lowerBound }
                 self.describe(inScope, index: 0, scope: scope, on: link, into: Beryl_Ipc_V1_GattDatabase()) { completion($0) }
             }
+        }
+    }
+
+    /// Primary service discovery alone (Core Vol 3 Part G §4.4), as `discoverServices` asks. Like iOS, a client
+    /// that has not yet found the peer's Service Changed looks for it too, out of the app's sight (§7.1).
+    func discoverServicesOnly(_ scope: DiscoveryScope, on link: LinkSession, completion: @escaping (Result<Beryl_Ipc_V1_GattDatabase, ATTError>) -> Void) {
+        findServices(scope, remaining: scope.services.map { $0.map(Optional.some) } ?? [nil], on: link, found: []) { [unowned self] result in
+            switch result {
+            case .failure(let error): completion(.failure(error))
+            case .success(let found):
+                completion(.success(.with { database in
+                    database.services = found.filter { $0.start <= scope.range.upperBound && $0.end >= scope.range.lowerBound }.map { service in
+                        .with { $0.uuid = service.uuid.description; $0.startHandle = UInt32(service.start); $0.endHandle = UInt32(service.end) }
+                    }
+                }))
+                guard peerServiceChanged[link.handle] == nil, !lookedForServiceChanged.contains(link.handle) else { return }
+                lookedForServiceChanged.insert(link.handle)
+                var gatt = DiscoveryScope()
+                gatt.services = [GATTType.gattService]
+                gatt.characteristics = [GATTType.serviceChanged]
+                discover(gatt, on: link) { _ in }
+            }
+        }
+    }
+
+    /// Find Included Services over one service's range (§4.5.1).
+    func discoverIncluded(in range: ClosedRange<UInt16>, on link: LinkSession, completion: @escaping (Result<Beryl_Ipc_V1_GattDatabase, ATTError>) -> Void) {
+        var includes = FindIncludedServices(in: range)
+        runProcedure(on: link, includes.start(), { includes.handle($0) }) { result in
+            completion(result.map { included in
+                .with { database in
+                    database.services = [.with { service in
+                        service.startHandle = UInt32(range.lowerBound)
+                        service.endHandle = UInt32(range.upperBound)
+                        service.included = included.map { include in
+                            .with { $0.uuid = include.uuid.description; $0.startHandle = UInt32(include.start); $0.endHandle = UInt32(include.end) }
+                        }
+                    }]
+                }
+            })
+        }
+    }
+
+    /// Discover All Characteristics of a Service (§4.6.1), filtered afterwards as Core Bluetooth filters, no descriptors.
+    func discoverCharacteristicsOnly(_ scope: DiscoveryScope, on link: LinkSession, completion: @escaping (Result<Beryl_Ipc_V1_GattDatabase, ATTError>) -> Void) {
+        var characteristics = DiscoverCharacteristics(in: scope.range)
+        runProcedure(on: link, characteristics.start(), { characteristics.handle($0) }) { result in
+            completion(result.map { found in
+                .with { database in
+                    database.services = [.with { service in
+                        service.startHandle = UInt32(scope.range.lowerBound)
+                        service.endHandle = UInt32(scope.range.upperBound)
+                        service.characteristics = found.filter { scope.characteristics?.contains($0.uuid) ?? true }.map { characteristic in
+                            .with {
+                                $0.uuid = characteristic.uuid.description
+                                $0.properties = UInt32(characteristic.properties.rawValue)
+                                $0.valueHandle = UInt32(characteristic.valueHandle)
+                            }
+                        }
+                    }]
+                }
+            })
+        }
+    }
+
+    /// Discover All Characteristic Descriptors (§4.7.1) in one characteristic's range.
+    func discoverDescriptorsOnly(in range: ClosedRange<UInt16>, on link: LinkSession, completion: @escaping (Result<Beryl_Ipc_V1_GattDatabase, ATTError>) -> Void) {
+        var descriptors = DiscoverDescriptors(in: range)
+        runProcedure(on: link, descriptors.start(), { descriptors.handle($0) }) { result in
+            completion(result.map { all in
+                // A characteristic's descriptors end where the next declaration begins (Core Vol 3 Part G §3.3.3).
+                let declarations: Set<BluetoothUUID> = [BluetoothUUID(0x2800), BluetoothUUID(0x2801), BluetoothUUID(0x2802), BluetoothUUID(0x2803)]
+                let found = all.prefix { !declarations.contains($0.uuid) }
+                return .with { database in
+                    database.services = [.with { service in
+                        service.characteristics = [.with { characteristic in
+                            characteristic.descriptors = found.map { descriptor in .with { $0.uuid = descriptor.uuid.description; $0.handle = UInt32(descriptor.handle) } }
+                        }]
+                    }]
+                }
+            })
         }
     }
 

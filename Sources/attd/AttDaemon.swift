@@ -36,6 +36,8 @@ final class AttDaemon {
     var pending: [UInt64: PendingAnswer] = [:]
     var nextAnswerID: UInt64 = 1
     var waiters: [WaiterKey: Waiter] = [:]
+    /// Links on which attd looked for the peer's Service Changed by itself (a filtered discovery would not find it).
+    var lookedForServiceChanged: Set<UInt16> = []
     /// Each link's Service Changed value handle on the peer, once discovery has found it.
     var peerServiceChanged: [UInt16: UInt16] = [:]
     /// Links re-discovering after a Service Changed: one re-discovery at a time per link, however often the peer
@@ -179,6 +181,7 @@ final class AttDaemon {
     private func linkClosed(_ handle: UInt16, reason: UInt8? = nil) {
         guard links.removeValue(forKey: handle) != nil else { return }
         peerServiceChanged[handle] = nil
+        lookedForServiceChanged.remove(handle)
         rediscovering.remove(handle)
         changedWhileRediscovering[handle] = nil
         securityLinkClosed(handle)

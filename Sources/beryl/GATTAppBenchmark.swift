@@ -98,6 +98,8 @@ enum GATTAppBenchmark {
         guard connected.wait(timeout: .now() + 10) == .success else { throw Failure.step("connect") }
         peripheral.discoverServices([service.uuid])
         let deadline = Date().addingTimeInterval(10)
+        while peripheral.services?.first == nil, Date() < deadline { usleep(10_000) }
+        if let discovered = peripheral.services?.first { peripheral.discoverCharacteristics(nil, for: discovered) }
         while peripheral.services?.first?.characteristics == nil, Date() < deadline { usleep(10_000) }
         guard let characteristics = peripheral.services?.first?.characteristics, characteristics.count == 2 else { throw Failure.step("discover services") }
         peripheral.setNotifyValue(true, for: characteristics[0])

@@ -358,14 +358,13 @@ extension ManagerDaemon {
                 if let preserved = self.preservedManagers.first(where: { $0.session == session }) {
                     // What the app knows of the peripheral, for willRestoreState.
                     switch operation.request.kind {
-                    case .gattDiscover(let discover)? where discover.serviceUuids.isEmpty:
+                    case .gattDiscover(let discover)? where discover.serviceUuids.isEmpty && discover.depth == .whole:
                         preserved.databases[identifier] = response.att.gattDatabase
-                    case .gattDiscover?:
-                        var known = preserved.databases[identifier] ?? .init()
-                        for service in response.att.gattDatabase.services where !known.services.contains(where: { $0.startHandle == service.startHandle }) {
-                            known.services.append(service)
+                    case .gattDiscover(let discover)?:
+                        let (lower, upper) = (max(1, discover.startHandle), discover.endHandle == 0 ? 0xFFFF : discover.endHandle)
+                        if lower <= upper {
+                            preserved.databases[identifier, default: .init()].merge(response.att.gattDatabase, depth: discover.depth, range: lower...upper)
                         }
-                        preserved.databases[identifier] = known
                     case .gattSubscribe(let subscribe)?:
                         if subscribe.enable { preserved.notifying[identifier, default: []].insert(subscribe.valueHandle) }
                         else { preserved.notifying[identifier]?.remove(subscribe.valueHandle) }

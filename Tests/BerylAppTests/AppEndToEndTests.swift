@@ -190,6 +190,9 @@ final class AppEndToEndTests: TwoStacksTestCase {
         let discovered = client.recorder.wait(for: "services", timeout: 10)
         let heart = try XCTUnwrap(peripheral.services?.first, "\(discovered ?? "no didDiscoverServices in 10 s"); the central heard \(client.recorder.all)")
         XCTAssertEqual(heart.uuid, BluetoothUUID(0x180D))
+        XCTAssertNil(heart.characteristics, "service discovery alone finds no characteristics")
+        peripheral.discoverCharacteristics(nil, for: heart)
+        XCTAssertTrue(eventually { heart.characteristics != nil })
         let characteristics = try XCTUnwrap(heart.characteristics)
         func characteristic(_ uuid: UInt16) throws -> Characteristic { try XCTUnwrap(characteristics.first { $0.uuid == BluetoothUUID(uuid) }) }
 
@@ -285,8 +288,10 @@ final class AppEndToEndTests: TwoStacksTestCase {
         XCTAssertEqual(client.recorder.wait(for: "included"), "included 180D: 180F secondary, 180A primary")
         let deviceInfo = try XCTUnwrap(heartService.includedServices?.first { $0.uuid == BluetoothUUID(0x180A) })
         XCTAssertTrue(deviceInfo === services.first { $0.uuid == BluetoothUUID(0x180A) }, "the included primary service is the discovered object")
+        // A second, filtered call adds nothing new (discovery adds to what was found) and calls back once more.
         peripheral.discoverIncludedServices([BluetoothUUID(0x180F)], for: heartService)
-        XCTAssertTrue(eventually { client.recorder.all.contains("included 180D: 180F secondary") }, client.recorder.all.joined(separator: "\n"))
+        XCTAssertTrue(eventually { client.recorder.all.filter { $0 == "included 180D: 180F secondary, 180A primary" }.count == 2 },
+                      client.recorder.all.joined(separator: "\n"))
         central.cancelPeripheralConnection(peripheral)
         withExtendedLifetime((central, manager)) {}
     }
@@ -349,13 +354,11 @@ final class SharedStackTests: TwoStacksTestCase {
         let forBattery = try XCTUnwrap(batteryCentral.retrievePeripherals(withIdentifiers: [peripheralID]).first)
         try await heartCentral.connected(to: forHeart)
         try await batteryCentral.connected(to: forBattery)
-        forHeart.discoverServices(nil)
-        forBattery.discoverServices(nil)
-        let deadline = Date().addingTimeInterval(10)
-        while (forHeart.services == nil || forBattery.services == nil), Date() < deadline { usleep(20_000) }
+        let heartServices = try await forHeart.services(discovering: nil)
+        let batteryServices = try await forBattery.services(discovering: nil)
         // One database holds both apps' services.
-        XCTAssertEqual(Set((forHeart.services ?? []).map(\.uuid.description)), ["1800", "1801", "180D", "180F"])
-        let levelCharacteristic = try XCTUnwrap(forBattery.services?.first { $0.uuid == BluetoothUUID(0x180F) }?.characteristics?.first)
+        XCTAssertEqual(Set(heartServices.map(\.uuid.description)), ["1800", "1801", "180D", "180F"])
+        let levelCharacteristic = try XCTUnwrap(batteryServices.first { $0.uuid == BluetoothUUID(0x180F) }?.characteristics?.first)
         let value = try await forBattery.readValue(for: levelCharacteristic)
         XCTAssertEqual(value, Data([77]))
 
@@ -527,10 +530,8 @@ final class PairingDelegateTests: XCTestCase {
         }
         let peripheral = try XCTUnwrap(found?.peripheral)
         try await central.connected(to: peripheral)
-        peripheral.discoverServices(nil)
-        let deadline = Date().addingTimeInterval(10)
-        while peripheral.services == nil, Date() < deadline { usleep(20_000) }
-        let characteristic = try XCTUnwrap(peripheral.services?.first { $0.uuid == BluetoothUUID(0x180D) }?.characteristics?.first)
+        let services = try await peripheral.services(discovering: nil)
+        let characteristic = try XCTUnwrap(services.first { $0.uuid == BluetoothUUID(0x180D) }?.characteristics?.first)
         let value = try await peripheral.readValue(for: characteristic)
         XCTAssertEqual(value, Data([0x05]), "readable once paired")
         XCTAssertNotNil(centralUser.recorder.wait(for: "prompt enterPasskey"))

@@ -84,8 +84,13 @@ final class LifecycleTests: TwoStacksTestCase {
 
         XCTAssertEqual(try beryl(["app", "state", "com.test.sensor", "suspended"], side: 1).status, 0)
         let sensorDeadline = Date().addingTimeInterval(10)
-        while peripheral.services == nil, Date() < sensorDeadline {
-            peripheral.discoverServices(nil)
+        // Services, then the heart rate service's characteristics, each asked again until the woken app's stack answers.
+        while peripheral.services?.first(where: { $0.uuid == BluetoothUUID(0x180D) })?.characteristics == nil, Date() < sensorDeadline {
+            if let heart = peripheral.services?.first(where: { $0.uuid == BluetoothUUID(0x180D) }) {
+                peripheral.discoverCharacteristics(nil, for: heart)
+            } else {
+                peripheral.discoverServices(nil)
+            }
             usleep(300_000)
         }
         let characteristics = try XCTUnwrap(peripheral.services?.first { $0.uuid == BluetoothUUID(0x180D) }?.characteristics)

@@ -46,6 +46,20 @@ final class AdvertisingDataTests: XCTestCase {
         XCTAssertEqual(AdvertisingPayload(localName: nil, serviceUUIDs: []).advertising, [2, 0x01, 0x06])
     }
 
+    /// The guide's rule for the name: in the advertising packet when it fits beside the service UUIDs, so that a
+    /// passive scanner (which never asks for a scan response) sees it; only what does not fit moves.
+    func testTheLocalNameIsAdvertisedWhenItFitsBesideTheServices() throws {
+        let fits = AdvertisingPayload(localName: "Beryl HR", serviceUUIDs: [BluetoothUUID(0x180D)])
+        XCTAssertEqual(fits.advertising, [2, 0x01, 0x06, 3, 0x03, 0x0D, 0x18, 9, 0x09] + Array("Beryl HR".utf8))
+        XCTAssertEqual(fits.scanResponse, [])
+        // Flags (3) + one 128-bit UUID (18) leave 10 bytes: an 8-byte name fits, a 9-byte one does not.
+        let service = BluetoothUUID("71DA3FD1-7E10-41C1-B16F-4430B506CDE7")!
+        XCTAssertEqual(try AdvertisementData.parse(AdvertisingPayload(localName: "Eight ch", serviceUUIDs: [service]).advertising).get().localName, "Eight ch")
+        let moved = AdvertisingPayload(localName: "Nine char", serviceUUIDs: [service])
+        XCTAssertNil(try AdvertisementData.parse(moved.advertising).get().localName)
+        XCTAssertEqual(try AdvertisementData.parse(moved.scanResponse).get().localName, "Nine char")
+    }
+
     func testAdvertisingReportsDecodeAndRejectBadLengths() {
         let event = HCIEventPacket(code: 0x3E, parameters: [0x02, 1, 0x04, 1, 6, 5, 4, 3, 2, 0xC1, 3, 2, 0x01, 0x06, 0xC4])
         XCTAssertEqual(AdvertisingReport.decode(event), [AdvertisingReport(kind: .scanResponse, address: DeviceAddress("C1:02:03:04:05:06/random")!,

@@ -27,6 +27,65 @@ fileprivate nonisolated struct _GeneratedWithProtocGenSwiftVersion: SwiftProtobu
   typealias Version = _2
 }
 
+/// GATT client (central role) requests on an open link.
+/// Discovers services (all, or those with the given UUIDs), their included services, characteristics
+/// (all, or those with the given UUIDs) and descriptors, within the handle range (0 and 0 mean all).
+/// How far a discovery goes. WHOLE runs every procedure below over the range; the others run the one procedure
+/// Core Bluetooth's call of that name runs (Core Vol 3 Part G §4.4–§4.7), and answer a database holding what it found.
+public nonisolated enum Beryl_Ipc_V1_GattDiscoveryDepth: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case whole // = 0
+
+  /// Primary services (by UUID when given): services without characteristics.
+  case services // = 1
+
+  /// The included services of the one service spanning the range.
+  case included // = 2
+
+  /// The characteristics of the one service spanning the range (filtered by characteristic_uuids), no descriptors.
+  case characteristics // = 3
+
+  /// The descriptors in the range (one characteristic's), as that service's one characteristic.
+  case descriptors // = 4
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .whole
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .whole
+    case 1: self = .services
+    case 2: self = .included
+    case 3: self = .characteristics
+    case 4: self = .descriptors
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .whole: return 0
+    case .services: return 1
+    case .included: return 2
+    case .characteristics: return 3
+    case .descriptors: return 4
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Beryl_Ipc_V1_GattDiscoveryDepth] = [
+    .whole,
+    .services,
+    .included,
+    .characteristics,
+    .descriptors,
+  ]
+
+}
+
 public nonisolated enum Beryl_Ipc_V1_PairingPromptKind: SwiftProtobuf.Enum, Swift.CaseIterable {
   public typealias RawValue = Int
   case unspecified // = 0
@@ -372,9 +431,6 @@ public nonisolated struct Beryl_Ipc_V1_AnswerWrite: Sendable {
   public init() {}
 }
 
-/// GATT client (central role) requests on an open link.
-/// Discovers services (all, or those with the given UUIDs), their included services, characteristics
-/// (all, or those with the given UUIDs) and descriptors, within the handle range (0 and 0 mean all).
 public nonisolated struct Beryl_Ipc_V1_GattDiscover: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -389,6 +445,8 @@ public nonisolated struct Beryl_Ipc_V1_GattDiscover: Sendable {
   public var startHandle: UInt32 = 0
 
   public var endHandle: UInt32 = 0
+
+  public var depth: Beryl_Ipc_V1_GattDiscoveryDepth = .whole
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1345,6 +1403,10 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
 
 fileprivate nonisolated let _protobuf_package = "beryl.ipc.v1"
 
+nonisolated extension Beryl_Ipc_V1_GattDiscoveryDepth: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0GATT_DISCOVERY_DEPTH_WHOLE\0\u{1}GATT_DISCOVERY_DEPTH_SERVICES\0\u{1}GATT_DISCOVERY_DEPTH_INCLUDED\0\u{1}GATT_DISCOVERY_DEPTH_CHARACTERISTICS\0\u{1}GATT_DISCOVERY_DEPTH_DESCRIPTORS\0")
+}
+
 nonisolated extension Beryl_Ipc_V1_PairingPromptKind: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0PAIRING_PROMPT_KIND_UNSPECIFIED\0\u{1}DISPLAY_PASSKEY\0\u{1}ENTER_PASSKEY\0\u{1}CONFIRM_NUMBER\0\u{1}CONFIRM_PAIRING\0")
 }
@@ -2019,7 +2081,7 @@ nonisolated extension Beryl_Ipc_V1_AnswerWrite: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Beryl_Ipc_V1_GattDiscover: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GattDiscover"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{3}service_uuids\0\u{3}characteristic_uuids\0\u{3}start_handle\0\u{3}end_handle\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{3}service_uuids\0\u{3}characteristic_uuids\0\u{3}start_handle\0\u{3}end_handle\0\u{1}depth\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2032,6 +2094,7 @@ nonisolated extension Beryl_Ipc_V1_GattDiscover: SwiftProtobuf.Message, SwiftPro
       case 3: try { try decoder.decodeRepeatedStringField(value: &self.characteristicUuids) }()
       case 4: try { try decoder.decodeSingularUInt32Field(value: &self.startHandle) }()
       case 5: try { try decoder.decodeSingularUInt32Field(value: &self.endHandle) }()
+      case 6: try { try decoder.decodeSingularEnumField(value: &self.depth) }()
       default: break
       }
     }
@@ -2053,6 +2116,9 @@ nonisolated extension Beryl_Ipc_V1_GattDiscover: SwiftProtobuf.Message, SwiftPro
     if self.endHandle != 0 {
       try visitor.visitSingularUInt32Field(value: self.endHandle, fieldNumber: 5)
     }
+    if self.depth != .whole {
+      try visitor.visitSingularEnumField(value: self.depth, fieldNumber: 6)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2062,6 +2128,7 @@ nonisolated extension Beryl_Ipc_V1_GattDiscover: SwiftProtobuf.Message, SwiftPro
     if lhs.characteristicUuids != rhs.characteristicUuids {return false}
     if lhs.startHandle != rhs.startHandle {return false}
     if lhs.endHandle != rhs.endHandle {return false}
+    if lhs.depth != rhs.depth {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
