@@ -72,10 +72,10 @@ final class HeartRateCentral: NSObject, CentralManagerDelegate, PeripheralDelega
             // Flags first; bit 0 clear: an 8-bit heart rate value (Heart Rate Service §3.1.1.1).
             say("heart rate \(value[value.startIndex + 1]) bpm")
             beats += 1
-            if beats == wanted, let controlPoint {
-                peripheral.setNotifyValue(false, for: characteristic)
-                peripheral.writeValue(Data([0x01]), for: controlPoint, type: .withResponse)
-            }
+            guard beats == wanted else { break }
+            peripheral.setNotifyValue(false, for: characteristic)
+            // The control point is optional (Heart Rate Service §3.3): without one there is nothing to reset.
+            if let controlPoint { peripheral.writeValue(Data([0x01]), for: controlPoint, type: .withResponse) } else { finish(peripheral) }
         default:
             break
         }
@@ -84,6 +84,10 @@ final class HeartRateCentral: NSObject, CentralManagerDelegate, PeripheralDelega
     func peripheral(_ peripheral: Peripheral, didWriteValueFor characteristic: Characteristic, error: Error?) {
         if let error = error { fail("the control point refused the write: \(error.localizedDescription)") }
         say("reset energy expended")
+        finish(peripheral)
+    }
+
+    func finish(_ peripheral: Peripheral) {
         centralManager.cancelPeripheralConnection(peripheral)
         say("done")
         exit(0)

@@ -63,3 +63,99 @@ final class GuideListingTests: TwoStacksTestCase {
         }
     }
 }
+
+/// The guide's restoration listing, launched by managerd from a manifest: killed, its link kept; the link lost and
+/// back, it is relaunched with its restore identifier in the launch options, gets its peripheral in willRestoreState
+/// and reads again without discovering.
+final class GuideRestorationTests: TwoStacksTestCase {
+    static let appID = "com.example.guide-restoration"
+    var appsDir: String { scratch.root + "/apps" }
+    private var peripheralPid: Int32?
+
+    override var managerdArguments: [[String]] { [["--apps-dir", appsDir], []] }
+
+    override func prepare() throws {
+        try FileManager.default.createDirectory(atPath: appsDir, withIntermediateDirectories: true)
+        // Line-buffered, so that what the listing prints reaches its log before a kill -9.
+        let manifest: [String: Any] = [
+            "id": Self.appID, "user": Spawn.unprivilegedUser, "backgroundModes": ["bluetooth-central"],
+            "launch": ["command": ["/usr/bin/stdbuf", "-oL", Executables.path("guide-listings"), "restoring-central"]],
+        ]
+        try JSONSerialization.data(withJSONObject: manifest).write(to: URL(fileURLWithPath: appsDir + "/guide.json"))
+        chmod(appsDir + "/guide.json", 0o644)
+    }
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        for directory in [scratch.root, scratch.root + "/run0", scratch.root + "/run0/logs"] { chmod(directory, 0o755) }
+    }
+
+    override func tearDown() {
+        _ = try? beryl(["app", "quit", Self.appID])
+        if let peripheralPid, ProcessStats.isAlive(pid: peripheralPid) {
+            kill(peripheralPid, SIGKILL)
+            _ = Spawn.reap(peripheralPid)
+        }
+        super.tearDown()
+    }
+
+    private func beryl(_ arguments: [String]) throws -> (status: Int32, out: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
+        process.arguments = arguments + ["--runtime-dir", "\(scratch.root)/run0"]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        let out = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, out)
+    }
+
+    private func sim(_ arguments: [String]) throws -> Int32 {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
+        process.arguments = ["sim"] + arguments + ["--dir", scratch.root + "/sim"]
+        try process.run()
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    private func app() throws -> [String: Any] {
+        let listed = try beryl(["app", "list", "--json"])
+        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(listed.out.utf8)) as? [String: Any])
+        return try XCTUnwrap((object["apps"] as? [[String: Any]])?.first { $0["id"] as? String == Self.appID })
+    }
+
+    private var log: [String] {
+        ((try? String(contentsOfFile: "\(scratch.root)/run0/logs/app-\(Self.appID).log", encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    }
+
+    func testTheRestorationListingIsRelaunchedAndRestored() throws {
+        let peripheralLog = "\(scratch.root)/guide-peripheral.log"
+        peripheralPid = try Spawn.start(["/usr/bin/stdbuf", "-oL", Executables.path("guide-listings"), "peripheral", "--runtime-dir", "\(scratch.root)/run1"],
+                                        logPath: peripheralLog)
+        XCTAssertTrue(eventually(.seconds(10)) { ((try? String(contentsOfFile: peripheralLog, encoding: .utf8)) ?? "").contains("Advertising") })
+
+        // Launched by the user (through managerd): no restore identifiers; it scans, connects, discovers, reads.
+        XCTAssertEqual(try beryl(["app", "launch", Self.appID]).status, 0)
+        XCTAssertTrue(eventually(.seconds(20)) { self.log.contains { $0.hasPrefix("Temperature") } }, log.joined(separator: "\n"))
+        XCTAssertEqual(log.first, "Launched to restore []")
+
+        // kill -9: managerd keeps the manager and its link.
+        let pids = try XCTUnwrap(try app()["pids"] as? [Int])
+        for pid in pids { kill(Int32(pid), SIGKILL) }
+        XCTAssertTrue(eventually { ((try? self.app()["pids"] as? [Int]) ?? [1]).isEmpty })
+        XCTAssertEqual(try app()["preservedCentrals"] as? [String], ["myCentralManagerIdentifier"])
+
+        // The thermometer goes out of range and comes back: the pending connection completes and relaunches the app.
+        let before = log.count
+        XCTAssertEqual(try sim(["range", "1", "out"]), 0)
+        XCTAssertTrue(eventually(.seconds(10)) { (try? self.beryl(["peripherals", "--connected", "--json"]).out.isEmpty) == true }, "the link dropped")
+        XCTAssertEqual(try sim(["range", "1", "in"]), 0)
+        XCTAssertTrue(eventually(.seconds(30)) { self.log.dropFirst(before).contains { $0.hasPrefix("Temperature") } }, log.joined(separator: "\n"))
+        let relaunch = Array(log.dropFirst(before))
+        XCTAssertEqual(relaunch.first, "Launched to restore [myCentralManagerIdentifier]", relaunch.joined(separator: "\n"))
+        XCTAssertTrue(relaunch.contains("Restoring 1 peripherals"), relaunch.joined(separator: "\n"))
+        XCTAssertTrue(relaunch.contains("Resumed without discovery"), "what the app discovered is restored: \(relaunch)")
+    }
+}
