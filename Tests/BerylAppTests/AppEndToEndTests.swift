@@ -145,6 +145,18 @@ class TwoStacksTestCase: XCTestCase {
         return (run.status, run.stdout, run.stderr)
     }
 
+    /// `beryl sim ARGUMENTS` against the test's berylsim; its exit status.
+    func sim(_ arguments: [String]) throws -> Int32 {
+        try runTool("beryl", ["sim"] + arguments + ["--dir", scratch.root + "/sim"]).status
+    }
+
+    /// An app as `beryl app list` on stack 0 shows it.
+    func managedApp(_ id: String) throws -> [String: Any] {
+        let listed = try beryl(["app", "list", "--json"])
+        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(listed.out.utf8)) as? [String: Any], listed.err)
+        return try XCTUnwrap((object["apps"] as? [[String: Any]])?.first { $0["id"] as? String == id })
+    }
+
     /// Controller `index` as berylsim sees it: what its host set on the air.
     func simController(_ index: Int) throws -> [String: Any] {
         let listed = try runTool("beryl", ["sim", "list", "--json", "--dir", scratch.root + "/sim"])

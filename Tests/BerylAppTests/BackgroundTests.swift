@@ -55,11 +55,7 @@ final class BackgroundTests: TwoStacksTestCase {
         super.tearDown()
     }
 
-    private func app(_ id: String) throws -> [String: Any] {
-        let listed = try beryl(["app", "list", "--json"])
-        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(listed.out.utf8)) as? [String: Any], listed.err)
-        return try XCTUnwrap((object["apps"] as? [[String: Any]])?.first { $0["id"] as? String == id })
-    }
+    private func app(_ id: String) throws -> [String: Any] { try managedApp(id) }
 
     private func log(_ name: String) -> String { (try? String(contentsOfFile: "\(scratch.root)/run0/logs/\(name).log", encoding: .utf8)) ?? "" }
 

@@ -99,32 +99,7 @@ final class GuideRestorationTests: TwoStacksTestCase {
         super.tearDown()
     }
 
-    private func beryl(_ arguments: [String]) throws -> (status: Int32, out: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
-        process.arguments = arguments + ["--runtime-dir", "\(scratch.root)/run0"]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
-        let out = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return (process.terminationStatus, out)
-    }
-
-    private func sim(_ arguments: [String]) throws -> Int32 {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
-        process.arguments = ["sim"] + arguments + ["--dir", scratch.root + "/sim"]
-        try process.run()
-        process.waitUntilExit()
-        return process.terminationStatus
-    }
-
-    private func app() throws -> [String: Any] {
-        let listed = try beryl(["app", "list", "--json"])
-        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(listed.out.utf8)) as? [String: Any])
-        return try XCTUnwrap((object["apps"] as? [[String: Any]])?.first { $0["id"] as? String == Self.appID })
-    }
+    private func app() throws -> [String: Any] { try managedApp(Self.appID) }
 
     private var log: [String] {
         ((try? String(contentsOfFile: "\(scratch.root)/run0/logs/app-\(Self.appID).log", encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)

@@ -66,20 +66,7 @@ final class RestorationTests: TwoStacksTestCase {
         super.tearDown()
     }
 
-    private func sim(_ arguments: [String]) throws -> Int32 {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
-        process.arguments = ["sim"] + arguments + ["--dir", scratch.root + "/sim"]
-        try process.run()
-        process.waitUntilExit()
-        return process.terminationStatus
-    }
-
-    private func app(_ id: String = RestorationTests.appID) throws -> [String: Any] {
-        let listed = try beryl(["app", "list", "--json"])
-        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(listed.out.utf8)) as? [String: Any], listed.err)
-        return try XCTUnwrap((object["apps"] as? [[String: Any]])?.first { $0["id"] as? String == id })
-    }
+    private func app(_ id: String = RestorationTests.appID) throws -> [String: Any] { try managedApp(id) }
 
     private func log(of id: String) -> String { (try? String(contentsOfFile: "\(scratch.root)/run0/logs/app-\(id).log", encoding: .utf8)) ?? "" }
 
