@@ -296,7 +296,7 @@ public final class CentralManager: Sendable, SessionBacked {
         case .success(let response):
             return response.manager.peripherals.peripherals.map { peripheral($0.identifier, name: $0.name) }
         case .failure(let error):
-            misuse.report(.failed("\(call) could not reach the stack: \(error)"))
+            misuse.report(.failed("\(call) failed: \(error)"))
             return []
         }
     }
