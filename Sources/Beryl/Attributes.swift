@@ -17,19 +17,13 @@ public class Service: CustomStringConvertible, @unchecked Sendable {
         /// The service's handles in the peer's database (a discovered one), or where it was published (a mutable one).
         var range: ClosedRange<UInt32> = 0...0
     }
-    let storage: Mutex<Handover<Storage>>
+    let storage: Guarded<Storage>
 
     init(uuid: BluetoothUUID, isPrimary: Bool, range: ClosedRange<UInt32>, peripheral: Peripheral?) {
-        storage = Mutex(Handover(Storage(uuid: uuid, isPrimary: isPrimary, peripheral: peripheral, range: range)))
+        storage = Guarded(Storage(uuid: uuid, isPrimary: isPrimary, peripheral: peripheral, range: range))
     }
 
-    func with<T>(_ body: (inout Storage) -> T) -> T {
-        storage.withLock { handed in
-            var value = handed.value
-            defer { handed = Handover(value) }
-            return body(&value)
-        }
-    }
+    func with<T>(_ body: (inout Storage) -> T) -> T { storage.with(body) }
 
     public var uuid: BluetoothUUID { with { $0.uuid } }
     public var isPrimary: Bool { with { $0.isPrimary } }
@@ -80,19 +74,13 @@ public class Characteristic: CustomStringConvertible, @unchecked Sendable {
         var permissions: AttributePermissions = []
         var subscribed: [Central] = []
     }
-    let storage: Mutex<Handover<Storage>>
+    let storage: Guarded<Storage>
 
     init(uuid: BluetoothUUID, properties: CharacteristicProperties, value: Data?, valueHandle: UInt32, service: Service?) {
-        storage = Mutex(Handover(Storage(uuid: uuid, properties: properties, value: value, service: service, valueHandle: valueHandle)))
+        storage = Guarded(Storage(uuid: uuid, properties: properties, value: value, service: service, valueHandle: valueHandle))
     }
 
-    func with<T>(_ body: (inout Storage) -> T) -> T {
-        storage.withLock { handed in
-            var value = handed.value
-            defer { handed = Handover(value) }
-            return body(&value)
-        }
-    }
+    func with<T>(_ body: (inout Storage) -> T) -> T { storage.with(body) }
 
     public var uuid: BluetoothUUID { with { $0.uuid } }
     public var service: Service? { with { $0.service } }
@@ -165,19 +153,13 @@ public class Descriptor: CustomStringConvertible, @unchecked Sendable {
         weak var characteristic: Characteristic?
         var handle: UInt32 = 0
     }
-    let storage: Mutex<Handover<Storage>>
+    let storage: Guarded<Storage>
 
     init(uuid: BluetoothUUID, value: Any?, handle: UInt32, characteristic: Characteristic?) {
-        storage = Mutex(Handover(Storage(uuid: uuid, value: Handover(value), characteristic: characteristic, handle: handle)))
+        storage = Guarded(Storage(uuid: uuid, value: Handover(value), characteristic: characteristic, handle: handle))
     }
 
-    func with<T>(_ body: (inout Storage) -> T) -> T {
-        storage.withLock { handed in
-            var value = handed.value
-            defer { handed = Handover(value) }
-            return body(&value)
-        }
-    }
+    func with<T>(_ body: (inout Storage) -> T) -> T { storage.with(body) }
 
     public var uuid: BluetoothUUID { with { $0.uuid } }
     public var characteristic: Characteristic? { with { $0.characteristic } }

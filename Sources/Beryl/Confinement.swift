@@ -37,3 +37,19 @@ final class DelegateSlot: Sendable {
         queue.async { call.value.1(call.value.0) }
     }
 }
+
+/// An attribute object's state (which holds weak references and `Any` values): read and changed under its lock
+/// from any thread.
+final class Guarded<Value>: Sendable {
+    private let state: Mutex<Handover<Value>>
+
+    init(_ value: Value) { state = Mutex(Handover(value)) }
+
+    func with<T>(_ body: (inout Value) -> T) -> T {
+        state.withLock { handed in
+            var value = handed.value
+            defer { handed = Handover(value) }
+            return body(&value)
+        }
+    }
+}
