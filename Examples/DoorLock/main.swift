@@ -5,7 +5,10 @@
 // gets the lock in willRestoreState and carries on without discovering again. Every delegate callback is one JSON
 // line, to stdout or appended to --log.
 //
-//   doorlock --service UUID --characteristic UUID [--log FILE] [--runtime-dir DIR]
+// --busy-seconds makes each connection take that long to handle (a slow handshake with the lock's firmware), which is
+// how the tests show the stack ending an app that overruns its background wake.
+//
+//   doorlock --service UUID --characteristic UUID [--log FILE] [--runtime-dir DIR] [--busy-seconds N]
 import Beryl
 import Dispatch
 import Foundation
@@ -15,9 +18,10 @@ struct Options {
     var characteristic: BluetoothUUID
     var log: String?
     var runtimeDir: String?
+    var busySeconds: Double = 0
 
     static func parse(_ arguments: [String]) -> Options? {
-        var service: BluetoothUUID?, characteristic: BluetoothUUID?, log: String?, runtimeDir: String?
+        var service: BluetoothUUID?, characteristic: BluetoothUUID?, log: String?, runtimeDir: String?, busySeconds: Double = 0
         var iterator = arguments.makeIterator()
         while let argument = iterator.next() {
             guard let value = iterator.next() else { return nil }
@@ -26,11 +30,14 @@ struct Options {
             case "--characteristic": characteristic = BluetoothUUID(value)
             case "--log": log = value
             case "--runtime-dir": runtimeDir = value
+            case "--busy-seconds":
+                guard let seconds = Double(value), seconds >= 0 else { return nil }
+                busySeconds = seconds
             default: return nil
             }
         }
         guard let service, let characteristic else { return nil }
-        return Options(service: service, characteristic: characteristic, log: log, runtimeDir: runtimeDir)
+        return Options(service: service, characteristic: characteristic, log: log, runtimeDir: runtimeDir, busySeconds: busySeconds)
     }
 }
 
@@ -80,11 +87,10 @@ final class DoorLock: NSObject, CentralManagerDelegate, PeripheralDelegate {
         myCentralManager.apiMisuseHandler = { [log] in log.write("apiMisuse", ["error": "\($0)"]) }
     }
 
-    /// Every callback is logged here. Relaunched in the background, each event wakes the app for a budget: handled, it
-    /// says it is idle again, or the stack suspends it (and holds its events) when the budget runs out.
+    /// Every callback is logged here. In the background each event wakes the app for a budget; once its callbacks
+    /// have returned the library tells the stack it is idle again, so the app says nothing of it itself.
     private func heard(_ event: String, _ fields: [String: Any] = [:]) {
         log.write(event, fields)
-        if relaunched { myCentralManager?.reportApplicationState(.background) }
     }
 
     private func known(_ peripheral: Peripheral) -> Characteristic? {
@@ -130,6 +136,7 @@ final class DoorLock: NSObject, CentralManagerDelegate, PeripheralDelegate {
 
     func centralManager(_ central: CentralManager, didConnect peripheral: Peripheral) {
         heard("didConnect", ["peripheral": peripheral.identifier.uuidString])
+        if options.busySeconds > 0 { Thread.sleep(forTimeInterval: options.busySeconds) }
         peripheral.delegate = self
         resume(peripheral, central)
     }
@@ -187,7 +194,7 @@ final class DoorLock: NSObject, CentralManagerDelegate, PeripheralDelegate {
 }
 
 guard let options = Options.parse(Array(CommandLine.arguments.dropFirst())) else {
-    FileHandle.standardError.write(Data("usage: doorlock --service UUID --characteristic UUID [--log FILE] [--runtime-dir DIR]\n".utf8))
+    FileHandle.standardError.write(Data("usage: doorlock --service UUID --characteristic UUID [--log FILE] [--runtime-dir DIR] [--busy-seconds N]\n".utf8))
     exit(64)
 }
 do {

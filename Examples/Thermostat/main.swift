@@ -74,23 +74,11 @@ final class Thermostat: PeripheralManagerDelegate {
         say(error.map { "advertising failed: \($0)" } ?? "advertising as Beryl Thermostat")
     }
 
-    /// Relaunched in the background, each event wakes the app for a budget: handled (answered or refused), it says it
-    /// is idle again, or the stack suspends it and refuses its centrals' reads and writes.
-    private func handled(_ peripheral: PeripheralManager) {
-        if LaunchOptions.current.isRelaunch { peripheral.reportApplicationState(.background) }
-    }
-
     func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: Characteristic) {
-        defer { handled(peripheral) }
         say("temperature subscribed by \(central.identifier)")
     }
 
-    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: Characteristic) {
-        handled(peripheral)
-    }
-
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest) {
-        defer { handled(peripheral) }
         let value = target.withLock { $0 }
         say("setpoint read by \(request.central.identifier)")
         let bytes = Data([UInt8(value & 0xFF), UInt8(value >> 8)])
@@ -101,7 +89,6 @@ final class Thermostat: PeripheralManagerDelegate {
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveWrite requests: [ATTRequest]) {
-        defer { handled(peripheral) }
         // All or nothing: every write in the batch is checked before any is applied.
         guard requests.allSatisfy({ $0.offset == 0 && $0.value?.count == 2 }) else {
             return peripheral.respond(to: requests[0], withResult: .invalidAttributeValueLength)

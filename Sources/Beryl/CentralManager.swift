@@ -14,6 +14,8 @@ public protocol CentralManagerDelegate: AnyObject {
     func centralManager(_ central: CentralManager, didConnect peripheral: Peripheral)
     func centralManager(_ central: CentralManager, didFailToConnect peripheral: Peripheral, error: Error?)
     func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: Error?)
+    /// A link to a peripheral matching `registerForConnectionEvents(options:)` came up or went.
+    func centralManager(_ central: CentralManager, connectionEventDidOccur event: ConnectionEvent, for peripheral: Peripheral)
 }
 
 public extension CentralManagerDelegate {
@@ -22,6 +24,7 @@ public extension CentralManagerDelegate {
     func centralManager(_ central: CentralManager, didConnect peripheral: Peripheral) {}
     func centralManager(_ central: CentralManager, didFailToConnect peripheral: Peripheral, error: Error?) {}
     func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: Error?) {}
+    func centralManager(_ central: CentralManager, connectionEventDidOccur event: ConnectionEvent, for peripheral: Peripheral) {}
 }
 
 /// Typed scan options, beside Core Bluetooth's dictionary.
@@ -338,6 +341,10 @@ public final class CentralManager: Sendable, SessionBacked {
             peripheral(change.peripheral).servicesChanged(change.change)
         case .readyToWrite(let ready)?:
             peripheral(ready.peripheral).readyToWrite()
+        case .connectionEvent(let occurred)?:
+            let found = peripheral(occurred.peripheral.identifier, name: occurred.peripheral.name)
+            let event: ConnectionEvent = occurred.kind == .peerConnected ? .peerConnected : .peerDisconnected
+            notify { $0.centralManager(self, connectionEventDidOccur: event, for: found) }
         default:
             break
         }

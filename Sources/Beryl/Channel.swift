@@ -36,7 +36,7 @@ final class Channel: Sendable {
     /// Says Hello for the app; the answer carries the manager's first state (unauthorized when managerd refuses the
     /// app id, unsupported for any other refusal) and, for a restored manager, what managerd preserved.
     func hello(appID: String, restoreIdentifier: String?, role: Beryl_Ipc_V1_ManagerRole,
-               then: @escaping @Sendable (ManagerState, Beryl_Ipc_V1_PreservedState?, BerylError?) -> Void) {
+               then: @escaping @Sendable (ManagerState, Beryl_Ipc_V1_PreservedState?, _ wake: UInt64, BerylError?) -> Void) {
         request(.manager {
             $0.hello.appID = appID
             $0.hello.restoreIdentifier = restoreIdentifier ?? ""
@@ -45,9 +45,9 @@ final class Channel: Sendable {
             switch result {
             case .success(let response):
                 let welcome = response.manager.welcome
-                then(ManagerState(welcome.state), welcome.wasRestored ? welcome.restored : nil, nil)
+                then(ManagerState(welcome.state), welcome.wasRestored ? welcome.restored : nil, welcome.wake, nil)
             case .failure(let error):
-                if case .permissionDenied = error { then(.unauthorized, nil, error) } else { then(.unsupported, nil, error) }
+                if case .permissionDenied = error { then(.unauthorized, nil, 0, error) } else { then(.unsupported, nil, 0, error) }
             }
         }
     }

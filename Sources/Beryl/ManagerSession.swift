@@ -71,7 +71,10 @@ final class ManagerSession: Sendable {
     /// trying.
     func start(restoreIdentifier: String?, role: Beryl_Ipc_V1_ManagerRole, events: @escaping @Sendable (Event) -> Void,
                welcome: @escaping @Sendable (ManagerState, Beryl_Ipc_V1_PreservedState?, _ again: Bool) -> Void) {
-        relay.bind(events)
+        relay.bind { [weak self] event in
+            events(event)
+            if event.manager.wake != 0 { self?.reportIdle(after: event.manager.wake) }
+        }
         let greeting = Greeting(restoreIdentifier: restoreIdentifier, role: role, welcome: welcome)
         self.greeting.withLock { $0 = greeting }
         if let openFailure {
@@ -85,7 +88,7 @@ final class ManagerSession: Sendable {
     }
 
     private func greet(_ greeting: Greeting) {
-        channel.hello(appID: appID, restoreIdentifier: greeting.restoreIdentifier, role: greeting.role) { [misuse, weak self] state, restored, error in
+        channel.hello(appID: appID, restoreIdentifier: greeting.restoreIdentifier, role: greeting.role) { [misuse, weak self] state, restored, wake, error in
             if let error {
                 misuse.report(error)
                 self?.setReason(error.description)
@@ -94,6 +97,17 @@ final class ManagerSession: Sendable {
             }
             let again = self?.welcomed.exchange(true, ordering: .relaxed) ?? true
             greeting.welcome(state, restored, again)
+            if wake != 0 { self?.reportIdle(after: wake) }
+        }
+    }
+
+    /// An app woken in the background is done, as iOS sees it, once the delegate calls its wake led to have returned
+    /// and its queue has nothing before them: then managerd hears that this session is idle, so that the app owes the
+    /// stack no call of its own to avoid being ended at its wake budget. The delegate calls for the event were queued
+    /// before this, on the same serial queue.
+    private func reportIdle(after wake: UInt64) {
+        delegateQueue.async { [weak self] in
+            self?.channel.request(.manager { $0.appIdle.wake = wake })
         }
     }
 

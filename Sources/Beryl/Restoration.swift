@@ -100,8 +100,9 @@ public struct LaunchOptions: Sendable, Equatable {
     }
 }
 
-/// What an app tells the stack about itself (iOS knows it from UIApplication): in the foreground, or in the
-/// background — which, said after handling an event the app was woken for, is also "done, idle".
+/// What an app tells the stack about itself (iOS knows it from UIApplication): in the foreground or in the
+/// background. An app woken in the background need not say anything: the library tells the stack it is idle once its
+/// delegate callbacks for the wake have returned.
 public enum ApplicationState: Sendable {
     case foreground, background
 }
@@ -123,7 +124,7 @@ extension Channel {
 
 extension CentralManager {
     /// Reports the app's state: background apps follow Core Bluetooth's background rules; a foreground-only app is
-    /// suspended a few seconds after going to the background. Saying background after a wake reports idle.
+    /// suspended a few seconds after going to the background.
     @discardableResult
     public func reportApplicationState(_ state: ApplicationState) -> BerylError? { channel.report(state, appID: appID) }
 

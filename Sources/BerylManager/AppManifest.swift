@@ -112,6 +112,13 @@ public struct AppCatalog: Sendable {
 
     public init() {}
 
+    /// Core Bluetooth's authorization, from the manifests: an app id declared for another user is denied to this one
+    /// (managerd refuses its Hello); an undeclared id (a foreground-only app) or the manifest's user may.
+    public func mayUseBluetooth(appID: String, uid: UInt32) -> Bool {
+        guard let manifest = apps[appID] else { return true }
+        return manifest.uid == uid
+    }
+
     /// `ownerAllowed` checks a file's owner and mode (root-owned, not writable by others, in managerd).
     public init(directory: String, lookup: (String) -> Account?, ownerAllowed: (String) -> String?) {
         let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasSuffix(".json") }.sorted()

@@ -55,8 +55,11 @@ struct AppRuntime {
     var lastLaunchError = ""
     var nextLaunch: ContinuousClock.Instant?
     var backoff = RestartBackoff(initial: .seconds(1), maximum: .seconds(60), stableAfter: .seconds(30))
-    /// When an event woke the app in the background (its budget runs from here until it reports idle).
+    /// When an event woke the app in the background (its budget runs from here until its sessions are idle).
     var wokenAt: ContinuousClock.Instant?
+    var wakeTimer: EventRegistration?
+    /// Launched in the background and not yet connected: its first Hello starts its first wake.
+    var firstWakePending = false
     var suspensionTimer: EventRegistration?
 
     /// A launch is still the app's: a child of ours until superviseApps reaps it (ended but unreaped, a zombie, it
@@ -268,6 +271,7 @@ extension ManagerDaemon {
             runtime.adopted = false
             runtime.launchedAt = .now
             runtime.state = .background
+            runtime.firstWakePending = true
             runtime.lastLaunchError = ""
             host.logger.info("launched \(manifest.id) as \(manifest.user) (pid \(pid))"
                              + (waiting.isEmpty ? "" : " to restore \(waiting.map(\.restoreID).joined(separator: ", "))"))

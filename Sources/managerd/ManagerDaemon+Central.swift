@@ -284,6 +284,7 @@ extension ManagerDaemon {
                 send(connected, to: key.session)
             }
             perform(actions)
+            announceConnectionEvent(.peerConnected, identifier: device.identifier)
             if !central { updateAdvertising() }  // the controller ended connectable advertising: start it again
             return wasKnown ? nil : device.identifier
         case .connectionFailed(let status):
@@ -293,6 +294,7 @@ extension ManagerDaemon {
             mtus[handle] = nil
             defer { releaseAwaitingBearer(handle) }
             guard let (identifier, holders) = book.disconnected(handle: handle) else { return nil }
+            announceConnectionEvent(.peerDisconnected, identifier: identifier)
             discoveredServices[identifier] = nil
             var rerequested: [ConnectionBook.Action] = []
             for key in holders {

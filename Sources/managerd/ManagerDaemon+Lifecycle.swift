@@ -1,4 +1,5 @@
 import BerylCore
+import BerylDaemonKit
 import BerylHCI
 import BerylIPC
 import BerylManager
@@ -38,6 +39,8 @@ extension ManagerDaemon {
         var runtime = apps[appID, default: AppRuntime()]
         runtime.state = state
         runtime.wokenAt = nil
+        runtime.wakeTimer?.cancel()
+        runtime.wakeTimer = nil
         runtime.suspensionTimer?.cancel()
         runtime.suspensionTimer = nil
         apps[appID] = runtime
@@ -81,11 +84,12 @@ extension ManagerDaemon {
 
     /// An event for a session whose app may not take it now: held (coalesced, bounded) until it returns, with an
     /// alert when the app asked for one. False when the event should go out at once.
-    func holdIfSuspended(_ event: Beryl_Ipc_V1_ManagerEvent, for sessionID: UInt64) -> Bool {
+    func holdIfSuspended(_ event: inout Beryl_Ipc_V1_ManagerEvent, for sessionID: UInt64) -> Bool {
         guard let app = session(sessionID)?.context as? AppSession, !app.appID.isEmpty else { return false }
         let policy = policy(forSession: sessionID)
         if policy.deliversEvents {
             noteWake(app.appID, by: event)
+            stampWake(&event, app: app)
             return false
         }
         switch event.kind {
@@ -145,23 +149,66 @@ extension ManagerDaemon {
 
     // MARK: Wake budget
 
-    /// An event reaching an app in the background with a background mode wakes it: it has its budget to handle the
-    /// event and report idle (by saying background again); one that overruns is suspended.
+    /// An event reaching an app in the background with a background mode wakes it for its budget. The library says
+    /// when each session has handled what it was given (AppIdle); an app that overruns is ended, as iOS ends it, and
+    /// its preserved managers wake it again (a relaunch) for their next event.
     private func noteWake(_ appID: String, by event: Beryl_Ipc_V1_ManagerEvent) {
         guard lifecycle(of: appID) == .background, let manifest = catalog.apps[appID], !manifest.backgroundModes.isEmpty,
               apps[appID]?.wokenAt == nil else { return }
         switch event.kind {
-        // Pairing's outcome is news of what the stack did, with no delegate call an app must make; it cannot report
-        // idle for an event it may have no callback for.
+        // News that needs no handling within a budget: the state, flow control, pairing's outcome.
         case .stateChanged?, .readyToUpdate?, .readyToWrite?, .pairingFinished?: return
         default: break
         }
+        beginWake(appID, budget: manifest.wakeBudget, reason: "an event")
+    }
+
+    func beginWake(_ appID: String, budget: Double, reason: String) {
         let woken = ContinuousClock.now
         apps[appID]?.wokenAt = woken
-        _ = try? host.loop.after(.milliseconds(Int(manifest.wakeBudget * 1000))) { [unowned self] in
+        apps[appID]?.wakeTimer?.cancel()
+        apps[appID]?.wakeTimer = try? host.loop.after(.milliseconds(Int(budget * 1000))) { [unowned self] in
             guard self.apps[appID]?.wokenAt == woken, self.lifecycle(of: appID) == .background else { return }
-            self.host.logger.warning("\(appID) overran its \(manifest.wakeBudget) s background budget without reporting idle; suspending it")
-            self.setLifecycle(appID, .suspended, reason: "overran its wake budget")
+            self.endOverrunningApp(appID, budget: budget)
+        }
+        host.logger.info("\(appID) woken in the background by \(reason) (budget \(budget) s)")
+    }
+
+    /// The wake number an event to this session carries: nonzero while its app is woken.
+    func stampWake(_ event: inout Beryl_Ipc_V1_ManagerEvent, app: AppSession) {
+        guard !app.appID.isEmpty, apps[app.appID]?.wokenAt != nil else { return }
+        app.wakeSent += 1
+        event.wake = app.wakeSent
+    }
+
+    /// A session has handled everything up to `wake`; the app is idle once all its sessions have.
+    func sessionIdle(_ app: AppSession, wake: UInt64) {
+        app.wakeDone = max(app.wakeDone, min(wake, app.wakeSent))
+        endWakeIfIdle(app.appID)
+    }
+
+    func endWakeIfIdle(_ appID: String, closing: UInt64? = nil) {
+        guard !appID.isEmpty, let woken = apps[appID]?.wokenAt else { return }
+        let busy = sessionsOf(appID).filter { $0.id != closing }.compactMap { $0.context as? AppSession }.filter { $0.wakeDone < $0.wakeSent }
+        guard busy.isEmpty else { return }
+        apps[appID]?.wokenAt = nil
+        apps[appID]?.wakeTimer?.cancel()
+        apps[appID]?.wakeTimer = nil
+        host.logger.info("\(appID) is idle again after \(ContinuousClock.now - woken) awake")
+    }
+
+    /// iOS ends a background app that overruns its wake; its preserved managers then launch it again for their next
+    /// event, so nothing waits on a process that stopped answering.
+    private func endOverrunningApp(_ appID: String, budget: Double) {
+        apps[appID]?.wokenAt = nil
+        apps[appID]?.wakeTimer = nil
+        var pids = Set(sessionsOf(appID).map(\.peer.pid))
+        if let pid = apps[appID]?.launchedPID { pids.insert(pid) }
+        pids = pids.filter { $0 > 1 && $0 != getpid() }
+        host.logger.warning("\(appID) overran its \(budget) s background budget; ending it (pids \(pids.sorted())); its next event wakes it again")
+        for pid in pids { kill(pid, SIGTERM) }
+        _ = try? host.loop.after(.seconds(2)) {
+            for pid in pids where ProcessStats.isAlive(pid: pid) { kill(pid, SIGKILL) }
         }
     }
 }

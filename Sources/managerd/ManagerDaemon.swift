@@ -20,6 +20,9 @@ final class AppSession {
     var held = SuspendedQueue<Beryl_Ipc_V1_ManagerEvent>()
     /// Each connection's options (notifyOn*), by peripheral identifier.
     var connectOptions: [String: Beryl_Ipc_V1_Connect] = [:]
+    /// The last wake number sent to this session, and the last it said it has handled.
+    var wakeSent: UInt64 = 0
+    var wakeDone: UInt64 = 0
 }
 
 /// managerd's shell: app sessions on managerd.sock; hcid for scanning, connecting and advertising; attd for GATT.
@@ -86,6 +89,7 @@ final class ManagerDaemon {
     let restorationStore: RestorationStore?
     /// Sessions of `beryl alerts`.
     var alertSubscribers: Set<UInt64> = []
+    var connectionInterests = ConnectionEventInterests()
     /// Seconds before a foreground-only app in the background is suspended, unless its manifest says otherwise.
     let defaultSuspendAfter: Double
     var pendingRepublish: [(ManagerKey, [Beryl_Ipc_V1_PreservedService])] = []
@@ -152,7 +156,8 @@ final class ManagerDaemon {
             if isPlaceholder(sessionID) { queueForAbsentApp(event, placeholder: sessionID) }
             return
         }
-        if holdIfSuspended(event, for: sessionID) { return }
+        var event = event
+        if holdIfSuspended(&event, for: sessionID) { return }
         var envelope = Event()
         envelope.manager = event
         live.send(.event(envelope))
@@ -323,6 +328,7 @@ final class ManagerDaemon {
             }
             let timing = LinkTiming(hci)
             if let timing { labTimingChanged(timing, isUpdate: hci.parameters.first == LESubevent.connectionUpdateComplete.rawValue) }
+            if let request = RemoteConnectionParameterRequest(hci) { return answerParameterRequest(request) }
             if let link = LinkEvent(hci) {
                 let madeKnown = linkEvent(link)
                 labLinkEvent(link, madeKnown: madeKnown)
@@ -402,8 +408,16 @@ final class ManagerDaemon {
     // MARK: Sessions
 
     private func sessionClosed(_ id: UInt64) {
+        if let app = session(id)?.context as? AppSession, !app.appID.isEmpty {
+            endWakeIfIdle(app.appID, closing: id)
+            // An app this stack did not launch is not running once its last session is gone.
+            if sessionsOf(app.appID).allSatisfy({ $0.id == id }), apps[app.appID]?.launchedPID == nil, apps[app.appID] != nil {
+                apps[app.appID]?.state = .notRunning
+            }
+        }
         labSessionClosed(id)
         alertSubscribers.remove(id)
+        connectionInterests.remove(session: id)
         scans.paused.remove(id)
         scans.coalesced.remove(id)
         if let preserved = preservedManagers.first(where: { $0.session == id && $0.live }) {
@@ -454,6 +468,16 @@ final class ManagerDaemon {
             if let manifest = catalog.apps[hello.appID], (apps[manifest.id]?.state ?? .notRunning) == .notRunning {
                 apps[manifest.id, default: AppRuntime()].state = .foreground
             }
+            // Launched in the background: the launch is the app's first wake, from its first Hello.
+            if let manifest = catalog.apps[hello.appID], apps[manifest.id]?.firstWakePending == true, lifecycle(of: manifest.id) == .background {
+                apps[manifest.id]?.firstWakePending = false
+                beginWake(manifest.id, budget: manifest.wakeBudget, reason: "its launch")
+            }
+            var welcomeWake: UInt64 = 0
+            if !hello.appID.isEmpty, apps[hello.appID]?.wokenAt != nil {
+                app.wakeSent += 1
+                welcomeWake = app.wakeSent
+            }
             incoming.respond(.with {
                 $0.manager.welcome = .with {
                     $0.sessionID = session.id
@@ -464,6 +488,7 @@ final class ManagerDaemon {
                         $0.wasRestored = true
                         $0.restored = restored.0
                     }
+                    $0.wake = welcomeWake
                 }
             })
             // willRestoreState (in the Welcome), then the queued events, in order.
@@ -477,6 +502,13 @@ final class ManagerDaemon {
             return true
         case .listApps, .launchApp, .stopApp, .setAppState:
             handleApps(kind, session: session, incoming)
+            return true
+        case .getCapabilities(let ask):
+            incoming.respond(.with { $0.manager.capabilities = capabilities(appID: ask.appID, uid: session.peer.uid) })
+            return true
+        case .appIdle(let idle):
+            sessionIdle(app, wake: idle.wake)
+            incoming.respond(.with { $0.ack = .init() })
             return true
         case .subscribeAlerts:
             alertSubscribers.insert(session.id)
@@ -504,6 +536,10 @@ final class ManagerDaemon {
             }
         }
         switch kind {
+        case .setConnectionLatency(let request):
+            setConnectionLatency(request, incoming)
+        case .registerConnectionEvents(let request):
+            registerForConnectionEvents(request, session: session.id, incoming)
         case .startScan, .stopScan, .connect, .cancelConnection, .retrievePeripherals, .retrieveConnected, .gatt, .readRssi, .maximumWriteLength:
             handleCentral(kind, session: session.id, incoming)
         default:

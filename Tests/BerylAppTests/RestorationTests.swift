@@ -10,6 +10,7 @@ import XCTest
 final class RestorationTests: TwoStacksTestCase {
     var appsDir: String { scratch.root + "/apps" }
     var doorlockLog: String { scratch.root + "/doorlock.log" }
+    var sleepyLog: String { scratch.root + "/sleepy.log" }
     static let lockProfile = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Examples/profiles/secure-lock.json").path
     static let appID = "com.example.doorlock"
@@ -34,16 +35,18 @@ final class RestorationTests: TwoStacksTestCase {
         ]
         try JSONSerialization.data(withJSONObject: brief).write(to: URL(fileURLWithPath: appsDir + "/brief-thermostat.json"))
         chmod(appsDir + "/brief-thermostat.json", 0o644)
-        // The same app under another id, with a 1 s wake budget, that never reports idle.
+        // The door lock under another id, with a 1 s wake budget, whose connections take 5 s to handle.
         let sleepy: [String: Any] = [
             "id": "com.example.sleepy", "user": Self.appUser, "backgroundModes": ["bluetooth-central"], "wakeBudgetSeconds": 1,
             "launch": ["command": [Executables.path("doorlock"), "--service", "D00D0001-0000-1000-8000-00805F9B34FB",
-                                   "--characteristic", "D00D0004-0000-1000-8000-00805F9B34FB"]],
+                                   "--characteristic", "D00D0004-0000-1000-8000-00805F9B34FB", "--log", sleepyLog, "--busy-seconds", "5"]],
         ]
         try JSONSerialization.data(withJSONObject: sleepy).write(to: URL(fileURLWithPath: appsDir + "/sleepy.json"))
         chmod(appsDir + "/sleepy.json", 0o644)
-        _ = FileManager.default.createFile(atPath: doorlockLog, contents: nil)
-        chmod(doorlockLog, 0o666)  // the app appends to it as its manifest's user
+        for log in [doorlockLog, sleepyLog] {
+            _ = FileManager.default.createFile(atPath: log, contents: nil)
+            chmod(log, 0o666)  // the app appends to it as its manifest's user
+        }
         let manifest: [String: Any] = [
             "id": Self.appID, "user": Self.appUser, "backgroundModes": ["bluetooth-central"],
             "launch": ["command": [Executables.path("doorlock"), "--service", "D00D0001-0000-1000-8000-00805F9B34FB",
@@ -115,8 +118,9 @@ final class RestorationTests: TwoStacksTestCase {
         XCTAssertNotEqual(gone.status, 0, "after a quit the setpoint is gone: \(gone.out)")
     }
 
-    /// A relaunched app that refuses a write it was woken for has handled it as much as one that applies it: it
-    /// reports idle, so it is not suspended at its wake budget and the central's next write is answered by the app.
+    /// A relaunched app that refuses a write it was woken for has handled it as much as one that applies it: the
+    /// library reports it idle once the callback returned (the app says nothing), so it is not ended at its wake budget
+    /// and the central's next write is answered by the same app.
     /// (The thermostat said idle only after a write it applied: a refused one left it to be suspended, and its next
     /// write was refused with Unlikely Error.)
     func testARelaunchedAppThatRefusesAWriteIsIdleAgainWithinItsBudget() throws {
@@ -136,8 +140,13 @@ final class RestorationTests: TwoStacksTestCase {
         let refused = try beryl(["gatt", "--peer", identifier, "write", "7E570002-0000-1000-8000-00805F9B34FB", "e1", "--json"], side: 1)
         XCTAssertNotEqual(refused.status, 0, refused.out)
         XCTAssertTrue(refused.err.contains("0xd"), refused.err)
+        let pids = try XCTUnwrap(try app(brief)["pids"] as? [Int])
         Thread.sleep(forTimeInterval: 3)  // past the 2 s budget
-        XCTAssertEqual(try app(brief)["state"] as? String, "background", "idle after the refusal, not suspended")
+        XCTAssertEqual(try app(brief)["state"] as? String, "background", "idle after the refusal without saying so, not ended")
+        XCTAssertEqual(try app(brief)["pids"] as? [Int], pids, "the same process")
+        let managerdLog = (try? String(contentsOfFile: scratch.paths.logFile("managerd0"), encoding: .utf8)) ?? ""
+        XCTAssertTrue(managerdLog.contains("\(brief) is idle again after"), managerdLog)
+        XCTAssertFalse(managerdLog.contains("\(brief) overran"), managerdLog)
 
         let write = try beryl(["gatt", "--peer", identifier, "write", "7E570002-0000-1000-8000-00805F9B34FB", "dc00", "--json"], side: 1)
         XCTAssertEqual(write.status, 0, write.err)
@@ -252,19 +261,44 @@ final class RestorationTests: TwoStacksTestCase {
         XCTAssertTrue(log(of: thermostat).contains("setpoint 22.5 °C"), log(of: thermostat))
     }
 
-    /// A background app woken by an event has its budget to report idle; this one never does, and is suspended.
-    func testAWokenAppThatOverrunsItsBudgetIsSuspended() throws {
+    /// A background app woken by an event has its budget; this one's connection takes longer, so the stack ends
+    /// it, as iOS does, rather than leave it suspended with its events held. Its preserved central keeps the lock's
+    /// connection, and the next event (the lock back in range) launches it again.
+    func testAWokenAppThatOverrunsItsBudgetIsEndedAndWokenByItsNextEvent() throws {
         let profile = Self.lockProfile.replacingOccurrences(of: "secure-lock.json", with: "lock.json")
         try scratch.start("serve", [Executables.path("beryl"), "serve", profile, "--runtime-dir", "\(scratch.root)/run1"],
                           socket: "\(scratch.root)/run1/managerd.sock")
-        XCTAssertEqual(try beryl(["app", "launch", "com.example.sleepy"]).status, 0)
-        XCTAssertEqual(try app("com.example.sleepy")["state"] as? String, "background", "a launched app starts in the background")
-        // Its scan finds the lock (an event that wakes it); it connects and reads, and never says it is idle.
-        XCTAssertTrue(eventually(.seconds(20)) { (try? self.app("com.example.sleepy")["state"] as? String) == "suspended" },
-                      "\(String(describing: try? app("com.example.sleepy")))")
-        let log = (try? String(contentsOfFile: scratch.paths.logFile("managerd0"), encoding: .utf8)) ?? ""
-        XCTAssertTrue(log.contains("com.example.sleepy overran its 1.0 s background budget"), log)
-        XCTAssertEqual(try beryl(["app", "quit", "com.example.sleepy"]).status, 0)
+        let sleepy = "com.example.sleepy"
+        let sleepyEvents = { ((try? String(contentsOfFile: self.sleepyLog, encoding: .utf8)) ?? "").split(separator: "\n")
+            .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] } }
+        let managerdLog = { (try? String(contentsOfFile: self.scratch.paths.logFile("managerd0"), encoding: .utf8)) ?? "" }
+        XCTAssertEqual(try beryl(["app", "launch", sleepy]).status, 0)
+        XCTAssertEqual(try app(sleepy)["state"] as? String, "background", "a launched app starts in the background")
+
+        // The wakes before the link (the launch, the discovery) end with their callbacks: no overrun.
+        XCTAssertTrue(eventually(.seconds(20)) { self.names(sleepyEvents()).contains("didConnect") }, "\(sleepyEvents())")
+        XCTAssertTrue(managerdLog().contains("\(sleepy) is idle again after"), managerdLog())
+        let firstPID = try XCTUnwrap(sleepyEvents().first?["pid"] as? Int)
+        XCTAssertTrue(names(sleepyEvents()).contains("didDiscover"))
+
+        // didConnect's callback runs 5 s: ended at 1 s, its central preserved with the link.
+        XCTAssertTrue(eventually(.seconds(6)) { managerdLog().contains("\(sleepy) overran its 1.0 s background budget; ending it") }, managerdLog())
+        XCTAssertTrue(eventually(.seconds(5)) { ((try? self.app(sleepy)["pids"] as? [Int]) ?? [1]).isEmpty }, "the app was ended")
+        XCTAssertFalse(ProcessStats.isAlive(pid: Int32(firstPID)))
+        XCTAssertEqual(try app(sleepy)["preservedCentrals"] as? [String], ["doorlock-central"])
+        XCTAssertNotEqual(try app(sleepy)["state"] as? String, "suspended", "ended, not suspended with its events held")
+
+        // Its next event wakes it again: the lock leaves and comes back, the stack reconnects and relaunches it.
+        XCTAssertEqual(try sim(["range", "1", "out"]), 0)
+        XCTAssertTrue(eventually(.seconds(10)) { (try? self.beryl(["peripherals", "--connected", "--json"]).out.isEmpty) == true }, "the link dropped")
+        XCTAssertEqual(try sim(["range", "1", "in"]), 0)
+        XCTAssertTrue(eventually(.seconds(30)) { self.names(sleepyEvents()).filter { $0 == "launched" }.count == 2 }, "\(sleepyEvents())")
+        XCTAssertTrue(eventually(.seconds(10)) { self.names(sleepyEvents()).suffix(from: self.names(sleepyEvents()).lastIndex(of: "launched")!).contains("didConnect") },
+                      "\(sleepyEvents())")
+        let relaunch = try XCTUnwrap(sleepyEvents().last { $0["event"] as? String == "launched" })
+        XCTAssertEqual(relaunch["restoring"] as? [String], ["doorlock-central"])
+        XCTAssertNotEqual(relaunch["pid"] as? Int, firstPID, "a new process")
+        XCTAssertEqual(try beryl(["app", "quit", sleepy]).status, 0)
     }
 
     private func killApp(_ id: String = RestorationTests.appID) throws {

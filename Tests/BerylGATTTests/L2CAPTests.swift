@@ -1,3 +1,4 @@
+import BerylCore
 import BerylHCI
 import BerylL2CAP
 import XCTest

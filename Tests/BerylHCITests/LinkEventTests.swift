@@ -46,4 +46,25 @@ final class LinkEventTests: XCTestCase {
         XCTAssertEqual(HCICommands.leConnectionUpdate(handle: 0x41, intervalMin: 24, intervalMax: 40, latency: 0, supervisionTimeout: 200).parameters,
                        [0x41, 0, 24, 0, 40, 0, 0, 0, 200, 0, 0, 0, 0, 0])
     }
+
+    /// A peripheral's Connection Parameters Request reaches the central's host as an LE meta event (Core Vol 4 Part E
+    /// §7.7.65.6); the host answers with the Reply (§7.8.31) or, for parameters out of range, the Negative Reply
+    /// (§7.8.32) with Unacceptable Connection Parameters.
+    func testARemoteConnectionParameterRequestIsAnsweredByItsValidity() throws {
+        // Handle 0x41, interval 72–96 (90–120 ms), latency 4, timeout 600 (6 s).
+        let event = HCIEventPacket(code: 0x3E, parameters: [0x06, 0x41, 0x00, 72, 0, 96, 0, 4, 0, 0x58, 0x02])
+        let request = try XCTUnwrap(RemoteConnectionParameterRequest(event))
+        XCTAssertEqual(request.handle, 0x41)
+        XCTAssertEqual(request.parameters, ConnectionParameters(intervalMin: 72, intervalMax: 96, latency: 4, timeout: 600))
+        XCTAssertEqual(request.answer.opcode, 0x2020)
+        XCTAssertEqual(request.answer.parameters, [0x41, 0x00, 72, 0, 96, 0, 4, 0, 0x58, 0x02, 0, 0, 0, 0])
+        XCTAssertNil(LinkEvent(event), "not a link event")
+
+        // A timeout too short for the interval and latency asked (Core Vol 6 Part B §4.5.2).
+        let tooShort = RemoteConnectionParameterRequest(handle: 0x41, parameters: ConnectionParameters(intervalMin: 72, intervalMax: 96, latency: 4, timeout: 100))
+        XCTAssertEqual(tooShort.answer.opcode, 0x2021)
+        XCTAssertEqual(tooShort.answer.parameters, [0x41, 0x00, 0x3B])
+        XCTAssertNil(RemoteConnectionParameterRequest(HCIEventPacket(code: 0x3E, parameters: [0x06, 0x41, 0x00, 72])), "too short")
+        XCTAssertNil(RemoteConnectionParameterRequest(HCIEventPacket(code: 0x3E, parameters: [0x03] + [UInt8](repeating: 0, count: 10))), "another subevent")
+    }
 }

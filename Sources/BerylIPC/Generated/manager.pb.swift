@@ -108,6 +108,128 @@ public nonisolated enum Beryl_Ipc_V1_AppLifecycle: SwiftProtobuf.Enum, Swift.Cas
 
 }
 
+/// CBManagerAuthorization, mapped from the app's manifest.
+public nonisolated enum Beryl_Ipc_V1_Authorization: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case notDetermined // = 0
+
+  /// The manifest was refused (for example, it names root).
+  case restricted // = 1
+
+  /// The app id is declared for another user.
+  case denied // = 2
+
+  /// Declared for this user, or not declared (a foreground-only app).
+  case allowedAlways // = 3
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .notDetermined
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .notDetermined
+    case 1: self = .restricted
+    case 2: self = .denied
+    case 3: self = .allowedAlways
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .notDetermined: return 0
+    case .restricted: return 1
+    case .denied: return 2
+    case .allowedAlways: return 3
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Beryl_Ipc_V1_Authorization] = [
+    .notDetermined,
+    .restricted,
+    .denied,
+    .allowedAlways,
+  ]
+
+}
+
+/// CBPeripheralManagerConnectionLatency.
+public nonisolated enum Beryl_Ipc_V1_ConnectionLatency: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case low // = 0
+  case medium // = 1
+  case high // = 2
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .low
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .low
+    case 1: self = .medium
+    case 2: self = .high
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .low: return 0
+    case .medium: return 1
+    case .high: return 2
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Beryl_Ipc_V1_ConnectionLatency] = [
+    .low,
+    .medium,
+    .high,
+  ]
+
+}
+
+public nonisolated enum Beryl_Ipc_V1_ConnectionEventKind: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case peerDisconnected // = 0
+  case peerConnected // = 1
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .peerDisconnected
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .peerDisconnected
+    case 1: self = .peerConnected
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .peerDisconnected: return 0
+    case .peerConnected: return 1
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Beryl_Ipc_V1_ConnectionEventKind] = [
+    .peerDisconnected,
+    .peerConnected,
+  ]
+
+}
+
 /// Opens an app session. app_id is optional for foreground-only apps; an app id with a manifest may only be
 /// claimed by a process running as the manifest's user. A restore identifier opts the manager into preservation
 /// and restoration (Core Bluetooth's restore identifier key); it needs the app id.
@@ -151,6 +273,10 @@ public nonisolated struct Beryl_Ipc_V1_Welcome: Sendable {
   public mutating func clearRestored() {self._restored = nil}
 
   public var wasRestored: Bool = false
+
+  /// Nonzero when the app was launched in the background for this manager (a relaunch): its first wake. The library
+  /// answers AppIdle with it once the delegate calls the welcome led to have returned.
+  public var wake: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1206,6 +1332,39 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     set {kind = .labRemoveBond(newValue)}
   }
 
+  public var appIdle: Beryl_Ipc_V1_AppIdle {
+    get {
+      if case .appIdle(let v)? = kind {return v}
+      return Beryl_Ipc_V1_AppIdle()
+    }
+    set {kind = .appIdle(newValue)}
+  }
+
+  /// Answered with Capabilities: what CBManager.authorization asks, before any Hello.
+  public var getCapabilities: Beryl_Ipc_V1_GetCapabilities {
+    get {
+      if case .getCapabilities(let v)? = kind {return v}
+      return Beryl_Ipc_V1_GetCapabilities()
+    }
+    set {kind = .getCapabilities(newValue)}
+  }
+
+  public var setConnectionLatency: Beryl_Ipc_V1_SetDesiredConnectionLatency {
+    get {
+      if case .setConnectionLatency(let v)? = kind {return v}
+      return Beryl_Ipc_V1_SetDesiredConnectionLatency()
+    }
+    set {kind = .setConnectionLatency(newValue)}
+  }
+
+  public var registerConnectionEvents: Beryl_Ipc_V1_RegisterForConnectionEvents {
+    get {
+      if case .registerConnectionEvents(let v)? = kind {return v}
+      return Beryl_Ipc_V1_RegisterForConnectionEvents()
+    }
+    set {kind = .registerConnectionEvents(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1250,6 +1409,11 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     case labPairingAnswer(Beryl_Ipc_V1_LabPairingAnswer)
     case labListBonds(Beryl_Ipc_V1_LabListBonds)
     case labRemoveBond(Beryl_Ipc_V1_LabRemoveBond)
+    case appIdle(Beryl_Ipc_V1_AppIdle)
+    /// Answered with Capabilities: what CBManager.authorization asks, before any Hello.
+    case getCapabilities(Beryl_Ipc_V1_GetCapabilities)
+    case setConnectionLatency(Beryl_Ipc_V1_SetDesiredConnectionLatency)
+    case registerConnectionEvents(Beryl_Ipc_V1_RegisterForConnectionEvents)
 
   }
 
@@ -1367,6 +1531,14 @@ public nonisolated struct Beryl_Ipc_V1_ManagerResponse: Sendable {
     set {kind = .labBonds(newValue)}
   }
 
+  public var capabilities: Beryl_Ipc_V1_Capabilities {
+    get {
+      if case .capabilities(let v)? = kind {return v}
+      return Beryl_Ipc_V1_Capabilities()
+    }
+    set {kind = .capabilities(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1383,6 +1555,7 @@ public nonisolated struct Beryl_Ipc_V1_ManagerResponse: Sendable {
     case labLinks(Beryl_Ipc_V1_LabLinks)
     case labSecurity(Beryl_Ipc_V1_LabSecurityOutcome)
     case labBonds(Beryl_Ipc_V1_BondList)
+    case capabilities(Beryl_Ipc_V1_Capabilities)
 
   }
 
@@ -1578,139 +1751,157 @@ public nonisolated struct Beryl_Ipc_V1_AdvertisingStarted: Sendable {
   public init() {}
 }
 
-public nonisolated struct Beryl_Ipc_V1_ManagerEvent: Sendable {
+public nonisolated struct Beryl_Ipc_V1_ManagerEvent: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  public var kind: Beryl_Ipc_V1_ManagerEvent.OneOf_Kind? = nil
+  public var kind: OneOf_Kind? {
+    get {return _storage._kind}
+    set {_uniqueStorage()._kind = newValue}
+  }
 
   public var stateChanged: Beryl_Ipc_V1_ControllerState {
     get {
-      if case .stateChanged(let v)? = kind {return v}
+      if case .stateChanged(let v)? = _storage._kind {return v}
       return .unknown
     }
-    set {kind = .stateChanged(newValue)}
+    set {_uniqueStorage()._kind = .stateChanged(newValue)}
   }
 
   public var discovered: Beryl_Ipc_V1_ScanDiscovery {
     get {
-      if case .discovered(let v)? = kind {return v}
+      if case .discovered(let v)? = _storage._kind {return v}
       return Beryl_Ipc_V1_ScanDiscovery()
     }
-    set {kind = .discovered(newValue)}
+    set {_uniqueStorage()._kind = .discovered(newValue)}
   }
 
   public var connected: Beryl_Ipc_V1_PeripheralConnected {
     get {
-      if case .connected(let v)? = kind {return v}
+      if case .connected(let v)? = _storage._kind {return v}
       return Beryl_Ipc_V1_PeripheralConnected()
     }
-    set {kind = .connected(newValue)}
+    set {_uniqueStorage()._kind = .connected(newValue)}
   }
 
   public var disconnected: Beryl_Ipc_V1_PeripheralDisconnected {
     get {
-      if case .disconnected(let v)? = kind {return v}
+      if case .disconnected(let v)? = _storage._kind {return v}
       return Beryl_Ipc_V1_PeripheralDisconnected()
     }
-    set {kind = .disconnected(newValue)}
+    set {_uniqueStorage()._kind = .disconnected(newValue)}
   }
 
   public var notification: Beryl_Ipc_V1_PeripheralNotification {
     get {
-      if case .notification(let v)? = kind {return v}
+      if case .notification(let v)? = _storage._kind {return v}
       return Beryl_Ipc_V1_PeripheralNotification()
     }
-    set {kind = .notification(newValue)}
+    set {_uniqueStorage()._kind = .notification(newValue)}
   }
 
   public var servicesChanged: Beryl_Ipc_V1_PeripheralServicesChanged {
     get {
-      if case .servicesChanged(let v)? = kind {return v}
+      if case .servicesChanged(let v)? = _storage._kind {return v}
       return Beryl_Ipc_V1_PeripheralServicesChanged()
     }
-    set {kind = .servicesChanged(newValue)}
+    set {_uniqueStorage()._kind = .servicesChanged(newValue)}
   }
 
   public var readyToWrite: Beryl_Ipc_V1_PeripheralReadyToWrite {
     get {
-      if case .readyToWrite(let v)? = kind {return v}
+      if case .readyToWrite(let v)? = _storage._kind {return v}
       return Beryl_Ipc_V1_PeripheralReadyToWrite()
     }
-    set {kind = .readyToWrite(newValue)}
+    set {_uniqueStorage()._kind = .readyToWrite(newValue)}
   }
 
   public var readRequest: Beryl_Ipc_V1_CentralRead {
     get {
-      if case .readRequest(let v)? = kind {return v}
+      if case .readRequest(let v)? = _storage._kind {return v}
       return Beryl_Ipc_V1_CentralRead()
     }
-    set {kind = .readRequest(newValue)}
+    set {_uniqueStorage()._kind = .readRequest(newValue)}
   }
 
   public var writeRequest: Beryl_Ipc_V1_CentralWrite {
     get {
-      if case .writeRequest(let v)? = kind {return v}
+      if case .writeRequest(let v)? = _storage._kind {return v}
       return Beryl_Ipc_V1_CentralWrite()
     }
-    set {kind = .writeRequest(newValue)}
+    set {_uniqueStorage()._kind = .writeRequest(newValue)}
   }
 
   public var subscription: Beryl_Ipc_V1_CentralSubscription {
     get {
-      if case .subscription(let v)? = kind {return v}
+      if case .subscription(let v)? = _storage._kind {return v}
       return Beryl_Ipc_V1_CentralSubscription()
     }
-    set {kind = .subscription(newValue)}
+    set {_uniqueStorage()._kind = .subscription(newValue)}
   }
 
   public var readyToUpdate: Beryl_Ipc_V1_ReadyToUpdate {
     get {
-      if case .readyToUpdate(let v)? = kind {return v}
+      if case .readyToUpdate(let v)? = _storage._kind {return v}
       return Beryl_Ipc_V1_ReadyToUpdate()
     }
-    set {kind = .readyToUpdate(newValue)}
+    set {_uniqueStorage()._kind = .readyToUpdate(newValue)}
   }
 
   public var advertisingStarted: Beryl_Ipc_V1_AdvertisingStarted {
     get {
-      if case .advertisingStarted(let v)? = kind {return v}
+      if case .advertisingStarted(let v)? = _storage._kind {return v}
       return Beryl_Ipc_V1_AdvertisingStarted()
     }
-    set {kind = .advertisingStarted(newValue)}
+    set {_uniqueStorage()._kind = .advertisingStarted(newValue)}
   }
 
   public var pairingPrompt: Beryl_Ipc_V1_PairingPromptEvent {
     get {
-      if case .pairingPrompt(let v)? = kind {return v}
+      if case .pairingPrompt(let v)? = _storage._kind {return v}
       return Beryl_Ipc_V1_PairingPromptEvent()
     }
-    set {kind = .pairingPrompt(newValue)}
+    set {_uniqueStorage()._kind = .pairingPrompt(newValue)}
   }
 
   public var pairingFinished: Beryl_Ipc_V1_PairingFinishedEvent {
     get {
-      if case .pairingFinished(let v)? = kind {return v}
+      if case .pairingFinished(let v)? = _storage._kind {return v}
       return Beryl_Ipc_V1_PairingFinishedEvent()
     }
-    set {kind = .pairingFinished(newValue)}
+    set {_uniqueStorage()._kind = .pairingFinished(newValue)}
   }
 
   public var alert: Beryl_Ipc_V1_AlertEvent {
     get {
-      if case .alert(let v)? = kind {return v}
+      if case .alert(let v)? = _storage._kind {return v}
       return Beryl_Ipc_V1_AlertEvent()
     }
-    set {kind = .alert(newValue)}
+    set {_uniqueStorage()._kind = .alert(newValue)}
   }
 
   public var lab: Beryl_Ipc_V1_LabEvent {
     get {
-      if case .lab(let v)? = kind {return v}
+      if case .lab(let v)? = _storage._kind {return v}
       return Beryl_Ipc_V1_LabEvent()
     }
-    set {kind = .lab(newValue)}
+    set {_uniqueStorage()._kind = .lab(newValue)}
+  }
+
+  public var connectionEvent: Beryl_Ipc_V1_ConnectionEventOccurred {
+    get {
+      if case .connectionEvent(let v)? = _storage._kind {return v}
+      return Beryl_Ipc_V1_ConnectionEventOccurred()
+    }
+    set {_uniqueStorage()._kind = .connectionEvent(newValue)}
+  }
+
+  /// Nonzero while the app is woken in the background: the wake's event number for this session. The library answers
+  /// AppIdle with the last one it handled once the delegate calls that event led to have returned and its queue is idle.
+  public var wake: UInt64 {
+    get {_storage._wake}
+    set {_uniqueStorage()._wake = newValue}
   }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
@@ -1732,10 +1923,112 @@ public nonisolated struct Beryl_Ipc_V1_ManagerEvent: Sendable {
     case pairingFinished(Beryl_Ipc_V1_PairingFinishedEvent)
     case alert(Beryl_Ipc_V1_AlertEvent)
     case lab(Beryl_Ipc_V1_LabEvent)
+    case connectionEvent(Beryl_Ipc_V1_ConnectionEventOccurred)
 
   }
 
   public init() {}
+
+  fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+/// The session has handled every event up to this wake number: the app is idle again (iOS suspends it then).
+public nonisolated struct Beryl_Ipc_V1_AppIdle: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var wake: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_GetCapabilities: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var appID: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_Capabilities: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var authorization: Beryl_Ipc_V1_Authorization = .notDetermined
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_SetDesiredConnectionLatency: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var central: String = String()
+
+  public var latency: Beryl_Ipc_V1_ConnectionLatency = .low
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// CBCentralManager.registerForConnectionEvents(options:): empty lists match every link.
+public nonisolated struct Beryl_Ipc_V1_RegisterForConnectionEvents: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 = 0
+
+  public var peripheralUuids: [String] = []
+
+  public var serviceUuids: [String] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_ConnectionEventOccurred: @unchecked Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var manager: UInt32 {
+    get {_storage._manager}
+    set {_uniqueStorage()._manager = newValue}
+  }
+
+  public var kind: Beryl_Ipc_V1_ConnectionEventKind {
+    get {_storage._kind}
+    set {_uniqueStorage()._kind = newValue}
+  }
+
+  public var peripheral: Beryl_Ipc_V1_PeripheralInfo {
+    get {_storage._peripheral ?? Beryl_Ipc_V1_PeripheralInfo()}
+    set {_uniqueStorage()._peripheral = newValue}
+  }
+  /// Returns true if `peripheral` has been explicitly set.
+  public var hasPeripheral: Bool {_storage._peripheral != nil}
+  /// Clears the value of `peripheral`. Subsequent reads from it will return its default value.
+  public mutating func clearPeripheral() {_uniqueStorage()._peripheral = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _storage = _StorageClass.defaultInstance
 }
 
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
@@ -1748,6 +2041,18 @@ nonisolated extension Beryl_Ipc_V1_ManagerRole: SwiftProtobuf._ProtoNameProvidin
 
 nonisolated extension Beryl_Ipc_V1_AppLifecycle: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0APP_LIFECYCLE_NOT_RUNNING\0\u{1}APP_LIFECYCLE_FOREGROUND\0\u{1}APP_LIFECYCLE_BACKGROUND\0\u{1}APP_LIFECYCLE_SUSPENDED\0")
+}
+
+nonisolated extension Beryl_Ipc_V1_Authorization: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0AUTHORIZATION_NOT_DETERMINED\0\u{1}AUTHORIZATION_RESTRICTED\0\u{1}AUTHORIZATION_DENIED\0\u{1}AUTHORIZATION_ALLOWED_ALWAYS\0")
+}
+
+nonisolated extension Beryl_Ipc_V1_ConnectionLatency: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0CONNECTION_LATENCY_LOW\0\u{1}CONNECTION_LATENCY_MEDIUM\0\u{1}CONNECTION_LATENCY_HIGH\0")
+}
+
+nonisolated extension Beryl_Ipc_V1_ConnectionEventKind: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0CONNECTION_EVENT_KIND_PEER_DISCONNECTED\0\u{1}CONNECTION_EVENT_KIND_PEER_CONNECTED\0")
 }
 
 nonisolated extension Beryl_Ipc_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
@@ -1792,7 +2097,7 @@ nonisolated extension Beryl_Ipc_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._
 
 nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Welcome"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}session_id\0\u{3}peer_pid\0\u{3}peer_uid\0\u{1}state\0\u{1}restored\0\u{3}was_restored\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}session_id\0\u{3}peer_pid\0\u{3}peer_uid\0\u{1}state\0\u{1}restored\0\u{3}was_restored\0\u{1}wake\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1806,6 +2111,7 @@ nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf
       case 4: try { try decoder.decodeSingularEnumField(value: &self.state) }()
       case 5: try { try decoder.decodeSingularMessageField(value: &self._restored) }()
       case 6: try { try decoder.decodeSingularBoolField(value: &self.wasRestored) }()
+      case 7: try { try decoder.decodeSingularUInt64Field(value: &self.wake) }()
       default: break
       }
     }
@@ -1834,6 +2140,9 @@ nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf
     if self.wasRestored != false {
       try visitor.visitSingularBoolField(value: self.wasRestored, fieldNumber: 6)
     }
+    if self.wake != 0 {
+      try visitor.visitSingularUInt64Field(value: self.wake, fieldNumber: 7)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1844,6 +2153,7 @@ nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf
     if lhs.state != rhs.state {return false}
     if lhs._restored != rhs._restored {return false}
     if lhs.wasRestored != rhs.wasRestored {return false}
+    if lhs.wake != rhs.wake {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3433,7 +3743,7 @@ nonisolated extension Beryl_Ipc_V1_PairingFinishedEvent: SwiftProtobuf.Message, 
 
 nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{1}gatt\0\u{3}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0\u{3}answer_pairing\0\u{1}invalidate\0\u{3}set_app_state\0\u{3}list_apps\0\u{3}launch_app\0\u{3}stop_app\0\u{3}subscribe_alerts\0\u{3}lab_open\0\u{3}lab_advertise\0\u{3}lab_stop_advertising\0\u{3}lab_scan\0\u{3}lab_stop_scan\0\u{3}lab_connect\0\u{3}lab_cancel_connect\0\u{3}lab_disconnect\0\u{3}lab_get_links\0\u{3}lab_factory_reset\0\u{3}lab_get_info\0\u{3}lab_secure\0\u{3}lab_pairing_answer\0\u{3}lab_list_bonds\0\u{3}lab_remove_bond\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{1}gatt\0\u{3}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0\u{3}answer_pairing\0\u{1}invalidate\0\u{3}set_app_state\0\u{3}list_apps\0\u{3}launch_app\0\u{3}stop_app\0\u{3}subscribe_alerts\0\u{3}lab_open\0\u{3}lab_advertise\0\u{3}lab_stop_advertising\0\u{3}lab_scan\0\u{3}lab_stop_scan\0\u{3}lab_connect\0\u{3}lab_cancel_connect\0\u{3}lab_disconnect\0\u{3}lab_get_links\0\u{3}lab_factory_reset\0\u{3}lab_get_info\0\u{3}lab_secure\0\u{3}lab_pairing_answer\0\u{3}lab_list_bonds\0\u{3}lab_remove_bond\0\u{3}app_idle\0\u{3}get_capabilities\0\u{3}set_connection_latency\0\u{3}register_connection_events\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3948,6 +4258,58 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
           self.kind = .labRemoveBond(v)
         }
       }()
+      case 40: try {
+        var v: Beryl_Ipc_V1_AppIdle?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .appIdle(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .appIdle(v)
+        }
+      }()
+      case 41: try {
+        var v: Beryl_Ipc_V1_GetCapabilities?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .getCapabilities(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .getCapabilities(v)
+        }
+      }()
+      case 42: try {
+        var v: Beryl_Ipc_V1_SetDesiredConnectionLatency?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .setConnectionLatency(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .setConnectionLatency(v)
+        }
+      }()
+      case 43: try {
+        var v: Beryl_Ipc_V1_RegisterForConnectionEvents?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .registerConnectionEvents(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .registerConnectionEvents(v)
+        }
+      }()
       default: break
       }
     }
@@ -4115,6 +4477,22 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
       guard case .labRemoveBond(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 39)
     }()
+    case .appIdle?: try {
+      guard case .appIdle(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 40)
+    }()
+    case .getCapabilities?: try {
+      guard case .getCapabilities(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 41)
+    }()
+    case .setConnectionLatency?: try {
+      guard case .setConnectionLatency(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 42)
+    }()
+    case .registerConnectionEvents?: try {
+      guard case .registerConnectionEvents(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 43)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -4129,7 +4507,7 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}welcome\0\u{1}peripherals\0\u{1}gatt\0\u{1}rssi\0\u{3}maximum_write_length\0\u{3}service_added\0\u{3}update_result\0\u{1}apps\0\u{3}lab_welcome\0\u{3}lab_link\0\u{3}lab_links\0\u{3}lab_security\0\u{3}lab_bonds\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}welcome\0\u{1}peripherals\0\u{1}gatt\0\u{1}rssi\0\u{3}maximum_write_length\0\u{3}service_added\0\u{3}update_result\0\u{1}apps\0\u{3}lab_welcome\0\u{3}lab_link\0\u{3}lab_links\0\u{3}lab_security\0\u{3}lab_bonds\0\u{1}capabilities\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4306,6 +4684,19 @@ nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, Swift
           self.kind = .labBonds(v)
         }
       }()
+      case 14: try {
+        var v: Beryl_Ipc_V1_Capabilities?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .capabilities(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .capabilities(v)
+        }
+      }()
       default: break
       }
     }
@@ -4368,6 +4759,10 @@ nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, Swift
     case .labBonds?: try {
       guard case .labBonds(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
+    }()
+    case .capabilities?: try {
+      guard case .capabilities(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 14)
     }()
     case nil: break
     }
@@ -4811,7 +5206,367 @@ nonisolated extension Beryl_Ipc_V1_AdvertisingStarted: SwiftProtobuf.Message, Sw
 
 nonisolated extension Beryl_Ipc_V1_ManagerEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}state_changed\0\u{1}discovered\0\u{1}connected\0\u{1}disconnected\0\u{1}notification\0\u{3}services_changed\0\u{3}ready_to_write\0\u{3}read_request\0\u{3}write_request\0\u{1}subscription\0\u{3}ready_to_update\0\u{3}advertising_started\0\u{3}pairing_prompt\0\u{3}pairing_finished\0\u{1}alert\0\u{1}lab\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}state_changed\0\u{1}discovered\0\u{1}connected\0\u{1}disconnected\0\u{1}notification\0\u{3}services_changed\0\u{3}ready_to_write\0\u{3}read_request\0\u{3}write_request\0\u{1}subscription\0\u{3}ready_to_update\0\u{3}advertising_started\0\u{3}pairing_prompt\0\u{3}pairing_finished\0\u{1}alert\0\u{1}lab\0\u{3}connection_event\0\u{1}wake\0")
+
+  fileprivate class _StorageClass {
+    var _kind: Beryl_Ipc_V1_ManagerEvent.OneOf_Kind?
+    var _wake: UInt64 = 0
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _kind = source._kind
+      _wake = source._wake
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try {
+          var v: Beryl_Ipc_V1_ControllerState?
+          try decoder.decodeSingularEnumField(value: &v)
+          if let v = v {
+            if _storage._kind != nil {try decoder.handleConflictingOneOf()}
+            _storage._kind = .stateChanged(v)
+          }
+        }()
+        case 2: try {
+          var v: Beryl_Ipc_V1_ScanDiscovery?
+          var hadOneofValue = false
+          if let current = _storage._kind {
+            hadOneofValue = true
+            if case .discovered(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._kind = .discovered(v)
+          }
+        }()
+        case 3: try {
+          var v: Beryl_Ipc_V1_PeripheralConnected?
+          var hadOneofValue = false
+          if let current = _storage._kind {
+            hadOneofValue = true
+            if case .connected(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._kind = .connected(v)
+          }
+        }()
+        case 4: try {
+          var v: Beryl_Ipc_V1_PeripheralDisconnected?
+          var hadOneofValue = false
+          if let current = _storage._kind {
+            hadOneofValue = true
+            if case .disconnected(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._kind = .disconnected(v)
+          }
+        }()
+        case 5: try {
+          var v: Beryl_Ipc_V1_PeripheralNotification?
+          var hadOneofValue = false
+          if let current = _storage._kind {
+            hadOneofValue = true
+            if case .notification(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._kind = .notification(v)
+          }
+        }()
+        case 6: try {
+          var v: Beryl_Ipc_V1_PeripheralServicesChanged?
+          var hadOneofValue = false
+          if let current = _storage._kind {
+            hadOneofValue = true
+            if case .servicesChanged(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._kind = .servicesChanged(v)
+          }
+        }()
+        case 7: try {
+          var v: Beryl_Ipc_V1_PeripheralReadyToWrite?
+          var hadOneofValue = false
+          if let current = _storage._kind {
+            hadOneofValue = true
+            if case .readyToWrite(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._kind = .readyToWrite(v)
+          }
+        }()
+        case 8: try {
+          var v: Beryl_Ipc_V1_CentralRead?
+          var hadOneofValue = false
+          if let current = _storage._kind {
+            hadOneofValue = true
+            if case .readRequest(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._kind = .readRequest(v)
+          }
+        }()
+        case 9: try {
+          var v: Beryl_Ipc_V1_CentralWrite?
+          var hadOneofValue = false
+          if let current = _storage._kind {
+            hadOneofValue = true
+            if case .writeRequest(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._kind = .writeRequest(v)
+          }
+        }()
+        case 10: try {
+          var v: Beryl_Ipc_V1_CentralSubscription?
+          var hadOneofValue = false
+          if let current = _storage._kind {
+            hadOneofValue = true
+            if case .subscription(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._kind = .subscription(v)
+          }
+        }()
+        case 11: try {
+          var v: Beryl_Ipc_V1_ReadyToUpdate?
+          var hadOneofValue = false
+          if let current = _storage._kind {
+            hadOneofValue = true
+            if case .readyToUpdate(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._kind = .readyToUpdate(v)
+          }
+        }()
+        case 12: try {
+          var v: Beryl_Ipc_V1_AdvertisingStarted?
+          var hadOneofValue = false
+          if let current = _storage._kind {
+            hadOneofValue = true
+            if case .advertisingStarted(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._kind = .advertisingStarted(v)
+          }
+        }()
+        case 13: try {
+          var v: Beryl_Ipc_V1_PairingPromptEvent?
+          var hadOneofValue = false
+          if let current = _storage._kind {
+            hadOneofValue = true
+            if case .pairingPrompt(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._kind = .pairingPrompt(v)
+          }
+        }()
+        case 14: try {
+          var v: Beryl_Ipc_V1_PairingFinishedEvent?
+          var hadOneofValue = false
+          if let current = _storage._kind {
+            hadOneofValue = true
+            if case .pairingFinished(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._kind = .pairingFinished(v)
+          }
+        }()
+        case 15: try {
+          var v: Beryl_Ipc_V1_AlertEvent?
+          var hadOneofValue = false
+          if let current = _storage._kind {
+            hadOneofValue = true
+            if case .alert(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._kind = .alert(v)
+          }
+        }()
+        case 16: try {
+          var v: Beryl_Ipc_V1_LabEvent?
+          var hadOneofValue = false
+          if let current = _storage._kind {
+            hadOneofValue = true
+            if case .lab(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._kind = .lab(v)
+          }
+        }()
+        case 17: try {
+          var v: Beryl_Ipc_V1_ConnectionEventOccurred?
+          var hadOneofValue = false
+          if let current = _storage._kind {
+            hadOneofValue = true
+            if case .connectionEvent(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._kind = .connectionEvent(v)
+          }
+        }()
+        case 18: try { try decoder.decodeSingularUInt64Field(value: &_storage._wake) }()
+        default: break
+        }
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      switch _storage._kind {
+      case .stateChanged?: try {
+        guard case .stateChanged(let v)? = _storage._kind else { preconditionFailure() }
+        try visitor.visitSingularEnumField(value: v, fieldNumber: 1)
+      }()
+      case .discovered?: try {
+        guard case .discovered(let v)? = _storage._kind else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+      }()
+      case .connected?: try {
+        guard case .connected(let v)? = _storage._kind else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+      }()
+      case .disconnected?: try {
+        guard case .disconnected(let v)? = _storage._kind else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+      }()
+      case .notification?: try {
+        guard case .notification(let v)? = _storage._kind else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+      }()
+      case .servicesChanged?: try {
+        guard case .servicesChanged(let v)? = _storage._kind else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+      }()
+      case .readyToWrite?: try {
+        guard case .readyToWrite(let v)? = _storage._kind else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+      }()
+      case .readRequest?: try {
+        guard case .readRequest(let v)? = _storage._kind else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+      }()
+      case .writeRequest?: try {
+        guard case .writeRequest(let v)? = _storage._kind else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+      }()
+      case .subscription?: try {
+        guard case .subscription(let v)? = _storage._kind else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
+      }()
+      case .readyToUpdate?: try {
+        guard case .readyToUpdate(let v)? = _storage._kind else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
+      }()
+      case .advertisingStarted?: try {
+        guard case .advertisingStarted(let v)? = _storage._kind else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+      }()
+      case .pairingPrompt?: try {
+        guard case .pairingPrompt(let v)? = _storage._kind else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
+      }()
+      case .pairingFinished?: try {
+        guard case .pairingFinished(let v)? = _storage._kind else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 14)
+      }()
+      case .alert?: try {
+        guard case .alert(let v)? = _storage._kind else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
+      }()
+      case .lab?: try {
+        guard case .lab(let v)? = _storage._kind else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 16)
+      }()
+      case .connectionEvent?: try {
+        guard case .connectionEvent(let v)? = _storage._kind else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 17)
+      }()
+      case nil: break
+      }
+      if _storage._wake != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._wake, fieldNumber: 18)
+      }
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_ManagerEvent, rhs: Beryl_Ipc_V1_ManagerEvent) -> Bool {
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._kind != rhs_storage._kind {return false}
+        if _storage._wake != rhs_storage._wake {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_AppIdle: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AppIdle"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}wake\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4819,291 +5574,240 @@ nonisolated extension Beryl_Ipc_V1_ManagerEvent: SwiftProtobuf.Message, SwiftPro
       // allocates stack space for every case branch when no optimizations are
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
-      case 1: try {
-        var v: Beryl_Ipc_V1_ControllerState?
-        try decoder.decodeSingularEnumField(value: &v)
-        if let v = v {
-          if self.kind != nil {try decoder.handleConflictingOneOf()}
-          self.kind = .stateChanged(v)
-        }
-      }()
-      case 2: try {
-        var v: Beryl_Ipc_V1_ScanDiscovery?
-        var hadOneofValue = false
-        if let current = self.kind {
-          hadOneofValue = true
-          if case .discovered(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.kind = .discovered(v)
-        }
-      }()
-      case 3: try {
-        var v: Beryl_Ipc_V1_PeripheralConnected?
-        var hadOneofValue = false
-        if let current = self.kind {
-          hadOneofValue = true
-          if case .connected(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.kind = .connected(v)
-        }
-      }()
-      case 4: try {
-        var v: Beryl_Ipc_V1_PeripheralDisconnected?
-        var hadOneofValue = false
-        if let current = self.kind {
-          hadOneofValue = true
-          if case .disconnected(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.kind = .disconnected(v)
-        }
-      }()
-      case 5: try {
-        var v: Beryl_Ipc_V1_PeripheralNotification?
-        var hadOneofValue = false
-        if let current = self.kind {
-          hadOneofValue = true
-          if case .notification(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.kind = .notification(v)
-        }
-      }()
-      case 6: try {
-        var v: Beryl_Ipc_V1_PeripheralServicesChanged?
-        var hadOneofValue = false
-        if let current = self.kind {
-          hadOneofValue = true
-          if case .servicesChanged(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.kind = .servicesChanged(v)
-        }
-      }()
-      case 7: try {
-        var v: Beryl_Ipc_V1_PeripheralReadyToWrite?
-        var hadOneofValue = false
-        if let current = self.kind {
-          hadOneofValue = true
-          if case .readyToWrite(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.kind = .readyToWrite(v)
-        }
-      }()
-      case 8: try {
-        var v: Beryl_Ipc_V1_CentralRead?
-        var hadOneofValue = false
-        if let current = self.kind {
-          hadOneofValue = true
-          if case .readRequest(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.kind = .readRequest(v)
-        }
-      }()
-      case 9: try {
-        var v: Beryl_Ipc_V1_CentralWrite?
-        var hadOneofValue = false
-        if let current = self.kind {
-          hadOneofValue = true
-          if case .writeRequest(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.kind = .writeRequest(v)
-        }
-      }()
-      case 10: try {
-        var v: Beryl_Ipc_V1_CentralSubscription?
-        var hadOneofValue = false
-        if let current = self.kind {
-          hadOneofValue = true
-          if case .subscription(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.kind = .subscription(v)
-        }
-      }()
-      case 11: try {
-        var v: Beryl_Ipc_V1_ReadyToUpdate?
-        var hadOneofValue = false
-        if let current = self.kind {
-          hadOneofValue = true
-          if case .readyToUpdate(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.kind = .readyToUpdate(v)
-        }
-      }()
-      case 12: try {
-        var v: Beryl_Ipc_V1_AdvertisingStarted?
-        var hadOneofValue = false
-        if let current = self.kind {
-          hadOneofValue = true
-          if case .advertisingStarted(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.kind = .advertisingStarted(v)
-        }
-      }()
-      case 13: try {
-        var v: Beryl_Ipc_V1_PairingPromptEvent?
-        var hadOneofValue = false
-        if let current = self.kind {
-          hadOneofValue = true
-          if case .pairingPrompt(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.kind = .pairingPrompt(v)
-        }
-      }()
-      case 14: try {
-        var v: Beryl_Ipc_V1_PairingFinishedEvent?
-        var hadOneofValue = false
-        if let current = self.kind {
-          hadOneofValue = true
-          if case .pairingFinished(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.kind = .pairingFinished(v)
-        }
-      }()
-      case 15: try {
-        var v: Beryl_Ipc_V1_AlertEvent?
-        var hadOneofValue = false
-        if let current = self.kind {
-          hadOneofValue = true
-          if case .alert(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.kind = .alert(v)
-        }
-      }()
-      case 16: try {
-        var v: Beryl_Ipc_V1_LabEvent?
-        var hadOneofValue = false
-        if let current = self.kind {
-          hadOneofValue = true
-          if case .lab(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.kind = .lab(v)
-        }
-      }()
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.wake) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    // The use of inline closures is to circumvent an issue where the compiler
-    // allocates stack space for every if/case branch local when no optimizations
-    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
-    // https://github.com/apple/swift-protobuf/issues/1182
-    switch self.kind {
-    case .stateChanged?: try {
-      guard case .stateChanged(let v)? = self.kind else { preconditionFailure() }
-      try visitor.visitSingularEnumField(value: v, fieldNumber: 1)
-    }()
-    case .discovered?: try {
-      guard case .discovered(let v)? = self.kind else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
-    }()
-    case .connected?: try {
-      guard case .connected(let v)? = self.kind else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
-    }()
-    case .disconnected?: try {
-      guard case .disconnected(let v)? = self.kind else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
-    }()
-    case .notification?: try {
-      guard case .notification(let v)? = self.kind else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
-    }()
-    case .servicesChanged?: try {
-      guard case .servicesChanged(let v)? = self.kind else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
-    }()
-    case .readyToWrite?: try {
-      guard case .readyToWrite(let v)? = self.kind else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
-    }()
-    case .readRequest?: try {
-      guard case .readRequest(let v)? = self.kind else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
-    }()
-    case .writeRequest?: try {
-      guard case .writeRequest(let v)? = self.kind else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
-    }()
-    case .subscription?: try {
-      guard case .subscription(let v)? = self.kind else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
-    }()
-    case .readyToUpdate?: try {
-      guard case .readyToUpdate(let v)? = self.kind else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
-    }()
-    case .advertisingStarted?: try {
-      guard case .advertisingStarted(let v)? = self.kind else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
-    }()
-    case .pairingPrompt?: try {
-      guard case .pairingPrompt(let v)? = self.kind else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
-    }()
-    case .pairingFinished?: try {
-      guard case .pairingFinished(let v)? = self.kind else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 14)
-    }()
-    case .alert?: try {
-      guard case .alert(let v)? = self.kind else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
-    }()
-    case .lab?: try {
-      guard case .lab(let v)? = self.kind else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 16)
-    }()
-    case nil: break
+    if self.wake != 0 {
+      try visitor.visitSingularUInt64Field(value: self.wake, fieldNumber: 1)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  public static func ==(lhs: Beryl_Ipc_V1_ManagerEvent, rhs: Beryl_Ipc_V1_ManagerEvent) -> Bool {
-    if lhs.kind != rhs.kind {return false}
+  public static func ==(lhs: Beryl_Ipc_V1_AppIdle, rhs: Beryl_Ipc_V1_AppIdle) -> Bool {
+    if lhs.wake != rhs.wake {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_GetCapabilities: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GetCapabilities"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}app_id\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.appID) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.appID.isEmpty {
+      try visitor.visitSingularStringField(value: self.appID, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GetCapabilities, rhs: Beryl_Ipc_V1_GetCapabilities) -> Bool {
+    if lhs.appID != rhs.appID {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_Capabilities: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Capabilities"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}authorization\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularEnumField(value: &self.authorization) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.authorization != .notDetermined {
+      try visitor.visitSingularEnumField(value: self.authorization, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_Capabilities, rhs: Beryl_Ipc_V1_Capabilities) -> Bool {
+    if lhs.authorization != rhs.authorization {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_SetDesiredConnectionLatency: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SetDesiredConnectionLatency"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}central\0\u{1}latency\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.central) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.latency) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.central.isEmpty {
+      try visitor.visitSingularStringField(value: self.central, fieldNumber: 1)
+    }
+    if self.latency != .low {
+      try visitor.visitSingularEnumField(value: self.latency, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_SetDesiredConnectionLatency, rhs: Beryl_Ipc_V1_SetDesiredConnectionLatency) -> Bool {
+    if lhs.central != rhs.central {return false}
+    if lhs.latency != rhs.latency {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_RegisterForConnectionEvents: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RegisterForConnectionEvents"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{3}peripheral_uuids\0\u{3}service_uuids\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
+      case 2: try { try decoder.decodeRepeatedStringField(value: &self.peripheralUuids) }()
+      case 3: try { try decoder.decodeRepeatedStringField(value: &self.serviceUuids) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
+    }
+    if !self.peripheralUuids.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.peripheralUuids, fieldNumber: 2)
+    }
+    if !self.serviceUuids.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.serviceUuids, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_RegisterForConnectionEvents, rhs: Beryl_Ipc_V1_RegisterForConnectionEvents) -> Bool {
+    if lhs.manager != rhs.manager {return false}
+    if lhs.peripheralUuids != rhs.peripheralUuids {return false}
+    if lhs.serviceUuids != rhs.serviceUuids {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_ConnectionEventOccurred: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ConnectionEventOccurred"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{1}kind\0\u{1}peripheral\0")
+
+  fileprivate class _StorageClass {
+    var _manager: UInt32 = 0
+    var _kind: Beryl_Ipc_V1_ConnectionEventKind = .peerDisconnected
+    var _peripheral: Beryl_Ipc_V1_PeripheralInfo? = nil
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _manager = source._manager
+      _kind = source._kind
+      _peripheral = source._peripheral
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularUInt32Field(value: &_storage._manager) }()
+        case 2: try { try decoder.decodeSingularEnumField(value: &_storage._kind) }()
+        case 3: try { try decoder.decodeSingularMessageField(value: &_storage._peripheral) }()
+        default: break
+        }
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if _storage._manager != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._manager, fieldNumber: 1)
+      }
+      if _storage._kind != .peerDisconnected {
+        try visitor.visitSingularEnumField(value: _storage._kind, fieldNumber: 2)
+      }
+      try { if let v = _storage._peripheral {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+      } }()
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_ConnectionEventOccurred, rhs: Beryl_Ipc_V1_ConnectionEventOccurred) -> Bool {
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._manager != rhs_storage._manager {return false}
+        if _storage._kind != rhs_storage._kind {return false}
+        if _storage._peripheral != rhs_storage._peripheral {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -1,0 +1,91 @@
+import BerylCore
+import BerylDaemonKit
+import BerylHCI
+import BerylIPC
+import BerylManager
+import Foundation
+
+/// What apps ask of links beyond their own GATT: connection latency, connection events, and the parameters a
+/// peripheral asks of this stack as central; and what CBManager.authorization reads.
+extension ManagerDaemon {
+    /// CBManager.authorization from the app's manifest: the app id declared for this user (or not declared, a
+    /// foreground-only app) is allowed; declared for another user, denied.
+    func capabilities(appID: String, uid: UInt32) -> Beryl_Ipc_V1_Capabilities {
+        .with { $0.authorization = catalog.mayUseBluetooth(appID: appID, uid: uid) ? .allowedAlways : .denied }
+    }
+
+    /// CBPeripheralManager.setDesiredConnectionLatency(_:for:): this stack is the peripheral on the central's link,
+    /// so it asks the central through the Link Layer (LE Connection Update from the peripheral starts the Connection
+    /// Parameters Request procedure, Core Vol 4 Part E §7.8.18). The answer says the controller took the request; the
+    /// central may still refuse it, as on iOS.
+    func setConnectionLatency(_ request: Beryl_Ipc_V1_SetDesiredConnectionLatency, _ incoming: IncomingRequest) {
+        guard let link = book.link(for: request.central), !link.isCentral else {
+            incoming.fail(.notFound, "no link with central \(request.central) on which this stack is the peripheral", field: "central",
+                          detail: RemoteDetail(bluetoothError: .notConnected))
+            return
+        }
+        let latency: ConnectionLatency
+        switch request.latency {
+        case .low: latency = .low
+        case .medium: latency = .medium
+        case .high: latency = .high
+        case .UNRECOGNIZED(let value):
+            incoming.fail(.invalidArgument, "\(value) is not a connection latency", field: "latency")
+            return
+        }
+        let parameters = latency.parameters
+        command(HCICommands.leConnectionUpdate(handle: link.handle, intervalMin: parameters.intervalMin, intervalMax: parameters.intervalMax,
+                                               latency: parameters.latency, supervisionTimeout: parameters.timeout)) { result in
+            switch result {
+            case .success(let status) where status.first == 0:
+                incoming.respond(.with { $0.ack = .init() })
+            case .success(let status):
+                incoming.fail(.unsupported, "the controller refused the connection update (HCI status 0x\(String(status.first ?? 0xFF, radix: 16)))",
+                              detail: RemoteDetail(bluetoothError: .operationNotSupported))
+            case .failure(let error):
+                incoming.fail(.notReady, "hcid: \(error)")
+            }
+        }
+    }
+
+    func registerForConnectionEvents(_ request: Beryl_Ipc_V1_RegisterForConnectionEvents, session: UInt64, _ incoming: IncomingRequest) {
+        var services: Set<BluetoothUUID> = []
+        for text in request.serviceUuids {
+            guard let uuid = BluetoothUUID(text) else {
+                incoming.fail(.invalidArgument, "'\(text)' is not a UUID", field: "service_uuids")
+                return
+            }
+            services.insert(uuid)
+        }
+        for text in request.peripheralUuids where UUID(uuidString: text) == nil {
+            incoming.fail(.invalidArgument, "'\(text)' is not a peripheral identifier", field: "peripheral_uuids")
+            return
+        }
+        connectionInterests.register(ManagerKey(session: session, manager: request.manager),
+                                     .init(peripherals: Set(request.peripheralUuids.map { $0.uppercased() }), services: services))
+        incoming.respond(.with { $0.ack = .init() })
+    }
+
+    /// Tells the managers that registered for connection events of a link that came up or went.
+    func announceConnectionEvent(_ kind: Beryl_Ipc_V1_ConnectionEventKind, identifier: String) {
+        guard let device = store?.device(identifier) else { return }
+        let offered = discoveredServices[identifier, default: []].union(advertisements[device.address]?.serviceUUIDs ?? [])
+        let listeners = connectionInterests.listeners(identifier: identifier.uppercased(), services: offered)
+        guard !listeners.isEmpty else { return }
+        let peripheral = info(for: device)
+        for key in listeners {
+            var event = Beryl_Ipc_V1_ManagerEvent()
+            event.connectionEvent = .with { $0.manager = key.manager; $0.kind = kind; $0.peripheral = peripheral }
+            send(event, to: key.session)
+        }
+    }
+
+    /// As central, the stack takes what a peripheral asks for when it is valid, as it does on the signalling channel.
+    func answerParameterRequest(_ request: RemoteConnectionParameterRequest) {
+        let answer = request.answer
+        host.logger.info("link 0x\(String(request.handle, radix: 16)): the peripheral asks for interval \(request.parameters.intervalMin)–"
+                         + "\(request.parameters.intervalMax), latency \(request.parameters.latency), timeout \(request.parameters.timeout); "
+                         + (request.parameters.isValid ? "accepted" : "refused"))
+        command(answer)
+    }
+}

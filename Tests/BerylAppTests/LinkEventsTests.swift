@@ -1,0 +1,132 @@
+import Beryl
+import BerylIPC
+import BerylStack
+import Dispatch
+import Foundation
+import Synchronization
+import XCTest
+
+/// A peripheral app that keeps the centrals that read from it, to ask them for a connection latency.
+final class LatencyPeripheral: PeripheralManagerDelegate {
+    let recorder = Recorder()
+    let value = MutableCharacteristic(type: BluetoothUUID(0x2A38), properties: [.read], value: nil, permissions: [.readable])
+    var readers: [Central] = []
+
+    func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) { recorder.note("state \(peripheral.state)") }
+    func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: Error?) { recorder.note("advertising \(error.map { "\($0)" } ?? "ok")") }
+    func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest) {
+        readers.append(request.central)
+        request.value = Data([1])
+        peripheral.respond(to: request, withResult: .success)
+        recorder.note("read by \(request.central.identifier)")
+    }
+}
+
+/// A central app that only watches links (the guide's registerForConnectionEvents).
+final class LinkWatcher: CentralManagerDelegate {
+    let recorder = Recorder()
+    func centralManagerDidUpdateState(_ central: CentralManager) { recorder.note("state \(central.state)") }
+    func centralManager(_ central: CentralManager, connectionEventDidOccur event: ConnectionEvent, for peripheral: Peripheral) {
+        recorder.note("\(event == .peerConnected ? "connected" : "disconnected") \(peripheral.identifier)")
+    }
+}
+
+/// Connection latency, connection events and authorization: what apps ask of links beyond their own GATT.
+final class LinkEventsTests: TwoStacksTestCase {
+    /// HCI events a stack's controller sent up, from hcid's monitor: LE meta subevents by code, with their bytes.
+    private func leEvents(_ monitor: IPCClient, subevent: UInt8, within duration: Duration) -> [[UInt8]] {
+        var found: [[UInt8]] = []
+        let deadline = ContinuousClock.now + duration
+        while ContinuousClock.now < deadline, found.isEmpty {
+            guard let envelope = try? monitor.receive(timeout: .milliseconds(100)), case .event(let event)? = envelope.body,
+                  case .monitor(let packet)? = event.hci.kind, packet.received else { continue }
+            let h4 = Array(packet.h4)
+            if h4.count > 3, h4[0] == 0x04, h4[1] == 0x3E, h4[3] == subevent { found.append(Array(h4[3...])) }
+        }
+        return found
+    }
+
+    private func monitor(side: Int) throws -> IPCClient {
+        let monitor = try IPCClient(path: "\(scratch.root)/run\(side)/hcid.sock")
+        var subscribe = Request()
+        subscribe.hci.subscribe.monitor = true
+        _ = try monitor.call(subscribe)
+        return monitor
+    }
+
+    func testAPeripheralAsksForALatencyAndTheWatchersHearTheLink() async throws {
+        let queue = DispatchQueue(label: "app")
+        let app = LatencyPeripheral()
+        let peripheralManager = PeripheralManager(delegate: app, queue: queue, socketPath: socket(1))
+        XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
+        let service = MutableService(type: BluetoothUUID(0x180D), primary: true)
+        service.characteristics = [app.value]
+        try await peripheralManager.add(service)
+        peripheralManager.startAdvertising([AdvertisementDataServiceUUIDsKey: [BluetoothUUID(0x180D)]])
+        XCTAssertEqual(app.recorder.wait(for: "advertising"), "advertising ok")
+
+        // Two watchers on the central's stack: one for the heart-rate service, one for a peripheral that never comes.
+        let watcher = LinkWatcher(), bystander = LinkWatcher()
+        let watching = CentralManager(delegate: watcher, queue: queue, socketPath: socket(0))
+        let elsewhere = CentralManager(delegate: bystander, queue: queue, socketPath: socket(0))
+        XCTAssertNotNil(watcher.recorder.wait(for: "state poweredOn"))
+        XCTAssertNotNil(bystander.recorder.wait(for: "state poweredOn"))
+        watching.registerForConnectionEvents(options: [.serviceUUIDs: [BluetoothUUID(0x180D)]])
+        elsewhere.registerForConnectionEvents(options: [.peripheralUUIDs: [UUID()]])
+
+        let client = HeartRateCentral()
+        let central = CentralManager(delegate: client, queue: queue, socketPath: socket(0))
+        XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
+        var found: Discovery?
+        for await discovery in central.scan(withServices: [BluetoothUUID(0x180D)]) {
+            found = discovery
+            break
+        }
+        let peripheral = try XCTUnwrap(found).peripheral
+        try await central.connected(to: peripheral)
+        XCTAssertEqual(watcher.recorder.wait(for: "connected"), "connected \(peripheral.identifier)", "the watcher hears another manager's link")
+
+        peripheral.discoverServices([BluetoothUUID(0x180D)])
+        XCTAssertTrue(eventually { peripheral.services?.first?.uuid == BluetoothUUID(0x180D) }, "\(client.recorder.all)")
+        let heart = try XCTUnwrap(peripheral.services?.first)
+        peripheral.discoverCharacteristics(nil, for: heart)
+        XCTAssertTrue(eventually { heart.characteristics?.isEmpty == false }, "\(client.recorder.all)")
+        _ = try await peripheral.readValue(for: try XCTUnwrap(heart.characteristics?.first))
+        XCTAssertNotNil(app.recorder.wait(for: "read by"))
+
+        // High latency: the peripheral's stack asks over the Link Layer, the central's stack accepts, and the
+        // peripheral's controller reports the new interval (Core Vol 4 Part E §7.7.65.3).
+        let peripheralMonitor = try monitor(side: 1), centralMonitor = try monitor(side: 0)
+        let reader = try XCTUnwrap(queue.sync { app.readers.first })
+        peripheralManager.setDesiredConnectionLatency(.high, for: reader)
+        let asked = leEvents(centralMonitor, subevent: 0x06, within: .seconds(5))
+        XCTAssertEqual(asked.first.map { Array($0[3..<11]) }, [72, 0, 96, 0, 4, 0, 0x58, 0x02], "the central's host is asked for 90–120 ms, latency 4, 6 s")
+        let updated = try XCTUnwrap(leEvents(peripheralMonitor, subevent: 0x03, within: .seconds(5)).first, "no LE Connection Update Complete")
+        XCTAssertEqual(updated[1], 0, "status")
+        let interval = UInt16(updated[4]) | UInt16(updated[5]) << 8
+        XCTAssertTrue((72...96).contains(interval), "interval \(interval)")
+        XCTAssertEqual(UInt16(updated[6]) | UInt16(updated[7]) << 8, 4, "peripheral latency")
+
+        central.cancelPeripheralConnection(peripheral)
+        XCTAssertEqual(watcher.recorder.wait(for: "disconnected"), "disconnected \(peripheral.identifier)")
+
+        // A central no longer connected is misuse, reported.
+        let misuse = Recorder()
+        peripheralManager.apiMisuseHandler = { misuse.note("\($0)") }
+        peripheralManager.setDesiredConnectionLatency(.low, for: reader)
+        XCTAssertNotNil(misuse.wait(for: "setDesiredConnectionLatency(_:for:) failed"), "\(misuse.all)")
+        XCTAssertFalse(bystander.recorder.all.contains { $0.hasPrefix("connected") || $0.hasPrefix("disconnected") }, "\(bystander.recorder.all)")
+        withExtendedLifetime((central, watching, elsewhere, peripheralManager)) {}
+    }
+
+    /// CBManager.authorization asks the stack named by the environment, as the class property takes no manager.
+    func testAuthorizationIsAskedOfTheStack() {
+        setenv("BERYL_RUNTIME_DIR", "\(scratch.root)/run0", 1)
+        defer { unsetenv("BERYL_RUNTIME_DIR") }
+        XCTAssertEqual(CentralManager.authorization, .allowedAlways)
+        XCTAssertEqual(PeripheralManager.authorization, .allowedAlways)
+        setenv("BERYL_RUNTIME_DIR", "\(scratch.root)/nowhere", 1)
+        XCTAssertEqual(CentralManager.authorization, .notDetermined, "no stack to ask")
+        XCTAssertFalse(CentralManager.supports(.extendedScanAndConnect))
+    }
+}
