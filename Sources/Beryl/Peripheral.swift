@@ -368,31 +368,49 @@ public final class Peripheral: CustomStringConvertible, Sendable {
 
     /// A descriptor's value, read from the peer (the Client Characteristic Configuration included).
     public func readValue(for descriptor: Descriptor) {
-        gatt({ $0.gattRead.handle = descriptor.handle }) { [self] result in
-            var error: Error?
-            switch result {
-            case .success(let response): descriptor.setValue(bytes: response.gattValue.value)
-            case .failure(let failure): error = failure.coreBluetoothError
-            }
+        readValue(descriptor) { [self] result in
+            let error: Error? = if case .failure(let failure) = result { failure.coreBluetoothError } else { nil }
             notify { $0.peripheral(self, didUpdateValueFor: descriptor, error: error) }
+        }
+    }
+
+    public func readValue(for descriptor: Descriptor) async throws -> Data {
+        try await withCheckedThrowingContinuation { continuation in
+            readValue(descriptor) { continuation.resume(with: $0.mapError { $0.coreBluetoothError }) }
+        }
+    }
+
+    private func readValue(_ descriptor: Descriptor, completion: @escaping @Sendable (Result<Data, BerylError>) -> Void) {
+        gatt({ $0.gattRead.handle = descriptor.handle }) { result in
+            if case .success(let response) = result { descriptor.setValue(bytes: response.gattValue.value) }
+            completion(result.map(\.gattValue.value))
         }
     }
 
     /// Writes a descriptor. As in Core Bluetooth, the Client Characteristic Configuration is set with
     /// `setNotifyValue(_:for:)`, not written.
     public func writeValue(_ data: Data, for descriptor: Descriptor) {
-        guard descriptor.uuid != BluetoothUUID(0x2902) else {
-            let error = ATTError(.writeNotPermitted, message: "the Client Characteristic Configuration is written by setNotifyValue(_:for:)")
-            manager.value?.session.misuse.report(.apiMisuse(error.message))
-            return notify { $0.peripheral(self, didWriteValueFor: descriptor, error: error) }
-        }
-        gatt({ $0.gattWrite = .with { $0.handle = descriptor.handle; $0.value = data } }) { [self] result in
-            var error: Error?
-            switch result {
-            case .success: descriptor.setValue(bytes: data)
-            case .failure(let failure): error = failure.coreBluetoothError
-            }
+        writeValue(data, descriptor) { [self] result in
+            let error: Error? = if case .failure(let failure) = result { failure.coreBluetoothError } else { nil }
             notify { $0.peripheral(self, didWriteValueFor: descriptor, error: error) }
+        }
+    }
+
+    public func writeValue(_ data: Data, for descriptor: Descriptor) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            writeValue(data, descriptor) { continuation.resume(with: $0.mapError { $0.coreBluetoothError }) }
+        }
+    }
+
+    private func writeValue(_ data: Data, _ descriptor: Descriptor, completion: @escaping @Sendable (Result<Void, BerylError>) -> Void) {
+        guard descriptor.uuid != BluetoothUUID(0x2902) else {
+            let message = "the Client Characteristic Configuration is written by setNotifyValue(_:for:)"
+            manager.value?.session.misuse.report(.apiMisuse(message))
+            return later { completion(.failure(.att(code: 0x03, message: message))) }
+        }
+        gatt({ $0.gattWrite = .with { $0.handle = descriptor.handle; $0.value = data } }) { result in
+            if case .success = result { descriptor.setValue(bytes: data) }
+            completion(result.map { _ in () })
         }
     }
 

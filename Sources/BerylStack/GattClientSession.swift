@@ -15,6 +15,22 @@ public final class GattClientSession {
         /// Prepared, echoed and executed as one (Core Vol 3 Part G §4.9.5), even when it would fit one request.
         case reliableWrite(BluetoothUUID, [UInt8])
         case subscribe(BluetoothUUID, count: Int)
+        /// A descriptor of a characteristic, read or written.
+        case readDescriptor(BluetoothUUID, descriptor: BluetoothUUID)
+        case writeDescriptor(BluetoothUUID, descriptor: BluetoothUUID, [UInt8])
+
+        public var verb: String {
+            switch self {
+            case .discover: "discovery"
+            case .read: "read"
+            case .write: "write"
+            case .reliableWrite: "reliable write"
+            case .subscribe: "subscribe"
+            case .readDescriptor: "descriptor read"
+            case .writeDescriptor: "descriptor write"
+            case .pair: "pairing"
+            }
+        }
         /// Pair (or encrypt with a stored bond) and report the link's security.
         case pair
     }
@@ -188,6 +204,32 @@ public final class GattClientSession {
             }
         case .pair:
             pair()
+        case .readDescriptor(let uuid, let descriptorUUID), .writeDescriptor(let uuid, let descriptorUUID, _):
+            guard let characteristic = find(uuid) else { return finish(failure: "the peer has no characteristic \(uuid)") }
+            guard let descriptor = characteristic.descriptors.first(where: { BluetoothUUID($0.uuid) == descriptorUUID }) else {
+                return finish(failure: "the characteristic \(uuid) has no descriptor \(descriptorUUID)")
+            }
+            var request = Request()
+            if case .writeDescriptor(_, _, let value) = operation {
+                request.att.gattWrite = .with { $0.connectionHandle = UInt32(handle); $0.handle = descriptor.handle; $0.value = Data(value) }
+            } else {
+                request.att.gattRead = .with { $0.connectionHandle = UInt32(handle); $0.handle = descriptor.handle }
+            }
+            attd?.request(request) { [unowned self] result in
+                switch (result, self.operation) {
+                case (.success(let response), .readDescriptor):
+                    self.emit(["event": "read", "uuid": uuid.description, "descriptor": descriptorUUID.description,
+                               "value": Hex.encode(response.att.gattValue.value)])
+                    self.finish(failure: nil)
+                case (.success, .writeDescriptor(_, _, let value)):
+                    self.emit(["event": "written", "uuid": uuid.description, "descriptor": descriptorUUID.description, "bytes": value.count])
+                    self.finish(failure: nil)
+                case (.failure(let error), _):
+                    self.finish(failure: "\(self.operation.verb) failed: \(error)")
+                default:
+                    self.finish(failure: nil)
+                }
+            }
         case .reliableWrite(let uuid, let value):
             guard let characteristic = find(uuid) else { return finish(failure: "the peer has no characteristic \(uuid)") }
             var request = Request()

@@ -9,7 +9,10 @@ import Foundation
 struct Gatt: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Connect to a peer and discover, read, write or subscribe; values are hex.",
-        discussion: "Operations: discover | read UUID | write UUID HEX [--without-response] | subscribe UUID --count N")
+        discussion: """
+            Operations: discover | read UUID | write UUID HEX [--without-response] | subscribe UUID --count N
+              | read-descriptor UUID DESCRIPTOR | write-descriptor UUID DESCRIPTOR HEX
+            """)
 
     @OptionGroup var stack: StackOptions
 
@@ -63,8 +66,18 @@ struct Gatt: ParsableCommand {
         case "subscribe":
             guard (1...100_000).contains(count) else { throw ValidationError("--count must be from 1 to 100000") }
             return .subscribe(try uuid(0), count: count)
+        case "read-descriptor":
+            guard arguments.count == 2, let descriptor = BluetoothUUID(arguments[1]) else {
+                throw ValidationError("read-descriptor needs a characteristic UUID and a descriptor UUID")
+            }
+            return .readDescriptor(try uuid(0), descriptor: descriptor)
+        case "write-descriptor":
+            guard arguments.count == 3, let descriptor = BluetoothUUID(arguments[1]), let value = Hex.decode(arguments[2]), value.count <= 512 else {
+                throw ValidationError("write-descriptor needs a characteristic UUID, a descriptor UUID and a hex value of at most 512 bytes")
+            }
+            return .writeDescriptor(try uuid(0), descriptor: descriptor, value)
         default:
-            throw ValidationError("unknown operation '\(operation)'; use discover, read, write or subscribe")
+            throw ValidationError("unknown operation '\(operation)'; use discover, read, write, subscribe, read-descriptor or write-descriptor")
         }
     }
 

@@ -94,21 +94,21 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
                 received += 1
                 if received >= count { break }
             }
+        case .readDescriptor(let uuid, let descriptorUUID):
+            let value = try await peripheral.readValue(for: try descriptor(descriptorUUID, of: find(uuid), on: peripheral))
+            printer.emit(["event": "read", "uuid": uuid.description, "descriptor": descriptorUUID.description, "value": Hex.encode(value)])
+        case .writeDescriptor(let uuid, let descriptorUUID, let value):
+            try await peripheral.writeValue(Data(value), for: try descriptor(descriptorUUID, of: find(uuid), on: peripheral))
+            printer.emit(["event": "written", "uuid": uuid.description, "descriptor": descriptorUUID.description, "bytes": value.count])
         case .pair:
             throw Output.fail("pairing is `beryl pair`")
         }
     }
-}
 
-extension GattClientSession.Operation {
-    var verb: String {
-        switch self {
-        case .discover: "discovery"
-        case .read: "read"
-        case .write: "write"
-        case .reliableWrite: "reliable write"
-        case .subscribe: "subscribe"
-        case .pair: "pairing"
+    private func descriptor(_ uuid: BluetoothUUID, of characteristic: Characteristic, on peripheral: Peripheral) throws -> Descriptor {
+        guard let found = characteristic.descriptors?.first(where: { $0.uuid == uuid }) else {
+            throw Output.fail("the characteristic \(characteristic.uuid) has no descriptor \(uuid)")
         }
+        return found
     }
 }

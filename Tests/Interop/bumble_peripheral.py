@@ -1,19 +1,21 @@
 """A Bumble peripheral with Battery, Heart Rate and a custom characteristic, for a Beryl central to use.
 
 Usage: bumble_peripheral.py PORT WRITES_FILE
-Prints "ready ADDRESS" once advertising; appends every value written to the custom characteristic to WRITES_FILE as hex.
+Prints "ready ADDRESS" once advertising; appends every value written to the custom characteristic to WRITES_FILE as hex,
+and every value written to its custom descriptor as "descriptor HEX".
 """
 import asyncio
 import sys
 
 from bumble.core import AdvertisingData, UUID
 from bumble.device import Device
-from bumble.gatt import Characteristic, CharacteristicValue, Service
+from bumble.gatt import Characteristic, CharacteristicValue, Descriptor, Service
 from bumble.hci import Address
 from bumble.transport import open_transport
 
 CUSTOM_SERVICE = UUID("A0B40001-9260-4A9E-8E8A-1F8C2B6A0001")
 CUSTOM = UUID("A0B40002-9260-4A9E-8E8A-1F8C2B6A0001")
+CUSTOM_DESCRIPTOR = UUID("A0B40003-9260-4A9E-8E8A-1F8C2B6A0001")
 
 
 async def main(port: int, writes_path: str) -> None:
@@ -29,9 +31,21 @@ async def main(port: int, writes_path: str) -> None:
         battery = Characteristic(UUID("2A19"), Characteristic.Properties.READ | Characteristic.Properties.NOTIFY,
                                  Characteristic.READABLE, bytes([77]))
         heart_rate = Characteristic(UUID("2A37"), Characteristic.Properties.NOTIFY, Characteristic.READABLE, bytes([0, 60]))
+        described = bytearray(b"\x01\x02")
+
+        def on_descriptor_write(connection, value):
+            described[:] = bytes(value)
+            with open(writes_path, "a") as f:
+                f.write("descriptor " + bytes(value).hex() + "\n")
+
+        descriptors = [
+            Descriptor(UUID("2901"), Descriptor.READABLE, b"Bumble custom"),
+            Descriptor(CUSTOM_DESCRIPTOR, Descriptor.READABLE | Descriptor.WRITEABLE,
+                       CharacteristicValue(read=lambda connection: bytes(described), write=on_descriptor_write)),
+        ]
         custom = Characteristic(CUSTOM, Characteristic.Properties.READ | Characteristic.Properties.WRITE,
                                 Characteristic.READABLE | Characteristic.WRITEABLE,
-                                CharacteristicValue(read=lambda connection: bytes(stored), write=on_write))
+                                CharacteristicValue(read=lambda connection: bytes(stored), write=on_write), descriptors)
         device.add_services([
             Service(UUID("180F"), [battery]),
             Service(UUID("180D"), [heart_rate]),

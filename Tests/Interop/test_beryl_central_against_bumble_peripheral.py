@@ -56,6 +56,24 @@ def test_beryl_central_discovers_reads_writes_and_subscribes(berylsim):
         assert gatt("read", "A0B40002-9260-4A9E-8E8A-1F8C2B6A0001")[-1]["value"] == "a1a2a3a4"
         assert open(writes).read().split()[-1] == "a1a2a3a4"
 
+        # Descriptors: Bumble's User Description (Core Vol 3 Part G §3.3.3.2) and a custom one, read and written.
+        custom = "A0B40002-9260-4A9E-8E8A-1F8C2B6A0001"
+        described = "A0B40003-9260-4A9E-8E8A-1F8C2B6A0001"
+        assert gatt("read-descriptor", custom, "2901")[-1]["value"] == b"Bumble custom".hex()
+        assert gatt("read-descriptor", custom, described)[-1]["value"] == "0102"
+        written = gatt("write-descriptor", custom, described, "c0ffee")[-1]
+        assert written == {"event": "written", "uuid": custom, "descriptor": described, "bytes": 3}, written
+        assert open(writes).read().splitlines()[-1] == "descriptor c0ffee"
+        assert gatt("read-descriptor", custom, described)[-1]["value"] == "c0ffee"
+        # The same through hcid and attd alone (`--direct`), which read the descriptor from attd's discovered database.
+        direct = subprocess.run([os.path.join(binaries, "beryl"), "gatt", "--direct", "--runtime-dir", run, "--peer", address,
+                                 "read-descriptor", custom, described, "--json"], capture_output=True, text=True, timeout=30)
+        assert direct.returncode == 0, direct.stderr
+        assert json.loads(direct.stdout.splitlines()[-1])["value"] == "c0ffee", direct.stdout
+        missing = subprocess.run([os.path.join(binaries, "beryl"), "gatt", "--runtime-dir", run, "--peer", address,
+                                  "read-descriptor", custom, "2904", "--json"], capture_output=True, text=True, timeout=30)
+        assert missing.returncode != 0 and "has no descriptor 2904" in missing.stderr, missing.stderr
+
         beats = [e for e in gatt("subscribe", "2A37", "--count", "3") if e["event"] == "notification"]
         assert len(beats) == 3
         values = [int(b["value"][2:], 16) for b in beats]
