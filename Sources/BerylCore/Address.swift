@@ -90,3 +90,15 @@ public struct DeviceAddress: Sendable, Hashable, CustomStringConvertible {
         type.isRandom ? "\(address)/random" : address.description
     }
 }
+
+/// A static random address (the lab's RANDOM procedures; the identity of a controller with no public address): the
+/// two most significant bits set, the rest neither all zeros nor all ones (Core Vol 6 Part B §1.3.2.1).
+public func makeStaticRandomAddress(_ random: () -> UInt8) -> BDAddress {
+    while true {
+        var bytes = (0..<6).map { _ in random() }  // wire order: the last byte is the most significant
+        bytes[5] |= 0xC0
+        let rest = bytes[0..<5] + [bytes[5] & 0x3F]
+        if rest.allSatisfy({ $0 == 0 }) || (rest.dropLast().allSatisfy({ $0 == 0xFF }) && rest.last == 0x3F) { continue }
+        return BDAddress(wire: bytes)
+    }
+}

@@ -15,8 +15,9 @@ struct BringUp {
     /// The event mask hcid asks for: Disconnection Complete, Encryption Change, Read Remote Version,
     /// Hardware Error, Data Buffer Overflow, Encryption Key Refresh Complete and LE Meta (Core Vol 4 Part E §7.3.1).
     static let eventMask: UInt64 = 1 << 4 | 1 << 7 | 1 << 11 | 1 << 15 | 1 << 25 | 1 << 47 | 1 << 61
-    /// Every LE subevent through PHY Update Complete except the legacy/enhanced duplicate: enhanced is asked for.
-    static let leEventMask: UInt64 = 0b1111_1111_1111 & ~(1 << 0)
+    /// Every LE subevent through PHY Update Complete except the legacy/enhanced duplicate (enhanced is asked for), and
+    /// the Extended Advertising Report, which some controllers send for legacy scanning too (Core Vol 4 Part E §7.8.1).
+    static let leEventMask: UInt64 = 0b1_1111_1111_1111 & ~(1 << 0)
 
     mutating func handle(opcode: UInt16, event: HCIEventPacket, isComplete: Bool, host: HCIHost) -> Result {
         // Command Complete: parameters are credits(1), opcode(2), status(1), return parameters.
@@ -50,7 +51,17 @@ struct BringUp {
             host.issue(.readBDAddr)
         case .readBDAddr:
             guard body.count >= 6 else { return .failed(.unsupported("Read BD_ADDR answered short")) }
-            host.learn { $0.address = BDAddress(wire: Array(body.prefix(6))) }
+            let address = BDAddress(wire: Array(body.prefix(6)))
+            // No public address (simulators, some dongles): the host's static random identity (Core Vol 6 Part B
+            // §1.3.2.1), set in the controller before anything advertises, scans or connects with it.
+            if address == .zero, let identity = host.staticIdentity {
+                host.learn { $0.address = identity; $0.addressIsRandom = true }
+                host.issue(.leSetRandomAddress, identity.bytes)
+                return .continuing
+            }
+            host.learn { $0.address = address; $0.addressIsRandom = false }
+            host.issue(.leReadLocalSupportedFeatures)
+        case .leSetRandomAddress:
             host.issue(.leReadLocalSupportedFeatures)
         case .leReadLocalSupportedFeatures:
             host.learn { $0.leFeatures = Array(body.prefix(8)) }

@@ -3,6 +3,8 @@ import BerylCore
 /// What bring-up learned about the controller.
 public struct ControllerFacts: Sendable, Equatable {
     public var address = BDAddress.zero
+    /// The address is the host's static random identity: the controller reported no public address.
+    public var addressIsRandom = false
     public var hciVersion: UInt8 = 0
     public var manufacturer: UInt16 = 0
     public var supportedCommands: [UInt8] = []

@@ -28,6 +28,8 @@ public final class HCIHost {
     public let commandTimeout: Duration
     public var quirks: ControllerQuirks
     public var vendorSteps: [VendorStep]
+    /// The static random address this host takes as its identity when the controller has no public address.
+    public let staticIdentity: BDAddress?
     public private(set) var outputs: [HCIHostOutput] = []
 
     private var framer = H4Framer()
@@ -53,10 +55,12 @@ public final class HCIHost {
         case client(HCIClientID, token: UInt64)
     }
 
-    public init(commandTimeout: Duration = .seconds(2), quirks: ControllerQuirks = ControllerQuirks(), vendorSteps: [VendorStep] = []) {
+    public init(commandTimeout: Duration = .seconds(2), quirks: ControllerQuirks = ControllerQuirks(), vendorSteps: [VendorStep] = [],
+                staticIdentity: BDAddress? = nil) {
         self.commandTimeout = commandTimeout
         self.quirks = quirks
         self.vendorSteps = vendorSteps
+        self.staticIdentity = staticIdentity
         acl = ACLScheduler()
     }
 

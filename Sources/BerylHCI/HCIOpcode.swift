@@ -152,4 +152,5 @@ public enum LESubevent: UInt8, Sendable {
     case dataLengthChange = 0x07
     case enhancedConnectionComplete = 0x0A
     case phyUpdateComplete = 0x0C
+    case extendedAdvertisingReport = 0x0D
 }

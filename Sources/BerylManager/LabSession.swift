@@ -102,15 +102,3 @@ public struct LinkTiming: Equatable, Sendable {
         self.init(handle: u16(2) & 0x0FFF, interval: u16(timingAt), latency: u16(timingAt + 2), supervisionTimeout: u16(timingAt + 4))
     }
 }
-
-/// A static random address for the lab session's RANDOM procedures: the two most significant bits set, the rest
-/// neither all zeros nor all ones (Core Vol 6 Part B §1.3.2.1).
-public func makeStaticRandomAddress(_ random: () -> UInt8) -> BDAddress {
-    while true {
-        var bytes = (0..<6).map { _ in random() }  // wire order: the last byte is the most significant
-        bytes[5] |= 0xC0
-        let rest = bytes[0..<5] + [bytes[5] & 0x3F]
-        if rest.allSatisfy({ $0 == 0 }) || (rest.dropLast().allSatisfy({ $0 == 0xFF }) && rest.last == 0x3F) { continue }
-        return BDAddress(wire: bytes)
-    }
-}

@@ -122,11 +122,12 @@ final class AttDaemon {
         }
     }
 
-    /// Our identity for key distribution: the controller's public address and the IRK kept in the bond store.
+    /// Our identity for key distribution: the controller's public address (or hcid's static random identity, for a
+    /// controller without one) and the IRK kept in the bond store.
     private func learnLocalAddress(_ text: String) {
-        guard let address = BDAddress(text), address != .zero else { return }
+        guard let address = DeviceAddress(text), address.address != .zero else { return }
         let irk = (try? bondStore?.localIRK()) ?? localIdentity?.irk ?? SecureRandom.bytes(16)
-        localIdentity = LocalIdentity(address: DeviceAddress(address, type: .public), irk: irk)
+        localIdentity = LocalIdentity(address: address, irk: irk)
     }
 
     /// Links that came up before attd attached (attd restarted under a live link): ATT resumes on them at once.

@@ -40,13 +40,23 @@ final class HcidDaemon {
     var monitorFramer = H4Framer()
     /// Clients that asked for a controller reset, answered when bring-up ends one way or the other.
     var resetsAwaitingBringUp: [IncomingRequest] = []
+    /// The identity a controller without a public address gets, and whether it is in the state directory yet.
+    var identity: StaticIdentity.Loaded
 
     init(host: DaemonHost, transport: TransportSpec, profile: AdapterProfile?, patch: [VendorStep], commandTimeout: Duration) {
         self.host = host
         self.transport = transport
         self.profile = profile
+        identity = StaticIdentity.load(stateDir: host.paths.stateDir)
+        let identityAddress: BDAddress
+        switch identity {
+        case .stored(let address), .fresh(let address): identityAddress = address
+        case .unusable(let address, let reason):
+            identityAddress = address
+            host.logger.error("\(reason); left as it is, and a controller without a public address uses \(address) for this run only")
+        }
         core = HCIHost(commandTimeout: commandTimeout, quirks: profile?.quirks ?? ControllerQuirks(),
-                       vendorSteps: (profile?.vendorSteps ?? []) + patch)
+                       vendorSteps: (profile?.vendorSteps ?? []) + patch, staticIdentity: identityAddress)
         host.handle = { [unowned self] in self.handle($0) }
         host.decorateStatus = { [unowned self] status in status.runtimeDir = self.host.paths.runtimeDir }
         host.server?.onSessionClosed = { _, _ in }
@@ -206,7 +216,16 @@ final class HcidDaemon {
                     unclaimedACL.append(event)
                 }
             case .stateChanged(let state):
-                host.logger.info("controller \(state)" + (state == .poweredOn ? ": \(core.facts.address), LE ACL \(core.facts.aclMTU) × \(core.facts.aclBuffers)" : ""))
+                host.logger.info("controller \(state)" + (state == .poweredOn ? ": \(core.facts.address)\(core.facts.addressIsRandom ? " (static random identity: no public address)" : ""), "
+                                 + "LE ACL \(core.facts.aclMTU) × \(core.facts.aclBuffers)" : ""))
+                if state == .poweredOn, core.facts.addressIsRandom, case .fresh(let address) = identity {
+                    do {
+                        try StaticIdentity.save(address, stateDir: host.paths.stateDir)
+                        identity = .stored(address)
+                    } catch {
+                        host.logger.error("cannot keep the identity \(address) in \(StaticIdentity.path(stateDir: host.paths.stateDir)): \(error)")
+                    }
+                }
                 detail = state == .poweredOn ? "" : state.description
                 broadcastInfo()
                 answerResets(state)
@@ -295,7 +314,7 @@ final class HcidDaemon {
         info.detail = detail
         let facts = core.facts
         if state == .poweredOn {
-            info.address = facts.address.description
+            info.address = DeviceAddress(facts.address, type: facts.addressIsRandom ? .random : .public).description
             info.leAclMtu = UInt32(facts.aclMTU)
             info.leAclBuffers = UInt32(core.quirks.maxACLBuffers.map { min($0, facts.aclBuffers) } ?? facts.aclBuffers)
             info.hciVersion = UInt32(facts.hciVersion)

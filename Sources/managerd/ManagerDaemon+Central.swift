@@ -159,7 +159,7 @@ extension ManagerDaemon {
         // Active scanning (scan responses carry names), 60 ms every 100 ms; duplicates are filtered here, per app.
         // Only background apps scanning: 30 ms every 1.28 s, as iOS scans for them.
         let active: UInt8 = labScan?.passive == true && !scans.isScanning ? 0x00 : 0x01
-        let ownAddress = labScan?.ownAddress.rawValue ?? 0
+        let ownAddress = labScan?.ownAddress.rawValue ?? ownAddressType
         let parameters: [UInt8] = wanted == .slow ? [active, 0x00, 0x08, 0x30, 0x00, ownAddress, 0x00] : [active, 0xA0, 0x00, 0x60, 0x00, ownAddress, 0x00]
         command(HCICommandPacket(.leSetScanParameters, parameters: parameters))
         // Duplicate filtering off: apps' duplicates are filtered per app here, and a lab session sees every report.

@@ -240,7 +240,7 @@ extension ManagerDaemon {
 
     /// The Own_Address_Type for a central attempt: the lab's when the lab asked for that peer.
     func labOwnAddressType(connectingTo address: DeviceAddress) -> UInt8 {
-        guard let connecting = lab?.connecting, connecting.address == address else { return 0 }
+        guard let connecting = lab?.connecting, connecting.address == address else { return ownAddressType }
         return connecting.ownAddress.rawValue
     }
 

@@ -251,7 +251,7 @@ extension ManagerDaemon {
             commands = [
                 HCICommandPacket(.leSetAdvertisingEnable, parameters: [0]),
                 // 100 ms in the foreground; 1 s in the background.
-                HCICommands.leSetAdvertisingParameters(interval: background ? 0x0640 : 0x00A0),
+                HCICommands.leSetAdvertisingParameters(interval: background ? 0x0640 : 0x00A0, ownAddressRandom: identityIsRandom),
                 HCICommands.leSetAdvertisingData(payload.advertising),
                 HCICommands.leSetAdvertisingData(payload.scanResponse, scanResponse: true),
                 HCICommandPacket(.leSetAdvertisingEnable, parameters: [1]),

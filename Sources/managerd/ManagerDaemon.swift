@@ -90,6 +90,10 @@ final class ManagerDaemon {
     /// Sessions of `beryl alerts`.
     var alertSubscribers: Set<UInt64> = []
     var connectionInterests = ConnectionEventInterests()
+    /// The controller's identity is hcid's static random address (it has no public one): apps advertise, scan and
+    /// connect with it (own address type random) rather than as 00:00:00:00:00:00.
+    var identityIsRandom = false
+    var ownAddressType: UInt8 { identityIsRandom ? 0x01 : 0x00 }
     /// Seconds before a foreground-only app in the background is suspended, unless its manifest says otherwise.
     let defaultSuspendAfter: Double
     var pendingRepublish: [(ManagerKey, [Beryl_Ipc_V1_PreservedService])] = []
@@ -181,7 +185,10 @@ final class ManagerDaemon {
             var subscribe = Request()
             subscribe.hci.subscribe.events = true
             connection.request(subscribe) { [unowned self] result in
-                if case .success(let response) = result { self.controllerChanged(response.hci.controllerInfo.state) }
+                if case .success(let response) = result {
+                    self.learnIdentity(response.hci.controllerInfo)
+                    self.controllerChanged(response.hci.controllerInfo.state)
+                }
             }
             hcid = connection
         } catch {
@@ -258,6 +265,11 @@ final class ManagerDaemon {
         }
     }
 
+    private func learnIdentity(_ info: Beryl_Ipc_V1_ControllerInfo) {
+        guard info.state == .poweredOn, let address = DeviceAddress(info.address) else { return }
+        identityIsRandom = address.type.isRandom
+    }
+
     private func controllerChanged(_ newState: Beryl_Ipc_V1_ControllerState) {
         if labResetInFlight, newState == .resetting { return }
         controllerState = newState
@@ -316,6 +328,7 @@ final class ManagerDaemon {
     private func hcidEvent(_ event: Event) {
         switch event.hci.kind {
         case .controllerChanged(let info)?:
+            learnIdentity(info)
             controllerChanged(info.state)
         case .event(let packet)?:
             let hci = HCIEventPacket(code: UInt8(truncatingIfNeeded: packet.code), parameters: Array(packet.parameters))

@@ -19,6 +19,34 @@ final class BringUpTests: XCTestCase {
         XCTAssertEqual(harness.air.controllers[0].commandFlowViolations, 0, "bring-up honours the command credit")
     }
 
+    /// A controller whose public address is all zeros (Bumble's, some dongles): the host takes its static random
+    /// identity and sets it as the controller's random address before anything else (Core Vol 6 Part B §1.3.2.1).
+    func testAControllerWithoutAPublicAddressGetsTheStaticIdentity() {
+        let identity = BDAddress("C3:11:22:33:44:55")!
+        let harness = HostHarness(controllers: 1) { _ in HCIHost(staticIdentity: identity) }
+        harness.rewrite = { _, bytes in
+            // Read BD_ADDR's Command Complete: 04 0E len credits 09 10 status address.
+            guard bytes.count >= 13, bytes[0] == 0x04, bytes[1] == 0x0E, bytes[4] == 0x09, bytes[5] == 0x10 else { return bytes }
+            return Array(bytes[0..<7]) + [UInt8](repeating: 0, count: 6) + Array(bytes[13...])
+        }
+        harness.startAll()
+        let host = harness.hosts[0]
+        XCTAssertEqual(host.state, .poweredOn)
+        XCTAssertEqual(host.facts.address, identity)
+        XCTAssertTrue(host.facts.addressIsRandom)
+        let sent = harness.commandsSent[0]
+        let setAt = sent.firstIndex(of: HCIOpcode.leSetRandomAddress.rawValue)
+        XCTAssertNotNil(setAt, "LE Set Random Address was sent")
+        XCTAssertEqual(setAt.map { sent[$0 - 1] }, HCIOpcode.readBDAddr.rawValue, "right after Read BD_ADDR")
+
+        // With a public address, the identity is not used.
+        let plain = HostHarness(controllers: 1) { _ in HCIHost(staticIdentity: identity) }
+        plain.startAll()
+        XCTAssertEqual(plain.hosts[0].facts.address, plain.air.controllers[0].publicAddress)
+        XCTAssertFalse(plain.hosts[0].facts.addressIsRandom)
+        XCTAssertFalse(plain.commandsSent[0].contains(HCIOpcode.leSetRandomAddress.rawValue))
+    }
+
     func testSharedBuffersFallBackToReadBufferSize() {
         var config = SimConfig()
         config.sharedBuffers = true

@@ -69,4 +69,23 @@ final class AdvertisingDataTests: XCTestCase {
         XCTAssertNil(AdvertisingReport.decode(HCIEventPacket(code: 0x3E, parameters: [0x02, 2, 0x00, 0, 1, 2, 3, 4, 5, 6, 0, 0xC0])), "two reports promised, one given")
         XCTAssertNil(AdvertisingReport.decode(HCIEventPacket(code: 0x3E, parameters: [0x01, 0])), "not an advertising report")
     }
+
+    /// LE Extended Advertising Report (Core Vol 4 Part E §7.7.65.13), as Bumble's controllers send it for legacy
+    /// scanning: a legacy ADV_IND (0x13), a bare "connectable" and a scan response; an incomplete fragment is left out.
+    func testExtendedAdvertisingReportsDecode() {
+        func report(_ eventType: UInt16, data: [UInt8]) -> [UInt8] {
+            [UInt8(eventType & 0xFF), UInt8(eventType >> 8), 0x01, 6, 5, 4, 3, 2, 0xC1, 1, 0, 0xFF, 0x7F, 0xCE, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+                + [UInt8(data.count)] + data
+        }
+        let flags: [UInt8] = [2, 0x01, 0x06]
+        let event = HCIEventPacket(code: 0x3E, parameters: [0x0D, 4] + report(0x13, data: flags) + report(0x01, data: flags) + report(0x08, data: [])
+                                   + report(0x20, data: [1, 2]))
+        let address = DeviceAddress("C1:02:03:04:05:06/random")!
+        XCTAssertEqual(AdvertisingReport.decode(event), [
+            AdvertisingReport(kind: .connectableUndirected, address: address, data: flags, rssi: -50),
+            AdvertisingReport(kind: .connectableUndirected, address: address, data: flags, rssi: -50),
+            AdvertisingReport(kind: .scanResponse, address: address, data: [], rssi: -50),
+        ])
+        XCTAssertNil(AdvertisingReport.decode(HCIEventPacket(code: 0x3E, parameters: [0x0D, 1] + report(0x13, data: flags).dropLast())), "short")
+    }
 }

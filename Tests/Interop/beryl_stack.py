@@ -22,7 +22,7 @@ def wait_for(predicate, timeout, what):
 
 
 class BerylStack:
-    def __init__(self, env, controller=0, attd_args=()):
+    def __init__(self, env, controller=0, attd_args=(), transport=None):
         self.env = env
         self.dir = env["dir"]
         self.bin = env["bin"]
@@ -30,6 +30,7 @@ class BerylStack:
         self.state = os.path.join(self.dir, "state")
         self.controller = controller
         self.attd_args = list(attd_args)
+        self.transport = transport or f"unix:{self.dir}/controller-{controller}.sock"
         self.processes = []  # (name, Popen, log file)
 
     def __enter__(self):
@@ -64,7 +65,7 @@ class BerylStack:
 
     def start(self):
         self.start_process("hcid", ["hcid", "--runtime-dir", self.run, "--state-dir", self.state,
-                                    "--transport", f"unix:{self.dir}/controller-{self.controller}.sock"])
+                                    "--transport", self.transport])
         wait_for(lambda: self.status().get("controller", {}).get("state") == "poweredOn", 10, "hcid poweredOn")
         self.start_process("attd", ["attd", "--runtime-dir", self.run, "--state-dir", self.state] + self.attd_args)
         wait_for(lambda: os.path.exists(os.path.join(self.run, "attd.sock")), 10, "attd listening")
@@ -75,7 +76,7 @@ class BerylStack:
 
     @property
     def address(self):
-        """The controller's public address, as Beryl prints it (AA:BB:CC:DD:EE:FF)."""
+        """The controller's address, as Beryl prints it (AA:BB:CC:DD:EE:FF, or with /random for hcid's static identity)."""
         return self.status()["controller"]["address"]
 
     def serve(self, profile=LOCK_PROFILE, *extra):

@@ -6,7 +6,10 @@ import sys
 import tempfile
 import time
 
+from beryl_stack import ROOT, BerylStack, wait_for
 from conftest import bin_dir, free_port_pair
+
+LOCK_PROFILE = os.path.join(ROOT, "Examples/profiles/lock.json")
 
 
 def test_hcid_reaches_powered_on_against_bumble_controllers():
@@ -42,5 +45,53 @@ def test_hcid_reaches_powered_on_against_bumble_controllers():
         if hcid:
             hcid.terminate()
             hcid.wait(5)
+        controllers.terminate()
+        controllers.wait(5)
+
+
+def test_a_controller_without_a_public_address_gets_a_static_random_identity():
+    """Bumble's controllers report 00:00:00:00:00:00 as their public address. hcid gives each stack a static random
+    identity (Core Vol 6 Part B §1.3.2.1), kept in its state directory, and the stack advertises, scans and connects
+    with it: a second Beryl stack hears the first at that address and reads from it."""
+    base = free_port_pair()
+    controllers = subprocess.Popen(
+        [sys.executable, "-m", "bumble.apps.controllers", f"tcp-server:127.0.0.1:{base}", f"tcp-server:127.0.0.1:{base + 1}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stacks = []
+    try:
+        time.sleep(1.5)
+        for index in range(2):
+            directory = tempfile.mkdtemp(prefix=f"beryl-identity-{index}-")
+            stacks.append(BerylStack({"dir": directory, "bin": bin_dir()}, transport=f"tcp:127.0.0.1:{base + index}").start())
+        lock, central = stacks
+        address = lock.address
+        assert address.endswith("/random"), address
+        assert int(address[:2], 16) >= 0xC0, f"a static address has its top two bits set: {address}"
+        assert central.address.endswith("/random") and central.address != address, (central.address, address)
+        with open(os.path.join(lock.state, "identity.json")) as f:
+            assert json.load(f) == {"version": 1, "address": address.split("/")[0]}
+
+        lock.start_process("serve", ["beryl", "serve", LOCK_PROFILE, "--runtime-dir", lock.run])
+        lock.wait_log("serve", "advertising")
+        scan = central.beryl("scan", "--runtime-dir", central.run, "--service", "D00D0001-0000-1000-8000-00805F9B34FB",
+                             "--count", "1", "--timeout", "20", "--json")
+        assert scan.returncode == 0, scan.stderr
+        heard = json.loads(scan.stdout.splitlines()[0])
+        assert heard["address"] == address, (heard, address)
+        read = central.beryl("gatt", "--runtime-dir", central.run, "--peer", heard["identifier"], "read",
+                             "D00D0004-0000-1000-8000-00805F9B34FB", "--json")
+        assert read.returncode == 0, read.stderr + lock.log("managerd") + central.log("managerd")
+        assert json.loads(read.stdout.splitlines()[-1])["value"] == b"locked".hex()
+
+        # The identity outlives hcid: a restarted one takes it back from the state directory.
+        name, process, log = next(entry for entry in lock.processes if entry[0] == "hcid")
+        process.terminate()
+        process.wait(5)
+        lock.start_process("hcid-again", ["hcid", "--runtime-dir", lock.run, "--state-dir", lock.state, "--transport", lock.transport])
+        wait_for(lambda: lock.status().get("controller", {}).get("state") == "poweredOn", 15, "hcid poweredOn again")
+        assert lock.address == address
+    finally:
+        for stack in stacks:
+            stack.stop()
         controllers.terminate()
         controllers.wait(5)
