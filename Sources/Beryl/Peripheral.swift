@@ -166,7 +166,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
                                   range: info.startHandle...max(info.startHandle, info.endHandle), peripheral: self)
             let characteristics = info.characteristics.map { item -> Characteristic in
                 let characteristic = Characteristic(uuid: BluetoothUUID(item.uuid) ?? BluetoothUUID(0),
-                                                    properties: CharacteristicProperties(rawValue: UInt8(truncatingIfNeeded: item.properties)),
+                                                    properties: CharacteristicProperties(rawValue: UInt16(truncatingIfNeeded: item.properties)),
                                                     value: nil, valueHandle: item.valueHandle, service: service)
                 characteristic.setDescriptors(item.descriptors.map {
                     Descriptor(uuid: BluetoothUUID($0.uuid) ?? BluetoothUUID(0), value: nil, handle: $0.handle, characteristic: characteristic)
@@ -216,7 +216,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
             case .success(let response):
                 let found = (response.gattDatabase.services.first?.characteristics ?? []).map { item in
                     Characteristic(uuid: BluetoothUUID(item.uuid) ?? BluetoothUUID(0),
-                                   properties: CharacteristicProperties(rawValue: UInt8(truncatingIfNeeded: item.properties)),
+                                   properties: CharacteristicProperties(rawValue: UInt16(truncatingIfNeeded: item.properties)),
                                    value: nil, valueHandle: item.valueHandle, service: service)
                 }
                 service.with { state in
@@ -330,13 +330,21 @@ public final class Peripheral: CustomStringConvertible, Sendable {
 
     private func writeValue(_ data: Data, _ characteristic: Characteristic, _ type: CharacteristicWriteType,
                             completion: @escaping @Sendable (Result<Void, BerylError>) -> Void) {
-        let allowed = type == .withResponse ? characteristic.properties.contains(.write) : characteristic.properties.contains(.writeWithoutResponse)
+        // Core Bluetooth signs a write without response to a characteristic that takes only signed writes.
+        let signed = type == .withoutResponse && !characteristic.properties.contains(.writeWithoutResponse)
+            && characteristic.properties.contains(.authenticatedSignedWrites)
+        let allowed = type == .withResponse ? characteristic.properties.contains(.write) : characteristic.properties.contains(.writeWithoutResponse) || signed
         guard allowed else {
             return later {
                 completion(.failure(.att(code: 0x03, message: "the characteristic has no \(type == .withResponse ? "write" : "writeWithoutResponse") property")))
             }
         }
-        gatt({ $0.gattWrite = .with { $0.handle = characteristic.valueHandle; $0.value = data; $0.withoutResponse = type == .withoutResponse } }) { [self] result in
+        gatt({ $0.gattWrite = .with {
+            $0.handle = characteristic.valueHandle
+            $0.value = data
+            $0.withoutResponse = type == .withoutResponse
+            $0.signed = signed
+        } }) { [self] result in
             if case .failure(.busy) = result, type == .withoutResponse {
                 // The link's transmit queue is full: canSendWriteWithoutResponse turns false until peripheralIsReady.
                 shared.withLock { $0.canSendWriteWithoutResponse = false }

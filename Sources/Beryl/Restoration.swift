@@ -162,7 +162,7 @@ extension MutableService {
         let service = MutableService(type: BluetoothUUID(spec.uuid) ?? BluetoothUUID(0), primary: spec.primary)
         service.characteristics = zip(spec.characteristics, preserved.published.valueHandles).map { item, handle in
             let characteristic = MutableCharacteristic(type: BluetoothUUID(item.uuid) ?? BluetoothUUID(0),
-                                                       properties: CharacteristicProperties(rawValue: UInt8(truncatingIfNeeded: item.properties)),
+                                                       properties: CharacteristicProperties(rawValue: UInt16(truncatingIfNeeded: item.properties)),
                                                        value: item.cached ? item.value : nil,
                                                        permissions: AttributePermissions(rawValue: UInt8(truncatingIfNeeded: item.permissions)))
             characteristic.descriptors = item.descriptors.compactMap { descriptor in

@@ -1,5 +1,6 @@
 import BerylATT
 import BerylCore
+import BerylCrypto
 
 /// What the link offers, for permission checks.
 public struct LinkSecurity: Equatable, Sendable {
@@ -24,7 +25,23 @@ public enum ATTServerOutput: Equatable, Sendable {
     /// A peer changed its Client Characteristic Configuration for the characteristic at `valueHandle`.
     case subscriptionChanged(valueHandle: UInt16, notify: Bool, indicate: Bool)
     case indicationConfirmed(handle: UInt16)
+    /// A signed write was carried out: its SignCounter is the peer's last, to keep with the bond.
+    case signCounterAccepted(UInt32)
     case log(String)
+}
+
+/// What verifies a bonded peer's signed writes: the CSRK it distributed and the last SignCounter accepted from it.
+public struct PeerSigning: Equatable, Sendable {
+    public var csrk: [UInt8]
+    public var lastCounter: UInt32?
+    /// The bond came from authenticated pairing: its signatures satisfy authentication as well as encryption.
+    public var authenticated: Bool
+
+    public init(csrk: [UInt8], lastCounter: UInt32?, authenticated: Bool) {
+        self.csrk = csrk
+        self.lastCounter = lastCounter
+        self.authenticated = authenticated
+    }
 }
 
 public struct PreparedWrite: Equatable, Sendable {
@@ -47,6 +64,8 @@ public final class ATTServer {
     public let serverMTU: UInt16
     public private(set) var mtu: UInt16 = 23
     public var security = LinkSecurity()
+    /// Set by the shell when the peer is bonded and distributed a CSRK.
+    public var peerSigning: PeerSigning?
     /// This peer's CCCD values, by CCCD handle; persisted for bonded peers by the shell.
     public private(set) var clientConfigurations: [UInt16: UInt16] = [:]
     /// This peer's Client Supported Features bits (robust caching, EATT, multiple notifications); persisted with its CCCDs.
@@ -139,8 +158,8 @@ public final class ATTServer {
         case .writeCommand(let handle, let value):
             // Commands get no response, so their errors go unreported (Core Vol 3 Part F §3.4.5.3).
             return write(handle, value, opcode: .writeCommand).filter { if case .send = $0 { return false } else { return true } }
-        case .signedWriteCommand(let handle, _, _):
-            return [.log("signed write to 0x\(String(handle, radix: 16)) ignored: signing keys are not supported")]
+        case .signedWriteCommand(let handle, let value, let signature):
+            return signedWrite(handle, value, signature)
         case .prepareWriteRequest(let handle, let offset, let value):
             return [prepareWrite(handle, offset, value)]
         case .executeWriteRequest(let commit):
@@ -378,6 +397,33 @@ public final class ATTServer {
             if opcode == .writeRequest { pending = (id, opcode, handle) }
             return [.writeRequested(id: id, writes: [PreparedWrite(handle: handle, offset: 0, value: value)], withResponse: opcode == .writeRequest)]
         }
+    }
+
+    /// Signed Write Command (Core Vol 3 Part F §3.4.5.4): carried out as a Write Command when the bonded peer's CSRK
+    /// verifies it and its SignCounter is above the last one accepted (Part C §10.4.2); otherwise ignored, as a command
+    /// has no error response. The signature authenticates the peer as encryption would.
+    private func signedWrite(_ handle: UInt16, _ value: [UInt8], _ signature: [UInt8]) -> [ATTServerOutput] {
+        let at = "signed write to 0x\(String(handle, radix: 16))"
+        guard var signing = peerSigning else { return [.log("\(at) ignored: this peer distributed no CSRK")] }
+        var message = ByteWriter()
+        message.u8(ATTOpcode.signedWriteCommand.rawValue)
+        message.u16(handle)
+        message.append(value)
+        let (valid, counter) = DataSigning.verify(csrk: signing.csrk, message: message.bytes, signature: signature)
+        guard valid else { return [.log("\(at) ignored: the signature does not verify")] }
+        if let last = signing.lastCounter, counter <= last { return [.log("\(at) ignored: SignCounter \(counter) is not above \(last) (a replay)")] }
+        guard handle > 1, let declaration = database.attribute(at: handle - 1), declaration.type == GATTType.characteristic,
+              case .fixed(let bytes) = declaration.value, let properties = bytes.first,
+              CharacteristicProperties(declared: properties).contains(.authenticatedSignedWrites) else {
+            return [.log("\(at) ignored: not a characteristic that takes signed writes")]
+        }
+        signing.lastCounter = counter
+        peerSigning = signing
+        let linkSecurity = security
+        security = LinkSecurity(encrypted: true, authenticated: signing.authenticated || linkSecurity.authenticated, bonded: true)
+        defer { security = linkSecurity }
+        let outputs = write(handle, value, opcode: .writeCommand).filter { if case .send = $0 { return false } else { return true } }
+        return [.signCounterAccepted(counter)] + outputs
     }
 
     private func prepareWrite(_ handle: UInt16, _ offset: UInt16, _ value: [UInt8]) -> ATTServerOutput {

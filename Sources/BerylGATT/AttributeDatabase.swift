@@ -41,9 +41,14 @@ public enum ServiceChangedValue {
     }
 }
 
+/// Core Bluetooth's CBCharacteristicProperties: the declaration's eight bits (Core Vol 3 Part G §3.3.1.1) and two of
+/// Core Bluetooth's own above them, which a published characteristic carries as notify and indicate on the air with a
+/// Client Characteristic Configuration only an encrypted link may write.
 public struct CharacteristicProperties: OptionSet, Sendable, Hashable {
-    public let rawValue: UInt8
-    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    public let rawValue: UInt16
+    public init(rawValue: UInt16) { self.rawValue = rawValue }
+    /// As a characteristic declaration carries them.
+    public init(declared byte: UInt8) { rawValue = UInt16(byte) }
     public static let broadcast = CharacteristicProperties(rawValue: 0x01)
     public static let read = CharacteristicProperties(rawValue: 0x02)
     public static let writeWithoutResponse = CharacteristicProperties(rawValue: 0x04)
@@ -52,6 +57,13 @@ public struct CharacteristicProperties: OptionSet, Sendable, Hashable {
     public static let indicate = CharacteristicProperties(rawValue: 0x20)
     public static let authenticatedSignedWrites = CharacteristicProperties(rawValue: 0x40)
     public static let extendedProperties = CharacteristicProperties(rawValue: 0x80)
+    public static let notifyEncryptionRequired = CharacteristicProperties(rawValue: 0x100)
+    public static let indicateEncryptionRequired = CharacteristicProperties(rawValue: 0x200)
+
+    /// The declaration's byte.
+    public var declared: UInt8 {
+        UInt8(truncatingIfNeeded: rawValue) | (contains(.notifyEncryptionRequired) ? 0x10 : 0) | (contains(.indicateEncryptionRequired) ? 0x20 : 0)
+    }
 }
 
 public struct AttributePermissions: OptionSet, Sendable, Hashable {
@@ -244,13 +256,21 @@ public final class AttributeDatabase {
         for characteristic in service.characteristics {
             if let value = characteristic.value, value.count > 512 { throw .valueTooLong(characteristic.uuid) }
             var declaration = ByteWriter()
-            declaration.u8(characteristic.properties.rawValue)
+            let declared = CharacteristicProperties(declared: characteristic.properties.declared)
+            declaration.u8(declared.declared)
             declaration.u16(handle + 1)
             declaration.append(characteristic.uuid.attWire)
             try append(GATTType.characteristic, .readable, .fixed(declaration.bytes))
             try append(characteristic.uuid, characteristic.permissions, characteristic.value.map(AttributeValue.fixed) ?? .dynamic)
-            if !characteristic.properties.isDisjoint(with: [.notify, .indicate]) {
-                try append(GATTType.clientConfiguration, [.readable, .writeable], .clientConfiguration)
+            if !declared.isDisjoint(with: [.notify, .indicate]) {
+                // Core Bluetooth's notify/indicateEncryptionRequired: only a central on an encrypted link may subscribe.
+                let encrypted = !characteristic.properties.isDisjoint(with: [.notifyEncryptionRequired, .indicateEncryptionRequired])
+                try append(GATTType.clientConfiguration, encrypted ? [.readable, .writeEncryptionRequired] : [.readable, .writeable], .clientConfiguration)
+            }
+            // The extended properties bit promises the descriptor (Core Vol 3 Part G §3.3.3.1): Reliable Write is offered
+            // for a writable value, as this server carries it out.
+            if declared.contains(.extendedProperties), !characteristic.descriptors.contains(where: { $0.uuid == GATTType.extendedProperties }) {
+                try append(GATTType.extendedProperties, .readable, .fixed([declared.contains(.write) ? 0x01 : 0x00, 0x00]))
             }
             for descriptor in characteristic.descriptors {
                 try append(descriptor.uuid, descriptor.permissions, .fixed(descriptor.value))

@@ -129,7 +129,7 @@ public struct DiscoverCharacteristics {
                 let valueHandle = UInt16(entry.value[1]) | UInt16(entry.value[2]) << 8
                 // The value follows its declaration, inside the service (Core Vol 3 Part G §3.3.1.2).
                 guard valueHandle > entry.handle, valueHandle <= range.upperBound else { return .failed(.invalidPDU) }
-                found.append(DiscoveredCharacteristic(declaration: entry.handle, properties: CharacteristicProperties(rawValue: entry.value[0]),
+                found.append(DiscoveredCharacteristic(declaration: entry.handle, properties: CharacteristicProperties(declared: entry.value[0]),
                                                       valueHandle: valueHandle, uuid: uuid))
                 last = entry.handle
             }

@@ -17,6 +17,8 @@ public struct ConnectionBook: Sendable {
         public var address: DeviceAddress
         public var isCentral: Bool
         public var holders: Set<ManagerKey>
+        /// No one holds it and its Disconnect is under way: not to be handed to a new connect.
+        public var dropping = false
     }
 
     /// Peripheral identifier → who is waiting for it, and at which address.
@@ -34,7 +36,8 @@ public struct ConnectionBook: Sendable {
     public func identifier(for handle: UInt16) -> String? { links.first { $0.value.handle == handle }?.key }
 
     public mutating func connect(_ key: ManagerKey, identifier: String, address: DeviceAddress) -> (alreadyConnected: Bool, actions: [Action]) {
-        if var link = links[identifier] {
+        // A link on its way down is not handed out: the request waits for it to end, then connects anew.
+        if var link = links[identifier], !link.dropping {
             link.holders.insert(key)
             links[identifier] = link
             return (true, [])
@@ -51,8 +54,9 @@ public struct ConnectionBook: Sendable {
             return (true, replan())
         }
         guard var link = links[identifier], link.holders.remove(key) != nil else { return (false, []) }
+        link.dropping = link.holders.isEmpty && link.isCentral
         links[identifier] = link
-        return (true, link.holders.isEmpty && link.isCentral ? [.disconnect(handle: link.handle)] : [])
+        return (true, link.dropping ? [.disconnect(handle: link.handle)] : [])
     }
 
     /// The peripherals a manager holds a link to, and those it waits for.
@@ -79,8 +83,11 @@ public struct ConnectionBook: Sendable {
         for (identifier, var link) in links {
             let before = link.holders.count
             link.holders = link.holders.filter { $0.session != session }
+            if before > 0, link.holders.isEmpty, link.isCentral {
+                link.dropping = true
+                actions.append(.disconnect(handle: link.handle))
+            }
             links[identifier] = link
-            if before > 0, link.holders.isEmpty, link.isCentral { actions.append(.disconnect(handle: link.handle)) }
         }
         return actions + replan()
     }
@@ -103,14 +110,17 @@ public struct ConnectionBook: Sendable {
         return replan()
     }
 
-    public mutating func disconnected(handle: UInt16) -> (identifier: String, holders: Set<ManagerKey>)? {
+    /// A link ended: its holders (to tell), and the connection attempt to make if someone asked for the peer while
+    /// the link was going down.
+    public mutating func disconnected(handle: UInt16) -> (identifier: String, holders: Set<ManagerKey>, actions: [Action])? {
         guard let identifier = identifier(for: handle), let link = links.removeValue(forKey: identifier) else { return nil }
-        return (identifier, link.holders)
+        return (identifier, link.holders, replan())
     }
 
     /// The controller's attempt follows the pending set: one peer directly, several through the accept list.
     private mutating func replan() -> [Action] {
-        let wanted = pending.values.map(\.address).sorted { $0.description < $1.description }
+        // A peer still linked (its link going down) cannot be connected again until the link has ended.
+        let wanted = pending.filter { links[$0.key] == nil }.values.map(\.address).sorted { $0.description < $1.description }
         guard wanted != (attempt ?? []) else { return [] }
         if attempt != nil {
             // A different set: stop the current attempt; its end (status 0x02) replans.

@@ -13,7 +13,10 @@ public struct Bond: Equatable, Sendable {
     public var localLTK: [UInt8]?
     public var localEDIV: UInt16
     public var localRand: [UInt8]
+    /// The peer's Connection Signature Resolving Key: verifies its signed writes to us.
     public var csrk: [UInt8]?
+    /// The CSRK we distributed: signs our signed writes to the peer.
+    public var localCSRK: [UInt8]?
     public var authenticated: Bool
     public var secureConnections: Bool
     public var keySize: UInt8
@@ -23,7 +26,8 @@ public struct Bond: Equatable, Sendable {
 
     public init(identity: DeviceAddress, irk: [UInt8]? = nil, peerLTK: [UInt8]? = nil, peerEDIV: UInt16 = 0, peerRand: [UInt8] = [UInt8](repeating: 0, count: 8),
                 localLTK: [UInt8]? = nil, localEDIV: UInt16 = 0, localRand: [UInt8] = [UInt8](repeating: 0, count: 8), csrk: [UInt8]? = nil,
-                authenticated: Bool, secureConnections: Bool, keySize: UInt8 = 16, pairedFrom: DeviceAddress? = nil) {
+                localCSRK: [UInt8]? = nil, authenticated: Bool, secureConnections: Bool, keySize: UInt8 = 16, pairedFrom: DeviceAddress? = nil) {
+        self.localCSRK = localCSRK
         self.pairedFrom = pairedFrom
         self.identity = identity
         self.irk = irk
@@ -99,6 +103,12 @@ public final class BondStore {
                 // Added after the first schema: stores made before it gain the column.
                 let columns = try database.execute("PRAGMA table_info(bonds)").compactMap { $0.count > 1 ? $0[1].text : nil }
                 if !columns.contains("paired_from") { try database.execute("ALTER TABLE bonds ADD COLUMN paired_from TEXT") }
+                // Data signing (Core Vol 3 Part C §10.4): our CSRK and both SignCounters; a new pairing starts them over.
+                if !columns.contains("local_csrk") { try database.execute("ALTER TABLE bonds ADD COLUMN local_csrk BLOB") }
+                if !columns.contains("local_sign_counter") {
+                    try database.execute("ALTER TABLE bonds ADD COLUMN local_sign_counter INTEGER NOT NULL DEFAULT 0")
+                }
+                if !columns.contains("peer_sign_counter") { try database.execute("ALTER TABLE bonds ADD COLUMN peer_sign_counter INTEGER") }
             }
         } catch {
             throw .database(error)
@@ -129,12 +139,12 @@ public final class BondStore {
                 try database.execute("DELETE FROM bonds WHERE identity = ?", [.text(bond.identity.description)])
                 try database.execute("""
                     INSERT INTO bonds (identity, irk, peer_ltk, peer_ediv, peer_rand, local_ltk, local_ediv, local_rand, csrk,
-                                       authenticated, secure_connections, key_size, paired_from)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                       authenticated, secure_connections, key_size, paired_from, local_csrk)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """, [.text(bond.identity.description), optionalBlob(bond.irk), optionalBlob(bond.peerLTK), .integer(Int64(bond.peerEDIV)),
                           .blob(bond.peerRand), optionalBlob(bond.localLTK), .integer(Int64(bond.localEDIV)), .blob(bond.localRand),
                           optionalBlob(bond.csrk), .integer(bond.authenticated ? 1 : 0), .integer(bond.secureConnections ? 1 : 0),
-                          .integer(Int64(bond.keySize)), bond.pairedFrom.map { SQLValue.text($0.description) } ?? .null])
+                          .integer(Int64(bond.keySize)), bond.pairedFrom.map { SQLValue.text($0.description) } ?? .null, optionalBlob(bond.localCSRK)])
             }
         }
     }
@@ -143,7 +153,7 @@ public final class BondStore {
         let rows = try run { () throws(SQLiteError) in
             try database.execute("""
                 SELECT identity, irk, peer_ltk, peer_ediv, peer_rand, local_ltk, local_ediv, local_rand, csrk, authenticated, secure_connections, key_size,
-                       paired_from
+                       paired_from, local_csrk
                 FROM bonds ORDER BY identity
                 """)
         }
@@ -151,7 +161,7 @@ public final class BondStore {
     }
 
     private func decode(_ row: [SQLValue]) throws(BondStoreError) -> Bond {
-        guard row.count == 13, let text = row[0].text, let identity = DeviceAddress(text) else { throw .corruptRow("a bond without a valid identity") }
+        guard row.count == 14, let text = row[0].text, let identity = DeviceAddress(text) else { throw .corruptRow("a bond without a valid identity") }
         func key(_ value: SQLValue, _ length: Int, _ name: String) throws(BondStoreError) -> [UInt8]? {
             if value == .null { return nil }
             guard let bytes = value.blob, bytes.count == length else { throw .corruptRow("\(identity): \(name) is not \(length) bytes") }
@@ -163,7 +173,7 @@ public final class BondStore {
         return Bond(identity: identity, irk: try key(row[1], 16, "IRK"), peerLTK: try key(row[2], 16, "peer LTK"),
                     peerEDIV: UInt16(truncatingIfNeeded: row[3].integer ?? 0), peerRand: peerRand, localLTK: try key(row[5], 16, "local LTK"),
                     localEDIV: UInt16(truncatingIfNeeded: row[6].integer ?? 0), localRand: localRand, csrk: try key(row[8], 16, "CSRK"),
-                    authenticated: row[9].integer == 1, secureConnections: row[10].integer == 1, keySize: UInt8(truncatingIfNeeded: row[11].integer ?? 16),
+                    localCSRK: try key(row[13], 16, "local CSRK"), authenticated: row[9].integer == 1, secureConnections: row[10].integer == 1, keySize: UInt8(truncatingIfNeeded: row[11].integer ?? 16),
                     pairedFrom: row[12].text.flatMap(DeviceAddress.init))
     }
 
@@ -176,6 +186,35 @@ public final class BondStore {
                 try database.execute("DELETE FROM bonds WHERE identity = ?", [.text(identity.description)])
                 return existed
             }
+        }
+    }
+
+    // MARK: SignCounters (Core Vol 3 Part C §10.4.1–10.4.2)
+
+    /// The counter to sign our next write to this peer with; the stored one moves past it first, so a crash cannot
+    /// make the stack sign two writes with one counter.
+    public func takeLocalSignCounter(_ identity: DeviceAddress) throws(BondStoreError) -> UInt32? {
+        try run { () throws(SQLiteError) in
+            try database.transaction { () throws(SQLiteError) in
+                guard let current = try database.execute("SELECT local_sign_counter FROM bonds WHERE identity = ?", [.text(identity.description)])
+                    .first?.first?.integer, current < Int64(UInt32.max) else { return nil }
+                try database.execute("UPDATE bonds SET local_sign_counter = ? WHERE identity = ?", [.integer(current + 1), .text(identity.description)])
+                return UInt32(current)
+            }
+        }
+    }
+
+    /// The last SignCounter accepted from this peer, if any.
+    public func peerSignCounter(_ identity: DeviceAddress) throws(BondStoreError) -> UInt32? {
+        try run { () throws(SQLiteError) in
+            try database.execute("SELECT peer_sign_counter FROM bonds WHERE identity = ?", [.text(identity.description)])
+                .first?.first?.integer.map { UInt32(truncatingIfNeeded: $0) }
+        }
+    }
+
+    public func setPeerSignCounter(_ identity: DeviceAddress, _ counter: UInt32) throws(BondStoreError) {
+        _ = try run { () throws(SQLiteError) in
+            try database.execute("UPDATE bonds SET peer_sign_counter = ? WHERE identity = ?", [.integer(Int64(counter)), .text(identity.description)])
         }
     }
 

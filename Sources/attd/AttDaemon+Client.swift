@@ -193,7 +193,22 @@ extension AttDaemon {
                     incoming.fail(.busy, "the link's transmit queue is full; wait for GattWriteReady")
                     return true
                 }
-                for case .send(let pdu) in link.clientOutputs(link.client.submit(.writeCommand(handle: handle, value: value), at: host.loop.uptime).outputs) {
+                var command = ATTPDU.writeCommand(handle: handle, value: value)
+                if write.signed, linkSecurity[link.handle]?.encrypted != true {
+                    guard value.count <= Int(link.client.mtu) - 15 else {
+                        incoming.fail(.invalidArgument, "a signed write carries at most ATT_MTU-15 = \(Int(link.client.mtu) - 15) bytes", field: "value")
+                        return true
+                    }
+                    switch signedWritePDU(on: link, handle: handle, value: value) {
+                    case .success(let signed): command = signed
+                    case .failure(let refusal):
+                        // As a peer would answer an unauthenticated client: pair (and bond) first.
+                        incoming.fail(.securityFailed, refusal == .noKey ? "a signed write needs a bond with this peer whose pairing distributed our CSRK"
+                                      : "this bond's SignCounter is spent; pair again", detail: RemoteDetail(attError: 0x05))
+                        return true
+                    }
+                }
+                for case .send(let pdu) in link.clientOutputs(link.client.submit(command, at: host.loop.uptime).outputs) {
                     enqueuePaced(pdu, on: link.handle)
                 }
                 incoming.respond(.with { $0.ack = .init() })

@@ -125,7 +125,7 @@ extension AttDaemon {
                 descriptors.append(DescriptorDefinition(uuid: descriptorUUID, value: Array(descriptor.value)))
             }
             characteristics.append(CharacteristicDefinition(
-                uuid: characteristicUUID, properties: CharacteristicProperties(rawValue: UInt8(characteristic.properties)),
+                uuid: characteristicUUID, properties: CharacteristicProperties(rawValue: UInt16(truncatingIfNeeded: characteristic.properties)),
                 permissions: AttributePermissions(rawValue: UInt8(characteristic.permissions)),
                 value: characteristic.cached ? Array(characteristic.value) : nil, descriptors: descriptors))
         }

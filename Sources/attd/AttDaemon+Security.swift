@@ -1,5 +1,6 @@
 import BerylATT
 import BerylCore
+import BerylCrypto
 import BerylGATT
 import BerylHCI
 import BerylIPC
@@ -28,6 +29,12 @@ struct PendingLinkPairing {
     var localAddress: DeviceAddress?
 }
 
+enum SigningRefusal: Error {
+    /// No bond with this peer, or its pairing did not distribute our CSRK.
+    case noKey
+    case counterExhausted
+}
+
 enum SecurityFailure: Error {
     case pairing(SMPFailure)
     case encryption(status: UInt8)
@@ -53,9 +60,35 @@ extension AttDaemon {
         if let bond = bonds.first(where: { $0.matches(peer) }) {
             state.bond = bond.identity
             link.server.security.bonded = true
+            armSigning(link, with: bond)
             restoreClientState(of: bond.identity, on: link)
         }
         linkSecurity[link.handle] = state
+    }
+
+    /// The bonded peer's signed writes are verified with the CSRK it distributed, against the last SignCounter kept.
+    func armSigning(_ link: LinkSession, with bond: Bond) {
+        guard let csrk = bond.csrk else {
+            link.server.peerSigning = nil
+            return
+        }
+        let last = (try? bondStore?.peerSignCounter(bond.identity)) ?? nil
+        link.server.peerSigning = PeerSigning(csrk: csrk, lastCounter: last, authenticated: bond.authenticated)
+    }
+
+    /// A Signed Write Command for a write without response to a bonded peer that has not encrypted the link
+    /// (Core Vol 3 Part C §10.4.1): the next SignCounter is taken from the bond store before the PDU is made.
+    func signedWritePDU(on link: LinkSession, handle: UInt16, value: [UInt8]) -> Result<ATTPDU, SigningRefusal> {
+        guard let identity = linkSecurity[link.handle]?.bond, let bond = bonds.first(where: { $0.identity == identity }), let csrk = bond.localCSRK else {
+            return .failure(.noKey)
+        }
+        guard let counter = (try? bondStore?.takeLocalSignCounter(identity)) ?? nil else { return .failure(.counterExhausted) }
+        var message = ByteWriter()
+        message.u8(ATTOpcode.signedWriteCommand.rawValue)
+        message.u16(handle)
+        message.append(value)
+        guard let signature = try? DataSigning.signature(csrk: csrk, message: message.bytes, counter: counter) else { return .failure(.noKey) }
+        return .success(.signedWriteCommand(handle: handle, value: value, signature: signature))
     }
 
     /// The link's Security Manager, for the addresses the link uses on the air.
@@ -249,6 +282,7 @@ extension AttDaemon {
             let identity = result.peerIdentity ?? state.peer
             let bond = Bond(identity: identity, irk: result.peerIRK, peerLTK: result.peerLTK, peerEDIV: result.peerEDIV, peerRand: result.peerRand,
                             localLTK: result.localLTK, localEDIV: result.localEDIV, localRand: result.localRand, csrk: result.peerCSRK,
+                            localCSRK: result.localCSRK,
                             authenticated: result.authenticated, secureConnections: result.secureConnections, keySize: result.keySize,
                             pairedFrom: state.peer != identity && state.peer.address.randomKind != .resolvablePrivate ? state.peer : nil)
             do {
@@ -257,6 +291,7 @@ extension AttDaemon {
                 bonds.append(bond)
                 state.bond = identity
                 link.server.security.bonded = true
+                armSigning(link, with: bond)
             } catch {
                 host.logger.error("bond store: cannot save the bond with \(identity): \(error)")
             }
@@ -444,6 +479,7 @@ extension AttDaemon {
             for (handle, state) in linkSecurity where state.bond == identity {
                 linkSecurity[handle]?.bond = nil
                 links[handle]?.server.security.bonded = false
+                links[handle]?.server.peerSigning = nil
             }
             host.logger.info("bond with \(identity) removed")
             incoming.respond(.with { $0.ack = .init() })

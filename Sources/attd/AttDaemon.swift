@@ -281,7 +281,12 @@ final class AttDaemon {
             }
             owner(of: valueHandle)?.send(.event(event))
             persistClientState(of: link)
-        case .indicationConfirmed, .log:
+        case .signCounterAccepted(let counter):
+            guard let identity = linkSecurity[link.handle]?.bond else { return }
+            do { try bondStore?.setPeerSignCounter(identity, counter) } catch { host.logger.error("bond store: cannot keep \(identity)'s SignCounter: \(error)") }
+        case .log(let message):
+            host.logger.debug(message)
+        case .indicationConfirmed:
             break
         }
     }

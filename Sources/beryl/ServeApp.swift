@@ -46,7 +46,7 @@ final class ServeApp: PeripheralManagerDelegate, Sendable {
         for service in profile.services {
             let mutable = MutableService(type: service.uuid, primary: service.primary)
             let characteristics = service.characteristics.map { spec in
-                let characteristic = MutableCharacteristic(type: spec.uuid, properties: CharacteristicProperties(rawValue: spec.properties),
+                let characteristic = MutableCharacteristic(type: spec.uuid, properties: CharacteristicProperties(rawValue: UInt16(spec.properties)),
                                                            value: spec.value.map { Data($0) }, permissions: AttributePermissions(rawValue: spec.permissions))
                 characteristic.descriptors = spec.descriptors.map { MutableDescriptor(type: $0.uuid, value: Data($0.value)) }
                 return (spec, characteristic)

@@ -293,7 +293,7 @@ extension ManagerDaemon {
         case .disconnected(let handle, let reason):
             mtus[handle] = nil
             defer { releaseAwaitingBearer(handle) }
-            guard let (identifier, holders) = book.disconnected(handle: handle) else { return nil }
+            guard let (identifier, holders, resumed) = book.disconnected(handle: handle) else { return nil }
             announceConnectionEvent(.peerDisconnected, identifier: identifier)
             discoveredServices[identifier] = nil
             var rerequested: [ConnectionBook.Action] = []
@@ -311,7 +311,7 @@ extension ManagerDaemon {
                 disconnected.disconnected = .with { $0.manager = key.manager; $0.peripheral = identifier; $0.reason = UInt32(reason) }
                 send(disconnected, to: key.session)
             }
-            perform(rerequested)
+            perform(resumed + rerequested)
             updateAdvertising()
         default:
             break

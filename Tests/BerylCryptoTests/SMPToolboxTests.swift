@@ -72,3 +72,40 @@ final class SMPToolboxTests: XCTestCase {
         }
     }
 }
+
+/// The signing vectors BlueZ (unit/test-crypto.c) and Zephyr (smp.c's self test) share: RFC 4493's key and message,
+/// the key in wire order, SignCounter 0.
+final class DataSigningTests: XCTestCase {
+    let csrk: [UInt8] = [0x3C, 0x4F, 0xCF, 0x09, 0x88, 0x15, 0xF7, 0xAB, 0xA6, 0xD2, 0xAE, 0x28, 0x16, 0x15, 0x7E, 0x2B]
+    let message: [UInt8] = [
+        0x6B, 0xC1, 0xBE, 0xE2, 0x2E, 0x40, 0x9F, 0x96, 0xE9, 0x3D, 0x7E, 0x11, 0x73, 0x93, 0x17, 0x2A,
+        0xAE, 0x2D, 0x8A, 0x57, 0x1E, 0x03, 0xAC, 0x9C, 0x9E, 0xB7, 0x6F, 0xAC, 0x45, 0xAF, 0x8E, 0x51,
+        0x30, 0xC8, 0x1C, 0x46, 0xA3, 0x5C, 0xE4, 0x11, 0xE5, 0xFB, 0xC1, 0x19, 0x1A, 0x0A, 0x52, 0xEF,
+        0xF6, 0x9F, 0x24, 0x45, 0xDF, 0x4F, 0x9B, 0x17, 0xAD, 0x2B, 0x41, 0x7B, 0xE6, 0x6C, 0x37, 0x10,
+    ]
+
+    func testTheSharedVectors() throws {
+        let expected: [(Int, [UInt8])] = [
+            (0, [0xB3, 0xA8, 0x59, 0x41, 0x27, 0xEB, 0xC2, 0xC0]),
+            (16, [0x27, 0x39, 0x74, 0xF4, 0x39, 0x2A, 0x23, 0x2A]),
+            (40, [0xB7, 0xCA, 0x94, 0xAB, 0x87, 0xC7, 0x82, 0x18]),
+            (64, [0x44, 0xE1, 0xE6, 0xCE, 0x1D, 0xF5, 0x13, 0x68]),
+        ]
+        for (length, mac) in expected {
+            XCTAssertEqual(try DataSigning.signature(csrk: csrk, message: Array(message.prefix(length)), counter: 0), [0, 0, 0, 0] + mac, "\(length) octets")
+        }
+    }
+
+    func testVerificationNeedsTheKeyTheMessageAndTheCounter() throws {
+        let signed = try DataSigning.signature(csrk: csrk, message: Array(message.prefix(7)), counter: 0x0102_0304)
+        XCTAssertEqual(Array(signed.prefix(4)), [0x04, 0x03, 0x02, 0x01], "the counter leads, least significant octet first")
+        XCTAssertEqual(DataSigning.verify(csrk: csrk, message: Array(message.prefix(7)), signature: signed).valid, true)
+        XCTAssertEqual(DataSigning.verify(csrk: csrk, message: Array(message.prefix(7)), signature: signed).counter, 0x0102_0304)
+        XCTAssertFalse(DataSigning.verify(csrk: csrk, message: Array(message.prefix(6)), signature: signed).valid, "another message")
+        XCTAssertFalse(DataSigning.verify(csrk: Array(csrk.reversed()), message: Array(message.prefix(7)), signature: signed).valid, "another key")
+        var replayed = signed
+        replayed[0] = 0x05
+        XCTAssertFalse(DataSigning.verify(csrk: csrk, message: Array(message.prefix(7)), signature: replayed).valid, "the counter is signed")
+        XCTAssertFalse(DataSigning.verify(csrk: csrk, message: [], signature: [1, 2]).valid, "short")
+    }
+}

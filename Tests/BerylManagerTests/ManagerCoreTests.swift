@@ -79,6 +79,23 @@ final class ConnectionBookTests: XCTestCase {
         XCTAssertNil(book.disconnected(handle: 0x41))
     }
 
+    /// An app cancels and connects again before the link is down (found by SignedWriteTests): it is not handed the
+    /// dying link, and the connection is made again once the old one has ended.
+    func testAConnectWhileTheLinkGoesDownWaitsForANewLink() {
+        var book = ConnectionBook()
+        let app = ManagerKey(session: 1, manager: 1)
+        _ = book.connect(app, identifier: "P1", address: one)
+        _ = book.connected(identifier: "P1", handle: 0x40, address: one, isCentral: true)
+        XCTAssertEqual(book.cancel(app, identifier: "P1").actions, [.disconnect(handle: 0x40)])
+        let again = book.connect(app, identifier: "P1", address: one)
+        XCTAssertFalse(again.alreadyConnected)
+        XCTAssertEqual(again.actions, [], "no attempt while the peer is still linked")
+        let ended = book.disconnected(handle: 0x40)
+        XCTAssertEqual(ended?.holders, [])
+        XCTAssertEqual(ended?.actions, [.connect(one)])
+        XCTAssertEqual(book.connected(identifier: "P1", handle: 0x41, address: one, isCentral: true).holders, [app])
+    }
+
     func testARemoteCentralsLinkIsNotDisconnectedByCancels() {
         var book = ConnectionBook()
         let (holders, _) = book.connected(identifier: "C1", handle: 0x42, address: one, isCentral: false)

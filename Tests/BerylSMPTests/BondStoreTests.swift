@@ -49,6 +49,30 @@ final class BondStoreTests: XCTestCase {
         XCTAssertEqual(try reopened.integrityCheck(), "ok")
     }
 
+    /// Data signing's state (Core Vol 3 Part C §10.4): our CSRK, the counter our next signed write uses (moved on
+    /// before it is used, and kept), the last counter accepted from the peer; a new pairing starts both over.
+    func testSignCountersSurviveReopeningAndANewPairingStartsThemOver() throws {
+        let path = directory + "/bonds.sqlite"
+        var bond = sampleBond()
+        bond.localCSRK = SecureRandom.bytes(16)
+        do {
+            let store = try BondStore(path: path)
+            try store.save(bond)
+            XCTAssertEqual(try store.takeLocalSignCounter(bond.identity), 0)
+            XCTAssertEqual(try store.takeLocalSignCounter(bond.identity), 1)
+            XCTAssertNil(try store.peerSignCounter(bond.identity))
+            try store.setPeerSignCounter(bond.identity, 41)
+            XCTAssertNil(try store.takeLocalSignCounter(DeviceAddress("11:11:11:11:11:11")!), "no bond, no counter")
+        }
+        let reopened = try BondStore(path: path)
+        XCTAssertEqual(try reopened.bonds(), [bond], "the local CSRK is kept")
+        XCTAssertEqual(try reopened.takeLocalSignCounter(bond.identity), 2)
+        XCTAssertEqual(try reopened.peerSignCounter(bond.identity), 41)
+        try reopened.save(bond)
+        XCTAssertEqual(try reopened.takeLocalSignCounter(bond.identity), 0)
+        XCTAssertNil(try reopened.peerSignCounter(bond.identity))
+    }
+
     func testABondIsRecognisedAtItsPrivateAddresses() throws {
         var bond = sampleBond("11:22:33:44:55:66")
         let staticAddress = DeviceAddress("F1:02:03:04:05:06/random")!

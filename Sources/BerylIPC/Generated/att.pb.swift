@@ -647,6 +647,10 @@ public nonisolated struct Beryl_Ipc_V1_GattWrite: Sendable {
 
   public var withoutResponse: Bool = false
 
+  /// With without_response: a Signed Write Command (Core Vol 3 Part F §3.4.5.4) with the CSRK this stack distributed
+  /// when bonding; on an encrypted link, a Write Command, as encryption authenticates already.
+  public var signed: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -2581,7 +2585,7 @@ nonisolated extension Beryl_Ipc_V1_GattReliableWrite: SwiftProtobuf.Message, Swi
 
 nonisolated extension Beryl_Ipc_V1_GattWrite: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GattWrite"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}handle\0\u{1}value\0\u{3}without_response\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}handle\0\u{1}value\0\u{3}without_response\0\u{1}signed\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2593,6 +2597,7 @@ nonisolated extension Beryl_Ipc_V1_GattWrite: SwiftProtobuf.Message, SwiftProtob
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
       case 3: try { try decoder.decodeSingularBytesField(value: &self.value) }()
       case 4: try { try decoder.decodeSingularBoolField(value: &self.withoutResponse) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.signed) }()
       default: break
       }
     }
@@ -2611,6 +2616,9 @@ nonisolated extension Beryl_Ipc_V1_GattWrite: SwiftProtobuf.Message, SwiftProtob
     if self.withoutResponse != false {
       try visitor.visitSingularBoolField(value: self.withoutResponse, fieldNumber: 4)
     }
+    if self.signed != false {
+      try visitor.visitSingularBoolField(value: self.signed, fieldNumber: 5)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2619,6 +2627,7 @@ nonisolated extension Beryl_Ipc_V1_GattWrite: SwiftProtobuf.Message, SwiftProtob
     if lhs.handle != rhs.handle {return false}
     if lhs.value != rhs.value {return false}
     if lhs.withoutResponse != rhs.withoutResponse {return false}
+    if lhs.signed != rhs.signed {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
