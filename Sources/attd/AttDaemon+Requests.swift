@@ -102,7 +102,7 @@ extension AttDaemon {
                 incoming.fail(.invalidArgument, "\(characteristicUUID) is a GATT declaration type, not a characteristic's", field: "service.characteristics[\(index)].uuid")
                 return
             }
-            guard characteristic.properties <= 0xFF, characteristic.permissions <= 0x3F else {
+            guard characteristic.properties <= 0x3FF, characteristic.permissions <= 0x3F else {
                 incoming.fail(.invalidArgument, "unknown property or permission bits", field: "service.characteristics[\(index)]")
                 return
             }

@@ -55,9 +55,6 @@ struct AppRuntime {
     var lastLaunchError = ""
     var nextLaunch: ContinuousClock.Instant?
     var backoff = RestartBackoff(initial: .seconds(1), maximum: .seconds(60), stableAfter: .seconds(30))
-    /// When an event woke the app in the background (its budget runs from here until its sessions are idle).
-    var wokenAt: ContinuousClock.Instant?
-    var wakeTimer: EventRegistration?
     /// Launched in the background and not yet connected: its first Hello starts its first wake.
     var firstWakePending = false
     var suspensionTimer: EventRegistration?

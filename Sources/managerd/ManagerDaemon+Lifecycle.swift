@@ -38,12 +38,10 @@ extension ManagerDaemon {
         let previous = lifecycle(of: appID)
         var runtime = apps[appID, default: AppRuntime()]
         runtime.state = state
-        runtime.wokenAt = nil
-        runtime.wakeTimer?.cancel()
-        runtime.wakeTimer = nil
         runtime.suspensionTimer?.cancel()
         runtime.suspensionTimer = nil
         apps[appID] = runtime
+        wakes.end(appID)
         let now = lifecycle(of: appID)
         if now != previous { host.logger.info("\(appID) is \(now.rawValue) (\(reason))") }
         let modes = catalog.apps[appID]?.backgroundModes ?? []
@@ -89,7 +87,7 @@ extension ManagerDaemon {
         let policy = policy(forSession: sessionID)
         if policy.deliversEvents {
             noteWake(app.appID, by: event)
-            stampWake(&event, app: app)
+            event.wake = wakes.stamp(session: sessionID, app: app.appID)
             return false
         }
         switch event.kind {
@@ -154,7 +152,7 @@ extension ManagerDaemon {
     /// its preserved managers wake it again (a relaunch) for their next event.
     private func noteWake(_ appID: String, by event: Beryl_Ipc_V1_ManagerEvent) {
         guard lifecycle(of: appID) == .background, let manifest = catalog.apps[appID], !manifest.backgroundModes.isEmpty,
-              apps[appID]?.wokenAt == nil else { return }
+              !wakes.isAwake(appID) else { return }
         switch event.kind {
         // News that needs no handling within a budget: the state, flow control, pairing's outcome.
         case .stateChanged?, .readyToUpdate?, .readyToWrite?, .pairingFinished?: return
@@ -164,44 +162,43 @@ extension ManagerDaemon {
     }
 
     func beginWake(_ appID: String, budget: Double, reason: String) {
-        let woken = ContinuousClock.now
-        apps[appID]?.wokenAt = woken
-        apps[appID]?.wakeTimer?.cancel()
-        apps[appID]?.wakeTimer = try? host.loop.after(.milliseconds(Int(budget * 1000))) { [unowned self] in
-            guard self.apps[appID]?.wokenAt == woken, self.lifecycle(of: appID) == .background else { return }
-            self.endOverrunningApp(appID, budget: budget)
-        }
+        guard wakes.begin(appID, at: host.loop.uptime, budget: .milliseconds(Int(budget * 1000))) else { return }
         host.logger.info("\(appID) woken in the background by \(reason) (budget \(budget) s)")
-    }
-
-    /// The wake number an event to this session carries: nonzero while its app is woken.
-    func stampWake(_ event: inout Beryl_Ipc_V1_ManagerEvent, app: AppSession) {
-        guard !app.appID.isEmpty, apps[app.appID]?.wokenAt != nil else { return }
-        app.wakeSent += 1
-        event.wake = app.wakeSent
+        armWakeDeadline()
     }
 
     /// A session has handled everything up to `wake`; the app is idle once all its sessions have.
-    func sessionIdle(_ app: AppSession, wake: UInt64) {
-        app.wakeDone = max(app.wakeDone, min(wake, app.wakeSent))
-        endWakeIfIdle(app.appID)
+    func sessionIdle(_ session: UInt64, appID: String, wake: UInt64) {
+        guard !appID.isEmpty else { return }
+        if let awake = wakes.idle(session: session, upTo: wake, app: appID, sessions: sessionsOf(appID).map(\.id), at: host.loop.uptime) {
+            host.logger.info("\(appID) is idle again after \(awake) awake")
+        }
     }
 
-    func endWakeIfIdle(_ appID: String, closing: UInt64? = nil) {
-        guard !appID.isEmpty, let woken = apps[appID]?.wokenAt else { return }
-        let busy = sessionsOf(appID).filter { $0.id != closing }.compactMap { $0.context as? AppSession }.filter { $0.wakeDone < $0.wakeSent }
-        guard busy.isEmpty else { return }
-        apps[appID]?.wokenAt = nil
-        apps[appID]?.wakeTimer?.cancel()
-        apps[appID]?.wakeTimer = nil
-        host.logger.info("\(appID) is idle again after \(ContinuousClock.now - woken) awake")
+    func wakeSessionClosed(_ session: UInt64, appID: String) {
+        guard !appID.isEmpty else { return }
+        let remaining = sessionsOf(appID).map(\.id).filter { $0 != session }
+        if let awake = wakes.closed(session: session, app: appID, remaining: remaining, at: host.loop.uptime) {
+            host.logger.info("\(appID) is idle again after \(awake) awake")
+        }
+    }
+
+    /// One timer, at the ledger's earliest deadline.
+    private func armWakeDeadline() {
+        wakeDeadline?.cancel()
+        wakeDeadline = nil
+        guard let deadline = wakes.nextDeadline else { return }
+        wakeDeadline = try? host.loop.after(max(.zero, deadline - host.loop.uptime) + .milliseconds(1)) { [unowned self] in
+            for appID in self.wakes.overrun(at: self.host.loop.uptime) where self.lifecycle(of: appID) == .background {
+                self.endOverrunningApp(appID, budget: self.catalog.apps[appID]?.wakeBudget ?? 0)
+            }
+            self.armWakeDeadline()
+        }
     }
 
     /// iOS ends a background app that overruns its wake; its preserved managers then launch it again for their next
     /// event, so nothing waits on a process that stopped answering.
     private func endOverrunningApp(_ appID: String, budget: Double) {
-        apps[appID]?.wokenAt = nil
-        apps[appID]?.wakeTimer = nil
         var pids = Set(sessionsOf(appID).map(\.peer.pid))
         if let pid = apps[appID]?.launchedPID { pids.insert(pid) }
         pids = pids.filter { $0 > 1 && $0 != getpid() }

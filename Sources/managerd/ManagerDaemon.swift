@@ -20,9 +20,6 @@ final class AppSession {
     var held = SuspendedQueue<Beryl_Ipc_V1_ManagerEvent>()
     /// Each connection's options (notifyOn*), by peripheral identifier.
     var connectOptions: [String: Beryl_Ipc_V1_Connect] = [:]
-    /// The last wake number sent to this session, and the last it said it has handled.
-    var wakeSent: UInt64 = 0
-    var wakeDone: UInt64 = 0
 }
 
 /// managerd's shell: app sessions on managerd.sock; hcid for scanning, connecting and advertising; attd for GATT.
@@ -90,6 +87,9 @@ final class ManagerDaemon {
     /// Sessions of `beryl alerts`.
     var alertSubscribers: Set<UInt64> = []
     var connectionInterests = ConnectionEventInterests()
+    /// Background wakes and their budgets (BerylManager's WakeLedger); one timer at the earliest deadline.
+    var wakes = WakeLedger()
+    var wakeDeadline: EventRegistration?
     /// The controller's identity is hcid's static random address (it has no public one): apps advertise, scan and
     /// connect with it (own address type random) rather than as 00:00:00:00:00:00.
     var identityIsRandom = false
@@ -422,7 +422,7 @@ final class ManagerDaemon {
 
     private func sessionClosed(_ id: UInt64) {
         if let app = session(id)?.context as? AppSession, !app.appID.isEmpty {
-            endWakeIfIdle(app.appID, closing: id)
+            wakeSessionClosed(id, appID: app.appID)
             // An app this stack did not launch is not running once its last session is gone.
             if sessionsOf(app.appID).allSatisfy({ $0.id == id }), apps[app.appID]?.launchedPID == nil, apps[app.appID] != nil {
                 apps[app.appID]?.state = .notRunning
@@ -486,11 +486,7 @@ final class ManagerDaemon {
                 apps[manifest.id]?.firstWakePending = false
                 beginWake(manifest.id, budget: manifest.wakeBudget, reason: "its launch")
             }
-            var welcomeWake: UInt64 = 0
-            if !hello.appID.isEmpty, apps[hello.appID]?.wokenAt != nil {
-                app.wakeSent += 1
-                welcomeWake = app.wakeSent
-            }
+            let welcomeWake = hello.appID.isEmpty ? 0 : wakes.stamp(session: session.id, app: hello.appID)
             incoming.respond(.with {
                 $0.manager.welcome = .with {
                     $0.sessionID = session.id
@@ -520,7 +516,7 @@ final class ManagerDaemon {
             incoming.respond(.with { $0.manager.capabilities = capabilities(appID: ask.appID, uid: session.peer.uid) })
             return true
         case .appIdle(let idle):
-            sessionIdle(app, wake: idle.wake)
+            sessionIdle(session.id, appID: app.appID, wake: idle.wake)
             incoming.respond(.with { $0.ack = .init() })
             return true
         case .subscribeAlerts:

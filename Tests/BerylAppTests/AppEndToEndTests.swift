@@ -182,11 +182,7 @@ final class AppEndToEndTests: TwoStacksTestCase {
         let client = HeartRateCentral()
         let central = CentralManager(delegate: client, queue: queue, socketPath: socket(0))
         XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
-        var found: Discovery?
-        for await discovery in central.scan(withServices: [BluetoothUUID(0x180D)]) {
-            found = discovery
-            break
-        }
+        let found = await central.firstDiscovery(of: BluetoothUUID(0x180D))
         let discovery = try XCTUnwrap(found)
         XCTAssertEqual(discovery.advertisementData.serviceUUIDs, [BluetoothUUID(0x180D)])
         XCTAssertEqual(discovery.advertisementData.localName, "Beryl HR")
@@ -285,12 +281,8 @@ final class AppEndToEndTests: TwoStacksTestCase {
         let client = IncludedServicesCentral()
         let central = CentralManager(delegate: client, queue: queue, socketPath: socket(0))
         XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
-        var found: Peripheral?
-        for await discovery in central.scan(withServices: [BluetoothUUID(0x180D)]) {
-            found = discovery.peripheral
-            break
-        }
-        let peripheral = try XCTUnwrap(found)
+        let found = await central.firstDiscovery(of: BluetoothUUID(0x180D))
+        let peripheral = try XCTUnwrap(found?.peripheral)
         peripheral.delegate = client
         try await central.connected(to: peripheral)
         let services = try await peripheral.services(discovering: nil)
@@ -535,11 +527,7 @@ final class PairingDelegateTests: XCTestCase {
         let central = CentralManager(delegate: client, queue: queue, socketPath: "\(scratch.root)/run0/managerd.sock")
         central.pairingDelegate = centralUser
         XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
-        var found: Discovery?
-        for await discovery in central.scan(withServices: [BluetoothUUID(0x180D)]) {
-            found = discovery
-            break
-        }
+        let found = await central.firstDiscovery(of: BluetoothUUID(0x180D))
         let peripheral = try XCTUnwrap(found?.peripheral)
         try await central.connected(to: peripheral)
         let services = try await peripheral.services(discovering: nil)

@@ -110,12 +110,8 @@ final class DelegateCallbackTests: TwoStacksTestCase {
         let client = GuideCentral()
         let central = CentralManager(delegate: client, queue: DispatchQueue(label: "central"), socketPath: socket(0))
         XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
-        var found: Peripheral?
-        for await discovery in central.scan(withServices: [BluetoothUUID(0x180D)]) {
-            found = discovery.peripheral
-            break
-        }
-        let peripheral = try XCTUnwrap(found)
+        let found = await central.firstDiscovery(of: BluetoothUUID(0x180D))
+        let peripheral = try XCTUnwrap(found?.peripheral)
         delegateStyle { central.connect(peripheral) }
         XCTAssertNotNil(client.recorder.wait(for: "connected"))
         XCTAssertEqual(client.recorder.wait(for: "services"), "services 1800,1801,180D,181A")

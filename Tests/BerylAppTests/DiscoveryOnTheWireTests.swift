@@ -33,26 +33,17 @@ final class DiscoveryOnTheWireTests: TwoStacksTestCase {
     static let named = BluetoothUUID(string: "5E1F0011-0000-1000-8000-00805F9B34FB")
     static let plain = BluetoothUUID(string: "5E1F0012-0000-1000-8000-00805F9B34FB")
 
-    /// The ATT requests the central's controller was handed since `since`: opcode and, for ranged ones, the range.
-    private func attRequests(_ monitor: IPCClient, for duration: Duration) -> [(opcode: UInt8, range: ClosedRange<UInt16>?)] {
-        var found: [(UInt8, ClosedRange<UInt16>?)] = []
-        let deadline = ContinuousClock.now + duration
-        while ContinuousClock.now < deadline {
-            guard let envelope = try? monitor.receive(timeout: .milliseconds(100)), case .event(let event)? = envelope.body,
-                  case .monitor(let packet)? = event.hci.kind, !packet.received else { continue }
-            let h4 = Array(packet.h4)
-            // H4 ACL (0x02), handle and length (4), L2CAP length and CID 0x0004 (ATT), then the PDU.
-            guard h4.count >= 10, h4[0] == 0x02, h4[7] == 0x04, h4[8] == 0x00 else { continue }
-            let pdu = Array(h4[9...])
+    /// The ATT requests the central sent within `duration`: opcode and, for ranged ones, the range.
+    private func attRequests(_ monitor: ATTMonitor, for duration: Duration) -> [(opcode: UInt8, range: ClosedRange<UInt16>?)] {
+        monitor.sentPDUs(within: duration).map { pdu in
             let ranged: Set<UInt8> = [0x04, 0x06, 0x08, 0x10]
             var range: ClosedRange<UInt16>?
             if ranged.contains(pdu[0]), pdu.count >= 5 {
                 let start = UInt16(pdu[1]) | UInt16(pdu[2]) << 8, end = UInt16(pdu[3]) | UInt16(pdu[4]) << 8
                 if start <= end { range = start...end }
             }
-            found.append((pdu[0], range))
+            return (pdu[0], range)
         }
-        return found
     }
 
     func testDiscoveryRunsWhatItIsAskedForAndAddsToWhatWasFound() throws {
@@ -80,10 +71,7 @@ final class DiscoveryOnTheWireTests: TwoStacksTestCase {
         peripheral.delegate = client
         central.connect(peripheral, options: nil)
         XCTAssertNotNil(client.recorder.wait(for: "connected"))
-        let monitor = try IPCClient(path: "\(scratch.root)/run0/hcid.sock")
-        var subscribe = Request()
-        subscribe.hci.subscribe.monitor = true
-        _ = try monitor.call(subscribe)
+        let monitor = try ATTMonitor(hcidSocket: "\(scratch.root)/run0/hcid.sock")
         func calls(_ prefix: String) -> Int { client.recorder.all.filter { $0.hasPrefix(prefix) }.count }
 
         // discoverServices([first]): Find By Type Value for it, and no characteristic or descriptor discovery in it.

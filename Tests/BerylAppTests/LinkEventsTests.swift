@@ -77,11 +77,7 @@ final class LinkEventsTests: TwoStacksTestCase {
         let client = HeartRateCentral()
         let central = CentralManager(delegate: client, queue: queue, socketPath: socket(0))
         XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
-        var found: Discovery?
-        for await discovery in central.scan(withServices: [BluetoothUUID(0x180D)]) {
-            found = discovery
-            break
-        }
+        let found = await central.firstDiscovery(of: BluetoothUUID(0x180D))
         let peripheral = try XCTUnwrap(found).peripheral
         try await central.connected(to: peripheral)
         XCTAssertEqual(watcher.recorder.wait(for: "connected"), "connected \(peripheral.identifier)", "the watcher hears another manager's link")

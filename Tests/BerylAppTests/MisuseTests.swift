@@ -82,12 +82,8 @@ final class MisuseTests: TwoStacksTestCase {
         let client = HeartRateCentral()
         let central = CentralManager(delegate: client, queue: queue, socketPath: socket(0))
         XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
-        var found: Peripheral?
-        for await discovery in central.scan(withServices: [BluetoothUUID(0x180F)]) {
-            found = discovery.peripheral
-            break
-        }
-        let peripheral = try XCTUnwrap(found)
+        let found = await central.firstDiscovery(of: BluetoothUUID(0x180F))
+        let peripheral = try XCTUnwrap(found?.peripheral)
         peripheral.delegate = client
 
         // GATT before connecting: not connected.

@@ -5,10 +5,11 @@ import Dispatch
 import Foundation
 import XCTest
 
-/// A peripheral app with a value behind encryption (to pair over) and one that takes only signed writes.
+/// A peripheral app with a value only an encrypted link may subscribe to (Core Bluetooth's notifyEncryptionRequired)
+/// and one that takes only signed writes.
 final class SigningPeripheral: PeripheralManagerDelegate {
     let recorder = Recorder()
-    let secret = MutableCharacteristic(type: BluetoothUUID(0xFFF1), properties: .read, value: Data([0x05]), permissions: .readEncryptionRequired)
+    let guarded = MutableCharacteristic(type: BluetoothUUID(0xFFF1), properties: .notifyEncryptionRequired, value: nil, permissions: .readable)
     let signedOnly = MutableCharacteristic(type: BluetoothUUID(0xFFF2), properties: .authenticatedSignedWrites, value: nil, permissions: .writeable)
 
     func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) { recorder.note("state \(peripheral.state)") }
@@ -22,22 +23,6 @@ final class SigningPeripheral: PeripheralManagerDelegate {
 /// characteristic that takes only signed writes; on a link that is not encrypted the write goes signed with the CSRK
 /// the central distributed, and the peripheral's stack verifies it against the bond before the app hears of it.
 final class SignedWriteTests: XCTestCase {
-    private func sentATTOpcodes(_ monitor: IPCClient, within duration: Duration, until done: ([UInt8]) -> Bool) -> [[UInt8]] {
-        var found: [[UInt8]] = []
-        let deadline = ContinuousClock.now + duration
-        while ContinuousClock.now < deadline {
-            guard let envelope = try? monitor.receive(timeout: .milliseconds(100)), case .event(let event)? = envelope.body,
-                  case .monitor(let packet)? = event.hci.kind, !packet.received else { continue }
-            let h4 = Array(packet.h4)
-            // H4 ACL, handle and length, L2CAP length and CID 0x0004 (ATT), then the PDU.
-            guard h4.count >= 10, h4[0] == 0x02, h4[7] == 0x04, h4[8] == 0x00 else { continue }
-            let pdu = Array(h4[9...])
-            found.append(pdu)
-            if done(pdu) { break }
-        }
-        return found
-    }
-
     func testABondedCentralsSignedWriteIsVerifiedAndCarriedOut() async throws {
         let scratch = try Scratch()
         defer { scratch.stopAll() }
@@ -49,7 +34,7 @@ final class SignedWriteTests: XCTestCase {
         manager.pairingDelegate = peripheralUser
         XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
         let service = MutableService(type: BluetoothUUID(0xFFF0), primary: true)
-        service.characteristics = [app.secret, app.signedOnly]
+        service.characteristics = [app.guarded, app.signedOnly]
         try await manager.add(service)
         manager.startAdvertising(AdvertisingOptions(localName: "Signer", serviceUUIDs: [BluetoothUUID(0xFFF0)]))
         XCTAssertEqual(app.recorder.wait(for: "advertising"), "advertising ok")
@@ -59,11 +44,7 @@ final class SignedWriteTests: XCTestCase {
         let central = CentralManager(delegate: client, queue: queue, socketPath: "\(scratch.root)/run0/managerd.sock")
         central.pairingDelegate = user
         XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
-        var found: Discovery?
-        for await discovery in central.scan(withServices: [BluetoothUUID(0xFFF0)]) {
-            found = discovery
-            break
-        }
+        let found = await central.firstDiscovery(of: BluetoothUUID(0xFFF0))
         let peripheral = try XCTUnwrap(found?.peripheral)
         try await central.connected(to: peripheral)
         var services = try await peripheral.services(discovering: nil)
@@ -78,24 +59,24 @@ final class SignedWriteTests: XCTestCase {
             XCTAssertEqual(error.code, .insufficientAuthentication)
         }
 
-        // Pair and bond over the encrypted value, then come back on a link that is not encrypted.
-        let secret = try XCTUnwrap(services.first { $0.uuid == BluetoothUUID(0xFFF0) }?.characteristics?.first { $0.uuid == BluetoothUUID(0xFFF1) })
-        let read = try await peripheral.readValue(for: secret)
-        XCTAssertEqual(read, Data([0x05]))
-        XCTAssertNotNil(user.recorder.wait(for: "finished true bonded true"), "\(user.recorder.all)")
+        // notifyEncryptionRequired is notify on the air; subscribing needs an encrypted link, so the stack pairs (and
+        // bonds) first. Then the central comes back on a link that is not encrypted.
+        let guarded = try XCTUnwrap(services.first { $0.uuid == BluetoothUUID(0xFFF0) }?.characteristics?.first { $0.uuid == BluetoothUUID(0xFFF1) })
+        XCTAssertEqual(guarded.properties, .notify)
+        XCTAssertTrue(user.recorder.all.isEmpty, "no pairing yet")
+        try await peripheral.setNotifying(true, for: guarded)
+        XCTAssertNotNil(user.recorder.wait(for: "finished true bonded true"), "subscribing paired: \(user.recorder.all)")
+        XCTAssertTrue(guarded.isNotifying)
         central.cancelPeripheralConnection(peripheral)
         XCTAssertNotNil(client.recorder.wait(for: "disconnected"))
         try await central.connected(to: peripheral)
         services = try await peripheral.services(discovering: nil)
         signedOnly = try XCTUnwrap(services.first { $0.uuid == BluetoothUUID(0xFFF0) }?.characteristics?.first { $0.uuid == BluetoothUUID(0xFFF2) })
 
-        let monitor = try IPCClient(path: "\(scratch.root)/run0/hcid.sock")
-        var subscribe = Request()
-        subscribe.hci.subscribe.monitor = true
-        _ = try monitor.call(subscribe)
+        let monitor = try ATTMonitor(hcidSocket: "\(scratch.root)/run0/hcid.sock")
         for value: UInt8 in [0xAB, 0xCD] {
             try await peripheral.writeValue(Data([value]), for: signedOnly, type: .withoutResponse)
-            let sent = sentATTOpcodes(monitor, within: .seconds(5)) { $0.first == 0xD2 }
+            let sent = monitor.sentPDUs(within: .seconds(5)) { $0.first == 0xD2 }
             let signed = try XCTUnwrap(sent.last { $0.first == 0xD2 }, "no Signed Write Command on the air: \(sent.map { $0.first ?? 0 })")
             XCTAssertEqual(signed.count, 1 + 2 + 1 + 12, "opcode, handle, value, signature")
             XCTAssertEqual(signed[3], value)
