@@ -405,11 +405,7 @@ public final class ATTServer {
     private func signedWrite(_ handle: UInt16, _ value: [UInt8], _ signature: [UInt8]) -> [ATTServerOutput] {
         let at = "signed write to 0x\(String(handle, radix: 16))"
         guard var signing = peerSigning else { return [.log("\(at) ignored: this peer distributed no CSRK")] }
-        var message = ByteWriter()
-        message.u8(ATTOpcode.signedWriteCommand.rawValue)
-        message.u16(handle)
-        message.append(value)
-        let (valid, counter) = DataSigning.verify(csrk: signing.csrk, message: message.bytes, signature: signature)
+        let (valid, counter) = DataSigning.verify(csrk: signing.csrk, message: SignedWrite.signedBytes(handle: handle, value: value), signature: signature)
         guard valid else { return [.log("\(at) ignored: the signature does not verify")] }
         if let last = signing.lastCounter, counter <= last { return [.log("\(at) ignored: SignCounter \(counter) is not above \(last) (a replay)")] }
         guard handle > 1, let declaration = database.attribute(at: handle - 1), declaration.type == GATTType.characteristic,

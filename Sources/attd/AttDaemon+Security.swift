@@ -1,6 +1,5 @@
 import BerylATT
 import BerylCore
-import BerylCrypto
 import BerylGATT
 import BerylHCI
 import BerylIPC
@@ -83,12 +82,8 @@ extension AttDaemon {
             return .failure(.noKey)
         }
         guard let counter = (try? bondStore?.takeLocalSignCounter(identity)) ?? nil else { return .failure(.counterExhausted) }
-        var message = ByteWriter()
-        message.u8(ATTOpcode.signedWriteCommand.rawValue)
-        message.u16(handle)
-        message.append(value)
-        guard let signature = try? DataSigning.signature(csrk: csrk, message: message.bytes, counter: counter) else { return .failure(.noKey) }
-        return .success(.signedWriteCommand(handle: handle, value: value, signature: signature))
+        guard let command = try? SignedWrite.command(handle: handle, value: value, csrk: csrk, counter: counter) else { return .failure(.noKey) }
+        return .success(command)
     }
 
     /// The link's Security Manager, for the addresses the link uses on the air.
