@@ -12,8 +12,8 @@ extension CentralManager {
     }
 }
 
-/// hcid's monitor on one stack: the ATT PDUs its host sends, as they go to the controller.
-final class ATTMonitor {
+/// hcid's monitor on one stack: what its host sends to the controller and what the controller sends up.
+final class HCIMonitor {
     private let client: IPCClient
 
     init(hcidSocket: String) throws {
@@ -23,19 +23,28 @@ final class ATTMonitor {
         _ = try client.call(subscribe)
     }
 
-    /// The PDUs sent within `duration`, stopping early after the first that `done` accepts.
-    func sentPDUs(within duration: Duration, until done: ([UInt8]) -> Bool = { _ in false }) -> [[UInt8]] {
+    /// The H4 packets in one direction within `duration`, stopping early after the first that `done` accepts.
+    private func packets(received: Bool, within duration: Duration, until done: ([UInt8]) -> Bool) -> [[UInt8]] {
         var found: [[UInt8]] = []
         let deadline = ContinuousClock.now + duration
         while ContinuousClock.now < deadline {
             guard let envelope = try? client.receive(timeout: .milliseconds(100)), case .event(let event)? = envelope.body,
-                  case .monitor(let packet)? = event.hci.kind, !packet.received else { continue }
-            let h4 = Array(packet.h4)
-            // H4 ACL (0x02), handle and length (4), L2CAP length and CID 0x0004 (ATT), then the PDU.
-            guard h4.count >= 10, h4[0] == 0x02, h4[7] == 0x04, h4[8] == 0x00 else { continue }
-            found.append(Array(h4[9...]))
+                  case .monitor(let packet)? = event.hci.kind, packet.received == received else { continue }
+            found.append(Array(packet.h4))
             if done(found[found.count - 1]) { break }
         }
         return found
+    }
+
+    /// The ATT PDUs sent: H4 ACL (0x02), handle and length (4), L2CAP length and CID 0x0004, then the PDU.
+    func sentPDUs(within duration: Duration, until done: ([UInt8]) -> Bool = { _ in false }) -> [[UInt8]] {
+        func pdu(_ h4: [UInt8]) -> [UInt8]? { h4.count >= 10 && h4[0] == 0x02 && h4[7] == 0x04 && h4[8] == 0x00 ? Array(h4[9...]) : nil }
+        return packets(received: false, within: duration) { pdu($0).map(done) ?? false }.compactMap(pdu)
+    }
+
+    /// The first LE Meta event with this subevent code the controller sent up, from the subevent code on; nil if none.
+    func leEvent(_ subevent: UInt8, within duration: Duration) -> [UInt8]? {
+        func matches(_ h4: [UInt8]) -> Bool { h4.count > 3 && h4[0] == 0x04 && h4[1] == 0x3E && h4[3] == subevent }
+        return packets(received: true, within: duration, until: matches).last(where: matches).map { Array($0[3...]) }
     }
 }

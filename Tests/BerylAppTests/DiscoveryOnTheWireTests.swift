@@ -34,7 +34,7 @@ final class DiscoveryOnTheWireTests: TwoStacksTestCase {
     static let plain = BluetoothUUID(string: "5E1F0012-0000-1000-8000-00805F9B34FB")
 
     /// The ATT requests the central sent within `duration`: opcode and, for ranged ones, the range.
-    private func attRequests(_ monitor: ATTMonitor, for duration: Duration) -> [(opcode: UInt8, range: ClosedRange<UInt16>?)] {
+    private func attRequests(_ monitor: HCIMonitor, for duration: Duration) -> [(opcode: UInt8, range: ClosedRange<UInt16>?)] {
         monitor.sentPDUs(within: duration).map { pdu in
             let ranged: Set<UInt8> = [0x04, 0x06, 0x08, 0x10]
             var range: ClosedRange<UInt16>?
@@ -71,7 +71,7 @@ final class DiscoveryOnTheWireTests: TwoStacksTestCase {
         peripheral.delegate = client
         central.connect(peripheral, options: nil)
         XCTAssertNotNil(client.recorder.wait(for: "connected"))
-        let monitor = try ATTMonitor(hcidSocket: "\(scratch.root)/run0/hcid.sock")
+        let monitor = try HCIMonitor(hcidSocket: "\(scratch.root)/run0/hcid.sock")
         func calls(_ prefix: String) -> Int { client.recorder.all.filter { $0.hasPrefix(prefix) }.count }
 
         // discoverServices([first]): Find By Type Value for it, and no characteristic or descriptor discovery in it.

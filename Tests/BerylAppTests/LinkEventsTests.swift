@@ -33,27 +33,6 @@ final class LinkWatcher: CentralManagerDelegate {
 
 /// Connection latency, connection events and authorization: what apps ask of links beyond their own GATT.
 final class LinkEventsTests: TwoStacksTestCase {
-    /// HCI events a stack's controller sent up, from hcid's monitor: LE meta subevents by code, with their bytes.
-    private func leEvents(_ monitor: IPCClient, subevent: UInt8, within duration: Duration) -> [[UInt8]] {
-        var found: [[UInt8]] = []
-        let deadline = ContinuousClock.now + duration
-        while ContinuousClock.now < deadline, found.isEmpty {
-            guard let envelope = try? monitor.receive(timeout: .milliseconds(100)), case .event(let event)? = envelope.body,
-                  case .monitor(let packet)? = event.hci.kind, packet.received else { continue }
-            let h4 = Array(packet.h4)
-            if h4.count > 3, h4[0] == 0x04, h4[1] == 0x3E, h4[3] == subevent { found.append(Array(h4[3...])) }
-        }
-        return found
-    }
-
-    private func monitor(side: Int) throws -> IPCClient {
-        let monitor = try IPCClient(path: "\(scratch.root)/run\(side)/hcid.sock")
-        var subscribe = Request()
-        subscribe.hci.subscribe.monitor = true
-        _ = try monitor.call(subscribe)
-        return monitor
-    }
-
     func testAPeripheralAsksForALatencyAndTheWatchersHearTheLink() async throws {
         let queue = DispatchQueue(label: "app")
         let app = LatencyPeripheral()
@@ -92,12 +71,13 @@ final class LinkEventsTests: TwoStacksTestCase {
 
         // High latency: the peripheral's stack asks over the Link Layer, the central's stack accepts, and the
         // peripheral's controller reports the new interval (Core Vol 4 Part E §7.7.65.3).
-        let peripheralMonitor = try monitor(side: 1), centralMonitor = try monitor(side: 0)
+        let peripheralMonitor = try HCIMonitor(hcidSocket: "\(scratch.root)/run1/hcid.sock")
+        let centralMonitor = try HCIMonitor(hcidSocket: "\(scratch.root)/run0/hcid.sock")
         let reader = try XCTUnwrap(queue.sync { app.readers.first })
         peripheralManager.setDesiredConnectionLatency(.high, for: reader)
-        let asked = leEvents(centralMonitor, subevent: 0x06, within: .seconds(5))
-        XCTAssertEqual(asked.first.map { Array($0[3..<11]) }, [72, 0, 96, 0, 4, 0, 0x58, 0x02], "the central's host is asked for 90–120 ms, latency 4, 6 s")
-        let updated = try XCTUnwrap(leEvents(peripheralMonitor, subevent: 0x03, within: .seconds(5)).first, "no LE Connection Update Complete")
+        let asked = centralMonitor.leEvent(0x06, within: .seconds(5))
+        XCTAssertEqual(asked.map { Array($0[3..<11]) }, [72, 0, 96, 0, 4, 0, 0x58, 0x02], "the central's host is asked for 90–120 ms, latency 4, 6 s")
+        let updated = try XCTUnwrap(peripheralMonitor.leEvent(0x03, within: .seconds(5)), "no LE Connection Update Complete")
         XCTAssertEqual(updated[1], 0, "status")
         let interval = UInt16(updated[4]) | UInt16(updated[5]) << 8
         XCTAssertTrue((72...96).contains(interval), "interval \(interval)")

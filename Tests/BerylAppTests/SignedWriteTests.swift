@@ -73,7 +73,7 @@ final class SignedWriteTests: XCTestCase {
         services = try await peripheral.services(discovering: nil)
         signedOnly = try XCTUnwrap(services.first { $0.uuid == BluetoothUUID(0xFFF0) }?.characteristics?.first { $0.uuid == BluetoothUUID(0xFFF2) })
 
-        let monitor = try ATTMonitor(hcidSocket: "\(scratch.root)/run0/hcid.sock")
+        let monitor = try HCIMonitor(hcidSocket: "\(scratch.root)/run0/hcid.sock")
         for value: UInt8 in [0xAB, 0xCD] {
             try await peripheral.writeValue(Data([value]), for: signedOnly, type: .withoutResponse)
             let sent = monitor.sentPDUs(within: .seconds(5)) { $0.first == 0xD2 }
