@@ -2,10 +2,9 @@ import BerylATT
 import BerylCore
 import BerylHCI
 import BerylL2CAP
-import BerylSMP
 
-/// Everything one LE link carries, sans-IO: L2CAP reassembly, then ATT (server and client), the
-/// signalling channel, and SMP (refused with Pairing Not Supported when the shell gives no security manager).
+/// Everything one LE link carries, sans-IO: L2CAP reassembly, then ATT (server and client) and the signalling
+/// channel. SMP PDUs are handed out as they are, for the shell's security manager.
 public final class LinkSession {
     public enum Output: Equatable, Sendable {
         /// An L2CAP PDU for hcid to fragment onto the link.
@@ -13,12 +12,10 @@ public final class LinkSession {
         case server(ATTServerOutput)
         case client(ATTClientOutput)
         case parameterUpdateRequested(identifier: UInt8, ConnectionParameters)
-        case smp(SMPOutput)
+        /// A PDU on the Security Manager's fixed channel (Core Vol 3 Part H §3.2).
+        case security([UInt8])
         case log(String)
     }
-
-    /// The link's security manager; set by the shell once it knows both addresses.
-    public var smp: SMPSession?
 
     public let handle: UInt16
     public let isCentral: Bool
@@ -72,12 +69,7 @@ public final class LinkSession {
                 }
             }
         case .smp?:
-            guard let smp else {
-                // Pairing Failed, reason Pairing Not Supported (Core Vol 3 Part H §3.5.5), to anything but a failure.
-                guard frame.payload.first != 0x05 else { return [] }
-                return [.send(L2CAPFrame(.smp, payload: [0x05, 0x05]).pdu), .log("pairing refused: no security manager on this link")]
-            }
-            return smpOutputs(smp.receive(frame.payload, at: now))
+            return [.security(frame.payload)]
         case nil:
             return [.log("frame for unknown channel 0x\(String(frame.channel, radix: 16)) dropped")]
         }
@@ -93,10 +85,7 @@ public final class LinkSession {
     /// The time as the shell last gave it, for the client's transaction timeout.
     public var now: Duration = .zero
 
-    /// Security manager outputs with their PDUs framed for the link.
-    public func smpOutputs(_ outputs: [SMPOutput]) -> [Output] {
-        outputs.map { if case .send(let bytes) = $0 { return .send(L2CAPFrame(.smp, payload: bytes).pdu) } else { return .smp($0) } }
-    }
+    public func smpPDU(_ bytes: [UInt8]) -> [UInt8] { L2CAPFrame(.smp, payload: bytes).pdu }
 
     /// Client outputs with their PDUs framed for the link.
     public func clientOutputs(_ outputs: [ATTClientOutput]) -> [Output] {

@@ -183,7 +183,8 @@ public final class SMPSession {
     /// Central: begin pairing (Core Vol 3 Part H §3.5.1).
     public func startPairing(at now: Duration) -> [SMPOutput] {
         guard isInitiator, !isTimedOut, !isPairing else { return [.log("pairing already under way or not ours to start")] }
-        guard pairingAllowed() else { return fail(.repeatedAttempts, "pairing with this peer failed recently; wait before trying again") }
+        // Nothing was sent yet, so nothing is refused on the air (§2.3.6): the caller hears it failed.
+        guard pairingAllowed() else { return [.log("pairing with this peer failed recently; wait before trying again"), .failed(.local(.repeatedAttempts))] }
         reset()
         let features = ourFeatures
         request = features

@@ -43,10 +43,10 @@ extension AttDaemon {
 
     /// An ATT error that encryption (or pairing) on this link would cure (Core Vol 3 Part C §10.3.2).
     private func needsSecurity(_ error: ATTError, on link: LinkSession) -> Bool {
-        guard let state = linkSecurity[link.handle], link.smp != nil || state.bond != nil else { return false }
+        guard let level = security.level(of: link.handle), security.canSecure(link.handle) else { return false }
         switch error {
-        case .insufficientEncryption, .insufficientEncryptionKeySize: return !state.encrypted
-        case .insufficientAuthentication: return !state.encrypted || !state.authenticated
+        case .insufficientEncryption, .insufficientEncryptionKeySize: return !level.encrypted
+        case .insufficientAuthentication: return !level.encrypted || !level.authenticated
         default: return false
         }
     }
@@ -194,7 +194,7 @@ extension AttDaemon {
                     return true
                 }
                 var command = ATTPDU.writeCommand(handle: handle, value: value)
-                if write.signed, linkSecurity[link.handle]?.encrypted != true {
+                if write.signed, security.level(of: link.handle)?.encrypted != true {
                     guard value.count <= Int(link.client.mtu) - 15 else {
                         incoming.fail(.invalidArgument, "a signed write carries at most ATT_MTU-15 = \(Int(link.client.mtu) - 15) bytes", field: "value")
                         return true

@@ -15,7 +15,7 @@ extension AttDaemon {
                     $0.connectionHandle = UInt32(link.handle)
                     $0.attMtu = UInt32(link.server.mtu)
                     $0.central = link.isCentral
-                    $0.peerAddress = linkSecurity[link.handle]?.peer.description ?? ""
+                    $0.peerAddress = security.peer(of: link.handle)?.description ?? ""
                 }
             }
             incoming.respond(response)

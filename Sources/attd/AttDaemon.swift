@@ -49,33 +49,22 @@ final class AttDaemon {
     var notifyRefused: Set<UInt64> = []
 
     // Security (AttDaemon+Security).
-    let securityConfiguration: SecurityConfiguration
-    /// Numeric comparisons are accepted without asking anyone (labs); passkeys are still shown or asked for.
-    let autoAccept: Bool
-    var pendingLinkPairing: [PendingLinkPairing] = []
-    let bondStore: BondStore?
-    var bonds: [Bond] = []
-    var localIdentity: LocalIdentity?
-    var attempts = RepeatedAttemptsGuard()
-    var linkSecurity: [UInt16: LinkSecurityState] = [:]
-    /// The resolvable private address last handed out for advertising.
-    var privateAddress: BDAddress?
+    let security: SecurityManager
+    var securityWaiters: [SecurityWaiter: SecurityCompletion] = [:]
+    var nextSecurityWaiter: UInt64 = 1
 
     init(host: DaemonHost, deviceName: String, serverMTU: UInt16, answerTimeout: Duration, security: SecurityConfiguration, autoAccept: Bool) throws {
         self.host = host
         self.answerTimeout = answerTimeout
         self.serverMTU = serverMTU
-        securityConfiguration = security
-        self.autoAccept = autoAccept
         // A store that cannot be opened is left as it is (never overwritten): attd runs without bonds and says why.
         do {
-            let store = try BondStore(path: host.paths.stateDir + "/bonds.sqlite")
-            bonds = try store.bonds()
-            bondStore = store
-            host.logger.info("bond store: \(bonds.count) bond(s)")
+            self.security = try SecurityManager(configuration: security, autoAccept: autoAccept,
+                                                storage: try BondStore(path: host.paths.stateDir + "/bonds.sqlite"))
+            host.logger.info("bond store: \(self.security.bonds.count) bond(s)")
         } catch {
             host.logger.error("bond store unusable, running without bonds: \(error)")
-            bondStore = nil
+            self.security = try SecurityManager(configuration: security, autoAccept: autoAccept, storage: nil)
         }
         try database.addCoreServices(deviceName: deviceName)
         host.handle = { [unowned self] in self.handle($0) }
@@ -125,9 +114,8 @@ final class AttDaemon {
     /// Our identity for key distribution: the controller's public address (or hcid's static random identity, for a
     /// controller without one) and the IRK kept in the bond store.
     private func learnLocalAddress(_ text: String) {
-        guard let address = DeviceAddress(text), address.address != .zero else { return }
-        let irk = (try? bondStore?.localIRK()) ?? localIdentity?.irk ?? SecureRandom.bytes(16)
-        localIdentity = LocalIdentity(address: address, irk: irk)
+        guard let address = DeviceAddress(text) else { return }
+        applySecurity(security.learnIdentity(address))
     }
 
     /// Links that came up before attd attached (attd restarted under a live link): ATT resumes on them at once.
@@ -144,7 +132,7 @@ final class AttDaemon {
         let link = LinkSession(handle: handle, isCentral: central, database: database, serverMTU: serverMTU)
         links[handle] = link
         host.logger.info("link 0x\(String(handle, radix: 16)) up with \(peer) (\(central ? "central" : "peripheral"))")
-        securityLinkOpened(link, peer: peer)
+        applySecurity(security.linkOpened(handle, isCentral: central, peer: peer, at: host.loop.uptime))
         broadcastBearer(handle, opened: true)
         if central { exchangeMTU(on: link) }
     }
@@ -152,15 +140,15 @@ final class AttDaemon {
     private func hcidEvent(_ event: Event) {
         switch event.hci.kind {
         case .controllerChanged(let info)?:
-            if localIdentity == nil { learnLocalAddress(info.address) }
+            if security.localIdentity == nil { learnLocalAddress(info.address) }
         case .event(let packet)?:
             switch LinkEvent(HCIEventPacket(code: UInt8(truncatingIfNeeded: packet.code), parameters: Array(packet.parameters))) {
             case .connected(let handle, let central, let peer)?:
                 openLink(handle, central: central, peer: peer)
             case .encryptionChanged(let handle, let status, let enabled)?:
-                encryptionChanged(handle, status: status, enabled: enabled)
+                applySecurity(security.encryptionChanged(handle, status: status, enabled: enabled, at: host.loop.uptime))
             case .longTermKeyRequested(let handle, let rand, let ediv)?:
-                longTermKeyRequested(handle, rand: rand, ediv: ediv)
+                applySecurity(security.longTermKeyRequested(handle, rand: rand, ediv: ediv))
             case .disconnected(let handle, let reason)?:
                 linkClosed(handle, reason: reason)
             default:
@@ -185,7 +173,7 @@ final class AttDaemon {
         lookedForServiceChanged.remove(handle)
         rediscovering.remove(handle)
         changedWhileRediscovering[handle] = nil
-        securityLinkClosed(handle)
+        applySecurity(security.linkClosed(handle))
         outboxes[handle] = nil
         failWaiters(of: handle)
         for (id, answer) in pending where answer.link == handle {
@@ -233,8 +221,8 @@ final class AttDaemon {
                 serverEvent(serverOutput, on: link)
             case .client(let clientOutput):
                 clientEvent(clientOutput, on: link)
-            case .smp(let smpOutput):
-                smpEvent(smpOutput, on: link)
+            case .security(let pdu):
+                applySecurity(security.receive(pdu, on: link.handle, at: host.loop.uptime))
             }
         }
     }
@@ -282,8 +270,7 @@ final class AttDaemon {
             owner(of: valueHandle)?.send(.event(event))
             persistClientState(of: link)
         case .signCounterAccepted(let counter):
-            guard let identity = linkSecurity[link.handle]?.bond else { return }
-            do { try bondStore?.setPeerSignCounter(identity, counter) } catch { host.logger.error("bond store: cannot keep \(identity)'s SignCounter: \(error)") }
+            applySecurity(security.peerSignCounterAccepted(counter, on: link.handle))
         case .log(let message):
             host.logger.debug(message)
         case .indicationConfirmed:
@@ -331,7 +318,7 @@ final class AttDaemon {
 
     /// Tells every connected client that subscribed to Service Changed which handles moved (Core Vol 3 Part G §7.1).
     func announceDatabaseChange(_ range: ClosedRange<UInt16>) {
-        rememberServiceChangeForAbsentBonds(range)
+        applySecurity(security.databaseChanged(range, serviceChangedValueHandle: database.serviceChangedHandle))
         for link in links.values {
             let (subscribed, outputs) = link.server.indicateServiceChanged(range)
             if subscribed { host.logger.info("service changed \(range) indicated to link 0x\(String(link.handle, radix: 16))") }

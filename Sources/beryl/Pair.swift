@@ -2,6 +2,7 @@ import ArgumentParser
 import BerylCore
 import BerylIPC
 import BerylStack
+import BerylSMP
 import BerylStore
 import Foundation
 
