@@ -125,17 +125,17 @@ final class Channel: Sendable {
         finish("managerd closed the session")
     }
 
+    /// A response as the caller is given it: an error with its typed codes, else the response.
+    static func result(of response: Response) -> Result<Response, BerylError> {
+        guard case .error(let error)? = response.kind else { return .success(response) }
+        return .failure(BerylError(remote: error.code, message: error.message, field: error.field, detail: RemoteDetail(error)))
+    }
+
     private func dispatch(_ envelope: Envelope) {
         switch envelope.body {
         case .response(let response)?:
             guard let completion = state.withLock({ $0.pending.removeValue(forKey: envelope.requestID) }) else { return }
-            queue.async {
-                if case .error(let error)? = response.kind {
-                    completion(.failure(BerylError(remote: error.code, message: error.message, field: error.field, detail: RemoteDetail(error))))
-                } else {
-                    completion(.success(response))
-                }
-            }
+            queue.async { completion(Self.result(of: response)) }
         case .event(let event)?:
             queue.async { self.onEvent(event) }
         default:

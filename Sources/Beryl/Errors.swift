@@ -195,7 +195,17 @@ public enum BerylError: Error, Equatable, Sendable, CustomStringConvertible {
     case permissionDenied(String)
     /// The stack's queue for this is full (a write without response the link cannot take yet).
     case busy(String)
+    /// Pairing ended with Pairing Failed (Core Vol 3 Part H §3.5.5), sent by the peer or by this stack.
+    case pairingFailed(reason: UInt8, byPeer: Bool, String)
+    /// The controller could not encrypt the link (its HCI status, Core Vol 1 Part F).
+    case encryptionFailed(status: UInt8, String)
+    /// The controller did not run a command (hung, resetting, or not powered).
+    case controller(ControllerFailure, String)
     case failed(String)
+
+    public enum ControllerFailure: Sendable, Equatable {
+        case unresponsive, resetting, notReady, reservedCommand
+    }
 
     public var description: String {
         switch self {
@@ -207,23 +217,35 @@ public enum BerylError: Error, Equatable, Sendable, CustomStringConvertible {
         case .apiMisuse(let why): "API misuse: \(why)"
         case .permissionDenied(let why): "not permitted: \(why)"
         case .busy(let why): "busy: \(why)"
+        case .pairingFailed(let reason, let byPeer, let why): "\(why) (SMP reason 0x\(String(reason, radix: 16)) from \(byPeer ? "the peer" : "this stack"))"
+        case .encryptionFailed(let status, let why): "\(why) (HCI status 0x\(String(status, radix: 16)))"
+        case .controller(let failure, let why): "\(why) (controller \(failure))"
         case .failed(let why): why
         }
     }
 
-    /// From managerd's typed error: the ATT code or Core Bluetooth code it carries, else its IPC code.
+    /// From a daemon's typed error: its typed codes first (ATT, Core Bluetooth, SMP, HCI, the daemons' own reasons),
+    /// else its IPC code. The message is only ever carried along.
     init(remote code: IPCErrorCode, message: String, field: String, detail: RemoteDetail) {
         if detail.attError != 0 {
             self = .att(code: detail.attError, message: message)
         } else if let bluetooth = BluetoothError.Code(wire: detail.bluetoothError) {
             self = .bluetooth(bluetooth, message)
+        } else if detail.smpReason != 0 {
+            self = .pairingFailed(reason: detail.smpReason, byPeer: detail.smpReasonFromPeer, message)
+        } else if detail.hciStatus != 0 {
+            self = .encryptionFailed(status: detail.hciStatus, message)
+        } else if let failure = ControllerFailure(wire: detail.controllerReason) {
+            self = .controller(failure, message)
+        } else if detail.managerReason != .unspecified {
+            // managerd's reasons are all rules of the API that the app broke.
+            self = .apiMisuse(message)
         } else {
             switch code {
             case .notReady: self = .notPoweredOn
             case .permissionDenied: self = .permissionDenied(message)
             case .busy: self = .busy(message)
             case .invalidArgument, .missingField: self = .invalidArgument(message)
-            case .notFound where field == "id" || field == "value_handle" || field == "start_handle": self = .apiMisuse(message)
             default: self = .failed("\(code): \(message)")
             }
         }
@@ -240,7 +262,23 @@ public enum BerylError: Error, Equatable, Sendable, CustomStringConvertible {
         case .apiMisuse: BluetoothError(.invalidParameters, message: description)
         case .permissionDenied: BluetoothError(.operationNotSupported, message: description)
         case .busy: BluetoothError(.unknown, message: description)
+        // As iOS reports a pairing that failed or was refused while reaching a protected attribute.
+        case .pairingFailed: ATTError(.insufficientAuthentication, message: description)
+        case .encryptionFailed: ATTError(.insufficientEncryption, message: description)
+        case .controller: BluetoothError(.unknown, message: description)
         case .failed: BluetoothError(.unknown, message: description)
+        }
+    }
+}
+
+extension BerylError.ControllerFailure {
+    init?(wire reason: Beryl_Ipc_V1_ControllerReason) {
+        switch reason {
+        case .unresponsive: self = .unresponsive
+        case .resetting: self = .resetting
+        case .notReady: self = .notReady
+        case .reservedCommand: self = .reservedCommand
+        case .unspecified, .UNRECOGNIZED: return nil
         }
     }
 }

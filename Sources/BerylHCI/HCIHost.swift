@@ -2,6 +2,25 @@ import BerylCore
 
 public typealias HCIClientID = UInt64
 
+/// Why a client's command will not be answered by the controller.
+public enum HCICommandFailure: Equatable, Sendable, CustomStringConvertible {
+    /// No answer within the command timeout: the controller is taken to be hung.
+    case unresponsive
+    case resetting
+    case notReady(ControllerState)
+    /// HCI Reset belongs to hcid.
+    case reservedCommand
+
+    public var description: String {
+        switch self {
+        case .unresponsive: "controller unresponsive"
+        case .resetting: "controller is being reset"
+        case .notReady(let state): "controller is \(state)"
+        case .reservedCommand: "HCI Reset is hcid's; restart hcid to reset the controller"
+        }
+    }
+}
+
 /// What the host core asks its shell to do.
 public enum HCIHostOutput: Equatable, Sendable {
     /// H4 bytes for the controller.
@@ -9,7 +28,7 @@ public enum HCIHostOutput: Equatable, Sendable {
     /// The Command Complete or Command Status answering a client's command.
     case commandAnswered(client: HCIClientID, token: UInt64, HCIEventPacket)
     /// A client's command that will not be answered by the controller (timeout, reset, bad request).
-    case commandFailed(client: HCIClientID, token: UInt64, reason: String)
+    case commandFailed(client: HCIClientID, token: UInt64, reason: HCICommandFailure)
     /// Any other event, for subscribers.
     case event(HCIEventPacket)
     /// Inbound ACL, as the controller delivered it.
@@ -86,7 +105,7 @@ public final class HCIHost {
         framer.reset()
         partialPacketSince = nil
         recoveryAt = nil
-        failEverything(reason: "controller is being reset")
+        failEverything(reason: .resetting)
         acl.reset()
         attAnswers.reset()
         endingUnknown.removeAll()
@@ -95,7 +114,7 @@ public final class HCIHost {
         // could end it.
         for handle in connections.keys.sorted() { outputs.append(.event(Self.linkLost(handle, reason: reason))) }
         connections.removeAll()
-        for parked in parkedDisconnects { outputs.append(.commandFailed(client: parked.client, token: parked.token, reason: "controller is being reset")) }
+        for parked in parkedDisconnects { outputs.append(.commandFailed(client: parked.client, token: parked.token, reason: .resetting)) }
         parkedDisconnects.removeAll()
         commandCredits = 1
         bringUp = BringUp()
@@ -140,7 +159,7 @@ public final class HCIHost {
         } else {
             return
         }
-        failEverything(reason: "controller unresponsive")
+        failEverything(reason: .unresponsive)
         bringUp = nil
         setState(.unresponsive(opcode: stalledOpcode))
         recoveryAt = now + commandTimeout
@@ -162,12 +181,12 @@ public final class HCIHost {
             }
         }
         guard state == .poweredOn else {
-            outputs.append(.commandFailed(client: client, token: token, reason: "controller is \(state)"))
+            outputs.append(.commandFailed(client: client, token: token, reason: .notReady(state)))
             return
         }
         // Reset and flow-control-sensitive commands belong to hcid alone.
         if command.opcode == HCIOpcode.reset.rawValue {
-            outputs.append(.commandFailed(client: client, token: token, reason: "HCI Reset is hcid's; restart hcid to reset the controller"))
+            outputs.append(.commandFailed(client: client, token: token, reason: .reservedCommand))
             return
         }
         if queues[client] == nil {
@@ -435,7 +454,7 @@ public final class HCIHost {
         }
     }
 
-    private func failEverything(reason: String) {
+    private func failEverything(reason: HCICommandFailure) {
         for pending in outstanding.values + internalQueue + queues.values.flatMap({ $0 }) {
             if case .client(let client, let token) = pending.owner {
                 outputs.append(.commandFailed(client: client, token: token, reason: reason))

@@ -16,8 +16,7 @@ extension Response {
         error.code = code
         error.message = message
         error.field = field
-        error.attError = UInt32(detail.attError)
-        error.bluetoothError = detail.bluetoothError
+        detail.fill(&error)
         var response = Response()
         response.error = error
         return response

@@ -3,19 +3,57 @@ import SwiftProtobuf
 import Glibc
 #endif
 
-/// The typed codes an error carries beside its IPC code: the ATT error a peer answered with and what the failure
-/// is in Core Bluetooth's terms. Forwarded as they are, never recovered from the message.
+/// The typed codes an error carries beside its IPC code: the ATT error a peer answered with, what the failure is in
+/// Core Bluetooth's terms, the HCI status or SMP reason behind a security failure, and the daemons' own reasons.
+/// Forwarded as they are, never recovered from the message.
 public struct RemoteDetail: Equatable, Sendable {
     public var attError: UInt8
     public var bluetoothError: Beryl_Ipc_V1_BluetoothErrorCode
+    public var hciStatus: UInt8
+    /// 0 when pairing did not fail with a Pairing Failed.
+    public var smpReason: UInt8
+    public var smpReasonFromPeer: Bool
+    public var managerReason: Beryl_Ipc_V1_ManagerReason
+    public var controllerReason: Beryl_Ipc_V1_ControllerReason
 
-    public init(attError: UInt8 = 0, bluetoothError: Beryl_Ipc_V1_BluetoothErrorCode = .unspecified) {
+    public init(attError: UInt8 = 0, bluetoothError: Beryl_Ipc_V1_BluetoothErrorCode = .unspecified, hciStatus: UInt8 = 0, smpReason: UInt8 = 0,
+                smpReasonFromPeer: Bool = false, managerReason: Beryl_Ipc_V1_ManagerReason = .unspecified,
+                controllerReason: Beryl_Ipc_V1_ControllerReason = .unspecified) {
         self.attError = attError
         self.bluetoothError = bluetoothError
+        self.hciStatus = hciStatus
+        self.smpReason = smpReason
+        self.smpReasonFromPeer = smpReasonFromPeer
+        self.managerReason = managerReason
+        self.controllerReason = controllerReason
     }
 
     public init(_ error: IPCErrorMessage) {
-        self.init(attError: UInt8(truncatingIfNeeded: error.attError), bluetoothError: error.bluetoothError)
+        self.init(attError: UInt8(truncatingIfNeeded: error.attError), bluetoothError: error.bluetoothError, hciStatus: UInt8(truncatingIfNeeded: error.hciStatus),
+                  smpReason: UInt8(truncatingIfNeeded: error.smpReason), smpReasonFromPeer: error.smpReasonFromPeer, managerReason: error.managerReason,
+                  controllerReason: error.controllerReason)
+    }
+
+    /// The typed codes that are set, for people: "SMP reason 0x4 from the peer", "HCI status 0x6".
+    public var summary: String {
+        var parts: [String] = []
+        if attError != 0 { parts.append("ATT error 0x\(String(attError, radix: 16))") }
+        if bluetoothError != .unspecified { parts.append("Core Bluetooth \(bluetoothError)") }
+        if hciStatus != 0 { parts.append("HCI status 0x\(String(hciStatus, radix: 16))") }
+        if smpReason != 0 { parts.append("SMP reason 0x\(String(smpReason, radix: 16)) from \(smpReasonFromPeer ? "the peer" : "this stack")") }
+        if managerReason != .unspecified { parts.append("managerd \(managerReason)") }
+        if controllerReason != .unspecified { parts.append("controller \(controllerReason)") }
+        return parts.joined(separator: ", ")
+    }
+
+    func fill(_ error: inout IPCErrorMessage) {
+        error.attError = UInt32(attError)
+        error.bluetoothError = bluetoothError
+        error.hciStatus = UInt32(hciStatus)
+        error.smpReason = UInt32(smpReason)
+        error.smpReasonFromPeer = smpReasonFromPeer
+        error.managerReason = managerReason
+        error.controllerReason = controllerReason
     }
 }
 
@@ -32,7 +70,8 @@ public enum IPCClientError: Error, Equatable, Sendable, CustomStringConvertible 
         case .timedOut(let id): "no response to request \(id) in time"
         case .closed: "the daemon closed the connection"
         case .malformedResponse: "the daemon sent a datagram that is not an Envelope"
-        case .remote(let code, let message, let field, _): "\(code): \(message)\(field.isEmpty ? "" : " (field \(field))")"
+        case .remote(let code, let message, let field, let detail):
+            "\(code): \(message)\(field.isEmpty ? "" : " (field \(field))")\(detail.summary.isEmpty ? "" : " [\(detail.summary)]")"
         }
     }
 }

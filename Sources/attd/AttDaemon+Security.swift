@@ -169,7 +169,7 @@ extension AttDaemon {
             secure(link) { result in
                 switch result {
                 case .success(let summary): incoming.respond(.with { $0.att.paired = Self.paired(summary) })
-                case .failure(let failure): incoming.fail(.securityFailed, Self.describe(failure))
+                case .failure(let failure): incoming.fail(.securityFailed, Self.describe(failure), detail: Self.detail(failure))
                 }
             }
         case .pairingAnswer(let answer):
@@ -243,6 +243,18 @@ extension AttDaemon {
             return false
         }
         return true
+    }
+
+    /// The failure's codes for the wire: the SMP reason and who sent it, or the HCI status (PIN or Key Missing is
+    /// Core Bluetooth's "peer removed pairing information").
+    static func detail(_ failure: SecurityFailure) -> RemoteDetail {
+        switch failure {
+        case .pairing(.local(let reason)): RemoteDetail(smpReason: reason.rawValue)
+        case .pairing(.remote(let reason)): RemoteDetail(smpReason: reason.rawValue, smpReasonFromPeer: true)
+        case .pairing(.timeout): RemoteDetail(bluetoothError: .encryptionTimedOut)
+        case .encryption(let status): RemoteDetail(bluetoothError: status == 0x06 ? .peerRemovedPairingInformation : .unspecified, hciStatus: status)
+        case .linkClosed: RemoteDetail(bluetoothError: .peripheralDisconnected)
+        }
     }
 
     static func describe(_ failure: SecurityFailure) -> String {

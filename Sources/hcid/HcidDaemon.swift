@@ -197,7 +197,13 @@ final class HcidDaemon {
                 response.hci.commandResult.parameters = Data(event.parameters)
                 pending.removeValue(forKey: token)?.respond(response)
             case .commandFailed(_, let token, let reason):
-                pending.removeValue(forKey: token)?.fail(reason.contains("unresponsive") ? .timeout : .notReady, reason)
+                let (code, controllerReason): (IPCErrorCode, Beryl_Ipc_V1_ControllerReason) = switch reason {
+                case .unresponsive: (.timeout, .unresponsive)
+                case .resetting: (.notReady, .resetting)
+                case .notReady: (.notReady, .notReady)
+                case .reservedCommand: (.permissionDenied, .reservedCommand)
+                }
+                pending.removeValue(forKey: token)?.fail(code, reason.description, detail: RemoteDetail(controllerReason: controllerReason))
             case .event(let packet):
                 var event = Event()
                 event.hci.event.code = UInt32(packet.code)

@@ -38,7 +38,7 @@ extension ManagerDaemon {
             }
         case .removeService(let remove):
             guard let index = services.firstIndex(where: { $0.range.lowerBound == remove.startHandle && $0.owner == ManagerKey(session: session, manager: remove.manager) }) else {
-                incoming.fail(.notFound, "this manager published no service at handle \(remove.startHandle)", field: "start_handle")
+                incoming.fail(.notFound, "this manager published no service at handle \(remove.startHandle)", field: "start_handle", detail: RemoteDetail(managerReason: .notPublished))
                 return
             }
             unpublish(services.remove(at: index).range.lowerBound)
@@ -73,7 +73,7 @@ extension ManagerDaemon {
         case .respond(let answer):
             guard let open = openRequests[answer.id], open.owner.session == session else {
                 // Core Bluetooth's rule: one answer per request.
-                incoming.fail(.notFound, "request \(answer.id) is not waiting for this app's answer (answered already, or timed out)", field: "id")
+                incoming.fail(.notFound, "request \(answer.id) is not waiting for this app's answer (answered already, or timed out)", field: "id", detail: RemoteDetail(managerReason: .requestNotPending))
                 return
             }
             // An ATT error code is one byte; the application range is 0x80–0x9F (Core Vol 3 Part F §3.4.1.1).
@@ -88,7 +88,7 @@ extension ManagerDaemon {
         case .updateValue(let update):
             let key = ManagerKey(session: session, manager: update.manager)
             guard services.contains(where: { $0.owner == key && $0.range.contains(UInt16(truncatingIfNeeded: update.valueHandle)) }) else {
-                incoming.fail(.notFound, "handle \(update.valueHandle) is not a value of this manager's services", field: "value_handle")
+                incoming.fail(.notFound, "handle \(update.valueHandle) is not a value of this manager's services", field: "value_handle", detail: RemoteDetail(managerReason: .notPublished))
                 return
             }
             var request = Request()

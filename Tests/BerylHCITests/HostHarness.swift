@@ -9,7 +9,7 @@ final class HostHarness {
     var hosts: [HCIHost]
     var now: Duration = .zero
     var answers: [[(client: HCIClientID, token: UInt64, event: HCIEventPacket)]]
-    var failures: [[(client: HCIClientID, token: UInt64, reason: String)]]
+    var failures: [[(client: HCIClientID, token: UInt64, reason: HCICommandFailure)]]
     var events: [[HCIEventPacket]]
     var acl: [[ACLPacket]]
     var states: [[ControllerState]]

@@ -134,6 +134,110 @@ public nonisolated enum Beryl_Ipc_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIt
 
 }
 
+/// managerd's own refusals that an app acts on.
+public nonisolated enum Beryl_Ipc_V1_ManagerReason: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case unspecified // = 0
+
+  /// The request the answer names is not waiting for this app's answer (answered already, or timed out).
+  case requestNotPending // = 1
+
+  /// The service or value handle named is not one this manager published.
+  case notPublished // = 2
+
+  /// Pairing under way on the link stops what was asked.
+  case pairingUnderWay // = 3
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .requestNotPending
+    case 2: self = .notPublished
+    case 3: self = .pairingUnderWay
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .requestNotPending: return 1
+    case .notPublished: return 2
+    case .pairingUnderWay: return 3
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Beryl_Ipc_V1_ManagerReason] = [
+    .unspecified,
+    .requestNotPending,
+    .notPublished,
+    .pairingUnderWay,
+  ]
+
+}
+
+/// Why hcid could not run a command.
+public nonisolated enum Beryl_Ipc_V1_ControllerReason: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case unspecified // = 0
+
+  /// The controller did not answer within hcid's command timeout.
+  case unresponsive // = 1
+
+  /// The controller is resetting (after a hardware error, or at bring-up).
+  case resetting // = 2
+
+  /// The controller is not powered on or not attached.
+  case notReady // = 3
+
+  /// HCI Reset belongs to hcid.
+  case reservedCommand // = 4
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .unresponsive
+    case 2: self = .resetting
+    case 3: self = .notReady
+    case 4: self = .reservedCommand
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .unresponsive: return 1
+    case .resetting: return 2
+    case .notReady: return 3
+    case .reservedCommand: return 4
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Beryl_Ipc_V1_ControllerReason] = [
+    .unspecified,
+    .unresponsive,
+    .resetting,
+    .notReady,
+    .reservedCommand,
+  ]
+
+}
+
 /// Core Bluetooth's CBError.Code, each value one more than Apple's (0 is "not one of these").
 public nonisolated enum Beryl_Ipc_V1_BluetoothErrorCode: SwiftProtobuf.Enum, Swift.CaseIterable {
   public typealias RawValue = Int
@@ -354,6 +458,21 @@ public nonisolated struct Beryl_Ipc_V1_Error: Sendable {
   /// What the failure is in Core Bluetooth's terms (CBError.Code), for apps.
   public var bluetoothError: Beryl_Ipc_V1_BluetoothErrorCode = .unspecified
 
+  /// The HCI status a controller answered with (Core Vol 1 Part F §1.3); 0 when none did.
+  public var hciStatus: UInt32 = 0
+
+  /// The SMP Pairing Failed reason (Core Vol 3 Part H §3.5.5); 0 when pairing did not fail that way.
+  public var smpReason: UInt32 = 0
+
+  /// True when the peer sent that Pairing Failed, false when this stack did.
+  public var smpReasonFromPeer: Bool = false
+
+  /// Why managerd refused, when it is one of its own rules.
+  public var managerReason: Beryl_Ipc_V1_ManagerReason = .unspecified
+
+  /// Why hcid could not run a command.
+  public var controllerReason: Beryl_Ipc_V1_ControllerReason = .unspecified
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -476,6 +595,14 @@ nonisolated extension Beryl_Ipc_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding 
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_MALFORMED_MESSAGE\0\u{1}ERROR_CODE_UNKNOWN_MESSAGE\0\u{1}ERROR_CODE_MESSAGE_TOO_LARGE\0\u{1}ERROR_CODE_MISSING_FIELD\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_NOT_READY\0\u{1}ERROR_CODE_BUSY\0\u{1}ERROR_CODE_TIMEOUT\0\u{1}ERROR_CODE_NOT_FOUND\0\u{1}ERROR_CODE_PERMISSION_DENIED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SECURITY_FAILED\0\u{1}ERROR_CODE_ALREADY_EXISTS\0\u{1}ERROR_CODE_CANCELLED\0")
 }
 
+nonisolated extension Beryl_Ipc_V1_ManagerReason: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0MANAGER_REASON_UNSPECIFIED\0\u{1}MANAGER_REASON_REQUEST_NOT_PENDING\0\u{1}MANAGER_REASON_NOT_PUBLISHED\0\u{1}MANAGER_REASON_PAIRING_UNDER_WAY\0")
+}
+
+nonisolated extension Beryl_Ipc_V1_ControllerReason: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0CONTROLLER_REASON_UNSPECIFIED\0\u{1}CONTROLLER_REASON_UNRESPONSIVE\0\u{1}CONTROLLER_REASON_RESETTING\0\u{1}CONTROLLER_REASON_NOT_READY\0\u{1}CONTROLLER_REASON_RESERVED_COMMAND\0")
+}
+
 nonisolated extension Beryl_Ipc_V1_BluetoothErrorCode: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0BLUETOOTH_ERROR_CODE_UNSPECIFIED\0\u{1}BLUETOOTH_ERROR_CODE_UNKNOWN\0\u{1}BLUETOOTH_ERROR_CODE_INVALID_PARAMETERS\0\u{1}BLUETOOTH_ERROR_CODE_INVALID_HANDLE\0\u{1}BLUETOOTH_ERROR_CODE_NOT_CONNECTED\0\u{1}BLUETOOTH_ERROR_CODE_OUT_OF_SPACE\0\u{1}BLUETOOTH_ERROR_CODE_OPERATION_CANCELLED\0\u{1}BLUETOOTH_ERROR_CODE_CONNECTION_TIMEOUT\0\u{1}BLUETOOTH_ERROR_CODE_PERIPHERAL_DISCONNECTED\0\u{1}BLUETOOTH_ERROR_CODE_UUID_NOT_ALLOWED\0\u{1}BLUETOOTH_ERROR_CODE_ALREADY_ADVERTISING\0\u{1}BLUETOOTH_ERROR_CODE_CONNECTION_FAILED\0\u{1}BLUETOOTH_ERROR_CODE_CONNECTION_LIMIT_REACHED\0\u{1}BLUETOOTH_ERROR_CODE_UNKNOWN_DEVICE\0\u{1}BLUETOOTH_ERROR_CODE_OPERATION_NOT_SUPPORTED\0\u{1}BLUETOOTH_ERROR_CODE_PEER_REMOVED_PAIRING_INFORMATION\0\u{1}BLUETOOTH_ERROR_CODE_ENCRYPTION_TIMED_OUT\0\u{1}BLUETOOTH_ERROR_CODE_TOO_MANY_LE_PAIRED_DEVICES\0")
 }
@@ -490,7 +617,7 @@ nonisolated extension Beryl_Ipc_V1_LogLevel: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension Beryl_Ipc_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Error"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}code\0\u{1}message\0\u{1}field\0\u{3}att_error\0\u{3}bluetooth_error\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}code\0\u{1}message\0\u{1}field\0\u{3}att_error\0\u{3}bluetooth_error\0\u{3}hci_status\0\u{3}smp_reason\0\u{3}smp_reason_from_peer\0\u{3}manager_reason\0\u{3}controller_reason\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -503,6 +630,11 @@ nonisolated extension Beryl_Ipc_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._
       case 3: try { try decoder.decodeSingularStringField(value: &self.field) }()
       case 4: try { try decoder.decodeSingularUInt32Field(value: &self.attError) }()
       case 5: try { try decoder.decodeSingularEnumField(value: &self.bluetoothError) }()
+      case 6: try { try decoder.decodeSingularUInt32Field(value: &self.hciStatus) }()
+      case 7: try { try decoder.decodeSingularUInt32Field(value: &self.smpReason) }()
+      case 8: try { try decoder.decodeSingularBoolField(value: &self.smpReasonFromPeer) }()
+      case 9: try { try decoder.decodeSingularEnumField(value: &self.managerReason) }()
+      case 10: try { try decoder.decodeSingularEnumField(value: &self.controllerReason) }()
       default: break
       }
     }
@@ -524,6 +656,21 @@ nonisolated extension Beryl_Ipc_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._
     if self.bluetoothError != .unspecified {
       try visitor.visitSingularEnumField(value: self.bluetoothError, fieldNumber: 5)
     }
+    if self.hciStatus != 0 {
+      try visitor.visitSingularUInt32Field(value: self.hciStatus, fieldNumber: 6)
+    }
+    if self.smpReason != 0 {
+      try visitor.visitSingularUInt32Field(value: self.smpReason, fieldNumber: 7)
+    }
+    if self.smpReasonFromPeer != false {
+      try visitor.visitSingularBoolField(value: self.smpReasonFromPeer, fieldNumber: 8)
+    }
+    if self.managerReason != .unspecified {
+      try visitor.visitSingularEnumField(value: self.managerReason, fieldNumber: 9)
+    }
+    if self.controllerReason != .unspecified {
+      try visitor.visitSingularEnumField(value: self.controllerReason, fieldNumber: 10)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -533,6 +680,11 @@ nonisolated extension Beryl_Ipc_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._
     if lhs.field != rhs.field {return false}
     if lhs.attError != rhs.attError {return false}
     if lhs.bluetoothError != rhs.bluetoothError {return false}
+    if lhs.hciStatus != rhs.hciStatus {return false}
+    if lhs.smpReason != rhs.smpReason {return false}
+    if lhs.smpReasonFromPeer != rhs.smpReasonFromPeer {return false}
+    if lhs.managerReason != rhs.managerReason {return false}
+    if lhs.controllerReason != rhs.controllerReason {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
