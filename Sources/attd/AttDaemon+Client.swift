@@ -61,17 +61,14 @@ extension AttDaemon {
             host.logger.warning("link 0x\(String(link.handle, radix: 16)): ATT transaction timed out; the bearer is unusable, disconnecting")
             waiters.removeValue(forKey: WaiterKey(link: link.handle, id: id))?(.failure(.unlikelyError))
             sendCommand(HCICommands.disconnect(handle: link.handle))
-        case .indication(let handle, let value) where handle == peerServiceChanged[link.handle] && ServiceChangedValue.decode(value) != nil:
-            rediscover(ServiceChangedValue.decode(value)!, on: link)
-        case .notification(let handle, let value), .indication(let handle, let value):
-            var event = Event()
-            event.att.gattNotification = .with {
-                $0.connectionHandle = UInt32(link.handle)
-                $0.handle = UInt32(handle)
-                $0.value = Data(value)
-                if case .indication = output { $0.indication = true }
+        case .indication(let handle, let value):
+            switch clientRoles[link.handle, default: GATTClientRole()].indicated(handle: handle, value: value) {
+            case .rediscover(let range): rediscover(range, on: link)
+            case .merged: break
+            case .deliver: broadcastNotification(handle, value, indication: true, on: link)
             }
-            host.server?.broadcast(event)
+        case .notification(let handle, let value):
+            broadcastNotification(handle, value, indication: false, on: link)
         case .log(let message):
             host.logger.debug(message)
         case .send:
@@ -79,14 +76,19 @@ extension AttDaemon {
         }
     }
 
-    /// Re-discovers a range the peer says changed and tells the clients; a change indicated meanwhile waits, merged
-    /// with any others, for the one running to end.
-    private func rediscover(_ range: ClosedRange<UInt16>, on link: LinkSession) {
-        guard rediscovering.insert(link.handle).inserted else {
-            let waiting = changedWhileRediscovering[link.handle] ?? range
-            changedWhileRediscovering[link.handle] = min(waiting.lowerBound, range.lowerBound)...max(waiting.upperBound, range.upperBound)
-            return
+    private func broadcastNotification(_ handle: UInt16, _ value: [UInt8], indication: Bool, on link: LinkSession) {
+        var event = Event()
+        event.att.gattNotification = .with {
+            $0.connectionHandle = UInt32(link.handle)
+            $0.handle = UInt32(handle)
+            $0.value = Data(value)
+            $0.indication = indication
         }
+        host.server?.broadcast(event)
+    }
+
+    /// Re-discovers a range the peer says changed and tells the clients; the link's role says what comes next.
+    private func rediscover(_ range: ClosedRange<UInt16>, on link: LinkSession) {
         host.logger.info("link 0x\(String(link.handle, radix: 16)): peer's services changed in \(range); re-discovering")
         discover(DiscoveryScope(range: range), on: link) { [unowned self] result in
             var event = Event()
@@ -97,9 +99,8 @@ extension AttDaemon {
                 if case .success(let database) = result { $0.database = database }
             }
             self.host.server?.broadcast(event)
-            guard self.links[link.handle] === link else { return }
-            self.rediscovering.remove(link.handle)
-            if let next = self.changedWhileRediscovering.removeValue(forKey: link.handle) { self.rediscover(next, on: link) }
+            guard self.links[link.handle] === link, let next = self.clientRoles[link.handle]?.rediscoveryFinished() else { return }
+            self.rediscover(next, on: link)
         }
     }
 
@@ -300,14 +301,37 @@ extension AttDaemon {
         return true
     }
 
-    /// Services, then each one's included services, characteristics and descriptors.
+    /// Services, then each one's included services, characteristics and descriptors; the peer's Service Changed is
+    /// learned on the way and subscribed to, as iOS does (Core Vol 3 Part G §7.1).
     func discover(_ scope: DiscoveryScope, on link: LinkSession, completion: @escaping (Result<Beryl_Ipc_V1_GattDatabase, ATTError>) -> Void) {
-        findServices(scope, remaining: scope.services.map { $0.map(Optional.some) } ?? [nil], on: link, found: []) { [unowned self] result in
-            switch result {
-            case .failure(let error): completion(.failure(error))
-            case .success(let found):
-                let inScope = found.filter { $0.start <= scope.range.upperBound && $0.end >= scope.range.lowerBound }
-                self.describe(inScope, index: 0, scope: scope, on: link, into: Beryl_Ipc_V1_GattDatabase()) { completion($0) }
+        var discovery = DatabaseDiscovery(scope: scope, looksForServiceChanged: clientRoles[link.handle, default: GATTClientRole()].discoveryLooksForServiceChanged)
+        runProcedure(on: link, discovery.start(), { discovery.handle($0) }) { [unowned self] result in
+            if self.links[link.handle] === link, let cccd = self.clientRoles[link.handle, default: GATTClientRole()].learn(from: discovery) {
+                self.subscribeToServiceChanged(cccd: cccd, on: link)
+            }
+            completion(result.map(Self.database))
+        }
+    }
+
+    static func database(_ trees: [DiscoveredServiceTree]) -> Beryl_Ipc_V1_GattDatabase {
+        .with { database in
+            database.services = trees.map { tree in
+                .with {
+                    $0.uuid = tree.service.uuid.description
+                    $0.startHandle = UInt32(tree.service.start)
+                    $0.endHandle = UInt32(tree.service.end)
+                    $0.included = tree.included.map { include in
+                        .with { $0.uuid = include.uuid.description; $0.startHandle = UInt32(include.start); $0.endHandle = UInt32(include.end) }
+                    }
+                    $0.characteristics = tree.characteristics.map { found in
+                        .with {
+                            $0.uuid = found.characteristic.uuid.description
+                            $0.properties = UInt32(found.characteristic.properties.rawValue)
+                            $0.valueHandle = UInt32(found.characteristic.valueHandle)
+                            $0.descriptors = found.descriptors.map { descriptor in .with { $0.uuid = descriptor.uuid.description; $0.handle = UInt32(descriptor.handle) } }
+                        }
+                    }
+                }
             }
         }
     }
@@ -324,12 +348,8 @@ extension AttDaemon {
                         .with { $0.uuid = service.uuid.description; $0.startHandle = UInt32(service.start); $0.endHandle = UInt32(service.end) }
                     }
                 }))
-                guard peerServiceChanged[link.handle] == nil, !lookedForServiceChanged.contains(link.handle) else { return }
-                lookedForServiceChanged.insert(link.handle)
-                var gatt = DiscoveryScope()
-                gatt.services = [GATTType.gattService]
-                gatt.characteristics = [GATTType.serviceChanged]
-                discover(gatt, on: link) { _ in }
+                guard links[link.handle] === link, clientRoles[link.handle, default: GATTClientRole()].shouldLookForServiceChanged() else { return }
+                discover(GATTClientRole.serviceChangedScope, on: link) { _ in }
             }
         }
     }
@@ -404,85 +424,6 @@ extension AttDaemon {
             }
         }
     }
-
-    private func describe(_ services: [DiscoveredService], index: Int, scope: DiscoveryScope, on link: LinkSession, into database: Beryl_Ipc_V1_GattDatabase,
-                          completion: @escaping (Result<Beryl_Ipc_V1_GattDatabase, ATTError>) -> Void) {
-        guard index < services.count else { return completion(.success(database)) }
-        let service = services[index]
-        var includes = FindIncludedServices(in: service.start...service.end)
-        runProcedure(on: link, includes.start(), { includes.handle($0) }) { [unowned self] included in
-            guard case .success(let included) = included else {
-                if case .failure(let error) = included { completion(.failure(error)) }
-                return
-            }
-            // All characteristics are found, so that each one's descriptors end where the next begins; the filter applies after.
-            var characteristics = DiscoverCharacteristics(in: service.start...service.end)
-            self.runProcedure(on: link, characteristics.start(), { characteristics.handle($0) }) { [unowned self] result in
-                guard case .success(let found) = result else {
-                    if case .failure(let error) = result { completion(.failure(error)) }
-                    return
-                }
-                let learnsServiceChanged = service.uuid == GATTType.gattService && self.peerServiceChanged[link.handle] == nil
-                if service.uuid == GATTType.gattService, let changed = found.first(where: { $0.uuid == GATTType.serviceChanged }) {
-                    self.peerServiceChanged[link.handle] = changed.valueHandle
-                }
-                // Service Changed needs its descriptors even when the caller filtered characteristics out.
-                let wanted = learnsServiceChanged ? scope.characteristics.map { $0 + [GATTType.serviceChanged] } : scope.characteristics
-                self.describeDescriptors(found, index: 0, serviceEnd: service.end, wanted: wanted, on: link, collected: []) { described in
-                    if learnsServiceChanged, let changed = described.first(where: { BluetoothUUID($0.uuid) == GATTType.serviceChanged }),
-                       let cccd = changed.descriptors.first(where: { BluetoothUUID($0.uuid) == GATTType.clientConfiguration }) {
-                        self.subscribeToServiceChanged(cccd: UInt16(truncatingIfNeeded: cccd.handle), on: link)
-                    }
-                    var next = database
-                    next.services.append(.with {
-                        $0.uuid = service.uuid.description
-                        $0.startHandle = UInt32(service.start)
-                        $0.endHandle = UInt32(service.end)
-                        $0.characteristics = described
-                        $0.included = included.map { include in
-                            .with { $0.uuid = include.uuid.description; $0.startHandle = UInt32(include.start); $0.endHandle = UInt32(include.end) }
-                        }
-                    })
-                    self.describe(services, index: index + 1, scope: scope, on: link, into: next, completion: completion)
-                }
-            }
-        }
-    }
-
-    /// Characteristics that need no request are taken in a loop, not by recursion: a peer's service may hold
-    /// thousands, which would run the stack out. The next call comes only from a request's answer, on the event loop.
-    private func describeDescriptors(_ characteristics: [DiscoveredCharacteristic], index first: Int, serviceEnd: UInt16, wanted: [BluetoothUUID]?,
-                                     on link: LinkSession, collected described: [Beryl_Ipc_V1_GattCharacteristicInfo],
-                                     completion: @escaping ([Beryl_Ipc_V1_GattCharacteristicInfo]) -> Void) {
-        var collected = described
-        for index in first..<max(first, characteristics.count) {
-            let characteristic = characteristics[index]
-            if let wanted, !wanted.contains(characteristic.uuid) { continue }
-            let end = index + 1 < characteristics.count ? characteristics[index + 1].declaration - 1 : serviceEnd
-            var info = Beryl_Ipc_V1_GattCharacteristicInfo.with {
-                $0.uuid = characteristic.uuid.description
-                $0.properties = UInt32(characteristic.properties.rawValue)
-                $0.valueHandle = UInt32(characteristic.valueHandle)
-            }
-            guard characteristic.valueHandle < end else {
-                collected.append(info)
-                continue
-            }
-            var descriptors = DiscoverDescriptors(in: (characteristic.valueHandle + 1)...end)
-            let before = collected
-            runProcedure(on: link, descriptors.start(), { descriptors.handle($0) }) { [unowned self] result in
-                if case .success(let found) = result {
-                    info.descriptors = found.map { descriptor in .with { $0.uuid = descriptor.uuid.description; $0.handle = UInt32(descriptor.handle) } }
-                }
-                // A bearer past its timeout fails every request at once: nothing more is asked of it.
-                guard link.client.isUsable, self.links[link.handle] === link else { return completion(before + [info]) }
-                self.describeDescriptors(characteristics, index: index + 1, serviceEnd: serviceEnd, wanted: wanted, on: link,
-                                         collected: before + [info], completion: completion)
-            }
-            return
-        }
-        completion(collected)
-    }
 }
 
 extension AttDaemon {
@@ -497,15 +438,6 @@ extension AttDaemon {
             }
         }
     }
-}
-
-/// What a discovery covers: a handle range, and optionally only some services and characteristics (by UUID).
-struct DiscoveryScope {
-    var range: ClosedRange<UInt16>
-    var services: [BluetoothUUID]?
-    var characteristics: [BluetoothUUID]?
-
-    init(range: ClosedRange<UInt16> = 1...0xFFFF) { self.range = range }
 }
 
 struct WaiterKey: Hashable {

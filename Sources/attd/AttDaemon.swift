@@ -36,14 +36,8 @@ final class AttDaemon {
     var pending: [UInt64: PendingAnswer] = [:]
     var nextAnswerID: UInt64 = 1
     var waiters: [WaiterKey: Waiter] = [:]
-    /// Links on which attd looked for the peer's Service Changed by itself (a filtered discovery would not find it).
-    var lookedForServiceChanged: Set<UInt16> = []
-    /// Each link's Service Changed value handle on the peer, once discovery has found it.
-    var peerServiceChanged: [UInt16: UInt16] = [:]
-    /// Links re-discovering after a Service Changed: one re-discovery at a time per link, however often the peer
-    /// indicates, so a peer cannot queue requests without bound. What it indicates meanwhile waits, merged.
-    var rediscovering: Set<UInt16> = []
-    var changedWhileRediscovering: [UInt16: ClosedRange<UInt16>] = [:]
+    /// Each link's GATT client state: the peer's Service Changed and the re-discovery it asks for.
+    var clientRoles: [UInt16: GATTClientRole] = [:]
     var outboxes: [UInt16: Outbox] = [:]
     /// Publishers told their last notification did not fit; they hear ReadyToUpdate when every outbox has room.
     var notifyRefused: Set<UInt64> = []
@@ -131,6 +125,7 @@ final class AttDaemon {
     private func openLink(_ handle: UInt16, central: Bool, peer: DeviceAddress) {
         let link = LinkSession(handle: handle, isCentral: central, database: database, serverMTU: serverMTU)
         links[handle] = link
+        clientRoles[handle] = GATTClientRole()
         host.logger.info("link 0x\(String(handle, radix: 16)) up with \(peer) (\(central ? "central" : "peripheral"))")
         applySecurity(security.linkOpened(handle, isCentral: central, peer: peer, at: host.loop.uptime))
         broadcastBearer(handle, opened: true)
@@ -169,10 +164,7 @@ final class AttDaemon {
 
     private func linkClosed(_ handle: UInt16, reason: UInt8? = nil) {
         guard links.removeValue(forKey: handle) != nil else { return }
-        peerServiceChanged[handle] = nil
-        lookedForServiceChanged.remove(handle)
-        rediscovering.remove(handle)
-        changedWhileRediscovering[handle] = nil
+        clientRoles[handle] = nil
         applySecurity(security.linkClosed(handle))
         outboxes[handle] = nil
         failWaiters(of: handle)

@@ -4,12 +4,20 @@ import BerylGATT
 import XCTest
 
 /// A client bearer wired to a server bearer in memory: each procedure's requests cross as bytes.
-private final class Loopback {
+final class Loopback {
     let client = ATTClient()
     let server: ATTServer
     let database: AttributeDatabase
     var notifications: [(UInt16, [UInt8])] = []
     var serverSaw: [[UInt8]] = []
+    /// Rewrites the server's answers in flight (nil drops one), for peers that misbehave.
+    var tamper: (([UInt8]) -> [UInt8]?)?
+
+    /// A bare database, for tests that build their own.
+    init(database: AttributeDatabase) {
+        self.database = database
+        server = ATTServer(database: database)
+    }
 
     init() throws {
         database = AttributeDatabase()
@@ -51,7 +59,8 @@ private final class Loopback {
             case .send(let bytes):
                 serverSaw.append(bytes)
                 for reply in server.receive(bytes) {
-                    if case .send(let answer) = reply { pending += client.receive(answer, at: .zero) }
+                    guard case .send(let answer) = reply, let delivered = tamper.map({ $0(answer) }) ?? answer else { continue }
+                    pending += client.receive(delivered, at: .zero)
                 }
             case .response(id, let pdu):
                 return pdu
