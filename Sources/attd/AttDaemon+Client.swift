@@ -189,8 +189,8 @@ extension AttDaemon {
                 }
                 // Write Without Response has no answer to pace it, so the link's unsent ones are capped; the app hears when
                 // there is room again (Core Bluetooth's canSendWriteWithoutResponse and peripheralIsReady(toSendWriteWithoutResponse:)).
-                guard hasRoom(on: link.handle) else {
-                    outboxes[link.handle, default: Outbox()].refusedWrites = true
+                guard pacer.hasRoom(on: link.handle) else {
+                    pacer.refuseWrite(on: link.handle)
                     incoming.fail(.busy, "the link's transmit queue is full; wait for GattWriteReady")
                     return true
                 }

@@ -22,17 +22,16 @@ extension AttDaemon {
         case .publishService(let publish)?:
             publishService(publish.service, for: session, incoming)
         case .unpublishService(let unpublish)?:
-            guard let index = owners.firstIndex(where: { $0.range.lowerBound == unpublish.startHandle && $0.session == session.id }) else {
+            guard unpublish.startHandle <= 0xFFFF, let range = router.unpublish(startingAt: UInt16(unpublish.startHandle), by: session.id) else {
                 incoming.fail(.notFound, "this session published no service at handle \(unpublish.startHandle)", field: "start_handle")
                 return true
             }
-            _ = database.removeService(at: owners[index].range.lowerBound)
-            let range = owners.remove(at: index).range
+            _ = database.removeService(at: range.lowerBound)
             incoming.respond(.with { $0.ack = .init() })
             announceDatabaseChange(range)
         case .notify(let notify)?:
             guard notify.valueHandle > 0, notify.valueHandle < 0xFFFF,
-                  owners.contains(where: { $0.session == session.id && $0.range.contains(UInt16(notify.valueHandle)) }) else {
+                  router.owns(session.id, UInt16(notify.valueHandle)) else {
                 incoming.fail(.notFound, "handle \(notify.valueHandle) is not a value of this session's services", field: "value_handle")
                 return true
             }
@@ -43,8 +42,8 @@ extension AttDaemon {
             // Notifications are paced per link; when any subscribed link is full the update is refused whole, as
             // Core Bluetooth's updateValue returns false, and ReadyToUpdate follows.
             let valueHandle = UInt16(notify.valueHandle)
-            if !notify.indicate, links.values.contains(where: { !hasRoom(on: $0.handle) && $0.server.notification(valueHandle: valueHandle, value: []) != nil }) {
-                notifyRefused.insert(session.id)
+            if !notify.indicate, links.values.contains(where: { !pacer.hasRoom(on: $0.handle) && $0.server.notification(valueHandle: valueHandle, value: []) != nil }) {
+                pacer.refuseNotification(from: session.id)
                 incoming.fail(.busy, "the transmit queue is full; wait for ReadyToUpdate")
                 return true
             }
@@ -61,21 +60,23 @@ extension AttDaemon {
             }
             incoming.respond(.with { $0.att.notified.peers = peers })
         case .answerRead(let answer)?:
-            guard pending[answer.id]?.isRead == true else {
+            guard let owed = try? router.answer(answer.id, isRead: true) else {
                 incoming.fail(.notFound, "no read \(answer.id) is waiting for an answer (answered already, or timed out)", field: "id")
                 return true
             }
             let result: Result<[UInt8], ATTError> = answer.error == 0 ? .success(Array(answer.value))
                 : .failure(ATTError(rawValue: UInt8(truncatingIfNeeded: answer.error)))
-            finish(answer.id, read: result, writeError: nil, valueStartsAtOffset: answer.startsAtOffset)
+            complete(owed, read: result, writeError: nil, valueStartsAtOffset: answer.startsAtOffset)
+            armDeadline()
             incoming.respond(.with { $0.ack = .init() })
         case .answerWrite(let answer)?:
-            guard pending[answer.id]?.isRead == false else {
+            guard let owed = try? router.answer(answer.id, isRead: false) else {
                 incoming.fail(.notFound, "no write \(answer.id) is waiting for an answer (answered already, or timed out)", field: "id")
                 return true
             }
             let error = answer.error == 0 ? nil : ATTError(rawValue: UInt8(truncatingIfNeeded: answer.error))
-            finish(answer.id, read: .failure(.unlikelyError), writeError: error)
+            complete(owed, read: .failure(.unlikelyError), writeError: error)
+            armDeadline()
             incoming.respond(.with { $0.ack = .init() })
         case .gattDiscover?, .gattRead?, .gattWrite?, .gattSubscribe?, .gattReadMultiple?, .gattReadByType?, .gattReliableWrite?:
             return handleClientRequest(request.kind!, incoming)
@@ -142,7 +143,7 @@ extension AttDaemon {
             return
         }
         let end = database.attribute(at: start)?.groupEnd ?? start
-        owners.append(Owner(range: start...end, session: session.id))
+        router.published(start...end, by: session.id)
         let valueHandles = database.attributes(in: start...end).filter { $0.type == GATTType.characteristic }.map { $0.handle + 1 }
         host.logger.info("service \(uuid) published at \(start)–\(end) by session \(session.id)")
         incoming.respond(.with {

@@ -13,34 +13,19 @@ import Foundation
 /// attd's shell: links from hcid's events and ACL, one `LinkSession` per connection over a shared
 /// attribute database, and the services publishers add over attd.sock.
 final class AttDaemon {
-    struct Owner {
-        var range: ClosedRange<UInt16>
-        var session: UInt64
-    }
-
-    struct PendingAnswer {
-        var link: UInt16
-        var serverID: UInt64
-        var isRead: Bool
-        var offset: UInt16
-        var timer: EventRegistration?
-    }
-
     let host: DaemonHost
     let database = AttributeDatabase()
-    let answerTimeout: Duration
     let serverMTU: UInt16
     var hcid: IPCConnection?
     var links: [UInt16: LinkSession] = [:]
-    var owners: [Owner] = []
-    var pending: [UInt64: PendingAnswer] = [:]
-    var nextAnswerID: UInt64 = 1
+    /// Which publisher owns which handles, and the answers they owe.
+    var router: ServiceRouter
+    var pacer = TransmitPacer()
+    /// One timer, at the router's or the pacer's next deadline.
+    var deadlineTimer: EventRegistration?
     var waiters: [WaiterKey: Waiter] = [:]
     /// Each link's GATT client state: the peer's Service Changed and the re-discovery it asks for.
     var clientRoles: [UInt16: GATTClientRole] = [:]
-    var outboxes: [UInt16: Outbox] = [:]
-    /// Publishers told their last notification did not fit; they hear ReadyToUpdate when every outbox has room.
-    var notifyRefused: Set<UInt64> = []
 
     // Security (AttDaemon+Security).
     let security: SecurityManager
@@ -49,7 +34,7 @@ final class AttDaemon {
 
     init(host: DaemonHost, deviceName: String, serverMTU: UInt16, answerTimeout: Duration, security: SecurityConfiguration, autoAccept: Bool) throws {
         self.host = host
-        self.answerTimeout = answerTimeout
+        router = ServiceRouter(answerTimeout: answerTimeout)
         self.serverMTU = serverMTU
         // A store that cannot be opened is left as it is (never overwritten): attd runs without bonds and says why.
         do {
@@ -166,12 +151,9 @@ final class AttDaemon {
         guard links.removeValue(forKey: handle) != nil else { return }
         clientRoles[handle] = nil
         applySecurity(security.linkClosed(handle))
-        outboxes[handle] = nil
+        applyPacer(pacer.linkClosed(handle))
         failWaiters(of: handle)
-        for (id, answer) in pending where answer.link == handle {
-            answer.timer?.cancel()
-            pending.removeValue(forKey: id)
-        }
+        router.linkClosed(handle)
         host.logger.info("link 0x\(String(handle, radix: 16)) down" + (reason.map { " (HCI reason 0x\(String($0, radix: 16)))" } ?? ""))
         broadcastBearer(handle, opened: false)
     }
@@ -184,7 +166,7 @@ final class AttDaemon {
             switch result {
             case .success: break
             case .failure(.remote(.busy, _, _, _)) where self.links[handle] != nil:
-                self.retryUrgent(pdu, on: handle)
+                self.applyPacer(self.pacer.retryUrgent(pdu, on: handle))
             case .failure(let error):
                 self.host.logger.warning("ACL to 0x\(String(handle, radix: 16)) refused: \(error)")
             }
@@ -228,7 +210,7 @@ final class AttDaemon {
                 apply(wrap(link.server.completeRead(id: id, with: .failure(.unlikelyError)), for: link), on: link)
                 return
             }
-            let answerID = track(link: link.handle, serverID: id, isRead: true, offset: offset)
+            let answerID = owe(link: link.handle, serverID: id, isRead: true, offset: offset)
             var event = Event()
             event.att.readRequested = .with {
                 $0.id = answerID
@@ -242,7 +224,7 @@ final class AttDaemon {
                 if withResponse { apply(wrap(link.server.completeWrite(id: id, error: .unlikelyError), for: link), on: link) }
                 return
             }
-            let answerID = withResponse ? track(link: link.handle, serverID: id, isRead: false, offset: 0) : 0
+            let answerID = withResponse ? owe(link: link.handle, serverID: id, isRead: false, offset: 0) : 0
             var event = Event()
             event.att.writeRequested = .with {
                 $0.id = answerID
@@ -275,37 +257,26 @@ final class AttDaemon {
     }
 
     /// Remembers an answer owed by a publisher; if it never comes, the peer gets Unlikely Error rather than silence.
-    private func track(link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16) -> UInt64 {
-        let id = nextAnswerID
-        nextAnswerID += 1
-        let timer = try? host.loop.after(answerTimeout) { [unowned self] in
-            self.host.logger.warning("publisher did not answer \(isRead ? "read" : "write") \(id) in time")
-            self.finish(id, read: .failure(.unlikelyError), writeError: .unlikelyError)
-        }
-        pending[id] = PendingAnswer(link: link, serverID: serverID, isRead: isRead, offset: offset, timer: timer)
-        return id
+    private func owe(link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16) -> UInt64 {
+        defer { armDeadline() }
+        return router.owe(link: link, serverID: serverID, isRead: isRead, offset: offset, at: host.loop.uptime)
     }
 
-    func finish(_ id: UInt64, read: Result<[UInt8], ATTError>, writeError: ATTError?, valueStartsAtOffset: Bool = false) {
-        guard let answer = pending.removeValue(forKey: id), let link = links[answer.link] else { return }
-        answer.timer?.cancel()
+    func complete(_ answer: ServiceRouter.OwedAnswer, read: Result<[UInt8], ATTError>, writeError: ATTError?, valueStartsAtOffset: Bool = false) {
+        guard let link = links[answer.link] else { return }
         let outputs = answer.isRead ? link.server.completeRead(id: answer.serverID, with: read, offset: valueStartsAtOffset ? 0 : answer.offset)
             : link.server.completeWrite(id: answer.serverID, error: writeError)
         apply(wrap(outputs, for: link), on: link)
     }
 
-    func owner(of handle: UInt16) -> IPCSession? {
-        guard let owner = owners.first(where: { $0.range.contains(handle) }) else { return nil }
-        return host.server?.sessions[owner.session]
-    }
+    func owner(of handle: UInt16) -> IPCSession? { router.owner(of: handle).flatMap { host.server?.sessions[$0] } }
 
     private func publisherGone(_ session: UInt64) {
-        for owner in owners where owner.session == session {
-            _ = database.removeService(at: owner.range.lowerBound)
-            host.logger.info("service at \(owner.range) removed with its publisher")
-            announceDatabaseChange(owner.range)
+        for range in router.publisherGone(session) {
+            _ = database.removeService(at: range.lowerBound)
+            host.logger.info("service at \(range) removed with its publisher")
+            announceDatabaseChange(range)
         }
-        owners.removeAll { $0.session == session }
     }
 
     /// Tells every connected client that subscribed to Service Changed which handles moved (Core Vol 3 Part G §7.1).

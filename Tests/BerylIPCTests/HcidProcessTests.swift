@@ -78,9 +78,9 @@ final class HcidProcessTests: XCTestCase {
         XCTAssertEqual(answer.count, 3 + 1 + 6, "Command Complete for Read BD_ADDR")
         XCTAssertEqual(answer[3], 0)
         XCTAssertThrowsError(try command(client, 0x0C03)) { error in
-            guard case .remote(let code, let message, _, _)? = error as? IPCClientError else { return XCTFail("\(error)") }
-            XCTAssertEqual(code, .notReady)
-            XCTAssertTrue(message.contains("hcid"), message)
+            guard case .remote(let code, _, _, let detail)? = error as? IPCClientError else { return XCTFail("\(error)") }
+            XCTAssertEqual(code, .permissionDenied, "HCI Reset is hcid's alone")
+            XCTAssertEqual(detail.controllerReason, .reservedCommand)
         }
         XCTAssertThrowsError(try command(client, 0)) { error in
             XCTAssertEqual(remoteCode(error), .invalidArgument)

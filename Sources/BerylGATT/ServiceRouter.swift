@@ -1,0 +1,102 @@
+import BerylATT
+import BerylCore
+
+/// Who publishes a service over attd's socket.
+public typealias PublisherID = UInt64
+
+/// attd's server side between the peers and the apps that publish services, sans-IO: which publisher owns which
+/// handles, the answers publishers owe the peers' reads and writes (each with a deadline, after which the peer gets
+/// Unlikely Error rather than silence until its 30-second ATT timeout, Core Vol 3 Part F §3.3.3), and what goes
+/// when a publisher does.
+public struct ServiceRouter: Sendable {
+    public struct Owner: Equatable, Sendable {
+        public var range: ClosedRange<UInt16>
+        public var publisher: PublisherID
+    }
+
+    /// A peer's request a publisher must answer.
+    public struct OwedAnswer: Equatable, Sendable {
+        public var link: UInt16
+        /// The link's ATT server's id for the request.
+        public var serverID: UInt64
+        public var isRead: Bool
+        public var offset: UInt16
+        public var deadline: Duration
+
+        public init(link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16, deadline: Duration) {
+            self.link = link
+            self.serverID = serverID
+            self.isRead = isRead
+            self.offset = offset
+            self.deadline = deadline
+        }
+    }
+
+    public enum AnswerError: Error, Equatable, Sendable {
+        /// Answered already, timed out, its link gone, or the other kind (a read answered as a write).
+        case notPending
+    }
+
+    public let answerTimeout: Duration
+    public private(set) var owners: [Owner] = []
+    private var owed: [UInt64: OwedAnswer] = [:]
+    private var nextAnswerID: UInt64 = 1
+
+    public init(answerTimeout: Duration) { self.answerTimeout = answerTimeout }
+
+    // MARK: Owners
+
+    public func owner(of handle: UInt16) -> PublisherID? { owners.first { $0.range.contains(handle) }?.publisher }
+
+    public func owns(_ publisher: PublisherID, _ handle: UInt16) -> Bool {
+        owners.contains { $0.publisher == publisher && $0.range.contains(handle) }
+    }
+
+    public mutating func published(_ range: ClosedRange<UInt16>, by publisher: PublisherID) {
+        owners.append(Owner(range: range, publisher: publisher))
+    }
+
+    /// The range of the publisher's service starting at `start`, now no longer routed; nil when it has none there.
+    public mutating func unpublish(startingAt start: UInt16, by publisher: PublisherID) -> ClosedRange<UInt16>? {
+        guard let index = owners.firstIndex(where: { $0.range.lowerBound == start && $0.publisher == publisher }) else { return nil }
+        return owners.remove(at: index).range
+    }
+
+    /// The publisher went away: its ranges, for the shell to remove and announce.
+    public mutating func publisherGone(_ publisher: PublisherID) -> [ClosedRange<UInt16>] {
+        let gone = owners.filter { $0.publisher == publisher }.map(\.range)
+        owners.removeAll { $0.publisher == publisher }
+        return gone
+    }
+
+    // MARK: Answers owed
+
+    /// Remembers an answer the publisher owes; the id is what the publisher answers with.
+    public mutating func owe(link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16, at now: Duration) -> UInt64 {
+        let id = nextAnswerID
+        nextAnswerID += 1
+        owed[id] = OwedAnswer(link: link, serverID: serverID, isRead: isRead, offset: offset, deadline: now + answerTimeout)
+        return id
+    }
+
+    /// Takes the answer the publisher gives now.
+    public mutating func answer(_ id: UInt64, isRead: Bool) throws(AnswerError) -> OwedAnswer {
+        guard let answer = owed[id], answer.isRead == isRead else { throw .notPending }
+        owed[id] = nil
+        return answer
+    }
+
+    /// Answers whose time ran out, oldest first: the shell fails each with Unlikely Error.
+    public mutating func expired(at now: Duration) -> [(id: UInt64, answer: OwedAnswer)] {
+        let due = owed.filter { $0.value.deadline <= now }.sorted { $0.key < $1.key }
+        for (id, _) in due { owed[id] = nil }
+        return due.map { ($0.key, $0.value) }
+    }
+
+    public var nextDeadline: Duration? { owed.values.map(\.deadline).min() }
+
+    /// The link is gone: nobody is owed anything on it.
+    public mutating func linkClosed(_ link: UInt16) {
+        owed = owed.filter { $0.value.link != link }
+    }
+}
