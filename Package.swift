@@ -51,16 +51,19 @@ let package = Package(
         .target(name: "BerylStore", dependencies: ["BerylCore", "BerylCrypto", "BerylSMP", "CSQLite"]),
         .target(name: "BerylGAP", dependencies: ["BerylCore", "BerylHCI"]),
         .target(name: "BerylManager", dependencies: ["BerylCore", "BerylGAP"]),
-        .target(name: "Beryl", dependencies: ["BerylCore", "BerylIPC", "BerylGATT"]),
+        .target(name: "Beryl", dependencies: ["BerylCore", "BerylWire"]),
         .target(name: "BerylSim", dependencies: ["BerylCore", "BerylHCI", "CBerylCrypto"]),
         .target(name: "BerylL2CAP", dependencies: ["BerylCore", "BerylHCI"]),
         .target(name: "BerylATT", dependencies: ["BerylCore"]),
         .target(name: "BerylGATT", dependencies: ["BerylCore", "BerylATT", "BerylL2CAP", "BerylHCI", "BerylCrypto"]),
         .target(name: "BerylEventLoop", dependencies: ["CBerylEvent"]),
-        .target(name: "BerylIPC", dependencies: [
-            "BerylCore", "BerylEventLoop", "CBerylSys",
+        // The wire: generated messages, the envelope, the socket and a blocking client; what apps link.
+        .target(name: "BerylWire", dependencies: [
+            "BerylCore", "CBerylSys",
             .product(name: "SwiftProtobuf", package: "swift-protobuf"),
         ]),
+        // The daemons' side of the wire, on the event loop.
+        .target(name: "BerylIPC", dependencies: ["BerylWire", "BerylCore", "BerylEventLoop", "CBerylSys", .product(name: "SwiftProtobuf", package: "swift-protobuf")]),
         .target(name: "BerylTransport", dependencies: ["BerylCore", "CBerylSys", "CBerylHCISocket"]),
         .target(name: "BerylHardware", dependencies: ["BerylCore", "BerylHCI", "BerylTransport"]),
         .target(name: "BerylDaemonKit", dependencies: [

@@ -4,7 +4,7 @@
 # --record writes proto/checksums.sha256 (generate.sh does this); without it, compares.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-sums() { sha256sum proto/*.proto Sources/BerylIPC/Generated/*.pb.swift proto/pandora/VERSION proto/pandora/descriptors.py Sources/PandoraInterfaces/Generated/*.swift; }
+sums() { sha256sum proto/*.proto Sources/BerylWire/Generated/*.pb.swift proto/pandora/VERSION proto/pandora/descriptors.py Sources/PandoraInterfaces/Generated/*.swift; }
 if [ "${1:-}" = "--record" ]; then sums > proto/checksums.sha256; exit 0; fi
 if ! diff <(sums) proto/checksums.sha256 >/dev/null; then
   echo "proto/check.sh: generated code is out of date with proto/*.proto:" >&2

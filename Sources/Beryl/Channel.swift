@@ -1,4 +1,4 @@
-import BerylIPC
+import BerylWire
 import Dispatch
 import Foundation
 import Synchronization

@@ -1,4 +1,4 @@
-import BerylIPC
+import BerylWire
 import Foundation
 
 /// Core Bluetooth's CBError. Named BluetoothError for the reason CBUUID is BluetoothUUID: dropping the prefix would

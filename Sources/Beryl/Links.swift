@@ -1,4 +1,4 @@
-import BerylIPC
+import BerylWire
 import Foundation
 
 /// Core Bluetooth's CBManagerAuthorization, mapped from the app's manifest (see `CentralManager.authorization`).

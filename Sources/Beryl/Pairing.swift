@@ -1,4 +1,4 @@
-import BerylIPC
+import BerylWire
 import Foundation
 
 /// What pairing asks of the user (the stack pairs itself; these reach the app that holds the link).

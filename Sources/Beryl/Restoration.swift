@@ -1,4 +1,4 @@
-import BerylIPC
+import BerylWire
 import Foundation
 
 /// The options Core Bluetooth takes as a dictionary when a central manager is made.

@@ -1,8 +1,8 @@
 @_exported import struct BerylCore.BluetoothUUID
 // Core Bluetooth's property and permission bits are GATT's own.
-@_exported import struct BerylGATT.AttributePermissions
-@_exported import struct BerylGATT.CharacteristicProperties
-import BerylIPC
+@_exported import struct BerylCore.AttributePermissions
+@_exported import struct BerylCore.CharacteristicProperties
+import BerylWire
 import Foundation
 
 /// Core Bluetooth's CBManagerState, with Apple's raw values.

@@ -50,7 +50,7 @@ extension Envelope {
     }
 
     /// Whether any part of the envelope carries fields this build's schema does not know.
-    var hasUnknownFields: Bool {
+    public var hasUnknownFields: Bool {
         !unknownFields.data.isEmpty || !request.unknownFields.data.isEmpty || !response.unknownFields.data.isEmpty
             || !event.unknownFields.data.isEmpty
     }

@@ -1,0 +1,2 @@
+// Daemons that import BerylIPC see the wire (messages, envelope, socket) as well.
+@_exported import BerylWire
