@@ -64,25 +64,25 @@ public struct ConnectionBook: Sendable {
         (links.filter { $0.value.holders.contains(key) }.keys.sorted(), pending.filter { $0.value.waiting.contains(key) }.keys.sorted())
     }
 
-    /// A preserved manager changes hands: its links and waits move to the new session, nothing goes on the air.
-    public mutating func rebind(session old: UInt64, to new: UInt64) {
+    /// A preserved manager changes hands: its links and waits move to the new holder, nothing goes on the air.
+    public mutating func rebind(_ old: ManagerHolder, to new: ManagerHolder) {
         func move(_ keys: Set<ManagerKey>) -> Set<ManagerKey> {
-            Set(keys.map { $0.session == old ? ManagerKey(session: new, manager: $0.manager) : $0 })
+            Set(keys.map { $0.holder == old ? ManagerKey(new, manager: $0.manager) : $0 })
         }
         for (identifier, entry) in pending { pending[identifier]?.waiting = move(entry.waiting) }
         for (identifier, link) in links { links[identifier]?.holders = move(link.holders) }
     }
 
-    /// Everything a session held or awaited goes when the session does.
-    public mutating func releaseAll(session: UInt64) -> [Action] {
+    /// Everything a holder held or awaited goes with it.
+    public mutating func releaseAll(_ holder: ManagerHolder) -> [Action] {
         var actions: [Action] = []
         for (identifier, var entry) in pending {
-            entry.waiting = entry.waiting.filter { $0.session != session }
+            entry.waiting = entry.waiting.filter { $0.holder != holder }
             pending[identifier] = entry.waiting.isEmpty ? nil : entry
         }
         for (identifier, var link) in links {
             let before = link.holders.count
-            link.holders = link.holders.filter { $0.session != session }
+            link.holders = link.holders.filter { $0.holder != holder }
             if before > 0, link.holders.isEmpty, link.isCentral {
                 link.dropping = true
                 actions.append(.disconnect(handle: link.handle))

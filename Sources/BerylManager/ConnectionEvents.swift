@@ -41,7 +41,7 @@ public struct ConnectionEventInterests: Sendable {
     /// Registering again replaces what the manager asked for before, as Core Bluetooth's does.
     public mutating func register(_ key: ManagerKey, _ interest: Interest) { interests[key] = interest }
 
-    public mutating func remove(session: UInt64) { interests = interests.filter { $0.key.session != session } }
+    public mutating func remove(_ holder: ManagerHolder) { interests = interests.filter { $0.key.holder != holder } }
 
     /// The managers to tell of a link to `identifier`, in a stable order.
     public func listeners(identifier: String, services: Set<BluetoothUUID>) -> [ManagerKey] {

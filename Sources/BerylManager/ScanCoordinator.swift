@@ -2,16 +2,38 @@ import BerylCore
 import BerylGAP
 
 /// Who is scanning: an app session and one of its central managers.
+/// Who holds a manager's work: the app's live session, or managerd itself for a preserved manager whose app is not
+/// running (by the preserved manager's own id, which is never a session's).
+public enum ManagerHolder: Hashable, Sendable, Comparable, CustomStringConvertible {
+    case session(UInt64)
+    case preserved(UInt64)
+
+    public var sessionID: UInt64? {
+        if case .session(let id) = self { return id }
+        return nil
+    }
+
+    public var description: String {
+        switch self {
+        case .session(let id): "session \(id)"
+        case .preserved(let id): "preserved manager \(id)"
+        }
+    }
+}
+
 public struct ManagerKey: Hashable, Sendable, Comparable {
-    public var session: UInt64
+    public var holder: ManagerHolder
     public var manager: UInt32
 
-    public init(session: UInt64, manager: UInt32) {
-        self.session = session
+    public init(_ holder: ManagerHolder, manager: UInt32) {
+        self.holder = holder
         self.manager = manager
     }
 
-    public static func < (a: ManagerKey, b: ManagerKey) -> Bool { (a.session, a.manager) < (b.session, b.manager) }
+    /// A manager of a live session.
+    public init(session: UInt64, manager: UInt32) { self.init(.session(session), manager: manager) }
+
+    public static func < (a: ManagerKey, b: ManagerKey) -> Bool { (a.holder, a.manager) < (b.holder, b.manager) }
 }
 
 public struct ScanRequest: Equatable, Sendable {
@@ -46,12 +68,12 @@ public struct ScanCoordinator: Sendable {
     public init() {}
 
     /// Scans of suspended apps: kept, but neither run nor routed until the app returns.
-    public var paused: Set<UInt64> = []
-    /// Sessions whose duplicates are coalesced whatever they asked (background apps).
-    public var coalesced: Set<UInt64> = []
+    public var paused: Set<ManagerHolder> = []
+    /// Holders whose duplicates are coalesced whatever they asked (background apps).
+    public var coalesced: Set<ManagerHolder> = []
 
-    public var isScanning: Bool { scans.keys.contains { !paused.contains($0.session) } }
-    public var scanners: [ManagerKey] { scans.keys.filter { !paused.contains($0.session) }.sorted() }
+    public var isScanning: Bool { scans.keys.contains { !paused.contains($0.holder) } }
+    public var scanners: [ManagerKey] { scans.keys.filter { !paused.contains($0.holder) }.sorted() }
 
     /// Starts or replaces a scan (Core Bluetooth: a new scanForPeripherals replaces the previous one).
     public mutating func start(_ key: ManagerKey, _ request: ScanRequest) {
@@ -67,23 +89,23 @@ public struct ScanCoordinator: Sendable {
     public func request(for key: ManagerKey) -> ScanRequest? { scans[key] }
 
     /// A preserved manager changes hands (its app went, or came back): its scan, and what it was told, go along.
-    public mutating func rebind(session old: UInt64, to new: UInt64) {
-        for key in scans.keys where key.session == old {
-            let moved = ManagerKey(session: new, manager: key.manager)
+    public mutating func rebind(_ old: ManagerHolder, to new: ManagerHolder) {
+        for key in scans.keys where key.holder == old {
+            let moved = ManagerKey(new, manager: key.manager)
             scans[moved] = scans.removeValue(forKey: key)
             reported[moved] = reported.removeValue(forKey: key)
         }
     }
 
-    public mutating func stopAll(session: UInt64) {
-        for key in scans.keys where key.session == session { stop(key) }
+    public mutating func stopAll(_ holder: ManagerHolder) {
+        for key in scans.keys where key.holder == holder { stop(key) }
     }
 
     /// The scanners to tell about this peripheral's (merged) advertisement.
     public mutating func route(identifier: String, advertisement: AdvertisementData) -> [ManagerKey] {
         var targets: [ManagerKey] = []
-        for (key, request) in scans.sorted(by: { $0.key < $1.key }) where !paused.contains(key.session) && request.matches(advertisement) {
-            let duplicates = request.allowDuplicates && !coalesced.contains(key.session)
+        for (key, request) in scans.sorted(by: { $0.key < $1.key }) where !paused.contains(key.holder) && request.matches(advertisement) {
+            let duplicates = request.allowDuplicates && !coalesced.contains(key.holder)
             if reported[key, default: []].insert(identifier).inserted || duplicates { targets.append(key) }
         }
         return targets

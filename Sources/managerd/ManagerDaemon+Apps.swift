@@ -11,14 +11,15 @@ import Foundation
 import Glibc
 #endif
 
-/// One manager that opted into restoration: while its app runs it is the app's session; while it does not, a
-/// placeholder session holds its scan, links, services and advertising, and queues its events.
+/// One manager that opted into restoration: while its app runs its session holds the manager's work; while it does
+/// not, managerd holds it under the preserved manager's own id, and queues its events.
 final class PreservedManager {
+    let id: UInt64
     let appID: String
     let restoreID: String
     let role: PreservedRecord.Role
-    var session: UInt64
-    var live: Bool
+    var holder: ManagerHolder
+    var live: Bool { holder.sessionID != nil }
     var queued = SuspendedQueue<Beryl_Ipc_V1_ManagerEvent>()
     /// What the app last discovered on each peripheral, and the values it subscribed to (for willRestoreState).
     var databases: [String: Beryl_Ipc_V1_GattDatabase] = [:]
@@ -33,15 +34,15 @@ final class PreservedManager {
     /// it (an app back from a managerd restart clears, then adds its own), and is withdrawn rather than kept twice.
     var publicationEpoch = 0
 
-    init(appID: String, restoreID: String, role: PreservedRecord.Role, session: UInt64, live: Bool) {
+    init(id: UInt64, appID: String, restoreID: String, role: PreservedRecord.Role, holder: ManagerHolder) {
+        self.id = id
         self.appID = appID
         self.restoreID = restoreID
         self.role = role
-        self.session = session
-        self.live = live
+        self.holder = holder
     }
 
-    var key: ManagerKey { ManagerKey(session: session, manager: 1) }
+    var key: ManagerKey { ManagerKey(holder, manager: 1) }
 }
 
 /// An app's processes as managerd sees them.
@@ -125,20 +126,19 @@ extension ManagerDaemon {
             }
             return .restoring(preserved)
         }
-        let made = PreservedManager(appID: hello.appID, restoreID: hello.restoreIdentifier, role: role, session: session.id, live: true)
+        let made = PreservedManager(id: makePreservedID(), appID: hello.appID, restoreID: hello.restoreIdentifier, role: role, holder: .session(session.id))
         preservedManagers.append(made)
         app.preserved = made
         persist(made)
         return .plain
     }
 
-    /// The app is back: the placeholder's work moves to the new session, which hears willRestoreState (in the
+    /// The app is back: the work managerd held for it moves to the new session, which hears willRestoreState (in the
     /// Welcome) and then the events queued while it was gone.
     func restore(_ preserved: PreservedManager, into session: UInt64, app: AppSession) -> (Beryl_Ipc_V1_PreservedState, [Beryl_Ipc_V1_ManagerEvent]) {
         let state = snapshot(preserved)
-        rebind(from: preserved.session, to: session)
-        preserved.session = session
-        preserved.live = true
+        rebind(from: preserved.holder, to: .session(session))
+        preserved.holder = .session(session)
         app.preserved = preserved
         let queued = preserved.queued.drain()
         host.logger.info("\(preserved.appID) restored \(preserved.role) manager \(preserved.restoreID) with \(queued.count) queued event(s)")
@@ -160,23 +160,16 @@ extension ManagerDaemon {
 
     // MARK: Session end
 
-    /// Session ids from here up are placeholders for preserved managers whose app is not running, never a real
-    /// session's (those count up from 1).
-    static let firstPlaceholder: UInt64 = 1 << 48
-    func isPlaceholder(_ session: UInt64) -> Bool { session >= Self.firstPlaceholder }
-
-    func makePlaceholder() -> UInt64 {
-        defer { nextPlaceholder += 1 }
-        return nextPlaceholder
+    func makePreservedID() -> UInt64 {
+        defer { nextPreservedID += 1 }
+        return nextPreservedID
     }
 
-    /// A session of an opted-in manager closed without the app quitting: its work goes on under a placeholder.
+    /// A session of an opted-in manager closed without the app quitting: managerd holds its work meanwhile.
     func preserveOnClose(_ sessionID: UInt64) -> Bool {
-        guard let preserved = preservedManagers.first(where: { $0.session == sessionID && $0.live }) else { return false }
-        let placeholder = makePlaceholder()
-        rebind(from: sessionID, to: placeholder)
-        preserved.session = placeholder
-        preserved.live = false
+        guard let preserved = preservedManagers.first(where: { $0.holder == .session(sessionID) }) else { return false }
+        rebind(from: preserved.holder, to: .preserved(preserved.id))
+        preserved.holder = .preserved(preserved.id)
         if let stash = preserved.unrepublished {
             // Gone before it added its services again: managerd publishes them for it, as for a restored manager.
             if !stash.services.isEmpty { pendingRepublish.append((preserved.key, stash.services)) }
@@ -191,24 +184,24 @@ extension ManagerDaemon {
         return true
     }
 
-    private func rebind(from old: UInt64, to new: UInt64) {
-        scans.rebind(session: old, to: new)
-        book.rebind(session: old, to: new)
-        for index in services.indices where services[index].owner.session == old { services[index].owner.session = new }
-        for (key, advertiser) in advertisers where key.session == old {
+    private func rebind(from old: ManagerHolder, to new: ManagerHolder) {
+        scans.rebind(old, to: new)
+        book.rebind(old, to: new)
+        for index in services.indices where services[index].owner.holder == old { services[index].owner.holder = new }
+        for (key, advertiser) in advertisers where key.holder == old {
             advertisers[key] = nil
-            advertisers[ManagerKey(session: new, manager: key.manager)] = advertiser
+            advertisers[ManagerKey(new, manager: key.manager)] = advertiser
         }
-        for (id, open) in openRequests where open.owner.session == old { openRequests[id] = (ManagerKey(session: new, manager: open.owner.manager), open.isRead) }
+        for (id, open) in openRequests where open.owner.holder == old { openRequests[id] = (ManagerKey(new, manager: open.owner.manager), open.isRead) }
         if notifyRefused.remove(old) != nil { notifyRefused.insert(new) }
-        for index in pendingRepublish.indices where pendingRepublish[index].0.session == old { pendingRepublish[index].0.session = new }
+        for index in pendingRepublish.indices where pendingRepublish[index].0.holder == old { pendingRepublish[index].0.holder = new }
     }
 
     /// A user quit (or the app invalidated the manager): the preserved work is discarded.
     func discard(_ preserved: PreservedManager) {
         preservedManagers.removeAll { $0 === preserved }
         try? restorationStore?.remove(appID: preserved.appID, restoreID: preserved.restoreID, role: preserved.role)
-        if !preserved.live { releaseSessionWork(preserved.session) }
+        if !preserved.live { releaseWork(of: preserved.holder) }
         host.logger.info("\(preserved.appID)'s \(preserved.role) manager \(preserved.restoreID) discarded")
     }
 
@@ -216,8 +209,8 @@ extension ManagerDaemon {
 
     /// An event for a preserved manager whose app is not running: queued (bounded, one discovery per peripheral),
     /// and the app is launched to handle it.
-    func queueForAbsentApp(_ event: Beryl_Ipc_V1_ManagerEvent, placeholder: UInt64) {
-        guard let preserved = preservedManagers.first(where: { $0.session == placeholder && !$0.live }) else { return }
+    func queueForAbsentApp(_ event: Beryl_Ipc_V1_ManagerEvent, preservedID: UInt64) {
+        guard let preserved = preservedManagers.first(where: { $0.holder == .preserved(preservedID) }) else { return }
         switch event.kind {
         case .stateChanged?, .pairingPrompt?, .pairingFinished?, .readyToUpdate?, .readyToWrite?, .advertisingStarted?, nil:
             return  // the restored manager hears the current state; prompts cannot wait
@@ -340,9 +333,9 @@ extension ManagerDaemon {
         }
     }
 
-    /// Persists the manager of this session if it opted into restoration (before its request is acknowledged).
-    func persistIfPreserved(_ session: UInt64) {
-        guard let preserved = preservedManagers.first(where: { $0.session == session }) else { return }
+    /// Persists the manager of this holder if it opted into restoration (before its request is acknowledged).
+    func persistIfPreserved(_ holder: ManagerHolder) {
+        guard let preserved = preservedManagers.first(where: { $0.holder == holder }) else { return }
         persist(preserved)
     }
 
@@ -392,7 +385,7 @@ extension ManagerDaemon {
         return state
     }
 
-    /// After a restart of managerd: every preserved manager's work resumes under a placeholder until its app returns.
+    /// After a restart of managerd: every preserved manager's work resumes, held by managerd until its app returns.
     func resumePreserved() {
         guard let restorationStore, let records = try? restorationStore.all() else { return }
         for record in records {
@@ -400,8 +393,8 @@ extension ManagerDaemon {
                 host.logger.error("preserved state of \(record.appID)/\(record.restoreID) unreadable; dropped")
                 continue
             }
-            let placeholder = makePlaceholder()
-            let preserved = PreservedManager(appID: record.appID, restoreID: record.restoreID, role: record.role, session: placeholder, live: false)
+            let id = makePreservedID()
+            let preserved = PreservedManager(id: id, appID: record.appID, restoreID: record.restoreID, role: record.role, holder: .preserved(id))
             preservedManagers.append(preserved)
             let key = preserved.key
             if state.hasCentral {
@@ -441,7 +434,7 @@ extension ManagerDaemon {
         let work = pendingRepublish
         pendingRepublish.removeAll()
         for (key, specs) in work {
-            guard let preserved = preservedManagers.first(where: { $0.session == key.session }) else { continue }  // discarded meanwhile
+            guard let preserved = preservedManagers.first(where: { $0.holder == key.holder }) else { continue }  // discarded meanwhile
             let epoch = preserved.publicationEpoch
             for preservedService in specs {
                 var request = Request()
@@ -459,8 +452,8 @@ extension ManagerDaemon {
                         self.unpublish(range.lowerBound)
                         return
                     }
-                    // The app may be back (restored) by now: the service is its session's, not the placeholder's.
-                    let owner = ManagerKey(session: preserved.session, manager: key.manager)
+                    // The app may be back (restored) by now: the service is its session's, no longer managerd's.
+                    let owner = ManagerKey(preserved.holder, manager: key.manager)
                     self.services.append(PublishedService(range: range, owner: owner))
                     self.serviceSpecs[range.lowerBound] = .with { $0.spec = preservedService.spec; $0.published = published }
                     if self.services.filter({ $0.owner == owner }).count >= specs.count { preserved.unrepublished = nil }

@@ -15,7 +15,7 @@ extension ManagerDaemon {
             scans.start(ManagerKey(session: session, manager: start.manager), ScanRequest(services: services, allowDuplicates: start.allowDuplicates, solicited: solicited))
             applyScanPolicy(session)  // an app launched into the background scans by the background rules from its first scan
             updateScanning()
-            persistIfPreserved(session)
+            persistIfPreserved(.session(session))
             incoming.respond(.with { $0.ack = .init() })
             // Peripherals already heard are reported at once, as a fresh scan on iOS reports cached ones.
             let key = ManagerKey(session: session, manager: start.manager)
@@ -28,7 +28,7 @@ extension ManagerDaemon {
         case .stopScan(let stop):
             scans.stop(ManagerKey(session: session, manager: stop.manager))
             updateScanning()
-            persistIfPreserved(session)
+            persistIfPreserved(.session(session))
             incoming.respond(.with { $0.ack = .init() })
         case .connect(let connect):
             guard let device = store?.device(connect.peripheral) else {
@@ -39,7 +39,7 @@ extension ManagerDaemon {
             let key = ManagerKey(session: session, manager: connect.manager)
             let (already, actions) = book.connect(key, identifier: device.identifier, address: device.address)
             (self.session(session)?.context as? AppSession)?.connectOptions[device.identifier] = connect
-            if let preserved = preservedManagers.first(where: { $0.session == session }) {
+            if let preserved = preservedManagers.first(where: { $0.holder == .session(session) }) {
                 preserved.connectOptions[device.identifier] = connect
                 persist(preserved)
             }
@@ -59,7 +59,7 @@ extension ManagerDaemon {
                               detail: RemoteDetail(bluetoothError: .unknownDevice))
                 return
             }
-            if let preserved = preservedManagers.first(where: { $0.session == session }) {
+            if let preserved = preservedManagers.first(where: { $0.holder == .session(session) }) {
                 preserved.connectOptions[cancel.peripheral] = nil
                 preserved.databases[cancel.peripheral] = nil
                 preserved.notifying[cancel.peripheral] = nil
@@ -136,7 +136,7 @@ extension ManagerDaemon {
     }
 
     func heldLink(_ identifier: String, session: UInt64, _ incoming: IncomingRequest) -> ConnectionBook.Link? {
-        guard let link = book.link(for: identifier), link.holders.contains(where: { $0.session == session }) else {
+        guard let link = book.link(for: identifier), link.holders.contains(where: { $0.holder == .session(session) }) else {
             incoming.fail(.notFound, "peripheral \(identifier) is not connected for this app", field: "peripheral",
                           detail: RemoteDetail(bluetoothError: .notConnected))
             return nil
@@ -206,7 +206,7 @@ extension ManagerDaemon {
         guard let device = store?.device(identifier) else { return }
         var event = Beryl_Ipc_V1_ManagerEvent()
         event.discovered = .with { $0.manager = target.manager; $0.peripheral = info(for: device) }
-        send(event, to: target.session)
+        send(event, to: target.holder)
     }
 
     func info(for device: KnownDevice) -> Beryl_Ipc_V1_PeripheralInfo {
@@ -281,7 +281,7 @@ extension ManagerDaemon {
             for key in holders {
                 var connected = Beryl_Ipc_V1_ManagerEvent()
                 connected.connected = .with { $0.manager = key.manager; $0.peripheral = device.identifier }
-                send(connected, to: key.session)
+                send(connected, to: key.holder)
             }
             perform(actions)
             announceConnectionEvent(.peerConnected, identifier: device.identifier)
@@ -300,7 +300,7 @@ extension ManagerDaemon {
             for key in holders {
                 // A preserved manager whose app is not running keeps wanting the peripheral: the connection is requested
                 // again at once and never times out; the app hears of it when the link is back (the guide's door lock).
-                if let preserved = preservedManagers.first(where: { $0.session == key.session && !$0.live }), let address = store?.device(identifier)?.address {
+                if let preserved = preservedManagers.first(where: { $0.holder == key.holder && !$0.live }), let address = store?.device(identifier)?.address {
                     rerequested += book.connect(key, identifier: identifier, address: address).actions
                     preserved.notifying[identifier] = nil
                     persist(preserved)
@@ -309,7 +309,7 @@ extension ManagerDaemon {
                 }
                 var disconnected = Beryl_Ipc_V1_ManagerEvent()
                 disconnected.disconnected = .with { $0.manager = key.manager; $0.peripheral = identifier; $0.reason = UInt32(reason) }
-                send(disconnected, to: key.session)
+                send(disconnected, to: key.holder)
             }
             perform(resumed + rerequested)
             updateAdvertising()
@@ -357,7 +357,7 @@ extension ManagerDaemon {
                 if case .gattDatabase(let database)? = response.att.kind {
                     self.discoveredServices[identifier, default: []].formUnion(database.services.compactMap { BluetoothUUID($0.uuid) })
                 }
-                if let preserved = self.preservedManagers.first(where: { $0.session == session }) {
+                if let preserved = self.preservedManagers.first(where: { $0.holder == .session(session) }) {
                     // What the app knows of the peripheral, for willRestoreState.
                     switch operation.request.kind {
                     case .gattDiscover(let discover)? where discover.serviceUuids.isEmpty && discover.depth == .whole:
@@ -398,20 +398,20 @@ extension ManagerDaemon {
             $0.value = notification.value
             $0.indication = notification.indication
         }
-        for session in Set(holders.map(\.session)) { send(event, to: session) }
+        for session in Set(holders.map(\.holder)) { send(event, to: session) }
     }
 
     func forwardServiceChange(_ change: Beryl_Ipc_V1_GattServiceChanged) {
         guard let (identifier, holders) = holders(ofHandle: change.connectionHandle) else { return }
         var event = Beryl_Ipc_V1_ManagerEvent()
         event.servicesChanged = .with { $0.peripheral = identifier; $0.change = change }
-        for session in Set(holders.map(\.session)) { send(event, to: session) }
+        for session in Set(holders.map(\.holder)) { send(event, to: session) }
     }
 
     func forwardWriteReady(_ ready: Beryl_Ipc_V1_GattWriteReady) {
         guard let (identifier, holders) = holders(ofHandle: ready.connectionHandle) else { return }
         var event = Beryl_Ipc_V1_ManagerEvent()
         event.readyToWrite.peripheral = identifier
-        for session in Set(holders.map(\.session)) { send(event, to: session) }
+        for session in Set(holders.map(\.holder)) { send(event, to: session) }
     }
 }

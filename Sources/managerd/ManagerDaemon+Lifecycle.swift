@@ -22,14 +22,17 @@ extension ManagerDaemon {
         }
     }
 
-    func policy(forSession id: UInt64) -> LifecyclePolicy {
-        guard let app = session(id)?.context as? AppSession else {
+    func policy(for holder: ManagerHolder) -> LifecyclePolicy {
+        switch holder {
+        case .session(let id): policy(forSession: id)
+        case .preserved(let id):
             // A preserved manager whose app is not running works as its background modes allow.
-            if let preserved = preservedManagers.first(where: { $0.session == id && !$0.live }) {
-                return .of(.notRunning, modes: catalog.apps[preserved.appID]?.backgroundModes ?? [])
-            }
-            return .of(.foreground, modes: [])
+            .of(.notRunning, modes: preservedManagers.first { $0.id == id }.flatMap { catalog.apps[$0.appID]?.backgroundModes } ?? [])
         }
+    }
+
+    func policy(forSession id: UInt64) -> LifecyclePolicy {
+        guard let app = session(id)?.context as? AppSession else { return .of(.foreground, modes: []) }
         return .of(lifecycle(of: app.appID), modes: catalog.apps[app.appID]?.backgroundModes ?? [])
     }
 
@@ -67,15 +70,15 @@ extension ManagerDaemon {
     /// Whether the session's scans run, and whether their duplicates are coalesced, by its app's state now.
     func applyScanPolicy(_ session: UInt64) {
         let policy = policy(forSession: session)
-        if policy.scans { scans.paused.remove(session) } else { scans.paused.insert(session) }
-        if policy.coalesceDuplicates { scans.coalesced.insert(session) } else { scans.coalesced.remove(session) }
+        if policy.scans { scans.paused.remove(.session(session)) } else { scans.paused.insert(.session(session)) }
+        if policy.coalesceDuplicates { scans.coalesced.insert(.session(session)) } else { scans.coalesced.remove(.session(session)) }
     }
 
 
     /// Every scanner in the background: the slow interval (1.28 s, 30 ms window), as iOS scans for background apps.
     var scanIsSlow: Bool {
         let scanners = scans.scanners
-        return !scanners.isEmpty && scanners.allSatisfy { policy(forSession: $0.session).slowScan }
+        return !scanners.isEmpty && scanners.allSatisfy { policy(for: $0.holder).slowScan }
     }
 
     // MARK: Held events

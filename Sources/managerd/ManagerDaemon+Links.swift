@@ -76,7 +76,7 @@ extension ManagerDaemon {
         for key in listeners {
             var event = Beryl_Ipc_V1_ManagerEvent()
             event.connectionEvent = .with { $0.manager = key.manager; $0.kind = kind; $0.peripheral = peripheral }
-            send(event, to: key.session)
+            send(event, to: key.holder)
         }
     }
 

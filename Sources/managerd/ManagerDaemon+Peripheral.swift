@@ -8,8 +8,8 @@ import Foundation
 extension ManagerDaemon {
     /// The app publishes again after a reset: what it had before is no longer its record's to keep.
     func republishedByApp(_ session: UInt64) {
-        preservedManagers.first { $0.session == session }?.unrepublished = nil
-        persistIfPreserved(session)
+        preservedManagers.first { $0.holder == .session(session) }?.unrepublished = nil
+        persistIfPreserved(.session(session))
     }
 
     func handlePeripheral(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: UInt64, _ incoming: IncomingRequest) {
@@ -42,16 +42,16 @@ extension ManagerDaemon {
                 return
             }
             unpublish(services.remove(at: index).range.lowerBound)
-            persistIfPreserved(session)
+            persistIfPreserved(.session(session))
             incoming.respond(.with { $0.ack = .init() })
         case .removeAllServices(let remove):
             let key = ManagerKey(session: session, manager: remove.manager)
             // The app adds its own now: what managerd was to publish again for it, or has under way, is not wanted.
-            preservedManagers.first { $0.session == session }?.publicationEpoch += 1
-            pendingRepublish.removeAll { $0.0.session == session }
+            preservedManagers.first { $0.holder == .session(session) }?.publicationEpoch += 1
+            pendingRepublish.removeAll { $0.0.holder == .session(session) }
             for service in services where service.owner == key { unpublish(service.range.lowerBound) }
             services.removeAll { $0.owner == key }
-            persistIfPreserved(session)
+            persistIfPreserved(.session(session))
             incoming.respond(.with { $0.ack = .init() })
         case .startAdvertising(let start):
             guard let uuids = uuids(start.serviceUuids, field: "service_uuids", incoming) else { return }
@@ -68,10 +68,10 @@ extension ManagerDaemon {
         case .stopAdvertising(let stop):
             advertisers[ManagerKey(session: session, manager: stop.manager)] = nil
             updateAdvertising()
-            persistIfPreserved(session)
+            persistIfPreserved(.session(session))
             incoming.respond(.with { $0.ack = .init() })
         case .respond(let answer):
-            guard let open = openRequests[answer.id], open.owner.session == session else {
+            guard let open = openRequests[answer.id], open.owner.holder == .session(session) else {
                 // Core Bluetooth's rule: one answer per request.
                 incoming.fail(.notFound, "request \(answer.id) is not waiting for this app's answer (answered already, or timed out)", field: "id", detail: RemoteDetail(managerReason: .requestNotPending))
                 return
@@ -99,7 +99,7 @@ extension ManagerDaemon {
                     incoming.respond(.with { $0.manager.updateResult.sent = true })
                 case .failure(.remote(.busy, _, _, _)):
                     // Core Bluetooth's updateValue returning false; peripheralManagerIsReady(toUpdateSubscribers:) follows.
-                    self.notifyRefused.insert(session)
+                    self.notifyRefused.insert(.session(session))
                     incoming.respond(.with { $0.manager.updateResult.sent = false })
                 case .failure(.remote(let code, let message, let field, let detail)):
                     incoming.fail(code, message, field: field, detail: detail)
@@ -156,7 +156,7 @@ extension ManagerDaemon {
     }
 
     func routeRead(_ read: Beryl_Ipc_V1_ReadRequested) {
-        guard let owner = owner(of: read.handle), isReachable(owner.session), policy(forSession: owner.session).answersRequests else {
+        guard let owner = owner(of: read.handle), isReachable(owner.holder), policy(for: owner.holder).answersRequests else {
             // No one to answer (or a suspended app: Core Bluetooth refuses its dynamic reads at once).
             answerAttd(read.id, isRead: true, value: [], error: 0x0E)
             return
@@ -171,12 +171,12 @@ extension ManagerDaemon {
             $0.offset = read.offset
             $0.maximumUpdateLength = maximumUpdateLength(read.connectionHandle)
         }
-        send(event, to: owner.session)
+        send(event, to: owner.holder)
     }
 
     func routeWrite(_ write: Beryl_Ipc_V1_WriteRequested) {
-        guard let first = write.writes.first, let owner = owner(of: first.handle), isReachable(owner.session),
-              policy(forSession: owner.session).answersRequests else {
+        guard let first = write.writes.first, let owner = owner(of: first.handle), isReachable(owner.holder),
+              policy(for: owner.holder).answersRequests else {
             if write.withResponse { answerAttd(write.id, isRead: false, value: [], error: 0x0E) }
             return
         }
@@ -190,12 +190,15 @@ extension ManagerDaemon {
             $0.withResponse = write.withResponse
             $0.maximumUpdateLength = maximumUpdateLength(write.connectionHandle)
         }
-        send(event, to: owner.session)
+        send(event, to: owner.holder)
     }
 
     /// A live session, or a preserved manager whose app is launched to answer.
-    private func isReachable(_ session: UInt64) -> Bool {
-        self.session(session) != nil || preservedManagers.contains { $0.session == session && !$0.live }
+    private func isReachable(_ holder: ManagerHolder) -> Bool {
+        switch holder {
+        case .session(let id): session(id) != nil
+        case .preserved(let id): preservedManagers.contains { $0.id == id && !$0.live }
+        }
     }
 
     /// ATT_MTU - 3: the most one notification carries (Core Vol 3 Part F §3.4.7.1).
@@ -216,8 +219,8 @@ extension ManagerDaemon {
         }
         subscribers.removeAll { $0.central == event.subscription.central && $0.valueHandle == change.valueHandle }
         if change.notify || change.indicate { subscribers.append(event.subscription) }
-        if let preserved = preservedManagers.first(where: { $0.session == owner.session }) { persist(preserved) }
-        send(event, to: owner.session)
+        if let preserved = preservedManagers.first(where: { $0.holder == owner.holder }) { persist(preserved) }
+        send(event, to: owner.holder)
     }
 
     // MARK: Advertising
@@ -230,7 +233,7 @@ extension ManagerDaemon {
         rotation = nil
         // Suspended apps do not advertise; background ones advertise as Core Bluetooth's background rules say. A lab
         // session's advertising takes its turn after the apps'.
-        let order = advertisers.keys.sorted().filter { policy(forSession: $0.session).advertises }
+        let order = advertisers.keys.sorted().filter { policy(for: $0.holder).advertises }
         let turns = order.count + (lab?.advertising != nil ? 1 : 0)
         guard state == .poweredOn, turns > 0 else {
             // Advertising managerd did not start (a low-level tool driving hcid directly) is left alone.
@@ -246,7 +249,7 @@ extension ManagerDaemon {
         let commands: [HCICommandPacket]
         if advertisingTurn < order.count {
             let advertiser = advertisers[order[advertisingTurn]]!
-            let background = policy(forSession: order[advertisingTurn].session).backgroundAdvertising
+            let background = policy(for: order[advertisingTurn].holder).backgroundAdvertising
             let payload = background ? AdvertisingPayload.background(serviceUUIDs: advertiser.serviceUUIDs) : advertiser.payload
             commands = [
                 HCICommandPacket(.leSetAdvertisingEnable, parameters: [0]),

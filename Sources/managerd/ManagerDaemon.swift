@@ -70,7 +70,7 @@ final class ManagerDaemon {
     var rotation: EventRegistration?
     /// Reads and writes from remote centrals awaiting their app's one answer: attd's id → owner and kind.
     var openRequests: [UInt64: (owner: ManagerKey, isRead: Bool)] = [:]
-    var notifyRefused: Set<UInt64> = []
+    var notifyRefused: Set<ManagerHolder> = []
     /// What each published service was made from (to preserve and publish it again), by start handle.
     var serviceSpecs: [UInt16: Beryl_Ipc_V1_PreservedService] = [:]
     /// Remote centrals subscribed to this device's characteristics.
@@ -81,8 +81,8 @@ final class ManagerDaemon {
     var catalog = AppCatalog()
     var apps: [String: AppRuntime] = [:]
     var preservedManagers: [PreservedManager] = []
-    /// Session ids for preserved managers whose app is not running (never a real session's).
-    var nextPlaceholder = ManagerDaemon.firstPlaceholder
+    /// Ids of preserved managers, which hold their work while their app is not running.
+    var nextPreservedID: UInt64 = 1
     let restorationStore: RestorationStore?
     /// Sessions of `beryl alerts`.
     var alertSubscribers: Set<UInt64> = []
@@ -155,11 +155,16 @@ final class ManagerDaemon {
 
     func session(_ id: UInt64) -> IPCSession? { host.server?.sessions[id] }
 
-    func send(_ event: Beryl_Ipc_V1_ManagerEvent, to sessionID: UInt64) {
-        guard let live = session(sessionID) else {
-            if isPlaceholder(sessionID) { queueForAbsentApp(event, placeholder: sessionID) }
-            return
+    /// To the manager's holder: its app's session, or the queue of a preserved manager whose app is not running.
+    func send(_ event: Beryl_Ipc_V1_ManagerEvent, to holder: ManagerHolder) {
+        switch holder {
+        case .session(let id): send(event, to: id)
+        case .preserved(let id): queueForAbsentApp(event, preservedID: id)
         }
+    }
+
+    func send(_ event: Beryl_Ipc_V1_ManagerEvent, to sessionID: UInt64) {
+        guard let live = session(sessionID) else { return }
         var event = event
         if holdIfSuspended(&event, for: sessionID) { return }
         var envelope = Event()
@@ -304,13 +309,13 @@ final class ManagerDaemon {
     /// database is cleared, and the app adds its services again on poweredOn. Preserved managers of apps that are not
     /// running keep theirs: there is no one to add them again.
     private func clearRunningAppsPublications() {
-        let running = Set(services.map(\.owner.session).filter { session($0) != nil })
-            .union(advertisers.keys.map(\.session).filter { session($0) != nil })
+        let running = Set(services.map(\.owner.holder).filter { $0.sessionID.flatMap(session) != nil })
+            .union(advertisers.keys.map(\.holder).filter { $0.sessionID.flatMap(session) != nil })
         guard !running.isEmpty else { return }
-        for preserved in preservedManagers where running.contains(preserved.session) { stashPublications(of: preserved) }
-        for service in services where running.contains(service.owner.session) { unpublish(service.range.lowerBound) }
-        services.removeAll { running.contains($0.owner.session) }
-        advertisers = advertisers.filter { !running.contains($0.key.session) }
+        for preserved in preservedManagers where running.contains(preserved.holder) { stashPublications(of: preserved) }
+        for service in services where running.contains(service.owner.holder) { unpublish(service.range.lowerBound) }
+        services.removeAll { running.contains($0.owner.holder) }
+        advertisers = advertisers.filter { !running.contains($0.key.holder) }
         subscribers.removeAll { subscriber in !services.contains { $0.range.contains(UInt16(truncatingIfNeeded: subscriber.valueHandle)) } }
         for id in running { persistIfPreserved(id) }
     }
@@ -413,9 +418,9 @@ final class ManagerDaemon {
         case .pairingFinished?: event.pairingFinished.peer = identifier
         default: break
         }
-        let sessions = link.isCentral ? Set(link.holders.map(\.session))
-            : Set(services.map(\.owner.session)).union(advertisers.keys.map(\.session))
-        for session in sessions { send(event, to: session) }
+        let sessions = link.isCentral ? Set(link.holders.map(\.holder))
+            : Set(services.map(\.owner.holder)).union(advertisers.keys.map(\.holder))
+        for holder in sessions { send(event, to: holder) }
     }
 
     // MARK: Sessions
@@ -430,10 +435,10 @@ final class ManagerDaemon {
         }
         labSessionClosed(id)
         alertSubscribers.remove(id)
-        connectionInterests.remove(session: id)
-        scans.paused.remove(id)
-        scans.coalesced.remove(id)
-        if let preserved = preservedManagers.first(where: { $0.session == id && $0.live }) {
+        connectionInterests.remove(.session(id))
+        scans.paused.remove(.session(id))
+        scans.coalesced.remove(.session(id))
+        if let preserved = preservedManagers.first(where: { $0.holder == .session(id) }) {
             let app = session(id)?.context as? AppSession
             if app?.quitting == true || preserved.appID.isEmpty {
                 discard(preserved)
@@ -441,21 +446,21 @@ final class ManagerDaemon {
                 return
             }
         }
-        releaseSessionWork(id)
+        releaseWork(of: .session(id))
     }
 
     /// Everything a session (or a discarded preserved manager) held goes: scans, links, services, advertising.
-    func releaseSessionWork(_ id: UInt64) {
-        scans.stopAll(session: id)
+    func releaseWork(of id: ManagerHolder) {
+        scans.stopAll(id)
         updateScanning()
-        perform(book.releaseAll(session: id))
-        for service in services where service.owner.session == id { unpublish(service.range.lowerBound) }
-        services.removeAll { $0.owner.session == id }
-        if advertisers.keys.contains(where: { $0.session == id }) {
-            advertisers = advertisers.filter { $0.key.session != id }
+        perform(book.releaseAll(id))
+        for service in services where service.owner.holder == id { unpublish(service.range.lowerBound) }
+        services.removeAll { $0.owner.holder == id }
+        if advertisers.keys.contains(where: { $0.holder == id }) {
+            advertisers = advertisers.filter { $0.key.holder != id }
             updateAdvertising()
         }
-        for (requestID, open) in openRequests where open.owner.session == id {
+        for (requestID, open) in openRequests where open.owner.holder == id {
             // The app is gone: its requests are answered for it, so the remote central is not left waiting.
             answerAttd(requestID, isRead: open.isRead, value: [], error: 0x0E)
             openRequests[requestID] = nil

@@ -25,7 +25,7 @@ final class ConnectionEventsTests: XCTestCase {
         // Registering again replaces the options; a closed session hears nothing more.
         interests.register(heartRateOnly, .init(peripherals: [thermostat], services: []))
         XCTAssertEqual(interests.listeners(identifier: thermostat, services: []), [everything, heartRateOnly])
-        interests.remove(session: 1)
+        interests.remove(.session(1))
         XCTAssertEqual(interests.listeners(identifier: lock, services: []), [lockOnly])
     }
 

@@ -25,7 +25,7 @@ final class ScanCoordinatorTests: XCTestCase {
         XCTAssertEqual(scans.route(identifier: "B", advertisement: advertisement([0x180F])), [everything])
         scans.start(heart, ScanRequest(services: [BluetoothUUID(0x180D)]))
         XCTAssertEqual(scans.route(identifier: "A", advertisement: advertisement([0x180D])), [heart, everything], "a new scan starts afresh")
-        scans.stopAll(session: 2)
+        scans.stopAll(.session(2))
         XCTAssertEqual(scans.scanners, [heart])
         scans.stop(heart)
         XCTAssertFalse(scans.isScanning)
@@ -74,9 +74,36 @@ final class ConnectionBookTests: XCTestCase {
         _ = book.connect(app, identifier: "P1", address: one)
         _ = book.connected(identifier: "P1", handle: 0x41, address: one, isCentral: true)
         _ = book.connect(app, identifier: "P2", address: two)
-        XCTAssertEqual(book.releaseAll(session: 7), [.disconnect(handle: 0x41), .cancelConnect])
+        XCTAssertEqual(book.releaseAll(.session(7)), [.disconnect(handle: 0x41), .cancelConnect])
         XCTAssertEqual(book.disconnected(handle: 0x41)?.identifier, "P1")
         XCTAssertNil(book.disconnected(handle: 0x41))
+    }
+
+    /// A preserved manager's work is held by managerd under the manager's own id while its app is away, and handed
+    /// back whole; a session with the same number is another holder (no session id doubles as a placeholder).
+    func testAPreservedManagersLinksChangeHandsAndNeverMixWithASessionOfTheSameNumber() {
+        var book = ConnectionBook()
+        var scans = ScanCoordinator()
+        let app = ManagerKey(session: 5, manager: 1)
+        let stranger = ManagerKey(session: 9, manager: 1)
+        _ = book.connect(app, identifier: "P1", address: one)
+        _ = book.connected(identifier: "P1", handle: 0x42, address: one, isCentral: true)
+        _ = book.connect(app, identifier: "P2", address: two)
+        scans.start(app, ScanRequest(services: [], allowDuplicates: false, solicited: []))
+
+        book.rebind(.session(5), to: .preserved(5))
+        scans.rebind(.session(5), to: .preserved(5))
+        XCTAssertEqual(book.held(by: ManagerKey(.preserved(5), manager: 1)).connected, ["P1"])
+        XCTAssertEqual(book.releaseAll(.session(5)), [], "a new session 5 holds nothing of the preserved manager's")
+        scans.stopAll(.session(5))
+        XCTAssertEqual(scans.scanners, [ManagerKey(.preserved(5), manager: 1)])
+
+        book.rebind(.preserved(5), to: .session(9))
+        scans.rebind(.preserved(5), to: .session(9))
+        XCTAssertEqual(book.held(by: stranger).connected, ["P1"])
+        XCTAssertEqual(book.held(by: stranger).pending, ["P2"])
+        XCTAssertEqual(scans.scanners, [stranger])
+        XCTAssertEqual(book.releaseAll(.preserved(5)), [], "handed back, nothing left with managerd")
     }
 
     /// An app cancels and connects again before the link is down (found by SignedWriteTests): it is not handed the
@@ -100,7 +127,7 @@ final class ConnectionBookTests: XCTestCase {
         var book = ConnectionBook()
         let (holders, _) = book.connected(identifier: "C1", handle: 0x42, address: one, isCentral: false)
         XCTAssertTrue(holders.isEmpty)
-        XCTAssertEqual(book.releaseAll(session: 1), [])
+        XCTAssertEqual(book.releaseAll(.session(1)), [])
         XCTAssertEqual(book.link(for: "C1")?.isCentral, false)
     }
 }
