@@ -117,7 +117,7 @@ public final class SMPSession {
     }
 
     private(set) var phase: Phase = .idle
-    /// The shell's repeated-attempts verdict for this peer, asked when a pairing would start.
+    /// The shell's repeated-attempts verdict for this peer, asked when the peer's Pairing Request arrives.
     public var pairingAllowed: () -> Bool = { true }
     public var isPairing: Bool { ![.idle, .done, .failed].contains(phase) }
     /// Whether the prompt outstanding is a number to confirm (rather than a passkey to type).
@@ -182,9 +182,8 @@ public final class SMPSession {
 
     /// Central: begin pairing (Core Vol 3 Part H §3.5.1).
     public func startPairing(at now: Duration) -> [SMPOutput] {
+        // No repeated-attempts wait here: §2.3.6 binds the verifier, which is the peer when we ask.
         guard isInitiator, !isTimedOut, !isPairing else { return [.log("pairing already under way or not ours to start")] }
-        // Nothing was sent yet, so nothing is refused on the air (§2.3.6): the caller hears it failed.
-        guard pairingAllowed() else { return [.log("pairing with this peer failed recently; wait before trying again"), .failed(.local(.repeatedAttempts))] }
         reset()
         let features = ourFeatures
         request = features
@@ -731,8 +730,8 @@ public enum AddressResolution {
     }
 }
 
-/// Repeated attempts protection (Core Vol 3 Part H §2.3.6): after a failed pairing the same peer must wait,
-/// and the wait doubles with each further failure; a success clears it.
+/// Repeated attempts protection (Core Vol 3 Part H §2.3.6): after a pairing the verifier (the responder) failed,
+/// the same claimant must wait, and the wait doubles with each further failure; a success clears it.
 public struct RepeatedAttemptsGuard: Sendable {
     public static let firstWait: Duration = .seconds(2)
     public static let longestWait: Duration = .seconds(64)

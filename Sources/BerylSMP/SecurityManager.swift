@@ -393,7 +393,7 @@ public final class SecurityManager {
             case .completed(let result):
                 outputs += pairingCompleted(result, on: link)
             case .failed(let failure):
-                if case .local(.repeatedAttempts) = failure {} else { attempts.failed(state.peer.address, at: now) }
+                if Self.countsAsFailedAttempt(failure, responder: !state.isCentral) { attempts.failed(state.peer.address, at: now) }
                 outputs.append(.log(.warning, "link 0x\(String(link, radix: 16)): pairing failed: \(failure)"))
                 outputs.append(.pairingFinished(link: link, peer: state.peer, .failure(failure)))
                 outputs += finish(link, .failure(.pairing(failure)))
@@ -405,6 +405,18 @@ public final class SecurityManager {
     }
 
     func forget(_ identity: DeviceAddress) { bonds.removeAll { $0.identity == identity } }
+
+    /// Core Vol 3 Part H §2.3.6 makes the verifier wait after a failed attempt by its claimant. We are the verifier
+    /// only as responder, and the attempt failed our checks only if we ended it: a claimant that gives up itself
+    /// (a Pairing Failed it sends, such as a user's refusal on its side) proved nothing wrong and is not held back.
+    static func countsAsFailedAttempt(_ failure: SMPFailure, responder: Bool) -> Bool {
+        guard responder else { return false }
+        switch failure {
+        case .local(let reason): return reason != .repeatedAttempts
+        case .timeout: return true
+        case .remote: return false
+        }
+    }
 
     private static func isNumber(_ prompt: PairingPrompt) -> Bool {
         if case .confirmNumber = prompt { return true }

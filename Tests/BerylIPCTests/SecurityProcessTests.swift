@@ -173,7 +173,7 @@ final class SecurityProcessTests: XCTestCase {
     }
 
     /// Passkey entry on both keyboards: the same passkey pairs (authenticated); a different one fails with Confirm Value
-    /// Failed on both sides, and trying again at once meets Repeated Attempts.
+    /// Failed on both sides, and trying again at once meets the peripheral's Repeated Attempts.
     func testPasskeyEntryAndAWrongPasskey() throws {
         try startStack("a", controller: 0, attd: ["--io-capability", "keyboard-only"])
         try startStack("b", controller: 1, attd: ["--io-capability", "keyboard-only"])
@@ -185,7 +185,7 @@ final class SecurityProcessTests: XCTestCase {
         XCTAssertTrue(eventually { self.serveLog.contains("failed: we ended it, reason 0x4") }, serveLog)
         let tooSoon = try runTool("beryl", ["pair", "--runtime-dir", run("a"), "--peer", peer, "--passkey", "123456", "--timeout", "30"])
         XCTAssertNotEqual(tooSoon.status, 0)
-        XCTAssertTrue(tooSoon.stderr.contains("[SMP reason 0x9 from this stack]"), tooSoon.stderr)
+        XCTAssertTrue(tooSoon.stderr.contains("[SMP reason 0x9 from the peer]"), "the verifier keeps the wait: \(tooSoon.stderr)")
         XCTAssertEqual(try bonds("a").count, 0)
 
         sleep(3)

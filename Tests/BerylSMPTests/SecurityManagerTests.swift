@@ -207,9 +207,10 @@ final class SecurityManagerTests: XCTestCase {
         XCTAssertEqual(bench.peripheral.level(of: SecurityBench.link)?.bonded, false)
     }
 
-    /// Core Vol 3 Part H §2.3.6: after a failed pairing the same peer is refused with Repeated Attempts until the
-    /// wait is over; the refusal itself does not lengthen the wait.
-    func testRepeatedAttemptsAreRefusedUntilTheWaitIsOver() throws {
+    /// Core Vol 3 Part H §2.3.6: after a pairing the verifier (here the peripheral, whose user said no) ended, the
+    /// same claimant's next Pairing Request is refused with Repeated Attempts until the wait is over; the central asks
+    /// (the wait is not its to keep), and the refusal itself does not lengthen the wait.
+    func testRepeatedAttemptsAreRefusedByTheVerifierUntilTheWaitIsOver() throws {
         let bench = try SecurityBench(central: SecurityConfiguration(ioCapability: .displayYesNo), peripheral: SecurityConfiguration(ioCapability: .displayYesNo))
         bench.connect()
         bench.secureFromCentral(1)
@@ -218,16 +219,30 @@ final class SecurityManagerTests: XCTestCase {
         bench.forgetOutputs()
         bench.now += .seconds(1)
         bench.secureFromCentral(2)
-        XCTAssertEqual(bench.told(central: true).first?.result, .failure(.pairing(.local(.repeatedAttempts))), "the central waits too")
-        XCTAssertFalse(bench.pdus(fromCentral: true).contains(0x01))
-        let request: [UInt8] = [0x01, 0x01, 0x00, 0x0D, 0x10, 0x07, 0x07]
-        XCTAssertEqual(bench.peripheral.receive(request, on: SecurityBench.link, at: bench.now).first,
-                       .sendSMP(link: SecurityBench.link, [0x05, PairingFailure.repeatedAttempts.rawValue]))
+        XCTAssertTrue(bench.pdus(fromCentral: true).contains(0x01), "the central asks again")
+        XCTAssertEqual(bench.pdus(fromCentral: false), [0x05])
+        XCTAssertEqual(bench.told(central: true).first?.result, .failure(.pairing(.remote(.repeatedAttempts))), "the peripheral refuses")
         bench.forgetOutputs()
         bench.now += .seconds(1)
         bench.secureFromCentral(3)
         XCTAssertTrue(bench.peripheralOutputs.contains { if case .prompt(_, _, .confirmNumber) = $0 { true } else { false } },
                       "two seconds after the failure the peer may pair again: \(bench.peripheralOutputs)")
+    }
+
+    /// A claimant that gives up itself proved nothing wrong: the central's user says no, and the central may ask
+    /// again at once, the peripheral answering as if nothing had failed (Avatar's 'rejected' pairing cases, back to back).
+    func testAClaimantThatGaveUpItselfIsNotHeldBack() throws {
+        let bench = try SecurityBench(central: SecurityConfiguration(ioCapability: .displayYesNo), peripheral: SecurityConfiguration(ioCapability: .displayYesNo))
+        bench.connect()
+        bench.secureFromCentral(1)
+        bench.run(try bench.central.answerPrompt(SecurityBench.link, accept: false, passkey: 0, at: bench.now), fromCentral: true)
+        XCTAssertEqual(bench.told(central: true).first?.result, .failure(.pairing(.local(.numericComparisonFailed))))
+        bench.forgetOutputs()
+        bench.secureFromCentral(2)
+        XCTAssertEqual(bench.pdus(fromCentral: true).first, 0x01, "the central's own failure does not hold the central back")
+        XCTAssertFalse(bench.pdus(fromCentral: false).contains(0x05), "nor does it hold the peripheral's answer back")
+        XCTAssertTrue(bench.peripheralOutputs.contains { if case .prompt(_, _, .confirmNumber) = $0 { true } else { false } },
+                      "\(bench.peripheralOutputs)")
     }
 
     func testAPeripheralAsksTheCentralForSecurity() throws {
