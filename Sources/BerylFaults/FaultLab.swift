@@ -1,5 +1,5 @@
 import BerylDaemonKit
-import BerylStack
+import BerylSupervisor
 import Foundation
 
 /// The world the faults hit: berylsim with three controllers, a supervised stack (`beryl up`) on controllers 0 and 1,

@@ -1,7 +1,7 @@
 import BerylCore
 import BerylDaemonKit
 import BerylIPC
-import BerylStack
+import BerylSupervisor
 import Foundation
 
 /// One fault in one phase with one seed, and whether the stacks came back whole.

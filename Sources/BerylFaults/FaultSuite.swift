@@ -1,5 +1,6 @@
+import BerylBench
 import BerylDaemonKit
-import BerylStack
+import BerylSupervisor
 import Foundation
 import Synchronization
 

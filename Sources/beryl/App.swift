@@ -1,6 +1,6 @@
 import ArgumentParser
 import BerylIPC
-import BerylStack
+import BerylSupervisor
 import Foundation
 
 /// `beryl app`: the apps managerd knows from their manifests, and their lifecycle (launch, terminate, quit, state).

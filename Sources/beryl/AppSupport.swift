@@ -2,7 +2,8 @@ import ArgumentParser
 import Beryl
 import BerylCore
 import BerylIPC
-import BerylStack
+import BerylSupervisor
+import BerylTools
 import Dispatch
 import Foundation
 import Synchronization

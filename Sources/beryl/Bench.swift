@@ -1,7 +1,9 @@
 import ArgumentParser
+import BerylBench
 import BerylCore
+import BerylDaemonKit
 import BerylSim
-import BerylStack
+import BerylSupervisor
 import Foundation
 
 struct Bench: ParsableCommand {

@@ -1,8 +1,8 @@
 import ArgumentParser
 import Beryl
 import BerylCore
+import BerylSupervisor
 import Dispatch
-import BerylStack
 import Foundation
 import Synchronization
 

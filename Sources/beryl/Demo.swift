@@ -1,6 +1,6 @@
 import ArgumentParser
 import BerylDaemonKit
-import BerylStack
+import BerylSupervisor
 import Foundation
 
 /// `beryl demo`: the main job. berylsim with two controllers and a full stack on each; the heart-rate examples talk

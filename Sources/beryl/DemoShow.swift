@@ -1,4 +1,4 @@
-import BerylStack
+import BerylSupervisor
 import Foundation
 
 /// A demo step that did not go as expected: what it expected and what came instead.

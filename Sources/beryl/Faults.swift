@@ -1,6 +1,6 @@
 import ArgumentParser
 import BerylFaults
-import BerylStack
+import BerylSupervisor
 import Foundation
 
 extension Fault: ExpressibleByArgument {}

@@ -1,6 +1,7 @@
 import Beryl
+import BerylBench
 import BerylDaemonKit
-import BerylStack
+import BerylSupervisor
 import Dispatch
 import Foundation
 import Synchronization

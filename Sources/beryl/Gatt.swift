@@ -1,7 +1,7 @@
 import ArgumentParser
 import BerylCore
 import BerylEventLoop
-import BerylStack
+import BerylTools
 import Foundation
 
 /// `beryl gatt --peer PEER <operation>`: one GATT client operation against a peer, for scripts. An ordinary app of

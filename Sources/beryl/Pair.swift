@@ -1,9 +1,9 @@
 import ArgumentParser
 import BerylCore
 import BerylIPC
-import BerylStack
 import BerylSMP
 import BerylStore
+import BerylTools
 import Foundation
 
 /// `beryl pair --peer ADDRESS`: connect, pair (or re-encrypt with a stored bond), print the result.

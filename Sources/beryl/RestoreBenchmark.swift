@@ -1,7 +1,7 @@
 import ArgumentParser
 import BerylDaemonKit
 import BerylIPC
-import BerylStack
+import BerylSupervisor
 import Foundation
 
 /// `beryl bench restore`: the door-lock story on berylsim, timed. For each round the app is killed, the lock leaves

@@ -1,7 +1,6 @@
 import ArgumentParser
 import BerylCore
 import BerylIPC
-import BerylStack
 import Foundation
 
 /// `beryl scan`: an ordinary app of managerd that scans and prints each discovery.

@@ -1,6 +1,7 @@
 import ArgumentParser
 import BerylEventLoop
-import BerylStack
+import BerylSupervisor
+import BerylTools
 import Foundation
 
 /// `beryl serve PROFILE.json`: publish the profile's services and advertise them until stopped, as an app of

@@ -1,6 +1,6 @@
 import Beryl
 import BerylCore
-import BerylStack
+import BerylTools
 import Dispatch
 import Foundation
 import Synchronization

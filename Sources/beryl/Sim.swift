@@ -1,7 +1,7 @@
 import ArgumentParser
 import BerylIPC
+import BerylSupervisor
 import BerylTransport
-import BerylStack
 import Foundation
 
 /// `beryl sim --dir DIR <command>`: placement and faults on a running berylsim.

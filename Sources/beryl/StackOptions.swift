@@ -1,6 +1,6 @@
 import ArgumentParser
 import BerylDaemonKit
-import BerylStack
+import BerylSupervisor
 import Foundation
 
 /// Every command names the stack it works on, so several run side by side.

@@ -1,6 +1,6 @@
 import ArgumentParser
 import BerylIPC
-import BerylStack
+import BerylSupervisor
 import Foundation
 
 struct Status: ParsableCommand {

@@ -1,7 +1,7 @@
 import ArgumentParser
 import BerylCore
 import BerylDaemonKit
-import BerylStack
+import BerylSupervisor
 import BerylTransport
 import Foundation
 

@@ -1,14 +1,13 @@
 import BerylCore
-import BerylEventLoop
 import BerylDaemonKit
+import BerylEventLoop
 import BerylGAP
 import BerylIPC
 import BerylManager
-import BerylStack
 import BerylStore
 import Foundation
-#if canImport(Glibc)
 import Glibc
+#if canImport(Glibc)
 #endif
 
 /// One manager that opted into restoration: while its app runs its session holds the manager's work; while it does

@@ -3,10 +3,9 @@ import BerylDaemonKit
 import BerylHCI
 import BerylIPC
 import BerylManager
-import BerylStack
 import Foundation
-#if canImport(Glibc)
 import Glibc
+#if canImport(Glibc)
 #endif
 
 /// Foreground, background and suspended: what each app's managers may do (Core Bluetooth's background execution

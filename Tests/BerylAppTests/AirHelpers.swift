@@ -1,6 +1,5 @@
 import Beryl
 import BerylIPC
-import BerylStack
 import Foundation
 import XCTest
 

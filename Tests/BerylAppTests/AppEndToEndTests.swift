@@ -1,5 +1,6 @@
 import Beryl
-import BerylStack
+import BerylDaemonKit
+import BerylSupervisor
 import Dispatch
 import Foundation
 import Synchronization

@@ -1,4 +1,5 @@
-import BerylStack
+import BerylDaemonKit
+import BerylSupervisor
 import Foundation
 import XCTest
 

@@ -1,6 +1,6 @@
 @testable import Beryl
 import BerylIPC
-import BerylStack
+import BerylSupervisor
 import Foundation
 import Synchronization
 import XCTest

@@ -1,9 +1,9 @@
 import BerylDaemonKit
-import BerylStack
+import BerylSupervisor
 import Foundation
+import Glibc
 import XCTest
 #if canImport(Glibc)
-import Glibc
 #endif
 
 /// The Core Bluetooth Programming Guide's listings (Guide/iOS, Swift written for iOS, renamed at build time and

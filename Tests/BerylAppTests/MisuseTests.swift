@@ -1,5 +1,5 @@
 import Beryl
-import BerylStack
+import BerylDaemonKit
 import Dispatch
 import Foundation
 import Synchronization

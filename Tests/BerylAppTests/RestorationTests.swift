@@ -1,6 +1,6 @@
 import Beryl
 import BerylDaemonKit
-import BerylStack
+import BerylSupervisor
 import Foundation
 import XCTest
 

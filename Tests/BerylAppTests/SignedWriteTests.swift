@@ -1,6 +1,6 @@
 import Beryl
 import BerylIPC
-import BerylStack
+import BerylSupervisor
 import Dispatch
 import Foundation
 import XCTest

@@ -1,4 +1,3 @@
-import BerylStack
 import BerylTransport
 import XCTest
 
@@ -30,19 +29,5 @@ final class TransportSpecTests: XCTestCase {
                 XCTAssertEqual(spec, text)
             }
         }
-    }
-}
-
-final class RestartBackoffTests: XCTestCase {
-    func testDoublesToTheCapAndResetsAfterAStableRun() {
-        var backoff = RestartBackoff(initial: .milliseconds(100), maximum: .milliseconds(700), stableAfter: .seconds(10))
-        let quick = Duration.milliseconds(50)
-        XCTAssertEqual(backoff.delay(afterRunning: quick), .milliseconds(100))
-        XCTAssertEqual(backoff.delay(afterRunning: quick), .milliseconds(200))
-        XCTAssertEqual(backoff.delay(afterRunning: quick), .milliseconds(400))
-        XCTAssertEqual(backoff.delay(afterRunning: quick), .milliseconds(700))
-        XCTAssertEqual(backoff.delay(afterRunning: quick), .milliseconds(700))
-        XCTAssertEqual(backoff.delay(afterRunning: .seconds(11)), .milliseconds(100))
-        XCTAssertEqual(backoff.delay(afterRunning: quick), .milliseconds(200))
     }
 }

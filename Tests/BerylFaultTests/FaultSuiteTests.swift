@@ -1,5 +1,4 @@
 import BerylFaults
-import BerylStack
 import Foundation
 import XCTest
 

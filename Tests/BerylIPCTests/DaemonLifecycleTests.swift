@@ -1,6 +1,6 @@
 import BerylDaemonKit
 import BerylIPC
-import BerylStack
+import BerylSupervisor
 import Foundation
 import XCTest
 

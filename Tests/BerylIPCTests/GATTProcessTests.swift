@@ -1,8 +1,9 @@
+import BerylBench
 import BerylCore
 import BerylDaemonKit
 import BerylHCI
 import BerylIPC
-import BerylStack
+import BerylSupervisor
 import Foundation
 import XCTest
 

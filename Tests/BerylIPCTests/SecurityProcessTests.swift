@@ -1,7 +1,7 @@
 import BerylDaemonKit
 import BerylIPC
-import BerylStack
 import BerylStore
+import BerylSupervisor
 import Foundation
 import XCTest
 

@@ -1,9 +1,10 @@
 import BerylDaemonKit
 import BerylIPC
 import BerylPandora
-import BerylStack
 import BerylStore
+import BerylSupervisor
 import Foundation
+import Glibc
 import GRPCCore
 import GRPCInProcessTransport
 import GRPCNIOTransportHTTP2Posix
@@ -11,7 +12,6 @@ import PandoraInterfaces
 import SwiftProtobuf
 import XCTest
 #if canImport(Glibc)
-import Glibc
 #endif
 
 /// managerd's lab session with real daemons on berylsim: driven over IPC, and through beryl-pandora's services served

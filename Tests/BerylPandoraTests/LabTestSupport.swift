@@ -1,6 +1,7 @@
+import BerylDaemonKit
 import BerylIPC
 import BerylPandora
-import BerylStack
+import BerylSupervisor
 import Foundation
 import GRPCCore
 import GRPCInProcessTransport

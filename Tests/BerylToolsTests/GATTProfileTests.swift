@@ -1,5 +1,5 @@
 import BerylCore
-import BerylStack
+import BerylTools
 import Foundation
 import XCTest
 

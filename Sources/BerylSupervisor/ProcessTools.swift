@@ -1,3 +1,4 @@
+import BerylDaemonKit
 import Foundation
 
 /// Waits for `condition` for up to `timeout`, polling; returns whether it became true (for tests and tools that

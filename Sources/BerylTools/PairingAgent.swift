@@ -1,4 +1,5 @@
 import BerylIPC
+import BerylSupervisor
 import Foundation
 
 /// Answers attd's pairing prompts for a command-line tool: a passkey given up front, numbers accepted without asking

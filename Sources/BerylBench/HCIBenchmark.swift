@@ -2,6 +2,8 @@ import BerylCore
 import BerylDaemonKit
 import BerylHCI
 import BerylIPC
+import BerylSupervisor
+import BerylTools
 import Foundation
 
 public struct HCIBenchmarkResult: Codable, Sendable {

@@ -2,6 +2,7 @@ import BerylCore
 import BerylDaemonKit
 import BerylHCI
 import BerylIPC
+import BerylSupervisor
 import Foundation
 
 public struct GATTThroughput: Codable, Sendable {

@@ -1,4 +1,4 @@
-import BerylStack
+import BerylTools
 import XCTest
 
 final class ProfileValuesTests: XCTestCase {

@@ -112,21 +112,3 @@ public enum StackProbe {
         }
     }
 }
-
-extension Request {
-    /// An HCI command for hcid, answered with its Command Complete or Command Status.
-    static func hci(_ command: HCICommandPacket) -> Request {
-        var request = Request()
-        request.hci.sendCommand.opcode = UInt32(command.opcode)
-        request.hci.sendCommand.parameters = Data(command.parameters)
-        return request
-    }
-}
-
-extension Event {
-    /// The connection or disconnection an hcid event reports, if that is what it is.
-    var linkEvent: LinkEvent? {
-        guard case .event(let packet)? = hci.kind else { return nil }
-        return LinkEvent(HCIEventPacket(code: UInt8(truncatingIfNeeded: packet.code), parameters: Array(packet.parameters)))
-    }
-}
