@@ -43,11 +43,21 @@ struct AppCommand: ParsableCommand {
         return line
     }
 
+    static func launchFailure(_ kind: Beryl_Ipc_V1_LaunchFailureKind) -> Any {
+        switch kind {
+        case .none, .UNRECOGNIZED: NSNull()
+        case .couldNotStart: "couldNotStart"
+        case .didNotRestore: "didNotRestore"
+        case .exitedWithoutRestoring: "exitedWithoutRestoring"
+        }
+    }
+
     static func object(_ app: Beryl_Ipc_V1_AppInfo) -> [String: Any] {
         ["id": app.id, "manifest": app.manifest, "user": app.user, "backgroundModes": app.backgroundModes, "launchable": app.launchable,
          "state": state(app), "pids": app.pids.map(Int.init),
          "preservedCentrals": app.preservedCentrals, "preservedPeripherals": app.preservedPeripherals,
-         "queuedEvents": Int(app.queuedEvents), "launches": Int(app.launches), "lastLaunchError": app.lastLaunchError]
+         "queuedEvents": Int(app.queuedEvents), "launches": Int(app.launches), "lastLaunchError": app.lastLaunchError,
+         "lastLaunchFailure": launchFailure(app.lastLaunchFailure)]
     }
 
     static func print(_ list: Beryl_Ipc_V1_AppList, json: Bool) {
@@ -108,6 +118,15 @@ struct AppState: ParsableCommand {
 
 /// `beryl alerts`: the alerts managerd raises for suspended apps (connection options' notifyOn*), one per line.
 struct Alerts: ParsableCommand {
+    static func alertKind(_ kind: Beryl_Ipc_V1_AlertKind) -> String {
+        switch kind {
+        case .connection: "connection"
+        case .disconnection: "disconnection"
+        case .notification: "notification"
+        case .unspecified, .UNRECOGNIZED: "unknown"
+        }
+    }
+
     static let configuration = CommandConfiguration(abstract: "Print the alerts managerd raises for suspended apps, until stopped (or --count).")
     @OptionGroup var stack: StackOptions
     @Option(help: "Stop after this many alerts.") var count: Int?
@@ -139,7 +158,7 @@ struct Alerts: ParsableCommand {
             guard case .alert(let alert)? = envelope.event.manager.kind else { continue }
             seen += 1
             let line: String
-            if json, let data = try? JSONSerialization.data(withJSONObject: ["app": alert.appID, "kind": alert.kind, "peripheral": alert.peripheral,
+            if json, let data = try? JSONSerialization.data(withJSONObject: ["app": alert.appID, "kind": Self.alertKind(alert.kind), "peripheral": alert.peripheral,
                                                                                "message": alert.message], options: [.sortedKeys]) {
                 line = String(decoding: data, as: UTF8.self)
             } else {

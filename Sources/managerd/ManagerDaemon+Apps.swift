@@ -52,7 +52,7 @@ struct AppRuntime {
     var adopted = false
     var launchedAt: ContinuousClock.Instant?
     var launches = 0
-    var lastLaunchError = ""
+    var lastLaunchFailure: LaunchFailure?
     var nextLaunch: ContinuousClock.Instant?
     var backoff = RestartBackoff(initial: .seconds(1), maximum: .seconds(60), stableAfter: .seconds(30))
     /// Launched in the background and not yet connected: its first Hello starts its first wake.
@@ -261,14 +261,14 @@ extension ManagerDaemon {
             runtime.launchedAt = .now
             runtime.state = .background
             runtime.firstWakePending = true
-            runtime.lastLaunchError = ""
+            runtime.lastLaunchFailure = nil
             host.logger.info("launched \(manifest.id) as \(manifest.user) (pid \(pid))"
                              + (waiting.isEmpty ? "" : " to restore \(waiting.map(\.restoreID).joined(separator: ", "))"))
             apps[manifest.id] = runtime
             recordLaunchedApps()
             return nil
         } catch {
-            runtime.lastLaunchError = "\(error)"
+            runtime.lastLaunchFailure = .couldNotStart(reason: "\(error)")
             runtime.nextLaunch = ContinuousClock.now + runtime.backoff.delay(afterRunning: .zero)
             apps[manifest.id] = runtime
             host.logger.error("cannot launch \(manifest.id): \(error)")
@@ -286,8 +286,9 @@ extension ManagerDaemon {
                 let waiting = preservedManagers.filter { $0.appID == appID && !$0.live && $0.queued.count > 0 }
                 if !waiting.isEmpty, let launchedAt = runtime.launchedAt, ContinuousClock.now - launchedAt > restoreGrace {
                     apps[appID]?.launchedAt = nil
-                    apps[appID]?.lastLaunchError = "did not restore \(waiting.map(\.restoreID).joined(separator: ", ")) within \(restoreGrace)"
-                    host.logger.warning("\(appID) (pid \(pid)) \(apps[appID]?.lastLaunchError ?? ""); ending it")
+                    let failure = LaunchFailure.didNotRestore(restoreIDs: waiting.map(\.restoreID), within: restoreGrace)
+                    apps[appID]?.lastLaunchFailure = failure
+                    host.logger.warning("\(appID) (pid \(pid)) \(failure); ending it")
                     kill(pid, SIGTERM)
                 }
                 continue
@@ -303,10 +304,10 @@ extension ManagerDaemon {
                 let uptime = updated.launchedAt.map { ContinuousClock.now - $0 } ?? .zero
                 let delay = updated.backoff.delay(afterRunning: uptime)
                 updated.nextLaunch = ContinuousClock.now + delay
-                if updated.launchedAt != nil || updated.lastLaunchError.isEmpty {
-                    updated.lastLaunchError = "exited (\(reason)) without restoring \(waiting.map(\.restoreID).joined(separator: ", "))"
+                if updated.launchedAt != nil || updated.lastLaunchFailure == nil {
+                    updated.lastLaunchFailure = .exitedWithoutRestoring(exit: reason, restoreIDs: waiting.map(\.restoreID))
                 }
-                host.logger.warning("\(appID) \(updated.lastLaunchError); launching again in \(delay)")
+                host.logger.warning("\(appID) \(updated.lastLaunchFailure.map { "\($0)" } ?? ""); launching again in \(delay)")
                 _ = try? host.loop.after(delay) { [unowned self] in self.launchForRestoration(appID) }
             } else {
                 updated.backoff = AppRuntime().backoff
@@ -318,6 +319,15 @@ extension ManagerDaemon {
 
     func sessionsOf(_ appID: String) -> [IPCSession] {
         (host.server?.sessions.values.map { $0 } ?? []).filter { ($0.context as? AppSession)?.appID == appID }
+    }
+
+    static func wire(_ failure: LaunchFailure?) -> Beryl_Ipc_V1_LaunchFailureKind {
+        switch failure {
+        case nil: .none
+        case .couldNotStart?: .couldNotStart
+        case .didNotRestore?: .didNotRestore
+        case .exitedWithoutRestoring?: .exitedWithoutRestoring
+        }
     }
 
     // MARK: Persistence
@@ -566,7 +576,8 @@ extension ManagerDaemon {
             $0.preservedPeripherals = mine.filter { $0.role == .peripheral }.map(\.restoreID).sorted()
             $0.queuedEvents = UInt32(preservedQueued + held)
             $0.launches = UInt32(runtime.launches)
-            $0.lastLaunchError = runtime.lastLaunchError
+            $0.lastLaunchError = runtime.lastLaunchFailure?.description ?? ""
+            $0.lastLaunchFailure = Self.wire(runtime.lastLaunchFailure)
         }
     }
 }

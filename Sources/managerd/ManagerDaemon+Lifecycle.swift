@@ -119,31 +119,38 @@ extension ManagerDaemon {
     // MARK: Alerts
 
     private func alertIfAsked(_ event: Beryl_Ipc_V1_ManagerEvent, app: AppSession) {
-        let alert: (kind: String, peripheral: String)?
+        let alert: (kind: AlertKind, peripheral: String)?
         switch event.kind {
         case .connected(let connected)? where app.connectOptions[connected.peripheral]?.notifyOnConnection == true:
-            alert = ("connection", connected.peripheral)
+            alert = (.connection, connected.peripheral)
         case .disconnected(let disconnected)? where app.connectOptions[disconnected.peripheral]?.notifyOnDisconnection == true:
-            alert = ("disconnection", disconnected.peripheral)
+            alert = (.disconnection, disconnected.peripheral)
         case .notification(let notification)? where app.connectOptions[notification.peripheral]?.notifyOnNotification == true:
-            alert = ("notification", notification.peripheral)
+            alert = (.notification, notification.peripheral)
         default:
             alert = nil
         }
         guard let alert else { return }
-        let name = store?.device(alert.peripheral)?.name ?? alert.peripheral
-        let message = "\(app.appID): \(alert.kind) \(alert.kind == "notification" ? "from" : "of") \(name)"
+        let message = alert.kind.message(appID: app.appID, peripheral: store?.device(alert.peripheral)?.name ?? alert.peripheral)
         host.logger.warning("alert: \(message)")
         var event = Beryl_Ipc_V1_ManagerEvent()
-        event.alert = .with { $0.appID = app.appID; $0.message = message; $0.kind = alert.kind; $0.peripheral = alert.peripheral }
+        event.alert = .with { $0.appID = app.appID; $0.message = message; $0.kind = Self.wire(alert.kind); $0.peripheral = alert.peripheral }
         for subscriber in alertSubscribers { send(event, to: subscriber) }
         if let manifest = catalog.apps[app.appID], let command = manifest.alertCommand {
             do {
-                _ = try Spawn.start(command + [message], environment: ["PATH": "/usr/bin:/bin", "BERYL_APP_ID": app.appID, "BERYL_ALERT": alert.kind],
+                _ = try Spawn.start(command + [message], environment: ["PATH": "/usr/bin:/bin", "BERYL_APP_ID": app.appID, "BERYL_ALERT": alert.kind.rawValue],
                                     logPath: host.paths.logDir + "/alerts-\(app.appID).log", uid: manifest.uid, gid: manifest.gid)
             } catch {
                 host.logger.error("alert command of \(app.appID) failed: \(error)")
             }
+        }
+    }
+
+    static func wire(_ kind: AlertKind) -> Beryl_Ipc_V1_AlertKind {
+        switch kind {
+        case .connection: .connection
+        case .disconnection: .disconnection
+        case .notification: .notification
         }
     }
 

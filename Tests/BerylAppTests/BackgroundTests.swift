@@ -150,6 +150,7 @@ final class BackgroundTests: TwoStacksTestCase {
         XCTAssertTrue(eventually(.seconds(20)) {
             ((try? self.app("com.example.stubborn")["lastLaunchError"] as? String) ?? "").contains("did not restore doorlock-central within")
         }, "\(String(describing: try? app("com.example.stubborn")))")
+        XCTAssertEqual(try app("com.example.stubborn")["lastLaunchFailure"] as? String, "didNotRestore", "the reason travels typed")
         let managerdLog = (try? String(contentsOfFile: scratch.paths.logFile("managerd0"), encoding: .utf8)) ?? ""
         XCTAssertTrue(managerdLog.contains("did not restore doorlock-central within 2"), managerdLog)
         // Each stand-in ended is reaped before the next launch, which waits out the backoff: none is launched over one

@@ -77,7 +77,7 @@ final class LifecycleTests: TwoStacksTestCase {
         _ = FileManager.default.createFile(atPath: alerts, contents: nil)
         let watcher = Process()
         watcher.executableURL = URL(fileURLWithPath: Executables.path("beryl"))
-        watcher.arguments = ["alerts", "--count", "1", "--runtime-dir", "\(scratch.root)/run0"]
+        watcher.arguments = ["alerts", "--count", "1", "--json", "--runtime-dir", "\(scratch.root)/run0"]
         watcher.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: alerts))
         try watcher.run()
         defer { if watcher.isRunning { watcher.terminate() } }
@@ -113,6 +113,7 @@ final class LifecycleTests: TwoStacksTestCase {
         sim.waitUntilExit()
         XCTAssertTrue(eventually(.seconds(10)) { ((try? String(contentsOfFile: alerts, encoding: .utf8)) ?? "").contains("com.test.alerts: disconnection of") },
                       (try? String(contentsOfFile: alerts, encoding: .utf8)) ?? "")
+        XCTAssertTrue(((try? String(contentsOfFile: alerts, encoding: .utf8)) ?? "").contains(#""kind":"disconnection""#), "the kind travels typed")
         XCTAssertFalse(client.recorder.all.contains { $0.hasPrefix("disconnected") }, "held while suspended")
         XCTAssertEqual(try appState("com.test.alerts")?["queuedEvents"] as? Int, 1)
         XCTAssertEqual(try beryl(["app", "state", "com.test.alerts", "foreground"]).status, 0)

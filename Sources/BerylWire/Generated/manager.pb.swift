@@ -108,6 +108,98 @@ public nonisolated enum Beryl_Ipc_V1_AppLifecycle: SwiftProtobuf.Enum, Swift.Cas
 
 }
 
+/// Which connection option (notifyOnConnection, notifyOnDisconnection, notifyOnNotification) raised an alert.
+public nonisolated enum Beryl_Ipc_V1_AlertKind: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case unspecified // = 0
+  case connection // = 1
+  case disconnection // = 2
+  case notification // = 3
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .connection
+    case 2: self = .disconnection
+    case 3: self = .notification
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .connection: return 1
+    case .disconnection: return 2
+    case .notification: return 3
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Beryl_Ipc_V1_AlertKind] = [
+    .unspecified,
+    .connection,
+    .disconnection,
+    .notification,
+  ]
+
+}
+
+/// Why managerd's last launch of an app did not give back what it was launched to restore.
+public nonisolated enum Beryl_Ipc_V1_LaunchFailureKind: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case none // = 0
+
+  /// The process could not be started (no such program, a user it cannot become).
+  case couldNotStart // = 1
+
+  /// It ran, but did not make the managers it was launched to restore in time, and was ended.
+  case didNotRestore // = 2
+
+  /// It exited before it made them.
+  case exitedWithoutRestoring // = 3
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .none
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .none
+    case 1: self = .couldNotStart
+    case 2: self = .didNotRestore
+    case 3: self = .exitedWithoutRestoring
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .none: return 0
+    case .couldNotStart: return 1
+    case .didNotRestore: return 2
+    case .exitedWithoutRestoring: return 3
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Beryl_Ipc_V1_LaunchFailureKind] = [
+    .none,
+    .couldNotStart,
+    .didNotRestore,
+    .exitedWithoutRestoring,
+  ]
+
+}
+
 /// CBManagerAuthorization, mapped from the app's manifest.
 public nonisolated enum Beryl_Ipc_V1_Authorization: SwiftProtobuf.Enum, Swift.CaseIterable {
   public typealias RawValue = Int
@@ -482,10 +574,9 @@ public nonisolated struct Beryl_Ipc_V1_AlertEvent: Sendable {
 
   public var message: String = String()
 
-  /// connection, disconnection or notification.
-  public var kind: String = String()
-
   public var peripheral: String = String()
+
+  public var kind: Beryl_Ipc_V1_AlertKind = .unspecified
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -547,7 +638,10 @@ public nonisolated struct Beryl_Ipc_V1_AppInfo: Sendable {
 
   public var launches: UInt32 = 0
 
+  /// What last_launch_failure says, for people.
   public var lastLaunchError: String = String()
+
+  public var lastLaunchFailure: Beryl_Ipc_V1_LaunchFailureKind = .none
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -2043,6 +2137,14 @@ nonisolated extension Beryl_Ipc_V1_AppLifecycle: SwiftProtobuf._ProtoNameProvidi
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0APP_LIFECYCLE_NOT_RUNNING\0\u{1}APP_LIFECYCLE_FOREGROUND\0\u{1}APP_LIFECYCLE_BACKGROUND\0\u{1}APP_LIFECYCLE_SUSPENDED\0")
 }
 
+nonisolated extension Beryl_Ipc_V1_AlertKind: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ALERT_KIND_UNSPECIFIED\0\u{1}ALERT_KIND_CONNECTION\0\u{1}ALERT_KIND_DISCONNECTION\0\u{1}ALERT_KIND_NOTIFICATION\0")
+}
+
+nonisolated extension Beryl_Ipc_V1_LaunchFailureKind: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0LAUNCH_FAILURE_KIND_NONE\0\u{1}LAUNCH_FAILURE_KIND_COULD_NOT_START\0\u{1}LAUNCH_FAILURE_KIND_DID_NOT_RESTORE\0\u{1}LAUNCH_FAILURE_KIND_EXITED_WITHOUT_RESTORING\0")
+}
+
 nonisolated extension Beryl_Ipc_V1_Authorization: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0AUTHORIZATION_NOT_DETERMINED\0\u{1}AUTHORIZATION_RESTRICTED\0\u{1}AUTHORIZATION_DENIED\0\u{1}AUTHORIZATION_ALLOWED_ALWAYS\0")
 }
@@ -2511,7 +2613,7 @@ nonisolated extension Beryl_Ipc_V1_SubscribeAlerts: SwiftProtobuf.Message, Swift
 
 nonisolated extension Beryl_Ipc_V1_AlertEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AlertEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}app_id\0\u{1}message\0\u{1}kind\0\u{1}peripheral\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}app_id\0\u{1}message\0\u{2}\u{2}peripheral\0\u{1}kind\0\u{c}\u{3}\u{1}")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2521,8 +2623,8 @@ nonisolated extension Beryl_Ipc_V1_AlertEvent: SwiftProtobuf.Message, SwiftProto
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.appID) }()
       case 2: try { try decoder.decodeSingularStringField(value: &self.message) }()
-      case 3: try { try decoder.decodeSingularStringField(value: &self.kind) }()
       case 4: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
+      case 5: try { try decoder.decodeSingularEnumField(value: &self.kind) }()
       default: break
       }
     }
@@ -2535,11 +2637,11 @@ nonisolated extension Beryl_Ipc_V1_AlertEvent: SwiftProtobuf.Message, SwiftProto
     if !self.message.isEmpty {
       try visitor.visitSingularStringField(value: self.message, fieldNumber: 2)
     }
-    if !self.kind.isEmpty {
-      try visitor.visitSingularStringField(value: self.kind, fieldNumber: 3)
-    }
     if !self.peripheral.isEmpty {
       try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 4)
+    }
+    if self.kind != .unspecified {
+      try visitor.visitSingularEnumField(value: self.kind, fieldNumber: 5)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -2547,8 +2649,8 @@ nonisolated extension Beryl_Ipc_V1_AlertEvent: SwiftProtobuf.Message, SwiftProto
   public static func ==(lhs: Beryl_Ipc_V1_AlertEvent, rhs: Beryl_Ipc_V1_AlertEvent) -> Bool {
     if lhs.appID != rhs.appID {return false}
     if lhs.message != rhs.message {return false}
-    if lhs.kind != rhs.kind {return false}
     if lhs.peripheral != rhs.peripheral {return false}
+    if lhs.kind != rhs.kind {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2621,7 +2723,7 @@ nonisolated extension Beryl_Ipc_V1_StopApp: SwiftProtobuf.Message, SwiftProtobuf
 
 nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AppInfo"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}manifest\0\u{1}user\0\u{3}background_modes\0\u{1}launchable\0\u{1}state\0\u{1}pids\0\u{3}preserved_centrals\0\u{3}preserved_peripherals\0\u{3}queued_events\0\u{1}launches\0\u{3}last_launch_error\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}manifest\0\u{1}user\0\u{3}background_modes\0\u{1}launchable\0\u{1}state\0\u{1}pids\0\u{3}preserved_centrals\0\u{3}preserved_peripherals\0\u{3}queued_events\0\u{1}launches\0\u{3}last_launch_error\0\u{3}last_launch_failure\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2641,6 +2743,7 @@ nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf
       case 10: try { try decoder.decodeSingularUInt32Field(value: &self.queuedEvents) }()
       case 11: try { try decoder.decodeSingularUInt32Field(value: &self.launches) }()
       case 12: try { try decoder.decodeSingularStringField(value: &self.lastLaunchError) }()
+      case 13: try { try decoder.decodeSingularEnumField(value: &self.lastLaunchFailure) }()
       default: break
       }
     }
@@ -2683,6 +2786,9 @@ nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf
     if !self.lastLaunchError.isEmpty {
       try visitor.visitSingularStringField(value: self.lastLaunchError, fieldNumber: 12)
     }
+    if self.lastLaunchFailure != .none {
+      try visitor.visitSingularEnumField(value: self.lastLaunchFailure, fieldNumber: 13)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2699,6 +2805,7 @@ nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf
     if lhs.queuedEvents != rhs.queuedEvents {return false}
     if lhs.launches != rhs.launches {return false}
     if lhs.lastLaunchError != rhs.lastLaunchError {return false}
+    if lhs.lastLaunchFailure != rhs.lastLaunchFailure {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
