@@ -35,7 +35,9 @@ final class HeartRateMonitor: NSObject, PeripheralManagerDelegate {
         guard peripheral.state == .poweredOn else { return }
         let service = MutableService(type: BluetoothUUID(string: "180D"), primary: true)
         service.characteristics = [measurement, location, controlPoint]
-        peripheralManager.add(service)
+        // The manager passed in, not the property: this first callback can run on the queue before the initialiser's
+        // result is stored (the stack answers that fast), as it could with Core Bluetooth.
+        peripheral.add(service)
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, didAdd service: Service, error: Error?) {
