@@ -45,8 +45,6 @@ public final class IPCSession {
     public let id: UInt64
     public let peer: PeerCredentials
     public private(set) var isOpen = true
-    /// Free for the daemon to attach per-session state (an app's identity, its managers).
-    public var context: AnyObject?
 
     let fd: Int32
     private unowned let server: IPCServer

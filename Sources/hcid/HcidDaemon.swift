@@ -8,7 +8,8 @@ import BerylTransport
 import Foundation
 
 /// What one hcid client asked to receive.
-final class Subscription {
+/// What one client session asked hcid for.
+struct Subscription {
     var events = false
     var acl = false
     var monitor = false
@@ -23,6 +24,8 @@ final class HcidDaemon {
     static let maxUnclaimedACLPackets = 256
     /// ACL that arrived while no client subscribed to ACL, for the first one that does.
     var unclaimedACL: [Event] = []
+    /// Each client session's subscription, by session id.
+    var subscriptions: [UInt64: Subscription] = [:]
     let host: DaemonHost
     let core: HCIHost
     let transport: TransportSpec
@@ -66,8 +69,8 @@ final class HcidDaemon {
             self.host.server?.onSessionClosed = { [unowned self] session, _ in
                 self.core.clientGone(session.id)
                 // The last taker of ACL (attd) gone: what it owed peers dies with it.
-                let tookACL = (session.context as? Subscription)?.acl == true
-                let others = self.host.server?.sessions.values.contains { $0 !== session && ($0.context as? Subscription)?.acl == true } ?? false
+                let tookACL = self.subscriptions.removeValue(forKey: session.id)?.acl == true
+                let others = self.subscriptions.values.contains { $0.acl }
                 if tookACL && !others { self.core.attOwnerGone(at: self.host.loop.uptime) }
                 self.drain()
             }
@@ -216,7 +219,7 @@ final class HcidDaemon {
                 event.hci.acl.data = Data(packet.data)
                 // With no one to carry it (attd starting or restarting), a peer's PDU is held, not lost: a dropped ATT
                 // request would stall that peer's bearer for its 30-second timeout.
-                if host.server?.sessions.values.contains(where: { ($0.context as? Subscription)?.acl == true }) == true {
+                if subscriptions.values.contains(where: \.acl) {
                     broadcast(event) { $0.acl }
                 } else if unclaimedACL.count < Self.maxUnclaimedACLPackets {
                     unclaimedACL.append(event)
@@ -279,12 +282,12 @@ final class HcidDaemon {
 
     private func broadcast(_ event: Event, to wants: (Subscription) -> Bool) {
         for session in host.server?.sessions.values ?? [:].values {
-            if let subscription = session.context as? Subscription, wants(subscription) { session.send(.event(event)) }
+            if let subscription = subscriptions[session.id], wants(subscription) { session.send(.event(event)) }
         }
     }
 
     private func monitor(_ bytes: [UInt8], received: Bool) {
-        guard host.server?.sessions.values.contains(where: { ($0.context as? Subscription)?.monitor == true }) == true else { return }
+        guard subscriptions.values.contains(where: \.monitor) else { return }
         let now = Date().timeIntervalSince1970
         let packets: [[UInt8]]
         if received {
@@ -378,11 +381,7 @@ final class HcidDaemon {
             incoming.respond(response)
             drain()
         case .subscribe(let wanted)?:
-            let subscription = (session.context as? Subscription) ?? Subscription()
-            subscription.events = wanted.events
-            subscription.acl = wanted.acl
-            subscription.monitor = wanted.monitor
-            session.context = subscription
+            subscriptions[session.id] = Subscription(events: wanted.events, acl: wanted.acl, monitor: wanted.monitor)
             var response = Response()
             response.hci.controllerInfo = controllerInfo()
             incoming.respond(response)

@@ -50,11 +50,7 @@ struct AppRuntime {
     var launchedPID: Int32?
     /// Launched by an earlier managerd: not this process's child, so watched for exit rather than reaped.
     var adopted = false
-    var launchedAt: ContinuousClock.Instant?
     var launches = 0
-    var lastLaunchFailure: LaunchFailure?
-    var nextLaunch: ContinuousClock.Instant?
-    var backoff = RestartBackoff(initial: .seconds(1), maximum: .seconds(60), stableAfter: .seconds(30))
     /// Launched in the background and not yet connected: its first Hello starts its first wake.
     var firstWakePending = false
     var suspensionTimer: EventRegistration?
@@ -221,21 +217,24 @@ extension ManagerDaemon {
 
     func launchForRestoration(_ appID: String) {
         guard let manifest = catalog.apps[appID], manifest.launch != nil else { return }
-        // Apps that were running when an earlier managerd died are reconnecting now: give them the time to, rather
-        // than launching a second copy.
-        let settled = startedAt + Self.reconnectionGrace
-        if ContinuousClock.now < settled {
+        switch relaunch.verdict(for: appID, at: host.loop.uptime) {
+        case .launch:
+            break
+        case .notBefore(let time):
+            // Apps that were running when an earlier managerd died are reconnecting now: give them the time to, rather
+            // than launching a second copy.
             guard deferredLaunches.insert(appID).inserted else { return }
-            _ = try? host.loop.after(settled - ContinuousClock.now + .milliseconds(10)) { [unowned self] in
+            _ = try? host.loop.after(time - host.loop.uptime + .milliseconds(10)) { [unowned self] in
                 self.deferredLaunches.remove(appID)
                 self.launchForRestoration(appID)
             }
+            return
+        case .backingOff:
             return
         }
         guard !stoppingApps else { return }
         var runtime = apps[appID, default: AppRuntime()]
         if runtime.holdsLaunch { return }
-        if let next = runtime.nextLaunch, ContinuousClock.now < next { return }
         if preservedManagers.contains(where: { $0.appID == appID && $0.live }) { return }
         runtime.launches += 1
         apps[appID] = runtime
@@ -258,18 +257,16 @@ extension ManagerDaemon {
                                       uid: manifest.uid, gid: manifest.gid)
             runtime.launchedPID = pid
             runtime.adopted = false
-            runtime.launchedAt = .now
+            relaunch.launched(manifest.id, at: host.loop.uptime)
             runtime.state = .background
             runtime.firstWakePending = true
-            runtime.lastLaunchFailure = nil
             host.logger.info("launched \(manifest.id) as \(manifest.user) (pid \(pid))"
                              + (waiting.isEmpty ? "" : " to restore \(waiting.map(\.restoreID).joined(separator: ", "))"))
             apps[manifest.id] = runtime
             recordLaunchedApps()
             return nil
         } catch {
-            runtime.lastLaunchFailure = .couldNotStart(reason: "\(error)")
-            runtime.nextLaunch = ContinuousClock.now + runtime.backoff.delay(afterRunning: .zero)
+            _ = relaunch.launchFailed(manifest.id, reason: "\(error)", at: host.loop.uptime)
             apps[manifest.id] = runtime
             host.logger.error("cannot launch \(manifest.id): \(error)")
             return "\(error)"
@@ -284,11 +281,8 @@ extension ManagerDaemon {
             guard let reason = ended else {
                 // Up, but it has not made the managers it was launched to restore: ended, so that it is launched again.
                 let waiting = preservedManagers.filter { $0.appID == appID && !$0.live && $0.queued.count > 0 }
-                if !waiting.isEmpty, let launchedAt = runtime.launchedAt, ContinuousClock.now - launchedAt > restoreGrace {
-                    apps[appID]?.launchedAt = nil
-                    let failure = LaunchFailure.didNotRestore(restoreIDs: waiting.map(\.restoreID), within: restoreGrace)
-                    apps[appID]?.lastLaunchFailure = failure
-                    host.logger.warning("\(appID) (pid \(pid)) \(failure); ending it")
+                if relaunch.overdue(appID, waiting: waiting.map(\.restoreID), at: host.loop.uptime) {
+                    host.logger.warning("\(appID) (pid \(pid)) \(relaunch.failure(of: appID).map { "\($0)" } ?? ""); ending it")
                     kill(pid, SIGTERM)
                 }
                 continue
@@ -298,19 +292,9 @@ extension ManagerDaemon {
             updated.adopted = false
             defer { recordLaunchedApps() }
             let waiting = preservedManagers.filter { $0.appID == appID && !$0.live && $0.queued.count > 0 }
-            if !waiting.isEmpty {
-                // An app that ran a while before it ended starts the backoff over; a stand-in ended for not restoring
-                // (its launch time cleared) or a crash loop keeps doubling it.
-                let uptime = updated.launchedAt.map { ContinuousClock.now - $0 } ?? .zero
-                let delay = updated.backoff.delay(afterRunning: uptime)
-                updated.nextLaunch = ContinuousClock.now + delay
-                if updated.launchedAt != nil || updated.lastLaunchFailure == nil {
-                    updated.lastLaunchFailure = .exitedWithoutRestoring(exit: reason, restoreIDs: waiting.map(\.restoreID))
-                }
-                host.logger.warning("\(appID) \(updated.lastLaunchFailure.map { "\($0)" } ?? ""); launching again in \(delay)")
+            if let delay = relaunch.exited(appID, exit: reason, waiting: waiting.map(\.restoreID), at: host.loop.uptime) {
+                host.logger.warning("\(appID) \(relaunch.failure(of: appID).map { "\($0)" } ?? ""); launching again in \(delay)")
                 _ = try? host.loop.after(delay) { [unowned self] in self.launchForRestoration(appID) }
-            } else {
-                updated.backoff = AppRuntime().backoff
             }
             if !preservedManagers.contains(where: { $0.appID == appID && $0.live }), sessionsOf(appID).isEmpty { updated.state = .notRunning }
             apps[appID] = updated
@@ -318,7 +302,7 @@ extension ManagerDaemon {
     }
 
     func sessionsOf(_ appID: String) -> [IPCSession] {
-        (host.server?.sessions.values.map { $0 } ?? []).filter { ($0.context as? AppSession)?.appID == appID }
+        (host.server?.sessions.values.map { $0 } ?? []).filter { appSessions[$0.id]?.appID == appID }
     }
 
     static func wire(_ failure: LaunchFailure?) -> Beryl_Ipc_V1_LaunchFailureKind {
@@ -489,7 +473,7 @@ extension ManagerDaemon {
         switch kind {
         case .listApps:
             incoming.respond(.with { $0.manager.apps = .with { list in
-                let running = Set((host.server?.sessions.values.map { $0 } ?? []).compactMap { ($0.context as? AppSession)?.appID }.filter { !$0.isEmpty })
+                let running = Set((host.server?.sessions.values.map { $0 } ?? []).compactMap { appSessions[$0.id]?.appID }.filter { !$0.isEmpty })
                 list.apps = Set(catalog.apps.keys).union(running).sorted().map { info(forApp: $0) }
                 list.refused = catalog.refused.map(\.description)
             } })
@@ -507,7 +491,7 @@ extension ManagerDaemon {
                 // A user force-quit: nothing of the app's is kept (its live sessions release their work as they close).
                 for preserved in preservedManagers where preserved.appID == manifest.id { discard(preserved) }
                 try? restorationStore?.removeAll(appID: manifest.id)
-                for live in sessionsOf(manifest.id) { (live.context as? AppSession)?.quitting = true }
+                for live in sessionsOf(manifest.id) { appSessions[live.id]?.quitting = true }
             }
             var pids = Set(sessionsOf(manifest.id).map(\.peer.pid))
             if let pid = apps[manifest.id]?.launchedPID { pids.insert(pid) }
@@ -516,7 +500,7 @@ extension ManagerDaemon {
             incoming.respond(.with { $0.manager.apps.apps = [appInfo(manifest)] })
         case .setAppState(let change):
             // An app reports its own state; root, managerd's user, or the app's own user may force it (labs, tests).
-            let own = (session.context as? AppSession)?.appID == change.appID && !change.appID.isEmpty
+            let own = appSessions[session.id]?.appID == change.appID && !change.appID.isEmpty
             let users = Set(sessionsOf(change.appID).map(\.peer.uid) + [catalog.apps[change.appID]?.uid].compactMap { $0 })
             guard own || session.peer.uid == 0 || session.peer.uid == getuid() || users.contains(session.peer.uid) else {
                 incoming.fail(.permissionDenied, "only the app, root or managerd's user may set \(change.appID)'s state", field: "app_id")
@@ -544,7 +528,7 @@ extension ManagerDaemon {
             $0.id = appID
             $0.state = lifecycleProto(lifecycle(of: appID))
             $0.pids = Array(Set(sessionsOf(appID).map(\.peer.pid))).sorted()
-            $0.queuedEvents = UInt32(sessionsOf(appID).compactMap { ($0.context as? AppSession)?.held.count }.reduce(0, +))
+            $0.queuedEvents = UInt32(sessionsOf(appID).compactMap { appSessions[$0.id]?.held.count }.reduce(0, +))
         }
     }
 
@@ -561,7 +545,7 @@ extension ManagerDaemon {
         let runtime = apps[manifest.id] ?? AppRuntime()
         let mine = preservedManagers.filter { $0.appID == manifest.id }
         let preservedQueued: Int = mine.map(\.queued.count).reduce(0, +)
-        let held: Int = sessionsOf(manifest.id).compactMap { ($0.context as? AppSession)?.held.count }.reduce(0, +)
+        let held: Int = sessionsOf(manifest.id).compactMap { appSessions[$0.id]?.held.count }.reduce(0, +)
         var pids: Set<Int32> = Set(sessionsOf(manifest.id).map(\.peer.pid))
         if let launched = runtime.launchedPID { pids.insert(launched) }
         return .with {
@@ -576,8 +560,8 @@ extension ManagerDaemon {
             $0.preservedPeripherals = mine.filter { $0.role == .peripheral }.map(\.restoreID).sorted()
             $0.queuedEvents = UInt32(preservedQueued + held)
             $0.launches = UInt32(runtime.launches)
-            $0.lastLaunchError = runtime.lastLaunchFailure?.description ?? ""
-            $0.lastLaunchFailure = Self.wire(runtime.lastLaunchFailure)
+            $0.lastLaunchError = relaunch.failure(of: manifest.id)?.description ?? ""
+            $0.lastLaunchFailure = Self.wire(relaunch.failure(of: manifest.id))
         }
     }
 }

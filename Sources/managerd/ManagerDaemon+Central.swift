@@ -38,7 +38,7 @@ extension ManagerDaemon {
             }
             let key = ManagerKey(session: session, manager: connect.manager)
             let (already, actions) = book.connect(key, identifier: device.identifier, address: device.address)
-            (self.session(session)?.context as? AppSession)?.connectOptions[device.identifier] = connect
+            self.appSessions[session]?.connectOptions[device.identifier] = connect
             if let preserved = preservedManagers.first(where: { $0.holder == .session(session) }) {
                 preserved.connectOptions[device.identifier] = connect
                 persist(preserved)

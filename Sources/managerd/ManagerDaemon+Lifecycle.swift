@@ -31,7 +31,7 @@ extension ManagerDaemon {
     }
 
     func policy(forSession id: UInt64) -> LifecyclePolicy {
-        guard let app = session(id)?.context as? AppSession else { return .of(.foreground, modes: []) }
+        guard let app = appSessions[id] else { return .of(.foreground, modes: []) }
         return .of(lifecycle(of: app.appID), modes: catalog.apps[app.appID]?.backgroundModes ?? [])
     }
 
@@ -85,7 +85,7 @@ extension ManagerDaemon {
     /// An event for a session whose app may not take it now: held (coalesced, bounded) until it returns, with an
     /// alert when the app asked for one. False when the event should go out at once.
     func holdIfSuspended(_ event: inout Beryl_Ipc_V1_ManagerEvent, for sessionID: UInt64) -> Bool {
-        guard let app = session(sessionID)?.context as? AppSession, !app.appID.isEmpty else { return false }
+        guard let app = appSessions[sessionID], !app.appID.isEmpty else { return false }
         let policy = policy(forSession: sessionID)
         if policy.deliversEvents {
             noteWake(app.appID, by: event)
@@ -105,7 +105,7 @@ extension ManagerDaemon {
 
     func deliverHeld(_ appID: String) {
         for live in sessionsOf(appID) {
-            guard let app = live.context as? AppSession, app.held.count > 0 else { continue }
+            guard let app = appSessions[live.id], app.held.count > 0 else { continue }
             let events = app.held.drain()
             host.logger.info("\(appID): \(events.count) held event(s) delivered")
             for event in events {

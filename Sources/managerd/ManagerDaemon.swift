@@ -80,6 +80,9 @@ final class ManagerDaemon {
     let appsDir: String?
     var catalog = AppCatalog()
     var apps: [String: AppRuntime] = [:]
+    /// Each manager session's app and what it holds, by session id; kept here rather than on the session, which the
+    /// server forgets before it reports the close.
+    var appSessions: [UInt64: AppSession] = [:]
     var preservedManagers: [PreservedManager] = []
     /// Ids of preserved managers, which hold their work while their app is not running.
     var nextPreservedID: UInt64 = 1
@@ -98,12 +101,9 @@ final class ManagerDaemon {
     let defaultSuspendAfter: Double
     var pendingRepublish: [(ManagerKey, [Beryl_Ipc_V1_PreservedService])] = []
 
-    /// How long a relaunched app has to make the managers it was launched for before it is ended and launched again.
-    let restoreGrace: Duration
-    let startedAt = ContinuousClock.now
-    /// How long after starting managerd waits for running apps to reconnect (the library retries for up to 1 s
-    /// between attempts) before it launches any app for restoration.
-    static let reconnectionGrace = Duration.seconds(3)
+    /// When apps are launched again for restoration. Its reconnection grace (3 s) is how long after starting managerd
+    /// waits for running apps to reconnect (the library retries for up to 1 s between attempts).
+    var relaunch: RelaunchPolicy
     /// Apps whose launch for restoration waits for the end of that grace.
     var deferredLaunches: Set<String> = []
     /// Set once SIGTERM arrives: the launched apps are being ended, and none is launched again.
@@ -122,7 +122,7 @@ final class ManagerDaemon {
     var labResetInFlight = false
 
     init(host: DaemonHost, appsDir: String?, suspendAfter: Double = 5, restoreGrace: Double = 15) throws {
-        self.restoreGrace = .milliseconds(Int(restoreGrace * 1000))
+        relaunch = RelaunchPolicy(restoreGrace: .milliseconds(Int(restoreGrace * 1000)), startedAt: host.loop.uptime)
         self.host = host
         self.appsDir = appsDir
         defaultSuspendAfter = suspendAfter
@@ -291,7 +291,7 @@ final class ManagerDaemon {
         event.stateChanged = newState
         // A session hears the state in its Welcome, and changes after it. One told before its Hello was answered heard
         // poweredOn ahead of the Welcome: its app added its services, then the Welcome's reset clearing removed them.
-        for (id, live) in host.server?.sessions ?? [:] where (live.context as? AppSession)?.saidHello == true { send(event, to: id) }
+        for (id, app) in appSessions where app.saidHello { send(event, to: id) }
         if newState == .poweredOn { resumeOnController() }
     }
 
@@ -426,7 +426,8 @@ final class ManagerDaemon {
     // MARK: Sessions
 
     private func sessionClosed(_ id: UInt64) {
-        if let app = session(id)?.context as? AppSession, !app.appID.isEmpty {
+        defer { appSessions[id] = nil }
+        if let app = appSessions[id], !app.appID.isEmpty {
             wakeSessionClosed(id, appID: app.appID)
             // An app this stack did not launch is not running once its last session is gone.
             if sessionsOf(app.appID).allSatisfy({ $0.id == id }), apps[app.appID]?.launchedPID == nil, apps[app.appID] != nil {
@@ -439,7 +440,7 @@ final class ManagerDaemon {
         scans.paused.remove(.session(id))
         scans.coalesced.remove(.session(id))
         if let preserved = preservedManagers.first(where: { $0.holder == .session(id) }) {
-            let app = session(id)?.context as? AppSession
+            let app = appSessions[id]
             if app?.quitting == true || preserved.appID.isEmpty {
                 discard(preserved)
             } else if preserveOnClose(id) {
@@ -470,8 +471,8 @@ final class ManagerDaemon {
 
     func handle(_ incoming: IncomingRequest) -> Bool {
         guard case .manager(let request)? = incoming.request.kind, let session = incoming.session else { return false }
-        let app = (session.context as? AppSession) ?? AppSession()
-        session.context = app
+        let app = appSessions[session.id] ?? AppSession()
+        appSessions[session.id] = app
         guard let kind = request.kind else {
             incoming.fail(.unknownMessage, "empty manager request")
             return true

@@ -1,4 +1,4 @@
-import BerylDaemonKit
+import BerylCore
 import XCTest
 
 final class RestartBackoffTests: XCTestCase {

@@ -1,0 +1,102 @@
+import BerylCore
+
+/// When managerd launches an app again so that it restores its preserved managers (Core Bluetooth relaunches an app
+/// for its restored managers' events): not while apps from before a managerd restart may still be reconnecting, not
+/// before the backoff of a crash loop is over, and an app that runs but does not restore in time is ended. Sans-IO:
+/// spawning, reaping and signals stay in the shell, which reports what happened with the time it happened.
+public struct RelaunchPolicy: Sendable {
+    public enum Verdict: Equatable, Sendable {
+        case launch
+        /// Apps that ran under an earlier managerd may still reconnect: ask again at this time.
+        case notBefore(Duration)
+        /// The backoff after the last exit is not over; the exit scheduled the next try.
+        case backingOff
+    }
+
+    private struct Record: Sendable {
+        /// When the running launch started; nil once it is known not to restore (ended for it, or never started).
+        var launchedAt: Duration?
+        var nextLaunch: Duration?
+        var backoff: RestartBackoff
+        var failure: LaunchFailure?
+    }
+
+    public let restoreGrace: Duration
+    public let reconnectionGrace: Duration
+    public let startedAt: Duration
+    private let freshBackoff = RestartBackoff(initial: .seconds(1), maximum: .seconds(60), stableAfter: .seconds(30))
+    private var records: [String: Record] = [:]
+
+    public init(restoreGrace: Duration, reconnectionGrace: Duration = .seconds(3), startedAt: Duration) {
+        self.restoreGrace = restoreGrace
+        self.reconnectionGrace = reconnectionGrace
+        self.startedAt = startedAt
+    }
+
+    public func failure(of app: String) -> LaunchFailure? { records[app]?.failure }
+
+    public func verdict(for app: String, at now: Duration) -> Verdict {
+        let settled = startedAt + reconnectionGrace
+        if now < settled { return .notBefore(settled) }
+        if let next = records[app]?.nextLaunch, now < next { return .backingOff }
+        return .launch
+    }
+
+    public mutating func launched(_ app: String, at now: Duration) {
+        update(app) {
+            $0.launchedAt = now
+            $0.failure = nil
+        }
+    }
+
+    /// The launch did not start a process; returns the wait before the next try.
+    public mutating func launchFailed(_ app: String, reason: String, at now: Duration) -> Duration {
+        var delay = Duration.zero
+        update(app) {
+            $0.failure = .couldNotStart(reason: reason)
+            delay = $0.backoff.delay(afterRunning: .zero)
+            $0.nextLaunch = now + delay
+        }
+        return delay
+    }
+
+    /// A launch still running while `waiting` managers are not restored: true when its grace is over, and the shell
+    /// ends it (its exit then backs off as a crash would, since it never became useful).
+    public mutating func overdue(_ app: String, waiting: [String], at now: Duration) -> Bool {
+        guard !waiting.isEmpty, let launchedAt = records[app]?.launchedAt, now - launchedAt > restoreGrace else { return false }
+        let failure = LaunchFailure.didNotRestore(restoreIDs: waiting, within: restoreGrace)
+        update(app) {
+            $0.launchedAt = nil
+            $0.failure = failure
+        }
+        return true
+    }
+
+    /// A launch ended (`exit` says how) with `waiting` managers not restored: returns the wait before the next launch,
+    /// or nil when nothing waits (and a later launch starts the backoff over).
+    public mutating func exited(_ app: String, exit: String, waiting: [String], at now: Duration) -> Duration? {
+        var delay: Duration?
+        let fresh = freshBackoff
+        update(app) { record in
+            guard !waiting.isEmpty else {
+                record.backoff = fresh
+                return
+            }
+            // One that ran a while starts the backoff over; a crash loop, or one ended for not restoring, doubles it.
+            let uptime = record.launchedAt.map { now - $0 } ?? .zero
+            let wait = record.backoff.delay(afterRunning: uptime)
+            record.nextLaunch = now + wait
+            if record.launchedAt != nil || record.failure == nil {
+                record.failure = .exitedWithoutRestoring(exit: exit, restoreIDs: waiting)
+            }
+            delay = wait
+        }
+        return delay
+    }
+
+    private mutating func update(_ app: String, _ change: (inout Record) -> Void) {
+        var record = records[app] ?? Record(backoff: freshBackoff)
+        change(&record)
+        records[app] = record
+    }
+}
