@@ -12,7 +12,7 @@ struct Serve: ParsableCommand {
 
     @OptionGroup var stack: StackOptions
 
-    @Argument(help: "The profile: localName, advertise and services (see the README).")
+    @Argument(help: "The profile: localName, advertise and services (see docs/gatt.md).")
     var profile: String
 
     @Flag(help: "Only check the profile and print what it would publish.")
