@@ -7,10 +7,9 @@ import BerylCore
 public struct RelaunchPolicy: Sendable {
     public enum Verdict: Equatable, Sendable {
         case launch
-        /// Apps that ran under an earlier managerd may still reconnect: ask again at this time.
+        /// Ask again at this time: apps that ran under an earlier managerd may still reconnect, or the backoff after
+        /// the last exit or failed start is not over.
         case notBefore(Duration)
-        /// The backoff after the last exit is not over; the exit scheduled the next try.
-        case backingOff
     }
 
     private struct Record: Sendable {
@@ -38,7 +37,7 @@ public struct RelaunchPolicy: Sendable {
     public func verdict(for app: String, at now: Duration) -> Verdict {
         let settled = startedAt + reconnectionGrace
         if now < settled { return .notBefore(settled) }
-        if let next = records[app]?.nextLaunch, now < next { return .backingOff }
+        if let next = records[app]?.nextLaunch, now < next { return .notBefore(next) }
         return .launch
     }
 

@@ -7,8 +7,6 @@ import BerylManager
 import BerylStore
 import Foundation
 import Glibc
-#if canImport(Glibc)
-#endif
 
 /// One manager that opted into restoration: while its app runs its session holds the manager's work; while it does
 /// not, managerd holds it under the preserved manager's own id, and queues its events.
@@ -46,14 +44,10 @@ final class PreservedManager {
 
 /// An app's processes as managerd sees them.
 struct AppRuntime {
-    var state: Beryl_Ipc_V1_AppLifecycle = .notRunning
     var launchedPID: Int32?
     /// Launched by an earlier managerd: not this process's child, so watched for exit rather than reaped.
     var adopted = false
     var launches = 0
-    /// Launched in the background and not yet connected: its first Hello starts its first wake.
-    var firstWakePending = false
-    var suspensionTimer: EventRegistration?
 
     /// A launch is still the app's: a child of ours until superviseApps reaps it (ended but unreaped, a zombie, it
     /// still waits for the reaping that schedules the next launch with backoff); an adopted app while it lives.
@@ -216,20 +210,15 @@ extension ManagerDaemon {
     }
 
     func launchForRestoration(_ appID: String) {
-        guard let manifest = catalog.apps[appID], manifest.launch != nil else { return }
+        guard let manifest = catalog.apps[appID], manifest.launch != nil,
+              preservedManagers.contains(where: { $0.appID == appID && !$0.live && $0.queued.count > 0 }) else { return }
         switch relaunch.verdict(for: appID, at: host.loop.uptime) {
         case .launch:
             break
         case .notBefore(let time):
-            // Apps that were running when an earlier managerd died are reconnecting now: give them the time to, rather
-            // than launching a second copy.
-            guard deferredLaunches.insert(appID).inserted else { return }
-            _ = try? host.loop.after(time - host.loop.uptime + .milliseconds(10)) { [unowned self] in
-                self.deferredLaunches.remove(appID)
-                self.launchForRestoration(appID)
-            }
-            return
-        case .backingOff:
+            // Apps that ran under an earlier managerd may be reconnecting, or a crash loop is backing off: one try at
+            // that time. The margin keeps a timer that libevent fires from its cached clock from landing just short.
+            deferLaunch(appID, until: time)
             return
         }
         guard !stoppingApps else { return }
@@ -258,18 +247,26 @@ extension ManagerDaemon {
             runtime.launchedPID = pid
             runtime.adopted = false
             relaunch.launched(manifest.id, at: host.loop.uptime)
-            runtime.state = .background
-            runtime.firstWakePending = true
+            life.launched(manifest.id)
             host.logger.info("launched \(manifest.id) as \(manifest.user) (pid \(pid))"
                              + (waiting.isEmpty ? "" : " to restore \(waiting.map(\.restoreID).joined(separator: ", "))"))
             apps[manifest.id] = runtime
             recordLaunchedApps()
             return nil
         } catch {
-            _ = relaunch.launchFailed(manifest.id, reason: "\(error)", at: host.loop.uptime)
+            let delay = relaunch.launchFailed(manifest.id, reason: "\(error)", at: host.loop.uptime)
             apps[manifest.id] = runtime
-            host.logger.error("cannot launch \(manifest.id): \(error)")
+            host.logger.error("cannot launch \(manifest.id): \(error); trying again in \(delay) if its work still waits")
+            deferLaunch(manifest.id, until: host.loop.uptime + delay)
             return "\(error)"
+        }
+    }
+
+    private func deferLaunch(_ appID: String, until time: Duration) {
+        guard deferredLaunches.insert(appID).inserted else { return }
+        _ = try? host.loop.after(max(.zero, time - host.loop.uptime) + .milliseconds(10)) { [unowned self] in
+            self.deferredLaunches.remove(appID)
+            self.launchForRestoration(appID)
         }
     }
 
@@ -294,9 +291,9 @@ extension ManagerDaemon {
             let waiting = preservedManagers.filter { $0.appID == appID && !$0.live && $0.queued.count > 0 }
             if let delay = relaunch.exited(appID, exit: reason, waiting: waiting.map(\.restoreID), at: host.loop.uptime) {
                 host.logger.warning("\(appID) \(relaunch.failure(of: appID).map { "\($0)" } ?? ""); launching again in \(delay)")
-                _ = try? host.loop.after(delay) { [unowned self] in self.launchForRestoration(appID) }
+                deferLaunch(appID, until: host.loop.uptime + delay)
             }
-            if !preservedManagers.contains(where: { $0.appID == appID && $0.live }), sessionsOf(appID).isEmpty { updated.state = .notRunning }
+            if !preservedManagers.contains(where: { $0.appID == appID && $0.live }), sessionsOf(appID).isEmpty { life.exited(appID) }
             apps[appID] = updated
         }
     }
@@ -510,11 +507,11 @@ extension ManagerDaemon {
                 incoming.fail(.notFound, "no app '\(change.appID)' is declared or running", field: "app_id")
                 return
             }
-            guard change.state != .notRunning else {
+            guard let state = Self.lifecycle(change.state) else {
                 incoming.fail(.invalidArgument, "an app is not running when its process exits; use terminate or quit", field: "state")
                 return
             }
-            setLifecycle(change.appID, change.state, reason: own ? "reported by the app" : "set by uid \(session.peer.uid)")
+            setLifecycle(change.appID, state, reason: own ? "reported by the app" : "set by uid \(session.peer.uid)")
             incoming.respond(.with { $0.manager.apps.apps = [info(forApp: change.appID)] })
         default:
             incoming.fail(.unsupported, "not an app request")
@@ -529,6 +526,16 @@ extension ManagerDaemon {
             $0.state = lifecycleProto(lifecycle(of: appID))
             $0.pids = Array(Set(sessionsOf(appID).map(\.peer.pid))).sorted()
             $0.queuedEvents = UInt32(sessionsOf(appID).compactMap { appSessions[$0.id]?.held.count }.reduce(0, +))
+        }
+    }
+
+    /// The states an app can be put in: not running is what its process exiting makes it.
+    static func lifecycle(_ state: Beryl_Ipc_V1_AppLifecycle) -> LifecycleState? {
+        switch state {
+        case .foreground: .foreground
+        case .background: .background
+        case .suspended: .suspended
+        case .notRunning, .UNRECOGNIZED: nil
         }
     }
 

@@ -1,23 +1,21 @@
 import BerylCore
 import BerylDaemonKit
-import BerylHCI
 import BerylIPC
 import BerylManager
 import Foundation
 import Glibc
-#if canImport(Glibc)
-#endif
 
-/// Foreground, background and suspended: what each app's managers may do (Core Bluetooth's background execution
-/// rules), queued events for suspended apps, alerts, and the budget of a woken app.
+/// The shell of BerylManager's AppLifecycle: it applies what a state change means to scans, advertising and held
+/// events, runs alerts, and ends an app that overran its wake. The rules are the core's.
 extension ManagerDaemon {
     func lifecycle(of appID: String) -> LifecycleState {
-        guard !appID.isEmpty else { return .foreground }
-        switch apps[appID]?.state ?? .notRunning {
-        case .background: return .background
-        case .suspended: return .suspended
-        case .notRunning: return sessionsOf(appID).isEmpty ? .notRunning : .foreground
-        default: return .foreground
+        life.state(of: appID, hasSessions: !sessionsOf(appID).isEmpty)
+    }
+
+    func lifecycleRules(_ appID: String) -> AppLifecycle.Rules? {
+        catalog.apps[appID].map {
+            AppLifecycle.Rules(modes: $0.backgroundModes, suspendAfter: .milliseconds(Int($0.suspendAfter * 1000)),
+                               wakeBudget: .milliseconds(Int($0.wakeBudget * 1000)))
         }
     }
 
@@ -35,28 +33,13 @@ extension ManagerDaemon {
         return .of(lifecycle(of: app.appID), modes: catalog.apps[app.appID]?.backgroundModes ?? [])
     }
 
-    /// An app's state changes (reported by the app, forced by `beryl app state`, or by a timer).
-    func setLifecycle(_ appID: String, _ state: Beryl_Ipc_V1_AppLifecycle, reason: String) {
-        let previous = lifecycle(of: appID)
-        var runtime = apps[appID, default: AppRuntime()]
-        runtime.state = state
-        runtime.suspensionTimer?.cancel()
-        runtime.suspensionTimer = nil
-        apps[appID] = runtime
-        wakes.end(appID)
-        let now = lifecycle(of: appID)
-        if now != previous { host.logger.info("\(appID) is \(now.rawValue) (\(reason))") }
-        let modes = catalog.apps[appID]?.backgroundModes ?? []
-        if now == .background, modes.isEmpty {
-            // Foreground-only: suspended a few seconds after going to the background.
-            let delay = catalog.apps[appID]?.suspendAfter ?? defaultSuspendAfter
-            apps[appID]?.suspensionTimer = try? host.loop.after(.milliseconds(Int(delay * 1000))) { [unowned self] in
-                guard self.lifecycle(of: appID) == .background else { return }
-                self.setLifecycle(appID, .suspended, reason: "foreground-only, \(delay) s in the background")
-            }
-        }
+    /// An app's state changes, reported by the app or forced by `beryl app state`.
+    func setLifecycle(_ appID: String, _ state: LifecycleState, reason: String) {
+        let change = life.set(appID, to: state, rules: lifecycleRules(appID), hasSessions: !sessionsOf(appID).isEmpty, at: host.loop.uptime)
+        if change.current != change.previous { host.logger.info("\(appID) is \(change.current.rawValue) (\(reason))") }
         applyLifecycle(appID)
-        if now == .foreground || (now == .background && previous == .suspended) { deliverHeld(appID) }
+        if change.deliversHeld { deliverHeld(appID) }
+        armLifecycleDeadline()
     }
 
     /// Re-applies every rule that depends on app states: which scans run (and how), who advertises (and how).
@@ -73,34 +56,41 @@ extension ManagerDaemon {
         if policy.coalesceDuplicates { scans.coalesced.insert(.session(session)) } else { scans.coalesced.remove(.session(session)) }
     }
 
-
     /// Every scanner in the background: the slow interval (1.28 s, 30 ms window), as iOS scans for background apps.
     var scanIsSlow: Bool {
         let scanners = scans.scanners
         return !scanners.isEmpty && scanners.allSatisfy { policy(for: $0.holder).slowScan }
     }
 
-    // MARK: Held events
+    // MARK: Events for apps
 
-    /// An event for a session whose app may not take it now: held (coalesced, bounded) until it returns, with an
-    /// alert when the app asked for one. False when the event should go out at once.
-    func holdIfSuspended(_ event: inout Beryl_Ipc_V1_ManagerEvent, for sessionID: UInt64) -> Bool {
-        guard let app = appSessions[sessionID], !app.appID.isEmpty else { return false }
-        let policy = policy(forSession: sessionID)
-        if policy.deliversEvents {
-            noteWake(app.appID, by: event)
-            event.wake = wakes.stamp(session: sessionID, app: app.appID)
+    /// Stamps the event with its wake number, or holds it (with an alert when the app asked for one) or drops it
+    /// while the app is suspended. False when the event should not go out now.
+    func admit(_ event: inout Beryl_Ipc_V1_ManagerEvent, for sessionID: UInt64) -> Bool {
+        guard let app = appSessions[sessionID], !app.appID.isEmpty else { return true }
+        let disposition = life.disposition(of: Self.eventClass(event), app: app.appID, session: sessionID,
+                                           rules: lifecycleRules(app.appID), at: host.loop.uptime)
+        logWakes()
+        switch disposition {
+        case .deliver(let wake):
+            event.wake = wake
+            return true
+        case .hold:
+            alertIfAsked(event, app: app)
+            app.held.hold(event)
+            return false
+        case .drop:
             return false
         }
+    }
+
+    static func eventClass(_ event: Beryl_Ipc_V1_ManagerEvent) -> AppLifecycle.EventClass {
         switch event.kind {
-        case .pairingPrompt?, .readyToUpdate?, .readyToWrite?:
-            return true  // nothing to answer later
-        default:
-            break
+        case .stateChanged?, .pairingFinished?: .news
+        case .readyToUpdate?, .readyToWrite?: .flowControl
+        case .pairingPrompt?: .prompt
+        default: .work
         }
-        alertIfAsked(event, app: app)
-        app.held.hold(event)
-        return true
     }
 
     func deliverHeld(_ appID: String) {
@@ -154,63 +144,62 @@ extension ManagerDaemon {
         }
     }
 
-    // MARK: Wake budget
+    // MARK: Wakes and deadlines
 
-    /// An event reaching an app in the background with a background mode wakes it for its budget. The library says
-    /// when each session has handled what it was given (AppIdle); an app that overruns is ended, as iOS ends it, and
-    /// its preserved managers wake it again (a relaunch) for their next event.
-    private func noteWake(_ appID: String, by event: Beryl_Ipc_V1_ManagerEvent) {
-        guard lifecycle(of: appID) == .background, let manifest = catalog.apps[appID], !manifest.backgroundModes.isEmpty,
-              !wakes.isAwake(appID) else { return }
-        switch event.kind {
-        // News that needs no handling within a budget: the state, flow control, pairing's outcome.
-        case .stateChanged?, .readyToUpdate?, .readyToWrite?, .pairingFinished?: return
-        default: break
-        }
-        beginWake(appID, budget: manifest.wakeBudget, reason: "an event")
-    }
-
-    func beginWake(_ appID: String, budget: Double, reason: String) {
-        guard wakes.begin(appID, at: host.loop.uptime, budget: .milliseconds(Int(budget * 1000))) else { return }
-        host.logger.info("\(appID) woken in the background by \(reason) (budget \(budget) s)")
-        armWakeDeadline()
+    /// A session said Hello: the Welcome's wake number (a launch's first Hello starts its wake).
+    func lifecycleHello(_ appID: String, session: UInt64) -> UInt64 {
+        let wake = life.hello(appID, session: session, rules: lifecycleRules(appID), at: host.loop.uptime)
+        logWakes()
+        return wake
     }
 
     /// A session has handled everything up to `wake`; the app is idle once all its sessions have.
     func sessionIdle(_ session: UInt64, appID: String, wake: UInt64) {
-        guard !appID.isEmpty else { return }
-        if let awake = wakes.idle(session: session, upTo: wake, app: appID, sessions: sessionsOf(appID).map(\.id), at: host.loop.uptime) {
+        if let awake = life.idle(session: session, upTo: wake, app: appID, sessions: sessionsOf(appID).map(\.id), at: host.loop.uptime) {
             host.logger.info("\(appID) is idle again after \(awake) awake")
         }
     }
 
-    func wakeSessionClosed(_ session: UInt64, appID: String) {
-        guard !appID.isEmpty else { return }
+    func lifecycleSessionClosed(_ session: UInt64, appID: String) {
         let remaining = sessionsOf(appID).map(\.id).filter { $0 != session }
-        if let awake = wakes.closed(session: session, app: appID, remaining: remaining, at: host.loop.uptime) {
+        if let awake = life.sessionClosed(session, app: appID, remaining: remaining, launchedHere: apps[appID]?.launchedPID != nil,
+                                          at: host.loop.uptime) {
             host.logger.info("\(appID) is idle again after \(awake) awake")
         }
     }
 
-    /// One timer, at the ledger's earliest deadline.
-    private func armWakeDeadline() {
-        wakeDeadline?.cancel()
-        wakeDeadline = nil
-        guard let deadline = wakes.nextDeadline else { return }
-        wakeDeadline = try? host.loop.after(max(.zero, deadline - host.loop.uptime) + .milliseconds(1)) { [unowned self] in
-            for appID in self.wakes.overrun(at: self.host.loop.uptime) where self.lifecycle(of: appID) == .background {
-                self.endOverrunningApp(appID, budget: self.catalog.apps[appID]?.wakeBudget ?? 0)
+    private func logWakes() {
+        let begun = life.takeWakesBegun()
+        for wake in begun { host.logger.info("\(wake.app) woken in the background (budget \(wake.budget))") }
+        if !begun.isEmpty { armLifecycleDeadline() }
+    }
+
+    /// One timer, at the core's earliest deadline.
+    func armLifecycleDeadline() {
+        lifecycleDeadline?.cancel()
+        lifecycleDeadline = nil
+        guard let deadline = life.nextDeadline else { return }
+        lifecycleDeadline = try? host.loop.after(max(.zero, deadline - host.loop.uptime) + .milliseconds(1)) { [unowned self] in
+            for expiry in self.life.expire(at: self.host.loop.uptime) {
+                switch expiry {
+                case .suspended(let appID, let after):
+                    self.host.logger.info("\(appID) is suspended (foreground-only, \(after) in the background)")
+                    self.applyLifecycle(appID)
+                case .overran(let appID):
+                    self.endOverrunningApp(appID)
+                }
             }
-            self.armWakeDeadline()
+            self.armLifecycleDeadline()
         }
     }
 
     /// iOS ends a background app that overruns its wake; its preserved managers then launch it again for their next
     /// event, so nothing waits on a process that stopped answering.
-    private func endOverrunningApp(_ appID: String, budget: Double) {
+    private func endOverrunningApp(_ appID: String) {
         var pids = Set(sessionsOf(appID).map(\.peer.pid))
         if let pid = apps[appID]?.launchedPID { pids.insert(pid) }
         pids = pids.filter { $0 > 1 && $0 != getpid() }
+        let budget = catalog.apps[appID]?.wakeBudget ?? 0
         host.logger.warning("\(appID) overran its \(budget) s background budget; ending it (pids \(pids.sorted())); its next event wakes it again")
         for pid in pids { kill(pid, SIGTERM) }
         _ = try? host.loop.after(.seconds(2)) {

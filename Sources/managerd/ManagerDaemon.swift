@@ -90,15 +90,13 @@ final class ManagerDaemon {
     /// Sessions of `beryl alerts`.
     var alertSubscribers: Set<UInt64> = []
     var connectionInterests = ConnectionEventInterests()
-    /// Background wakes and their budgets (BerylManager's WakeLedger); one timer at the earliest deadline.
-    var wakes = WakeLedger()
-    var wakeDeadline: EventRegistration?
+    /// Every app's state, suspensions and background wakes (BerylManager's AppLifecycle); one timer at its deadline.
+    var life: AppLifecycle
+    var lifecycleDeadline: EventRegistration?
     /// The controller's identity is hcid's static random address (it has no public one): apps advertise, scan and
     /// connect with it (own address type random) rather than as 00:00:00:00:00:00.
     var identityIsRandom = false
     var ownAddressType: UInt8 { identityIsRandom ? 0x01 : 0x00 }
-    /// Seconds before a foreground-only app in the background is suspended, unless its manifest says otherwise.
-    let defaultSuspendAfter: Double
     var pendingRepublish: [(ManagerKey, [Beryl_Ipc_V1_PreservedService])] = []
 
     /// When apps are launched again for restoration. Its reconnection grace (3 s) is how long after starting managerd
@@ -125,7 +123,8 @@ final class ManagerDaemon {
         relaunch = RelaunchPolicy(restoreGrace: .milliseconds(Int(restoreGrace * 1000)), startedAt: host.loop.uptime)
         self.host = host
         self.appsDir = appsDir
-        defaultSuspendAfter = suspendAfter
+        // Seconds before an app without a manifest is suspended in the background (a manifest says its own).
+        life = AppLifecycle(defaultSuspendAfter: .milliseconds(Int(suspendAfter * 1000)))
         do {
             restorationStore = try RestorationStore(path: host.paths.stateDir + "/restoration.sqlite")
         } catch {
@@ -166,7 +165,7 @@ final class ManagerDaemon {
     func send(_ event: Beryl_Ipc_V1_ManagerEvent, to sessionID: UInt64) {
         guard let live = session(sessionID) else { return }
         var event = event
-        if holdIfSuspended(&event, for: sessionID) { return }
+        guard admit(&event, for: sessionID) else { return }
         var envelope = Event()
         envelope.manager = event
         live.send(.event(envelope))
@@ -427,13 +426,7 @@ final class ManagerDaemon {
 
     private func sessionClosed(_ id: UInt64) {
         defer { appSessions[id] = nil }
-        if let app = appSessions[id], !app.appID.isEmpty {
-            wakeSessionClosed(id, appID: app.appID)
-            // An app this stack did not launch is not running once its last session is gone.
-            if sessionsOf(app.appID).allSatisfy({ $0.id == id }), apps[app.appID]?.launchedPID == nil, apps[app.appID] != nil {
-                apps[app.appID]?.state = .notRunning
-            }
-        }
+        if let app = appSessions[id], !app.appID.isEmpty { lifecycleSessionClosed(id, appID: app.appID) }
         labSessionClosed(id)
         alertSubscribers.remove(id)
         connectionInterests.remove(.session(id))
@@ -484,15 +477,7 @@ final class ManagerDaemon {
             app.saidHello = true
             var restored: (Beryl_Ipc_V1_PreservedState, [Beryl_Ipc_V1_ManagerEvent])?
             if case .restoring(let preserved) = binding { restored = restore(preserved, into: session.id, app: app) }
-            if let manifest = catalog.apps[hello.appID], (apps[manifest.id]?.state ?? .notRunning) == .notRunning {
-                apps[manifest.id, default: AppRuntime()].state = .foreground
-            }
-            // Launched in the background: the launch is the app's first wake, from its first Hello.
-            if let manifest = catalog.apps[hello.appID], apps[manifest.id]?.firstWakePending == true, lifecycle(of: manifest.id) == .background {
-                apps[manifest.id]?.firstWakePending = false
-                beginWake(manifest.id, budget: manifest.wakeBudget, reason: "its launch")
-            }
-            let welcomeWake = hello.appID.isEmpty ? 0 : wakes.stamp(session: session.id, app: hello.appID)
+            let welcomeWake = lifecycleHello(hello.appID, session: session.id)
             incoming.respond(.with {
                 $0.manager.welcome = .with {
                     $0.sessionID = session.id

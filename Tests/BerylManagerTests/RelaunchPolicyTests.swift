@@ -24,7 +24,7 @@ final class RelaunchPolicyTests: XCTestCase {
             XCTAssertNil(relaunch.failure(of: app), "a launch clears the last failure")
             now += .milliseconds(100)
             let delay = try! XCTUnwrap(relaunch.exited(app, exit: "signal 6", waiting: ["doorlock-central"], at: now))
-            XCTAssertEqual(relaunch.verdict(for: app, at: now + delay - .milliseconds(1)), .backingOff)
+            XCTAssertEqual(relaunch.verdict(for: app, at: now + delay - .milliseconds(1)), .notBefore(now + delay))
             delays.append(delay)
             now += delay
         }
@@ -68,7 +68,7 @@ final class RelaunchPolicyTests: XCTestCase {
     func testALaunchThatCannotStartBacksOffToo() {
         var relaunch = policy()
         XCTAssertEqual(relaunch.launchFailed(app, reason: "no such file", at: .seconds(200)), .seconds(1))
-        XCTAssertEqual(relaunch.verdict(for: app, at: .milliseconds(200_500)), .backingOff)
+        XCTAssertEqual(relaunch.verdict(for: app, at: .milliseconds(200_500)), .notBefore(.milliseconds(201_000)))
         XCTAssertEqual(relaunch.verdict(for: app, at: .seconds(201)), .launch)
         XCTAssertEqual(relaunch.failure(of: app), .couldNotStart(reason: "no such file"))
         XCTAssertEqual(relaunch.launchFailed(app, reason: "no such file", at: .seconds(201)), .seconds(2))
