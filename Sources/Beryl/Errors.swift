@@ -237,6 +237,9 @@ public enum BerylError: Error, Equatable, Sendable, CustomStringConvertible {
             self = .encryptionFailed(status: detail.hciStatus, message)
         } else if let failure = ControllerFailure(wire: detail.controllerReason) {
             self = .controller(failure, message)
+        } else if detail.managerReason == .pairingUnderWay {
+            // Not a rule broken: the link is busy pairing, and the same request later may succeed.
+            self = .busy(message)
         } else if detail.managerReason != .unspecified {
             // managerd's reasons are all rules of the API that the app broke.
             self = .apiMisuse(message)

@@ -3,6 +3,7 @@ import BerylDaemonKit
 import BerylIPC
 import BerylSupervisor
 import Foundation
+import Synchronization
 
 /// One fault in one phase with one seed, and whether the stacks came back whole.
 public struct FaultOutcome: Sendable {
@@ -193,7 +194,9 @@ extension FaultLab {
             let said = written.stderr + written.stdout
             if written.status == 0 { failures.append("a \(length)-byte write to the 2-byte setpoint succeeded") }
             let outOfRange = airLinks() == 0 && said.contains("no connection")  // the connecting phase: refused for that
-            let refused = outOfRange || (length > 512 ? said.contains("at most 512 bytes") : (said.contains("0xd") || said.localizedCaseInsensitiveContains("length")))
+            // Past 512 bytes the CLI refuses the argument (a usage error, 64); within, the thermostat answers Invalid
+            // Attribute Value Length, which `--json` reports as the failed event's attError.
+            let refused = outOfRange || (length > 512 ? written.status == 64 : written.stdout.contains("\"attError\":13"))
             if !refused { failures.append("a \(length)-byte write was not refused for its length: \(said.suffix(200))") }
         }
         // On the wire: a prepared write of 600 bytes, as a client that ignores the limit would send it.
@@ -211,8 +214,9 @@ extension FaultLab {
                 $0.manager.gatt.request.gattWrite = .with { $0.handle = handle; $0.value = Data(repeating: 0xA5, count: 600) }
             }, timeout: .seconds(20))
             failures.append("a 600-byte write on the wire succeeded")
-        } catch .remote(_, let message, _, _) {
-            if !message.contains("0xd") && !message.localizedCaseInsensitiveContains("length") { failures.append("a 600-byte write on the wire: \(message)") }
+        } catch .remote(let code, let message, _, let detail) {
+            // The peer's Invalid Attribute Value Length, or a refusal by this stack before the wire.
+            if detail.attError != 0x0D && code != .invalidArgument { failures.append("a 600-byte write on the wire: \(message)") }
         } catch {
             failures.append("a 600-byte write on the wire: \(error)")
         }
@@ -240,8 +244,8 @@ extension FaultLab {
             do {
                 _ = try client.call(request, timeout: .seconds(20))
                 failures.append("a \(write ? "write" : "read") of dead handle 0x\(String(handle, radix: 16)) succeeded")
-            } catch .remote(_, let message, _, _) {
-                if !message.contains("0x1 ") && !message.lowercased().contains("invalid handle") {
+            } catch .remote(_, let message, _, let detail) {
+                if detail.attError != 0x01 {
                     failures.append("dead handle 0x\(String(handle, radix: 16)): \(message), not Invalid Handle")
                 }
             } catch {
@@ -310,26 +314,28 @@ extension FaultLab {
 }
 
 /// What the serving phase's writes got back, collected on their own thread.
-final class BurstResults: @unchecked Sendable {
-    private let lock = NSLock()
-    private var values: [Int] = []
-    private var linesBefore: [Int] = []
-    private var runs: [Int: ToolRun] = [:]
-    private var done = false
+final class BurstResults: Sendable {
+    private struct State {
+        var values: [Int] = []
+        var linesBefore: [Int] = []
+        var runs: [Int: ToolRun] = [:]
+        var done = false
+    }
+    private let state = Mutex(State())
 
     func expect(values: [Int], linesBefore: [Int]) {
-        lock.withLock {
-            self.values = values
-            self.linesBefore = linesBefore
+        state.withLock {
+            $0.values = values
+            $0.linesBefore = linesBefore
         }
     }
-    func record(value: Int, run: ToolRun) { lock.withLock { runs[value] = run } }
-    func finish() { lock.withLock { done = true } }
-    var isFinished: Bool { lock.withLock { done } }
+    func record(value: Int, run: ToolRun) { state.withLock { $0.runs[value] = run } }
+    func finish() { state.withLock { $0.done = true } }
+    var isFinished: Bool { state.withLock { $0.done } }
 
     /// Each write answered once (success, or a clean error), and applied at most once — exactly once if it succeeded.
     func problems(linesAfter: (Int) -> Int) -> [String] {
-        let (values, before, runs) = lock.withLock { (self.values, self.linesBefore, self.runs) }
+        let (values, before, runs) = state.withLock { ($0.values, $0.linesBefore, $0.runs) }
         var problems: [String] = []
         for (index, value) in values.enumerated() {
             guard let run = runs[value] else {

@@ -46,12 +46,28 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
             do {
                 try await app.perform(operation, on: peripheral)
             } catch let error as BerylError {
+                printer.emit(Self.failure(error, operation: operation.verb))
                 throw Output.fail("\(operation.verb) failed: \(error)")
             }
             // Let managerd take the cancel before the session closes (a command without response is then carried).
             try? await Task.sleep(for: .milliseconds(100))
             withExtendedLifetime((central, pairing)) {}
         }
+    }
+
+    /// A failed operation as an event, with the typed code a script acts on (`--json`); the message is for people.
+    static func failure(_ error: BerylError, operation: String) -> [String: Any] {
+        var fields: [String: Any] = ["event": "failed", "operation": operation, "message": error.description]
+        switch error {
+        case .att(let code, _): fields["attError"] = Int(code)
+        case .bluetooth(let code, _): fields["bluetoothError"] = code.rawValue
+        case .pairingFailed(let reason, let byPeer, _):
+            fields["smpReason"] = Int(reason)
+            fields["byPeer"] = byPeer
+        case .encryptionFailed(let status, _): fields["hciStatus"] = Int(status)
+        default: break
+        }
+        return fields
     }
 
     private func perform(_ operation: GattClientSession.Operation, on peripheral: Peripheral) async throws {

@@ -15,8 +15,8 @@ final class ServeApp: PeripheralManagerDelegate, Sendable {
         var values = ProfileValues<ObjectIdentifier>()
         var counters: [ObjectIdentifier: UInt8] = [:]
     }
-    /// Kept for the life of the command; made only while publishing, before any other thread looks.
-    private nonisolated(unsafe) var timers: [any DispatchSourceTimer] = []
+    /// The periodic notifications, for the life of the command.
+    private let periodicTasks = Mutex<[Task<Void, Never>]>([])
     private let state = Mutex(State())
     private let published = Mutex<[(GATTProfile.Characteristic, MutableCharacteristic)]>([])
 
@@ -65,26 +65,29 @@ final class ServeApp: PeripheralManagerDelegate, Sendable {
 
     private func schedule(_ spec: GATTProfile.Characteristic, _ characteristic: MutableCharacteristic, _ manager: PeripheralManager) {
         guard let periodic = spec.notify ?? spec.indicate else { return }
-        let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "beryl.serve.timer"))
-        let interval = DispatchTimeInterval.milliseconds(Int(periodic.every.components.seconds * 1000 + periodic.every.components.attoseconds / 1_000_000_000_000_000))
-        timer.schedule(deadline: .now() + interval, repeating: interval)
-        timer.setEventHandler { [self] in
-            guard !(characteristic.subscribedCentrals ?? []).isEmpty else { return }
-            let bytes: Data
-            switch periodic.value {
-            case .fixed(let fixed): bytes = Data(fixed)
-            case .counter8:
-                bytes = Data([state.withLock { state in
-                    let next = state.counters[ObjectIdentifier(characteristic), default: 0] &+ 1
-                    state.counters[ObjectIdentifier(characteristic)] = next
-                    return next
-                }])
+        let ticks = Task { [self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: periodic.every)
+                tick(periodic, characteristic, manager)
             }
-            // False: the transmit queue is full; this tick is dropped (peripheralManagerIsReady says when to resume).
-            _ = manager.updateValue(bytes, for: characteristic, onSubscribedCentrals: nil)
         }
-        timer.resume()
-        timers.append(timer)
+        periodicTasks.withLock { $0.append(ticks) }
+    }
+
+    private func tick(_ periodic: GATTProfile.Periodic, _ characteristic: MutableCharacteristic, _ manager: PeripheralManager) {
+        guard !(characteristic.subscribedCentrals ?? []).isEmpty else { return }
+        let bytes: Data
+        switch periodic.value {
+        case .fixed(let fixed): bytes = Data(fixed)
+        case .counter8:
+            bytes = Data([state.withLock { state in
+                let next = state.counters[ObjectIdentifier(characteristic), default: 0] &+ 1
+                state.counters[ObjectIdentifier(characteristic)] = next
+                return next
+            }])
+        }
+        // False: the transmit queue is full; this tick is dropped (peripheralManagerIsReady says when to resume).
+        _ = manager.updateValue(bytes, for: characteristic, onSubscribedCentrals: nil)
     }
 
     func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) {

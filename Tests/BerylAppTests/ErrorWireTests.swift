@@ -62,9 +62,10 @@ final class ErrorWireTests: XCTestCase {
         }
     }
 
-    /// managerd's reasons are broken API rules, whatever field they name.
-    func testEveryManagerReasonIsMisuse() throws {
-        for reason in Beryl_Ipc_V1_ManagerReason.allCases where reason != .unspecified {
+    /// managerd's reasons are broken API rules, whatever field they name; pairing under way is only a busy link.
+    func testEveryManagerReasonIsMisuseButPairingUnderWay() throws {
+        XCTAssertEqual(try roundTrip(.busy, RemoteDetail(managerReason: .pairingUnderWay)), .busy(Self.opaque))
+        for reason in Beryl_Ipc_V1_ManagerReason.allCases where reason != .unspecified && reason != .pairingUnderWay {
             XCTAssertEqual(try roundTrip(.notFound, field: "anything", RemoteDetail(managerReason: reason)), .apiMisuse(Self.opaque))
         }
         XCTAssertEqual(try roundTrip(.notFound, field: "id"), .failed("notFound: \(Self.opaque)"), "a field name alone decides nothing")
