@@ -1,8 +1,9 @@
 // swift-tools-version: 6.1
 import PackageDescription
 
-// Layers point down: Core ← (EventLoop, IPC, Transport) ← DaemonKit ← (Supervisor, Tools, Bench) ← executables.
-// Protocol layers (HCI, L2CAP, ATT, GATT, SMP) join as sans-IO targets above Core.
+// Layers point down: Core ← Wire ← (EventLoop, IPC, Transport) ← DaemonKit ← (Supervisor, Tools, Bench) ← executables.
+// Protocol layers (HCI, L2CAP, ATT, GATT, SMP) and policy cores (Manager) are sans-IO targets above Core; the Beryl
+// library apps link stands on Core and Wire alone.
 let package = Package(
     name: "Beryl",
     platforms: [.macOS(.v15)],

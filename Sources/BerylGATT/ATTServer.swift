@@ -2,20 +2,6 @@ import BerylATT
 import BerylCore
 import BerylCrypto
 
-/// What the link offers, for permission checks.
-public struct LinkSecurity: Equatable, Sendable {
-    public var encrypted = false
-    public var authenticated = false
-    /// Whether keys exist for this peer: decides Insufficient Encryption (re-encrypt) over Insufficient Authentication (pair).
-    public var bonded = false
-
-    public init(encrypted: Bool = false, authenticated: Bool = false, bonded: Bool = false) {
-        self.encrypted = encrypted
-        self.authenticated = authenticated
-        self.bonded = bonded
-    }
-}
-
 public enum ATTServerOutput: Equatable, Sendable {
     case send([UInt8])
     /// A dynamic value is wanted: answer with `completeRead(id:with:)`.
@@ -24,24 +10,12 @@ public enum ATTServerOutput: Equatable, Sendable {
     case writeRequested(id: UInt64, writes: [PreparedWrite], withResponse: Bool)
     /// A peer changed its Client Characteristic Configuration for the characteristic at `valueHandle`.
     case subscriptionChanged(valueHandle: UInt16, notify: Bool, indicate: Bool)
+    /// A peer set Client Supported Features bits: a bonded peer's are kept with its bond (Core Vol 3 Part G §2.5.2).
+    case clientFeaturesChanged([UInt8])
     case indicationConfirmed(handle: UInt16)
     /// A signed write was carried out: its SignCounter is the peer's last, to keep with the bond.
     case signCounterAccepted(UInt32)
     case log(String)
-}
-
-/// What verifies a bonded peer's signed writes: the CSRK it distributed and the last SignCounter accepted from it.
-public struct PeerSigning: Equatable, Sendable {
-    public var csrk: [UInt8]
-    public var lastCounter: UInt32?
-    /// The bond came from authenticated pairing: its signatures satisfy authentication as well as encryption.
-    public var authenticated: Bool
-
-    public init(csrk: [UInt8], lastCounter: UInt32?, authenticated: Bool) {
-        self.csrk = csrk
-        self.lastCounter = lastCounter
-        self.authenticated = authenticated
-    }
 }
 
 public struct PreparedWrite: Equatable, Sendable {
@@ -386,8 +360,9 @@ public final class ATTServer {
             let previous = clientFeatures + [UInt8](repeating: 0, count: max(0, value.count - clientFeatures.count))
             let updated = value + [UInt8](repeating: 0, count: max(0, clientFeatures.count - value.count))
             guard zip(previous, updated).allSatisfy({ $0 & ~$1 == 0 }) else { return [error(opcode.rawValue, handle, .valueNotAllowed)] }
+            let changed = updated != clientFeatures
             clientFeatures = updated
-            return [.send(ATTPDU.writeResponse.encoded)]
+            return (changed ? [.clientFeaturesChanged(updated)] : []) + [.send(ATTPDU.writeResponse.encoded)]
         case .fixed:
             database.setValue(value, at: handle)
             return [.send(ATTPDU.writeResponse.encoded)]

@@ -40,6 +40,8 @@ public struct DatabaseDiscovery {
     public let scope: DiscoveryScope
     /// Whether this discovery should find the peer's Service Changed (with its CCCD) even when the scope filters it out.
     public let looksForServiceChanged: Bool
+    /// Primary services alone (Core Vol 3 Part G §4.4), as Core Bluetooth's `discoverServices` asks.
+    public let servicesOnly: Bool
     private var phase: Phase
     private var serviceUUIDs: [BluetoothUUID?]
     private var services: [DiscoveredService] = []
@@ -48,23 +50,21 @@ public struct DatabaseDiscovery {
     private var found: [DiscoveredCharacteristic] = []
     private var characteristicIndex = 0
 
-    public init(scope: DiscoveryScope, looksForServiceChanged: Bool) {
+    public init(scope: DiscoveryScope, looksForServiceChanged: Bool, servicesOnly: Bool = false) {
         self.scope = scope
         self.looksForServiceChanged = looksForServiceChanged
+        self.servicesOnly = servicesOnly
         serviceUUIDs = scope.services.map { $0.map(Optional.some) } ?? [nil]
         phase = .services(DiscoverPrimaryServices(uuid: serviceUUIDs.first ?? nil))
     }
 
-    /// The peer's Service Changed value handle and its CCCD, once found.
-    public var serviceChanged: (valueHandle: UInt16, cccd: UInt16?)? {
-        for tree in trees where tree.service.uuid == GATTType.gattService {
-            guard let changed = tree.characteristics.first(where: { $0.characteristic.uuid == GATTType.serviceChanged }) else { continue }
-            return (changed.characteristic.valueHandle, changed.descriptors.first { $0.uuid == GATTType.clientConfiguration }?.handle)
-        }
-        return nil
-    }
+    /// The peer's Service Changed value handle and its CCCD, as soon as its descriptors are known: the shell subscribes
+    /// then, mid-discovery, so that an indication during the rest of a long discovery is already recognised.
+    public private(set) var serviceChanged: (valueHandle: UInt16, cccd: UInt16?)?
 
     public mutating func start() -> GATTStep<[DiscoveredServiceTree]> {
+        // No service asked for: nothing to discover.
+        guard !serviceUUIDs.isEmpty else { return .done([]) }
         guard case .services(var procedure) = phase else { return .failed(.unlikelyError) }
         let step = procedure.start()
         phase = .services(procedure)
@@ -106,6 +106,7 @@ public struct DatabaseDiscovery {
                 return servicesStep(first)
             }
             services = services.sorted { $0.start < $1.start }.filter { $0.start <= scope.range.upperBound && $0.end >= scope.range.lowerBound }
+            if servicesOnly { return .done(services.map { DiscoveredServiceTree(service: $0, included: [], characteristics: []) }) }
             return nextService()
         }
     }
@@ -157,6 +158,7 @@ public struct DatabaseDiscovery {
             let end = characteristicIndex + 1 < found.count ? found[characteristicIndex + 1].declaration - 1 : service.end
             trees[trees.count - 1].characteristics.append(DiscoveredCharacteristicTree(characteristic: characteristic, descriptors: []))
             guard characteristic.valueHandle < end else {
+                described(characteristic, [])
                 characteristicIndex += 1
                 continue
             }
@@ -178,13 +180,20 @@ public struct DatabaseDiscovery {
         switch step {
         case .request(let pdu): return .request(pdu)
         // A characteristic whose descriptors cannot be read is kept without them; the discovery goes on.
-        case .failed: break
+        case .failed:
+            described(found[characteristicIndex], [])
         case .done(let descriptors):
             let last = trees.count - 1
             trees[last].characteristics[trees[last].characteristics.count - 1].descriptors = descriptors
+            described(found[characteristicIndex], descriptors)
         }
         characteristicIndex += 1
         return nextCharacteristic()
+    }
+
+    private mutating func described(_ characteristic: DiscoveredCharacteristic, _ descriptors: [DiscoveredDescriptor]) {
+        guard serviceChanged == nil, services[serviceIndex].uuid == GATTType.gattService, characteristic.uuid == GATTType.serviceChanged else { return }
+        serviceChanged = (characteristic.valueHandle, descriptors.first { $0.uuid == GATTType.clientConfiguration }?.handle)
     }
 }
 

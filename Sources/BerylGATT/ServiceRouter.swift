@@ -21,13 +21,15 @@ public struct ServiceRouter: Sendable {
         public var serverID: UInt64
         public var isRead: Bool
         public var offset: UInt16
+        public var publisher: PublisherID
         public var deadline: Duration
 
-        public init(link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16, deadline: Duration) {
+        public init(link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16, publisher: PublisherID, deadline: Duration) {
             self.link = link
             self.serverID = serverID
             self.isRead = isRead
             self.offset = offset
+            self.publisher = publisher
             self.deadline = deadline
         }
     }
@@ -62,20 +64,23 @@ public struct ServiceRouter: Sendable {
         return owners.remove(at: index).range
     }
 
-    /// The publisher went away: its ranges, for the shell to remove and announce.
-    public mutating func publisherGone(_ publisher: PublisherID) -> [ClosedRange<UInt16>] {
+    /// The publisher went away: its ranges, for the shell to remove and announce, and the answers it still owed,
+    /// oldest first, for the shell to fail at once rather than at their deadlines.
+    public mutating func publisherGone(_ publisher: PublisherID) -> (ranges: [ClosedRange<UInt16>], unanswered: [OwedAnswer]) {
         let gone = owners.filter { $0.publisher == publisher }.map(\.range)
         owners.removeAll { $0.publisher == publisher }
-        return gone
+        let unanswered = owed.filter { $0.value.publisher == publisher }.sorted { $0.key < $1.key }
+        for (id, _) in unanswered { owed[id] = nil }
+        return (gone, unanswered.map(\.value))
     }
 
     // MARK: Answers owed
 
     /// Remembers an answer the publisher owes; the id is what the publisher answers with.
-    public mutating func owe(link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16, at now: Duration) -> UInt64 {
+    public mutating func owe(link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16, by publisher: PublisherID, at now: Duration) -> UInt64 {
         let id = nextAnswerID
         nextAnswerID += 1
-        owed[id] = OwedAnswer(link: link, serverID: serverID, isRead: isRead, offset: offset, deadline: now + answerTimeout)
+        owed[id] = OwedAnswer(link: link, serverID: serverID, isRead: isRead, offset: offset, publisher: publisher, deadline: now + answerTimeout)
         return id
     }
 

@@ -56,6 +56,9 @@ public struct TransmitPacer: Sendable {
     /// A notification that did not fit: the publisher hears when every link has room.
     public mutating func refuseNotification(from publisher: PublisherID) { notifyRefused.insert(publisher) }
 
+    /// The publisher is gone: it is owed no readyToUpdate.
+    public mutating func publisherGone(_ publisher: PublisherID) { notifyRefused.remove(publisher) }
+
     public mutating func enqueue(_ pdu: [UInt8], on link: UInt16) -> [Output] {
         outboxes[link, default: Outbox()].queued.append(pdu)
         return pump(link)

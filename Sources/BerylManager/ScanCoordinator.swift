@@ -1,7 +1,6 @@
 import BerylCore
 import BerylGAP
 
-/// Who is scanning: an app session and one of its central managers.
 /// Who holds a manager's work: the app's live session, or managerd itself for a preserved manager whose app is not
 /// running (by the preserved manager's own id, which is never a session's).
 public enum ManagerHolder: Hashable, Sendable, Comparable, CustomStringConvertible {
@@ -21,6 +20,7 @@ public enum ManagerHolder: Hashable, Sendable, Comparable, CustomStringConvertib
     }
 }
 
+/// Who is scanning: an app session and one of its central managers.
 public struct ManagerKey: Hashable, Sendable, Comparable {
     public var holder: ManagerHolder
     public var manager: UInt32

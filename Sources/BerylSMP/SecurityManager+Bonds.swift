@@ -20,10 +20,10 @@ extension SecurityManager {
         return outputs + [.log(.info, "bond with \(identity) removed")]
     }
 
-    func signingKey(of bond: Bond) -> PeerSigningKey? {
+    func signingKey(of bond: Bond) -> PeerSigning? {
         guard let csrk = bond.csrk else { return nil }
         let last = (try? storage?.peerSignCounter(bond.identity)) ?? nil
-        return PeerSigningKey(csrk: csrk, lastCounter: last, authenticated: bond.authenticated)
+        return PeerSigning(csrk: csrk, lastCounter: last, authenticated: bond.authenticated)
     }
 
     /// The CSRK and SignCounter for a signed write to this link's bonded peer; the counter is spent before it is returned.

@@ -9,22 +9,9 @@ public struct SecurityWaiter: Hashable, Sendable {
     static let own = SecurityWaiter(0)
 }
 
-/// What a link's ATT server must know to allow or refuse an access.
-public struct LinkSecurityLevel: Equatable, Sendable {
-    public var encrypted: Bool
-    public var authenticated: Bool
-    public var bonded: Bool
-
-    public init(encrypted: Bool = false, authenticated: Bool = false, bonded: Bool = false) {
-        self.encrypted = encrypted
-        self.authenticated = authenticated
-        self.bonded = bonded
-    }
-}
-
 /// A secured link, as callers of `secure` are told.
 public struct SecuritySummary: Equatable, Sendable {
-    public var level: LinkSecurityLevel
+    public var level: LinkSecurity
     public var secureConnections: Bool
     public var keySize: UInt8
     /// The bond's identity, else the address the peer uses on this link.
@@ -43,13 +30,6 @@ public enum SigningRefusal: Error, Equatable, Sendable {
     /// No bond with this peer, or its pairing did not distribute our CSRK.
     case noKey
     case counterExhausted
-}
-
-/// The key a bonded peer's signed writes are checked with, and the last SignCounter accepted from it.
-public struct PeerSigningKey: Equatable, Sendable {
-    public var csrk: [UInt8]
-    public var lastCounter: UInt32?
-    public var authenticated: Bool
 }
 
 /// Why a request to the security manager was refused.
@@ -75,10 +55,10 @@ public enum SecurityOutput: Equatable, Sendable {
     /// HCI LE Long Term Key Request Reply, or its Negative Reply when there is no key (peripheral).
     case longTermKeyReply(link: UInt16, ltk: [UInt8]?)
     /// The link's ATT server must now allow what this level allows.
-    case levelChanged(link: UInt16, LinkSecurityLevel)
+    case levelChanged(link: UInt16, LinkSecurity)
     /// Encryption went on or off: the event clients of the stack hear.
-    case encryptionChanged(link: UInt16, LinkSecurityLevel, status: UInt8)
-    case peerSigning(link: UInt16, PeerSigningKey?)
+    case encryptionChanged(link: UInt16, LinkSecurity, status: UInt8)
+    case peerSigning(link: UInt16, PeerSigning?)
     /// A bonded peer's subscriptions and client features, as they were when it left (Core Vol 3 Part G §3.3.3.3).
     case restoreClientState(link: UInt16, configurations: [UInt16: UInt16], features: [UInt8])
     /// A database change made while the bonded peer was away (Core Vol 3 Part G §7.1).
@@ -143,8 +123,8 @@ public final class SecurityManager {
 
     // MARK: Queries
 
-    public func level(of link: UInt16) -> LinkSecurityLevel? {
-        links[link].map { LinkSecurityLevel(encrypted: $0.encrypted, authenticated: $0.authenticated, bonded: $0.bond != nil) }
+    public func level(of link: UInt16) -> LinkSecurity? {
+        links[link].map { LinkSecurity(encrypted: $0.encrypted, authenticated: $0.authenticated, bonded: $0.bond != nil) }
     }
 
     /// Whether securing this link is possible at all (a security manager for it, or a bond to encrypt with).
@@ -159,14 +139,12 @@ public final class SecurityManager {
 
     public func peer(of link: UInt16) -> DeviceAddress? { links[link]?.peer }
 
-    public func localAddress(of link: UInt16) -> DeviceAddress? { links[link]?.smp?.localAddress }
-
     public func subscriptionCount(of identity: DeviceAddress) -> Int { (try? storage?.clientState(identity).configurations.count) ?? 0 }
 
     public func summary(of link: UInt16, secureConnections: Bool? = nil, keySize: UInt8? = nil) -> SecuritySummary {
         let state = links[link]
         let bond = state?.bond.flatMap { identity in bonds.first { $0.identity == identity } }
-        return SecuritySummary(level: LinkSecurityLevel(encrypted: state?.encrypted ?? false, authenticated: state?.authenticated ?? false, bonded: bond != nil),
+        return SecuritySummary(level: LinkSecurity(encrypted: state?.encrypted ?? false, authenticated: state?.authenticated ?? false, bonded: bond != nil),
                                secureConnections: secureConnections ?? bond?.secureConnections ?? false, keySize: keySize ?? bond?.keySize ?? 16,
                                identity: bond?.identity ?? state?.peer)
     }
@@ -271,6 +249,9 @@ public final class SecurityManager {
             links[link]?.reEncrypting = true
             return [.log(.info, "link 0x\(String(link, radix: 16)): encrypting with the key bonded \(identity) gave us"),
                     .enableEncryption(link: link, rand: bond.peerRand, ediv: bond.peerEDIV, ltk: key)]
+        } else if state.smp?.isTimedOut == true {
+            // After an SMP timeout the link carries no more SMP (Core Vol 3 Part H §3.4): nothing could answer.
+            return finish(link, .failure(.pairing(.timeout)))
         } else if state.isCentral {
             return startPairing(on: link)
         } else if let smp = state.smp {

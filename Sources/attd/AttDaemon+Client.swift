@@ -305,10 +305,13 @@ extension AttDaemon {
     /// learned on the way and subscribed to, as iOS does (Core Vol 3 Part G §7.1).
     func discover(_ scope: DiscoveryScope, on link: LinkSession, completion: @escaping (Result<Beryl_Ipc_V1_GattDatabase, ATTError>) -> Void) {
         var discovery = DatabaseDiscovery(scope: scope, looksForServiceChanged: clientRoles[link.handle, default: GATTClientRole()].discoveryLooksForServiceChanged)
-        runProcedure(on: link, discovery.start(), { discovery.handle($0) }) { [unowned self] result in
+        runProcedure(on: link, discovery.start(), { [unowned self] response in
+            let step = discovery.handle(response)
             if self.links[link.handle] === link, let cccd = self.clientRoles[link.handle, default: GATTClientRole()].learn(from: discovery) {
                 self.subscribeToServiceChanged(cccd: cccd, on: link)
             }
+            return step
+        }) { result in
             completion(result.map(Self.database))
         }
     }
@@ -339,15 +342,12 @@ extension AttDaemon {
     /// Primary service discovery alone (Core Vol 3 Part G §4.4), as `discoverServices` asks. Like iOS, a client
     /// that has not yet found the peer's Service Changed looks for it too, out of the app's sight (§7.1).
     func discoverServicesOnly(_ scope: DiscoveryScope, on link: LinkSession, completion: @escaping (Result<Beryl_Ipc_V1_GattDatabase, ATTError>) -> Void) {
-        findServices(scope, remaining: scope.services.map { $0.map(Optional.some) } ?? [nil], on: link, found: []) { [unowned self] result in
+        var discovery = DatabaseDiscovery(scope: scope, looksForServiceChanged: false, servicesOnly: true)
+        runProcedure(on: link, discovery.start(), { discovery.handle($0) }) { [unowned self] result in
             switch result {
             case .failure(let error): completion(.failure(error))
             case .success(let found):
-                completion(.success(.with { database in
-                    database.services = found.filter { $0.start <= scope.range.upperBound && $0.end >= scope.range.lowerBound }.map { service in
-                        .with { $0.uuid = service.uuid.description; $0.startHandle = UInt32(service.start); $0.endHandle = UInt32(service.end) }
-                    }
-                }))
+                completion(.success(Self.database(found)))
                 guard links[link.handle] === link, clientRoles[link.handle, default: GATTClientRole()].shouldLookForServiceChanged() else { return }
                 discover(GATTClientRole.serviceChangedScope, on: link) { _ in }
             }
@@ -410,18 +410,6 @@ extension AttDaemon {
                     }]
                 }
             })
-        }
-    }
-
-    private func findServices(_ scope: DiscoveryScope, remaining: [BluetoothUUID?], on link: LinkSession, found: [DiscoveredService],
-                              completion: @escaping (Result<[DiscoveredService], ATTError>) -> Void) {
-        guard let uuid = remaining.first else { return completion(.success(found.sorted { $0.start < $1.start })) }
-        var services = DiscoverPrimaryServices(uuid: uuid)
-        runProcedure(on: link, services.start(), { services.handle($0) }) { [unowned self] result in
-            switch result {
-            case .failure(let error): completion(.failure(error))
-            case .success(let more): self.findServices(scope, remaining: Array(remaining.dropFirst()), on: link, found: found + more, completion: completion)
-            }
         }
     }
 }

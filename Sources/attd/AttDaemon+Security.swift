@@ -75,9 +75,7 @@ extension AttDaemon {
             case .longTermKeyReply(let handle, let ltk):
                 sendCommand(HCICommands.leLongTermKeyReply(handle: handle, ltk: ltk))
             case .levelChanged(let handle, let level):
-                links[handle]?.server.security.encrypted = level.encrypted
-                links[handle]?.server.security.authenticated = level.authenticated
-                links[handle]?.server.security.bonded = level.bonded
+                links[handle]?.server.security = level
             case .encryptionChanged(let handle, let level, let status):
                 var event = Event()
                 event.att.securityChanged = .with {
@@ -89,7 +87,7 @@ extension AttDaemon {
                 }
                 host.server?.broadcast(event)
             case .peerSigning(let handle, let key):
-                links[handle]?.server.peerSigning = key.map { PeerSigning(csrk: $0.csrk, lastCounter: $0.lastCounter, authenticated: $0.authenticated) }
+                links[handle]?.server.peerSigning = key
             case .restoreClientState(let handle, let configurations, let features):
                 links[handle]?.server.restore(clientConfigurations: configurations, clientFeatures: features)
             case .indicateServiceChanged(let handle, let range):
@@ -199,7 +197,8 @@ extension AttDaemon {
                 try security.setLinkPairing(UInt16(truncatingIfNeeded: options.connectionHandle), localAddress: local, consent: options.justWorksConsent)
                 incoming.respond(.with { $0.ack = .init() })
             } catch .pairingUnderWay {
-                incoming.fail(.busy, "pairing is under way on link 0x\(String(options.connectionHandle, radix: 16))", field: "local_address")
+                incoming.fail(.busy, "pairing is under way on link 0x\(String(options.connectionHandle, radix: 16))", field: "local_address",
+                              detail: RemoteDetail(managerReason: .pairingUnderWay))
             } catch {
                 incoming.fail(.notFound, "no link with handle 0x\(String(options.connectionHandle, radix: 16))", field: "connection_handle")
             }
@@ -252,7 +251,7 @@ extension AttDaemon {
         case .pairing(.local(let reason)): RemoteDetail(smpReason: reason.rawValue)
         case .pairing(.remote(let reason)): RemoteDetail(smpReason: reason.rawValue, smpReasonFromPeer: true)
         case .pairing(.timeout): RemoteDetail(bluetoothError: .encryptionTimedOut)
-        case .encryption(let status): RemoteDetail(bluetoothError: status == 0x06 ? .peerRemovedPairingInformation : .unspecified, hciStatus: status)
+        case .encryption(let status): RemoteDetail(bluetoothError: status == HCIStatus.pinOrKeyMissing.rawValue ? .peerRemovedPairingInformation : .unspecified, hciStatus: status)
         case .linkClosed: RemoteDetail(bluetoothError: .peripheralDisconnected)
         }
     }

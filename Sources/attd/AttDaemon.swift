@@ -23,6 +23,8 @@ final class AttDaemon {
     var pacer = TransmitPacer()
     /// One timer, at the router's or the pacer's next deadline.
     var deadlineTimer: EventRegistration?
+    /// The deadline `deadlineTimer` fires for: paced PDUs re-arm often, and the same deadline needs no new timer.
+    var deadlineArmedFor: Duration?
     var waiters: [WaiterKey: Waiter] = [:]
     /// Each link's GATT client state: the peer's Service Changed and the re-discovery it asks for.
     var clientRoles: [UInt16: GATTClientRole] = [:]
@@ -151,9 +153,9 @@ final class AttDaemon {
         guard links.removeValue(forKey: handle) != nil else { return }
         clientRoles[handle] = nil
         applySecurity(security.linkClosed(handle))
+        router.linkClosed(handle)
         applyPacer(pacer.linkClosed(handle))
         failWaiters(of: handle)
-        router.linkClosed(handle)
         host.logger.info("link 0x\(String(handle, radix: 16)) down" + (reason.map { " (HCI reason 0x\(String($0, radix: 16)))" } ?? ""))
         broadcastBearer(handle, opened: false)
     }
@@ -210,7 +212,7 @@ final class AttDaemon {
                 apply(wrap(link.server.completeRead(id: id, with: .failure(.unlikelyError)), for: link), on: link)
                 return
             }
-            let answerID = owe(link: link.handle, serverID: id, isRead: true, offset: offset)
+            let answerID = owe(link: link.handle, serverID: id, isRead: true, offset: offset, by: owner.id)
             var event = Event()
             event.att.readRequested = .with {
                 $0.id = answerID
@@ -224,7 +226,7 @@ final class AttDaemon {
                 if withResponse { apply(wrap(link.server.completeWrite(id: id, error: .unlikelyError), for: link), on: link) }
                 return
             }
-            let answerID = withResponse ? owe(link: link.handle, serverID: id, isRead: false, offset: 0) : 0
+            let answerID = withResponse ? owe(link: link.handle, serverID: id, isRead: false, offset: 0, by: owner.id) : 0
             var event = Event()
             event.att.writeRequested = .with {
                 $0.id = answerID
@@ -243,6 +245,8 @@ final class AttDaemon {
             }
             owner(of: valueHandle)?.send(.event(event))
             persistClientState(of: link)
+        case .clientFeaturesChanged:
+            persistClientState(of: link)
         case .signCounterAccepted(let counter):
             applySecurity(security.peerSignCounterAccepted(counter, on: link.handle))
         case .log(let message):
@@ -257,9 +261,9 @@ final class AttDaemon {
     }
 
     /// Remembers an answer owed by a publisher; if it never comes, the peer gets Unlikely Error rather than silence.
-    private func owe(link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16) -> UInt64 {
+    private func owe(link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16, by publisher: PublisherID) -> UInt64 {
         defer { armDeadline() }
-        return router.owe(link: link, serverID: serverID, isRead: isRead, offset: offset, at: host.loop.uptime)
+        return router.owe(link: link, serverID: serverID, isRead: isRead, offset: offset, by: publisher, at: host.loop.uptime)
     }
 
     func complete(_ answer: ServiceRouter.OwedAnswer, read: Result<[UInt8], ATTError>, writeError: ATTError?, valueStartsAtOffset: Bool = false) {
@@ -272,7 +276,12 @@ final class AttDaemon {
     func owner(of handle: UInt16) -> IPCSession? { router.owner(of: handle).flatMap { host.server?.sessions[$0] } }
 
     private func publisherGone(_ session: UInt64) {
-        for range in router.publisherGone(session) {
+        pacer.publisherGone(session)
+        let (ranges, unanswered) = router.publisherGone(session)
+        // Its peers hear Unlikely Error now, not at the answer deadline.
+        for answer in unanswered { complete(answer, read: .failure(.unlikelyError), writeError: .unlikelyError) }
+        armDeadline()
+        for range in ranges {
             _ = database.removeService(at: range.lowerBound)
             host.logger.info("service at \(range) removed with its publisher")
             announceDatabaseChange(range)

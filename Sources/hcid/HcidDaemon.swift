@@ -7,7 +7,6 @@ import BerylIPC
 import BerylTransport
 import Foundation
 
-/// What one hcid client asked to receive.
 /// What one client session asked hcid for.
 struct Subscription {
     var events = false

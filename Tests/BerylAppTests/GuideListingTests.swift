@@ -3,8 +3,6 @@ import BerylSupervisor
 import Foundation
 import Glibc
 import XCTest
-#if canImport(Glibc)
-#endif
 
 /// The Core Bluetooth Programming Guide's listings (Guide/iOS, Swift written for iOS, renamed at build time and
 /// built in Swift 6 mode with warnings as errors) run as two apps against each other on berylsim: what each printed

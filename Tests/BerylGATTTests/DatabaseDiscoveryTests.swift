@@ -74,11 +74,50 @@ final class DatabaseDiscoveryTests: XCTestCase {
             refused = true
             return ATTPDU.errorResponse(request: ATTOpcode.findInformationRequest.rawValue, handle: 0, error: .unlikelyError).encoded
         }
-        guard case (.done(let trees), _) = discover(link) else { return XCTFail() }
-        let described = trees.flatMap(\.characteristics)
-        XCTAssertTrue(described[0].descriptors.isEmpty, "the first characteristic with descriptors lost them")
+        guard case (.done(let trees), let discovery) = discover(link) else { return XCTFail() }
+        // The first Find Information goes to Service Changed (the GAP characteristics leave no room for descriptors).
+        let changed = try XCTUnwrap(trees.flatMap(\.characteristics).first { $0.characteristic.uuid == GATTType.serviceChanged })
+        XCTAssertTrue(changed.descriptors.isEmpty, "the first characteristic with descriptors lost them")
+        XCTAssertEqual(discovery.serviceChanged?.valueHandle, changed.characteristic.valueHandle)
+        XCTAssertNil(discovery.serviceChanged?.cccd, "known, but without a CCCD to subscribe with")
         XCTAssertEqual(trees.last?.service.uuid, Self.custom, "and discovery reached the last service")
         XCTAssertFalse(trees.first { $0.service.uuid == Self.heartRate }!.characteristics[1].descriptors.isEmpty)
+    }
+
+    /// GATT/CL/GAD/BV-01-C and -02-C alone, as `discoverServices` asks: no includes, characteristics or descriptors.
+    func testServicesOnlyStopsAfterThePrimaryServices() throws {
+        let link = try peer()
+        var discovery = DatabaseDiscovery(scope: DiscoveryScope(services: [Self.custom, Self.heartRate]), looksForServiceChanged: false, servicesOnly: true)
+        let result = link.run(discovery.start()) { discovery.handle($0) }
+        guard case .done(let trees) = result else { return XCTFail("\(result)") }
+        XCTAssertEqual(trees.map(\.service.uuid), [Self.heartRate, Self.custom], "sorted by handle")
+        XCTAssertTrue(trees.allSatisfy { $0.included.isEmpty && $0.characteristics.isEmpty })
+        XCTAssertFalse(link.serverSaw.isEmpty)
+        XCTAssertTrue(link.serverSaw.allSatisfy { $0.first == ATTOpcode.findByTypeValueRequest.rawValue }, "Find By Type Value only, per UUID")
+    }
+
+    func testAScopeNamingNoServiceDiscoversNothing() throws {
+        let link = try peer()
+        XCTAssertEqual(discover(link, DiscoveryScope(services: [])).0, .done([]))
+    }
+
+    /// Service Changed is known as soon as its descriptors are, not when the whole database is: the shell subscribes
+    /// then, so an indication during the rest of a long discovery starts a re-discovery instead of reaching apps.
+    func testServiceChangedIsKnownBeforeTheDiscoveryEnds() throws {
+        let link = try peer()
+        var discovery = DatabaseDiscovery(scope: DiscoveryScope(), looksForServiceChanged: true)
+        var requestsAfterLearning = 0
+        var firstSeen: (valueHandle: UInt16, cccd: UInt16?)?
+        let result = link.run(discovery.start()) { response in
+            let step = discovery.handle(response)
+            if firstSeen == nil { firstSeen = discovery.serviceChanged }
+            if discovery.serviceChanged != nil, case .request = step { requestsAfterLearning += 1 }
+            return step
+        }
+        XCTAssertNotNil(firstSeen?.cccd, "never shown before its CCCD is known, or the shell would learn it without subscribing")
+        guard case .done = result else { return XCTFail("\(result)") }
+        XCTAssertNotNil(discovery.serviceChanged?.cccd)
+        XCTAssertGreaterThan(requestsAfterLearning, 2, "the heart rate and custom services were still to be described")
     }
 
     func testAnErrorFindingServicesFailsTheDiscovery() throws {

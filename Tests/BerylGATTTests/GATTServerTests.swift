@@ -334,7 +334,9 @@ final class GATTCoreServiceTests: XCTestCase {
         let handle = try XCTUnwrap(database.attributes.first { $0.type == GATTType.clientSupportedFeatures }).handle
         let server = ATTServer(database: database)
         XCTAssertEqual(sent(server.receive([0x0A] + le(handle))), [0x0B, 0x00])
-        XCTAssertEqual(sent(server.receive([0x12] + le(handle) + [0x01])), [0x13])
+        XCTAssertEqual(server.receive([0x12] + le(handle) + [0x01]), [.clientFeaturesChanged([0x01]), .send([0x13])],
+                       "a bonded peer's features are kept with its bond, so the shell hears of each change")
+        XCTAssertEqual(server.receive([0x12] + le(handle) + [0x01]), [.send([0x13])], "the same bits again change nothing")
         XCTAssertEqual(sent(server.receive([0x0A] + le(handle))), [0x0B, 0x01])
         XCTAssertEqual(sent(server.receive([0x12] + le(handle) + [0x02])), [0x01, 0x12] + le(handle) + [0x13], "clearing bit 0 is Value Not Allowed")
         XCTAssertEqual(sent(server.receive([0x12] + le(handle) + [0x03])), [0x13])

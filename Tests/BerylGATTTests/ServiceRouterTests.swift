@@ -13,25 +13,40 @@ final class ServiceRouterTests: XCTestCase {
         XCTAssertFalse(router.owns(2, 35), "a publisher cannot notify another's value")
         XCTAssertNil(router.unpublish(startingAt: 21, by: 1), "nor remove another's service")
         XCTAssertEqual(router.unpublish(startingAt: 21, by: 2), 21...30)
-        XCTAssertEqual(router.publisherGone(1), [10...20, 31...40])
+        XCTAssertEqual(router.publisherGone(1).ranges, [10...20, 31...40])
         XCTAssertTrue(router.owners.isEmpty)
+    }
+
+    /// A publisher that goes owes nothing more: its peers are failed at once, others' answers stay owed.
+    func testAPublisherThatGoesLeavesItsUnansweredRequestsToBeFailedAtOnce() throws {
+        var router = ServiceRouter(answerTimeout: .seconds(5))
+        router.published(10...20, by: 1)
+        router.published(21...30, by: 2)
+        let mine = router.owe(link: 0x40, serverID: 1, isRead: true, offset: 0, by: 1, at: .zero)
+        let theirs = router.owe(link: 0x40, serverID: 2, isRead: true, offset: 0, by: 2, at: .zero)
+        let alsoMine = router.owe(link: 0x41, serverID: 3, isRead: false, offset: 0, by: 1, at: .seconds(1))
+        let gone = router.publisherGone(1)
+        XCTAssertEqual(gone.unanswered.map(\.serverID), [1, 3], "oldest first")
+        XCTAssertThrowsError(try router.answer(mine, isRead: true))
+        XCTAssertThrowsError(try router.answer(alsoMine, isRead: false))
+        XCTAssertEqual(try router.answer(theirs, isRead: true).publisher, 2)
     }
 
     func testAnAnswerIsTakenOnceAndOnlyAsTheKindOwed() throws {
         var router = ServiceRouter(answerTimeout: .seconds(5))
-        let read = router.owe(link: 0x40, serverID: 7, isRead: true, offset: 22, at: .zero)
+        let read = router.owe(link: 0x40, serverID: 7, isRead: true, offset: 22, by: 3, at: .zero)
         XCTAssertThrowsError(try router.answer(read, isRead: false)) { XCTAssertEqual($0 as? ServiceRouter.AnswerError, .notPending) }
         let owed = try router.answer(read, isRead: true)
-        XCTAssertEqual(owed, ServiceRouter.OwedAnswer(link: 0x40, serverID: 7, isRead: true, offset: 22, deadline: .seconds(5)))
+        XCTAssertEqual(owed, ServiceRouter.OwedAnswer(link: 0x40, serverID: 7, isRead: true, offset: 22, publisher: 3, deadline: .seconds(5)))
         XCTAssertThrowsError(try router.answer(read, isRead: true), "answered already")
     }
 
     /// An app that never answers: the peer hears Unlikely Error at the deadline, not silence until its ATT timeout.
     func testUnansweredRequestsExpireOldestFirstAndAClosedLinkOwesNothing() {
         var router = ServiceRouter(answerTimeout: .seconds(5))
-        let first = router.owe(link: 0x40, serverID: 1, isRead: true, offset: 0, at: .zero)
-        let second = router.owe(link: 0x40, serverID: 2, isRead: false, offset: 0, at: .seconds(1))
-        _ = router.owe(link: 0x41, serverID: 3, isRead: true, offset: 0, at: .seconds(2))
+        let first = router.owe(link: 0x40, serverID: 1, isRead: true, offset: 0, by: 1, at: .zero)
+        let second = router.owe(link: 0x40, serverID: 2, isRead: false, offset: 0, by: 1, at: .seconds(1))
+        _ = router.owe(link: 0x41, serverID: 3, isRead: true, offset: 0, by: 1, at: .seconds(2))
         XCTAssertEqual(router.nextDeadline, .seconds(5))
         XCTAssertTrue(router.expired(at: .milliseconds(4999)).isEmpty)
         XCTAssertEqual(router.expired(at: .seconds(6)).map(\.id), [first, second])
@@ -100,5 +115,14 @@ final class TransmitPacerTests: XCTestCase {
         pacer.refuseNotification(from: 3)
         XCTAssertEqual(pacer.linkClosed(1), [.readyToUpdate([3])])
         XCTAssertTrue(pacer.hasRoom(on: 1))
+    }
+
+    func testAPublisherThatGoesIsNotToldOfRoom() {
+        var pacer = TransmitPacer()
+        for index in 0..<32 { _ = pacer.enqueue([UInt8(index)], on: 1) }
+        pacer.refuseNotification(from: 3)
+        pacer.refuseNotification(from: 4)
+        pacer.publisherGone(3)
+        XCTAssertEqual(pacer.linkClosed(1), [.readyToUpdate([4])])
     }
 }

@@ -11,8 +11,6 @@ import GRPCNIOTransportHTTP2Posix
 import PandoraInterfaces
 import SwiftProtobuf
 import XCTest
-#if canImport(Glibc)
-#endif
 
 /// managerd's lab session with real daemons on berylsim: driven over IPC, and through beryl-pandora's services served
 /// in process. The evidence is what the stack answers and what another controller hears on the air.

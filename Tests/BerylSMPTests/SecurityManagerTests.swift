@@ -99,11 +99,11 @@ final class SecurityManagerTests: XCTestCase {
         XCTAssertEqual(told.first?.waiters, [SecurityWaiter(1), SecurityWaiter(2)])
         XCTAssertEqual(told.first?.afterKeys, true, "our last keys went to the controller just before")
         guard case .success(let summary)? = told.first?.result else { return XCTFail("\(told)") }
-        XCTAssertEqual(summary.level, LinkSecurityLevel(encrypted: true, authenticated: false, bonded: true))
+        XCTAssertEqual(summary.level, LinkSecurity(encrypted: true, authenticated: false, bonded: true))
         XCTAssertEqual(summary.identity, SecurityBench.peripheralIdentity)
         XCTAssertEqual(try bench.centralStorage.bonds().map(\.identity), [SecurityBench.peripheralIdentity])
         XCTAssertEqual(try bench.peripheralStorage.bonds().map(\.identity), [SecurityBench.centralIdentity])
-        XCTAssertEqual(bench.peripheral.level(of: SecurityBench.link), LinkSecurityLevel(encrypted: true, authenticated: false, bonded: true))
+        XCTAssertEqual(bench.peripheral.level(of: SecurityBench.link), LinkSecurity(encrypted: true, authenticated: false, bonded: true))
         XCTAssertTrue(bench.peripheralOutputs.contains { if case .peerSigning(_, let key?) = $0 { key.csrk.count == 16 } else { false } },
                       "the central's CSRK checks its signed writes from now on")
     }
@@ -119,7 +119,7 @@ final class SecurityManagerTests: XCTestCase {
         bench.forgetOutputs()
         bench.connect()
         XCTAssertTrue(bench.peripheralOutputs.contains(.restoreClientState(link: SecurityBench.link, configurations: [0x0012: 1], features: [1])))
-        XCTAssertTrue(bench.peripheralOutputs.contains(.levelChanged(link: SecurityBench.link, LinkSecurityLevel(encrypted: false, authenticated: false, bonded: true))))
+        XCTAssertTrue(bench.peripheralOutputs.contains(.levelChanged(link: SecurityBench.link, LinkSecurity(encrypted: false, authenticated: false, bonded: true))))
     }
 
     func testABondedCentralEncryptsWithItsStoredKeyWithoutPairing() throws {
@@ -132,7 +132,7 @@ final class SecurityManagerTests: XCTestCase {
         bench.secureFromCentral(2)
         XCTAssertTrue(bench.wire.isEmpty, "no SMP on a reconnection with a bond: \(bench.wire)")
         guard case .success(let summary)? = bench.told(central: true).first?.result else { return XCTFail("\(bench.centralOutputs)") }
-        XCTAssertEqual(summary.level, LinkSecurityLevel(encrypted: true, authenticated: false, bonded: true))
+        XCTAssertEqual(summary.level, LinkSecurity(encrypted: true, authenticated: false, bonded: true))
         XCTAssertEqual(bench.told(central: true).first?.afterKeys, false)
     }
 
@@ -186,6 +186,26 @@ final class SecurityManagerTests: XCTestCase {
                        [.secured([SecurityWaiter(1), SecurityWaiter(2)], .failure(.linkClosed), afterKeysDelivered: false)])
         XCTAssertEqual(bench.central.secure(SecurityBench.link, for: SecurityWaiter(3), at: bench.now),
                        [.secured([SecurityWaiter(3)], .failure(.linkClosed), afterKeysDelivered: false)], "no link, told at once")
+    }
+
+    /// Core Vol 3 Part H §3.4: after the 30-second SMP timeout the link carries no more SMP, so a later request for
+    /// security fails at once instead of waiting for a link close, on either side.
+    func testAfterTheSMPTimeoutAskingForSecurityFailsAtOnce() throws {
+        let bench = try SecurityBench()
+        bench.connect()
+        _ = bench.central.secure(SecurityBench.link, for: SecurityWaiter(1), at: bench.now)
+        _ = bench.peripheral.receive([0x01, 0x03, 0x00, 0x01, 0x10, 0x07, 0x07], on: SecurityBench.link, at: bench.now)
+        bench.now += .seconds(31)
+        let timedOut: [Result<SecuritySummary, SecurityFailure>] = bench.central.tick(at: bench.now).compactMap {
+            if case .secured(_, let result, _) = $0 { result } else { nil }
+        }
+        XCTAssertEqual(timedOut, [.failure(.pairing(.timeout))])
+        _ = bench.peripheral.tick(at: bench.now)
+        bench.forgetOutputs()
+        XCTAssertEqual(bench.central.secure(SecurityBench.link, for: SecurityWaiter(2), at: bench.now),
+                       [.secured([SecurityWaiter(2)], .failure(.pairing(.timeout)), afterKeysDelivered: false)])
+        XCTAssertEqual(bench.peripheral.secure(SecurityBench.link, for: SecurityWaiter(3), at: bench.now),
+                       [.secured([SecurityWaiter(3)], .failure(.pairing(.timeout)), afterKeysDelivered: false)])
     }
 
     /// A central that returns from a resolvable private address its IRK makes is the bonded peer; one from another
@@ -294,7 +314,7 @@ final class SecurityManagerTests: XCTestCase {
         bench.connect()
         bench.secureFromCentral(1)
         XCTAssertTrue(bench.peripheralOutputs.contains { if case .log(.error, let message) = $0 { message.contains("cannot save the bond") } else { false } })
-        XCTAssertEqual(bench.peripheral.level(of: SecurityBench.link), LinkSecurityLevel(encrypted: true, authenticated: false, bonded: false))
+        XCTAssertEqual(bench.peripheral.level(of: SecurityBench.link), LinkSecurity(encrypted: true, authenticated: false, bonded: false))
         bench.peripheralStorage.failing = false
         XCTAssertTrue(try bench.peripheralStorage.bonds().isEmpty)
         XCTAssertTrue(bench.peripheral.bonds.isEmpty, "what was not stored is not believed")
