@@ -188,23 +188,28 @@ final class GATTProcessTests: XCTestCase {
         var subscribe = Request()
         subscribe.att.gattSubscribe = .with { $0.connectionHandle = link; $0.valueHandle = service.valueHandles[0]; $0.enable = true }
         _ = try central.call(subscribe)
+        // All 400 sent before any answer is read, as an app flooding updateValue would: one at a time, a loaded machine
+        // can pace the calls slower than the link drains them, and nothing would ever be refused.
+        let ids = Set(try (0..<400).map { index in
+            try publisher.send(.with { $0.att.notify = .with { $0.valueHandle = service.valueHandles[0]; $0.value = Data([UInt8(index % 256)] + [UInt8](repeating: 0, count: 200)) } })
+        })
         var refused = 0
         var accepted = 0
-        for index in 0..<400 where refused == 0 {
-            var notify = Request()
-            notify.att.notify = .with { $0.valueHandle = service.valueHandles[0]; $0.value = Data([UInt8(index % 256)] + [UInt8](repeating: 0, count: 200)) }
-            switch Result(catching: { () throws(IPCClientError) -> Response in try publisher.call(notify) }) {
-            case .success(let response):
+        var ready = false
+        while refused + accepted < ids.count {
+            let envelope = try publisher.receive(timeout: .seconds(10))
+            if case .readyToUpdate? = envelope.event.att.kind { ready = true }
+            guard ids.contains(envelope.requestID), case .response(let response)? = envelope.body else { continue }
+            if case .error(let error)? = response.kind {
+                XCTAssertEqual(error.code, .busy)
+                refused += 1
+            } else {
                 XCTAssertEqual(response.att.notified.peers, 1)
                 accepted += 1
-            case .failure(let error):
-                guard case .remote(.busy, _, _, _) = error else { throw error }
-                refused += 1
             }
         }
-        XCTAssertEqual(refused, 1, "400 notifications at once cannot all fit")
+        XCTAssertGreaterThan(refused, 0, "400 notifications at once cannot all fit")
         XCTAssertGreaterThanOrEqual(accepted, 32)
-        var ready = false
         XCTAssertTrue(eventually(.seconds(10)) {
             while let envelope = try? self.publisher.receive(timeout: .milliseconds(50)) {
                 if case .readyToUpdate? = envelope.event.att.kind { ready = true }
