@@ -84,7 +84,7 @@ public enum GATTBenchmark {
         try HCIBenchmark.subscribe(centralHCI)
         try HCIBenchmark.subscribe(peripheralHCI)
         _ = try HCIBenchmark.command(peripheralHCI, HCICommands.leSetAdvertisingParameters(interval: 0x20))
-        _ = try HCIBenchmark.command(peripheralHCI, HCICommandPacket(.leSetAdvertisingEnable, parameters: [1]))
+        _ = try HCIBenchmark.command(peripheralHCI, HCICommands.leSetAdvertisingEnable(true))
         guard let address = StackProbe.controllerInfo(at: "\(scratch.root)/run1/hcid.sock").flatMap({ DeviceAddress($0.address) }) else {
             throw StackError.controllerNotReady(after: .zero, state: "no address", detail: "")
         }
@@ -92,7 +92,7 @@ public enum GATTBenchmark {
                                                                                 supervisionTimeout: 100))
         let link = try HCIBenchmark.waitForHandle(centralHCI)
         _ = try HCIBenchmark.waitForHandle(peripheralHCI)
-        _ = try HCIBenchmark.command(centralHCI, HCICommandPacket(.leSetDataLength, parameters: [UInt8(link & 0xFF), UInt8(link >> 8), 251, 0, 0x48, 0x08]))
+        _ = try HCIBenchmark.command(centralHCI, HCICommands.leSetDataLength(handle: link, octets: 251, time: 2120))
 
         // attd exchanges the MTU on its own as central; wait until the bearer carries 244-byte values.
         let mtuDeadline = ContinuousClock.now + .seconds(5)

@@ -44,7 +44,7 @@ public enum HCIBenchmark {
         let commandEnd = clock.now + .milliseconds(Int(seconds * 1000))
         let commandStart = clock.now
         while clock.now < commandEnd {
-            _ = try command(central, HCICommandPacket(.leRand))
+            _ = try command(central, HCICommands.leRand)
             rounds += 1
         }
         let commandRate = Double(rounds) / durationSeconds(clock.now - commandStart)
@@ -52,14 +52,14 @@ public enum HCIBenchmark {
         // ACL: connect at a 7.5 ms interval with 251-byte data length, then keep hcid's queue fed.
         for client in clients { try subscribe(client) }
         _ = try command(peripheral, HCICommands.leSetAdvertisingParameters(interval: 0x20))
-        _ = try command(peripheral, HCICommandPacket(.leSetAdvertisingEnable, parameters: [1]))
+        _ = try command(peripheral, HCICommands.leSetAdvertisingEnable(true))
         guard let address = StackProbe.controllerInfo(at: "\(scratch.root)/run1/hcid.sock").flatMap({ DeviceAddress($0.address) }) else {
             throw StackError.controllerNotReady(after: .zero, state: "no address", detail: "")
         }
         _ = try command(central, HCICommands.leCreateConnection(peer: address, scanInterval: 0x10, scanWindow: 0x10, interval: 6, supervisionTimeout: 100))
         let handle = try waitForHandle(central)
         _ = try waitForHandle(peripheral)
-        _ = try command(central, HCICommandPacket(.leSetDataLength, parameters: [UInt8(handle & 0xFF), UInt8(handle >> 8), 251, 0, 0x48, 0x08]))
+        _ = try command(central, HCICommands.leSetDataLength(handle: handle, octets: 251, time: 2120))
         usleep(100_000)
 
         let hcidPid = scratch.pid(of: "hcid0") ?? 0

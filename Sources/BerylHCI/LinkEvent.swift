@@ -115,4 +115,53 @@ public enum HCICommands {
     public static func disconnect(handle: UInt16, reason: HCIStatus = .remoteUserTerminatedConnection) -> HCICommandPacket {
         HCICommandPacket(.disconnect, parameters: [UInt8(handle & 0xFF), UInt8(handle >> 8), reason.rawValue])
     }
+
+    /// LE Set Advertising Enable (§7.8.9).
+    public static func leSetAdvertisingEnable(_ enabled: Bool) -> HCICommandPacket {
+        HCICommandPacket(.leSetAdvertisingEnable, parameters: [enabled ? 1 : 0])
+    }
+
+    /// LE Set Scan Parameters (§7.8.10): interval and window in 0.625 ms units, every advertiser accepted.
+    public static func leSetScanParameters(active: Bool, interval: UInt16, window: UInt16, ownAddressType: UInt8) -> HCICommandPacket {
+        var w = ByteWriter()
+        w.u8(active ? 1 : 0)
+        w.u16(interval)
+        w.u16(window)
+        w.u8(ownAddressType)
+        w.u8(0)
+        return HCICommandPacket(.leSetScanParameters, parameters: w.bytes)
+    }
+
+    /// LE Set Scan Enable (§7.8.11).
+    public static func leSetScanEnable(_ enabled: Bool, filterDuplicates: Bool = false) -> HCICommandPacket {
+        HCICommandPacket(.leSetScanEnable, parameters: [enabled ? 1 : 0, filterDuplicates ? 1 : 0])
+    }
+
+    /// Read RSSI (§7.5.4) of a connection.
+    public static func readRSSI(handle: UInt16) -> HCICommandPacket {
+        HCICommandPacket(.readRSSI, parameters: [UInt8(handle & 0xFF), UInt8(handle >> 8)])
+    }
+
+    /// LE Clear Filter Accept List (§7.8.15).
+    public static var leClearFilterAcceptList: HCICommandPacket { HCICommandPacket(.leClearFilterAcceptList) }
+
+    /// LE Add Device To Filter Accept List (§7.8.16), address in wire order.
+    public static func leAddDeviceToFilterAcceptList(_ peer: DeviceAddress) -> HCICommandPacket {
+        HCICommandPacket(.leAddDeviceToFilterAcceptList, parameters: [peer.type.isRandom ? 1 : 0] + peer.address.bytes)
+    }
+
+    /// LE Create Connection Cancel (§7.8.13).
+    public static var leCreateConnectionCancel: HCICommandPacket { HCICommandPacket(.leCreateConnectionCancel) }
+
+    /// LE Set Data Length (§7.8.33): the most octets and microseconds per transmitted data PDU on a link.
+    public static func leSetDataLength(handle: UInt16, octets: UInt16, time: UInt16) -> HCICommandPacket {
+        var w = ByteWriter()
+        w.u16(handle)
+        w.u16(octets)
+        w.u16(time)
+        return HCICommandPacket(.leSetDataLength, parameters: w.bytes)
+    }
+
+    /// LE Rand (§7.8.23).
+    public static var leRand: HCICommandPacket { HCICommandPacket(.leRand) }
 }

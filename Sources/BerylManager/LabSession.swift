@@ -62,11 +62,11 @@ public struct LabAdvertising: Equatable, Sendable {
     /// The commands that start it, with advertising off first (parameters change only then, §7.8.5).
     public var commands: [HCICommandPacket] {
         [
-            HCICommandPacket(.leSetAdvertisingEnable, parameters: [0]),
+            HCICommands.leSetAdvertisingEnable(false),
             HCICommands.leSetAdvertisingParameters(interval: interval, type: kind.rawValue, ownAddressType: ownAddress.rawValue, directedTo: directedTo),
             HCICommands.leSetAdvertisingData(data),
             HCICommands.leSetAdvertisingData(scanResponse, scanResponse: true),
-            HCICommandPacket(.leSetAdvertisingEnable, parameters: [1]),
+            HCICommands.leSetAdvertisingEnable(true),
         ]
     }
 }

@@ -299,7 +299,7 @@ public final class GattClientSession {
             command(HCICommands.disconnect(handle: handle))
             _ = try? loop.after(.seconds(2)) { [unowned self] in self.loop.stop() }
         } else {
-            if failure != nil { command(HCICommandPacket(.leCreateConnectionCancel)) { [unowned self] _ in self.loop.stop() } } else { loop.stop() }
+            if failure != nil { command(HCICommands.leCreateConnectionCancel) { [unowned self] _ in self.loop.stop() } } else { loop.stop() }
         }
     }
 }

@@ -111,10 +111,6 @@ public final class ServeSession {
         attd?.request(request)
     }
 
-    private func command(_ opcode: HCIOpcode, _ parameters: [UInt8], then: @escaping () -> Void = {}) {
-        command(HCICommandPacket(opcode, parameters: parameters), then: then)
-    }
-
     private func command(_ packet: HCICommandPacket, then: @escaping () -> Void = {}) {
         hcid?.request(.hci(packet)) { [unowned self] result in
             if case .failure(let error) = result { self.say("warning: command 0x\(String(packet.opcode, radix: 16)) failed: \(error)") }
@@ -124,7 +120,7 @@ public final class ServeSession {
 
     private func advertise() {
         // Advertising left on by an earlier publisher would refuse new parameters and a new random address.
-        command(.leSetAdvertisingEnable, [0])
+        command(HCICommands.leSetAdvertisingEnable(false))
         guard privateAddress else { return advertise(from: nil) }
         var request = Request()
         request.att.getPrivateAddress = .init()
@@ -155,7 +151,7 @@ public final class ServeSession {
     }
 
     private func enableAdvertising() {
-        command(.leSetAdvertisingEnable, [1]) { [unowned self] in
+        command(HCICommands.leSetAdvertisingEnable(true)) { [unowned self] in
             self.say("advertising" + (self.profile.localName.map { " as \"\($0)\"" } ?? ""))
         }
     }

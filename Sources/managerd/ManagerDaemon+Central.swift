@@ -103,7 +103,7 @@ extension ManagerDaemon {
             forwardGatt(operation, session: session, incoming)
         case .readRssi(let read):
             guard let link = heldLink(read.peripheral, session: session, incoming) else { return }
-            command(HCICommandPacket(.readRSSI, parameters: [UInt8(link.handle & 0xFF), UInt8(link.handle >> 8)])) { result in
+            command(HCICommands.readRSSI(handle: link.handle)) { result in
                 guard case .success(let parameters) = result, parameters.count >= 4, parameters[0] == 0 else {
                     incoming.fail(.notReady, "Read RSSI failed: \(result)")
                     return
@@ -153,17 +153,17 @@ extension ManagerDaemon {
             : labScan != nil || !scanIsSlow ? .fast : .slow
         guard wanted != controllerScan, hcid != nil else { return }
         // Scan parameters can only change with the scan off (Core Vol 4 Part E §7.8.10).
-        if controllerScan != .off { command(HCICommandPacket(.leSetScanEnable, parameters: [0x00, 0x00])) }
+        if controllerScan != .off { command(HCICommands.leSetScanEnable(false)) }
         controllerScan = wanted
         guard wanted != .off else { return }
         // Active scanning (scan responses carry names), 60 ms every 100 ms; duplicates are filtered here, per app.
         // Only background apps scanning: 30 ms every 1.28 s, as iOS scans for them.
-        let active: UInt8 = labScan?.passive == true && !scans.isScanning ? 0x00 : 0x01
+        let active = !(labScan?.passive == true && !scans.isScanning)
         let ownAddress = labScan?.ownAddress.rawValue ?? ownAddressType
-        let parameters: [UInt8] = wanted == .slow ? [active, 0x00, 0x08, 0x30, 0x00, ownAddress, 0x00] : [active, 0xA0, 0x00, 0x60, 0x00, ownAddress, 0x00]
-        command(HCICommandPacket(.leSetScanParameters, parameters: parameters))
+        command(wanted == .slow ? HCICommands.leSetScanParameters(active: active, interval: 0x0800, window: 0x0030, ownAddressType: ownAddress)
+                                : HCICommands.leSetScanParameters(active: active, interval: 0x00A0, window: 0x0060, ownAddressType: ownAddress))
         // Duplicate filtering off: apps' duplicates are filtered per app here, and a lab session sees every report.
-        command(HCICommandPacket(.leSetScanEnable, parameters: [0x01, 0x00]))
+        command(HCICommands.leSetScanEnable(true))
     }
 
     func advertisementReceived(_ received: AdvertisingReport) {
@@ -255,13 +255,11 @@ extension ManagerDaemon {
                 }
             case .connectAny(let addresses):
                 // Several peripherals wanted: the controller connects to whichever of them it hears first.
-                command(HCICommandPacket(.leClearFilterAcceptList))
-                for address in addresses {
-                    command(HCICommandPacket(.leAddDeviceToFilterAcceptList, parameters: [address.type.isRandom ? 1 : 0] + address.address.bytes))
-                }
+                command(HCICommands.leClearFilterAcceptList)
+                for address in addresses { command(HCICommands.leAddDeviceToFilterAcceptList(address)) }
                 command(HCICommands.leCreateConnection(peer: addresses[0], interval: 24, supervisionTimeout: 200, useFilterAcceptList: true))
             case .cancelConnect:
-                command(HCICommandPacket(.leCreateConnectionCancel))
+                command(HCICommands.leCreateConnectionCancel)
             case .disconnect(let handle):
                 command(HCICommands.disconnect(handle: handle))
             }

@@ -63,7 +63,7 @@ extension ManagerDaemon {
         case .labScan(let request):
             lab.scan = (request.passive, LabOwnAddress(rawValue: UInt8(request.ownAddressType.rawValue)) ?? .public)
             controllerScan = .off  // new parameters: the scan is set up again
-            command(HCICommandPacket(.leSetScanEnable, parameters: [0x00, 0x00]))
+            command(HCICommands.leSetScanEnable(false))
             updateScanning()
             incoming.respond(.with { $0.ack = .init() })
         case .labStopScan:

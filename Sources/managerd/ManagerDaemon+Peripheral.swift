@@ -239,7 +239,7 @@ extension ManagerDaemon {
             // Advertising managerd did not start (a low-level tool driving hcid directly) is left alone.
             if advertisingEnabled {
                 advertisingEnabled = false
-                command(HCICommandPacket(.leSetAdvertisingEnable, parameters: [0]))
+                command(HCICommands.leSetAdvertisingEnable(false))
             }
             completion?(turns == 0 ? nil : "the controller is not powered on")
             return
@@ -252,12 +252,12 @@ extension ManagerDaemon {
             let background = policy(for: order[advertisingTurn].holder).backgroundAdvertising
             let payload = background ? AdvertisingPayload.background(serviceUUIDs: advertiser.serviceUUIDs) : advertiser.payload
             commands = [
-                HCICommandPacket(.leSetAdvertisingEnable, parameters: [0]),
+                HCICommands.leSetAdvertisingEnable(false),
                 // 100 ms in the foreground; 1 s in the background.
                 HCICommands.leSetAdvertisingParameters(interval: background ? 0x0640 : 0x00A0, ownAddressRandom: identityIsRandom),
                 HCICommands.leSetAdvertisingData(payload.advertising),
                 HCICommands.leSetAdvertisingData(payload.scanResponse, scanResponse: true),
-                HCICommandPacket(.leSetAdvertisingEnable, parameters: [1]),
+                HCICommands.leSetAdvertisingEnable(true),
             ]
         } else {
             commands = lab!.advertising!.commands

@@ -45,6 +45,18 @@ final class LinkEventTests: XCTestCase {
         XCTAssertEqual(HCICommands.leSetAdvertisingData([], scanResponse: true).opcode, HCIOpcode.leSetScanResponseData.rawValue)
         XCTAssertEqual(HCICommands.leConnectionUpdate(handle: 0x41, intervalMin: 24, intervalMax: 40, latency: 0, supervisionTimeout: 200).parameters,
                        [0x41, 0, 24, 0, 40, 0, 0, 0, 200, 0, 0, 0, 0, 0])
+        // The scan managerd runs for background apps: 30 ms every 1.28 s, active, random own address.
+        XCTAssertEqual(HCIPacket.command(HCICommands.leSetScanParameters(active: true, interval: 0x0800, window: 0x0030, ownAddressType: 1)).h4Bytes,
+                       [0x01, 0x0B, 0x20, 7, 0x01, 0x00, 0x08, 0x30, 0x00, 0x01, 0x00])
+        XCTAssertEqual(HCIPacket.command(HCICommands.leSetScanEnable(true)).h4Bytes, [0x01, 0x0C, 0x20, 2, 0x01, 0x00])
+        XCTAssertEqual(HCIPacket.command(HCICommands.leSetAdvertisingEnable(false)).h4Bytes, [0x01, 0x0A, 0x20, 1, 0x00])
+        XCTAssertEqual(HCIPacket.command(HCICommands.readRSSI(handle: 0x0041)).h4Bytes, [0x01, 0x05, 0x14, 2, 0x41, 0x00])
+        XCTAssertEqual(HCIPacket.command(HCICommands.leAddDeviceToFilterAcceptList(peer)).h4Bytes, [0x01, 0x11, 0x20, 7, 0x01, 6, 5, 4, 3, 2, 0xC1])
+        XCTAssertEqual(HCIPacket.command(HCICommands.leClearFilterAcceptList).h4Bytes, [0x01, 0x10, 0x20, 0])
+        XCTAssertEqual(HCIPacket.command(HCICommands.leCreateConnectionCancel).h4Bytes, [0x01, 0x0E, 0x20, 0])
+        XCTAssertEqual(HCIPacket.command(HCICommands.leSetDataLength(handle: 0x41, octets: 251, time: 2120)).h4Bytes,
+                       [0x01, 0x22, 0x20, 6, 0x41, 0x00, 251, 0x00, 0x48, 0x08])
+        XCTAssertEqual(HCIPacket.command(HCICommands.leRand).h4Bytes, [0x01, 0x18, 0x20, 0])
     }
 
     /// A peripheral's Connection Parameters Request reaches the central's host as an LE meta event (Core Vol 4 Part E
