@@ -26,7 +26,7 @@ final class PreservedManager {
     /// app (Core Bluetooth's rule: it adds its services again on poweredOn) or, for an app not running, by managerd.
     /// Its record keeps these meanwhile, so an app killed before it adds them again, or a managerd killed with it,
     /// still has its services and advertising back on restoration.
-    var unrepublished: (services: [Beryl_Ipc_V1_PreservedService], advertiser: ManagerDaemon.Advertiser?)?
+    var unrepublished: (services: [Beryl_Ipc_V1_PreservedService], advertiser: Advertiser?)?
     /// Counts the app's Remove All Services: a publication managerd started for the manager before one lands after
     /// it (an app back from a managerd restart clears, then adds its own), and is withdrawn rather than kept twice.
     var publicationEpoch = 0

@@ -225,55 +225,33 @@ extension ManagerDaemon {
 
     // MARK: Advertising
 
-    /// One advertiser: its data, on. Several: each in turn for a second (a controller without advertising sets has
-    /// one advertiser). None: off. A central connecting ends connectable advertising in the controller (Core Vol 6
-    /// Part B §4.4.2); it is started again, so that other centrals still find the app, as Core Bluetooth's does.
+    /// BerylManager's AdvertisingRotation decides who advertises and how; this runs its commands and its turns. A
+    /// central connecting ends connectable advertising in the controller (Core Vol 6 Part B §4.4.2); it is started
+    /// again, so that other centrals still find the app, as Core Bluetooth's does.
     func updateAdvertising(completion: ((String?) -> Void)? = nil) {
         rotation?.cancel()
         rotation = nil
-        // Suspended apps do not advertise; background ones advertise as Core Bluetooth's background rules say. A lab
-        // session's advertising takes its turn after the apps'.
-        let order = advertisers.keys.sorted().filter { policy(for: $0.holder).advertises }
-        let turns = order.count + (lab?.advertising != nil ? 1 : 0)
-        guard state == .poweredOn, turns > 0 else {
-            // Advertising managerd did not start (a low-level tool driving hcid directly) is left alone.
-            if advertisingEnabled {
-                advertisingEnabled = false
-                command(HCICommands.leSetAdvertisingEnable(false))
+        let candidates = advertisers.map { AdvertisingRotation.Candidate(key: $0.key, advertiser: $0.value, policy: policy(for: $0.key.holder)) }
+        switch advertising.plan(candidates, lab: lab?.advertising?.commands, poweredOn: state == .poweredOn, ownAddressRandom: identityIsRandom) {
+        case .off(let disable, let wanted):
+            if disable { command(HCICommands.leSetAdvertisingEnable(false)) }
+            completion?(wanted ? "the controller is not powered on" : nil)
+        case .advertise(let commands, let rotates):
+            for packet in commands.dropLast() { command(packet) }
+            if let last = commands.last {
+                command(last) { result in
+                    switch result {
+                    case .success(let status) where status.first == 0: completion?(nil)
+                    case .success(let status): completion?("the controller refused advertising (0x\(String(status.first ?? 0xFF, radix: 16)))")
+                    case .failure(let error): completion?("\(error)")
+                    }
+                }
             }
-            completion?(turns == 0 ? nil : "the controller is not powered on")
-            return
-        }
-        advertisingEnabled = true
-        advertisingTurn %= turns
-        let commands: [HCICommandPacket]
-        if advertisingTurn < order.count {
-            let advertiser = advertisers[order[advertisingTurn]]!
-            let background = policy(for: order[advertisingTurn].holder).backgroundAdvertising
-            let payload = background ? AdvertisingPayload.background(serviceUUIDs: advertiser.serviceUUIDs) : advertiser.payload
-            commands = [
-                HCICommands.leSetAdvertisingEnable(false),
-                // 100 ms in the foreground; 1 s in the background.
-                HCICommands.leSetAdvertisingParameters(interval: background ? 0x0640 : 0x00A0, ownAddressRandom: identityIsRandom),
-                HCICommands.leSetAdvertisingData(payload.advertising),
-                HCICommands.leSetAdvertisingData(payload.scanResponse, scanResponse: true),
-                HCICommands.leSetAdvertisingEnable(true),
-            ]
-        } else {
-            commands = lab!.advertising!.commands
-        }
-        for packet in commands.dropLast() { command(packet) }
-        command(commands.last!) { result in
-            switch result {
-            case .success(let status) where status.first == 0: completion?(nil)
-            case .success(let status): completion?("the controller refused advertising (0x\(String(status.first ?? 0xFF, radix: 16)))")
-            case .failure(let error): completion?("\(error)")
-            }
-        }
-        if turns > 1 {
-            rotation = try? host.loop.after(.seconds(1)) { [unowned self] in
-                self.advertisingTurn += 1
-                self.updateAdvertising()
+            if rotates {
+                rotation = try? host.loop.after(AdvertisingRotation.turnLength) { [unowned self] in
+                    self.advertising.turnEnded()
+                    self.updateAdvertising()
+                }
             }
         }
     }

@@ -59,14 +59,8 @@ final class ManagerDaemon {
         var owner: ManagerKey
     }
     var services: [PublishedService] = []
-    struct Advertiser {
-        var payload: AdvertisingPayload
-        var localName: String
-        var serviceUUIDs: [BluetoothUUID]
-    }
     var advertisers: [ManagerKey: Advertiser] = [:]
-    var advertisingTurn = 0
-    var advertisingEnabled = false
+    var advertising = AdvertisingRotation()
     var rotation: EventRegistration?
     /// Reads and writes from remote centrals awaiting their app's one answer: attd's id → owner and kind.
     var openRequests: [UInt64: (owner: ManagerKey, isRead: Bool)] = [:]
@@ -297,7 +291,7 @@ final class ManagerDaemon {
     /// A controller that was reset forgot everything: scanning, advertising and connection attempts resume.
     func resumeOnController() {
         controllerScan = .off
-        advertisingEnabled = false
+        advertising.controllerForgot()
         updateScanning()
         perform(book.attemptEnded())
         setLabRandomAddress()
