@@ -45,8 +45,9 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
             defer { central.cancelPeripheralConnection(peripheral) }
             do {
                 try await app.perform(operation, on: peripheral)
-            } catch let error as BerylError {
-                printer.emit(Self.failure(error, operation: operation.verb))
+            } catch {
+                if json { printer.emit(Self.failure(error, operation: operation.verb)) }
+                guard error is BerylError else { throw error }
                 throw Output.fail("\(operation.verb) failed: \(error)")
             }
             // Let managerd take the cancel before the session closes (a command without response is then carried).
@@ -56,8 +57,12 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
     }
 
     /// A failed operation as an event, with the typed code a script acts on (`--json`); the message is for people.
-    static func failure(_ error: BerylError, operation: String) -> [String: Any] {
-        var fields: [String: Any] = ["event": "failed", "operation": operation, "message": error.description]
+    static func failure(_ error: any Error, operation: String) -> [String: Any] {
+        var fields: [String: Any] = ["event": "failed", "operation": operation, "message": "\(error)"]
+        // Core Bluetooth's errors, as the async calls throw them, and the library's own.
+        if let att = error as? ATTError { fields["attError"] = att.code.rawValue }
+        if let bluetooth = error as? BluetoothError { fields["bluetoothError"] = bluetooth.code.rawValue }
+        guard let error = error as? BerylError else { return fields }
         switch error {
         case .att(let code, _): fields["attError"] = Int(code)
         case .bluetooth(let code, _): fields["bluetoothError"] = code.rawValue
