@@ -13,6 +13,12 @@ public struct Advertiser: Equatable, Sendable {
         self.localName = localName
         self.serviceUUIDs = serviceUUIDs
     }
+
+    /// What an app asked for (an empty name: none), laid out by Core Bluetooth's payload rules.
+    public init(localName: String, serviceUUIDs: [BluetoothUUID]) {
+        self.init(payload: AdvertisingPayload(localName: localName.isEmpty ? nil : localName, serviceUUIDs: serviceUUIDs),
+                  localName: localName, serviceUUIDs: serviceUUIDs)
+    }
 }
 
 /// Who advertises now on a controller with one advertiser (legacy advertising, no advertising sets): one advertiser

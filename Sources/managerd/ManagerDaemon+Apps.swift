@@ -211,7 +211,7 @@ extension ManagerDaemon {
 
     func launchForRestoration(_ appID: String) {
         guard let manifest = catalog.apps[appID], manifest.launch != nil,
-              preservedManagers.contains(where: { $0.appID == appID && !$0.live && $0.queued.count > 0 }) else { return }
+              !waitingToRestore(appID).isEmpty else { return }
         switch relaunch.verdict(for: appID, at: host.loop.uptime) {
         case .launch:
             break
@@ -262,6 +262,11 @@ extension ManagerDaemon {
         }
     }
 
+    /// The app's preserved managers with events held for it: what a relaunch is for.
+    private func waitingToRestore(_ appID: String) -> [PreservedManager] {
+        preservedManagers.filter { $0.appID == appID && !$0.live && $0.queued.count > 0 }
+    }
+
     private func deferLaunch(_ appID: String, until time: Duration) {
         guard deferredLaunches.insert(appID).inserted else { return }
         _ = try? host.loop.after(max(.zero, time - host.loop.uptime) + .milliseconds(10)) { [unowned self] in
@@ -277,7 +282,7 @@ extension ManagerDaemon {
             let ended = runtime.adopted ? (ProcessStats.isAlive(pid: pid) ? nil : "exited") : Spawn.reap(pid).map { "\($0.exit)" }
             guard let reason = ended else {
                 // Up, but it has not made the managers it was launched to restore: ended, so that it is launched again.
-                let waiting = preservedManagers.filter { $0.appID == appID && !$0.live && $0.queued.count > 0 }
+                let waiting = waitingToRestore(appID)
                 if relaunch.overdue(appID, waiting: waiting.map(\.restoreID), at: host.loop.uptime) {
                     host.logger.warning("\(appID) (pid \(pid)) \(relaunch.failure(of: appID).map { "\($0)" } ?? ""); ending it")
                     kill(pid, SIGTERM)
@@ -288,7 +293,7 @@ extension ManagerDaemon {
             updated.launchedPID = nil
             updated.adopted = false
             defer { recordLaunchedApps() }
-            let waiting = preservedManagers.filter { $0.appID == appID && !$0.live && $0.queued.count > 0 }
+            let waiting = waitingToRestore(appID)
             if let delay = relaunch.exited(appID, exit: reason, waiting: waiting.map(\.restoreID), at: host.loop.uptime) {
                 host.logger.warning("\(appID) \(relaunch.failure(of: appID).map { "\($0)" } ?? ""); launching again in \(delay)")
                 deferLaunch(appID, until: host.loop.uptime + delay)
@@ -410,8 +415,7 @@ extension ManagerDaemon {
                 let peripheral = state.peripheral
                 if peripheral.advertising {
                     let uuids = peripheral.advertisedServiceUuids.compactMap(BluetoothUUID.init)
-                    advertisers[key] = Advertiser(payload: AdvertisingPayload(localName: peripheral.localName.isEmpty ? nil : peripheral.localName, serviceUUIDs: uuids),
-                                                  localName: peripheral.localName, serviceUUIDs: uuids)
+                    advertisers[key] = Advertiser(localName: peripheral.localName, serviceUUIDs: uuids)
                 }
             }
             host.logger.info("resumed \(record.appID)'s \(record.role) manager \(record.restoreID) (app not running)")

@@ -56,8 +56,7 @@ extension ManagerDaemon {
         case .startAdvertising(let start):
             guard let uuids = uuids(start.serviceUuids, field: "service_uuids", incoming) else { return }
             let key = ManagerKey(session: session, manager: start.manager)
-            advertisers[key] = Advertiser(payload: AdvertisingPayload(localName: start.localName.isEmpty ? nil : start.localName, serviceUUIDs: uuids),
-                                          localName: start.localName, serviceUUIDs: uuids)
+            advertisers[key] = Advertiser(localName: start.localName, serviceUUIDs: uuids)
             republishedByApp(session)
             incoming.respond(.with { $0.ack = .init() })
             updateAdvertising { [unowned self] error in
