@@ -53,6 +53,8 @@ let package = Package(
         .target(name: "BerylGAP", dependencies: ["BerylCore", "BerylHCI"]),
         .target(name: "BerylManager", dependencies: ["BerylCore", "BerylGAP"]),
         .target(name: "Beryl", dependencies: ["BerylCore", "BerylWire"]),
+        // managerd's translation between its cores' values and the wire's messages.
+        .target(name: "BerylManagerWire", dependencies: ["BerylManager", "BerylWire", "BerylCore"]),
         .target(name: "BerylSim", dependencies: ["BerylCore", "BerylHCI", "CBerylCrypto"]),
         .target(name: "BerylL2CAP", dependencies: ["BerylCore", "BerylHCI"]),
         .target(name: "BerylATT", dependencies: ["BerylCore"]),
@@ -88,7 +90,7 @@ let package = Package(
             "BerylDaemonKit", "BerylGATT", "BerylHCI", "BerylSMP", "BerylStore", "BerylCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "managerd", dependencies: [
-            "BerylDaemonKit", "BerylManager", "BerylGAP", "BerylHCI", "BerylStore", "BerylEventLoop", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "BerylDaemonKit", "BerylManager", "BerylManagerWire", "BerylGAP", "BerylHCI", "BerylStore", "BerylEventLoop", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "berylsim", dependencies: [
             "BerylDaemonKit", "BerylSim", "BerylTransport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -129,7 +131,7 @@ let package = Package(
         .testTarget(name: "BerylEventLoopTests", dependencies: ["BerylEventLoop"]),
         .testTarget(name: "BerylCryptoTests", dependencies: ["BerylCrypto", "BerylCore"]),
         .testTarget(name: "BerylSMPTests", dependencies: ["BerylSMP", "BerylCrypto", "BerylCore", "BerylStore"]),
-        .testTarget(name: "BerylAppTests", dependencies: ["Beryl", "BerylIPC", "BerylSupervisor", "BerylDaemonKit"]),
+        .testTarget(name: "BerylAppTests", dependencies: ["Beryl", "BerylIPC", "BerylSupervisor", "BerylDaemonKit", "BerylStore", "BerylManagerWire"]),
         .testTarget(name: "BerylFaultTests", dependencies: ["BerylFaults", "BerylSupervisor"]),
         .testTarget(name: "BerylManagerTests", dependencies: ["BerylManager", "BerylGAP", "BerylCore", "BerylHCI", "BerylStore"]),
         .testTarget(name: "BerylSimTests", dependencies: ["BerylSim", "BerylCore"]),
@@ -142,6 +144,6 @@ let package = Package(
             .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             .product(name: "GRPCNIOTransportHTTP2Posix", package: "grpc-swift-nio-transport"),
         ]),
-        .testTarget(name: "BerylIPCTests", dependencies: ["BerylIPC", "BerylSupervisor", "BerylBench", "BerylDaemonKit", "BerylStore"]),
+        .testTarget(name: "BerylIPCTests", dependencies: ["BerylIPC", "BerylManagerWire", "BerylManager", "BerylSupervisor", "BerylBench", "BerylDaemonKit", "BerylStore"]),
     ]
 )

@@ -87,3 +87,20 @@ public struct BluetoothUUID: Sendable, Hashable, CustomStringConvertible {
         return String(repeating: "0", count: max(0, digits - text.count)) + text
     }
 }
+
+/// Written as its text (`"180D"`, or the full form), so that stored records read as Core Bluetooth prints them.
+extension BluetoothUUID: Codable {
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        let text = try container.decode(String.self)
+        guard let uuid = BluetoothUUID(text) else {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: "not a Bluetooth UUID: \(text)")
+        }
+        self = uuid
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(description)
+    }
+}

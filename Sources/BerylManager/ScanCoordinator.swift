@@ -36,7 +36,7 @@ public struct ManagerKey: Hashable, Sendable, Comparable {
     public static func < (a: ManagerKey, b: ManagerKey) -> Bool { (a.holder, a.manager) < (b.holder, b.manager) }
 }
 
-public struct ScanRequest: Equatable, Sendable {
+public struct ScanRequest: Codable, Equatable, Sendable {
     public var services: [BluetoothUUID]
     public var allowDuplicates: Bool
     public var solicited: [BluetoothUUID]

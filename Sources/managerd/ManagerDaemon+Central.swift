@@ -3,6 +3,7 @@ import BerylGAP
 import BerylHCI
 import BerylIPC
 import BerylManager
+import BerylManagerWire
 import BerylStore
 import Foundation
 
@@ -39,9 +40,9 @@ extension ManagerDaemon {
             let key = ManagerKey(session: session, manager: connect.manager)
             let (already, actions) = book.connect(key, identifier: device.identifier, address: device.address)
             self.appSessions[session]?.connectOptions[device.identifier] = connect
-            if let preserved = preservedManagers.first(where: { $0.holder == .session(session) }) {
-                preserved.connectOptions[device.identifier] = connect
-                persist(preserved)
+            updatePreserved(.session(session)) {
+                $0.connectOptions[device.identifier] = .init(notifyOnConnection: connect.notifyOnConnection, notifyOnDisconnection: connect.notifyOnDisconnection,
+                                                             notifyOnNotification: connect.notifyOnNotification)
             }
             incoming.respond(.with { $0.ack = .init() })
             if already {
@@ -59,11 +60,10 @@ extension ManagerDaemon {
                               detail: RemoteDetail(bluetoothError: .unknownDevice))
                 return
             }
-            if let preserved = preservedManagers.first(where: { $0.holder == .session(session) }) {
-                preserved.connectOptions[cancel.peripheral] = nil
-                preserved.databases[cancel.peripheral] = nil
-                preserved.notifying[cancel.peripheral] = nil
-                persist(preserved)
+            updatePreserved(.session(session)) {
+                $0.connectOptions[cancel.peripheral] = nil
+                $0.databases[cancel.peripheral] = nil
+                $0.notifying[cancel.peripheral] = nil
             }
             incoming.respond(.with { $0.ack = .init() })
             perform(actions)
@@ -298,10 +298,9 @@ extension ManagerDaemon {
             for key in holders {
                 // A preserved manager whose app is not running keeps wanting the peripheral: the connection is requested
                 // again at once and never times out; the app hears of it when the link is back (the guide's door lock).
-                if let preserved = preservedManagers.first(where: { $0.holder == key.holder && !$0.live }), let address = store?.device(identifier)?.address {
+                if let preserved = restoration.manager(heldBy: key.holder), !preserved.live, let address = store?.device(identifier)?.address {
                     rerequested += book.connect(key, identifier: identifier, address: address).actions
-                    preserved.notifying[identifier] = nil
-                    persist(preserved)
+                    updatePreserved(key.holder) { $0.notifying[identifier] = nil }
                     host.logger.info("\(preserved.appID)'s link to \(identifier) dropped (0x\(String(reason, radix: 16))); connection requested again for it")
                     continue
                 }
@@ -355,23 +354,32 @@ extension ManagerDaemon {
                 if case .gattDatabase(let database)? = response.att.kind {
                     self.discoveredServices[identifier, default: []].formUnion(database.services.compactMap { BluetoothUUID($0.uuid) })
                 }
-                if let preserved = self.preservedManagers.first(where: { $0.holder == .session(session) }) {
-                    // What the app knows of the peripheral, for willRestoreState.
-                    switch operation.request.kind {
-                    case .gattDiscover(let discover)? where discover.serviceUuids.isEmpty && discover.depth == .whole:
-                        preserved.databases[identifier] = response.att.gattDatabase
-                    case .gattDiscover(let discover)?:
-                        let (lower, upper) = (max(1, discover.startHandle), discover.endHandle == 0 ? 0xFFFF : discover.endHandle)
-                        if lower <= upper {
-                            preserved.databases[identifier, default: .init()].merge(response.att.gattDatabase, depth: discover.depth, range: lower...upper)
-                        }
-                    case .gattSubscribe(let subscribe)?:
-                        if subscribe.enable { preserved.notifying[identifier, default: []].insert(subscribe.valueHandle) }
-                        else { preserved.notifying[identifier]?.remove(subscribe.valueHandle) }
-                    default:
+                // What the app knows of the peripheral, for willRestoreState; reads and writes change nothing kept.
+                switch operation.request.kind {
+                case .gattDiscover(let discover)?:
+                    let (lower, upper) = (max(1, discover.startHandle), discover.endHandle == 0 ? 0xFFFF : discover.endHandle)
+                    guard lower <= upper, upper <= 0xFFFF else { break }
+                    let found: RemoteDatabase.Discovery
+                    do {
+                        found = try .init(wire: response.att.gattDatabase, depth: discover.depth, range: UInt16(lower)...UInt16(upper))
+                    } catch {
+                        self.host.logger.error("what attd found on \(identifier) is not kept for restoration: \(error)")
                         break
                     }
-                    self.persist(preserved)
+                    self.updatePreserved(.session(session)) {
+                        if discover.serviceUuids.isEmpty, case .whole(let services) = found {
+                            $0.databases[identifier] = RemoteDatabase(services: services)
+                        } else {
+                            $0.databases[identifier, default: .init()].add(found)
+                        }
+                    }
+                case .gattSubscribe(let subscribe)?:
+                    guard let valueHandle = UInt16(exactly: subscribe.valueHandle) else { break }
+                    self.updatePreserved(.session(session)) {
+                        if subscribe.enable { $0.notifying[identifier, default: []].insert(valueHandle) } else { $0.notifying[identifier]?.remove(valueHandle) }
+                    }
+                default:
+                    break
                 }
                 incoming.respond(.with { $0.manager.gatt = response.att })
             case .failure(.remote(let code, let message, let field, let detail)):

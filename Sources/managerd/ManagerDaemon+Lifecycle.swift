@@ -24,7 +24,7 @@ extension ManagerDaemon {
         case .session(let id): policy(forSession: id)
         case .preserved(let id):
             // A preserved manager whose app is not running works as its background modes allow.
-            .of(.notRunning, modes: preservedManagers.first { $0.id == id }.flatMap { catalog.apps[$0.appID]?.backgroundModes } ?? [])
+            .of(.notRunning, modes: restoration.manager(id: id).flatMap { catalog.apps[$0.appID]?.backgroundModes } ?? [])
         }
     }
 

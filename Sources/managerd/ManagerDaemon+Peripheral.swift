@@ -3,13 +3,13 @@ import BerylGAP
 import BerylHCI
 import BerylIPC
 import BerylManager
+import BerylManagerWire
 import Foundation
 
 extension ManagerDaemon {
     /// The app publishes again after a reset: what it had before is no longer its record's to keep.
     func republishedByApp(_ session: UInt64) {
-        preservedManagers.first { $0.holder == .session(session) }?.unrepublished = nil
-        persistIfPreserved(.session(session))
+        updatePreserved(.session(session)) { $0.unrepublished = nil }
     }
 
     func handlePeripheral(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: UInt64, _ incoming: IncomingRequest) {
@@ -27,7 +27,11 @@ extension ManagerDaemon {
                 case .success(let response):
                     let published = response.att.servicePublished
                     self.services.append(PublishedService(range: UInt16(published.startHandle)...UInt16(published.endHandle), owner: owner))
-                    self.serviceSpecs[UInt16(published.startHandle)] = .with { $0.spec = add.service; $0.published = published }
+                    do {
+                        self.serviceSpecs[UInt16(published.startHandle)] = try PreservedState.PublishedService(wire: .with { $0.spec = add.service; $0.published = published })
+                    } catch {
+                        self.host.logger.error("service \(add.service.uuid) cannot be kept for restoration: \(error)")
+                    }
                     self.republishedByApp(session)
                     incoming.respond(.with { $0.manager.serviceAdded = published })
                 case .failure(.remote(let code, let message, let field, let detail)):
@@ -47,7 +51,7 @@ extension ManagerDaemon {
         case .removeAllServices(let remove):
             let key = ManagerKey(session: session, manager: remove.manager)
             // The app adds its own now: what managerd was to publish again for it, or has under way, is not wanted.
-            preservedManagers.first { $0.holder == .session(session) }?.publicationEpoch += 1
+            restoration.update(heldBy: .session(session)) { $0.publicationEpoch += 1 }
             pendingRepublish.removeAll { $0.0.holder == .session(session) }
             for service in services where service.owner == key { unpublish(service.range.lowerBound) }
             services.removeAll { $0.owner == key }
@@ -196,7 +200,7 @@ extension ManagerDaemon {
     private func isReachable(_ holder: ManagerHolder) -> Bool {
         switch holder {
         case .session(let id): session(id) != nil
-        case .preserved(let id): preservedManagers.contains { $0.id == id && !$0.live }
+        case .preserved(let id): restoration.manager(id: id)?.live == false
         }
     }
 
@@ -218,7 +222,7 @@ extension ManagerDaemon {
         }
         subscribers.removeAll { $0.central == event.subscription.central && $0.valueHandle == change.valueHandle }
         if change.notify || change.indicate { subscribers.append(event.subscription) }
-        if let preserved = preservedManagers.first(where: { $0.holder == owner.holder }) { persist(preserved) }
+        persistIfPreserved(owner.holder)
         send(event, to: owner.holder)
     }
 

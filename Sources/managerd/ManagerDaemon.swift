@@ -12,8 +12,6 @@ import Foundation
 final class AppSession {
     var appID = ""
     var saidHello = false
-    /// The manager's preserved state, when it opted into restoration.
-    var preserved: PreservedManager?
     /// The user quit the app: what its managers held goes with them.
     var quitting = false
     /// Events held while the app is suspended.
@@ -66,7 +64,7 @@ final class ManagerDaemon {
     var openRequests: [UInt64: (owner: ManagerKey, isRead: Bool)] = [:]
     var notifyRefused: Set<ManagerHolder> = []
     /// What each published service was made from (to preserve and publish it again), by start handle.
-    var serviceSpecs: [UInt16: Beryl_Ipc_V1_PreservedService] = [:]
+    var serviceSpecs: [UInt16: PreservedState.PublishedService] = [:]
     /// Remote centrals subscribed to this device's characteristics.
     var subscribers: [Beryl_Ipc_V1_CentralSubscription] = []
 
@@ -77,9 +75,8 @@ final class ManagerDaemon {
     /// Each manager session's app and what it holds, by session id; kept here rather than on the session, which the
     /// server forgets before it reports the close.
     var appSessions: [UInt64: AppSession] = [:]
-    var preservedManagers: [PreservedManager] = []
-    /// Ids of preserved managers, which hold their work while their app is not running.
-    var nextPreservedID: UInt64 = 1
+    /// Managers that opted into restoration (BerylManager's Restoration), and the events held for absent apps.
+    var restoration = Restoration<Beryl_Ipc_V1_ManagerEvent>()
     let restorationStore: RestorationStore?
     /// Sessions of `beryl alerts`.
     var alertSubscribers: Set<UInt64> = []
@@ -91,7 +88,7 @@ final class ManagerDaemon {
     /// connect with it (own address type random) rather than as 00:00:00:00:00:00.
     var identityIsRandom = false
     var ownAddressType: UInt8 { identityIsRandom ? 0x01 : 0x00 }
-    var pendingRepublish: [(ManagerKey, [Beryl_Ipc_V1_PreservedService])] = []
+    var pendingRepublish: [(ManagerKey, [PreservedState.PublishedService])] = []
 
     /// When apps are launched again for restoration. Its reconnection grace (3 s) is how long after starting managerd
     /// waits for running apps to reconnect (the library retries for up to 1 s between attempts).
@@ -204,9 +201,9 @@ final class ManagerDaemon {
                 self.attd = nil
                 // Preserved managers' services are published again when attd is back; a running app adds its own
                 // again when it hears poweredOn after resetting (as after bluetoothd restarts), so not for it.
-                for preserved in self.preservedManagers {
-                    self.stashPublications(of: preserved)
-                    if !preserved.live, let specs = preserved.unrepublished?.services, !specs.isEmpty { self.pendingRepublish.append((preserved.key, specs)) }
+                for preserved in self.restoration.managers {
+                    let stashed = self.stashPublications(of: preserved)
+                    if !stashed.live, let specs = stashed.unrepublished?.services, !specs.isEmpty { self.pendingRepublish.append((stashed.key, specs)) }
                 }
                 self.services.removeAll()
                 self.serviceSpecs.removeAll()
@@ -305,7 +302,7 @@ final class ManagerDaemon {
         let running = Set(services.map(\.owner.holder).filter { $0.sessionID.flatMap(session) != nil })
             .union(advertisers.keys.map(\.holder).filter { $0.sessionID.flatMap(session) != nil })
         guard !running.isEmpty else { return }
-        for preserved in preservedManagers where running.contains(preserved.holder) { stashPublications(of: preserved) }
+        for preserved in restoration.managers where running.contains(preserved.holder) { stashPublications(of: preserved) }
         for service in services where running.contains(service.owner.holder) { unpublish(service.range.lowerBound) }
         services.removeAll { running.contains($0.owner.holder) }
         advertisers = advertisers.filter { !running.contains($0.key.holder) }
@@ -314,13 +311,16 @@ final class ManagerDaemon {
     }
 
     /// Keeps what a preserved manager has published as its record's, before it is cleared (see `unrepublished`).
-    func stashPublications(of preserved: PreservedManager) {
+    @discardableResult
+    func stashPublications(of preserved: PreservedManager) -> PreservedManager {
         // Services and advertising are cleared one after the other (attd's loss, then the state's drop): what is
         // already stashed stands for what is gone by now.
         let specs = services.filter { $0.owner == preserved.key }.compactMap { serviceSpecs[$0.range.lowerBound] }
-        let advertiser = advertisers[preserved.key]
-        guard !specs.isEmpty || advertiser != nil else { return }
-        preserved.unrepublished = (specs.isEmpty ? preserved.unrepublished?.services ?? [] : specs, advertiser ?? preserved.unrepublished?.advertiser)
+        let advertising = advertisers[preserved.key].map(PreservedState.Advertising.init)
+        guard !specs.isEmpty || advertising != nil else { return preserved }
+        return restoration.update(heldBy: preserved.holder) {
+            $0.unrepublished = .init(services: specs.isEmpty ? $0.unrepublished?.services ?? [] : specs, advertising: advertising ?? $0.unrepublished?.advertising)
+        } ?? preserved
     }
 
     private func hcidEvent(_ event: Event) {
@@ -426,10 +426,10 @@ final class ManagerDaemon {
         connectionInterests.remove(.session(id))
         scans.paused.remove(.session(id))
         scans.coalesced.remove(.session(id))
-        if let preserved = preservedManagers.first(where: { $0.holder == .session(id) }) {
+        if let preserved = restoration.manager(heldBy: .session(id)) {
             let app = appSessions[id]
             if app?.quitting == true || preserved.appID.isEmpty {
-                discard(preserved)
+                discard(preserved.id)
             } else if preserveOnClose(id) {
                 return
             }
@@ -465,12 +465,12 @@ final class ManagerDaemon {
             return true
         }
         if case .hello(let hello) = kind {
-            let binding = bindSession(hello, session: session, app: app, incoming)
+            let binding = bindSession(hello, session: session, incoming)
             if case .refused = binding { return true }
             app.appID = hello.appID
             app.saidHello = true
             var restored: (Beryl_Ipc_V1_PreservedState, [Beryl_Ipc_V1_ManagerEvent])?
-            if case .restoring(let preserved) = binding { restored = restore(preserved, into: session.id, app: app) }
+            if case .restoring(let preserved) = binding { restored = restore(preserved, into: session.id) }
             let welcomeWake = lifecycleHello(hello.appID, session: session.id)
             incoming.respond(.with {
                 $0.manager.welcome = .with {
@@ -509,8 +509,7 @@ final class ManagerDaemon {
             incoming.respond(.with { $0.ack = .init() })
             return true
         case .invalidate:
-            if let preserved = app.preserved { discard(preserved) }
-            app.preserved = nil
+            if let preserved = restoration.manager(heldBy: .session(session.id)) { discard(preserved.id) }
             incoming.respond(.with { $0.ack = .init() })
             return true
         default:

@@ -1,6 +1,11 @@
 import Beryl
+import BerylCore
 import BerylDaemonKit
+import BerylManager
+import BerylManagerWire
+import BerylStore
 import BerylSupervisor
+import BerylWire
 import Foundation
 import XCTest
 
@@ -193,6 +198,47 @@ final class RestorationTests: TwoStacksTestCase {
         }
         try killAttdThenTheApp(alsoManagerd: false, round: 0)
         try killAttdThenTheApp(alsoManagerd: true, round: 1)
+    }
+
+    /// A record written by an earlier Beryl (version 1: the wire message's bytes) is read by a new managerd: the
+    /// preserved thermostat's service is published and advertised again from it, a central reads its kept value, and
+    /// the record is written back in the current version.
+    func testAVersionOneRecordIsResumedAndRewritten() throws {
+        let run = "\(scratch.root)/run0", state = "\(scratch.root)/state0"
+        try scratch.crash("managerd0", socket: run + "/managerd.sock")
+        let legacy = Beryl_Ipc_V1_PreservedState.with {
+            $0.peripheral = .with { peripheral in
+                peripheral.services = [.with { service in
+                    service.spec = .with { spec in
+                        spec.uuid = "1E6AC701-0000-1000-8000-00805F9B34FB"
+                        spec.primary = true
+                        spec.characteristics = [.with { $0.uuid = "1E6AC702-0000-1000-8000-00805F9B34FB"; $0.properties = 0x02; $0.permissions = 0x01
+                                                        $0.cached = true; $0.value = Data("kept".utf8) }]
+                    }
+                    service.published = .with { $0.startHandle = 40; $0.endHandle = 42; $0.valueHandles = [42] }
+                }]
+                peripheral.advertising = true
+                peripheral.localName = "Legacy"
+                peripheral.advertisedServiceUuids = ["1E6AC701-0000-1000-8000-00805F9B34FB"]
+            }
+        }
+        let store = try RestorationStore(path: state + "/restoration.sqlite")
+        try store.save(PreservedRecord(appID: "com.example.thermostat", restoreID: "legacy", role: .peripheral, state: try legacy.serializedBytes()))
+        try scratch.start("managerd0-1", [Executables.path("managerd"), "--runtime-dir", run, "--state-dir", state, "--apps-dir", appsDir],
+                          socket: run + "/managerd.sock")
+        XCTAssertTrue(eventually { ((try? self.app("com.example.thermostat")["preservedPeripherals"] as? [String]) ?? []) == ["legacy"] })
+
+        let found = try beryl(["scan", "--service", "1E6AC701-0000-1000-8000-00805F9B34FB", "--count", "1", "--timeout", "30", "--json"], side: 1)
+        let heard = try XCTUnwrap(try? JSONSerialization.jsonObject(with: Data(found.out.utf8)) as? [String: Any], "advertised from the record: \(found.err)")
+        XCTAssertEqual(heard["name"] as? String, "", "its app is not running: the background form, without the name (\(found.out))")
+        let identifier = try XCTUnwrap(heard["identifier"] as? String)
+        let read = try beryl(["gatt", "--peer", identifier, "read", "1E6AC702-0000-1000-8000-00805F9B34FB", "--json"], side: 1)
+        XCTAssertEqual(read.status, 0, read.err)
+        XCTAssertTrue(read.out.contains("\"value\":\"\(Hex.encode(Array("kept".utf8)))\""), read.out)
+
+        let rewritten = try XCTUnwrap(try store.all().first { $0.restoreID == "legacy" })
+        XCTAssertEqual(rewritten.state.first, UInt8(ascii: "{"), "written back as version 2")
+        XCTAssertEqual(try PreservedState.decodeStored(rewritten.state).peripheral?.advertising?.localName, "Legacy")
     }
 
     /// managerd stopped (SIGTERM: `beryl down`, systemd) ends the apps launched for the stack, also one an earlier

@@ -1,0 +1,259 @@
+import BerylCore
+import BerylDaemonKit
+import BerylIPC
+import BerylManager
+import BerylManagerWire
+import BerylStore
+
+/// Restoration's shell: BerylManager's Restoration decides which manager a Hello restores and what is held for an
+/// absent app; here its managers' scans, links and services move between holders, records are written and apps launched.
+extension ManagerDaemon {
+    // MARK: Hello
+
+    enum HelloBinding {
+        case refused
+        case plain
+        case restoring(UInt64)
+    }
+
+    /// Checks the app id a session claims and binds its restore identifier.
+    func bindSession(_ hello: Beryl_Ipc_V1_Hello, session: IPCSession, _ incoming: IncomingRequest) -> HelloBinding {
+        if !hello.appID.isEmpty, let manifest = catalog.apps[hello.appID], session.peer.uid != manifest.uid {
+            incoming.fail(.permissionDenied, "app \(hello.appID) runs as \(manifest.user) (uid \(manifest.uid)); this process is uid \(session.peer.uid)",
+                          field: "app_id")
+            return .refused
+        }
+        guard !hello.restoreIdentifier.isEmpty else { return .plain }
+        guard catalog.apps[hello.appID] != nil else {
+            incoming.fail(.invalidArgument, "restoration needs an app manifest for '\(hello.appID)' (apps without one are foreground-only)",
+                          field: "restore_identifier")
+            return .refused
+        }
+        let role: ManagerRole = hello.role == .peripheral ? .peripheral : .central
+        switch restoration.bind(appID: hello.appID, restoreID: hello.restoreIdentifier, role: role, session: session.id) {
+        case .inUse:
+            incoming.fail(.busy, "restore identifier \(hello.restoreIdentifier) is in use by another manager of \(hello.appID)", field: "restore_identifier")
+            return .refused
+        case .restorable(let preserved):
+            return .restoring(preserved.id)
+        case .made(let made):
+            persist(made)
+            return .plain
+        }
+    }
+
+    /// The app is back: the work managerd held for it moves to the new session, which hears willRestoreState (in the
+    /// Welcome) and then the events queued while it was gone.
+    func restore(_ id: UInt64, into session: UInt64) -> (Beryl_Ipc_V1_PreservedState, [Beryl_Ipc_V1_ManagerEvent])? {
+        guard let preserved = restoration.manager(id: id) else { return nil }
+        let state = snapshot(preserved)
+        guard let (from, queued) = restoration.restore(id, into: session) else { return nil }
+        rebind(from: from, to: .session(session))
+        host.logger.info("\(preserved.appID) restored \(preserved.role) manager \(preserved.restoreID) with \(queued.count) queued event(s)")
+        return (state.wire, queued.map { event in
+            var event = event
+            retarget(&event, manager: 1)
+            return event
+        })
+    }
+
+    private func retarget(_ event: inout Beryl_Ipc_V1_ManagerEvent, manager: UInt32) {
+        switch event.kind {
+        case .discovered?: event.discovered.manager = manager
+        case .connected?: event.connected.manager = manager
+        case .disconnected?: event.disconnected.manager = manager
+        default: break
+        }
+    }
+
+    // MARK: Session end
+
+    /// A session of an opted-in manager closed without the app quitting: managerd holds its work meanwhile.
+    func preserveOnClose(_ sessionID: UInt64) -> Bool {
+        guard let preserved = restoration.preserve(session: sessionID) else { return false }
+        rebind(from: .session(sessionID), to: preserved.holder)
+        if let stash = preserved.unrepublished {
+            // Gone before it added its services again: managerd publishes them for it, as for a restored manager.
+            if !stash.services.isEmpty { pendingRepublish.append((preserved.key, stash.services)) }
+            if advertisers[preserved.key] == nil, let advertising = stash.advertising { advertisers[preserved.key] = Advertiser(advertising) }
+            if state == .poweredOn {
+                republishPreserved()
+                updateAdvertising()
+            }
+        }
+        persist(preserved)
+        host.logger.info("\(preserved.appID) is gone; its \(preserved.role) manager \(preserved.restoreID) is preserved")
+        return true
+    }
+
+    private func rebind(from old: ManagerHolder, to new: ManagerHolder) {
+        scans.rebind(old, to: new)
+        book.rebind(old, to: new)
+        for index in services.indices where services[index].owner.holder == old { services[index].owner.holder = new }
+        for (key, advertiser) in advertisers where key.holder == old {
+            advertisers[key] = nil
+            advertisers[ManagerKey(new, manager: key.manager)] = advertiser
+        }
+        for (id, open) in openRequests where open.owner.holder == old { openRequests[id] = (ManagerKey(new, manager: open.owner.manager), open.isRead) }
+        if notifyRefused.remove(old) != nil { notifyRefused.insert(new) }
+        for index in pendingRepublish.indices where pendingRepublish[index].0.holder == old { pendingRepublish[index].0.holder = new }
+    }
+
+    /// A user quit (or the app invalidated the manager): the preserved work is discarded.
+    func discard(_ id: UInt64) {
+        guard let preserved = restoration.discard(id) else { return }
+        try? restorationStore?.remove(appID: preserved.appID, restoreID: preserved.restoreID, role: Self.storeRole(preserved.role))
+        if !preserved.live { releaseWork(of: preserved.holder) }
+        host.logger.info("\(preserved.appID)'s \(preserved.role) manager \(preserved.restoreID) discarded")
+    }
+
+    // MARK: Events while the app is away
+
+    /// An event for a preserved manager whose app is not running: held (bounded, one discovery per peripheral), and
+    /// the app is launched to handle it.
+    func queueForAbsentApp(_ event: Beryl_Ipc_V1_ManagerEvent, preservedID: UInt64) {
+        switch event.kind {
+        case .stateChanged?, .pairingPrompt?, .pairingFinished?, .readyToUpdate?, .readyToWrite?, .advertisingStarted?, nil:
+            return  // the restored manager hears the current state; prompts cannot wait
+        default:
+            guard let appID = restoration.hold(event, discoveryOf: event.discoveredPeripheral, for: preservedID) else { return }
+            launchForRestoration(appID)
+        }
+    }
+
+    // MARK: Persistence
+
+    static func storeRole(_ role: ManagerRole) -> PreservedRecord.Role { role == .central ? .central : .peripheral }
+
+    func persist(_ preserved: PreservedManager) {
+        guard let restorationStore else { return }
+        do {
+            try restorationStore.save(PreservedRecord(appID: preserved.appID, restoreID: preserved.restoreID, role: Self.storeRole(preserved.role),
+                                                      state: snapshot(preserved).encoded()))
+        } catch {
+            host.logger.error("cannot persist \(preserved.appID)'s manager \(preserved.restoreID): \(error)")
+        }
+    }
+
+    /// Persists the manager of this holder if it opted into restoration (before its request is acknowledged).
+    func persistIfPreserved(_ holder: ManagerHolder) {
+        guard let preserved = restoration.manager(heldBy: holder) else { return }
+        persist(preserved)
+    }
+
+    /// Changes the holder's preserved manager, if it opted into restoration, and writes its record.
+    func updatePreserved(_ holder: ManagerHolder, _ change: (inout PreservedManager) -> Void) {
+        guard let changed = restoration.update(heldBy: holder, change) else { return }
+        persist(changed)
+    }
+
+    func snapshot(_ preserved: PreservedManager) -> PreservedState {
+        let key = preserved.key
+        switch preserved.role {
+        case .central:
+            let (connected, pending) = book.held(by: key)
+            let links = connected.map { ($0, false) } + pending.map { ($0, true) }
+            return PreservedState(central: .init(scan: scans.request(for: key), links: links.map { identifier, isPending in
+                preserved.link(identifier, pending: isPending, name: store?.device(identifier)?.name ?? "")
+            }))
+        case .peripheral:
+            let mine = services.filter { $0.owner == key }
+            let ranges = mine.map(\.range)
+            let subscriptions = subscribers.filter { entry in ranges.contains { $0.contains(UInt16(truncatingIfNeeded: entry.valueHandle)) } }
+            return PreservedState(peripheral: .init(
+                services: preserved.unrepublished?.services ?? mine.compactMap { serviceSpecs[$0.range.lowerBound] },
+                advertising: advertisers[key].map(PreservedState.Advertising.init) ?? preserved.unrepublished?.advertising,
+                subscriptions: subscriptions.compactMap { try? PreservedState.Subscription(wire: $0) }))
+        }
+    }
+
+    /// After a restart of managerd: every preserved manager's work resumes, held by managerd until its app returns.
+    func resumePreserved() {
+        guard let restorationStore, let records = try? restorationStore.all() else { return }
+        for record in records {
+            let state: PreservedState
+            do {
+                state = try PreservedState.decodeStored(record.state)
+            } catch {
+                host.logger.error("preserved state of \(record.appID)/\(record.restoreID) is \(error); left in the store, not resumed")
+                continue
+            }
+            var preserved = restoration.resume(appID: record.appID, restoreID: record.restoreID, role: record.role == .central ? .central : .peripheral)
+            let key = preserved.key
+            if let central = state.central {
+                if let scan = central.scan { scans.start(key, scan) }
+                for link in central.links {
+                    guard let device = store?.device(link.identifier) else { continue }
+                    // A link that was up is wanted again: the connection is re-requested and never times out.
+                    _ = book.connect(key, identifier: device.identifier, address: device.address)
+                    preserved.connectOptions[link.identifier] = link.options
+                    if let database = link.database { preserved.databases[link.identifier] = database }
+                }
+            }
+            if let peripheral = state.peripheral {
+                pendingRepublish.append((key, peripheral.services))
+                if let advertising = peripheral.advertising { advertisers[key] = Advertiser(advertising) }
+                // The record keeps them until they are published again, should managerd go again first.
+                preserved.unrepublished = .init(services: peripheral.services, advertising: peripheral.advertising)
+            }
+            let resumed = preserved
+            restoration.update(heldBy: key.holder) { $0 = resumed }
+            if record.state.first != UInt8(ascii: "{") {
+                // Version 1 (the wire message) is written again as the current version once it has been read.
+                try? restorationStore.save(PreservedRecord(appID: record.appID, restoreID: record.restoreID, role: record.role, state: state.encoded()))
+            }
+            host.logger.info("resumed \(record.appID)'s \(preserved.role) manager \(record.restoreID) (app not running)")
+        }
+    }
+
+    /// Publishes preserved services again once attd is there (its database went with its session to managerd).
+    func republishPreserved() {
+        guard let attd else { return }
+        let work = pendingRepublish
+        pendingRepublish.removeAll()
+        for (key, specs) in work {
+            guard let preserved = restoration.manager(heldBy: key.holder) else { continue }  // discarded meanwhile
+            let epoch = preserved.publicationEpoch
+            for preservedService in specs {
+                var request = Request()
+                request.att.publishService.service = preservedService.definition.wire
+                attd.request(request) { [unowned self] result in
+                    guard case .success(let response) = result else {
+                        self.host.logger.error("cannot publish a preserved service \(preservedService.definition.uuid) again: \(result)")
+                        return
+                    }
+                    let published = response.att.servicePublished
+                    let range = UInt16(truncatingIfNeeded: published.startHandle)...UInt16(truncatingIfNeeded: max(published.startHandle, published.endHandle))
+                    // Meanwhile the manager may have been discarded, or its app come back and cleared its services.
+                    guard let current = self.restoration.manager(id: preserved.id), current.publicationEpoch == epoch else {
+                        self.host.logger.info("\(preserved.appID)'s service \(preservedService.definition.uuid), published again for it, is withdrawn: the app cleared its services meanwhile")
+                        self.unpublish(range.lowerBound)
+                        return
+                    }
+                    // The app may be back (restored) by now: the service is its session's, no longer managerd's.
+                    let owner = ManagerKey(current.holder, manager: key.manager)
+                    self.services.append(PublishedService(range: range, owner: owner))
+                    self.serviceSpecs[range.lowerBound] = .init(definition: preservedService.definition, handles: range,
+                                                                valueHandles: published.valueHandles.map { UInt16(truncatingIfNeeded: $0) })
+                    let complete = self.services.filter({ $0.owner == owner }).count >= specs.count
+                    self.updatePreserved(owner.holder) { if complete { $0.unrepublished = nil } }
+                }
+            }
+        }
+    }
+}
+
+extension Beryl_Ipc_V1_ManagerEvent {
+    /// The peripheral a discovery is of: an app not taking events hears only the latest discovery of each.
+    var discoveredPeripheral: String? {
+        if case .discovered(let discovery)? = kind { discovery.peripheral.identifier } else { nil }
+    }
+}
+
+extension Advertiser {
+    init(_ advertising: PreservedState.Advertising) { self.init(localName: advertising.localName, serviceUUIDs: advertising.serviceUUIDs) }
+}
+
+extension PreservedState.Advertising {
+    init(_ advertiser: Advertiser) { self.init(localName: advertiser.localName, serviceUUIDs: advertiser.serviceUUIDs) }
+}
