@@ -233,7 +233,8 @@ public enum BerylError: Error, Equatable, Sendable, CustomStringConvertible {
             self = .bluetooth(bluetooth, message)
         } else if detail.smpReason != 0 {
             self = .pairingFailed(reason: detail.smpReason, byPeer: detail.smpReasonFromPeer, message)
-        } else if detail.hciStatus != 0 {
+        } else if detail.hciStatus != 0, code == .securityFailed {
+            // A controller's status is an encryption failure only where security failed; elsewhere the IPC code says.
             self = .encryptionFailed(status: detail.hciStatus, message)
         } else if let failure = ControllerFailure(wire: detail.controllerReason) {
             self = .controller(failure, message)

@@ -61,25 +61,47 @@ extension Request {
 }
 
 extension RPCError {
-    /// managerd's error codes as gRPC's (the message carries managerd's words and the field it named).
-    init(_ error: IPCClientError) {
-        guard case .remote(let code, let message, let field, _) = error else {
+    /// managerd's error codes as gRPC's. gRPC's status has only a code and a message, so the typed codes behind the
+    /// failure travel as trailing metadata (see `typedDetail`), never to be read back out of the message.
+    public init(_ error: IPCClientError) {
+        guard case .remote(let code, let message, let field, let detail) = error else {
             self.init(code: .unavailable, message: "the Beryl stack is unavailable: \(error)")
             return
         }
         let text = field.isEmpty ? message : "\(message) (\(field))"
+        let metadata = Self.typedDetail(code: code, field: field, detail: detail)
         switch code {
-        case .invalidArgument, .missingField, .malformedMessage, .messageTooLarge: self.init(code: .invalidArgument, message: text)
-        case .notFound: self.init(code: .notFound, message: text)
-        case .alreadyExists: self.init(code: .alreadyExists, message: text)
-        case .permissionDenied: self.init(code: .permissionDenied, message: text)
-        case .busy: self.init(code: .resourceExhausted, message: text)
-        case .notReady: self.init(code: .unavailable, message: text)
-        case .timeout: self.init(code: .deadlineExceeded, message: text)
-        case .cancelled: self.init(code: .cancelled, message: text)
-        case .unsupported, .unknownMessage: self.init(code: .unimplemented, message: text)
-        default: self.init(code: .internalError, message: text)
+        case .invalidArgument, .missingField, .malformedMessage, .messageTooLarge: self.init(code: .invalidArgument, message: text, metadata: metadata)
+        case .notFound: self.init(code: .notFound, message: text, metadata: metadata)
+        case .alreadyExists: self.init(code: .alreadyExists, message: text, metadata: metadata)
+        case .permissionDenied: self.init(code: .permissionDenied, message: text, metadata: metadata)
+        case .busy: self.init(code: .resourceExhausted, message: text, metadata: metadata)
+        case .notReady: self.init(code: .unavailable, message: text, metadata: metadata)
+        case .timeout: self.init(code: .deadlineExceeded, message: text, metadata: metadata)
+        case .cancelled: self.init(code: .cancelled, message: text, metadata: metadata)
+        case .unsupported, .unknownMessage: self.init(code: .unimplemented, message: text, metadata: metadata)
+        // The link's security is a state the request needed and could not reach.
+        case .securityFailed: self.init(code: .failedPrecondition, message: text, metadata: metadata)
+        case .internal, .unspecified, .UNRECOGNIZED: self.init(code: .internalError, message: text, metadata: metadata)
         }
+    }
+
+    /// Trailing metadata with Beryl's typed codes, each present only when set, as decimal numbers (the wire enums'
+    /// numbers for enums): `beryl-ipc-code`, `beryl-field`, `beryl-att-error`, `beryl-bluetooth-error`,
+    /// `beryl-hci-status`, `beryl-smp-reason` with `beryl-smp-from-peer`, `beryl-manager-reason`, `beryl-controller-reason`.
+    public static func typedDetail(code: IPCErrorCode, field: String, detail: RemoteDetail) -> Metadata {
+        var metadata: Metadata = ["beryl-ipc-code": "\(code.rawValue)"]
+        if !field.isEmpty { metadata.addString(field, forKey: "beryl-field") }
+        if detail.attError != 0 { metadata.addString("\(detail.attError)", forKey: "beryl-att-error") }
+        if detail.bluetoothError != .unspecified { metadata.addString("\(detail.bluetoothError.rawValue)", forKey: "beryl-bluetooth-error") }
+        if detail.hciStatus != 0 { metadata.addString("\(detail.hciStatus)", forKey: "beryl-hci-status") }
+        if detail.smpReason != 0 {
+            metadata.addString("\(detail.smpReason)", forKey: "beryl-smp-reason")
+            metadata.addString(detail.smpReasonFromPeer ? "true" : "false", forKey: "beryl-smp-from-peer")
+        }
+        if detail.managerReason != .unspecified { metadata.addString("\(detail.managerReason.rawValue)", forKey: "beryl-manager-reason") }
+        if detail.controllerReason != .unspecified { metadata.addString("\(detail.controllerReason.rawValue)", forKey: "beryl-controller-reason") }
+        return metadata
     }
 }
 

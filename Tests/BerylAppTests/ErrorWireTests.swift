@@ -48,6 +48,7 @@ final class ErrorWireTests: XCTestCase {
 
     func testAnEncryptionFailureKeepsItsHCIStatusAndALostBondIsCoreBluetooths() throws {
         XCTAssertEqual(try roundTrip(.securityFailed, RemoteDetail(hciStatus: 0x3D)), .encryptionFailed(status: 0x3D, Self.opaque))
+        XCTAssertEqual(try roundTrip(.notReady, RemoteDetail(hciStatus: 0x0C)), .notPoweredOn, "a status outside a security failure is not an encryption failure")
         let lost = try roundTrip(.securityFailed, RemoteDetail(bluetoothError: .peerRemovedPairingInformation, hciStatus: 0x06))
         XCTAssertEqual(lost, .bluetooth(.peerRemovedPairingInformation, Self.opaque))
     }
