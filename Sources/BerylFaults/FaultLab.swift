@@ -1,13 +1,15 @@
 import BerylDaemonKit
 import BerylSupervisor
 import Foundation
+import Synchronization
 
 /// The world the faults hit: berylsim with three controllers, a supervised stack (`beryl up`) on controllers 0 and 1,
 /// and on them two apps launched from manifests, both with restore identifiers: `doorlock` (a central subscribed
 /// to the thermostat's temperature) and `thermostat` (a peripheral with a dynamic setpoint, notifying every 200 ms).
 /// The two stacks are bonded. Controller 2 is left for a rogue remote device.
-/// Driven from one thread; the serving phase's writer thread only reads what `start` set.
-public final class FaultLab: @unchecked Sendable {
+/// Driven from one thread; the serving phase's writer thread reads what `start` set, and an interruption stops it from
+/// the signal handler's thread: what they share is behind a lock.
+public final class FaultLab: Sendable {
     public static let thermostatService = "7E570001-0000-1000-8000-00805F9B34FB"
     public static let setpoint = "7E570002-0000-1000-8000-00805F9B34FB"
     public static let doorlockID = "com.example.doorlock"
@@ -16,10 +18,17 @@ public final class FaultLab: @unchecked Sendable {
     public let root: String
     let seed: UInt64
     let tcpBase: Int
-    private(set) var simPID: Int32 = 0
+    private struct Running {
+        var simPID: Int32 = 0
+        var thermostatIdentifier = ""
+        var peripheralAddress = ""
+        var interruption: UUID?
+    }
+    private let running = Mutex(Running())
+    var simPID: Int32 { running.withLock { $0.simPID } }
     /// The thermostat as the central's stack names it, and the peripheral stack's controller address.
-    private(set) var thermostatIdentifier = ""
-    private(set) var peripheralAddress = ""
+    var thermostatIdentifier: String { running.withLock { $0.thermostatIdentifier } }
+    var peripheralAddress: String { running.withLock { $0.peripheralAddress } }
     let appUser: String
 
     public init(seed: UInt64, index: Int = 0) throws {
@@ -37,16 +46,15 @@ public final class FaultLab: @unchecked Sendable {
 
     // MARK: Bring-up and teardown
 
-    private var interruption: UUID?
-
     public func start() throws {
-        interruption = Interruption.onInterrupt { [self] in
+        let interruption = Interruption.onInterrupt { [self] in
             stop()
             removeScratch()
         }
+        running.withLock { $0.interruption = interruption }
         let sim = try Spawn.start([Executables.path("berylsim"), "--controllers", "3", "--dir", simDir, "--seed", "\(seed)",
                                    "--tcp", "127.0.0.1:\(tcpBase)"], logPath: root + "/berylsim.log")
-        simPID = sim
+        running.withLock { $0.simPID = sim }
         guard eventually(.seconds(10), { FileManager.default.fileExists(atPath: self.simDir + "/control.sock") }) else {
             throw FaultLabError.setup("berylsim did not start: \(tail(root + "/berylsim.log"))")
         }
@@ -57,7 +65,8 @@ public final class FaultLab: @unchecked Sendable {
                                     managerdArguments: ["--apps-dir", "\(root)/\(side)/apps"])
             for directory in [paths.runtimeDir, paths.logDir] { chmod(directory, 0o755) }
         }
-        peripheralAddress = try controllerAddress(.peripheral)
+        let address = try controllerAddress(.peripheral)
+        running.withLock { $0.peripheralAddress = address }
         try launch(Self.thermostatID, on: .peripheral)
         guard eventually(.seconds(20), { self.read(self.thermostatLog).contains("advertising as Beryl Thermostat") }) else {
             throw FaultLabError.setup("the thermostat did not advertise: \(tail(thermostatLog))")
@@ -72,22 +81,25 @@ public final class FaultLab: @unchecked Sendable {
         guard eventually(.seconds(30), { self.notificationCount() >= 2 }) else {
             throw FaultLabError.setup("the doorlock app took no notifications: \(tail(doorlockLog))")
         }
-        thermostatIdentifier = doorlockEvents().last { $0["event"] as? String == "didConnect" }?["peripheral"] as? String ?? ""
+        let identifier = doorlockEvents().last { $0["event"] as? String == "didConnect" }?["peripheral"] as? String ?? ""
+        running.withLock { $0.thermostatIdentifier = identifier }
     }
 
     public func stop() {
-        if let interruption { Interruption.remove(interruption) }
-        interruption = nil
+        if let interruption = running.withLock({ running in defer { running.interruption = nil }; return running.interruption }) {
+            Interruption.remove(interruption)
+        }
         for side in Side.allCases {
             _ = try? runTool("beryl", ["app", "quit", Self.doorlockID, "--runtime-dir", paths(side).runtimeDir])
             _ = try? runTool("beryl", ["app", "quit", Self.thermostatID, "--runtime-dir", paths(side).runtimeDir])
             _ = try? StackControl.down(paths: paths(side))
         }
-        if simPID > 0 {
-            kill(simPID, SIGTERM)
-            try? StackControl.waitForExit(simPID, timeout: .seconds(5))
-            if ProcessStats.isAlive(pid: simPID) { kill(simPID, SIGKILL) }
-            _ = Spawn.reap(simPID)
+        let sim = simPID
+        if sim > 0 {
+            kill(sim, SIGTERM)
+            try? StackControl.waitForExit(sim, timeout: .seconds(5))
+            if ProcessStats.isAlive(pid: sim) { kill(sim, SIGKILL) }
+            _ = Spawn.reap(sim)
         }
     }
 

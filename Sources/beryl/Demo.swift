@@ -2,6 +2,7 @@ import ArgumentParser
 import BerylDaemonKit
 import BerylSupervisor
 import Foundation
+import Synchronization
 
 /// `beryl demo`: the main job. berylsim with two controllers and a full stack on each; the heart-rate examples talk
 /// (discovery, connection, service discovery, a read, notifications, a write); then the restoration chapter's door
@@ -59,12 +60,13 @@ struct Demo: ParsableCommand {
 }
 
 /// The processes and directories of one demo run.
-/// Driven from one thread; an interruption stops it from the signal handler, which only stops processes.
-final class DemoWorld: @unchecked Sendable {
+/// Driven from one thread; an interruption stops it from the signal handler's thread, so the processes it started
+/// and whether to keep its directory are behind a lock.
+final class DemoWorld: Sendable {
     let root: String
     let examples: String
-    private var pids: [Int32] = []
-    private var keep = false
+    private let pids = Mutex<[Int32]>([])
+    private let keep = Mutex(false)
     let appUser: String
 
     init(examples: String) throws {
@@ -78,23 +80,23 @@ final class DemoWorld: @unchecked Sendable {
     var sim: String { root + "/sim" }
     var doorlockLog: String { root + "/doorlock.log" }
 
-    func keepOnFailure() { keep = true }
-    func remove() { if !keep { try? FileManager.default.removeItem(atPath: root) } }
+    func keepOnFailure() { keep.withLock { $0 = true } }
+    func remove() { if !keep.withLock({ $0 }) { try? FileManager.default.removeItem(atPath: root) } }
 
     func stop() {
         for paths in [central, peripheral] { _ = try? StackControl.down(paths: paths, timeout: .seconds(5)) }
-        for pid in pids.reversed() where ProcessStats.isAlive(pid: pid) {
+        let started = pids.withLock { pids in defer { pids.removeAll() }; return pids }
+        for pid in started.reversed() where ProcessStats.isAlive(pid: pid) {
             kill(pid, SIGTERM)
             try? StackControl.waitForExit(pid, timeout: .seconds(5))
             if ProcessStats.isAlive(pid: pid) { kill(pid, SIGKILL) }
             _ = Spawn.reap(pid)
         }
-        pids.removeAll()
     }
 
     private func start(_ arguments: [String], log: String) throws -> Int32 {
         let pid = try Spawn.start(arguments, logPath: log)
-        pids.append(pid)
+        pids.withLock { $0.append(pid) }
         return pid
     }
 
