@@ -110,14 +110,15 @@ public final class Peripheral: CustomStringConvertible, Sendable {
     }
 
     /// One GATT operation through managerd, answered on the session's queue.
-    private func gatt(_ build: (inout Beryl_Ipc_V1_AttRequest) -> Void, completion: @escaping @Sendable (Result<Beryl_Ipc_V1_AttResponse, BerylError>) -> Void) {
+    private func gatt(_ build: (inout Beryl_Ipc_V1_GattOperation) -> Void, completion: @escaping @Sendable (Result<Beryl_Ipc_V1_GattResult, BerylError>) -> Void) {
         guard let central = manager.value else {
             let error = managerGone()
             return later { completion(.failure(error)) }
         }
-        var operation = Beryl_Ipc_V1_AttRequest()
+        var operation = Beryl_Ipc_V1_GattOperation()
+        operation.peripheral = identifierString
         build(&operation)
-        central.channel.request(.manager { $0.gatt = .with { $0.peripheral = identifierString; $0.request = operation } }) { result in
+        central.channel.request(.manager { $0.gatt = operation }) { result in
             completion(result.map { $0.manager.gatt })
         }
     }
@@ -127,11 +128,11 @@ public final class Peripheral: CustomStringConvertible, Sendable {
     /// Primary service discovery (by UUID when given), as Core Bluetooth runs it: what is found is added to
     /// `services` (a service found before keeps its object), and the delegate hears once.
     public func discoverServices(_ serviceUUIDs: [BluetoothUUID]?) {
-        gatt({ $0.gattDiscover = .with { $0.depth = .services; $0.serviceUuids = (serviceUUIDs ?? []).map(\.description) } }) { [self] result in
+        gatt({ $0.discover = .with { $0.depth = .services; $0.serviceUuids = (serviceUUIDs ?? []).map(\.description) } }) { [self] result in
             var error: Error?
             switch result {
             case .failure(let failure): error = failure.coreBluetoothError
-            case .success(let response): mergeServices(response.gattDatabase)
+            case .success(let response): mergeServices(response.database)
             }
             notify { $0.peripheral(self, didDiscoverServices: error) }
         }
@@ -192,10 +193,10 @@ public final class Peripheral: CustomStringConvertible, Sendable {
     }
 
     private func discoverAll(_ uuids: [BluetoothUUID]?, completion: @escaping @Sendable (Result<[Service], BerylError>) -> Void) {
-        gatt({ $0.gattDiscover.serviceUuids = (uuids ?? []).map(\.description) }) { [self] result in
+        gatt({ $0.discover.serviceUuids = (uuids ?? []).map(\.description) }) { [self] result in
             switch result {
             case .failure(let error): completion(.failure(error))
-            case .success(let response): completion(.success(self.adopt(response.gattDatabase)))
+            case .success(let response): completion(.success(self.adopt(response.database)))
             }
         }
     }
@@ -204,7 +205,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
     /// what was found before.
     public func discoverCharacteristics(_ characteristicUUIDs: [BluetoothUUID]?, for service: Service) {
         let range = service.range
-        gatt({ $0.gattDiscover = .with {
+        gatt({ $0.discover = .with {
             $0.depth = .characteristics
             $0.startHandle = range.lowerBound
             $0.endHandle = range.upperBound
@@ -214,7 +215,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
             switch result {
             case .failure(let failure): error = failure.coreBluetoothError
             case .success(let response):
-                let found = (response.gattDatabase.services.first?.characteristics ?? []).map { item in
+                let found = (response.database.services.first?.characteristics ?? []).map { item in
                     Characteristic(uuid: BluetoothUUID(item.uuid) ?? BluetoothUUID(0),
                                    properties: CharacteristicProperties(rawValue: UInt16(truncatingIfNeeded: item.properties)),
                                    value: nil, valueHandle: item.valueHandle, service: service)
@@ -244,13 +245,13 @@ public final class Peripheral: CustomStringConvertible, Sendable {
             characteristic.setDescriptors([])
             return notify { $0.peripheral(self, didDiscoverDescriptorsFor: characteristic, error: nil) }
         }
-        gatt({ $0.gattDiscover = .with { $0.depth = .descriptors; $0.startHandle = valueHandle + 1; $0.endHandle = end } }) { [self] result in
+        gatt({ $0.discover = .with { $0.depth = .descriptors; $0.startHandle = valueHandle + 1; $0.endHandle = end } }) { [self] result in
             var error: Error?
             switch result {
             case .failure(let failure): error = failure.coreBluetoothError
             case .success(let response):
                 let known = characteristic.descriptors ?? []
-                let found = (response.gattDatabase.services.first?.characteristics.first?.descriptors ?? []).map { info in
+                let found = (response.database.services.first?.characteristics.first?.descriptors ?? []).map { info in
                     known.first { $0.handle == info.handle }
                         ?? Descriptor(uuid: BluetoothUUID(info.uuid) ?? BluetoothUUID(0), value: nil, handle: info.handle, characteristic: characteristic)
                 }
@@ -265,14 +266,14 @@ public final class Peripheral: CustomStringConvertible, Sendable {
     public func discoverIncludedServices(_ includedServiceUUIDs: [BluetoothUUID]?, for service: Service) {
         let range = service.range
         let filter = Handover(includedServiceUUIDs)
-        gatt({ $0.gattDiscover = .with { $0.depth = .included; $0.startHandle = range.lowerBound; $0.endHandle = range.upperBound } }) { [self] result in
+        gatt({ $0.discover = .with { $0.depth = .included; $0.startHandle = range.lowerBound; $0.endHandle = range.upperBound } }) { [self] result in
             var error: Error?
             switch result {
             case .failure(let failure): error = failure.coreBluetoothError
             case .success(let response):
                 // Found before (as included here, or as a primary service): the same object.
                 let known = (service.includedServices ?? []) + (services ?? [])
-                let found = (response.gattDatabase.services.first?.included ?? [])
+                let found = (response.database.services.first?.included ?? [])
                     .filter { entry in filter.value.map { $0.contains(BluetoothUUID(entry.uuid) ?? BluetoothUUID(0)) } ?? true }
                     .map { entry in
                         known.first { $0.range.lowerBound == entry.startHandle }
@@ -303,11 +304,11 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         guard characteristic.properties.contains(.read) else {
             return later { completion(.failure(.att(code: 0x02, message: "the characteristic has no read property"))) }
         }
-        gatt({ $0.gattRead.handle = characteristic.valueHandle }) { result in
+        gatt({ $0.read.handle = characteristic.valueHandle }) { result in
             switch result {
             case .success(let response):
-                characteristic.setValue(response.gattValue.value)
-                completion(.success(response.gattValue.value))
+                characteristic.setValue(response.value)
+                completion(.success(response.value))
             case .failure(let error):
                 completion(.failure(error))
             }
@@ -339,7 +340,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
                 completion(.failure(.att(code: 0x03, message: "the characteristic has no \(type == .withResponse ? "write" : "writeWithoutResponse") property")))
             }
         }
-        gatt({ $0.gattWrite = .with {
+        gatt({ $0.write = .with {
             $0.handle = characteristic.valueHandle
             $0.value = data
             $0.withoutResponse = type == .withoutResponse
@@ -368,7 +369,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         }
         let parts = writes.map { characteristic, value in Beryl_Ipc_V1_AttWrite.with { $0.handle = characteristic.valueHandle; $0.value = value } }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            gatt({ $0.gattReliableWrite.writes = parts }) { result in
+            gatt({ $0.reliableWrite.writes = parts }) { result in
                 continuation.resume(with: result.map { _ in () }.mapError { $0.coreBluetoothError })
             }
         }
@@ -389,9 +390,9 @@ public final class Peripheral: CustomStringConvertible, Sendable {
     }
 
     private func readValue(_ descriptor: Descriptor, completion: @escaping @Sendable (Result<Data, BerylError>) -> Void) {
-        gatt({ $0.gattRead.handle = descriptor.handle }) { result in
-            if case .success(let response) = result { descriptor.setValue(bytes: response.gattValue.value) }
-            completion(result.map(\.gattValue.value))
+        gatt({ $0.read.handle = descriptor.handle }) { result in
+            if case .success(let response) = result { descriptor.setValue(bytes: response.value) }
+            completion(result.map(\.value))
         }
     }
 
@@ -416,7 +417,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
             manager.value?.session.misuse.report(.apiMisuse(message))
             return later { completion(.failure(.att(code: 0x03, message: message))) }
         }
-        gatt({ $0.gattWrite = .with { $0.handle = descriptor.handle; $0.value = data } }) { result in
+        gatt({ $0.write = .with { $0.handle = descriptor.handle; $0.value = data } }) { result in
             if case .success = result { descriptor.setValue(bytes: data) }
             completion(result.map { _ in () })
         }
@@ -445,7 +446,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         }
         let cccd = characteristic.descriptors?.first { $0.uuid == BluetoothUUID(0x2902) }?.handle ?? characteristic.valueHandle + 1
         let indicate = !characteristic.properties.contains(.notify) && characteristic.properties.contains(.indicate)
-        gatt({ $0.gattSubscribe = .with { $0.valueHandle = characteristic.valueHandle; $0.cccdHandle = cccd; $0.indicate = indicate; $0.enable = enabled } }) { result in
+        gatt({ $0.setNotify = .with { $0.valueHandle = characteristic.valueHandle; $0.cccdHandle = cccd; $0.indicate = indicate; $0.enable = enabled } }) { result in
             if case .success = result { characteristic.setNotifying(enabled) }
             let error: BerylError? = if case .failure(let failure) = result { failure } else { nil }
             completion(error)

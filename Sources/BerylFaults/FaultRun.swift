@@ -165,8 +165,8 @@ extension FaultLab {
             switch name {
             case "managerd":
                 nonsense.append(.with { $0.manager.hello.appID = "beryl.rogue" })
-                nonsense.append(.with { $0.manager.gatt = .with { $0.peripheral = "not an identifier"; $0.request.gattRead.handle = 3 } })
-                nonsense.append(.with { $0.manager.gatt = .with { $0.peripheral = UUID().uuidString; $0.request.gattRead.handle = 0xFFF0 } })
+                nonsense.append(.with { $0.manager.gatt = .with { $0.peripheral = "not an identifier"; $0.read.handle = 3 } })
+                nonsense.append(.with { $0.manager.gatt = .with { $0.peripheral = UUID().uuidString; $0.read.handle = 0xFFF0 } })
                 nonsense.append(.with { $0.manager.respond = .with { $0.id = 0xDEAD_BEEF } })
                 nonsense.append(.with { $0.manager.updateValue = .with { $0.manager = 77; $0.valueHandle = 0xFFF0 } })
                 nonsense.append(.with { $0.manager.connect = .with { $0.peripheral = "" } })
@@ -204,14 +204,14 @@ extension FaultLab {
         guard let client = session else { return airLinks() == 0 ? failures : failures + ["oversized: \(reason)"] }
         let discovered = try? client.call(.with {
             $0.manager.gatt.peripheral = thermostatIdentifier
-            $0.manager.gatt.request.gattDiscover = .with { $0.serviceUuids = [Self.thermostatService] }
+            $0.manager.gatt.discover = .with { $0.serviceUuids = [Self.thermostatService] }
         }, timeout: .seconds(20))
-        let handle = discovered?.manager.gatt.gattDatabase.services.flatMap(\.characteristics).first { BluetoothUUID($0.uuid) == BluetoothUUID(Self.setpoint) }?.valueHandle
+        let handle = discovered?.manager.gatt.database.services.flatMap(\.characteristics).first { BluetoothUUID($0.uuid) == BluetoothUUID(Self.setpoint) }?.valueHandle
         guard let handle else { return failures + ["the setpoint was not found by discovery: \(String(describing: discovered))"] }
         do {
             _ = try client.call(.with {
                 $0.manager.gatt.peripheral = thermostatIdentifier
-                $0.manager.gatt.request.gattWrite = .with { $0.handle = handle; $0.value = Data(repeating: 0xA5, count: 600) }
+                $0.manager.gatt.write = .with { $0.handle = handle; $0.value = Data(repeating: 0xA5, count: 600) }
             }, timeout: .seconds(20))
             failures.append("a 600-byte write on the wire succeeded")
         } catch .remote(let code, let message, _, let detail) {
@@ -236,9 +236,9 @@ extension FaultLab {
             let request = Request.with {
                 $0.manager.gatt.peripheral = thermostatIdentifier
                 if write {
-                    $0.manager.gatt.request.gattWrite = .with { $0.handle = handle; $0.value = Data([1]) }
+                    $0.manager.gatt.write = .with { $0.handle = handle; $0.value = Data([1]) }
                 } else {
-                    $0.manager.gatt.request.gattRead.handle = handle
+                    $0.manager.gatt.read.handle = handle
                 }
             }
             do {

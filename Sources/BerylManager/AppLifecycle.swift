@@ -72,6 +72,23 @@ public struct AppLifecycle: Sendable {
         }
     }
 
+    /// How an app's background wakes went, for `beryl app list` and the tests that watch them.
+    public struct WakeTally: Equatable, Sendable {
+        public var begun = 0
+        /// Ended by the app saying it was idle, or by its sessions closing, within the budget.
+        public var endedIdle = 0
+        /// Overran the budget (the shell ends the app).
+        public var overran = 0
+        public init(begun: Int = 0, endedIdle: Int = 0, overran: Int = 0) {
+            self.begun = begun
+            self.endedIdle = endedIdle
+            self.overran = overran
+        }
+    }
+
+    public private(set) var tallies: [String: WakeTally] = [:]
+    public func tally(of app: String) -> WakeTally { tallies[app] ?? WakeTally() }
+
     /// The state each app was put in; an app absent here is not running, or runs in the foreground if it has sessions.
     private var recorded: [String: LifecycleState] = [:]
     /// Foreground-only apps in the background: when each is suspended, and after how long.
@@ -150,7 +167,12 @@ public struct AppLifecycle: Sendable {
     /// The session has handled every event up to `wake`. Returns how long the app was awake when this ends its wake.
     public mutating func idle(session: UInt64, upTo wake: UInt64, app: String, sessions: [UInt64], at now: Duration) -> Duration? {
         guard !app.isEmpty else { return nil }
-        return wakes.idle(session: session, upTo: wake, app: app, sessions: sessions, at: now)
+        return endedIdle(app, wakes.idle(session: session, upTo: wake, app: app, sessions: sessions, at: now))
+    }
+
+    private mutating func endedIdle(_ app: String, _ awake: Duration?) -> Duration? {
+        if awake != nil { tallies[app, default: WakeTally()].endedIdle += 1 }
+        return awake
     }
 
     /// A session of the app closed. `remaining`: the app's other sessions. `launchedHere`: managerd still holds a
@@ -162,7 +184,7 @@ public struct AppLifecycle: Sendable {
             recorded[app] = .notRunning
             suspensions[app] = nil
         }
-        return wakes.closed(session: session, app: app, remaining: remaining, at: now)
+        return endedIdle(app, wakes.closed(session: session, app: app, remaining: remaining, at: now))
     }
 
     /// When `expire` next has something to do.
@@ -181,6 +203,7 @@ public struct AppLifecycle: Sendable {
             expired.append(.suspended(app: app, after: suspension.after))
         }
         for app in wakes.overrun(at: now) where recorded[app] == .background {
+            tallies[app, default: WakeTally()].overran += 1
             expired.append(.overran(app: app))
         }
         return expired
@@ -193,6 +216,9 @@ public struct AppLifecycle: Sendable {
     }
 
     private mutating func beginWake(_ app: String, budget: Duration, at now: Duration) {
-        if wakes.begin(app, at: now, budget: budget) { wakesBegun.append(WakeStart(app: app, budget: budget)) }
+        if wakes.begin(app, at: now, budget: budget) {
+            tallies[app, default: WakeTally()].begun += 1
+            wakesBegun.append(WakeStart(app: app, budget: budget))
+        }
     }
 }

@@ -41,6 +41,20 @@ public struct PreservedManager: Equatable, Sendable {
         }
     }
 
+    /// A central's record: its scan and the peripherals it holds (`connected`) or waits for (`pending`).
+    public func centralState(scan: ScanRequest?, connected: [String], pending: [String], name: (String) -> String) -> PreservedState {
+        PreservedState(central: .init(scan: scan, links: connected.map { link($0, pending: false, name: name($0)) }
+                                                        + pending.map { link($0, pending: true, name: name($0)) }))
+    }
+
+    /// A peripheral's record: what it has published now, unless that was cleared and not yet published again, when
+    /// the stash stands for it (so a record written meanwhile still has the services and advertising to restore).
+    public func peripheralState(published: [PreservedState.PublishedService], advertising: PreservedState.Advertising?,
+                                subscriptions: [PreservedState.Subscription]) -> PreservedState {
+        PreservedState(peripheral: .init(services: unrepublished?.services ?? published, advertising: advertising ?? unrepublished?.advertising,
+                                         subscriptions: subscriptions))
+    }
+
     /// The central's link-level state a snapshot keeps for one peripheral.
     public func link(_ identifier: String, pending: Bool, name: String) -> PreservedState.Link {
         let database = databases[identifier]
@@ -135,6 +149,51 @@ public struct Restoration<Event: Sendable>: Sendable {
     }
 
     public func queuedCount(_ id: UInt64) -> Int { queues[id]?.count ?? 0 }
+
+    // MARK: Publications across resets
+
+    /// What the manager had published is being cleared (attd went, or the controller left poweredOn): kept as its
+    /// record's until it is published again. Services and advertising are cleared one after the other, so what is
+    /// stashed already stands for what is gone by now.
+    @discardableResult
+    public mutating func stash(heldBy holder: ManagerHolder, services: [PreservedState.PublishedService],
+                               advertising: PreservedState.Advertising?) -> PreservedManager? {
+        guard !services.isEmpty || advertising != nil else { return manager(heldBy: holder) }
+        return update(heldBy: holder) {
+            $0.unrepublished = .init(services: services.isEmpty ? $0.unrepublished?.services ?? [] : services,
+                                     advertising: advertising ?? $0.unrepublished?.advertising)
+        }
+    }
+
+    /// The app published again itself (Core Bluetooth's rule: it adds its services again on poweredOn): the stash
+    /// has done its work.
+    @discardableResult
+    public mutating func appPublished(heldBy holder: ManagerHolder) -> PreservedManager? {
+        update(heldBy: holder) { $0.unrepublished = nil }
+    }
+
+    /// The app removed all its services: a publication managerd has under way for it is withdrawn when it lands.
+    public mutating func appClearedServices(heldBy holder: ManagerHolder) {
+        update(heldBy: holder) { $0.publicationEpoch += 1 }
+    }
+
+    /// A publication of a manager's services that managerd starts for it, while its app is not there to.
+    public struct Republication: Equatable, Sendable {
+        public let manager: UInt64
+        fileprivate let epoch: Int
+    }
+
+    public func startRepublication(heldBy holder: ManagerHolder) -> Republication? {
+        manager(heldBy: holder).map { Republication(manager: $0.id, epoch: $0.publicationEpoch) }
+    }
+
+    /// Whose a service managerd published is once it lands: the manager's holder now (its app may be back), or no
+    /// one's (the manager was discarded, or its app cleared its services meanwhile and adds its own: withdrawn
+    /// rather than kept beside them).
+    public func owner(of republication: Republication) -> ManagerHolder? {
+        guard let manager = manager(id: republication.manager), manager.publicationEpoch == republication.epoch else { return nil }
+        return manager.holder
+    }
 
     /// The app's preserved managers with events held for it: what a relaunch is for.
     public func waitingToRestore(_ appID: String) -> [PreservedManager] {

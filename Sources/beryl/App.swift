@@ -57,7 +57,8 @@ struct AppCommand: ParsableCommand {
          "state": state(app), "pids": app.pids.map(Int.init),
          "preservedCentrals": app.preservedCentrals, "preservedPeripherals": app.preservedPeripherals,
          "queuedEvents": Int(app.queuedEvents), "launches": Int(app.launches), "lastLaunchError": app.lastLaunchError,
-         "lastLaunchFailure": launchFailure(app.lastLaunchFailure)]
+         "lastLaunchFailure": launchFailure(app.lastLaunchFailure),
+         "wakes": ["begun": Int(app.wakes), "endedIdle": Int(app.wakesEndedIdle), "overran": Int(app.wakesOverran)]]
     }
 
     static func print(_ list: Beryl_Ipc_V1_AppList, json: Bool) {

@@ -226,7 +226,15 @@ extension ManagerDaemon {
             $0.state = lifecycleProto(lifecycle(of: appID))
             $0.pids = Array(Set(sessionsOf(appID).map(\.peer.pid))).sorted()
             $0.queuedEvents = UInt32(sessionsOf(appID).compactMap { appSessions[$0.id]?.held.count }.reduce(0, +))
+            setWakes(&$0)
         }
+    }
+
+    private func setWakes(_ info: inout Beryl_Ipc_V1_AppInfo) {
+        let tally = life.tally(of: info.id)
+        info.wakes = UInt32(clamping: tally.begun)
+        info.wakesEndedIdle = UInt32(clamping: tally.endedIdle)
+        info.wakesOverran = UInt32(clamping: tally.overran)
     }
 
     /// The states an app can be put in: not running is what its process exiting makes it.
@@ -269,6 +277,7 @@ extension ManagerDaemon {
             $0.launches = UInt32(runtime.launches)
             $0.lastLaunchError = relaunch.failure(of: manifest.id)?.description ?? ""
             $0.lastLaunchFailure = Self.wire(relaunch.failure(of: manifest.id))
+            setWakes(&$0)
         }
     }
 }

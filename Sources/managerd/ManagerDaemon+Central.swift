@@ -318,7 +318,7 @@ extension ManagerDaemon {
 
     // MARK: GATT client through attd
 
-    func forwardGatt(_ operation: Beryl_Ipc_V1_PeripheralGatt, session: UInt64, _ incoming: IncomingRequest) {
+    func forwardGatt(_ operation: Beryl_Ipc_V1_GattOperation, session: UInt64, _ incoming: IncomingRequest) {
         guard let link = heldLink(operation.peripheral, session: session, incoming) else { return }
         guard let attd else {
             incoming.fail(.notReady, "attd is not reachable")
@@ -330,62 +330,91 @@ extension ManagerDaemon {
             awaitingBearer[link.handle, default: []].append { [unowned self] in forwardGatt(operation, session: session, incoming) }
             return
         }
-        var request = operation.request
-        let handle = UInt32(link.handle)
-        switch request.kind {
-        case .gattDiscover?: request.gattDiscover.connectionHandle = handle
-        case .gattRead?: request.gattRead.connectionHandle = handle
-        case .gattWrite?: request.gattWrite.connectionHandle = handle
-        case .gattSubscribe?: request.gattSubscribe.connectionHandle = handle
-        case .gattReadMultiple?: request.gattReadMultiple.connectionHandle = handle
-        case .gattReadByType?: request.gattReadByType.connectionHandle = handle
-        case .gattReliableWrite?: request.gattReliableWrite.connectionHandle = handle
-        case .pair?: request.pair.connectionHandle = handle
-        default:
-            incoming.fail(.invalidArgument, "only GATT client operations (and Pair) go to a peripheral", field: "request")
+        guard let request = Self.attRequest(for: operation, on: UInt32(link.handle)) else {
+            incoming.fail(.invalidArgument, "no GATT operation named (discover, read, write, set_notify or reliable_write)", field: "kind")
             return
         }
-        var wrapped = Request()
-        wrapped.att = request
         let identifier = operation.peripheral
-        attd.request(wrapped) { [unowned self] result in
+        attd.request(.with { $0.att = request }) { [unowned self] result in
             switch result {
             case .success(let response):
-                if case .gattDatabase(let database)? = response.att.kind {
-                    self.discoveredServices[identifier, default: []].formUnion(database.services.compactMap { BluetoothUUID($0.uuid) })
+                if case .discover(let discover)? = operation.kind {
+                    discoveredServices[identifier, default: []].formUnion(response.att.gattDatabase.services.compactMap { BluetoothUUID($0.uuid) })
+                    keepDiscovery(response.att.gattDatabase, of: discover, on: identifier, session: session)
                 }
-                // What the app knows of the peripheral, for willRestoreState; reads and writes change nothing kept.
-                switch operation.request.kind {
-                case .gattDiscover(let discover)?:
-                    let (lower, upper) = (max(1, discover.startHandle), discover.endHandle == 0 ? 0xFFFF : discover.endHandle)
-                    guard lower <= upper, upper <= 0xFFFF else { break }
-                    let found: RemoteDatabase.Discovery
-                    do {
-                        found = try .init(wire: response.att.gattDatabase, depth: discover.depth, range: UInt16(lower)...UInt16(upper))
-                    } catch {
-                        self.host.logger.error("what attd found on \(identifier) is not kept for restoration: \(error)")
-                        break
+                if case .setNotify(let change)? = operation.kind, let valueHandle = UInt16(exactly: change.valueHandle) {
+                    updatePreserved(.session(session)) {
+                        if change.enable { $0.notifying[identifier, default: []].insert(valueHandle) } else { $0.notifying[identifier]?.remove(valueHandle) }
                     }
-                    self.updatePreserved(.session(session)) {
-                        if discover.serviceUuids.isEmpty, case .whole(let services) = found {
-                            $0.databases[identifier] = RemoteDatabase(services: services)
-                        } else {
-                            $0.databases[identifier, default: .init()].add(found)
-                        }
-                    }
-                case .gattSubscribe(let subscribe)?:
-                    guard let valueHandle = UInt16(exactly: subscribe.valueHandle) else { break }
-                    self.updatePreserved(.session(session)) {
-                        if subscribe.enable { $0.notifying[identifier, default: []].insert(valueHandle) } else { $0.notifying[identifier]?.remove(valueHandle) }
-                    }
-                default:
-                    break
                 }
-                incoming.respond(.with { $0.manager.gatt = response.att })
+                incoming.respond(.with { answer in
+                    switch response.att.kind {
+                    case .gattDatabase(let database)?: answer.manager.gatt.database = database
+                    case .gattValue(let value)?: answer.manager.gatt.value = value.value
+                    default: answer.manager.gatt = .init()
+                    }
+                })
             case .failure(.remote(let code, let message, let field, let detail)):
                 incoming.fail(code, message, field: field, detail: detail)
             case .failure(let error):
                 incoming.fail(.notReady, "attd: \(error)")
+            }
+        }
+    }
+
+    /// The app's operation as attd's request on the link (attd names links by connection handle, apps by identifier).
+    static func attRequest(for operation: Beryl_Ipc_V1_GattOperation, on handle: UInt32) -> Beryl_Ipc_V1_AttRequest? {
+        switch operation.kind {
+        case .discover(let discover)?:
+            .with { $0.gattDiscover = .with {
+                $0.connectionHandle = handle
+                $0.serviceUuids = discover.serviceUuids
+                $0.characteristicUuids = discover.characteristicUuids
+                $0.startHandle = discover.startHandle
+                $0.endHandle = discover.endHandle
+                $0.depth = discover.depth
+            } }
+        case .read(let read)?:
+            .with { $0.gattRead = .with { $0.connectionHandle = handle; $0.handle = read.handle } }
+        case .write(let write)?:
+            .with { $0.gattWrite = .with {
+                $0.connectionHandle = handle
+                $0.handle = write.handle
+                $0.value = write.value
+                $0.withoutResponse = write.withoutResponse
+                $0.signed = write.signed
+            } }
+        case .setNotify(let change)?:
+            .with { $0.gattSubscribe = .with {
+                $0.connectionHandle = handle
+                $0.valueHandle = change.valueHandle
+                $0.cccdHandle = change.cccdHandle
+                $0.indicate = change.indicate
+                $0.enable = change.enable
+            } }
+        case .reliableWrite(let writes)?:
+            .with { $0.gattReliableWrite = .with { $0.connectionHandle = handle; $0.writes = writes.writes } }
+        case nil:
+            nil
+        }
+    }
+
+    /// What the app knows of the peripheral, for willRestoreState (reads and writes change nothing kept).
+    private func keepDiscovery(_ answer: Beryl_Ipc_V1_GattDatabase, of discover: Beryl_Ipc_V1_DiscoverAttributes, on identifier: String, session: UInt64) {
+        let (lower, upper) = (max(1, discover.startHandle), discover.endHandle == 0 ? 0xFFFF : discover.endHandle)
+        guard lower <= upper, upper <= 0xFFFF else { return }
+        let found: RemoteDatabase.Discovery
+        do {
+            found = try .init(wire: answer, depth: discover.depth, range: UInt16(lower)...UInt16(upper))
+        } catch {
+            host.logger.error("what attd found on \(identifier) is not kept for restoration: \(error)")
+            return
+        }
+        updatePreserved(.session(session)) {
+            if discover.serviceUuids.isEmpty, case .whole(let services) = found {
+                $0.databases[identifier] = RemoteDatabase(services: services)
+            } else {
+                $0.databases[identifier, default: .init()].add(found)
             }
         }
     }

@@ -9,7 +9,8 @@ import Foundation
 extension ManagerDaemon {
     /// The app publishes again after a reset: what it had before is no longer its record's to keep.
     func republishedByApp(_ session: UInt64) {
-        updatePreserved(.session(session)) { $0.unrepublished = nil }
+        restoration.appPublished(heldBy: .session(session))
+        persistIfPreserved(.session(session))
     }
 
     func handlePeripheral(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: UInt64, _ incoming: IncomingRequest) {
@@ -26,7 +27,7 @@ extension ManagerDaemon {
                 switch result {
                 case .success(let response):
                     let published = response.att.servicePublished
-                    self.services.append(PublishedService(range: UInt16(published.startHandle)...UInt16(published.endHandle), owner: owner))
+                    self.router.publish(UInt16(truncatingIfNeeded: published.startHandle)...UInt16(truncatingIfNeeded: max(published.startHandle, published.endHandle)), owner: owner)
                     do {
                         self.serviceSpecs[UInt16(published.startHandle)] = try PreservedState.PublishedService(wire: .with { $0.spec = add.service; $0.published = published })
                     } catch {
@@ -41,20 +42,20 @@ extension ManagerDaemon {
                 }
             }
         case .removeService(let remove):
-            guard let index = services.firstIndex(where: { $0.range.lowerBound == remove.startHandle && $0.owner == ManagerKey(session: session, manager: remove.manager) }) else {
+            guard let start = UInt16(exactly: remove.startHandle),
+                  let removed = router.remove(start: start, owner: ManagerKey(session: session, manager: remove.manager)) else {
                 incoming.fail(.notFound, "this manager published no service at handle \(remove.startHandle)", field: "start_handle", detail: RemoteDetail(managerReason: .notPublished))
                 return
             }
-            unpublish(services.remove(at: index).range.lowerBound)
+            unpublish(removed.range.lowerBound)
             persistIfPreserved(.session(session))
             incoming.respond(.with { $0.ack = .init() })
         case .removeAllServices(let remove):
             let key = ManagerKey(session: session, manager: remove.manager)
             // The app adds its own now: what managerd was to publish again for it, or has under way, is not wanted.
-            restoration.update(heldBy: .session(session)) { $0.publicationEpoch += 1 }
+            restoration.appClearedServices(heldBy: .session(session))
             pendingRepublish.removeAll { $0.0.holder == .session(session) }
-            for service in services where service.owner == key { unpublish(service.range.lowerBound) }
-            services.removeAll { $0.owner == key }
+            for service in router.removeAll(where: { $0.owner == key }) { unpublish(service.range.lowerBound) }
             persistIfPreserved(.session(session))
             incoming.respond(.with { $0.ack = .init() })
         case .startAdvertising(let start):
@@ -74,23 +75,22 @@ extension ManagerDaemon {
             persistIfPreserved(.session(session))
             incoming.respond(.with { $0.ack = .init() })
         case .respond(let answer):
-            guard let open = openRequests[answer.id], open.owner.holder == .session(session) else {
-                // Core Bluetooth's rule: one answer per request.
+            let request: PeripheralRouter.Request
+            do {
+                request = try router.answer(answer.id, from: .session(session), attError: answer.error)
+            } catch .notPending {
                 incoming.fail(.notFound, "request \(answer.id) is not waiting for this app's answer (answered already, or timed out)", field: "id", detail: RemoteDetail(managerReason: .requestNotPending))
                 return
-            }
-            // An ATT error code is one byte; the application range is 0x80–0x9F (Core Vol 3 Part F §3.4.1.1).
-            guard answer.error <= 0xFF else {
+            } catch {
                 incoming.fail(.invalidArgument, "ATT error codes are one byte; \(answer.error) is not one", field: "error",
                               detail: RemoteDetail(bluetoothError: .invalidParameters))
                 return
             }
-            openRequests[answer.id] = nil
-            answerAttd(answer.id, isRead: open.isRead, value: Array(answer.value), error: answer.error)
+            answerAttd(answer.id, isRead: request == .read, value: Array(answer.value), error: answer.error)
             incoming.respond(.with { $0.ack = .init() })
         case .updateValue(let update):
             let key = ManagerKey(session: session, manager: update.manager)
-            guard services.contains(where: { $0.owner == key && $0.range.contains(UInt16(truncatingIfNeeded: update.valueHandle)) }) else {
+            guard let valueHandle = UInt16(exactly: update.valueHandle), router.owns(key, handle: valueHandle) else {
                 incoming.fail(.notFound, "handle \(update.valueHandle) is not a value of this manager's services", field: "value_handle", detail: RemoteDetail(managerReason: .notPublished))
                 return
             }
@@ -102,7 +102,7 @@ extension ManagerDaemon {
                     incoming.respond(.with { $0.manager.updateResult.sent = true })
                 case .failure(.remote(.busy, _, _, _)):
                     // Core Bluetooth's updateValue returning false; peripheralManagerIsReady(toUpdateSubscribers:) follows.
-                    self.notifyRefused.insert(.session(session))
+                    self.router.updateRefused(.session(session))
                     incoming.respond(.with { $0.manager.updateResult.sent = false })
                 case .failure(.remote(let code, let message, let field, let detail)):
                     incoming.fail(code, message, field: field, detail: detail)
@@ -147,9 +147,7 @@ extension ManagerDaemon {
         attd?.request(request)
     }
 
-    private func owner(of handle: UInt32) -> ManagerKey? {
-        services.first { $0.range.contains(UInt16(truncatingIfNeeded: handle)) }?.owner
-    }
+    private func owner(of handle: UInt32) -> ManagerKey? { UInt16(exactly: handle).flatMap(router.owner(of:)) }
 
     /// The identifier an app is given for a remote central: handed out, so a lab's factory reset no longer takes it back.
     private func central(of connectionHandle: UInt32) -> String {
@@ -159,12 +157,11 @@ extension ManagerDaemon {
     }
 
     func routeRead(_ read: Beryl_Ipc_V1_ReadRequested) {
-        guard let owner = owner(of: read.handle), isReachable(owner.holder), policy(for: owner.holder).answersRequests else {
-            // No one to answer (or a suspended app: Core Bluetooth refuses its dynamic reads at once).
+        let route = router.route(read.id, .read, handle: UInt16(truncatingIfNeeded: read.handle), expectsAnswer: true, answerable: canAnswer)
+        guard case .app(let owner) = route else {
             answerAttd(read.id, isRead: true, value: [], error: 0x0E)
             return
         }
-        openRequests[read.id] = (owner, true)
         var event = Beryl_Ipc_V1_ManagerEvent()
         event.readRequest = .with {
             $0.manager = owner.manager
@@ -178,12 +175,12 @@ extension ManagerDaemon {
     }
 
     func routeWrite(_ write: Beryl_Ipc_V1_WriteRequested) {
-        guard let first = write.writes.first, let owner = owner(of: first.handle), isReachable(owner.holder),
-              policy(for: owner.holder).answersRequests else {
-            if write.withResponse { answerAttd(write.id, isRead: false, value: [], error: 0x0E) }
+        let route = router.route(write.id, .write, handle: UInt16(truncatingIfNeeded: write.writes.first?.handle ?? 0), expectsAnswer: write.withResponse,
+                                 answerable: canAnswer)
+        guard case .app(let owner) = route else {
+            if route == .unlikelyError { answerAttd(write.id, isRead: false, value: [], error: 0x0E) }
             return
         }
-        if write.withResponse { openRequests[write.id] = (owner, false) }
         var event = Beryl_Ipc_V1_ManagerEvent()
         event.writeRequest = .with {
             $0.manager = owner.manager
@@ -195,6 +192,9 @@ extension ManagerDaemon {
         }
         send(event, to: owner.holder)
     }
+
+    /// Whether the holder can answer a remote central now: reachable, and not a suspended app.
+    private func canAnswer(_ holder: ManagerHolder) -> Bool { isReachable(holder) && policy(for: holder).answersRequests }
 
     /// A live session, or a preserved manager whose app is launched to answer.
     private func isReachable(_ holder: ManagerHolder) -> Bool {

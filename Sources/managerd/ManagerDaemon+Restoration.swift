@@ -89,13 +89,11 @@ extension ManagerDaemon {
     private func rebind(from old: ManagerHolder, to new: ManagerHolder) {
         scans.rebind(old, to: new)
         book.rebind(old, to: new)
-        for index in services.indices where services[index].owner.holder == old { services[index].owner.holder = new }
+        router.rebind(old, to: new)
         for (key, advertiser) in advertisers where key.holder == old {
             advertisers[key] = nil
             advertisers[ManagerKey(new, manager: key.manager)] = advertiser
         }
-        for (id, open) in openRequests where open.owner.holder == old { openRequests[id] = (ManagerKey(new, manager: open.owner.manager), open.isRead) }
-        if notifyRefused.remove(old) != nil { notifyRefused.insert(new) }
         for index in pendingRepublish.indices where pendingRepublish[index].0.holder == old { pendingRepublish[index].0.holder = new }
     }
 
@@ -152,18 +150,14 @@ extension ManagerDaemon {
         switch preserved.role {
         case .central:
             let (connected, pending) = book.held(by: key)
-            let links = connected.map { ($0, false) } + pending.map { ($0, true) }
-            return PreservedState(central: .init(scan: scans.request(for: key), links: links.map { identifier, isPending in
-                preserved.link(identifier, pending: isPending, name: store?.device(identifier)?.name ?? "")
-            }))
+            return preserved.centralState(scan: scans.request(for: key), connected: connected, pending: pending) { self.store?.device($0)?.name ?? "" }
         case .peripheral:
-            let mine = services.filter { $0.owner == key }
+            let mine = router.services(of: key)
             let ranges = mine.map(\.range)
             let subscriptions = subscribers.filter { entry in ranges.contains { $0.contains(UInt16(truncatingIfNeeded: entry.valueHandle)) } }
-            return PreservedState(peripheral: .init(
-                services: preserved.unrepublished?.services ?? mine.compactMap { serviceSpecs[$0.range.lowerBound] },
-                advertising: advertisers[key].map(PreservedState.Advertising.init) ?? preserved.unrepublished?.advertising,
-                subscriptions: subscriptions.compactMap { try? PreservedState.Subscription(wire: $0) }))
+            return preserved.peripheralState(published: mine.compactMap { serviceSpecs[$0.range.lowerBound] },
+                                             advertising: advertisers[key].map(PreservedState.Advertising.init),
+                                             subscriptions: subscriptions.compactMap { try? PreservedState.Subscription(wire: $0) })
         }
     }
 
@@ -212,8 +206,9 @@ extension ManagerDaemon {
         let work = pendingRepublish
         pendingRepublish.removeAll()
         for (key, specs) in work {
-            guard let preserved = restoration.manager(heldBy: key.holder) else { continue }  // discarded meanwhile
-            let epoch = preserved.publicationEpoch
+            guard let preserved = restoration.manager(heldBy: key.holder), let republication = restoration.startRepublication(heldBy: key.holder) else {
+                continue  // discarded meanwhile
+            }
             for preservedService in specs {
                 var request = Request()
                 request.att.publishService.service = preservedService.definition.wire
@@ -225,18 +220,19 @@ extension ManagerDaemon {
                     let published = response.att.servicePublished
                     let range = UInt16(truncatingIfNeeded: published.startHandle)...UInt16(truncatingIfNeeded: max(published.startHandle, published.endHandle))
                     // Meanwhile the manager may have been discarded, or its app come back and cleared its services.
-                    guard let current = self.restoration.manager(id: preserved.id), current.publicationEpoch == epoch else {
+                    guard let holder = self.restoration.owner(of: republication) else {
                         self.host.logger.info("\(preserved.appID)'s service \(preservedService.definition.uuid), published again for it, is withdrawn: the app cleared its services meanwhile")
                         self.unpublish(range.lowerBound)
                         return
                     }
                     // The app may be back (restored) by now: the service is its session's, no longer managerd's.
-                    let owner = ManagerKey(current.holder, manager: key.manager)
-                    self.services.append(PublishedService(range: range, owner: owner))
+                    let owner = ManagerKey(holder, manager: key.manager)
+                    self.router.publish(range, owner: owner)
                     self.serviceSpecs[range.lowerBound] = .init(definition: preservedService.definition, handles: range,
                                                                 valueHandles: published.valueHandles.map { UInt16(truncatingIfNeeded: $0) })
-                    let complete = self.services.filter({ $0.owner == owner }).count >= specs.count
-                    self.updatePreserved(owner.holder) { if complete { $0.unrepublished = nil } }
+                    let complete = self.router.services(of: owner).count >= specs.count
+                    if complete { self.restoration.appPublished(heldBy: owner.holder) }
+                    self.persistIfPreserved(owner.holder)
                 }
             }
         }

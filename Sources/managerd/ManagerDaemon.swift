@@ -52,17 +52,12 @@ final class ManagerDaemon {
     var awaitingBearer: [UInt16: [() -> Void]] = [:]
 
     // Peripheral role.
-    struct PublishedService {
-        var range: ClosedRange<UInt16>
-        var owner: ManagerKey
-    }
-    var services: [PublishedService] = []
+    /// Who owns each published service, the remote centrals' requests awaiting an app's answer, the updates owed a
+    /// "ready" (BerylManager's PeripheralRouter).
+    var router = PeripheralRouter()
     var advertisers: [ManagerKey: Advertiser] = [:]
     var advertising = AdvertisingRotation()
     var rotation: EventRegistration?
-    /// Reads and writes from remote centrals awaiting their app's one answer: attd's id → owner and kind.
-    var openRequests: [UInt64: (owner: ManagerKey, isRead: Bool)] = [:]
-    var notifyRefused: Set<ManagerHolder> = []
     /// What each published service was made from (to preserve and publish it again), by start handle.
     var serviceSpecs: [UInt16: PreservedState.PublishedService] = [:]
     /// Remote centrals subscribed to this device's characteristics.
@@ -205,10 +200,9 @@ final class ManagerDaemon {
                     let stashed = self.stashPublications(of: preserved)
                     if !stashed.live, let specs = stashed.unrepublished?.services, !specs.isEmpty { self.pendingRepublish.append((stashed.key, specs)) }
                 }
-                self.services.removeAll()
+                self.router.attdLost()
                 self.serviceSpecs.removeAll()
                 self.subscribers.removeAll()
-                self.openRequests.removeAll()
                 for handle in self.awaitingBearer.keys { self.releaseAwaitingBearer(handle) }
                 self.refreshState()
                 _ = try? self.host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToAttd() }
@@ -299,28 +293,21 @@ final class ManagerDaemon {
     /// database is cleared, and the app adds its services again on poweredOn. Preserved managers of apps that are not
     /// running keep theirs: there is no one to add them again.
     private func clearRunningAppsPublications() {
-        let running = Set(services.map(\.owner.holder).filter { $0.sessionID.flatMap(session) != nil })
+        let running = router.publishers.filter { $0.sessionID.flatMap(session) != nil }
             .union(advertisers.keys.map(\.holder).filter { $0.sessionID.flatMap(session) != nil })
         guard !running.isEmpty else { return }
         for preserved in restoration.managers where running.contains(preserved.holder) { stashPublications(of: preserved) }
-        for service in services where running.contains(service.owner.holder) { unpublish(service.range.lowerBound) }
-        services.removeAll { running.contains($0.owner.holder) }
+        for service in router.removeAll(where: { running.contains($0.owner.holder) }) { unpublish(service.range.lowerBound) }
         advertisers = advertisers.filter { !running.contains($0.key.holder) }
-        subscribers.removeAll { subscriber in !services.contains { $0.range.contains(UInt16(truncatingIfNeeded: subscriber.valueHandle)) } }
+        subscribers.removeAll { subscriber in router.owner(of: UInt16(truncatingIfNeeded: subscriber.valueHandle)) == nil }
         for id in running { persistIfPreserved(id) }
     }
 
     /// Keeps what a preserved manager has published as its record's, before it is cleared (see `unrepublished`).
     @discardableResult
     func stashPublications(of preserved: PreservedManager) -> PreservedManager {
-        // Services and advertising are cleared one after the other (attd's loss, then the state's drop): what is
-        // already stashed stands for what is gone by now.
-        let specs = services.filter { $0.owner == preserved.key }.compactMap { serviceSpecs[$0.range.lowerBound] }
-        let advertising = advertisers[preserved.key].map(PreservedState.Advertising.init)
-        guard !specs.isEmpty || advertising != nil else { return preserved }
-        return restoration.update(heldBy: preserved.holder) {
-            $0.unrepublished = .init(services: specs.isEmpty ? $0.unrepublished?.services ?? [] : specs, advertising: advertising ?? $0.unrepublished?.advertising)
-        } ?? preserved
+        let specs = router.services(of: preserved.key).compactMap { serviceSpecs[$0.range.lowerBound] }
+        return restoration.stash(heldBy: preserved.holder, services: specs, advertising: advertisers[preserved.key].map(PreservedState.Advertising.init)) ?? preserved
     }
 
     private func hcidEvent(_ event: Event) {
@@ -389,11 +376,9 @@ final class ManagerDaemon {
                 }
             }
         case .readyToUpdate?:
-            let waiting = notifyRefused
-            notifyRefused.removeAll()
             var ready = Beryl_Ipc_V1_ManagerEvent()
             ready.readyToUpdate = .init()
-            for id in waiting { send(ready, to: id) }
+            for holder in router.takeOwedReady() { send(ready, to: holder) }
         default:
             break
         }
@@ -412,7 +397,7 @@ final class ManagerDaemon {
         default: break
         }
         let sessions = link.isCentral ? Set(link.holders.map(\.holder))
-            : Set(services.map(\.owner.holder)).union(advertisers.keys.map(\.holder))
+            : router.publishers.union(advertisers.keys.map(\.holder))
         for holder in sessions { send(event, to: holder) }
     }
 
@@ -442,18 +427,15 @@ final class ManagerDaemon {
         scans.stopAll(id)
         updateScanning()
         perform(book.releaseAll(id))
-        for service in services where service.owner.holder == id { unpublish(service.range.lowerBound) }
-        services.removeAll { $0.owner.holder == id }
+        for service in router.removeAll(where: { $0.owner.holder == id }) { unpublish(service.range.lowerBound) }
         if advertisers.keys.contains(where: { $0.holder == id }) {
             advertisers = advertisers.filter { $0.key.holder != id }
             updateAdvertising()
         }
-        for (requestID, open) in openRequests where open.owner.holder == id {
+        for (requestID, request) in router.abandon(id) {
             // The app is gone: its requests are answered for it, so the remote central is not left waiting.
-            answerAttd(requestID, isRead: open.isRead, value: [], error: 0x0E)
-            openRequests[requestID] = nil
+            answerAttd(requestID, isRead: request == .read, value: [], error: 0x0E)
         }
-        notifyRefused.remove(id)
     }
 
     func handle(_ incoming: IncomingRequest) -> Bool {

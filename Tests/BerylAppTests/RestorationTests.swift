@@ -149,9 +149,9 @@ final class RestorationTests: TwoStacksTestCase {
         Thread.sleep(forTimeInterval: 3)  // past the 2 s budget
         XCTAssertEqual(try app(brief)["state"] as? String, "background", "idle after the refusal without saying so, not ended")
         XCTAssertEqual(try app(brief)["pids"] as? [Int], pids, "the same process")
-        let managerdLog = (try? String(contentsOfFile: scratch.paths.logFile("managerd0"), encoding: .utf8)) ?? ""
-        XCTAssertTrue(managerdLog.contains("\(brief) is idle again after"), managerdLog)
-        XCTAssertFalse(managerdLog.contains("\(brief) overran"), managerdLog)
+        let wakes = try XCTUnwrap(try app(brief)["wakes"] as? [String: Int])
+        XCTAssertGreaterThanOrEqual(wakes["endedIdle"] ?? 0, 1, "\(wakes)")
+        XCTAssertEqual(wakes["overran"], 0, "\(wakes)")
 
         let write = try beryl(["gatt", "--peer", identifier, "write", "7E570002-0000-1000-8000-00805F9B34FB", "dc00", "--json"], side: 1)
         XCTAssertEqual(write.status, 0, write.err)
@@ -317,18 +317,19 @@ final class RestorationTests: TwoStacksTestCase {
         let sleepy = "com.example.sleepy"
         let sleepyEvents = { ((try? String(contentsOfFile: self.sleepyLog, encoding: .utf8)) ?? "").split(separator: "\n")
             .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] } }
-        let managerdLog = { (try? String(contentsOfFile: self.scratch.paths.logFile("managerd0"), encoding: .utf8)) ?? "" }
+        let wakes = { ((try? self.app(sleepy)["wakes"] as? [String: Int]) ?? [:]) }
         XCTAssertEqual(try beryl(["app", "launch", sleepy]).status, 0)
         XCTAssertEqual(try app(sleepy)["state"] as? String, "background", "a launched app starts in the background")
 
         // The wakes before the link (the launch, the discovery) end with their callbacks: no overrun.
         XCTAssertTrue(eventually(.seconds(20)) { self.names(sleepyEvents()).contains("didConnect") }, "\(sleepyEvents())")
-        XCTAssertTrue(managerdLog().contains("\(sleepy) is idle again after"), managerdLog())
+        XCTAssertTrue(eventually { (wakes()["endedIdle"] ?? 0) >= 1 }, "\(wakes())")
+        XCTAssertEqual(wakes()["overran"], 0)
         let firstPID = try XCTUnwrap(sleepyEvents().first?["pid"] as? Int)
         XCTAssertTrue(names(sleepyEvents()).contains("didDiscover"))
 
         // didConnect's callback runs 5 s: ended at 1 s, its central preserved with the link.
-        XCTAssertTrue(eventually(.seconds(6)) { managerdLog().contains("\(sleepy) overran its 1.0 s background budget; ending it") }, managerdLog())
+        XCTAssertTrue(eventually(.seconds(6)) { wakes()["overran"] == 1 }, "\(wakes())")
         XCTAssertTrue(eventually(.seconds(5)) { ((try? self.app(sleepy)["pids"] as? [Int]) ?? [1]).isEmpty }, "the app was ended")
         XCTAssertFalse(ProcessStats.isAlive(pid: Int32(firstPID)))
         XCTAssertEqual(try app(sleepy)["preservedCentrals"] as? [String], ["doorlock-central"])

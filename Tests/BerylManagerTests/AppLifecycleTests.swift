@@ -69,6 +69,7 @@ final class AppLifecycleTests: XCTestCase {
         XCTAssertFalse(life.isAwake("lock"))
         XCTAssertEqual(life.takeWakesBegun(), [])
         XCTAssertEqual(life.expire(at: .seconds(13)), [], "a wake that ended cannot overrun")
+        XCTAssertEqual(life.tally(of: "lock"), .init(begun: 1, endedIdle: 1, overran: 0))
     }
 
     func testAnAppStillBusyAtItsDeadlineHasOverrun() {
@@ -79,6 +80,8 @@ final class AppLifecycleTests: XCTestCase {
         XCTAssertEqual(life.expire(at: .seconds(10.9)), [])
         XCTAssertEqual(life.expire(at: .seconds(11)), [.overran(app: "lock")])
         XCTAssertFalse(life.isAwake("lock"))
+        XCTAssertEqual(life.tally(of: "lock"), .init(begun: 1, endedIdle: 0, overran: 1))
+        XCTAssertEqual(life.tally(of: "notes"), .init(), "an app never woken has no wakes")
     }
 
     func testAnAppThatReportsAStateEndsItsWake() {

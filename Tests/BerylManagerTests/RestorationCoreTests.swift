@@ -87,6 +87,48 @@ final class RestorationCoreTests: XCTestCase {
         XCTAssertEqual(restoration.queuedCount(again.id), 0)
     }
 
+    /// The fault suite's "a peripheral app killed after attd went and before it added its services again (or killed
+    /// with managerd) came back with nothing published".
+    func testAStashStandsForWhatWasClearedUntilTheAppPublishesAgain() throws {
+        var restoration = Restoration<Event>()
+        _ = restoration.bind(appID: "thermo", restoreID: "t", role: .peripheral, session: 5)
+        let service = PreservedState.PublishedService(definition: ServiceDefinition(uuid: BluetoothUUID(0x181A), primary: true), handles: 10...12, valueHandles: [12])
+        let advertising = PreservedState.Advertising(localName: "Thermo", serviceUUIDs: [BluetoothUUID(0x181A)])
+        restoration.stash(heldBy: .session(5), services: [service], advertising: nil)  // attd went: its services are cleared
+        restoration.stash(heldBy: .session(5), services: [], advertising: advertising)  // then the state drop clears advertising
+        let cleared = try XCTUnwrap(restoration.manager(heldBy: .session(5)))
+        XCTAssertEqual(cleared.peripheralState(published: [], advertising: nil, subscriptions: []).peripheral,
+                       .init(services: [service], advertising: advertising), "a record written now still has both")
+
+        let preserved = try XCTUnwrap(restoration.preserve(session: 5), "killed before it added them again")
+        XCTAssertEqual(preserved.unrepublished, .init(services: [service], advertising: advertising), "for managerd to publish for it")
+
+        _ = restoration.restore(preserved.id, into: 6)
+        restoration.appPublished(heldBy: .session(6))
+        let back = try XCTUnwrap(restoration.manager(heldBy: .session(6)))
+        XCTAssertEqual(back.peripheralState(published: [], advertising: nil, subscriptions: []).peripheral, .init(),
+                       "once the app publishes itself, what it has now is the record")
+    }
+
+    /// The fault suite's "a service managerd published again for a preserved manager could land beside the app's
+    /// own copy, under a session no longer there".
+    func testAServicePublishedForAnAbsentAppIsWithdrawnWhenTheAppClearedItsServicesMeanwhile() {
+        var restoration = Restoration<Event>()
+        let resumed = restoration.resume(appID: "thermo", restoreID: "t", role: .peripheral)
+        let early = restoration.startRepublication(heldBy: resumed.holder)!
+        XCTAssertEqual(restoration.owner(of: early), .preserved(resumed.id))
+        let late = restoration.startRepublication(heldBy: resumed.holder)!
+        _ = restoration.bind(appID: "thermo", restoreID: "t", role: .peripheral, session: 9)
+        _ = restoration.restore(resumed.id, into: 9)
+        XCTAssertEqual(restoration.owner(of: late), .session(9), "the app is back: the service lands as its session's")
+        restoration.appClearedServices(heldBy: .session(9))
+        XCTAssertNil(restoration.owner(of: late), "it cleared its services since, and adds its own: withdrawn, not kept twice")
+        let after = restoration.startRepublication(heldBy: .session(9))!
+        XCTAssertEqual(restoration.owner(of: after), .session(9))
+        restoration.discard(resumed.id)
+        XCTAssertNil(restoration.owner(of: after), "a discarded manager owns nothing")
+    }
+
     func testALinkKeepsWhatTheAppDiscoveredButNotSubscriptionsItNoLongerHas() {
         var restoration = Restoration<Event>()
         let made = restoration.resume(appID: "lock", restoreID: "door", role: .central)
@@ -103,6 +145,11 @@ final class RestorationCoreTests: XCTestCase {
                        .init(identifier: "A", pending: false, name: "Lock", options: .init(notifyOnDisconnection: true), database: database, notifyingValueHandles: [3]))
         XCTAssertEqual(manager.link("A", pending: true, name: "Lock").notifyingValueHandles, [], "a link being re-requested has no subscriptions yet")
         XCTAssertEqual(manager.link("B", pending: false, name: "").notifyingValueHandles, [], "nothing discovered: no handles to name")
+        let state = manager.centralState(scan: ScanRequest(services: [BluetoothUUID(0x180D)]), connected: ["A"], pending: ["B"]) { $0 == "A" ? "Lock" : "" }
+        XCTAssertEqual(state.central?.links.map(\.identifier), ["A", "B"])
+        XCTAssertEqual(state.central?.links.map(\.pending), [false, true])
+        XCTAssertEqual(state.central?.scan?.services, [BluetoothUUID(0x180D)])
+        XCTAssertNil(state.peripheral)
     }
 }
 

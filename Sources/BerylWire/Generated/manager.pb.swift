@@ -643,6 +643,13 @@ public nonisolated struct Beryl_Ipc_V1_AppInfo: Sendable {
 
   public var lastLaunchFailure: Beryl_Ipc_V1_LaunchFailureKind = .none
 
+  /// Background wakes since managerd started: begun, ended idle within the budget, and overrun (the app was ended).
+  public var wakes: UInt32 = 0
+
+  public var wakesEndedIdle: UInt32 = 0
+
+  public var wakesOverran: UInt32 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -726,7 +733,9 @@ public nonisolated struct Beryl_Ipc_V1_PeripheralInfo: Sendable {
   fileprivate var _advertisement: Beryl_Ipc_V1_AdvertisementInfo? = nil
 }
 
-/// Central role (one central manager is one `manager` number within the session).
+/// Central role. Every `manager` field in this file is 1: a session is one manager, whose role its Hello names (an
+/// app with a central and a peripheral manager opens two sessions). The field stays on the wire so that events
+/// name their manager as Core Bluetooth's delegate calls do; managerd echoes what it was given.
 public nonisolated struct Beryl_Ipc_V1_StartScan: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -834,29 +843,192 @@ public nonisolated struct Beryl_Ipc_V1_PeripheralList: Sendable {
   public init() {}
 }
 
-/// A GATT client operation on a connected peripheral: any of attd's Gatt* requests; managerd fills in the
-/// connection handle and answers with attd's answer.
-public nonisolated struct Beryl_Ipc_V1_PeripheralGatt: Sendable {
+/// A GATT client operation of Core Bluetooth's CBPeripheral on a peripheral the manager is connected to, named by its
+/// identifier (managerd finds the link and carries it out through attd). Handles are the peripheral's attribute
+/// handles, as discovery reported them. Answered with a GattResult; failures carry an ATT error or a Bluetooth error.
+public nonisolated struct Beryl_Ipc_V1_GattOperation: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
   public var peripheral: String = String()
 
-  public var request: Beryl_Ipc_V1_AttRequest {
-    get {_request ?? Beryl_Ipc_V1_AttRequest()}
-    set {_request = newValue}
+  public var kind: Beryl_Ipc_V1_GattOperation.OneOf_Kind? = nil
+
+  public var discover: Beryl_Ipc_V1_DiscoverAttributes {
+    get {
+      if case .discover(let v)? = kind {return v}
+      return Beryl_Ipc_V1_DiscoverAttributes()
+    }
+    set {kind = .discover(newValue)}
   }
-  /// Returns true if `request` has been explicitly set.
-  public var hasRequest: Bool {self._request != nil}
-  /// Clears the value of `request`. Subsequent reads from it will return its default value.
-  public mutating func clearRequest() {self._request = nil}
+
+  public var read: Beryl_Ipc_V1_ReadAttribute {
+    get {
+      if case .read(let v)? = kind {return v}
+      return Beryl_Ipc_V1_ReadAttribute()
+    }
+    set {kind = .read(newValue)}
+  }
+
+  public var write: Beryl_Ipc_V1_WriteAttribute {
+    get {
+      if case .write(let v)? = kind {return v}
+      return Beryl_Ipc_V1_WriteAttribute()
+    }
+    set {kind = .write(newValue)}
+  }
+
+  public var setNotify: Beryl_Ipc_V1_SetNotifyValue {
+    get {
+      if case .setNotify(let v)? = kind {return v}
+      return Beryl_Ipc_V1_SetNotifyValue()
+    }
+    set {kind = .setNotify(newValue)}
+  }
+
+  public var reliableWrite: Beryl_Ipc_V1_WriteAttributesReliably {
+    get {
+      if case .reliableWrite(let v)? = kind {return v}
+      return Beryl_Ipc_V1_WriteAttributesReliably()
+    }
+    set {kind = .reliableWrite(newValue)}
+  }
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public nonisolated enum OneOf_Kind: Equatable, Sendable {
+    case discover(Beryl_Ipc_V1_DiscoverAttributes)
+    case read(Beryl_Ipc_V1_ReadAttribute)
+    case write(Beryl_Ipc_V1_WriteAttribute)
+    case setNotify(Beryl_Ipc_V1_SetNotifyValue)
+    case reliableWrite(Beryl_Ipc_V1_WriteAttributesReliably)
+
+  }
+
+  public init() {}
+}
+
+/// discoverServices, discoverIncludedServices, discoverCharacteristics and discoverDescriptors (by depth), or the
+/// whole database. Start and end 0 mean the whole handle range.
+public nonisolated struct Beryl_Ipc_V1_DiscoverAttributes: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var serviceUuids: [String] = []
+
+  public var characteristicUuids: [String] = []
+
+  public var startHandle: UInt32 = 0
+
+  public var endHandle: UInt32 = 0
+
+  public var depth: Beryl_Ipc_V1_GattDiscoveryDepth = .whole
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+}
 
-  fileprivate var _request: Beryl_Ipc_V1_AttRequest? = nil
+/// readValue(for:) of a characteristic's value or a descriptor.
+public nonisolated struct Beryl_Ipc_V1_ReadAttribute: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var handle: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// writeValue(_:for:type:): with response, or without (then signed when the characteristic asks for it).
+public nonisolated struct Beryl_Ipc_V1_WriteAttribute: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var handle: UInt32 = 0
+
+  public var value: Data = Data()
+
+  public var withoutResponse: Bool = false
+
+  public var signed: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// setNotifyValue(_:for:): writes the characteristic's Client Characteristic Configuration descriptor.
+public nonisolated struct Beryl_Ipc_V1_SetNotifyValue: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var valueHandle: UInt32 = 0
+
+  public var cccdHandle: UInt32 = 0
+
+  public var indicate: Bool = false
+
+  public var enable: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// A long or multi-part write as one reliable write (prepared, echoed and checked, then executed together).
+public nonisolated struct Beryl_Ipc_V1_WriteAttributesReliably: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var writes: [Beryl_Ipc_V1_AttWrite] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_GattResult: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var kind: Beryl_Ipc_V1_GattResult.OneOf_Kind? = nil
+
+  /// What a discovery found. Below the services level: one service (without a UUID) holding what was found in it.
+  public var database: Beryl_Ipc_V1_GattDatabase {
+    get {
+      if case .database(let v)? = kind {return v}
+      return Beryl_Ipc_V1_GattDatabase()
+    }
+    set {kind = .database(newValue)}
+  }
+
+  public var value: Data {
+    get {
+      if case .value(let v)? = kind {return v}
+      return Data()
+    }
+    set {kind = .value(newValue)}
+  }
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public nonisolated enum OneOf_Kind: Equatable, Sendable {
+    /// What a discovery found. Below the services level: one service (without a UUID) holding what was found in it.
+    case database(Beryl_Ipc_V1_GattDatabase)
+    case value(Data)
+
+  }
+
+  public init() {}
 }
 
 public nonisolated struct Beryl_Ipc_V1_ReadRSSI: Sendable {
@@ -1168,10 +1340,10 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     set {kind = .retrieveConnected(newValue)}
   }
 
-  public var gatt: Beryl_Ipc_V1_PeripheralGatt {
+  public var gatt: Beryl_Ipc_V1_GattOperation {
     get {
       if case .gatt(let v)? = kind {return v}
-      return Beryl_Ipc_V1_PeripheralGatt()
+      return Beryl_Ipc_V1_GattOperation()
     }
     set {kind = .gatt(newValue)}
   }
@@ -1469,7 +1641,7 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     case cancelConnection(Beryl_Ipc_V1_CancelConnection)
     case retrievePeripherals(Beryl_Ipc_V1_RetrievePeripherals)
     case retrieveConnected(Beryl_Ipc_V1_RetrieveConnectedPeripherals)
-    case gatt(Beryl_Ipc_V1_PeripheralGatt)
+    case gatt(Beryl_Ipc_V1_GattOperation)
     case readRssi(Beryl_Ipc_V1_ReadRSSI)
     case maximumWriteLength(Beryl_Ipc_V1_GetMaximumWriteLength)
     case addService(Beryl_Ipc_V1_AddService)
@@ -1537,10 +1709,10 @@ public nonisolated struct Beryl_Ipc_V1_ManagerResponse: Sendable {
     set {kind = .peripherals(newValue)}
   }
 
-  public var gatt: Beryl_Ipc_V1_AttResponse {
+  public var gatt: Beryl_Ipc_V1_GattResult {
     get {
       if case .gatt(let v)? = kind {return v}
-      return Beryl_Ipc_V1_AttResponse()
+      return Beryl_Ipc_V1_GattResult()
     }
     set {kind = .gatt(newValue)}
   }
@@ -1638,7 +1810,7 @@ public nonisolated struct Beryl_Ipc_V1_ManagerResponse: Sendable {
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
     case welcome(Beryl_Ipc_V1_Welcome)
     case peripherals(Beryl_Ipc_V1_PeripheralList)
-    case gatt(Beryl_Ipc_V1_AttResponse)
+    case gatt(Beryl_Ipc_V1_GattResult)
     case rssi(Beryl_Ipc_V1_RSSIValue)
     case maximumWriteLength(Beryl_Ipc_V1_MaximumWriteLength)
     case serviceAdded(Beryl_Ipc_V1_ServicePublished)
@@ -2723,7 +2895,7 @@ nonisolated extension Beryl_Ipc_V1_StopApp: SwiftProtobuf.Message, SwiftProtobuf
 
 nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AppInfo"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}manifest\0\u{1}user\0\u{3}background_modes\0\u{1}launchable\0\u{1}state\0\u{1}pids\0\u{3}preserved_centrals\0\u{3}preserved_peripherals\0\u{3}queued_events\0\u{1}launches\0\u{3}last_launch_error\0\u{3}last_launch_failure\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}manifest\0\u{1}user\0\u{3}background_modes\0\u{1}launchable\0\u{1}state\0\u{1}pids\0\u{3}preserved_centrals\0\u{3}preserved_peripherals\0\u{3}queued_events\0\u{1}launches\0\u{3}last_launch_error\0\u{3}last_launch_failure\0\u{1}wakes\0\u{3}wakes_ended_idle\0\u{3}wakes_overran\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2744,6 +2916,9 @@ nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf
       case 11: try { try decoder.decodeSingularUInt32Field(value: &self.launches) }()
       case 12: try { try decoder.decodeSingularStringField(value: &self.lastLaunchError) }()
       case 13: try { try decoder.decodeSingularEnumField(value: &self.lastLaunchFailure) }()
+      case 14: try { try decoder.decodeSingularUInt32Field(value: &self.wakes) }()
+      case 15: try { try decoder.decodeSingularUInt32Field(value: &self.wakesEndedIdle) }()
+      case 16: try { try decoder.decodeSingularUInt32Field(value: &self.wakesOverran) }()
       default: break
       }
     }
@@ -2789,6 +2964,15 @@ nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf
     if self.lastLaunchFailure != .none {
       try visitor.visitSingularEnumField(value: self.lastLaunchFailure, fieldNumber: 13)
     }
+    if self.wakes != 0 {
+      try visitor.visitSingularUInt32Field(value: self.wakes, fieldNumber: 14)
+    }
+    if self.wakesEndedIdle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.wakesEndedIdle, fieldNumber: 15)
+    }
+    if self.wakesOverran != 0 {
+      try visitor.visitSingularUInt32Field(value: self.wakesOverran, fieldNumber: 16)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2806,6 +2990,9 @@ nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf
     if lhs.launches != rhs.launches {return false}
     if lhs.lastLaunchError != rhs.lastLaunchError {return false}
     if lhs.lastLaunchFailure != rhs.lastLaunchFailure {return false}
+    if lhs.wakes != rhs.wakes {return false}
+    if lhs.wakesEndedIdle != rhs.wakesEndedIdle {return false}
+    if lhs.wakesOverran != rhs.wakesOverran {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3235,9 +3422,9 @@ nonisolated extension Beryl_Ipc_V1_PeripheralList: SwiftProtobuf.Message, SwiftP
   }
 }
 
-nonisolated extension Beryl_Ipc_V1_PeripheralGatt: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  public static let protoMessageName: String = _protobuf_package + ".PeripheralGatt"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peripheral\0\u{1}request\0")
+nonisolated extension Beryl_Ipc_V1_GattOperation: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattOperation"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peripheral\0\u{1}discover\0\u{1}read\0\u{1}write\0\u{3}set_notify\0\u{3}reliable_write\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3246,7 +3433,71 @@ nonisolated extension Beryl_Ipc_V1_PeripheralGatt: SwiftProtobuf.Message, SwiftP
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
-      case 2: try { try decoder.decodeSingularMessageField(value: &self._request) }()
+      case 2: try {
+        var v: Beryl_Ipc_V1_DiscoverAttributes?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .discover(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .discover(v)
+        }
+      }()
+      case 3: try {
+        var v: Beryl_Ipc_V1_ReadAttribute?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .read(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .read(v)
+        }
+      }()
+      case 4: try {
+        var v: Beryl_Ipc_V1_WriteAttribute?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .write(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .write(v)
+        }
+      }()
+      case 5: try {
+        var v: Beryl_Ipc_V1_SetNotifyValue?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .setNotify(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .setNotify(v)
+        }
+      }()
+      case 6: try {
+        var v: Beryl_Ipc_V1_WriteAttributesReliably?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .reliableWrite(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .reliableWrite(v)
+        }
+      }()
       default: break
       }
     }
@@ -3260,15 +3511,297 @@ nonisolated extension Beryl_Ipc_V1_PeripheralGatt: SwiftProtobuf.Message, SwiftP
     if !self.peripheral.isEmpty {
       try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 1)
     }
-    try { if let v = self._request {
+    switch self.kind {
+    case .discover?: try {
+      guard case .discover(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
-    } }()
+    }()
+    case .read?: try {
+      guard case .read(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    }()
+    case .write?: try {
+      guard case .write(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    }()
+    case .setNotify?: try {
+      guard case .setNotify(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    }()
+    case .reliableWrite?: try {
+      guard case .reliableWrite(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+    }()
+    case nil: break
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  public static func ==(lhs: Beryl_Ipc_V1_PeripheralGatt, rhs: Beryl_Ipc_V1_PeripheralGatt) -> Bool {
+  public static func ==(lhs: Beryl_Ipc_V1_GattOperation, rhs: Beryl_Ipc_V1_GattOperation) -> Bool {
     if lhs.peripheral != rhs.peripheral {return false}
-    if lhs._request != rhs._request {return false}
+    if lhs.kind != rhs.kind {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_DiscoverAttributes: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".DiscoverAttributes"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}service_uuids\0\u{3}characteristic_uuids\0\u{3}start_handle\0\u{3}end_handle\0\u{1}depth\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedStringField(value: &self.serviceUuids) }()
+      case 2: try { try decoder.decodeRepeatedStringField(value: &self.characteristicUuids) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.startHandle) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.endHandle) }()
+      case 5: try { try decoder.decodeSingularEnumField(value: &self.depth) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.serviceUuids.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.serviceUuids, fieldNumber: 1)
+    }
+    if !self.characteristicUuids.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.characteristicUuids, fieldNumber: 2)
+    }
+    if self.startHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.startHandle, fieldNumber: 3)
+    }
+    if self.endHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.endHandle, fieldNumber: 4)
+    }
+    if self.depth != .whole {
+      try visitor.visitSingularEnumField(value: self.depth, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_DiscoverAttributes, rhs: Beryl_Ipc_V1_DiscoverAttributes) -> Bool {
+    if lhs.serviceUuids != rhs.serviceUuids {return false}
+    if lhs.characteristicUuids != rhs.characteristicUuids {return false}
+    if lhs.startHandle != rhs.startHandle {return false}
+    if lhs.endHandle != rhs.endHandle {return false}
+    if lhs.depth != rhs.depth {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_ReadAttribute: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ReadAttribute"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_ReadAttribute, rhs: Beryl_Ipc_V1_ReadAttribute) -> Bool {
+    if lhs.handle != rhs.handle {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_WriteAttribute: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".WriteAttribute"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0\u{1}value\0\u{3}without_response\0\u{1}signed\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.value) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.withoutResponse) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.signed) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 1)
+    }
+    if !self.value.isEmpty {
+      try visitor.visitSingularBytesField(value: self.value, fieldNumber: 2)
+    }
+    if self.withoutResponse != false {
+      try visitor.visitSingularBoolField(value: self.withoutResponse, fieldNumber: 3)
+    }
+    if self.signed != false {
+      try visitor.visitSingularBoolField(value: self.signed, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_WriteAttribute, rhs: Beryl_Ipc_V1_WriteAttribute) -> Bool {
+    if lhs.handle != rhs.handle {return false}
+    if lhs.value != rhs.value {return false}
+    if lhs.withoutResponse != rhs.withoutResponse {return false}
+    if lhs.signed != rhs.signed {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_SetNotifyValue: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SetNotifyValue"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}value_handle\0\u{3}cccd_handle\0\u{1}indicate\0\u{1}enable\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.valueHandle) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.cccdHandle) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.indicate) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.enable) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.valueHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.valueHandle, fieldNumber: 1)
+    }
+    if self.cccdHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.cccdHandle, fieldNumber: 2)
+    }
+    if self.indicate != false {
+      try visitor.visitSingularBoolField(value: self.indicate, fieldNumber: 3)
+    }
+    if self.enable != false {
+      try visitor.visitSingularBoolField(value: self.enable, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_SetNotifyValue, rhs: Beryl_Ipc_V1_SetNotifyValue) -> Bool {
+    if lhs.valueHandle != rhs.valueHandle {return false}
+    if lhs.cccdHandle != rhs.cccdHandle {return false}
+    if lhs.indicate != rhs.indicate {return false}
+    if lhs.enable != rhs.enable {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_WriteAttributesReliably: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".WriteAttributesReliably"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}writes\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.writes) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.writes.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.writes, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_WriteAttributesReliably, rhs: Beryl_Ipc_V1_WriteAttributesReliably) -> Bool {
+    if lhs.writes != rhs.writes {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_GattResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GattResult"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}database\0\u{1}value\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try {
+        var v: Beryl_Ipc_V1_GattDatabase?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .database(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .database(v)
+        }
+      }()
+      case 2: try {
+        var v: Data?
+        try decoder.decodeSingularBytesField(value: &v)
+        if let v = v {
+          if self.kind != nil {try decoder.handleConflictingOneOf()}
+          self.kind = .value(v)
+        }
+      }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    switch self.kind {
+    case .database?: try {
+      guard case .database(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    }()
+    case .value?: try {
+      guard case .value(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularBytesField(value: v, fieldNumber: 2)
+    }()
+    case nil: break
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_GattResult, rhs: Beryl_Ipc_V1_GattResult) -> Bool {
+    if lhs.kind != rhs.kind {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3850,7 +4383,7 @@ nonisolated extension Beryl_Ipc_V1_PairingFinishedEvent: SwiftProtobuf.Message, 
 
 nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{1}gatt\0\u{3}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0\u{3}answer_pairing\0\u{1}invalidate\0\u{3}set_app_state\0\u{3}list_apps\0\u{3}launch_app\0\u{3}stop_app\0\u{3}subscribe_alerts\0\u{3}lab_open\0\u{3}lab_advertise\0\u{3}lab_stop_advertising\0\u{3}lab_scan\0\u{3}lab_stop_scan\0\u{3}lab_connect\0\u{3}lab_cancel_connect\0\u{3}lab_disconnect\0\u{3}lab_get_links\0\u{3}lab_factory_reset\0\u{3}lab_get_info\0\u{3}lab_secure\0\u{3}lab_pairing_answer\0\u{3}lab_list_bonds\0\u{3}lab_remove_bond\0\u{3}app_idle\0\u{3}get_capabilities\0\u{3}set_connection_latency\0\u{3}register_connection_events\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{4}\u{2}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0\u{3}answer_pairing\0\u{1}invalidate\0\u{3}set_app_state\0\u{3}list_apps\0\u{3}launch_app\0\u{3}stop_app\0\u{3}subscribe_alerts\0\u{3}lab_open\0\u{3}lab_advertise\0\u{3}lab_stop_advertising\0\u{3}lab_scan\0\u{3}lab_stop_scan\0\u{3}lab_connect\0\u{3}lab_cancel_connect\0\u{3}lab_disconnect\0\u{3}lab_get_links\0\u{3}lab_factory_reset\0\u{3}lab_get_info\0\u{3}lab_secure\0\u{3}lab_pairing_answer\0\u{3}lab_list_bonds\0\u{3}lab_remove_bond\0\u{3}app_idle\0\u{3}get_capabilities\0\u{3}set_connection_latency\0\u{3}register_connection_events\0\u{1}gatt\0\u{c}\u{8}\u{1}")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3947,19 +4480,6 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
         if let v = v {
           if hadOneofValue {try decoder.handleConflictingOneOf()}
           self.kind = .retrieveConnected(v)
-        }
-      }()
-      case 8: try {
-        var v: Beryl_Ipc_V1_PeripheralGatt?
-        var hadOneofValue = false
-        if let current = self.kind {
-          hadOneofValue = true
-          if case .gatt(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.kind = .gatt(v)
         }
       }()
       case 9: try {
@@ -4417,6 +4937,19 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
           self.kind = .registerConnectionEvents(v)
         }
       }()
+      case 44: try {
+        var v: Beryl_Ipc_V1_GattOperation?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .gatt(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .gatt(v)
+        }
+      }()
       default: break
       }
     }
@@ -4455,10 +4988,6 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
     case .retrieveConnected?: try {
       guard case .retrieveConnected(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
-    }()
-    case .gatt?: try {
-      guard case .gatt(let v)? = self.kind else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
     }()
     case .readRssi?: try {
       guard case .readRssi(let v)? = self.kind else { preconditionFailure() }
@@ -4600,6 +5129,10 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
       guard case .registerConnectionEvents(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 43)
     }()
+    case .gatt?: try {
+      guard case .gatt(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 44)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -4614,7 +5147,7 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}welcome\0\u{1}peripherals\0\u{1}gatt\0\u{1}rssi\0\u{3}maximum_write_length\0\u{3}service_added\0\u{3}update_result\0\u{1}apps\0\u{3}lab_welcome\0\u{3}lab_link\0\u{3}lab_links\0\u{3}lab_security\0\u{3}lab_bonds\0\u{1}capabilities\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}welcome\0\u{1}peripherals\0\u{2}\u{2}rssi\0\u{3}maximum_write_length\0\u{3}service_added\0\u{3}update_result\0\u{1}apps\0\u{3}lab_welcome\0\u{3}lab_link\0\u{3}lab_links\0\u{3}lab_security\0\u{3}lab_bonds\0\u{1}capabilities\0\u{1}gatt\0\u{c}\u{3}\u{1}")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4646,19 +5179,6 @@ nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, Swift
         if let v = v {
           if hadOneofValue {try decoder.handleConflictingOneOf()}
           self.kind = .peripherals(v)
-        }
-      }()
-      case 3: try {
-        var v: Beryl_Ipc_V1_AttResponse?
-        var hadOneofValue = false
-        if let current = self.kind {
-          hadOneofValue = true
-          if case .gatt(let m) = current {v = m}
-        }
-        try decoder.decodeSingularMessageField(value: &v)
-        if let v = v {
-          if hadOneofValue {try decoder.handleConflictingOneOf()}
-          self.kind = .gatt(v)
         }
       }()
       case 4: try {
@@ -4804,6 +5324,19 @@ nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, Swift
           self.kind = .capabilities(v)
         }
       }()
+      case 15: try {
+        var v: Beryl_Ipc_V1_GattResult?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .gatt(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .gatt(v)
+        }
+      }()
       default: break
       }
     }
@@ -4822,10 +5355,6 @@ nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, Swift
     case .peripherals?: try {
       guard case .peripherals(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
-    }()
-    case .gatt?: try {
-      guard case .gatt(let v)? = self.kind else { preconditionFailure() }
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
     }()
     case .rssi?: try {
       guard case .rssi(let v)? = self.kind else { preconditionFailure() }
@@ -4870,6 +5399,10 @@ nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, Swift
     case .capabilities?: try {
       guard case .capabilities(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 14)
+    }()
+    case .gatt?: try {
+      guard case .gatt(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
     }()
     case nil: break
     }
