@@ -20,7 +20,7 @@ extension ManagerDaemon {
             incoming.respond(.with { $0.ack = .init() })
             // Peripherals already heard are reported at once, as a fresh scan on iOS reports cached ones.
             let key = ManagerKey(session: session, manager: start.manager)
-            for (address, advertisement) in advertisements {
+            for (address, advertisement) in heard.advertisements {
                 guard let device = store?.device(at: address) else { continue }
                 for target in scans.route(identifier: device.identifier, advertisement: advertisement) where target == key {
                     report(device.identifier, address: address, advertisement: advertisement, to: target)
@@ -95,7 +95,7 @@ extension ManagerDaemon {
         case .retrieveConnected(let retrieve):
             guard let wanted = uuids(retrieve.serviceUuids, field: "service_uuids", incoming) else { return }
             let connected = book.links.filter { $0.value.isCentral }.compactMap { identifier, _ in store?.device(identifier) }.filter { device in
-                wanted.isEmpty || wanted.contains { (advertisements[device.address]?.serviceUUIDs ?? []).contains($0) }
+                wanted.isEmpty || wanted.contains { (heard.advertisements[device.address]?.serviceUUIDs ?? []).contains($0) }
                     || !(discoveredServices[device.identifier] ?? []).isDisjoint(with: wanted)
             }
             incoming.respond(.with { $0.manager.peripherals.peripherals = connected.map { info(for: $0) } })
@@ -167,38 +167,17 @@ extension ManagerDaemon {
     }
 
     func advertisementReceived(_ received: AdvertisingReport) {
-        let address = received.address
-        // What a device says now is its latest advertising PDU plus the scan response that answered it; new advertising
-        // content (a device rotating several apps' data) makes the old scan response stale.
-        if received.kind == .scanResponse {
-            lastScanResponse[address] = received.data
-        } else {
-            if lastAdvertising[address] != received.data {
-                lastScanResponse[address] = nil
-                waitingForScanResponse.remove(address)
+        switch heard.received(received, appsScanning: scans.isScanning) {
+        case .malformed(let error):
+            host.logger.debug("malformed advertising data from \(received.address) dropped: \(error)")
+        case .heard(let merged, let reportNow):
+            // Only an app's scan makes a device known: a lab's scan hears every device around and hands out no identifiers.
+            guard let store, scans.isScanning else { return }
+            let device = store.seen(received.address, name: merged.localName, at: Date().timeIntervalSince1970)
+            guard reportNow else { return }
+            for target in scans.route(identifier: device.identifier, advertisement: merged) {
+                report(device.identifier, address: received.address, advertisement: merged, to: target)
             }
-            lastAdvertising[address] = received.data
-            advertisingKind[address] = received.kind
-        }
-        var merged = AdvertisementData()
-        for part in [lastAdvertising[address], lastScanResponse[address]].compactMap({ $0 }) {
-            if case .failure(let error) = merged.merge(part) {
-                host.logger.debug("malformed advertising data from \(address) dropped: \(error)")
-                return
-            }
-        }
-        merged.isConnectable = advertisingKind[address]?.isConnectable ?? false
-        advertisements[address] = merged
-        if received.rssi != 127 { rssi[address] = received.rssi }
-        // Only an app's scan makes a device known: a lab's scan hears every device around and hands out no identifiers.
-        guard let store, scans.isScanning else { return }
-        let device = store.seen(address, name: merged.localName, at: Date().timeIntervalSince1970)
-        // A scannable advertiser's report waits for its scan response (its name is usually there), as iOS reports
-        // them together; if none comes, the next advertisement is reported without it.
-        let scannable = received.kind == .connectableUndirected || received.kind == .scannableUndirected
-        if scannable, lastScanResponse[address] == nil, waitingForScanResponse.insert(address).inserted { return }
-        for target in scans.route(identifier: device.identifier, advertisement: merged) {
-            report(device.identifier, address: address, advertisement: merged, to: target)
         }
     }
 
@@ -212,12 +191,12 @@ extension ManagerDaemon {
     func info(for device: KnownDevice) -> Beryl_Ipc_V1_PeripheralInfo {
         // An app holds this identifier from now on: a lab's factory reset no longer takes it back.
         if labRecord?.record.peripherals.contains(device.identifier) == true { updateLabRecord { $0.peripherals.removeAll { $0 == device.identifier } } }
-        let advertisement = advertisements[device.address]
+        let advertisement = heard.advertisements[device.address]
         return .with {
             $0.identifier = device.identifier
             $0.address = device.address.description
             $0.name = advertisement?.localName ?? device.name ?? ""
-            $0.rssi = Int32(rssi[device.address] ?? 127)
+            $0.rssi = Int32(heard.rssi[device.address] ?? 127)
             $0.connected = book.link(for: device.identifier) != nil
             $0.lastSeen = device.lastSeen
             if let advertisement {

@@ -69,7 +69,7 @@ extension ManagerDaemon {
     /// Tells the managers that registered for connection events of a link that came up or went.
     func announceConnectionEvent(_ kind: Beryl_Ipc_V1_ConnectionEventKind, identifier: String) {
         guard let device = store?.device(identifier) else { return }
-        let offered = discoveredServices[identifier, default: []].union(advertisements[device.address]?.serviceUUIDs ?? [])
+        let offered = discoveredServices[identifier, default: []].union(heard.advertisements[device.address]?.serviceUUIDs ?? [])
         let listeners = connectionInterests.listeners(identifier: identifier.uppercased(), services: offered)
         guard !listeners.isEmpty else { return }
         let peripheral = info(for: device)

@@ -38,12 +38,8 @@ final class ManagerDaemon {
     /// The scan the controller runs now (the background one is slow).
     enum ControllerScan { case off, fast, slow }
     var controllerScan = ControllerScan.off
-    var advertisements: [DeviceAddress: AdvertisementData] = [:]
-    var rssi: [DeviceAddress: Int8] = [:]
-    var lastAdvertising: [DeviceAddress: [UInt8]] = [:]
-    var lastScanResponse: [DeviceAddress: [UInt8]] = [:]
-    var advertisingKind: [DeviceAddress: AdvertisingReport.Kind] = [:]
-    var waitingForScanResponse: Set<DeviceAddress> = []
+    /// Each device's advertising joined with its scan response, and when apps hear of it (BerylManager's HeardDevices).
+    var heard = HeardDevices()
     /// Services found on each peripheral, for retrieveConnectedPeripherals(withServices:).
     var discoveredServices: [String: Set<BluetoothUUID>] = [:]
     /// ATT_MTU per link, from attd's bearer events.
