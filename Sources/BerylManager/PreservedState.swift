@@ -120,14 +120,15 @@ public struct ServiceDefinition: Codable, Equatable, Sendable {
 
     public struct Characteristic: Codable, Equatable, Sendable {
         public var uuid: BluetoothUUID
-        /// Core Bluetooth's property bits (read 0x02, write 0x08, notify 0x10, …).
-        public var properties: UInt8
+        /// Core Bluetooth's property bits (read 0x02, write 0x08, notify 0x10, …, notifyEncryptionRequired 0x100,
+        /// indicateEncryptionRequired 0x200): wider than a declaration's byte.
+        public var properties: UInt16
         /// Readable 0x01, writeable 0x02, readEncryptionRequired 0x04, writeEncryptionRequired 0x08.
         public var permissions: UInt8
         /// A cached value is served by attd; otherwise reads and writes go to the app.
         public var cachedValue: [UInt8]?
         public var descriptors: [Descriptor]
-        public init(uuid: BluetoothUUID, properties: UInt8, permissions: UInt8, cachedValue: [UInt8]? = nil, descriptors: [Descriptor] = []) {
+        public init(uuid: BluetoothUUID, properties: UInt16, permissions: UInt8, cachedValue: [UInt8]? = nil, descriptors: [Descriptor] = []) {
             self.uuid = uuid
             self.properties = properties
             self.permissions = permissions

@@ -172,6 +172,11 @@ public struct Restoration<Event: Sendable>: Sendable {
         update(heldBy: holder) { $0.unrepublished = nil }
     }
 
+    /// The app stopped advertising: a stashed advertisement is not to come back on its behalf.
+    public mutating func appStoppedAdvertising(heldBy holder: ManagerHolder) {
+        update(heldBy: holder) { $0.unrepublished?.advertising = nil }
+    }
+
     /// The app removed all its services: a publication managerd has under way for it is withdrawn when it lands.
     public mutating func appClearedServices(heldBy holder: ManagerHolder) {
         update(heldBy: holder) { $0.publicationEpoch += 1 }

@@ -137,8 +137,10 @@ extension ServiceDefinition {
         for item in wire.characteristics {
             var descriptors: [Descriptor] = []
             for descriptor in item.descriptors { descriptors.append(Descriptor(uuid: try parseUUID(descriptor.uuid), value: Array(descriptor.value))) }
-            characteristics.append(Characteristic(uuid: try parseUUID(item.uuid), properties: UInt8(truncatingIfNeeded: item.properties),
-                                                  permissions: UInt8(truncatingIfNeeded: item.permissions),
+            guard let properties = UInt16(exactly: item.properties), let permissions = UInt8(exactly: item.permissions) else {
+                throw .unreadable("characteristic \(item.uuid): properties 0x\(String(item.properties, radix: 16)) or permissions 0x\(String(item.permissions, radix: 16)) out of range")
+            }
+            characteristics.append(Characteristic(uuid: try parseUUID(item.uuid), properties: properties, permissions: permissions,
                                                   cachedValue: item.cached ? Array(item.value) : nil, descriptors: descriptors))
         }
         self.init(uuid: try parseUUID(wire.uuid), primary: wire.primary, characteristics: characteristics,

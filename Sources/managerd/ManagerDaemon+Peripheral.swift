@@ -27,9 +27,13 @@ extension ManagerDaemon {
                 switch result {
                 case .success(let response):
                     let published = response.att.servicePublished
-                    self.router.publish(UInt16(truncatingIfNeeded: published.startHandle)...UInt16(truncatingIfNeeded: max(published.startHandle, published.endHandle)), owner: owner)
+                    guard let range = Self.handles(of: published) else {
+                        incoming.fail(.internal, "attd answered with handles \(published.startHandle)...\(published.endHandle)")
+                        return
+                    }
+                    self.router.publish(range, owner: owner)
                     do {
-                        self.serviceSpecs[UInt16(published.startHandle)] = try PreservedState.PublishedService(wire: .with { $0.spec = add.service; $0.published = published })
+                        self.serviceSpecs[range.lowerBound] = try PreservedState.PublishedService(wire: .with { $0.spec = add.service; $0.published = published })
                     } catch {
                         self.host.logger.error("service \(add.service.uuid) cannot be kept for restoration: \(error)")
                     }
@@ -71,6 +75,7 @@ extension ManagerDaemon {
             }
         case .stopAdvertising(let stop):
             advertisers[ManagerKey(session: session, manager: stop.manager)] = nil
+            restoration.appStoppedAdvertising(heldBy: .session(session))
             updateAdvertising()
             persistIfPreserved(.session(session))
             incoming.respond(.with { $0.ack = .init() })
@@ -127,6 +132,12 @@ extension ManagerDaemon {
         default:
             incoming.fail(.unsupported, "not a peripheral request")
         }
+    }
+
+    /// The handles attd gave a published service; nil when they are not a 16-bit range (Core Vol 3 Part F §3.2.2).
+    static func handles(of published: Beryl_Ipc_V1_ServicePublished) -> ClosedRange<UInt16>? {
+        guard let start = UInt16(exactly: published.startHandle), let end = UInt16(exactly: published.endHandle), start <= end else { return nil }
+        return start...end
     }
 
     func unpublish(_ start: UInt16) {

@@ -74,7 +74,11 @@ extension ManagerDaemon {
         rebind(from: .session(sessionID), to: preserved.holder)
         if let stash = preserved.unrepublished {
             // Gone before it added its services again: managerd publishes them for it, as for a restored manager.
-            if !stash.services.isEmpty { pendingRepublish.append((preserved.key, stash.services)) }
+            if !stash.services.isEmpty {
+                // Once: a resumed manager's services may still be waiting for attd from before its app came and went.
+                pendingRepublish.removeAll { $0.0 == preserved.key }
+                pendingRepublish.append((preserved.key, stash.services))
+            }
             if advertisers[preserved.key] == nil, let advertising = stash.advertising { advertisers[preserved.key] = Advertiser(advertising) }
             if state == .poweredOn {
                 republishPreserved()
@@ -124,7 +128,8 @@ extension ManagerDaemon {
     static func storeRole(_ role: ManagerRole) -> PreservedRecord.Role { role == .central ? .central : .peripheral }
 
     func persist(_ preserved: PreservedManager) {
-        guard let restorationStore else { return }
+        guard let restorationStore,
+              !unreadableRecords.contains(RecordKey(appID: preserved.appID, restoreID: preserved.restoreID, role: preserved.role)) else { return }
         do {
             try restorationStore.save(PreservedRecord(appID: preserved.appID, restoreID: preserved.restoreID, role: Self.storeRole(preserved.role),
                                                       state: snapshot(preserved).encoded()))
@@ -169,7 +174,8 @@ extension ManagerDaemon {
             do {
                 state = try PreservedState.decodeStored(record.state)
             } catch {
-                host.logger.error("preserved state of \(record.appID)/\(record.restoreID) is \(error); left in the store, not resumed")
+                host.logger.error("preserved state of \(record.appID)/\(record.restoreID) is \(error); left in the store as it is, not resumed")
+                unreadableRecords.insert(RecordKey(appID: record.appID, restoreID: record.restoreID, role: record.role == .central ? .central : .peripheral))
                 continue
             }
             var preserved = restoration.resume(appID: record.appID, restoreID: record.restoreID, role: record.role == .central ? .central : .peripheral)
@@ -187,8 +193,9 @@ extension ManagerDaemon {
             if let peripheral = state.peripheral {
                 pendingRepublish.append((key, peripheral.services))
                 if let advertising = peripheral.advertising { advertisers[key] = Advertiser(advertising) }
-                // The record keeps them until they are published again, should managerd go again first.
-                preserved.unrepublished = .init(services: peripheral.services, advertising: peripheral.advertising)
+                // The record keeps the services until they are published again, should managerd go again first (the
+                // advertiser is back at once).
+                preserved.unrepublished = .init(services: peripheral.services, advertising: nil)
             }
             let resumed = preserved
             restoration.update(heldBy: key.holder) { $0 = resumed }
@@ -218,7 +225,10 @@ extension ManagerDaemon {
                         return
                     }
                     let published = response.att.servicePublished
-                    let range = UInt16(truncatingIfNeeded: published.startHandle)...UInt16(truncatingIfNeeded: max(published.startHandle, published.endHandle))
+                    guard let range = Self.handles(of: published) else {
+                        self.host.logger.error("attd answered a preserved service's publication with handles \(published.startHandle)...\(published.endHandle)")
+                        return
+                    }
                     // Meanwhile the manager may have been discarded, or its app come back and cleared its services.
                     guard let holder = self.restoration.owner(of: republication) else {
                         self.host.logger.info("\(preserved.appID)'s service \(preservedService.definition.uuid), published again for it, is withdrawn: the app cleared its services meanwhile")

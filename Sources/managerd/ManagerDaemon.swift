@@ -68,6 +68,14 @@ final class ManagerDaemon {
     var appSessions: [UInt64: AppSession] = [:]
     /// Managers that opted into restoration (BerylManager's Restoration), and the events held for absent apps.
     var restoration = Restoration<Beryl_Ipc_V1_ManagerEvent>()
+    /// Records this managerd cannot read (written by a newer Beryl, or damaged): never overwritten, so the manager an
+    /// app makes under such an identifier runs unpreserved.
+    var unreadableRecords: Set<RecordKey> = []
+    struct RecordKey: Hashable {
+        var appID: String
+        var restoreID: String
+        var role: ManagerRole
+    }
     let restorationStore: RestorationStore?
     /// Sessions of `beryl alerts`.
     var alertSubscribers: Set<UInt64> = []

@@ -142,6 +142,9 @@ final class RestorationTests: TwoStacksTestCase {
         XCTAssertTrue(log(of: brief).contains("relaunched by the stack to restore thermostat"), log(of: brief))
         XCTAssertTrue(log(of: brief).contains("setpoint 22.5 °C"), log(of: brief))
         // One byte where the setpoint takes two: the app refuses it (Invalid Attribute Value Length).
+        let tally = { ((try? self.app(brief)["wakes"] as? [String: Int]) ?? [:]) }
+        XCTAssertTrue(eventually { tally()["begun"] == (tally()["endedIdle"] ?? 0) + (tally()["overran"] ?? 0) }, "the first write's wake ended: \(tally())")
+        let wakesBefore = tally()
         let refused = try beryl(["gatt", "--peer", identifier, "write", "7E570002-0000-1000-8000-00805F9B34FB", "e1", "--json"], side: 1)
         XCTAssertNotEqual(refused.status, 0, refused.out)
         XCTAssertTrue(refused.err.contains("0xd"), refused.err)
@@ -150,7 +153,8 @@ final class RestorationTests: TwoStacksTestCase {
         XCTAssertEqual(try app(brief)["state"] as? String, "background", "idle after the refusal without saying so, not ended")
         XCTAssertEqual(try app(brief)["pids"] as? [Int], pids, "the same process")
         let wakes = try XCTUnwrap(try app(brief)["wakes"] as? [String: Int])
-        XCTAssertGreaterThanOrEqual(wakes["endedIdle"] ?? 0, 1, "\(wakes)")
+        XCTAssertEqual(wakes["begun"], (wakesBefore["begun"] ?? 0) + 1, "the refused write woke it: \(wakesBefore) → \(wakes)")
+        XCTAssertEqual(wakes["endedIdle"], (wakesBefore["endedIdle"] ?? 0) + 1, "and that wake ended idle: \(wakesBefore) → \(wakes)")
         XCTAssertEqual(wakes["overran"], 0, "\(wakes)")
 
         let write = try beryl(["gatt", "--peer", identifier, "write", "7E570002-0000-1000-8000-00805F9B34FB", "dc00", "--json"], side: 1)

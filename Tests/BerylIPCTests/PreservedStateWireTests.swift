@@ -37,7 +37,8 @@ final class PreservedStateWireTests: XCTestCase {
                         spec.characteristics = [
                             .with { $0.uuid = "2A6E"; $0.properties = 0x12; $0.permissions = 0x01; $0.cached = true; $0.value = Data([0x10, 0x08])
                                     $0.descriptors = [.with { $0.uuid = "2901"; $0.value = Data("Temp".utf8) }] },
-                            .with { $0.uuid = "2A6F"; $0.properties = 0x0A; $0.permissions = 0x03 },
+                            // notifyEncryptionRequired (0x100) is wider than a declaration's byte, and is kept.
+                            .with { $0.uuid = "2A6F"; $0.properties = 0x11A; $0.permissions = 0x03 },
                         ]
                     }
                     service.published = .with { $0.startHandle = 50; $0.endHandle = 56; $0.valueHandles = [52, 55] }

@@ -15,8 +15,12 @@ final class HeardDevicesTests: XCTestCase {
 
     func testAScannableAdvertiserIsReportedWithItsScanResponse() {
         var heard = HeardDevices()
-        XCTAssertEqual(heard.received(report(.connectableUndirected, flags), appsScanning: true), .heard(heard.advertisements[lock]!, reportNow: false),
+        var flagsOnly = AdvertisementData()
+        _ = flagsOnly.merge(flags)
+        flagsOnly.isConnectable = true
+        XCTAssertEqual(heard.received(report(.connectableUndirected, flags), appsScanning: true), .heard(flagsOnly, reportNow: false),
                        "waits for the scan response, where the name usually is")
+        XCTAssertEqual(heard.advertisements[lock], flagsOnly)
         guard case .heard(let joined, true) = heard.received(report(.scanResponse, nameData, rssi: -50), appsScanning: true) else {
             return XCTFail("the scan response completes the report")
         }

@@ -167,7 +167,7 @@ final class PreservedStateTests: XCTestCase {
                                          notifyingValueHandles: [18])]),
             peripheral: .init(services: [.init(definition: ServiceDefinition(uuid: BluetoothUUID(0x181A), primary: true, characteristics: [
                 .init(uuid: BluetoothUUID(0x2A6E), properties: 0x12, permissions: 0x01, cachedValue: [0x10, 0x08], descriptors: [.init(uuid: BluetoothUUID(0x2901), value: Array("Temp".utf8))]),
-                .init(uuid: BluetoothUUID(0x2A6F), properties: 0x0A, permissions: 0x03),
+                .init(uuid: BluetoothUUID(0x2A6F), properties: 0x11A, permissions: 0x03),
             ], includedStartHandles: [40]), handles: 50...56, valueHandles: [52, 55])],
                               advertising: .init(localName: "Thermo", serviceUUIDs: [BluetoothUUID(0x181A)]),
                               subscriptions: [.init(central: "C1", valueHandle: 52, notify: true, indicate: false, maximumUpdateLength: 244)]))
