@@ -92,9 +92,19 @@ public struct Restoration<Event: Sendable>: Sendable {
         return .made(add(appID: appID, restoreID: restoreID, role: role, holder: { _ in .session(session) }))
     }
 
-    /// A manager read back from the store after managerd restarted: held by its own id until its app returns.
-    public mutating func resume(appID: String, restoreID: String, role: ManagerRole) -> PreservedManager {
-        add(appID: appID, restoreID: restoreID, role: role, holder: { .preserved($0) })
+    /// A manager read back from its record after managerd restarted: held by its own id until its app returns, with
+    /// what the record kept of each link whose peripheral is still known (`known`), and a peripheral's services
+    /// stashed until they are published again, should managerd go again first (its advertiser is back at once).
+    public mutating func resume(appID: String, restoreID: String, role: ManagerRole, from state: PreservedState = PreservedState(),
+                                known: (String) -> Bool = { _ in true }) -> PreservedManager {
+        let made = add(appID: appID, restoreID: restoreID, role: role, holder: { .preserved($0) })
+        return update(heldBy: made.holder) { manager in
+            for link in state.central?.links ?? [] where known(link.identifier) {
+                manager.connectOptions[link.identifier] = link.options
+                if let database = link.database { manager.databases[link.identifier] = database }
+            }
+            if let peripheral = state.peripheral { manager.unrepublished = .init(services: peripheral.services, advertising: nil) }
+        } ?? made
     }
 
     private mutating func add(appID: String, restoreID: String, role: ManagerRole, holder: (UInt64) -> ManagerHolder) -> PreservedManager {

@@ -58,7 +58,7 @@ extension ManagerDaemon {
             let key = ManagerKey(session: session, manager: remove.manager)
             // The app adds its own now: what managerd was to publish again for it, or has under way, is not wanted.
             restoration.appClearedServices(heldBy: .session(session))
-            pendingRepublish.removeAll { $0.0.holder == .session(session) }
+            pendingRepublish = pendingRepublish.filter { $0.key.holder != .session(session) }
             for service in router.removeAll(where: { $0.owner == key }) { unpublish(service.range.lowerBound) }
             persistIfPreserved(.session(session))
             incoming.respond(.with { $0.ack = .init() })

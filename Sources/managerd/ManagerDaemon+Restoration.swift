@@ -74,11 +74,7 @@ extension ManagerDaemon {
         rebind(from: .session(sessionID), to: preserved.holder)
         if let stash = preserved.unrepublished {
             // Gone before it added its services again: managerd publishes them for it, as for a restored manager.
-            if !stash.services.isEmpty {
-                // Once: a resumed manager's services may still be waiting for attd from before its app came and went.
-                pendingRepublish.removeAll { $0.0 == preserved.key }
-                pendingRepublish.append((preserved.key, stash.services))
-            }
+            if !stash.services.isEmpty { pendingRepublish[preserved.key] = stash.services }
             if advertisers[preserved.key] == nil, let advertising = stash.advertising { advertisers[preserved.key] = Advertiser(advertising) }
             if state == .poweredOn {
                 republishPreserved()
@@ -98,13 +94,16 @@ extension ManagerDaemon {
             advertisers[key] = nil
             advertisers[ManagerKey(new, manager: key.manager)] = advertiser
         }
-        for index in pendingRepublish.indices where pendingRepublish[index].0.holder == old { pendingRepublish[index].0.holder = new }
+        for (key, specs) in pendingRepublish where key.holder == old {
+            pendingRepublish[key] = nil
+            pendingRepublish[ManagerKey(new, manager: key.manager)] = specs
+        }
     }
 
     /// A user quit (or the app invalidated the manager): the preserved work is discarded.
     func discard(_ id: UInt64) {
         guard let preserved = restoration.discard(id) else { return }
-        try? restorationStore?.remove(appID: preserved.appID, restoreID: preserved.restoreID, role: Self.storeRole(preserved.role))
+        try? restorationStore?.remove(appID: preserved.appID, restoreID: preserved.restoreID, role: PreservedRecord.Role(preserved.role))
         if !preserved.live { releaseWork(of: preserved.holder) }
         host.logger.info("\(preserved.appID)'s \(preserved.role) manager \(preserved.restoreID) discarded")
     }
@@ -125,13 +124,12 @@ extension ManagerDaemon {
 
     // MARK: Persistence
 
-    static func storeRole(_ role: ManagerRole) -> PreservedRecord.Role { role == .central ? .central : .peripheral }
 
     func persist(_ preserved: PreservedManager) {
         guard let restorationStore,
               !unreadableRecords.contains(RecordKey(appID: preserved.appID, restoreID: preserved.restoreID, role: preserved.role)) else { return }
         do {
-            try restorationStore.save(PreservedRecord(appID: preserved.appID, restoreID: preserved.restoreID, role: Self.storeRole(preserved.role),
+            try restorationStore.save(PreservedRecord(appID: preserved.appID, restoreID: preserved.restoreID, role: PreservedRecord.Role(preserved.role),
                                                       state: snapshot(preserved).encoded()))
         } catch {
             host.logger.error("cannot persist \(preserved.appID)'s manager \(preserved.restoreID): \(error)")
@@ -175,10 +173,12 @@ extension ManagerDaemon {
                 state = try PreservedState.decodeStored(record.state)
             } catch {
                 host.logger.error("preserved state of \(record.appID)/\(record.restoreID) is \(error); left in the store as it is, not resumed")
-                unreadableRecords.insert(RecordKey(appID: record.appID, restoreID: record.restoreID, role: record.role == .central ? .central : .peripheral))
+                unreadableRecords.insert(RecordKey(appID: record.appID, restoreID: record.restoreID, role: ManagerRole(record.role)))
                 continue
             }
-            var preserved = restoration.resume(appID: record.appID, restoreID: record.restoreID, role: record.role == .central ? .central : .peripheral)
+            let preserved = restoration.resume(appID: record.appID, restoreID: record.restoreID, role: ManagerRole(record.role), from: state) {
+                self.store?.device($0) != nil
+            }
             let key = preserved.key
             if let central = state.central {
                 if let scan = central.scan { scans.start(key, scan) }
@@ -186,19 +186,12 @@ extension ManagerDaemon {
                     guard let device = store?.device(link.identifier) else { continue }
                     // A link that was up is wanted again: the connection is re-requested and never times out.
                     _ = book.connect(key, identifier: device.identifier, address: device.address)
-                    preserved.connectOptions[link.identifier] = link.options
-                    if let database = link.database { preserved.databases[link.identifier] = database }
                 }
             }
             if let peripheral = state.peripheral {
-                pendingRepublish.append((key, peripheral.services))
+                pendingRepublish[key] = peripheral.services
                 if let advertising = peripheral.advertising { advertisers[key] = Advertiser(advertising) }
-                // The record keeps the services until they are published again, should managerd go again first (the
-                // advertiser is back at once).
-                preserved.unrepublished = .init(services: peripheral.services, advertising: nil)
             }
-            let resumed = preserved
-            restoration.update(heldBy: key.holder) { $0 = resumed }
             if record.state.first != UInt8(ascii: "{") {
                 // Version 1 (the wire message) is written again as the current version once it has been read.
                 try? restorationStore.save(PreservedRecord(appID: record.appID, restoreID: record.restoreID, role: record.role, state: state.encoded()))
@@ -212,7 +205,7 @@ extension ManagerDaemon {
         guard let attd else { return }
         let work = pendingRepublish
         pendingRepublish.removeAll()
-        for (key, specs) in work {
+        for (key, specs) in work.sorted(by: { $0.key < $1.key }) {
             guard let preserved = restoration.manager(heldBy: key.holder), let republication = restoration.startRepublication(heldBy: key.holder) else {
                 continue  // discarded meanwhile
             }
@@ -254,6 +247,14 @@ extension Beryl_Ipc_V1_ManagerEvent {
     var discoveredPeripheral: String? {
         if case .discovered(let discovery)? = kind { discovery.peripheral.identifier } else { nil }
     }
+}
+
+extension ManagerRole {
+    init(_ role: PreservedRecord.Role) { self = role == .central ? .central : .peripheral }
+}
+
+extension PreservedRecord.Role {
+    init(_ role: ManagerRole) { self = role == .central ? .central : .peripheral }
 }
 
 extension Advertiser {

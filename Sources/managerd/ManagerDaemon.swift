@@ -87,7 +87,8 @@ final class ManagerDaemon {
     /// connect with it (own address type random) rather than as 00:00:00:00:00:00.
     var identityIsRandom = false
     var ownAddressType: UInt8 { identityIsRandom ? 0x01 : 0x00 }
-    var pendingRepublish: [(ManagerKey, [PreservedState.PublishedService])] = []
+    /// Services managerd publishes again for preserved managers once attd is there: one list per manager.
+    var pendingRepublish: [ManagerKey: [PreservedState.PublishedService]] = [:]
 
     /// When apps are launched again for restoration. Its reconnection grace (3 s) is how long after starting managerd
     /// waits for running apps to reconnect (the library retries for up to 1 s between attempts).
@@ -202,7 +203,7 @@ final class ManagerDaemon {
                 // again when it hears poweredOn after resetting (as after bluetoothd restarts), so not for it.
                 for preserved in self.restoration.managers {
                     let stashed = self.stashPublications(of: preserved)
-                    if !stashed.live, let specs = stashed.unrepublished?.services, !specs.isEmpty { self.pendingRepublish.append((stashed.key, specs)) }
+                    if !stashed.live, let specs = stashed.unrepublished?.services, !specs.isEmpty { self.pendingRepublish[stashed.key] = specs }
                 }
                 self.router.attdLost()
                 self.serviceSpecs.removeAll()

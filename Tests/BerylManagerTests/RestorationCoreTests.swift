@@ -64,6 +64,25 @@ final class RestorationCoreTests: XCTestCase {
         XCTAssertEqual(restoration.launchOptions("lock").centrals, [], "a running app's manager is not a launch option")
     }
 
+    func testAManagerResumedFromItsRecordKeepsWhatItCanStillReach() {
+        var restoration = Restoration<Event>()
+        let database = RemoteDatabase(services: [.init(uuid: BluetoothUUID(0x180D), handles: 1...5)])
+        let record = PreservedState(central: .init(links: [.init(identifier: "A", pending: false, options: .init(notifyOnDisconnection: true), database: database),
+                                                           .init(identifier: "gone", pending: true, database: database)]))
+        let central = restoration.resume(appID: "lock", restoreID: "door", role: .central, from: record) { $0 == "A" }
+        XCTAssertEqual(central.holder, .preserved(central.id))
+        XCTAssertEqual(central.databases, ["A": database], "a peripheral the store no longer knows is not kept")
+        XCTAssertEqual(central.connectOptions, ["A": .init(notifyOnDisconnection: true)])
+        XCTAssertEqual(restoration.manager(id: central.id), central, "what was returned is what is held")
+
+        let service = PreservedState.PublishedService(definition: ServiceDefinition(uuid: BluetoothUUID(0x181A), primary: true), handles: 10...12)
+        let advertising = PreservedState.Advertising(localName: "Thermo", serviceUUIDs: [])
+        let peripheral = restoration.resume(appID: "thermo", restoreID: "t", role: .peripheral,
+                                            from: PreservedState(peripheral: .init(services: [service], advertising: advertising)))
+        XCTAssertEqual(peripheral.unrepublished, .init(services: [service], advertising: nil),
+                       "its services stay in the record until published again; its advertiser is back at once, so none is stashed")
+    }
+
     func testTheHeldQueueIsBounded() throws {
         var restoration = Restoration<Event>(queueCapacity: 3)
         let made = restoration.resume(appID: "lock", restoreID: "door", role: .central)
