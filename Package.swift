@@ -135,7 +135,9 @@ let package = Package(
         .testTarget(name: "BerylFaultTests", dependencies: ["BerylFaults", "BerylSupervisor"]),
         .testTarget(name: "BerylManagerTests", dependencies: ["BerylManager", "BerylGAP", "BerylCore", "BerylHCI", "BerylStore"]),
         .testTarget(name: "BerylSimTests", dependencies: ["BerylSim", "BerylCore"]),
-        .testTarget(name: "BerylGATTTests", dependencies: ["BerylGATT", "BerylATT", "BerylL2CAP", "BerylCore", "BerylHCI", "BerylCrypto"]),
+        .testTarget(name: "BerylGATTTests", dependencies: ["BerylGATT", "BerylATT", "BerylCore", "BerylHCI", "BerylCrypto"]),
+        .testTarget(name: "BerylL2CAPTests", dependencies: ["BerylL2CAP", "BerylCore", "BerylHCI"]),
+        .testTarget(name: "BerylManagerWireTests", dependencies: ["BerylManagerWire", "BerylManager", "BerylWire", "BerylCore"]),
         .testTarget(name: "BerylHCITests", dependencies: ["BerylHCI", "BerylSim", "BerylCore", "BerylHardware"]),
         .testTarget(name: "BerylPandoraTests", dependencies: [
             "BerylPandora", "PandoraInterfaces", "BerylIPC", "BerylSupervisor", "BerylStore", "BerylDaemonKit",
@@ -144,6 +146,7 @@ let package = Package(
             .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             .product(name: "GRPCNIOTransportHTTP2Posix", package: "grpc-swift-nio-transport"),
         ]),
-        .testTarget(name: "BerylIPCTests", dependencies: ["BerylIPC", "BerylManagerWire", "BerylManager", "BerylSupervisor", "BerylBench", "BerylDaemonKit", "BerylStore"]),
+        // The daemons as processes, driven over their sockets (the library's own process tests are BerylAppTests).
+        .testTarget(name: "BerylProcessTests", dependencies: ["BerylIPC", "BerylSupervisor", "BerylBench", "BerylDaemonKit", "BerylStore"]),
     ]
 )

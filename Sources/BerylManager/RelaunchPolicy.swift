@@ -18,6 +18,18 @@ public struct RelaunchPolicy: Sendable {
         var nextLaunch: Duration?
         var backoff: RestartBackoff
         var failure: LaunchFailure?
+        var tally = RelaunchTally()
+    }
+
+    /// Launches ended for not restoring in time, and launches put off by the backoff after one ended (or failed to
+    /// start) with work still waiting: each launch ended should be followed by one put off, never by one at once.
+    public struct RelaunchTally: Equatable, Sendable {
+        public var endedUnrestored = 0
+        public var backedOff = 0
+        public init(endedUnrestored: Int = 0, backedOff: Int = 0) {
+            self.endedUnrestored = endedUnrestored
+            self.backedOff = backedOff
+        }
     }
 
     public let restoreGrace: Duration
@@ -33,6 +45,8 @@ public struct RelaunchPolicy: Sendable {
     }
 
     public func failure(of app: String) -> LaunchFailure? { records[app]?.failure }
+
+    public func tally(of app: String) -> RelaunchTally { records[app]?.tally ?? RelaunchTally() }
 
     public func verdict(for app: String, at now: Duration) -> Verdict {
         let settled = startedAt + reconnectionGrace
@@ -55,6 +69,7 @@ public struct RelaunchPolicy: Sendable {
             $0.failure = .couldNotStart(reason: reason)
             delay = $0.backoff.delay(afterRunning: .zero)
             $0.nextLaunch = now + delay
+            $0.tally.backedOff += 1
         }
         return delay
     }
@@ -67,6 +82,7 @@ public struct RelaunchPolicy: Sendable {
         update(app) {
             $0.launchedAt = nil
             $0.failure = failure
+            $0.tally.endedUnrestored += 1
         }
         return true
     }
@@ -88,6 +104,7 @@ public struct RelaunchPolicy: Sendable {
             if record.launchedAt != nil || record.failure == nil {
                 record.failure = .exitedWithoutRestoring(exit: exit, restoreIDs: waiting)
             }
+            record.tally.backedOff += 1
             delay = wait
         }
         return delay

@@ -70,6 +70,8 @@ public struct PreservedManager: Equatable, Sendable {
 public struct Restoration<Event: Sendable>: Sendable {
     public private(set) var managers: [PreservedManager] = []
     private var queues: [UInt64: SuspendedQueue<Event>] = [:]
+    /// Managers handed back to each app (willRestoreState), counted since this holder started.
+    private var restorationsByApp: [String: Int] = [:]
     private var nextID: UInt64 = 1
     private let queueCapacity: Int
 
@@ -131,6 +133,7 @@ public struct Restoration<Event: Sendable>: Sendable {
         guard let index = managers.firstIndex(where: { $0.id == id }), !managers[index].live else { return nil }
         let from = managers[index].holder
         managers[index].holder = .session(session)
+        restorationsByApp[managers[index].appID, default: 0] += 1
         var held = queues.removeValue(forKey: id) ?? SuspendedQueue(capacity: queueCapacity)
         return (from, held.drain())
     }
@@ -214,6 +217,8 @@ public struct Restoration<Event: Sendable>: Sendable {
     public func waitingToRestore(_ appID: String) -> [PreservedManager] {
         managers.filter { $0.appID == appID && !$0.live && queuedCount($0.id) > 0 }
     }
+
+    public func restorations(of appID: String) -> Int { restorationsByApp[appID] ?? 0 }
 
     public func hasLiveManager(_ appID: String) -> Bool { managers.contains { $0.appID == appID && $0.live } }
 

@@ -43,6 +43,28 @@ public enum SecurityRequestError: Error, Equatable, Sendable {
     case crypto(String)
 }
 
+/// How the last encryption with a bond's stored key ended: what shows a user (and a test) that a bonded peer was
+/// encrypted with, refused, or lost the key, without reading a log.
+public enum KeyEncryptionOutcome: Equatable, Sendable {
+    case encrypted
+    /// The peer refused the key as missing (PIN or Key Missing, Core Vol 1 Part F §2.6): pairing again follows.
+    case keyMissing
+    /// Encryption Change with another status (Core Vol 4 Part E §7.7.8).
+    case failed(status: UInt8)
+    /// The link ended before encryption was on (MIC Failure, 0x3D, when the keys differ); nil when no reason came.
+    case linkEnded(reason: UInt8?)
+}
+
+/// Encryptions started with one bond's stored key since attd started, and how the last one ended.
+public struct KeyEncryptionTally: Equatable, Sendable {
+    public var started = 0
+    public var last: KeyEncryptionOutcome?
+    public init(started: Int = 0, last: KeyEncryptionOutcome? = nil) {
+        self.started = started
+        self.last = last
+    }
+}
+
 public enum SecurityLogLevel: Sendable, Equatable {
     case info, warning, error
 }
@@ -105,6 +127,8 @@ public final class SecurityManager {
     public let autoAccept: Bool
     public private(set) var localIdentity: LocalIdentity?
     public private(set) var bonds: [Bond]
+    /// By bond identity; kept when a bond is paired again, so a re-pairing shows as `keyMissing`.
+    public private(set) var keyEncryptions: [DeviceAddress: KeyEncryptionTally] = [:]
     /// The resolvable private address last handed out for advertising.
     public private(set) var privateAddress: BDAddress?
     let storage: BondStorage?
@@ -206,8 +230,9 @@ public final class SecurityManager {
         return outputs
     }
 
-    public func linkClosed(_ link: UInt16) -> [SecurityOutput] {
+    public func linkClosed(_ link: UInt16, reason: UInt8? = nil) -> [SecurityOutput] {
         guard let state = links.removeValue(forKey: link) else { return [] }
+        if state.reEncrypting, let identity = state.bond { keyEncryptions[identity, default: .init()].last = .linkEnded(reason: reason) }
         return reported(state.waiters, .failure(.linkClosed), afterKeysDelivered: false)
     }
 
@@ -247,6 +272,7 @@ public final class SecurityManager {
         guard !alreadyUnderWay else { return [] }
         if state.isCentral, let identity = state.bond, let bond = bonds.first(where: { $0.identity == identity }), let key = bond.peerLTK {
             links[link]?.reEncrypting = true
+            keyEncryptions[identity, default: .init()].started += 1
             return [.log(.info, "link 0x\(String(link, radix: 16)): encrypting with the key bonded \(identity) gave us"),
                     .enableEncryption(link: link, rand: bond.peerRand, ediv: bond.peerEDIV, ltk: key)]
         } else if state.smp?.isTimedOut == true {
@@ -313,6 +339,10 @@ public final class SecurityManager {
         let wasReEncrypting = state.reEncrypting
         state.reEncrypting = false
         state.encrypted = enabled
+        if wasReEncrypting, let identity = state.bond {
+            keyEncryptions[identity, default: .init()].last = enabled ? .encrypted
+                : status == HCIStatusCode.pinOrKeyMissing ? .keyMissing : .failed(status: status)
+        }
         if enabled, let identity = state.bond, let bond = bonds.first(where: { $0.identity == identity }), !(state.smp?.isPairing ?? false) {
             state.authenticated = bond.authenticated
         }
@@ -345,6 +375,7 @@ public final class SecurityManager {
         if key == nil, let identity = state.bond, let bond = bonds.first(where: { $0.identity == identity }) {
             key = bond.localKey(ediv: ediv, rand: rand)
             links[link]?.reEncrypting = key != nil
+            if key != nil { keyEncryptions[identity, default: .init()].started += 1 }
         }
         var outputs: [SecurityOutput] = []
         if key == nil { outputs.append(.log(.info, "link 0x\(String(link, radix: 16)): no key for the central's LTK request; refused")) }

@@ -222,6 +222,10 @@ extension AttDaemon {
                         $0.irkKnown = bond.irk != nil
                         $0.csrkKnown = bond.csrk != nil
                         $0.subscriptions = UInt32(security.subscriptionCount(of: bond.identity))
+                        if let tally = security.keyEncryptions[bond.identity] {
+                            $0.keyEncryptions = UInt32(clamping: tally.started)
+                            if let last = tally.last { $0.lastKeyEncryption = Self.keyEncryption(last) }
+                        }
                     }
                 }
             })
@@ -263,6 +267,17 @@ extension AttDaemon {
         case .pairing(.timeout): "pairing timed out (30 s without the next step)"
         case .encryption(let status): "encryption failed with HCI status 0x\(String(status, radix: 16))"
         case .linkClosed: "the link closed"
+        }
+    }
+
+    static func keyEncryption(_ outcome: KeyEncryptionOutcome) -> Beryl_Ipc_V1_KeyEncryption {
+        .with {
+            switch outcome {
+            case .encrypted: $0.outcome = .encrypted
+            case .keyMissing: $0.outcome = .keyMissing; $0.hciCode = UInt32(HCIStatus.pinOrKeyMissing.rawValue)
+            case .failed(let status): $0.outcome = .failed; $0.hciCode = UInt32(status)
+            case .linkEnded(let reason): $0.outcome = .linkEnded; $0.hciCode = UInt32(reason ?? 0)
+            }
         }
     }
 }

@@ -152,7 +152,7 @@ final class AttDaemon {
     private func linkClosed(_ handle: UInt16, reason: UInt8? = nil) {
         guard links.removeValue(forKey: handle) != nil else { return }
         clientRoles[handle] = nil
-        applySecurity(security.linkClosed(handle))
+        applySecurity(security.linkClosed(handle, reason: reason))
         router.linkClosed(handle)
         applyPacer(pacer.linkClosed(handle))
         failWaiters(of: handle)

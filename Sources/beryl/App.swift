@@ -58,7 +58,9 @@ struct AppCommand: ParsableCommand {
          "preservedCentrals": app.preservedCentrals, "preservedPeripherals": app.preservedPeripherals,
          "queuedEvents": Int(app.queuedEvents), "launches": Int(app.launches), "lastLaunchError": app.lastLaunchError,
          "lastLaunchFailure": launchFailure(app.lastLaunchFailure),
-         "wakes": ["begun": Int(app.wakes), "endedIdle": Int(app.wakesEndedIdle), "overran": Int(app.wakesOverran)]]
+         "wakes": ["begun": Int(app.wakes), "endedIdle": Int(app.wakesEndedIdle), "overran": Int(app.wakesOverran)],
+         "restorations": Int(app.restorations),
+         "relaunches": ["endedUnrestored": Int(app.launchesEndedUnrestored), "backedOff": Int(app.launchesBackedOff)]]
     }
 
     static func print(_ list: Beryl_Ipc_V1_AppList, json: Bool) {

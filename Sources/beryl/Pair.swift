@@ -80,8 +80,14 @@ struct Bonds: ParsableCommand {
             let bonds = response.att.bonds.bonds
             if json {
                 let objects: [[String: Any]] = bonds.map {
-                    ["identity": $0.identity, "authenticated": $0.authenticated, "secureConnections": $0.secureConnections,
-                     "keySize": Int($0.keySize), "irk": $0.irkKnown, "csrk": $0.csrkKnown, "subscriptions": Int($0.subscriptions)]
+                    var object: [String: Any] = [
+                        "identity": $0.identity, "authenticated": $0.authenticated, "secureConnections": $0.secureConnections,
+                        "keySize": Int($0.keySize), "irk": $0.irkKnown, "csrk": $0.csrkKnown, "subscriptions": Int($0.subscriptions),
+                        "keyEncryptions": Int($0.keyEncryptions)]
+                    if let last = Self.outcomeName($0.lastKeyEncryption.outcome) {
+                        object["lastKeyEncryption"] = ["outcome": last, "hciCode": Int($0.lastKeyEncryption.hciCode)]
+                    }
+                    return object
                 }
                 let data = try JSONSerialization.data(withJSONObject: ["bonds": objects], options: [.sortedKeys])
                 print(String(decoding: data, as: UTF8.self))
@@ -91,7 +97,20 @@ struct Bonds: ParsableCommand {
             for bond in bonds {
                 print("\(bond.identity)  \(bond.secureConnections ? "LE Secure Connections" : "legacy")  "
                       + "\(bond.authenticated ? "authenticated" : "unauthenticated")  key \(bond.keySize) bytes"
-                      + (bond.irkKnown ? "  IRK" : "") + (bond.csrkKnown ? "  CSRK" : "") + "  \(bond.subscriptions) subscription(s)")
+                      + (bond.irkKnown ? "  IRK" : "") + (bond.csrkKnown ? "  CSRK" : "") + "  \(bond.subscriptions) subscription(s)"
+                      + (Self.outcomeName(bond.lastKeyEncryption.outcome).map {
+                          "  last of \(bond.keyEncryptions) encryption(s) with the key: \($0) (HCI 0x\(String(bond.lastKeyEncryption.hciCode, radix: 16)))"
+                      } ?? ""))
+            }
+        }
+
+        static func outcomeName(_ outcome: Beryl_Ipc_V1_KeyEncryption.Outcome) -> String? {
+            switch outcome {
+            case .none, .UNRECOGNIZED: nil
+            case .encrypted: "encrypted"
+            case .keyMissing: "keyMissing"
+            case .failed: "failed"
+            case .linkEnded: "linkEnded"
             }
         }
     }

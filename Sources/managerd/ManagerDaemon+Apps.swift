@@ -277,6 +277,10 @@ extension ManagerDaemon {
             $0.launches = UInt32(runtime.launches)
             $0.lastLaunchError = relaunch.failure(of: manifest.id)?.description ?? ""
             $0.lastLaunchFailure = Self.wire(relaunch.failure(of: manifest.id))
+            $0.restorations = UInt32(clamping: restoration.restorations(of: manifest.id))
+            let relaunches = relaunch.tally(of: manifest.id)
+            $0.launchesEndedUnrestored = UInt32(clamping: relaunches.endedUnrestored)
+            $0.launchesBackedOff = UInt32(clamping: relaunches.backedOff)
             setWakes(&$0)
         }
     }

@@ -47,6 +47,7 @@ final class RelaunchPolicyTests: XCTestCase {
         XCTAssertTrue(relaunch.overdue(app, waiting: ["doorlock-central"], at: .seconds(234)))
         XCTAssertEqual(relaunch.exited(app, exit: "signal 15", waiting: ["doorlock-central"], at: .seconds(234)), .seconds(2),
                        "a stand-in's 16 s of uptime is not a stable run")
+        XCTAssertEqual(relaunch.tally(of: app), .init(endedUnrestored: 2, backedOff: 2), "each launch ended was followed by one put off")
     }
 
     func testARunThatLastedOrLeftNothingWaitingStartsTheBackoffOver() {
@@ -72,5 +73,6 @@ final class RelaunchPolicyTests: XCTestCase {
         XCTAssertEqual(relaunch.verdict(for: app, at: .seconds(201)), .launch)
         XCTAssertEqual(relaunch.failure(of: app), .couldNotStart(reason: "no such file"))
         XCTAssertEqual(relaunch.launchFailed(app, reason: "no such file", at: .seconds(201)), .seconds(2))
+        XCTAssertEqual(relaunch.tally(of: app), .init(endedUnrestored: 0, backedOff: 2))
     }
 }

@@ -62,6 +62,8 @@ final class RestorationCoreTests: XCTestCase {
         XCTAssertEqual(restoration.queuedCount(1), 0)
         XCTAssertNil(restoration.restore(1, into: 13), "a live manager is not restored twice")
         XCTAssertEqual(restoration.launchOptions("lock").centrals, [], "a running app's manager is not a launch option")
+        XCTAssertEqual(restoration.restorations(of: "lock"), 1, "handed back once")
+        XCTAssertEqual(restoration.restorations(of: "other"), 0)
     }
 
     func testAManagerResumedFromItsRecordKeepsWhatItCanStillReach() {

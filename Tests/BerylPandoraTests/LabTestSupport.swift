@@ -9,7 +9,7 @@ import PandoraInterfaces
 import Synchronization
 
 // What the lab-session process tests share. Test targets cannot import each other, so the little these need from
-// BerylAppTests' and BerylIPCTests' support is repeated here.
+// BerylAppTests' and BerylProcessTests' support is repeated here.
 
 /// berylsim with `count` controllers and a full stack (hcid, attd, managerd) on each, in `run<i>`/`state<i>`. Each
 /// daemon is started on its own, with no supervisor: one a test kills stays dead.

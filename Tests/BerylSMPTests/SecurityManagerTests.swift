@@ -134,6 +134,9 @@ final class SecurityManagerTests: XCTestCase {
         guard case .success(let summary)? = bench.told(central: true).first?.result else { return XCTFail("\(bench.centralOutputs)") }
         XCTAssertEqual(summary.level, LinkSecurity(encrypted: true, authenticated: false, bonded: true))
         XCTAssertEqual(bench.told(central: true).first?.afterKeys, false)
+        XCTAssertEqual(bench.central.keyEncryptions, [SecurityBench.peripheralIdentity: KeyEncryptionTally(started: 1, last: .encrypted)],
+                       "pairing is not counted; the reconnection's encryption with the key is")
+        XCTAssertEqual(bench.peripheral.keyEncryptions, [SecurityBench.centralIdentity: KeyEncryptionTally(started: 1, last: .encrypted)])
     }
 
     /// The peripheral lost its bond: the stored key is refused with PIN or Key Missing and the central pairs again,
@@ -154,6 +157,7 @@ final class SecurityManagerTests: XCTestCase {
         guard case .success? = bench.told(central: true).first?.result else { return XCTFail("\(bench.told(central: true))") }
         XCTAssertNotEqual(try bench.centralStorage.bonds().first?.peerLTK, firstBond.peerLTK, "the new pairing replaced the keys")
         XCTAssertEqual(try bench.peripheralStorage.bonds().map(\.identity), [SecurityBench.centralIdentity])
+        XCTAssertEqual(bench.central.keyEncryptions[SecurityBench.peripheralIdentity], KeyEncryptionTally(started: 1, last: .keyMissing))
     }
 
     func testAnEncryptionFailureOtherThanAMissingKeyFailsTheWaiters() throws {
@@ -169,6 +173,23 @@ final class SecurityManagerTests: XCTestCase {
         bench.run(bench.central.encryptionChanged(SecurityBench.link, status: 0x3D, enabled: false, at: bench.now), fromCentral: true)
         XCTAssertEqual(bench.told(central: true).first?.result, .failure(.encryption(status: 0x3D)))
         XCTAssertTrue(bench.wire.isEmpty, "a MIC failure is not a lost bond: no pairing")
+        XCTAssertEqual(bench.central.keyEncryptions[SecurityBench.peripheralIdentity], KeyEncryptionTally(started: 1, last: .failed(status: 0x3D)))
+    }
+
+    /// berylsim (as a controller may) ends the link with MIC Failure when the keys differ, before any Encryption Change:
+    /// the waiter fails as for a closed link, and the bond's tally keeps the reason.
+    func testALinkEndedDuringEncryptionWithTheKeyIsTalliedWithItsReason() throws {
+        let bench = try SecurityBench()
+        bench.connect()
+        bench.secureFromCentral(1)
+        bench.disconnect()
+        bench.connect()
+        bench.forgetOutputs()
+        let started = bench.central.secure(SecurityBench.link, for: SecurityWaiter(8), at: bench.now)
+        XCTAssertTrue(started.contains { if case .enableEncryption = $0 { true } else { false } }, "\(started)")
+        XCTAssertEqual(bench.central.linkClosed(SecurityBench.link, reason: 0x3D),
+                       [.secured([SecurityWaiter(8)], .failure(.linkClosed), afterKeysDelivered: false)])
+        XCTAssertEqual(bench.central.keyEncryptions[SecurityBench.peripheralIdentity], KeyEncryptionTally(started: 1, last: .linkEnded(reason: 0x3D)))
     }
 
     func testWaitersFailWhenTheLinkClosesMidPairing() throws {

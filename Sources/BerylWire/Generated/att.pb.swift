@@ -931,7 +931,87 @@ public nonisolated struct Beryl_Ipc_V1_BondInfo: Sendable {
 
   public var subscriptions: UInt32 = 0
 
+  /// Encryptions started with this bond's stored key since attd started, and how the last one ended.
+  public var keyEncryptions: UInt32 = 0
+
+  public var lastKeyEncryption: Beryl_Ipc_V1_KeyEncryption {
+    get {_lastKeyEncryption ?? Beryl_Ipc_V1_KeyEncryption()}
+    set {_lastKeyEncryption = newValue}
+  }
+  /// Returns true if `lastKeyEncryption` has been explicitly set.
+  public var hasLastKeyEncryption: Bool {self._lastKeyEncryption != nil}
+  /// Clears the value of `lastKeyEncryption`. Subsequent reads from it will return its default value.
+  public mutating func clearLastKeyEncryption() {self._lastKeyEncryption = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _lastKeyEncryption: Beryl_Ipc_V1_KeyEncryption? = nil
+}
+
+public nonisolated struct Beryl_Ipc_V1_KeyEncryption: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var outcome: Beryl_Ipc_V1_KeyEncryption.Outcome = .none
+
+  public var hciCode: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public nonisolated enum Outcome: SwiftProtobuf.Enum, Swift.CaseIterable {
+    public typealias RawValue = Int
+    case none // = 0
+    case encrypted // = 1
+
+    /// The peer refused the key as missing (HCI 0x06); pairing again follows.
+    case keyMissing // = 2
+
+    /// Encryption Change with the status in hci_code.
+    case failed // = 3
+
+    /// The link ended first, for the HCI reason in hci_code (0x3D MIC Failure when the keys differ; 0 when none came).
+    case linkEnded // = 4
+    case UNRECOGNIZED(Int)
+
+    public init() {
+      self = .none
+    }
+
+    public init?(rawValue: Int) {
+      switch rawValue {
+      case 0: self = .none
+      case 1: self = .encrypted
+      case 2: self = .keyMissing
+      case 3: self = .failed
+      case 4: self = .linkEnded
+      default: self = .UNRECOGNIZED(rawValue)
+      }
+    }
+
+    public var rawValue: Int {
+      switch self {
+      case .none: return 0
+      case .encrypted: return 1
+      case .keyMissing: return 2
+      case .failed: return 3
+      case .linkEnded: return 4
+      case .UNRECOGNIZED(let i): return i
+      }
+    }
+
+    // The compiler won't synthesize support with the UNRECOGNIZED case.
+    public static let allCases: [Beryl_Ipc_V1_KeyEncryption.Outcome] = [
+      .none,
+      .encrypted,
+      .keyMissing,
+      .failed,
+      .linkEnded,
+    ]
+
+  }
 
   public init() {}
 }
@@ -3186,7 +3266,7 @@ nonisolated extension Beryl_Ipc_V1_ListBonds: SwiftProtobuf.Message, SwiftProtob
 
 nonisolated extension Beryl_Ipc_V1_BondInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".BondInfo"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}identity\0\u{1}authenticated\0\u{3}secure_connections\0\u{3}key_size\0\u{3}irk_known\0\u{3}csrk_known\0\u{1}subscriptions\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}identity\0\u{1}authenticated\0\u{3}secure_connections\0\u{3}key_size\0\u{3}irk_known\0\u{3}csrk_known\0\u{1}subscriptions\0\u{3}key_encryptions\0\u{3}last_key_encryption\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3201,12 +3281,18 @@ nonisolated extension Beryl_Ipc_V1_BondInfo: SwiftProtobuf.Message, SwiftProtobu
       case 5: try { try decoder.decodeSingularBoolField(value: &self.irkKnown) }()
       case 6: try { try decoder.decodeSingularBoolField(value: &self.csrkKnown) }()
       case 7: try { try decoder.decodeSingularUInt32Field(value: &self.subscriptions) }()
+      case 8: try { try decoder.decodeSingularUInt32Field(value: &self.keyEncryptions) }()
+      case 9: try { try decoder.decodeSingularMessageField(value: &self._lastKeyEncryption) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if !self.identity.isEmpty {
       try visitor.visitSingularStringField(value: self.identity, fieldNumber: 1)
     }
@@ -3228,6 +3314,12 @@ nonisolated extension Beryl_Ipc_V1_BondInfo: SwiftProtobuf.Message, SwiftProtobu
     if self.subscriptions != 0 {
       try visitor.visitSingularUInt32Field(value: self.subscriptions, fieldNumber: 7)
     }
+    if self.keyEncryptions != 0 {
+      try visitor.visitSingularUInt32Field(value: self.keyEncryptions, fieldNumber: 8)
+    }
+    try { if let v = self._lastKeyEncryption {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3239,9 +3331,50 @@ nonisolated extension Beryl_Ipc_V1_BondInfo: SwiftProtobuf.Message, SwiftProtobu
     if lhs.irkKnown != rhs.irkKnown {return false}
     if lhs.csrkKnown != rhs.csrkKnown {return false}
     if lhs.subscriptions != rhs.subscriptions {return false}
+    if lhs.keyEncryptions != rhs.keyEncryptions {return false}
+    if lhs._lastKeyEncryption != rhs._lastKeyEncryption {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
+}
+
+nonisolated extension Beryl_Ipc_V1_KeyEncryption: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".KeyEncryption"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}outcome\0\u{3}hci_code\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularEnumField(value: &self.outcome) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.hciCode) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.outcome != .none {
+      try visitor.visitSingularEnumField(value: self.outcome, fieldNumber: 1)
+    }
+    if self.hciCode != 0 {
+      try visitor.visitSingularUInt32Field(value: self.hciCode, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_KeyEncryption, rhs: Beryl_Ipc_V1_KeyEncryption) -> Bool {
+    if lhs.outcome != rhs.outcome {return false}
+    if lhs.hciCode != rhs.hciCode {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_KeyEncryption.Outcome: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0OUTCOME_NONE\0\u{1}OUTCOME_ENCRYPTED\0\u{1}OUTCOME_KEY_MISSING\0\u{1}OUTCOME_FAILED\0\u{1}OUTCOME_LINK_ENDED\0")
 }
 
 nonisolated extension Beryl_Ipc_V1_BondList: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {

@@ -611,48 +611,116 @@ public nonisolated struct Beryl_Ipc_V1_StopApp: Sendable {
   public init() {}
 }
 
-public nonisolated struct Beryl_Ipc_V1_AppInfo: Sendable {
+public nonisolated struct Beryl_Ipc_V1_AppInfo: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  public var id: String = String()
+  public var id: String {
+    get {_storage._id}
+    set {_uniqueStorage()._id = newValue}
+  }
 
-  public var manifest: String = String()
+  public var manifest: String {
+    get {_storage._manifest}
+    set {_uniqueStorage()._manifest = newValue}
+  }
 
-  public var user: String = String()
+  public var user: String {
+    get {_storage._user}
+    set {_uniqueStorage()._user = newValue}
+  }
 
-  public var backgroundModes: [String] = []
+  public var backgroundModes: [String] {
+    get {_storage._backgroundModes}
+    set {_uniqueStorage()._backgroundModes = newValue}
+  }
 
-  public var launchable: Bool = false
+  public var launchable: Bool {
+    get {_storage._launchable}
+    set {_uniqueStorage()._launchable = newValue}
+  }
 
-  public var state: Beryl_Ipc_V1_AppLifecycle = .notRunning
+  public var state: Beryl_Ipc_V1_AppLifecycle {
+    get {_storage._state}
+    set {_uniqueStorage()._state = newValue}
+  }
 
-  public var pids: [Int32] = []
+  public var pids: [Int32] {
+    get {_storage._pids}
+    set {_uniqueStorage()._pids = newValue}
+  }
 
-  public var preservedCentrals: [String] = []
+  public var preservedCentrals: [String] {
+    get {_storage._preservedCentrals}
+    set {_uniqueStorage()._preservedCentrals = newValue}
+  }
 
-  public var preservedPeripherals: [String] = []
+  public var preservedPeripherals: [String] {
+    get {_storage._preservedPeripherals}
+    set {_uniqueStorage()._preservedPeripherals = newValue}
+  }
 
-  public var queuedEvents: UInt32 = 0
+  public var queuedEvents: UInt32 {
+    get {_storage._queuedEvents}
+    set {_uniqueStorage()._queuedEvents = newValue}
+  }
 
-  public var launches: UInt32 = 0
+  public var launches: UInt32 {
+    get {_storage._launches}
+    set {_uniqueStorage()._launches = newValue}
+  }
 
   /// What last_launch_failure says, for people.
-  public var lastLaunchError: String = String()
+  public var lastLaunchError: String {
+    get {_storage._lastLaunchError}
+    set {_uniqueStorage()._lastLaunchError = newValue}
+  }
 
-  public var lastLaunchFailure: Beryl_Ipc_V1_LaunchFailureKind = .none
+  public var lastLaunchFailure: Beryl_Ipc_V1_LaunchFailureKind {
+    get {_storage._lastLaunchFailure}
+    set {_uniqueStorage()._lastLaunchFailure = newValue}
+  }
 
   /// Background wakes since managerd started: begun, ended idle within the budget, and overrun (the app was ended).
-  public var wakes: UInt32 = 0
+  public var wakes: UInt32 {
+    get {_storage._wakes}
+    set {_uniqueStorage()._wakes = newValue}
+  }
 
-  public var wakesEndedIdle: UInt32 = 0
+  public var wakesEndedIdle: UInt32 {
+    get {_storage._wakesEndedIdle}
+    set {_uniqueStorage()._wakesEndedIdle = newValue}
+  }
 
-  public var wakesOverran: UInt32 = 0
+  public var wakesOverran: UInt32 {
+    get {_storage._wakesOverran}
+    set {_uniqueStorage()._wakesOverran = newValue}
+  }
+
+  /// Managers this managerd handed back to the app (willRestoreState) since it started.
+  public var restorations: UInt32 {
+    get {_storage._restorations}
+    set {_uniqueStorage()._restorations = newValue}
+  }
+
+  /// Launches ended because they did not restore their managers in time, and launches put off by the backoff after
+  /// one ended or failed to start with work still waiting.
+  public var launchesEndedUnrestored: UInt32 {
+    get {_storage._launchesEndedUnrestored}
+    set {_uniqueStorage()._launchesEndedUnrestored = newValue}
+  }
+
+  public var launchesBackedOff: UInt32 {
+    get {_storage._launchesBackedOff}
+    set {_uniqueStorage()._launchesBackedOff = newValue}
+  }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+
+  fileprivate var _storage = _StorageClass.defaultInstance
 }
 
 public nonisolated struct Beryl_Ipc_V1_AppList: Sendable {
@@ -2895,104 +2963,191 @@ nonisolated extension Beryl_Ipc_V1_StopApp: SwiftProtobuf.Message, SwiftProtobuf
 
 nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AppInfo"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}manifest\0\u{1}user\0\u{3}background_modes\0\u{1}launchable\0\u{1}state\0\u{1}pids\0\u{3}preserved_centrals\0\u{3}preserved_peripherals\0\u{3}queued_events\0\u{1}launches\0\u{3}last_launch_error\0\u{3}last_launch_failure\0\u{1}wakes\0\u{3}wakes_ended_idle\0\u{3}wakes_overran\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}manifest\0\u{1}user\0\u{3}background_modes\0\u{1}launchable\0\u{1}state\0\u{1}pids\0\u{3}preserved_centrals\0\u{3}preserved_peripherals\0\u{3}queued_events\0\u{1}launches\0\u{3}last_launch_error\0\u{3}last_launch_failure\0\u{1}wakes\0\u{3}wakes_ended_idle\0\u{3}wakes_overran\0\u{1}restorations\0\u{3}launches_ended_unrestored\0\u{3}launches_backed_off\0")
+
+  fileprivate class _StorageClass {
+    var _id: String = String()
+    var _manifest: String = String()
+    var _user: String = String()
+    var _backgroundModes: [String] = []
+    var _launchable: Bool = false
+    var _state: Beryl_Ipc_V1_AppLifecycle = .notRunning
+    var _pids: [Int32] = []
+    var _preservedCentrals: [String] = []
+    var _preservedPeripherals: [String] = []
+    var _queuedEvents: UInt32 = 0
+    var _launches: UInt32 = 0
+    var _lastLaunchError: String = String()
+    var _lastLaunchFailure: Beryl_Ipc_V1_LaunchFailureKind = .none
+    var _wakes: UInt32 = 0
+    var _wakesEndedIdle: UInt32 = 0
+    var _wakesOverran: UInt32 = 0
+    var _restorations: UInt32 = 0
+    var _launchesEndedUnrestored: UInt32 = 0
+    var _launchesBackedOff: UInt32 = 0
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _id = source._id
+      _manifest = source._manifest
+      _user = source._user
+      _backgroundModes = source._backgroundModes
+      _launchable = source._launchable
+      _state = source._state
+      _pids = source._pids
+      _preservedCentrals = source._preservedCentrals
+      _preservedPeripherals = source._preservedPeripherals
+      _queuedEvents = source._queuedEvents
+      _launches = source._launches
+      _lastLaunchError = source._lastLaunchError
+      _lastLaunchFailure = source._lastLaunchFailure
+      _wakes = source._wakes
+      _wakesEndedIdle = source._wakesEndedIdle
+      _wakesOverran = source._wakesOverran
+      _restorations = source._restorations
+      _launchesEndedUnrestored = source._launchesEndedUnrestored
+      _launchesBackedOff = source._launchesBackedOff
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularStringField(value: &self.id) }()
-      case 2: try { try decoder.decodeSingularStringField(value: &self.manifest) }()
-      case 3: try { try decoder.decodeSingularStringField(value: &self.user) }()
-      case 4: try { try decoder.decodeRepeatedStringField(value: &self.backgroundModes) }()
-      case 5: try { try decoder.decodeSingularBoolField(value: &self.launchable) }()
-      case 6: try { try decoder.decodeSingularEnumField(value: &self.state) }()
-      case 7: try { try decoder.decodeRepeatedInt32Field(value: &self.pids) }()
-      case 8: try { try decoder.decodeRepeatedStringField(value: &self.preservedCentrals) }()
-      case 9: try { try decoder.decodeRepeatedStringField(value: &self.preservedPeripherals) }()
-      case 10: try { try decoder.decodeSingularUInt32Field(value: &self.queuedEvents) }()
-      case 11: try { try decoder.decodeSingularUInt32Field(value: &self.launches) }()
-      case 12: try { try decoder.decodeSingularStringField(value: &self.lastLaunchError) }()
-      case 13: try { try decoder.decodeSingularEnumField(value: &self.lastLaunchFailure) }()
-      case 14: try { try decoder.decodeSingularUInt32Field(value: &self.wakes) }()
-      case 15: try { try decoder.decodeSingularUInt32Field(value: &self.wakesEndedIdle) }()
-      case 16: try { try decoder.decodeSingularUInt32Field(value: &self.wakesOverran) }()
-      default: break
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularStringField(value: &_storage._id) }()
+        case 2: try { try decoder.decodeSingularStringField(value: &_storage._manifest) }()
+        case 3: try { try decoder.decodeSingularStringField(value: &_storage._user) }()
+        case 4: try { try decoder.decodeRepeatedStringField(value: &_storage._backgroundModes) }()
+        case 5: try { try decoder.decodeSingularBoolField(value: &_storage._launchable) }()
+        case 6: try { try decoder.decodeSingularEnumField(value: &_storage._state) }()
+        case 7: try { try decoder.decodeRepeatedInt32Field(value: &_storage._pids) }()
+        case 8: try { try decoder.decodeRepeatedStringField(value: &_storage._preservedCentrals) }()
+        case 9: try { try decoder.decodeRepeatedStringField(value: &_storage._preservedPeripherals) }()
+        case 10: try { try decoder.decodeSingularUInt32Field(value: &_storage._queuedEvents) }()
+        case 11: try { try decoder.decodeSingularUInt32Field(value: &_storage._launches) }()
+        case 12: try { try decoder.decodeSingularStringField(value: &_storage._lastLaunchError) }()
+        case 13: try { try decoder.decodeSingularEnumField(value: &_storage._lastLaunchFailure) }()
+        case 14: try { try decoder.decodeSingularUInt32Field(value: &_storage._wakes) }()
+        case 15: try { try decoder.decodeSingularUInt32Field(value: &_storage._wakesEndedIdle) }()
+        case 16: try { try decoder.decodeSingularUInt32Field(value: &_storage._wakesOverran) }()
+        case 17: try { try decoder.decodeSingularUInt32Field(value: &_storage._restorations) }()
+        case 18: try { try decoder.decodeSingularUInt32Field(value: &_storage._launchesEndedUnrestored) }()
+        case 19: try { try decoder.decodeSingularUInt32Field(value: &_storage._launchesBackedOff) }()
+        default: break
+        }
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    if !self.id.isEmpty {
-      try visitor.visitSingularStringField(value: self.id, fieldNumber: 1)
-    }
-    if !self.manifest.isEmpty {
-      try visitor.visitSingularStringField(value: self.manifest, fieldNumber: 2)
-    }
-    if !self.user.isEmpty {
-      try visitor.visitSingularStringField(value: self.user, fieldNumber: 3)
-    }
-    if !self.backgroundModes.isEmpty {
-      try visitor.visitRepeatedStringField(value: self.backgroundModes, fieldNumber: 4)
-    }
-    if self.launchable != false {
-      try visitor.visitSingularBoolField(value: self.launchable, fieldNumber: 5)
-    }
-    if self.state != .notRunning {
-      try visitor.visitSingularEnumField(value: self.state, fieldNumber: 6)
-    }
-    if !self.pids.isEmpty {
-      try visitor.visitPackedInt32Field(value: self.pids, fieldNumber: 7)
-    }
-    if !self.preservedCentrals.isEmpty {
-      try visitor.visitRepeatedStringField(value: self.preservedCentrals, fieldNumber: 8)
-    }
-    if !self.preservedPeripherals.isEmpty {
-      try visitor.visitRepeatedStringField(value: self.preservedPeripherals, fieldNumber: 9)
-    }
-    if self.queuedEvents != 0 {
-      try visitor.visitSingularUInt32Field(value: self.queuedEvents, fieldNumber: 10)
-    }
-    if self.launches != 0 {
-      try visitor.visitSingularUInt32Field(value: self.launches, fieldNumber: 11)
-    }
-    if !self.lastLaunchError.isEmpty {
-      try visitor.visitSingularStringField(value: self.lastLaunchError, fieldNumber: 12)
-    }
-    if self.lastLaunchFailure != .none {
-      try visitor.visitSingularEnumField(value: self.lastLaunchFailure, fieldNumber: 13)
-    }
-    if self.wakes != 0 {
-      try visitor.visitSingularUInt32Field(value: self.wakes, fieldNumber: 14)
-    }
-    if self.wakesEndedIdle != 0 {
-      try visitor.visitSingularUInt32Field(value: self.wakesEndedIdle, fieldNumber: 15)
-    }
-    if self.wakesOverran != 0 {
-      try visitor.visitSingularUInt32Field(value: self.wakesOverran, fieldNumber: 16)
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      if !_storage._id.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._id, fieldNumber: 1)
+      }
+      if !_storage._manifest.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._manifest, fieldNumber: 2)
+      }
+      if !_storage._user.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._user, fieldNumber: 3)
+      }
+      if !_storage._backgroundModes.isEmpty {
+        try visitor.visitRepeatedStringField(value: _storage._backgroundModes, fieldNumber: 4)
+      }
+      if _storage._launchable != false {
+        try visitor.visitSingularBoolField(value: _storage._launchable, fieldNumber: 5)
+      }
+      if _storage._state != .notRunning {
+        try visitor.visitSingularEnumField(value: _storage._state, fieldNumber: 6)
+      }
+      if !_storage._pids.isEmpty {
+        try visitor.visitPackedInt32Field(value: _storage._pids, fieldNumber: 7)
+      }
+      if !_storage._preservedCentrals.isEmpty {
+        try visitor.visitRepeatedStringField(value: _storage._preservedCentrals, fieldNumber: 8)
+      }
+      if !_storage._preservedPeripherals.isEmpty {
+        try visitor.visitRepeatedStringField(value: _storage._preservedPeripherals, fieldNumber: 9)
+      }
+      if _storage._queuedEvents != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._queuedEvents, fieldNumber: 10)
+      }
+      if _storage._launches != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._launches, fieldNumber: 11)
+      }
+      if !_storage._lastLaunchError.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._lastLaunchError, fieldNumber: 12)
+      }
+      if _storage._lastLaunchFailure != .none {
+        try visitor.visitSingularEnumField(value: _storage._lastLaunchFailure, fieldNumber: 13)
+      }
+      if _storage._wakes != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._wakes, fieldNumber: 14)
+      }
+      if _storage._wakesEndedIdle != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._wakesEndedIdle, fieldNumber: 15)
+      }
+      if _storage._wakesOverran != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._wakesOverran, fieldNumber: 16)
+      }
+      if _storage._restorations != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._restorations, fieldNumber: 17)
+      }
+      if _storage._launchesEndedUnrestored != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._launchesEndedUnrestored, fieldNumber: 18)
+      }
+      if _storage._launchesBackedOff != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._launchesBackedOff, fieldNumber: 19)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_AppInfo, rhs: Beryl_Ipc_V1_AppInfo) -> Bool {
-    if lhs.id != rhs.id {return false}
-    if lhs.manifest != rhs.manifest {return false}
-    if lhs.user != rhs.user {return false}
-    if lhs.backgroundModes != rhs.backgroundModes {return false}
-    if lhs.launchable != rhs.launchable {return false}
-    if lhs.state != rhs.state {return false}
-    if lhs.pids != rhs.pids {return false}
-    if lhs.preservedCentrals != rhs.preservedCentrals {return false}
-    if lhs.preservedPeripherals != rhs.preservedPeripherals {return false}
-    if lhs.queuedEvents != rhs.queuedEvents {return false}
-    if lhs.launches != rhs.launches {return false}
-    if lhs.lastLaunchError != rhs.lastLaunchError {return false}
-    if lhs.lastLaunchFailure != rhs.lastLaunchFailure {return false}
-    if lhs.wakes != rhs.wakes {return false}
-    if lhs.wakesEndedIdle != rhs.wakesEndedIdle {return false}
-    if lhs.wakesOverran != rhs.wakesOverran {return false}
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._id != rhs_storage._id {return false}
+        if _storage._manifest != rhs_storage._manifest {return false}
+        if _storage._user != rhs_storage._user {return false}
+        if _storage._backgroundModes != rhs_storage._backgroundModes {return false}
+        if _storage._launchable != rhs_storage._launchable {return false}
+        if _storage._state != rhs_storage._state {return false}
+        if _storage._pids != rhs_storage._pids {return false}
+        if _storage._preservedCentrals != rhs_storage._preservedCentrals {return false}
+        if _storage._preservedPeripherals != rhs_storage._preservedPeripherals {return false}
+        if _storage._queuedEvents != rhs_storage._queuedEvents {return false}
+        if _storage._launches != rhs_storage._launches {return false}
+        if _storage._lastLaunchError != rhs_storage._lastLaunchError {return false}
+        if _storage._lastLaunchFailure != rhs_storage._lastLaunchFailure {return false}
+        if _storage._wakes != rhs_storage._wakes {return false}
+        if _storage._wakesEndedIdle != rhs_storage._wakesEndedIdle {return false}
+        if _storage._wakesOverran != rhs_storage._wakesOverran {return false}
+        if _storage._restorations != rhs_storage._restorations {return false}
+        if _storage._launchesEndedUnrestored != rhs_storage._launchesEndedUnrestored {return false}
+        if _storage._launchesBackedOff != rhs_storage._launchesBackedOff {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -134,8 +134,9 @@ final class SecurityProcessTests: XCTestCase {
         let read = try gatt(["--peer", privateAddress + "/random", "read", Self.secret])
         XCTAssertEqual(read.status, 0, read.stderr)
         XCTAssertFalse(read.stdout.contains("pairing-complete"), "recognised, not paired again: \(read.stdout)")
-        let log = (try? String(contentsOfFile: scratch.paths.logFile("attd-a"), encoding: .utf8)) ?? ""
-        XCTAssertTrue(log.contains("encrypting with the key bonded \(peer) gave us"), log)
+        let bond = try XCTUnwrap(try bonds("a").first { $0["identity"] as? String == peer }, "the bond is the peer's identity")
+        XCTAssertEqual(bond["keyEncryptions"] as? Int, 1, "encrypted once with the key it gave us: \(bond)")
+        XCTAssertEqual((bond["lastKeyEncryption"] as? [String: Any])?["outcome"] as? String, "encrypted", "\(bond)")
     }
 
     /// LE legacy pairing with a peer that has no Secure Connections, through `beryl up` stacks: the peripheral hands over
@@ -216,11 +217,14 @@ final class SecurityProcessTests: XCTestCase {
         let failed = try gatt(["--peer", peer, "read", Self.secret])
         XCTAssertNotEqual(failed.status, 0)
         XCTAssertTrue(failed.stderr.contains("0x3d") || failed.stderr.contains("read failed"), failed.stderr)
-        let log = (try? String(contentsOfFile: scratch.paths.logFile("attd-a"), encoding: .utf8)) ?? ""
-        XCTAssertTrue(log.contains("encrypting with the key bonded"), log)
-        // The link went down with Connection Terminated due to MIC Failure, not for some other reason.
-        XCTAssertTrue(log.contains("down (HCI reason 0x3d)"), log)
-        XCTAssertEqual(try bonds("a").count, before.count, "the central's bond is untouched")
+        // The central encrypted with its stored key, and the link went down with Connection Terminated due to MIC
+        // Failure before encryption was on, not for some other reason.
+        let after = try bonds("a")
+        XCTAssertEqual(after.first?["keyEncryptions"] as? Int, 1, "\(after)")
+        let last = try XCTUnwrap(after.first?["lastKeyEncryption"] as? [String: Any], "\(after)")
+        XCTAssertEqual(last["outcome"] as? String, "linkEnded")
+        XCTAssertEqual(last["hciCode"] as? Int, 0x3D)
+        XCTAssertEqual(after.count, before.count, "the central's bond is untouched")
     }
 
     /// kill -9 in the middle of bond writes leaves every bond whole: all its keys from one version.
