@@ -102,3 +102,191 @@ public struct LinkTiming: Equatable, Sendable {
         self.init(handle: u16(2) & 0x0FFF, interval: u16(timingAt), latency: u16(timingAt + 2), supervisionTimeout: u16(timingAt + 4))
     }
 }
+
+/// A lab link's security as attd last reported it.
+public struct LabSecurity: Equatable, Sendable {
+    public var encrypted = false
+    public var authenticated = false
+    public var bonded = false
+    public var secureConnections = false
+    public var keySize: UInt8 = 0
+
+    public init(encrypted: Bool = false, authenticated: Bool = false, bonded: Bool = false, secureConnections: Bool = false, keySize: UInt8 = 0) {
+        self.encrypted = encrypted
+        self.authenticated = authenticated
+        self.bonded = bonded
+        self.secureConnections = secureConnections
+        self.keySize = keySize
+    }
+}
+
+/// What a lab hears when a link's security changes, and what LabSecure answers.
+public enum LabSecurityOutcome: Equatable, Sendable {
+    case secured(LabSecurity)
+    /// Core Vol 3 Part H §3.5.5 reasons; `remote` when the peer sent Pairing Failed.
+    case pairingFailed(reason: UInt8, remote: Bool)
+    /// The HCI status of a failed encryption (0x06 PIN or Key Missing: the peer lost its bond).
+    case encryptionFailed(status: UInt8)
+    /// The link ended first, for this HCI reason.
+    case linkClosed(reason: UInt8)
+}
+
+/// The one lab session (beryl-pandora) beside the apps' managers: what it runs on the controller, which links are its,
+/// and what each of its links' security is. Sans-IO: managerd turns requests into calls here and the answers into
+/// HCI commands, attd requests and lab events.
+public struct LabSession: Sendable {
+    public struct Scan: Equatable, Sendable {
+        public var passive: Bool
+        public var ownAddress: LabOwnAddress
+        public init(passive: Bool, ownAddress: LabOwnAddress) {
+            self.passive = passive
+            self.ownAddress = ownAddress
+        }
+    }
+
+    /// The connection the lab waits for, answered when the link is up.
+    public struct Attempt: Equatable, Sendable {
+        public var identifier: String
+        public var address: DeviceAddress
+        public var ownAddress: LabOwnAddress
+    }
+
+    /// What a link that came up is to the lab.
+    public struct LinkUp: Equatable, Sendable {
+        /// The link is the lab's: it answers the link's pairings and takes back the identifier the link made known.
+        public var isLab: Bool
+        /// The address pairing hashes as ours on it, when the lab asked for one (nil: the controller's identity).
+        public var ownAddress: LabOwnAddress?
+        /// The lab's connection attempt this link answers.
+        public var answers: Attempt?
+        public init(isLab: Bool, ownAddress: LabOwnAddress?, answers: Attempt?) {
+            self.isLab = isLab
+            self.ownAddress = ownAddress
+            self.answers = answers
+        }
+    }
+
+    public enum Refusal: Error, Equatable, Sendable {
+        case attemptUnderWay(DeviceAddress)
+    }
+
+    public let session: UInt64
+    public var advertising: LabAdvertising?
+    public var scan: Scan?
+    public private(set) var attempt: Attempt?
+    /// Links a remote central made to the lab's advertising (the lab holds its central links in the connection book).
+    public private(set) var peripheralLinks: Set<UInt16> = []
+    private var security: [UInt16: LabSecurity] = [:]
+    /// The last way each link's security failed: LabSecure's typed answer when attd's own answer is only a failure.
+    private var lastFailure: [UInt16: LabSecurityOutcome] = [:]
+
+    public init(session: UInt64) { self.session = session }
+
+    /// The lab holds its links in the connection book as this manager.
+    public var key: ManagerKey { ManagerKey(session: session, manager: UInt32.max) }
+
+    /// `holders`: who holds the link in the connection book (nil when the book has no such link).
+    public func owns(_ handle: UInt16, holders: Set<ManagerKey>?) -> Bool {
+        peripheralLinks.contains(handle) || holders?.contains(key) == true
+    }
+
+    public func security(of handle: UInt16) -> LabSecurity? { security[handle] }
+
+    // MARK: Procedures
+
+    public mutating func startConnecting(identifier: String, address: DeviceAddress, ownAddress: LabOwnAddress) throws(Refusal) {
+        if let attempt { throw .attemptUnderWay(attempt.address) }
+        attempt = Attempt(identifier: identifier, address: address, ownAddress: ownAddress)
+    }
+
+    /// Cancelled, or ended with the lab's work: the attempt it was.
+    public mutating func endAttempt() -> Attempt? {
+        defer { attempt = nil }
+        return attempt
+    }
+
+    /// The Own_Address_Type a central attempt to `address` uses: the lab's when the lab asked for that peer.
+    public func ownAddress(connectingTo address: DeviceAddress) -> LabOwnAddress? {
+        attempt.flatMap { $0.address == address ? $0.ownAddress : nil }
+    }
+
+    /// Advertising, scan and attempt end; what they made stays (links end through the shell).
+    public mutating func endWork() -> Attempt? {
+        advertising = nil
+        scan = nil
+        return endAttempt()
+    }
+
+    // MARK: Links
+
+    /// A peripheral link is the lab's when the lab advertises; a central one when the lab holds it in the book.
+    public mutating func linkUp(_ handle: UInt16, central: Bool, peer: DeviceAddress, holders: Set<ManagerKey>?) -> LinkUp {
+        if !central, advertising != nil { peripheralLinks.insert(handle) }
+        let own = central ? ownAddress(connectingTo: peer) : advertising?.ownAddress
+        var answered: Attempt?
+        if central, let attempt, attempt.address == peer {
+            answered = attempt
+            self.attempt = nil
+        }
+        return LinkUp(isLab: owns(handle, holders: holders), ownAddress: own, answers: answered)
+    }
+
+    public mutating func linkDown(_ handle: UInt16, reason: UInt8) {
+        peripheralLinks.remove(handle)
+        security[handle] = nil
+        lastFailure[handle] = .linkClosed(reason: reason)
+    }
+
+    // MARK: Security
+
+    /// LabSecure was asked: earlier failures no longer answer it.
+    public mutating func securing(_ handle: UInt16) { lastFailure[handle] = nil }
+
+    /// attd secured the link: what LabSecure answers.
+    public mutating func secured(_ handle: UInt16, _ state: LabSecurity) -> LabSecurityOutcome {
+        security[handle] = state
+        return .secured(state)
+    }
+
+    /// attd's answer was a failure: its events, which came first, said how; else Unspecified Reason (Core Vol 3 Part H §3.5.5).
+    public func securingFailed(_ handle: UInt16) -> LabSecurityOutcome {
+        lastFailure[handle] ?? .pairingFailed(reason: 0x08, remote: false)
+    }
+
+    public mutating func pairingFinished(_ handle: UInt16, _ result: Result<LabSecurity, LabPairingFailure>) -> LabSecurityOutcome {
+        switch result {
+        case .success(let state):
+            security[handle] = state
+            return .secured(state)
+        case .failure(let failure):
+            let outcome = LabSecurityOutcome.pairingFailed(reason: failure.reason, remote: failure.remote)
+            lastFailure[handle] = outcome
+            return outcome
+        }
+    }
+
+    /// Encryption went on or off (status 0), or failed: a failure is remembered; a change keeps what pairing said of
+    /// Secure Connections and the key size.
+    public mutating func securityChanged(_ handle: UInt16, status: UInt8, encrypted: Bool, authenticated: Bool, bonded: Bool) -> LabSecurityOutcome {
+        guard status == 0 else {
+            let outcome = LabSecurityOutcome.encryptionFailed(status: status)
+            lastFailure[handle] = outcome
+            return outcome
+        }
+        var state = security[handle] ?? LabSecurity()
+        state.encrypted = encrypted
+        state.authenticated = authenticated
+        state.bonded = bonded
+        security[handle] = state
+        return .secured(state)
+    }
+}
+
+public struct LabPairingFailure: Error, Equatable, Sendable {
+    public var reason: UInt8
+    public var remote: Bool
+    public init(reason: UInt8, remote: Bool) {
+        self.reason = reason
+        self.remote = remote
+    }
+}

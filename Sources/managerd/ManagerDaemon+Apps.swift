@@ -4,6 +4,7 @@ import BerylEventLoop
 import BerylGAP
 import BerylIPC
 import BerylManager
+import BerylManagerWire
 import BerylStore
 import Foundation
 import Glibc
@@ -48,7 +49,6 @@ extension ManagerDaemon {
         for error in catalog.refused { host.logger.error("app manifest refused: \(error)") }
         host.logger.info("\(catalog.apps.count) app manifest(s) from \(appsDir)")
     }
-
 
     func launchForRestoration(_ appID: String) {
         guard let manifest = catalog.apps[appID], manifest.launch != nil,
@@ -143,16 +143,6 @@ extension ManagerDaemon {
         (host.server?.sessions.values.map { $0 } ?? []).filter { appSessions[$0.id]?.appID == appID }
     }
 
-    static func wire(_ failure: LaunchFailure?) -> Beryl_Ipc_V1_LaunchFailureKind {
-        switch failure {
-        case nil: .none
-        case .couldNotStart?: .couldNotStart
-        case .didNotRestore?: .didNotRestore
-        case .exitedWithoutRestoring?: .exitedWithoutRestoring
-        }
-    }
-
-
     // MARK: beryl app
 
     func handleApps(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: IPCSession, _ incoming: IncomingRequest) {
@@ -207,7 +197,7 @@ extension ManagerDaemon {
                 incoming.fail(.notFound, "no app '\(change.appID)' is declared or running", field: "app_id")
                 return
             }
-            guard let state = Self.lifecycle(change.state) else {
+            guard let state = LifecycleState(settable: change.state) else {
                 incoming.fail(.invalidArgument, "an app is not running when its process exits; use terminate or quit", field: "state")
                 return
             }
@@ -223,7 +213,7 @@ extension ManagerDaemon {
         if let manifest = catalog.apps[appID] { return appInfo(manifest) }
         return .with {
             $0.id = appID
-            $0.state = lifecycleProto(lifecycle(of: appID))
+            $0.state = lifecycle(of: appID).wire
             $0.pids = Array(Set(sessionsOf(appID).map(\.peer.pid))).sorted()
             $0.queuedEvents = UInt32(sessionsOf(appID).compactMap { appSessions[$0.id]?.held.count }.reduce(0, +))
             setWakes(&$0)
@@ -235,25 +225,6 @@ extension ManagerDaemon {
         info.wakes = UInt32(clamping: tally.begun)
         info.wakesEndedIdle = UInt32(clamping: tally.endedIdle)
         info.wakesOverran = UInt32(clamping: tally.overran)
-    }
-
-    /// The states an app can be put in: not running is what its process exiting makes it.
-    static func lifecycle(_ state: Beryl_Ipc_V1_AppLifecycle) -> LifecycleState? {
-        switch state {
-        case .foreground: .foreground
-        case .background: .background
-        case .suspended: .suspended
-        case .notRunning, .UNRECOGNIZED: nil
-        }
-    }
-
-    func lifecycleProto(_ state: LifecycleState) -> Beryl_Ipc_V1_AppLifecycle {
-        switch state {
-        case .foreground: .foreground
-        case .background: .background
-        case .suspended: .suspended
-        case .notRunning: .notRunning
-        }
     }
 
     func appInfo(_ manifest: AppManifest) -> Beryl_Ipc_V1_AppInfo {
@@ -269,14 +240,14 @@ extension ManagerDaemon {
             $0.user = manifest.user
             $0.backgroundModes = manifest.backgroundModes.map(\.rawValue).sorted()
             $0.launchable = manifest.launch != nil
-            $0.state = lifecycleProto(lifecycle(of: manifest.id))
+            $0.state = lifecycle(of: manifest.id).wire
             $0.pids = pids.sorted()
             $0.preservedCentrals = mine.filter { $0.role == .central }.map(\.restoreID).sorted()
             $0.preservedPeripherals = mine.filter { $0.role == .peripheral }.map(\.restoreID).sorted()
             $0.queuedEvents = UInt32(preservedQueued + held)
             $0.launches = UInt32(runtime.launches)
             $0.lastLaunchError = relaunch.failure(of: manifest.id)?.description ?? ""
-            $0.lastLaunchFailure = Self.wire(relaunch.failure(of: manifest.id))
+            $0.lastLaunchFailure = .init(relaunch.failure(of: manifest.id))
             $0.restorations = UInt32(clamping: restoration.restorations(of: manifest.id))
             let relaunches = relaunch.tally(of: manifest.id)
             $0.launchesEndedUnrestored = UInt32(clamping: relaunches.endedUnrestored)

@@ -309,7 +309,7 @@ extension ManagerDaemon {
             awaitingBearer[link.handle, default: []].append { [unowned self] in forwardGatt(operation, session: session, incoming) }
             return
         }
-        guard let request = Self.attRequest(for: operation, on: UInt32(link.handle)) else {
+        guard let request = Beryl_Ipc_V1_AttRequest(operation, connectionHandle: UInt32(link.handle)) else {
             incoming.fail(.invalidArgument, "no GATT operation named (discover, read, write, set_notify or reliable_write)", field: "kind")
             return
         }
@@ -338,43 +338,6 @@ extension ManagerDaemon {
             case .failure(let error):
                 incoming.fail(.notReady, "attd: \(error)")
             }
-        }
-    }
-
-    /// The app's operation as attd's request on the link (attd names links by connection handle, apps by identifier).
-    static func attRequest(for operation: Beryl_Ipc_V1_GattOperation, on handle: UInt32) -> Beryl_Ipc_V1_AttRequest? {
-        switch operation.kind {
-        case .discover(let discover)?:
-            .with { $0.gattDiscover = .with {
-                $0.connectionHandle = handle
-                $0.serviceUuids = discover.serviceUuids
-                $0.characteristicUuids = discover.characteristicUuids
-                $0.startHandle = discover.startHandle
-                $0.endHandle = discover.endHandle
-                $0.depth = discover.depth
-            } }
-        case .read(let read)?:
-            .with { $0.gattRead = .with { $0.connectionHandle = handle; $0.handle = read.handle } }
-        case .write(let write)?:
-            .with { $0.gattWrite = .with {
-                $0.connectionHandle = handle
-                $0.handle = write.handle
-                $0.value = write.value
-                $0.withoutResponse = write.withoutResponse
-                $0.signed = write.signed
-            } }
-        case .setNotify(let change)?:
-            .with { $0.gattSubscribe = .with {
-                $0.connectionHandle = handle
-                $0.valueHandle = change.valueHandle
-                $0.cccdHandle = change.cccdHandle
-                $0.indicate = change.indicate
-                $0.enable = change.enable
-            } }
-        case .reliableWrite(let writes)?:
-            .with { $0.gattReliableWrite = .with { $0.connectionHandle = handle; $0.writes = writes.writes } }
-        case nil:
-            nil
         }
     }
 

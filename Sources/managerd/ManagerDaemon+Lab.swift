@@ -4,31 +4,15 @@ import BerylGAP
 import BerylHCI
 import BerylIPC
 import BerylManager
+import BerylManagerWire
 import BerylStore
 import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// The one lab session (beryl-pandora): what it runs on the controller, beside the apps' managers.
-final class LabState {
-    let session: UInt64
-    var advertising: LabAdvertising?
-    var scan: (passive: Bool, ownAddress: LabOwnAddress)?
-    /// The connection the lab waits for, answered when the link is up.
-    var connecting: (identifier: String, address: DeviceAddress, ownAddress: LabOwnAddress, incoming: IncomingRequest)?
-    /// Links a remote central made to the lab's advertising (the lab holds its central links in the book).
-    var peripheralLinks: Set<UInt16> = []
-    /// Each lab link's security as attd last reported it, and the last way it failed (for LabSecure's typed answer).
-    var security: [UInt16: Beryl_Ipc_V1_LabSecurityState] = [:]
-    var lastFailure: [UInt16: Beryl_Ipc_V1_LabSecurityOutcome] = [:]
-
-    init(session: UInt64) { self.session = session }
-
-    /// The lab holds its links in the connection book as this manager.
-    var key: ManagerKey { ManagerKey(session: session, manager: UInt32.max) }
-}
-
+/// The lab session's shell: BerylManager's LabSession decides; this turns its requests and answers into HCI commands,
+/// attd requests and lab events.
 extension ManagerDaemon {
     func handleLab(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: IPCSession, app: AppSession, _ incoming: IncomingRequest) {
         if case .labOpen = kind { return openLab(session: session, app: app, incoming) }
@@ -50,34 +34,34 @@ extension ManagerDaemon {
                 incoming.fail(.invalidArgument, "\(error)", field: "directed_to")
                 return
             }
-            lab.advertising = advertising
+            self.lab?.advertising = advertising
             announceLabLink(central: false, peer: nil, ownAddress: advertising.ownAddress)
             updateAdvertising { error in
                 if let error { incoming.fail(.internal, error) } else { incoming.respond(.with { $0.ack = .init() }) }
             }
         case .labStopAdvertising:
-            lab.advertising = nil
+            self.lab?.advertising = nil
             announceLabLink(central: false, peer: nil, ownAddress: nil)
             updateAdvertising()
             incoming.respond(.with { $0.ack = .init() })
         case .labScan(let request):
-            lab.scan = (request.passive, LabOwnAddress(rawValue: UInt8(request.ownAddressType.rawValue)) ?? .public)
+            self.lab?.scan = .init(passive: request.passive, ownAddress: LabOwnAddress(rawValue: UInt8(request.ownAddressType.rawValue)) ?? .public)
             controllerScan = .off  // new parameters: the scan is set up again
             command(HCICommands.leSetScanEnable(false))
             updateScanning()
             incoming.respond(.with { $0.ack = .init() })
         case .labStopScan:
-            lab.scan = nil
+            self.lab?.scan = nil
             updateScanning()
             incoming.respond(.with { $0.ack = .init() })
         case .labConnect(let request):
             labConnect(request, lab: lab, incoming)
         case .labCancelConnect:
-            if let connecting = lab.connecting {
-                lab.connecting = nil
-                announceLabLink(central: true, peer: connecting.address, ownAddress: nil)
-                perform(book.cancel(lab.key, identifier: connecting.identifier).actions)
-                connecting.incoming.fail(.cancelled, "the connection attempt to \(connecting.address) was cancelled")
+            if let attempt = self.lab?.endAttempt() {
+                announceLabLink(central: true, peer: attempt.address, ownAddress: nil)
+                perform(book.cancel(lab.key, identifier: attempt.identifier).actions)
+                labAttemptReply?.fail(.cancelled, "the connection attempt to \(attempt.address) was cancelled")
+                labAttemptReply = nil
             }
             incoming.respond(.with { $0.ack = .init() })
         case .labDisconnect(let request):
@@ -96,7 +80,7 @@ extension ManagerDaemon {
         case .labGetLinks:
             incoming.respond(.with { $0.manager.labLinks.links = book.links.values.sorted { $0.handle < $1.handle }.map(labLink) })
         case .labSecure(let request):
-            labSecure(UInt16(truncatingIfNeeded: request.handle), lab: lab, incoming)
+            labSecure(UInt16(truncatingIfNeeded: request.handle), incoming)
         case .labPairingAnswer(let answer):
             guard isLabLink(UInt16(truncatingIfNeeded: answer.handle)) else {
                 incoming.fail(.notFound, "no lab link 0x\(String(answer.handle, radix: 16))", field: "handle")
@@ -118,7 +102,7 @@ extension ManagerDaemon {
         case .labGetInfo:
             answerLabInfo(session: session.id, incoming)
         case .labFactoryReset(let reset):
-            labFactoryReset(lab, keepBonds: reset.keepBonds, incoming)
+            labFactoryReset(keepBonds: reset.keepBonds, incoming)
         default:
             incoming.fail(.unknownMessage, "not a lab request")
         }
@@ -137,7 +121,7 @@ extension ManagerDaemon {
             incoming.fail(.busy, "another lab session is open (session \(lab.session))")
             return
         }
-        lab = LabState(session: session.id)
+        lab = LabSession(session: session.id)
         host.logger.info("lab session \(session.id) opened by pid \(session.peer.pid) (uid \(session.peer.uid))")
         setLabRandomAddress()
         answerLabInfo(session: session.id, incoming)
@@ -208,7 +192,7 @@ extension ManagerDaemon {
         command(HCICommands.leSetRandomAddress(labRandomAddress))
     }
 
-    private func labConnect(_ request: Beryl_Ipc_V1_LabConnect, lab: LabState, _ incoming: IncomingRequest) {
+    private func labConnect(_ request: Beryl_Ipc_V1_LabConnect, lab: LabSession, _ incoming: IncomingRequest) {
         let address: DeviceAddress
         do {
             guard let parsed = try labAddress(request.address, field: "address", optional: false) else { return }
@@ -217,8 +201,8 @@ extension ManagerDaemon {
             incoming.fail(.invalidArgument, "\(error)", field: "address")
             return
         }
-        guard lab.connecting == nil else {
-            incoming.fail(.busy, "a connection attempt is under way (to \(lab.connecting!.address))")
+        if let attempt = lab.attempt {
+            incoming.fail(.busy, "a connection attempt is under way (to \(attempt.address))")
             return
         }
         if let link = book.links.values.first(where: { $0.address == address }) {
@@ -233,26 +217,26 @@ extension ManagerDaemon {
         let identifier = store.seen(address, at: Date().timeIntervalSince1970).identifier
         if madeKnown { updateLabRecord { $0.peripherals.append(identifier) } }
         let ownAddress = LabOwnAddress(rawValue: UInt8(request.ownAddressType.rawValue)) ?? .public
-        lab.connecting = (identifier, address, ownAddress, incoming)
+        try? self.lab?.startConnecting(identifier: identifier, address: address, ownAddress: ownAddress)
+        labAttemptReply = incoming
         announceLabLink(central: true, peer: address, ownAddress: ownAddress)
         perform(book.connect(lab.key, identifier: identifier, address: address).actions)
     }
 
     /// The Own_Address_Type for a central attempt: the lab's when the lab asked for that peer.
     func labOwnAddressType(connectingTo address: DeviceAddress) -> UInt8 {
-        guard let connecting = lab?.connecting, connecting.address == address else { return ownAddressType }
-        return connecting.ownAddress.rawValue
+        lab?.ownAddress(connectingTo: address)?.rawValue ?? ownAddressType
     }
 
     /// Leaves the controller as the lab found it: no lab advertising, scanning or attempt, the lab's links down, and
     /// (unless `keepBonds`) the lab's bonds and the identifiers it made known forgotten; then the controller is reset.
     /// Apps' managers, services and preserved state are not touched, and what they had running resumes after the reset.
-    private func labFactoryReset(_ lab: LabState, keepBonds: Bool, _ incoming: IncomingRequest) {
+    private func labFactoryReset(keepBonds: Bool, _ incoming: IncomingRequest) {
         guard let labRecord else {
             incoming.fail(.internal, "the lab's record in the state directory is unreadable, so what the lab made cannot be told apart; see managerd's log")
             return
         }
-        endLabWork(lab)
+        endLabWork()
         if !keepBonds {
             for identity in labRecord.record.bonds {
                 var request = Request()
@@ -278,14 +262,14 @@ extension ManagerDaemon {
     }
 
     /// The lab's advertising, scan, attempt and links end; its bonds and records stay.
-    private func endLabWork(_ lab: LabState) {
-        lab.advertising = nil
-        lab.scan = nil
+    private func endLabWork() {
+        guard let lab else { return }
+        let attempt = self.lab?.endWork()
         announceLabLink(central: false, peer: nil, ownAddress: nil)
-        if let connecting = lab.connecting {
-            lab.connecting = nil
-            perform(book.cancel(lab.key, identifier: connecting.identifier).actions)
-            connecting.incoming.fail(.cancelled, "factory reset")
+        if let attempt {
+            perform(book.cancel(lab.key, identifier: attempt.identifier).actions)
+            labAttemptReply?.fail(.cancelled, "factory reset")
+            labAttemptReply = nil
         }
         for link in book.links.values where link.holders == [lab.key] || lab.peripheralLinks.contains(link.handle) {
             command(HCICommands.disconnect(handle: link.handle))
@@ -349,7 +333,7 @@ extension ManagerDaemon {
     func labSessionClosed(_ id: UInt64) {
         guard let lab, lab.session == id else { return }
         host.logger.info("lab session \(id) closed")
-        endLabWork(lab)  // what it made stays recorded for the next factory reset
+        endLabWork()  // what it made stays recorded for the next factory reset
         self.lab = nil
         updateAdvertising()
         updateScanning()
@@ -375,13 +359,13 @@ extension ManagerDaemon {
         var out = Beryl_Ipc_V1_ManagerEvent()
         switch event {
         case .connected(let handle, let central, let peer):
-            guard let identifier = book.identifier(for: handle), let link = book.link(for: identifier) else { return }
-            if !central, lab.advertising != nil { lab.peripheralLinks.insert(handle) }
-            if isLabLink(handle) {
+            guard let identifier = book.identifier(for: handle), let link = book.link(for: identifier),
+                  let up = self.lab?.linkUp(handle, central: central, peer: peer, holders: link.holders) else { return }
+            if up.isLab {
                 if let madeKnown { updateLabRecord { $0.peripherals.append(madeKnown) } }
                 // The lab answers every pairing on its links, Just Works included (it may refuse); and pairing hashes the
                 // address the link uses, which is the lab's random one when it asked for that.
-                let own = central ? lab.connecting.flatMap { $0.address == peer ? $0.ownAddress : nil } : lab.advertising?.ownAddress
+                let own = up.ownAddress
                 var options = Request()
                 options.att.setLinkPairing = .with {
                     $0.connectionHandle = UInt32(handle)
@@ -391,17 +375,15 @@ extension ManagerDaemon {
                 attd?.request(options)
             }
             out.lab.linkUp = labLink(link)
-            if let connecting = lab.connecting, link.isCentral, connecting.address == peer {
-                lab.connecting = nil
-                connecting.incoming.respond(.with { $0.manager.labLink = labLink(link) })
+            if up.answers != nil {
+                labAttemptReply?.respond(.with { $0.manager.labLink = labLink(link) })
+                labAttemptReply = nil
             }
         case .connectionFailed(let status):
             out.lab.connectFailed = UInt32(status)
         case .disconnected(let handle, let reason):
             out.lab.linkDown = .with { $0.handle = UInt32(handle); $0.reason = UInt32(reason) }
-            lab.peripheralLinks.remove(handle)
-            lab.security[handle] = nil
-            lab.lastFailure[handle] = .with { $0.handle = UInt32(handle); $0.linkClosed = UInt32(reason) }
+            self.lab?.linkDown(handle, reason: reason)
         default:
             return
         }
@@ -419,7 +401,7 @@ extension ManagerDaemon {
     private func labLink(_ link: ConnectionBook.Link) -> Beryl_Ipc_V1_LabLink {
         .with {
             $0.handle = UInt32(link.handle)
-            if let security = lab?.security[link.handle] { $0.security = security }
+            if let security = lab?.security(of: link.handle) { $0.security = security.wire }
             $0.peer = link.address.description
             $0.central = link.isCentral
             if let timing = linkTimings[link.handle] {
@@ -448,14 +430,11 @@ extension ManagerDaemon {
     // MARK: Security on lab links
 
     func isLabLink(_ handle: UInt16) -> Bool {
-        guard let lab else { return false }
-        if lab.peripheralLinks.contains(handle) { return true }
-        guard let identifier = book.identifier(for: handle) else { return false }
-        return book.link(for: identifier)?.holders.contains(lab.key) == true
+        lab?.owns(handle, holders: book.identifier(for: handle).flatMap { book.link(for: $0)?.holders }) ?? false
     }
 
     /// attd pairs (or encrypts with a bond's key); its events, which come before its answer, say how it failed.
-    private func labSecure(_ handle: UInt16, lab: LabState, _ incoming: IncomingRequest) {
+    private func labSecure(_ handle: UInt16, _ incoming: IncomingRequest) {
         guard isLabLink(handle) else {
             incoming.fail(.notFound, "no lab link 0x\(String(handle, radix: 16))", field: "handle")
             return
@@ -464,78 +443,54 @@ extension ManagerDaemon {
             incoming.fail(.notReady, "attd is not attached")
             return
         }
-        lab.lastFailure[handle] = nil
+        lab?.securing(handle)
         var request = Request()
         request.att.pair.connectionHandle = UInt32(handle)
         attd.request(request) { [unowned self] result in
-            switch result {
-            case .success(let response):
-                let state = Self.labSecurityState(response.att.paired)
-                self.lab?.security[handle] = state
-                incoming.respond(.with { $0.manager.labSecurity = .with { $0.handle = UInt32(handle); $0.secured = state } })
-            case .failure:
-                let outcome = self.lab?.lastFailure[handle]
-                    ?? .with { $0.handle = UInt32(handle); $0.pairingFailed = .with { $0.reason = 0x08 } }  // Unspecified Reason
-                incoming.respond(.with { $0.manager.labSecurity = outcome })
+            let outcome: LabSecurityOutcome? = switch result {
+            case .success(let response): self.lab?.secured(handle, LabSecurity(response.att.paired))
+            case .failure: self.lab?.securingFailed(handle)
             }
+            guard let outcome else {
+                incoming.fail(.cancelled, "the lab session closed")
+                return
+            }
+            incoming.respond(.with { $0.manager.labSecurity = outcome.wire(handle: handle) })
         }
     }
 
     /// attd's pairing and encryption events on a lab link, for the lab session; false when the link is not the lab's.
     func labSecurityEvent(_ event: Beryl_Ipc_V1_AttEvent.OneOf_Kind) -> Bool {
-        guard let lab else { return false }
-        var outcome = Beryl_Ipc_V1_LabSecurityOutcome()
+        guard let session = lab?.session else { return false }
+        let handle: UInt16
+        let outcome: LabSecurityOutcome?
         switch event {
         case .pairingPrompt(let prompt):
             guard isLabLink(UInt16(truncatingIfNeeded: prompt.connectionHandle)) else { return false }
             var out = Beryl_Ipc_V1_ManagerEvent()
             out.lab.pairingPrompt = .with { $0.handle = prompt.connectionHandle; $0.kind = prompt.kind; $0.number = prompt.number }
-            send(out, to: lab.session)
+            send(out, to: session)
             return true
         case .pairingFinished(let finished):
-            let handle = UInt16(truncatingIfNeeded: finished.connectionHandle)
+            handle = UInt16(truncatingIfNeeded: finished.connectionHandle)
             guard isLabLink(handle) else { return false }
-            outcome.handle = finished.connectionHandle
-            if finished.success {
-                outcome.secured = Self.labSecurityState(finished.result)
-                lab.security[handle] = outcome.secured
-                if finished.result.bonded { rememberLabBond(finished.result.identity.isEmpty ? finished.peer : finished.result.identity) }
-            } else {
-                outcome.pairingFailed = .with { $0.reason = finished.reason; $0.remote = finished.remote }
-                lab.lastFailure[handle] = outcome
-            }
+            let result: Result<LabSecurity, LabPairingFailure> = finished.success ? .success(LabSecurity(finished.result))
+                : .failure(LabPairingFailure(reason: UInt8(truncatingIfNeeded: finished.reason), remote: finished.remote))
+            outcome = lab?.pairingFinished(handle, result)
+            if finished.success, finished.result.bonded { rememberLabBond(finished.result.identity.isEmpty ? finished.peer : finished.result.identity) }
         case .securityChanged(let changed):
-            let handle = UInt16(truncatingIfNeeded: changed.connectionHandle)
+            handle = UInt16(truncatingIfNeeded: changed.connectionHandle)
             guard isLabLink(handle) else { return false }
-            outcome.handle = changed.connectionHandle
-            if changed.status != 0 {
-                outcome.encryptionFailed = changed.status
-                lab.lastFailure[handle] = outcome
-            } else {
-                var state = lab.security[handle] ?? .init()
-                state.encrypted = changed.encrypted
-                state.authenticated = changed.authenticated
-                state.bonded = changed.bonded
-                lab.security[handle] = state
-                outcome.secured = state
-            }
+            outcome = lab?.securityChanged(handle, status: UInt8(truncatingIfNeeded: changed.status), encrypted: changed.encrypted,
+                                           authenticated: changed.authenticated, bonded: changed.bonded)
         default:
             return false
         }
+        guard let outcome else { return true }
         var out = Beryl_Ipc_V1_ManagerEvent()
-        out.lab.security = outcome
-        send(out, to: lab.session)
+        out.lab.security = outcome.wire(handle: handle)
+        send(out, to: session)
         return true
-    }
-
-    static func labSecurityState(_ paired: Beryl_Ipc_V1_Paired) -> Beryl_Ipc_V1_LabSecurityState {
-        .with {
-            $0.encrypted = paired.encrypted
-            $0.authenticated = paired.authenticated
-            $0.bonded = paired.bonded
-            $0.secureConnections = paired.secureConnections
-            $0.keySize = paired.keySize
-        }
     }
 
     private func forwardToAttd(_ request: Request, _ incoming: IncomingRequest, answer: @escaping (Response) -> Response) {

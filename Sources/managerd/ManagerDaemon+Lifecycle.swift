@@ -2,6 +2,7 @@ import BerylCore
 import BerylDaemonKit
 import BerylIPC
 import BerylManager
+import BerylManagerWire
 import Foundation
 import Glibc
 
@@ -68,7 +69,7 @@ extension ManagerDaemon {
     /// while the app is suspended. False when the event should not go out now.
     func admit(_ event: inout Beryl_Ipc_V1_ManagerEvent, for sessionID: UInt64) -> Bool {
         guard let app = appSessions[sessionID], !app.appID.isEmpty else { return true }
-        let disposition = life.disposition(of: Self.eventClass(event), app: app.appID, session: sessionID,
+        let disposition = life.disposition(of: AppLifecycle.EventClass(event), app: app.appID, session: sessionID,
                                            rules: lifecycleRules(app.appID), at: host.loop.uptime)
         logWakes()
         switch disposition {
@@ -81,15 +82,6 @@ extension ManagerDaemon {
             return false
         case .drop:
             return false
-        }
-    }
-
-    static func eventClass(_ event: Beryl_Ipc_V1_ManagerEvent) -> AppLifecycle.EventClass {
-        switch event.kind {
-        case .stateChanged?, .pairingFinished?: .news
-        case .readyToUpdate?, .readyToWrite?: .flowControl
-        case .pairingPrompt?: .prompt
-        default: .work
         }
     }
 
@@ -124,7 +116,7 @@ extension ManagerDaemon {
         let message = alert.kind.message(appID: app.appID, peripheral: store?.device(alert.peripheral)?.name ?? alert.peripheral)
         host.logger.warning("alert: \(message)")
         var event = Beryl_Ipc_V1_ManagerEvent()
-        event.alert = .with { $0.appID = app.appID; $0.message = message; $0.kind = Self.wire(alert.kind); $0.peripheral = alert.peripheral }
+        event.alert = .with { $0.appID = app.appID; $0.message = message; $0.kind = .init(alert.kind); $0.peripheral = alert.peripheral }
         for subscriber in alertSubscribers { send(event, to: subscriber) }
         if let manifest = catalog.apps[app.appID], let command = manifest.alertCommand {
             do {
@@ -133,14 +125,6 @@ extension ManagerDaemon {
             } catch {
                 host.logger.error("alert command of \(app.appID) failed: \(error)")
             }
-        }
-    }
-
-    static func wire(_ kind: AlertKind) -> Beryl_Ipc_V1_AlertKind {
-        switch kind {
-        case .connection: .connection
-        case .disconnection: .disconnection
-        case .notification: .notification
         }
     }
 

@@ -27,7 +27,7 @@ extension ManagerDaemon {
                 switch result {
                 case .success(let response):
                     let published = response.att.servicePublished
-                    guard let range = Self.handles(of: published) else {
+                    guard let range = published.handles else {
                         incoming.fail(.internal, "attd answered with handles \(published.startHandle)...\(published.endHandle)")
                         return
                     }
@@ -132,12 +132,6 @@ extension ManagerDaemon {
         default:
             incoming.fail(.unsupported, "not a peripheral request")
         }
-    }
-
-    /// The handles attd gave a published service; nil when they are not a 16-bit range (Core Vol 3 Part F §3.2.2).
-    static func handles(of published: Beryl_Ipc_V1_ServicePublished) -> ClosedRange<UInt16>? {
-        guard let start = UInt16(exactly: published.startHandle), let end = UInt16(exactly: published.endHandle), start <= end else { return nil }
-        return start...end
     }
 
     func unpublish(_ start: UInt16) {

@@ -124,7 +124,6 @@ extension ManagerDaemon {
 
     // MARK: Persistence
 
-
     func persist(_ preserved: PreservedManager) {
         guard let restorationStore,
               !unreadableRecords.contains(RecordKey(appID: preserved.appID, restoreID: preserved.restoreID, role: preserved.role)) else { return }
@@ -218,7 +217,7 @@ extension ManagerDaemon {
                         return
                     }
                     let published = response.att.servicePublished
-                    guard let range = Self.handles(of: published) else {
+                    guard let range = published.handles else {
                         self.host.logger.error("attd answered a preserved service's publication with handles \(published.startHandle)...\(published.endHandle)")
                         return
                     }

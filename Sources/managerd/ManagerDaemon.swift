@@ -99,7 +99,9 @@ final class ManagerDaemon {
     var stoppingApps = false
 
     // Device labs.
-    var lab: LabState?
+    var lab: LabSession?
+    /// The lab's connection attempt, answered when its link is up (LabSession keeps the attempt itself).
+    var labAttemptReply: IncomingRequest?
     /// The static random address a lab session's RANDOM procedures use, made once per managerd.
     let labRandomAddress = makeStaticRandomAddress { UInt8.random(in: 0...255) }
     /// Each link's interval, latency and supervision timeout as the controller last reported them.

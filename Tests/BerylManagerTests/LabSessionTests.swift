@@ -63,4 +63,64 @@ final class LabSessionTests: XCTestCase {
         XCTAssertEqual(address.bytes, [0xAB, 0xCD, 0xEF, 0x01, 0x23, 0xC5])
         XCTAssertEqual(address.randomKind, .static)
     }
+
+    private static let peer = DeviceAddress("C0:11:22:33:44:55/random")!
+    private static let other = DeviceAddress("C0:11:22:33:44:66/random")!
+
+    func testALinkIsTheLabsWhenItAdvertisedForItOrHoldsIt() throws {
+        var lab = LabSession(session: 7)
+        XCTAssertFalse(lab.linkUp(0x40, central: false, peer: Self.peer, holders: nil).isLab, "not advertising: an app's")
+        lab.advertising = try LabAdvertising(data: [], scanResponse: [], connectable: true, scannable: true, directedTo: nil, ownAddress: .random, interval: 0)
+        let up = lab.linkUp(0x41, central: false, peer: Self.peer, holders: nil)
+        XCTAssertEqual(up, .init(isLab: true, ownAddress: .random, answers: nil), "pairing hashes the random address it advertised from")
+        XCTAssertTrue(lab.owns(0x42, holders: [lab.key]), "a central link the lab holds in the book")
+        XCTAssertFalse(lab.owns(0x42, holders: [ManagerKey(session: 3, manager: 1)]))
+        lab.linkDown(0x41, reason: 0x13)
+        XCTAssertFalse(lab.owns(0x41, holders: nil), "a handle the controller may hand out again is not the lab's")
+    }
+
+    func testTheAttemptIsAnsweredByItsOwnLinkOnly() throws {
+        var lab = LabSession(session: 7)
+        try lab.startConnecting(identifier: "P1", address: Self.peer, ownAddress: .resolvableOrRandom)
+        XCTAssertThrowsError(try lab.startConnecting(identifier: "P2", address: Self.other, ownAddress: .public)) {
+            XCTAssertEqual($0 as? LabSession.Refusal, .attemptUnderWay(Self.peer))
+        }
+        XCTAssertEqual(lab.ownAddress(connectingTo: Self.peer), .resolvableOrRandom)
+        XCTAssertNil(lab.ownAddress(connectingTo: Self.other), "an app's attempt uses managerd's own address type")
+        XCTAssertNil(lab.linkUp(0x40, central: true, peer: Self.other, holders: nil).answers, "an app's link to another peer")
+        let up = lab.linkUp(0x41, central: true, peer: Self.peer, holders: [lab.key])
+        XCTAssertEqual(up.answers?.identifier, "P1")
+        XCTAssertEqual(up.ownAddress, .resolvableOrRandom)
+        XCTAssertNil(lab.attempt, "answered once")
+        try lab.startConnecting(identifier: "P2", address: Self.other, ownAddress: .public)
+        XCTAssertEqual(lab.endWork()?.identifier, "P2", "ending the lab's work ends its attempt")
+        XCTAssertNil(lab.attempt)
+    }
+
+    /// attd answers a failed LabSecure only with an error; the events before it say how it failed, and that is the answer.
+    func testLabSecureAnswersHowTheLinksSecurityFailed() {
+        var lab = LabSession(session: 7)
+        lab.securing(0x40)
+        XCTAssertEqual(lab.securingFailed(0x40), .pairingFailed(reason: 0x08, remote: false), "nothing said how: Unspecified Reason")
+        XCTAssertEqual(lab.pairingFinished(0x40, .failure(LabPairingFailure(reason: 0x04, remote: true))), .pairingFailed(reason: 0x04, remote: true))
+        XCTAssertEqual(lab.securingFailed(0x40), .pairingFailed(reason: 0x04, remote: true))
+        lab.securing(0x40)
+        XCTAssertEqual(lab.securingFailed(0x40), .pairingFailed(reason: 0x08, remote: false), "a new LabSecure forgets the last failure")
+        XCTAssertEqual(lab.securityChanged(0x40, status: 0x06, encrypted: false, authenticated: false, bonded: true), .encryptionFailed(status: 0x06))
+        XCTAssertEqual(lab.securingFailed(0x40), .encryptionFailed(status: 0x06))
+        lab.linkDown(0x40, reason: 0x3D)
+        XCTAssertEqual(lab.securingFailed(0x40), .linkClosed(reason: 0x3D))
+    }
+
+    func testAnEncryptionChangeKeepsWhatPairingSaid() {
+        var lab = LabSession(session: 7)
+        let paired = LabSecurity(encrypted: true, authenticated: true, bonded: true, secureConnections: true, keySize: 16)
+        XCTAssertEqual(lab.pairingFinished(0x40, .success(paired)), .secured(paired))
+        XCTAssertEqual(lab.securityChanged(0x40, status: 0, encrypted: false, authenticated: false, bonded: true),
+                       .secured(LabSecurity(encrypted: false, authenticated: false, bonded: true, secureConnections: true, keySize: 16)))
+        XCTAssertEqual(lab.secured(0x40, paired), .secured(paired))
+        XCTAssertEqual(lab.security(of: 0x40), paired)
+        lab.linkDown(0x40, reason: 0x13)
+        XCTAssertNil(lab.security(of: 0x40))
+    }
 }

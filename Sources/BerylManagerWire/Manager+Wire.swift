@@ -1,0 +1,139 @@
+import BerylCore
+import BerylManager
+import BerylWire
+
+// managerd's proto ⇄ core translation for its app-facing values: the app's GATT operations as attd's requests,
+// lifecycle states, launch failures, alerts, the lab's security. Stateless, so each is a round-trip test away.
+
+extension Beryl_Ipc_V1_AttRequest {
+    /// The app's operation as attd's request on the link (attd names links by connection handle, apps by identifier);
+    /// nil when the operation names no kind.
+    public init?(_ operation: Beryl_Ipc_V1_GattOperation, connectionHandle handle: UInt32) {
+        switch operation.kind {
+        case .discover(let discover)?:
+            self = .with { $0.gattDiscover = .with {
+                $0.connectionHandle = handle
+                $0.serviceUuids = discover.serviceUuids
+                $0.characteristicUuids = discover.characteristicUuids
+                $0.startHandle = discover.startHandle
+                $0.endHandle = discover.endHandle
+                $0.depth = discover.depth
+            } }
+        case .read(let read)?:
+            self = .with { $0.gattRead = .with { $0.connectionHandle = handle; $0.handle = read.handle } }
+        case .write(let write)?:
+            self = .with { $0.gattWrite = .with {
+                $0.connectionHandle = handle
+                $0.handle = write.handle
+                $0.value = write.value
+                $0.withoutResponse = write.withoutResponse
+                $0.signed = write.signed
+            } }
+        case .setNotify(let change)?:
+            self = .with { $0.gattSubscribe = .with {
+                $0.connectionHandle = handle
+                $0.valueHandle = change.valueHandle
+                $0.cccdHandle = change.cccdHandle
+                $0.indicate = change.indicate
+                $0.enable = change.enable
+            } }
+        case .reliableWrite(let writes)?:
+            self = .with { $0.gattReliableWrite = .with { $0.connectionHandle = handle; $0.writes = writes.writes } }
+        case nil:
+            return nil
+        }
+    }
+}
+
+extension Beryl_Ipc_V1_ServicePublished {
+    /// The handles attd gave the service; nil when they are not a 16-bit range (Core Vol 3 Part F §3.2.2).
+    public var handles: ClosedRange<UInt16>? {
+        guard let start = UInt16(exactly: startHandle), let end = UInt16(exactly: endHandle), start <= end else { return nil }
+        return start...end
+    }
+}
+
+extension LifecycleState {
+    /// The states an app can be put in; not running is what its process exiting makes it, so it is nil here.
+    public init?(settable state: Beryl_Ipc_V1_AppLifecycle) {
+        switch state {
+        case .foreground: self = .foreground
+        case .background: self = .background
+        case .suspended: self = .suspended
+        case .notRunning, .UNRECOGNIZED: return nil
+        }
+    }
+
+    public var wire: Beryl_Ipc_V1_AppLifecycle {
+        switch self {
+        case .foreground: .foreground
+        case .background: .background
+        case .suspended: .suspended
+        case .notRunning: .notRunning
+        }
+    }
+}
+
+extension AppLifecycle.EventClass {
+    /// How an event for a suspended app counts: news and prompts wake or wait differently from work (AppLifecycle).
+    public init(_ event: Beryl_Ipc_V1_ManagerEvent) {
+        switch event.kind {
+        case .stateChanged?, .pairingFinished?: self = .news
+        case .readyToUpdate?, .readyToWrite?: self = .flowControl
+        case .pairingPrompt?: self = .prompt
+        default: self = .work
+        }
+    }
+}
+
+extension Beryl_Ipc_V1_LaunchFailureKind {
+    public init(_ failure: LaunchFailure?) {
+        switch failure {
+        case nil: self = .none
+        case .couldNotStart?: self = .couldNotStart
+        case .didNotRestore?: self = .didNotRestore
+        case .exitedWithoutRestoring?: self = .exitedWithoutRestoring
+        }
+    }
+}
+
+extension Beryl_Ipc_V1_AlertKind {
+    public init(_ kind: AlertKind) {
+        switch kind {
+        case .connection: self = .connection
+        case .disconnection: self = .disconnection
+        case .notification: self = .notification
+        }
+    }
+}
+
+extension LabSecurity {
+    public init(_ paired: Beryl_Ipc_V1_Paired) {
+        self.init(encrypted: paired.encrypted, authenticated: paired.authenticated, bonded: paired.bonded,
+                  secureConnections: paired.secureConnections, keySize: UInt8(truncatingIfNeeded: paired.keySize))
+    }
+
+    public var wire: Beryl_Ipc_V1_LabSecurityState {
+        .with {
+            $0.encrypted = encrypted
+            $0.authenticated = authenticated
+            $0.bonded = bonded
+            $0.secureConnections = secureConnections
+            $0.keySize = UInt32(keySize)
+        }
+    }
+}
+
+extension LabSecurityOutcome {
+    public func wire(handle: UInt16) -> Beryl_Ipc_V1_LabSecurityOutcome {
+        .with {
+            $0.handle = UInt32(handle)
+            switch self {
+            case .secured(let state): $0.secured = state.wire
+            case .pairingFailed(let reason, let remote): $0.pairingFailed = .with { $0.reason = UInt32(reason); $0.remote = remote }
+            case .encryptionFailed(let status): $0.encryptionFailed = UInt32(status)
+            case .linkClosed(let reason): $0.linkClosed = UInt32(reason)
+            }
+        }
+    }
+}

@@ -1,0 +1,89 @@
+import BerylCore
+import BerylManager
+import BerylManagerWire
+import BerylWire
+import Foundation
+import XCTest
+
+/// managerd's stateless proto ⇄ core translation: every case of each enum lands where it should, and an app's GATT
+/// operation reaches attd on the link's handle with every field it carried.
+final class ManagerWireTests: XCTestCase {
+    func testEachGattOperationBecomesAttdsRequestOnTheLink() throws {
+        let discover = try XCTUnwrap(Beryl_Ipc_V1_AttRequest(.with { $0.discover = .with {
+            $0.serviceUuids = ["180D"]; $0.characteristicUuids = ["2A37"]; $0.startHandle = 3; $0.endHandle = 9; $0.depth = .characteristics
+        } }, connectionHandle: 0x41))
+        XCTAssertEqual(discover.gattDiscover.connectionHandle, 0x41)
+        XCTAssertEqual(discover.gattDiscover.serviceUuids, ["180D"])
+        XCTAssertEqual(discover.gattDiscover.characteristicUuids, ["2A37"])
+        XCTAssertEqual(discover.gattDiscover.startHandle...discover.gattDiscover.endHandle, 3...9)
+        XCTAssertEqual(discover.gattDiscover.depth, .characteristics)
+
+        let read = try XCTUnwrap(Beryl_Ipc_V1_AttRequest(.with { $0.read.handle = 0x2A }, connectionHandle: 0x41))
+        XCTAssertEqual(read.gattRead, .with { $0.connectionHandle = 0x41; $0.handle = 0x2A })
+
+        let write = try XCTUnwrap(Beryl_Ipc_V1_AttRequest(.with { $0.write = .with {
+            $0.handle = 0x2C; $0.value = Data([1, 2]); $0.withoutResponse = true; $0.signed = true
+        } }, connectionHandle: 0x42))
+        XCTAssertEqual(write.gattWrite, .with { $0.connectionHandle = 0x42; $0.handle = 0x2C; $0.value = Data([1, 2]); $0.withoutResponse = true; $0.signed = true })
+
+        let notify = try XCTUnwrap(Beryl_Ipc_V1_AttRequest(.with { $0.setNotify = .with {
+            $0.valueHandle = 0x2C; $0.cccdHandle = 0x2D; $0.indicate = true; $0.enable = true
+        } }, connectionHandle: 0x43))
+        XCTAssertEqual(notify.gattSubscribe, .with { $0.connectionHandle = 0x43; $0.valueHandle = 0x2C; $0.cccdHandle = 0x2D; $0.indicate = true; $0.enable = true })
+
+        let writes: [Beryl_Ipc_V1_AttWrite] = [.with { $0.handle = 5; $0.value = Data([9]) }, .with { $0.handle = 6; $0.value = Data([8]) }]
+        let reliable = try XCTUnwrap(Beryl_Ipc_V1_AttRequest(.with { $0.reliableWrite.writes = writes }, connectionHandle: 0x44))
+        XCTAssertEqual(reliable.gattReliableWrite.connectionHandle, 0x44)
+        XCTAssertEqual(reliable.gattReliableWrite.writes, writes)
+
+        XCTAssertNil(Beryl_Ipc_V1_AttRequest(Beryl_Ipc_V1_GattOperation(), connectionHandle: 0x41), "an operation of no kind")
+    }
+
+    func testAPublishedServicesHandlesAreA16BitRangeOrNothing() {
+        XCTAssertEqual(Beryl_Ipc_V1_ServicePublished.with { $0.startHandle = 0x10; $0.endHandle = 0x14 }.handles, 0x10...0x14)
+        XCTAssertNil(Beryl_Ipc_V1_ServicePublished.with { $0.startHandle = 0x10; $0.endHandle = 0x1_0000 }.handles)
+        XCTAssertNil(Beryl_Ipc_V1_ServicePublished.with { $0.startHandle = 0x14; $0.endHandle = 0x10 }.handles)
+    }
+
+    func testLifecycleStatesRoundTripAndNotRunningCannotBeSet() {
+        for state in LifecycleState.allCases where state != .notRunning {
+            XCTAssertEqual(LifecycleState(settable: state.wire), state)
+        }
+        XCTAssertEqual(LifecycleState.notRunning.wire, .notRunning)
+        XCTAssertNil(LifecycleState(settable: .notRunning), "an app is not running when its process exits")
+        XCTAssertNil(LifecycleState(settable: .UNRECOGNIZED(9)))
+    }
+
+    func testEventsAreClassedForASuspendedApp() {
+        func kind(_ event: Beryl_Ipc_V1_ManagerEvent) -> String { "\(AppLifecycle.EventClass(event))" }
+        XCTAssertEqual(kind(.with { $0.stateChanged = .init() }), "news")
+        XCTAssertEqual(kind(.with { $0.pairingFinished = .init() }), "news")
+        XCTAssertEqual(kind(.with { $0.readyToUpdate = .init() }), "flowControl")
+        XCTAssertEqual(kind(.with { $0.readyToWrite = .init() }), "flowControl")
+        XCTAssertEqual(kind(.with { $0.pairingPrompt = .init() }), "prompt")
+        XCTAssertEqual(kind(.with { $0.notification = .init() }), "work")
+    }
+
+    func testLaunchFailuresAndAlertsKeepTheirKind() {
+        XCTAssertEqual(Beryl_Ipc_V1_LaunchFailureKind(nil), .none)
+        XCTAssertEqual(Beryl_Ipc_V1_LaunchFailureKind(.couldNotStart(reason: "no such file")), .couldNotStart)
+        XCTAssertEqual(Beryl_Ipc_V1_LaunchFailureKind(.didNotRestore(restoreIDs: ["a"], within: .seconds(15))), .didNotRestore)
+        XCTAssertEqual(Beryl_Ipc_V1_LaunchFailureKind(.exitedWithoutRestoring(exit: "exit 1", restoreIDs: ["a"])), .exitedWithoutRestoring)
+        XCTAssertEqual(AlertKind.allCases.map { Beryl_Ipc_V1_AlertKind($0) }, [.connection, .disconnection, .notification])
+    }
+
+    func testALabLinksSecurityTravelsAsItWasSaid() {
+        let paired = Beryl_Ipc_V1_Paired.with {
+            $0.encrypted = true; $0.authenticated = true; $0.bonded = true; $0.secureConnections = true; $0.keySize = 16
+        }
+        let security = LabSecurity(paired)
+        XCTAssertEqual(security, LabSecurity(encrypted: true, authenticated: true, bonded: true, secureConnections: true, keySize: 16))
+        XCTAssertEqual(security.wire, .with { $0.encrypted = true; $0.authenticated = true; $0.bonded = true; $0.secureConnections = true; $0.keySize = 16 })
+        XCTAssertEqual(LabSecurityOutcome.secured(security).wire(handle: 0x40).secured, security.wire)
+        let failed = LabSecurityOutcome.pairingFailed(reason: 0x04, remote: true).wire(handle: 0x40)
+        XCTAssertEqual(failed.handle, 0x40)
+        XCTAssertEqual(failed.pairingFailed, .with { $0.reason = 0x04; $0.remote = true })
+        XCTAssertEqual(LabSecurityOutcome.encryptionFailed(status: 0x06).wire(handle: 1).encryptionFailed, 0x06)
+        XCTAssertEqual(LabSecurityOutcome.linkClosed(reason: 0x3D).wire(handle: 1).linkClosed, 0x3D)
+    }
+}
