@@ -55,6 +55,8 @@ let package = Package(
         .target(name: "Beryl", dependencies: ["BerylCore", "BerylWire"]),
         // managerd's translation between its cores' values and the wire's messages.
         .target(name: "BerylManagerWire", dependencies: ["BerylManager", "BerylWire", "BerylCore"]),
+        // attd's proto ⇄ core values (GATT discovery results, security outcomes), as BerylManagerWire is managerd's.
+        .target(name: "BerylAttWire", dependencies: ["BerylGATT", "BerylSMP", "BerylHCI", "BerylWire", "BerylCore"]),
         .target(name: "BerylSim", dependencies: ["BerylCore", "BerylHCI", "CBerylCrypto"]),
         .target(name: "BerylL2CAP", dependencies: ["BerylCore", "BerylHCI"]),
         .target(name: "BerylATT", dependencies: ["BerylCore"]),
@@ -87,7 +89,7 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "attd", dependencies: [
-            "BerylDaemonKit", "BerylGATT", "BerylHCI", "BerylSMP", "BerylStore", "BerylCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "BerylDaemonKit", "BerylGATT", "BerylHCI", "BerylSMP", "BerylAttWire", "BerylStore", "BerylCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "managerd", dependencies: [
             "BerylDaemonKit", "BerylManager", "BerylManagerWire", "BerylGAP", "BerylHCI", "BerylStore", "BerylEventLoop", .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -137,6 +139,7 @@ let package = Package(
         .testTarget(name: "BerylSimTests", dependencies: ["BerylSim", "BerylCore"]),
         .testTarget(name: "BerylGATTTests", dependencies: ["BerylGATT", "BerylATT", "BerylCore", "BerylHCI", "BerylCrypto"]),
         .testTarget(name: "BerylL2CAPTests", dependencies: ["BerylL2CAP", "BerylCore", "BerylHCI"]),
+        .testTarget(name: "BerylAttWireTests", dependencies: ["BerylAttWire", "BerylGATT", "BerylSMP", "BerylWire", "BerylCore"]),
         .testTarget(name: "BerylManagerWireTests", dependencies: ["BerylManagerWire", "BerylManager", "BerylWire", "BerylCore"]),
         .testTarget(name: "BerylHCITests", dependencies: ["BerylHCI", "BerylSim", "BerylCore", "BerylHardware"]),
         .testTarget(name: "BerylPandoraTests", dependencies: [

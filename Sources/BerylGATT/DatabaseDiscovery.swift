@@ -17,12 +17,21 @@ public struct DiscoveryScope: Equatable, Sendable {
 public struct DiscoveredCharacteristicTree: Equatable, Sendable {
     public var characteristic: DiscoveredCharacteristic
     public var descriptors: [DiscoveredDescriptor]
+    public init(characteristic: DiscoveredCharacteristic, descriptors: [DiscoveredDescriptor]) {
+        self.characteristic = characteristic
+        self.descriptors = descriptors
+    }
 }
 
 public struct DiscoveredServiceTree: Equatable, Sendable {
     public var service: DiscoveredService
     public var included: [DiscoveredInclude]
     public var characteristics: [DiscoveredCharacteristicTree]
+    public init(service: DiscoveredService, included: [DiscoveredInclude], characteristics: [DiscoveredCharacteristicTree]) {
+        self.service = service
+        self.included = included
+        self.characteristics = characteristics
+    }
 }
 
 /// A peer's database, or the part a scope names: primary services (all, or each UUID asked for), then for each its

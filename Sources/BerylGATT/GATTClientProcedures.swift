@@ -5,6 +5,11 @@ public struct DiscoveredService: Equatable, Sendable {
     public var start: UInt16
     public var end: UInt16
     public var uuid: BluetoothUUID
+    public init(start: UInt16, end: UInt16, uuid: BluetoothUUID) {
+        self.start = start
+        self.end = end
+        self.uuid = uuid
+    }
 }
 
 public struct DiscoveredCharacteristic: Equatable, Sendable {
@@ -12,11 +17,21 @@ public struct DiscoveredCharacteristic: Equatable, Sendable {
     public var properties: CharacteristicProperties
     public var valueHandle: UInt16
     public var uuid: BluetoothUUID
+    public init(declaration: UInt16, properties: CharacteristicProperties, valueHandle: UInt16, uuid: BluetoothUUID) {
+        self.declaration = declaration
+        self.properties = properties
+        self.valueHandle = valueHandle
+        self.uuid = uuid
+    }
 }
 
 public struct DiscoveredDescriptor: Equatable, Sendable {
     public var handle: UInt16
     public var uuid: BluetoothUUID
+    public init(handle: UInt16, uuid: BluetoothUUID) {
+        self.handle = handle
+        self.uuid = uuid
+    }
 }
 
 /// One GATT client procedure as a state machine (Core Vol 3 Part G §4): it names the next request,
@@ -263,6 +278,12 @@ public struct DiscoveredInclude: Equatable, Sendable {
     public var start: UInt16
     public var end: UInt16
     public var uuid: BluetoothUUID
+    public init(declaration: UInt16, start: UInt16, end: UInt16, uuid: BluetoothUUID) {
+        self.declaration = declaration
+        self.start = start
+        self.end = end
+        self.uuid = uuid
+    }
 }
 
 /// Find Included Services (§4.5.1): Read By Type for include declarations; a 128-bit included UUID is not in the

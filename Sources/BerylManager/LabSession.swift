@@ -135,6 +135,7 @@ public enum LabSecurityOutcome: Equatable, Sendable {
 /// and what each of its links' security is. Sans-IO: managerd turns requests into calls here and the answers into
 /// HCI commands, attd requests and lab events.
 public struct LabSession: Sendable {
+    /// The lab's scan runs fast, passive only when no app scans (apps need scan responses for names).
     public struct Scan: Equatable, Sendable {
         public var passive: Bool
         public var ownAddress: LabOwnAddress
@@ -190,6 +191,7 @@ public struct LabSession: Sendable {
         peripheralLinks.contains(handle) || holders?.contains(key) == true
     }
 
+    /// What LabLink reports of the link's security; nil until attd said something of it.
     public func security(of handle: UInt16) -> LabSecurity? { security[handle] }
 
     // MARK: Procedures
@@ -231,6 +233,7 @@ public struct LabSession: Sendable {
         return LinkUp(isLab: owns(handle, holders: holders), ownAddress: own, answers: answered)
     }
 
+    /// The handle may come back for another link; a LabSecure answered after this reports the link closing.
     public mutating func linkDown(_ handle: UInt16, reason: UInt8) {
         peripheralLinks.remove(handle)
         security[handle] = nil

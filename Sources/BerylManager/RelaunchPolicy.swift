@@ -18,17 +18,22 @@ public struct RelaunchPolicy: Sendable {
         var nextLaunch: Duration?
         var backoff: RestartBackoff
         var failure: LaunchFailure?
+        /// Ended for not restoring, and its exit not yet reported: launching now would skip the backoff.
+        var endedAwaitingExit = false
         var tally = RelaunchTally()
     }
 
-    /// Launches ended for not restoring in time, and launches put off by the backoff after one ended (or failed to
-    /// start) with work still waiting: each launch ended should be followed by one put off, never by one at once.
+    /// Launches ended for not restoring in time; exits with work still waiting, each putting the next launch off by
+    /// the backoff; and launches made while an ended one had not yet exited (which skipped the backoff and left a
+    /// zombie behind: always 0 unless the shell launches before it reaps).
     public struct RelaunchTally: Equatable, Sendable {
         public var endedUnrestored = 0
         public var backedOff = 0
-        public init(endedUnrestored: Int = 0, backedOff: Int = 0) {
+        public var launchedBeforeReaped = 0
+        public init(endedUnrestored: Int = 0, backedOff: Int = 0, launchedBeforeReaped: Int = 0) {
             self.endedUnrestored = endedUnrestored
             self.backedOff = backedOff
+            self.launchedBeforeReaped = launchedBeforeReaped
         }
     }
 
@@ -57,6 +62,7 @@ public struct RelaunchPolicy: Sendable {
 
     public mutating func launched(_ app: String, at now: Duration) {
         update(app) {
+            if $0.endedAwaitingExit { $0.tally.launchedBeforeReaped += 1 }
             $0.launchedAt = now
             $0.failure = nil
         }
@@ -69,7 +75,6 @@ public struct RelaunchPolicy: Sendable {
             $0.failure = .couldNotStart(reason: reason)
             delay = $0.backoff.delay(afterRunning: .zero)
             $0.nextLaunch = now + delay
-            $0.tally.backedOff += 1
         }
         return delay
     }
@@ -82,6 +87,7 @@ public struct RelaunchPolicy: Sendable {
         update(app) {
             $0.launchedAt = nil
             $0.failure = failure
+            $0.endedAwaitingExit = true
             $0.tally.endedUnrestored += 1
         }
         return true
@@ -93,6 +99,7 @@ public struct RelaunchPolicy: Sendable {
         var delay: Duration?
         let fresh = freshBackoff
         update(app) { record in
+            record.endedAwaitingExit = false
             guard !waiting.isEmpty else {
                 record.backoff = fresh
                 return

@@ -16,6 +16,13 @@ public struct SecuritySummary: Equatable, Sendable {
     public var keySize: UInt8
     /// The bond's identity, else the address the peer uses on this link.
     public var identity: DeviceAddress?
+
+    public init(level: LinkSecurity, secureConnections: Bool, keySize: UInt8, identity: DeviceAddress?) {
+        self.level = level
+        self.secureConnections = secureConnections
+        self.keySize = keySize
+        self.identity = identity
+    }
 }
 
 public enum SecurityFailure: Error, Equatable, Sendable {
@@ -51,8 +58,8 @@ public enum KeyEncryptionOutcome: Equatable, Sendable {
     case keyMissing
     /// Encryption Change with another status (Core Vol 4 Part E §7.7.8).
     case failed(status: UInt8)
-    /// The link ended before encryption was on (MIC Failure, 0x3D, when the keys differ); nil when no reason came.
-    case linkEnded(reason: UInt8?)
+    /// The link closed before encryption was on (MIC Failure, 0x3D, when the keys differ); nil when no reason came.
+    case linkClosed(reason: UInt8?)
 }
 
 /// Encryptions started with one bond's stored key since attd started, and how the last one ended.
@@ -232,7 +239,7 @@ public final class SecurityManager {
 
     public func linkClosed(_ link: UInt16, reason: UInt8? = nil) -> [SecurityOutput] {
         guard let state = links.removeValue(forKey: link) else { return [] }
-        if state.reEncrypting, let identity = state.bond { keyEncryptions[identity, default: .init()].last = .linkEnded(reason: reason) }
+        if state.reEncrypting, let identity = state.bond { keyEncryptions[identity, default: .init()].last = .linkClosed(reason: reason) }
         return reported(state.waiters, .failure(.linkClosed), afterKeysDelivered: false)
     }
 
@@ -339,7 +346,8 @@ public final class SecurityManager {
         let wasReEncrypting = state.reEncrypting
         state.reEncrypting = false
         state.encrypted = enabled
-        if wasReEncrypting, let identity = state.bond {
+        // Encryption off with success is no outcome of an encryption with the key (LE has no Encryption Change to off).
+        if wasReEncrypting, let identity = state.bond, enabled || status != 0 {
             keyEncryptions[identity, default: .init()].last = enabled ? .encrypted
                 : status == HCIStatusCode.pinOrKeyMissing ? .keyMissing : .failed(status: status)
         }
@@ -416,7 +424,11 @@ public final class SecurityManager {
         return outputs
     }
 
-    func forget(_ identity: DeviceAddress) { bonds.removeAll { $0.identity == identity } }
+    /// A removed bond's tally goes with it (a re-pairing keeps it: that is how a lost key stays visible).
+    func forget(_ identity: DeviceAddress) {
+        bonds.removeAll { $0.identity == identity }
+        keyEncryptions[identity] = nil
+    }
 
     /// Core Vol 3 Part H §2.3.6 makes the verifier wait after a failed attempt by its claimant. We are the verifier
     /// only as responder, and the attempt failed our checks only if we ended it: a claimant that gives up itself

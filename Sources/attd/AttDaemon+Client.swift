@@ -1,4 +1,5 @@
 import BerylATT
+import BerylAttWire
 import BerylCore
 import BerylGATT
 import BerylHCI
@@ -312,30 +313,7 @@ extension AttDaemon {
             }
             return step
         }) { result in
-            completion(result.map(Self.database))
-        }
-    }
-
-    static func database(_ trees: [DiscoveredServiceTree]) -> Beryl_Ipc_V1_GattDatabase {
-        .with { database in
-            database.services = trees.map { tree in
-                .with {
-                    $0.uuid = tree.service.uuid.description
-                    $0.startHandle = UInt32(tree.service.start)
-                    $0.endHandle = UInt32(tree.service.end)
-                    $0.included = tree.included.map { include in
-                        .with { $0.uuid = include.uuid.description; $0.startHandle = UInt32(include.start); $0.endHandle = UInt32(include.end) }
-                    }
-                    $0.characteristics = tree.characteristics.map { found in
-                        .with {
-                            $0.uuid = found.characteristic.uuid.description
-                            $0.properties = UInt32(found.characteristic.properties.rawValue)
-                            $0.valueHandle = UInt32(found.characteristic.valueHandle)
-                            $0.descriptors = found.descriptors.map { descriptor in .with { $0.uuid = descriptor.uuid.description; $0.handle = UInt32(descriptor.handle) } }
-                        }
-                    }
-                }
-            }
+            completion(result.map(Beryl_Ipc_V1_GattDatabase.init))
         }
     }
 
@@ -347,7 +325,7 @@ extension AttDaemon {
             switch result {
             case .failure(let error): completion(.failure(error))
             case .success(let found):
-                completion(.success(Self.database(found)))
+                completion(.success(Beryl_Ipc_V1_GattDatabase(found)))
                 guard links[link.handle] === link, clientRoles[link.handle, default: GATTClientRole()].shouldLookForServiceChanged() else { return }
                 discover(GATTClientRole.serviceChangedScope, on: link) { _ in }
             }
@@ -358,17 +336,7 @@ extension AttDaemon {
     func discoverIncluded(in range: ClosedRange<UInt16>, on link: LinkSession, completion: @escaping (Result<Beryl_Ipc_V1_GattDatabase, ATTError>) -> Void) {
         var includes = FindIncludedServices(in: range)
         runProcedure(on: link, includes.start(), { includes.handle($0) }) { result in
-            completion(result.map { included in
-                .with { database in
-                    database.services = [.with { service in
-                        service.startHandle = UInt32(range.lowerBound)
-                        service.endHandle = UInt32(range.upperBound)
-                        service.included = included.map { include in
-                            .with { $0.uuid = include.uuid.description; $0.startHandle = UInt32(include.start); $0.endHandle = UInt32(include.end) }
-                        }
-                    }]
-                }
-            })
+            completion(result.map { Beryl_Ipc_V1_GattDatabase(included: $0, in: range) })
         }
     }
 
@@ -377,19 +345,7 @@ extension AttDaemon {
         var characteristics = DiscoverCharacteristics(in: scope.range)
         runProcedure(on: link, characteristics.start(), { characteristics.handle($0) }) { result in
             completion(result.map { found in
-                .with { database in
-                    database.services = [.with { service in
-                        service.startHandle = UInt32(scope.range.lowerBound)
-                        service.endHandle = UInt32(scope.range.upperBound)
-                        service.characteristics = found.filter { scope.characteristics?.contains($0.uuid) ?? true }.map { characteristic in
-                            .with {
-                                $0.uuid = characteristic.uuid.description
-                                $0.properties = UInt32(characteristic.properties.rawValue)
-                                $0.valueHandle = UInt32(characteristic.valueHandle)
-                            }
-                        }
-                    }]
-                }
+                Beryl_Ipc_V1_GattDatabase(characteristics: found.filter { scope.characteristics?.contains($0.uuid) ?? true }, in: scope.range)
             })
         }
     }
@@ -401,14 +357,7 @@ extension AttDaemon {
             completion(result.map { all in
                 // A characteristic's descriptors end where the next declaration begins (Core Vol 3 Part G §3.3.3).
                 let declarations: Set<BluetoothUUID> = [BluetoothUUID(0x2800), BluetoothUUID(0x2801), BluetoothUUID(0x2802), BluetoothUUID(0x2803)]
-                let found = all.prefix { !declarations.contains($0.uuid) }
-                return .with { database in
-                    database.services = [.with { service in
-                        service.characteristics = [.with { characteristic in
-                            characteristic.descriptors = found.map { descriptor in .with { $0.uuid = descriptor.uuid.description; $0.handle = UInt32(descriptor.handle) } }
-                        }]
-                    }]
-                }
+                return Beryl_Ipc_V1_GattDatabase(descriptors: Array(all.prefix { !declarations.contains($0.uuid) }))
             })
         }
     }

@@ -1,4 +1,5 @@
 import BerylATT
+import BerylAttWire
 import BerylCore
 import BerylGATT
 import BerylHCI
@@ -95,29 +96,11 @@ extension AttDaemon {
                 apply(wrap(link.server.indicateServiceChanged(range).outputs, for: link), on: link)
             case .prompt(let handle, let peer, let prompt):
                 var event = Event()
-                event.att.pairingPrompt = .with {
-                    $0.connectionHandle = UInt32(handle)
-                    $0.peer = peer.description
-                    switch prompt {
-                    case .displayPasskey(let number): $0.kind = .displayPasskey; $0.number = number
-                    case .enterPasskey: $0.kind = .enterPasskey
-                    case .confirmNumber(let number): $0.kind = .confirmNumber; $0.number = number
-                    case .confirmPairing: $0.kind = .confirmPairing
-                    }
-                }
+                event.att.pairingPrompt = Beryl_Ipc_V1_PairingPrompt(link: handle, peer: peer, prompt)
                 host.server?.broadcast(event)
             case .pairingFinished(let handle, let peer, let result):
                 var event = Event()
-                event.att.pairingFinished = .with {
-                    $0.connectionHandle = UInt32(handle)
-                    $0.peer = peer.description
-                    switch result {
-                    case .success(let summary): $0.success = true; $0.result = Self.paired(summary)
-                    case .failure(.local(let reason)): $0.reason = UInt32(reason.rawValue)
-                    case .failure(.remote(let reason)): $0.reason = UInt32(reason.rawValue); $0.remote = true
-                    case .failure(.timeout): $0.reason = 0xFF
-                    }
-                }
+                event.att.pairingFinished = Beryl_Ipc_V1_PairingFinished(link: handle, peer: peer, result)
                 host.server?.broadcast(event)
             case .secured(let waiters, let result, let afterKeysDelivered):
                 let completions = waiters.compactMap { securityWaiters.removeValue(forKey: $0) }
@@ -139,17 +122,6 @@ extension AttDaemon {
         }
     }
 
-    static func paired(_ summary: SecuritySummary) -> Beryl_Ipc_V1_Paired {
-        .with {
-            $0.encrypted = summary.level.encrypted
-            $0.authenticated = summary.level.authenticated
-            $0.bonded = summary.level.bonded
-            $0.secureConnections = summary.secureConnections
-            $0.keySize = UInt32(summary.keySize)
-            $0.identity = summary.identity?.description ?? ""
-        }
-    }
-
     // MARK: IPC
 
     func handleSecurityRequest(_ request: Beryl_Ipc_V1_AttRequest.OneOf_Kind, _ incoming: IncomingRequest) -> Bool {
@@ -161,13 +133,13 @@ extension AttDaemon {
                 return true
             }
             if security.level(of: handle)?.encrypted == true, !security.isPairing(handle) {
-                incoming.respond(.with { $0.att.paired = Self.paired(security.summary(of: handle)) })
+                incoming.respond(.with { $0.att.paired = Beryl_Ipc_V1_Paired(security.summary(of: handle)) })
                 return true
             }
             secure(link) { result in
                 switch result {
-                case .success(let summary): incoming.respond(.with { $0.att.paired = Self.paired(summary) })
-                case .failure(let failure): incoming.fail(.securityFailed, Self.describe(failure), detail: Self.detail(failure))
+                case .success(let summary): incoming.respond(.with { $0.att.paired = Beryl_Ipc_V1_Paired(summary) })
+                case .failure(let failure): incoming.fail(.securityFailed, Self.describe(failure), detail: RemoteDetail(failure))
                 }
             }
         case .pairingAnswer(let answer):
@@ -214,19 +186,7 @@ extension AttDaemon {
         case .listBonds:
             incoming.respond(.with {
                 $0.att.bonds.bonds = security.bonds.sorted { $0.identity.description < $1.identity.description }.map { bond in
-                    .with {
-                        $0.identity = bond.identity.description
-                        $0.authenticated = bond.authenticated
-                        $0.secureConnections = bond.secureConnections
-                        $0.keySize = UInt32(bond.keySize)
-                        $0.irkKnown = bond.irk != nil
-                        $0.csrkKnown = bond.csrk != nil
-                        $0.subscriptions = UInt32(security.subscriptionCount(of: bond.identity))
-                        if let tally = security.keyEncryptions[bond.identity] {
-                            $0.keyEncryptions = UInt32(clamping: tally.started)
-                            if let last = tally.last { $0.lastKeyEncryption = Self.keyEncryption(last) }
-                        }
-                    }
+                    Beryl_Ipc_V1_BondInfo(bond, subscriptions: security.subscriptionCount(of: bond.identity), keyEncryptions: security.keyEncryptions[bond.identity])
                 }
             })
         case .removeBond(let remove):
@@ -248,18 +208,6 @@ extension AttDaemon {
         return true
     }
 
-    /// The failure's codes for the wire: the SMP reason and who sent it, or the HCI status (PIN or Key Missing is
-    /// Core Bluetooth's "peer removed pairing information").
-    static func detail(_ failure: SecurityFailure) -> RemoteDetail {
-        switch failure {
-        case .pairing(.local(let reason)): RemoteDetail(smpReason: reason.rawValue)
-        case .pairing(.remote(let reason)): RemoteDetail(smpReason: reason.rawValue, smpReasonFromPeer: true)
-        case .pairing(.timeout): RemoteDetail(bluetoothError: .encryptionTimedOut)
-        case .encryption(let status): RemoteDetail(bluetoothError: status == HCIStatus.pinOrKeyMissing.rawValue ? .peerRemovedPairingInformation : .unspecified, hciStatus: status)
-        case .linkClosed: RemoteDetail(bluetoothError: .peripheralDisconnected)
-        }
-    }
-
     static func describe(_ failure: SecurityFailure) -> String {
         switch failure {
         case .pairing(.local(let reason)): "pairing failed: we sent Pairing Failed, \(reason) (0x\(String(reason.rawValue, radix: 16)))"
@@ -267,17 +215,6 @@ extension AttDaemon {
         case .pairing(.timeout): "pairing timed out (30 s without the next step)"
         case .encryption(let status): "encryption failed with HCI status 0x\(String(status, radix: 16))"
         case .linkClosed: "the link closed"
-        }
-    }
-
-    static func keyEncryption(_ outcome: KeyEncryptionOutcome) -> Beryl_Ipc_V1_KeyEncryption {
-        .with {
-            switch outcome {
-            case .encrypted: $0.outcome = .encrypted
-            case .keyMissing: $0.outcome = .keyMissing; $0.hciCode = UInt32(HCIStatus.pinOrKeyMissing.rawValue)
-            case .failed(let status): $0.outcome = .failed; $0.hciCode = UInt32(status)
-            case .linkEnded(let reason): $0.outcome = .linkEnded; $0.hciCode = UInt32(reason ?? 0)
-            }
         }
     }
 }

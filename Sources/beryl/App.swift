@@ -60,7 +60,8 @@ struct AppCommand: ParsableCommand {
          "lastLaunchFailure": launchFailure(app.lastLaunchFailure),
          "wakes": ["begun": Int(app.wakes), "endedIdle": Int(app.wakesEndedIdle), "overran": Int(app.wakesOverran)],
          "restorations": Int(app.restorations),
-         "relaunches": ["endedUnrestored": Int(app.launchesEndedUnrestored), "backedOff": Int(app.launchesBackedOff)]]
+         "relaunches": ["endedUnrestored": Int(app.launchesEndedUnrestored), "backedOff": Int(app.launchesBackedOff),
+                        "launchedBeforeReaped": Int(app.launchesBeforeReaped)]]
     }
 
     static func print(_ list: Beryl_Ipc_V1_AppList, json: Bool) {

@@ -85,7 +85,9 @@ struct Bonds: ParsableCommand {
                         "keySize": Int($0.keySize), "irk": $0.irkKnown, "csrk": $0.csrkKnown, "subscriptions": Int($0.subscriptions),
                         "keyEncryptions": Int($0.keyEncryptions)]
                     if let last = Self.outcomeName($0.lastKeyEncryption.outcome) {
-                        object["lastKeyEncryption"] = ["outcome": last, "hciCode": Int($0.lastKeyEncryption.hciCode)]
+                        var outcome: [String: Any] = ["outcome": last]
+                        if $0.lastKeyEncryption.outcome != .encrypted { outcome["hciCode"] = Int($0.lastKeyEncryption.hciCode) }
+                        object["lastKeyEncryption"] = outcome
                     }
                     return object
                 }
@@ -99,7 +101,8 @@ struct Bonds: ParsableCommand {
                       + "\(bond.authenticated ? "authenticated" : "unauthenticated")  key \(bond.keySize) bytes"
                       + (bond.irkKnown ? "  IRK" : "") + (bond.csrkKnown ? "  CSRK" : "") + "  \(bond.subscriptions) subscription(s)"
                       + (Self.outcomeName(bond.lastKeyEncryption.outcome).map {
-                          "  last of \(bond.keyEncryptions) encryption(s) with the key: \($0) (HCI 0x\(String(bond.lastKeyEncryption.hciCode, radix: 16)))"
+                          "  last of \(bond.keyEncryptions) encryption(s) with the key: \($0)"
+                              + (bond.lastKeyEncryption.outcome == .encrypted ? "" : " (HCI 0x\(String(bond.lastKeyEncryption.hciCode, radix: 16)))")
                       } ?? ""))
             }
         }
@@ -110,7 +113,7 @@ struct Bonds: ParsableCommand {
             case .encrypted: "encrypted"
             case .keyMissing: "keyMissing"
             case .failed: "failed"
-            case .linkEnded: "linkEnded"
+            case .linkClosed: "linkClosed"
             }
         }
     }

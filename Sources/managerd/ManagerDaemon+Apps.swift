@@ -252,6 +252,7 @@ extension ManagerDaemon {
             let relaunches = relaunch.tally(of: manifest.id)
             $0.launchesEndedUnrestored = UInt32(clamping: relaunches.endedUnrestored)
             $0.launchesBackedOff = UInt32(clamping: relaunches.backedOff)
+            $0.launchesBeforeReaped = UInt32(clamping: relaunches.launchedBeforeReaped)
             setWakes(&$0)
         }
     }

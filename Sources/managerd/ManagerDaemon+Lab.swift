@@ -122,6 +122,7 @@ extension ManagerDaemon {
             return
         }
         lab = LabSession(session: session.id)
+        labAttemptReply = nil  // a session that went without closing cleanly leaves nobody to answer
         host.logger.info("lab session \(session.id) opened by pid \(session.peer.pid) (uid \(session.peer.uid))")
         setLabRandomAddress()
         answerLabInfo(session: session.id, incoming)
@@ -444,12 +445,17 @@ extension ManagerDaemon {
             return
         }
         lab?.securing(handle)
+        let session = lab?.session
         var request = Request()
         request.att.pair.connectionHandle = UInt32(handle)
         attd.request(request) { [unowned self] result in
-            let outcome: LabSecurityOutcome? = switch result {
-            case .success(let response): self.lab?.secured(handle, LabSecurity(response.att.paired))
-            case .failure: self.lab?.securingFailed(handle)
+            // Another lab session's state is not this one's to change or answer from.
+            var outcome: LabSecurityOutcome?
+            if self.lab?.session == session {
+                switch result {
+                case .success(let response): outcome = self.lab?.secured(handle, LabSecurity(response.att.paired))
+                case .failure: outcome = self.lab?.securingFailed(handle)
+                }
             }
             guard let outcome else {
                 incoming.fail(.cancelled, "the lab session closed")

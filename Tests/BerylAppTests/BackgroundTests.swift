@@ -157,6 +157,7 @@ final class BackgroundTests: TwoStacksTestCase {
         let relaunches = try XCTUnwrap(try app("com.example.stubborn")["relaunches"] as? [String: Int])
         let ended = try XCTUnwrap(relaunches["endedUnrestored"]), backedOff = try XCTUnwrap(relaunches["backedOff"])
         XCTAssertGreaterThanOrEqual(ended, 1, "the stand-in was ended for not restoring")
+        XCTAssertEqual(relaunches["launchedBeforeReaped"], 0, "\(relaunches)\n\(managerdLog)")
         XCTAssertLessThanOrEqual(ended, backedOff + 1, "\(relaunches)\n\(managerdLog)")
         XCTAssertEqual(try app("com.example.stubborn")["preservedCentrals"] as? [String], ["doorlock-central"], "its work is still kept")
 

@@ -50,6 +50,16 @@ final class RelaunchPolicyTests: XCTestCase {
         XCTAssertEqual(relaunch.tally(of: app), .init(endedUnrestored: 2, backedOff: 2), "each launch ended was followed by one put off")
     }
 
+    /// The bug the tally exists for: a stand-in ended for not restoring was launched over before its exit was reaped,
+    /// skipping the backoff and leaving a zombie.
+    func testALaunchOverAnEndedStandInNotYetReapedIsCounted() {
+        var relaunch = policy()
+        relaunch.launched(app, at: .seconds(200))
+        XCTAssertTrue(relaunch.overdue(app, waiting: ["doorlock-central"], at: .seconds(216)))
+        relaunch.launched(app, at: .seconds(216))
+        XCTAssertEqual(relaunch.tally(of: app), .init(endedUnrestored: 1, backedOff: 0, launchedBeforeReaped: 1))
+    }
+
     func testARunThatLastedOrLeftNothingWaitingStartsTheBackoffOver() {
         var relaunch = policy()
         relaunch.launched(app, at: .seconds(200))
@@ -73,6 +83,6 @@ final class RelaunchPolicyTests: XCTestCase {
         XCTAssertEqual(relaunch.verdict(for: app, at: .seconds(201)), .launch)
         XCTAssertEqual(relaunch.failure(of: app), .couldNotStart(reason: "no such file"))
         XCTAssertEqual(relaunch.launchFailed(app, reason: "no such file", at: .seconds(201)), .seconds(2))
-        XCTAssertEqual(relaunch.tally(of: app), .init(endedUnrestored: 0, backedOff: 2))
+        XCTAssertEqual(relaunch.tally(of: app), .init(), "a start that failed is neither ended nor an exit")
     }
 }

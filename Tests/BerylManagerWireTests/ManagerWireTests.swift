@@ -55,13 +55,13 @@ final class ManagerWireTests: XCTestCase {
     }
 
     func testEventsAreClassedForASuspendedApp() {
-        func kind(_ event: Beryl_Ipc_V1_ManagerEvent) -> String { "\(AppLifecycle.EventClass(event))" }
-        XCTAssertEqual(kind(.with { $0.stateChanged = .init() }), "news")
-        XCTAssertEqual(kind(.with { $0.pairingFinished = .init() }), "news")
-        XCTAssertEqual(kind(.with { $0.readyToUpdate = .init() }), "flowControl")
-        XCTAssertEqual(kind(.with { $0.readyToWrite = .init() }), "flowControl")
-        XCTAssertEqual(kind(.with { $0.pairingPrompt = .init() }), "prompt")
-        XCTAssertEqual(kind(.with { $0.notification = .init() }), "work")
+        func kind(_ event: Beryl_Ipc_V1_ManagerEvent) -> AppLifecycle.EventClass { AppLifecycle.EventClass(event) }
+        XCTAssertEqual(kind(.with { $0.stateChanged = .init() }), .news)
+        XCTAssertEqual(kind(.with { $0.pairingFinished = .init() }), .news)
+        XCTAssertEqual(kind(.with { $0.readyToUpdate = .init() }), .flowControl)
+        XCTAssertEqual(kind(.with { $0.readyToWrite = .init() }), .flowControl)
+        XCTAssertEqual(kind(.with { $0.pairingPrompt = .init() }), .prompt)
+        XCTAssertEqual(kind(.with { $0.notification = .init() }), .work)
     }
 
     func testLaunchFailuresAndAlertsKeepTheirKind() {

@@ -222,7 +222,7 @@ final class SecurityProcessTests: XCTestCase {
         let after = try bonds("a")
         XCTAssertEqual(after.first?["keyEncryptions"] as? Int, 1, "\(after)")
         let last = try XCTUnwrap(after.first?["lastKeyEncryption"] as? [String: Any], "\(after)")
-        XCTAssertEqual(last["outcome"] as? String, "linkEnded")
+        XCTAssertEqual(last["outcome"] as? String, "linkClosed")
         XCTAssertEqual(last["hciCode"] as? Int, 0x3D)
         XCTAssertEqual(after.count, before.count, "the central's bond is untouched")
     }

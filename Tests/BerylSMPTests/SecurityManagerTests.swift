@@ -189,7 +189,9 @@ final class SecurityManagerTests: XCTestCase {
         XCTAssertTrue(started.contains { if case .enableEncryption = $0 { true } else { false } }, "\(started)")
         XCTAssertEqual(bench.central.linkClosed(SecurityBench.link, reason: 0x3D),
                        [.secured([SecurityWaiter(8)], .failure(.linkClosed), afterKeysDelivered: false)])
-        XCTAssertEqual(bench.central.keyEncryptions[SecurityBench.peripheralIdentity], KeyEncryptionTally(started: 1, last: .linkEnded(reason: 0x3D)))
+        XCTAssertEqual(bench.central.keyEncryptions[SecurityBench.peripheralIdentity], KeyEncryptionTally(started: 1, last: .linkClosed(reason: 0x3D)))
+        _ = try bench.central.removeBond(SecurityBench.peripheralIdentity)
+        XCTAssertNil(bench.central.keyEncryptions[SecurityBench.peripheralIdentity], "a removed bond's tally is not the next bond's")
     }
 
     func testWaitersFailWhenTheLinkClosesMidPairing() throws {

@@ -957,6 +957,7 @@ public nonisolated struct Beryl_Ipc_V1_KeyEncryption: Sendable {
 
   public var outcome: Beryl_Ipc_V1_KeyEncryption.Outcome = .none
 
+  /// The HCI status or reason the outcome names; 0 (Success) for ENCRYPTED and a link closed without a reason.
   public var hciCode: UInt32 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
@@ -972,8 +973,8 @@ public nonisolated struct Beryl_Ipc_V1_KeyEncryption: Sendable {
     /// Encryption Change with the status in hci_code.
     case failed // = 3
 
-    /// The link ended first, for the HCI reason in hci_code (0x3D MIC Failure when the keys differ; 0 when none came).
-    case linkEnded // = 4
+    /// The link closed first, for the HCI reason in hci_code (0x3D MIC Failure when the keys differ; 0 when none came).
+    case linkClosed // = 4
     case UNRECOGNIZED(Int)
 
     public init() {
@@ -986,7 +987,7 @@ public nonisolated struct Beryl_Ipc_V1_KeyEncryption: Sendable {
       case 1: self = .encrypted
       case 2: self = .keyMissing
       case 3: self = .failed
-      case 4: self = .linkEnded
+      case 4: self = .linkClosed
       default: self = .UNRECOGNIZED(rawValue)
       }
     }
@@ -997,7 +998,7 @@ public nonisolated struct Beryl_Ipc_V1_KeyEncryption: Sendable {
       case .encrypted: return 1
       case .keyMissing: return 2
       case .failed: return 3
-      case .linkEnded: return 4
+      case .linkClosed: return 4
       case .UNRECOGNIZED(let i): return i
       }
     }
@@ -1008,7 +1009,7 @@ public nonisolated struct Beryl_Ipc_V1_KeyEncryption: Sendable {
       .encrypted,
       .keyMissing,
       .failed,
-      .linkEnded,
+      .linkClosed,
     ]
 
   }
@@ -3374,7 +3375,7 @@ nonisolated extension Beryl_Ipc_V1_KeyEncryption: SwiftProtobuf.Message, SwiftPr
 }
 
 nonisolated extension Beryl_Ipc_V1_KeyEncryption.Outcome: SwiftProtobuf._ProtoNameProviding {
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0OUTCOME_NONE\0\u{1}OUTCOME_ENCRYPTED\0\u{1}OUTCOME_KEY_MISSING\0\u{1}OUTCOME_FAILED\0\u{1}OUTCOME_LINK_ENDED\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0OUTCOME_NONE\0\u{1}OUTCOME_ENCRYPTED\0\u{1}OUTCOME_KEY_MISSING\0\u{1}OUTCOME_FAILED\0\u{1}OUTCOME_LINK_CLOSED\0")
 }
 
 nonisolated extension Beryl_Ipc_V1_BondList: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {

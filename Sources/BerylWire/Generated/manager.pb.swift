@@ -704,8 +704,9 @@ public nonisolated struct Beryl_Ipc_V1_AppInfo: @unchecked Sendable {
     set {_uniqueStorage()._restorations = newValue}
   }
 
-  /// Launches ended because they did not restore their managers in time, and launches put off by the backoff after
-  /// one ended or failed to start with work still waiting.
+  /// Launches ended because they did not restore their managers in time; exits with work still waiting, each putting
+  /// the next launch off by the backoff; launches made while an ended one had not exited yet (always 0: such a launch
+  /// would skip the backoff and leave a zombie).
   public var launchesEndedUnrestored: UInt32 {
     get {_storage._launchesEndedUnrestored}
     set {_uniqueStorage()._launchesEndedUnrestored = newValue}
@@ -714,6 +715,11 @@ public nonisolated struct Beryl_Ipc_V1_AppInfo: @unchecked Sendable {
   public var launchesBackedOff: UInt32 {
     get {_storage._launchesBackedOff}
     set {_uniqueStorage()._launchesBackedOff = newValue}
+  }
+
+  public var launchesBeforeReaped: UInt32 {
+    get {_storage._launchesBeforeReaped}
+    set {_uniqueStorage()._launchesBeforeReaped = newValue}
   }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
@@ -2963,7 +2969,7 @@ nonisolated extension Beryl_Ipc_V1_StopApp: SwiftProtobuf.Message, SwiftProtobuf
 
 nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AppInfo"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}manifest\0\u{1}user\0\u{3}background_modes\0\u{1}launchable\0\u{1}state\0\u{1}pids\0\u{3}preserved_centrals\0\u{3}preserved_peripherals\0\u{3}queued_events\0\u{1}launches\0\u{3}last_launch_error\0\u{3}last_launch_failure\0\u{1}wakes\0\u{3}wakes_ended_idle\0\u{3}wakes_overran\0\u{1}restorations\0\u{3}launches_ended_unrestored\0\u{3}launches_backed_off\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}manifest\0\u{1}user\0\u{3}background_modes\0\u{1}launchable\0\u{1}state\0\u{1}pids\0\u{3}preserved_centrals\0\u{3}preserved_peripherals\0\u{3}queued_events\0\u{1}launches\0\u{3}last_launch_error\0\u{3}last_launch_failure\0\u{1}wakes\0\u{3}wakes_ended_idle\0\u{3}wakes_overran\0\u{1}restorations\0\u{3}launches_ended_unrestored\0\u{3}launches_backed_off\0\u{3}launches_before_reaped\0")
 
   fileprivate class _StorageClass {
     var _id: String = String()
@@ -2985,6 +2991,7 @@ nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf
     var _restorations: UInt32 = 0
     var _launchesEndedUnrestored: UInt32 = 0
     var _launchesBackedOff: UInt32 = 0
+    var _launchesBeforeReaped: UInt32 = 0
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -3014,6 +3021,7 @@ nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf
       _restorations = source._restorations
       _launchesEndedUnrestored = source._launchesEndedUnrestored
       _launchesBackedOff = source._launchesBackedOff
+      _launchesBeforeReaped = source._launchesBeforeReaped
     }
   }
 
@@ -3051,6 +3059,7 @@ nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf
         case 17: try { try decoder.decodeSingularUInt32Field(value: &_storage._restorations) }()
         case 18: try { try decoder.decodeSingularUInt32Field(value: &_storage._launchesEndedUnrestored) }()
         case 19: try { try decoder.decodeSingularUInt32Field(value: &_storage._launchesBackedOff) }()
+        case 20: try { try decoder.decodeSingularUInt32Field(value: &_storage._launchesBeforeReaped) }()
         default: break
         }
       }
@@ -3116,6 +3125,9 @@ nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf
       if _storage._launchesBackedOff != 0 {
         try visitor.visitSingularUInt32Field(value: _storage._launchesBackedOff, fieldNumber: 19)
       }
+      if _storage._launchesBeforeReaped != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._launchesBeforeReaped, fieldNumber: 20)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -3144,6 +3156,7 @@ nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf
         if _storage._restorations != rhs_storage._restorations {return false}
         if _storage._launchesEndedUnrestored != rhs_storage._launchesEndedUnrestored {return false}
         if _storage._launchesBackedOff != rhs_storage._launchesBackedOff {return false}
+        if _storage._launchesBeforeReaped != rhs_storage._launchesBeforeReaped {return false}
         return true
       }
       if !storagesAreEqual {return false}
