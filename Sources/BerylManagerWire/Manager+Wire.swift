@@ -1,6 +1,8 @@
 import BerylCore
+import BerylGAP
 import BerylManager
 import BerylWire
+import Foundation
 
 // managerd's proto ⇄ core translation for its app-facing values: the app's GATT operations as attd's requests,
 // lifecycle states, launch failures, alerts, the lab's security. Stateless, so each is a round-trip test away.
@@ -134,6 +136,25 @@ extension LabSecurityOutcome {
             case .encryptionFailed(let status): $0.encryptionFailed = UInt32(status)
             case .linkClosed(let reason): $0.linkClosed = UInt32(reason)
             }
+        }
+    }
+}
+
+extension Beryl_Ipc_V1_AdvertisementInfo {
+    /// What a device advertised, as an app's didDiscover hears it (Core Bluetooth's advertisement data keys).
+    public init(_ advertisement: AdvertisementData) {
+        self = .with {
+            $0.localName = advertisement.localName ?? ""
+            $0.serviceUuids = advertisement.serviceUUIDs.map(\.description)
+            $0.overflowServiceUuids = advertisement.overflowServiceUUIDs.map(\.description)
+            $0.solicitedServiceUuids = advertisement.solicitedServiceUUIDs.map(\.description)
+            $0.serviceData = Dictionary(uniqueKeysWithValues: advertisement.serviceData.map { ($0.key.description, Data($0.value)) })
+            $0.manufacturerData = Data(advertisement.manufacturerData ?? [])
+            if let power = advertisement.txPowerLevel {
+                $0.txPowerKnown = true
+                $0.txPowerLevel = Int32(power)
+            }
+            $0.connectable = advertisement.isConnectable
         }
     }
 }

@@ -147,23 +147,11 @@ extension ManagerDaemon {
     // MARK: Scanning
 
     func updateScanning() {
-        // A lab session's scan runs fast, and passive only when no app scans (apps need scan responses for names).
-        let labScan = lab?.scan
-        let wanted: ControllerScan = (!scans.isScanning && labScan == nil) || state != .poweredOn ? .off
-            : labScan != nil || !scanIsSlow ? .fast : .slow
-        guard wanted != controllerScan, hcid != nil else { return }
-        // Scan parameters can only change with the scan off (Core Vol 4 Part E §7.8.10).
-        if controllerScan != .off { command(HCICommands.leSetScanEnable(false)) }
+        let wanted = ControllerScan.wanted(appsScanning: scans.isScanning, appsAllInBackground: scanIsSlow, lab: lab?.scan,
+                                           poweredOn: state == .poweredOn, ownAddressType: ownAddressType)
+        guard hcid != nil else { return }
+        for command in ControllerScan.commands(from: controllerScan, to: wanted) { self.command(command) }
         controllerScan = wanted
-        guard wanted != .off else { return }
-        // Active scanning (scan responses carry names), 60 ms every 100 ms; duplicates are filtered here, per app.
-        // Only background apps scanning: 30 ms every 1.28 s, as iOS scans for them.
-        let active = !(labScan?.passive == true && !scans.isScanning)
-        let ownAddress = labScan?.ownAddress.rawValue ?? ownAddressType
-        command(wanted == .slow ? HCICommands.leSetScanParameters(active: active, interval: 0x0800, window: 0x0030, ownAddressType: ownAddress)
-                                : HCICommands.leSetScanParameters(active: active, interval: 0x00A0, window: 0x0060, ownAddressType: ownAddress))
-        // Duplicate filtering off: apps' duplicates are filtered per app here, and a lab session sees every report.
-        command(HCICommands.leSetScanEnable(true))
     }
 
     func advertisementReceived(_ received: AdvertisingReport) {
@@ -199,21 +187,7 @@ extension ManagerDaemon {
             $0.rssi = Int32(heard.rssi[device.address] ?? 127)
             $0.connected = book.link(for: device.identifier) != nil
             $0.lastSeen = device.lastSeen
-            if let advertisement {
-                $0.advertisement = .with {
-                    $0.localName = advertisement.localName ?? ""
-                    $0.serviceUuids = advertisement.serviceUUIDs.map(\.description)
-                    $0.overflowServiceUuids = advertisement.overflowServiceUUIDs.map(\.description)
-                    $0.solicitedServiceUuids = advertisement.solicitedServiceUUIDs.map(\.description)
-                    $0.serviceData = Dictionary(uniqueKeysWithValues: advertisement.serviceData.map { ($0.key.description, Data($0.value)) })
-                    $0.manufacturerData = Data(advertisement.manufacturerData ?? [])
-                    if let power = advertisement.txPowerLevel {
-                        $0.txPowerKnown = true
-                        $0.txPowerLevel = Int32(power)
-                    }
-                    $0.connectable = advertisement.isConnectable
-                }
-            }
+            if let advertisement { $0.advertisement = Beryl_Ipc_V1_AdvertisementInfo(advertisement) }
         }
     }
 

@@ -46,7 +46,7 @@ extension ManagerDaemon {
             incoming.respond(.with { $0.ack = .init() })
         case .labScan(let request):
             self.lab?.scan = .init(passive: request.passive, ownAddress: LabOwnAddress(rawValue: UInt8(request.ownAddressType.rawValue)) ?? .public)
-            controllerScan = .off  // new parameters: the scan is set up again
+            controllerScan = nil  // new parameters: the scan is set up again
             command(HCICommands.leSetScanEnable(false))
             updateScanning()
             incoming.respond(.with { $0.ack = .init() })

@@ -35,9 +35,8 @@ final class ManagerDaemon {
     // Central role.
     var scans = ScanCoordinator()
     var book = ConnectionBook()
-    /// The scan the controller runs now (the background one is slow).
-    enum ControllerScan { case off, fast, slow }
-    var controllerScan = ControllerScan.off
+    /// The scan the controller runs now (nil: none).
+    var controllerScan: ControllerScan?
     /// Each device's advertising joined with its scan response, and when apps hear of it (BerylManager's HeardDevices).
     var heard = HeardDevices()
     /// Services found on each peripheral, for retrieveConnectedPeripherals(withServices:).
@@ -288,7 +287,7 @@ final class ManagerDaemon {
 
     /// A controller that was reset forgot everything: scanning, advertising and connection attempts resume.
     func resumeOnController() {
-        controllerScan = .off
+        controllerScan = nil
         advertising.controllerForgot()
         updateScanning()
         perform(book.attemptEnded())

@@ -1,4 +1,5 @@
 import BerylCore
+import BerylGAP
 import BerylManager
 import BerylManagerWire
 import BerylWire
@@ -85,5 +86,24 @@ final class ManagerWireTests: XCTestCase {
         XCTAssertEqual(failed.pairingFailed, .with { $0.reason = 0x04; $0.remote = true })
         XCTAssertEqual(LabSecurityOutcome.encryptionFailed(status: 0x06).wire(handle: 1).encryptionFailed, 0x06)
         XCTAssertEqual(LabSecurityOutcome.linkClosed(reason: 0x3D).wire(handle: 1).linkClosed, 0x3D)
+    }
+
+    func testWhatADeviceAdvertisedReachesTheApp() {
+        var advertisement = AdvertisementData()
+        advertisement.localName = "Thermo"
+        advertisement.serviceUUIDs = [BluetoothUUID(0x180D)]
+        advertisement.serviceData = [BluetoothUUID(0x180F): [0x64]]
+        advertisement.manufacturerData = [0x4C, 0x00, 0x01]
+        advertisement.txPowerLevel = -8
+        advertisement.isConnectable = true
+        let info = Beryl_Ipc_V1_AdvertisementInfo(advertisement)
+        XCTAssertEqual(info.localName, "Thermo")
+        XCTAssertEqual(info.serviceUuids, [BluetoothUUID(0x180D).description])
+        XCTAssertEqual(info.serviceData, [BluetoothUUID(0x180F).description: Data([0x64])])
+        XCTAssertEqual(info.manufacturerData, Data([0x4C, 0x00, 0x01]))
+        XCTAssertTrue(info.txPowerKnown)
+        XCTAssertEqual(info.txPowerLevel, -8)
+        XCTAssertTrue(info.connectable)
+        XCTAssertFalse(Beryl_Ipc_V1_AdvertisementInfo(AdvertisementData()).txPowerKnown, "no TX power advertised is not 0 dBm")
     }
 }
