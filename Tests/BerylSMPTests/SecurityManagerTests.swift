@@ -32,6 +32,17 @@ private final class SecurityBench {
         _ = peripheral.learnIdentity(Self.peripheralIdentity)
     }
 
+    /// Paired and bonded on a first link, then connected again with nothing said yet on the second.
+    static func reconnectedAfterBonding() throws -> SecurityBench {
+        let bench = try SecurityBench()
+        bench.connect()
+        bench.secureFromCentral(1)
+        bench.disconnect()
+        bench.connect()
+        bench.forgetOutputs()
+        return bench
+    }
+
     func connect() {
         run(central.linkOpened(Self.link, isCentral: true, peer: Self.peripheralIdentity, at: now), fromCentral: true)
         run(peripheral.linkOpened(Self.link, isCentral: false, peer: centralAddress, at: now), fromCentral: false)
@@ -161,12 +172,7 @@ final class SecurityManagerTests: XCTestCase {
     }
 
     func testAnEncryptionFailureOtherThanAMissingKeyFailsTheWaiters() throws {
-        let bench = try SecurityBench()
-        bench.connect()
-        bench.secureFromCentral(1)
-        bench.disconnect()
-        bench.connect()
-        bench.forgetOutputs()
+        let bench = try SecurityBench.reconnectedAfterBonding()
         bench.run(bench.central.secure(SecurityBench.link, for: SecurityWaiter(7), at: bench.now).filter {
             if case .enableEncryption = $0 { false } else { true }
         }, fromCentral: true)
@@ -179,12 +185,7 @@ final class SecurityManagerTests: XCTestCase {
     /// berylsim (as a controller may) ends the link with MIC Failure when the keys differ, before any Encryption Change:
     /// the waiter fails as for a closed link, and the bond's tally keeps the reason.
     func testALinkEndedDuringEncryptionWithTheKeyIsTalliedWithItsReason() throws {
-        let bench = try SecurityBench()
-        bench.connect()
-        bench.secureFromCentral(1)
-        bench.disconnect()
-        bench.connect()
-        bench.forgetOutputs()
+        let bench = try SecurityBench.reconnectedAfterBonding()
         let started = bench.central.secure(SecurityBench.link, for: SecurityWaiter(8), at: bench.now)
         XCTAssertTrue(started.contains { if case .enableEncryption = $0 { true } else { false } }, "\(started)")
         XCTAssertEqual(bench.central.linkClosed(SecurityBench.link, reason: 0x3D),
