@@ -36,6 +36,15 @@ public struct PreservedState: Codable, Equatable, Sendable {
             self.notifyOnDisconnection = notifyOnDisconnection
             self.notifyOnNotification = notifyOnNotification
         }
+
+        /// Whether the app asked to be alerted of this while suspended (Core Bluetooth's NotifyOn… connect options).
+        public func alerts(_ kind: AlertKind) -> Bool {
+            switch kind {
+            case .connection: notifyOnConnection
+            case .disconnection: notifyOnDisconnection
+            case .notification: notifyOnNotification
+            }
+        }
     }
 
     /// A peripheral the manager is connected to (or waits for, `pending`), with what the app had found on it.

@@ -99,6 +99,25 @@ extension Beryl_Ipc_V1_LaunchFailureKind {
     }
 }
 
+extension AlertKind {
+    /// The alert an app's event could raise, and the peripheral it is about; nil for events no option alerts of.
+    public static func candidate(for event: Beryl_Ipc_V1_ManagerEvent) -> (kind: AlertKind, peripheral: String)? {
+        switch event.kind {
+        case .connected(let connected)?: (.connection, connected.peripheral)
+        case .disconnected(let disconnected)?: (.disconnection, disconnected.peripheral)
+        case .notification(let notification)?: (.notification, notification.peripheral)
+        default: nil
+        }
+    }
+}
+
+extension PreservedState.ConnectOptions {
+    public init(_ connect: Beryl_Ipc_V1_Connect) {
+        self.init(notifyOnConnection: connect.notifyOnConnection, notifyOnDisconnection: connect.notifyOnDisconnection,
+                  notifyOnNotification: connect.notifyOnNotification)
+    }
+}
+
 extension Beryl_Ipc_V1_AlertKind {
     public init(_ kind: AlertKind) {
         switch kind {

@@ -39,11 +39,9 @@ extension ManagerDaemon {
             }
             let key = ManagerKey(session: session, manager: connect.manager)
             let (already, actions) = book.connect(key, identifier: device.identifier, address: device.address)
-            self.appSessions[session]?.connectOptions[device.identifier] = connect
-            updatePreserved(.session(session)) {
-                $0.connectOptions[device.identifier] = .init(notifyOnConnection: connect.notifyOnConnection, notifyOnDisconnection: connect.notifyOnDisconnection,
-                                                             notifyOnNotification: connect.notifyOnNotification)
-            }
+            let options = PreservedState.ConnectOptions(connect)
+            self.appSessions[session]?.connectOptions[device.identifier] = options
+            updatePreserved(.session(session)) { $0.connectOptions[device.identifier] = options }
             incoming.respond(.with { $0.ack = .init() })
             if already {
                 var event = Beryl_Ipc_V1_ManagerEvent()

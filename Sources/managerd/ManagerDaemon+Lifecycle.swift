@@ -101,18 +101,7 @@ extension ManagerDaemon {
     // MARK: Alerts
 
     private func alertIfAsked(_ event: Beryl_Ipc_V1_ManagerEvent, app: AppSession) {
-        let alert: (kind: AlertKind, peripheral: String)?
-        switch event.kind {
-        case .connected(let connected)? where app.connectOptions[connected.peripheral]?.notifyOnConnection == true:
-            alert = (.connection, connected.peripheral)
-        case .disconnected(let disconnected)? where app.connectOptions[disconnected.peripheral]?.notifyOnDisconnection == true:
-            alert = (.disconnection, disconnected.peripheral)
-        case .notification(let notification)? where app.connectOptions[notification.peripheral]?.notifyOnNotification == true:
-            alert = (.notification, notification.peripheral)
-        default:
-            alert = nil
-        }
-        guard let alert else { return }
+        guard let alert = AlertKind.candidate(for: event), app.connectOptions[alert.peripheral]?.alerts(alert.kind) == true else { return }
         let message = alert.kind.message(appID: app.appID, peripheral: store?.device(alert.peripheral)?.name ?? alert.peripheral)
         host.logger.warning("alert: \(message)")
         var event = Beryl_Ipc_V1_ManagerEvent()

@@ -17,7 +17,7 @@ final class AppSession {
     /// Events held while the app is suspended.
     var held = SuspendedQueue<Beryl_Ipc_V1_ManagerEvent>()
     /// Each connection's options (notifyOn*), by peripheral identifier.
-    var connectOptions: [String: Beryl_Ipc_V1_Connect] = [:]
+    var connectOptions: [String: PreservedState.ConnectOptions] = [:]
 }
 
 /// managerd's shell: app sessions on managerd.sock; hcid for scanning, connecting and advertising; attd for GATT.

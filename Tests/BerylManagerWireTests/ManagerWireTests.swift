@@ -106,4 +106,20 @@ final class ManagerWireTests: XCTestCase {
         XCTAssertTrue(info.connectable)
         XCTAssertFalse(Beryl_Ipc_V1_AdvertisementInfo(AdvertisementData()).txPowerKnown, "no TX power advertised is not 0 dBm")
     }
+
+    /// An alert for a suspended app needs both an event of its kind and the connect option that asked for it.
+    func testAnAlertNeedsItsEventAndTheOptionThatAskedForIt() throws {
+        let connected = try XCTUnwrap(AlertKind.candidate(for: .with { $0.connected.peripheral = "P" }))
+        XCTAssertEqual(connected.kind, .connection)
+        XCTAssertEqual(connected.peripheral, "P")
+        XCTAssertEqual(AlertKind.candidate(for: .with { $0.disconnected.peripheral = "P" })?.kind, .disconnection)
+        XCTAssertEqual(AlertKind.candidate(for: .with { $0.notification.peripheral = "P" })?.kind, .notification)
+        XCTAssertNil(AlertKind.candidate(for: .with { $0.stateChanged = .init() }))
+
+        let options = PreservedState.ConnectOptions(.with { $0.notifyOnDisconnection = true })
+        XCTAssertEqual(AlertKind.allCases.filter(options.alerts), [.disconnection])
+        XCTAssertEqual(AlertKind.allCases.filter(PreservedState.ConnectOptions(.with {
+            $0.notifyOnConnection = true; $0.notifyOnNotification = true
+        }).alerts), [.connection, .notification])
+    }
 }
