@@ -28,7 +28,8 @@ extension Beryl_Ipc_V1_GattDatabase {
         }
     }
 
-    /// The included services of the one service spanning `range`.
+    /// The included services of the one service spanning `range`; the service's own UUID stays empty, since the app
+    /// asked about a service it already knows (discoverIncludedServices), as for the depths below.
     public init(included: [DiscoveredInclude], in range: ClosedRange<UInt16>) {
         self = .with { $0.services = [.with {
             $0.startHandle = UInt32(range.lowerBound)

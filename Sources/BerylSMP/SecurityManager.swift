@@ -346,7 +346,8 @@ public final class SecurityManager {
         let wasReEncrypting = state.reEncrypting
         state.reEncrypting = false
         state.encrypted = enabled
-        // Encryption off with success is no outcome of an encryption with the key (LE has no Encryption Change to off).
+        // Encryption off with success is no outcome of an encryption with the key: on LE encryption is only paused to
+        // refresh a key (Core Vol 6 Part B §5.1.3), so Encryption Change (Vol 4 Part E §7.7.8) never turns it off alone.
         if wasReEncrypting, let identity = state.bond, enabled || status != 0 {
             keyEncryptions[identity, default: .init()].last = enabled ? .encrypted
                 : status == HCIStatusCode.pinOrKeyMissing ? .keyMissing : .failed(status: status)

@@ -86,7 +86,7 @@ struct Bonds: ParsableCommand {
                         "keyEncryptions": Int($0.keyEncryptions)]
                     if let last = Self.outcomeName($0.lastKeyEncryption.outcome) {
                         var outcome: [String: Any] = ["outcome": last]
-                        if $0.lastKeyEncryption.outcome != .encrypted { outcome["hciCode"] = Int($0.lastKeyEncryption.hciCode) }
+                        if Self.namesACode($0.lastKeyEncryption) { outcome["hciCode"] = Int($0.lastKeyEncryption.hciCode) }
                         object["lastKeyEncryption"] = outcome
                     }
                     return object
@@ -102,9 +102,14 @@ struct Bonds: ParsableCommand {
                       + (bond.irkKnown ? "  IRK" : "") + (bond.csrkKnown ? "  CSRK" : "") + "  \(bond.subscriptions) subscription(s)"
                       + (Self.outcomeName(bond.lastKeyEncryption.outcome).map {
                           "  last of \(bond.keyEncryptions) encryption(s) with the key: \($0)"
-                              + (bond.lastKeyEncryption.outcome == .encrypted ? "" : " (HCI 0x\(String(bond.lastKeyEncryption.hciCode, radix: 16)))")
+                              + (Self.namesACode(bond.lastKeyEncryption) ? " (HCI 0x\(String(bond.lastKeyEncryption.hciCode, radix: 16)))" : "")
                       } ?? ""))
             }
+        }
+
+        /// 0x00 is Success in HCI: a link closed with no reason names no code.
+        static func namesACode(_ last: Beryl_Ipc_V1_KeyEncryption) -> Bool {
+            last.outcome != .encrypted && !(last.outcome == .linkClosed && last.hciCode == 0)
         }
 
         static func outcomeName(_ outcome: Beryl_Ipc_V1_KeyEncryption.Outcome) -> String? {

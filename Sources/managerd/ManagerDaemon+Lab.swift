@@ -121,8 +121,11 @@ extension ManagerDaemon {
             incoming.fail(.busy, "another lab session is open (session \(lab.session))")
             return
         }
+        // LabOpen again (same session, or one whose close was not seen yet) starts afresh: its pending connect is told.
+        labAttemptReply?.fail(.cancelled, "the lab session was opened again")
+        labAttemptReply = nil
+        labOpenings += 1
         lab = LabSession(session: session.id)
-        labAttemptReply = nil  // a session that went without closing cleanly leaves nobody to answer
         host.logger.info("lab session \(session.id) opened by pid \(session.peer.pid) (uid \(session.peer.uid))")
         setLabRandomAddress()
         answerLabInfo(session: session.id, incoming)
@@ -445,13 +448,13 @@ extension ManagerDaemon {
             return
         }
         lab?.securing(handle)
-        let session = lab?.session
+        let opening = labOpenings
         var request = Request()
         request.att.pair.connectionHandle = UInt32(handle)
         attd.request(request) { [unowned self] result in
-            // Another lab session's state is not this one's to change or answer from.
+            // A lab opened since (even by the same session) is not this one's to change or answer from.
             var outcome: LabSecurityOutcome?
-            if self.lab?.session == session {
+            if self.lab != nil, self.labOpenings == opening {
                 switch result {
                 case .success(let response): outcome = self.lab?.secured(handle, LabSecurity(response.att.paired))
                 case .failure: outcome = self.lab?.securingFailed(handle)

@@ -101,6 +101,8 @@ final class ManagerDaemon {
     var lab: LabSession?
     /// The lab's connection attempt, answered when its link is up (LabSession keeps the attempt itself).
     var labAttemptReply: IncomingRequest?
+    /// Counts LabOpen: an answer owed to one lab is never applied to the next.
+    var labOpenings: UInt64 = 0
     /// The static random address a lab session's RANDOM procedures use, made once per managerd.
     let labRandomAddress = makeStaticRandomAddress { UInt8.random(in: 0...255) }
     /// Each link's interval, latency and supervision timeout as the controller last reported them.

@@ -41,4 +41,17 @@ final class ControllerScanTests: XCTestCase {
         XCTAssertEqual(Array(slowed[1].parameters[1...4]), [0x00, 0x08, 0x30, 0x00], "1.28 s interval, 30 ms window")
         XCTAssertEqual(ControllerScan.commands(from: slow, to: nil).map(\.parameters), [[0x00, 0x00]], "off, duplicates unfiltered")
     }
+
+    /// An app starting to scan beside a lab's passive scan makes it active (the app needs scan responses), and it
+    /// goes back to passive when the app stops.
+    func testAnAppJoiningALabsPassiveScanMakesItActive() throws {
+        let passive = LabSession.Scan(passive: true, ownAddress: .random)
+        let alone = try XCTUnwrap(wanted(apps: false, lab: passive))
+        let joined = try XCTUnwrap(wanted(apps: true, lab: passive))
+        let restart = ControllerScan.commands(from: alone, to: joined)
+        XCTAssertEqual(restart.map(\.opcode), [HCIOpcode.leSetScanEnable.rawValue, HCIOpcode.leSetScanParameters.rawValue, HCIOpcode.leSetScanEnable.rawValue])
+        XCTAssertEqual(restart[1].parameters.first, 0x01, "active")
+        XCTAssertEqual(restart[1].parameters[5], 0x01, "still the lab's random address")
+        XCTAssertEqual(ControllerScan.commands(from: joined, to: alone)[1].parameters.first, 0x00, "passive again")
+    }
 }

@@ -92,6 +92,8 @@ final class ManagerWireTests: XCTestCase {
         var advertisement = AdvertisementData()
         advertisement.localName = "Thermo"
         advertisement.serviceUUIDs = [BluetoothUUID(0x180D)]
+        advertisement.overflowServiceUUIDs = [BluetoothUUID(0x1810)]
+        advertisement.solicitedServiceUUIDs = [BluetoothUUID(0x1812)]
         advertisement.serviceData = [BluetoothUUID(0x180F): [0x64]]
         advertisement.manufacturerData = [0x4C, 0x00, 0x01]
         advertisement.txPowerLevel = -8
@@ -99,6 +101,8 @@ final class ManagerWireTests: XCTestCase {
         let info = Beryl_Ipc_V1_AdvertisementInfo(advertisement)
         XCTAssertEqual(info.localName, "Thermo")
         XCTAssertEqual(info.serviceUuids, [BluetoothUUID(0x180D).description])
+        XCTAssertEqual(info.overflowServiceUuids, [BluetoothUUID(0x1810).description])
+        XCTAssertEqual(info.solicitedServiceUuids, [BluetoothUUID(0x1812).description])
         XCTAssertEqual(info.serviceData, [BluetoothUUID(0x180F).description: Data([0x64])])
         XCTAssertEqual(info.manufacturerData, Data([0x4C, 0x00, 0x01]))
         XCTAssertTrue(info.txPowerKnown)
@@ -116,10 +120,10 @@ final class ManagerWireTests: XCTestCase {
         XCTAssertEqual(AlertKind.candidate(for: .with { $0.notification.peripheral = "P" })?.kind, .notification)
         XCTAssertNil(AlertKind.candidate(for: .with { $0.stateChanged = .init() }))
 
-        let options = PreservedState.ConnectOptions(.with { $0.notifyOnDisconnection = true })
-        XCTAssertEqual(AlertKind.allCases.filter(options.alerts), [.disconnection])
-        XCTAssertEqual(AlertKind.allCases.filter(PreservedState.ConnectOptions(.with {
-            $0.notifyOnConnection = true; $0.notifyOnNotification = true
-        }).alerts), [.connection, .notification])
+        func alerted(_ connect: Beryl_Ipc_V1_Connect) -> [AlertKind] { AlertKind.allCases.filter(PreservedState.ConnectOptions(connect).alerts) }
+        XCTAssertEqual(alerted(.with { $0.notifyOnConnection = true }), [.connection])
+        XCTAssertEqual(alerted(.with { $0.notifyOnDisconnection = true }), [.disconnection])
+        XCTAssertEqual(alerted(.with { $0.notifyOnNotification = true }), [.notification])
+        XCTAssertEqual(alerted(Beryl_Ipc_V1_Connect()), [])
     }
 }
