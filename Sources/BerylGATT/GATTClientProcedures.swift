@@ -162,6 +162,12 @@ public struct DiscoverCharacteristics {
 
 /// Discover All Characteristic Descriptors (§4.7.1) between a value handle and the characteristic's end.
 public struct DiscoverDescriptors {
+    /// A characteristic's descriptors end where the next declaration begins (Core Vol 3 Part G §3.3.3): of a range
+    /// that runs past the characteristic (an app's, up to its service's end), only what comes before it.
+    public static func ofOneCharacteristic(_ found: [DiscoveredDescriptor]) -> [DiscoveredDescriptor] {
+        Array(found.prefix { !GATTType.declarations.contains($0.uuid) })
+    }
+
     public let range: ClosedRange<UInt16>
     private var next: UInt16
     private var found: [DiscoveredDescriptor] = []

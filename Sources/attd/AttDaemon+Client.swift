@@ -354,11 +354,7 @@ extension AttDaemon {
     func discoverDescriptorsOnly(in range: ClosedRange<UInt16>, on link: LinkSession, completion: @escaping (Result<Beryl_Ipc_V1_GattDatabase, ATTError>) -> Void) {
         var descriptors = DiscoverDescriptors(in: range)
         runProcedure(on: link, descriptors.start(), { descriptors.handle($0) }) { result in
-            completion(result.map { all in
-                // A characteristic's descriptors end where the next declaration begins (Core Vol 3 Part G §3.3.3).
-                let declarations: Set<BluetoothUUID> = [BluetoothUUID(0x2800), BluetoothUUID(0x2801), BluetoothUUID(0x2802), BluetoothUUID(0x2803)]
-                return Beryl_Ipc_V1_GattDatabase(descriptors: Array(all.prefix { !declarations.contains($0.uuid) }))
-            })
+            completion(result.map { Beryl_Ipc_V1_GattDatabase(descriptors: DiscoverDescriptors.ofOneCharacteristic($0)) })
         }
     }
 }

@@ -284,6 +284,16 @@ final class GATTClientMalformedResponseTests: XCTestCase {
                        .request(.readByTypeRequest(start: 0x15, end: 0x20, type: GATTType.characteristic)))
     }
 
+    /// An app's descriptor discovery runs to its service's end; what follows the next declaration is another
+    /// characteristic's, including a declaration of another service.
+    func testOneCharacteristicsDescriptorsEndAtTheNextDeclaration() {
+        let found = [DiscoveredDescriptor(handle: 0x13, uuid: BluetoothUUID(0x2902)), DiscoveredDescriptor(handle: 0x14, uuid: BluetoothUUID(0x2901)),
+                     DiscoveredDescriptor(handle: 0x15, uuid: GATTType.characteristic), DiscoveredDescriptor(handle: 0x17, uuid: BluetoothUUID(0x2902))]
+        XCTAssertEqual(DiscoverDescriptors.ofOneCharacteristic(found).map(\.handle), [0x13, 0x14])
+        XCTAssertEqual(DiscoverDescriptors.ofOneCharacteristic([DiscoveredDescriptor(handle: 0x20, uuid: GATTType.primaryService)]), [])
+        XCTAssertEqual(DiscoverDescriptors.ofOneCharacteristic(Array(found.prefix(2))).count, 2, "no declaration: all of them")
+    }
+
     func testDescriptorsAndIncludesOutsideTheirRangeAreRefused() {
         var descriptors = DiscoverDescriptors(in: 0x13...0x15)
         _ = descriptors.start()
