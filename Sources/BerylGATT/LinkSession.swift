@@ -21,6 +21,8 @@ public final class LinkSession {
     public let isCentral: Bool
     public let server: ATTServer
     public let client = ATTClient()
+    /// The GATT client's procedures, over `client`.
+    public let gatt: GATTClient
     private var reassembler = L2CAPReassembler()
     private var signaling: LESignaling
 
@@ -28,6 +30,7 @@ public final class LinkSession {
         self.handle = handle
         self.isCentral = isCentral
         server = ATTServer(database: database, serverMTU: serverMTU)
+        gatt = GATTClient(bearer: client)
         signaling = LESignaling(isCentral: isCentral)
     }
 

@@ -1,4 +1,5 @@
 import BerylATT
+import BerylAttWire
 import BerylCore
 import BerylGATT
 import BerylIPC
@@ -89,55 +90,16 @@ extension AttDaemon {
     }
 
     private func publishService(_ spec: Beryl_Ipc_V1_ServiceSpec, for session: IPCSession, _ incoming: IncomingRequest) {
-        guard let uuid = BluetoothUUID(spec.uuid) else {
-            incoming.fail(.invalidArgument, "'\(spec.uuid)' is not a UUID", field: "service.uuid")
+        let definition: ServiceDefinition
+        do {
+            definition = try ServiceDefinition(wire: spec)
+        } catch {
+            incoming.fail(.invalidArgument, error.message, field: error.field)
             return
-        }
-        var characteristics: [CharacteristicDefinition] = []
-        for (index, characteristic) in spec.characteristics.enumerated() {
-            guard let characteristicUUID = BluetoothUUID(characteristic.uuid) else {
-                incoming.fail(.invalidArgument, "'\(characteristic.uuid)' is not a UUID", field: "service.characteristics[\(index)].uuid")
-                return
-            }
-            guard !GATTType.declarations.contains(characteristicUUID) else {
-                incoming.fail(.invalidArgument, "\(characteristicUUID) is a GATT declaration type, not a characteristic's", field: "service.characteristics[\(index)].uuid")
-                return
-            }
-            guard characteristic.properties <= 0x3FF, characteristic.permissions <= 0x3F else {
-                incoming.fail(.invalidArgument, "unknown property or permission bits", field: "service.characteristics[\(index)]")
-                return
-            }
-            guard characteristic.value.count <= ATTServer.maxValueLength else {
-                incoming.fail(.invalidArgument, "values are at most 512 bytes", field: "service.characteristics[\(index)].value")
-                return
-            }
-            var descriptors: [DescriptorDefinition] = []
-            for (position, descriptor) in characteristic.descriptors.enumerated() {
-                guard let descriptorUUID = BluetoothUUID(descriptor.uuid), descriptorUUID != GATTType.clientConfiguration,
-                      !GATTType.declarations.contains(descriptorUUID) else {
-                    incoming.fail(.invalidArgument, "'\(descriptor.uuid)' is not a UUID, or is the CCCD attd adds itself, or a declaration type",
-                                  field: "service.characteristics[\(index)].descriptors[\(position)].uuid")
-                    return
-                }
-                guard descriptor.value.count <= ATTServer.maxValueLength else {
-                    incoming.fail(.invalidArgument, "values are at most 512 bytes", field: "service.characteristics[\(index)].descriptors[\(position)].value")
-                    return
-                }
-                descriptors.append(DescriptorDefinition(uuid: descriptorUUID, value: Array(descriptor.value)))
-            }
-            characteristics.append(CharacteristicDefinition(
-                uuid: characteristicUUID, properties: CharacteristicProperties(rawValue: UInt16(truncatingIfNeeded: characteristic.properties)),
-                permissions: AttributePermissions(rawValue: UInt8(characteristic.permissions)),
-                value: characteristic.cached ? Array(characteristic.value) : nil, descriptors: descriptors))
         }
         let start: UInt16
         do {
-            guard spec.includedStartHandles.allSatisfy({ $0 > 0 && $0 < 0xFFFF }) else {
-                incoming.fail(.invalidArgument, "an included service's start handle is out of range", field: "service.included_start_handles")
-                return
-            }
-            start = try database.add(ServiceDefinition(uuid: uuid, isPrimary: spec.primary, includes: spec.includedStartHandles.map { UInt16($0) },
-                                                       characteristics: characteristics))
+            start = try database.add(definition)
         } catch {
             incoming.fail(.invalidArgument, "the database refused the service: \(error)", field: "service")
             return
@@ -145,7 +107,7 @@ extension AttDaemon {
         let end = database.attribute(at: start)?.groupEnd ?? start
         router.published(start...end, by: session.id)
         let valueHandles = database.attributes(in: start...end).filter { $0.type == GATTType.characteristic }.map { $0.handle + 1 }
-        host.logger.info("service \(uuid) published at \(start)–\(end) by session \(session.id)")
+        host.logger.info("service \(definition.uuid) published at \(start)–\(end) by session \(session.id)")
         incoming.respond(.with {
             $0.att.servicePublished.startHandle = UInt32(start)
             $0.att.servicePublished.endHandle = UInt32(end)

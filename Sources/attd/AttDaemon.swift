@@ -25,9 +25,9 @@ final class AttDaemon {
     var deadlineTimer: EventRegistration?
     /// The deadline `deadlineTimer` fires for: paced PDUs re-arm often, and the same deadline needs no new timer.
     var deadlineArmedFor: Duration?
-    var waiters: [WaiterKey: Waiter] = [:]
-    /// Each link's GATT client state: the peer's Service Changed and the re-discovery it asks for.
-    var clientRoles: [UInt16: GATTClientRole] = [:]
+    /// Apps' GATT client requests, by the operation id their link's client core knows them by.
+    var clientAnswers: [GATTClient.OperationID: IncomingRequest] = [:]
+    var nextClientOperation: GATTClient.OperationID = 1
 
     // Security (AttDaemon+Security).
     let security: SecurityManager
@@ -112,11 +112,10 @@ final class AttDaemon {
     private func openLink(_ handle: UInt16, central: Bool, peer: DeviceAddress) {
         let link = LinkSession(handle: handle, isCentral: central, database: database, serverMTU: serverMTU)
         links[handle] = link
-        clientRoles[handle] = GATTClientRole()
         host.logger.info("link 0x\(String(handle, radix: 16)) up with \(peer) (\(central ? "central" : "peripheral"))")
         applySecurity(security.linkOpened(handle, isCentral: central, peer: peer, at: host.loop.uptime))
         broadcastBearer(handle, opened: true)
-        if central { exchangeMTU(on: link) }
+        if central { applyGATT(link.gatt.exchangeMTU(offering: serverMTU, at: host.loop.uptime), on: link) }
     }
 
     private func hcidEvent(_ event: Event) {
@@ -150,17 +149,16 @@ final class AttDaemon {
     }
 
     private func linkClosed(_ handle: UInt16, reason: UInt8? = nil) {
-        guard links.removeValue(forKey: handle) != nil else { return }
-        clientRoles[handle] = nil
+        guard let link = links.removeValue(forKey: handle) else { return }
+        applyGATT(link.gatt.linkClosed(), on: link)
         applySecurity(security.linkClosed(handle, reason: reason))
         router.linkClosed(handle)
         applyPacer(pacer.linkClosed(handle))
-        failWaiters(of: handle)
         host.logger.info("link 0x\(String(handle, radix: 16)) down" + (reason.map { " (HCI reason 0x\(String($0, radix: 16)))" } ?? ""))
         broadcastBearer(handle, opened: false)
     }
 
-    private func send(_ pdu: [UInt8], on handle: UInt16) {
+    func send(_ pdu: [UInt8], on handle: UInt16) {
         var request = Request()
         request.hci.sendAcl.handle = UInt32(handle)
         request.hci.sendAcl.pdu = Data(pdu)
@@ -298,20 +296,7 @@ final class AttDaemon {
         }
     }
 
-    /// The central asks for the largest ATT_MTU straight away (Core Vol 3 Part G §4.3.1), as iOS does.
-    private func exchangeMTU(on link: LinkSession) {
-        runProcedure(on: link, GATTStep<UInt16>.request(.exchangeMTURequest(mtu: serverMTU)), { response -> GATTStep<UInt16> in
-            if case .exchangeMTUResponse(let mtu) = response { return .done(mtu) }
-            if case .errorResponse(_, _, let error) = response { return .failed(error) }
-            return .failed(.invalidPDU)
-        }) { [unowned self] result in
-            guard self.links[link.handle] === link else { return }
-            if case .failure(let error) = result { self.host.logger.info("link 0x\(String(link.handle, radix: 16)): MTU exchange refused (\(error)); ATT_MTU stays 23") }
-            self.broadcastMTU(link)
-        }
-    }
-
-    private func broadcastMTU(_ link: LinkSession) {
+    func broadcastMTU(_ link: LinkSession) {
         var event = Event()
         event.att.mtuChanged = .with {
             $0.connectionHandle = UInt32(link.handle)

@@ -1,0 +1,171 @@
+import BerylCore
+import BerylGATT
+import BerylWire
+import Foundation
+
+/// A request field the GATT client cannot take as it came: which field, and why.
+public struct FieldRefusal: Error, Equatable, Sendable {
+    public var field: String
+    public var message: String
+    public init(field: String, _ message: String) {
+        self.field = field
+        self.message = message
+    }
+}
+
+extension GATTClient.Operation {
+    /// The operation an app's client request asks for on its link, or nil for a request that is no such operation
+    /// (a write without response, which the link's transmit queue paces instead, or none of the GATT requests).
+    public init?(wire request: Beryl_Ipc_V1_AttRequest.OneOf_Kind) throws(FieldRefusal) {
+        switch request {
+        case .gattDiscover(let discover):
+            var scope = DiscoveryScope(range: try Self.range(discover.startHandle, discover.endHandle))
+            scope.services = try Self.uuids(discover.serviceUuids, field: "service_uuids")
+            scope.characteristics = try Self.uuids(discover.characteristicUuids, field: "characteristic_uuids")
+            let depth: GATTClient.Depth = switch discover.depth {
+            case .whole, .UNRECOGNIZED: .whole
+            case .services: .services
+            case .included: .included
+            case .characteristics: .characteristics
+            case .descriptors: .descriptors
+            }
+            self = .discover(scope, depth)
+        case .gattRead(let read):
+            self = .read(handle: UInt16(truncatingIfNeeded: read.handle))
+        case .gattWrite(let write) where !write.withoutResponse:
+            self = .write(handle: UInt16(truncatingIfNeeded: write.handle), value: Array(write.value))
+        case .gattSubscribe(let subscribe):
+            // The CCCD named, else the attribute after a value of 1...0xFFFE (where a CCCD that was not discovered sits).
+            let (cccd, field) = subscribe.cccdHandle != 0
+                ? (UInt16(exactly: subscribe.cccdHandle), "cccd_handle")
+                : ((1..<0xFFFF).contains(subscribe.valueHandle) ? UInt16(subscribe.valueHandle + 1) : nil, "value_handle")
+            guard let cccd else { throw FieldRefusal(field: field, "\(field) names no attribute whose CCCD could be written") }
+            self = .configure(cccd: cccd, notify: subscribe.enable && !subscribe.indicate, indicate: subscribe.enable && subscribe.indicate)
+        case .gattReadMultiple(let read):
+            guard read.handles.count >= 2 else { throw FieldRefusal(field: "handles", "Read Multiple takes two or more handles") }
+            self = .readMultiple(read.handles.map { UInt16(truncatingIfNeeded: $0) })
+        case .gattReadByType(let read):
+            guard let uuid = BluetoothUUID(read.uuid) else { throw FieldRefusal(field: "uuid", "'\(read.uuid)' is not a UUID") }
+            self = .readByType(uuid, in: try Self.range(read.startHandle, read.endHandle))
+        case .gattReliableWrite(let write):
+            guard !write.writes.isEmpty, write.writes.allSatisfy({ $0.offset == 0 && $0.value.count <= ATTServer.maxValueLength && $0.handle > 0 && $0.handle <= 0xFFFF }) else {
+                throw FieldRefusal(field: "writes", "a reliable write takes one or more values (offset 0, at most 512 bytes) for valid handles")
+            }
+            self = .reliableWrite(write.writes.map { HandleValue(handle: UInt16($0.handle), value: Array($0.value)) })
+        default:
+            return nil
+        }
+    }
+
+    /// 0 and 0 mean the whole database; a start of 0 is handle 1.
+    private static func range(_ start: UInt32, _ end: UInt32) throws(FieldRefusal) -> ClosedRange<UInt16> {
+        let first = UInt16(clamping: max(1, start)), last = UInt16(clamping: end == 0 ? 0xFFFF : end)
+        guard first <= last else { throw FieldRefusal(field: "start_handle", "start_handle is past end_handle") }
+        return first...last
+    }
+
+    /// No UUIDs is no filter.
+    private static func uuids(_ strings: [String], field: String) throws(FieldRefusal) -> [BluetoothUUID]? {
+        let parsed = strings.compactMap(BluetoothUUID.init)
+        guard parsed.count == strings.count else { throw FieldRefusal(field: field, "not a UUID in \(strings)") }
+        return parsed.isEmpty ? nil : parsed
+    }
+}
+
+extension Beryl_Ipc_V1_AttRequest.OneOf_Kind {
+    /// The link a GATT client request is for; nil for requests that are not the client's.
+    public var clientConnectionHandle: UInt32? {
+        switch self {
+        case .gattDiscover(let request): request.connectionHandle
+        case .gattRead(let request): request.connectionHandle
+        case .gattWrite(let request): request.connectionHandle
+        case .gattSubscribe(let request): request.connectionHandle
+        case .gattReadMultiple(let request): request.connectionHandle
+        case .gattReadByType(let request): request.connectionHandle
+        case .gattReliableWrite(let request): request.connectionHandle
+        default: nil
+        }
+    }
+}
+
+extension Beryl_Ipc_V1_Response {
+    /// What the app hears of an operation that ended well.
+    public init(_ outcome: GATTClient.Outcome) {
+        self = .with {
+            switch outcome {
+            case .services(let trees): $0.att.gattDatabase = Beryl_Ipc_V1_GattDatabase(trees)
+            case .included(let found, let range): $0.att.gattDatabase = Beryl_Ipc_V1_GattDatabase(included: found, in: range)
+            case .characteristics(let found, let range): $0.att.gattDatabase = Beryl_Ipc_V1_GattDatabase(characteristics: found, in: range)
+            case .descriptors(let found): $0.att.gattDatabase = Beryl_Ipc_V1_GattDatabase(descriptors: found)
+            case .value(let value): $0.att.gattValue.value = Data(value)
+            case .values(let values): $0.att.gattValues.values = values.map { found in .with { $0.handle = UInt32(found.handle); $0.value = Data(found.value) } }
+            case .written: $0.ack = .init()
+            }
+        }
+    }
+}
+
+/// The typed error an app hears of an operation that failed.
+public struct WireFailure: Equatable, Sendable {
+    public var code: IPCErrorCode
+    public var message: String
+    public var field: String
+    public var detail: RemoteDetail
+
+    public init(_ failure: GATTClient.Failure) {
+        switch failure {
+        case .att(let error):
+            self.init(.invalidArgument, "ATT error 0x\(String(error.rawValue, radix: 16)) (\(error))", field: "att_error", RemoteDetail(attError: error.rawValue))
+        case .bearerTimedOut:
+            self.init(.timeout, "the ATT transaction timed out (Core Vol 3 Part F §3.3.3)", field: "", RemoteDetail(bluetoothError: .connectionTimeout))
+        case .linkClosed:
+            self.init(.notFound, "the link went down", field: "connection_handle", RemoteDetail(bluetoothError: .peripheralDisconnected))
+        case .reliableWriteCancelled:
+            self.init(.invalidArgument, "the server echoed a part differently; the reliable write was cancelled", field: "att_error",
+                      RemoteDetail(bluetoothError: .unknown))
+        }
+    }
+
+    private init(_ code: IPCErrorCode, _ message: String, field: String, _ detail: RemoteDetail) {
+        self.code = code
+        self.message = message
+        self.field = field
+        self.detail = detail
+    }
+}
+
+extension ServiceDefinition {
+    /// A publisher's service as the database takes it; each refusal names the field, as the publisher wrote it.
+    public init(wire spec: Beryl_Ipc_V1_ServiceSpec) throws(FieldRefusal) {
+        guard let uuid = BluetoothUUID(spec.uuid) else { throw FieldRefusal(field: "service.uuid", "'\(spec.uuid)' is not a UUID") }
+        var characteristics: [CharacteristicDefinition] = []
+        for (index, characteristic) in spec.characteristics.enumerated() {
+            let field = "service.characteristics[\(index)]"
+            guard let characteristicUUID = BluetoothUUID(characteristic.uuid) else { throw FieldRefusal(field: field + ".uuid", "'\(characteristic.uuid)' is not a UUID") }
+            guard !GATTType.declarations.contains(characteristicUUID) else {
+                throw FieldRefusal(field: field + ".uuid", "\(characteristicUUID) is a GATT declaration type, not a characteristic's")
+            }
+            // Core Bluetooth's ten property bits and six permission bits; nothing else means anything.
+            guard characteristic.properties <= 0x3FF, characteristic.permissions <= 0x3F else { throw FieldRefusal(field: field, "unknown property or permission bits") }
+            guard characteristic.value.count <= ATTServer.maxValueLength else { throw FieldRefusal(field: field + ".value", "values are at most 512 bytes") }
+            var descriptors: [DescriptorDefinition] = []
+            for (position, descriptor) in characteristic.descriptors.enumerated() {
+                let descriptorField = field + ".descriptors[\(position)]"
+                guard let descriptorUUID = BluetoothUUID(descriptor.uuid), descriptorUUID != GATTType.clientConfiguration,
+                      !GATTType.declarations.contains(descriptorUUID) else {
+                    throw FieldRefusal(field: descriptorField + ".uuid", "'\(descriptor.uuid)' is not a UUID, or is the CCCD attd adds itself, or a declaration type")
+                }
+                guard descriptor.value.count <= ATTServer.maxValueLength else { throw FieldRefusal(field: descriptorField + ".value", "values are at most 512 bytes") }
+                descriptors.append(DescriptorDefinition(uuid: descriptorUUID, value: Array(descriptor.value)))
+            }
+            characteristics.append(CharacteristicDefinition(
+                uuid: characteristicUUID, properties: CharacteristicProperties(rawValue: UInt16(truncatingIfNeeded: characteristic.properties)),
+                permissions: AttributePermissions(rawValue: UInt8(characteristic.permissions)),
+                value: characteristic.cached ? Array(characteristic.value) : nil, descriptors: descriptors))
+        }
+        guard spec.includedStartHandles.allSatisfy({ $0 > 0 && $0 < 0xFFFF }) else {
+            throw FieldRefusal(field: "service.included_start_handles", "an included service's start handle is out of range")
+        }
+        self.init(uuid: uuid, isPrimary: spec.primary, includes: spec.includedStartHandles.map { UInt16($0) }, characteristics: characteristics)
+    }
+}
