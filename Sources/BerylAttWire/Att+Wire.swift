@@ -158,3 +158,16 @@ extension Beryl_Ipc_V1_BondInfo {
         }
     }
 }
+
+extension SecurityFailure {
+    /// The message an app's or a lab's error carries beside the typed detail.
+    public var message: String {
+        switch self {
+        case .pairing(.local(let reason)): "pairing failed: we sent Pairing Failed, \(reason) (0x\(String(reason.rawValue, radix: 16)))"
+        case .pairing(.remote(let reason)): "pairing failed: the peer sent Pairing Failed, \(reason) (0x\(String(reason.rawValue, radix: 16)))"
+        case .pairing(.timeout): "pairing timed out (30 s without the next step)"
+        case .encryption(let status): "encryption failed with HCI status 0x\(String(status, radix: 16))"
+        case .linkClosed: "the link closed"
+        }
+    }
+}

@@ -169,3 +169,81 @@ extension ServiceDefinition {
         self.init(uuid: uuid, isPrimary: spec.primary, includes: spec.includedStartHandles.map { UInt16($0) }, characteristics: characteristics)
     }
 }
+
+// attd's events, as its clients read them.
+extension Beryl_Ipc_V1_Event {
+    /// A remote central reads a dynamic value; the publisher answers with `answerID`.
+    public init(readRequested answerID: UInt64, link: UInt16, handle: UInt16, offset: UInt16) {
+        self.init()
+        att.readRequested = .with {
+            $0.id = answerID
+            $0.connectionHandle = UInt32(link)
+            $0.handle = UInt32(handle)
+            $0.offset = UInt32(offset)
+        }
+    }
+
+    /// A remote central writes dynamic values, all or nothing; a command (no response) owes no answer (id 0).
+    public init(writeRequested answerID: UInt64, link: UInt16, writes: [PreparedWrite], withResponse: Bool) {
+        self.init()
+        att.writeRequested = .with {
+            $0.id = answerID
+            $0.connectionHandle = UInt32(link)
+            $0.withResponse = withResponse
+            $0.writes = writes.map { write in .with { $0.handle = UInt32(write.handle); $0.offset = UInt32(write.offset); $0.value = Data(write.value) } }
+        }
+    }
+
+    public init(subscriptionChanged valueHandle: UInt16, link: UInt16, notify: Bool, indicate: Bool) {
+        self.init()
+        att.subscriptionChanged = .with {
+            $0.connectionHandle = UInt32(link)
+            $0.valueHandle = UInt32(valueHandle)
+            $0.notify = notify
+            $0.indicate = indicate
+        }
+    }
+
+    public init(notification handle: UInt16, value: [UInt8], indication: Bool, link: UInt16) {
+        self.init()
+        att.gattNotification = .with {
+            $0.connectionHandle = UInt32(link)
+            $0.handle = UInt32(handle)
+            $0.value = Data(value)
+            $0.indication = indication
+        }
+    }
+
+    /// The peer's database changed in `range`; what it holds now, unless re-discovering it failed.
+    public init(serviceChanged range: ClosedRange<UInt16>, link: UInt16, _ result: Result<[DiscoveredServiceTree], GATTClient.Failure>) {
+        self.init()
+        att.gattServiceChanged = .with {
+            $0.connectionHandle = UInt32(link)
+            $0.startHandle = UInt32(range.lowerBound)
+            $0.endHandle = UInt32(range.upperBound)
+            if case .success(let trees) = result { $0.database = Beryl_Ipc_V1_GattDatabase(trees) }
+        }
+    }
+}
+
+extension Beryl_Ipc_V1_Event {
+    public init(mtuChanged mtu: UInt16, link: UInt16, central: Bool) {
+        self.init()
+        att.mtuChanged = .with {
+            $0.connectionHandle = UInt32(link)
+            $0.attMtu = UInt32(mtu)
+            $0.central = central
+        }
+    }
+
+    /// An ATT bearer opened with a link, or closed with it.
+    public init(bearer link: UInt16, opened: Bool, mtu: UInt16, central: Bool) {
+        self.init()
+        let bearer = Beryl_Ipc_V1_Bearer.with {
+            $0.connectionHandle = UInt32(link)
+            $0.attMtu = UInt32(mtu)
+            $0.central = central
+        }
+        if opened { att.bearerOpened = bearer } else { att.bearerClosed = bearer }
+    }
+}

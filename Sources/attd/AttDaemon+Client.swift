@@ -106,7 +106,7 @@ extension AttDaemon {
                 clientAnswers.removeValue(forKey: id)?.fail(wire.code, wire.message, field: wire.field, detail: wire.detail)
             case .secure:
                 secure(link) { [unowned self] result in
-                    if case .failure(let failure) = result { self.host.logger.warning("\(tag): could not secure the link: \(Self.describe(failure))") }
+                    if case .failure(let failure) = result { self.host.logger.warning("\(tag): could not secure the link: \(failure.message)") }
                     guard self.links[link.handle] === link else { return }
                     self.applyGATT(link.gatt.secured(result.isSuccess, at: self.host.loop.uptime), on: link)
                 }
@@ -114,23 +114,9 @@ extension AttDaemon {
                 if let refused { host.logger.info("\(tag): MTU exchange refused (\(refused)); ATT_MTU stays \(mtu)") }
                 broadcastMTU(link)
             case .notification(let handle, let value, let indication):
-                var event = Event()
-                event.att.gattNotification = .with {
-                    $0.connectionHandle = UInt32(link.handle)
-                    $0.handle = UInt32(handle)
-                    $0.value = Data(value)
-                    $0.indication = indication
-                }
-                host.server?.broadcast(event)
+                host.server?.broadcast(Event(notification: handle, value: value, indication: indication, link: link.handle))
             case .serviceChanged(let range, let result):
-                var event = Event()
-                event.att.gattServiceChanged = .with {
-                    $0.connectionHandle = UInt32(link.handle)
-                    $0.startHandle = UInt32(range.lowerBound)
-                    $0.endHandle = UInt32(range.upperBound)
-                    if case .success(let trees) = result { $0.database = Beryl_Ipc_V1_GattDatabase(trees) }
-                }
-                host.server?.broadcast(event)
+                host.server?.broadcast(Event(serviceChanged: range, link: link.handle, result))
             case .disconnect:
                 sendCommand(HCICommands.disconnect(handle: link.handle))
             case .log(let message):

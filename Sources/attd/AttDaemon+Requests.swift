@@ -40,26 +40,14 @@ extension AttDaemon {
                 incoming.fail(.invalidArgument, "values are at most 512 bytes", field: "value")
                 return true
             }
-            // Notifications are paced per link; when any subscribed link is full the update is refused whole, as
-            // Core Bluetooth's updateValue returns false, and ReadyToUpdate follows.
-            let valueHandle = UInt16(notify.valueHandle)
-            if !notify.indicate, links.values.contains(where: { !pacer.hasRoom(on: $0.handle) && $0.server.notification(valueHandle: valueHandle, value: []) != nil }) {
-                pacer.refuseNotification(from: session.id)
+            guard let update = pacer.update(valueHandle: UInt16(notify.valueHandle), value: Array(notify.value), indicate: notify.indicate,
+                                            from: session.id, on: Array(links.values)) else {
                 incoming.fail(.busy, "the transmit queue is full; wait for ReadyToUpdate")
                 return true
             }
-            var peers: UInt32 = 0
-            for link in links.values {
-                if notify.indicate {
-                    let (subscribed, outputs) = link.server.indicate(valueHandle: UInt16(notify.valueHandle), value: Array(notify.value))
-                    if subscribed { peers += 1 }
-                    apply(wrap(outputs, for: link), on: link)
-                } else if let pdu = link.server.notification(valueHandle: valueHandle, value: Array(notify.value)) {
-                    peers += 1
-                    enqueuePaced(link.attPDU(pdu), on: link.handle)
-                }
-            }
-            incoming.respond(.with { $0.att.notified.peers = peers })
+            for (link, outputs) in update.indications { apply(wrap(outputs, for: link), on: link) }
+            applyPacer(update.transmissions)
+            incoming.respond(.with { $0.att.notified.peers = update.peers })
         case .answerRead(let answer)?:
             guard let owed = try? router.answer(answer.id, isRead: true) else {
                 incoming.fail(.notFound, "no read \(answer.id) is waiting for an answer (answered already, or timed out)", field: "id")

@@ -36,14 +36,7 @@ extension AttDaemon {
             guard let configurations = security.storedConfigurations(on: link.handle) else { continue }
             for (valueHandle, value) in link.server.adoptStored(clientConfigurations: configurations, in: range) {
                 host.logger.info("bonded \(security.bondIdentity(of: link.handle).map(\.description) ?? "?") is subscribed again to 0x\(String(valueHandle, radix: 16))")
-                var event = Event()
-                event.att.subscriptionChanged = .with {
-                    $0.connectionHandle = UInt32(link.handle)
-                    $0.valueHandle = UInt32(valueHandle)
-                    $0.notify = value & 0b01 != 0
-                    $0.indicate = value & 0b10 != 0
-                }
-                owner(of: valueHandle)?.send(.event(event))
+                owner(of: valueHandle)?.send(.event(Event(subscriptionChanged: valueHandle, link: link.handle, notify: value & 0b01 != 0, indicate: value & 0b10 != 0)))
             }
         }
     }
@@ -139,7 +132,7 @@ extension AttDaemon {
             secure(link) { result in
                 switch result {
                 case .success(let summary): incoming.respond(.with { $0.att.paired = Beryl_Ipc_V1_Paired(summary) })
-                case .failure(let failure): incoming.fail(.securityFailed, Self.describe(failure), detail: RemoteDetail(failure))
+                case .failure(let failure): incoming.fail(.securityFailed, failure.message, detail: RemoteDetail(failure))
                 }
             }
         case .pairingAnswer(let answer):
@@ -206,15 +199,5 @@ extension AttDaemon {
             return false
         }
         return true
-    }
-
-    static func describe(_ failure: SecurityFailure) -> String {
-        switch failure {
-        case .pairing(.local(let reason)): "pairing failed: we sent Pairing Failed, \(reason) (0x\(String(reason.rawValue, radix: 16)))"
-        case .pairing(.remote(let reason)): "pairing failed: the peer sent Pairing Failed, \(reason) (0x\(String(reason.rawValue, radix: 16)))"
-        case .pairing(.timeout): "pairing timed out (30 s without the next step)"
-        case .encryption(let status): "encryption failed with HCI status 0x\(String(status, radix: 16))"
-        case .linkClosed: "the link closed"
-        }
     }
 }

@@ -1,4 +1,5 @@
 import BerylATT
+import BerylAttWire
 import BerylCore
 import BerylDaemonKit
 import BerylEventLoop
@@ -185,12 +186,8 @@ final class AttDaemon {
             case .parameterUpdateRequested(let identifier, let parameters):
                 // As central, accept what the peripheral asks for when it is valid (the signalling core checked).
                 send(link.answerParameterUpdate(identifier: identifier, accepted: true), on: link.handle)
-                let update = HCICommands.leConnectionUpdate(handle: link.handle, intervalMin: parameters.intervalMin, intervalMax: parameters.intervalMax,
-                                                            latency: parameters.latency, supervisionTimeout: parameters.timeout)
-                var request = Request()
-                request.hci.sendCommand.opcode = UInt32(update.opcode)
-                request.hci.sendCommand.parameters = Data(update.parameters)
-                hcid?.request(request)
+                sendCommand(HCICommands.leConnectionUpdate(handle: link.handle, intervalMin: parameters.intervalMin, intervalMax: parameters.intervalMax,
+                                                           latency: parameters.latency, supervisionTimeout: parameters.timeout))
             case .server(let serverOutput):
                 serverEvent(serverOutput, on: link)
             case .client(let clientOutput):
@@ -211,37 +208,16 @@ final class AttDaemon {
                 return
             }
             let answerID = owe(link: link.handle, serverID: id, isRead: true, offset: offset, by: owner.id)
-            var event = Event()
-            event.att.readRequested = .with {
-                $0.id = answerID
-                $0.connectionHandle = UInt32(link.handle)
-                $0.handle = UInt32(handle)
-                $0.offset = UInt32(offset)
-            }
-            owner.send(.event(event))
+            owner.send(.event(Event(readRequested: answerID, link: link.handle, handle: handle, offset: offset)))
         case .writeRequested(let id, let writes, let withResponse):
             guard let owner = writes.first.flatMap({ owner(of: $0.handle) }) else {
                 if withResponse { apply(wrap(link.server.completeWrite(id: id, error: .unlikelyError), for: link), on: link) }
                 return
             }
             let answerID = withResponse ? owe(link: link.handle, serverID: id, isRead: false, offset: 0, by: owner.id) : 0
-            var event = Event()
-            event.att.writeRequested = .with {
-                $0.id = answerID
-                $0.connectionHandle = UInt32(link.handle)
-                $0.withResponse = withResponse
-                $0.writes = writes.map { write in .with { $0.handle = UInt32(write.handle); $0.offset = UInt32(write.offset); $0.value = Data(write.value) } }
-            }
-            owner.send(.event(event))
+            owner.send(.event(Event(writeRequested: answerID, link: link.handle, writes: writes, withResponse: withResponse)))
         case .subscriptionChanged(let valueHandle, let notify, let indicate):
-            var event = Event()
-            event.att.subscriptionChanged = .with {
-                $0.connectionHandle = UInt32(link.handle)
-                $0.valueHandle = UInt32(valueHandle)
-                $0.notify = notify
-                $0.indicate = indicate
-            }
-            owner(of: valueHandle)?.send(.event(event))
+            owner(of: valueHandle)?.send(.event(Event(subscriptionChanged: valueHandle, link: link.handle, notify: notify, indicate: indicate)))
             persistClientState(of: link)
         case .clientFeaturesChanged:
             persistClientState(of: link)
@@ -297,23 +273,10 @@ final class AttDaemon {
     }
 
     func broadcastMTU(_ link: LinkSession) {
-        var event = Event()
-        event.att.mtuChanged = .with {
-            $0.connectionHandle = UInt32(link.handle)
-            $0.attMtu = UInt32(link.client.mtu)
-            $0.central = link.isCentral
-        }
-        host.server?.broadcast(event)
+        host.server?.broadcast(Event(mtuChanged: link.client.mtu, link: link.handle, central: link.isCentral))
     }
 
     private func broadcastBearer(_ handle: UInt16, opened: Bool) {
-        var event = Event()
-        let bearer = Beryl_Ipc_V1_Bearer.with {
-            $0.connectionHandle = UInt32(handle)
-            $0.attMtu = UInt32(links[handle]?.server.mtu ?? 23)
-            $0.central = links[handle]?.isCentral ?? false
-        }
-        if opened { event.att.bearerOpened = bearer } else { event.att.bearerClosed = bearer }
-        host.server?.broadcast(event)
+        host.server?.broadcast(Event(bearer: handle, opened: opened, mtu: links[handle]?.server.mtu ?? 23, central: links[handle]?.isCentral ?? false))
     }
 }

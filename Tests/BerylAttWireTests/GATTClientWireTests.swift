@@ -104,4 +104,32 @@ final class GATTClientWireTests: XCTestCase {
         spec.characteristics[0].cached = false
         XCTAssertNil(try ServiceDefinition(wire: spec).characteristics.first?.value, "dynamic: no value kept")
     }
+
+    /// Each event with values that differ per field, so a swapped field shows.
+    func testAttdsEventsCarryEveryField() {
+        let read = Event(readRequested: 11, link: 0x40, handle: 0x12, offset: 3).att.readRequested
+        XCTAssertEqual([read.id, UInt64(read.connectionHandle), UInt64(read.handle), UInt64(read.offset)], [11, 0x40, 0x12, 3])
+        let write = Event(writeRequested: 12, link: 0x41, writes: [PreparedWrite(handle: 0x13, offset: 2, value: [5])], withResponse: true).att.writeRequested
+        XCTAssertEqual([write.id, UInt64(write.connectionHandle)], [12, 0x41])
+        XCTAssertTrue(write.withResponse)
+        XCTAssertEqual(write.writes, [.with { $0.handle = 0x13; $0.offset = 2; $0.value = Data([5]) }])
+        let subscription = Event(subscriptionChanged: 0x14, link: 0x42, notify: false, indicate: true).att.subscriptionChanged
+        XCTAssertEqual([subscription.valueHandle, subscription.connectionHandle], [0x14, 0x42])
+        XCTAssertEqual([subscription.notify, subscription.indicate], [false, true])
+        let notification = Event(notification: 0x15, value: [6], indication: true, link: 0x43).att.gattNotification
+        XCTAssertEqual([notification.handle, notification.connectionHandle], [0x15, 0x43])
+        XCTAssertEqual(notification.value, Data([6]))
+        XCTAssertTrue(notification.indication)
+        let tree = DiscoveredServiceTree(service: DiscoveredService(start: 0x20, end: 0x22, uuid: BluetoothUUID(0x180F)), included: [], characteristics: [])
+        let changed = Event(serviceChanged: 0x20...0x30, link: 0x44, .success([tree])).att.gattServiceChanged
+        XCTAssertEqual([changed.connectionHandle, changed.startHandle, changed.endHandle], [0x44, 0x20, 0x30])
+        XCTAssertEqual(changed.database.services.map(\.startHandle), [0x20])
+        XCTAssertFalse(Event(serviceChanged: 1...2, link: 0x44, .failure(.linkClosed)).att.gattServiceChanged.hasDatabase, "no database when re-discovery failed")
+        let mtu = Event(mtuChanged: 247, link: 0x45, central: true).att.mtuChanged
+        XCTAssertEqual([mtu.attMtu, mtu.connectionHandle], [247, 0x45])
+        XCTAssertTrue(mtu.central)
+        let opened = Event(bearer: 0x46, opened: true, mtu: 23, central: false).att
+        XCTAssertEqual([opened.bearerOpened.connectionHandle, opened.bearerOpened.attMtu], [0x46, 23])
+        XCTAssertEqual(Event(bearer: 0x46, opened: false, mtu: 23, central: true).att.bearerClosed.central, true)
+    }
 }
