@@ -35,6 +35,14 @@ public final class IncomingRequest {
         respond(.error(code, message, field: field, detail: detail))
     }
 
+    /// Passes on another daemon's typed error as it came (its code, field and detail); a daemon that could not be asked
+    /// at all makes this one not ready.
+    @discardableResult
+    public func fail(relaying error: IPCClientError, from daemon: String) -> Bool {
+        guard case .remote(let code, let message, let field, let detail) = error else { return fail(.notReady, "\(daemon): \(error)") }
+        return fail(code, message, field: field, detail: detail)
+    }
+
     deinit {
         if !answered { session?.send(.response(.error(.internal, "request was dropped without an answer"), to: id)) }
     }

@@ -177,3 +177,38 @@ extension Beryl_Ipc_V1_AdvertisementInfo {
         }
     }
 }
+
+extension Beryl_Ipc_V1_ManagerEvent {
+    /// What an app's manager hears of a link; nil for what it does not (a link requested again while its app is away).
+    public init?(_ event: CentralConnections.Event) {
+        self.init()
+        switch event {
+        case .connected(let key, let identifier):
+            connected = .with { $0.manager = key.manager; $0.peripheral = identifier }
+        case .disconnected(let key, let identifier, let reason):
+            disconnected = .with { $0.manager = key.manager; $0.peripheral = identifier; $0.reason = UInt32(reason) }
+        case .requestedAgain:
+            return nil
+        }
+    }
+
+    /// What attd's GATT client heard on a link, for the managers holding that peripheral.
+    public init?(_ event: Beryl_Ipc_V1_AttEvent.OneOf_Kind, peripheral: String) {
+        self.init()
+        switch event {
+        case .gattNotification(let heard):
+            notification = .with {
+                $0.peripheral = peripheral
+                $0.handle = heard.handle
+                $0.value = heard.value
+                $0.indication = heard.indication
+            }
+        case .gattServiceChanged(let change):
+            servicesChanged = .with { $0.peripheral = peripheral; $0.change = change }
+        case .gattWriteReady:
+            readyToWrite.peripheral = peripheral
+        default:
+            return nil
+        }
+    }
+}

@@ -38,22 +38,16 @@ extension ManagerDaemon {
                 return
             }
             let key = ManagerKey(session: session, manager: connect.manager)
-            let (already, actions) = book.connect(key, identifier: device.identifier, address: device.address)
             let options = PreservedState.ConnectOptions(connect)
             self.appSessions[session]?.connectOptions[device.identifier] = options
             updatePreserved(.session(session)) { $0.connectOptions[device.identifier] = options }
             incoming.respond(.with { $0.ack = .init() })
-            if already {
-                var event = Beryl_Ipc_V1_ManagerEvent()
-                event.connected = .with { $0.manager = connect.manager; $0.peripheral = device.identifier }
-                send(event, to: session)
-            }
-            perform(actions)
+            apply(connections.connect(key, identifier: device.identifier, address: device.address))
         case .cancelConnection(let cancel):
-            let key = ManagerKey(session: session, manager: cancel.manager)
-            let held = book.link(for: cancel.peripheral)?.holders.contains(key) ?? false
-            let (wasHeld, actions) = book.cancel(key, identifier: cancel.peripheral)
-            guard wasHeld else {
+            let outputs: [CentralConnections.Output]
+            do {
+                outputs = try connections.cancel(ManagerKey(session: session, manager: cancel.manager), identifier: cancel.peripheral)
+            } catch {
                 incoming.fail(.notFound, "this manager neither holds nor awaits \(cancel.peripheral)", field: "peripheral",
                               detail: RemoteDetail(bluetoothError: .unknownDevice))
                 return
@@ -64,11 +58,7 @@ extension ManagerDaemon {
                 $0.notifying[cancel.peripheral] = nil
             }
             incoming.respond(.with { $0.ack = .init() })
-            perform(actions)
-            // Core Bluetooth reports a cancel as a disconnection to the app that asked, whether or not the link stays up.
-            var event = Beryl_Ipc_V1_ManagerEvent()
-            event.disconnected = .with { $0.manager = cancel.manager; $0.peripheral = cancel.peripheral; $0.reason = held ? 0x16 : 0 }
-            send(event, to: session)
+            apply(outputs)
         case .retrievePeripherals(let retrieve):
             // No identifiers: every device this stack knows (for `beryl peripherals`; the library never asks that).
             var addresses: [DeviceAddress] = []
@@ -191,29 +181,46 @@ extension ManagerDaemon {
 
     // MARK: Connections
 
-    func perform(_ actions: [ConnectionBook.Action]) {
-        guard state == .poweredOn else { return }
-        for action in actions {
-            switch action {
-            case .connect(let address):
+    func apply(_ outputs: [CentralConnections.Output]) {
+        for output in outputs {
+            switch output {
+            case .event(let event):
+                if case .requestedAgain(let key, let identifier, let reason) = event {
+                    updatePreserved(key.holder) { $0.notifying[identifier] = nil }
+                    host.logger.info("\(restoration.manager(heldBy: key.holder)?.appID ?? "?")'s link to \(identifier) dropped (0x\(String(reason, radix: 16))); connection requested again for it")
+                } else if let key = event.key, let wire = Beryl_Ipc_V1_ManagerEvent(event) {
+                    send(wire, to: key.holder)
+                }
+            case .controller(.connect(let address)):
                 // No timeout: LE Create Connection waits until the peer advertises or we cancel (Core Vol 4 Part E §7.8.12).
                 command(HCICommands.leCreateConnection(peer: address, interval: 24, supervisionTimeout: 200,
                                                        ownAddressType: labOwnAddressType(connectingTo: address))) { [unowned self] result in
-                    if case .success(let status) = result, status.first != 0 {
-                        self.host.logger.warning("LE Create Connection refused (0x\(String(status.first ?? 0xFF, radix: 16))); retrying")
-                        _ = try? self.host.loop.after(.seconds(1)) { [unowned self] in self.perform(self.book.attemptEnded()) }
-                    }
+                    guard case .success(let status) = result, status.first != 0 else { return }
+                    host.logger.warning("LE Create Connection refused (0x\(String(status.first ?? 0xFF, radix: 16))); retrying")
+                    connections.attemptRefused(at: host.loop.uptime)
+                    armConnectionRetry()
                 }
-            case .connectAny(let addresses):
+            case .controller(.connectAny(let addresses)):
                 // Several peripherals wanted: the controller connects to whichever of them it hears first.
                 command(HCICommands.leClearFilterAcceptList)
                 for address in addresses { command(HCICommands.leAddDeviceToFilterAcceptList(address)) }
                 command(HCICommands.leCreateConnection(peer: addresses[0], interval: 24, supervisionTimeout: 200, useFilterAcceptList: true))
-            case .cancelConnect:
+            case .controller(.cancelConnect):
                 command(HCICommands.leCreateConnectionCancel)
-            case .disconnect(let handle):
+            case .controller(.disconnect(let handle)):
                 command(HCICommands.disconnect(handle: handle))
             }
+        }
+    }
+
+    /// One timer at the connection core's deadline; a timer that fires a hair early is armed again.
+    private func armConnectionRetry() {
+        connectionRetry?.cancel()
+        guard let deadline = connections.nextDeadline else { return }
+        connectionRetry = try? host.loop.after(max(.zero, deadline - host.loop.uptime)) { [unowned self] in
+            connectionRetry = nil
+            apply(connections.tick(at: host.loop.uptime))
+            if connections.nextDeadline != nil { armConnectionRetry() }
         }
     }
 
@@ -225,41 +232,23 @@ extension ManagerDaemon {
             guard let store else { return nil }
             let wasKnown = store.device(at: peer) != nil
             let device = store.seen(peer, at: Date().timeIntervalSince1970)
-            let (holders, actions) = book.connected(identifier: device.identifier, handle: handle, address: peer, isCentral: central)
             host.logger.info("link 0x\(String(handle, radix: 16)) up with \(peer) as \(device.identifier)")
-            for key in holders {
-                var connected = Beryl_Ipc_V1_ManagerEvent()
-                connected.connected = .with { $0.manager = key.manager; $0.peripheral = device.identifier }
-                send(connected, to: key.holder)
-            }
-            perform(actions)
+            apply(connections.linkUp(handle: handle, identifier: device.identifier, address: peer, isCentral: central))
             announceConnectionEvent(.peerConnected, identifier: device.identifier)
             if !central { updateAdvertising() }  // the controller ended connectable advertising: start it again
             return wasKnown ? nil : device.identifier
         case .connectionFailed(let status):
             host.logger.info("connection attempt ended (0x\(String(status, radix: 16))); trying again if anyone still waits")
-            perform(book.attemptEnded())
+            apply(connections.attemptEnded())
         case .disconnected(let handle, let reason):
             mtus[handle] = nil
             defer { releaseAwaitingBearer(handle) }
-            guard let (identifier, holders, resumed) = book.disconnected(handle: handle) else { return nil }
+            guard let (identifier, outputs) = connections.linkDown(handle: handle, reason: reason, isAway: { [restoration] holder in
+                restoration.manager(heldBy: holder).map { !$0.live } ?? false
+            }) else { return nil }
             announceConnectionEvent(.peerDisconnected, identifier: identifier)
             discoveredServices[identifier] = nil
-            var rerequested: [ConnectionBook.Action] = []
-            for key in holders {
-                // A preserved manager whose app is not running keeps wanting the peripheral: the connection is requested
-                // again at once and never times out; the app hears of it when the link is back (the guide's door lock).
-                if let preserved = restoration.manager(heldBy: key.holder), !preserved.live, let address = store?.device(identifier)?.address {
-                    rerequested += book.connect(key, identifier: identifier, address: address).actions
-                    updatePreserved(key.holder) { $0.notifying[identifier] = nil }
-                    host.logger.info("\(preserved.appID)'s link to \(identifier) dropped (0x\(String(reason, radix: 16))); connection requested again for it")
-                    continue
-                }
-                var disconnected = Beryl_Ipc_V1_ManagerEvent()
-                disconnected.disconnected = .with { $0.manager = key.manager; $0.peripheral = identifier; $0.reason = UInt32(reason) }
-                send(disconnected, to: key.holder)
-            }
-            perform(resumed + rerequested)
+            apply(outputs)
             updateAdvertising()
         default:
             break
@@ -305,10 +294,8 @@ extension ManagerDaemon {
                     default: answer.manager.gatt = .init()
                     }
                 })
-            case .failure(.remote(let code, let message, let field, let detail)):
-                incoming.fail(code, message, field: field, detail: detail)
             case .failure(let error):
-                incoming.fail(.notReady, "attd: \(error)")
+                incoming.fail(relaying: error, from: "attd")
             }
         }
     }
@@ -333,34 +320,10 @@ extension ManagerDaemon {
         }
     }
 
-    private func holders(ofHandle handle: UInt32) -> (String, Set<ManagerKey>)? {
-        guard let identifier = book.identifier(for: UInt16(truncatingIfNeeded: handle)), let link = book.link(for: identifier) else { return nil }
-        return (identifier, link.holders)
-    }
-
-    func forwardNotification(_ notification: Beryl_Ipc_V1_GattNotification) {
-        guard let (identifier, holders) = holders(ofHandle: notification.connectionHandle) else { return }
-        var event = Beryl_Ipc_V1_ManagerEvent()
-        event.notification = .with {
-            $0.peripheral = identifier
-            $0.handle = notification.handle
-            $0.value = notification.value
-            $0.indication = notification.indication
-        }
-        for session in Set(holders.map(\.holder)) { send(event, to: session) }
-    }
-
-    func forwardServiceChange(_ change: Beryl_Ipc_V1_GattServiceChanged) {
-        guard let (identifier, holders) = holders(ofHandle: change.connectionHandle) else { return }
-        var event = Beryl_Ipc_V1_ManagerEvent()
-        event.servicesChanged = .with { $0.peripheral = identifier; $0.change = change }
-        for session in Set(holders.map(\.holder)) { send(event, to: session) }
-    }
-
-    func forwardWriteReady(_ ready: Beryl_Ipc_V1_GattWriteReady) {
-        guard let (identifier, holders) = holders(ofHandle: ready.connectionHandle) else { return }
-        var event = Beryl_Ipc_V1_ManagerEvent()
-        event.readyToWrite.peripheral = identifier
-        for session in Set(holders.map(\.holder)) { send(event, to: session) }
+    /// What attd's GATT client heard on a link goes to every session holding that peripheral, once each.
+    func forwardToHolders(_ event: Beryl_Ipc_V1_AttEvent.OneOf_Kind, connectionHandle: UInt32) {
+        guard let identifier = book.identifier(for: UInt16(truncatingIfNeeded: connectionHandle)), let link = book.link(for: identifier),
+              let wire = Beryl_Ipc_V1_ManagerEvent(event, peripheral: identifier) else { return }
+        for session in Set(link.holders.map(\.holder)) { send(wire, to: session) }
     }
 }

@@ -59,7 +59,7 @@ extension ManagerDaemon {
         case .labCancelConnect:
             if let attempt = self.lab?.endAttempt() {
                 announceLabLink(central: true, peer: attempt.address, ownAddress: nil)
-                perform(book.cancel(lab.key, identifier: attempt.identifier).actions)
+                applyLab((try? connections.cancel(lab.key, identifier: attempt.identifier)) ?? [])
                 labAttemptReply?.fail(.cancelled, "the connection attempt to \(attempt.address) was cancelled")
                 labAttemptReply = nil
             }
@@ -224,7 +224,12 @@ extension ManagerDaemon {
         try? self.lab?.startConnecting(identifier: identifier, address: address, ownAddress: ownAddress)
         labAttemptReply = incoming
         announceLabLink(central: true, peer: address, ownAddress: ownAddress)
-        perform(book.connect(lab.key, identifier: identifier, address: address).actions)
+        applyLab(connections.connect(lab.key, identifier: identifier, address: address))
+    }
+
+    /// The lab hears of its links as lab events, not as an app's manager events.
+    private func applyLab(_ outputs: [CentralConnections.Output]) {
+        apply(outputs.filter { if case .controller = $0 { true } else { false } })
     }
 
     /// The Own_Address_Type for a central attempt: the lab's when the lab asked for that peer.
@@ -271,7 +276,7 @@ extension ManagerDaemon {
         let attempt = self.lab?.endWork()
         announceLabLink(central: false, peer: nil, ownAddress: nil)
         if let attempt {
-            perform(book.cancel(lab.key, identifier: attempt.identifier).actions)
+            applyLab((try? connections.cancel(lab.key, identifier: attempt.identifier)) ?? [])
             labAttemptReply?.fail(.cancelled, "factory reset")
             labAttemptReply = nil
         }
@@ -510,8 +515,7 @@ extension ManagerDaemon {
         attd.request(request) { result in
             switch result {
             case .success(let response): incoming.respond(answer(response))
-            case .failure(.remote(let code, let message, let field, let detail)): incoming.fail(code, message, field: field, detail: detail)
-            case .failure(let error): incoming.fail(.notReady, "attd: \(error)")
+            case .failure(let error): incoming.fail(relaying: error, from: "attd")
             }
         }
     }

@@ -39,10 +39,8 @@ extension ManagerDaemon {
                     }
                     self.republishedByApp(session)
                     incoming.respond(.with { $0.manager.serviceAdded = published })
-                case .failure(.remote(let code, let message, let field, let detail)):
-                    incoming.fail(code, message, field: field, detail: detail)
                 case .failure(let error):
-                    incoming.fail(.notReady, "attd: \(error)")
+                    incoming.fail(relaying: error, from: "attd")
                 }
             }
         case .removeService(let remove):
@@ -109,10 +107,8 @@ extension ManagerDaemon {
                     // Core Bluetooth's updateValue returning false; peripheralManagerIsReady(toUpdateSubscribers:) follows.
                     self.router.updateRefused(.session(session))
                     incoming.respond(.with { $0.manager.updateResult.sent = false })
-                case .failure(.remote(let code, let message, let field, let detail)):
-                    incoming.fail(code, message, field: field, detail: detail)
                 case .failure(let error):
-                    incoming.fail(.notReady, "attd: \(error)")
+                    incoming.fail(relaying: error, from: "attd")
                 }
             }
         case .answerPairing(let answer):
@@ -125,8 +121,7 @@ extension ManagerDaemon {
             attd?.request(request) { result in
                 switch result {
                 case .success: incoming.respond(.with { $0.ack = .init() })
-                case .failure(.remote(let code, let message, let field, let detail)): incoming.fail(code, message, field: field, detail: detail)
-                case .failure(let error): incoming.fail(.notReady, "attd: \(error)")
+                case .failure(let error): incoming.fail(relaying: error, from: "attd")
                 }
             }
         default:

@@ -88,7 +88,7 @@ extension ManagerDaemon {
 
     private func rebind(from old: ManagerHolder, to new: ManagerHolder) {
         scans.rebind(old, to: new)
-        book.rebind(old, to: new)
+        connections.rebind(old, to: new)
         router.rebind(old, to: new)
         for (key, advertiser) in advertisers where key.holder == old {
             advertisers[key] = nil
@@ -184,7 +184,7 @@ extension ManagerDaemon {
                 for link in central.links {
                     guard let device = store?.device(link.identifier) else { continue }
                     // A link that was up is wanted again: the connection is re-requested and never times out.
-                    _ = book.connect(key, identifier: device.identifier, address: device.address)
+                    _ = connections.connect(key, identifier: device.identifier, address: device.address)
                 }
             }
             if let peripheral = state.peripheral {

@@ -34,7 +34,10 @@ final class ManagerDaemon {
 
     // Central role.
     var scans = ScanCoordinator()
-    var book = ConnectionBook()
+    /// Who holds and awaits which links, and what the controller is asked (BerylManager's CentralConnections).
+    var connections = CentralConnections()
+    var book: ConnectionBook { connections.book }
+    var connectionRetry: EventRegistration?
     /// The scan the controller runs now (nil: none).
     var controllerScan: ControllerScan?
     /// Each device's advertising joined with its scan response, and when apps hear of it (BerylManager's HeardDevices).
@@ -276,7 +279,10 @@ final class ManagerDaemon {
     func refreshState() {
         let newState: Beryl_Ipc_V1_ControllerState = controllerState == .poweredOn && attd == nil ? .resetting : controllerState
         guard newState != state else { return }
-        if state == .poweredOn { clearRunningAppsPublications() }
+        if state == .poweredOn {
+            clearRunningAppsPublications()
+            _ = connections.controller(poweredOn: false)
+        }
         state = newState
         host.logger.info("controller \(newState)")
         var event = Beryl_Ipc_V1_ManagerEvent()
@@ -292,7 +298,7 @@ final class ManagerDaemon {
         controllerScan = nil
         advertising.controllerForgot()
         updateScanning()
-        perform(book.attemptEnded())
+        apply(connections.controller(poweredOn: state == .poweredOn))
         setLabRandomAddress()
         updateAdvertising()
     }
@@ -355,11 +361,11 @@ final class ManagerDaemon {
         case .bearerClosed(let bearer)?:
             mtus[UInt16(truncatingIfNeeded: bearer.connectionHandle)] = nil
         case .gattNotification(let notification)?:
-            forwardNotification(notification)
+            forwardToHolders(.gattNotification(notification), connectionHandle: notification.connectionHandle)
         case .gattServiceChanged(let change)?:
-            forwardServiceChange(change)
+            forwardToHolders(.gattServiceChanged(change), connectionHandle: change.connectionHandle)
         case .gattWriteReady(let ready)?:
-            forwardWriteReady(ready)
+            forwardToHolders(.gattWriteReady(ready), connectionHandle: ready.connectionHandle)
         case .readRequested(let read)?:
             routeRead(read)
         case .writeRequested(let write)?:
@@ -434,7 +440,7 @@ final class ManagerDaemon {
     func releaseWork(of id: ManagerHolder) {
         scans.stopAll(id)
         updateScanning()
-        perform(book.releaseAll(id))
+        apply(connections.releaseAll(id))
         for service in router.removeAll(where: { $0.owner.holder == id }) { unpublish(service.range.lowerBound) }
         if advertisers.keys.contains(where: { $0.holder == id }) {
             advertisers = advertisers.filter { $0.key.holder != id }

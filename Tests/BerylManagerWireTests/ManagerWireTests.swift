@@ -126,4 +126,23 @@ final class ManagerWireTests: XCTestCase {
         XCTAssertEqual(alerted(.with { $0.notifyOnNotification = true }), [.notification])
         XCTAssertEqual(alerted(Beryl_Ipc_V1_Connect()), [])
     }
+
+    func testALinksEventsAsTheManagerHearsThem() {
+        let key = ManagerKey(session: 3, manager: 1)
+        XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent(.connected(key, identifier: "P"))?.connected, .with { $0.manager = 1; $0.peripheral = "P" })
+        XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent(.disconnected(key, identifier: "P", reason: 0x13))?.disconnected,
+                       .with { $0.manager = 1; $0.peripheral = "P"; $0.reason = 0x13 })
+        XCTAssertNil(Beryl_Ipc_V1_ManagerEvent(.requestedAgain(key, identifier: "P", reason: 0x08)), "an app away hears nothing")
+        XCTAssertEqual(CentralConnections.Event.requestedAgain(key, identifier: "P", reason: 0x08).key, key)
+    }
+
+    func testWhatTheGATTClientHeardReachesTheManagerUnderThePeripheralsIdentifier() {
+        let notification = Beryl_Ipc_V1_ManagerEvent(.gattNotification(.with { $0.connectionHandle = 0x40; $0.handle = 0x12; $0.value = Data([7]); $0.indication = true }),
+                                                     peripheral: "P")?.notification
+        XCTAssertEqual(notification, .with { $0.peripheral = "P"; $0.handle = 0x12; $0.value = Data([7]); $0.indication = true })
+        let change = Beryl_Ipc_V1_GattServiceChanged.with { $0.connectionHandle = 0x40; $0.startHandle = 5; $0.endHandle = 9 }
+        XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent(.gattServiceChanged(change), peripheral: "P")?.servicesChanged, .with { $0.peripheral = "P"; $0.change = change })
+        XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent(.gattWriteReady(.with { $0.connectionHandle = 0x40 }), peripheral: "P")?.readyToWrite.peripheral, "P")
+        XCTAssertNil(Beryl_Ipc_V1_ManagerEvent(.bearerOpened(.init()), peripheral: "P"))
+    }
 }
