@@ -77,7 +77,7 @@ public final class GATTClient {
         case serviceChanged(ClosedRange<UInt16>, Result<[DiscoveredServiceTree], Failure>)
         /// The bearer timed out: only a new link brings ATT back, so end this one.
         case disconnect
-        case log(String)
+        case log(LogLevel, String)
     }
 
     /// Who waits for a procedure's end.
@@ -190,7 +190,7 @@ public final class GATTClient {
             guard var running = waiting.removeValue(forKey: id) else { return }
             if case .errorResponse(_, _, let error) = response, !running.retried, let security, Self.securityWouldCure(error, security) {
                 // As iOS does: secure the link (stored key, else pairing), then send the same request again once (Core Vol 3 Part C §10.3.2).
-                pending.append(.log("\(error) from the server; securing the link and retrying"))
+                pending.append(.log(.info, "\(error) from the server; securing the link and retrying"))
                 running.parkedOn = error
                 if awaitingSecurity.isEmpty { pending.append(.secure) }
                 awaitingSecurity.append(running)
@@ -202,7 +202,7 @@ public final class GATTClient {
             end(running, .failure(.bearerTimedOut))
             if !askedToDisconnect {
                 askedToDisconnect = true
-                pending.append(.log("ATT transaction timed out; the bearer is unusable, disconnecting"))
+                pending.append(.log(.warning, "ATT transaction timed out; the bearer is unusable, disconnecting"))
                 pending.append(.disconnect)
             }
         case .indication(let handle, let value):
@@ -214,7 +214,8 @@ public final class GATTClient {
         case .notification(let handle, let value):
             pending.append(.notification(handle: handle, value: value, indication: false))
         case .log(let message):
-            pending.append(.log(message))
+            // The bearer's own notes (dropped PDUs and the like) are for debugging, as they were.
+            pending.append(.log(.debug, message))
         }
     }
 
@@ -239,10 +240,15 @@ public final class GATTClient {
             pending.append(.finished(id, result))
         case .mtuExchange:
             guard result != .failure(.linkClosed) else { return }
+            if result == .failure(.bearerTimedOut) { pending.append(.log(.info, "MTU exchange got no answer; ATT_MTU stays \(bearer.mtu)")) }
             if case .failure(.att(let error)) = result { pending.append(.mtuExchanged(mtu: bearer.mtu, refused: error)) }
             else { pending.append(.mtuExchanged(mtu: bearer.mtu, refused: nil)) }
         case .serviceChangedSubscription:
-            if case .failure(let failure) = result, failure != .linkClosed { pending.append(.log("Service Changed indications refused (\(failure))")) }
+            switch result {
+            case .failure(.att(let error)): pending.append(.log(.info, "Service Changed indications refused (\(error))"))
+            case .failure(let failure): pending.append(.log(.info, "Service Changed indications not subscribed to (\(failure))"))
+            case .success: break
+            }
         case .serviceChangedLookup:
             break
         case .rediscovery(let range):
@@ -253,7 +259,7 @@ public final class GATTClient {
     }
 
     private func rediscover(_ range: ClosedRange<UInt16>) {
-        pending.append(.log("peer's services changed in \(range); re-discovering"))
+        pending.append(.log(.info, "peer's services changed in \(range); re-discovering"))
         let (first, advance) = procedure(for: .discover(DiscoveryScope(range: range), .whole))
         run(first, Running(purpose: .rediscovery(range), advance: advance))
     }

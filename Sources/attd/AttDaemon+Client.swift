@@ -119,8 +119,8 @@ extension AttDaemon {
                 host.server?.broadcast(Event(serviceChanged: range, link: link.handle, result))
             case .disconnect:
                 sendCommand(HCICommands.disconnect(handle: link.handle))
-            case .log(let message):
-                host.logger.info("\(tag): \(message)")
+            case .log(let level, let message):
+                host.logger.log(level, "\(tag): \(message)")
             }
         }
     }

@@ -37,12 +37,13 @@ extension ManagerDaemon {
                               detail: RemoteDetail(bluetoothError: .unknownDevice))
                 return
             }
-            let key = ManagerKey(session: session, manager: connect.manager)
+            // The book holds the request before the record is written: a preserved manager's record lists it.
+            let outputs = connections.connect(ManagerKey(session: session, manager: connect.manager), identifier: device.identifier, address: device.address)
             let options = PreservedState.ConnectOptions(connect)
             self.appSessions[session]?.connectOptions[device.identifier] = options
             updatePreserved(.session(session)) { $0.connectOptions[device.identifier] = options }
             incoming.respond(.with { $0.ack = .init() })
-            apply(connections.connect(key, identifier: device.identifier, address: device.address))
+            apply(outputs)
         case .cancelConnection(let cancel):
             let outputs: [CentralConnections.Output]
             do {
@@ -242,7 +243,10 @@ extension ManagerDaemon {
             apply(connections.attemptEnded())
         case .disconnected(let handle, let reason):
             mtus[handle] = nil
-            defer { releaseAwaitingBearer(handle) }
+            defer {
+                releaseAwaitingBearer(handle)
+                applyLabReset(labReset.linkEnded(handle, at: host.loop.uptime))
+            }
             guard let (identifier, outputs) = connections.linkDown(handle: handle, reason: reason, isAway: { [restoration] holder in
                 restoration.manager(heldBy: holder).map { !$0.live } ?? false
             }) else { return nil }

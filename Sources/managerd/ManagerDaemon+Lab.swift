@@ -237,36 +237,53 @@ extension ManagerDaemon {
         lab?.ownAddress(connectingTo: address)?.rawValue ?? ownAddressType
     }
 
-    /// Leaves the controller as the lab found it: no lab advertising, scanning or attempt, the lab's links down, and
-    /// (unless `keepBonds`) the lab's bonds and the identifiers it made known forgotten; then the controller is reset.
-    /// Apps' managers, services and preserved state are not touched, and what they had running resumes after the reset.
+    /// Leaves the controller as the lab found it (BerylManager's LabReset says the steps): no lab advertising, scanning or
+    /// attempt, the lab's links down, and (unless `keepBonds`) the lab's bonds and the identifiers it made known
+    /// forgotten; then the controller is reset. Apps' managers, services and preserved state are not touched, and what
+    /// they had running resumes after the reset.
     private func labFactoryReset(keepBonds: Bool, _ incoming: IncomingRequest) {
-        guard let labRecord else {
+        guard labRecord != nil else {
             incoming.fail(.internal, "the lab's record in the state directory is unreadable, so what the lab made cannot be told apart; see managerd's log")
             return
         }
-        endLabWork()
-        if !keepBonds {
-            for identity in labRecord.record.bonds {
-                var request = Request()
-                request.att.removeBond.identity = identity
-                attd?.request(request)
-            }
-            updateLabRecord { $0.bonds.removeAll() }
+        do {
+            let outputs = try labReset.start(keepBonds: keepBonds, links: Set(book.links.values.map(\.handle)), at: host.loop.uptime)
+            labResetReply = incoming
+            applyLabReset(outputs)
+        } catch {
+            incoming.fail(.busy, "a factory reset is under way")
         }
-        // Every link ends with the reset: each is ended first, so that its peer hears so now rather than at its
-        // supervision timeout, as BlueZ does before powering a controller off.
-        let links = Set(book.links.values.map(\.handle))
-        for handle in links { command(HCICommands.disconnect(handle: handle)) }
-        afterLinksEnd(links, within: .seconds(1)) { [unowned self] in
-            resetController { [unowned self] failure in
-                guard failure == nil else {
-                    incoming.fail(.notReady, failure!)
-                    return
+    }
+
+    func applyLabReset(_ outputs: [LabReset.Output]) {
+        for output in outputs {
+            switch output {
+            case .endLabWork:
+                endLabWork()
+            case .removeLabBonds:
+                for identity in labRecord?.record.bonds ?? [] {
+                    var request = Request()
+                    request.att.removeBond.identity = identity
+                    attd?.request(request)
                 }
-                if !keepBonds { forgetLabPeripherals() }
-                incoming.respond(.with { $0.ack = .init() })
+                updateLabRecord { $0.bonds.removeAll() }
+            case .disconnect(let handle):
+                command(HCICommands.disconnect(handle: handle))
+            case .resetController:
+                resetController()
+            case .forgetLabPeripherals:
+                forgetLabPeripherals()
+            case .finished(let failure):
+                if let failure { labResetReply?.fail(.notReady, failure) } else { labResetReply?.respond(.with { $0.ack = .init() }) }
+                labResetReply = nil
             }
+        }
+        labResetTimer?.cancel()
+        labResetTimer = nil
+        guard let deadline = labReset.nextDeadline else { return }
+        labResetTimer = try? host.loop.after(max(.zero, deadline - host.loop.uptime)) { [unowned self] in
+            labResetTimer = nil
+            applyLabReset(labReset.tick(at: host.loop.uptime))
         }
     }
 
@@ -287,34 +304,23 @@ extension ManagerDaemon {
         updateScanning()
     }
 
-    /// Runs `then` once none of `handles` is up any more, or when `limit` has passed.
-    private func afterLinksEnd(_ handles: Set<UInt16>, within limit: Duration, then: @escaping () -> Void) {
-        let deadline = host.loop.uptime + limit
-        func check() {
-            let open = handles.filter { book.identifier(for: $0) != nil }
-            guard !open.isEmpty, host.loop.uptime < deadline else { return then() }
-            _ = try? host.loop.after(.milliseconds(20)) { check() }
-        }
-        check()
-    }
-
     /// HCI Reset through hcid, which brings the controller up again before it answers. Apps stay poweredOn meanwhile.
-    private func resetController(then: @escaping (String?) -> Void) {
-        guard let hcid else { return then("hcid is not attached") }
-        labResetInFlight = true
+    private func resetController() {
+        guard let hcid else { return applyLabReset(labReset.controllerReset(failure: "hcid is not attached")) }
         var request = Request()
         request.hci.resetController = .init()
         hcid.request(request) { [unowned self] result in
-            labResetInFlight = false
             switch result {
             case .success(let response):
+                let outputs = labReset.controllerReset(failure: nil)
                 controllerState = response.hci.controllerInfo.state
                 refreshState()
                 resumeOnController()
-                then(nil)
+                applyLabReset(outputs)
             case .failure(let error):
+                let outputs = labReset.controllerReset(failure: "the controller reset failed: \(error)")
                 refreshState()
-                then("the controller reset failed: \(error)")
+                applyLabReset(outputs)
             }
         }
     }

@@ -112,9 +112,10 @@ final class ManagerDaemon {
     var linkTimings: [UInt16: LinkTiming] = [:]
     /// What lab sessions made here that a factory reset takes back (nil: the file is damaged, and is left as it is).
     let labRecord: LabRecordFile?
-    /// A lab's controller reset is under way: apps stay poweredOn through it (their database and managers are intact),
-    /// and what they had running on the controller is set up again when it is back.
-    var labResetInFlight = false
+    /// A lab's factory reset, step by step (BerylManager's LabReset); the lab's request is answered when it ends.
+    var labReset = LabReset()
+    var labResetReply: IncomingRequest?
+    var labResetTimer: EventRegistration?
 
     init(host: DaemonHost, appsDir: String?, suspendAfter: Double = 5, restoreGrace: Double = 15) throws {
         relaunch = RelaunchPolicy(restoreGrace: .milliseconds(Int(restoreGrace * 1000)), startedAt: host.loop.uptime)
@@ -271,7 +272,9 @@ final class ManagerDaemon {
     }
 
     private func controllerChanged(_ newState: Beryl_Ipc_V1_ControllerState) {
-        if labResetInFlight, newState == .resetting { return }
+        // Apps stay poweredOn through a lab's controller reset: their database and managers are intact, and what they had
+        // running on the controller is set up again when it is back.
+        if labReset.isResettingController, newState == .resetting { return }
         controllerState = newState
         refreshState()
     }
