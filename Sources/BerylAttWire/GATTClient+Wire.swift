@@ -66,8 +66,7 @@ extension GATTClient.Operation {
 
     /// No UUIDs is no filter.
     private static func uuids(_ strings: [String], field: String) throws(FieldRefusal) -> [BluetoothUUID]? {
-        let parsed = strings.compactMap(BluetoothUUID.init)
-        guard parsed.count == strings.count else { throw FieldRefusal(field: field, "not a UUID in \(strings)") }
+        guard let parsed = BluetoothUUID.list(strings) else { throw FieldRefusal(field: field, "not a UUID in \(strings)") }
         return parsed.isEmpty ? nil : parsed
     }
 }

@@ -104,3 +104,11 @@ extension BluetoothUUID: Codable {
         try container.encode(description)
     }
 }
+
+extension BluetoothUUID {
+    /// Every string as a UUID, or nil when any one is not: a request's UUID list is taken whole or refused.
+    public static func list(_ strings: [String]) -> [BluetoothUUID]? {
+        let parsed = strings.compactMap(BluetoothUUID.init)
+        return parsed.count == strings.count ? parsed : nil
+    }
+}

@@ -95,7 +95,7 @@ public final class GATTClient {
     private struct Running {
         let purpose: Purpose
         /// The request last sent: sent again once the link is secured.
-        var request: ATTPDU = .handleValueConfirmation
+        var request: ATTPDU?
         var retried = false
         /// The error that parked this procedure until the link is secured.
         var parkedOn: ATTError?
@@ -151,7 +151,7 @@ public final class GATTClient {
         return drain()
     }
 
-    public func tick(at time: Duration, security: Security?) -> [Output] {
+    public func tick(security: Security?, at time: Duration) -> [Output] {
         receive(bearer.tick(at: time), security: security, at: time)
     }
 
@@ -161,9 +161,9 @@ public final class GATTClient {
         let parked = awaitingSecurity
         awaitingSecurity.removeAll()
         for var running in parked {
-            if succeeded {
+            if succeeded, let request = running.request {
                 running.retried = true
-                run(.request(running.request), running)
+                run(.request(request), running)
             } else {
                 end(running, .failure(.att(running.parkedOn ?? .unlikelyError)))
             }

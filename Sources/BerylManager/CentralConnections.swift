@@ -12,7 +12,7 @@ public struct CentralConnections: Sendable {
         /// nothing until the link is back (the guide's door lock).
         case requestedAgain(ManagerKey, identifier: String, reason: UInt8)
 
-        public var key: ManagerKey? {
+        public var key: ManagerKey {
             switch self {
             case .connected(let key, _), .disconnected(let key, _, _), .requestedAgain(let key, _, _): key
             }

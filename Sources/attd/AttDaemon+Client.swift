@@ -84,8 +84,7 @@ extension AttDaemon {
 
     func tickClients() {
         for link in links.values {
-            link.now = host.loop.uptime
-            applyGATT(link.gatt.tick(at: host.loop.uptime, security: clientSecurity(of: link)), on: link)
+            applyGATT(link.gatt.tick(security: clientSecurity(of: link), at: host.loop.uptime), on: link)
         }
     }
 

@@ -37,17 +37,7 @@ extension AttDaemon {
 
     /// Keeps one timer at the earliest of the router's and the pacer's deadlines.
     func armDeadline() {
-        let next = [router.nextDeadline, pacer.nextDeadline].compactMap { $0 }.min()
-        guard next != deadlineArmedFor || (next != nil && deadlineTimer == nil) else { return }
-        deadlineTimer?.cancel()
-        deadlineTimer = nil
-        deadlineArmedFor = next
-        guard let next else { return }
-        deadlineTimer = try? host.loop.after(max(.zero, next - host.loop.uptime)) { [unowned self] in
-            self.deadlineTimer = nil
-            self.deadlineArmedFor = nil
-            self.deadlinePassed()
-        }
+        deadlineTimer.arm(at: [router.nextDeadline, pacer.nextDeadline].compactMap { $0 }.min()) { [unowned self] _ in deadlinePassed() }
     }
 
     private func deadlinePassed() {

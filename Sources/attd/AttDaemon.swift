@@ -23,9 +23,8 @@ final class AttDaemon {
     var router: ServiceRouter
     var pacer = TransmitPacer()
     /// One timer, at the router's or the pacer's next deadline.
-    var deadlineTimer: EventRegistration?
-    /// The deadline `deadlineTimer` fires for: paced PDUs re-arm often, and the same deadline needs no new timer.
-    var deadlineArmedFor: Duration?
+    /// At the router's or the pacer's next deadline; paced PDUs move it often, and the same deadline keeps its timer.
+    lazy var deadlineTimer = DeadlineTimer(loop: host.loop)
     /// Apps' GATT client requests, by the operation id their link's client core knows them by.
     var clientAnswers: [GATTClient.OperationID: IncomingRequest] = [:]
     var nextClientOperation: GATTClient.OperationID = 1

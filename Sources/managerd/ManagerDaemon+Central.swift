@@ -110,8 +110,7 @@ extension ManagerDaemon {
     }
 
     func uuids(_ strings: [String], field: String, _ incoming: IncomingRequest) -> [BluetoothUUID]? {
-        let parsed = strings.compactMap(BluetoothUUID.init)
-        guard parsed.count == strings.count else {
+        guard let parsed = BluetoothUUID.list(strings) else {
             incoming.fail(.invalidArgument, "not a UUID among \(strings)", field: field)
             return nil
         }
@@ -185,13 +184,11 @@ extension ManagerDaemon {
     func apply(_ outputs: [CentralConnections.Output]) {
         for output in outputs {
             switch output {
+            case .event(.requestedAgain(let key, let identifier, let reason)):
+                updatePreserved(key.holder) { $0.notifying[identifier] = nil }
+                host.logger.info("\(restoration.manager(heldBy: key.holder)?.appID ?? "?")'s link to \(identifier) dropped (0x\(String(reason, radix: 16))); connection requested again for it")
             case .event(let event):
-                if case .requestedAgain(let key, let identifier, let reason) = event {
-                    updatePreserved(key.holder) { $0.notifying[identifier] = nil }
-                    host.logger.info("\(restoration.manager(heldBy: key.holder)?.appID ?? "?")'s link to \(identifier) dropped (0x\(String(reason, radix: 16))); connection requested again for it")
-                } else if let key = event.key, let wire = Beryl_Ipc_V1_ManagerEvent(event) {
-                    send(wire, to: key.holder)
-                }
+                if let wire = Beryl_Ipc_V1_ManagerEvent(event) { send(wire, to: event.key.holder) }
             case .controller(.connect(let address)):
                 // No timeout: LE Create Connection waits until the peer advertises or we cancel (Core Vol 4 Part E §7.8.12).
                 command(HCICommands.leCreateConnection(peer: address, interval: 24, supervisionTimeout: 200,
@@ -214,14 +211,11 @@ extension ManagerDaemon {
         }
     }
 
-    /// One timer at the connection core's deadline; a timer that fires a hair early is armed again.
+    /// One timer at the connection core's deadline.
     private func armConnectionRetry() {
-        connectionRetry?.cancel()
-        guard let deadline = connections.nextDeadline else { return }
-        connectionRetry = try? host.loop.after(max(.zero, deadline - host.loop.uptime)) { [unowned self] in
-            connectionRetry = nil
-            apply(connections.tick(at: host.loop.uptime))
-            if connections.nextDeadline != nil { armConnectionRetry() }
+        connectionTimer.arm(at: connections.nextDeadline) { [unowned self] now in
+            apply(connections.tick(at: now))
+            armConnectionRetry()
         }
     }
 

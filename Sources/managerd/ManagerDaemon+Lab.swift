@@ -278,13 +278,7 @@ extension ManagerDaemon {
                 labResetReply = nil
             }
         }
-        labResetTimer?.cancel()
-        labResetTimer = nil
-        guard let deadline = labReset.nextDeadline else { return }
-        labResetTimer = try? host.loop.after(max(.zero, deadline - host.loop.uptime)) { [unowned self] in
-            labResetTimer = nil
-            applyLabReset(labReset.tick(at: host.loop.uptime))
-        }
+        labResetTimer.arm(at: labReset.nextDeadline) { [unowned self] now in applyLabReset(labReset.tick(at: now)) }
     }
 
     /// The lab's advertising, scan, attempt and links end; its bonds and records stay.

@@ -149,20 +149,18 @@ extension ManagerDaemon {
 
     /// One timer, at the core's earliest deadline.
     func armLifecycleDeadline() {
-        lifecycleDeadline?.cancel()
-        lifecycleDeadline = nil
-        guard let deadline = life.nextDeadline else { return }
-        lifecycleDeadline = try? host.loop.after(max(.zero, deadline - host.loop.uptime) + .milliseconds(1)) { [unowned self] in
-            for expiry in self.life.expire(at: self.host.loop.uptime) {
+        // The millisecond keeps a timer that libevent fires from its cached clock from landing just short.
+        lifecycleTimer.arm(at: life.nextDeadline.map { $0 + .milliseconds(1) }) { [unowned self] now in
+            for expiry in life.expire(at: now) {
                 switch expiry {
                 case .suspended(let appID, let after):
-                    self.host.logger.info("\(appID) is suspended (foreground-only, \(after) in the background)")
-                    self.applyLifecycle(appID)
+                    host.logger.info("\(appID) is suspended (foreground-only, \(after) in the background)")
+                    applyLifecycle(appID)
                 case .overran(let appID):
-                    self.endOverrunningApp(appID)
+                    endOverrunningApp(appID)
                 }
             }
-            self.armLifecycleDeadline()
+            armLifecycleDeadline()
         }
     }
 

@@ -37,7 +37,7 @@ final class ManagerDaemon {
     /// Who holds and awaits which links, and what the controller is asked (BerylManager's CentralConnections).
     var connections = CentralConnections()
     var book: ConnectionBook { connections.book }
-    var connectionRetry: EventRegistration?
+    lazy var connectionTimer = DeadlineTimer(loop: host.loop)
     /// The scan the controller runs now (nil: none).
     var controllerScan: ControllerScan?
     /// Each device's advertising joined with its scan response, and when apps hear of it (BerylManager's HeardDevices).
@@ -84,7 +84,7 @@ final class ManagerDaemon {
     var connectionInterests = ConnectionEventInterests()
     /// Every app's state, suspensions and background wakes (BerylManager's AppLifecycle); one timer at its deadline.
     var life: AppLifecycle
-    var lifecycleDeadline: EventRegistration?
+    lazy var lifecycleTimer = DeadlineTimer(loop: host.loop)
     /// The controller's identity is hcid's static random address (it has no public one): apps advertise, scan and
     /// connect with it (own address type random) rather than as 00:00:00:00:00:00.
     var identityIsRandom = false
@@ -115,7 +115,7 @@ final class ManagerDaemon {
     /// A lab's factory reset, step by step (BerylManager's LabReset); the lab's request is answered when it ends.
     var labReset = LabReset()
     var labResetReply: IncomingRequest?
-    var labResetTimer: EventRegistration?
+    lazy var labResetTimer = DeadlineTimer(loop: host.loop)
 
     init(host: DaemonHost, appsDir: String?, suspendAfter: Double = 5, restoreGrace: Double = 15) throws {
         relaunch = RelaunchPolicy(restoreGrace: .milliseconds(Int(restoreGrace * 1000)), startedAt: host.loop.uptime)

@@ -111,4 +111,11 @@ final class ByteReaderTests: XCTestCase {
         XCTAssertNil(Hex.decode("abc"))
         XCTAssertNil(Hex.decode("zz"))
     }
+
+    func testAListIsTakenWholeOrRefused() {
+        XCTAssertEqual(BluetoothUUID.list(["180D", "6E400001-B5A3-F393-E0A9-E50E24DCCA9E"]),
+                       [BluetoothUUID(0x180D), BluetoothUUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!])
+        XCTAssertEqual(BluetoothUUID.list([]), [])
+        XCTAssertNil(BluetoothUUID.list(["180D", "heart"]), "one bad string refuses the list")
+    }
 }

@@ -175,9 +175,9 @@ final class GATTClientCoreTests: XCTestCase {
         bench.serverAnswers = false
         bench.feed(bench.gatt.start(.read(handle: 3), id: 1, at: .zero))
         bench.feed(bench.gatt.start(.write(handle: 3, value: [1]), id: 2, at: .seconds(1)))
-        bench.feed(bench.gatt.tick(at: .seconds(29), security: bench.security))
+        bench.feed(bench.gatt.tick(security: bench.security, at: .seconds(29)))
         XCTAssertNil(bench.finished(1))
-        bench.feed(bench.gatt.tick(at: .seconds(30), security: bench.security))
+        bench.feed(bench.gatt.tick(security: bench.security, at: .seconds(30)))
         XCTAssertEqual(bench.finished(1), .failure(.bearerTimedOut))
         XCTAssertEqual(bench.finished(2), .failure(.bearerTimedOut))
         XCTAssertEqual(bench.heard.filter { $0 == .disconnect }.count, 1)
