@@ -3,6 +3,7 @@ import BerylDaemonKit
 import BerylIPC
 import BerylSupervisor
 import Foundation
+import Synchronization
 
 /// `beryl bench restore`: the door-lock story on berylsim, timed. For each round the app is killed, the lock leaves
 /// range and comes back; the figure is from the link coming up (managerd reconnecting the preserved request) to
@@ -79,16 +80,6 @@ struct RestoreBenchmark {
     private var appPIDs: [Int32] { manager { $0.listApps = .init() }?.manager.apps.apps.first { $0.id == "com.example.doorlock" }?.pids ?? [] }
     private var connected: Bool { !(manager { $0.retrieveConnected = .init() }?.manager.peripherals.peripherals.isEmpty ?? true) }
 
-    /// When managerd logged the link's coming up (its log's time of day, today, local time): the event that relaunches.
-    private func linkUpInManagerdLog() -> Double? {
-        guard let text = try? String(contentsOfFile: central.logFile("managerd"), encoding: .utf8),
-              let line = text.split(separator: "\n").last(where: { $0.contains(" up with ") }) else { return nil }
-        let clock = line.prefix(12).split(separator: ":")
-        guard clock.count == 3, let hours = Double(clock[0]), let minutes = Double(clock[1]), let seconds = Double(clock[2]) else { return nil }
-        let midnight = Calendar.current.startOfDay(for: Date()).timeIntervalSince1970
-        return midnight + hours * 3600 + minutes * 60 + seconds
-    }
-
     private func sim(_ arguments: [String]) throws {
         let run = try runTool("beryl", ["sim"] + arguments + ["--dir", root + "/sim"])
         guard run.status == 0 else { throw Failure.timedOut("beryl sim \(arguments.joined(separator: " ")): \(run.stderr)") }
@@ -118,7 +109,6 @@ struct RestoreBenchmark {
         let lock = #"{"localName": "Beryl Lock", "advertise": ["D00D0001-0000-1000-8000-00805F9B34FB"], "services": [{"uuid": "D00D0001-0000-1000-8000-00805F9B34FB", "characteristics": [{"uuid": "D00D0004-0000-1000-8000-00805F9B34FB", "properties": ["read", "notify"], "value": "6c6f636b6564"}]}]}"#
         try Data(lock.utf8).write(to: URL(fileURLWithPath: root + "/lock.json"))
 
-        // info: managerd's log line for the link coming up is the start of the figure.
         _ = try StackControl.up(paths: central, transport: "unix:\(root)/sim/controller-0.sock", logLevel: .info,
                                 managerdArguments: ["--apps-dir", root + "/apps"])
         _ = try StackControl.up(paths: lockStack, transport: "unix:\(root)/sim/controller-1.sock", logLevel: .warning)
@@ -128,6 +118,10 @@ struct RestoreBenchmark {
         _ = manager { $0.launchApp.appID = "com.example.doorlock" }
         try until("the app's first read") { events().contains { $0["event"] as? String == "didUpdateValueFor" } }
 
+        // The start of the figure is managerd's connection event for the lock's link, heard by a session of our own
+        // (registerForConnectionEvents), not a line of its log.
+        let links = try LinkEventWatcher(socket: central.socket("managerd"))
+        defer { links.stop() }
         var figures = RestoreFigures()
         for _ in 0..<rounds {
             for pid in appPIDs { kill(pid, SIGKILL) }
@@ -135,13 +129,14 @@ struct RestoreBenchmark {
             try sim(["range", "1", "out"])
             try until("the link to drop") { !connected }
             let seen = events().count
+            links.forget()
             try sim(["range", "1", "in"])
             try until("the link to come back", 60) { connected }
-            let polledLinkUp = Date().timeIntervalSince1970
             try until("willRestoreState") { events().dropFirst(seen).contains { $0["event"] as? String == "willRestoreState" } }
             try until("the relaunched app's read") { events().dropFirst(seen).contains { $0["event"] as? String == "didUpdateValueFor" } }
             let after = events().dropFirst(seen)
-            let linkUp = linkUpInManagerdLog() ?? polledLinkUp
+            try until("managerd's connection event") { links.lastConnected != nil }
+            let linkUp = links.lastConnected ?? 0
             if let restored = after.first(where: { $0["event"] as? String == "willRestoreState" })?["time"] as? Double {
                 figures.reconnectToRestoreMilliseconds.append(max(0, restored - linkUp) * 1000)
             }
@@ -163,5 +158,55 @@ struct RestoreBenchmark {
         }
         _ = manager { $0.stopApp = .with { $0.appID = "com.example.doorlock"; $0.userQuit = true } }
         return figures
+    }
+}
+
+/// A manager session of the benchmark's own that registered for connection events (every link): it keeps when the
+/// last peerConnected arrived, read on a thread of its own so the time is the event's, not the next poll's.
+final class LinkEventWatcher: Sendable {
+    enum Failure: Error { case notRegistered(IPCClientError?) }
+
+    private let connectedAt = Mutex<Double?>(nil)
+    private let registered = Mutex<Result<Void, IPCClientError>?>(nil)
+    private let stopping = Atomic<Bool>(false)
+
+    /// Returns once the session is registered (the client is made on the watching thread, which alone uses it).
+    init(socket: String) throws {
+        Thread.detachNewThread { [self] in watch(socket) }
+        guard eventually(.seconds(5), { registered.withLock { $0 != nil } }) else { throw Failure.notRegistered(nil) }
+        if case .failure(let error)? = registered.withLock({ $0 }) { throw Failure.notRegistered(error) }
+    }
+
+    var lastConnected: Double? { connectedAt.withLock { $0 } }
+
+    func forget() { connectedAt.withLock { $0 = nil } }
+
+    func stop() { stopping.store(true, ordering: .relaxed) }
+
+    private func watch(_ socket: String) {
+        let client: IPCClient
+        do throws(IPCClientError) {
+            client = try IPCClient(path: socket)
+            _ = try client.call(.with { $0.manager.hello = .init() })
+            _ = try client.call(.with { $0.manager.registerConnectionEvents = .init() })
+            registered.withLock { $0 = .success(()) }
+        } catch {
+            registered.withLock { $0 = .failure(error) }
+            return
+        }
+        while !stopping.load(ordering: .relaxed) {
+            do throws(IPCClientError) {
+                let envelope = try client.receive(timeout: .milliseconds(200))
+                if case .event(let event)? = envelope.body, case .connectionEvent(let link)? = event.manager.kind, link.kind == .peerConnected {
+                    let now = Date().timeIntervalSince1970
+                    connectedAt.withLock { $0 = now }
+                }
+                _ = client.takeEvents()
+            } catch .timedOut {
+                continue
+            } catch {
+                return  // managerd went (the restart rounds kill it): nothing more to hear
+            }
+        }
     }
 }
