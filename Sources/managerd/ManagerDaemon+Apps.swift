@@ -24,18 +24,13 @@ struct AppRuntime {
     }
 }
 
-/// Events held for an app that cannot take them now (suspended, or not running): one discovery per peripheral.
-extension SuspendedQueue where Event == Beryl_Ipc_V1_ManagerEvent {
-    mutating func hold(_ event: Event) { append(event, discoveryOf: event.discoveredPeripheral) }
-}
-
 extension ManagerDaemon {
     // MARK: Manifests
 
     func loadCatalog() {
         guard let appsDir else { return }
         let me = getuid()
-        catalog = AppCatalog(directory: appsDir, lookup: { name in
+        core.catalog = AppCatalog(directory: appsDir, lookup: { name in
             guard let entry = getpwnam(name) else { return nil }
             return Account(uid: entry.pointee.pw_uid, gid: entry.pointee.pw_gid)
         }, ownerAllowed: { path in
@@ -46,13 +41,13 @@ extension ManagerDaemon {
             guard info.st_mode & 0o022 == 0 else { return "writable by group or others" }
             return nil
         })
-        for error in catalog.refused { host.logger.error("app manifest refused: \(error)") }
-        host.logger.info("\(catalog.apps.count) app manifest(s) from \(appsDir)")
+        for error in core.catalog.refused { host.logger.error("app manifest refused: \(error)") }
+        host.logger.info("\(core.catalog.apps.count) app manifest(s) from \(appsDir)")
     }
 
     func launchForRestoration(_ appID: String) {
-        guard let manifest = catalog.apps[appID], manifest.launch != nil,
-              !restoration.waitingToRestore(appID).isEmpty else { return }
+        guard let manifest = core.catalog.apps[appID], manifest.launch != nil,
+              !core.restoration.waitingToRestore(appID).isEmpty else { return }
         switch relaunch.verdict(for: appID, at: host.loop.uptime) {
         case .launch:
             break
@@ -65,7 +60,7 @@ extension ManagerDaemon {
         guard !stoppingApps else { return }
         var runtime = apps[appID, default: AppRuntime()]
         if runtime.holdsLaunch { return }
-        if restoration.hasLiveManager(appID) { return }
+        if core.restoration.hasLiveManager(appID) { return }
         runtime.launches += 1
         apps[appID] = runtime
         _ = launch(manifest)
@@ -77,7 +72,7 @@ extension ManagerDaemon {
         guard !stoppingApps else { return "managerd is stopping" }
         var environment = ["PATH": "/usr/local/bin:/usr/bin:/bin", "BERYL_APP_ID": manifest.id, "BERYL_RUNTIME_DIR": host.paths.runtimeDir,
                            "HOME": "/", "LANG": "C.UTF-8"]
-        let waiting = restoration.launchOptions(manifest.id)
+        let waiting = core.restoration.launchOptions(manifest.id)
         environment["BERYL_LAUNCH_CENTRALS"] = waiting.centrals.joined(separator: ",")
         environment["BERYL_LAUNCH_PERIPHERALS"] = waiting.peripherals.joined(separator: ",")
         var runtime = apps[manifest.id, default: AppRuntime()]
@@ -88,7 +83,7 @@ extension ManagerDaemon {
             runtime.launchedPID = pid
             runtime.adopted = false
             relaunch.launched(manifest.id, at: host.loop.uptime)
-            life.launched(manifest.id)
+            core.life.launched(manifest.id)
             host.logger.info("launched \(manifest.id) as \(manifest.user) (pid \(pid))"
                              + (waiting.centrals.isEmpty && waiting.peripherals.isEmpty ? "" : " to restore \((waiting.centrals + waiting.peripherals).joined(separator: ", "))"))
             apps[manifest.id] = runtime
@@ -118,7 +113,7 @@ extension ManagerDaemon {
             let ended = runtime.adopted ? (ProcessStats.isAlive(pid: pid) ? nil : "exited") : Spawn.reap(pid).map { "\($0.exit)" }
             guard let reason = ended else {
                 // Up, but it has not made the managers it was launched to restore: ended, so that it is launched again.
-                let waiting = restoration.waitingToRestore(appID)
+                let waiting = core.restoration.waitingToRestore(appID)
                 if relaunch.overdue(appID, waiting: waiting.map(\.restoreID), at: host.loop.uptime) {
                     host.logger.warning("\(appID) (pid \(pid)) \(relaunch.failure(of: appID).map { "\($0)" } ?? ""); ending it")
                     kill(pid, SIGTERM)
@@ -129,25 +124,25 @@ extension ManagerDaemon {
             updated.launchedPID = nil
             updated.adopted = false
             defer { recordLaunchedApps() }
-            let waiting = restoration.waitingToRestore(appID)
+            let waiting = core.restoration.waitingToRestore(appID)
             if let delay = relaunch.exited(appID, exit: reason, waiting: waiting.map(\.restoreID), at: host.loop.uptime) {
                 host.logger.warning("\(appID) \(relaunch.failure(of: appID).map { "\($0)" } ?? ""); launching again in \(delay)")
                 deferLaunch(appID, until: host.loop.uptime + delay)
             }
-            if !restoration.hasLiveManager(appID), sessionsOf(appID).isEmpty { life.exited(appID) }
+            if !core.restoration.hasLiveManager(appID), sessionsOf(appID).isEmpty { core.life.exited(appID) }
             apps[appID] = updated
         }
     }
 
     func sessionsOf(_ appID: String) -> [IPCSession] {
-        (host.server?.sessions.values.map { $0 } ?? []).filter { appSessions[$0.id]?.appID == appID }
+        core.sessions(of: appID).compactMap(session)
     }
 
     // MARK: beryl app
 
     func handleApps(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: IPCSession, _ incoming: IncomingRequest) {
         func authorized(_ appID: String) -> AppManifest? {
-            guard let manifest = catalog.apps[appID] else {
+            guard let manifest = core.catalog.apps[appID] else {
                 incoming.fail(.notFound, "no app manifest declares '\(appID)'", field: "app_id")
                 return nil
             }
@@ -160,9 +155,9 @@ extension ManagerDaemon {
         switch kind {
         case .listApps:
             incoming.respond(.with { $0.manager.apps = .with { list in
-                let running = Set((host.server?.sessions.values.map { $0 } ?? []).compactMap { appSessions[$0.id]?.appID }.filter { !$0.isEmpty })
-                list.apps = Set(catalog.apps.keys).union(running).sorted().map { info(forApp: $0) }
-                list.refused = catalog.refused.map(\.description)
+                let running = Set((host.server?.sessions.values.map { $0 } ?? []).compactMap { core.sessions[$0.id]?.appID }.filter { !$0.isEmpty })
+                list.apps = Set(core.catalog.apps.keys).union(running).sorted().map { info(forApp: $0) }
+                list.refused = core.catalog.refused.map(\.description)
             } })
         case .launchApp(let launchRequest):
             guard let manifest = authorized(launchRequest.appID) else { return }
@@ -176,9 +171,9 @@ extension ManagerDaemon {
             guard let manifest = authorized(stop.appID) else { return }
             if stop.userQuit {
                 // A user force-quit: nothing of the app's is kept (its live sessions release their work as they close).
-                for preserved in restoration.managers(of: manifest.id) { discard(preserved.id) }
+                for preserved in core.restoration.managers(of: manifest.id) { discard(preserved.id) }
                 try? restorationStore?.removeAll(appID: manifest.id)
-                for live in sessionsOf(manifest.id) { appSessions[live.id]?.quitting = true }
+                for live in sessionsOf(manifest.id) { core.sessions[live.id]?.quitting = true }
             }
             var pids = Set(sessionsOf(manifest.id).map(\.peer.pid))
             if let pid = apps[manifest.id]?.launchedPID { pids.insert(pid) }
@@ -187,13 +182,13 @@ extension ManagerDaemon {
             incoming.respond(.with { $0.manager.apps.apps = [appInfo(manifest)] })
         case .setAppState(let change):
             // An app reports its own state; root, managerd's user, or the app's own user may force it (labs, tests).
-            let own = appSessions[session.id]?.appID == change.appID && !change.appID.isEmpty
-            let users = Set(sessionsOf(change.appID).map(\.peer.uid) + [catalog.apps[change.appID]?.uid].compactMap { $0 })
+            let own = core.sessions[session.id]?.appID == change.appID && !change.appID.isEmpty
+            let users = Set(sessionsOf(change.appID).map(\.peer.uid) + [core.catalog.apps[change.appID]?.uid].compactMap { $0 })
             guard own || session.peer.uid == 0 || session.peer.uid == getuid() || users.contains(session.peer.uid) else {
                 incoming.fail(.permissionDenied, "only the app, root or managerd's user may set \(change.appID)'s state", field: "app_id")
                 return
             }
-            guard catalog.apps[change.appID] != nil || !sessionsOf(change.appID).isEmpty else {
+            guard core.catalog.apps[change.appID] != nil || !sessionsOf(change.appID).isEmpty else {
                 incoming.fail(.notFound, "no app '\(change.appID)' is declared or running", field: "app_id")
                 return
             }
@@ -210,18 +205,18 @@ extension ManagerDaemon {
 
     /// An app with a manifest, or one running without (foreground-only, no restoration).
     func info(forApp appID: String) -> Beryl_Ipc_V1_AppInfo {
-        if let manifest = catalog.apps[appID] { return appInfo(manifest) }
+        if let manifest = core.catalog.apps[appID] { return appInfo(manifest) }
         return .with {
             $0.id = appID
             $0.state = lifecycle(of: appID).wire
             $0.pids = Array(Set(sessionsOf(appID).map(\.peer.pid))).sorted()
-            $0.queuedEvents = UInt32(sessionsOf(appID).compactMap { appSessions[$0.id]?.held.count }.reduce(0, +))
+            $0.queuedEvents = UInt32(sessionsOf(appID).compactMap { core.sessions[$0.id]?.held.count }.reduce(0, +))
             setWakes(&$0)
         }
     }
 
     private func setWakes(_ info: inout Beryl_Ipc_V1_AppInfo) {
-        let tally = life.tally(of: info.id)
+        let tally = core.life.tally(of: info.id)
         info.wakes = UInt32(clamping: tally.begun)
         info.wakesEndedIdle = UInt32(clamping: tally.endedIdle)
         info.wakesOverran = UInt32(clamping: tally.overran)
@@ -229,9 +224,9 @@ extension ManagerDaemon {
 
     func appInfo(_ manifest: AppManifest) -> Beryl_Ipc_V1_AppInfo {
         let runtime = apps[manifest.id] ?? AppRuntime()
-        let mine = restoration.managers(of: manifest.id)
-        let preservedQueued: Int = mine.map { restoration.queuedCount($0.id) }.reduce(0, +)
-        let held: Int = sessionsOf(manifest.id).compactMap { appSessions[$0.id]?.held.count }.reduce(0, +)
+        let mine = core.restoration.managers(of: manifest.id)
+        let preservedQueued: Int = mine.map { core.restoration.queuedCount($0.id) }.reduce(0, +)
+        let held: Int = sessionsOf(manifest.id).compactMap { core.sessions[$0.id]?.held.count }.reduce(0, +)
         var pids: Set<Int32> = Set(sessionsOf(manifest.id).map(\.peer.pid))
         if let launched = runtime.launchedPID { pids.insert(launched) }
         return .with {
@@ -248,7 +243,7 @@ extension ManagerDaemon {
             $0.launches = UInt32(runtime.launches)
             $0.lastLaunchError = relaunch.failure(of: manifest.id)?.description ?? ""
             $0.lastLaunchFailure = .init(relaunch.failure(of: manifest.id))
-            $0.restorations = UInt32(clamping: restoration.restorations(of: manifest.id))
+            $0.restorations = UInt32(clamping: core.restoration.restorations(of: manifest.id))
             let relaunches = relaunch.tally(of: manifest.id)
             $0.launchesEndedUnrestored = UInt32(clamping: relaunches.endedUnrestored)
             $0.launchesBackedOff = UInt32(clamping: relaunches.backedOff)
@@ -276,7 +271,7 @@ extension ManagerDaemon {
     /// and, at the end, to stop.
     func adoptLaunchedApps() {
         let running = LaunchedApps.load(from: launchedAppsPath).stillRunning()
-        for entry in running where catalog.apps[entry.app] != nil {
+        for entry in running where core.catalog.apps[entry.app] != nil {
             var runtime = apps[entry.app, default: AppRuntime()]
             // Only the pid is taken: the app's lifecycle state went with the old managerd, and is what it was for an
             // app that reconnects (foreground, until it or `beryl app state` says otherwise).

@@ -13,21 +13,21 @@ extension ManagerDaemon {
         case .startScan(let start):
             guard let services = uuids(start.serviceUuids, field: "service_uuids", incoming),
                   let solicited = uuids(start.solicitedServiceUuids, field: "solicited_service_uuids", incoming) else { return }
-            scans.start(ManagerKey(session: session, manager: start.manager), ScanRequest(services: services, allowDuplicates: start.allowDuplicates, solicited: solicited))
-            applyScanPolicy(session)  // an app launched into the background scans by the background rules from its first scan
+            core.scans.start(ManagerKey(session: session, manager: start.manager), ScanRequest(services: services, allowDuplicates: start.allowDuplicates, solicited: solicited))
+            core.applyScanPolicy(session)  // an app launched into the background scans by the background rules from its first scan
             updateScanning()
             persistIfPreserved(.session(session))
             incoming.respond(.with { $0.ack = .init() })
             // Peripherals already heard are reported at once, as a fresh scan on iOS reports cached ones.
             let key = ManagerKey(session: session, manager: start.manager)
-            for (address, advertisement) in heard.advertisements {
+            for (address, advertisement) in core.heard.advertisements {
                 guard let device = store?.device(at: address) else { continue }
-                for target in scans.route(identifier: device.identifier, advertisement: advertisement) where target == key {
+                for target in core.scans.route(identifier: device.identifier, advertisement: advertisement) where target == key {
                     report(device.identifier, address: address, advertisement: advertisement, to: target)
                 }
             }
         case .stopScan(let stop):
-            scans.stop(ManagerKey(session: session, manager: stop.manager))
+            core.scans.stop(ManagerKey(session: session, manager: stop.manager))
             updateScanning()
             persistIfPreserved(.session(session))
             incoming.respond(.with { $0.ack = .init() })
@@ -38,16 +38,16 @@ extension ManagerDaemon {
                 return
             }
             // The book holds the request before the record is written: a preserved manager's record lists it.
-            let outputs = connections.connect(ManagerKey(session: session, manager: connect.manager), identifier: device.identifier, address: device.address)
+            let outputs = core.connections.connect(ManagerKey(session: session, manager: connect.manager), identifier: device.identifier, address: device.address)
             let options = PreservedState.ConnectOptions(connect)
-            self.appSessions[session]?.connectOptions[device.identifier] = options
+            self.core.sessions[session]?.connectOptions[device.identifier] = options
             updatePreserved(.session(session)) { $0.connectOptions[device.identifier] = options }
             incoming.respond(.with { $0.ack = .init() })
             apply(outputs)
         case .cancelConnection(let cancel):
             let outputs: [CentralConnections.Output]
             do {
-                outputs = try connections.cancel(ManagerKey(session: session, manager: cancel.manager), identifier: cancel.peripheral)
+                outputs = try core.connections.cancel(ManagerKey(session: session, manager: cancel.manager), identifier: cancel.peripheral)
             } catch {
                 incoming.fail(.notFound, "this manager neither holds nor awaits \(cancel.peripheral)", field: "peripheral",
                               detail: RemoteDetail(bluetoothError: .unknownDevice))
@@ -84,8 +84,8 @@ extension ManagerDaemon {
         case .retrieveConnected(let retrieve):
             guard let wanted = uuids(retrieve.serviceUuids, field: "service_uuids", incoming) else { return }
             let connected = book.links.filter { $0.value.isCentral }.compactMap { identifier, _ in store?.device(identifier) }.filter { device in
-                wanted.isEmpty || wanted.contains { (heard.advertisements[device.address]?.serviceUUIDs ?? []).contains($0) }
-                    || !(discoveredServices[device.identifier] ?? []).isDisjoint(with: wanted)
+                wanted.isEmpty || wanted.contains { (core.heard.advertisements[device.address]?.serviceUUIDs ?? []).contains($0) }
+                    || !(core.discoveredServices[device.identifier] ?? []).isDisjoint(with: wanted)
             }
             incoming.respond(.with { $0.manager.peripherals.peripherals = connected.map { info(for: $0) } })
         case .gatt(let operation):
@@ -135,7 +135,7 @@ extension ManagerDaemon {
     // MARK: Scanning
 
     func updateScanning() {
-        let wanted = ControllerScan.wanted(appsScanning: scans.isScanning, appsAllInBackground: scanIsSlow, lab: lab?.scan,
+        let wanted = ControllerScan.wanted(appsScanning: core.scans.isScanning, appsAllInBackground: core.scanIsSlow, lab: lab?.scan,
                                            poweredOn: state == .poweredOn, ownAddressType: ownAddressType)
         guard hcid != nil else { return }
         for command in ControllerScan.commands(from: controllerScan, to: wanted) { self.command(command) }
@@ -143,15 +143,15 @@ extension ManagerDaemon {
     }
 
     func advertisementReceived(_ received: AdvertisingReport) {
-        switch heard.received(received, appsScanning: scans.isScanning) {
+        switch core.heard.received(received, appsScanning: core.scans.isScanning) {
         case .malformed(let error):
             host.logger.debug("malformed advertising data from \(received.address) dropped: \(error)")
         case .heard(let merged, let reportNow):
             // Only an app's scan makes a device known: a lab's scan hears every device around and hands out no identifiers.
-            guard let store, scans.isScanning else { return }
+            guard let store, core.scans.isScanning else { return }
             let device = store.seen(received.address, name: merged.localName, at: Date().timeIntervalSince1970)
             guard reportNow else { return }
-            for target in scans.route(identifier: device.identifier, advertisement: merged) {
+            for target in core.scans.route(identifier: device.identifier, advertisement: merged) {
                 report(device.identifier, address: received.address, advertisement: merged, to: target)
             }
         }
@@ -167,12 +167,12 @@ extension ManagerDaemon {
     func info(for device: KnownDevice) -> Beryl_Ipc_V1_PeripheralInfo {
         // An app holds this identifier from now on: a lab's factory reset no longer takes it back.
         if labRecord?.record.peripherals.contains(device.identifier) == true { updateLabRecord { $0.peripherals.removeAll { $0 == device.identifier } } }
-        let advertisement = heard.advertisements[device.address]
+        let advertisement = core.heard.advertisements[device.address]
         return .with {
             $0.identifier = device.identifier
             $0.address = device.address.description
             $0.name = advertisement?.localName ?? device.name ?? ""
-            $0.rssi = Int32(heard.rssi[device.address] ?? 127)
+            $0.rssi = Int32(core.heard.rssi[device.address] ?? 127)
             $0.connected = book.link(for: device.identifier) != nil
             $0.lastSeen = device.lastSeen
             if let advertisement { $0.advertisement = Beryl_Ipc_V1_AdvertisementInfo(advertisement) }
@@ -185,8 +185,7 @@ extension ManagerDaemon {
         for output in outputs {
             switch output {
             case .event(.requestedAgain(let key, let identifier, let reason)):
-                updatePreserved(key.holder) { $0.notifying[identifier] = nil }
-                host.logger.info("\(restoration.manager(heldBy: key.holder)?.appID ?? "?")'s link to \(identifier) dropped (0x\(String(reason, radix: 16))); connection requested again for it")
+                host.logger.info("\(core.restoration.manager(heldBy: key.holder)?.appID ?? "?")'s link to \(identifier) dropped (0x\(String(reason, radix: 16))); connection requested again for it")
             case .event(let event):
                 if let wire = Beryl_Ipc_V1_ManagerEvent(event) { send(wire, to: event.key.holder) }
             case .controller(.connect(let address)):
@@ -195,7 +194,7 @@ extension ManagerDaemon {
                                                        ownAddressType: labOwnAddressType(connectingTo: address))) { [unowned self] result in
                     guard case .success(let status) = result, status.first != 0 else { return }
                     host.logger.warning("LE Create Connection refused (0x\(String(status.first ?? 0xFF, radix: 16))); retrying")
-                    connections.attemptRefused(at: host.loop.uptime)
+                    core.connections.attemptRefused(at: host.loop.uptime)
                     armConnectionRetry()
                 }
             case .controller(.connectAny(let addresses)):
@@ -213,8 +212,8 @@ extension ManagerDaemon {
 
     /// One timer at the connection core's deadline.
     private func armConnectionRetry() {
-        connectionTimer.arm(at: connections.nextDeadline) { [unowned self] now in
-            apply(connections.tick(at: now))
+        connectionTimer.arm(at: core.connections.nextDeadline) { [unowned self] now in
+            apply(core.connections.tick(at: now))
             armConnectionRetry()
         }
     }
@@ -228,26 +227,19 @@ extension ManagerDaemon {
             let wasKnown = store.device(at: peer) != nil
             let device = store.seen(peer, at: Date().timeIntervalSince1970)
             host.logger.info("link 0x\(String(handle, radix: 16)) up with \(peer) as \(device.identifier)")
-            apply(connections.linkUp(handle: handle, identifier: device.identifier, address: peer, isCentral: central))
-            announceConnectionEvent(.peerConnected, identifier: device.identifier)
-            if !central { updateAdvertising() }  // the controller ended connectable advertising: start it again
+            apply(core.linkUp(handle: handle, identifier: device.identifier, address: peer, isCentral: central))
             return wasKnown ? nil : device.identifier
         case .connectionFailed(let status):
             host.logger.info("connection attempt ended (0x\(String(status, radix: 16))); trying again if anyone still waits")
-            apply(connections.attemptEnded())
+            apply(core.connections.attemptEnded())
         case .disconnected(let handle, let reason):
             mtus[handle] = nil
             defer {
                 releaseAwaitingBearer(handle)
                 applyLabReset(labReset.linkEnded(handle, at: host.loop.uptime))
             }
-            guard let (identifier, outputs) = connections.linkDown(handle: handle, reason: reason, isAway: { [restoration] holder in
-                restoration.manager(heldBy: holder).map { !$0.live } ?? false
-            }) else { return nil }
-            announceConnectionEvent(.peerDisconnected, identifier: identifier)
-            discoveredServices[identifier] = nil
+            guard let (_, outputs) = core.linkDown(handle: handle, reason: reason) else { return nil }
             apply(outputs)
-            updateAdvertising()
         default:
             break
         }
@@ -277,7 +269,7 @@ extension ManagerDaemon {
             switch result {
             case .success(let response):
                 if case .discover(let discover)? = operation.kind {
-                    discoveredServices[identifier, default: []].formUnion(response.att.gattDatabase.services.compactMap { BluetoothUUID($0.uuid) })
+                    core.discoveredServices[identifier, default: []].formUnion(response.att.gattDatabase.services.compactMap { BluetoothUUID($0.uuid) })
                     keepDiscovery(response.att.gattDatabase, of: discover, on: identifier, session: session)
                 }
                 if case .setNotify(let change)? = operation.kind, let valueHandle = UInt16(exactly: change.valueHandle) {

@@ -14,8 +14,8 @@ import Glibc
 /// The lab session's shell: BerylManager's LabSession decides; this turns its requests and answers into HCI commands,
 /// attd requests and lab events.
 extension ManagerDaemon {
-    func handleLab(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: IPCSession, app: AppSession, _ incoming: IncomingRequest) {
-        if case .labOpen = kind { return openLab(session: session, app: app, incoming) }
+    func handleLab(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: IPCSession, saidHello: Bool, _ incoming: IncomingRequest) {
+        if case .labOpen = kind { return openLab(session: session, saidHello: saidHello, incoming) }
         guard let lab, lab.session == session.id else {
             incoming.fail(.permissionDenied, "not a lab session: send LabOpen first")
             return
@@ -59,7 +59,7 @@ extension ManagerDaemon {
         case .labCancelConnect:
             if let attempt = self.lab?.endAttempt() {
                 announceLabLink(central: true, peer: attempt.address, ownAddress: nil)
-                applyLab((try? connections.cancel(lab.key, identifier: attempt.identifier)) ?? [])
+                applyLab((try? core.connections.cancel(lab.key, identifier: attempt.identifier)) ?? [])
                 labAttemptReply?.fail(.cancelled, "the connection attempt to \(attempt.address) was cancelled")
                 labAttemptReply = nil
             }
@@ -108,8 +108,8 @@ extension ManagerDaemon {
         }
     }
 
-    private func openLab(session: IPCSession, app: AppSession, _ incoming: IncomingRequest) {
-        guard !app.saidHello else {
+    private func openLab(session: IPCSession, saidHello: Bool, _ incoming: IncomingRequest) {
+        guard !saidHello else {
             incoming.fail(.invalidArgument, "an app session cannot become a lab session", field: "lab_open")
             return
         }
@@ -224,7 +224,7 @@ extension ManagerDaemon {
         try? self.lab?.startConnecting(identifier: identifier, address: address, ownAddress: ownAddress)
         labAttemptReply = incoming
         announceLabLink(central: true, peer: address, ownAddress: ownAddress)
-        applyLab(connections.connect(lab.key, identifier: identifier, address: address))
+        applyLab(core.connections.connect(lab.key, identifier: identifier, address: address))
     }
 
     /// The lab hears of its links as lab events, not as an app's manager events.
@@ -287,7 +287,7 @@ extension ManagerDaemon {
         let attempt = self.lab?.endWork()
         announceLabLink(central: false, peer: nil, ownAddress: nil)
         if let attempt {
-            applyLab((try? connections.cancel(lab.key, identifier: attempt.identifier)) ?? [])
+            applyLab((try? core.connections.cancel(lab.key, identifier: attempt.identifier)) ?? [])
             labAttemptReply?.fail(.cancelled, "factory reset")
             labAttemptReply = nil
         }

@@ -11,7 +11,7 @@ extension ManagerDaemon {
     /// CBManager.authorization from the app's manifest: the app id declared for this user (or not declared, a
     /// foreground-only app) is allowed; declared for another user, denied.
     func capabilities(appID: String, uid: UInt32) -> Beryl_Ipc_V1_Capabilities {
-        .with { $0.authorization = catalog.mayUseBluetooth(appID: appID, uid: uid) ? .allowedAlways : .denied }
+        .with { $0.authorization = core.catalog.mayUseBluetooth(appID: appID, uid: uid) ? .allowedAlways : .denied }
     }
 
     /// CBPeripheralManager.setDesiredConnectionLatency(_:for:): this stack is the peripheral on the central's link,
@@ -61,23 +61,21 @@ extension ManagerDaemon {
             incoming.fail(.invalidArgument, "'\(text)' is not a peripheral identifier", field: "peripheral_uuids")
             return
         }
-        connectionInterests.register(ManagerKey(session: session, manager: request.manager),
+        core.connectionInterests.register(ManagerKey(session: session, manager: request.manager),
                                      .init(peripherals: Set(request.peripheralUuids.map { $0.uppercased() }), services: services))
         incoming.respond(.with { $0.ack = .init() })
     }
 
-    /// Tells the managers that registered for connection events of a link that came up or went.
-    func announceConnectionEvent(_ kind: Beryl_Ipc_V1_ConnectionEventKind, identifier: String) {
+    /// Tells a manager that registered for connection events of a link that came up or went.
+    func announce(_ change: ManagerCore<Beryl_Ipc_V1_ManagerEvent>.LinkChange, identifier: String, to key: ManagerKey) {
         guard let device = store?.device(identifier) else { return }
-        let offered = discoveredServices[identifier, default: []].union(heard.advertisements[device.address]?.serviceUUIDs ?? [])
-        let listeners = connectionInterests.listeners(identifier: identifier.uppercased(), services: offered)
-        guard !listeners.isEmpty else { return }
-        let peripheral = info(for: device)
-        for key in listeners {
-            var event = Beryl_Ipc_V1_ManagerEvent()
-            event.connectionEvent = .with { $0.manager = key.manager; $0.kind = kind; $0.peripheral = peripheral }
-            send(event, to: key.holder)
+        var event = Beryl_Ipc_V1_ManagerEvent()
+        event.connectionEvent = .with {
+            $0.manager = key.manager
+            $0.kind = change == .peerConnected ? .peerConnected : .peerDisconnected
+            $0.peripheral = info(for: device)
         }
+        send(event, to: key.holder)
     }
 
     /// As central, the stack takes what a peripheral asks for when it is valid, as it does on the signalling channel.

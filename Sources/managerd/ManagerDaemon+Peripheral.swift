@@ -7,12 +7,6 @@ import BerylManagerWire
 import Foundation
 
 extension ManagerDaemon {
-    /// The app publishes again after a reset: what it had before is no longer its record's to keep.
-    func republishedByApp(_ session: UInt64) {
-        restoration.appPublished(heldBy: .session(session))
-        persistIfPreserved(.session(session))
-    }
-
     func handlePeripheral(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: UInt64, _ incoming: IncomingRequest) {
         switch kind {
         case .addService(let add):
@@ -31,13 +25,14 @@ extension ManagerDaemon {
                         incoming.fail(.internal, "attd answered with handles \(published.startHandle)...\(published.endHandle)")
                         return
                     }
-                    self.router.publish(range, owner: owner)
+                    let kept: PreservedState.PublishedService?
                     do {
-                        self.serviceSpecs[range.lowerBound] = try PreservedState.PublishedService(wire: .with { $0.spec = add.service; $0.published = published })
+                        kept = try PreservedState.PublishedService(wire: .with { $0.spec = add.service; $0.published = published })
                     } catch {
                         self.host.logger.error("service \(add.service.uuid) cannot be kept for restoration: \(error)")
+                        kept = nil
                     }
-                    self.republishedByApp(session)
+                    self.apply(self.core.servicePublished(kept, at: range, owner: owner))
                     incoming.respond(.with { $0.manager.serviceAdded = published })
                 case .failure(let error):
                     incoming.fail(relaying: error, from: "attd")
@@ -45,26 +40,19 @@ extension ManagerDaemon {
             }
         case .removeService(let remove):
             guard let start = UInt16(exactly: remove.startHandle),
-                  let removed = router.remove(start: start, owner: ManagerKey(session: session, manager: remove.manager)) else {
+                  let outputs = try? core.removeService(start: start, owner: ManagerKey(session: session, manager: remove.manager)) else {
                 incoming.fail(.notFound, "this manager published no service at handle \(remove.startHandle)", field: "start_handle", detail: RemoteDetail(managerReason: .notPublished))
                 return
             }
-            unpublish(removed.range.lowerBound)
-            persistIfPreserved(.session(session))
+            apply(outputs)
             incoming.respond(.with { $0.ack = .init() })
         case .removeAllServices(let remove):
-            let key = ManagerKey(session: session, manager: remove.manager)
-            // The app adds its own now: what managerd was to publish again for it, or has under way, is not wanted.
-            restoration.appClearedServices(heldBy: .session(session))
-            pendingRepublish = pendingRepublish.filter { $0.key.holder != .session(session) }
-            for service in router.removeAll(where: { $0.owner == key }) { unpublish(service.range.lowerBound) }
-            persistIfPreserved(.session(session))
+            apply(core.removeAllServices(of: ManagerKey(session: session, manager: remove.manager)))
             incoming.respond(.with { $0.ack = .init() })
         case .startAdvertising(let start):
             guard let uuids = uuids(start.serviceUuids, field: "service_uuids", incoming) else { return }
             let key = ManagerKey(session: session, manager: start.manager)
-            advertisers[key] = Advertiser(localName: start.localName, serviceUUIDs: uuids)
-            republishedByApp(session)
+            apply(core.startAdvertising(Advertiser(localName: start.localName, serviceUUIDs: uuids), for: key))
             incoming.respond(.with { $0.ack = .init() })
             updateAdvertising { [unowned self] error in
                 var event = Beryl_Ipc_V1_ManagerEvent()
@@ -72,15 +60,12 @@ extension ManagerDaemon {
                 self.send(event, to: session)
             }
         case .stopAdvertising(let stop):
-            advertisers[ManagerKey(session: session, manager: stop.manager)] = nil
-            restoration.appStoppedAdvertising(heldBy: .session(session))
-            updateAdvertising()
-            persistIfPreserved(.session(session))
+            apply(core.stopAdvertising(for: ManagerKey(session: session, manager: stop.manager)))
             incoming.respond(.with { $0.ack = .init() })
         case .respond(let answer):
             let request: PeripheralRouter.Request
             do {
-                request = try router.answer(answer.id, from: .session(session), attError: answer.error)
+                request = try core.router.answer(answer.id, from: .session(session), attError: answer.error)
             } catch .notPending {
                 incoming.fail(.notFound, "request \(answer.id) is not waiting for this app's answer (answered already, or timed out)", field: "id", detail: RemoteDetail(managerReason: .requestNotPending))
                 return
@@ -93,7 +78,7 @@ extension ManagerDaemon {
             incoming.respond(.with { $0.ack = .init() })
         case .updateValue(let update):
             let key = ManagerKey(session: session, manager: update.manager)
-            guard let valueHandle = UInt16(exactly: update.valueHandle), router.owns(key, handle: valueHandle) else {
+            guard let valueHandle = UInt16(exactly: update.valueHandle), core.router.owns(key, handle: valueHandle) else {
                 incoming.fail(.notFound, "handle \(update.valueHandle) is not a value of this manager's services", field: "value_handle", detail: RemoteDetail(managerReason: .notPublished))
                 return
             }
@@ -105,7 +90,7 @@ extension ManagerDaemon {
                     incoming.respond(.with { $0.manager.updateResult.sent = true })
                 case .failure(.remote(.busy, _, _, _)):
                     // Core Bluetooth's updateValue returning false; peripheralManagerIsReady(toUpdateSubscribers:) follows.
-                    self.router.updateRefused(.session(session))
+                    self.core.router.updateRefused(.session(session))
                     incoming.respond(.with { $0.manager.updateResult.sent = false })
                 case .failure(let error):
                     incoming.fail(relaying: error, from: "attd")
@@ -130,7 +115,7 @@ extension ManagerDaemon {
     }
 
     func unpublish(_ start: UInt16) {
-        serviceSpecs[start] = nil
+        core.serviceSpecs[start] = nil
         var request = Request()
         request.att.unpublishService.startHandle = UInt32(start)
         attd?.request(request)
@@ -147,7 +132,7 @@ extension ManagerDaemon {
         attd?.request(request)
     }
 
-    private func owner(of handle: UInt32) -> ManagerKey? { UInt16(exactly: handle).flatMap(router.owner(of:)) }
+    private func owner(of handle: UInt32) -> ManagerKey? { UInt16(exactly: handle).flatMap(core.router.owner(of:)) }
 
     /// The identifier an app is given for a remote central: handed out, so a lab's factory reset no longer takes it back.
     private func central(of connectionHandle: UInt32) -> String {
@@ -157,7 +142,8 @@ extension ManagerDaemon {
     }
 
     func routeRead(_ read: Beryl_Ipc_V1_ReadRequested) {
-        let route = router.route(read.id, .read, handle: UInt16(truncatingIfNeeded: read.handle), expectsAnswer: true, answerable: canAnswer)
+        let handle = UInt16(truncatingIfNeeded: read.handle)
+        let route = core.router.route(read.id, .read, handle: handle, expectsAnswer: true, answerable: answerable(handle))
         guard case .app(let owner) = route else {
             answerAttd(read.id, isRead: true, value: [], error: 0x0E)
             return
@@ -175,8 +161,8 @@ extension ManagerDaemon {
     }
 
     func routeWrite(_ write: Beryl_Ipc_V1_WriteRequested) {
-        let route = router.route(write.id, .write, handle: UInt16(truncatingIfNeeded: write.writes.first?.handle ?? 0), expectsAnswer: write.withResponse,
-                                 answerable: canAnswer)
+        let handle = UInt16(truncatingIfNeeded: write.writes.first?.handle ?? 0)
+        let route = core.router.route(write.id, .write, handle: handle, expectsAnswer: write.withResponse, answerable: answerable(handle))
         guard case .app(let owner) = route else {
             if route == .unlikelyError { answerAttd(write.id, isRead: false, value: [], error: 0x0E) }
             return
@@ -193,14 +179,20 @@ extension ManagerDaemon {
         send(event, to: owner.holder)
     }
 
+    /// Decided before the router is changed: whether the handle's owner can answer reads the preserved managers.
+    private func answerable(_ handle: UInt16) -> (ManagerHolder) -> Bool {
+        let ownerCanAnswer = core.router.owner(of: handle).map { canAnswer($0.holder) } ?? false
+        return { _ in ownerCanAnswer }
+    }
+
     /// Whether the holder can answer a remote central now: reachable, and not a suspended app.
-    private func canAnswer(_ holder: ManagerHolder) -> Bool { isReachable(holder) && policy(for: holder).answersRequests }
+    private func canAnswer(_ holder: ManagerHolder) -> Bool { isReachable(holder) && core.policy(for: holder).answersRequests }
 
     /// A live session, or a preserved manager whose app is launched to answer.
     private func isReachable(_ holder: ManagerHolder) -> Bool {
         switch holder {
         case .session(let id): session(id) != nil
-        case .preserved(let id): restoration.manager(id: id)?.live == false
+        case .preserved(let id): core.restoration.manager(id: id)?.live == false
         }
     }
 
@@ -220,9 +212,7 @@ extension ManagerDaemon {
             $0.indicate = change.indicate
             $0.maximumUpdateLength = maximumUpdateLength(change.connectionHandle)
         }
-        subscribers.removeAll { $0.central == event.subscription.central && $0.valueHandle == change.valueHandle }
-        if change.notify || change.indicate { subscribers.append(event.subscription) }
-        persistIfPreserved(owner.holder)
+        if let subscription = try? PreservedState.Subscription(wire: event.subscription) { apply(core.subscriptionChanged(subscription)) }
         send(event, to: owner.holder)
     }
 
@@ -234,7 +224,7 @@ extension ManagerDaemon {
     func updateAdvertising(completion: ((String?) -> Void)? = nil) {
         rotation?.cancel()
         rotation = nil
-        let candidates = advertisers.map { AdvertisingRotation.Candidate(key: $0.key, advertiser: $0.value, policy: policy(for: $0.key.holder)) }
+        let candidates = core.advertisers.map { AdvertisingRotation.Candidate(key: $0.key, advertiser: $0.value, policy: core.policy(for: $0.key.holder)) }
         switch advertising.plan(candidates, lab: lab?.advertising?.commands, poweredOn: state == .poweredOn, ownAddressRandom: identityIsRandom) {
         case .off(let disable, let wanted):
             if disable { command(HCICommands.leSetAdvertisingEnable(false)) }

@@ -18,19 +18,19 @@ extension ManagerDaemon {
 
     /// Checks the app id a session claims and binds its restore identifier.
     func bindSession(_ hello: Beryl_Ipc_V1_Hello, session: IPCSession, _ incoming: IncomingRequest) -> HelloBinding {
-        if !hello.appID.isEmpty, let manifest = catalog.apps[hello.appID], session.peer.uid != manifest.uid {
+        if !hello.appID.isEmpty, let manifest = core.catalog.apps[hello.appID], session.peer.uid != manifest.uid {
             incoming.fail(.permissionDenied, "app \(hello.appID) runs as \(manifest.user) (uid \(manifest.uid)); this process is uid \(session.peer.uid)",
                           field: "app_id")
             return .refused
         }
         guard !hello.restoreIdentifier.isEmpty else { return .plain }
-        guard catalog.apps[hello.appID] != nil else {
+        guard core.catalog.apps[hello.appID] != nil else {
             incoming.fail(.invalidArgument, "restoration needs an app manifest for '\(hello.appID)' (apps without one are foreground-only)",
                           field: "restore_identifier")
             return .refused
         }
         let role: ManagerRole = hello.role == .peripheral ? .peripheral : .central
-        switch restoration.bind(appID: hello.appID, restoreID: hello.restoreIdentifier, role: role, session: session.id) {
+        switch core.restoration.bind(appID: hello.appID, restoreID: hello.restoreIdentifier, role: role, session: session.id) {
         case .inUse:
             incoming.fail(.busy, "restore identifier \(hello.restoreIdentifier) is in use by another manager of \(hello.appID)", field: "restore_identifier")
             return .refused
@@ -45,10 +45,7 @@ extension ManagerDaemon {
     /// The app is back: the work managerd held for it moves to the new session, which hears willRestoreState (in the
     /// Welcome) and then the events queued while it was gone.
     func restore(_ id: UInt64, into session: UInt64) -> (Beryl_Ipc_V1_PreservedState, [Beryl_Ipc_V1_ManagerEvent])? {
-        guard let preserved = restoration.manager(id: id) else { return nil }
-        let state = snapshot(preserved)
-        guard let (from, queued) = restoration.restore(id, into: session) else { return nil }
-        rebind(from: from, to: .session(session))
+        guard let preserved = core.restoration.manager(id: id), let (state, queued) = core.restore(id, into: session, name: peripheralName) else { return nil }
         host.logger.info("\(preserved.appID) restored \(preserved.role) manager \(preserved.restoreID) with \(queued.count) queued event(s)")
         return (state.wire, queued.map { event in
             var event = event
@@ -66,47 +63,38 @@ extension ManagerDaemon {
         }
     }
 
-    // MARK: Session end
+    // MARK: What the core decided
 
-    /// A session of an opted-in manager closed without the app quitting: managerd holds its work meanwhile.
-    func preserveOnClose(_ sessionID: UInt64) -> Bool {
-        guard let preserved = restoration.preserve(session: sessionID) else { return false }
-        rebind(from: .session(sessionID), to: preserved.holder)
-        if let stash = preserved.unrepublished {
-            // Gone before it added its services again: managerd publishes them for it, as for a restored manager.
-            if !stash.services.isEmpty { pendingRepublish[preserved.key] = stash.services }
-            if advertisers[preserved.key] == nil, let advertising = stash.advertising { advertisers[preserved.key] = Advertiser(advertising) }
-            if state == .poweredOn {
-                republishPreserved()
+    func apply(_ outputs: [ManagerCore<Beryl_Ipc_V1_ManagerEvent>.Output]) {
+        for output in outputs {
+            switch output {
+            case .persist(let id):
+                if let preserved = core.restoration.manager(id: id) { persist(preserved) }
+            case .forget(let appID, let restoreID, let role):
+                try? restorationStore?.remove(appID: appID, restoreID: restoreID, role: PreservedRecord.Role(role))
+                host.logger.info("\(appID)'s \(role) manager \(restoreID) discarded")
+            case .connections(let connection):
+                apply([connection])
+            case .unpublish(let start):
+                unpublish(start)
+            case .answerAbandoned(let id, let isRead):
+                answerAttd(id, isRead: isRead, value: [], error: 0x0E)
+            case .scanningChanged:
+                updateScanning()
+            case .advertisingChanged:
                 updateAdvertising()
+            case .republish:
+                republishPreserved()
+            case .connectionEvent(let key, let change, let identifier):
+                announce(change, identifier: identifier, to: key)
+            case .deliver(let session, let events):
+                deliver(events, to: session)
             }
-        }
-        persist(preserved)
-        host.logger.info("\(preserved.appID) is gone; its \(preserved.role) manager \(preserved.restoreID) is preserved")
-        return true
-    }
-
-    private func rebind(from old: ManagerHolder, to new: ManagerHolder) {
-        scans.rebind(old, to: new)
-        connections.rebind(old, to: new)
-        router.rebind(old, to: new)
-        for (key, advertiser) in advertisers where key.holder == old {
-            advertisers[key] = nil
-            advertisers[ManagerKey(new, manager: key.manager)] = advertiser
-        }
-        for (key, specs) in pendingRepublish where key.holder == old {
-            pendingRepublish[key] = nil
-            pendingRepublish[ManagerKey(new, manager: key.manager)] = specs
         }
     }
 
     /// A user quit (or the app invalidated the manager): the preserved work is discarded.
-    func discard(_ id: UInt64) {
-        guard let preserved = restoration.discard(id) else { return }
-        try? restorationStore?.remove(appID: preserved.appID, restoreID: preserved.restoreID, role: PreservedRecord.Role(preserved.role))
-        if !preserved.live { releaseWork(of: preserved.holder) }
-        host.logger.info("\(preserved.appID)'s \(preserved.role) manager \(preserved.restoreID) discarded")
-    }
+    func discard(_ id: UInt64) { apply(core.discard(id)) }
 
     // MARK: Events while the app is away
 
@@ -117,7 +105,7 @@ extension ManagerDaemon {
         case .stateChanged?, .pairingPrompt?, .pairingFinished?, .readyToUpdate?, .readyToWrite?, .advertisingStarted?, nil:
             return  // the restored manager hears the current state; prompts cannot wait
         default:
-            guard let appID = restoration.hold(event, discoveryOf: event.discoveredPeripheral, for: preservedID) else { return }
+            guard let appID = core.restoration.hold(event, discoveryOf: event.discoveredPeripheral, for: preservedID) else { return }
             launchForRestoration(appID)
         }
     }
@@ -137,31 +125,19 @@ extension ManagerDaemon {
 
     /// Persists the manager of this holder if it opted into restoration (before its request is acknowledged).
     func persistIfPreserved(_ holder: ManagerHolder) {
-        guard let preserved = restoration.manager(heldBy: holder) else { return }
+        guard let preserved = core.restoration.manager(heldBy: holder) else { return }
         persist(preserved)
     }
 
     /// Changes the holder's preserved manager, if it opted into restoration, and writes its record.
     func updatePreserved(_ holder: ManagerHolder, _ change: (inout PreservedManager) -> Void) {
-        guard let changed = restoration.update(heldBy: holder, change) else { return }
+        guard let changed = core.restoration.update(heldBy: holder, change) else { return }
         persist(changed)
     }
 
-    func snapshot(_ preserved: PreservedManager) -> PreservedState {
-        let key = preserved.key
-        switch preserved.role {
-        case .central:
-            let (connected, pending) = book.held(by: key)
-            return preserved.centralState(scan: scans.request(for: key), connected: connected, pending: pending) { self.store?.device($0)?.name ?? "" }
-        case .peripheral:
-            let mine = router.services(of: key)
-            let ranges = mine.map(\.range)
-            let subscriptions = subscribers.filter { entry in ranges.contains { $0.contains(UInt16(truncatingIfNeeded: entry.valueHandle)) } }
-            return preserved.peripheralState(published: mine.compactMap { serviceSpecs[$0.range.lowerBound] },
-                                             advertising: advertisers[key].map(PreservedState.Advertising.init),
-                                             subscriptions: subscriptions.compactMap { try? PreservedState.Subscription(wire: $0) })
-        }
-    }
+    func snapshot(_ preserved: PreservedManager) -> PreservedState { core.snapshot(preserved, name: peripheralName) }
+
+    func peripheralName(_ identifier: String) -> String { store?.device(identifier)?.name ?? "" }
 
     /// After a restart of managerd: every preserved manager's work resumes, held by managerd until its app returns.
     func resumePreserved() {
@@ -175,21 +151,8 @@ extension ManagerDaemon {
                 unreadableRecords.insert(RecordKey(appID: record.appID, restoreID: record.restoreID, role: ManagerRole(record.role)))
                 continue
             }
-            let preserved = restoration.resume(appID: record.appID, restoreID: record.restoreID, role: ManagerRole(record.role), from: state) {
-                self.store?.device($0) != nil
-            }
-            let key = preserved.key
-            if let central = state.central {
-                if let scan = central.scan { scans.start(key, scan) }
-                for link in central.links {
-                    guard let device = store?.device(link.identifier) else { continue }
-                    // A link that was up is wanted again: the connection is re-requested and never times out.
-                    _ = connections.connect(key, identifier: device.identifier, address: device.address)
-                }
-            }
-            if let peripheral = state.peripheral {
-                pendingRepublish[key] = peripheral.services
-                if let advertising = peripheral.advertising { advertisers[key] = Advertiser(advertising) }
+            let preserved = core.resume(appID: record.appID, restoreID: record.restoreID, role: ManagerRole(record.role), from: state) {
+                self.store?.device($0)?.address
             }
             if record.state.first != UInt8(ascii: "{") {
                 // Version 1 (the wire message) is written again as the current version once it has been read.
@@ -202,10 +165,10 @@ extension ManagerDaemon {
     /// Publishes preserved services again once attd is there (its database went with its session to managerd).
     func republishPreserved() {
         guard let attd else { return }
-        let work = pendingRepublish
-        pendingRepublish.removeAll()
+        let work = core.pendingRepublish
+        core.pendingRepublish.removeAll()
         for (key, specs) in work.sorted(by: { $0.key < $1.key }) {
-            guard let preserved = restoration.manager(heldBy: key.holder), let republication = restoration.startRepublication(heldBy: key.holder) else {
+            guard let preserved = core.restoration.manager(heldBy: key.holder), let republication = core.restoration.startRepublication(heldBy: key.holder) else {
                 continue  // discarded meanwhile
             }
             for preservedService in specs {
@@ -222,19 +185,15 @@ extension ManagerDaemon {
                         return
                     }
                     // Meanwhile the manager may have been discarded, or its app come back and cleared its services.
-                    guard let holder = self.restoration.owner(of: republication) else {
+                    guard let holder = self.core.restoration.owner(of: republication) else {
                         self.host.logger.info("\(preserved.appID)'s service \(preservedService.definition.uuid), published again for it, is withdrawn: the app cleared its services meanwhile")
                         self.unpublish(range.lowerBound)
                         return
                     }
                     // The app may be back (restored) by now: the service is its session's, no longer managerd's.
-                    let owner = ManagerKey(holder, manager: key.manager)
-                    self.router.publish(range, owner: owner)
-                    self.serviceSpecs[range.lowerBound] = .init(definition: preservedService.definition, handles: range,
-                                                                valueHandles: published.valueHandles.map { UInt16(truncatingIfNeeded: $0) })
-                    let complete = self.router.services(of: owner).count >= specs.count
-                    if complete { self.restoration.appPublished(heldBy: owner.holder) }
-                    self.persistIfPreserved(owner.holder)
+                    let service = PreservedState.PublishedService(definition: preservedService.definition, handles: range,
+                                                                  valueHandles: published.valueHandles.map { UInt16(truncatingIfNeeded: $0) })
+                    self.apply(self.core.servicePublished(service, at: range, owner: ManagerKey(holder, manager: key.manager), republishing: specs.count))
                 }
             }
         }
@@ -254,12 +213,4 @@ extension ManagerRole {
 
 extension PreservedRecord.Role {
     init(_ role: ManagerRole) { self = role == .central ? .central : .peripheral }
-}
-
-extension Advertiser {
-    init(_ advertising: PreservedState.Advertising) { self.init(localName: advertising.localName, serviceUUIDs: advertising.serviceUUIDs) }
-}
-
-extension PreservedState.Advertising {
-    init(_ advertiser: Advertiser) { self.init(localName: advertiser.localName, serviceUUIDs: advertiser.serviceUUIDs) }
 }

@@ -8,18 +8,6 @@ import BerylManager
 import BerylStore
 import Foundation
 
-/// What managerd knows of one app session.
-final class AppSession {
-    var appID = ""
-    var saidHello = false
-    /// The user quit the app: what its managers held goes with them.
-    var quitting = false
-    /// Events held while the app is suspended.
-    var held = SuspendedQueue<Beryl_Ipc_V1_ManagerEvent>()
-    /// Each connection's options (notifyOn*), by peripheral identifier.
-    var connectOptions: [String: PreservedState.ConnectOptions] = [:]
-}
-
 /// managerd's shell: app sessions on managerd.sock; hcid for scanning, connecting and advertising; attd for GATT.
 /// The decisions live in BerylManager's sans-IO parts (scan merging, connection ownership).
 final class ManagerDaemon {
@@ -32,44 +20,26 @@ final class ManagerDaemon {
     var controllerState: Beryl_Ipc_V1_ControllerState = .unknown
     let store: PeripheralStore?
 
+    /// Each manager's work (scans, links, services, advertising) and restoration (BerylManager's ManagerCore).
+    var core: ManagerCore<Beryl_Ipc_V1_ManagerEvent>
+    var book: ConnectionBook { core.book }
+
     // Central role.
-    var scans = ScanCoordinator()
-    /// Who holds and awaits which links, and what the controller is asked (BerylManager's CentralConnections).
-    var connections = CentralConnections()
-    var book: ConnectionBook { connections.book }
     lazy var connectionTimer = DeadlineTimer(loop: host.loop)
     /// The scan the controller runs now (nil: none).
     var controllerScan: ControllerScan?
-    /// Each device's advertising joined with its scan response, and when apps hear of it (BerylManager's HeardDevices).
-    var heard = HeardDevices()
-    /// Services found on each peripheral, for retrieveConnectedPeripherals(withServices:).
-    var discoveredServices: [String: Set<BluetoothUUID>] = [:]
     /// ATT_MTU per link, from attd's bearer events.
     var mtus: [UInt16: UInt16] = [:]
     /// GATT requests for links whose bearer attd has not reported yet.
     var awaitingBearer: [UInt16: [() -> Void]] = [:]
 
     // Peripheral role.
-    /// Who owns each published service, the remote centrals' requests awaiting an app's answer, the updates owed a
-    /// "ready" (BerylManager's PeripheralRouter).
-    var router = PeripheralRouter()
-    var advertisers: [ManagerKey: Advertiser] = [:]
     var advertising = AdvertisingRotation()
     var rotation: EventRegistration?
-    /// What each published service was made from (to preserve and publish it again), by start handle.
-    var serviceSpecs: [UInt16: PreservedState.PublishedService] = [:]
-    /// Remote centrals subscribed to this device's characteristics.
-    var subscribers: [Beryl_Ipc_V1_CentralSubscription] = []
 
-    // Apps, background and restoration.
+    // Apps, background and core.restoration.
     let appsDir: String?
-    var catalog = AppCatalog()
     var apps: [String: AppRuntime] = [:]
-    /// Each manager session's app and what it holds, by session id; kept here rather than on the session, which the
-    /// server forgets before it reports the close.
-    var appSessions: [UInt64: AppSession] = [:]
-    /// Managers that opted into restoration (BerylManager's Restoration), and the events held for absent apps.
-    var restoration = Restoration<Beryl_Ipc_V1_ManagerEvent>()
     /// Records this managerd cannot read (written by a newer Beryl, or damaged): never overwritten, so the manager an
     /// app makes under such an identifier runs unpreserved.
     var unreadableRecords: Set<RecordKey> = []
@@ -81,18 +51,13 @@ final class ManagerDaemon {
     let restorationStore: RestorationStore?
     /// Sessions of `beryl alerts`.
     var alertSubscribers: Set<UInt64> = []
-    var connectionInterests = ConnectionEventInterests()
-    /// Every app's state, suspensions and background wakes (BerylManager's AppLifecycle); one timer at its deadline.
-    var life: AppLifecycle
     lazy var lifecycleTimer = DeadlineTimer(loop: host.loop)
     /// The controller's identity is hcid's static random address (it has no public one): apps advertise, scan and
     /// connect with it (own address type random) rather than as 00:00:00:00:00:00.
     var identityIsRandom = false
     var ownAddressType: UInt8 { identityIsRandom ? 0x01 : 0x00 }
-    /// Services managerd publishes again for preserved managers once attd is there: one list per manager.
-    var pendingRepublish: [ManagerKey: [PreservedState.PublishedService]] = [:]
 
-    /// When apps are launched again for restoration. Its reconnection grace (3 s) is how long after starting managerd
+    /// When apps are launched again for core.restoration. Its reconnection grace (3 s) is how long after starting managerd
     /// waits for running apps to reconnect (the library retries for up to 1 s between attempts).
     var relaunch: RelaunchPolicy
     /// Apps whose launch for restoration waits for the end of that grace.
@@ -122,7 +87,7 @@ final class ManagerDaemon {
         self.host = host
         self.appsDir = appsDir
         // Seconds before an app without a manifest is suspended in the background (a manifest says its own).
-        life = AppLifecycle(defaultSuspendAfter: .milliseconds(Int(suspendAfter * 1000)))
+        core = ManagerCore(suspendAfter: .milliseconds(Int(suspendAfter * 1000)))
         do {
             restorationStore = try RestorationStore(path: host.paths.stateDir + "/restoration.sqlite")
         } catch {
@@ -206,15 +171,7 @@ final class ManagerDaemon {
                 // attd's database went with it: the apps' services must be published again (their sessions are told).
                 self.host.logger.warning("lost attd (\(reason)); published services are gone")
                 self.attd = nil
-                // Preserved managers' services are published again when attd is back; a running app adds its own
-                // again when it hears poweredOn after resetting (as after bluetoothd restarts), so not for it.
-                for preserved in self.restoration.managers {
-                    let stashed = self.stashPublications(of: preserved)
-                    if !stashed.live, let specs = stashed.unrepublished?.services, !specs.isEmpty { self.pendingRepublish[stashed.key] = specs }
-                }
-                self.router.attdLost()
-                self.serviceSpecs.removeAll()
-                self.subscribers.removeAll()
+                self.core.attdLost()
                 for handle in self.awaitingBearer.keys { self.releaseAwaitingBearer(handle) }
                 self.refreshState()
                 _ = try? self.host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToAttd() }
@@ -283,8 +240,8 @@ final class ManagerDaemon {
         let newState: Beryl_Ipc_V1_ControllerState = controllerState == .poweredOn && attd == nil ? .resetting : controllerState
         guard newState != state else { return }
         if state == .poweredOn {
-            clearRunningAppsPublications()
-            _ = connections.controller(poweredOn: false)
+            apply(core.controllerLost { $0.sessionID.flatMap(session) != nil })
+            _ = core.connections.controller(poweredOn: false)
         }
         state = newState
         host.logger.info("controller \(newState)")
@@ -292,7 +249,7 @@ final class ManagerDaemon {
         event.stateChanged = newState
         // A session hears the state in its Welcome, and changes after it. One told before its Hello was answered heard
         // poweredOn ahead of the Welcome: its app added its services, then the Welcome's reset clearing removed them.
-        for (id, app) in appSessions where app.saidHello { send(event, to: id) }
+        for (id, app) in core.sessions where app.saidHello { send(event, to: id) }
         if newState == .poweredOn { resumeOnController() }
     }
 
@@ -301,30 +258,9 @@ final class ManagerDaemon {
         controllerScan = nil
         advertising.controllerForgot()
         updateScanning()
-        apply(connections.controller(poweredOn: state == .poweredOn))
+        apply(core.connections.controller(poweredOn: state == .poweredOn))
         setLabRandomAddress()
         updateAdvertising()
-    }
-
-    /// Core Bluetooth's rule for a manager whose state drops below poweredOn: advertising has stopped and the local
-    /// database is cleared, and the app adds its services again on poweredOn. Preserved managers of apps that are not
-    /// running keep theirs: there is no one to add them again.
-    private func clearRunningAppsPublications() {
-        let running = router.publishers.filter { $0.sessionID.flatMap(session) != nil }
-            .union(advertisers.keys.map(\.holder).filter { $0.sessionID.flatMap(session) != nil })
-        guard !running.isEmpty else { return }
-        for preserved in restoration.managers where running.contains(preserved.holder) { stashPublications(of: preserved) }
-        for service in router.removeAll(where: { running.contains($0.owner.holder) }) { unpublish(service.range.lowerBound) }
-        advertisers = advertisers.filter { !running.contains($0.key.holder) }
-        subscribers.removeAll { subscriber in router.owner(of: UInt16(truncatingIfNeeded: subscriber.valueHandle)) == nil }
-        for id in running { persistIfPreserved(id) }
-    }
-
-    /// Keeps what a preserved manager has published as its record's, before it is cleared (see `unrepublished`).
-    @discardableResult
-    func stashPublications(of preserved: PreservedManager) -> PreservedManager {
-        let specs = router.services(of: preserved.key).compactMap { serviceSpecs[$0.range.lowerBound] }
-        return restoration.stash(heldBy: preserved.holder, services: specs, advertising: advertisers[preserved.key].map(PreservedState.Advertising.init)) ?? preserved
     }
 
     private func hcidEvent(_ event: Event) {
@@ -395,7 +331,7 @@ final class ManagerDaemon {
         case .readyToUpdate?:
             var ready = Beryl_Ipc_V1_ManagerEvent()
             ready.readyToUpdate = .init()
-            for holder in router.takeOwedReady() { send(ready, to: holder) }
+            for holder in core.router.takeOwedReady() { send(ready, to: holder) }
         default:
             break
         }
@@ -414,51 +350,27 @@ final class ManagerDaemon {
         default: break
         }
         let sessions = link.isCentral ? Set(link.holders.map(\.holder))
-            : router.publishers.union(advertisers.keys.map(\.holder))
+            : core.router.publishers.union(core.advertisers.keys.map(\.holder))
         for holder in sessions { send(event, to: holder) }
     }
 
     // MARK: Sessions
 
     private func sessionClosed(_ id: UInt64) {
-        defer { appSessions[id] = nil }
-        if let app = appSessions[id], !app.appID.isEmpty { lifecycleSessionClosed(id, appID: app.appID) }
+        if let app = core.sessions[id], !app.appID.isEmpty { lifecycleSessionClosed(id, appID: app.appID) }
         labSessionClosed(id)
         alertSubscribers.remove(id)
-        connectionInterests.remove(.session(id))
-        scans.paused.remove(.session(id))
-        scans.coalesced.remove(.session(id))
-        if let preserved = restoration.manager(heldBy: .session(id)) {
-            let app = appSessions[id]
-            if app?.quitting == true || preserved.appID.isEmpty {
-                discard(preserved.id)
-            } else if preserveOnClose(id) {
-                return
-            }
-        }
-        releaseWork(of: .session(id))
-    }
-
-    /// Everything a session (or a discarded preserved manager) held goes: scans, links, services, advertising.
-    func releaseWork(of id: ManagerHolder) {
-        scans.stopAll(id)
-        updateScanning()
-        apply(connections.releaseAll(id))
-        for service in router.removeAll(where: { $0.owner.holder == id }) { unpublish(service.range.lowerBound) }
-        if advertisers.keys.contains(where: { $0.holder == id }) {
-            advertisers = advertisers.filter { $0.key.holder != id }
-            updateAdvertising()
-        }
-        for (requestID, request) in router.abandon(id) {
-            // The app is gone: its requests are answered for it, so the remote central is not left waiting.
-            answerAttd(requestID, isRead: request == .read, value: [], error: 0x0E)
+        let preserved = core.restoration.manager(heldBy: .session(id))
+        apply(core.sessionClosed(id, poweredOn: state == .poweredOn))
+        if let preserved, let kept = core.restoration.manager(id: preserved.id), !kept.live {
+            host.logger.info("\(kept.appID) is gone; its \(kept.role) manager \(kept.restoreID) is preserved")
         }
     }
 
     func handle(_ incoming: IncomingRequest) -> Bool {
         guard case .manager(let request)? = incoming.request.kind, let session = incoming.session else { return false }
-        let app = appSessions[session.id] ?? AppSession()
-        appSessions[session.id] = app
+        if core.sessions[session.id] == nil { core.sessions[session.id] = AppSession() }
+        let app = core.sessions[session.id] ?? AppSession()
         guard let kind = request.kind else {
             incoming.fail(.unknownMessage, "empty manager request")
             return true
@@ -466,8 +378,8 @@ final class ManagerDaemon {
         if case .hello(let hello) = kind {
             let binding = bindSession(hello, session: session, incoming)
             if case .refused = binding { return true }
-            app.appID = hello.appID
-            app.saidHello = true
+            core.sessions[session.id]?.appID = hello.appID
+            core.sessions[session.id]?.saidHello = true
             var restored: (Beryl_Ipc_V1_PreservedState, [Beryl_Ipc_V1_ManagerEvent])?
             if case .restoring(let preserved) = binding { restored = restore(preserved, into: session.id) }
             let welcomeWake = lifecycleHello(hello.appID, session: session.id)
@@ -491,7 +403,7 @@ final class ManagerDaemon {
         switch kind {
         case .labOpen, .labAdvertise, .labStopAdvertising, .labScan, .labStopScan, .labConnect, .labCancelConnect, .labDisconnect,
              .labGetLinks, .labFactoryReset, .labGetInfo, .labSecure, .labPairingAnswer, .labListBonds, .labRemoveBond:
-            handleLab(kind, session: session, app: app, incoming)
+            handleLab(kind, session: session, saidHello: app.saidHello, incoming)
             return true
         case .listApps, .launchApp, .stopApp, .setAppState:
             handleApps(kind, session: session, incoming)
@@ -508,7 +420,7 @@ final class ManagerDaemon {
             incoming.respond(.with { $0.ack = .init() })
             return true
         case .invalidate:
-            if let preserved = restoration.manager(heldBy: .session(session.id)) { discard(preserved.id) }
+            if let preserved = core.restoration.manager(heldBy: .session(session.id)) { discard(preserved.id) }
             incoming.respond(.with { $0.ack = .init() })
             return true
         default:

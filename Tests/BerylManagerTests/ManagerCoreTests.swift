@@ -1,153 +1,315 @@
 import BerylCore
-import BerylGAP
 import BerylManager
-import BerylStore
 import Foundation
 import XCTest
 
-final class ScanCoordinatorTests: XCTestCase {
-    private func advertisement(_ services: [UInt16]) -> AdvertisementData {
-        var data = AdvertisementData()
-        data.serviceUUIDs = services.map(BluetoothUUID.init)
-        return data
+/// managerd's managers as one value, scripted without processes: how a manager's work (scans, links, services,
+/// advertising) moves when its app goes, comes back, quits, or is read back from its record, and what is asked of
+/// the shell. Each test names the fault-suite or process-test failure it stands for.
+final class ManagerCoreTests: XCTestCase {
+    private typealias Core = ManagerCore<String>
+    private let lock = DeviceAddress("C0:FF:EE:00:00:01/random")!
+    private let thermo = PreservedState.PublishedService(definition: ServiceDefinition(uuid: BluetoothUUID(0x181A), primary: true),
+                                                         handles: 10...12, valueHandles: [12])
+    private func name(_ identifier: String) -> String { identifier == "L" ? "Lock" : "" }
+
+    /// The user quit the app of this session (`beryl app quit`), and the session closed.
+    private func quit(_ session: UInt64, in core: inout Core) -> [Core.Output] {
+        core.sessions[session, default: .init()].quitting = true
+        return core.sessionClosed(session, poweredOn: true)
     }
 
-    /// Two apps' scans share the controller; each gets what its own filter and duplicate rule allow.
-    func testScansAreMergedAndRoutedPerFilter() {
-        var scans = ScanCoordinator()
-        let heart = ManagerKey(session: 1, manager: 1)
-        let everything = ManagerKey(session: 2, manager: 1)
-        scans.start(heart, ScanRequest(services: [BluetoothUUID(0x180D)]))
-        scans.start(everything, ScanRequest(allowDuplicates: true))
-        XCTAssertTrue(scans.isScanning)
-        XCTAssertEqual(scans.route(identifier: "A", advertisement: advertisement([0x180D])), [heart, everything])
-        XCTAssertEqual(scans.route(identifier: "A", advertisement: advertisement([0x180D])), [everything], "one discovery per peripheral without duplicates")
-        XCTAssertEqual(scans.route(identifier: "B", advertisement: advertisement([0x180F])), [everything])
-        scans.start(heart, ScanRequest(services: [BluetoothUUID(0x180D)]))
-        XCTAssertEqual(scans.route(identifier: "A", advertisement: advertisement([0x180D])), [heart, everything], "a new scan starts afresh")
-        scans.stopAll(.session(2))
-        XCTAssertEqual(scans.scanners, [heart])
-        scans.stop(heart)
-        XCTAssertFalse(scans.isScanning)
-    }
-
-    func testOverflowAndSolicitedServicesMatch() {
-        var scans = ScanCoordinator()
-        let key = ManagerKey(session: 1, manager: 1)
-        scans.start(key, ScanRequest(services: [BluetoothUUID(0x1234)], solicited: [BluetoothUUID(0x1812)]))
-        var overflow = AdvertisementData()
-        overflow.overflowServiceUUIDs = [BluetoothUUID(0x1234)]
-        XCTAssertEqual(scans.route(identifier: "A", advertisement: overflow), [key], "a scan naming an overflow UUID finds it")
-        var solicited = AdvertisementData()
-        solicited.solicitedServiceUUIDs = [BluetoothUUID(0x1812)]
-        XCTAssertEqual(scans.route(identifier: "B", advertisement: solicited), [key])
-    }
-}
-
-final class ConnectionBookTests: XCTestCase {
-    let one = DeviceAddress("C0:00:00:00:00:01")!
-    let two = DeviceAddress("C0:00:00:00:00:02/random")!
-
-    /// A connection request never times out; several pending go through the filter accept list; a cancel is app-local.
-    func testConnectionsAreSharedAndCancelsAreAppLocal() {
-        var book = ConnectionBook()
-        let app1 = ManagerKey(session: 1, manager: 1)
-        let app2 = ManagerKey(session: 2, manager: 1)
-        XCTAssertEqual(book.connect(app1, identifier: "P1", address: one).actions, [.connect(one)])
-        XCTAssertEqual(book.connect(app2, identifier: "P1", address: one).actions, [], "the same attempt serves both")
-        XCTAssertEqual(book.connect(app1, identifier: "P2", address: two).actions, [.cancelConnect], "a second peer: replan")
-        XCTAssertEqual(book.connect(app1, identifier: "P2", address: two).actions, [], "one cancel at a time")
-        XCTAssertEqual(book.attemptEnded(), [.connectAny([one, two])])
-        let (holders, actions) = book.connected(identifier: "P1", handle: 0x40, address: one, isCentral: true)
-        XCTAssertEqual(holders, [app1, app2])
-        XCTAssertEqual(actions, [.connect(two)])
-        XCTAssertEqual(book.cancel(app1, identifier: "P1").actions, [], "app 2 still holds the link")
-        XCTAssertEqual(book.cancel(app2, identifier: "P1").actions, [.disconnect(handle: 0x40)])
-        XCTAssertFalse(book.cancel(app2, identifier: "P1").wasHeld)
-        XCTAssertEqual(book.cancel(app1, identifier: "P2").actions, [.cancelConnect])
-        XCTAssertEqual(book.attemptEnded(), [], "nobody waits any more")
-    }
-
-    func testASessionThatGoesReleasesWhatItHeld() {
-        var book = ConnectionBook()
-        let app = ManagerKey(session: 7, manager: 3)
-        _ = book.connect(app, identifier: "P1", address: one)
-        _ = book.connected(identifier: "P1", handle: 0x41, address: one, isCentral: true)
-        _ = book.connect(app, identifier: "P2", address: two)
-        XCTAssertEqual(book.releaseAll(.session(7)), [.disconnect(handle: 0x41), .cancelConnect])
-        XCTAssertEqual(book.disconnected(handle: 0x41)?.identifier, "P1")
-        XCTAssertNil(book.disconnected(handle: 0x41))
-    }
-
-    /// A preserved manager's work is held by managerd under the manager's own id while its app is away, and handed
-    /// back whole; a session with the same number is another holder (no session id doubles as a placeholder).
-    func testAPreservedManagersLinksChangeHandsAndNeverMixWithASessionOfTheSameNumber() {
-        var book = ConnectionBook()
-        var scans = ScanCoordinator()
-        let app = ManagerKey(session: 5, manager: 1)
-        let stranger = ManagerKey(session: 9, manager: 1)
-        _ = book.connect(app, identifier: "P1", address: one)
-        _ = book.connected(identifier: "P1", handle: 0x42, address: one, isCentral: true)
-        _ = book.connect(app, identifier: "P2", address: two)
-        scans.start(app, ScanRequest(services: [], allowDuplicates: false, solicited: []))
-
-        book.rebind(.session(5), to: .preserved(5))
-        scans.rebind(.session(5), to: .preserved(5))
-        XCTAssertEqual(book.held(by: ManagerKey(.preserved(5), manager: 1)).connected, ["P1"])
-        XCTAssertEqual(book.releaseAll(.session(5)), [], "a new session 5 holds nothing of the preserved manager's")
-        scans.stopAll(.session(5))
-        XCTAssertEqual(scans.scanners, [ManagerKey(.preserved(5), manager: 1)])
-
-        book.rebind(.preserved(5), to: .session(9))
-        scans.rebind(.preserved(5), to: .session(9))
-        XCTAssertEqual(book.held(by: stranger).connected, ["P1"])
-        XCTAssertEqual(book.held(by: stranger).pending, ["P2"])
-        XCTAssertEqual(scans.scanners, [stranger])
-        XCTAssertEqual(book.releaseAll(.preserved(5)), [], "handed back, nothing left with managerd")
-    }
-
-    /// An app cancels and connects again before the link is down (found by SignedWriteTests): it is not handed the
-    /// dying link, and the connection is made again once the old one has ended.
-    func testAConnectWhileTheLinkGoesDownWaitsForANewLink() {
-        var book = ConnectionBook()
-        let app = ManagerKey(session: 1, manager: 1)
-        _ = book.connect(app, identifier: "P1", address: one)
-        _ = book.connected(identifier: "P1", handle: 0x40, address: one, isCentral: true)
-        XCTAssertEqual(book.cancel(app, identifier: "P1").actions, [.disconnect(handle: 0x40)])
-        let again = book.connect(app, identifier: "P1", address: one)
-        XCTAssertFalse(again.alreadyConnected)
-        XCTAssertEqual(again.actions, [], "no attempt while the peer is still linked")
-        let ended = book.disconnected(handle: 0x40)
-        XCTAssertEqual(ended?.holders, [])
-        XCTAssertEqual(ended?.actions, [.connect(one)])
-        XCTAssertEqual(book.connected(identifier: "P1", handle: 0x41, address: one, isCentral: true).holders, [app])
-    }
-
-    func testARemoteCentralsLinkIsNotDisconnectedByCancels() {
-        var book = ConnectionBook()
-        let (holders, _) = book.connected(identifier: "C1", handle: 0x42, address: one, isCentral: false)
-        XCTAssertTrue(holders.isEmpty)
-        XCTAssertEqual(book.releaseAll(.session(1)), [])
-        XCTAssertEqual(book.link(for: "C1")?.isCentral, false)
-    }
-}
-
-final class PeripheralStoreTests: XCTestCase {
-    func testIdentifiersAreStableAcrossReopening() throws {
-        let path = NSTemporaryDirectory() + "beryl-peripherals-\(UUID().uuidString).sqlite"
-        defer { try? FileManager.default.removeItem(atPath: path) }
-        let address = DeviceAddress("C0:00:00:00:00:01/random")!
-        let identifier: String
-        do {
-            let store = try PeripheralStore(path: path)
-            identifier = store.seen(address, name: "Lock", at: 1000).identifier
-            XCTAssertEqual(store.seen(address, at: 1001).identifier, identifier)
-            XCTAssertNotNil(UUID(uuidString: identifier))
-            XCTAssertNotEqual(store.seen(DeviceAddress("C0:00:00:00:00:01")!, at: 1002).identifier, identifier, "public and random are different devices")
+    /// A central app (session 5) that opted into restoration, holds a link to the lock (0x40) and scans.
+    private func centralWithALink() throws -> (Core, PreservedManager) {
+        var core = Core()
+        guard case .made(let made) = core.restoration.bind(appID: "lock", restoreID: "door", role: .central, session: 5) else {
+            throw XCTSkip("bind did not make a manager")
         }
-        let reopened = try PeripheralStore(path: path)
-        XCTAssertEqual(reopened.device(identifier)?.address, address)
-        XCTAssertEqual(reopened.device(identifier)?.name, "Lock")
-        XCTAssertEqual(reopened.count, 2)
+        _ = core.connections.controller(poweredOn: true)
+        _ = core.connections.connect(made.key, identifier: "L", address: lock)
+        _ = core.connections.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
+        core.scans.start(made.key, ScanRequest(services: [BluetoothUUID(0xD00D)]))
+        return (core, made)
+    }
+
+    /// A peripheral app (session 7) that opted into restoration and published a service at 10...12 and advertises.
+    private func peripheralWithAService() throws -> (Core, PreservedManager) {
+        var core = Core()
+        guard case .made(let made) = core.restoration.bind(appID: "thermo", restoreID: "t", role: .peripheral, session: 7) else {
+            throw XCTSkip("bind did not make a manager")
+        }
+        core.router.publish(10...12, owner: made.key)
+        core.serviceSpecs[10] = thermo
+        core.advertisers[made.key] = Advertiser(localName: "Thermo", serviceUUIDs: [BluetoothUUID(0x181A)])
+        return (core, made)
+    }
+
+    func testAnAppThatGoesLeavesItsWorkHeldUnderThePreservedManagersOwnId() throws {
+        var (core, made) = try centralWithALink()
+        XCTAssertEqual(core.sessionClosed(5, poweredOn: true), [.persist(preservedID: made.id)],
+                       "nothing is released: no disconnect, no scan change; the record is written once the work has moved")
+        let held = ManagerKey(.preserved(made.id), manager: 1)
+        XCTAssertEqual(core.book.link(for: "L")?.holders, [held])
+        XCTAssertNotNil(core.scans.request(for: held))
+        XCTAssertNil(core.scans.request(for: made.key))
+        let preserved = try XCTUnwrap(core.restoration.manager(id: made.id))
+        XCTAssertEqual(core.snapshot(preserved, name: name).central?.links.map(\.identifier), ["L"], "the record has the link it held")
+    }
+
+    func testAUserQuitForgetsTheRecordAndReleasesEverything() throws {
+        var (core, made) = try centralWithALink()
+        let outputs = quit(5, in: &core)
+        XCTAssertEqual(outputs.first, .forget(appID: "lock", restoreID: "door", role: .central))
+        XCTAssertTrue(outputs.contains(.connections(.controller(.disconnect(handle: 0x40)))), "the link it alone held ends: \(outputs)")
+        XCTAssertTrue(outputs.contains(.scanningChanged))
+        XCTAssertFalse(outputs.contains(.persist(preservedID: made.id)), "a quit app's record is not written again")
+        XCTAssertTrue(core.restoration.managers.isEmpty)
+        XCTAssertFalse(core.scans.isScanning)
+    }
+
+    func testDiscardingAManagerWhoseAppIsAwayReleasesItsWork() throws {
+        var (core, made) = try centralWithALink()
+        _ = core.sessionClosed(5, poweredOn: true)
+        let outputs = core.discard(made.id)
+        XCTAssertEqual(outputs.first, .forget(appID: "lock", restoreID: "door", role: .central))
+        XCTAssertTrue(outputs.contains(.connections(.controller(.disconnect(handle: 0x40)))), "\(outputs)")
+        XCTAssertEqual(core.discard(made.id), [], "discarded once")
+    }
+
+    func testTheAppBackGetsItsWorkAndWhatWasHeldInOrder() throws {
+        var (core, made) = try centralWithALink()
+        _ = core.sessionClosed(5, poweredOn: true)
+        _ = core.restoration.hold("disconnected L", discoveryOf: nil, for: made.id)
+        _ = core.restoration.hold("connected L", discoveryOf: nil, for: made.id)
+        let restored = try XCTUnwrap(core.restore(made.id, into: 9, name: name))
+        XCTAssertEqual(restored.queued, ["disconnected L", "connected L"])
+        XCTAssertEqual(restored.state.central?.links, [PreservedState.Link(identifier: "L", pending: false, name: "Lock")],
+                       "willRestoreState carries the link and its name")
+        XCTAssertEqual(core.book.link(for: "L")?.holders, [ManagerKey(session: 9, manager: 1)])
+        XCTAssertNotNil(core.scans.request(for: ManagerKey(session: 9, manager: 1)))
+    }
+
+    /// The fault suite's `kill-all × connecting` (seed 18001): a manager read back from its record must hold its
+    /// request in the connection book before anything writes its record again, or the record loses the link and the
+    /// relaunched door lock never connects.
+    func testAResumedCentralWantsItsLinksAgainAndItsRecordKeepsThem() throws {
+        var core = Core()
+        let record = PreservedState(central: .init(scan: ScanRequest(), links: [.init(identifier: "L", pending: false), .init(identifier: "gone", pending: true)]))
+        let preserved = core.resume(appID: "lock", restoreID: "door", role: .central, from: record) { $0 == "L" ? self.lock : nil }
+        XCTAssertEqual(core.snapshot(preserved, name: name).central?.links.map { "\($0.identifier) pending \($0.pending)" }, ["L pending true"],
+                       "the link it had is awaited; a peripheral the store forgot is not")
+        XCTAssertNotNil(core.scans.request(for: preserved.key), "its scan runs again")
+        XCTAssertEqual(core.connections.controller(poweredOn: true), [.controller(.connect(lock))], "the controller is asked once it is on")
+    }
+
+    /// The door lock: the link of a manager whose app is away drops, and it is asked for again instead of told.
+    func testALinkOfAnAwayAppDropsAndIsAskedForAgain() throws {
+        var (core, made) = try centralWithALink()
+        _ = core.sessionClosed(5, poweredOn: true)
+        let down = try XCTUnwrap(core.linkDown(handle: 0x40, reason: 0x08))
+        XCTAssertEqual(down.identifier, "L")
+        XCTAssertEqual(down.outputs.first, .connections(.event(.requestedAgain(ManagerKey(.preserved(made.id), manager: 1), identifier: "L", reason: 0x08))))
+        let restoredApp = try XCTUnwrap(core.restore(made.id, into: 9, name: name))
+        XCTAssertEqual(restoredApp.state.central?.links.map(\.pending), [true], "still wanted")
+    }
+
+    func testALiveAppHearsItsLinkDrop() throws {
+        var (core, made) = try centralWithALink()
+        let down = try XCTUnwrap(core.linkDown(handle: 0x40, reason: 0x08))
+        XCTAssertEqual(down.outputs, [.connections(.event(.disconnected(made.key, identifier: "L", reason: 0x08))), .advertisingChanged])
+    }
+
+    /// The fault suite's `kill-attd`: services of a manager whose app is away are published again for it when attd
+    /// is back; a running app's are its own to add again.
+    func testAttdLostKeepsAwayManagersServicesForRepublication() throws {
+        var (core, made) = try peripheralWithAService()
+        _ = core.sessionClosed(7, poweredOn: true)
+        let away = ManagerKey(.preserved(made.id), manager: 1)
+        core.subscribers = [.init(central: "C", valueHandle: 12, notify: true, indicate: false, maximumUpdateLength: 20)]
+        core.attdLost()
+        XCTAssertEqual(core.pendingRepublish, [away: [thermo]])
+        XCTAssertTrue(core.router.services.isEmpty)
+        XCTAssertTrue(core.serviceSpecs.isEmpty)
+        XCTAssertTrue(core.subscribers.isEmpty, "the subscriptions went with attd's database")
+        let preserved = try XCTUnwrap(core.restoration.manager(id: made.id))
+        XCTAssertEqual(core.snapshot(preserved, name: name).peripheral?.services, [thermo], "a record written meanwhile keeps the service")
+    }
+
+    /// The fault suite's "a peripheral app killed after the controller reset and before it added its services again
+    /// came back with nothing published": the stash becomes managerd's to publish, advertising included.
+    func testAnAppGoneBeforeItPublishedAgainHasItsServicesPublishedForIt() throws {
+        var (core, made) = try peripheralWithAService()
+        let cleared = core.controllerLost { $0 == .session(7) }
+        XCTAssertEqual(cleared, [.unpublish(startHandle: 10), .persist(preservedID: made.id)])
+        XCTAssertTrue(core.advertisers.isEmpty, "advertising stopped with the controller")
+        let outputs = core.sessionClosed(7, poweredOn: true)
+        XCTAssertEqual(outputs, [.republish, .advertisingChanged, .persist(preservedID: made.id)])
+        let away = ManagerKey(.preserved(made.id), manager: 1)
+        XCTAssertEqual(core.pendingRepublish, [away: [thermo]])
+        XCTAssertEqual(core.advertisers[away], Advertiser(localName: "Thermo", serviceUUIDs: [BluetoothUUID(0x181A)]))
+    }
+
+    func testTheControllerLostLeavesAnAwayManagersServicesInPlace() throws {
+        var (core, _) = try peripheralWithAService()
+        _ = core.sessionClosed(7, poweredOn: true)
+        XCTAssertEqual(core.controllerLost { $0.sessionID != nil }, [], "no one runs to add them again")
+        XCTAssertEqual(core.router.services.count, 1)
+    }
+
+    /// The app is gone for good: a remote central's read it owed is answered for it (Unlikely Error, by the shell).
+    func testAGoneAppsOwedAnswersAreGivenForIt() throws {
+        var (core, made) = try peripheralWithAService()
+        XCTAssertEqual(core.router.route(41, .read, handle: 12, expectsAnswer: true) { _ in true }, .app(made.key))
+        let outputs = quit(7, in: &core)
+        XCTAssertTrue(outputs.contains(.answerAbandoned(id: 41, isRead: true)), "\(outputs)")
+        XCTAssertTrue(outputs.contains(.unpublish(startHandle: 10)))
+        XCTAssertTrue(outputs.contains(.advertisingChanged))
+        XCTAssertTrue(core.serviceSpecs.isEmpty)
+    }
+
+    func testASessionWithoutRestorationReleasesItsWork() {
+        var core = Core()
+        let app = ManagerKey(session: 3, manager: 1)
+        _ = core.connections.controller(poweredOn: true)
+        _ = core.connections.connect(app, identifier: "L", address: lock)
+        XCTAssertEqual(core.sessionClosed(3, poweredOn: true), [.scanningChanged, .connections(.controller(.cancelConnect))],
+                       "the attempt no one else waits for is cancelled")
+    }
+
+    // MARK: The peripheral role
+
+    /// The fault suite's "a service managerd published again for a preserved manager could land beside the app's own
+    /// copy": an app that clears its services takes back the republication managerd was to make for it.
+    func testAnAppClearingItsServicesDropsWhatWasToBePublishedForIt() throws {
+        var (core, made) = try peripheralWithAService()
+        core.pendingRepublish[made.key] = [thermo]
+        XCTAssertEqual(core.removeAllServices(of: made.key), [.unpublish(startHandle: 10), .persist(preservedID: made.id)])
+        XCTAssertTrue(core.pendingRepublish.isEmpty)
+        XCTAssertTrue(core.serviceSpecs.isEmpty)
+        XCTAssertThrowsError(try core.removeService(start: 10, owner: made.key)) { XCTAssertEqual($0 as? Core.PublicationRefusal, .notPublished) }
+    }
+
+    /// A republication makes the record the manager's own only once every service is back; one at a time, the stash
+    /// still stands for the rest.
+    func testARepublicationIsTheRecordOnlyWhenWhole() throws {
+        var core = Core()
+        let humidity = PreservedState.PublishedService(definition: ServiceDefinition(uuid: BluetoothUUID(0x181B), primary: true), handles: 20...22)
+        let preserved = core.resume(appID: "thermo", restoreID: "t", role: .peripheral,
+                                    from: PreservedState(peripheral: .init(services: [thermo, humidity]))) { _ in nil }
+        XCTAssertEqual(core.pendingRepublish[preserved.key], [thermo, humidity])
+        XCTAssertEqual(core.servicePublished(thermo, at: 30...32, owner: preserved.key, republishing: 2), [.persist(preservedID: preserved.id)])
+        let half = try XCTUnwrap(core.restoration.manager(id: preserved.id))
+        XCTAssertEqual(core.snapshot(half, name: name).peripheral?.services, [thermo, humidity], "the stash stands until the whole is back")
+        _ = core.servicePublished(humidity, at: 40...42, owner: preserved.key, republishing: 2)
+        let whole = try XCTUnwrap(core.restoration.manager(id: preserved.id))
+        XCTAssertNil(whole.unrepublished)
+        XCTAssertEqual(core.snapshot(whole, name: name).peripheral?.services, [thermo, humidity])
+        XCTAssertEqual(core.router.owner(of: 41), preserved.key)
+    }
+
+    func testASubscriptionIsKeptInTheOwnersRecordUntilItEnds() throws {
+        var (core, made) = try peripheralWithAService()
+        let subscribed = PreservedState.Subscription(central: "C", valueHandle: 12, notify: true, indicate: false, maximumUpdateLength: 20)
+        XCTAssertEqual(core.subscriptionChanged(subscribed), [.persist(preservedID: made.id)])
+        XCTAssertEqual(core.subscriptionChanged(.init(central: "C", valueHandle: 99, notify: true, indicate: false, maximumUpdateLength: 20)), [],
+                       "no one owns that handle")
+        let preserved = try XCTUnwrap(core.restoration.manager(id: made.id))
+        XCTAssertEqual(core.snapshot(preserved, name: name).peripheral?.subscriptions, [subscribed])
+        _ = core.subscriptionChanged(.init(central: "C", valueHandle: 12, notify: false, indicate: false, maximumUpdateLength: 20))
+        XCTAssertEqual(core.snapshot(preserved, name: name).peripheral?.subscriptions, [])
+    }
+
+    func testAdvertisingIsTheRecordsAndStoppingItIsToo() throws {
+        var (core, made) = try peripheralWithAService()
+        XCTAssertEqual(core.stopAdvertising(for: made.key), [.advertisingChanged, .persist(preservedID: made.id)])
+        let preserved = try XCTUnwrap(core.restoration.manager(id: made.id))
+        XCTAssertNil(core.snapshot(preserved, name: name).peripheral?.advertising)
+        XCTAssertEqual(core.startAdvertising(Advertiser(localName: "T", serviceUUIDs: []), for: made.key), [.persist(preservedID: made.id)])
+        XCTAssertEqual(core.snapshot(preserved, name: name).peripheral?.advertising, .init(localName: "T", serviceUUIDs: []))
+    }
+
+    // MARK: Links and their watchers
+
+    /// registerForConnectionEvents: a watcher of a service hears of links to peripherals that advertised it or were
+    /// found to have it; what was found goes with the link.
+    func testConnectionEventsReachWatchersOfThePeripheralOrOfAServiceItOffers() throws {
+        var core = Core()
+        let byService = ManagerKey(session: 2, manager: 1), byPeripheral = ManagerKey(session: 3, manager: 1), other = ManagerKey(session: 4, manager: 1)
+        core.connectionInterests.register(byService, .init(peripherals: [], services: [BluetoothUUID(0xD00D)]))
+        core.connectionInterests.register(byPeripheral, .init(peripherals: ["L"], services: []))
+        core.connectionInterests.register(other, .init(peripherals: [], services: [BluetoothUUID(0x180D)]))
+        _ = core.connections.controller(poweredOn: true)
+        XCTAssertEqual(core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: false),
+                       [.connectionEvent(byPeripheral, .peerConnected, identifier: "L"), .advertisingChanged],
+                       "nothing known offers 0xD00D yet; a remote central's link restarts advertising")
+        core.discoveredServices["L"] = [BluetoothUUID(0xD00D)]
+        let down = try XCTUnwrap(core.linkDown(handle: 0x40, reason: 0x13))
+        XCTAssertEqual(down.outputs, [.connectionEvent(byService, .peerDisconnected, identifier: "L"),
+                                      .connectionEvent(byPeripheral, .peerDisconnected, identifier: "L"), .advertisingChanged])
+        XCTAssertNil(core.discoveredServices["L"], "what was found goes with the link")
+        _ = core.sessionClosed(3, poweredOn: true)
+        XCTAssertTrue(core.linkUp(handle: 0x41, identifier: "L", address: lock, isCentral: true).isEmpty, "a closed session's interest goes with it")
+    }
+
+    /// The door lock's subscriptions end with its link: a preserved manager asking for its link again no longer
+    /// restores subscriptions it had on it, and its record says so at once.
+    func testAnAwayManagersDroppedLinkForgetsItsSubscriptions() throws {
+        var (core, made) = try centralWithALink()
+        _ = core.restoration.update(heldBy: made.holder) { $0.notifying["L"] = [12] }
+        _ = core.sessionClosed(5, poweredOn: true)
+        let down = try XCTUnwrap(core.linkDown(handle: 0x40, reason: 0x08))
+        XCTAssertTrue(down.outputs.contains(.persist(preservedID: made.id)), "\(down.outputs)")
+        XCTAssertEqual(core.restoration.manager(id: made.id)?.notifying["L"], nil)
+    }
+
+    // MARK: Apps' lifecycles over their sessions
+
+    private func appSession(_ id: UInt64, of appID: String, in core: inout Core) {
+        core.sessions[id, default: .init()].appID = appID
+        core.sessions[id]?.saidHello = true
+    }
+
+    /// A suspended foreground-only app hears nothing: its scan pauses, its events wait (the latest discovery of each
+    /// peripheral only) and reach it in order when it is back in the foreground.
+    func testASuspendedAppsScanPausesAndItsEventsWaitForItsReturn() {
+        var core = Core()
+        appSession(3, of: "finder", in: &core)
+        core.scans.start(ManagerKey(session: 3, manager: 1), ScanRequest())
+        XCTAssertEqual(core.admit("state poweredOn", as: .news, discoveryOf: nil, for: 3, at: .zero), .deliver(wake: 0))
+        let (change, outputs) = core.setLifecycle("finder", .suspended, at: .seconds(1))
+        XCTAssertEqual(change.current, .suspended)
+        XCTAssertEqual(outputs, [.scanningChanged, .advertisingChanged])
+        XCTAssertFalse(core.scans.isScanning, "a suspended app's scan does not run")
+        XCTAssertEqual(core.admit("discovered A rssi -70", as: .work, discoveryOf: "A", for: 3, at: .seconds(2)), .hold)
+        XCTAssertEqual(core.admit("ready to update", as: .flowControl, discoveryOf: nil, for: 3, at: .seconds(2)), .drop)
+        XCTAssertEqual(core.admit("connected B", as: .work, discoveryOf: nil, for: 3, at: .seconds(2)), .hold)
+        XCTAssertEqual(core.admit("discovered A rssi -40", as: .work, discoveryOf: "A", for: 3, at: .seconds(3)), .hold)
+        XCTAssertNil(core.admit("welcome", as: .news, discoveryOf: nil, for: 9, at: .seconds(3)), "a session that is no app's is not held")
+        let back = core.setLifecycle("finder", .foreground, at: .seconds(4))
+        XCTAssertEqual(back.outputs, [.scanningChanged, .advertisingChanged, .deliver(session: 3, events: ["connected B", "discovered A rssi -40"])])
+        XCTAssertTrue(core.scans.isScanning)
+        XCTAssertEqual(core.setLifecycle("finder", .foreground, at: .seconds(5)).outputs, [.scanningChanged, .advertisingChanged], "delivered once")
+    }
+
+    /// A preserved manager whose app is away works as a background app (its scan slow, its duplicates coalesced);
+    /// a scan of a foreground app among the scanners keeps the controller's scan fast.
+    func testAScanIsSlowOnlyWhenEveryScannerIsInTheBackground() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("manifests-\(UUID())").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try Data(#"{"id": "lock", "user": "doorlock", "backgroundModes": ["bluetooth-central"]}"#.utf8).write(to: URL(fileURLWithPath: directory + "/lock.json"))
+        var (core, made) = try centralWithALink()
+        core.catalog = AppCatalog(directory: directory, lookup: { _ in Account(uid: 1001, gid: 1001) }, ownerAllowed: { _ in nil })
+        XCTAssertEqual(core.rules(for: "lock")?.modes, [.central])
+        appSession(5, of: "lock", in: &core)
+        XCTAssertFalse(core.scanIsSlow, "the lock app is in the foreground")
+        _ = core.sessionClosed(5, poweredOn: true)
+        XCTAssertEqual(core.policy(for: .preserved(made.id)), .of(.notRunning, modes: [.central]))
+        XCTAssertTrue(core.scanIsSlow, "only the preserved manager scans")
+        appSession(8, of: "finder", in: &core)
+        core.scans.start(ManagerKey(session: 8, manager: 1), ScanRequest())
+        XCTAssertFalse(core.scanIsSlow)
+        XCTAssertNil(core.sessions[5], "the closed session is forgotten")
+        XCTAssertEqual(core.sessions(of: "finder"), [8])
     }
 }

@@ -1,0 +1,337 @@
+import BerylCore
+
+/// What managerd's managers hold, as one value: each holder's scans, links, published services and advertising —
+/// a holder being an app's session, or a preserved manager while its app is away — and how that work moves when a
+/// session ends, an app comes back, a record is resumed or discarded, or attd or the controller loses it. Sans-IO:
+/// every change is made whole before the outputs say what the shell is to do (write a record, tell attd, the
+/// controller), so a record never reads a half-made change. `Event` is what an absent app's queue holds (managerd's
+/// wire event; the core never looks inside one).
+public struct ManagerCore<Event: Sendable>: Sendable {
+    public enum Output: Sendable {
+        /// Write this preserved manager's record as it stands now.
+        case persist(preservedID: UInt64)
+        /// Remove this preserved manager's record.
+        case forget(appID: String, restoreID: String, role: ManagerRole)
+        case connections(CentralConnections.Output)
+        /// Withdraw the service starting at this handle from attd's database.
+        case unpublish(startHandle: UInt16)
+        /// A remote central's request whose owner is gone: answered for it, so the central is not left waiting.
+        case answerAbandoned(id: UInt64, isRead: Bool)
+        /// Who scans, or who advertises, changed: the shell lays the controller's scan or advertising out again.
+        case scanningChanged
+        case advertisingChanged
+        /// A preserved manager's services wait to be published again (`pendingRepublish`).
+        case republish
+        /// A manager that registered for connection events hears of a link to `identifier`.
+        case connectionEvent(ManagerKey, LinkChange, identifier: String)
+        /// What was held for the session while its app was suspended, in order.
+        case deliver(session: UInt64, events: [Event])
+    }
+
+    /// CBConnectionEvent.
+    public enum LinkChange: Equatable, Sendable {
+        case peerConnected, peerDisconnected
+    }
+
+    public var scans = ScanCoordinator()
+    public var connections = CentralConnections()
+    /// Who owns each published service, the remote centrals' requests awaiting an answer, the updates owed a "ready".
+    public var router = PeripheralRouter()
+    public var advertisers: [ManagerKey: Advertiser] = [:]
+    /// Managers that opted into restoration, and the events held for absent apps.
+    public var restoration: Restoration<Event>
+    /// What each published service was made from (to preserve it and publish it again), by start handle.
+    public var serviceSpecs: [UInt16: PreservedState.PublishedService] = [:]
+    /// Remote centrals subscribed to this device's characteristics.
+    public var subscribers: [PreservedState.Subscription] = []
+    /// Services to publish again for preserved managers once attd is there: one list per manager.
+    public var pendingRepublish: [ManagerKey: [PreservedState.PublishedService]] = [:]
+
+    /// Each device's advertising joined with its scan response, and when apps hear of it.
+    public var heard = HeardDevices()
+    /// Services found on each connected peripheral (retrieveConnectedPeripherals(withServices:), connection events).
+    public var discoveredServices: [String: Set<BluetoothUUID>] = [:]
+    /// Who asked to hear of links (registerForConnectionEvents).
+    public var connectionInterests = ConnectionEventInterests()
+
+    /// Each open session, by id (kept here rather than on the IPC session, which the server forgets before the close).
+    public var sessions: [UInt64: AppSession<Event>] = [:]
+    /// The apps' manifests.
+    public var catalog = AppCatalog()
+    /// Every app's state, suspensions and background wakes.
+    public var life: AppLifecycle
+
+    /// `suspendAfter`: how long an app without a manifest stays in the background before it is suspended.
+    public init(suspendAfter: Duration = .seconds(5), queueCapacity: Int = 256) {
+        restoration = Restoration(queueCapacity: queueCapacity)
+        life = AppLifecycle(defaultSuspendAfter: suspendAfter)
+    }
+
+    public var book: ConnectionBook { connections.book }
+
+    // MARK: Snapshots
+
+    /// The record of a preserved manager as its work stands now; `name` is a peripheral's last known name.
+    public func snapshot(_ preserved: PreservedManager, name: (String) -> String) -> PreservedState {
+        let key = preserved.key
+        switch preserved.role {
+        case .central:
+            let (connected, pending) = book.held(by: key)
+            return preserved.centralState(scan: scans.request(for: key), connected: connected, pending: pending, name: name)
+        case .peripheral:
+            let mine = router.services(of: key)
+            let ranges = mine.map(\.range)
+            return preserved.peripheralState(published: mine.compactMap { serviceSpecs[$0.range.lowerBound] },
+                                             advertising: advertisers[key].map(PreservedState.Advertising.init),
+                                             subscriptions: subscribers.filter { entry in ranges.contains { $0.contains(entry.valueHandle) } })
+        }
+    }
+
+    func persisting(_ holder: ManagerHolder) -> [Output] {
+        restoration.manager(heldBy: holder).map { [.persist(preservedID: $0.id)] } ?? []
+    }
+
+    // MARK: Sessions
+
+    /// A session closed. A preserved manager's work stays, held under its own id, unless the user quit the app (or
+    /// the session never named one); everything else the session held goes.
+    public mutating func sessionClosed(_ session: UInt64, poweredOn: Bool) -> [Output] {
+        let holder = ManagerHolder.session(session)
+        let quitting = sessions.removeValue(forKey: session)?.quitting == true
+        connectionInterests.remove(holder)
+        scans.paused.remove(holder)
+        scans.coalesced.remove(holder)
+        var outputs: [Output] = []
+        if let preserved = restoration.manager(heldBy: holder) {
+            if quitting || preserved.appID.isEmpty {
+                outputs = discard(preserved.id)
+            } else if let preservedWork = preserveOnClose(session, poweredOn: poweredOn) {
+                return preservedWork
+            }
+        }
+        return outputs + releaseWork(of: holder)
+    }
+
+    /// A session of an opted-in manager closed without the app quitting: its work is held meanwhile.
+    mutating func preserveOnClose(_ session: UInt64, poweredOn: Bool) -> [Output]? {
+        guard let preserved = restoration.preserve(session: session) else { return nil }
+        rebind(from: .session(session), to: preserved.holder)
+        var outputs: [Output] = []
+        if let stash = preserved.unrepublished {
+            // Gone before it added its services again: managerd publishes them for it, as for a restored manager.
+            if !stash.services.isEmpty { pendingRepublish[preserved.key] = stash.services }
+            if advertisers[preserved.key] == nil, let advertising = stash.advertising { advertisers[preserved.key] = Advertiser(advertising) }
+            if poweredOn { outputs += [.republish, .advertisingChanged] }
+        }
+        return outputs + [.persist(preservedID: preserved.id)]
+    }
+
+    /// The app is back: the work held for it moves to the new session. Returns the record it restores
+    /// (willRestoreState) and the events queued while it was gone.
+    public mutating func restore(_ id: UInt64, into session: UInt64, name: (String) -> String) -> (state: PreservedState, queued: [Event])? {
+        guard let preserved = restoration.manager(id: id) else { return nil }
+        let state = snapshot(preserved, name: name)
+        guard let (from, queued) = restoration.restore(id, into: session) else { return nil }
+        rebind(from: from, to: .session(session))
+        return (state, queued)
+    }
+
+    /// A user quit (or the app invalidated the manager): the preserved work is discarded, with its record.
+    public mutating func discard(_ id: UInt64) -> [Output] {
+        guard let preserved = restoration.discard(id) else { return [] }
+        let forget = Output.forget(appID: preserved.appID, restoreID: preserved.restoreID, role: preserved.role)
+        return [forget] + (preserved.live ? [] : releaseWork(of: preserved.holder))
+    }
+
+    /// Everything a holder had running goes: scans, links, services, advertising; its remote centrals' requests
+    /// are answered for it.
+    public mutating func releaseWork(of holder: ManagerHolder) -> [Output] {
+        scans.stopAll(holder)
+        var outputs: [Output] = [.scanningChanged]
+        outputs += connections.releaseAll(holder).map(Output.connections)
+        for service in router.removeAll(where: { $0.owner.holder == holder }) { outputs += unpublish(service.range.lowerBound) }
+        if advertisers.keys.contains(where: { $0.holder == holder }) {
+            advertisers = advertisers.filter { $0.key.holder != holder }
+            outputs.append(.advertisingChanged)
+        }
+        for (id, request) in router.abandon(holder) { outputs.append(.answerAbandoned(id: id, isRead: request == .read)) }
+        return outputs
+    }
+
+    mutating func unpublish(_ start: UInt16) -> [Output] {
+        serviceSpecs[start] = nil
+        return [.unpublish(startHandle: start)]
+    }
+
+    private mutating func rebind(from old: ManagerHolder, to new: ManagerHolder) {
+        scans.rebind(old, to: new)
+        connections.rebind(old, to: new)
+        router.rebind(old, to: new)
+        for (key, advertiser) in advertisers where key.holder == old {
+            advertisers[key] = nil
+            advertisers[ManagerKey(new, manager: key.manager)] = advertiser
+        }
+        for (key, specs) in pendingRepublish where key.holder == old {
+            pendingRepublish[key] = nil
+            pendingRepublish[ManagerKey(new, manager: key.manager)] = specs
+        }
+    }
+
+    // MARK: The peripheral role's services and advertising
+
+    /// attd published a service for `owner`, at the app's request or (`republishing`: how many services the manager
+    /// is to have back) again for a preserved manager. It routes requests for its handles, and the record keeps what
+    /// it was made from (nil: it could not be kept). Once the app has published again after a reset, or a
+    /// republication is whole, what the manager has now is its record, in place of the stash.
+    public mutating func servicePublished(_ service: PreservedState.PublishedService?, at range: ClosedRange<UInt16>, owner: ManagerKey,
+                                          republishing expected: Int? = nil) -> [Output] {
+        router.publish(range, owner: owner)
+        serviceSpecs[range.lowerBound] = service
+        if expected.map({ router.services(of: owner).count >= $0 }) ?? true { restoration.appPublished(heldBy: owner.holder) }
+        return persisting(owner.holder)
+    }
+
+    public enum PublicationRefusal: Error, Equatable, Sendable {
+        /// The manager published no service starting at that handle.
+        case notPublished
+    }
+
+    public mutating func removeService(start: UInt16, owner: ManagerKey) throws(PublicationRefusal) -> [Output] {
+        guard let removed = router.remove(start: start, owner: owner) else { throw .notPublished }
+        return unpublish(removed.range.lowerBound) + persisting(owner.holder)
+    }
+
+    /// The app adds its own services now: what managerd was to publish again for it, or has under way, is not wanted.
+    public mutating func removeAllServices(of owner: ManagerKey) -> [Output] {
+        restoration.appClearedServices(heldBy: owner.holder)
+        pendingRepublish = pendingRepublish.filter { $0.key.holder != owner.holder }
+        let removed = router.removeAll { $0.owner == owner }.flatMap { unpublish($0.range.lowerBound) }
+        return removed + persisting(owner.holder)
+    }
+
+    /// The shell then lays advertising out again itself, to tell the app whether it started.
+    public mutating func startAdvertising(_ advertiser: Advertiser, for key: ManagerKey) -> [Output] {
+        advertisers[key] = advertiser
+        restoration.appPublished(heldBy: key.holder)
+        return persisting(key.holder)
+    }
+
+    public mutating func stopAdvertising(for key: ManagerKey) -> [Output] {
+        advertisers[key] = nil
+        restoration.appStoppedAdvertising(heldBy: key.holder)
+        return [.advertisingChanged] + persisting(key.holder)
+    }
+
+    /// A remote central subscribed to one of the owner's values, or stopped (neither notify nor indicate).
+    public mutating func subscriptionChanged(_ subscription: PreservedState.Subscription) -> [Output] {
+        guard let owner = router.owner(of: subscription.valueHandle) else { return [] }
+        subscribers.removeAll { $0.central == subscription.central && $0.valueHandle == subscription.valueHandle }
+        if subscription.notify || subscription.indicate { subscribers.append(subscription) }
+        return persisting(owner.holder)
+    }
+
+    // MARK: Links
+
+    /// A link came up: its holders hear so, and the managers watching for it.
+    public mutating func linkUp(handle: UInt16, identifier: String, address: DeviceAddress, isCentral: Bool) -> [Output] {
+        var outputs = connections.linkUp(handle: handle, identifier: identifier, address: address, isCentral: isCentral).map(Output.connections)
+        outputs += connectionEvents(.peerConnected, identifier: identifier, address: address)
+        // A central connecting ended connectable advertising (Core Vol 6 Part B §4.4.2): it is started again.
+        return isCentral ? outputs : outputs + [.advertisingChanged]
+    }
+
+    /// A link went: its holders hear so, except a preserved manager whose app is away, which asks for it again and
+    /// whose record no longer has subscriptions on it.
+    public mutating func linkDown(handle: UInt16, reason: UInt8) -> (identifier: String, outputs: [Output])? {
+        let address = book.identifier(for: handle).flatMap { book.link(for: $0)?.address }
+        let restoration = restoration
+        guard let (identifier, down) = connections.linkDown(handle: handle, reason: reason, isAway: { restoration.manager(heldBy: $0).map { !$0.live } ?? false })
+        else { return nil }
+        var outputs = address.map { connectionEvents(.peerDisconnected, identifier: identifier, address: $0) } ?? []
+        discoveredServices[identifier] = nil
+        for output in down {
+            outputs.append(.connections(output))
+            if case .event(.requestedAgain(let key, _, _)) = output,
+               let changed = self.restoration.update(heldBy: key.holder, { $0.notifying[identifier] = nil }) {
+                outputs.append(.persist(preservedID: changed.id))
+            }
+        }
+        return (identifier, outputs + [.advertisingChanged])
+    }
+
+    /// The watchers of a peripheral, or of a service it advertised or was found to have (Core Bluetooth matches both).
+    func connectionEvents(_ change: LinkChange, identifier: String, address: DeviceAddress) -> [Output] {
+        let offered = discoveredServices[identifier, default: []].union(heard.advertisements[address]?.serviceUUIDs ?? [])
+        return connectionInterests.listeners(identifier: identifier.uppercased(), services: offered).map { .connectionEvent($0, change, identifier: identifier) }
+    }
+
+    // MARK: Records
+
+    /// A record read back after managerd started: the manager's work resumes, held under its own id until its app
+    /// returns. A link it had (or waited for) is asked for again and never times out; `address` finds a peripheral
+    /// the peripheral store still knows.
+    public mutating func resume(appID: String, restoreID: String, role: ManagerRole, from state: PreservedState,
+                                address: (String) -> DeviceAddress?) -> PreservedManager {
+        let preserved = restoration.resume(appID: appID, restoreID: restoreID, role: role, from: state) { address($0) != nil }
+        let key = preserved.key
+        if let central = state.central {
+            if let scan = central.scan { scans.start(key, scan) }
+            for link in central.links {
+                guard let peer = address(link.identifier) else { continue }
+                // The controller is asked once it is powered on (CentralConnections holds the request until then).
+                _ = connections.connect(key, identifier: link.identifier, address: peer)
+            }
+        }
+        if let peripheral = state.peripheral {
+            pendingRepublish[key] = peripheral.services
+            if let advertising = peripheral.advertising { advertisers[key] = Advertiser(advertising) }
+        }
+        return preserved
+    }
+
+    // MARK: Losing attd or the controller
+
+    /// Keeps what a preserved manager has published as its record's, before it is cleared (see `unrepublished`).
+    @discardableResult
+    public mutating func stashPublications(of preserved: PreservedManager) -> PreservedManager {
+        let specs = router.services(of: preserved.key).compactMap { serviceSpecs[$0.range.lowerBound] }
+        return restoration.stash(heldBy: preserved.holder, services: specs, advertising: advertisers[preserved.key].map(PreservedState.Advertising.init))
+            ?? preserved
+    }
+
+    /// attd's database went with it. Preserved managers whose apps are away have theirs published again when attd is
+    /// back; a running app adds its own again when it hears poweredOn after resetting (as after bluetoothd restarts).
+    public mutating func attdLost() {
+        for preserved in restoration.managers {
+            let stashed = stashPublications(of: preserved)
+            if !stashed.live, let specs = stashed.unrepublished?.services, !specs.isEmpty { pendingRepublish[stashed.key] = specs }
+        }
+        router.attdLost()
+        serviceSpecs.removeAll()
+        subscribers.removeAll()
+    }
+
+    /// Core Bluetooth's rule for a manager whose state drops below poweredOn: advertising has stopped and the local
+    /// database is cleared, and the app adds its services again on poweredOn. Preserved managers of apps that are not
+    /// running keep theirs: there is no one to add them again. `isRunning` says whether a holder's app runs.
+    public mutating func controllerLost(isRunning: (ManagerHolder) -> Bool) -> [Output] {
+        let running = router.publishers.union(advertisers.keys.map(\.holder)).filter(isRunning)
+        guard !running.isEmpty else { return [] }
+        for preserved in restoration.managers where running.contains(preserved.holder) { stashPublications(of: preserved) }
+        var outputs: [Output] = []
+        for service in router.removeAll(where: { running.contains($0.owner.holder) }) { outputs += unpublish(service.range.lowerBound) }
+        advertisers = advertisers.filter { !running.contains($0.key.holder) }
+        subscribers.removeAll { router.owner(of: $0.valueHandle) == nil }
+        return outputs + running.sorted().flatMap(persisting)
+    }
+}
+
+extension Advertiser {
+    public init(_ advertising: PreservedState.Advertising) { self.init(localName: advertising.localName, serviceUUIDs: advertising.serviceUUIDs) }
+}
+
+extension PreservedState.Advertising {
+    public init(_ advertiser: Advertiser) { self.init(localName: advertiser.localName, serviceUUIDs: advertiser.serviceUUIDs) }
+}
+
+extension ManagerCore.Output: Equatable where Event: Equatable {}
