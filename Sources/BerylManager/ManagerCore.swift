@@ -26,6 +26,9 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         case connectionEvent(ManagerKey, LinkChange, identifier: String)
         /// What was held for the session while its app was suspended, in order.
         case deliver(session: UInt64, events: [Event])
+        /// Apps see the stack in a new state; at poweredOn the controller's scanning and advertising are laid out
+        /// again (a reset controller forgot them).
+        case stateChanged(StackState)
     }
 
     /// CBConnectionEvent.
@@ -53,6 +56,11 @@ public struct ManagerCore<Event: Sendable>: Sendable {
     public var discoveredServices: [String: Set<BluetoothUUID>] = [:]
     /// Who asked to hear of links (registerForConnectionEvents).
     public var connectionInterests = ConnectionEventInterests()
+
+    /// What apps see of the stack, what hcid last said of the controller, and whether attd is attached.
+    public internal(set) var state: StackState = .unknown
+    public internal(set) var controllerState: StackState = .unknown
+    public internal(set) var attdAttached = false
 
     /// Each open session, by id (kept here rather than on the IPC session, which the server forgets before the close).
     public var sessions: [UInt64: AppSession<Event>] = [:]

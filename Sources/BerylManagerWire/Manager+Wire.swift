@@ -212,3 +212,32 @@ extension Beryl_Ipc_V1_ManagerEvent {
         }
     }
 }
+
+extension StackState {
+    /// hcid's controller state; a value this Beryl does not know reads as unknown.
+    public init(_ wire: Beryl_Ipc_V1_ControllerState) {
+        self = switch wire {
+        case .resetting: .resetting
+        case .unsupported: .unsupported
+        case .unauthorized: .unauthorized
+        case .poweredOff: .poweredOff
+        case .poweredOn: .poweredOn
+        case .unresponsive: .unresponsive
+        case .unknown, .UNRECOGNIZED: .unknown
+        }
+    }
+}
+
+extension Beryl_Ipc_V1_ControllerState {
+    public init(_ state: StackState) {
+        self = switch state {
+        case .unknown: .unknown
+        case .resetting: .resetting
+        case .unsupported: .unsupported
+        case .unauthorized: .unauthorized
+        case .poweredOff: .poweredOff
+        case .poweredOn: .poweredOn
+        case .unresponsive: .unresponsive
+        }
+    }
+}

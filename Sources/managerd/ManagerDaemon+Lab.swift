@@ -307,14 +307,13 @@ extension ManagerDaemon {
             switch result {
             case .success(let response):
                 let outputs = labReset.controllerReset(failure: nil)
-                controllerState = response.hci.controllerInfo.state
-                refreshState()
+                controllerChanged(response.hci.controllerInfo.state)
+                // Still poweredOn to apps: what they had running on the controller is set up again, links asked for again.
                 resumeOnController()
+                apply(core.connections.controller(poweredOn: core.state == .poweredOn))
                 applyLabReset(outputs)
             case .failure(let error):
-                let outputs = labReset.controllerReset(failure: "the controller reset failed: \(error)")
-                refreshState()
-                applyLabReset(outputs)
+                applyLabReset(labReset.controllerReset(failure: "the controller reset failed: \(error)"))
             }
         }
     }

@@ -89,6 +89,8 @@ extension ManagerDaemon {
                 announce(change, identifier: identifier, to: key)
             case .deliver(let session, let events):
                 deliver(events, to: session)
+            case .stateChanged(let newState):
+                stateChanged(newState)
             }
         }
     }

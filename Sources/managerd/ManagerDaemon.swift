@@ -16,8 +16,7 @@ final class ManagerDaemon {
     var attd: IPCConnection?
     /// What apps see: poweredOn only when the controller is and attd is attached (the stack can do GATT); a lost attd
     /// reads as resetting, as Core Bluetooth reports a restarting bluetoothd.
-    var state: Beryl_Ipc_V1_ControllerState = .unknown
-    var controllerState: Beryl_Ipc_V1_ControllerState = .unknown
+    var state: Beryl_Ipc_V1_ControllerState { .init(core.state) }
     let store: PeripheralStore?
 
     /// Each manager's work (scans, links, services, advertising) and restoration (BerylManager's ManagerCore).
@@ -171,15 +170,14 @@ final class ManagerDaemon {
                 // attd's database went with it: the apps' services must be published again (their sessions are told).
                 self.host.logger.warning("lost attd (\(reason)); published services are gone")
                 self.attd = nil
-                self.core.attdLost()
                 for handle in self.awaitingBearer.keys { self.releaseAwaitingBearer(handle) }
-                self.refreshState()
+                self.apply(self.core.attd(attached: false, isRunning: self.isRunning))
                 _ = try? self.host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToAttd() }
             }
             attd = connection
             adoptOpenLinks(connection)
             republishPreserved()
-            refreshState()
+            apply(core.attd(attached: true, isRunning: isRunning))
         } catch {
             _ = try? host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToAttd() }
         }
@@ -228,27 +226,23 @@ final class ManagerDaemon {
         identityIsRandom = address.type.isRandom
     }
 
-    private func controllerChanged(_ newState: Beryl_Ipc_V1_ControllerState) {
+    func controllerChanged(_ newState: Beryl_Ipc_V1_ControllerState) {
         // Apps stay poweredOn through a lab's controller reset: their database and managers are intact, and what they had
         // running on the controller is set up again when it is back.
         if labReset.isResettingController, newState == .resetting { return }
-        controllerState = newState
-        refreshState()
+        apply(core.controllerChanged(StackState(newState), isRunning: isRunning))
     }
 
-    func refreshState() {
-        let newState: Beryl_Ipc_V1_ControllerState = controllerState == .poweredOn && attd == nil ? .resetting : controllerState
-        guard newState != state else { return }
-        if state == .poweredOn {
-            apply(core.controllerLost { $0.sessionID.flatMap(session) != nil })
-            _ = core.connections.controller(poweredOn: false)
-        }
-        state = newState
+    /// Whether a holder's app runs (a live session), for what a stack that leaves poweredOn clears.
+    func isRunning(_ holder: ManagerHolder) -> Bool { holder.sessionID.flatMap(session) != nil }
+
+    /// Apps hear the stack's new state: a session in its Welcome, and changes after it. One told before its Hello was
+    /// answered heard poweredOn ahead of the Welcome: its app added its services, then the Welcome's reset clearing
+    /// removed them.
+    func stateChanged(_ newState: StackState) {
         host.logger.info("controller \(newState)")
         var event = Beryl_Ipc_V1_ManagerEvent()
-        event.stateChanged = newState
-        // A session hears the state in its Welcome, and changes after it. One told before its Hello was answered heard
-        // poweredOn ahead of the Welcome: its app added its services, then the Welcome's reset clearing removed them.
+        event.stateChanged = .init(newState)
         for (id, app) in core.sessions where app.saidHello { send(event, to: id) }
         if newState == .poweredOn { resumeOnController() }
     }
@@ -258,7 +252,6 @@ final class ManagerDaemon {
         controllerScan = nil
         advertising.controllerForgot()
         updateScanning()
-        apply(core.connections.controller(poweredOn: state == .poweredOn))
         setLabRandomAddress()
         updateAdvertising()
     }

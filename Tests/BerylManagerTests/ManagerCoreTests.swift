@@ -312,4 +312,32 @@ final class ManagerCoreTests: XCTestCase {
         XCTAssertNil(core.sessions[5], "the closed session is forgotten")
         XCTAssertEqual(core.sessions(of: "finder"), [8])
     }
+
+    // MARK: The stack's state
+
+    /// Apps see poweredOn only when the controller is on and attd is attached; a lost attd reads as resetting, the
+    /// running apps' services and advertising are cleared (they add them again on poweredOn) and a preserved
+    /// manager's are kept to be published again for it.
+    func testPoweredOnNeedsTheControllerAndAttdAndLeavingItClearsTheRunningApps() throws {
+        var (core, made) = try peripheralWithAService()
+        let running: (ManagerHolder) -> Bool = { $0 == made.holder }
+        let lockKey = ManagerKey(session: 3, manager: 1)
+        _ = core.connections.connect(lockKey, identifier: "L", address: lock)
+        XCTAssertEqual(core.controllerChanged(.poweredOn, isRunning: running), [.stateChanged(.resetting)], "attd is not there yet")
+        XCTAssertEqual(core.attd(attached: true, isRunning: running), [.stateChanged(.poweredOn), .connections(.controller(.connect(lock)))],
+                       "the pending link is asked for once the stack is on")
+        XCTAssertEqual(core.attd(attached: true, isRunning: running), [], "no change, nothing said")
+
+        let lost = core.attd(attached: false, isRunning: running)
+        XCTAssertEqual(lost.last, .stateChanged(.resetting))
+        XCTAssertTrue(lost.contains(.persist(preservedID: made.id)), "the running app's record keeps the stash: \(lost)")
+        XCTAssertTrue(core.router.services.isEmpty && core.advertisers.isEmpty, "its database went with attd; advertising stopped")
+        let stashed = try XCTUnwrap(core.restoration.manager(id: made.id)?.unrepublished)
+        XCTAssertEqual(stashed.services, [thermo])
+        XCTAssertEqual(core.state, .resetting)
+
+        XCTAssertEqual(core.controllerChanged(.poweredOff, isRunning: running), [.stateChanged(.poweredOff)])
+        XCTAssertEqual(core.attd(attached: true, isRunning: running), [], "attd back, the controller still off")
+        XCTAssertEqual(core.controllerChanged(.poweredOn, isRunning: running), [.stateChanged(.poweredOn), .connections(.controller(.connect(lock)))])
+    }
 }

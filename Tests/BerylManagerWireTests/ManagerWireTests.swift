@@ -145,4 +145,11 @@ final class ManagerWireTests: XCTestCase {
         XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent(.gattWriteReady(.with { $0.connectionHandle = 0x40 }), peripheral: "P")?.readyToWrite.peripheral, "P")
         XCTAssertNil(Beryl_Ipc_V1_ManagerEvent(.bearerOpened(.init()), peripheral: "P"))
     }
+
+    func testEveryStackStateRoundTripsAndAnUnknownWireValueIsUnknown() {
+        let all: [StackState] = [.unknown, .resetting, .unsupported, .unauthorized, .poweredOff, .poweredOn, .unresponsive]
+        for state in all { XCTAssertEqual(StackState(Beryl_Ipc_V1_ControllerState(state)), state) }
+        XCTAssertEqual(Set(all.map { Beryl_Ipc_V1_ControllerState($0).rawValue }).count, all.count, "each has its own wire value")
+        XCTAssertEqual(StackState(.UNRECOGNIZED(42)), .unknown)
+    }
 }

@@ -1,0 +1,49 @@
+/// CBManagerState as managerd reports it to apps, plus a controller that stopped answering.
+public enum StackState: Equatable, Sendable, CustomStringConvertible {
+    case unknown, resetting, unsupported, unauthorized, poweredOff, poweredOn, unresponsive
+
+    public var description: String {
+        switch self {
+        case .unknown: "unknown"
+        case .resetting: "resetting"
+        case .unsupported: "unsupported"
+        case .unauthorized: "unauthorized"
+        case .poweredOff: "poweredOff"
+        case .poweredOn: "poweredOn"
+        case .unresponsive: "unresponsive"
+        }
+    }
+}
+
+/// The stack's state as apps see it: poweredOn only when the controller is and attd is attached (the stack can do
+/// GATT); a lost attd reads as resetting, as Core Bluetooth reports a restarting bluetoothd.
+extension ManagerCore {
+    /// hcid reported the controller's state. `isRunning` says whether a holder's app runs (see `controllerLost`).
+    public mutating func controllerChanged(_ controller: StackState, isRunning: (ManagerHolder) -> Bool) -> [Output] {
+        controllerState = controller
+        return refreshState(isRunning: isRunning)
+    }
+
+    /// attd came or went: its database went with it (see `attdLost`).
+    public mutating func attd(attached: Bool, isRunning: (ManagerHolder) -> Bool) -> [Output] {
+        if !attached, attdAttached { attdLost() }
+        attdAttached = attached
+        return refreshState(isRunning: isRunning)
+    }
+
+    /// Leaving poweredOn clears the running apps' services and advertising (Core Bluetooth's rule, `controllerLost`)
+    /// and stops asking the controller for links; reaching it asks for every pending link again.
+    private mutating func refreshState(isRunning: (ManagerHolder) -> Bool) -> [Output] {
+        let newState: StackState = controllerState == .poweredOn && !attdAttached ? .resetting : controllerState
+        guard newState != state else { return [] }
+        var outputs: [Output] = []
+        if state == .poweredOn {
+            outputs += controllerLost(isRunning: isRunning)
+            outputs += connections.controller(poweredOn: false).map(Output.connections)
+        }
+        state = newState
+        outputs.append(.stateChanged(newState))
+        if newState == .poweredOn { outputs += connections.controller(poweredOn: true).map(Output.connections) }
+        return outputs
+    }
+}
