@@ -1,5 +1,5 @@
 /// CBManagerState as managerd reports it to apps, plus a controller that stopped answering.
-public enum StackState: Equatable, Sendable, CustomStringConvertible {
+public enum StackState: Equatable, Sendable, CaseIterable, CustomStringConvertible {
     case unknown, resetting, unsupported, unauthorized, poweredOff, poweredOn, unresponsive
 
     public var description: String {
@@ -32,7 +32,8 @@ extension ManagerCore {
     }
 
     /// Leaving poweredOn clears the running apps' services and advertising (Core Bluetooth's rule, `controllerLost`)
-    /// and stops asking the controller for links; reaching it asks for every pending link again.
+    /// and stops asking the controller for links; reaching it publishes what waits to be published again and asks for
+    /// every pending link again.
     private mutating func refreshState(isRunning: (ManagerHolder) -> Bool) -> [Output] {
         let newState: StackState = controllerState == .poweredOn && !attdAttached ? .resetting : controllerState
         guard newState != state else { return [] }
@@ -43,7 +44,10 @@ extension ManagerCore {
         }
         state = newState
         outputs.append(.stateChanged(newState))
-        if newState == .poweredOn { outputs += connections.controller(poweredOn: true).map(Output.connections) }
+        guard newState == .poweredOn else { return outputs }
+        // A preserved manager whose app went while the stack was off has its stash to publish again.
+        if !pendingRepublish.isEmpty { outputs.append(.republish) }
+        outputs += connections.controller(poweredOn: true).map(Output.connections)
         return outputs
     }
 }

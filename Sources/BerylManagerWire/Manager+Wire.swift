@@ -214,30 +214,20 @@ extension Beryl_Ipc_V1_ManagerEvent {
 }
 
 extension StackState {
+    /// Each state and hcid's wire value for it, one table for both directions.
+    static let wireValues: [(StackState, Beryl_Ipc_V1_ControllerState)] = [
+        (.unknown, .unknown), (.resetting, .resetting), (.unsupported, .unsupported), (.unauthorized, .unauthorized),
+        (.poweredOff, .poweredOff), (.poweredOn, .poweredOn), (.unresponsive, .unresponsive),
+    ]
+
     /// hcid's controller state; a value this Beryl does not know reads as unknown.
     public init(_ wire: Beryl_Ipc_V1_ControllerState) {
-        self = switch wire {
-        case .resetting: .resetting
-        case .unsupported: .unsupported
-        case .unauthorized: .unauthorized
-        case .poweredOff: .poweredOff
-        case .poweredOn: .poweredOn
-        case .unresponsive: .unresponsive
-        case .unknown, .UNRECOGNIZED: .unknown
-        }
+        self = Self.wireValues.first { $0.1 == wire }?.0 ?? .unknown
     }
 }
 
 extension Beryl_Ipc_V1_ControllerState {
     public init(_ state: StackState) {
-        self = switch state {
-        case .unknown: .unknown
-        case .resetting: .resetting
-        case .unsupported: .unsupported
-        case .unauthorized: .unauthorized
-        case .poweredOff: .poweredOff
-        case .poweredOn: .poweredOn
-        case .unresponsive: .unresponsive
-        }
+        self = StackState.wireValues.first { $0.0 == state }?.1 ?? .unknown
     }
 }

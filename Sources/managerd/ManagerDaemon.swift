@@ -36,7 +36,7 @@ final class ManagerDaemon {
     var advertising = AdvertisingRotation()
     var rotation: EventRegistration?
 
-    // Apps, background and core.restoration.
+    // Apps, background and restoration.
     let appsDir: String?
     var apps: [String: AppRuntime] = [:]
     /// Records this managerd cannot read (written by a newer Beryl, or damaged): never overwritten, so the manager an
@@ -56,7 +56,7 @@ final class ManagerDaemon {
     var identityIsRandom = false
     var ownAddressType: UInt8 { identityIsRandom ? 0x01 : 0x00 }
 
-    /// When apps are launched again for core.restoration. Its reconnection grace (3 s) is how long after starting managerd
+    /// When apps are launched again for restoration. Its reconnection grace (3 s) is how long after starting managerd
     /// waits for running apps to reconnect (the library retries for up to 1 s between attempts).
     var relaunch: RelaunchPolicy
     /// Apps whose launch for restoration waits for the end of that grace.

@@ -8,6 +8,7 @@ import XCTest
 /// the shell. Each test names the fault-suite or process-test failure it stands for.
 final class ManagerCoreTests: XCTestCase {
     private typealias Core = ManagerCore<String>
+    private struct BindFailed: Error {}
     private let lock = DeviceAddress("C0:FF:EE:00:00:01/random")!
     private let thermo = PreservedState.PublishedService(definition: ServiceDefinition(uuid: BluetoothUUID(0x181A), primary: true),
                                                          handles: 10...12, valueHandles: [12])
@@ -23,7 +24,8 @@ final class ManagerCoreTests: XCTestCase {
     private func centralWithALink() throws -> (Core, PreservedManager) {
         var core = Core()
         guard case .made(let made) = core.restoration.bind(appID: "lock", restoreID: "door", role: .central, session: 5) else {
-            throw XCTSkip("bind did not make a manager")
+            XCTFail("a first Hello with a restore identifier makes the manager")
+            throw BindFailed()
         }
         _ = core.connections.controller(poweredOn: true)
         _ = core.connections.connect(made.key, identifier: "L", address: lock)
@@ -36,7 +38,8 @@ final class ManagerCoreTests: XCTestCase {
     private func peripheralWithAService() throws -> (Core, PreservedManager) {
         var core = Core()
         guard case .made(let made) = core.restoration.bind(appID: "thermo", restoreID: "t", role: .peripheral, session: 7) else {
-            throw XCTSkip("bind did not make a manager")
+            XCTFail("a first Hello with a restore identifier makes the manager")
+            throw BindFailed()
         }
         core.router.publish(10...12, owner: made.key)
         core.serviceSpecs[10] = thermo
@@ -339,5 +342,18 @@ final class ManagerCoreTests: XCTestCase {
         XCTAssertEqual(core.controllerChanged(.poweredOff, isRunning: running), [.stateChanged(.poweredOff)])
         XCTAssertEqual(core.attd(attached: true, isRunning: running), [], "attd back, the controller still off")
         XCTAssertEqual(core.controllerChanged(.poweredOn, isRunning: running), [.stateChanged(.poweredOn), .connections(.controller(.connect(lock)))])
+    }
+
+    /// An app gone before it published again while the controller is off: its stash waits to be published, but
+    /// nothing is asked of attd or the controller until the stack is on.
+    func testAnAppGoneWhileTheStackIsOffHasItsServicesPublishedOnlyOnceItIsOn() throws {
+        var (core, made) = try peripheralWithAService()
+        let running: (ManagerHolder) -> Bool = { $0 == .session(7) }
+        _ = core.attd(attached: true, isRunning: running)
+        _ = core.controllerChanged(.poweredOn, isRunning: running)
+        XCTAssertEqual(core.controllerChanged(.poweredOff, isRunning: running), [.unpublish(startHandle: 10), .persist(preservedID: made.id), .stateChanged(.poweredOff)])
+        XCTAssertEqual(core.sessionClosed(7, poweredOn: false), [.persist(preservedID: made.id)], "nothing asked of a stack that is off")
+        XCTAssertEqual(core.pendingRepublish, [ManagerKey(.preserved(made.id), manager: 1): [thermo]], "kept for when the stack is on")
+        XCTAssertEqual(core.controllerChanged(.poweredOn, isRunning: running), [.stateChanged(.poweredOn), .republish])
     }
 }

@@ -147,7 +147,7 @@ final class ManagerWireTests: XCTestCase {
     }
 
     func testEveryStackStateRoundTripsAndAnUnknownWireValueIsUnknown() {
-        let all: [StackState] = [.unknown, .resetting, .unsupported, .unauthorized, .poweredOff, .poweredOn, .unresponsive]
+        let all = StackState.allCases
         for state in all { XCTAssertEqual(StackState(Beryl_Ipc_V1_ControllerState(state)), state) }
         XCTAssertEqual(Set(all.map { Beryl_Ipc_V1_ControllerState($0).rawValue }).count, all.count, "each has its own wire value")
         XCTAssertEqual(StackState(.UNRECOGNIZED(42)), .unknown)
