@@ -1,18 +1,6 @@
-/// CBManagerState as managerd reports it to apps, plus a controller that stopped answering.
-public enum StackState: Equatable, Sendable, CaseIterable, CustomStringConvertible {
+/// CBManagerState as managerd reports it to apps, plus a controller that stopped answering (printed by its case name).
+public enum StackState: Equatable, Sendable, CaseIterable {
     case unknown, resetting, unsupported, unauthorized, poweredOff, poweredOn, unresponsive
-
-    public var description: String {
-        switch self {
-        case .unknown: "unknown"
-        case .resetting: "resetting"
-        case .unsupported: "unsupported"
-        case .unauthorized: "unauthorized"
-        case .poweredOff: "poweredOff"
-        case .poweredOn: "poweredOn"
-        case .unresponsive: "unresponsive"
-        }
-    }
 }
 
 /// The stack's state as apps see it: poweredOn only when the controller is and attd is attached (the stack can do
