@@ -230,6 +230,20 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         return [.advertisingChanged] + persisting(key.holder)
     }
 
+    /// Where a remote central's read or write goes: to the handle's owner if it can answer now — a live session
+    /// (`isLive`) whose app's state lets it, or a preserved manager whose app is launched to answer.
+    public mutating func routeRemoteRequest(_ id: UInt64, _ request: PeripheralRouter.Request, handle: UInt16, expectsAnswer: Bool,
+                                            isLive: (UInt64) -> Bool) -> PeripheralRouter.Route {
+        let now = self
+        return router.route(id, request, handle: handle, expectsAnswer: expectsAnswer) { holder in
+            let reachable = switch holder {
+            case .session(let session): isLive(session)
+            case .preserved(let preserved): now.restoration.manager(id: preserved)?.live == false
+            }
+            return reachable && now.policy(for: holder).answersRequests
+        }
+    }
+
     /// A remote central subscribed to one of the owner's values, or stopped (neither notify nor indicate).
     public mutating func subscriptionChanged(_ subscription: PreservedState.Subscription) -> [Output] {
         guard let owner = router.owner(of: subscription.valueHandle) else { return [] }
@@ -269,8 +283,13 @@ public struct ManagerCore<Event: Sendable>: Sendable {
 
     /// The watchers of a peripheral, or of a service it advertised or was found to have (Core Bluetooth matches both).
     func connectionEvents(_ change: LinkChange, identifier: String, address: DeviceAddress) -> [Output] {
-        let offered = discoveredServices[identifier, default: []].union(heard.advertisements[address]?.serviceUUIDs ?? [])
-        return connectionInterests.listeners(identifier: identifier.uppercased(), services: offered).map { .connectionEvent($0, change, identifier: identifier) }
+        connectionInterests.listeners(identifier: identifier.uppercased(), services: servicesOffered(by: identifier, at: address))
+            .map { .connectionEvent($0, change, identifier: identifier) }
+    }
+
+    /// The services a peripheral advertised or was found to have (Core Bluetooth matches a service filter on either).
+    public func servicesOffered(by identifier: String, at address: DeviceAddress) -> Set<BluetoothUUID> {
+        discoveredServices[identifier, default: []].union(heard.advertisements[address]?.serviceUUIDs ?? [])
     }
 
     // MARK: Records

@@ -84,8 +84,7 @@ extension ManagerDaemon {
         case .retrieveConnected(let retrieve):
             guard let wanted = uuids(retrieve.serviceUuids, field: "service_uuids", incoming) else { return }
             let connected = book.links.filter { $0.value.isCentral }.compactMap { identifier, _ in store?.device(identifier) }.filter { device in
-                wanted.isEmpty || wanted.contains { (core.heard.advertisements[device.address]?.serviceUUIDs ?? []).contains($0) }
-                    || !(core.discoveredServices[device.identifier] ?? []).isDisjoint(with: wanted)
+                wanted.isEmpty || !core.servicesOffered(by: device.identifier, at: device.address).isDisjoint(with: wanted)
             }
             incoming.respond(.with { $0.manager.peripherals.peripherals = connected.map { info(for: $0) } })
         case .gatt(let operation):

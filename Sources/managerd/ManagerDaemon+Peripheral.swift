@@ -115,7 +115,6 @@ extension ManagerDaemon {
     }
 
     func unpublish(_ start: UInt16) {
-        core.serviceSpecs[start] = nil
         var request = Request()
         request.att.unpublishService.startHandle = UInt32(start)
         attd?.request(request)
@@ -143,7 +142,7 @@ extension ManagerDaemon {
 
     func routeRead(_ read: Beryl_Ipc_V1_ReadRequested) {
         let handle = UInt16(truncatingIfNeeded: read.handle)
-        let route = core.router.route(read.id, .read, handle: handle, expectsAnswer: true, answerable: answerable(handle))
+        let route = core.routeRemoteRequest(read.id, .read, handle: handle, expectsAnswer: true) { self.session($0) != nil }
         guard case .app(let owner) = route else {
             answerAttd(read.id, isRead: true, value: [], error: 0x0E)
             return
@@ -162,7 +161,7 @@ extension ManagerDaemon {
 
     func routeWrite(_ write: Beryl_Ipc_V1_WriteRequested) {
         let handle = UInt16(truncatingIfNeeded: write.writes.first?.handle ?? 0)
-        let route = core.router.route(write.id, .write, handle: handle, expectsAnswer: write.withResponse, answerable: answerable(handle))
+        let route = core.routeRemoteRequest(write.id, .write, handle: handle, expectsAnswer: write.withResponse) { self.session($0) != nil }
         guard case .app(let owner) = route else {
             if route == .unlikelyError { answerAttd(write.id, isRead: false, value: [], error: 0x0E) }
             return
@@ -177,23 +176,6 @@ extension ManagerDaemon {
             $0.maximumUpdateLength = maximumUpdateLength(write.connectionHandle)
         }
         send(event, to: owner.holder)
-    }
-
-    /// Decided before the router is changed: whether the handle's owner can answer reads the preserved managers.
-    private func answerable(_ handle: UInt16) -> (ManagerHolder) -> Bool {
-        let ownerCanAnswer = core.router.owner(of: handle).map { canAnswer($0.holder) } ?? false
-        return { _ in ownerCanAnswer }
-    }
-
-    /// Whether the holder can answer a remote central now: reachable, and not a suspended app.
-    private func canAnswer(_ holder: ManagerHolder) -> Bool { isReachable(holder) && core.policy(for: holder).answersRequests }
-
-    /// A live session, or a preserved manager whose app is launched to answer.
-    private func isReachable(_ holder: ManagerHolder) -> Bool {
-        switch holder {
-        case .session(let id): session(id) != nil
-        case .preserved(let id): core.restoration.manager(id: id)?.live == false
-        }
     }
 
     /// ATT_MTU - 3: the most one notification carries (Core Vol 3 Part F §3.4.7.1).

@@ -362,8 +362,8 @@ final class ManagerDaemon {
 
     func handle(_ incoming: IncomingRequest) -> Bool {
         guard case .manager(let request)? = incoming.request.kind, let session = incoming.session else { return false }
-        if core.sessions[session.id] == nil { core.sessions[session.id] = AppSession() }
-        let app = core.sessions[session.id] ?? AppSession()
+        let app = core.sessions[session.id, default: AppSession()]
+        core.sessions[session.id] = app
         guard let kind = request.kind else {
             incoming.fail(.unknownMessage, "empty manager request")
             return true

@@ -356,4 +356,23 @@ final class ManagerCoreTests: XCTestCase {
         XCTAssertEqual(core.pendingRepublish, [ManagerKey(.preserved(made.id), manager: 1): [thermo]], "kept for when the stack is on")
         XCTAssertEqual(core.controllerChanged(.poweredOn, isRunning: running), [.stateChanged(.poweredOn), .republish])
     }
+
+    /// A remote central's read reaches the owner only if it can answer now: a live session whose app is not
+    /// suspended, or a preserved manager whose app is launched to answer; otherwise Unlikely Error at once (a write
+    /// without response is dropped), as Core Bluetooth refuses a suspended app's dynamic reads.
+    func testARemoteRequestGoesToAnOwnerThatCanAnswerNow() throws {
+        var (core, made) = try peripheralWithAService()
+        core.sessions[7, default: .init()].appID = "thermo"
+        XCTAssertEqual(core.routeRemoteRequest(1, .read, handle: 12, expectsAnswer: true) { _ in true }, .app(made.key))
+        XCTAssertEqual(core.routeRemoteRequest(2, .read, handle: 12, expectsAnswer: true) { _ in false }, .unlikelyError, "its session is gone")
+        XCTAssertEqual(core.routeRemoteRequest(3, .read, handle: 99, expectsAnswer: true) { _ in true }, .unlikelyError, "no one owns the handle")
+        _ = core.setLifecycle("thermo", .suspended, at: .zero)
+        XCTAssertEqual(core.routeRemoteRequest(4, .read, handle: 12, expectsAnswer: true) { _ in true }, .unlikelyError, "a suspended app")
+        XCTAssertEqual(core.routeRemoteRequest(5, .write, handle: 12, expectsAnswer: false) { _ in true }, .dropped)
+        _ = core.sessionClosed(7, poweredOn: true)
+        XCTAssertEqual(core.routeRemoteRequest(6, .read, handle: 12, expectsAnswer: true) { _ in false }, .app(ManagerKey(.preserved(made.id), manager: 1)),
+                       "the preserved manager's app is launched to answer")
+        XCTAssertThrowsError(try core.router.answer(4, from: .session(7), attError: 0), "a refused request is owed no answer")
+        XCTAssertNoThrow(try core.router.answer(1, from: .preserved(made.id), attError: 0), "the first is still owed, by the manager that now holds the work")
+    }
 }
