@@ -112,6 +112,10 @@ public struct AppCatalog: Sendable {
 
     public init() {}
 
+    public init(_ manifests: [AppManifest]) {
+        for manifest in manifests { apps[manifest.id] = manifest }
+    }
+
     /// Core Bluetooth's authorization, from the manifests: an app id declared for another user is denied to this one
     /// (managerd refuses its Hello); an undeclared id (a foreground-only app) or the manifest's user may.
     public func mayUseBluetooth(appID: String, uid: UInt32) -> Bool {

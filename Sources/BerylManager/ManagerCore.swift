@@ -29,6 +29,14 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         /// Apps see the stack in a new state; at poweredOn the controller's scanning and advertising are laid out
         /// again (a reset controller forgot them).
         case stateChanged(StackState)
+        /// Start this app's process (`launchStarted` or `launchFailed` says how it went).
+        case launch(AppLaunch)
+        /// Send SIGTERM to an app's launched process, for this reason.
+        case terminate(appID: String, pid: Int32, failure: LaunchFailure)
+        /// A launch waits until this time (`launches.nextDeadline`), after this failure if there was one.
+        case launchDeferred(appID: String, until: Duration, failure: LaunchFailure?)
+        /// The launched processes changed: the shell records them, for a managerd started after this one.
+        case launchesChanged
     }
 
     /// CBConnectionEvent.
@@ -68,11 +76,16 @@ public struct ManagerCore<Event: Sendable>: Sendable {
     public var catalog = AppCatalog()
     /// Every app's state, suspensions and background wakes.
     public var life: AppLifecycle
+    /// The apps' launched processes and when they are launched again.
+    public internal(set) var launches: AppLaunches
 
-    /// `suspendAfter`: how long an app without a manifest stays in the background before it is suspended.
-    public init(suspendAfter: Duration = .seconds(5), queueCapacity: Int = 256) {
+    /// `suspendAfter`: how long an app without a manifest stays in the background before it is suspended;
+    /// `restoreGrace`: how long a launched app has to restore its managers; `startedAt`: managerd's start.
+    public init(suspendAfter: Duration = .seconds(5), queueCapacity: Int = 256, restoreGrace: Duration = .seconds(15),
+                startedAt: Duration = .zero) {
         restoration = Restoration(queueCapacity: queueCapacity)
         life = AppLifecycle(defaultSuspendAfter: suspendAfter)
+        launches = AppLaunches(relaunch: RelaunchPolicy(restoreGrace: restoreGrace, startedAt: startedAt))
     }
 
     public var book: ConnectionBook { connections.book }

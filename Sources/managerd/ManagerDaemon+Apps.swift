@@ -9,21 +9,6 @@ import BerylStore
 import Foundation
 import Glibc
 
-/// An app's processes as managerd sees them.
-struct AppRuntime {
-    var launchedPID: Int32?
-    /// Launched by an earlier managerd: not this process's child, so watched for exit rather than reaped.
-    var adopted = false
-    var launches = 0
-
-    /// A launch is still the app's: a child of ours until superviseApps reaps it (ended but unreaped, a zombie, it
-    /// still waits for the reaping that schedules the next launch with backoff); an adopted app while it lives.
-    var holdsLaunch: Bool {
-        guard let pid = launchedPID else { return false }
-        return !adopted || ProcessStats.isAlive(pid: pid)
-    }
-}
-
 extension ManagerDaemon {
     // MARK: Manifests
 
@@ -45,92 +30,45 @@ extension ManagerDaemon {
         host.logger.info("\(core.catalog.apps.count) app manifest(s) from \(appsDir)")
     }
 
-    func launchForRestoration(_ appID: String) {
-        guard let manifest = core.catalog.apps[appID], manifest.launch != nil,
-              !core.restoration.waitingToRestore(appID).isEmpty else { return }
-        switch relaunch.verdict(for: appID, at: host.loop.uptime) {
-        case .launch:
-            break
-        case .notBefore(let time):
-            // Apps that ran under an earlier managerd may be reconnecting, or a crash loop is backing off: one try at
-            // that time. The margin keeps a timer that libevent fires from its cached clock from landing just short.
-            deferLaunch(appID, until: time)
-            return
-        }
-        guard !stoppingApps else { return }
-        var runtime = apps[appID, default: AppRuntime()]
-        if runtime.holdsLaunch { return }
-        if core.restoration.hasLiveManager(appID) { return }
-        runtime.launches += 1
-        apps[appID] = runtime
-        _ = launch(manifest)
-    }
-
-    /// Starts the manifest's command as its user, with the launch options in the environment.
-    func launch(_ manifest: AppManifest) -> String? {
-        guard let command = manifest.launch else { return "\(manifest.id) has no launch command" }
-        guard !stoppingApps else { return "managerd is stopping" }
-        var environment = ["PATH": "/usr/local/bin:/usr/bin:/bin", "BERYL_APP_ID": manifest.id, "BERYL_RUNTIME_DIR": host.paths.runtimeDir,
-                           "HOME": "/", "LANG": "C.UTF-8"]
-        let waiting = core.restoration.launchOptions(manifest.id)
-        environment["BERYL_LAUNCH_CENTRALS"] = waiting.centrals.joined(separator: ",")
-        environment["BERYL_LAUNCH_PERIPHERALS"] = waiting.peripherals.joined(separator: ",")
-        var runtime = apps[manifest.id, default: AppRuntime()]
+    /// Starts the manifest's command as its user, with the launch options in the environment. Returns why it did not.
+    @discardableResult
+    func spawn(_ order: AppLaunch) -> Error? {
+        let manifest = order.manifest
+        guard let command = manifest.launch else { return LaunchRefusal.noLaunchCommand(appID: manifest.id) }
+        let environment = ["PATH": "/usr/local/bin:/usr/bin:/bin", "BERYL_APP_ID": manifest.id, "BERYL_RUNTIME_DIR": host.paths.runtimeDir,
+                           "HOME": "/", "LANG": "C.UTF-8", "BERYL_LAUNCH_CENTRALS": order.centrals.joined(separator: ","),
+                           "BERYL_LAUNCH_PERIPHERALS": order.peripherals.joined(separator: ",")]
         try? FileManager.default.createDirectory(atPath: host.paths.logDir, withIntermediateDirectories: true)
         do {
             let pid = try Spawn.start(command, environment: environment, logPath: host.paths.logDir + "/app-\(manifest.id).log",
                                       uid: manifest.uid, gid: manifest.gid)
-            runtime.launchedPID = pid
-            runtime.adopted = false
-            relaunch.launched(manifest.id, at: host.loop.uptime)
-            core.life.launched(manifest.id)
+            let restoring = order.centrals + order.peripherals
             host.logger.info("launched \(manifest.id) as \(manifest.user) (pid \(pid))"
-                             + (waiting.centrals.isEmpty && waiting.peripherals.isEmpty ? "" : " to restore \((waiting.centrals + waiting.peripherals).joined(separator: ", "))"))
-            apps[manifest.id] = runtime
-            recordLaunchedApps()
+                             + (restoring.isEmpty ? "" : " to restore \(restoring.joined(separator: ", "))"))
+            apply(core.launchStarted(manifest.id, pid: pid, at: host.loop.uptime))
             return nil
         } catch {
-            let delay = relaunch.launchFailed(manifest.id, reason: "\(error)", at: host.loop.uptime)
-            apps[manifest.id] = runtime
-            host.logger.error("cannot launch \(manifest.id): \(error); trying again in \(delay) if its work still waits")
-            deferLaunch(manifest.id, until: host.loop.uptime + delay)
-            return "\(error)"
+            host.logger.error("cannot launch \(manifest.id): \(error)")
+            apply(core.launchFailed(manifest.id, reason: "\(error)", at: host.loop.uptime))
+            return error
         }
     }
 
-    private func deferLaunch(_ appID: String, until time: Duration) {
-        guard deferredLaunches.insert(appID).inserted else { return }
-        _ = try? host.loop.after(max(.zero, time - host.loop.uptime) + .milliseconds(10)) { [unowned self] in
-            self.deferredLaunches.remove(appID)
-            self.launchForRestoration(appID)
+    /// One timer, at the earliest launch put off; the margin keeps a timer that libevent fires from its cached clock
+    /// from landing just short.
+    func armLaunchTimer() {
+        launchTimer.arm(at: core.launches.nextDeadline.map { $0 + .milliseconds(10) }) { [unowned self] now in
+            apply(core.launchesDue(at: now))
+            armLaunchTimer()
         }
     }
 
-    /// Reaps launched apps; one that ended with preserved work still waiting is launched again, with backoff.
+    /// Reaps launched apps (an adopted one is only watched) and tells the core which ended and which still run.
     func superviseApps() {
-        for (appID, runtime) in apps {
-            guard let pid = runtime.launchedPID else { continue }
-            let ended = runtime.adopted ? (ProcessStats.isAlive(pid: pid) ? nil : "exited") : Spawn.reap(pid).map { "\($0.exit)" }
-            guard let reason = ended else {
-                // Up, but it has not made the managers it was launched to restore: ended, so that it is launched again.
-                let waiting = core.restoration.waitingToRestore(appID)
-                if relaunch.overdue(appID, waiting: waiting.map(\.restoreID), at: host.loop.uptime) {
-                    host.logger.warning("\(appID) (pid \(pid)) \(relaunch.failure(of: appID).map { "\($0)" } ?? ""); ending it")
-                    kill(pid, SIGTERM)
-                }
-                continue
-            }
-            var updated = runtime
-            updated.launchedPID = nil
-            updated.adopted = false
-            defer { recordLaunchedApps() }
-            let waiting = core.restoration.waitingToRestore(appID)
-            if let delay = relaunch.exited(appID, exit: reason, waiting: waiting.map(\.restoreID), at: host.loop.uptime) {
-                host.logger.warning("\(appID) \(relaunch.failure(of: appID).map { "\($0)" } ?? ""); launching again in \(delay)")
-                deferLaunch(appID, until: host.loop.uptime + delay)
-            }
-            if !core.restoration.hasLiveManager(appID), sessionsOf(appID).isEmpty { core.life.exited(appID) }
-            apps[appID] = updated
+        for (appID, process) in core.launches.processes.sorted(by: { $0.key < $1.key }) {
+            let ended = process.adopted ? (ProcessStats.isAlive(pid: process.pid) ? nil : "exited") : Spawn.reap(process.pid).map { "\($0.exit)" }
+            let now = host.loop.uptime
+            apply(ended.map { core.launchEnded(appID, exit: $0, at: now) } ?? core.launchRunning(appID, at: now))
         }
     }
 
@@ -161,11 +99,15 @@ extension ManagerDaemon {
             } })
         case .launchApp(let launchRequest):
             guard let manifest = authorized(launchRequest.appID) else { return }
-            if let error = launch(manifest) {
-                incoming.fail(.notReady, error, field: "app_id")
-            } else {
-                apps[manifest.id]?.launches += 1
-                incoming.respond(.with { $0.manager.apps.apps = [appInfo(manifest)] })
+            switch core.launchAsked(manifest.id) {
+            case .failure(let refusal):
+                incoming.fail(.notReady, "\(refusal)", field: "app_id")
+            case .success(let order):
+                if let error = spawn(order) {
+                    incoming.fail(.notReady, "\(error)", field: "app_id")
+                } else {
+                    incoming.respond(.with { $0.manager.apps.apps = [appInfo(manifest)] })
+                }
             }
         case .stopApp(let stop):
             guard let manifest = authorized(stop.appID) else { return }
@@ -176,7 +118,7 @@ extension ManagerDaemon {
                 for live in sessionsOf(manifest.id) { core.sessions[live.id]?.quitting = true }
             }
             var pids = Set(sessionsOf(manifest.id).map(\.peer.pid))
-            if let pid = apps[manifest.id]?.launchedPID { pids.insert(pid) }
+            if let pid = core.launches.processes[manifest.id]?.pid { pids.insert(pid) }
             for pid in pids where pid > 1 { kill(pid, SIGTERM) }
             host.logger.info("\(stop.userQuit ? "quit" : "terminated") \(manifest.id) (pids \(pids.sorted()))")
             incoming.respond(.with { $0.manager.apps.apps = [appInfo(manifest)] })
@@ -223,12 +165,11 @@ extension ManagerDaemon {
     }
 
     func appInfo(_ manifest: AppManifest) -> Beryl_Ipc_V1_AppInfo {
-        let runtime = apps[manifest.id] ?? AppRuntime()
         let mine = core.restoration.managers(of: manifest.id)
         let preservedQueued: Int = mine.map { core.restoration.queuedCount($0.id) }.reduce(0, +)
         let held: Int = sessionsOf(manifest.id).compactMap { core.sessions[$0.id]?.held.count }.reduce(0, +)
         var pids: Set<Int32> = Set(sessionsOf(manifest.id).map(\.peer.pid))
-        if let launched = runtime.launchedPID { pids.insert(launched) }
+        if let launched = core.launches.processes[manifest.id]?.pid { pids.insert(launched) }
         return .with {
             $0.id = manifest.id
             $0.manifest = manifest.file
@@ -240,11 +181,11 @@ extension ManagerDaemon {
             $0.preservedCentrals = mine.filter { $0.role == .central }.map(\.restoreID).sorted()
             $0.preservedPeripherals = mine.filter { $0.role == .peripheral }.map(\.restoreID).sorted()
             $0.queuedEvents = UInt32(preservedQueued + held)
-            $0.launches = UInt32(runtime.launches)
-            $0.lastLaunchError = relaunch.failure(of: manifest.id)?.description ?? ""
-            $0.lastLaunchFailure = .init(relaunch.failure(of: manifest.id))
+            $0.launches = UInt32(clamping: core.launches.counts[manifest.id] ?? 0)
+            $0.lastLaunchError = core.launches.relaunch.failure(of: manifest.id)?.description ?? ""
+            $0.lastLaunchFailure = .init(core.launches.relaunch.failure(of: manifest.id))
             $0.restorations = UInt32(clamping: core.restoration.restorations(of: manifest.id))
-            let relaunches = relaunch.tally(of: manifest.id)
+            let relaunches = core.launches.relaunch.tally(of: manifest.id)
             $0.launchesEndedUnrestored = UInt32(clamping: relaunches.endedUnrestored)
             $0.launchesBackedOff = UInt32(clamping: relaunches.backedOff)
             $0.launchesBeforeReaped = UInt32(clamping: relaunches.launchedBeforeReaped)
@@ -259,7 +200,7 @@ extension ManagerDaemon {
     var launchedAppsPath: String { host.paths.stateDir + "/launched-apps.json" }
 
     func recordLaunchedApps() {
-        let running = apps.compactMap { appID, runtime in runtime.launchedPID.map { (app: appID, pid: $0) } }
+        let running = core.launches.processes.map { (app: $0.key, pid: $0.value.pid) }
         do {
             try LaunchedApps(running: running).save(to: launchedAppsPath)
         } catch {
@@ -272,12 +213,9 @@ extension ManagerDaemon {
     func adoptLaunchedApps() {
         let running = LaunchedApps.load(from: launchedAppsPath).stillRunning()
         for entry in running where core.catalog.apps[entry.app] != nil {
-            var runtime = apps[entry.app, default: AppRuntime()]
             // Only the pid is taken: the app's lifecycle state went with the old managerd, and is what it was for an
             // app that reconnects (foreground, until it or `beryl app state` says otherwise).
-            runtime.launchedPID = entry.pid
-            runtime.adopted = true
-            apps[entry.app] = runtime
+            core.adoptLaunch(entry.app, pid: entry.pid)
             host.logger.info("\(entry.app) (pid \(entry.pid)), launched before this managerd started, is still running")
         }
         recordLaunchedApps()
@@ -287,9 +225,8 @@ extension ManagerDaemon {
     /// background app: their preserved managers stay, so a later managerd launches them again for their events.
     /// A managerd that crashes leaves them running, to reconnect to its successor.
     func stopLaunchedApps() {
-        guard !stoppingApps else { return }
-        stoppingApps = true
-        let pids = launchedAppsAlive
+        guard !core.launches.stopping else { return }
+        let pids = core.stopLaunching().filter { ProcessStats.isAlive(pid: $0) }
         guard !pids.isEmpty else { finishStopping(); return }
         host.logger.info("ending the apps it launched (pids \(pids.sorted()))")
         for pid in pids { kill(pid, SIGTERM) }
@@ -313,7 +250,7 @@ extension ManagerDaemon {
         check()
     }
 
-    private var launchedAppsAlive: [Int32] { apps.values.compactMap(\.launchedPID).filter { ProcessStats.isAlive(pid: $0) } }
+    private var launchedAppsAlive: [Int32] { core.launches.processes.values.map(\.pid).filter { ProcessStats.isAlive(pid: $0) } }
 
     /// Within the supervisor's 5 s before it kills managerd itself.
     static let appStopGrace = Duration.seconds(3)

@@ -89,7 +89,7 @@ extension ManagerDaemon {
 
     func lifecycleSessionClosed(_ session: UInt64, appID: String) {
         let remaining = sessionsOf(appID).map(\.id).filter { $0 != session }
-        if let awake = core.life.sessionClosed(session, app: appID, remaining: remaining, launchedHere: apps[appID]?.launchedPID != nil,
+        if let awake = core.life.sessionClosed(session, app: appID, remaining: remaining, launchedHere: core.launches.processes[appID] != nil,
                                           at: host.loop.uptime) {
             host.logger.info("\(appID) is idle again after \(awake) awake")
         }
@@ -122,7 +122,7 @@ extension ManagerDaemon {
     /// event, so nothing waits on a process that stopped answering.
     private func endOverrunningApp(_ appID: String) {
         var pids = Set(sessionsOf(appID).map(\.peer.pid))
-        if let pid = apps[appID]?.launchedPID { pids.insert(pid) }
+        if let pid = core.launches.processes[appID]?.pid { pids.insert(pid) }
         pids = pids.filter { $0 > 1 && $0 != getpid() }
         let budget = core.catalog.apps[appID]?.wakeBudget ?? 0
         host.logger.warning("\(appID) overran its \(budget) s background budget; ending it (pids \(pids.sorted())); its next event wakes it again")

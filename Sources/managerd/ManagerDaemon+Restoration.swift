@@ -4,6 +4,7 @@ import BerylIPC
 import BerylManager
 import BerylManagerWire
 import BerylStore
+import Glibc
 
 /// Restoration's shell: BerylManager's Restoration decides which manager a Hello restores and what is held for an
 /// absent app; here its managers' scans, links and services move between holders, records are written and apps launched.
@@ -91,6 +92,16 @@ extension ManagerDaemon {
                 deliver(events, to: session)
             case .stateChanged(let newState):
                 stateChanged(newState)
+            case .launch(let order):
+                spawn(order)
+            case .terminate(let appID, let pid, let failure):
+                host.logger.warning("\(appID) (pid \(pid)) \(failure); ending it")
+                kill(pid, SIGTERM)
+            case .launchDeferred(let appID, let time, let failure):
+                if let failure { host.logger.warning("\(appID) \(failure); launching again in \(time - host.loop.uptime)") }
+                armLaunchTimer()
+            case .launchesChanged:
+                recordLaunchedApps()
             }
         }
     }
@@ -108,7 +119,7 @@ extension ManagerDaemon {
             return  // the restored manager hears the current state; prompts cannot wait
         default:
             guard let appID = core.restoration.hold(event, discoveryOf: event.discoveredPeripheral, for: preservedID) else { return }
-            launchForRestoration(appID)
+            apply(core.launchIfWaiting(appID, at: host.loop.uptime))
         }
     }
 

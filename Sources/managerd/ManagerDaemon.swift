@@ -38,7 +38,6 @@ final class ManagerDaemon {
 
     // Apps, background and restoration.
     let appsDir: String?
-    var apps: [String: AppRuntime] = [:]
     /// Records this managerd cannot read (written by a newer Beryl, or damaged): never overwritten, so the manager an
     /// app makes under such an identifier runs unpreserved.
     var unreadableRecords: Set<RecordKey> = []
@@ -56,13 +55,9 @@ final class ManagerDaemon {
     var identityIsRandom = false
     var ownAddressType: UInt8 { identityIsRandom ? 0x01 : 0x00 }
 
-    /// When apps are launched again for restoration. Its reconnection grace (3 s) is how long after starting managerd
-    /// waits for running apps to reconnect (the library retries for up to 1 s between attempts).
-    var relaunch: RelaunchPolicy
-    /// Apps whose launch for restoration waits for the end of that grace.
-    var deferredLaunches: Set<String> = []
-    /// Set once SIGTERM arrives: the launched apps are being ended, and none is launched again.
-    var stoppingApps = false
+    /// At the earliest launch the core put off. Its relaunch policy's reconnection grace (3 s) is how long after
+    /// starting managerd waits for running apps to reconnect (the library retries for up to 1 s between attempts).
+    lazy var launchTimer = DeadlineTimer(loop: host.loop)
 
     // Device labs.
     var lab: LabSession?
@@ -82,11 +77,11 @@ final class ManagerDaemon {
     lazy var labResetTimer = DeadlineTimer(loop: host.loop)
 
     init(host: DaemonHost, appsDir: String?, suspendAfter: Double = 5, restoreGrace: Double = 15) throws {
-        relaunch = RelaunchPolicy(restoreGrace: .milliseconds(Int(restoreGrace * 1000)), startedAt: host.loop.uptime)
         self.host = host
         self.appsDir = appsDir
         // Seconds before an app without a manifest is suspended in the background (a manifest says its own).
-        core = ManagerCore(suspendAfter: .milliseconds(Int(suspendAfter * 1000)))
+        core = ManagerCore(suspendAfter: .milliseconds(Int(suspendAfter * 1000)), restoreGrace: .milliseconds(Int(restoreGrace * 1000)),
+                           startedAt: host.loop.uptime)
         do {
             restorationStore = try RestorationStore(path: host.paths.stateDir + "/restoration.sqlite")
         } catch {
