@@ -64,6 +64,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
     public var discoveredServices: [String: Set<BluetoothUUID>] = [:]
     /// Who asked to hear of links (registerForConnectionEvents).
     public var connectionInterests = ConnectionEventInterests()
+    /// ATT_MTU per link whose ATT bearer attd opened.
+    public internal(set) var attMTUs: [UInt16: UInt16] = [:]
 
     /// What apps see of the stack, what hcid last said of the controller, and whether attd is attached.
     public internal(set) var state: StackState = .unknown
@@ -278,6 +280,7 @@ public struct ManagerCore<Event: Sendable>: Sendable {
     /// A link went: its holders hear so, except a preserved manager whose app is away, which asks for it again and
     /// whose record no longer has subscriptions on it.
     public mutating func linkDown(handle: UInt16, reason: UInt8) -> (identifier: String, outputs: [Output])? {
+        attMTUs[handle] = nil
         let address = book.identifier(for: handle).flatMap { book.link(for: $0)?.address }
         let restoration = restoration
         guard let (identifier, down) = connections.linkDown(handle: handle, reason: reason, isAway: { restoration.manager(heldBy: $0).map { !$0.live } ?? false })

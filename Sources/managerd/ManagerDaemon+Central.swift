@@ -13,13 +13,10 @@ extension ManagerDaemon {
         case .startScan(let start):
             guard let services = uuids(start.serviceUuids, field: "service_uuids", incoming),
                   let solicited = uuids(start.solicitedServiceUuids, field: "solicited_service_uuids", incoming) else { return }
-            core.scans.start(ManagerKey(session: session, manager: start.manager), ScanRequest(services: services, allowDuplicates: start.allowDuplicates, solicited: solicited))
-            core.applyScanPolicy(session)  // an app launched into the background scans by the background rules from its first scan
-            updateScanning()
-            persistIfPreserved(.session(session))
+            let key = ManagerKey(session: session, manager: start.manager)
+            apply(core.startScan(ScanRequest(services: services, allowDuplicates: start.allowDuplicates, solicited: solicited), for: key))
             incoming.respond(.with { $0.ack = .init() })
             // Peripherals already heard are reported at once, as a fresh scan on iOS reports cached ones.
-            let key = ManagerKey(session: session, manager: start.manager)
             for (address, advertisement) in core.heard.advertisements {
                 guard let device = store?.device(at: address) else { continue }
                 for target in core.scans.route(identifier: device.identifier, advertisement: advertisement) where target == key {
@@ -27,9 +24,7 @@ extension ManagerDaemon {
                 }
             }
         case .stopScan(let stop):
-            core.scans.stop(ManagerKey(session: session, manager: stop.manager))
-            updateScanning()
-            persistIfPreserved(.session(session))
+            apply(core.stopScan(for: ManagerKey(session: session, manager: stop.manager)))
             incoming.respond(.with { $0.ack = .init() })
         case .connect(let connect):
             guard let device = store?.device(connect.peripheral) else {
@@ -37,29 +32,16 @@ extension ManagerDaemon {
                               detail: RemoteDetail(bluetoothError: .unknownDevice))
                 return
             }
-            // The book holds the request before the record is written: a preserved manager's record lists it.
-            let outputs = core.connections.connect(ManagerKey(session: session, manager: connect.manager), identifier: device.identifier, address: device.address)
-            let options = PreservedState.ConnectOptions(connect)
-            self.core.sessions[session]?.connectOptions[device.identifier] = options
-            updatePreserved(.session(session)) { $0.connectOptions[device.identifier] = options }
-            incoming.respond(.with { $0.ack = .init() })
-            apply(outputs)
+            let outputs = core.connect(ManagerKey(session: session, manager: connect.manager), to: device.identifier, at: device.address,
+                                       options: PreservedState.ConnectOptions(connect))
+            acknowledge(incoming, after: outputs)
         case .cancelConnection(let cancel):
-            let outputs: [CentralConnections.Output]
             do {
-                outputs = try core.connections.cancel(ManagerKey(session: session, manager: cancel.manager), identifier: cancel.peripheral)
+                acknowledge(incoming, after: try core.cancelConnection(ManagerKey(session: session, manager: cancel.manager), to: cancel.peripheral))
             } catch {
                 incoming.fail(.notFound, "this manager neither holds nor awaits \(cancel.peripheral)", field: "peripheral",
                               detail: RemoteDetail(bluetoothError: .unknownDevice))
-                return
             }
-            updatePreserved(.session(session)) {
-                $0.connectOptions[cancel.peripheral] = nil
-                $0.databases[cancel.peripheral] = nil
-                $0.notifying[cancel.peripheral] = nil
-            }
-            incoming.respond(.with { $0.ack = .init() })
-            apply(outputs)
         case .retrievePeripherals(let retrieve):
             // No identifiers: every device this stack knows (for `beryl peripherals`; the library never asks that).
             var addresses: [DeviceAddress] = []
@@ -100,9 +82,7 @@ extension ManagerDaemon {
             }
         case .maximumWriteLength(let ask):
             guard let link = heldLink(ask.peripheral, session: session, incoming) else { return }
-            // With response a long write carries up to 512 bytes; without, one PDU of ATT_MTU - 3 (Core Vol 3 Part F §3.4.5).
-            let mtu = mtus[link.handle] ?? 23
-            incoming.respond(.with { $0.manager.maximumWriteLength.length = ask.withoutResponse ? UInt32(mtu - 3) : 512 })
+            incoming.respond(.with { $0.manager.maximumWriteLength.length = core.maximumWriteLength(on: link.handle, withoutResponse: ask.withoutResponse) })
         default:
             incoming.fail(.unsupported, "not a central request")
         }
@@ -116,12 +96,20 @@ extension ManagerDaemon {
         return parsed
     }
 
-    /// The link this session holds to a peripheral; fails the request (not connected) otherwise.
+    /// The command's record is written before it is acknowledged; what it asks of the controller, and the events it
+    /// makes (a link already up is connected at once), follow the acknowledgement.
+    func acknowledge(_ incoming: IncomingRequest, after outputs: [ManagerCore<Beryl_Ipc_V1_ManagerEvent>.Output]) {
+        apply(outputs.filter(\.isRecord))
+        incoming.respond(.with { $0.ack = .init() })
+        apply(outputs.filter { !$0.isRecord })
+    }
+
     /// Requests that waited for a bearer go on: to attd now that it has it, or to their error now that it cannot.
     func releaseAwaitingBearer(_ handle: UInt16) {
         for resume in awaitingBearer.removeValue(forKey: handle) ?? [] { resume() }
     }
 
+    /// The link this session holds to a peripheral; fails the request (not connected) otherwise.
     func heldLink(_ identifier: String, session: UInt64, _ incoming: IncomingRequest) -> ConnectionBook.Link? {
         guard let link = book.link(for: identifier), link.holders.contains(where: { $0.holder == .session(session) }) else {
             incoming.fail(.notFound, "peripheral \(identifier) is not connected for this app", field: "peripheral",
@@ -232,7 +220,6 @@ extension ManagerDaemon {
             host.logger.info("connection attempt ended (0x\(String(status, radix: 16))); trying again if anyone still waits")
             apply(core.connections.attemptEnded())
         case .disconnected(let handle, let reason):
-            mtus[handle] = nil
             defer {
                 releaseAwaitingBearer(handle)
                 applyLabReset(labReset.linkEnded(handle, at: host.loop.uptime))
@@ -255,7 +242,7 @@ extension ManagerDaemon {
         }
         // attd hears of a new link from hcid as managerd does, and may not have yet: an app that asks at once (in
         // didConnect, as the guide does) waits for the link's bearer rather than being told there is no link.
-        guard mtus[link.handle] != nil else {
+        guard core.attMTUs[link.handle] != nil else {
             awaitingBearer[link.handle, default: []].append { [unowned self] in forwardGatt(operation, session: session, incoming) }
             return
         }
@@ -268,13 +255,12 @@ extension ManagerDaemon {
             switch result {
             case .success(let response):
                 if case .discover(let discover)? = operation.kind {
-                    core.discoveredServices[identifier, default: []].formUnion(response.att.gattDatabase.services.compactMap { BluetoothUUID($0.uuid) })
-                    keepDiscovery(response.att.gattDatabase, of: discover, on: identifier, session: session)
+                    let services = response.att.gattDatabase.services.compactMap { BluetoothUUID($0.uuid) }
+                    apply(core.discovered(discovery(response.att.gattDatabase, of: discover, on: identifier), services: services,
+                                          everyService: discover.serviceUuids.isEmpty, on: identifier, by: .session(session)))
                 }
                 if case .setNotify(let change)? = operation.kind, let valueHandle = UInt16(exactly: change.valueHandle) {
-                    updatePreserved(.session(session)) {
-                        if change.enable { $0.notifying[identifier, default: []].insert(valueHandle) } else { $0.notifying[identifier]?.remove(valueHandle) }
-                    }
+                    apply(core.notifyChanged(valueHandle, enabled: change.enable, on: identifier, by: .session(session)))
                 }
                 incoming.respond(.with { answer in
                     switch response.att.kind {
@@ -289,23 +275,16 @@ extension ManagerDaemon {
         }
     }
 
-    /// What the app knows of the peripheral, for willRestoreState (reads and writes change nothing kept).
-    private func keepDiscovery(_ answer: Beryl_Ipc_V1_GattDatabase, of discover: Beryl_Ipc_V1_DiscoverAttributes, on identifier: String, session: UInt64) {
+    /// What a discovery answered, as the record keeps it; nil when attd's answer does not read as one.
+    private func discovery(_ answer: Beryl_Ipc_V1_GattDatabase, of discover: Beryl_Ipc_V1_DiscoverAttributes,
+                           on identifier: String) -> RemoteDatabase.Discovery? {
         let (lower, upper) = (max(1, discover.startHandle), discover.endHandle == 0 ? 0xFFFF : discover.endHandle)
-        guard lower <= upper, upper <= 0xFFFF else { return }
-        let found: RemoteDatabase.Discovery
+        guard lower <= upper, upper <= 0xFFFF else { return nil }
         do {
-            found = try .init(wire: answer, depth: discover.depth, range: UInt16(lower)...UInt16(upper))
+            return try RemoteDatabase.Discovery(wire: answer, depth: discover.depth, range: UInt16(lower)...UInt16(upper))
         } catch {
             host.logger.error("what attd found on \(identifier) is not kept for restoration: \(error)")
-            return
-        }
-        updatePreserved(.session(session)) {
-            if discover.serviceUuids.isEmpty, case .whole(let services) = found {
-                $0.databases[identifier] = RemoteDatabase(services: services)
-            } else {
-                $0.databases[identifier, default: .init()].add(found)
-            }
+            return nil
         }
     }
 

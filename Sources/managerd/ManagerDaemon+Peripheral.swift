@@ -178,9 +178,8 @@ extension ManagerDaemon {
         send(event, to: owner.holder)
     }
 
-    /// ATT_MTU - 3: the most one notification carries (Core Vol 3 Part F §3.4.7.1).
     private func maximumUpdateLength(_ connectionHandle: UInt32) -> UInt32 {
-        UInt32((mtus[UInt16(truncatingIfNeeded: connectionHandle)] ?? 23) - 3)
+        core.maximumUpdateLength(on: UInt16(truncatingIfNeeded: connectionHandle))
     }
 
     func routeSubscription(_ change: Beryl_Ipc_V1_SubscriptionChanged) {

@@ -27,8 +27,6 @@ final class ManagerDaemon {
     lazy var connectionTimer = DeadlineTimer(loop: host.loop)
     /// The scan the controller runs now (nil: none).
     var controllerScan: ControllerScan?
-    /// ATT_MTU per link, from attd's bearer events.
-    var mtus: [UInt16: UInt16] = [:]
     /// GATT requests for links whose bearer attd has not reported yet.
     var awaitingBearer: [UInt16: [() -> Void]] = [:]
 
@@ -188,7 +186,7 @@ final class ManagerDaemon {
             guard case .success(let response) = result else { return }
             for bearer in response.att.bearers.bearers {
                 let handle = UInt16(truncatingIfNeeded: bearer.connectionHandle)
-                mtus[handle] = UInt16(truncatingIfNeeded: bearer.attMtu)
+                core.bearer(handle, mtu: UInt16(truncatingIfNeeded: bearer.attMtu))
                 guard book.identifier(for: handle) == nil, let peer = DeviceAddress(bearer.peerAddress) else { continue }
                 host.logger.info("link 0x\(String(handle, radix: 16)) with \(peer) was up before managerd started; taking it back")
                 linkEvent(.connected(handle: handle, central: bearer.central, peer: peer))
@@ -283,10 +281,10 @@ final class ManagerDaemon {
         if let kind = event.att.kind, labSecurityEvent(kind) { return }
         switch event.att.kind {
         case .bearerOpened(let bearer)?, .mtuChanged(let bearer)?:
-            mtus[UInt16(truncatingIfNeeded: bearer.connectionHandle)] = UInt16(truncatingIfNeeded: bearer.attMtu)
+            core.bearer(UInt16(truncatingIfNeeded: bearer.connectionHandle), mtu: UInt16(truncatingIfNeeded: bearer.attMtu))
             releaseAwaitingBearer(UInt16(truncatingIfNeeded: bearer.connectionHandle))
         case .bearerClosed(let bearer)?:
-            mtus[UInt16(truncatingIfNeeded: bearer.connectionHandle)] = nil
+            core.bearerClosed(UInt16(truncatingIfNeeded: bearer.connectionHandle))
         case .gattNotification(let notification)?:
             forwardToHolders(.gattNotification(notification), connectionHandle: notification.connectionHandle)
         case .gattServiceChanged(let change)?:

@@ -1,0 +1,90 @@
+import BerylCore
+
+/// A central manager's commands and what its GATT operations leave behind: each change is made, then the manager's
+/// record (if it opted into restoration) is written before the shell acknowledges the command.
+extension ManagerCore {
+    /// scanForPeripherals(withServices:options:): the manager's scan replaces its last, under the background rules of
+    /// its app's state from the first scan (an app launched into the background scans by them).
+    public mutating func startScan(_ request: ScanRequest, for key: ManagerKey) -> [Output] {
+        scans.start(key, request)
+        if let session = key.holder.sessionID { applyScanPolicy(session) }
+        return [.scanningChanged] + persisting(key.holder)
+    }
+
+    public mutating func stopScan(for key: ManagerKey) -> [Output] {
+        scans.stop(key)
+        return [.scanningChanged] + persisting(key.holder)
+    }
+
+    /// connect(_:options:): the book holds the request before the record is written, so the record lists it.
+    public mutating func connect(_ key: ManagerKey, to identifier: String, at address: DeviceAddress,
+                                 options: PreservedState.ConnectOptions) -> [Output] {
+        let actions = connections.connect(key, identifier: identifier, address: address)
+        if let session = key.holder.sessionID { sessions[session]?.connectOptions[identifier] = options }
+        return updatingRecord(of: key.holder) { $0.connectOptions[identifier] = options } + actions.map(Output.connections)
+    }
+
+    /// cancelPeripheralConnection(_:): the record forgets the peripheral's options and what was found on it.
+    public mutating func cancelConnection(_ key: ManagerKey, to identifier: String) throws(CentralConnections.Refusal) -> [Output] {
+        let actions = try connections.cancel(key, identifier: identifier)
+        let record = updatingRecord(of: key.holder) {
+            $0.connectOptions[identifier] = nil
+            $0.databases[identifier] = nil
+            $0.notifying[identifier] = nil
+        }
+        return record + actions.map(Output.connections)
+    }
+
+    /// A discovery on `identifier` answered for `holder`: the services it saw feed connection events and
+    /// retrieveConnectedPeripherals(withServices:); what it found (nil: not readable) is kept for willRestoreState, a
+    /// whole-database discovery of every service replacing the copy and any other adding to it (reads and writes
+    /// change nothing kept).
+    public mutating func discovered(_ found: RemoteDatabase.Discovery?, services: [BluetoothUUID], everyService: Bool,
+                                    on identifier: String, by holder: ManagerHolder) -> [Output] {
+        discoveredServices[identifier, default: []].formUnion(services)
+        guard let found else { return [] }
+        return updatingRecord(of: holder) {
+            if everyService, case .whole(let services) = found {
+                $0.databases[identifier] = RemoteDatabase(services: services)
+            } else {
+                $0.databases[identifier, default: .init()].add(found)
+            }
+        }
+    }
+
+    /// setNotifyValue(_:for:) answered: the record keeps which values notify, to subscribe again on restoration.
+    public mutating func notifyChanged(_ valueHandle: UInt16, enabled: Bool, on identifier: String, by holder: ManagerHolder) -> [Output] {
+        updatingRecord(of: holder) {
+            if enabled { $0.notifying[identifier, default: []].insert(valueHandle) } else { $0.notifying[identifier]?.remove(valueHandle) }
+        }
+    }
+
+    mutating func updatingRecord(of holder: ManagerHolder, _ change: (inout PreservedManager) -> Void) -> [Output] {
+        restoration.update(heldBy: holder, change).map { [.persist(preservedID: $0.id)] } ?? []
+    }
+
+    // MARK: ATT bearers
+
+    /// attd opened a link's ATT bearer or changed its ATT_MTU; GATT requests wait for the bearer.
+    public mutating func bearer(_ handle: UInt16, mtu: UInt16) { attMTUs[handle] = mtu }
+
+    public mutating func bearerClosed(_ handle: UInt16) { attMTUs[handle] = nil }
+
+    /// ATT_MTU - 3: the most one notification or write without response carries (Core Vol 3 Part F §3.4.7.1, §3.4.5.3).
+    public func maximumUpdateLength(on handle: UInt16) -> UInt32 { UInt32((attMTUs[handle] ?? 23) - 3) }
+
+    /// With response a long write carries up to 512 bytes, an attribute's largest value (Core Vol 3 Part F §3.2.9).
+    public func maximumWriteLength(on handle: UInt16, withoutResponse: Bool) -> UInt32 {
+        withoutResponse ? maximumUpdateLength(on: handle) : 512
+    }
+}
+
+extension ManagerCore.Output {
+    /// A record written or removed: done before the command that changed it is acknowledged.
+    public var isRecord: Bool {
+        switch self {
+        case .persist, .forget: true
+        default: false
+        }
+    }
+}

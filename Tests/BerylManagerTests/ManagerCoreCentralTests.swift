@@ -1,0 +1,122 @@
+import BerylCore
+import BerylManager
+import XCTest
+
+/// A central manager's commands and GATT answers as ManagerCore takes them: what the record says after each (it is
+/// written before the command is acknowledged), and what is asked of the controller.
+final class ManagerCoreCentralTests: XCTestCase {
+    private typealias Core = ManagerCore<String>
+    private let lock = DeviceAddress("C0:FF:EE:00:00:01/random")!
+    private let doorService = RemoteDatabase.Service(uuid: BluetoothUUID(0xD00D), handles: 1...5,
+                                                     characteristics: [.init(uuid: BluetoothUUID(0xD00E), properties: 0x12, valueHandle: 3)])
+    private let batteryService = RemoteDatabase.Service(uuid: BluetoothUUID(0x180F), handles: 6...8)
+
+    /// Session 5's central manager 1 ("door", opted into restoration).
+    private func central() -> (Core, ManagerKey, PreservedManager) {
+        var core = Core()
+        guard case .made(let made) = core.restoration.bind(appID: "lock", restoreID: "door", role: .central, session: 5) else {
+            preconditionFailure("a first Hello with a restore identifier makes the manager")
+        }
+        core.sessions[5, default: .init()].appID = "lock"
+        _ = core.connections.controller(poweredOn: true)
+        return (core, made.key, made)
+    }
+
+    private func record(_ preserved: PreservedManager, in core: Core) -> PreservedState.Central? {
+        core.restoration.manager(id: preserved.id).map { core.snapshot($0, name: { _ in "" }).central } ?? nil
+    }
+
+    // Fault suite, managerd killed right after scanForPeripherals returned: the record has the scan.
+    func testAScanIsInTheRecordBeforeItIsAcknowledged() {
+        var (core, key, door) = central()
+        let scan = ScanRequest(services: [BluetoothUUID(0xD00D)])
+        XCTAssertEqual(core.startScan(scan, for: key), [.scanningChanged, .persist(preservedID: door.id)])
+        XCTAssertEqual(record(door, in: core)?.scan, scan)
+        XCTAssertEqual(core.stopScan(for: key), [.scanningChanged, .persist(preservedID: door.id)])
+        XCTAssertNil(record(door, in: core)?.scan)
+    }
+
+    func testAManagerWithoutRestorationScansWithoutARecord() {
+        var core = Core()
+        let key = ManagerKey(session: 9, manager: 1)
+        XCTAssertEqual(core.startScan(ScanRequest(), for: key), [.scanningChanged])
+        XCTAssertTrue(core.scans.isScanning)
+    }
+
+    // RestorationTests: a pending connect is restored with its options; the record lists it before the controller is asked.
+    func testAConnectIsRecordedWithItsOptionsBeforeTheControllerIsAsked() {
+        var (core, key, door) = central()
+        let options = PreservedState.ConnectOptions(notifyOnDisconnection: true)
+        let outputs = core.connect(key, to: "L", at: lock, options: options)
+        XCTAssertEqual(outputs, [.persist(preservedID: door.id), .connections(.controller(.connect(lock)))])
+        XCTAssertEqual(outputs.map(\.isRecord), [true, false])
+        XCTAssertEqual(record(door, in: core)?.links, [PreservedState.Link(identifier: "L", pending: true, options: options)])
+        XCTAssertEqual(core.sessions[5]?.connectOptions["L"], options, "alerts read the session's options")
+    }
+
+    func testConnectingToALinkAlreadyUpConnectsAtOnce() {
+        var (core, key, door) = central()
+        _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
+        let other = ManagerKey(session: 6, manager: 1)
+        _ = core.connect(other, to: "L", at: lock, options: .init())
+        XCTAssertEqual(core.connect(key, to: "L", at: lock, options: .init()),
+                       [.persist(preservedID: door.id), .connections(.event(.connected(key, identifier: "L")))])
+    }
+
+    // A cancelled peripheral is not restored: its options, what was found on it and its notifying values go.
+    func testACancelForgetsThePeripheralInTheRecord() {
+        var (core, key, door) = central()
+        _ = core.connect(key, to: "L", at: lock, options: .init(notifyOnConnection: true))
+        _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
+        _ = core.discovered(.whole([doorService]), services: [doorService.uuid], everyService: true, on: "L", by: key.holder)
+        _ = core.notifyChanged(3, enabled: true, on: "L", by: key.holder)
+        XCTAssertEqual(record(door, in: core)?.links.first?.notifyingValueHandles, [3])
+        let outputs = try? core.cancelConnection(key, to: "L")
+        XCTAssertEqual(outputs?.first, .persist(preservedID: door.id))
+        XCTAssertEqual(outputs?.last, .connections(.event(.disconnected(key, identifier: "L", reason: 0x16))),
+                       "a held link is reported cancelled by the local host (Core Vol 1 Part F §2)")
+        XCTAssertEqual(record(door, in: core)?.links, [])
+        let manager = core.restoration.manager(id: door.id)
+        XCTAssertNil(manager?.connectOptions["L"])
+        XCTAssertNil(manager?.databases["L"])
+        XCTAssertNil(manager?.notifying["L"])
+        XCTAssertThrowsError(try core.cancelConnection(key, to: "L")) { XCTAssertEqual($0 as? CentralConnections.Refusal, .notHeld) }
+    }
+
+    // willRestoreState's peripherals carry their services: a whole discovery replaces the copy, others add to it.
+    func testDiscoveriesBuildTheRecordsCopyOfThePeripheral() {
+        var (core, key, door) = central()
+        _ = core.connect(key, to: "L", at: lock, options: .init())
+        _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
+        let bare = RemoteDatabase.Service(uuid: doorService.uuid, handles: doorService.handles)
+        XCTAssertEqual(core.discovered(.services([bare]), services: [bare.uuid], everyService: false, on: "L", by: key.holder),
+                       [.persist(preservedID: door.id)])
+        _ = core.discovered(.characteristics(doorService.characteristics, inServiceAt: 1), services: [], everyService: false, on: "L", by: key.holder)
+        XCTAssertEqual(record(door, in: core)?.links.first?.database?.services, [doorService])
+        _ = core.discovered(.whole([batteryService]), services: [batteryService.uuid], everyService: true, on: "L", by: key.holder)
+        XCTAssertEqual(record(door, in: core)?.links.first?.database?.services, [batteryService], "a whole discovery is the database now")
+        _ = core.discovered(.whole([doorService]), services: [doorService.uuid], everyService: false, on: "L", by: key.holder)
+        XCTAssertEqual(record(door, in: core)?.links.first?.database?.services, [doorService, batteryService],
+                       "a discovery filtered by service adds to it")
+        XCTAssertEqual(core.discoveredServices["L"], [doorService.uuid, batteryService.uuid])
+        XCTAssertEqual(core.discovered(nil, services: [BluetoothUUID(0x1234)], everyService: false, on: "L", by: key.holder), [],
+                       "an answer that does not read as a discovery is not kept, but its services are seen")
+        XCTAssertTrue(core.discoveredServices["L"]?.contains(BluetoothUUID(0x1234)) == true)
+        XCTAssertEqual(core.notifyChanged(3, enabled: true, on: "L", by: key.holder), [.persist(preservedID: door.id)])
+        XCTAssertEqual(core.notifyChanged(3, enabled: false, on: "L", by: key.holder), [.persist(preservedID: door.id)])
+        XCTAssertEqual(record(door, in: core)?.links.first?.notifyingValueHandles, [])
+    }
+
+    // A link's ATT_MTU sets what one notification and one write without response carry, and goes with the link.
+    func testTheBearersMTUBoundsWritesAndGoesWithTheLink() {
+        var (core, key, _) = central()
+        _ = core.connect(key, to: "L", at: lock, options: .init())
+        _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
+        XCTAssertEqual(core.maximumWriteLength(on: 0x40, withoutResponse: true), 20, "ATT_MTU 23 until the bearer says")
+        core.bearer(0x40, mtu: 247)
+        XCTAssertEqual(core.maximumUpdateLength(on: 0x40), 244)
+        XCTAssertEqual(core.maximumWriteLength(on: 0x40, withoutResponse: false), 512)
+        _ = core.linkDown(handle: 0x40, reason: 0x13)
+        XCTAssertNil(core.attMTUs[0x40], "a GATT request on the next link with this handle waits for its bearer")
+    }
+}
