@@ -167,8 +167,16 @@ public struct LabSession: Sendable {
         }
     }
 
-    public enum Refusal: Error, Equatable, Sendable {
+    public enum Refusal: Error, Equatable, Sendable, CustomStringConvertible {
         case attemptUnderWay(DeviceAddress)
+        case linkExists(DeviceAddress, handle: UInt16)
+
+        public var description: String {
+            switch self {
+            case .attemptUnderWay(let address): "a connection attempt is under way (to \(address))"
+            case .linkExists(let address, let handle): "a link to \(address) exists (handle 0x\(String(handle, radix: 16)))"
+            }
+        }
     }
 
     public let session: UInt64
@@ -195,6 +203,18 @@ public struct LabSession: Sendable {
     public func security(of handle: UInt16) -> LabSecurity? { security[handle] }
 
     // MARK: Procedures
+
+    /// LabConnect: one attempt at a time, and none to a peer a link already joins (the controller would refuse it,
+    /// Connection Already Exists, Core Vol 1 Part F §2).
+    public func mayConnect(to address: DeviceAddress, in book: ConnectionBook) throws(Refusal) {
+        if let attempt { throw .attemptUnderWay(attempt.address) }
+        if let link = book.links.values.first(where: { $0.address == address }) { throw .linkExists(address, handle: link.handle) }
+    }
+
+    /// The links that go with the lab's work: those only the lab holds, and those remote centrals made to its advertising.
+    public func links(endingWithWorkIn book: ConnectionBook) -> [UInt16] {
+        book.links.values.filter { $0.holders == [key] || peripheralLinks.contains($0.handle) }.map(\.handle).sorted()
+    }
 
     public mutating func startConnecting(identifier: String, address: DeviceAddress, ownAddress: LabOwnAddress) throws(Refusal) {
         if let attempt { throw .attemptUnderWay(attempt.address) }

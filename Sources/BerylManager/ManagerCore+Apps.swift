@@ -93,3 +93,109 @@ extension ManagerCore {
         return disposition
     }
 }
+
+// MARK: Hello
+
+/// Why managerd refuses a session's Hello.
+public enum HelloRefusal: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The app id is declared for another user (Core Bluetooth's authorization denied).
+    case notTheAppsUser(appID: String, user: String, uid: UInt32, peerUID: UInt32)
+    /// Only an app with a manifest may opt into restoration; others are foreground-only.
+    case restorationNeedsManifest(appID: String)
+    /// Another live manager of the app has the same role and restore identifier.
+    case restoreIdentifierInUse(appID: String, restoreID: String)
+
+    public var description: String {
+        switch self {
+        case .notTheAppsUser(let appID, let user, let uid, let peerUID): "app \(appID) runs as \(user) (uid \(uid)); this process is uid \(peerUID)"
+        case .restorationNeedsManifest(let appID): "restoration needs an app manifest for '\(appID)' (apps without one are foreground-only)"
+        case .restoreIdentifierInUse(let appID, let restoreID): "restore identifier \(restoreID) is in use by another manager of \(appID)"
+        }
+    }
+}
+
+extension ManagerCore {
+    /// What a Hello that was not refused does: a manager without restoration; a new preserved one, whose record is
+    /// written before the Welcome; or one the app comes back for, which `restore` then moves to the session.
+    public enum Greeting: Equatable, Sendable {
+        case plain
+        case made(preservedID: UInt64)
+        case restoring(preservedID: UInt64)
+    }
+
+    /// A session says who it is: the app id is checked against its manifest's user, and a restore identifier binds
+    /// the session to a new preserved manager or to the one its app comes back for.
+    public mutating func hello(_ session: UInt64, appID: String, uid: UInt32, restoreID: String,
+                               role: ManagerRole) -> Result<Greeting, HelloRefusal> {
+        let manifest = catalog.apps[appID]
+        if !appID.isEmpty, let manifest, manifest.uid != uid {
+            return .failure(.notTheAppsUser(appID: appID, user: manifest.user, uid: manifest.uid, peerUID: uid))
+        }
+        var greeting = Greeting.plain
+        if !restoreID.isEmpty {
+            guard manifest != nil else { return .failure(.restorationNeedsManifest(appID: appID)) }
+            switch restoration.bind(appID: appID, restoreID: restoreID, role: role, session: session) {
+            case .inUse: return .failure(.restoreIdentifierInUse(appID: appID, restoreID: restoreID))
+            case .restorable(let preserved): greeting = .restoring(preservedID: preserved.id)
+            case .made(let made): greeting = .made(preservedID: made.id)
+            }
+        }
+        sessions[session, default: .init()].appID = appID
+        sessions[session, default: .init()].saidHello = true
+        return .success(greeting)
+    }
+}
+
+// MARK: Driving apps (beryl app)
+
+/// Why `beryl app` may not drive an app.
+public enum AppControlRefusal: Error, Equatable, Sendable, CustomStringConvertible {
+    case undeclared(appID: String)
+    case notPermitted(appID: String, user: String)
+    case notPermittedToSetState(appID: String)
+    case notDeclaredOrRunning(appID: String)
+
+    public var description: String {
+        switch self {
+        case .undeclared(let appID): "no app manifest declares '\(appID)'"
+        case .notPermitted(let appID, let user): "only root, managerd's user or \(user) may drive \(appID)"
+        case .notPermittedToSetState(let appID): "only the app, root or managerd's user may set \(appID)'s state"
+        case .notDeclaredOrRunning(let appID): "no app '\(appID)' is declared or running"
+        }
+    }
+}
+
+extension ManagerCore {
+    /// Who set an app's state: the app itself, or a user forcing it.
+    public enum StateSetter: Equatable, Sendable {
+        case app
+        case user(uid: UInt32)
+    }
+
+    /// `beryl app launch`, `terminate` and `quit`: root, managerd's own user, or the user the manifest runs the app as.
+    public func control(_ appID: String, byUID uid: UInt32, managerdUID: UInt32) -> Result<AppManifest, AppControlRefusal> {
+        guard let manifest = catalog.apps[appID] else { return .failure(.undeclared(appID: appID)) }
+        guard uid == 0 || uid == managerdUID || uid == manifest.uid else { return .failure(.notPermitted(appID: appID, user: manifest.user)) }
+        return .success(manifest)
+    }
+
+    /// An app reports its own state (a session of it); root, managerd's user, or a user the app runs as (`runningAs`:
+    /// its sessions' users) may force it, for labs and tests.
+    public func stateSetter(of appID: String, session: UInt64, uid: UInt32, managerdUID: UInt32,
+                            runningAs: [UInt32]) -> Result<StateSetter, AppControlRefusal> {
+        let own = !appID.isEmpty && sessions[session]?.appID == appID
+        let users = Set(runningAs + [catalog.apps[appID]?.uid].compactMap { $0 })
+        guard own || uid == 0 || uid == managerdUID || users.contains(uid) else { return .failure(.notPermittedToSetState(appID: appID)) }
+        guard catalog.apps[appID] != nil || !runningAs.isEmpty else { return .failure(.notDeclaredOrRunning(appID: appID)) }
+        return .success(own ? .app : .user(uid: uid))
+    }
+
+    /// The user force-quit the app: nothing of it is kept or restored (its live sessions release their work as they
+    /// close), so no preserved manager launches it again.
+    public mutating func userQuit(_ appID: String) -> [Output] {
+        var outputs: [Output] = []
+        for preserved in restoration.managers(of: appID) { outputs += discard(preserved.id) }
+        for session in sessions(of: appID) { sessions[session]?.quitting = true }
+        return outputs + [.forgetApp(appID: appID)]
+    }
+}

@@ -83,7 +83,7 @@ extension ManagerCore.Output {
     /// A record written or removed: done before the command that changed it is acknowledged.
     public var isRecord: Bool {
         switch self {
-        case .persist, .forget: true
+        case .persist, .forget, .forgetApp: true
         default: false
         }
     }

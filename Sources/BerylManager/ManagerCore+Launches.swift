@@ -12,6 +12,13 @@ extension ManagerCore {
         return [.launch(order(manifest))]
     }
 
+    /// An event that waits for a preserved manager whose app is away: held (bounded, one discovery per peripheral),
+    /// and the app launched to handle it.
+    public mutating func holdForAbsentApp(_ event: Event, discoveryOf peripheral: String?, for preservedID: UInt64, at now: Duration) -> [Output] {
+        guard let appID = restoration.hold(event, discoveryOf: peripheral, for: preservedID) else { return [] }
+        return launchIfWaiting(appID, at: now)
+    }
+
     /// The launches put off until now or earlier are weighed again.
     public mutating func launchesDue(at now: Duration) -> [Output] {
         launches.takeDue(at: now).flatMap { launchIfWaiting($0, at: now) }

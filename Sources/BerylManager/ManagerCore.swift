@@ -12,6 +12,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         case persist(preservedID: UInt64)
         /// Remove this preserved manager's record.
         case forget(appID: String, restoreID: String, role: ManagerRole)
+        /// Remove every record of the app, those that could not be read included.
+        case forgetApp(appID: String)
         case connections(CentralConnections.Output)
         /// Withdraw the service starting at this handle from attd's database.
         case unpublish(startHandle: UInt16)
@@ -295,6 +297,19 @@ public struct ManagerCore<Event: Sendable>: Sendable {
             }
         }
         return (identifier, outputs + [.advertisingChanged])
+    }
+
+    /// Who hears what attd's GATT client heard on a link: each manager holding the peripheral, once per holder.
+    public func holders(ofLink handle: UInt16) -> (identifier: String, holders: Set<ManagerHolder>)? {
+        guard let identifier = book.identifier(for: handle), let link = book.link(for: identifier) else { return nil }
+        return (identifier, Set(link.holders.map(\.holder)))
+    }
+
+    /// Who hears pairing on a link: as central, the managers holding it; as peripheral, every manager with published
+    /// services or advertising (the remote central pairs with the device, not with one app).
+    public func pairingAudience(ofLink handle: UInt16) -> (identifier: String, holders: Set<ManagerHolder>)? {
+        guard let identifier = book.identifier(for: handle), let link = book.link(for: identifier) else { return nil }
+        return (identifier, link.isCentral ? Set(link.holders.map(\.holder)) : router.publishers.union(advertisers.keys.map(\.holder)))
     }
 
     /// The watchers of a peripheral, or of a service it advertised or was found to have (Core Bluetooth matches both).

@@ -88,6 +88,42 @@ extension AppLifecycle.EventClass {
     }
 }
 
+extension Beryl_Ipc_V1_ManagerRequest.OneOf_Kind {
+    /// Core Bluetooth's API misuse rule: a manager that is not powered on takes nothing but questions of its state.
+    /// Let through: retrieving peripherals, answering a request already delivered, and clearing a manager's services
+    /// and advertising (the library does that for the app after a reset, often before the stack is on again; refused,
+    /// it would leave the record's copies to be published beside the ones the app adds at poweredOn); and what is not
+    /// a manager's (Hello, capabilities, idleness, `beryl app`, alerts, the lab).
+    public var needsPoweredOn: Bool {
+        switch self {
+        case .startScan, .stopScan, .connect, .cancelConnection, .retrieveConnected, .gatt, .readRssi, .maximumWriteLength, .addService,
+             .removeService, .startAdvertising, .updateValue, .answerPairing, .setConnectionLatency, .registerConnectionEvents:
+            true
+        case .retrievePeripherals, .respond, .removeAllServices, .stopAdvertising, .hello, .invalidate, .setAppState, .listApps, .launchApp,
+             .stopApp, .subscribeAlerts, .appIdle, .getCapabilities, .labOpen, .labAdvertise, .labStopAdvertising, .labScan, .labStopScan,
+             .labConnect, .labCancelConnect, .labDisconnect, .labGetLinks, .labFactoryReset, .labGetInfo, .labSecure, .labPairingAnswer,
+             .labListBonds, .labRemoveBond:
+            false
+        }
+    }
+}
+
+extension Beryl_Ipc_V1_ManagerEvent {
+    /// Whether the event waits, held, for a preserved manager whose app is away (and launches the app): work does;
+    /// the state (the restored manager hears the current one), pairing (a prompt cannot wait), flow control, and the
+    /// start of advertising (the record's advertising is started again by itself) do not.
+    public var waitsForAbsentApp: Bool {
+        guard let kind, AppLifecycle.EventClass(self) == .work else { return false }
+        if case .advertisingStarted = kind { return false }
+        return true
+    }
+
+    /// The peripheral a discovery is of: an app not taking events hears only the latest discovery of each.
+    public var discoveredPeripheral: String? {
+        if case .discovered(let discovery)? = kind { discovery.peripheral.identifier } else { nil }
+    }
+}
+
 extension Beryl_Ipc_V1_LaunchFailureKind {
     public init(_ failure: LaunchFailure?) {
         switch failure {

@@ -79,16 +79,17 @@ extension ManagerDaemon {
     // MARK: beryl app
 
     func handleApps(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: IPCSession, _ incoming: IncomingRequest) {
+        func refuse(_ refusal: AppControlRefusal) {
+            switch refusal {
+            case .undeclared, .notDeclaredOrRunning: incoming.fail(.notFound, "\(refusal)", field: "app_id")
+            case .notPermitted, .notPermittedToSetState: incoming.fail(.permissionDenied, "\(refusal)", field: "app_id")
+            }
+        }
         func authorized(_ appID: String) -> AppManifest? {
-            guard let manifest = core.catalog.apps[appID] else {
-                incoming.fail(.notFound, "no app manifest declares '\(appID)'", field: "app_id")
-                return nil
+            switch core.control(appID, byUID: session.peer.uid, managerdUID: getuid()) {
+            case .success(let manifest): return manifest
+            case .failure(let refusal): refuse(refusal); return nil
             }
-            guard session.peer.uid == 0 || session.peer.uid == getuid() || session.peer.uid == manifest.uid else {
-                incoming.fail(.permissionDenied, "only root, managerd's user or \(manifest.user) may drive \(appID)", field: "app_id")
-                return nil
-            }
-            return manifest
         }
         switch kind {
         case .listApps:
@@ -111,34 +112,24 @@ extension ManagerDaemon {
             }
         case .stopApp(let stop):
             guard let manifest = authorized(stop.appID) else { return }
-            if stop.userQuit {
-                // A user force-quit: nothing of the app's is kept (its live sessions release their work as they close).
-                for preserved in core.restoration.managers(of: manifest.id) { discard(preserved.id) }
-                try? restorationStore?.removeAll(appID: manifest.id)
-                for live in sessionsOf(manifest.id) { core.sessions[live.id]?.quitting = true }
-            }
+            if stop.userQuit { apply(core.userQuit(manifest.id)) }
             var pids = Set(sessionsOf(manifest.id).map(\.peer.pid))
             if let pid = core.launches.processes[manifest.id]?.pid { pids.insert(pid) }
             for pid in pids where pid > 1 { kill(pid, SIGTERM) }
             host.logger.info("\(stop.userQuit ? "quit" : "terminated") \(manifest.id) (pids \(pids.sorted()))")
             incoming.respond(.with { $0.manager.apps.apps = [appInfo(manifest)] })
         case .setAppState(let change):
-            // An app reports its own state; root, managerd's user, or the app's own user may force it (labs, tests).
-            let own = core.sessions[session.id]?.appID == change.appID && !change.appID.isEmpty
-            let users = Set(sessionsOf(change.appID).map(\.peer.uid) + [core.catalog.apps[change.appID]?.uid].compactMap { $0 })
-            guard own || session.peer.uid == 0 || session.peer.uid == getuid() || users.contains(session.peer.uid) else {
-                incoming.fail(.permissionDenied, "only the app, root or managerd's user may set \(change.appID)'s state", field: "app_id")
-                return
-            }
-            guard core.catalog.apps[change.appID] != nil || !sessionsOf(change.appID).isEmpty else {
-                incoming.fail(.notFound, "no app '\(change.appID)' is declared or running", field: "app_id")
-                return
+            let setter: ManagerCore<Beryl_Ipc_V1_ManagerEvent>.StateSetter
+            switch core.stateSetter(of: change.appID, session: session.id, uid: session.peer.uid, managerdUID: getuid(),
+                                    runningAs: sessionsOf(change.appID).map(\.peer.uid)) {
+            case .success(let who): setter = who
+            case .failure(let refusal): return refuse(refusal)
             }
             guard let state = LifecycleState(settable: change.state) else {
                 incoming.fail(.invalidArgument, "an app is not running when its process exits; use terminate or quit", field: "state")
                 return
             }
-            setLifecycle(change.appID, state, reason: own ? "reported by the app" : "set by uid \(session.peer.uid)")
+            setLifecycle(change.appID, state, reason: setter == .app ? "reported by the app" : "set by uid \(session.peer.uid)")
             incoming.respond(.with { $0.manager.apps.apps = [info(forApp: change.appID)] })
         default:
             incoming.fail(.unsupported, "not an app request")

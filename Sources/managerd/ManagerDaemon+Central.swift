@@ -290,8 +290,8 @@ extension ManagerDaemon {
 
     /// What attd's GATT client heard on a link goes to every session holding that peripheral, once each.
     func forwardToHolders(_ event: Beryl_Ipc_V1_AttEvent.OneOf_Kind, connectionHandle: UInt32) {
-        guard let identifier = book.identifier(for: UInt16(truncatingIfNeeded: connectionHandle)), let link = book.link(for: identifier),
+        guard let (identifier, holders) = core.holders(ofLink: UInt16(truncatingIfNeeded: connectionHandle)),
               let wire = Beryl_Ipc_V1_ManagerEvent(event, peripheral: identifier) else { return }
-        for session in Set(link.holders.map(\.holder)) { send(wire, to: session) }
+        for holder in holders { send(wire, to: holder) }
     }
 }

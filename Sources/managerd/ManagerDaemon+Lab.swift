@@ -205,12 +205,13 @@ extension ManagerDaemon {
             incoming.fail(.invalidArgument, "\(error)", field: "address")
             return
         }
-        if let attempt = lab.attempt {
-            incoming.fail(.busy, "a connection attempt is under way (to \(attempt.address))")
-            return
-        }
-        if let link = book.links.values.first(where: { $0.address == address }) {
-            incoming.fail(.alreadyExists, "a link to \(address) exists (handle 0x\(String(link.handle, radix: 16)))", field: "address")
+        do {
+            try lab.mayConnect(to: address, in: book)
+        } catch {
+            switch error {
+            case .attemptUnderWay: incoming.fail(.busy, "\(error)")
+            case .linkExists: incoming.fail(.alreadyExists, "\(error)", field: "address")
+            }
             return
         }
         guard let store else {
@@ -291,9 +292,7 @@ extension ManagerDaemon {
             labAttemptReply?.fail(.cancelled, "factory reset")
             labAttemptReply = nil
         }
-        for link in book.links.values where link.holders == [lab.key] || lab.peripheralLinks.contains(link.handle) {
-            command(HCICommands.disconnect(handle: link.handle))
-        }
+        for handle in lab.links(endingWithWorkIn: book) { command(HCICommands.disconnect(handle: handle)) }
         updateAdvertising()
         updateScanning()
     }

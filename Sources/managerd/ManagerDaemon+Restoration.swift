@@ -11,35 +11,20 @@ import Glibc
 extension ManagerDaemon {
     // MARK: Hello
 
-    enum HelloBinding {
-        case refused
-        case plain
-        case restoring(UInt64)
-    }
-
-    /// Checks the app id a session claims and binds its restore identifier.
-    func bindSession(_ hello: Beryl_Ipc_V1_Hello, session: IPCSession, _ incoming: IncomingRequest) -> HelloBinding {
-        if !hello.appID.isEmpty, let manifest = core.catalog.apps[hello.appID], session.peer.uid != manifest.uid {
-            incoming.fail(.permissionDenied, "app \(hello.appID) runs as \(manifest.user) (uid \(manifest.uid)); this process is uid \(session.peer.uid)",
-                          field: "app_id")
-            return .refused
-        }
-        guard !hello.restoreIdentifier.isEmpty else { return .plain }
-        guard core.catalog.apps[hello.appID] != nil else {
-            incoming.fail(.invalidArgument, "restoration needs an app manifest for '\(hello.appID)' (apps without one are foreground-only)",
-                          field: "restore_identifier")
-            return .refused
-        }
+    /// The core checks the app id a session claims and binds its restore identifier; a refusal names its field.
+    func bindSession(_ hello: Beryl_Ipc_V1_Hello, session: IPCSession, _ incoming: IncomingRequest) -> ManagerCore<Beryl_Ipc_V1_ManagerEvent>.Greeting? {
         let role: ManagerRole = hello.role == .peripheral ? .peripheral : .central
-        switch core.restoration.bind(appID: hello.appID, restoreID: hello.restoreIdentifier, role: role, session: session.id) {
-        case .inUse:
-            incoming.fail(.busy, "restore identifier \(hello.restoreIdentifier) is in use by another manager of \(hello.appID)", field: "restore_identifier")
-            return .refused
-        case .restorable(let preserved):
-            return .restoring(preserved.id)
-        case .made(let made):
-            persist(made)
-            return .plain
+        switch core.hello(session.id, appID: hello.appID, uid: session.peer.uid, restoreID: hello.restoreIdentifier, role: role) {
+        case .success(let greeting):
+            if case .made(let id) = greeting, let made = core.restoration.manager(id: id) { persist(made) }
+            return greeting
+        case .failure(let refusal):
+            switch refusal {
+            case .notTheAppsUser: incoming.fail(.permissionDenied, "\(refusal)", field: "app_id")
+            case .restorationNeedsManifest: incoming.fail(.invalidArgument, "\(refusal)", field: "restore_identifier")
+            case .restoreIdentifierInUse: incoming.fail(.busy, "\(refusal)", field: "restore_identifier")
+            }
+            return nil
         }
     }
 
@@ -74,6 +59,8 @@ extension ManagerDaemon {
             case .forget(let appID, let restoreID, let role):
                 try? restorationStore?.remove(appID: appID, restoreID: restoreID, role: PreservedRecord.Role(role))
                 host.logger.info("\(appID)'s \(role) manager \(restoreID) discarded")
+            case .forgetApp(let appID):
+                try? restorationStore?.removeAll(appID: appID)
             case .connections(let connection):
                 apply([connection])
             case .unpublish(let start):
@@ -114,13 +101,8 @@ extension ManagerDaemon {
     /// An event for a preserved manager whose app is not running: held (bounded, one discovery per peripheral), and
     /// the app is launched to handle it.
     func queueForAbsentApp(_ event: Beryl_Ipc_V1_ManagerEvent, preservedID: UInt64) {
-        switch event.kind {
-        case .stateChanged?, .pairingPrompt?, .pairingFinished?, .readyToUpdate?, .readyToWrite?, .advertisingStarted?, nil:
-            return  // the restored manager hears the current state; prompts cannot wait
-        default:
-            guard let appID = core.restoration.hold(event, discoveryOf: event.discoveredPeripheral, for: preservedID) else { return }
-            apply(core.launchIfWaiting(appID, at: host.loop.uptime))
-        }
+        guard event.waitsForAbsentApp else { return }
+        apply(core.holdForAbsentApp(event, discoveryOf: event.discoveredPeripheral, for: preservedID, at: host.loop.uptime))
     }
 
     // MARK: Persistence
@@ -210,13 +192,6 @@ extension ManagerDaemon {
                 }
             }
         }
-    }
-}
-
-extension Beryl_Ipc_V1_ManagerEvent {
-    /// The peripheral a discovery is of: an app not taking events hears only the latest discovery of each.
-    var discoveredPeripheral: String? {
-        if case .discovered(let discovery)? = kind { discovery.peripheral.identifier } else { nil }
     }
 }
 

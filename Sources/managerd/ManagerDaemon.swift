@@ -326,8 +326,7 @@ final class ManagerDaemon {
     /// Pairing prompts go to the apps holding the link (as central), or to every app with published services or
     /// advertising (a remote central pairing with this device); `peer` is the link's identifier.
     func routePairing(_ connectionHandle: UInt32, _ build: (inout Beryl_Ipc_V1_ManagerEvent) -> Void) {
-        let handle = UInt16(truncatingIfNeeded: connectionHandle)
-        guard let identifier = book.identifier(for: handle), let link = book.link(for: identifier) else { return }
+        guard let (identifier, holders) = core.pairingAudience(ofLink: UInt16(truncatingIfNeeded: connectionHandle)) else { return }
         var event = Beryl_Ipc_V1_ManagerEvent()
         build(&event)
         switch event.kind {
@@ -335,9 +334,7 @@ final class ManagerDaemon {
         case .pairingFinished?: event.pairingFinished.peer = identifier
         default: break
         }
-        let sessions = link.isCentral ? Set(link.holders.map(\.holder))
-            : core.router.publishers.union(core.advertisers.keys.map(\.holder))
-        for holder in sessions { send(event, to: holder) }
+        for holder in holders { send(event, to: holder) }
     }
 
     // MARK: Sessions
@@ -362,12 +359,9 @@ final class ManagerDaemon {
             return true
         }
         if case .hello(let hello) = kind {
-            let binding = bindSession(hello, session: session, incoming)
-            if case .refused = binding { return true }
-            core.sessions[session.id]?.appID = hello.appID
-            core.sessions[session.id]?.saidHello = true
+            guard let greeting = bindSession(hello, session: session, incoming) else { return true }
             var restored: (Beryl_Ipc_V1_PreservedState, [Beryl_Ipc_V1_ManagerEvent])?
-            if case .restoring(let preserved) = binding { restored = restore(preserved, into: session.id) }
+            if case .restoring(let preserved) = greeting { restored = restore(preserved, into: session.id) }
             let welcomeWake = lifecycleHello(hello.appID, session: session.id)
             incoming.respond(.with {
                 $0.manager.welcome = .with {
@@ -412,18 +406,9 @@ final class ManagerDaemon {
         default:
             break
         }
-        // Core Bluetooth's API misuse: nothing but state questions before the manager is powered on. Clearing a
-        // manager's services and advertising is let through: the library does it for the app after a reset, often
-        // before the stack is on again, and refused it would leave the record's copies to be published beside the
-        // ones the app adds on poweredOn.
-        switch kind {
-        case .retrievePeripherals, .respond, .removeAllServices, .stopAdvertising:
-            break
-        default:
-            guard state == .poweredOn else {
-                incoming.fail(.notReady, "API misuse: the manager is not powered on (state \(state)); wait for the poweredOn state")
-                return true
-            }
+        if kind.needsPoweredOn, state != .poweredOn {
+            incoming.fail(.notReady, "API misuse: the manager is not powered on (state \(state)); wait for the poweredOn state")
+            return true
         }
         switch kind {
         case .setConnectionLatency(let request):

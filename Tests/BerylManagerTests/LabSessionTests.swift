@@ -97,6 +97,40 @@ final class LabSessionTests: XCTestCase {
         XCTAssertNil(lab.attempt)
     }
 
+    func testAConnectWaitsForNoAttemptAndNoLinkToThePeer() throws {
+        var lab = LabSession(session: 7)
+        var connections = CentralConnections()
+        _ = connections.controller(poweredOn: true)
+        XCTAssertNoThrow(try lab.mayConnect(to: Self.peer, in: connections.book))
+        _ = connections.connect(ManagerKey(session: 3, manager: 1), identifier: "P1", address: Self.peer)
+        _ = connections.linkUp(handle: 0x40, identifier: "P1", address: Self.peer, isCentral: true)
+        XCTAssertThrowsError(try lab.mayConnect(to: Self.peer, in: connections.book)) {
+            XCTAssertEqual($0 as? LabSession.Refusal, .linkExists(Self.peer, handle: 0x40), "an app's link to the peer")
+        }
+        try lab.startConnecting(identifier: "P2", address: Self.other, ownAddress: .public)
+        XCTAssertThrowsError(try lab.mayConnect(to: Self.other, in: connections.book)) {
+            XCTAssertEqual($0 as? LabSession.Refusal, .attemptUnderWay(Self.other))
+        }
+    }
+
+    // A factory reset or a closed lab session takes down the lab's links, never an app's (even one the lab shares).
+    func testTheLabsWorkEndingTakesOnlyItsOwnLinks() {
+        var lab = LabSession(session: 7)
+        var connections = CentralConnections()
+        _ = connections.controller(poweredOn: true)
+        let app = ManagerKey(session: 3, manager: 1)
+        for (handle, identifier, address, holders) in [(UInt16(0x40), "P1", Self.peer, [lab.key]), (0x41, "P2", Self.other, [lab.key, app])] {
+            for holder in holders { _ = connections.connect(holder, identifier: identifier, address: address) }
+            _ = connections.linkUp(handle: handle, identifier: identifier, address: address, isCentral: true)
+        }
+        lab.advertising = try? LabAdvertising(data: [], scanResponse: [], connectable: true, scannable: false, directedTo: nil,
+                                              ownAddress: .public, interval: 0x0800)
+        let central = DeviceAddress("C0:FF:EE:00:00:09/random")!
+        _ = connections.linkUp(handle: 0x42, identifier: "C", address: central, isCentral: false)
+        _ = lab.linkUp(0x42, central: false, peer: central, holders: nil)
+        XCTAssertEqual(lab.links(endingWithWorkIn: connections.book), [0x40, 0x42])
+    }
+
     /// attd answers a failed LabSecure only with an error; the events before it say how it failed, and that is the answer.
     func testLabSecureAnswersHowTheLinksSecurityFailed() {
         var lab = LabSession(session: 7)

@@ -152,4 +152,35 @@ final class ManagerWireTests: XCTestCase {
         XCTAssertEqual(Set(all.map { Beryl_Ipc_V1_ControllerState($0).rawValue }).count, all.count, "each has its own wire value")
         XCTAssertEqual(StackState(.UNRECOGNIZED(42)), .unknown)
     }
+
+    // RestorationTests: what a preserved manager's app, away, finds held when it is launched for it.
+    func testOnlyWorkWaitsForAnAbsentApp() {
+        let waits: [Beryl_Ipc_V1_ManagerEvent.OneOf_Kind] = [
+            .discovered(.init()), .connected(.init()), .disconnected(.init()), .notification(.init()), .servicesChanged(.init()),
+            .readRequest(.init()), .writeRequest(.init()), .subscription(.init()), .connectionEvent(.init()),
+        ]
+        let doesNotWait: [Beryl_Ipc_V1_ManagerEvent.OneOf_Kind] = [
+            .stateChanged(.poweredOn), .readyToWrite(.init()), .readyToUpdate(.init()), .advertisingStarted(.init()),
+            .pairingPrompt(.init()), .pairingFinished(.init()),
+        ]
+        for kind in waits { XCTAssertTrue(Beryl_Ipc_V1_ManagerEvent.with { $0.kind = kind }.waitsForAbsentApp, "\(kind)") }
+        for kind in doesNotWait { XCTAssertFalse(Beryl_Ipc_V1_ManagerEvent.with { $0.kind = kind }.waitsForAbsentApp, "\(kind)") }
+        XCTAssertFalse(Beryl_Ipc_V1_ManagerEvent().waitsForAbsentApp, "an event of no kind")
+        XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent.with { $0.discovered.peripheral.identifier = "L" }.discoveredPeripheral, "L")
+        XCTAssertNil(Beryl_Ipc_V1_ManagerEvent.with { $0.connected = .init() }.discoveredPeripheral)
+    }
+
+    // AppTests' API misuse: before poweredOn a manager is refused what needs the radio, never its clean-up.
+    func testOnlyWhatNeedsTheRadioWaitsForPoweredOn() {
+        let needs: [Beryl_Ipc_V1_ManagerRequest.OneOf_Kind] = [
+            .startScan(.init()), .connect(.init()), .gatt(.init()), .addService(.init()), .startAdvertising(.init()), .updateValue(.init()),
+            .registerConnectionEvents(.init()),
+        ]
+        let never: [Beryl_Ipc_V1_ManagerRequest.OneOf_Kind] = [
+            .hello(.init()), .retrievePeripherals(.init()), .respond(.init()), .removeAllServices(.init()), .stopAdvertising(.init()),
+            .getCapabilities(.init()), .labOpen(.init()), .launchApp(.init()),
+        ]
+        for kind in needs { XCTAssertTrue(kind.needsPoweredOn, "\(kind)") }
+        for kind in never { XCTAssertFalse(kind.needsPoweredOn, "\(kind)") }
+    }
 }

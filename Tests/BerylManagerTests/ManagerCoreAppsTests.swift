@@ -1,0 +1,110 @@
+import BerylCore
+import BerylManager
+import Foundation
+import XCTest
+
+/// Who an app is and who may drive it, as ManagerCore decides: a session's Hello, `beryl app`'s launch, terminate,
+/// quit and state, and who hears what happens on a link.
+final class ManagerCoreAppsTests: XCTestCase {
+    private typealias Core = ManagerCore<String>
+    private let appID = "com.example.doorlock"
+    private let lock = DeviceAddress("C0:FF:EE:00:00:01/random")!
+
+    /// doorlock is declared for uid 1001.
+    private func core() throws -> Core {
+        let manifest = try AppManifestParser.parse(Data(#"{"id": "com.example.doorlock", "user": "doorlock"}"#.utf8), file: "/etc/beryl/apps/doorlock.json",
+                                                   lookup: { $0 == "doorlock" ? Account(uid: 1001, gid: 1001) : nil })
+        var core = Core()
+        core.catalog = AppCatalog([manifest])
+        return core
+    }
+
+    // AuthorizationTests: a process of another user claiming the app id is refused (CBManager.authorization denied).
+    func testAHelloUnderAnotherUsersAppIDIsRefused() throws {
+        var core = try core()
+        XCTAssertEqual(core.hello(3, appID: appID, uid: 1002, restoreID: "", role: .central),
+                       .failure(.notTheAppsUser(appID: appID, user: "doorlock", uid: 1001, peerUID: 1002)))
+        XCTAssertNil(core.sessions[3]?.appID, "a refused session is nobody's")
+        XCTAssertEqual(core.hello(4, appID: "com.example.undeclared", uid: 1002, restoreID: "", role: .central), .success(.plain),
+                       "an undeclared app runs foreground-only")
+        XCTAssertEqual(core.hello(5, appID: "com.example.undeclared", uid: 1002, restoreID: "r", role: .central),
+                       .failure(.restorationNeedsManifest(appID: "com.example.undeclared")))
+    }
+
+    // RestorationTests: the first Hello with a restore identifier makes the manager (its record written before the
+    // Welcome), a second live one is refused, and the app back after it went restores it.
+    func testARestoreIdentifierMakesBindsOrRestoresItsManager() throws {
+        var core = try core()
+        guard case .success(.made(let id)) = core.hello(5, appID: appID, uid: 1001, restoreID: "door", role: .central) else {
+            return XCTFail("the first Hello makes the manager")
+        }
+        XCTAssertEqual(core.sessions[5]?.saidHello, true)
+        XCTAssertEqual(core.hello(6, appID: appID, uid: 1001, restoreID: "door", role: .central),
+                       .failure(.restoreIdentifierInUse(appID: appID, restoreID: "door")))
+        guard case .success(.made) = core.hello(6, appID: appID, uid: 1001, restoreID: "door", role: .peripheral) else {
+            return XCTFail("the same identifier in the other role is another manager")
+        }
+        _ = core.sessionClosed(5, poweredOn: true)
+        XCTAssertEqual(core.hello(7, appID: appID, uid: 1001, restoreID: "door", role: .central), .success(.restoring(preservedID: id)))
+    }
+
+    func testOnlyRootManagerdsUserOrTheAppsUserDrivesIt() throws {
+        let core = try core()
+        XCTAssertEqual(core.control(appID, byUID: 1001, managerdUID: 500).map(\.id), .success(appID))
+        XCTAssertEqual(core.control(appID, byUID: 0, managerdUID: 500).map(\.id), .success(appID))
+        XCTAssertEqual(core.control(appID, byUID: 500, managerdUID: 500).map(\.id), .success(appID))
+        XCTAssertEqual(core.control(appID, byUID: 1002, managerdUID: 500).map(\.id), .failure(.notPermitted(appID: appID, user: "doorlock")))
+        XCTAssertEqual(core.control("com.example.other", byUID: 0, managerdUID: 500).map(\.id), .failure(.undeclared(appID: "com.example.other")))
+    }
+
+    func testAnAppSetsItsOwnStateAndItsUsersMayForceIt() throws {
+        var core = try core()
+        _ = core.hello(5, appID: appID, uid: 1001, restoreID: "", role: .central)
+        _ = core.hello(6, appID: "com.example.plain", uid: 1003, restoreID: "", role: .central)
+        XCTAssertEqual(core.stateSetter(of: appID, session: 5, uid: 1001, managerdUID: 500, runningAs: [1001]), .success(.app))
+        XCTAssertEqual(core.stateSetter(of: appID, session: 9, uid: 1001, managerdUID: 500, runningAs: []), .success(.user(uid: 1001)),
+                       "the manifest's user, with the app not running")
+        XCTAssertEqual(core.stateSetter(of: appID, session: 6, uid: 1003, managerdUID: 500, runningAs: [1001]),
+                       .failure(.notPermittedToSetState(appID: appID)), "another app's session")
+        XCTAssertEqual(core.stateSetter(of: "com.example.plain", session: 9, uid: 1003, managerdUID: 500, runningAs: [1003]), .success(.user(uid: 1003)),
+                       "an undeclared app's own user, while it runs")
+        XCTAssertEqual(core.stateSetter(of: "com.example.gone", session: 9, uid: 0, managerdUID: 500, runningAs: []),
+                       .failure(.notDeclaredOrRunning(appID: "com.example.gone")))
+    }
+
+    // BackgroundTests' quit: a force-quit app keeps nothing, so nothing launches it again.
+    func testAUserQuitDiscardsEveryManagerAndEveryRecordOfTheApp() throws {
+        var core = try core()
+        guard case .success(.made(let door)) = core.hello(5, appID: appID, uid: 1001, restoreID: "door", role: .central),
+              case .success(.made(let chime)) = core.hello(6, appID: appID, uid: 1001, restoreID: "chime", role: .peripheral) else {
+            return XCTFail("both managers are made")
+        }
+        _ = core.sessionClosed(6, poweredOn: true)
+        let outputs = core.userQuit(appID)
+        XCTAssertEqual(outputs.filter(\.isRecord), [.forget(appID: appID, restoreID: "door", role: .central),
+                                                    .forget(appID: appID, restoreID: "chime", role: .peripheral), .forgetApp(appID: appID)])
+        XCTAssertNil(core.restoration.manager(id: door))
+        XCTAssertNil(core.restoration.manager(id: chime))
+        XCTAssertEqual(core.sessions[5]?.quitting, true, "its live session releases its work as it closes")
+        XCTAssertEqual(core.holdForAbsentApp("connected", discoveryOf: nil, for: chime, at: .seconds(60)), [], "nothing is held for it")
+    }
+
+    // A link's GATT events reach each manager holding it once; pairing as peripheral reaches every publisher and advertiser.
+    func testWhoHearsALinksGATTEventsAndItsPairing() throws {
+        var core = try core()
+        let door = ManagerKey(session: 5, manager: 1), other = ManagerKey(session: 5, manager: 2), chime = ManagerKey(session: 6, manager: 1)
+        _ = core.connections.controller(poweredOn: true)
+        _ = core.connect(door, to: "L", at: lock, options: .init())
+        _ = core.connect(other, to: "L", at: lock, options: .init())
+        _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
+        XCTAssertEqual(core.holders(ofLink: 0x40)?.holders, [.session(5)])
+        XCTAssertEqual(core.pairingAudience(ofLink: 0x40)?.holders, [.session(5)])
+        core.router.publish(10...12, owner: chime)
+        core.advertisers[ManagerKey(session: 7, manager: 1)] = Advertiser(localName: "Chime", serviceUUIDs: [])
+        let central = DeviceAddress("C0:FF:EE:00:00:02/random")!
+        _ = core.linkUp(handle: 0x41, identifier: "C", address: central, isCentral: false)
+        XCTAssertEqual(core.pairingAudience(ofLink: 0x41)?.identifier, "C")
+        XCTAssertEqual(core.pairingAudience(ofLink: 0x41)?.holders, [.session(6), .session(7)])
+        XCTAssertNil(core.holders(ofLink: 0x99))
+    }
+}
