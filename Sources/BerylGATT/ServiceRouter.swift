@@ -84,6 +84,15 @@ public struct ServiceRouter: Sendable {
         return id
     }
 
+    /// A peer's read or write of a published value goes to the live publisher of its handle, owing an answer under the
+    /// returned id when the peer waits for one (0 for a write command); nil when no live publisher holds the handle,
+    /// and the peer is answered Unlikely Error (a write command is dropped).
+    public mutating func route(handle: UInt16, link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16, expectsAnswer: Bool,
+                               isLive: (PublisherID) -> Bool, at now: Duration) -> (publisher: PublisherID, answerID: UInt64)? {
+        guard let publisher = owner(of: handle), isLive(publisher) else { return nil }
+        return (publisher, expectsAnswer ? owe(link: link, serverID: serverID, isRead: isRead, offset: offset, by: publisher, at: now) : 0)
+    }
+
     /// Takes the answer the publisher gives now.
     public mutating func answer(_ id: UInt64, isRead: Bool) throws(AnswerError) -> OwedAnswer {
         guard let answer = owed[id], answer.isRead == isRead else { throw .notPending }

@@ -47,21 +47,19 @@ extension AttDaemon {
     private func writeWithoutResponse(_ write: Beryl_Ipc_V1_GattWrite, on link: LinkSession, _ incoming: IncomingRequest) {
         let handle = UInt16(truncatingIfNeeded: write.handle)
         let value = Array(write.value)
-        guard value.count <= Int(link.client.mtu) - 3 else {
-            incoming.fail(.invalidArgument, "a write without response carries at most ATT_MTU-3 = \(link.client.mtu - 3) bytes", field: "value")
-            return
-        }
-        guard pacer.hasRoom(on: link.handle) else {
-            pacer.refuseWrite(on: link.handle)
-            incoming.fail(.busy, "the link's transmit queue is full; wait for GattWriteReady")
-            return
-        }
         var command = ATTPDU.writeCommand(handle: handle, value: value)
-        if write.signed, security.level(of: link.handle)?.encrypted != true {
-            guard value.count <= Int(link.client.mtu) - 15 else {
-                incoming.fail(.invalidArgument, "a signed write carries at most ATT_MTU-15 = \(Int(link.client.mtu) - 15) bytes", field: "value")
-                return
-            }
+        switch WriteCommand.plan(length: value.count, mtu: link.client.mtu, signedAsked: write.signed,
+                                 encrypted: security.level(of: link.handle)?.encrypted == true, hasRoom: pacer.hasRoom(on: link.handle)) {
+        case .failure(.queueFull):
+            pacer.refuseWrite(on: link.handle)
+            incoming.fail(.busy, "\(WriteCommand.Refusal.queueFull)")
+            return
+        case .failure(let refusal):
+            incoming.fail(.invalidArgument, "\(refusal)", field: "value")
+            return
+        case .success(.plain):
+            break
+        case .success(.signed):
             switch signedWritePDU(on: link, handle: handle, value: value) {
             case .success(let signed): command = signed
             case .failure(let refusal):

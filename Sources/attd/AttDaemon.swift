@@ -22,7 +22,6 @@ final class AttDaemon {
     /// Which publisher owns which handles, and the answers they owe.
     var router: ServiceRouter
     var pacer = TransmitPacer()
-    /// One timer, at the router's or the pacer's next deadline.
     /// At the router's or the pacer's next deadline; paced PDUs move it often, and the same deadline keeps its timer.
     lazy var deadlineTimer = DeadlineTimer(loop: host.loop)
     /// Apps' GATT client requests, by the operation id their link's client core knows them by.
@@ -202,18 +201,15 @@ final class AttDaemon {
         case .send(let bytes):
             send(link.attPDU(bytes), on: link.handle)
         case .readRequested(let id, let handle, let offset):
-            guard let owner = owner(of: handle) else {
-                apply(wrap(link.server.completeRead(id: id, with: .failure(.unlikelyError)), for: link), on: link)
-                return
+            guard let (owner, answerID) = publisher(of: handle, on: link, serverID: id, isRead: true, offset: offset, expectsAnswer: true) else {
+                return apply(wrap(link.server.completeRead(id: id, with: .failure(.unlikelyError)), for: link), on: link)
             }
-            let answerID = owe(link: link.handle, serverID: id, isRead: true, offset: offset, by: owner.id)
             owner.send(.event(Event(readRequested: answerID, link: link.handle, handle: handle, offset: offset)))
         case .writeRequested(let id, let writes, let withResponse):
-            guard let owner = writes.first.flatMap({ owner(of: $0.handle) }) else {
+            guard let (owner, answerID) = publisher(of: writes.first?.handle ?? 0, on: link, serverID: id, isRead: false, offset: 0, expectsAnswer: withResponse) else {
                 if withResponse { apply(wrap(link.server.completeWrite(id: id, error: .unlikelyError), for: link), on: link) }
                 return
             }
-            let answerID = withResponse ? owe(link: link.handle, serverID: id, isRead: false, offset: 0, by: owner.id) : 0
             owner.send(.event(Event(writeRequested: answerID, link: link.handle, writes: writes, withResponse: withResponse)))
         case .subscriptionChanged(let valueHandle, let notify, let indicate):
             owner(of: valueHandle)?.send(.event(Event(subscriptionChanged: valueHandle, link: link.handle, notify: notify, indicate: indicate)))
@@ -233,10 +229,16 @@ final class AttDaemon {
         outputs.map { if case .send(let bytes) = $0 { return .send(link.attPDU(bytes)) } else { return .server($0) } }
     }
 
-    /// Remembers an answer owed by a publisher; if it never comes, the peer gets Unlikely Error rather than silence.
-    private func owe(link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16, by publisher: PublisherID) -> UInt64 {
+    /// The publisher a peer's request goes to, and the id its answer is owed under; if it never comes, the peer gets
+    /// Unlikely Error at the deadline rather than silence.
+    private func publisher(of handle: UInt16, on link: LinkSession, serverID: UInt64, isRead: Bool, offset: UInt16,
+                           expectsAnswer: Bool) -> (IPCSession, UInt64)? {
+        let sessions = host.server?.sessions ?? [:]
         defer { armDeadline() }
-        return router.owe(link: link, serverID: serverID, isRead: isRead, offset: offset, by: publisher, at: host.loop.uptime)
+        guard let (publisher, answerID) = router.route(handle: handle, link: link.handle, serverID: serverID, isRead: isRead, offset: offset,
+                                                       expectsAnswer: expectsAnswer, isLive: { sessions[$0] != nil }, at: host.loop.uptime)
+        else { return nil }
+        return sessions[publisher].map { ($0, answerID) }
     }
 
     func complete(_ answer: ServiceRouter.OwedAnswer, read: Result<[UInt8], ATTError>, writeError: ATTError?, valueStartsAtOffset: Bool = false) {

@@ -17,6 +17,28 @@ final class ServiceRouterTests: XCTestCase {
         XCTAssertTrue(router.owners.isEmpty)
     }
 
+    /// A peer's request reaches its handle's live publisher, owing an answer only when the peer waits for one;
+    /// a handle nobody live holds is answered Unlikely Error by the shell (GATTProcessTests' unknown handle).
+    func testARequestGoesToTheLivePublisherAndOwesAnAnswerOnlyWhenOneIsAwaited() throws {
+        var router = ServiceRouter(answerTimeout: .seconds(5))
+        router.published(10...20, by: 1)
+        router.published(21...30, by: 2)
+        let read = try XCTUnwrap(router.route(handle: 12, link: 0x40, serverID: 7, isRead: true, offset: 3, expectsAnswer: true,
+                                              isLive: { _ in true }, at: .seconds(1)))
+        XCTAssertEqual(read.publisher, 1)
+        XCTAssertEqual(try router.answer(read.answerID, isRead: true),
+                       .init(link: 0x40, serverID: 7, isRead: true, offset: 3, publisher: 1, deadline: .seconds(6)))
+        let command = try XCTUnwrap(router.route(handle: 22, link: 0x40, serverID: 8, isRead: false, offset: 0, expectsAnswer: false,
+                                                 isLive: { _ in true }, at: .seconds(1)))
+        XCTAssertEqual(command.answerID, 0, "a write command owes nothing")
+        XCTAssertNil(router.nextDeadline)
+        XCTAssertNil(router.route(handle: 22, link: 0x40, serverID: 9, isRead: true, offset: 0, expectsAnswer: true,
+                                  isLive: { $0 != 2 }, at: .seconds(1)), "a publisher whose session is gone")
+        XCTAssertNil(router.route(handle: 31, link: 0x40, serverID: 10, isRead: true, offset: 0, expectsAnswer: true,
+                                  isLive: { _ in true }, at: .seconds(1)), "a handle nobody published")
+        XCTAssertNil(router.nextDeadline, "nothing is owed for a request that went nowhere")
+    }
+
     /// A publisher that goes owes nothing more: its peers are failed at once, others' answers stay owed.
     func testAPublisherThatGoesLeavesItsUnansweredRequestsToBeFailedAtOnce() throws {
         var router = ServiceRouter(answerTimeout: .seconds(5))
