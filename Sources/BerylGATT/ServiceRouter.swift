@@ -84,12 +84,14 @@ public struct ServiceRouter: Sendable {
         return id
     }
 
-    /// A peer's read or write of a published value goes to the live publisher of its handle, owing an answer under the
-    /// returned id when the peer waits for one (0 for a write command); nil when no live publisher holds the handle,
-    /// and the peer is answered Unlikely Error (a write command is dropped).
-    public mutating func route(handle: UInt16, link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16, expectsAnswer: Bool,
+    /// A peer's read or write of published values (`handles`: the read's, or each queued write's of an Execute Write)
+    /// goes to the live publisher that holds them all, owing an answer under the returned id when the peer waits for
+    /// one (0 for a write command); nil when no one live publisher does, and the peer is answered Unlikely Error (a
+    /// write command is dropped): one publisher is never handed another's values.
+    public mutating func route(handles: [UInt16], link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16, expectsAnswer: Bool,
                                isLive: (PublisherID) -> Bool, at now: Duration) -> (publisher: PublisherID, answerID: UInt64)? {
-        guard let publisher = owner(of: handle), isLive(publisher) else { return nil }
+        let publishers = Set(handles.map { owner(of: $0) })
+        guard publishers.count == 1, let publisher = publishers.first ?? nil, isLive(publisher) else { return nil }
         return (publisher, expectsAnswer ? owe(link: link, serverID: serverID, isRead: isRead, offset: offset, by: publisher, at: now) : 0)
     }
 

@@ -104,12 +104,18 @@ public enum HelloRefusal: Error, Equatable, Sendable, CustomStringConvertible {
     case restorationNeedsManifest(appID: String)
     /// Another live manager of the app has the same role and restore identifier.
     case restoreIdentifierInUse(appID: String, restoreID: String)
+    /// A session is one manager: it says Hello once (a second would bind a second restore identifier to it).
+    case alreadyGreeted
+    /// A lab session is not an app's manager.
+    case labSession
 
     public var description: String {
         switch self {
         case .notTheAppsUser(let appID, let user, let uid, let peerUID): "app \(appID) runs as \(user) (uid \(uid)); this process is uid \(peerUID)"
         case .restorationNeedsManifest(let appID): "restoration needs an app manifest for '\(appID)' (apps without one are foreground-only)"
         case .restoreIdentifierInUse(let appID, let restoreID): "restore identifier \(restoreID) is in use by another manager of \(appID)"
+        case .alreadyGreeted: "this session said Hello already; a session is one manager"
+        case .labSession: "a lab session cannot become an app session"
         }
     }
 }
@@ -125,8 +131,10 @@ extension ManagerCore {
 
     /// A session says who it is: the app id is checked against its manifest's user, and a restore identifier binds
     /// the session to a new preserved manager or to the one its app comes back for.
-    public mutating func hello(_ session: UInt64, appID: String, uid: UInt32, restoreID: String,
-                               role: ManagerRole) -> Result<Greeting, HelloRefusal> {
+    public mutating func hello(_ session: UInt64, appID: String, uid: UInt32, restoreID: String, role: ManagerRole,
+                               isLabSession: Bool = false) -> Result<Greeting, HelloRefusal> {
+        guard sessions[session]?.saidHello != true else { return .failure(.alreadyGreeted) }
+        guard !isLabSession else { return .failure(.labSession) }
         let manifest = catalog.apps[appID]
         if !appID.isEmpty, let manifest, manifest.uid != uid {
             return .failure(.notTheAppsUser(appID: appID, user: manifest.user, uid: manifest.uid, peerUID: uid))
@@ -197,5 +205,49 @@ extension ManagerCore {
         for preserved in restoration.managers(of: appID) { outputs += discard(preserved.id) }
         for session in sessions(of: appID) { sessions[session]?.quitting = true }
         return outputs + [.forgetApp(appID: appID)]
+    }
+}
+
+// MARK: What beryl app reports
+
+/// One app as `beryl app list` shows it: declared (with its manifest) or running without one.
+public struct AppStatus: Equatable, Sendable {
+    public var id: String
+    public var manifest: AppManifest?
+    public var state: LifecycleState
+    /// Its sessions' processes and the one managerd launched for it.
+    public var pids: [Int32]
+    public var preservedCentrals: [String] = []
+    public var preservedPeripherals: [String] = []
+    /// Held for its preserved managers while it was away, and for its sessions while it was suspended.
+    public var queuedEvents = 0
+    public var launches = 0
+    public var lastLaunchFailure: LaunchFailure?
+    public var restorations = 0
+    public var relaunches = RelaunchPolicy.RelaunchTally()
+    public var wakes = AppLifecycle.WakeTally()
+}
+
+extension ManagerCore {
+    /// Every declared app, and every running one (`running`: app ids of live sessions), by id.
+    public func listedApps(running: [String]) -> [String] {
+        Set(catalog.apps.keys).union(running.filter { !$0.isEmpty }).sorted()
+    }
+
+    /// `sessionPIDs`: the processes of the app's live sessions.
+    public func status(of appID: String, sessionPIDs: [Int32]) -> AppStatus {
+        let preserved = restoration.managers(of: appID)
+        let held = sessions(of: appID).compactMap { sessions[$0]?.held.count }.reduce(0, +)
+        var status = AppStatus(id: appID, manifest: catalog.apps[appID], state: lifecycle(of: appID),
+                               pids: Set(sessionPIDs + [launches.processes[appID]?.pid].compactMap { $0 }).sorted())
+        status.preservedCentrals = preserved.filter { $0.role == .central }.map(\.restoreID).sorted()
+        status.preservedPeripherals = preserved.filter { $0.role == .peripheral }.map(\.restoreID).sorted()
+        status.queuedEvents = preserved.map { restoration.queuedCount($0.id) }.reduce(held, +)
+        status.launches = launches.counts[appID] ?? 0
+        status.lastLaunchFailure = launches.relaunch.failure(of: appID)
+        status.restorations = restoration.restorations(of: appID)
+        status.relaunches = launches.relaunch.tally(of: appID)
+        status.wakes = life.tally(of: appID)
+        return status
     }
 }

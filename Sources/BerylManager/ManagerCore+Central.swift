@@ -63,6 +63,19 @@ extension ManagerCore {
         restoration.update(heldBy: holder, change).map { [.persist(preservedID: $0.id)] } ?? []
     }
 
+    /// The link to a peripheral that one of the holder's managers holds: what GATT, RSSI and write lengths need.
+    public func link(to identifier: String, heldBy holder: ManagerHolder) -> ConnectionBook.Link? {
+        book.link(for: identifier).flatMap { link in link.holders.contains { $0.holder == holder } ? link : nil }
+    }
+
+    /// retrieveConnectedPeripherals(withServices:): the peripherals this stack is central to that offer one of the
+    /// services (any, for none), by identifier.
+    public func connectedPeripherals(offering services: [BluetoothUUID], address: (String) -> DeviceAddress?) -> [String] {
+        book.links.filter { $0.value.isCentral }.keys.sorted().filter { identifier in
+            services.isEmpty || address(identifier).map { !servicesOffered(by: identifier, at: $0).isDisjoint(with: services) } == true
+        }
+    }
+
     // MARK: ATT bearers
 
     /// attd opened a link's ATT bearer or changed its ATT_MTU; GATT requests wait for the bearer.

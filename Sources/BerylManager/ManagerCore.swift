@@ -216,6 +216,32 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         return persisting(owner.holder)
     }
 
+    /// One preserved manager's services to publish again, and the token that says whose they are when they land.
+    public struct Republication: Equatable, Sendable {
+        public var key: ManagerKey
+        public var services: [PreservedState.PublishedService]
+        let token: Restoration<Event>.Republication
+    }
+
+    /// The services waiting to be published again now that attd is there, per manager in key order (a manager
+    /// discarded meanwhile is left out); taken, so that each is asked of attd once.
+    public mutating func takeRepublications() -> [Republication] {
+        defer { pendingRepublish.removeAll() }
+        return pendingRepublish.sorted { $0.key < $1.key }.compactMap { key, services in
+            restoration.startRepublication(heldBy: key.holder).map { Republication(key: key, services: services, token: $0) }
+        }
+    }
+
+    /// A service published again landed at `range` (`service` with the handles attd gave it): its manager's holder owns it now —
+    /// the app may be back, restored — unless the manager was discarded or its app cleared its services meanwhile
+    /// and adds its own, when it is withdrawn rather than kept beside them.
+    public mutating func republished(_ service: PreservedState.PublishedService, at range: ClosedRange<UInt16>,
+                                     for republication: Republication) -> [Output] {
+        guard let holder = restoration.owner(of: republication.token) else { return [.unpublish(startHandle: range.lowerBound)] }
+        return servicePublished(service, at: range, owner: ManagerKey(holder, manager: republication.key.manager),
+                                republishing: republication.services.count)
+    }
+
     public enum PublicationRefusal: Error, Equatable, Sendable {
         /// The manager published no service starting at that handle.
         case notPublished
@@ -249,10 +275,10 @@ public struct ManagerCore<Event: Sendable>: Sendable {
 
     /// Where a remote central's read or write goes: to the handle's owner if it can answer now — a live session
     /// (`isLive`) whose app's state lets it, or a preserved manager whose app is launched to answer.
-    public mutating func routeRemoteRequest(_ id: UInt64, _ request: PeripheralRouter.Request, handle: UInt16, expectsAnswer: Bool,
+    public mutating func routeRemoteRequest(_ id: UInt64, _ request: PeripheralRouter.Request, handles: [UInt16], expectsAnswer: Bool,
                                             isLive: (UInt64) -> Bool) -> PeripheralRouter.Route {
         let now = self
-        return router.route(id, request, handle: handle, expectsAnswer: expectsAnswer) { holder in
+        return router.route(id, request, handles: handles, expectsAnswer: expectsAnswer) { holder in
             let reachable = switch holder {
             case .session(let session): isLive(session)
             case .preserved(let preserved): now.restoration.manager(id: preserved)?.live == false

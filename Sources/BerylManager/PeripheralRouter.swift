@@ -62,11 +62,14 @@ public struct PeripheralRouter: Sendable {
         case dropped
     }
 
-    /// `expectsAnswer`: a read, or a write with response (Core Vol 3 Part F §3.4.5.1); `answerable`: whether the
-    /// owner's holder can answer now (a live session, or a preserved manager whose app is launched to answer).
-    public mutating func route(_ id: UInt64, _ request: Request, handle: UInt16, expectsAnswer: Bool,
+    /// `handles`: the read's, or each queued write's of an Execute Write; one owner must hold them all, or no app is
+    /// asked (one app would be handed another's values, and its answer would settle both). `expectsAnswer`: a read,
+    /// or a write with response (Core Vol 3 Part F §3.4.5.1); `answerable`: whether the owner's holder can answer now
+    /// (a live session, or a preserved manager whose app is launched to answer).
+    public mutating func route(_ id: UInt64, _ request: Request, handles: [UInt16], expectsAnswer: Bool,
                                answerable: (ManagerHolder) -> Bool) -> Route {
-        guard let owner = owner(of: handle), answerable(owner.holder) else { return expectsAnswer ? .unlikelyError : .dropped }
+        let owners = Set(handles.map { owner(of: $0) })
+        guard owners.count == 1, let owner = owners.first ?? nil, answerable(owner.holder) else { return expectsAnswer ? .unlikelyError : .dropped }
         if expectsAnswer { open[id] = (owner, request) }
         return .app(owner)
     }

@@ -101,10 +101,12 @@ public struct ScanCoordinator: Sendable {
         for key in scans.keys where key.holder == holder { stop(key) }
     }
 
-    /// The scanners to tell about this peripheral's (merged) advertisement.
-    public mutating func route(identifier: String, advertisement: AdvertisementData) -> [ManagerKey] {
+    /// The scanners to tell about this peripheral's (merged) advertisement; `only`: just that scanner, as when a
+    /// fresh scan is told of what was heard before it (the others are not marked told of what they were not told).
+    public mutating func route(identifier: String, advertisement: AdvertisementData, only: ManagerKey? = nil) -> [ManagerKey] {
         var targets: [ManagerKey] = []
-        for (key, request) in scans.sorted(by: { $0.key < $1.key }) where !paused.contains(key.holder) && request.matches(advertisement) {
+        for (key, request) in scans.sorted(by: { $0.key < $1.key })
+        where (only == nil || key == only) && !paused.contains(key.holder) && request.matches(advertisement) {
             let duplicates = request.allowDuplicates && !coalesced.contains(key.holder)
             if reported[key, default: []].insert(identifier).inserted || duplicates { targets.append(key) }
         }

@@ -76,6 +76,34 @@ extension LifecycleState {
     }
 }
 
+extension Beryl_Ipc_V1_AppInfo {
+    public init(_ status: AppStatus) {
+        self.init()
+        id = status.id
+        if let manifest = status.manifest {
+            self.manifest = manifest.file
+            user = manifest.user
+            backgroundModes = manifest.backgroundModes.map(\.rawValue).sorted()
+            launchable = manifest.launch != nil
+        }
+        state = status.state.wire
+        pids = status.pids
+        preservedCentrals = status.preservedCentrals
+        preservedPeripherals = status.preservedPeripherals
+        queuedEvents = UInt32(clamping: status.queuedEvents)
+        launches = UInt32(clamping: status.launches)
+        lastLaunchError = status.lastLaunchFailure?.description ?? ""
+        lastLaunchFailure = .init(status.lastLaunchFailure)
+        restorations = UInt32(clamping: status.restorations)
+        launchesEndedUnrestored = UInt32(clamping: status.relaunches.endedUnrestored)
+        launchesBackedOff = UInt32(clamping: status.relaunches.backedOff)
+        launchesBeforeReaped = UInt32(clamping: status.relaunches.launchedBeforeReaped)
+        wakes = UInt32(clamping: status.wakes.begun)
+        wakesEndedIdle = UInt32(clamping: status.wakes.endedIdle)
+        wakesOverran = UInt32(clamping: status.wakes.overran)
+    }
+}
+
 extension AppLifecycle.EventClass {
     /// How an event for a suspended app counts: news and prompts wake or wait differently from work (AppLifecycle).
     public init(_ event: Beryl_Ipc_V1_ManagerEvent) {

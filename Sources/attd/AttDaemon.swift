@@ -201,12 +201,12 @@ final class AttDaemon {
         case .send(let bytes):
             send(link.attPDU(bytes), on: link.handle)
         case .readRequested(let id, let handle, let offset):
-            guard let (owner, answerID) = publisher(of: handle, on: link, serverID: id, isRead: true, offset: offset, expectsAnswer: true) else {
+            guard let (owner, answerID) = publisher(of: [handle], on: link, serverID: id, isRead: true, offset: offset, expectsAnswer: true) else {
                 return apply(wrap(link.server.completeRead(id: id, with: .failure(.unlikelyError)), for: link), on: link)
             }
             owner.send(.event(Event(readRequested: answerID, link: link.handle, handle: handle, offset: offset)))
         case .writeRequested(let id, let writes, let withResponse):
-            guard let (owner, answerID) = publisher(of: writes.first?.handle ?? 0, on: link, serverID: id, isRead: false, offset: 0, expectsAnswer: withResponse) else {
+            guard let (owner, answerID) = publisher(of: writes.map(\.handle), on: link, serverID: id, isRead: false, offset: 0, expectsAnswer: withResponse) else {
                 if withResponse { apply(wrap(link.server.completeWrite(id: id, error: .unlikelyError), for: link), on: link) }
                 return
             }
@@ -231,11 +231,11 @@ final class AttDaemon {
 
     /// The publisher a peer's request goes to, and the id its answer is owed under; if it never comes, the peer gets
     /// Unlikely Error at the deadline rather than silence.
-    private func publisher(of handle: UInt16, on link: LinkSession, serverID: UInt64, isRead: Bool, offset: UInt16,
+    private func publisher(of handles: [UInt16], on link: LinkSession, serverID: UInt64, isRead: Bool, offset: UInt16,
                            expectsAnswer: Bool) -> (IPCSession, UInt64)? {
         let sessions = host.server?.sessions ?? [:]
         defer { armDeadline() }
-        guard let (publisher, answerID) = router.route(handle: handle, link: link.handle, serverID: serverID, isRead: isRead, offset: offset,
+        guard let (publisher, answerID) = router.route(handles: handles, link: link.handle, serverID: serverID, isRead: isRead, offset: offset,
                                                        expectsAnswer: expectsAnswer, isLive: { sessions[$0] != nil }, at: host.loop.uptime)
         else { return nil }
         return sessions[publisher].map { ($0, answerID) }

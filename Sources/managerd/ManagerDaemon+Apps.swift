@@ -72,6 +72,13 @@ extension ManagerDaemon {
         }
     }
 
+    /// The app's processes: its sessions' peers and what managerd launched for it (never init or managerd itself).
+    func processes(of appID: String) -> Set<Int32> {
+        var pids = Set(sessionsOf(appID).map(\.peer.pid))
+        if let pid = core.launches.processes[appID]?.pid { pids.insert(pid) }
+        return pids.filter { $0 > 1 && $0 != getpid() }
+    }
+
     func sessionsOf(_ appID: String) -> [IPCSession] {
         core.sessions(of: appID).compactMap(session)
     }
@@ -94,8 +101,8 @@ extension ManagerDaemon {
         switch kind {
         case .listApps:
             incoming.respond(.with { $0.manager.apps = .with { list in
-                let running = Set((host.server?.sessions.values.map { $0 } ?? []).compactMap { core.sessions[$0.id]?.appID }.filter { !$0.isEmpty })
-                list.apps = Set(core.catalog.apps.keys).union(running).sorted().map { info(forApp: $0) }
+                let running = (host.server?.sessions.keys.map { $0 } ?? []).compactMap { core.sessions[$0]?.appID }
+                list.apps = core.listedApps(running: running).map { info(forApp: $0) }
                 list.refused = core.catalog.refused.map(\.description)
             } })
         case .launchApp(let launchRequest):
@@ -107,17 +114,16 @@ extension ManagerDaemon {
                 if let error = spawn(order) {
                     incoming.fail(.notReady, "\(error)", field: "app_id")
                 } else {
-                    incoming.respond(.with { $0.manager.apps.apps = [appInfo(manifest)] })
+                    incoming.respond(.with { $0.manager.apps.apps = [info(forApp: manifest.id)] })
                 }
             }
         case .stopApp(let stop):
             guard let manifest = authorized(stop.appID) else { return }
             if stop.userQuit { apply(core.userQuit(manifest.id)) }
-            var pids = Set(sessionsOf(manifest.id).map(\.peer.pid))
-            if let pid = core.launches.processes[manifest.id]?.pid { pids.insert(pid) }
-            for pid in pids where pid > 1 { kill(pid, SIGTERM) }
+            let pids = processes(of: manifest.id)
+            for pid in pids { kill(pid, SIGTERM) }
             host.logger.info("\(stop.userQuit ? "quit" : "terminated") \(manifest.id) (pids \(pids.sorted()))")
-            incoming.respond(.with { $0.manager.apps.apps = [appInfo(manifest)] })
+            incoming.respond(.with { $0.manager.apps.apps = [info(forApp: manifest.id)] })
         case .setAppState(let change):
             let setter: ManagerCore<Beryl_Ipc_V1_ManagerEvent>.StateSetter
             switch core.stateSetter(of: change.appID, session: session.id, uid: session.peer.uid, managerdUID: getuid(),
@@ -138,50 +144,7 @@ extension ManagerDaemon {
 
     /// An app with a manifest, or one running without (foreground-only, no restoration).
     func info(forApp appID: String) -> Beryl_Ipc_V1_AppInfo {
-        if let manifest = core.catalog.apps[appID] { return appInfo(manifest) }
-        return .with {
-            $0.id = appID
-            $0.state = lifecycle(of: appID).wire
-            $0.pids = Array(Set(sessionsOf(appID).map(\.peer.pid))).sorted()
-            $0.queuedEvents = UInt32(sessionsOf(appID).compactMap { core.sessions[$0.id]?.held.count }.reduce(0, +))
-            setWakes(&$0)
-        }
-    }
-
-    private func setWakes(_ info: inout Beryl_Ipc_V1_AppInfo) {
-        let tally = core.life.tally(of: info.id)
-        info.wakes = UInt32(clamping: tally.begun)
-        info.wakesEndedIdle = UInt32(clamping: tally.endedIdle)
-        info.wakesOverran = UInt32(clamping: tally.overran)
-    }
-
-    func appInfo(_ manifest: AppManifest) -> Beryl_Ipc_V1_AppInfo {
-        let mine = core.restoration.managers(of: manifest.id)
-        let preservedQueued: Int = mine.map { core.restoration.queuedCount($0.id) }.reduce(0, +)
-        let held: Int = sessionsOf(manifest.id).compactMap { core.sessions[$0.id]?.held.count }.reduce(0, +)
-        var pids: Set<Int32> = Set(sessionsOf(manifest.id).map(\.peer.pid))
-        if let launched = core.launches.processes[manifest.id]?.pid { pids.insert(launched) }
-        return .with {
-            $0.id = manifest.id
-            $0.manifest = manifest.file
-            $0.user = manifest.user
-            $0.backgroundModes = manifest.backgroundModes.map(\.rawValue).sorted()
-            $0.launchable = manifest.launch != nil
-            $0.state = lifecycle(of: manifest.id).wire
-            $0.pids = pids.sorted()
-            $0.preservedCentrals = mine.filter { $0.role == .central }.map(\.restoreID).sorted()
-            $0.preservedPeripherals = mine.filter { $0.role == .peripheral }.map(\.restoreID).sorted()
-            $0.queuedEvents = UInt32(preservedQueued + held)
-            $0.launches = UInt32(clamping: core.launches.counts[manifest.id] ?? 0)
-            $0.lastLaunchError = core.launches.relaunch.failure(of: manifest.id)?.description ?? ""
-            $0.lastLaunchFailure = .init(core.launches.relaunch.failure(of: manifest.id))
-            $0.restorations = UInt32(clamping: core.restoration.restorations(of: manifest.id))
-            let relaunches = core.launches.relaunch.tally(of: manifest.id)
-            $0.launchesEndedUnrestored = UInt32(clamping: relaunches.endedUnrestored)
-            $0.launchesBackedOff = UInt32(clamping: relaunches.backedOff)
-            $0.launchesBeforeReaped = UInt32(clamping: relaunches.launchedBeforeReaped)
-            setWakes(&$0)
-        }
+        .init(core.status(of: appID, sessionPIDs: sessionsOf(appID).map(\.peer.pid)))
     }
 }
 

@@ -19,7 +19,7 @@ extension ManagerDaemon {
             // Peripherals already heard are reported at once, as a fresh scan on iOS reports cached ones.
             for (address, advertisement) in core.heard.advertisements {
                 guard let device = store?.device(at: address) else { continue }
-                for target in core.scans.route(identifier: device.identifier, advertisement: advertisement) where target == key {
+                for target in core.scans.route(identifier: device.identifier, advertisement: advertisement, only: key) {
                     report(device.identifier, address: address, advertisement: advertisement, to: target)
                 }
             }
@@ -62,12 +62,12 @@ extension ManagerDaemon {
             } else {
                 devices = retrieve.identifiers.isEmpty ? store.all : retrieve.identifiers.compactMap { store.device($0) }
             }
-            incoming.respond(.with { $0.manager.peripherals.peripherals = devices.map { info(for: $0) } })
+            // A listing of every device (`beryl peripherals`) hands no identifier to an app.
+            let listing = addresses.isEmpty && retrieve.identifiers.isEmpty
+            incoming.respond(.with { $0.manager.peripherals.peripherals = devices.map { info(for: $0, handedToApp: !listing) } })
         case .retrieveConnected(let retrieve):
             guard let wanted = uuids(retrieve.serviceUuids, field: "service_uuids", incoming) else { return }
-            let connected = book.links.filter { $0.value.isCentral }.compactMap { identifier, _ in store?.device(identifier) }.filter { device in
-                wanted.isEmpty || !core.servicesOffered(by: device.identifier, at: device.address).isDisjoint(with: wanted)
-            }
+            let connected = core.connectedPeripherals(offering: wanted) { store?.device($0)?.address }.compactMap { store?.device($0) }
             incoming.respond(.with { $0.manager.peripherals.peripherals = connected.map { info(for: $0) } })
         case .gatt(let operation):
             forwardGatt(operation, session: session, incoming)
@@ -111,7 +111,7 @@ extension ManagerDaemon {
 
     /// The link this session holds to a peripheral; fails the request (not connected) otherwise.
     func heldLink(_ identifier: String, session: UInt64, _ incoming: IncomingRequest) -> ConnectionBook.Link? {
-        guard let link = book.link(for: identifier), link.holders.contains(where: { $0.holder == .session(session) }) else {
+        guard let link = core.link(to: identifier, heldBy: .session(session)) else {
             incoming.fail(.notFound, "peripheral \(identifier) is not connected for this app", field: "peripheral",
                           detail: RemoteDetail(bluetoothError: .notConnected))
             return nil
@@ -151,9 +151,11 @@ extension ManagerDaemon {
         send(event, to: target.holder)
     }
 
-    func info(for device: KnownDevice) -> Beryl_Ipc_V1_PeripheralInfo {
+    func info(for device: KnownDevice, handedToApp: Bool = true) -> Beryl_Ipc_V1_PeripheralInfo {
         // An app holds this identifier from now on: a lab's factory reset no longer takes it back.
-        if labRecord?.record.peripherals.contains(device.identifier) == true { updateLabRecord { $0.peripherals.removeAll { $0 == device.identifier } } }
+        if handedToApp, labRecord?.record.peripherals.contains(device.identifier) == true {
+            updateLabRecord { $0.peripherals.removeAll { $0 == device.identifier } }
+        }
         let advertisement = core.heard.advertisements[device.address]
         return .with {
             $0.identifier = device.identifier

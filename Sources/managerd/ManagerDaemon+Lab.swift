@@ -262,12 +262,20 @@ extension ManagerDaemon {
             case .endLabWork:
                 endLabWork()
             case .removeLabBonds:
+                // Each leaves the record once attd removed it: one not removed (attd away, or refusing) is taken back
+                // by the next reset.
                 for identity in labRecord?.record.bonds ?? [] {
                     var request = Request()
                     request.att.removeBond.identity = identity
-                    attd?.request(request)
+                    attd?.request(request) { [unowned self] result in
+                        switch result {
+                        case .success, .failure(.remote(.notFound, _, _, _)), .failure(.remote(.invalidArgument, _, _, _)):
+                            forgetLabBond(identity)  // removed, gone already, or never a bond attd could hold
+                        case .failure(let error):
+                            host.logger.warning("the lab's bond with \(identity) was not removed: \(error)")
+                        }
+                    }
                 }
-                updateLabRecord { $0.bonds.removeAll() }
             case .disconnect(let handle):
                 command(HCICommands.disconnect(handle: handle))
             case .resetController:

@@ -121,9 +121,7 @@ extension ManagerDaemon {
     /// iOS ends a background app that overruns its wake; its preserved managers then launch it again for their next
     /// event, so nothing waits on a process that stopped answering.
     private func endOverrunningApp(_ appID: String) {
-        var pids = Set(sessionsOf(appID).map(\.peer.pid))
-        if let pid = core.launches.processes[appID]?.pid { pids.insert(pid) }
-        pids = pids.filter { $0 > 1 && $0 != getpid() }
+        let pids = processes(of: appID)
         let budget = core.catalog.apps[appID]?.wakeBudget ?? 0
         host.logger.warning("\(appID) overran its \(budget) s background budget; ending it (pids \(pids.sorted())); its next event wakes it again")
         for pid in pids { kill(pid, SIGTERM) }

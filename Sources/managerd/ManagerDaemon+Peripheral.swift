@@ -97,8 +97,10 @@ extension ManagerDaemon {
                 }
             }
         case .answerPairing(let answer):
-            guard let link = book.link(for: answer.peer) else {
-                incoming.fail(.notFound, "no link with \(answer.peer)", field: "peer")
+            // Only who heard the prompt answers it: not another app, nor anyone on a lab's link.
+            guard let link = book.link(for: answer.peer), !isLabLink(link.handle),
+                  core.pairingAudience(ofLink: link.handle)?.holders.contains(.session(session)) == true else {
+                incoming.fail(.notFound, "no link with \(answer.peer) whose pairing this app hears", field: "peer")
                 return
             }
             var request = Request()
@@ -141,8 +143,9 @@ extension ManagerDaemon {
     }
 
     func routeRead(_ read: Beryl_Ipc_V1_ReadRequested) {
-        let handle = UInt16(truncatingIfNeeded: read.handle)
-        let route = core.routeRemoteRequest(read.id, .read, handle: handle, expectsAnswer: true) { self.session($0) != nil }
+        let route = core.routeRemoteRequest(read.id, .read, handles: [UInt16(truncatingIfNeeded: read.handle)], expectsAnswer: true) {
+            self.session($0) != nil
+        }
         guard case .app(let owner) = route else {
             answerAttd(read.id, isRead: true, value: [], error: 0x0E)
             return
@@ -160,8 +163,8 @@ extension ManagerDaemon {
     }
 
     func routeWrite(_ write: Beryl_Ipc_V1_WriteRequested) {
-        let handle = UInt16(truncatingIfNeeded: write.writes.first?.handle ?? 0)
-        let route = core.routeRemoteRequest(write.id, .write, handle: handle, expectsAnswer: write.withResponse) { self.session($0) != nil }
+        let handles = write.writes.map { UInt16(truncatingIfNeeded: $0.handle) }
+        let route = core.routeRemoteRequest(write.id, .write, handles: handles, expectsAnswer: write.withResponse) { self.session($0) != nil }
         guard case .app(let owner) = route else {
             if route == .unlikelyError { answerAttd(write.id, isRead: false, value: [], error: 0x0E) }
             return

@@ -14,7 +14,8 @@ extension ManagerDaemon {
     /// The core checks the app id a session claims and binds its restore identifier; a refusal names its field.
     func bindSession(_ hello: Beryl_Ipc_V1_Hello, session: IPCSession, _ incoming: IncomingRequest) -> ManagerCore<Beryl_Ipc_V1_ManagerEvent>.Greeting? {
         let role: ManagerRole = hello.role == .peripheral ? .peripheral : .central
-        switch core.hello(session.id, appID: hello.appID, uid: session.peer.uid, restoreID: hello.restoreIdentifier, role: role) {
+        switch core.hello(session.id, appID: hello.appID, uid: session.peer.uid, restoreID: hello.restoreIdentifier, role: role,
+                          isLabSession: lab?.session == session.id) {
         case .success(let greeting):
             if case .made(let id) = greeting, let made = core.restoration.manager(id: id) { persist(made) }
             return greeting
@@ -23,6 +24,7 @@ extension ManagerDaemon {
             case .notTheAppsUser: incoming.fail(.permissionDenied, "\(refusal)", field: "app_id")
             case .restorationNeedsManifest: incoming.fail(.invalidArgument, "\(refusal)", field: "restore_identifier")
             case .restoreIdentifierInUse: incoming.fail(.busy, "\(refusal)", field: "restore_identifier")
+            case .alreadyGreeted, .labSession: incoming.fail(.invalidArgument, "\(refusal)", field: "hello")
             }
             return nil
         }
@@ -60,7 +62,9 @@ extension ManagerDaemon {
                 try? restorationStore?.remove(appID: appID, restoreID: restoreID, role: PreservedRecord.Role(role))
                 host.logger.info("\(appID)'s \(role) manager \(restoreID) discarded")
             case .forgetApp(let appID):
+                // The unreadable ones go too: managers made under their identifiers from now on are preserved.
                 try? restorationStore?.removeAll(appID: appID)
+                unreadableRecords = unreadableRecords.filter { $0.appID != appID }
             case .connections(let connection):
                 apply([connection])
             case .unpublish(let start):
@@ -160,35 +164,18 @@ extension ManagerDaemon {
     /// Publishes preserved services again once attd is there (its database went with its session to managerd).
     func republishPreserved() {
         guard let attd else { return }
-        let work = core.pendingRepublish
-        core.pendingRepublish.removeAll()
-        for (key, specs) in work.sorted(by: { $0.key < $1.key }) {
-            guard let preserved = core.restoration.manager(heldBy: key.holder), let republication = core.restoration.startRepublication(heldBy: key.holder) else {
-                continue  // discarded meanwhile
-            }
-            for preservedService in specs {
+        for republication in core.takeRepublications() {
+            for preservedService in republication.services {
                 var request = Request()
                 request.att.publishService.service = preservedService.definition.wire
                 attd.request(request) { [unowned self] result in
-                    guard case .success(let response) = result else {
-                        self.host.logger.error("cannot publish a preserved service \(preservedService.definition.uuid) again: \(result)")
+                    guard case .success(let response) = result, let range = response.att.servicePublished.handles else {
+                        host.logger.error("cannot publish a preserved service \(preservedService.definition.uuid) again: \(result)")
                         return
                     }
-                    let published = response.att.servicePublished
-                    guard let range = published.handles else {
-                        self.host.logger.error("attd answered a preserved service's publication with handles \(published.startHandle)...\(published.endHandle)")
-                        return
-                    }
-                    // Meanwhile the manager may have been discarded, or its app come back and cleared its services.
-                    guard let holder = self.core.restoration.owner(of: republication) else {
-                        self.host.logger.info("\(preserved.appID)'s service \(preservedService.definition.uuid), published again for it, is withdrawn: the app cleared its services meanwhile")
-                        self.unpublish(range.lowerBound)
-                        return
-                    }
-                    // The app may be back (restored) by now: the service is its session's, no longer managerd's.
-                    let service = PreservedState.PublishedService(definition: preservedService.definition, handles: range,
-                                                                  valueHandles: published.valueHandles.map { UInt16(truncatingIfNeeded: $0) })
-                    self.apply(self.core.servicePublished(service, at: range, owner: ManagerKey(holder, manager: key.manager), republishing: specs.count))
+                    let valueHandles = response.att.servicePublished.valueHandles.map { UInt16(truncatingIfNeeded: $0) }
+                    let service = PreservedState.PublishedService(definition: preservedService.definition, handles: range, valueHandles: valueHandles)
+                    apply(core.republished(service, at: range, for: republication))
                 }
             }
         }

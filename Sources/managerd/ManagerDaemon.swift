@@ -137,7 +137,9 @@ final class ManagerDaemon {
                 self.hcid = nil
                 // hcid's successor resets the controller (Core Vol 4 Part E §7.3.2): every link ends with it, and the
                 // apps and preserved managers that held one hear so (a preserved one asks for it again).
-                for handle in self.book.links.values.map(\.handle) { self.linkEvent(.disconnected(handle: handle, reason: 0x16)) }
+                for handle in Set(self.book.links.values.map(\.handle)).union(self.lab?.peripheralLinks ?? []).sorted() {
+                    self.linkChanged(.disconnected(handle: handle, reason: 0x16))
+                }
                 self.controllerChanged(.unknown)
                 _ = try? self.host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToHcid() }
             }
@@ -266,14 +268,18 @@ final class ManagerDaemon {
             let timing = LinkTiming(hci)
             if let timing { labTimingChanged(timing, isUpdate: hci.parameters.first == LESubevent.connectionUpdateComplete.rawValue) }
             if let request = RemoteConnectionParameterRequest(hci) { return answerParameterRequest(request) }
-            if let link = LinkEvent(hci) {
-                let madeKnown = linkEvent(link)
-                labLinkEvent(link, madeKnown: madeKnown)
-                if case .disconnected(let handle, _) = link { linkTimings[handle] = nil }
-            }
+            if let link = LinkEvent(hci) { linkChanged(link) }
         default:
             break
         }
+    }
+
+    /// A link came, went or failed: for the apps' managers, then the lab (a link lost with hcid included, so that the
+    /// lab forgets a handle the controller may hand to an app's next link).
+    private func linkChanged(_ link: LinkEvent) {
+        let madeKnown = linkEvent(link)
+        labLinkEvent(link, madeKnown: madeKnown)
+        if case .disconnected(let handle, _) = link { linkTimings[handle] = nil }
     }
 
     private func attdEvent(_ event: Event) {

@@ -23,19 +23,21 @@ final class ServiceRouterTests: XCTestCase {
         var router = ServiceRouter(answerTimeout: .seconds(5))
         router.published(10...20, by: 1)
         router.published(21...30, by: 2)
-        let read = try XCTUnwrap(router.route(handle: 12, link: 0x40, serverID: 7, isRead: true, offset: 3, expectsAnswer: true,
+        let read = try XCTUnwrap(router.route(handles: [12], link: 0x40, serverID: 7, isRead: true, offset: 3, expectsAnswer: true,
                                               isLive: { _ in true }, at: .seconds(1)))
         XCTAssertEqual(read.publisher, 1)
         XCTAssertEqual(try router.answer(read.answerID, isRead: true),
                        .init(link: 0x40, serverID: 7, isRead: true, offset: 3, publisher: 1, deadline: .seconds(6)))
-        let command = try XCTUnwrap(router.route(handle: 22, link: 0x40, serverID: 8, isRead: false, offset: 0, expectsAnswer: false,
+        let command = try XCTUnwrap(router.route(handles: [22], link: 0x40, serverID: 8, isRead: false, offset: 0, expectsAnswer: false,
                                                  isLive: { _ in true }, at: .seconds(1)))
         XCTAssertEqual(command.answerID, 0, "a write command owes nothing")
         XCTAssertNil(router.nextDeadline)
-        XCTAssertNil(router.route(handle: 22, link: 0x40, serverID: 9, isRead: true, offset: 0, expectsAnswer: true,
+        XCTAssertNil(router.route(handles: [22], link: 0x40, serverID: 9, isRead: true, offset: 0, expectsAnswer: true,
                                   isLive: { $0 != 2 }, at: .seconds(1)), "a publisher whose session is gone")
-        XCTAssertNil(router.route(handle: 31, link: 0x40, serverID: 10, isRead: true, offset: 0, expectsAnswer: true,
+        XCTAssertNil(router.route(handles: [31], link: 0x40, serverID: 10, isRead: true, offset: 0, expectsAnswer: true,
                                   isLive: { _ in true }, at: .seconds(1)), "a handle nobody published")
+        XCTAssertNil(router.route(handles: [12, 22], link: 0x40, serverID: 11, isRead: false, offset: 0, expectsAnswer: true,
+                                  isLive: { _ in true }, at: .seconds(1)), "an Execute Write across two publishers' values")
         XCTAssertNil(router.nextDeadline, "nothing is owed for a request that went nowhere")
     }
 

@@ -48,6 +48,16 @@ final class ManagerCoreAppsTests: XCTestCase {
         XCTAssertEqual(core.hello(7, appID: appID, uid: 1001, restoreID: "door", role: .central), .success(.restoring(preservedID: id)))
     }
 
+    // A session is one manager: a second Hello would bind it a second restore identifier the core could not tell apart.
+    func testASessionSaysHelloOnceAndALabSessionNever() throws {
+        var core = try core()
+        XCTAssertEqual(core.hello(5, appID: appID, uid: 1001, restoreID: "door", role: .central).map { _ in true }, .success(true))
+        XCTAssertEqual(core.hello(5, appID: appID, uid: 1001, restoreID: "window", role: .central), .failure(.alreadyGreeted))
+        XCTAssertEqual(core.restoration.managers(of: appID).map(\.restoreID), ["door"])
+        XCTAssertEqual(core.hello(8, appID: "", uid: 0, restoreID: "", role: .central, isLabSession: true), .failure(.labSession))
+        XCTAssertNil(core.sessions[8]?.saidHello)
+    }
+
     func testOnlyRootManagerdsUserOrTheAppsUserDrivesIt() throws {
         let core = try core()
         XCTAssertEqual(core.control(appID, byUID: 1001, managerdUID: 500).map(\.id), .success(appID))
@@ -106,5 +116,33 @@ final class ManagerCoreAppsTests: XCTestCase {
         XCTAssertEqual(core.pairingAudience(ofLink: 0x41)?.identifier, "C")
         XCTAssertEqual(core.pairingAudience(ofLink: 0x41)?.holders, [.session(6), .session(7)])
         XCTAssertNil(core.holders(ofLink: 0x99))
+    }
+
+    // `beryl app list`: every declared app and every running one; what each has preserved, held, launched and woken.
+    func testWhatBerylAppReportsOfAnApp() throws {
+        var core = try core()
+        let manifestWithLaunch = try AppManifestParser.parse(
+            Data(#"{"id": "com.example.doorlock", "user": "doorlock", "launch": {"command": ["/usr/bin/doorlock"]}}"#.utf8),
+            file: "/etc/beryl/apps/doorlock.json", lookup: { $0 == "doorlock" ? Account(uid: 1001, gid: 1001) : nil })
+        core.catalog = AppCatalog([manifestWithLaunch])
+        let door = core.restoration.resume(appID: appID, restoreID: "door", role: .central)
+        _ = core.restoration.resume(appID: appID, restoreID: "chime", role: .peripheral)
+        _ = core.holdForAbsentApp("connected", discoveryOf: nil, for: door.id, at: .seconds(10))
+        _ = core.launchStarted(appID, pid: 4242, at: .seconds(10))
+        _ = core.hello(9, appID: "com.example.plain", uid: 1003, restoreID: "", role: .central)
+        XCTAssertEqual(core.listedApps(running: ["com.example.plain", ""]), [appID, "com.example.plain"])
+
+        let status = core.status(of: appID, sessionPIDs: [4242, 4300])
+        XCTAssertEqual(status.manifest?.file, "/etc/beryl/apps/doorlock.json")
+        XCTAssertEqual(status.pids, [4242, 4300], "the launched process once, beside its sessions'")
+        XCTAssertEqual(status.preservedCentrals, ["door"])
+        XCTAssertEqual(status.preservedPeripherals, ["chime"])
+        XCTAssertEqual(status.queuedEvents, 1)
+        XCTAssertEqual(status.launches, 1)
+        XCTAssertEqual(status.state, .background, "launched for its work")
+        let plain = core.status(of: "com.example.plain", sessionPIDs: [5000])
+        XCTAssertNil(plain.manifest)
+        XCTAssertEqual(plain.pids, [5000])
+        XCTAssertEqual(plain.state, .foreground)
     }
 }

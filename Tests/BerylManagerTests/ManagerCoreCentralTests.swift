@@ -119,4 +119,22 @@ final class ManagerCoreCentralTests: XCTestCase {
         _ = core.linkDown(handle: 0x40, reason: 0x13)
         XCTAssertNil(core.attMTUs[0x40], "a GATT request on the next link with this handle waits for its bearer")
     }
+
+    // GATT, RSSI and write lengths need a link the asking app holds; retrieveConnectedPeripherals finds links by the
+    // services discovered (or advertised) on them, and only where this stack is central.
+    func testAppsReachOnlyTheirLinksAndRetrieveConnectedFiltersByService() {
+        var (core, key, _) = central()
+        _ = core.connect(key, to: "L", at: lock, options: .init())
+        _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
+        XCTAssertEqual(core.link(to: "L", heldBy: key.holder)?.handle, 0x40)
+        XCTAssertNil(core.link(to: "L", heldBy: .session(6)), "another app's link")
+        XCTAssertNil(core.link(to: "X", heldBy: key.holder))
+        let central = DeviceAddress("C0:FF:EE:00:00:02/random")!
+        _ = core.linkUp(handle: 0x41, identifier: "C", address: central, isCentral: false)
+        let addresses = ["L": lock, "C": central]
+        XCTAssertEqual(core.connectedPeripherals(offering: [], address: { addresses[$0] }), ["L"], "a remote central is not a peripheral")
+        XCTAssertEqual(core.connectedPeripherals(offering: [doorService.uuid], address: { addresses[$0] }), [])
+        _ = core.discovered(.services([doorService]), services: [doorService.uuid], everyService: false, on: "L", by: key.holder)
+        XCTAssertEqual(core.connectedPeripherals(offering: [doorService.uuid, batteryService.uuid], address: { addresses[$0] }), ["L"])
+    }
 }

@@ -162,7 +162,7 @@ final class ManagerCoreTests: XCTestCase {
     /// The app is gone for good: a remote central's read it owed is answered for it (Unlikely Error, by the shell).
     func testAGoneAppsOwedAnswersAreGivenForIt() throws {
         var (core, made) = try peripheralWithAService()
-        XCTAssertEqual(core.router.route(41, .read, handle: 12, expectsAnswer: true) { _ in true }, .app(made.key))
+        XCTAssertEqual(core.router.route(41, .read, handles: [12], expectsAnswer: true) { _ in true }, .app(made.key))
         let outputs = quit(7, in: &core)
         XCTAssertTrue(outputs.contains(.answerAbandoned(id: 41, isRead: true)), "\(outputs)")
         XCTAssertTrue(outputs.contains(.unpublish(startHandle: 10)))
@@ -199,15 +199,45 @@ final class ManagerCoreTests: XCTestCase {
         let humidity = PreservedState.PublishedService(definition: ServiceDefinition(uuid: BluetoothUUID(0x181B), primary: true), handles: 20...22)
         let preserved = core.resume(appID: "thermo", restoreID: "t", role: .peripheral,
                                     from: PreservedState(peripheral: .init(services: [thermo, humidity]))) { _ in nil }
-        XCTAssertEqual(core.pendingRepublish[preserved.key], [thermo, humidity])
-        XCTAssertEqual(core.servicePublished(thermo, at: 30...32, owner: preserved.key, republishing: 2), [.persist(preservedID: preserved.id)])
+        let republications = core.takeRepublications()
+        XCTAssertEqual(republications.map(\.key), [preserved.key])
+        XCTAssertEqual(republications.first?.services, [thermo, humidity])
+        XCTAssertTrue(core.takeRepublications().isEmpty, "each is asked of attd once")
+        let landed = PreservedState.PublishedService(definition: thermo.definition, handles: 30...32, valueHandles: [32])
+        XCTAssertEqual(core.republished(landed, at: 30...32, for: republications[0]), [.persist(preservedID: preserved.id)])
         let half = try XCTUnwrap(core.restoration.manager(id: preserved.id))
         XCTAssertEqual(core.snapshot(half, name: name).peripheral?.services, [thermo, humidity], "the stash stands until the whole is back")
-        _ = core.servicePublished(humidity, at: 40...42, owner: preserved.key, republishing: 2)
+        let humidityLanded = PreservedState.PublishedService(definition: humidity.definition, handles: 40...42)
+        _ = core.republished(humidityLanded, at: 40...42, for: republications[0])
         let whole = try XCTUnwrap(core.restoration.manager(id: preserved.id))
         XCTAssertNil(whole.unrepublished)
-        XCTAssertEqual(core.snapshot(whole, name: name).peripheral?.services, [thermo, humidity])
+        XCTAssertEqual(core.snapshot(whole, name: name).peripheral?.services, [landed, humidityLanded], "the record has where they landed")
         XCTAssertEqual(core.router.owner(of: 41), preserved.key)
+    }
+
+    /// The fault suite's "a service managerd published again could land beside the app's own copy": one that lands
+    /// after the app came back and cleared its services is withdrawn; one that lands after it came back without
+    /// clearing them is its session's.
+    func testARepublicationLandingAfterTheAppIsBackIsItsOrIsWithdrawn() throws {
+        var core = Core()
+        let preserved = core.resume(appID: "thermo", restoreID: "t", role: .peripheral,
+                                    from: PreservedState(peripheral: .init(services: [thermo]))) { _ in nil }
+        let under = core.takeRepublications()
+        _ = core.restore(preserved.id, into: 9, name: name)
+        let landed = PreservedState.PublishedService(definition: thermo.definition, handles: 30...32, valueHandles: [32])
+        XCTAssertEqual(core.republished(landed, at: 30...32, for: under[0]), [.persist(preservedID: preserved.id)])
+        XCTAssertEqual(core.router.owner(of: 31), ManagerKey(session: 9, manager: 1), "the app is back: the service is its session's")
+
+        let again = core.takeRepublications()
+        XCTAssertTrue(again.isEmpty)
+        var other = Core()
+        let second = other.resume(appID: "thermo", restoreID: "t", role: .peripheral,
+                                  from: PreservedState(peripheral: .init(services: [thermo]))) { _ in nil }
+        let pending = other.takeRepublications()
+        _ = other.restore(second.id, into: 9, name: name)
+        _ = other.removeAllServices(of: ManagerKey(session: 9, manager: 1))
+        XCTAssertEqual(other.republished(landed, at: 30...32, for: pending[0]), [.unpublish(startHandle: 30)], "cleared meanwhile: withdrawn")
+        XCTAssertNil(other.router.owner(of: 31))
     }
 
     func testASubscriptionIsKeptInTheOwnersRecordUntilItEnds() throws {
@@ -363,14 +393,14 @@ final class ManagerCoreTests: XCTestCase {
     func testARemoteRequestGoesToAnOwnerThatCanAnswerNow() throws {
         var (core, made) = try peripheralWithAService()
         core.sessions[7, default: .init()].appID = "thermo"
-        XCTAssertEqual(core.routeRemoteRequest(1, .read, handle: 12, expectsAnswer: true) { _ in true }, .app(made.key))
-        XCTAssertEqual(core.routeRemoteRequest(2, .read, handle: 12, expectsAnswer: true) { _ in false }, .unlikelyError, "its session is gone")
-        XCTAssertEqual(core.routeRemoteRequest(3, .read, handle: 99, expectsAnswer: true) { _ in true }, .unlikelyError, "no one owns the handle")
+        XCTAssertEqual(core.routeRemoteRequest(1, .read, handles: [12], expectsAnswer: true) { _ in true }, .app(made.key))
+        XCTAssertEqual(core.routeRemoteRequest(2, .read, handles: [12], expectsAnswer: true) { _ in false }, .unlikelyError, "its session is gone")
+        XCTAssertEqual(core.routeRemoteRequest(3, .read, handles: [99], expectsAnswer: true) { _ in true }, .unlikelyError, "no one owns the handle")
         _ = core.setLifecycle("thermo", .suspended, at: .zero)
-        XCTAssertEqual(core.routeRemoteRequest(4, .read, handle: 12, expectsAnswer: true) { _ in true }, .unlikelyError, "a suspended app")
-        XCTAssertEqual(core.routeRemoteRequest(5, .write, handle: 12, expectsAnswer: false) { _ in true }, .dropped)
+        XCTAssertEqual(core.routeRemoteRequest(4, .read, handles: [12], expectsAnswer: true) { _ in true }, .unlikelyError, "a suspended app")
+        XCTAssertEqual(core.routeRemoteRequest(5, .write, handles: [12], expectsAnswer: false) { _ in true }, .dropped)
         _ = core.sessionClosed(7, poweredOn: true)
-        XCTAssertEqual(core.routeRemoteRequest(6, .read, handle: 12, expectsAnswer: true) { _ in false }, .app(ManagerKey(.preserved(made.id), manager: 1)),
+        XCTAssertEqual(core.routeRemoteRequest(6, .read, handles: [12], expectsAnswer: true) { _ in false }, .app(ManagerKey(.preserved(made.id), manager: 1)),
                        "the preserved manager's app is launched to answer")
         XCTAssertThrowsError(try core.router.answer(4, from: .session(7), attError: 0), "a refused request is owed no answer")
         XCTAssertNoThrow(try core.router.answer(1, from: .preserved(made.id), attError: 0), "the first is still owed, by the manager that now holds the work")

@@ -16,7 +16,7 @@ final class PeripheralRouterTests: XCTestCase {
 
     func testARequestGoesToTheOwnerAndIsAnsweredOnce() throws {
         var router = router()
-        XCTAssertEqual(router.route(1, .read, handle: 12, expectsAnswer: true) { _ in true }, .app(thermostat))
+        XCTAssertEqual(router.route(1, .read, handles: [12], expectsAnswer: true) { _ in true }, .app(thermostat))
         XCTAssertThrowsError(try router.answer(1, from: lock.holder, attError: 0)) { XCTAssertEqual($0 as? PeripheralRouter.AnswerRefusal, .notPending, "not the lock's") }
         XCTAssertThrowsError(try router.answer(1, from: thermostat.holder, attError: 0x100)) {
             XCTAssertEqual($0 as? PeripheralRouter.AnswerRefusal, .notAnATTError)
@@ -29,18 +29,22 @@ final class PeripheralRouterTests: XCTestCase {
 
     func testWhatNoAppCanAnswerIsUnlikelyErrorAndAWriteCommandIsDropped() {
         var router = router()
-        XCTAssertEqual(router.route(2, .read, handle: 30, expectsAnswer: true) { _ in true }, .unlikelyError, "no service there")
-        XCTAssertEqual(router.route(3, .read, handle: 21, expectsAnswer: true) { $0 != self.lock.holder }, .unlikelyError, "a suspended app")
-        XCTAssertEqual(router.route(4, .write, handle: 21, expectsAnswer: false) { _ in false }, .dropped)
-        XCTAssertEqual(router.route(5, .write, handle: 21, expectsAnswer: false) { _ in true }, .app(lock))
+        XCTAssertEqual(router.route(2, .read, handles: [30], expectsAnswer: true) { _ in true }, .unlikelyError, "no service there")
+        XCTAssertEqual(router.route(3, .read, handles: [21], expectsAnswer: true) { $0 != self.lock.holder }, .unlikelyError, "a suspended app")
+        XCTAssertEqual(router.route(4, .write, handles: [21], expectsAnswer: false) { _ in false }, .dropped)
+        XCTAssertEqual(router.route(5, .write, handles: [21], expectsAnswer: false) { _ in true }, .app(lock))
+        XCTAssertEqual(router.route(11, .write, handles: [21, 22], expectsAnswer: true) { _ in true }, .app(lock), "an Execute Write of one app's values")
+        XCTAssertEqual(router.route(12, .write, handles: [21, 12], expectsAnswer: true) { _ in true }, .unlikelyError,
+                       "an Execute Write across two apps' values: neither is handed the other's, nor settles them")
+        XCTAssertEqual(router.route(13, .write, handles: [], expectsAnswer: true) { _ in true }, .unlikelyError, "a write of nothing")
         XCTAssertThrowsError(try router.answer(5, from: lock.holder, attError: 0), "a write without response awaits no answer")
     }
 
     func testAnAppThatGoesHasItsRequestsAnsweredForItAndOwesNothing() throws {
         var router = router()
-        _ = router.route(7, .write, handle: 11, expectsAnswer: true) { _ in true }
-        _ = router.route(6, .read, handle: 13, expectsAnswer: true) { _ in true }
-        _ = router.route(8, .read, handle: 21, expectsAnswer: true) { _ in true }
+        _ = router.route(7, .write, handles: [11], expectsAnswer: true) { _ in true }
+        _ = router.route(6, .read, handles: [13], expectsAnswer: true) { _ in true }
+        _ = router.route(8, .read, handles: [21], expectsAnswer: true) { _ in true }
         router.updateRefused(thermostat.holder)
         let abandoned = router.abandon(thermostat.holder)
         XCTAssertEqual(abandoned.map(\.id), [6, 7])
@@ -51,7 +55,7 @@ final class PeripheralRouterTests: XCTestCase {
 
     func testAPreservedManagerTakesItsServicesRequestsAndOwedReadyAlong() throws {
         var router = router()
-        _ = router.route(9, .read, handle: 10, expectsAnswer: true) { _ in true }
+        _ = router.route(9, .read, handles: [10], expectsAnswer: true) { _ in true }
         router.updateRefused(thermostat.holder)
         router.rebind(thermostat.holder, to: .preserved(1))
         XCTAssertEqual(router.owner(of: 14), ManagerKey(.preserved(1), manager: 1))
@@ -71,7 +75,7 @@ final class PeripheralRouterTests: XCTestCase {
         XCTAssertEqual(router.removeAll { $0.owner == self.thermostat }.map(\.range), [10...14])
         XCTAssertTrue(router.services.isEmpty)
         router.publish(30...31, owner: lock)
-        _ = router.route(10, .read, handle: 30, expectsAnswer: true) { _ in true }
+        _ = router.route(10, .read, handles: [30], expectsAnswer: true) { _ in true }
         router.attdLost()
         XCTAssertNil(router.owner(of: 30))
         XCTAssertThrowsError(try router.answer(10, from: lock.holder, attError: 0), "attd's requests went with it")

@@ -42,4 +42,15 @@ final class ScanCoordinatorTests: XCTestCase {
         solicited.solicitedServiceUUIDs = [BluetoothUUID(0x1812)]
         XCTAssertEqual(scans.route(identifier: "B", advertisement: solicited), [key])
     }
+
+    // A fresh scan is told of what was heard before it; a scan already running is not marked told of it, so it still
+    // hears of the peripheral when its advertising next comes (a review found the replay marking every scanner).
+    func testTellingANewScanOfWhatWasHeardLeavesTheOthersUntold() {
+        var scans = ScanCoordinator()
+        let running = ManagerKey(session: 1, manager: 1), fresh = ManagerKey(session: 2, manager: 1)
+        scans.start(running, ScanRequest(services: [BluetoothUUID(0x180D)]))
+        scans.start(fresh, ScanRequest())
+        XCTAssertEqual(scans.route(identifier: "A", advertisement: advertisement([0x180D]), only: fresh), [fresh])
+        XCTAssertEqual(scans.route(identifier: "A", advertisement: advertisement([0x180D])), [running], "the running scan hears of it still")
+    }
 }

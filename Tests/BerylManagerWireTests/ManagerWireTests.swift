@@ -183,4 +183,31 @@ final class ManagerWireTests: XCTestCase {
         for kind in needs { XCTAssertTrue(kind.needsPoweredOn, "\(kind)") }
         for kind in never { XCTAssertFalse(kind.needsPoweredOn, "\(kind)") }
     }
+
+    func testAnAppsStatusTravelsWhole() throws {
+        let manifest = try AppManifestParser.parse(
+            Data(#"{"id": "com.example.doorlock", "user": "doorlock", "backgroundModes": ["bluetooth-central"], "launch": {"command": ["/usr/bin/doorlock"]}}"#.utf8),
+            file: "/etc/beryl/apps/doorlock.json", lookup: { $0 == "doorlock" ? Account(uid: 1001, gid: 1001) : nil })
+        var core = ManagerCore<String>(restoreGrace: .seconds(15))
+        core.catalog = AppCatalog([manifest])
+        let door = core.restoration.resume(appID: manifest.id, restoreID: "door", role: .central)
+        _ = core.holdForAbsentApp("connected", discoveryOf: nil, for: door.id, at: .seconds(10))
+        _ = core.launchFailed(manifest.id, reason: "No such file or directory", at: .seconds(10))
+        let info = Beryl_Ipc_V1_AppInfo(core.status(of: manifest.id, sessionPIDs: [77]))
+        XCTAssertEqual(info.id, manifest.id)
+        XCTAssertEqual(info.manifest, manifest.file)
+        XCTAssertEqual(info.user, "doorlock")
+        XCTAssertEqual(info.backgroundModes, ["bluetooth-central"])
+        XCTAssertTrue(info.launchable)
+        XCTAssertEqual(info.pids, [77])
+        XCTAssertEqual(info.preservedCentrals, ["door"])
+        XCTAssertEqual(info.queuedEvents, 1)
+        XCTAssertEqual(info.launches, 1)
+        XCTAssertEqual(info.lastLaunchError, "No such file or directory")
+        XCTAssertEqual(info.lastLaunchFailure, .couldNotStart)
+        let undeclared = Beryl_Ipc_V1_AppInfo(core.status(of: "com.example.plain", sessionPIDs: []))
+        XCTAssertEqual(undeclared.manifest, "")
+        XCTAssertFalse(undeclared.launchable)
+        XCTAssertEqual(undeclared.state, .notRunning)
+    }
 }
