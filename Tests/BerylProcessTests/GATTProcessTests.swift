@@ -225,4 +225,64 @@ final class GATTProcessTests: XCTestCase {
         }
         XCTAssertEqual(received, accepted, "every accepted notification arrived, none of the refused")
     }
+
+    /// A dynamic, writable characteristic published by its own session of the peripheral's attd.
+    private func publishWritable(_ uuid: String, by session: IPCClient) throws -> UInt32 {
+        var request = Request()
+        request.att.publishService.service = .with {
+            $0.uuid = uuid
+            $0.primary = true
+            $0.characteristics = [.with { $0.uuid = "2A3D"; $0.properties = 0x0A; $0.permissions = 0x03 }]
+        }
+        return try XCTUnwrap(session.call(request).att.servicePublished.valueHandles.first)
+    }
+
+    /// The next write a peer asks of this publisher, passing over the bearer events every session hears.
+    private func writeRequested(at client: IPCClient, within timeout: Duration) -> Beryl_Ipc_V1_WriteRequested? {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            guard let envelope = try? client.receive(timeout: .milliseconds(50)), case .event(let event)? = envelope.body,
+                  case .writeRequested(let write)? = event.att.kind else { continue }
+            return write
+        }
+        return nil
+    }
+
+    private func reliableWrite(_ handles: [UInt32]) -> Result<Void, IPCClientError> {
+        var request = Request()
+        request.att.gattReliableWrite = .with {
+            $0.connectionHandle = link
+            $0.writes = handles.map { handle in .with { $0.handle = handle; $0.value = Data([7]) } }
+        }
+        return Result { () throws(IPCClientError) in _ = try central.call(request, timeout: .seconds(20)) }
+    }
+
+    /// An Execute Write whose queued writes fall in two publishers' services is answered Unlikely Error and reaches
+    /// neither (one would be handed the other's values, and its answer would settle both); one publisher's own batch
+    /// reaches it whole and its answer settles it (Core Vol 3 Part F §3.4.6).
+    func testAnExecuteWriteAcrossTwoPublishersReachesNeither() throws {
+        let other = try IPCClient(path: "\(scratch.root)/run1/attd.sock")
+        let mine = try publishWritable("FF01", by: publisher)
+        let theirs = try publishWritable("FF02", by: other)
+        try connect()
+        guard case .failure(.remote(_, _, _, let detail)) = reliableWrite([mine, theirs]) else { return XCTFail("the batch across two publishers is refused") }
+        XCTAssertEqual(detail.attError, 0x0E, "Unlikely Error")
+        XCTAssertNil(writeRequested(at: publisher, within: .milliseconds(500)), "neither publisher is asked")
+        XCTAssertNil(writeRequested(at: other, within: .milliseconds(500)))
+
+        var single = Request()
+        single.att.gattReliableWrite = .with { $0.connectionHandle = link; $0.writes = [.with { $0.handle = mine; $0.value = Data([7]) }] }
+        let sent = try central.send(single)
+        let write = try XCTUnwrap(writeRequested(at: publisher, within: .seconds(10)), "one publisher's batch is its to answer")
+        XCTAssertEqual(write.writes.map(\.handle), [mine])
+        var answer = Request()
+        answer.att.answerWrite.id = write.id
+        _ = try publisher.call(answer)
+        var settled: Beryl_Ipc_V1_Response?
+        while settled == nil {
+            let envelope = try central.receive(timeout: .seconds(10), requestID: sent)
+            if envelope.requestID == sent, case .response(let response)? = envelope.body { settled = response }
+        }
+        if case .error(let error)? = settled?.kind { XCTFail("the answered batch succeeds: \(error)") }
+    }
 }
