@@ -47,8 +47,7 @@ extension ManagerCore {
     public mutating func launchFailed(_ appID: String, reason: String, at now: Duration) -> [Output] {
         let delay = launches.failed(appID, reason: reason, at: now)
         guard !launches.stopping else { return [] }
-        _ = launches.deferLaunch(appID, until: now + delay)
-        return [.launchDeferred(appID: appID, until: now + delay, failure: launches.relaunch.failure(of: appID))]
+        return [deferred(appID, until: now + delay)]
     }
 
     /// A launched process ended (`exit` says how; reaped, or an adopted one seen gone). With work still waiting it is
@@ -57,11 +56,16 @@ extension ManagerCore {
         let waiting = restoration.waitingToRestore(appID).map(\.restoreID)
         var outputs: [Output] = []
         if let delay = launches.ended(appID, exit: exit, waiting: waiting, at: now), !launches.stopping {
-            _ = launches.deferLaunch(appID, until: now + delay)
-            outputs.append(.launchDeferred(appID: appID, until: now + delay, failure: launches.relaunch.failure(of: appID)))
+            outputs.append(deferred(appID, until: now + delay))
         }
         if !restoration.hasLiveManager(appID), sessions(of: appID).isEmpty { life.exited(appID) }
         return outputs + [.launchesChanged]
+    }
+
+    /// Puts the launch off after a failure; one already put off keeps its time, which the output says.
+    private mutating func deferred(_ appID: String, until time: Duration) -> Output {
+        _ = launches.deferLaunch(appID, until: time)
+        return .launchDeferred(appID: appID, until: launches.deferred[appID] ?? time, failure: launches.relaunch.failure(of: appID))
     }
 
     /// A launched process still runs: one that has not made the managers it was launched to restore within the

@@ -89,7 +89,7 @@ extension ManagerDaemon {
                 host.logger.warning("\(appID) (pid \(pid)) \(failure); ending it")
                 kill(pid, SIGTERM)
             case .launchDeferred(let appID, let time, let failure):
-                if let failure { host.logger.warning("\(appID) \(failure); launching again in \(time - host.loop.uptime)") }
+                if let failure { host.logger.warning("\(appID) \(failure); launching again in \(time - host.loop.uptime) if its work still waits") }
                 armLaunchTimer()
             case .launchesChanged:
                 recordLaunchedApps()
@@ -120,18 +120,6 @@ extension ManagerDaemon {
         } catch {
             host.logger.error("cannot persist \(preserved.appID)'s manager \(preserved.restoreID): \(error)")
         }
-    }
-
-    /// Persists the manager of this holder if it opted into restoration (before its request is acknowledged).
-    func persistIfPreserved(_ holder: ManagerHolder) {
-        guard let preserved = core.restoration.manager(heldBy: holder) else { return }
-        persist(preserved)
-    }
-
-    /// Changes the holder's preserved manager, if it opted into restoration, and writes its record.
-    func updatePreserved(_ holder: ManagerHolder, _ change: (inout PreservedManager) -> Void) {
-        guard let changed = core.restoration.update(heldBy: holder, change) else { return }
-        persist(changed)
     }
 
     func snapshot(_ preserved: PreservedManager) -> PreservedState { core.snapshot(preserved, name: peripheralName) }

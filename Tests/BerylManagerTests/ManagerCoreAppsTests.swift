@@ -96,7 +96,7 @@ final class ManagerCoreAppsTests: XCTestCase {
         XCTAssertNil(core.restoration.manager(id: door))
         XCTAssertNil(core.restoration.manager(id: chime))
         XCTAssertEqual(core.sessions[5]?.quitting, true, "its live session releases its work as it closes")
-        XCTAssertEqual(core.holdForAbsentApp("connected", discoveryOf: nil, for: chime, at: .seconds(60)), [], "nothing is held for it")
+        XCTAssertNil(core.restoration.hold("connected", discoveryOf: nil, for: chime), "nothing is held for it")
     }
 
     // A link's GATT events reach each manager holding it once; pairing as peripheral reaches every publisher and advertiser.

@@ -228,8 +228,6 @@ final class ManagerCoreTests: XCTestCase {
         XCTAssertEqual(core.republished(landed, at: 30...32, for: under[0]), [.persist(preservedID: preserved.id)])
         XCTAssertEqual(core.router.owner(of: 31), ManagerKey(session: 9, manager: 1), "the app is back: the service is its session's")
 
-        let again = core.takeRepublications()
-        XCTAssertTrue(again.isEmpty)
         var other = Core()
         let second = other.resume(appID: "thermo", restoreID: "t", role: .peripheral,
                                   from: PreservedState(peripheral: .init(services: [thermo]))) { _ in nil }
