@@ -226,6 +226,18 @@ extension Beryl_Ipc_V1_Event {
 }
 
 extension Beryl_Ipc_V1_Event {
+    /// The link's encryption changed (or failed to, `status` an HCI error code): what it is now.
+    public init(securityChanged level: LinkSecurity, link: UInt16, status: UInt8) {
+        self.init()
+        att.securityChanged = .with {
+            $0.connectionHandle = UInt32(link)
+            $0.encrypted = level.encrypted
+            $0.authenticated = level.authenticated
+            $0.bonded = level.bonded
+            $0.status = UInt32(status)
+        }
+    }
+
     public init(mtuChanged mtu: UInt16, link: UInt16, central: Bool) {
         self.init()
         att.mtuChanged = .with {

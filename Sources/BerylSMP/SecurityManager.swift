@@ -72,10 +72,6 @@ public struct KeyEncryptionTally: Equatable, Sendable {
     }
 }
 
-public enum SecurityLogLevel: Sendable, Equatable {
-    case info, warning, error
-}
-
 public enum SecurityOutput: Equatable, Sendable {
     /// An SMP PDU for the link's fixed channel 0x0006.
     case sendSMP(link: UInt16, [UInt8])
@@ -97,7 +93,7 @@ public enum SecurityOutput: Equatable, Sendable {
     /// `afterKeysDelivered`: the last keys were just sent; tell the waiters only once the controller has taken them,
     /// so a caller that disconnects at once cannot overtake them.
     case secured([SecurityWaiter], Result<SecuritySummary, SecurityFailure>, afterKeysDelivered: Bool)
-    case log(SecurityLogLevel, String)
+    case log(LogLevel, String)
 }
 
 /// attd's Security Manager host policy (Core Vol 3 Part H §2.4, Part C §10), sans-IO: bonds and their storage, one

@@ -71,15 +71,7 @@ extension AttDaemon {
             case .levelChanged(let handle, let level):
                 links[handle]?.server.security = level
             case .encryptionChanged(let handle, let level, let status):
-                var event = Event()
-                event.att.securityChanged = .with {
-                    $0.connectionHandle = UInt32(handle)
-                    $0.encrypted = level.encrypted
-                    $0.authenticated = level.authenticated
-                    $0.bonded = level.bonded
-                    $0.status = UInt32(status)
-                }
-                host.server?.broadcast(event)
+                host.server?.broadcast(Event(securityChanged: level, link: handle, status: status))
             case .peerSigning(let handle, let key):
                 links[handle]?.server.peerSigning = key
             case .restoreClientState(let handle, let configurations, let features):
@@ -106,11 +98,7 @@ extension AttDaemon {
                 barrier.hci.getControllerInfo = .init()
                 hcid.request(barrier) { _ in for completion in completions { completion(result) } }
             case .log(let level, let message):
-                switch level {
-                case .info: host.logger.info(message)
-                case .warning: host.logger.warning(message)
-                case .error: host.logger.error(message)
-                }
+                host.logger.log(level, message)
             }
         }
     }

@@ -132,5 +132,8 @@ final class GATTClientWireTests: XCTestCase {
         let opened = Event(bearer: 0x46, opened: true, mtu: 23, central: false).att
         XCTAssertEqual([opened.bearerOpened.connectionHandle, opened.bearerOpened.attMtu], [0x46, 23])
         XCTAssertEqual(Event(bearer: 0x46, opened: false, mtu: 23, central: true).att.bearerClosed.central, true)
+        let secured = Event(securityChanged: LinkSecurity(encrypted: true, authenticated: false, bonded: true), link: 0x47, status: 0x06).att.securityChanged
+        XCTAssertEqual([secured.connectionHandle, secured.status], [0x47, 0x06])
+        XCTAssertEqual([secured.encrypted, secured.authenticated, secured.bonded], [true, false, true])
     }
 }
