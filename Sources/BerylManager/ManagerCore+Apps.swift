@@ -234,12 +234,17 @@ extension ManagerCore {
         Set(catalog.apps.keys).union(running.filter { !$0.isEmpty }).sorted()
     }
 
+    /// The app's processes: its live sessions' (`sessionPIDs`) and the one managerd launched for it, once each.
+    public func processes(of appID: String, sessionPIDs: [Int32]) -> [Int32] {
+        Set(sessionPIDs + [launches.processes[appID]?.pid].compactMap { $0 }).sorted()
+    }
+
     /// `sessionPIDs`: the processes of the app's live sessions.
     public func status(of appID: String, sessionPIDs: [Int32]) -> AppStatus {
         let preserved = restoration.managers(of: appID)
         let held = sessions(of: appID).compactMap { sessions[$0]?.held.count }.reduce(0, +)
         var status = AppStatus(id: appID, manifest: catalog.apps[appID], state: lifecycle(of: appID),
-                               pids: Set(sessionPIDs + [launches.processes[appID]?.pid].compactMap { $0 }).sorted())
+                               pids: processes(of: appID, sessionPIDs: sessionPIDs))
         status.preservedCentrals = preserved.filter { $0.role == .central }.map(\.restoreID).sorted()
         status.preservedPeripherals = preserved.filter { $0.role == .peripheral }.map(\.restoreID).sorted()
         status.queuedEvents = preserved.map { restoration.queuedCount($0.id) }.reduce(held, +)

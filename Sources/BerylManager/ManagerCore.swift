@@ -317,9 +317,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         discoveredServices[identifier] = nil
         for output in down {
             outputs.append(.connections(output))
-            if case .event(.requestedAgain(let key, _, _)) = output,
-               let changed = self.restoration.update(heldBy: key.holder, { $0.notifying[identifier] = nil }) {
-                outputs.append(.persist(preservedID: changed.id))
+            if case .event(.requestedAgain(let key, _, _)) = output {
+                outputs += updatingRecord(of: key.holder) { $0.notifying[identifier] = nil }
             }
         }
         return (identifier, outputs + [.advertisingChanged])
@@ -334,8 +333,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
     /// Who hears pairing on a link: as central, the managers holding it; as peripheral, every manager with published
     /// services or advertising (the remote central pairs with the device, not with one app).
     public func pairingAudience(ofLink handle: UInt16) -> (identifier: String, holders: Set<ManagerHolder>)? {
-        guard let identifier = book.identifier(for: handle), let link = book.link(for: identifier) else { return nil }
-        return (identifier, link.isCentral ? Set(link.holders.map(\.holder)) : router.publishers.union(advertisers.keys.map(\.holder)))
+        guard let (identifier, holders) = holders(ofLink: handle), let link = book.link(for: identifier) else { return nil }
+        return (identifier, link.isCentral ? holders : router.publishers.union(advertisers.keys.map(\.holder)))
     }
 
     /// The watchers of a peripheral, or of a service it advertised or was found to have (Core Bluetooth matches both).

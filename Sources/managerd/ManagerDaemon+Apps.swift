@@ -73,10 +73,8 @@ extension ManagerDaemon {
     }
 
     /// The app's processes: its sessions' peers and what managerd launched for it (never init or managerd itself).
-    func processes(of appID: String) -> Set<Int32> {
-        var pids = Set(sessionsOf(appID).map(\.peer.pid))
-        if let pid = core.launches.processes[appID]?.pid { pids.insert(pid) }
-        return pids.filter { $0 > 1 && $0 != getpid() }
+    func processes(of appID: String) -> [Int32] {
+        core.processes(of: appID, sessionPIDs: sessionsOf(appID).map(\.peer.pid)).filter { $0 > 1 && $0 != getpid() }
     }
 
     func sessionsOf(_ appID: String) -> [IPCSession] {
