@@ -16,6 +16,22 @@
 #define HCI_CHANNEL_USER 1
 #endif
 
+/* The kernel binds a user channel only to a device that finished its setup and is down; which of those failed shows in
+ * the device's public flags (HCI_UP, HCI_INIT), while its setup flag is private: a device neither up nor initialising
+ * but still refused is one whose setup never finished. */
+static void describe_busy_device(int fd, int device, char *why, size_t why_length) {
+    struct hci_dev_info info;
+    memset(&info, 0, sizeof(info));
+    info.dev_id = device;
+    int known = ioctl(fd, HCIGETDEVINFO, &info) == 0;
+    if (known && (info.flags & (1 << HCI_UP)))
+        snprintf(why, why_length, "hci%d was powered on again by another program as hcid took it (bluetoothd does: stop it, or `btmgmt --index %d power off`)", device, device);
+    else if (known && (info.flags & (1 << HCI_INIT)))
+        snprintf(why, why_length, "the kernel is still setting hci%d up; hcid takes it when that finishes", device);
+    else
+        snprintf(why, why_length, "the kernel never finished setting hci%d up (its setup commands failed or went unanswered: see `dmesg | grep hci%d`) and hands over only a device it set up: reload the controller's driver or replug it", device, device);
+}
+
 int beryl_hci_user_channel_open(int device, char *why, size_t why_length) {
     int fd = socket(AF_BLUETOOTH, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, BTPROTO_HCI);
     if (fd < 0) {
@@ -33,6 +49,8 @@ int beryl_hci_user_channel_open(int device, char *why, size_t why_length) {
         int code = errno;
         if (code == ENODEV) snprintf(why, why_length, "there is no hci%d", device);
         else if (code == EPERM || code == EACCES) snprintf(why, why_length, "not allowed to bring hci%d down: hcid needs CAP_NET_ADMIN", device);
+        /* The kernel refuses to close a device only while a user channel holds it (net/bluetooth/hci_core.c). */
+        else if (code == EBUSY) snprintf(why, why_length, "hci%d is held through the HCI user channel by another program (another hcid?): the kernel gives a device to one user channel at a time", device);
         else snprintf(why, why_length, "cannot bring hci%d down: %s", device, strerror(code));
         close(fd);
         return -code;
@@ -44,7 +62,8 @@ int beryl_hci_user_channel_open(int device, char *why, size_t why_length) {
     address.hci_channel = HCI_CHANNEL_USER;
     if (bind(fd, (struct sockaddr *)&address, sizeof(address)) < 0) {
         int code = errno;
-        if (code == EBUSY) snprintf(why, why_length, "hci%d is in use by another process (stop bluetoothd, or `btmgmt --index %d power off`)", device, device);
+        if (code == EBUSY) describe_busy_device(fd, device, why, why_length);
+        else if (code == EUSERS) snprintf(why, why_length, "hci%d is held through the HCI user channel by another program (another hcid?): the kernel gives a device to one user channel at a time", device);
         else if (code == ENODEV) snprintf(why, why_length, "there is no hci%d", device);
         else if (code == EPERM || code == EACCES) snprintf(why, why_length, "not allowed to take hci%d: hcid needs CAP_NET_ADMIN", device);
         else snprintf(why, why_length, "cannot bind the user channel of hci%d: %s", device, strerror(code));

@@ -1,0 +1,149 @@
+"""Beryl on a real Linux kernel's Bluetooth core: Debian's kernel boots under qemu (TCG), hci_vhci's hci0 is carried to
+berylsim's controller 0 on the host, and inside the guest `beryl up --transport userchannel:hci0` takes it through the
+HCI user channel; the heart-rate central example then talks to the heart-rate peripheral example running on a normal
+Beryl stack on the host, on berylsim's controller 1. One boot serves every test here; the guest's timings are printed.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Interop"))
+from beryl_stack import BerylStack, wait_for  # noqa: E402
+
+import guest_vm  # noqa: E402
+
+GUEST_PROGRAMS = ["beryl", "hcid", "attd", "managerd", "heart-rate-central"]
+
+
+def bin_dir():
+    directory = os.environ.get("BERYL_BIN_DIR")
+    if not directory:
+        directory = subprocess.check_output(["swift", "build", "--show-bin-path"], cwd=guest_vm.ROOT, text=True).strip()
+    return directory
+
+
+@pytest.fixture(scope="module")
+def boot():
+    if not shutil.which("qemu-system-x86_64"):
+        pytest.fail("qemu-system-x86_64 is missing: ci/setup installs qemu-system-x86")
+    directory = tempfile.mkdtemp(prefix="beryl-kernel-")
+    binaries = bin_dir()
+    kernel, modules, order, version = guest_vm.fetch_kernel()
+    initramfs, size = guest_vm.build_initramfs(directory, binaries, GUEST_PROGRAMS, modules)
+    log = open(os.path.join(directory, "berylsim.log"), "w")
+    sim = subprocess.Popen([os.path.join(binaries, "berylsim"), "--controllers", "2", "--dir", directory],
+                           stdout=log, stderr=subprocess.STDOUT)
+    peripheral = None
+    guest = None
+    try:
+        wait_for(lambda: os.path.exists(os.path.join(directory, "control.sock")), 10, "berylsim's control socket")
+        host = BerylStack({"dir": directory, "bin": binaries}, controller=1).start()
+        peripheral_log = open(os.path.join(directory, "heart-rate-peripheral.log"), "w")
+        peripheral = subprocess.Popen([os.path.join(binaries, "heart-rate-peripheral"), "--runtime-dir", host.run],
+                                      stdout=peripheral_log, stderr=subprocess.STDOUT)
+        wait_for(lambda: "advertising as" in host.log("heart-rate-peripheral"), 20, "the host's heart-rate peripheral advertising")
+        guest = guest_vm.GuestRun(directory, kernel, initramfs, os.path.join(directory, "controller-0.sock")).start()
+        finished = guest.wait(timeout=float(os.environ.get("BERYL_KERNEL_TIMEOUT", "420")))
+        result = {
+            "lines": guest.lines, "console": guest.text(), "finished": finished, "wall": guest.wall,
+            "kernel": version, "modules": order, "initramfs_bytes": size,
+            "peripheral": host.log("heart-rate-peripheral"), "dir": directory,
+        }
+        yield result
+    finally:
+        if guest:
+            guest.stop()
+        if peripheral and peripheral.poll() is None:
+            peripheral.terminate()
+            peripheral.wait(10)
+        if "host" in locals():
+            host.stop()
+        sim.terminate()
+        try:
+            sim.wait(10)
+        except subprocess.TimeoutExpired:
+            sim.kill()
+        log.close()
+        if os.environ.get("BERYL_KEEP_SCRATCH") != "1":
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def lines_starting(result, word):
+    return [line[len(word) + 1:] for line in result["lines"] if line.startswith(word + " ")]
+
+
+def mark(result, name):
+    for line in lines_starting(result, "mark"):
+        label, _, seconds = line.partition(" ")
+        if label == name:
+            return float(seconds)
+    return None
+
+
+def explain(result):
+    return "guest console (tail):\n" + "\n".join(result["console"].splitlines()[-60:])
+
+
+def test_the_guest_finishes_without_errors(boot):
+    assert boot["finished"], explain(boot)
+    assert lines_starting(boot, "error") == [], explain(boot)
+
+
+def test_the_stack_takes_hci0_from_the_kernel_through_the_user_channel(boot):
+    assert mark(boot, "devices") is not None, explain(boot)
+    assert mark(boot, "poweredOn") is not None, explain(boot)
+    assert any(re.match(r"status=0\b", line) for line in lines_starting(boot, "down")), explain(boot)
+
+
+def test_the_heart_rate_central_in_the_guest_reads_and_subscribes_across_the_kernel(boot):
+    said = [line.split(" ", 1)[1] if " " in line else "" for line in lines_starting(boot, "central")]
+    assert any(line.startswith("discovered") for line in said), explain(boot)
+    assert "connected" in said, explain(boot)
+    assert any(line.startswith("sensor location chest") for line in said), explain(boot)
+    beats = [line for line in said if re.match(r"heart rate \d+ bpm", line)]
+    assert len(beats) == 3, explain(boot)
+    assert lines_starting(boot, "central-status") == ["0"], explain(boot)
+    # The host's peripheral saw the guest's central subscribe and write its control point: the wire carried it.
+    assert "central subscribed to heart rate measurement" in boot["peripheral"], boot["peripheral"]
+    assert "control point write [1] accepted" in boot["peripheral"], boot["peripheral"]
+
+
+def test_a_second_stack_is_told_hci0_is_held_by_another_user_channel(boot):
+    said = lines_starting(boot, "second-holder")
+    assert len(said) == 1, explain(boot)
+    assert not said[0].startswith("status=0"), said[0]
+    assert "held through the HCI user channel by another program" in said[0], said[0]
+
+
+def test_a_device_whose_kernel_setup_failed_is_explained_without_the_bluetoothd_hint(boot):
+    said = lines_starting(boot, "failed-setup")
+    assert len(said) == 1, explain(boot)
+    assert not said[0].startswith("status=0"), said[0]
+    assert "never finished setting hci1 up" in said[0], said[0]
+    assert "bluetoothd" not in said[0], said[0]
+
+
+def test_print_the_guest_timings(boot):
+    """Not a check of speed (TCG on a shared machine): the figures the board page quotes, printed for the log."""
+    booted, modules, devices, up = (mark(boot, name) for name in ("booted", "modules", "devices", "poweredOn"))
+    central = {}
+    for line in lines_starting(boot, "central"):
+        seconds, _, text = line.partition(" ")
+        for key in ("discovered", "connected", "sensor location", "heart rate"):
+            if text.startswith(key) and key not in central:
+                central[key] = float(seconds)
+    start = mark(boot, "central-start")
+    report = [f"kernel {boot['kernel']}, initramfs {boot['initramfs_bytes'] / 1e6:.0f} MB, qemu wall {boot['wall']:.1f} s"]
+    if None not in (booted, modules, devices, up):
+        report.append(f"boot to init {booted:.2f} s; modules {modules - booted:.2f} s; hci0 {devices - modules:.2f} s; "
+                      f"beryl up to poweredOn {up - devices:.2f} s")
+    if start is not None and central:
+        report.append("central from start: " + ", ".join(f"{k} {v - start:.2f} s" for k, v in central.items()))
+    print("\nkernel test timings: " + "; ".join(report))
+    assert mark(boot, "poweredOn") is not None, explain(boot)
