@@ -69,7 +69,11 @@ struct Connect: ParsableCommand {
                           "maximumWriteWithoutResponse": peripheral.maximumWriteValueLength(for: .withoutResponse)])
             await AppSupport.waitForStop(seconds: hold) { stop in watcher.onDisconnection(stop) }
             if peripheral.state == .disconnected {
-                printer.emit(["event": "disconnected", "identifier": peripheral.identifier.uuidString, "by": "peer"])
+                // Core Bluetooth's code says how: connectionTimeout for a link that went silent, peripheralDisconnected
+                // for one the peer ended.
+                let code = (watcher.disconnectionError as? BluetoothError)?.code
+                printer.emit(["event": "disconnected", "identifier": peripheral.identifier.uuidString, "by": "peer",
+                              "error": code.map { "\($0)" } ?? "", "code": code?.rawValue ?? -1])
                 throw ExitCode(2)
             }
             central.cancelPeripheralConnection(peripheral)
@@ -83,7 +87,7 @@ struct Connect: ParsableCommand {
 /// The callbacks `beryl connect` waits on.
 final class LinkWatcher: CentralManagerDelegate, PeripheralDelegate, Sendable {
     let rssiWaiter = Mutex<CheckedContinuation<Int, Never>?>(nil)
-    private let lost = Mutex<(happened: Bool, then: (@Sendable () -> Void)?)>((false, nil))
+    private let lost = Mutex<(happened: Bool, error: BluetoothError?, then: (@Sendable () -> Void)?)>((false, nil, nil))
 
     func centralManagerDidUpdateState(_ central: CentralManager) {}
 
@@ -97,9 +101,12 @@ final class LinkWatcher: CentralManagerDelegate, PeripheralDelegate, Sendable {
     func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: Error?) {
         lost.withLock { state in
             state.happened = true
+            state.error = error as? BluetoothError
             return state.then
         }?()
     }
+
+    var disconnectionError: Error? { lost.withLock { $0.error } }
 
     /// Calls `body` once the link is lost (at once if it already was).
     func onDisconnection(_ body: @escaping @Sendable () -> Void) {

@@ -19,6 +19,10 @@ final class ServeApp: PeripheralManagerDelegate, Sendable {
     private let periodicTasks = Mutex<[Task<Void, Never>]>([])
     private let state = Mutex(State())
     private let published = Mutex<[(GATTProfile.Characteristic, MutableCharacteristic)]>([])
+    /// Whether the profile is up: a reset clears an app's services and advertising, and the app adds them again at
+    /// the next poweredOn (docs/core-bluetooth.md, "After a reset").
+    private enum Phase { case starting, serving, cleared }
+    private let phase = Mutex(Phase.starting)
 
     init(profile: GATTProfile, printer: EventPrinter) {
         self.profile = profile
@@ -34,11 +38,32 @@ final class ServeApp: PeripheralManagerDelegate, Sendable {
             manager.pairingDelegate = pairing
             try await AppSupport.poweredOn({ manager.state }, reason: { manager.stateReason }, runtimeDir: stack.paths.runtimeDir)
             try await app.publish(on: manager)
-            manager.startAdvertising(AdvertisingOptions(localName: profile.localName, serviceUUIDs: profile.advertise))
+            app.advertise(on: manager)
+            app.phase.withLock { $0 = .serving }
             await AppSupport.waitForStop(seconds: nil)
             manager.stopAdvertising()
             manager.removeAllServices()
             withExtendedLifetime(pairing) {}
+        }
+    }
+
+    private func advertise(on manager: PeripheralManager) {
+        manager.startAdvertising(AdvertisingOptions(localName: profile.localName, serviceUUIDs: profile.advertise))
+    }
+
+    private func publishAgain(on manager: PeripheralManager) {
+        periodicTasks.withLock { tasks in
+            tasks.forEach { $0.cancel() }
+            tasks = []
+        }
+        published.withLock { $0 = [] }
+        Task { [self] in
+            do {
+                try await publish(on: manager)
+                advertise(on: manager)
+            } catch {
+                printer.say("publishing again after the reset failed: \(error)")
+            }
         }
     }
 
@@ -92,6 +117,15 @@ final class ServeApp: PeripheralManagerDelegate, Sendable {
 
     func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) {
         if peripheral.state != .poweredOn, peripheral.state != .unknown { printer.say("the stack is \(peripheral.state)") }
+        let again = phase.withLock { phase -> Bool in
+            switch (phase, peripheral.state == .poweredOn) {
+            case (.serving, false): phase = .cleared
+            case (.cleared, true): phase = .serving; return true
+            default: break
+            }
+            return false
+        }
+        if again { publishAgain(on: peripheral) }
     }
 
     func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: Error?) {

@@ -30,7 +30,8 @@ class BerylStack:
         self.state = os.path.join(self.dir, "state")
         self.controller = controller
         self.attd_args = list(attd_args)
-        self.transport = transport or f"unix:{self.dir}/controller-{controller}.sock"
+        air = env.get("air") if hasattr(env, "get") else None
+        self.transport = transport or (air.transport(controller) if air else f"unix:{self.dir}/controller-{controller}.sock")
         self.processes = []  # (name, Popen, log file)
 
     def __enter__(self):
@@ -96,6 +97,26 @@ class BerylStack:
         """The passkey `beryl serve` printed ("pairing with ADDR: passkey 123456"), or None."""
         found = re.findall(r"passkey (\d{1,6})\b", self.log(name))
         return int(found[-1]) if found else None
+
+    def kill(self, name):
+        """SIGKILL to the process this stack started as `name`: a crash, not a shutdown."""
+        for entry in self.processes:
+            if entry[0] == name and entry[1].poll() is None:
+                entry[1].kill()
+                entry[1].wait(5)
+
+    def stop_process(self, name):
+        """Stops the process this stack started as `name`, by its pid."""
+        for entry in list(self.processes):
+            if entry[0] == name:
+                entry[1].terminate()
+                try:
+                    entry[1].wait(5)
+                except subprocess.TimeoutExpired:
+                    entry[1].kill()
+                    entry[1].wait(5)
+                entry[2].close()
+                self.processes.remove(entry)
 
     def stop(self):
         for name, process, log in reversed(self.processes):

@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def bin_dir() -> str:
     directory = os.environ.get("BERYL_BIN_DIR")
@@ -34,27 +36,142 @@ def free_port_pair() -> int:
     raise RuntimeError("no free pair of TCP ports on loopback")
 
 
+ROOTCANAL_GLOB = "lib/python3*/site-packages/rootcanal/bin/linux-x86_64/rootcanal"
+
+
+def rootcanal_binary():
+    """Root Canal's packaged binary from .venv-lab (ci/setup installs rootcanal there for the device lab)."""
+    import glob
+    found = sorted(glob.glob(os.path.join(ROOT, ".venv-lab", ROOTCANAL_GLOB)))
+    if not found:
+        pytest.fail("Root Canal is missing: ci/setup installs rootcanal into .venv-lab")
+    return found[-1]
+
+
+def listening(port):
+    """Whether something listens on TCP `port`, read from /proc: a probe connection to Root Canal's HCI port would
+    create a controller."""
+    want = f":{port:04X}"
+    with open("/proc/net/tcp") as table:
+        return any(fields[1].endswith(want) and fields[3] == "0A" for fields in (line.split() for line in table.readlines()[1:]))
+
+
+def free_ports(count):
+    sockets = []
+    try:
+        for _ in range(count):
+            probe = socket.socket()
+            probe.bind(("127.0.0.1", 0))
+            sockets.append(probe)
+        return [probe.getsockname()[1] for probe in sockets]
+    finally:
+        for probe in sockets:
+            probe.close()
+
+
+class Air:
+    """Where the tests' controllers live. berylsim serves controller i at its own socket (and TCP base + i); Root Canal
+    makes a new controller for each TCP connection to its one HCI port, so there `i` only orders the connections."""
+
+    def __init__(self, name, directory, bin_dir, base=None, hci_port=None, test_port=None):
+        self.name, self.dir, self.bin = name, directory, bin_dir
+        self.base, self.hci_port, self.test_port = base, hci_port, test_port
+
+    def port(self, index):
+        """The TCP port a Bumble host reaches controller `index` at."""
+        return self.base + index if self.name == "berylsim" else self.hci_port
+
+    def transport(self, index):
+        """hcid's --transport for controller `index`."""
+        if self.name == "berylsim":
+            return f"unix:{self.dir}/controller-{index}.sock"
+        return f"tcp:127.0.0.1:{self.hci_port}"
+
+    def rootcanal(self, command, *arguments):
+        """A command on Root Canal's test channel (length-prefixed command and arguments; a length-prefixed text answer)."""
+        message = bytes([len(command)]) + command.encode() + bytes([len(arguments)])
+        for argument in arguments:
+            message += bytes([len(argument)]) + argument.encode()
+        answers = []
+        with socket.create_connection(("127.0.0.1", self.test_port), timeout=5) as channel:
+            # The first answer on a new channel is Root Canal's own greeting; the command's follows.
+            channel.sendall(message)
+            buffer = b""
+            channel.settimeout(1)
+            try:
+                while len(answers) < 2:
+                    chunk = channel.recv(4096)
+                    if not chunk:
+                        break
+                    buffer += chunk
+                    while len(buffer) >= 4 and len(buffer) >= 4 + int.from_bytes(buffer[:4], "little"):
+                        length = int.from_bytes(buffer[:4], "little")
+                        answers.append(buffer[4:4 + length].decode(errors="replace"))
+                        buffer = buffer[4 + length:]
+            except socket.timeout:
+                pass
+        return answers[-1] if answers else ""
+
+    # The dictionary view older tests and BerylStack read.
+    def __getitem__(self, key):
+        return {"dir": self.dir, "base": self.base, "bin": self.bin}[key]
+
+    def get(self, key, default=None):
+        return {"dir": self.dir, "base": self.base, "bin": self.bin, "air": self}.get(key, default)
+
+
+def start_air(name):
+    """Starts berylsim (two controllers, unix sockets and TCP) or Root Canal (every port free and its own) in a
+    temporary directory; returns (Air, stop) where stop() ends it by pid."""
+    directory = tempfile.mkdtemp(prefix=f"beryl-interop-{name}-")
+    log = open(os.path.join(directory, f"{name}.log"), "w")
+    if name == "berylsim":
+        base = free_port_pair()
+        process = subprocess.Popen(
+            [os.path.join(bin_dir(), "berylsim"), "--controllers", "2", "--dir", directory, "--tcp", f"127.0.0.1:{base}"],
+            stdout=log, stderr=subprocess.STDOUT)
+        air = Air(name, directory, bin_dir(), base=base)
+        ready = lambda: os.path.exists(os.path.join(directory, "control.sock"))  # noqa: E731
+    else:
+        hci, test, link, link_ble = free_ports(4)
+        process = subprocess.Popen(
+            [rootcanal_binary(), "-hci_port", str(hci), "-test_port", str(test), "-link_port", str(link),
+             "-link_ble_port", str(link_ble)],
+            stdout=log, stderr=subprocess.STDOUT, cwd=directory)
+        air = Air(name, directory, bin_dir(), hci_port=hci, test_port=test)
+        ready = lambda: listening(hci)  # noqa: E731
+    deadline = time.monotonic() + 15
+    while not ready():
+        assert process.poll() is None, open(log.name).read()
+        assert time.monotonic() < deadline, f"{name} did not start:\n{open(log.name).read()}"
+        time.sleep(0.05)
+
+    def stop():
+        process.terminate()
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+        log.close()
+        # As the Swift tests do: BERYL_KEEP_SCRATCH=1 keeps the logs and databases for a post-mortem.
+        if os.environ.get("BERYL_KEEP_SCRATCH") != "1":
+            shutil.rmtree(directory, ignore_errors=True)
+
+    return air, stop
+
+
 @pytest.fixture
 def berylsim():
-    """Starts berylsim with two controllers over TCP in a temporary directory; stops it by pid."""
-    directory = tempfile.mkdtemp(prefix="beryl-interop-")
-    base = free_port_pair()
-    log = open(os.path.join(directory, "berylsim.log"), "w")
-    process = subprocess.Popen(
-        [os.path.join(bin_dir(), "berylsim"), "--controllers", "2", "--dir", directory, "--tcp", f"127.0.0.1:{base}"],
-        stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 10
-    while not os.path.exists(os.path.join(directory, "control.sock")):
-        assert process.poll() is None, open(os.path.join(directory, "berylsim.log")).read()
-        assert time.monotonic() < deadline, "berylsim did not start"
-        time.sleep(0.05)
-    yield {"dir": directory, "base": base, "bin": bin_dir()}
-    process.terminate()
-    try:
-        process.wait(5)
-    except subprocess.TimeoutExpired:
-        process.kill()
-    log.close()
-    # As the Swift tests do: BERYL_KEEP_SCRATCH=1 keeps the logs and databases for a post-mortem.
-    if os.environ.get("BERYL_KEEP_SCRATCH") != "1":
-        shutil.rmtree(directory, ignore_errors=True)
+    """berylsim with two controllers, for the tests that need its controls (sim commands, controller sockets)."""
+    air, stop = start_air("berylsim")
+    yield air
+    stop()
+
+
+@pytest.fixture(params=["berylsim", "rootcanal"])
+def air(request):
+    """Each test that takes `air` runs twice: on berylsim and on Root Canal, Android's controller emulator."""
+    air, stop = start_air(request.param)
+    yield air
+    stop()

@@ -1,4 +1,4 @@
-"""Interop: Beryl as central (hcid + attd + `beryl gatt`) against a Bumble GATT server on berylsim."""
+"""Interop: Beryl as central (hcid + attd + `beryl gatt`) against a Bumble GATT server on berylsim and on Root Canal."""
 import json
 import os
 import subprocess
@@ -8,14 +8,14 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def test_beryl_central_discovers_reads_writes_and_subscribes(berylsim):
-    binaries = berylsim["bin"]
-    run = os.path.join(berylsim["dir"], "run")
-    state = os.path.join(berylsim["dir"], "state")
-    writes = os.path.join(berylsim["dir"], "writes.txt")
+def test_beryl_central_discovers_reads_writes_and_subscribes(air):
+    binaries = air["bin"]
+    run = os.path.join(air["dir"], "run")
+    state = os.path.join(air["dir"], "state")
+    writes = os.path.join(air["dir"], "writes.txt")
     processes = []
     try:
-        peripheral = subprocess.Popen([sys.executable, os.path.join(HERE, "bumble_peripheral.py"), str(berylsim["base"] + 1), writes],
+        peripheral = subprocess.Popen([sys.executable, os.path.join(HERE, "bumble_peripheral.py"), str(air.port(1)), writes],
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         processes.append(peripheral)
         ready = peripheral.stdout.readline().split()
@@ -24,7 +24,7 @@ def test_beryl_central_discovers_reads_writes_and_subscribes(berylsim):
         for name in ["hcid", "attd", "managerd"]:
             arguments = [os.path.join(binaries, name), "--runtime-dir", run, "--state-dir", state]
             if name == "hcid":
-                arguments += ["--transport", f"unix:{berylsim['dir']}/controller-0.sock"]
+                arguments += ["--transport", air.transport(0)]
             processes.append(subprocess.Popen(arguments, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         deadline = time.monotonic() + 10
         while not all(os.path.exists(os.path.join(run, f"{name}.sock")) for name in ["hcid", "attd", "managerd"]):

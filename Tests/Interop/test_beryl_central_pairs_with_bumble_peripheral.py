@@ -1,6 +1,6 @@
 """Interop: a Beryl central (hcid + attd + `beryl gatt` / `beryl pair`) pairs and bonds with a Bumble peripheral.
 
-Beryl runs on berylsim controller 0 (unix socket); the Bumble peripheral (bumble_secure_peripheral.py) drives
+Each runs on berylsim (Beryl on controller 0's unix socket) and on Root Canal; the Bumble peripheral (bumble_secure_peripheral.py) drives
 controller 1 over TCP and serves a characteristic that needs an encrypted link.
 """
 import os
@@ -23,7 +23,7 @@ class BumblePeripheral:
         self.path = os.path.join(env["dir"], "bumble-peripheral.log")
         self.log_file = open(self.path, "w")
         self.stderr_file = open(os.path.join(env["dir"], "bumble-peripheral.stderr"), "w")
-        self.process = subprocess.Popen([sys.executable, os.path.join(HERE, "bumble_secure_peripheral.py"), str(env["base"] + 1), *arguments],
+        self.process = subprocess.Popen([sys.executable, os.path.join(HERE, "bumble_secure_peripheral.py"), str(env.port(1)), *arguments],
                                         stdout=self.log_file, stderr=self.stderr_file)
         try:
             wait_for(lambda: "ready " in self.log() or self.process.poll() is not None, 10, "the Bumble peripheral")
@@ -70,8 +70,8 @@ def after_repeated_attempts_wait(attempt, deadline=8):
         time.sleep(0.5)
 
 
-def test_beryl_central_pairs_just_works_then_reencrypts(berylsim):
-    with BumblePeripheral(berylsim) as bumble, BerylStack(berylsim) as stack:
+def test_beryl_central_pairs_just_works_then_reencrypts(air):
+    with BumblePeripheral(air) as bumble, BerylStack(air) as stack:
         stack.start()
         first = gatt_read(stack)
         assert first.returncode == 0, first.stderr
@@ -100,9 +100,9 @@ def test_beryl_central_pairs_just_works_then_reencrypts(berylsim):
         assert bonds[0]["lastKeyEncryption"] == {"outcome": "encrypted"}, bonds
 
 
-def test_beryl_central_wrong_passkey_then_right_passkey(berylsim):
-    with BumblePeripheral(berylsim, "--display", "123456") as bumble, \
-            BerylStack(berylsim, attd_args=["--io-capability", "keyboard-only"]) as stack:
+def test_beryl_central_wrong_passkey_then_right_passkey(air):
+    with BumblePeripheral(air, "--display", "123456") as bumble, \
+            BerylStack(air, attd_args=["--io-capability", "keyboard-only"]) as stack:
         stack.start()
         wrong = stack.beryl("pair", "--runtime-dir", stack.run, "--peer", PEER, "--passkey", "654321", "--timeout", "20", timeout=35)
         assert wrong.returncode != 0, wrong.stdout
@@ -131,8 +131,8 @@ def test_beryl_central_wrong_passkey_then_right_passkey(berylsim):
         assert bumble.log().count("pairing started") == 2, bumble.events()
 
 
-def test_beryl_pair_leaves_the_peripheral_bonded_too(berylsim):
-    with BumblePeripheral(berylsim) as bumble, BerylStack(berylsim) as stack:
+def test_beryl_pair_leaves_the_peripheral_bonded_too(air):
+    with BumblePeripheral(air) as bumble, BerylStack(air) as stack:
         stack.start()
         paired = stack.beryl("pair", "--runtime-dir", stack.run, "--peer", PEER, "--timeout", "20", timeout=35)
         assert paired.returncode == 0, paired.stderr

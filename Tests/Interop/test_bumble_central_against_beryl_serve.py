@@ -1,4 +1,4 @@
-"""Interop: a Bumble central against a Beryl peripheral (hcid + attd + `beryl serve`) on berylsim."""
+"""Interop: a Bumble central against a Beryl peripheral (hcid + attd + `beryl serve`) on berylsim and on Root Canal."""
 import asyncio
 import json
 import re
@@ -20,20 +20,20 @@ def wait_for(predicate, timeout, what):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_bumble_central_discovers_reads_writes_and_subscribes(berylsim, capsys):
-    binaries = berylsim["bin"]
-    run = os.path.join(berylsim["dir"], "run")
-    state = os.path.join(berylsim["dir"], "state")
+def test_bumble_central_discovers_reads_writes_and_subscribes(air, capsys):
+    binaries = air["bin"]
+    run = os.path.join(air["dir"], "run")
+    state = os.path.join(air["dir"], "state")
     processes = []
     logs = []
 
     def start(name, arguments):
-        log = open(os.path.join(berylsim["dir"], f"{name}.log"), "w")
+        log = open(os.path.join(air["dir"], f"{name}.log"), "w")
         logs.append(log)
         processes.append(subprocess.Popen([os.path.join(binaries, arguments[0])] + arguments[1:], stdout=log, stderr=subprocess.STDOUT))
 
     try:
-        start("hcid", ["hcid", "--runtime-dir", run, "--state-dir", state, "--transport", f"unix:{berylsim['dir']}/controller-0.sock"])
+        start("hcid", ["hcid", "--runtime-dir", run, "--state-dir", state, "--transport", air.transport(0)])
         start("attd", ["attd", "--runtime-dir", run, "--state-dir", state])
 
         def powered_on():
@@ -42,15 +42,15 @@ def test_bumble_central_discovers_reads_writes_and_subscribes(berylsim, capsys):
 
         wait_for(powered_on, 10, "hcid poweredOn")
         wait_for(lambda: os.path.exists(os.path.join(run, "attd.sock")), 10, "attd")
-        wait_for(lambda: "attached to hcid" in open(os.path.join(berylsim["dir"], "attd.log")).read(), 10, "attd attached to hcid")
+        wait_for(lambda: "attached to hcid" in open(os.path.join(air["dir"], "attd.log")).read(), 10, "attd attached to hcid")
         start("managerd", ["managerd", "--runtime-dir", run, "--state-dir", state])
         wait_for(lambda: os.path.exists(os.path.join(run, "managerd.sock")), 10, "managerd")
         # beryl serve is an app of managerd: a PeripheralManager publishing the profile and answering its dynamic values.
         start("serve", ["beryl", "serve", os.path.join(ROOT, "Examples/profiles/heart-rate.json"), "--runtime-dir", run])
-        serve_log = os.path.join(berylsim["dir"], "serve.log")
+        serve_log = os.path.join(air["dir"], "serve.log")
         wait_for(lambda: "advertising" in open(serve_log).read(), 10, "beryl serve advertising")
 
-        assert asyncio.run(bumble_central.main(berylsim["base"] + 1)) == 0
+        assert asyncio.run(bumble_central.main(air.port(1))) == 0
         out = capsys.readouterr().out
         for line in ["discovered Beryl HR", "MTU 185", "read GAP name and cached value", "long write and long read",
                      "reliable write applied", "notifications:", "indication received and confirmed", "disconnected"]:
@@ -62,9 +62,11 @@ def test_bumble_central_discovers_reads_writes_and_subscribes(berylsim, capsys):
         # The long read came back in blobs from offsets; the app answered each from its offset on.
         assert re.search(r"read [0-9A-F-]+ offset 184: 400 bytes", served), served
         assert "central subscribed to" in served, served
-        controllers = json.loads(subprocess.check_output(
-            [os.path.join(binaries, "beryl"), "sim", "list", "--dir", berylsim["dir"], "--json"], text=True))["controllers"]
-        assert all(c.get("aclOverflows", 0) == 0 and c.get("commandFlowViolations", 0) == 0 for c in controllers), controllers
+        if air.name == "berylsim":
+            # berylsim counts what a host sent beyond the controller's buffers and command credits; Root Canal does not.
+            controllers = json.loads(subprocess.check_output(
+                [os.path.join(binaries, "beryl"), "sim", "list", "--dir", air["dir"], "--json"], text=True))["controllers"]
+            assert all(c.get("aclOverflows", 0) == 0 and c.get("commandFlowViolations", 0) == 0 for c in controllers), controllers
     finally:
         for process in reversed(processes):
             process.terminate()

@@ -1,6 +1,6 @@
 """Interop: a Bumble central pairs and bonds with a Beryl peripheral (hcid + attd + `beryl serve secure-lock.json`).
 
-Beryl runs on berylsim controller 0 (unix socket); Bumble drives controller 1 over TCP.
+Each runs on berylsim (Beryl on controller 0's unix socket) and on Root Canal; Bumble drives controller 1 over TCP.
 """
 import asyncio
 import re
@@ -51,14 +51,14 @@ async def reconnect_and_reencrypt(central, stack):
     await central.disconnect(link)
 
 
-def test_just_works_bond_and_reencrypt_on_reconnection(berylsim):
-    with BerylStack(berylsim) as stack:
+def test_just_works_bond_and_reencrypt_on_reconnection(air):
+    with BerylStack(air) as stack:
         stack.start()
         stack.serve()
         beryl_address = stack.address
 
         async def scenario():
-            async with BumbleCentral(berylsim["base"] + 1) as central:
+            async with BumbleCentral(air.port(1)) as central:
                 link = await central.connect()
                 assert await read_error(link) == INSUFFICIENT_AUTHENTICATION, "no reading the secret before pairing"
 
@@ -86,14 +86,14 @@ def test_just_works_bond_and_reencrypt_on_reconnection(berylsim):
         assert bonds[0]["irk"] is True, "Bumble distributed its IRK"
 
 
-def test_passkey_entry_displayed_by_beryl_typed_by_bumble(berylsim):
-    with BerylStack(berylsim, attd_args=["--io-capability", "display-only"]) as stack:
+def test_passkey_entry_displayed_by_beryl_typed_by_bumble(air):
+    with BerylStack(air, attd_args=["--io-capability", "display-only"]) as stack:
         stack.start()
         stack.serve()
         keyboard = PasskeyFromLog(stack.displayed_passkey)
 
         async def scenario():
-            async with BumbleCentral(berylsim["base"] + 1, keyboard, mitm=True) as central:
+            async with BumbleCentral(air.port(1), keyboard, mitm=True) as central:
                 link = await central.connect()
                 assert await read_error(link) == INSUFFICIENT_AUTHENTICATION
                 await asyncio.wait_for(link.connection.pair(), 30)
@@ -114,14 +114,14 @@ def test_passkey_entry_displayed_by_beryl_typed_by_bumble(berylsim):
         assert len(bonds) == 1 and bonds[0]["authenticated"] is True and bonds[0]["secureConnections"] is True, bonds
 
 
-def test_wrong_passkey_fails_with_confirm_value_failed(berylsim):
-    with BerylStack(berylsim, attd_args=["--io-capability", "display-only"]) as stack:
+def test_wrong_passkey_fails_with_confirm_value_failed(air):
+    with BerylStack(air, attd_args=["--io-capability", "display-only"]) as stack:
         stack.start()
         stack.serve()
         keyboard = PasskeyFromLog(stack.displayed_passkey, error=1)
 
         async def scenario():
-            async with BumbleCentral(berylsim["base"] + 1, keyboard, mitm=True) as central:
+            async with BumbleCentral(air.port(1), keyboard, mitm=True) as central:
                 link = await central.connect()
                 with pytest.raises(ProtocolError) as failure:
                     await asyncio.wait_for(link.connection.pair(), 30)

@@ -13,25 +13,25 @@ from bumble.transport import open_transport
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def beryl_up(berylsim, side, controller):
-    run = os.path.join(berylsim["dir"], side)
-    subprocess.run([os.path.join(berylsim["bin"], "beryl"), "up", "--runtime-dir", run, "--state-dir", run + "-state",
-                    "--transport", f"unix:{berylsim['dir']}/controller-{controller}.sock"], check=True, capture_output=True, timeout=60)
+def beryl_up(air, side, controller):
+    run = os.path.join(air["dir"], side)
+    subprocess.run([os.path.join(air["bin"], "beryl"), "up", "--runtime-dir", run, "--state-dir", run + "-state",
+                    "--transport", air.transport(controller)], check=True, capture_output=True, timeout=60)
     return run
 
 
-def beryl_down(berylsim, run):
-    subprocess.run([os.path.join(berylsim["bin"], "beryl"), "down", "--runtime-dir", run], capture_output=True, timeout=30)
+def beryl_down(air, run):
+    subprocess.run([os.path.join(air["bin"], "beryl"), "down", "--runtime-dir", run], capture_output=True, timeout=30)
 
 
-def test_heart_rate_central_example_against_a_bumble_peripheral(berylsim):
-    run = beryl_up(berylsim, "a", 0)
-    writes = os.path.join(berylsim["dir"], "writes.txt")
-    peripheral = subprocess.Popen([sys.executable, os.path.join(HERE, "bumble_peripheral.py"), str(berylsim["base"] + 1), writes],
+def test_heart_rate_central_example_against_a_bumble_peripheral(air):
+    run = beryl_up(air, "a", 0)
+    writes = os.path.join(air["dir"], "writes.txt")
+    peripheral = subprocess.Popen([sys.executable, os.path.join(HERE, "bumble_peripheral.py"), str(air.port(1)), writes],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert peripheral.stdout.readline().startswith("ready"), "the Bumble peripheral did not start"
-        central = subprocess.run([os.path.join(berylsim["bin"], "heart-rate-central"), "--runtime-dir", run, "--count", "3"],
+        central = subprocess.run([os.path.join(air["bin"], "heart-rate-central"), "--runtime-dir", run, "--count", "3"],
                                  capture_output=True, text=True, timeout=60)
         assert central.returncode == 0, central.stdout + central.stderr
         beats = [int(line.split()[2]) for line in central.stdout.splitlines() if line.startswith("heart rate ")]
@@ -40,7 +40,7 @@ def test_heart_rate_central_example_against_a_bumble_peripheral(berylsim):
     finally:
         peripheral.terminate()
         peripheral.wait(5)
-        beryl_down(berylsim, run)
+        beryl_down(air, run)
 
 
 async def bumble_central_reads_and_subscribes(port):
@@ -79,17 +79,17 @@ async def bumble_central_reads_and_subscribes(port):
         return location, beats
 
 
-def test_a_bumble_central_against_the_heart_rate_peripheral_example(berylsim):
-    run = beryl_up(berylsim, "b", 0)
-    log_path = os.path.join(berylsim["dir"], "peripheral.log")
+def test_a_bumble_central_against_the_heart_rate_peripheral_example(air):
+    run = beryl_up(air, "b", 0)
+    log_path = os.path.join(air["dir"], "peripheral.log")
     log = open(log_path, "w")
-    peripheral = subprocess.Popen([os.path.join(berylsim["bin"], "heart-rate-peripheral"), "--runtime-dir", run], stdout=log, stderr=subprocess.STDOUT)
+    peripheral = subprocess.Popen([os.path.join(air["bin"], "heart-rate-peripheral"), "--runtime-dir", run], stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 15
         while "advertising as Beryl HR" not in open(log_path).read():
             assert time.monotonic() < deadline and peripheral.poll() is None, open(log_path).read()
             time.sleep(0.1)
-        location, beats = asyncio.run(bumble_central_reads_and_subscribes(berylsim["base"] + 1))
+        location, beats = asyncio.run(bumble_central_reads_and_subscribes(air.port(1)))
         assert location == b"\x01", location
         assert len(beats) >= 3 and all((b - a) % 256 == 1 for a, b in zip(beats, beats[1:])), beats
         deadline = time.monotonic() + 5
@@ -101,4 +101,4 @@ def test_a_bumble_central_against_the_heart_rate_peripheral_example(berylsim):
         peripheral.terminate()
         peripheral.wait(5)
         log.close()
-        beryl_down(berylsim, run)
+        beryl_down(air, run)

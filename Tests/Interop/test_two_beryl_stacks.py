@@ -1,0 +1,141 @@
+"""Two Beryl stacks on one air, run on berylsim and on Root Canal (Android's controller emulator, an independent
+controller implementation): hcid's bring-up, scanning with and without duplicates, connections in both directions
+with GATT, pairing (Just Works and Passkey Entry), reconnection with the bond, and a link lost without a word.
+"""
+import json
+import os
+import subprocess
+import time
+
+from beryl_stack import ROOT, BerylStack, wait_for
+
+HEART_RATE = os.path.join(ROOT, "Examples/profiles/heart-rate.json")
+SECRET = "D00D0002-0000-1000-8000-00805F9B34FB"  # secure-lock.json: readable on an encrypted link only
+LOCKED_HEX = b"locked".hex()
+BODY_SENSOR_LOCATION = "2A38"
+
+
+def two_stacks(air, a_args=(), b_args=()):
+    """Stack A on controller 0, stack B on controller 1, each in its own directory under the air's."""
+    stacks = []
+    for index, attd_args in enumerate([a_args, b_args]):
+        directory = os.path.join(air["dir"], "ab"[index])
+        os.makedirs(directory, exist_ok=True)
+        env = {"dir": directory, "bin": air["bin"], "air": air}
+        stacks.append(BerylStack(env, controller=index, attd_args=attd_args, transport=air.transport(index)))
+    return stacks
+
+
+def events(result):
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+def start(stacks):
+    for stack in stacks:
+        stack.start()
+        assert stack.status()["controller"]["state"] == "poweredOn"
+
+
+def test_bring_up_and_scanning_with_and_without_duplicates(air):
+    a, b = two_stacks(air)
+    with a, b:
+        start([a, b])
+        assert a.address != b.address, "each stack has its own controller"
+        b.start_process("advertise", ["beryl", "advertise", "--name", "Beryl B", "--service", "FEED", "--runtime-dir", b.run])
+        b.wait_log("advertise", "advertising")
+        once = a.beryl("scan", "--runtime-dir", a.run, "--service", "FEED", "--timeout", "3", "--json", timeout=30)
+        assert once.returncode == 0, once.stderr
+        found = [e for e in events(once) if e.get("name") == "Beryl B"]
+        assert len(found) == 1, once.stdout  # one discovery per peripheral without duplicates
+        every = a.beryl("scan", "--runtime-dir", a.run, "--service", "FEED", "--duplicates", "--timeout", "3", "--json", timeout=30)
+        assert every.returncode == 0, every.stderr
+        reports = [e for e in events(every) if e.get("name") == "Beryl B"]
+        assert len(reports) >= 3, every.stdout  # advertising every 100 ms or so: several reports in 3 s
+        assert {e["identifier"] for e in reports} == {found[0]["identifier"]}, "the same peripheral each time"
+
+
+def test_connections_both_ways_with_gatt(air):
+    a, b = two_stacks(air)
+    with a, b:
+        start([a, b])
+        for central, peripheral in [(a, b), (b, a)]:
+            peripheral.start_process("serve", ["beryl", "serve", HEART_RATE, "--runtime-dir", peripheral.run])
+            peripheral.wait_log("serve", "advertising")
+            read = central.beryl("gatt", "--runtime-dir", central.run, "--peer", peripheral.address, "read", BODY_SENSOR_LOCATION,
+                                 "--json", "--timeout", "20", timeout=40)
+            assert read.returncode == 0, read.stderr
+            values = [e for e in events(read) if e.get("event") == "read"]
+            assert values and values[0]["value"] == "02", read.stdout  # heart-rate.json: on the wrist
+            subscribed = central.beryl("gatt", "--runtime-dir", central.run, "--peer", peripheral.address, "subscribe", "2A37",
+                                       "--count", "2", "--json", "--timeout", "20", timeout=40)
+            assert subscribed.returncode == 0, subscribed.stderr
+            assert len([e for e in events(subscribed) if e.get("event") == "notification"]) == 2, subscribed.stdout
+            peripheral.stop_process("serve")
+
+
+def test_just_works_pairing_then_reconnection_with_the_bond(air):
+    a, b = two_stacks(air)
+    with a, b:
+        start([a, b])
+        b.serve()
+        paired = a.beryl("pair", "--runtime-dir", a.run, "--peer", b.address, "--json", timeout=60)
+        assert paired.returncode == 0, paired.stdout + paired.stderr
+        assert any(e.get("event") == "paired" and e["bonded"] and e["encrypted"] and e["secureConnections"] for e in events(paired)), paired.stdout
+        assert len(a.bonds()) == 1 and len(b.bonds()) == 1
+        # A new link re-encrypts with the bond's key: the secret reads without pairing again.
+        read = a.beryl("gatt", "--runtime-dir", a.run, "--peer", b.address, "read", SECRET, "--json", "--timeout", "20", timeout=40)
+        assert read.returncode == 0, read.stderr
+        assert any(e.get("event") == "read" and e.get("value") == LOCKED_HEX for e in events(read)), read.stdout
+        assert not any(e.get("event") in ("paired", "pairing-complete") for e in events(read)), "re-encryption, not pairing"
+        b.wait_log("serve", "encrypted with a bonded peer")
+
+
+def test_passkey_entry_with_keyboards_on_both_sides(air):
+    # KeyboardOnly on both sides: each enters the same passkey (Core Vol 3 Part H §2.3.5.1, Table 2.8).
+    keyboard = ["--io-capability", "keyboard-only"]
+    a, b = two_stacks(air, a_args=keyboard, b_args=keyboard)
+    with a, b:
+        start([a, b])
+        b.serve(os.path.join(ROOT, "Examples/profiles/secure-lock.json"), "--passkey", "314159")
+        wrong = a.beryl("pair", "--runtime-dir", a.run, "--peer", b.address, "--passkey", "271828", "--json", "--timeout", "30", timeout=60)
+        assert wrong.returncode != 0, wrong.stdout
+        assert a.bonds() == [] and b.bonds() == []
+        time.sleep(3)  # a failed pairing holds off the next attempt for a while (Core Vol 3 Part H §2.3.6)
+        right = a.beryl("pair", "--runtime-dir", a.run, "--peer", b.address, "--passkey", "314159", "--json", "--timeout", "30", timeout=60)
+        assert right.returncode == 0, right.stdout + right.stderr
+        bonds = a.bonds()
+        assert len(bonds) == 1 and bonds[0]["authenticated"] is True, bonds
+
+
+def test_a_lost_peer_ends_the_link_and_a_new_link_follows(air):
+    a, b = two_stacks(air)
+    with a, b:
+        start([a, b])
+        # Through managerd, which advertises again once a new hcid is up (a --direct serve ends with its hcid).
+        b.start_process("serve", ["beryl", "serve", HEART_RATE, "--runtime-dir", b.run])
+        b.wait_log("serve", "advertising")
+        held = a.start_process("connect", ["beryl", "connect", "--runtime-dir", a.run, "--peer", b.address, "--json", "--timeout", "20"])
+        a.wait_log("connect", '"connected"', timeout=30)
+        if air.name == "berylsim":
+            # B leaves A's range: no LL_TERMINATE_IND comes, and the link ends on its supervision timeout (HCI 0x08,
+            # Core Vol 6 Part B §4.5.2), which Core Bluetooth reports as connectionTimeout.
+            subprocess.run([os.path.join(air["bin"], "beryl"), "sim", "range", "--dir", air["dir"], "1", "out"], check=True)
+            expected = "connectionTimeout"
+        else:
+            # Root Canal has no supervision timeout: a device leaves its air when its host's connection closes, and its
+            # controller ends the links as one powering off would (LL_TERMINATE_IND), so A hears the peer end it.
+            b.kill("hcid")
+            expected = "peripheralDisconnected"
+        wait_for(lambda: held.poll() is not None, 40, f"A to see the link lost:\n{a.log('connect')}")
+        lost = [json.loads(line) for line in a.log("connect").splitlines() if '"disconnected"' in line]
+        assert held.returncode == 2 and len(lost) == 1, a.log("connect")
+        assert lost[0]["by"] == "peer" and lost[0]["error"] == expected, lost
+        # B comes back (in range; or a new hcid, which Root Canal gives a new controller) and A links to it again.
+        if air.name == "berylsim":
+            subprocess.run([os.path.join(air["bin"], "beryl"), "sim", "range", "--dir", air["dir"], "1", "in"], check=True)
+        else:
+            b.start_process("hcid-again", ["hcid", "--runtime-dir", b.run, "--state-dir", b.state, "--transport", b.transport])
+            wait_for(lambda: b.status().get("controller", {}).get("state") == "poweredOn", 15, "B's new hcid poweredOn")
+        again = a.beryl("connect", "--runtime-dir", a.run, "--peer", b.address, "--hold", "1", "--json", "--timeout", "20", timeout=45)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert [e["by"] for e in events(again) if e.get("event") == "disconnected"] == ["us"], again.stdout
