@@ -1,14 +1,16 @@
-"""Two Beryl stacks on one air, run on berylsim and on Root Canal (Android's controller emulator, an independent
+"""Two Beryl stacks (and Beryl with a Bumble host) on one air, run on berylsim and on Root Canal (Android's controller emulator, an independent
 controller implementation): hcid's bring-up, scanning with and without duplicates, connections in both directions
 with GATT, pairing (Just Works and Passkey Entry), reconnection with the bond, and a link lost without a word.
 """
 import json
 import os
 import subprocess
+import sys
 import time
 
 from beryl_stack import ROOT, BerylStack, wait_for
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 HEART_RATE = os.path.join(ROOT, "Examples/profiles/heart-rate.json")
 SECRET = "D00D0002-0000-1000-8000-00805F9B34FB"  # secure-lock.json: readable on an encrypted link only
 LOCKED_HEX = b"locked".hex()
@@ -139,3 +141,66 @@ def test_a_lost_peer_ends_the_link_and_a_new_link_follows(air):
         again = a.beryl("connect", "--runtime-dir", a.run, "--peer", b.address, "--hold", "1", "--json", "--timeout", "20", timeout=45)
         assert again.returncode == 0, again.stdout + again.stderr
         assert [e["by"] for e in events(again) if e.get("event") == "disconnected"] == ["us"], again.stdout
+
+
+class BumbleAdvertiser:
+    """bumble_peripheral.py on controller 1: advertises "Bumble HRM" (Heart Rate) and serves GATT until stopped."""
+
+    def __init__(self, air):
+        self.path = os.path.join(air["dir"], "bumble-peripheral.log")
+        self.log_file = open(self.path, "w")
+        self.process = subprocess.Popen([sys.executable, os.path.join(HERE, "bumble_peripheral.py"), str(air.port(1)),
+                                         os.path.join(air["dir"], "bumble-writes.txt")], stdout=self.log_file, stderr=subprocess.STDOUT)
+        wait_for(lambda: "ready " in open(self.path).read() or self.process.poll() is not None, 15, "the Bumble peripheral")
+        assert "ready " in open(self.path).read(), open(self.path).read()
+        self.address = open(self.path).read().split("ready ", 1)[1].split()[0] + "/random"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self.log_file.close()
+
+
+def one_stack(air):
+    directory = os.path.join(air["dir"], "a")
+    os.makedirs(directory, exist_ok=True)
+    return BerylStack({"dir": directory, "bin": air["bin"], "air": air}, controller=0, transport=air.transport(0))
+
+
+def test_beryl_scans_a_bumble_advertiser_with_and_without_duplicates(air):
+    with one_stack(air) as a:
+        a.start()
+        with BumbleAdvertiser(air):  # Bumble advertises once a second by default
+            once = a.beryl("scan", "--runtime-dir", a.run, "--service", "180D", "--timeout", "6", "--json", timeout=30)
+            assert once.returncode == 0, once.stderr
+            assert len([e for e in events(once) if e.get("name") == "Bumble HRM"]) == 1, once.stdout
+            every = a.beryl("scan", "--runtime-dir", a.run, "--service", "180D", "--duplicates", "--timeout", "6", "--json", timeout=30)
+            assert every.returncode == 0, every.stderr
+            assert len([e for e in events(every) if e.get("name") == "Bumble HRM"]) >= 3, every.stdout
+
+
+def test_a_bumble_peripheral_that_vanishes_ends_beryls_link(air):
+    with one_stack(air) as a:
+        a.start()
+        with BumbleAdvertiser(air) as bumble:
+            held = a.start_process("connect", ["beryl", "connect", "--runtime-dir", a.run, "--peer", bumble.address, "--json", "--timeout", "20"])
+            a.wait_log("connect", '"connected"', timeout=30)
+            if air.name == "berylsim":
+                subprocess.run([os.path.join(air["bin"], "beryl"), "sim", "range", "--dir", air["dir"], "1", "out"], check=True)
+                expected = "connectionTimeout"
+            else:
+                bumble.process.kill()  # its host connection closes; Root Canal's controller ends the link
+                expected = "peripheralDisconnected"
+            wait_for(lambda: held.poll() is not None, 40, f"A to see the link lost:\n{a.log('connect')}")
+            lost = [json.loads(line) for line in a.log("connect").splitlines() if '"disconnected"' in line]
+            assert held.returncode == 2 and len(lost) == 1 and lost[0]["error"] == expected, a.log("connect")
+            # The stack carries on.
+            assert a.status()["controller"]["state"] == "poweredOn"
