@@ -130,6 +130,7 @@ let package = Package(
 
         .testTarget(name: "BerylCoreTests", dependencies: ["BerylCore", "BerylTransport"]),
         .testTarget(name: "BerylToolsTests", dependencies: ["BerylTools", "BerylCore"]),
+        .testTarget(name: "BerylDaemonKitTests", dependencies: ["BerylDaemonKit"]),
         .testTarget(name: "BerylEventLoopTests", dependencies: ["BerylEventLoop"]),
         .testTarget(name: "BerylCryptoTests", dependencies: ["BerylCrypto", "BerylCore"]),
         .testTarget(name: "BerylSMPTests", dependencies: ["BerylSMP", "BerylCrypto", "BerylCore", "BerylStore"]),

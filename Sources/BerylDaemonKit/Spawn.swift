@@ -19,11 +19,16 @@ public enum Spawn {
     }
 
     /// Starts `arguments[0]` with stdin from /dev/null and output appended to `logPath`.
+    /// `diesWithParent`: the child gets SIGTERM when this process dies (a supervisor's daemons); not with `newSession`.
     public static func start(_ arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment,
-                             newSession: Bool = false, logPath: String?) throws -> Int32 {
+                             newSession: Bool = false, logPath: String?, diesWithParent: Bool = false) throws -> Int32 {
         let environmentStrings = environment.map { "\($0.key)=\($0.value)" }
         let pid = withCStrings(arguments) { argv in
             withCStrings(environmentStrings) { envp in
+                if diesWithParent {
+                    if let logPath { return logPath.withCString { beryl_spawn_bound(argv, envp, $0) } }
+                    return beryl_spawn_bound(argv, envp, nil)
+                }
                 if let logPath {
                     return logPath.withCString { beryl_spawn(argv, envp, newSession ? 1 : 0, $0) }
                 }
@@ -34,13 +39,17 @@ public enum Spawn {
         return pid
     }
 
-    /// Starts `arguments[0]` in a new session as `uid`/`gid` (dropped to before exec when they are not the caller's).
-    public static func start(_ arguments: [String], environment: [String: String], logPath: String?, uid: UInt32, gid: UInt32) throws -> Int32 {
+    /// Starts `arguments[0]` in a new session as `uid`/`gid` (dropped to before exec when they are not the caller's),
+    /// with `user`'s supplementary groups when named.
+    public static func start(_ arguments: [String], environment: [String: String], logPath: String?, uid: UInt32, gid: UInt32,
+                             user: String? = nil) throws -> Int32 {
         let environmentStrings = environment.map { "\($0.key)=\($0.value)" }
         let pid = withCStrings(arguments) { argv in
             withCStrings(environmentStrings) { envp in
-                if let logPath { return logPath.withCString { beryl_spawn_as(argv, envp, $0, uid, gid) } }
-                return beryl_spawn_as(argv, envp, nil, uid, gid)
+                withOptionalCString(user) { user in
+                    if let logPath { return logPath.withCString { beryl_spawn_as(argv, envp, $0, uid, gid, user) } }
+                    return beryl_spawn_as(argv, envp, nil, uid, gid, user)
+                }
             }
         }
         guard pid > 0 else { throw SpawnError.failed(executable: arguments[0], errno: -pid) }
@@ -86,4 +95,9 @@ public enum Executables {
     }
 
     public static func path(_ name: String) -> String { "\(directory())/\(name)" }
+}
+
+private func withOptionalCString<R>(_ text: String?, _ body: (UnsafePointer<CChar>?) -> R) -> R {
+    guard let text else { return body(nil) }
+    return text.withCString { body($0) }
 }

@@ -5,12 +5,18 @@ import BerylCore
 struct BringUp {
     enum Result {
         case continuing
+        /// Nothing to send until `resume` after this long.
+        case waiting(Duration)
         case done
         case failed(ControllerState)
     }
 
     private var remainingVendorSteps: [VendorStep]?
     private var currentStep: VendorStep?
+    /// The last step that moved the UART, re-issued when patched firmware boots at the old speed.
+    private var baudStep: VendorStep?
+    private enum Relaunch { case none, booting, reissuingBaud, resetting }
+    private var relaunch = Relaunch.none
 
     /// The event mask hcid asks for: Disconnection Complete, Encryption Change, Read Remote Version,
     /// Hardware Error, Data Buffer Overflow, Encryption Key Refresh Complete and LE Meta (Core Vol 4 Part E §7.3.1).
@@ -34,6 +40,7 @@ struct BringUp {
         var reader = ByteReader(body)
         switch command {
         case .reset:
+            if relaunch == .resetting { relaunch = .none }
             host.issue(.readLocalVersionInformation)
         case .readLocalVersionInformation:
             let version = (try? reader.u8()) ?? 0
@@ -114,8 +121,39 @@ struct BringUp {
 
     private mutating func vendorStepAnswered(status: UInt8, host: HCIHost) -> Result {
         guard status == 0 else { return .failed(.unsupported("adapter profile step failed with status 0x\(String(status, radix: 16))")) }
-        if let baud = currentStep?.thenBaud { host.switchBaud(baud) }
+        if let step = currentStep, let baud = step.thenBaud {
+            host.switchBaud(baud)
+            baudStep = step
+        }
+        if relaunch == .reissuingBaud { return resetAfterRelaunch(host: host) }
+        if currentStep?.opcode == VendorStep.broadcomLaunchRAM {
+            // The patched firmware boots at the UART's boot speed: the host follows it there, waits for the boot, then
+            // moves both back up and runs the standard bring-up again, since a boot forgets event masks and the rest.
+            relaunch = .booting
+            if baudStep != nil, let boot = host.transportBaud { host.switchBaud(boot) }
+            host.note("patched firmware launched; waiting \(VendorStep.broadcomFirmwareBoot) for it to boot")
+            return .waiting(VendorStep.broadcomFirmwareBoot)
+        }
         return nextVendorStep(host: host)
+    }
+
+    /// The firmware had its time to boot.
+    mutating func resume(host: HCIHost) -> Result {
+        guard relaunch == .booting else { return .continuing }
+        if let step = baudStep, host.transportBaud != nil {
+            relaunch = .reissuingBaud
+            currentStep = step
+            host.issue(raw: step)
+            return .continuing
+        }
+        return resetAfterRelaunch(host: host)
+    }
+
+    private mutating func resetAfterRelaunch(host: HCIHost) -> Result {
+        relaunch = .resetting
+        currentStep = nil
+        host.issue(.reset)
+        return .continuing
     }
 
     static func mask(_ value: UInt64) -> [UInt8] { (0..<8).map { UInt8(truncatingIfNeeded: value >> (8 * UInt64($0))) } }

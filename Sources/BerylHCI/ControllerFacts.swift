@@ -66,6 +66,12 @@ public struct VendorStep: Sendable, Equatable, Codable {
         self.description = description
         self.thenBaud = thenBaud
     }
+
+    /// Broadcom's Launch_RAM, the last record of a .hcd patch: the controller starts the patched firmware, which comes
+    /// up as from power-on, at its boot baud rate and with nothing the host set (what BlueZ's btbcm and hci_bcm follow).
+    public static let broadcomLaunchRAM: UInt16 = 0xFC4E
+    /// How long Broadcom firmware takes to boot after Launch_RAM before it hears commands (btbcm_patchram's 250 ms).
+    public static let broadcomFirmwareBoot = Duration.milliseconds(250)
 }
 
 /// What an adapter profile tells the host core to avoid.

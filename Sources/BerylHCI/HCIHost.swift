@@ -49,6 +49,8 @@ public final class HCIHost {
     public var vendorSteps: [VendorStep]
     /// The static random address this host takes as its identity when the controller has no public address.
     public let staticIdentity: BDAddress?
+    /// A UART's speed at power-on, which a controller restarting its firmware falls back to (nil: not a UART).
+    public let transportBaud: Int?
     public private(set) var outputs: [HCIHostOutput] = []
 
     private var framer = H4Framer()
@@ -60,6 +62,8 @@ public final class HCIHost {
     private var rotation: [HCIClientID] = []
     private var internalQueue: [Pending] = []
     private var recoveryAt: Duration?
+    /// When bring-up, waiting on the controller (a firmware booting), goes on.
+    private var bringUpResumeAt: Duration?
     let acl: ACLScheduler
     private var attAnswers = ATTAnswerWatch()
 
@@ -75,11 +79,12 @@ public final class HCIHost {
     }
 
     public init(commandTimeout: Duration = .seconds(2), quirks: ControllerQuirks = ControllerQuirks(), vendorSteps: [VendorStep] = [],
-                staticIdentity: BDAddress? = nil) {
+                staticIdentity: BDAddress? = nil, transportBaud: Int? = nil) {
         self.commandTimeout = commandTimeout
         self.quirks = quirks
         self.vendorSteps = vendorSteps
         self.staticIdentity = staticIdentity
+        self.transportBaud = transportBaud
         acl = ACLScheduler()
     }
 
@@ -118,6 +123,7 @@ public final class HCIHost {
         parkedDisconnects.removeAll()
         commandCredits = 1
         bringUp = BringUp()
+        bringUpResumeAt = nil
         setState(.resetting)
         send(HCICommandPacket(.reset), owner: .host)
     }
@@ -128,7 +134,7 @@ public final class HCIHost {
         // No credit and nothing outstanding to bring one back: the controller has as long as a command to grant one.
         let starved = commandCredits == 0 && outstanding.isEmpty && hasQueuedCommands ? creditsExhaustedAt.map { $0 + commandTimeout } : nil
         let stalledRead = partialPacketSince.map { $0 + partialPacketLimit }
-        return [oldest, recoveryAt, starved, stalledRead, parkedDisconnects.map(\.until).min()].compactMap { $0 }.min()
+        return [oldest, recoveryAt, starved, stalledRead, parkedDisconnects.map(\.until).min(), bringUpResumeAt].compactMap { $0 }.min()
     }
 
     private var creditsExhaustedAt: Duration?
@@ -141,6 +147,12 @@ public final class HCIHost {
         releaseParkedDisconnects()
         if let since = partialPacketSince, now - since >= partialPacketLimit {
             return resynchronise(because: "\(framer.bufferedByteCount) bytes of a packet unfinished for \(partialPacketLimit)")
+        }
+        if let resumeAt = bringUpResumeAt, now >= resumeAt, var bringUp {
+            bringUpResumeAt = nil
+            let result = bringUp.resume(host: self)
+            self.bringUp = bringUp
+            settle(result)
         }
         if let recoveryAt, now >= recoveryAt {
             self.recoveryAt = nil
@@ -161,6 +173,7 @@ public final class HCIHost {
         }
         failEverything(reason: .unresponsive)
         bringUp = nil
+        bringUpResumeAt = nil
         setState(.unresponsive(opcode: stalledOpcode))
         recoveryAt = now + commandTimeout
     }
@@ -484,13 +497,21 @@ public final class HCIHost {
 
     func switchBaud(_ baud: Int) { outputs.append(.switchTransportBaud(baud)) }
 
+    func note(_ line: String) { outputs.append(.log(line)) }
+
     private func bringUpAnswer(opcode: UInt16, event: HCIEventPacket, isComplete: Bool) {
         guard var bringUp else { return }
         let result = bringUp.handle(opcode: opcode, event: event, isComplete: isComplete, host: self)
         self.bringUp = bringUp
+        settle(result)
+    }
+
+    private func settle(_ result: BringUp.Result) {
         switch result {
         case .continuing:
             break
+        case .waiting(let delay):
+            bringUpResumeAt = now + delay
         case .done:
             self.bringUp = nil
             acl.configure(mtu: facts.aclMTU, buffers: quirks.maxACLBuffers.map { min($0, facts.aclBuffers) } ?? facts.aclBuffers)

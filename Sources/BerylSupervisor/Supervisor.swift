@@ -71,7 +71,9 @@ public final class Supervisor {
     private func launch(_ child: Child) {
         child.restartTimer = nil
         do {
-            child.pid = try Spawn.start(child.spec.arguments, logPath: host.paths.logFile(child.spec.name))
+            // Bound to this process: a supervisor killed outright takes its daemons with it rather than leave a stack
+            // nobody restarts and `beryl up` cannot start again.
+            child.pid = try Spawn.start(child.spec.arguments, logPath: host.paths.logFile(child.spec.name), diesWithParent: true)
             child.state = .running
             child.startedAt = host.loop.uptime
             host.logger.info("started \(child.spec.name) as pid \(child.pid)")

@@ -11,6 +11,7 @@
 #include <grp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 int beryl_peer_credentials(int fd, pid_t *pid, uid_t *uid, gid_t *gid) {
     struct ucred cred;
@@ -50,7 +51,40 @@ pid_t beryl_spawn(const char *const argv[], const char *const envp[], int new_se
     return rc == 0 ? pid : -rc;
 }
 
-pid_t beryl_spawn_as(const char *const argv[], const char *const envp[], const char *log_path, uid_t uid, gid_t gid) {
+pid_t beryl_spawn_bound(const char *const argv[], const char *const envp[], const char *log_path) {
+    int log_fd = -1;
+    if (log_path) {
+        log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+        if (log_fd < 0) return -errno;
+    }
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        int error = errno;
+        if (log_fd >= 0) close(log_fd);
+        return -error;
+    }
+    if (pid == 0) {
+        /* SIGTERM when the forking thread's process dies; if it died before this line, the child is an orphan now. */
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(1);
+        int null_fd = open("/dev/null", O_RDONLY);
+        if (null_fd >= 0) { dup2(null_fd, 0); }
+        if (log_fd >= 0) { dup2(log_fd, 1); dup2(log_fd, 2); }
+        close_range(3, ~0U, 0);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        for (int number = 1; number < NSIG; number++) signal(number, SIG_DFL);
+        execve(argv[0], (char *const *)argv, (char *const *)envp);
+        dprintf(2, "beryl: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    if (log_fd >= 0) close(log_fd);
+    return pid;
+}
+
+pid_t beryl_spawn_as(const char *const argv[], const char *const envp[], const char *log_path, uid_t uid, gid_t gid,
+                     const char *user) {
     int log_fd = -1;
     if (log_path) {
         log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
@@ -74,8 +108,10 @@ pid_t beryl_spawn_as(const char *const argv[], const char *const envp[], const c
         sigprocmask(SIG_SETMASK, &none, NULL);
         for (int number = 1; number < NSIG; number++) signal(number, SIG_DFL);
         if (gid != getgid() || uid != getuid()) {
-            /* Groups first: after setuid there is no privilege left to change them. */
-            if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0) {
+            /* Groups first: after setuid there is no privilege left to change them. The user's supplementary groups
+             * come along (initgroups): membership of the sockets' group is how an app reaches managerd. */
+            int grouped = user ? initgroups(user, gid) : setgroups(0, NULL);
+            if (grouped != 0 || setgid(gid) != 0 || setuid(uid) != 0) {
                 dprintf(2, "beryl: cannot become uid %u gid %u: %s\n", (unsigned)uid, (unsigned)gid, strerror(errno));
                 _exit(126);
             }

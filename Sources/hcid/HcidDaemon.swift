@@ -58,7 +58,8 @@ final class HcidDaemon {
             host.logger.error("\(reason); left as it is, and a controller without a public address uses \(address) for this run only")
         }
         core = HCIHost(commandTimeout: commandTimeout, quirks: profile?.quirks ?? ControllerQuirks(),
-                       vendorSteps: (profile?.vendorSteps ?? []) + patch, staticIdentity: identityAddress)
+                       vendorSteps: (profile?.vendorSteps ?? []) + patch, staticIdentity: identityAddress,
+                       transportBaud: { if case .uart(_, let baud, _) = transport { baud } else { nil } }())
         host.handle = { [unowned self] in self.handle($0) }
         host.decorateStatus = { [unowned self] status in status.runtimeDir = self.host.paths.runtimeDir }
         host.server?.onSessionClosed = { _, _ in }

@@ -39,9 +39,13 @@ extension ManagerDaemon {
                            "HOME": "/", "LANG": "C.UTF-8", "BERYL_LAUNCH_CENTRALS": order.centrals.joined(separator: ","),
                            "BERYL_LAUNCH_PERIPHERALS": order.peripherals.joined(separator: ",")]
         try? FileManager.default.createDirectory(atPath: host.paths.logDir, withIntermediateDirectories: true)
+        // The app would exit unable to connect, and say so only in its own log.
+        if let why = SocketReach.whyUnreachable(user: manifest.user, socket: host.paths.socket("managerd")) {
+            host.logger.warning("\(manifest.id) runs as \(manifest.user), who cannot reach managerd: \(why)")
+        }
         do {
             let pid = try Spawn.start(command, environment: environment, logPath: host.paths.logDir + "/app-\(manifest.id).log",
-                                      uid: manifest.uid, gid: manifest.gid)
+                                      uid: manifest.uid, gid: manifest.gid, user: manifest.user)
             let restoring = order.centrals + order.peripherals
             host.logger.info("launched \(manifest.id) as \(manifest.user) (pid \(pid))"
                              + (restoring.isEmpty ? "" : " to restore \(restoring.joined(separator: ", "))"))

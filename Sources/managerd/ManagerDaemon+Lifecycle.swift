@@ -64,7 +64,7 @@ extension ManagerDaemon {
         if let manifest = core.catalog.apps[app.appID], let command = manifest.alertCommand {
             do {
                 _ = try Spawn.start(command + [message], environment: ["PATH": "/usr/bin:/bin", "BERYL_APP_ID": app.appID, "BERYL_ALERT": alert.kind.rawValue],
-                                    logPath: host.paths.logDir + "/alerts-\(app.appID).log", uid: manifest.uid, gid: manifest.gid)
+                                    logPath: host.paths.logDir + "/alerts-\(app.appID).log", uid: manifest.uid, gid: manifest.gid, user: manifest.user)
             } catch {
                 host.logger.error("alert command of \(app.appID) failed: \(error)")
             }

@@ -439,3 +439,47 @@ final class ControllerFaultTests: XCTestCase {
         XCTAssertNotEqual(Array(harness.command(0, .readBDAddr).suffix(6)), [], "serving again")
     }
 }
+
+/// A Pi's Broadcom radio: the profile moves the UART to 3 Mbaud, the .hcd patch's Launch_RAM restarts the firmware at
+/// the boot speed, and hcid follows it down, waits for the boot, moves both up again and brings the new firmware up.
+final class BroadcomPatchTests: XCTestCase {
+    static let toThreeMegabaud = VendorStep(opcode: 0xFC18, parameters: [0, 0, 0xC0, 0xC6, 0x2D, 0x00], description: "Update_UART_Baud_Rate", thenBaud: 3_000_000)
+    static let patch = [VendorStep(opcode: 0xFC2E, parameters: [], description: "Download_Minidriver"),
+                        VendorStep(opcode: 0xFC4C, parameters: [0x00, 0x00, 0x21, 0x00, 0xAA, 0xBB], description: "patch record 0"),
+                        VendorStep(opcode: 0xFC4C, parameters: [0x04, 0x00, 0x21, 0x00, 0xCC, 0xDD], description: "patch record 1"),
+                        VendorStep(opcode: VendorStep.broadcomLaunchRAM, parameters: [0xFF, 0xFF, 0xFF, 0xFF], description: "patch record 2")]
+
+    func testAPatchedFirmwareIsFollowedBackToItsBootSpeedAndBroughtUpAgain() throws {
+        let harness = HostHarness(controllers: 1) { _ in
+            HCIHost(vendorSteps: [Self.toThreeMegabaud] + Self.patch, transportBaud: 115_200)
+        }
+        let uart = BroadcomUART()
+        harness.uarts[0] = uart
+        harness.hosts[0].start(at: harness.now)
+        XCTAssertTrue(harness.run(until: { harness.hosts[0].state == .poweredOn }, timeout: .seconds(5)), "\(harness.hosts[0].state)")
+        XCTAssertEqual(harness.baudSwitches[0], [3_000_000, 115_200, 3_000_000])
+        XCTAssertEqual(uart.controllerBaud, 3_000_000)
+        XCTAssertEqual(uart.garbled, 0, "nothing was sent at the wrong speed")
+        let sent = harness.commandsSent[0]
+        let launched = try XCTUnwrap(sent.firstIndex(of: VendorStep.broadcomLaunchRAM))
+        XCTAssertEqual(Array(sent[(launched + 1)...].prefix(3)), [0xFC18, HCIOpcode.reset.rawValue, HCIOpcode.readLocalVersionInformation.rawValue],
+                       "the speed again, then HCI Reset and the standard bring-up for the new firmware")
+        XCTAssertEqual(sent.filter { $0 == HCIOpcode.setEventMask.rawValue }.count, 2, "event masks set again after the boot")
+        XCTAssertEqual(sent.filter { $0 == VendorStep.broadcomLaunchRAM }.count, 1, "the patch is not sent twice")
+        XCTAssertFalse(harness.command(0, .readBDAddr).isEmpty, "a client's command is answered at the final speed")
+    }
+
+    func testAUSBBroadcomAfterItsPatchWaitsForTheBootThenResets() throws {
+        let harness = HostHarness(controllers: 1) { _ in HCIHost(vendorSteps: Self.patch) }
+        let uart = BroadcomUART()  // the model also answers vendor commands; no speed ever changes
+        harness.uarts[0] = uart
+        harness.hosts[0].start(at: harness.now)
+        XCTAssertTrue(harness.run(until: { harness.hosts[0].state == .poweredOn }, timeout: .seconds(5)),
+                      "\(harness.hosts[0].state) \(harness.logs[0]) \(harness.commandsSent[0].map { String($0, radix: 16) })")
+        XCTAssertEqual(harness.baudSwitches[0], [])
+        XCTAssertEqual(uart.garbled, 0, "nothing sent while the firmware booted")
+        let sent = harness.commandsSent[0]
+        let launched = try XCTUnwrap(sent.firstIndex(of: VendorStep.broadcomLaunchRAM))
+        XCTAssertEqual(sent.dropFirst(launched + 1).first, HCIOpcode.reset.rawValue)
+    }
+}

@@ -156,7 +156,10 @@ final class UdevAndSystemdTests: XCTestCase {
             XCTAssertTrue(seen["[Service]"]?.contains("Restart") ?? false, "\(unit) restarts what dies")
             let exec = text.split(separator: "\n").first { $0.hasPrefix("ExecStart=") }.map(String.init) ?? ""
             let binary = String(exec.dropFirst("ExecStart=".count).split(separator: " ")[0])
-            XCTAssertTrue(["/usr/local/bin/hcid", "/usr/local/bin/attd", "/usr/local/bin/managerd", "/usr/local/bin/beryl-pandora"].contains(binary), binary)
+            // Where the Debian package (ci/package) installs the daemons.
+            XCTAssertTrue(["/usr/libexec/beryl/hcid", "/usr/libexec/beryl/attd", "/usr/libexec/beryl/managerd", "/usr/libexec/beryl/beryl-pandora"].contains(binary), binary)
+            // The daemons' sockets are 0660 in the beryl group (the package's sysusers.d entry), which apps' users join.
+            XCTAssertTrue(text.contains("Group=beryl\n") || unit == "beryl-pandora.service", "\(unit) runs in the beryl group")
             if unit == "beryl-pandora.service" {
                 // Pandora has no authentication: the unit serves loopback only, and runs in the group managerd grants the lab.
                 XCTAssertFalse(exec.contains("--listen"), "\(unit) must not serve a network by default")

@@ -23,6 +23,8 @@ final class HostHarness {
     var lose: ((Int, UInt8) -> Bool)?
     /// Rewrites a controller's H4 output on its way to the host, as corruption would: (controller, bytes) → bytes.
     var rewrite: ((Int, [UInt8]) -> [UInt8])?
+    /// A Broadcom radio behind a UART for a controller: bytes cross only when both ends run at one speed.
+    var uarts: [Int: BroadcomUART] = [:]
 
     init(controllers: Int = 2, config: SimConfig = SimConfig(), makeHost: (Int) -> HCIHost = { _ in HCIHost() }) {
         air = SimAir(controllerCount: controllers, seed: 3, config: config)
@@ -52,14 +54,24 @@ final class HostHarness {
         for output in host.takeOutputs() {
             switch output {
             case .toController(let bytes):
-                for case .packet(.command(let command)) in sentFramers[index].feed(bytes) { commandsSent[index].append(command.opcode) }
-                air.receive(fromHost: bytes, controller: index, at: now)
+                var vendor = false
+                for case .packet(.command(let command)) in sentFramers[index].feed(bytes) {
+                    commandsSent[index].append(command.opcode)
+                    vendor = command.opcode >= 0xFC00
+                }
+                if let uart = uarts[index] {
+                    if uart.fromHost(bytes, vendor: vendor, at: now) { air.receive(fromHost: bytes, controller: index, at: now) }
+                } else {
+                    air.receive(fromHost: bytes, controller: index, at: now)
+                }
             case .commandAnswered(let client, let token, let event): answers[index].append((client, token, event))
             case .commandFailed(let client, let token, let reason): failures[index].append((client, token, reason))
             case .event(let event): events[index].append(event)
             case .aclReceived(let packet): acl[index].append(packet)
             case .stateChanged(let state): states[index].append(state)
-            case .switchTransportBaud(let baud): baudSwitches[index].append(baud)
+            case .switchTransportBaud(let baud):
+                baudSwitches[index].append(baud)
+                uarts[index]?.hostBaud = baud
             case .log(let line): logs[index].append(line)
             }
         }
@@ -69,6 +81,7 @@ final class HostHarness {
     private func exchange() {
         for index in hosts.indices {
             var bytes = withoutLostEvents(air.takeOutput(controller: index), from: index)
+            if let uart = uarts[index] { bytes = uart.toHost(bytes) }
             if let rewrite, !bytes.isEmpty { bytes = rewrite(index, bytes) }
             if !bytes.isEmpty { hosts[index].controllerBytes(bytes, at: now) }
             hosts[index].tick(at: now)
@@ -101,7 +114,8 @@ final class HostHarness {
         while true {
             exchange()
             if condition() { return true }
-            let next = ([air.nextDeadline] + hosts.map(\.nextDeadline)).compactMap { $0 }.min()
+            let answering = uarts.values.contains { $0.hasAnswers } ? now : nil
+            let next = ([air.nextDeadline, answering] + hosts.map(\.nextDeadline)).compactMap { $0 }.min()
             guard let next, next <= deadline else {
                 now = deadline
                 air.advance(to: now)
@@ -148,5 +162,56 @@ final class HostHarness {
             return UInt16(event.parameters[2]) | UInt16(event.parameters[3]) << 8
         }
         return nil
+    }
+}
+
+/// A Broadcom controller's UART as hcid meets it on a Pi: the vendor commands of a profile and a .hcd patch are its to
+/// answer (the simulated controller behind it knows none); Update_UART_Baud_Rate answers at the old speed and then
+/// moves; Launch_RAM answers, then the firmware boots for a while, deaf, and comes up at the boot speed.
+final class BroadcomUART {
+    var hostBaud: Int
+    private(set) var controllerBaud: Int
+    let bootBaud: Int
+    private var bootingUntil: Duration?
+    /// Vendor answers on their way to the host, each at the speed it was sent at.
+    private var answers: [(bytes: [UInt8], baud: Int)] = []
+    private(set) var garbled = 0
+    /// Answers wait for the next exchange, not for a deadline: the harness runs again at once.
+    var hasAnswers: Bool { !answers.isEmpty }
+
+    init(bootBaud: Int = 115_200) {
+        self.bootBaud = bootBaud
+        hostBaud = bootBaud
+        controllerBaud = bootBaud
+    }
+
+    /// True when the bytes reach the simulated controller as they are.
+    func fromHost(_ bytes: [UInt8], vendor: Bool, at now: Duration) -> Bool {
+        if let until = bootingUntil, now < until { garbled += 1; return false }
+        bootingUntil = nil
+        guard hostBaud == controllerBaud else { garbled += 1; return false }
+        guard vendor, bytes.count >= 4 else { return true }
+        let opcode = UInt16(bytes[1]) | UInt16(bytes[2]) << 8
+        answers.append(([0x04, 0x0E, 4, 1, bytes[1], bytes[2], 0x00], controllerBaud))
+        switch opcode {
+        case 0xFC18 where bytes.count >= 10:  // Update_UART_Baud_Rate: 2 reserved octets, then the speed
+            controllerBaud = Int(bytes[6]) | Int(bytes[7]) << 8 | Int(bytes[8]) << 16 | Int(bytes[9]) << 24
+        case VendorStep.broadcomLaunchRAM:
+            controllerBaud = bootBaud
+            bootingUntil = now + .milliseconds(200)
+        default:
+            break
+        }
+        return false
+    }
+
+    func toHost(_ bytes: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        for answer in answers where answer.baud == hostBaud { out += answer.bytes }
+        garbled += answers.filter { $0.baud != hostBaud }.count
+        answers.removeAll()
+        guard !bytes.isEmpty else { return out }
+        guard hostBaud == controllerBaud else { garbled += 1; return out }
+        return out + bytes
     }
 }

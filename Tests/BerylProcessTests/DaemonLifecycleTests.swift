@@ -92,6 +92,29 @@ final class SupervisorTests: XCTestCase {
         return try JSONDecoder().decode(StackReport.self, from: Data(run.stdout.utf8))
     }
 
+    /// A supervisor killed outright (no SIGTERM to pass on) takes its daemons with it: each was started with
+    /// PR_SET_PDEATHSIG, so none is left holding the controller where no one restarts it and `beryl up` would fail.
+    func testDaemonsDieWithASupervisorKilledOutright() throws {
+        let scratch = try Scratch()
+        defer { _ = try? runTool("beryl", ["down", "--runtime-dir", scratch.paths.runtimeDir]); scratch.stopAll() }
+        let paths = scratch.paths
+        let sim = try startSim(scratch)
+        let up = try runTool("beryl", ["up", "--runtime-dir", paths.runtimeDir, "--state-dir", paths.stateDir,
+                                       "--transport", "unix:\(sim)/controller-0.sock", "--json"])
+        XCTAssertEqual(up.status, 0, up.stderr)
+        let report = try statusJSON(paths)
+        let supervisor = try XCTUnwrap(report.supervisorPid)
+        let daemons = report.daemons.compactMap(\.pid)
+        XCTAssertEqual(daemons.count, 3, "\(report)")
+        XCTAssertEqual(kill(supervisor, SIGKILL), 0)
+        XCTAssertTrue(eventually(.seconds(10)) { daemons.allSatisfy { !ProcessStats.isAlive(pid: $0) } },
+                      "daemons outlived their supervisor: \(daemons.filter { ProcessStats.isAlive(pid: $0) })")
+        // Nothing is left holding the runtime directory: the stack comes up again.
+        let again = try runTool("beryl", ["up", "--runtime-dir", paths.runtimeDir, "--state-dir", paths.stateDir,
+                                          "--transport", "unix:\(sim)/controller-0.sock"])
+        XCTAssertEqual(again.status, 0, again.stderr)
+    }
+
     func testUpRestartsAKilledDaemonAndDownStopsEverything() throws {
         let scratch = try Scratch()
         defer { _ = try? runTool("beryl", ["down", "--runtime-dir", scratch.paths.runtimeDir]); scratch.stopAll() }

@@ -122,9 +122,8 @@ def build_bridge(out_dir):
     return bridge
 
 
-def build_initramfs(out_dir, bin_dir, programs, modules_dir, init=None):
-    """A newc cpio: busybox, `programs` from `bin_dir` under /usr/bin with every library they load at its host path,
-    the modules under /lib/beryl-modules and the init script. Returns (path, size in bytes)."""
+def _base_root(out_dir, modules_dir, init):
+    """busybox with its applets, the modules, the bridge, an /etc a launcher can read, and the init script."""
     root = os.path.join(out_dir, "initramfs")
     shutil.rmtree(root, ignore_errors=True)
     for directory in ["bin", "usr/bin", "etc", "proc", "sys", "dev", "tmp", "run", "var/lib", "lib/beryl-modules"]:
@@ -135,6 +134,30 @@ def build_initramfs(out_dir, bin_dir, programs, modules_dir, init=None):
     for applet in applets:
         if applet != "busybox":
             os.symlink("busybox", os.path.join(root, "bin", applet))
+    shutil.copy2(build_bridge(out_dir), os.path.join(root, "usr", "bin", "vhci_bridge"))
+    for name in os.listdir(modules_dir):
+        shutil.copy(os.path.join(modules_dir, name), os.path.join(root, "lib", "beryl-modules", name))
+    with open(os.path.join(root, "etc", "passwd"), "w") as f:
+        f.write("root:x:0:0:root:/root:/bin/sh\n")
+    with open(os.path.join(root, "etc", "group"), "w") as f:
+        f.write("root:x:0:\n")
+    shutil.copy(init or os.path.join(GUEST, "init"), os.path.join(root, "init"))
+    os.chmod(os.path.join(root, "init"), 0o755)
+    return root
+
+
+def _pack(out_dir, root):
+    archive = os.path.join(out_dir, "initramfs.cpio")
+    files = subprocess.run(["find", "."], cwd=root, capture_output=True, check=True).stdout
+    with open(archive, "wb") as f:
+        subprocess.run(["cpio", "--quiet", "-o", "-H", "newc"], cwd=root, input=files, stdout=f, check=True)
+    return archive, os.path.getsize(archive)
+
+
+def build_initramfs(out_dir, bin_dir, programs, modules_dir, init=None):
+    """A newc cpio: busybox, `programs` from `bin_dir` under /usr/bin with every library they load at its host path,
+    the modules under /lib/beryl-modules and the init script. Returns (path, size in bytes)."""
+    root = _base_root(out_dir, modules_dir, init)
     libraries = set()
     for program in programs:
         source = os.path.join(bin_dir, program)
@@ -142,20 +165,62 @@ def build_initramfs(out_dir, bin_dir, programs, modules_dir, init=None):
         libraries |= _shared_libraries(source)
     for library in sorted(libraries):
         _copy_preserving(library, root)
-    shutil.copy2(build_bridge(out_dir), os.path.join(root, "usr", "bin", "vhci_bridge"))
-    for name in os.listdir(modules_dir):
-        shutil.copy(os.path.join(modules_dir, name), os.path.join(root, "lib", "beryl-modules", name))
-    with open(os.path.join(root, "etc", "passwd"), "w") as f:
-        f.write("root:x:0:0:root:/root:/bin/sh\n")
-    with open(os.path.join(root, "etc", "group"), "w") as f:
-        f.write("root:x:0:\nberyl:x:990:\n")
-    shutil.copy(init or os.path.join(GUEST, "init"), os.path.join(root, "init"))
-    os.chmod(os.path.join(root, "init"), 0o755)
-    archive = os.path.join(out_dir, "initramfs.cpio")
-    files = subprocess.run(["find", "."], cwd=root, capture_output=True, check=True).stdout
-    with open(archive, "wb") as f:
-        subprocess.run(["cpio", "--quiet", "-o", "-H", "newc"], cwd=root, input=files, stdout=f, check=True)
-    return archive, os.path.getsize(archive)
+    return _pack(out_dir, root)
+
+
+def install_package(root, deb):
+    """dpkg -i into `root` as into a board's root file system (maintainer scripts run chrooted in it). The root has no
+    package database of its own, so Depends cannot be checked there: --force-depends, and the caller provides the
+    libraries those packages would (see package_libraries)."""
+    admin = os.path.join(root, "var", "lib", "dpkg")
+    for directory in ["info", "updates", "triggers", "alternatives"]:
+        os.makedirs(os.path.join(admin, directory), exist_ok=True)
+    for name in ["status", "available"]:
+        open(os.path.join(admin, name), "a").close()
+    for directory in ["usr/sbin", "sbin"]:
+        os.makedirs(os.path.join(root, directory), exist_ok=True)
+    return subprocess.run(["dpkg", "--root", root, "--force-depends", "--force-not-root", "--log", "/dev/null", "-i", deb],
+                          capture_output=True, text=True, env={**os.environ, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
+def installed_programs(root):
+    directory = os.path.join(root, "usr", "libexec", "beryl")
+    return sorted(os.path.join(directory, name) for name in os.listdir(directory))
+
+
+def package_libraries(root):
+    """The libraries the installed programs load from outside the package, resolved as on the host with the package's
+    bundled Swift runtime: {host path: owning Debian package}."""
+    bundled = os.path.join(root, "usr", "lib", "beryl", "swift")
+    wanted = {}
+    for program in installed_programs(root) + [os.path.join(bundled, name) for name in os.listdir(bundled)]:
+        out = subprocess.run(["ldd", program], capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": bundled}).stdout
+        for line in out.splitlines():
+            if "not found" in line:
+                raise RuntimeError(f"{program}: {line.strip()}")
+            match = re.search(r"(/\S+) \(0x", line)
+            if match and not match.group(1).startswith(root) and not match.group(1).startswith(bundled):
+                wanted[match.group(1)] = None
+    for library in wanted:
+        real = os.path.realpath(library)
+        owner = subprocess.run(["dpkg", "-S", real], capture_output=True, text=True).stdout or \
+            subprocess.run(["dpkg", "-S", library], capture_output=True, text=True).stdout
+        wanted[library] = owner.split(":")[0] if owner else None
+    return wanted
+
+
+def build_package_initramfs(out_dir, deb, modules_dir, init=None):
+    """The initramfs with Beryl installed from its .deb and the libraries of the packages it depends on.
+    Returns (path, size, dpkg's result, {library: owner})."""
+    root = _base_root(out_dir, modules_dir, init)
+    installed = install_package(root, deb)
+    if installed.returncode != 0:
+        return None, 0, installed, {}
+    libraries = package_libraries(root)
+    for library in libraries:
+        _copy_preserving(library, root)
+    archive, size = _pack(out_dir, root)
+    return archive, size, installed, libraries
 
 
 class GuestRun:

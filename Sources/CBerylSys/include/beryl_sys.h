@@ -9,10 +9,15 @@ int beryl_peer_credentials(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
 /// and stdout/stderr appended to log_path (or inherited when NULL). Returns the pid or -errno.
 pid_t beryl_spawn(const char *const argv[], const char *const envp[], int new_session, const char *log_path);
 
-/// Like beryl_spawn in a new session, but the child drops to uid/gid (with no supplementary groups) before exec,
-/// when they differ from the caller's: how managerd launches an app as its manifest's user. The log file is opened
-/// before the switch. Returns the pid or -errno (an exec failure shows as exit status 127).
-pid_t beryl_spawn_as(const char *const argv[], const char *const envp[], const char *log_path, uid_t uid, gid_t gid);
+/// Like beryl_spawn in the caller's session, but the child is sent SIGTERM when the caller dies (PR_SET_PDEATHSIG):
+/// how the supervisor starts its daemons, so that none outlives a supervisor killed outright.
+pid_t beryl_spawn_bound(const char *const argv[], const char *const envp[], const char *log_path);
+
+/// Like beryl_spawn in a new session, but the child drops to uid/gid before exec, when they differ from the caller's,
+/// with `user`'s supplementary groups (none when `user` is NULL): how managerd launches an app as its manifest's user.
+/// The log file is opened before the switch. Returns the pid or -errno (an exec failure shows as exit status 127).
+pid_t beryl_spawn_as(const char *const argv[], const char *const envp[], const char *log_path, uid_t uid, gid_t gid,
+                     const char *user);
 
 /// waitpid(WNOHANG) decoded: returns the pid (0 if none, -errno on error); *exit_code or *signal set.
 pid_t beryl_reap(pid_t pid, int *exit_code, int *signal_number);
