@@ -1,0 +1,132 @@
+"""The package on a Debian system of its own: debootstrap makes a minimal bookworm root (cached in .cache/board/),
+apt installs the .deb there, resolving its Depends from Debian's archive, and the installed stack runs from that root
+(chroot) on berylsim's controller 0: the heart-rate central example finds and reads the host's heart-rate peripheral.
+Every library comes from the root's own Debian packages, none from this machine's build.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "Tests", "Interop"))
+sys.path.insert(0, os.path.join(ROOT, "Tests", "Kernel"))
+from beryl_stack import BerylStack, wait_for  # noqa: E402
+from test_kernel_user_channel import bin_dir, package_path  # noqa: E402
+
+CACHE = os.path.join(ROOT, ".cache", "board")
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+
+
+def base_root_tarball():
+    """A minbase root, made once: later runs unpack the tarball instead of downloading again."""
+    tarball = os.path.join(CACHE, f"{SUITE}-minbase.tar")
+    if not os.path.exists(tarball):
+        os.makedirs(CACHE, exist_ok=True)
+        work = tempfile.mkdtemp(prefix="beryl-debootstrap-", dir=CACHE)
+        try:
+            made = subprocess.run(["debootstrap", "--variant=minbase", SUITE, work, MIRROR], capture_output=True, text=True)
+            assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
+            subprocess.run(["tar", "-C", work, "-cf", tarball + ".part", "."], check=True)
+            os.rename(tarball + ".part", tarball)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return tarball
+
+
+def chroot(root, *arguments, timeout=120, **kwargs):
+    return subprocess.run(["chroot", root, *arguments], capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def system():
+    if not shutil.which("debootstrap"):
+        pytest.fail("debootstrap is missing: ci/setup installs it")
+    directory = tempfile.mkdtemp(prefix="beryl-board-")
+    root = os.path.join(directory, "root")
+    os.makedirs(root)
+    subprocess.run(["tar", "-C", root, "-xf", base_root_tarball()], check=True)
+    mounts = []
+    try:
+        for name, kind in [("proc", "proc"), ("sys", "sysfs"), ("dev", "devtmpfs")]:
+            subprocess.run(["mount", "-t", kind, name, os.path.join(root, name)], check=True)
+            mounts.append(os.path.join(root, name))
+        deb = package_path(directory)
+        shutil.copy(deb, os.path.join(root, "tmp", os.path.basename(deb)))
+        shutil.copy("/etc/resolv.conf", os.path.join(root, "etc", "resolv.conf"))
+        updated = chroot(root, "apt-get", "update", "-qq", timeout=300)
+        assert updated.returncode == 0, updated.stderr
+        installed = chroot(root, "apt-get", "install", "-y", "-qq", "--no-install-recommends", "/tmp/" + os.path.basename(deb),
+                           timeout=600, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+        yield {"root": root, "dir": directory, "installed": installed}
+    finally:
+        for mount in reversed(mounts):
+            subprocess.run(["umount", "-l", mount])
+        if os.environ.get("BERYL_KEEP_SCRATCH") != "1":
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_apt_installs_the_package_with_its_depends_from_debian(system):
+    assert system["installed"].returncode == 0, system["installed"].stdout[-3000:] + system["installed"].stderr[-3000:]
+    status = chroot(system["root"], "dpkg-query", "-W", "-f", "${Status}", "beryl")
+    assert status.stdout == "install ok installed", status
+    # Every library the programs load resolves inside the root, from its own packages.
+    for program in ["beryl", "hcid", "attd", "managerd", "heart-rate-central"]:
+        linked = chroot(system["root"], "ldd", f"/usr/libexec/beryl/{program}")
+        assert linked.returncode == 0 and "not found" not in linked.stdout, linked.stdout
+        assert "/opt/swift" not in linked.stdout, linked.stdout
+
+
+def test_the_maintainer_scripts_make_the_users_groups_and_state_directory(system):
+    root = system["root"]
+    beryl = chroot(root, "id", "beryl")
+    assert beryl.returncode == 0 and "(beryl)" in beryl.stdout and "(bluetooth)" in beryl.stdout, beryl.stdout
+    assert chroot(root, "getent", "group", "beryl-lab").returncode == 0
+    state = os.stat(os.path.join(root, "var/lib/beryl"))
+    assert oct(state.st_mode & 0o777) == "0o750"
+    owner = chroot(root, "stat", "-c", "%U:%G", "/var/lib/beryl").stdout.strip()
+    assert owner == "beryl:beryl", owner
+
+
+def test_the_installed_stack_runs_the_heart_rate_central_against_the_host(system):
+    root = system["root"]
+    binaries = bin_dir()
+    sim_dir = os.path.join(root, "sim")
+    os.makedirs(sim_dir)
+    log = open(os.path.join(system["dir"], "berylsim.log"), "w")
+    sim = subprocess.Popen([os.path.join(binaries, "berylsim"), "--controllers", "2", "--dir", sim_dir], stdout=log, stderr=subprocess.STDOUT)
+    host = None
+    peripheral = None
+    try:
+        wait_for(lambda: os.path.exists(os.path.join(sim_dir, "control.sock")), 10, "berylsim")
+        host_dir = os.path.join(system["dir"], "host")
+        os.makedirs(host_dir)
+        host = BerylStack({"dir": host_dir, "bin": binaries}, controller=1, transport=f"unix:{sim_dir}/controller-1.sock").start()
+        peripheral_log = open(os.path.join(host_dir, "heart-rate-peripheral.log"), "w")
+        peripheral = subprocess.Popen([os.path.join(binaries, "heart-rate-peripheral"), "--runtime-dir", host.run],
+                                      stdout=peripheral_log, stderr=subprocess.STDOUT)
+        wait_for(lambda: "advertising as" in host.log("heart-rate-peripheral"), 20, "the host's peripheral")
+        up = chroot(root, "beryl", "up", "--transport", "unix:/sim/controller-0.sock", timeout=60)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "poweredOn" in up.stdout, up.stdout
+        central = chroot(root, "/usr/libexec/beryl/heart-rate-central", "--count", "2", timeout=60)
+        assert central.returncode == 0, central.stdout + central.stderr
+        assert "connected" in central.stdout and "sensor location chest" in central.stdout, central.stdout
+        assert central.stdout.count(" bpm") == 2, central.stdout
+        down = chroot(root, "beryl", "down", timeout=60)
+        assert down.returncode == 0, down.stderr
+    finally:
+        chroot(root, "beryl", "down", timeout=60)
+        if peripheral and peripheral.poll() is None:
+            peripheral.terminate()
+            peripheral.wait(10)
+        if host:
+            host.stop()
+        sim.terminate()
+        sim.wait(10)
+        log.close()
