@@ -51,6 +51,19 @@ pid_t beryl_spawn(const char *const argv[], const char *const envp[], int new_se
     return rc == 0 ? pid : -rc;
 }
 
+/* In a child before exec: stdin from /dev/null, stdout and stderr to the log (when given), no other descriptor, and
+ * no blocked or ignored signal inherited (libevent's, SIGPIPE). */
+static void prepare_child(int log_fd) {
+    int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) { dup2(null_fd, 0); }
+    if (log_fd >= 0) { dup2(log_fd, 1); dup2(log_fd, 2); }
+    close_range(3, ~0U, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (int number = 1; number < NSIG; number++) signal(number, SIG_DFL);
+}
+
 pid_t beryl_spawn_bound(const char *const argv[], const char *const envp[], const char *log_path) {
     int log_fd = -1;
     if (log_path) {
@@ -67,14 +80,7 @@ pid_t beryl_spawn_bound(const char *const argv[], const char *const envp[], cons
     if (pid == 0) {
         /* SIGTERM when the forking thread's process dies; if it died before this line, the child is an orphan now. */
         if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(1);
-        int null_fd = open("/dev/null", O_RDONLY);
-        if (null_fd >= 0) { dup2(null_fd, 0); }
-        if (log_fd >= 0) { dup2(log_fd, 1); dup2(log_fd, 2); }
-        close_range(3, ~0U, 0);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        for (int number = 1; number < NSIG; number++) signal(number, SIG_DFL);
+        prepare_child(log_fd);
         execve(argv[0], (char *const *)argv, (char *const *)envp);
         dprintf(2, "beryl: cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
@@ -91,6 +97,14 @@ pid_t beryl_spawn_as(const char *const argv[], const char *const envp[], const c
         if (log_fd < 0) return -errno;
         if (fchown(log_fd, uid, gid) != 0 && getuid() == 0) { /* best effort: the app may read its own log */ }
     }
+    /* The user's supplementary groups come along: membership of the sockets' group is how an app reaches managerd.
+     * Looked up before fork, as the child of a threaded process may only make async-signal-safe calls. */
+    gid_t groups[256];
+    int group_count = 0;
+    if (user) {
+        group_count = (int)(sizeof(groups) / sizeof(groups[0]));
+        if (getgrouplist(user, gid, groups, &group_count) < 0) group_count = (int)(sizeof(groups) / sizeof(groups[0]));
+    }
     pid_t pid = fork();
     if (pid < 0) {
         int error = errno;
@@ -99,19 +113,10 @@ pid_t beryl_spawn_as(const char *const argv[], const char *const envp[], const c
     }
     if (pid == 0) {
         setsid();
-        int null_fd = open("/dev/null", O_RDONLY);
-        if (null_fd >= 0) { dup2(null_fd, 0); }
-        if (log_fd >= 0) { dup2(log_fd, 1); dup2(log_fd, 2); }
-        close_range(3, ~0U, 0);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        for (int number = 1; number < NSIG; number++) signal(number, SIG_DFL);
+        prepare_child(log_fd);
         if (gid != getgid() || uid != getuid()) {
-            /* Groups first: after setuid there is no privilege left to change them. The user's supplementary groups
-             * come along (initgroups): membership of the sockets' group is how an app reaches managerd. */
-            int grouped = user ? initgroups(user, gid) : setgroups(0, NULL);
-            if (grouped != 0 || setgid(gid) != 0 || setuid(uid) != 0) {
+            /* Groups first: after setuid there is no privilege left to change them. */
+            if (setgroups((size_t)group_count, groups) != 0 || setgid(gid) != 0 || setuid(uid) != 0) {
                 dprintf(2, "beryl: cannot become uid %u gid %u: %s\n", (unsigned)uid, (unsigned)gid, strerror(errno));
                 _exit(126);
             }

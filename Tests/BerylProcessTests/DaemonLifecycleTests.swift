@@ -99,10 +99,7 @@ final class SupervisorTests: XCTestCase {
         defer { _ = try? runTool("beryl", ["down", "--runtime-dir", scratch.paths.runtimeDir]); scratch.stopAll() }
         let paths = scratch.paths
         let sim = try startSim(scratch)
-        let up = try runTool("beryl", ["up", "--runtime-dir", paths.runtimeDir, "--state-dir", paths.stateDir,
-                                       "--transport", "unix:\(sim)/controller-0.sock", "--json"])
-        XCTAssertEqual(up.status, 0, up.stderr)
-        let report = try statusJSON(paths)
+        let report = try up(paths, sim: sim)
         let supervisor = try XCTUnwrap(report.supervisorPid)
         let daemons = report.daemons.compactMap(\.pid)
         XCTAssertEqual(daemons.count, 3, "\(report)")
@@ -110,9 +107,15 @@ final class SupervisorTests: XCTestCase {
         XCTAssertTrue(eventually(.seconds(10)) { daemons.allSatisfy { !ProcessStats.isAlive(pid: $0) } },
                       "daemons outlived their supervisor: \(daemons.filter { ProcessStats.isAlive(pid: $0) })")
         // Nothing is left holding the runtime directory: the stack comes up again.
-        let again = try runTool("beryl", ["up", "--runtime-dir", paths.runtimeDir, "--state-dir", paths.stateDir,
-                                          "--transport", "unix:\(sim)/controller-0.sock"])
-        XCTAssertEqual(again.status, 0, again.stderr)
+        XCTAssertEqual(try up(paths, sim: sim).controller?.state, "poweredOn")
+    }
+
+    /// `beryl up` on berylsim's controller 0; the stack's status once it answered.
+    private func up(_ paths: DaemonPaths, sim: String) throws -> StackReport {
+        let up = try runTool("beryl", ["up", "--runtime-dir", paths.runtimeDir, "--state-dir", paths.stateDir,
+                                       "--transport", "unix:\(sim)/controller-0.sock", "--json"])
+        XCTAssertEqual(up.status, 0, up.stderr)
+        return try statusJSON(paths)
     }
 
     func testUpRestartsAKilledDaemonAndDownStopsEverything() throws {
@@ -120,10 +123,7 @@ final class SupervisorTests: XCTestCase {
         defer { _ = try? runTool("beryl", ["down", "--runtime-dir", scratch.paths.runtimeDir]); scratch.stopAll() }
         let paths = scratch.paths
         let sim = try startSim(scratch)
-        let up = try runTool("beryl", ["up", "--runtime-dir", paths.runtimeDir, "--state-dir", paths.stateDir,
-                                       "--transport", "unix:\(sim)/controller-0.sock", "--json"])
-        XCTAssertEqual(up.status, 0, up.stderr)
-        let report = try statusJSON(paths)
+        let report = try up(paths, sim: sim)
         XCTAssertEqual(report.controller?.state, "poweredOn")
         XCTAssertEqual(report.controller?.leAclMtu, 251)
         XCTAssertEqual(report.controller?.leAclBuffers, 8)

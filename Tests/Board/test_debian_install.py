@@ -15,7 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "Tests", "Interop"))
 sys.path.insert(0, os.path.join(ROOT, "Tests", "Kernel"))
-from beryl_stack import BerylStack, wait_for  # noqa: E402
+from beryl_stack import HostHeartRatePeripheral, stop_process, wait_for  # noqa: E402
 from test_kernel_user_channel import bin_dir, package_path  # noqa: E402
 
 CACHE = os.path.join(ROOT, ".cache", "board")
@@ -101,16 +101,9 @@ def test_the_installed_stack_runs_the_heart_rate_central_against_the_host(system
     log = open(os.path.join(system["dir"], "berylsim.log"), "w")
     sim = subprocess.Popen([os.path.join(binaries, "berylsim"), "--controllers", "2", "--dir", sim_dir], stdout=log, stderr=subprocess.STDOUT)
     host = None
-    peripheral = None
     try:
         wait_for(lambda: os.path.exists(os.path.join(sim_dir, "control.sock")), 10, "berylsim")
-        host_dir = os.path.join(system["dir"], "host")
-        os.makedirs(host_dir)
-        host = BerylStack({"dir": host_dir, "bin": binaries}, controller=1, transport=f"unix:{sim_dir}/controller-1.sock").start()
-        peripheral_log = open(os.path.join(host_dir, "heart-rate-peripheral.log"), "w")
-        peripheral = subprocess.Popen([os.path.join(binaries, "heart-rate-peripheral"), "--runtime-dir", host.run],
-                                      stdout=peripheral_log, stderr=subprocess.STDOUT)
-        wait_for(lambda: "advertising as" in host.log("heart-rate-peripheral"), 20, "the host's peripheral")
+        host = HostHeartRatePeripheral(os.path.join(system["dir"], "host"), binaries, f"unix:{sim_dir}/controller-1.sock")
         up = chroot(root, "beryl", "up", "--transport", "unix:/sim/controller-0.sock", timeout=60)
         assert up.returncode == 0, up.stdout + up.stderr
         assert "poweredOn" in up.stdout, up.stdout
@@ -118,15 +111,12 @@ def test_the_installed_stack_runs_the_heart_rate_central_against_the_host(system
         assert central.returncode == 0, central.stdout + central.stderr
         assert "connected" in central.stdout and "sensor location chest" in central.stdout, central.stdout
         assert central.stdout.count(" bpm") == 2, central.stdout
+        assert "central subscribed to heart rate measurement" in host.log(), host.log()
         down = chroot(root, "beryl", "down", timeout=60)
         assert down.returncode == 0, down.stderr
     finally:
         chroot(root, "beryl", "down", timeout=60)
-        if peripheral and peripheral.poll() is None:
-            peripheral.terminate()
-            peripheral.wait(10)
         if host:
             host.stop()
-        sim.terminate()
-        sim.wait(10)
+        stop_process(sim, grace=10)
         log.close()

@@ -21,6 +21,18 @@ def wait_for(predicate, timeout, what):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def stop_process(process, grace=5):
+    """SIGTERM to a process this test started, SIGKILL if it has not gone within `grace` seconds."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(grace)
+
+
 class BerylStack:
     def __init__(self, env, controller=0, attd_args=(), transport=None):
         self.env = env
@@ -109,23 +121,29 @@ class BerylStack:
         """Stops the process this stack started as `name`, by its pid."""
         for entry in list(self.processes):
             if entry[0] == name:
-                entry[1].terminate()
-                try:
-                    entry[1].wait(5)
-                except subprocess.TimeoutExpired:
-                    entry[1].kill()
-                    entry[1].wait(5)
+                stop_process(entry[1])
                 entry[2].close()
                 self.processes.remove(entry)
 
     def stop(self):
         for name, process, log in reversed(self.processes):
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(5)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(5)
+            stop_process(process)
             log.close()
         self.processes = []
+
+
+class HostHeartRatePeripheral:
+    """A Beryl stack on the host (the air's controller `transport`) running the heart-rate peripheral example, for a
+    central elsewhere (a VM, a chroot) to find; stopped by pid."""
+
+    def __init__(self, directory, bin_dir, transport):
+        os.makedirs(directory, exist_ok=True)
+        self.stack = BerylStack({"dir": directory, "bin": bin_dir}, transport=transport).start()
+        self.process = self.stack.start_process("heart-rate-peripheral", ["heart-rate-peripheral", "--runtime-dir", self.stack.run])
+        self.stack.wait_log("heart-rate-peripheral", "advertising as", timeout=20)
+
+    def log(self):
+        return self.stack.log("heart-rate-peripheral")
+
+    def stop(self):
+        self.stack.stop()

@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from beryl_stack import stop_process
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -147,12 +149,7 @@ def start_air(name):
         time.sleep(0.05)
 
     def stop():
-        process.terminate()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop_process(process)
         log.close()
         # As the Swift tests do: BERYL_KEEP_SCRATCH=1 keeps the logs and databases for a post-mortem.
         if os.environ.get("BERYL_KEEP_SCRATCH") != "1":

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from beryl_stack import ROOT, BerylStack, wait_for
+from beryl_stack import ROOT, BerylStack, stop_process, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HEART_RATE = os.path.join(ROOT, "Examples/profiles/heart-rate.json")
@@ -159,13 +159,7 @@ class BumbleAdvertiser:
         return self
 
     def __exit__(self, *exc):
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        stop_process(self.process)
         self.log_file.close()
 
 

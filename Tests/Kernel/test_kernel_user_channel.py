@@ -11,12 +11,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Interop"))
-from beryl_stack import BerylStack, wait_for  # noqa: E402
+from beryl_stack import HostHeartRatePeripheral, stop_process, wait_for  # noqa: E402
 
 import guest_vm  # noqa: E402
 
@@ -59,34 +58,21 @@ def boot(request):
     log = open(os.path.join(directory, "berylsim.log"), "w")
     sim = subprocess.Popen([os.path.join(binaries, "berylsim"), "--controllers", "2", "--dir", directory],
                            stdout=log, stderr=subprocess.STDOUT)
-    peripheral = None
     guest = None
     host = None
     try:
         wait_for(lambda: os.path.exists(os.path.join(directory, "control.sock")), 10, "berylsim's control socket")
-        host = BerylStack({"dir": directory, "bin": binaries}, controller=1).start()
-        peripheral_log = open(os.path.join(directory, "heart-rate-peripheral.log"), "w")
-        peripheral = subprocess.Popen([os.path.join(binaries, "heart-rate-peripheral"), "--runtime-dir", host.run],
-                                      stdout=peripheral_log, stderr=subprocess.STDOUT)
-        wait_for(lambda: "advertising as" in host.log("heart-rate-peripheral"), 20, "the host's heart-rate peripheral advertising")
+        host = HostHeartRatePeripheral(os.path.join(directory, "host"), binaries, f"unix:{directory}/controller-1.sock")
         guest = guest_vm.GuestRun(directory, kernel, initramfs, os.path.join(directory, "controller-0.sock")).start()
         finished = guest.wait(timeout=float(os.environ.get("BERYL_KERNEL_TIMEOUT", "420")))
-        result.update(lines=guest.lines, console=guest.text(), finished=finished, wall=guest.wall,
-                      peripheral=host.log("heart-rate-peripheral"))
+        result.update(lines=guest.lines, console=guest.text(), finished=finished, wall=guest.wall, peripheral=host.log())
         yield result
     finally:
         if guest:
             guest.stop()
-        if peripheral and peripheral.poll() is None:
-            peripheral.terminate()
-            peripheral.wait(10)
         if host:
             host.stop()
-        sim.terminate()
-        try:
-            sim.wait(10)
-        except subprocess.TimeoutExpired:
-            sim.kill()
+        stop_process(sim, grace=10)
         log.close()
         if os.environ.get("BERYL_KEEP_SCRATCH") != "1":
             shutil.rmtree(directory, ignore_errors=True)
