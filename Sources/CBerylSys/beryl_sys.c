@@ -114,6 +114,12 @@ pid_t beryl_spawn_as(const char *const argv[], const char *const envp[], const c
     if (pid == 0) {
         setsid();
         prepare_child(log_fd);
+        /* managerd may hold ambient capabilities to launch apps as other users (its unit gives CAP_SETUID and more);
+         * a change between two non-zero uids keeps them, and exec would hand them to the app: none may pass. */
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) {
+            dprintf(2, "beryl: cannot clear ambient capabilities: %s\n", strerror(errno));
+            _exit(126);
+        }
         if (gid != getgid() || uid != getuid()) {
             /* Groups first: after setuid there is no privilege left to change them. */
             if (setgroups((size_t)group_count, groups) != 0 || setgid(gid) != 0 || setuid(uid) != 0) {

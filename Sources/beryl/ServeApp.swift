@@ -23,6 +23,8 @@ final class ServeApp: PeripheralManagerDelegate, Sendable {
     /// the next poweredOn (docs/core-bluetooth.md, "After a reset").
     private enum Phase { case starting, serving, cleared }
     private let phase = Mutex(Phase.starting)
+    /// The one republication under way: a second reset cancels it, so services are never added twice.
+    private let republication = Mutex<Task<Void, Never>?>(nil)
 
     init(profile: GATTProfile, printer: EventPrinter) {
         self.profile = profile
@@ -57,18 +59,23 @@ final class ServeApp: PeripheralManagerDelegate, Sendable {
             tasks = []
         }
         published.withLock { $0 = [] }
-        Task { [self] in
+        let task = Task { [self] in
             do {
                 try await publish(on: manager)
+                guard !Task.isCancelled else { return }
                 advertise(on: manager)
             } catch {
                 printer.say("publishing again after the reset failed: \(error)")
             }
         }
+        republication.withLock { running in
+            running?.cancel()
+            running = task
+        }
     }
 
     private func publish(on manager: PeripheralManager) async throws {
-        for service in profile.services {
+        for service in profile.services where !Task.isCancelled {
             let mutable = MutableService(type: service.uuid, primary: service.primary)
             let characteristics = service.characteristics.map { spec in
                 let characteristic = MutableCharacteristic(type: spec.uuid, properties: CharacteristicProperties(rawValue: UInt16(spec.properties)),
@@ -119,7 +126,9 @@ final class ServeApp: PeripheralManagerDelegate, Sendable {
         if peripheral.state != .poweredOn, peripheral.state != .unknown { printer.say("the stack is \(peripheral.state)") }
         let again = phase.withLock { phase -> Bool in
             switch (phase, peripheral.state == .poweredOn) {
-            case (.serving, false): phase = .cleared
+            case (.serving, false):
+                phase = .cleared
+                republication.withLock { $0?.cancel() }
             case (.cleared, true): phase = .serving; return true
             default: break
             }

@@ -138,9 +138,14 @@ class HostHeartRatePeripheral:
 
     def __init__(self, directory, bin_dir, transport):
         os.makedirs(directory, exist_ok=True)
-        self.stack = BerylStack({"dir": directory, "bin": bin_dir}, transport=transport).start()
-        self.process = self.stack.start_process("heart-rate-peripheral", ["heart-rate-peripheral", "--runtime-dir", self.stack.run])
-        self.stack.wait_log("heart-rate-peripheral", "advertising as", timeout=20)
+        self.stack = BerylStack({"dir": directory, "bin": bin_dir}, transport=transport)
+        try:
+            self.stack.start()
+            self.process = self.stack.start_process("heart-rate-peripheral", ["heart-rate-peripheral", "--runtime-dir", self.stack.run])
+            self.stack.wait_log("heart-rate-peripheral", "advertising as", timeout=20)
+        except BaseException:
+            self.stack.stop()
+            raise
 
     def log(self):
         return self.stack.log("heart-rate-peripheral")

@@ -75,9 +75,9 @@ class Air:
     """Where the tests' controllers live. berylsim serves controller i at its own socket (and TCP base + i); Root Canal
     makes a new controller for each TCP connection to its one HCI port, so there `i` only orders the connections."""
 
-    def __init__(self, name, directory, bin_dir, base=None, hci_port=None, test_port=None):
+    def __init__(self, name, directory, bin_dir, base=None, hci_port=None):
         self.name, self.dir, self.bin = name, directory, bin_dir
-        self.base, self.hci_port, self.test_port = base, hci_port, test_port
+        self.base, self.hci_port = base, hci_port
 
     def port(self, index):
         """The TCP port a Bumble host reaches controller `index` at."""
@@ -88,31 +88,6 @@ class Air:
         if self.name == "berylsim":
             return f"unix:{self.dir}/controller-{index}.sock"
         return f"tcp:127.0.0.1:{self.hci_port}"
-
-    def rootcanal(self, command, *arguments):
-        """A command on Root Canal's test channel (length-prefixed command and arguments; a length-prefixed text answer)."""
-        message = bytes([len(command)]) + command.encode() + bytes([len(arguments)])
-        for argument in arguments:
-            message += bytes([len(argument)]) + argument.encode()
-        answers = []
-        with socket.create_connection(("127.0.0.1", self.test_port), timeout=5) as channel:
-            # The first answer on a new channel is Root Canal's own greeting; the command's follows.
-            channel.sendall(message)
-            buffer = b""
-            channel.settimeout(1)
-            try:
-                while len(answers) < 2:
-                    chunk = channel.recv(4096)
-                    if not chunk:
-                        break
-                    buffer += chunk
-                    while len(buffer) >= 4 and len(buffer) >= 4 + int.from_bytes(buffer[:4], "little"):
-                        length = int.from_bytes(buffer[:4], "little")
-                        answers.append(buffer[4:4 + length].decode(errors="replace"))
-                        buffer = buffer[4 + length:]
-            except socket.timeout:
-                pass
-        return answers[-1] if answers else ""
 
     # The dictionary view older tests and BerylStack read.
     def __getitem__(self, key):
@@ -140,14 +115,8 @@ def start_air(name):
             [rootcanal_binary(), "-hci_port", str(hci), "-test_port", str(test), "-link_port", str(link),
              "-link_ble_port", str(link_ble)],
             stdout=log, stderr=subprocess.STDOUT, cwd=directory)
-        air = Air(name, directory, bin_dir(), hci_port=hci, test_port=test)
+        air = Air(name, directory, bin_dir(), hci_port=hci)
         ready = lambda: listening(hci)  # noqa: E731
-    deadline = time.monotonic() + 15
-    while not ready():
-        assert process.poll() is None, open(log.name).read()
-        assert time.monotonic() < deadline, f"{name} did not start:\n{open(log.name).read()}"
-        time.sleep(0.05)
-
     def stop():
         stop_process(process)
         log.close()
@@ -155,6 +124,15 @@ def start_air(name):
         if os.environ.get("BERYL_KEEP_SCRATCH") != "1":
             shutil.rmtree(directory, ignore_errors=True)
 
+    deadline = time.monotonic() + 15
+    try:
+        while not ready():
+            assert process.poll() is None, open(log.name).read()
+            assert time.monotonic() < deadline, f"{name} did not start:\n{open(log.name).read()}"
+            time.sleep(0.05)
+    except BaseException:
+        stop()
+        raise
     return air, stop
 
 

@@ -240,7 +240,8 @@ class GuestRun:
 
     def start(self):
         self.started = time.monotonic()
-        self.process = subprocess.Popen(self.arguments, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.stderr = open(self.console + ".qemu-stderr", "w")
+        self.process = subprocess.Popen(self.arguments, stdout=subprocess.DEVNULL, stderr=self.stderr)
         return self
 
     def text(self):
@@ -268,3 +269,5 @@ class GuestRun:
         if self.process and self.process.poll() is None:
             self.process.kill()
             self.process.wait(10)
+        if self.process:
+            self.stderr.close()
