@@ -64,6 +64,20 @@ static void prepare_child(int log_fd) {
     for (int number = 1; number < NSIG; number++) signal(number, SIG_DFL);
 }
 
+/* -errno of a failed fork, after closing the log the child would have had. */
+static pid_t fork_failed(int log_fd) {
+    int error = errno;
+    if (log_fd >= 0) close(log_fd);
+    return -error;
+}
+
+/* The child's last step: the program, or exit status 127 with the reason in its log. */
+static void exec_or_exit(const char *const argv[], const char *const envp[]) {
+    execve(argv[0], (char *const *)argv, (char *const *)envp);
+    dprintf(2, "beryl: cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+}
+
 pid_t beryl_spawn_bound(const char *const argv[], const char *const envp[], const char *log_path) {
     int log_fd = -1;
     if (log_path) {
@@ -72,18 +86,12 @@ pid_t beryl_spawn_bound(const char *const argv[], const char *const envp[], cons
     }
     pid_t parent = getpid();
     pid_t pid = fork();
-    if (pid < 0) {
-        int error = errno;
-        if (log_fd >= 0) close(log_fd);
-        return -error;
-    }
+    if (pid < 0) return fork_failed(log_fd);
     if (pid == 0) {
         /* SIGTERM when the forking thread's process dies; if it died before this line, the child is an orphan now. */
         if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(1);
         prepare_child(log_fd);
-        execve(argv[0], (char *const *)argv, (char *const *)envp);
-        dprintf(2, "beryl: cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
+        exec_or_exit(argv, envp);
     }
     if (log_fd >= 0) close(log_fd);
     return pid;
@@ -106,11 +114,7 @@ pid_t beryl_spawn_as(const char *const argv[], const char *const envp[], const c
         if (getgrouplist(user, gid, groups, &group_count) < 0) group_count = (int)(sizeof(groups) / sizeof(groups[0]));
     }
     pid_t pid = fork();
-    if (pid < 0) {
-        int error = errno;
-        if (log_fd >= 0) close(log_fd);
-        return -error;
-    }
+    if (pid < 0) return fork_failed(log_fd);
     if (pid == 0) {
         setsid();
         prepare_child(log_fd);
@@ -127,9 +131,7 @@ pid_t beryl_spawn_as(const char *const argv[], const char *const envp[], const c
                 _exit(126);
             }
         }
-        execve(argv[0], (char *const *)argv, (char *const *)envp);
-        dprintf(2, "beryl: cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
+        exec_or_exit(argv, envp);
     }
     if (log_fd >= 0) close(log_fd);
     return pid;

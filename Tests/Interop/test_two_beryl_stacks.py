@@ -109,6 +109,27 @@ def test_passkey_entry_with_keyboards_on_both_sides(air):
         assert len(bonds) == 1 and bonds[0]["authenticated"] is True, bonds
 
 
+def link_lost(air, a, peer, leave_root_canal):
+    """A holds a link to `peer` with beryl connect, the peer leaves the air, and A's report of the loss is returned
+    after checking it names the code the air's kind of loss gives."""
+    held = a.start_process("connect", ["beryl", "connect", "--runtime-dir", a.run, "--peer", peer, "--json", "--timeout", "20"])
+    a.wait_log("connect", '"connected"', timeout=30)
+    if air.name == "berylsim":
+        # The peer leaves A's range: no LL_TERMINATE_IND comes, and the link ends on its supervision timeout (HCI 0x08,
+        # Core Vol 6 Part B §4.5.2), which Core Bluetooth reports as connectionTimeout.
+        subprocess.run([os.path.join(air["bin"], "beryl"), "sim", "range", "--dir", air["dir"], "1", "out"], check=True)
+        expected = "connectionTimeout"
+    else:
+        # Root Canal has no supervision timeout: a device leaves its air when its host's connection closes, and its
+        # controller ends the links as one powering off would (LL_TERMINATE_IND), so A hears the peer end it.
+        leave_root_canal()
+        expected = "peripheralDisconnected"
+    wait_for(lambda: held.poll() is not None, 40, f"A to see the link lost:\n{a.log('connect')}")
+    lost = [json.loads(line) for line in a.log("connect").splitlines() if '"disconnected"' in line]
+    assert held.returncode == 2 and len(lost) == 1 and lost[0]["error"] == expected, a.log("connect")
+    return lost[0]
+
+
 def test_a_lost_peer_ends_the_link_and_a_new_link_follows(air):
     a, b = two_stacks(air)
     with a, b:
@@ -116,22 +137,8 @@ def test_a_lost_peer_ends_the_link_and_a_new_link_follows(air):
         # Through managerd, which advertises again once a new hcid is up (a --direct serve ends with its hcid).
         b.start_process("serve", ["beryl", "serve", HEART_RATE, "--runtime-dir", b.run])
         b.wait_log("serve", "advertising")
-        held = a.start_process("connect", ["beryl", "connect", "--runtime-dir", a.run, "--peer", b.address, "--json", "--timeout", "20"])
-        a.wait_log("connect", '"connected"', timeout=30)
-        if air.name == "berylsim":
-            # B leaves A's range: no LL_TERMINATE_IND comes, and the link ends on its supervision timeout (HCI 0x08,
-            # Core Vol 6 Part B §4.5.2), which Core Bluetooth reports as connectionTimeout.
-            subprocess.run([os.path.join(air["bin"], "beryl"), "sim", "range", "--dir", air["dir"], "1", "out"], check=True)
-            expected = "connectionTimeout"
-        else:
-            # Root Canal has no supervision timeout: a device leaves its air when its host's connection closes, and its
-            # controller ends the links as one powering off would (LL_TERMINATE_IND), so A hears the peer end it.
-            b.kill("hcid")
-            expected = "peripheralDisconnected"
-        wait_for(lambda: held.poll() is not None, 40, f"A to see the link lost:\n{a.log('connect')}")
-        lost = [json.loads(line) for line in a.log("connect").splitlines() if '"disconnected"' in line]
-        assert held.returncode == 2 and len(lost) == 1, a.log("connect")
-        assert lost[0]["by"] == "peer" and lost[0]["error"] == expected, lost
+        lost = link_lost(air, a, b.address, leave_root_canal=lambda: b.kill("hcid"))
+        assert lost["by"] == "peer", lost
         # B comes back (in range; or a new hcid, which Root Canal gives a new controller) and A links to it again.
         if air.name == "berylsim":
             subprocess.run([os.path.join(air["bin"], "beryl"), "sim", "range", "--dir", air["dir"], "1", "in"], check=True)
@@ -185,16 +192,6 @@ def test_a_bumble_peripheral_that_vanishes_ends_beryls_link(air):
     with one_stack(air) as a:
         a.start()
         with BumbleAdvertiser(air) as bumble:
-            held = a.start_process("connect", ["beryl", "connect", "--runtime-dir", a.run, "--peer", bumble.address, "--json", "--timeout", "20"])
-            a.wait_log("connect", '"connected"', timeout=30)
-            if air.name == "berylsim":
-                subprocess.run([os.path.join(air["bin"], "beryl"), "sim", "range", "--dir", air["dir"], "1", "out"], check=True)
-                expected = "connectionTimeout"
-            else:
-                bumble.process.kill()  # its host connection closes; Root Canal's controller ends the link
-                expected = "peripheralDisconnected"
-            wait_for(lambda: held.poll() is not None, 40, f"A to see the link lost:\n{a.log('connect')}")
-            lost = [json.loads(line) for line in a.log("connect").splitlines() if '"disconnected"' in line]
-            assert held.returncode == 2 and len(lost) == 1 and lost[0]["error"] == expected, a.log("connect")
+            link_lost(air, a, bumble.address, leave_root_canal=bumble.process.kill)
             # The stack carries on.
             assert a.status()["controller"]["state"] == "poweredOn"
