@@ -42,7 +42,7 @@ final class Thermostat: PeripheralManagerDelegate {
         let state = RestoredPeripheralState(dict)
         restored.withLock { $0 = true }
         let restoredCharacteristics = state.services.flatMap { $0.characteristics ?? [] }
-        publishedTemperature.withLock { $0 = restoredCharacteristics.first { $0.uuid == temperature.uuid } as? MutableCharacteristic }
+        publishedTemperature.withLock { $0 = restoredCharacteristics.first { $0.uuid == temperature.uuid } }
         let characteristics = state.services.flatMap { $0.characteristics ?? [] }.map(\.uuid.description)
         say("restored \(state.services.count) services (\(characteristics.joined(separator: ", "))), "
             + (state.advertisementData.map { "advertising as \($0.localName ?? "-")" } ?? "not advertising"))

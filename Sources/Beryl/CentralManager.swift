@@ -113,8 +113,8 @@ public final class CentralManager: Sendable, SessionBacked {
                 let restoredState = self.restoredState(restored.central)
                 if restoredState.isScanning { self.shared.withLock { $0.isScanning = true } }
                 if !again {
-                    let dictionary = Handover(restoredState.dictionary)
-                    self.notify { $0.centralManager(self, willRestoreState: dictionary.value) }
+                    let dictionary = restoredState.dictionary
+                    self.notify { $0.centralManager(self, willRestoreState: dictionary) }
                 }
             }
             self.update(state)
@@ -150,7 +150,7 @@ public final class CentralManager: Sendable, SessionBacked {
         set { misuse.current = newValue }
     }
 
-    private func notify(_ body: @escaping (CentralManagerDelegate) -> Void) {
+    private func notify(_ body: sending @escaping (CentralManagerDelegate) -> Void) {
         session.notify(CentralManagerDelegate.self, body)
     }
 
@@ -319,8 +319,8 @@ public final class CentralManager: Sendable, SessionBacked {
             let found = peripheral(discovery.peripheral.identifier, name: discovery.peripheral.name)
             let advertisement = AdvertisementData(discovery.peripheral.advertisement)
             let rssi = Int(discovery.peripheral.rssi)
-            let dictionary = Handover(advertisement.dictionary)
-            notify { $0.centralManager(self, didDiscover: found, advertisementData: dictionary.value, rssi: NSNumber(value: rssi)) }
+            let dictionary = advertisement.dictionary
+            notify { $0.centralManager(self, didDiscover: found, advertisementData: dictionary, rssi: NSNumber(value: rssi)) }
             let streams = shared.withLock { Array($0.scanStreams.values) }
             for stream in streams { stream.yield(Discovery(peripheral: found, advertisementData: advertisement, rssi: rssi)) }
         case .connected(let connected)?:

@@ -7,49 +7,54 @@ import Synchronization
 // such as main.swift's top level), it needs no locks and no Sendable conformance, as in an iOS app. What a callback
 // is given (dictionaries, the objects) is handed over to that queue, not shared.
 //
-// The library enforces the rule on its side with the two types below; they are the only places it vouches for
-// thread-safety by hand, and they hold nothing but references it then uses only on the delegate queue.
+// The library keeps the rule with the types below, on the standard library's Mutex and `sending`, so that the
+// compiler checks what crosses to the delegate queue; the one thing it cannot check is the delegate itself.
 
-/// A value moved to the delegate queue to be used there alone.
-struct Handover<Value>: @unchecked Sendable {
-    let value: Value
-    init(_ value: Value) { self.value = value }
+/// A value moved to the delegate queue to be used there alone: taken once, on the far side.
+final class Handover<Value>: Sendable {
+    private let slot: Mutex<Value?>
+    init(_ value: sending Value) { slot = Mutex(value) }
+
+    /// The value, the first time; nil after.
+    func take() -> sending Value? { slot.withLock { held in let value = held.take(); return value } }
+}
+
+/// The app's delegate, held weakly from any thread and used only on the delegate queue. Core Bluetooth's rule is
+/// what makes that safe, and the compiler cannot see it: an app's delegate need not be Sendable (as on iOS, where a
+/// delegate's state belongs to its queue). This is the one place the library vouches for thread-safety by hand.
+private struct DelegateReference: @unchecked Sendable {
+    weak var object: AnyObject?
 }
 
 /// A delegate held weakly (as Core Bluetooth holds it), set from any thread, called only on the delegate queue.
 final class DelegateSlot: Sendable {
-    private struct Reference { weak var object: AnyObject? }
-    private let reference = Mutex(Handover(Reference()))
+    private let reference = Mutex(DelegateReference())
 
     init(_ object: AnyObject?) { set(object) }
 
-    var object: AnyObject? { reference.withLock { $0.value.object } }
+    var object: AnyObject? { reference.withLock { $0 }.object }
 
     func set(_ object: AnyObject?) {
-        let handed = Handover(Reference(object: object))
-        reference.withLock { $0 = handed }
+        let replacement = DelegateReference(object: object)
+        reference.withLock { $0 = replacement }
     }
 
-    /// Calls `body` with the delegate on `queue`, if there is one and it is of the expected kind.
-    func call<Delegate>(_ kind: Delegate.Type, on queue: DispatchQueue, _ body: @escaping (Delegate) -> Void) {
-        guard let delegate = object as? Delegate else { return }
-        let call = Handover((delegate, body))
-        queue.async { call.value.1(call.value.0) }
+    /// Calls `body` with the delegate on `queue`, if there is one (then and still there) and it is of the expected kind.
+    func call<Delegate>(_ kind: Delegate.Type, on queue: DispatchQueue, _ body: sending @escaping (Delegate) -> Void) {
+        guard object is Delegate else { return }
+        let handed = Handover(body)
+        queue.async { [self] in
+            guard let body = handed.take(), let delegate = object as? Delegate else { return }
+            body(delegate)
+        }
     }
 }
 
-/// An attribute object's state (which holds weak references and `Any` values): read and changed under its lock
-/// from any thread.
-final class Guarded<Value>: Sendable {
-    private let state: Mutex<Handover<Value>>
+/// An attribute object's state: read and changed under its lock from any thread.
+final class Guarded<Value: Sendable>: Sendable {
+    private let state: Mutex<Value>
 
-    init(_ value: Value) { state = Mutex(Handover(value)) }
+    init(_ value: Value) { state = Mutex(value) }
 
-    func with<T>(_ body: (inout Value) -> T) -> T {
-        state.withLock { handed in
-            var value = handed.value
-            defer { handed = Handover(value) }
-            return body(&value)
-        }
-    }
+    func with<T>(_ body: (inout Value) -> T) -> T { state.withLock { body(&$0) } }
 }

@@ -142,7 +142,7 @@ final class ManagerSession: Sendable {
     /// changes on the delegate queue just before the callback (as Core Bluetooth's does), so a callback reads the
     /// state it reports: resetting then poweredOn behind a busy queue is heard as both, not as poweredOn twice (which
     /// made apps add their services twice). With no delegate there is no callback to keep in step with.
-    func changeState<Delegate>(_ newState: ManagerState, _ kind: Delegate.Type, callback: @escaping (Delegate) -> Void) {
+    func changeState<Delegate>(_ newState: ManagerState, _ kind: Delegate.Type, callback: sending @escaping (Delegate) -> Void) {
         let changed = shared.withLock { state in
             defer { state.state = newState }
             return state.state != newState
@@ -158,7 +158,7 @@ final class ManagerSession: Sendable {
     private func report(_ reported: ManagerState) { shared.withLock { $0.reportedState = reported } }
 
     /// Calls the manager's delegate on its queue.
-    func notify<Delegate>(_ kind: Delegate.Type, _ body: @escaping (Delegate) -> Void) {
+    func notify<Delegate>(_ kind: Delegate.Type, _ body: sending @escaping (Delegate) -> Void) {
         delegateSlot.call(kind, on: delegateQueue, body)
     }
 }

@@ -69,7 +69,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
 
     public var name: String? { shared.withLock { $0.name } }
     public var state: PeripheralState { shared.withLock { $0.state } }
-    public var services: [Service]? { shared.withLock { Handover($0.services) }.value }
+    public var services: [Service]? { shared.withLock { $0.services } }
     public var canSendWriteWithoutResponse: Bool { shared.withLock { $0.canSendWriteWithoutResponse } }
     public var delegate: PeripheralDelegate? {
         get { delegateSlot.object as? PeripheralDelegate }
@@ -96,7 +96,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         for service in services ?? [] { for characteristic in service.characteristics ?? [] { characteristic.setNotifying(false) } }
     }
 
-    private func notify(_ body: @escaping (PeripheralDelegate) -> Void) {
+    private func notify(_ body: sending @escaping (PeripheralDelegate) -> Void) {
         delegateSlot.call(PeripheralDelegate.self, on: queue, body)
     }
 
@@ -143,10 +143,9 @@ public final class Peripheral: CustomStringConvertible, Sendable {
             Service(uuid: BluetoothUUID(info.uuid) ?? BluetoothUUID(0), isPrimary: true,
                     range: info.startHandle...max(info.startHandle, info.endHandle), peripheral: self)
         }
-        let handed = Handover(found)
         shared.withLock { state in
             var services = state.services ?? []
-            for service in handed.value where !services.contains(where: { $0.range.lowerBound == service.range.lowerBound }) { services.append(service) }
+            for service in found where !services.contains(where: { $0.range.lowerBound == service.range.lowerBound }) { services.append(service) }
             state.services = services.sorted { $0.range.lowerBound < $1.range.lowerBound }
         }
     }
@@ -170,7 +169,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
                                                     properties: CharacteristicProperties(rawValue: UInt16(truncatingIfNeeded: item.properties)),
                                                     value: nil, valueHandle: item.valueHandle, service: service)
                 characteristic.setDescriptors(item.descriptors.map {
-                    Descriptor(uuid: BluetoothUUID($0.uuid) ?? BluetoothUUID(0), value: nil, handle: $0.handle, characteristic: characteristic)
+                    Descriptor(uuid: BluetoothUUID($0.uuid) ?? BluetoothUUID(0), value: .none, handle: $0.handle, characteristic: characteristic)
                 })
                 return characteristic
             }
@@ -180,15 +179,14 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         // An included service is the discovered one at its handles, or a secondary service (primary discovery
         // does not find those), known by its type and range (Core Vol 3 Part G §4.5.1).
         for (service, info) in zip(services, database.services) {
-            let included = info.included.map { entry in
+            let included = info.included.map { entry -> Service in
                 services.first { $0.range.lowerBound == entry.startHandle }
                     ?? Service(uuid: BluetoothUUID(entry.uuid) ?? BluetoothUUID(0), isPrimary: false,
                                range: entry.startHandle...max(entry.startHandle, entry.endHandle), peripheral: self)
             }
             service.with { $0.included = included }
         }
-        let handed = Handover(services)
-        shared.withLock { $0.services = handed.value }
+        shared.withLock { $0.services = services }
         return services
     }
 
@@ -253,7 +251,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
                 let known = characteristic.descriptors ?? []
                 let found = (response.database.services.first?.characteristics.first?.descriptors ?? []).map { info in
                     known.first { $0.handle == info.handle }
-                        ?? Descriptor(uuid: BluetoothUUID(info.uuid) ?? BluetoothUUID(0), value: nil, handle: info.handle, characteristic: characteristic)
+                        ?? Descriptor(uuid: BluetoothUUID(info.uuid) ?? BluetoothUUID(0), value: .none, handle: info.handle, characteristic: characteristic)
                 }
                 characteristic.setDescriptors(found)
             }
@@ -265,7 +263,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
     /// handles, or a secondary service (which primary discovery does not find).
     public func discoverIncludedServices(_ includedServiceUUIDs: [BluetoothUUID]?, for service: Service) {
         let range = service.range
-        let filter = Handover(includedServiceUUIDs)
+        let filter = includedServiceUUIDs
         gatt({ $0.discover = .with { $0.depth = .included; $0.startHandle = range.lowerBound; $0.endHandle = range.upperBound } }) { [self] result in
             var error: Error?
             switch result {
@@ -274,7 +272,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
                 // Found before (as included here, or as a primary service): the same object.
                 let known = (service.includedServices ?? []) + (services ?? [])
                 let found = (response.database.services.first?.included ?? [])
-                    .filter { entry in filter.value.map { $0.contains(BluetoothUUID(entry.uuid) ?? BluetoothUUID(0)) } ?? true }
+                    .filter { entry in filter.map { $0.contains(BluetoothUUID(entry.uuid) ?? BluetoothUUID(0)) } ?? true }
                     .map { entry in
                         known.first { $0.range.lowerBound == entry.startHandle }
                             ?? Service(uuid: BluetoothUUID(entry.uuid) ?? BluetoothUUID(0), isPrimary: false,
@@ -498,11 +496,11 @@ public final class Peripheral: CustomStringConvertible, Sendable {
 
     func servicesChanged(_ change: Beryl_Ipc_V1_GattServiceChanged) {
         let range = change.startHandle...max(change.startHandle, change.endHandle)
-        let invalidated = shared.withLock { state -> Handover<[Service]> in
+        let invalidated = shared.withLock { state -> [Service] in
             let gone = (state.services ?? []).filter { $0.range.overlaps(range) }
             state.services?.removeAll { $0.range.overlaps(range) }
-            return Handover(gone)
-        }.value
+            return gone
+        }
         notify { $0.peripheral(self, didModifyServices: invalidated) }
     }
 

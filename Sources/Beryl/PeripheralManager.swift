@@ -146,13 +146,13 @@ public final class PeripheralManager: Sendable, SessionBacked {
             state.services = services
             state.isAdvertising = advertising != nil
         }
-        let published = services.flatMap { $0.characteristics ?? [] }.compactMap { $0 as? MutableCharacteristic }
+        let published = services.flatMap { $0.characteristics ?? [] }
         let byHandle = Dictionary(published.map { ($0.valueHandle, $0) }, uniquingKeysWith: { first, _ in first })
         for subscription in preserved.subscriptions {
             byHandle[subscription.valueHandle]?.subscription(central(subscription.central, Int(subscription.maximumUpdateLength)), on: true)
         }
-        let dictionary = Handover(RestoredPeripheralState(services: services, advertisementData: advertising).dictionary)
-        notify { $0.peripheralManager(self, willRestoreState: dictionary.value) }
+        let dictionary = (RestoredPeripheralState(services: services, advertisementData: advertising).dictionary)
+        notify { $0.peripheralManager(self, willRestoreState: dictionary) }
     }
 
     /// Ends the manager for good: what managerd preserved for its restore identifier is discarded, and its services
@@ -183,7 +183,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
         set { misuse.current = newValue }
     }
 
-    private func notify(_ body: @escaping (PeripheralManagerDelegate) -> Void) {
+    private func notify(_ body: sending @escaping (PeripheralManagerDelegate) -> Void) {
         session.notify(PeripheralManagerDelegate.self, body)
     }
 
@@ -211,11 +211,14 @@ public final class PeripheralManager: Sendable, SessionBacked {
     private func add(_ service: MutableService, completion: @escaping @Sendable (BerylError?) -> Void) {
         // Core Bluetooth publishes what an app made: mutable characteristics with mutable descriptors.
         let given = service.characteristics ?? []
-        let characteristics = given.compactMap { $0 as? MutableCharacteristic }
+        guard service.origin == .app else {
+            return delegateQueue.async { completion(.apiMisuse("a discovered service cannot be published; make a MutableService")) }
+        }
+        let characteristics = given.filter { $0.origin == .app }
         guard characteristics.count == given.count else {
             return delegateQueue.async { completion(.apiMisuse("a published service's characteristics must be MutableCharacteristic")) }
         }
-        let included = (service.includedServices ?? []).compactMap { $0 as? MutableService }
+        let included = (service.includedServices ?? []).filter { $0.origin == .app }
         if let missing = included.first(where: { $0.startHandle == 0 }) {
             return delegateQueue.async { completion(.apiMisuse("the included service \(missing.uuid) has not been added yet")) }
         }
@@ -223,7 +226,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
         for characteristic in characteristics {
             var descriptors: [Beryl_Ipc_V1_DescriptorSpec] = []
             for descriptor in characteristic.descriptors ?? [] {
-                guard descriptor is MutableDescriptor, let bytes = Descriptor.bytes(descriptor.value) else {
+                guard descriptor.origin == .app, let bytes = descriptor.typedValue.bytes else {
                     let uuid = descriptor.uuid
                     return delegateQueue.async { completion(.apiMisuse("descriptor \(uuid): a MutableDescriptor's value is a String, Data or NSNumber")) }
                 }
@@ -327,6 +330,10 @@ public final class PeripheralManager: Sendable, SessionBacked {
     /// Blocks until managerd answers, as Core Bluetooth's does; do not call it on the delegate queue if that is managerd's.
     @discardableResult
     public func updateValue(_ value: Data, for characteristic: MutableCharacteristic, onSubscribedCentrals centrals: [Central]?) -> Bool {
+        guard characteristic.origin == .app else {
+            misuse.report(.apiMisuse("updateValue needs a MutableCharacteristic this manager published, not a discovered one"))
+            return false
+        }
         let result = channel.call(.manager {
             $0.updateValue = .with {
                 $0.manager = managerID
@@ -346,7 +353,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
     }
 
     private func characteristic(at handle: UInt32) -> MutableCharacteristic? {
-        shared.withLock { $0.services }.lazy.flatMap { $0.characteristics ?? [] }.compactMap { $0 as? MutableCharacteristic }.first { $0.valueHandle == handle }
+        shared.withLock { $0.services }.lazy.flatMap { $0.characteristics ?? [] }.first { $0.valueHandle == handle }
     }
 
     private func handle(_ event: Event) {

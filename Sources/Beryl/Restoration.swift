@@ -166,7 +166,7 @@ extension MutableService {
                                                        value: item.cached ? item.value : nil,
                                                        permissions: AttributePermissions(rawValue: UInt8(truncatingIfNeeded: item.permissions)))
             characteristic.descriptors = item.descriptors.compactMap { descriptor in
-                BluetoothUUID(descriptor.uuid).map { MutableDescriptor(type: $0, value: Descriptor.typed(descriptor.value, for: $0)) }
+                BluetoothUUID(descriptor.uuid).map { MutableDescriptor(type: $0, typedValue: DescriptorValue(bytes: descriptor.value, for: $0)) }
             }
             characteristic.setHandle(handle)
             return characteristic

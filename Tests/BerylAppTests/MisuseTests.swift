@@ -128,6 +128,28 @@ final class MisuseTests: TwoStacksTestCase {
         XCTAssertFalse(manager.updateValue(Data([1]), for: stranger, onSubscribedCentrals: nil))
         XCTAssertNotNil(peripheralMisuse.wait(for: "API misuse: handle"), peripheralMisuse.all.joined(separator: "\n"))
 
+        // What Core Bluetooth's subclass types refuse at compile time is misuse here (one class each, for Sendable):
+        // updating a discovered characteristic, publishing a discovered service or one with a discovered characteristic.
+        XCTAssertFalse(manager.updateValue(Data([1]), for: level, onSubscribedCentrals: nil))
+        XCTAssertNotNil(peripheralMisuse.wait(for: "API misuse: updateValue needs a MutableCharacteristic"), peripheralMisuse.all.joined(separator: "\n"))
+        let discovered = try XCTUnwrap(services.first { $0.uuid == BluetoothUUID(0x180F) })
+        do {
+            try await manager.add(discovered)
+            XCTFail("a discovered service was published")
+        } catch let error as BluetoothError {
+            XCTAssertEqual(error.code, .invalidParameters)
+            XCTAssertTrue(error.message.contains("a discovered service cannot be published"), error.message)
+        }
+        let borrowing = MutableService(type: BluetoothUUID(0x181A), primary: true)
+        borrowing.characteristics = [heart]
+        do {
+            try await manager.add(borrowing)
+            XCTFail("a service with a discovered characteristic was published")
+        } catch let error as BluetoothError {
+            XCTAssertEqual(error.code, .invalidParameters)
+            XCTAssertTrue(error.message.contains("must be MutableCharacteristic"), error.message)
+        }
+
         // Reading a handle that is no longer there (the service went): Invalid Handle from the peer, after which
         // Service Changed tells the central what went.
         manager.remove(removable)
