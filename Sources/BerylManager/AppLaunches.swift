@@ -78,6 +78,13 @@ public struct AppLaunch: Equatable, Sendable {
     public var manifest: AppManifest
     public var centrals: [String]
     public var peripherals: [String]
+
+    /// The whole environment the app starts with: its id, where the stack's sockets are, and the launch options
+    /// (the restore identifiers it is launched for, which the library reads as Core Bluetooth's launch options keys).
+    public func environment(runtimeDir: String) -> [String: String] {
+        ["PATH": "/usr/local/bin:/usr/bin:/bin", "BERYL_APP_ID": manifest.id, "BERYL_RUNTIME_DIR": runtimeDir, "HOME": "/", "LANG": "C.UTF-8",
+         "BERYL_LAUNCH_CENTRALS": centrals.joined(separator: ","), "BERYL_LAUNCH_PERIPHERALS": peripherals.joined(separator: ",")]
+    }
 }
 
 /// Why `beryl app launch` starts nothing.

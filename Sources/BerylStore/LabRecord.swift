@@ -70,5 +70,16 @@ public final class LabRecordFile {
         record = changed
     }
 
+    /// `STATE_DIR/lab.json`, with the bonds the first lab sessions kept alone (`lab-bonds.json`) taken in.
+    public static func open(stateDir: String) throws(Failure) -> LabRecordFile {
+        let file = try LabRecordFile(path: stateDir + "/lab.json")
+        let legacy = stateDir + "/lab-bonds.json"
+        if let data = FileManager.default.contents(atPath: legacy), let bonds = try? JSONDecoder().decode([String].self, from: data) {
+            try file.update { $0.bonds += bonds }
+            try? FileManager.default.removeItem(atPath: legacy)
+        }
+        return file
+    }
+
     private static func unique(_ values: [String]) -> [String] { Array(Set(values)).sorted() }
 }

@@ -35,9 +35,7 @@ extension ManagerDaemon {
     func spawn(_ order: AppLaunch) -> Error? {
         let manifest = order.manifest
         guard let command = manifest.launch else { return LaunchRefusal.noLaunchCommand(appID: manifest.id) }
-        let environment = ["PATH": "/usr/local/bin:/usr/bin:/bin", "BERYL_APP_ID": manifest.id, "BERYL_RUNTIME_DIR": host.paths.runtimeDir,
-                           "HOME": "/", "LANG": "C.UTF-8", "BERYL_LAUNCH_CENTRALS": order.centrals.joined(separator: ","),
-                           "BERYL_LAUNCH_PERIPHERALS": order.peripherals.joined(separator: ",")]
+        let environment = order.environment(runtimeDir: host.paths.runtimeDir)
         try? FileManager.default.createDirectory(atPath: host.paths.logDir, withIntermediateDirectories: true)
         // The app would exit unable to connect, and say so only in its own log.
         if let why = SocketReach.whyUnreachable(user: manifest.user, socket: host.paths.socket("managerd")) {

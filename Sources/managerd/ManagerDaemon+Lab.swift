@@ -7,9 +7,6 @@ import BerylManager
 import BerylManagerWire
 import BerylStore
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// The lab session's shell: BerylManager's LabSession decides; this turns its requests and answers into HCI commands,
 /// attd requests and lab events.
@@ -24,14 +21,9 @@ extension ManagerDaemon {
         case .labAdvertise(let request):
             let advertising: LabAdvertising
             do {
-                advertising = try LabAdvertising(data: Array(request.data), scanResponse: Array(request.scanResponse), connectable: request.connectable,
-                                                 scannable: request.scannable, directedTo: try labAddress(request.directedTo, field: "directed_to", optional: true),
-                                                 ownAddress: LabOwnAddress(rawValue: UInt8(request.ownAddressType.rawValue)) ?? .public, interval: request.interval)
-            } catch let refusal as LabAdvertising.Refusal {
-                incoming.fail(.invalidArgument, "\(refusal)", field: refusalField(refusal))
-                return
+                advertising = try LabAdvertising(request)
             } catch {
-                incoming.fail(.invalidArgument, "\(error)", field: "directed_to")
+                incoming.fail(.invalidArgument, "\(error)", field: error.field)
                 return
             }
             self.lab?.advertising = advertising
@@ -45,7 +37,7 @@ extension ManagerDaemon {
             updateAdvertising()
             incoming.respond(.with { $0.ack = .init() })
         case .labScan(let request):
-            self.lab?.scan = .init(passive: request.passive, ownAddress: LabOwnAddress(rawValue: UInt8(request.ownAddressType.rawValue)) ?? .public)
+            self.lab?.scan = .init(passive: request.passive, ownAddress: LabOwnAddress(request.ownAddressType))
             controllerScan = nil  // new parameters: the scan is set up again
             command(HCICommands.leSetScanEnable(false))
             updateScanning()
@@ -168,24 +160,10 @@ extension ManagerDaemon {
     }
 
     private func labAccessGranted(_ peer: PeerCredentials) -> Bool {
-        var userName: String?
-        var primaryGroup: UInt32?
-        if let entry = getpwuid(peer.uid) {
-            userName = String(cString: entry.pointee.pw_name)
-            primaryGroup = entry.pointee.pw_gid
-        }
-        var labGroup: (gid: UInt32, members: [String])?
-        if let group = getgrnam(LabAccess.groupName) {
-            var members: [String] = []
-            var cursor = group.pointee.gr_mem
-            while let member = cursor?.pointee {
-                members.append(String(cString: member))
-                cursor = cursor?.advanced(by: 1)
-            }
-            labGroup = (group.pointee.gr_gid, members)
-        }
+        let user = Accounts.user(uid: peer.uid)
+        let labGroup = Accounts.group(named: LabAccess.groupName)
         // The socket's gid is the peer's effective group: a process started under the lab group is granted too.
-        return LabAccess.isGranted(uid: peer.uid, primaryGroup: primaryGroup, userName: userName, labGroup: labGroup)
+        return LabAccess.isGranted(uid: peer.uid, primaryGroup: user?.primaryGroup, userName: user?.name, labGroup: labGroup.map { ($0.gid, $0.members) })
             || (labGroup != nil && peer.gid == labGroup?.gid)
     }
 
@@ -199,10 +177,10 @@ extension ManagerDaemon {
     private func labConnect(_ request: Beryl_Ipc_V1_LabConnect, lab: LabSession, _ incoming: IncomingRequest) {
         let address: DeviceAddress
         do {
-            guard let parsed = try labAddress(request.address, field: "address", optional: false) else { return }
+            guard let parsed = try LabFieldError.address(request.address, field: "address") else { return }
             address = parsed
         } catch {
-            incoming.fail(.invalidArgument, "\(error)", field: "address")
+            incoming.fail(.invalidArgument, "\(error)", field: error.field)
             return
         }
         do {
@@ -221,7 +199,7 @@ extension ManagerDaemon {
         let madeKnown = store.device(at: address) == nil
         let identifier = store.seen(address, at: Date().timeIntervalSince1970).identifier
         if madeKnown { updateLabRecord { $0.peripherals.append(identifier) } }
-        let ownAddress = LabOwnAddress(rawValue: UInt8(request.ownAddressType.rawValue)) ?? .public
+        let ownAddress = LabOwnAddress(request.ownAddressType)
         try? self.lab?.startConnecting(identifier: identifier, address: address, ownAddress: ownAddress)
         labAttemptReply = incoming
         announceLabLink(central: true, peer: address, ownAddress: ownAddress)
@@ -358,14 +336,7 @@ extension ManagerDaemon {
 
     func labReport(_ report: AdvertisingReport) {
         guard let lab, lab.scan != nil else { return }
-        var event = Beryl_Ipc_V1_ManagerEvent()
-        event.lab.scanReport = .with {
-            $0.eventType = UInt32(report.kind.rawValue)
-            $0.address = report.address.description
-            $0.rssi = Int32(report.rssi)
-            $0.data = Data(report.data)
-        }
-        send(event, to: lab.session)
+        send(.with { $0.lab.scanReport = .init(report) }, to: lab.session)
     }
 
     /// `madeKnown`: the identifier a new link's peer was just given, which is the lab's to take back if the link is.
@@ -414,30 +385,7 @@ extension ManagerDaemon {
     }
 
     private func labLink(_ link: ConnectionBook.Link) -> Beryl_Ipc_V1_LabLink {
-        .with {
-            $0.handle = UInt32(link.handle)
-            if let security = lab?.security(of: link.handle) { $0.security = security.wire }
-            $0.peer = link.address.description
-            $0.central = link.isCentral
-            if let timing = linkTimings[link.handle] {
-                $0.interval = UInt32(timing.interval)
-                $0.latency = UInt32(timing.latency)
-                $0.supervisionTimeout = UInt32(timing.supervisionTimeout)
-            }
-        }
-    }
-
-    private func labAddress(_ text: String, field: String, optional: Bool) throws -> DeviceAddress? {
-        if text.isEmpty, optional { return nil }
-        guard let address = DeviceAddress(text) else { throw LabAddressError(field: field, text: text) }
-        return address
-    }
-
-    private func refusalField(_ refusal: LabAdvertising.Refusal) -> String {
-        switch refusal {
-        case .dataTooLong(let field, _): field
-        case .intervalOutOfRange: "interval"
-        }
+        .init(link, security: lab?.security(of: link.handle), timing: linkTimings[link.handle])
     }
 }
 
@@ -481,35 +429,19 @@ extension ManagerDaemon {
 
     /// attd's pairing and encryption events on a lab link, for the lab session; false when the link is not the lab's.
     func labSecurityEvent(_ event: Beryl_Ipc_V1_AttEvent.OneOf_Kind) -> Bool {
-        guard let session = lab?.session else { return false }
-        let handle: UInt16
+        guard let session = lab?.session, let event = LabSecurityEvent(event), isLabLink(event.handle) else { return false }
         let outcome: LabSecurityOutcome?
         switch event {
-        case .pairingPrompt(let prompt):
-            guard isLabLink(UInt16(truncatingIfNeeded: prompt.connectionHandle)) else { return false }
-            var out = Beryl_Ipc_V1_ManagerEvent()
-            out.lab.pairingPrompt = .with { $0.handle = prompt.connectionHandle; $0.kind = prompt.kind; $0.number = prompt.number }
-            send(out, to: session)
+        case .prompt(_, let prompt):
+            send(.with { $0.lab.pairingPrompt = prompt }, to: session)
             return true
-        case .pairingFinished(let finished):
-            handle = UInt16(truncatingIfNeeded: finished.connectionHandle)
-            guard isLabLink(handle) else { return false }
-            let result: Result<LabSecurity, LabPairingFailure> = finished.success ? .success(LabSecurity(finished.result))
-                : .failure(LabPairingFailure(reason: UInt8(truncatingIfNeeded: finished.reason), remote: finished.remote))
+        case .pairingFinished(let handle, let result, let bondIdentity):
             outcome = lab?.pairingFinished(handle, result)
-            if finished.success, finished.result.bonded { rememberLabBond(finished.result.identity.isEmpty ? finished.peer : finished.result.identity) }
-        case .securityChanged(let changed):
-            handle = UInt16(truncatingIfNeeded: changed.connectionHandle)
-            guard isLabLink(handle) else { return false }
-            outcome = lab?.securityChanged(handle, status: UInt8(truncatingIfNeeded: changed.status), encrypted: changed.encrypted,
-                                           authenticated: changed.authenticated, bonded: changed.bonded)
-        default:
-            return false
+            if let bondIdentity { rememberLabBond(bondIdentity) }
+        case .securityChanged(let handle, let status, let encrypted, let authenticated, let bonded):
+            outcome = lab?.securityChanged(handle, status: status, encrypted: encrypted, authenticated: authenticated, bonded: bonded)
         }
-        guard let outcome else { return true }
-        var out = Beryl_Ipc_V1_ManagerEvent()
-        out.lab.security = outcome.wire(handle: handle)
-        send(out, to: session)
+        if let outcome { send(.with { $0.lab.security = outcome.wire(handle: event.handle) }, to: session) }
         return true
     }
 
@@ -530,14 +462,7 @@ extension ManagerDaemon {
 
     static func openLabRecord(stateDir: String, logger: Logger) -> LabRecordFile? {
         do {
-            let file = try LabRecordFile(path: stateDir + "/lab.json")
-            // The first lab sessions kept only their bonds, in lab-bonds.json.
-            let legacy = stateDir + "/lab-bonds.json"
-            if let data = FileManager.default.contents(atPath: legacy), let bonds = try? JSONDecoder().decode([String].self, from: data) {
-                try file.update { $0.bonds += bonds }
-                try? FileManager.default.removeItem(atPath: legacy)
-            }
-            return file
+            return try LabRecordFile.open(stateDir: stateDir)
         } catch {
             logger.error("the lab record is unusable, so a lab's factory reset will be refused: \(error)")
             return nil
@@ -554,10 +479,4 @@ extension ManagerDaemon {
 
     func rememberLabBond(_ identity: String) { updateLabRecord { $0.bonds.append(identity) } }
     func forgetLabBond(_ identity: String) { updateLabRecord { $0.bonds.removeAll { $0 == identity } } }
-}
-
-struct LabAddressError: Error, CustomStringConvertible {
-    var field: String
-    var text: String
-    var description: String { "\(field): '\(text)' is not an address (AA:BB:CC:DD:EE:FF or AA:BB:CC:DD:EE:FF/random)" }
 }

@@ -150,16 +150,8 @@ extension ManagerDaemon {
             answerAttd(read.id, isRead: true, value: [], error: 0x0E)
             return
         }
-        var event = Beryl_Ipc_V1_ManagerEvent()
-        event.readRequest = .with {
-            $0.manager = owner.manager
-            $0.id = read.id
-            $0.central = central(of: read.connectionHandle)
-            $0.handle = read.handle
-            $0.offset = read.offset
-            $0.maximumUpdateLength = maximumUpdateLength(read.connectionHandle)
-        }
-        send(event, to: owner.holder)
+        send(.init(read, manager: owner.manager, central: central(of: read.connectionHandle),
+                   maximumUpdateLength: maximumUpdateLength(read.connectionHandle)), to: owner.holder)
     }
 
     func routeWrite(_ write: Beryl_Ipc_V1_WriteRequested) {
@@ -169,16 +161,8 @@ extension ManagerDaemon {
             if route == .unlikelyError { answerAttd(write.id, isRead: false, value: [], error: 0x0E) }
             return
         }
-        var event = Beryl_Ipc_V1_ManagerEvent()
-        event.writeRequest = .with {
-            $0.manager = owner.manager
-            $0.id = write.withResponse ? write.id : 0
-            $0.central = central(of: write.connectionHandle)
-            $0.writes = write.writes
-            $0.withResponse = write.withResponse
-            $0.maximumUpdateLength = maximumUpdateLength(write.connectionHandle)
-        }
-        send(event, to: owner.holder)
+        send(.init(write, manager: owner.manager, central: central(of: write.connectionHandle),
+                   maximumUpdateLength: maximumUpdateLength(write.connectionHandle)), to: owner.holder)
     }
 
     private func maximumUpdateLength(_ connectionHandle: UInt32) -> UInt32 {
@@ -187,15 +171,8 @@ extension ManagerDaemon {
 
     func routeSubscription(_ change: Beryl_Ipc_V1_SubscriptionChanged) {
         guard let owner = owner(of: change.valueHandle) else { return }
-        var event = Beryl_Ipc_V1_ManagerEvent()
-        event.subscription = .with {
-            $0.manager = owner.manager
-            $0.central = central(of: change.connectionHandle)
-            $0.valueHandle = change.valueHandle
-            $0.notify = change.notify
-            $0.indicate = change.indicate
-            $0.maximumUpdateLength = maximumUpdateLength(change.connectionHandle)
-        }
+        let event = Beryl_Ipc_V1_ManagerEvent(change, manager: owner.manager, central: central(of: change.connectionHandle),
+                                              maximumUpdateLength: maximumUpdateLength(change.connectionHandle))
         if let subscription = try? PreservedState.Subscription(wire: event.subscription) { apply(core.subscriptionChanged(subscription)) }
         send(event, to: owner.holder)
     }

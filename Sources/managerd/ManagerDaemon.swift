@@ -303,23 +303,8 @@ final class ManagerDaemon {
             routeWrite(write)
         case .subscriptionChanged(let change)?:
             routeSubscription(change)
-        case .pairingPrompt(let prompt)?:
-            routePairing(prompt.connectionHandle) { event in
-                event.pairingPrompt = .with { $0.kind = prompt.kind; $0.number = prompt.number; $0.address = prompt.peer }
-            }
-        case .pairingFinished(let finished)?:
-            routePairing(finished.connectionHandle) { event in
-                event.pairingFinished = .with {
-                    $0.success = finished.success
-                    $0.reason = finished.reason
-                    $0.bonded = finished.result.bonded
-                    $0.authenticated = finished.result.authenticated
-                    $0.secureConnections = finished.result.secureConnections
-                    $0.identity = finished.result.identity
-                    $0.address = finished.peer
-                    $0.remote = finished.remote
-                }
-            }
+        case .pairingPrompt?, .pairingFinished?:
+            if let kind = event.att.kind { routePairing(kind) }
         case .readyToUpdate?:
             var ready = Beryl_Ipc_V1_ManagerEvent()
             ready.readyToUpdate = .init()
@@ -331,15 +316,9 @@ final class ManagerDaemon {
 
     /// Pairing prompts go to the apps holding the link (as central), or to every app with published services or
     /// advertising (a remote central pairing with this device); `peer` is the link's identifier.
-    func routePairing(_ connectionHandle: UInt32, _ build: (inout Beryl_Ipc_V1_ManagerEvent) -> Void) {
-        guard let (identifier, holders) = core.pairingAudience(ofLink: UInt16(truncatingIfNeeded: connectionHandle)) else { return }
-        var event = Beryl_Ipc_V1_ManagerEvent()
-        build(&event)
-        switch event.kind {
-        case .pairingPrompt?: event.pairingPrompt.peer = identifier
-        case .pairingFinished?: event.pairingFinished.peer = identifier
-        default: break
-        }
+    func routePairing(_ kind: Beryl_Ipc_V1_AttEvent.OneOf_Kind) {
+        guard let handle = kind.pairingLink, let (identifier, holders) = core.pairingAudience(ofLink: handle),
+              let event = Beryl_Ipc_V1_ManagerEvent(pairing: kind, peer: identifier) else { return }
         for holder in holders { send(event, to: holder) }
     }
 

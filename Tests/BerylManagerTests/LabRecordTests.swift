@@ -27,6 +27,15 @@ final class LabRecordTests: XCTestCase {
         XCTAssertEqual(try LabRecordFile(path: path).record.peripherals, [])
     }
 
+    func testTheFirstLabSessionsBondFileIsTakenIntoTheRecordOnce() throws {
+        let legacy = directory + "/lab-bonds.json"
+        try Data(#"["5A:00:00:00:00:07"]"#.utf8).write(to: URL(fileURLWithPath: legacy))
+        let file = try LabRecordFile.open(stateDir: directory)
+        XCTAssertEqual(file.record.bonds, ["5A:00:00:00:00:07"])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: legacy), "taken in, the old file goes")
+        XCTAssertEqual(try LabRecordFile.open(stateDir: directory).record.bonds, ["5A:00:00:00:00:07"], "kept in lab.json")
+    }
+
     func testADamagedRecordIsRefusedAndLeftAsItWas() throws {
         let path = directory + "/lab.json"
         let damaged = Data("{\"version\": 1, \"bonds\": [".utf8)

@@ -1,0 +1,80 @@
+import BerylWire
+
+// What attd hears from remote centrals and of pairing, as the events of the app that answers: attd names links by
+// connection handle and knows no managers; an app hears a central or peer by identifier, through its manager.
+
+extension Beryl_Ipc_V1_ManagerEvent {
+    /// A remote central's read, for the manager owning the handle (`central`: the identifier the app knows it by).
+    public init(_ read: Beryl_Ipc_V1_ReadRequested, manager: UInt32, central: String, maximumUpdateLength: UInt32) {
+        self.init()
+        readRequest = .with {
+            $0.manager = manager
+            $0.id = read.id
+            $0.central = central
+            $0.handle = read.handle
+            $0.offset = read.offset
+            $0.maximumUpdateLength = maximumUpdateLength
+        }
+    }
+
+    /// A remote central's write (several, for a reliable write); a write without response carries no request id,
+    /// since it takes no answer.
+    public init(_ write: Beryl_Ipc_V1_WriteRequested, manager: UInt32, central: String, maximumUpdateLength: UInt32) {
+        self.init()
+        writeRequest = .with {
+            $0.manager = manager
+            $0.id = write.withResponse ? write.id : 0
+            $0.central = central
+            $0.writes = write.writes
+            $0.withResponse = write.withResponse
+            $0.maximumUpdateLength = maximumUpdateLength
+        }
+    }
+
+    public init(_ change: Beryl_Ipc_V1_SubscriptionChanged, manager: UInt32, central: String, maximumUpdateLength: UInt32) {
+        self.init()
+        subscription = .with {
+            $0.manager = manager
+            $0.central = central
+            $0.valueHandle = change.valueHandle
+            $0.notify = change.notify
+            $0.indicate = change.indicate
+            $0.maximumUpdateLength = maximumUpdateLength
+        }
+    }
+
+    /// A pairing prompt or result on a link, for an app that hears that link's pairing (`peer`: the link's
+    /// identifier); nil for attd's other events.
+    public init?(pairing event: Beryl_Ipc_V1_AttEvent.OneOf_Kind, peer: String) {
+        self.init()
+        switch event {
+        case .pairingPrompt(let prompt):
+            pairingPrompt = .with { $0.kind = prompt.kind; $0.number = prompt.number; $0.address = prompt.peer; $0.peer = peer }
+        case .pairingFinished(let finished):
+            pairingFinished = .with {
+                $0.success = finished.success
+                $0.reason = finished.reason
+                $0.bonded = finished.result.bonded
+                $0.authenticated = finished.result.authenticated
+                $0.secureConnections = finished.result.secureConnections
+                $0.identity = finished.result.identity
+                $0.address = finished.peer
+                $0.remote = finished.remote
+                $0.peer = peer
+            }
+        default:
+            return nil
+        }
+    }
+}
+
+extension Beryl_Ipc_V1_AttEvent.OneOf_Kind {
+    /// The link a pairing event is on; nil for attd's other events.
+    public var pairingLink: UInt16? {
+        switch self {
+        case .pairingPrompt(let prompt): UInt16(truncatingIfNeeded: prompt.connectionHandle)
+        case .pairingFinished(let finished): UInt16(truncatingIfNeeded: finished.connectionHandle)
+        default: nil
+        }
+    }
+}

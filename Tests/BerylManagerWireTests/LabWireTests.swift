@@ -1,0 +1,139 @@
+import BerylCore
+import BerylGAP
+@testable import BerylManager
+import BerylManagerWire
+import BerylWire
+import Foundation
+import XCTest
+
+/// The lab's and remote centrals' translations: each request field that cannot be what it should names itself, and
+/// each event carries what attd said under the names the lab or the app knows.
+final class LabWireTests: XCTestCase {
+    func testALabAdvertiseThatCannotBeNamesItsField() {
+        func refusal(_ build: (inout Beryl_Ipc_V1_LabAdvertise) -> Void) -> String? {
+            var request = Beryl_Ipc_V1_LabAdvertise()
+            build(&request)
+            do {
+                _ = try LabAdvertising(request)
+                return nil
+            } catch {
+                return error.field
+            }
+        }
+        XCTAssertNil(refusal { $0.data = Data(repeating: 0, count: 31); $0.connectable = true })
+        XCTAssertEqual(refusal { $0.data = Data(repeating: 0, count: 32) }, "data")
+        XCTAssertEqual(refusal { $0.scanResponse = Data(repeating: 0, count: 32) }, "scan_response")
+        XCTAssertEqual(refusal { $0.interval = 0x4001 }, "interval")
+        XCTAssertEqual(refusal { $0.directedTo = "not an address" }, "directed_to")
+        var directed = Beryl_Ipc_V1_LabAdvertise()
+        directed.directedTo = "C0:00:00:00:00:02/random"
+        directed.ownAddressType = .random
+        let advertising = try? LabAdvertising(directed)
+        XCTAssertEqual(advertising?.kind, .connectableDirectedLowDuty)
+        XCTAssertEqual(advertising?.ownAddress, .random)
+        XCTAssertEqual(advertising?.directedTo, DeviceAddress("C0:00:00:00:00:02/random"))
+    }
+
+    func testALabLinkCarriesItsSecurityAndTimingWhenKnown() throws {
+        let link = ConnectionBook.Link(handle: 0x41, address: try XCTUnwrap(DeviceAddress("00:11:22:33:44:55")), isCentral: true, holders: [])
+        let bare = Beryl_Ipc_V1_LabLink(link, security: nil, timing: nil)
+        XCTAssertEqual(bare.handle, 0x41)
+        XCTAssertEqual(bare.peer, "00:11:22:33:44:55")
+        XCTAssertTrue(bare.central)
+        XCTAssertFalse(bare.hasSecurity)
+        XCTAssertEqual(bare.interval, 0)
+        let full = Beryl_Ipc_V1_LabLink(link, security: LabSecurity(encrypted: true, keySize: 16),
+                                        timing: LinkTiming(handle: 0x41, interval: 24, latency: 1, supervisionTimeout: 200))
+        XCTAssertEqual(full.security.keySize, 16)
+        XCTAssertTrue(full.security.encrypted)
+        XCTAssertEqual([full.interval, full.latency, full.supervisionTimeout], [24, 1, 200])
+    }
+
+    func testAScanReportReachesTheLabAsTheControllerGaveIt() throws {
+        let report = AdvertisingReport(kind: .scanResponse, address: try XCTUnwrap(DeviceAddress("C0:00:00:00:00:09/random")), data: [2, 1, 6], rssi: -61)
+        let wire = Beryl_Ipc_V1_LabScanReport(report)
+        XCTAssertEqual(wire.eventType, 0x04)
+        XCTAssertEqual(wire.address, "C0:00:00:00:00:09/random")
+        XCTAssertEqual(wire.rssi, -61)
+        XCTAssertEqual(wire.data, Data([2, 1, 6]))
+    }
+
+    func testAttdsPairingEventsAsTheLabTakesThem() {
+        var finished = Beryl_Ipc_V1_PairingFinished()
+        finished.connectionHandle = 0x42
+        finished.success = true
+        finished.peer = "00:11:22:33:44:55"
+        finished.result = .with { $0.encrypted = true; $0.bonded = true; $0.authenticated = true; $0.secureConnections = true; $0.keySize = 16 }
+        guard case .pairingFinished(0x42, .success(let security), let identity)? = LabSecurityEvent(.pairingFinished(finished)) else {
+            return XCTFail("a pairing that bonded")
+        }
+        XCTAssertEqual(security, LabSecurity(encrypted: true, authenticated: true, bonded: true, secureConnections: true, keySize: 16))
+        XCTAssertEqual(identity, "00:11:22:33:44:55", "no identity address distributed: the bond is under the link's address")
+        finished.result.identity = "5A:00:00:00:00:03/random"
+        XCTAssertEqual(LabSecurityEvent(.pairingFinished(finished)).flatMap { if case .pairingFinished(_, _, let id) = $0 { id } else { nil } },
+                       "5A:00:00:00:00:03/random")
+
+        var failed = Beryl_Ipc_V1_PairingFinished()
+        failed.connectionHandle = 0x42
+        failed.reason = 0x05
+        failed.remote = true
+        XCTAssertEqual(LabSecurityEvent(.pairingFinished(failed)),
+                       .pairingFinished(handle: 0x42, .failure(LabPairingFailure(reason: 0x05, remote: true)), bondIdentity: nil))
+
+        var changed = Beryl_Ipc_V1_SecurityChanged()
+        changed.connectionHandle = 0x43
+        changed.status = 0x06
+        XCTAssertEqual(LabSecurityEvent(.securityChanged(changed)),
+                       .securityChanged(handle: 0x43, status: 0x06, encrypted: false, authenticated: false, bonded: false))
+        XCTAssertNil(LabSecurityEvent(.readyToUpdate(.init())))
+    }
+
+    func testARemoteCentralsRequestsReachTheOwningManagerUnderItsIdentifier() {
+        var read = Beryl_Ipc_V1_ReadRequested()
+        (read.id, read.connectionHandle, read.handle, read.offset) = (7, 0x40, 0x12, 22)
+        let readEvent = Beryl_Ipc_V1_ManagerEvent(read, manager: 3, central: "C-1", maximumUpdateLength: 244)
+        XCTAssertEqual(readEvent.readRequest, .with {
+            $0.manager = 3; $0.id = 7; $0.central = "C-1"; $0.handle = 0x12; $0.offset = 22; $0.maximumUpdateLength = 244
+        })
+
+        var command = Beryl_Ipc_V1_WriteRequested()
+        command.id = 8
+        command.withResponse = false
+        command.writes = [.with { $0.handle = 0x14; $0.value = Data([1]) }]
+        let commandEvent = Beryl_Ipc_V1_ManagerEvent(command, manager: 3, central: "C-1", maximumUpdateLength: 20)
+        XCTAssertEqual(commandEvent.writeRequest.id, 0, "a write without response takes no answer, so it has no request id")
+        XCTAssertEqual(commandEvent.writeRequest.writes, command.writes)
+        command.withResponse = true
+        XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent(command, manager: 3, central: "C-1", maximumUpdateLength: 20).writeRequest.id, 8)
+
+        var subscription = Beryl_Ipc_V1_SubscriptionChanged()
+        (subscription.valueHandle, subscription.notify) = (0x16, true)
+        let subscribed = Beryl_Ipc_V1_ManagerEvent(subscription, manager: 2, central: "C-2", maximumUpdateLength: 20).subscription
+        XCTAssertEqual([subscribed.manager, subscribed.valueHandle, subscribed.maximumUpdateLength], [2, 0x16, 20])
+        XCTAssertEqual(subscribed.central, "C-2")
+        XCTAssertTrue(subscribed.notify)
+        XCTAssertFalse(subscribed.indicate)
+    }
+
+    func testAPairingEventReachesAnAppUnderTheLinksIdentifier() {
+        var prompt = Beryl_Ipc_V1_PairingPrompt()
+        (prompt.connectionHandle, prompt.number, prompt.peer) = (0x40, 123456, "00:11:22:33:44:55")
+        let kind = Beryl_Ipc_V1_AttEvent.OneOf_Kind.pairingPrompt(prompt)
+        XCTAssertEqual(kind.pairingLink, 0x40)
+        let event = Beryl_Ipc_V1_ManagerEvent(pairing: kind, peer: "P-1")
+        XCTAssertEqual(event?.pairingPrompt.peer, "P-1")
+        XCTAssertEqual(event?.pairingPrompt.address, "00:11:22:33:44:55")
+        XCTAssertEqual(event?.pairingPrompt.number, 123456)
+
+        var finished = Beryl_Ipc_V1_PairingFinished()
+        (finished.connectionHandle, finished.reason, finished.remote) = (0x41, 0x03, true)
+        let result = Beryl_Ipc_V1_ManagerEvent(pairing: .pairingFinished(finished), peer: "P-2")?.pairingFinished
+        XCTAssertEqual(result?.peer, "P-2")
+        XCTAssertEqual(result?.reason, 0x03)
+        XCTAssertEqual(result?.remote, true)
+        XCTAssertEqual(result?.success, false)
+
+        XCTAssertNil(Beryl_Ipc_V1_ManagerEvent(pairing: .readyToUpdate(.init()), peer: "P-1"))
+        XCTAssertNil(Beryl_Ipc_V1_AttEvent.OneOf_Kind.readyToUpdate(.init()).pairingLink)
+    }
+}
