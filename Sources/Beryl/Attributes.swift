@@ -17,6 +17,14 @@ enum AttributeOrigin: Sendable {
     case discovered
 }
 
+extension Peripheral {
+    /// A setter Core Bluetooth's CBService, CBCharacteristic or CBDescriptor does not have, used on a discovered one:
+    /// the library's copy of the peer's database is not changed, and the app hears why.
+    func refuseChange(_ what: String, of attribute: String) {
+        reportMisuse("\(what) of a discovered \(attribute) is the peer's; only a Mutable\(attribute) the app made can be changed")
+    }
+}
+
 /// Core Bluetooth's CBService and CBMutableService.
 public final class Service: CustomStringConvertible, Sendable {
     struct Storage {
@@ -52,12 +60,12 @@ public final class Service: CustomStringConvertible, Sendable {
     /// `MutableCharacteristic(type:properties:value:permissions:)`.
     public var characteristics: [Characteristic]? {
         get { with { $0.characteristics } }
-        set { with { $0.characteristics = newValue } }
+        set { if origin == .app { with { $0.characteristics = newValue } } else { peripheral?.refuseChange("characteristics", of: "Service") } }
     }
     /// For an app's service: services this one includes, each added already (Core Bluetooth's rule).
     public var includedServices: [Service]? {
         get { with { $0.included } }
-        set { with { $0.included = newValue } }
+        set { if origin == .app { with { $0.included = newValue } } else { peripheral?.refuseChange("includedServices", of: "Service") } }
     }
     var range: ClosedRange<UInt32> { with { $0.range } }
     var startHandle: UInt32 { range.lowerBound }
@@ -107,27 +115,29 @@ public final class Characteristic: CustomStringConvertible, Sendable {
     /// An app's may change them until its service is added.
     public var properties: CharacteristicProperties {
         get { with { $0.properties } }
-        set { with { $0.properties = newValue } }
+        set { if origin == .app { with { $0.properties = newValue } } else { refuseChange("properties") } }
     }
     /// The last value read or notified (a discovered one). An app's copy (the guide's write handler sets it): once
     /// published, a cached value changes only by adding the service again, and a dynamic one is whatever the app
     /// answers reads with.
     public var value: Data? {
         get { with { $0.value } }
-        set { with { $0.value = newValue } }
+        set { if origin == .app { with { $0.value = newValue } } else { refuseChange("value") } }
     }
     /// For an app's: each made with `MutableDescriptor(type:value:)`; the stack adds the Client Characteristic
     /// Configuration itself.
     public var descriptors: [Descriptor]? {
         get { with { $0.descriptors } }
-        set { with { $0.descriptors = newValue } }
+        set { if origin == .app { with { $0.descriptors = newValue } } else { refuseChange("descriptors") } }
     }
     public var isNotifying: Bool { with { $0.isNotifying } }
     /// CBMutableCharacteristic's: who may read and write an app's characteristic.
     public var permissions: AttributePermissions {
         get { with { $0.permissions } }
-        set { with { $0.permissions = newValue } }
+        set { if origin == .app { with { $0.permissions = newValue } } else { refuseChange("permissions") } }
     }
+
+    private func refuseChange(_ what: String) { service?.peripheral?.refuseChange(what, of: "Characteristic") }
     /// The centrals subscribed to an app's published characteristic now (nil for a discovered one, as Core
     /// Bluetooth's CBCharacteristic has none).
     public var subscribedCentrals: [Central]? { origin == .app ? with { $0.subscribed } : nil }
@@ -159,8 +169,9 @@ enum DescriptorValue: Sendable, Equatable {
     case none
     case data(Data)
     case string(String)
-    case number(Int)
-    /// What an app gave that no descriptor can hold (its type's name), refused when the service is added.
+    case number(NSNumber)
+    /// What an app gave that no descriptor can hold (its type's name), refused when the service is added; its
+    /// `value` reads nil.
     case unsupported(String)
 
     init(_ value: Any?) {
@@ -168,7 +179,7 @@ enum DescriptorValue: Sendable, Equatable {
         case nil: self = .none
         case let data as Data: self = .data(data)
         case let text as String: self = .string(text)
-        case let number as NSNumber: self = .number(number.intValue)
+        case let number as NSNumber: self = .number(number)
         case let other?: self = .unsupported("\(type(of: other))")
         }
     }
@@ -178,7 +189,7 @@ enum DescriptorValue: Sendable, Equatable {
         switch uuid.uuid16 {
         case 0x2900, 0x2902, 0x2903:
             let raw = Array(bytes)
-            self = .number(Int(UInt16(raw.first ?? 0) | UInt16(raw.count > 1 ? raw[1] : 0) << 8))
+            self = .number(NSNumber(value: UInt16(raw.first ?? 0) | UInt16(raw.count > 1 ? raw[1] : 0) << 8))
         case 0x2901: self = .string(String(decoding: bytes, as: UTF8.self))
         default: self = .data(bytes)
         }
@@ -189,7 +200,7 @@ enum DescriptorValue: Sendable, Equatable {
         case .none, .unsupported: nil
         case .data(let data): data
         case .string(let text): text
-        case .number(let number): NSNumber(value: number)
+        case .number(let number): number
         }
     }
 
@@ -199,7 +210,7 @@ enum DescriptorValue: Sendable, Equatable {
         case .none: Data()
         case .data(let data): data
         case .string(let text): Data(text.utf8)
-        case .number(let number): Data([UInt8(truncatingIfNeeded: number), UInt8(truncatingIfNeeded: number >> 8)])
+        case .number(let number): Data([UInt8(truncatingIfNeeded: number.intValue), UInt8(truncatingIfNeeded: number.intValue >> 8)])
         case .unsupported: nil
         }
     }

@@ -149,8 +149,11 @@ final class ManagerSession: Sendable {
         }
         guard changed else { return }
         guard delegateSlot.object is Delegate else { return report(newState) }
-        delegateSlot.call(kind, on: delegateQueue) { [self] delegate in
+        // The state is reported on the queue even when the delegate is gone by then, or nothing would report it.
+        let handed = Handover(callback)
+        delegateQueue.async { [self] in
             report(newState)
+            guard let callback = handed.take(), let delegate = delegateSlot.object as? Delegate else { return }
             callback(delegate)
         }
     }

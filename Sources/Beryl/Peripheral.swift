@@ -96,6 +96,9 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         for service in services ?? [] { for characteristic in service.characteristics ?? [] { characteristic.setNotifying(false) } }
     }
 
+    /// To the manager's misuse handler (or its log); nothing when the manager is gone.
+    func reportMisuse(_ message: String) { manager.value?.session.misuse.report(.apiMisuse(message)) }
+
     private func notify(_ body: sending @escaping (PeripheralDelegate) -> Void) {
         delegateSlot.call(PeripheralDelegate.self, on: queue, body)
     }
@@ -412,7 +415,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
     private func writeValue(_ data: Data, _ descriptor: Descriptor, completion: @escaping @Sendable (Result<Void, BerylError>) -> Void) {
         guard descriptor.uuid != BluetoothUUID(0x2902) else {
             let message = "the Client Characteristic Configuration is written by setNotifyValue(_:for:)"
-            manager.value?.session.misuse.report(.apiMisuse(message))
+            reportMisuse(message)
             return later { completion(.failure(.att(code: 0x03, message: message))) }
         }
         gatt({ $0.write = .with { $0.handle = descriptor.handle; $0.value = data } }) { result in

@@ -218,7 +218,10 @@ public final class PeripheralManager: Sendable, SessionBacked {
         guard characteristics.count == given.count else {
             return delegateQueue.async { completion(.apiMisuse("a published service's characteristics must be MutableCharacteristic")) }
         }
-        let included = (service.includedServices ?? []).filter { $0.origin == .app }
+        let included = service.includedServices ?? []
+        guard included.allSatisfy({ $0.origin == .app }) else {
+            return delegateQueue.async { completion(.apiMisuse("a published service includes only services the app made and added")) }
+        }
         if let missing = included.first(where: { $0.startHandle == 0 }) {
             return delegateQueue.async { completion(.apiMisuse("the included service \(missing.uuid) has not been added yet")) }
         }

@@ -32,7 +32,7 @@ public struct LabFieldError: Error, Equatable, CustomStringConvertible {
 extension LabOwnAddress {
     /// An Own_Address_Type this Beryl does not know reads as public.
     public init(_ wire: Beryl_Ipc_V1_OwnAddressType) {
-        self = LabOwnAddress(rawValue: UInt8(truncatingIfNeeded: wire.rawValue)) ?? .public
+        self = UInt8(exactly: wire.rawValue).flatMap(LabOwnAddress.init(rawValue:)) ?? .public
     }
 }
 

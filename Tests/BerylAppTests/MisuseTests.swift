@@ -140,6 +140,25 @@ final class MisuseTests: TwoStacksTestCase {
             XCTAssertEqual(error.code, .invalidParameters)
             XCTAssertTrue(error.message.contains("a discovered service cannot be published"), error.message)
         }
+        // A discovered object's setters leave the peer's database as it was, and say so.
+        let centralMisuse = Recorder()
+        central.apiMisuseHandler = { centralMisuse.note("\($0)") }
+        level.value = Data([0x63])
+        level.properties = [.read, .write, .notify]
+        XCTAssertNotNil(centralMisuse.wait(for: "API misuse: value of a discovered Characteristic is the peer's"), centralMisuse.all.joined(separator: "\n"))
+        XCTAssertNotNil(centralMisuse.wait(for: "API misuse: properties of a discovered Characteristic"), centralMisuse.all.joined(separator: "\n"))
+        XCTAssertEqual(level.value, Data([0x2A]), "still the value last read")
+        XCTAssertEqual(level.properties, [.read, .write])
+        discovered.characteristics = nil
+        XCTAssertEqual(discovered.characteristics?.count, 2)
+        let including = MutableService(type: BluetoothUUID(0x181B), primary: true)
+        including.includedServices = [discovered]
+        do {
+            try await manager.add(including)
+            XCTFail("a service including a discovered one was published")
+        } catch let error as BluetoothError {
+            XCTAssertEqual(error.code, .invalidParameters)
+        }
         let borrowing = MutableService(type: BluetoothUUID(0x181A), primary: true)
         borrowing.characteristics = [heart]
         do {

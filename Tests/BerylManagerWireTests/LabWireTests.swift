@@ -34,6 +34,13 @@ final class LabWireTests: XCTestCase {
         XCTAssertEqual(advertising?.directedTo, DeviceAddress("C0:00:00:00:00:02/random"))
     }
 
+    func testAnOwnAddressTypeThisBerylDoesNotKnowIsPublic() {
+        XCTAssertEqual(LabOwnAddress(.resolvableOrRandom), .resolvableOrRandom)
+        XCTAssertEqual(LabOwnAddress(.UNRECOGNIZED(4)), .public)
+        XCTAssertEqual(LabOwnAddress(.UNRECOGNIZED(257)), .public, "not truncated to 1 (random)")
+        XCTAssertEqual(LabOwnAddress(.UNRECOGNIZED(-1)), .public)
+    }
+
     func testALabLinkCarriesItsSecurityAndTimingWhenKnown() throws {
         let link = ConnectionBook.Link(handle: 0x41, address: try XCTUnwrap(DeviceAddress("00:11:22:33:44:55")), isCentral: true, holders: [])
         let bare = Beryl_Ipc_V1_LabLink(link, security: nil, timing: nil)
@@ -80,11 +87,29 @@ final class LabWireTests: XCTestCase {
         XCTAssertEqual(LabSecurityEvent(.pairingFinished(failed)),
                        .pairingFinished(handle: 0x42, .failure(LabPairingFailure(reason: 0x05, remote: true)), bondIdentity: nil))
 
+        var unbonded = finished
+        unbonded.result.bonded = false
+        XCTAssertEqual(LabSecurityEvent(.pairingFinished(unbonded)).flatMap { if case .pairingFinished(_, _, let id) = $0 { id } else { "" } },
+                       .none, "no bond, nothing for a factory reset to take back")
+
         var changed = Beryl_Ipc_V1_SecurityChanged()
         changed.connectionHandle = 0x43
         changed.status = 0x06
         XCTAssertEqual(LabSecurityEvent(.securityChanged(changed)),
                        .securityChanged(handle: 0x43, status: 0x06, encrypted: false, authenticated: false, bonded: false))
+        (changed.status, changed.encrypted, changed.authenticated, changed.bonded) = (0, true, false, true)
+        XCTAssertEqual(LabSecurityEvent(.securityChanged(changed)),
+                       .securityChanged(handle: 0x43, status: 0, encrypted: true, authenticated: false, bonded: true))
+        (changed.encrypted, changed.authenticated, changed.bonded) = (false, true, false)
+        XCTAssertEqual(LabSecurityEvent(.securityChanged(changed)),
+                       .securityChanged(handle: 0x43, status: 0, encrypted: false, authenticated: true, bonded: false))
+
+        var prompt = Beryl_Ipc_V1_PairingPrompt()
+        (prompt.connectionHandle, prompt.kind, prompt.number) = (0x44, .enterPasskey, 654321)
+        guard case .prompt(0x44, let labPrompt)? = LabSecurityEvent(.pairingPrompt(prompt)) else { return XCTFail("a prompt on 0x44") }
+        XCTAssertEqual(labPrompt.handle, 0x44)
+        XCTAssertEqual(labPrompt.kind, .enterPasskey)
+        XCTAssertEqual(labPrompt.number, 654321)
         XCTAssertNil(LabSecurityEvent(.readyToUpdate(.init())))
     }
 
@@ -103,8 +128,14 @@ final class LabWireTests: XCTestCase {
         let commandEvent = Beryl_Ipc_V1_ManagerEvent(command, manager: 3, central: "C-1", maximumUpdateLength: 20)
         XCTAssertEqual(commandEvent.writeRequest.id, 0, "a write without response takes no answer, so it has no request id")
         XCTAssertEqual(commandEvent.writeRequest.writes, command.writes)
+        XCTAssertFalse(commandEvent.writeRequest.withResponse)
+        XCTAssertEqual(commandEvent.writeRequest.central, "C-1")
+        XCTAssertEqual(commandEvent.writeRequest.manager, 3)
+        XCTAssertEqual(commandEvent.writeRequest.maximumUpdateLength, 20)
         command.withResponse = true
-        XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent(command, manager: 3, central: "C-1", maximumUpdateLength: 20).writeRequest.id, 8)
+        let request = Beryl_Ipc_V1_ManagerEvent(command, manager: 3, central: "C-1", maximumUpdateLength: 20).writeRequest
+        XCTAssertEqual(request.id, 8)
+        XCTAssertTrue(request.withResponse)
 
         var subscription = Beryl_Ipc_V1_SubscriptionChanged()
         (subscription.valueHandle, subscription.notify) = (0x16, true)
@@ -117,13 +148,14 @@ final class LabWireTests: XCTestCase {
 
     func testAPairingEventReachesAnAppUnderTheLinksIdentifier() {
         var prompt = Beryl_Ipc_V1_PairingPrompt()
-        (prompt.connectionHandle, prompt.number, prompt.peer) = (0x40, 123456, "00:11:22:33:44:55")
+        (prompt.connectionHandle, prompt.kind, prompt.number, prompt.peer) = (0x40, .confirmNumber, 123456, "00:11:22:33:44:55")
         let kind = Beryl_Ipc_V1_AttEvent.OneOf_Kind.pairingPrompt(prompt)
         XCTAssertEqual(kind.pairingLink, 0x40)
         let event = Beryl_Ipc_V1_ManagerEvent(pairing: kind, peer: "P-1")
         XCTAssertEqual(event?.pairingPrompt.peer, "P-1")
         XCTAssertEqual(event?.pairingPrompt.address, "00:11:22:33:44:55")
         XCTAssertEqual(event?.pairingPrompt.number, 123456)
+        XCTAssertEqual(event?.pairingPrompt.kind, .confirmNumber)
 
         var finished = Beryl_Ipc_V1_PairingFinished()
         (finished.connectionHandle, finished.reason, finished.remote) = (0x41, 0x03, true)
@@ -132,6 +164,14 @@ final class LabWireTests: XCTestCase {
         XCTAssertEqual(result?.reason, 0x03)
         XCTAssertEqual(result?.remote, true)
         XCTAssertEqual(result?.success, false)
+
+        var bonded = Beryl_Ipc_V1_PairingFinished()
+        (bonded.connectionHandle, bonded.success, bonded.peer) = (0x41, true, "7A:00:00:00:00:01/random")
+        bonded.result = .with { $0.bonded = true; $0.authenticated = true; $0.secureConnections = true; $0.identity = "00:AA:BB:CC:DD:EE" }
+        let made = try? XCTUnwrap(Beryl_Ipc_V1_ManagerEvent(pairing: .pairingFinished(bonded), peer: "P-3")?.pairingFinished)
+        XCTAssertEqual(made?.address, "7A:00:00:00:00:01/random", "the address the link used")
+        XCTAssertEqual(made?.identity, "00:AA:BB:CC:DD:EE", "the identity the peer distributed")
+        XCTAssertEqual([made?.success, made?.bonded, made?.authenticated, made?.secureConnections, made?.remote], [true, true, true, true, false])
 
         XCTAssertNil(Beryl_Ipc_V1_ManagerEvent(pairing: .readyToUpdate(.init()), peer: "P-1"))
         XCTAssertNil(Beryl_Ipc_V1_AttEvent.OneOf_Kind.readyToUpdate(.init()).pairingLink)
