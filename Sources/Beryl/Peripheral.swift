@@ -135,22 +135,33 @@ public final class Peripheral: CustomStringConvertible, Sendable {
             var error: Error?
             switch result {
             case .failure(let failure): error = failure.coreBluetoothError
-            case .success(let response): mergeServices(response.database)
+            case .success(let response): mergeServices(response.database, lookingFor: serviceUUIDs)
             }
             notify { $0.peripheral(self, didDiscoverServices: error) }
         }
     }
 
-    private func mergeServices(_ database: Beryl_Ipc_V1_GattDatabase) {
+    private func mergeServices(_ database: Beryl_Ipc_V1_GattDatabase, lookingFor uuids: [BluetoothUUID]?) {
         let found = database.services.map { info in
             Service(uuid: BluetoothUUID(info.uuid) ?? BluetoothUUID(0), isPrimary: true,
                     range: info.startHandle...max(info.startHandle, info.endHandle), peripheral: self)
         }
-        shared.withLock { state in
-            var services = state.services ?? []
-            for service in found where !services.contains(where: { $0.range.lowerBound == service.range.lowerBound }) { services.append(service) }
-            state.services = services.sorted { $0.range.lowerBound < $1.range.lowerBound }
+        shared.withLock { state in state.services = Self.merged(state.services ?? [], found: found, lookingFor: uuids) }
+    }
+
+    /// What a primary service discovery leaves known: a service found before keeps its object; one the discovery
+    /// looked for and did not find is gone. Discovery runs over the whole database (Core Vol 3 Part G §4.4.1,
+    /// §4.4.2), so for the UUIDs it looked for (all, with none given) it is the truth, even when a Service Changed that
+    /// removed a service was lost or crossed the discovery (a stale copy kept beside the new one took the app's
+    /// subscription to handles that no longer exist). Secondary services, which primary discovery does not find, stay.
+    static func merged(_ known: [Service], found: [Service], lookingFor uuids: [BluetoothUUID]?) -> [Service] {
+        let sought = uuids.flatMap { $0.isEmpty ? nil : Set($0) }
+        let starts = Set(found.map(\.range.lowerBound))
+        var services = known.filter { service in
+            !service.isPrimary || starts.contains(service.range.lowerBound) || !(sought?.contains(service.uuid) ?? true)
         }
+        for service in found where !services.contains(where: { $0.range.lowerBound == service.range.lowerBound }) { services.append(service) }
+        return services.sorted { $0.range.lowerBound < $1.range.lowerBound }
     }
 
     /// The async face of discoverServices (named apart so that delegate-style code in async contexts keeps its
