@@ -12,10 +12,21 @@ public struct SimConfig: Sendable {
     public var commandLatency: Duration = .microseconds(200)
     /// With the air-time model a connection event carries only as many PDUs as fit in the interval on its PHY.
     public var airTime = false
+    /// How data crosses a link.
+    public var link: LinkModel = .events
     /// Beyond this distance (metres) two controllers cannot hear each other.
     public var rangeMeters = 30.0
 
     public init() {}
+}
+
+/// How a link carries data.
+public enum LinkModel: String, Sendable, CaseIterable {
+    /// As a radio: queued PDUs cross at the link's connection events, and their buffers come back after each.
+    case events
+    /// At once: a host's packet is delivered and its buffer returned as soon as the controller takes it, so what a
+    /// benchmark measures is the hosts, not the link. Link control (encryption, termination) still waits for events.
+    case instant
 }
 
 /// N controllers sharing one simulated air. Sans-IO: host bytes and the current time go in, host bytes come out;
@@ -255,6 +266,16 @@ public final class SimAir {
         central.reportCompletedPackets()
         peripheral.reportCompletedPackets()
         scheduleNextEvent(link)
+    }
+
+    /// The instant link: what the hosts queued crosses now, unless the link is paused (encryption starting, Core Vol 6
+    /// Part B §5.1.3.1), ending or out of hearing; then it waits for the next connection event as on the radio.
+    func deliverAtOnce(_ link: SimLink) {
+        guard link.isOpen, link.deadEnd == nil, link.pendingEncryption == nil, link.pendingTerminate == nil,
+              canHear(link.central, link.peripheral) else { return }
+        exchangeData(link)
+        link.central.reportCompletedPackets()
+        link.peripheral.reportCompletedPackets()
     }
 
     private func scheduleNextEvent(_ link: SimLink) {

@@ -243,6 +243,7 @@ public final class SimController {
             link.queues[direction].append(LinkPDU(startsMessage: startsMessage && position == 0, payload: chunk,
                                                   completesHostPacket: position == chunks.count - 1))
         }
+        if air.config.link == .instant { air.deliverAtOnce(link) }
     }
 
     /// The link layer delivered the last PDU of one of this controller's host packets.

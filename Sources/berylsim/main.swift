@@ -29,6 +29,9 @@ struct Berylsim: ParsableCommand {
     @Option(help: "ACL buffers the controllers report and enforce, as SIZE:COUNT.")
     var aclBuffers: String = "251:8"
 
+    @Option(help: "How data crosses a link: events (at connection events, as a radio) or instant (delivered and its buffer returned at once, to measure hosts).")
+    var link: LinkModel = .events
+
     @Option(help: "Log level: error, warning, info, debug or trace.")
     var logLevel: LogLevel = .info
 
@@ -36,6 +39,7 @@ struct Berylsim: ParsableCommand {
         guard (1...64).contains(controllers) else { throw ValidationError("--controllers must be from 1 to 64") }
         if let tcp { _ = try Self.parseTCP(tcp) }
         _ = try Self.parseBuffers(aclBuffers)
+        guard !(airTime && link == .instant) else { throw ValidationError("--air-time limits connection events; an --link instant link has none") }
     }
 
     static func parseTCP(_ text: String) throws -> (String, UInt16) {
@@ -56,6 +60,7 @@ struct Berylsim: ParsableCommand {
     func run() throws {
         var config = SimConfig()
         config.airTime = airTime
+        config.link = link
         (config.aclBufferSize, config.aclBufferCount) = try Self.parseBuffers(aclBuffers)
         let tcp = try self.tcp.map(Self.parseTCP)
         let paths = DaemonPaths(runtimeDir: dir, stateDir: dir)
@@ -72,5 +77,7 @@ struct Berylsim: ParsableCommand {
         throw ExitCode(status)
     }
 }
+
+extension LinkModel: ExpressibleByArgument {}
 
 Berylsim.main()

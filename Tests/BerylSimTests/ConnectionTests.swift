@@ -100,6 +100,24 @@ final class ConnectionTests: XCTestCase {
         XCTAssertEqual(sim[0].events(0x13), [[1] + le16(central) + le16(1)])
     }
 
+    func testAnInstantLinkDeliversAndReturnsTheBufferAtOnceInOrder() {
+        var config = SimConfig()
+        config.link = .instant
+        (config.aclBufferSize, config.aclBufferCount) = (27, 8)
+        let sim = SimHarness(controllers: 2, config: config)
+        for index in 0..<2 { sim[index].powerOn(leMask: 0x0DFF) }
+        let (central, peripheral) = sim.connect(central: 0, peripheral: 1, intervalUnits: 800, timeoutUnits: 300)  // a 1 s interval
+        let packets = (0..<64).map { sequence in [UInt8(sequence)] + [UInt8](repeating: 0xA5, count: 26) }
+        for packet in packets { sim[1].sendACL(handle: peripheral, packet) }
+        sim.run(for: .microseconds(500))  // the H4 bytes cross; no connection event comes in this time
+        XCTAssertEqual(sim[0].acl.map(\.data), packets, "all 64, in order, without waiting for an event")
+        XCTAssertTrue(sim[0].acl.allSatisfy { $0.handle == central })
+        let completed = sim[1].events(0x13).reduce(0) { $0 + (Int($1[3]) | Int($1[4]) << 8) }
+        XCTAssertEqual(completed, 64, "every buffer back at once")
+        XCTAssertTrue(sim[1].events(0x1A).isEmpty, "64 packets through 8 buffers: each came back before the next packet")
+        XCTAssertEqual(sim.air.controllers[1].aclBuffersInUse, 0)
+    }
+
     func testACLBufferLimitsAreEnforced() {
         let sim = makeSim()
         let (central, _) = sim.connect(central: 0, peripheral: 1, intervalUnits: 80)
