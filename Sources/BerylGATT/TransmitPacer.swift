@@ -15,12 +15,21 @@ public struct TransmitPacer: Sendable {
         /// Responses, indications and signalling that hcid refused while paced traffic filled its queue: they go
         /// first and are never dropped (a lost response stalls the peer's bearer for 30 s, Core Vol 3 Part F §3.3.3).
         public var urgent: Bool
+        /// Its place in the order it was given in: a refused one goes back to that place, not ahead of the ones
+        /// given before it.
+        public var sequence: UInt64
 
-        public init(link: UInt16, pdu: [UInt8], urgent: Bool) {
+        public init(link: UInt16, pdu: [UInt8], urgent: Bool, sequence: UInt64) {
             self.link = link
             self.pdu = pdu
             self.urgent = urgent
+            self.sequence = sequence
         }
+    }
+
+    private struct Queued: Sendable {
+        var sequence: UInt64
+        var pdu: [UInt8]
     }
 
     public enum Output: Equatable, Sendable {
@@ -32,8 +41,8 @@ public struct TransmitPacer: Sendable {
     }
 
     private struct Outbox: Sendable {
-        var urgent: [[UInt8]] = []
-        var queued: [[UInt8]] = []
+        var urgent: [Queued] = []
+        var queued: [Queued] = []
         var inFlight = 0
         var retryAt: Duration?
         var refusedWrites = false
@@ -43,6 +52,7 @@ public struct TransmitPacer: Sendable {
 
     private var outboxes: [UInt16: Outbox] = [:]
     private var notifyRefused: Set<PublisherID> = []
+    private var nextSequence: UInt64 = 0
 
     public init() {}
 
@@ -60,23 +70,30 @@ public struct TransmitPacer: Sendable {
     public mutating func publisherGone(_ publisher: PublisherID) { notifyRefused.remove(publisher) }
 
     public mutating func enqueue(_ pdu: [UInt8], on link: UInt16) -> [Output] {
-        outboxes[link, default: Outbox()].queued.append(pdu)
+        outboxes[link, default: Outbox()].queued.append(take(pdu))
         return pump(link)
     }
 
     /// A PDU that is not paced, which hcid refused as busy: it goes again before paced ones.
     public mutating func retryUrgent(_ pdu: [UInt8], on link: UInt16) -> [Output] {
-        outboxes[link, default: Outbox()].urgent.append(pdu)
+        outboxes[link, default: Outbox()].urgent.append(take(pdu))
         return pump(link)
     }
 
-    /// How hcid took a transmission: refused as busy (it goes back, in order, and is tried again shortly), or taken.
+    private mutating func take(_ pdu: [UInt8]) -> Queued {
+        nextSequence += 1
+        return Queued(sequence: nextSequence, pdu: pdu)
+    }
+
+    /// How hcid took a transmission: refused as busy (it goes back to its place in the order, so several refused in a
+    /// row go again as they were given, and is tried again shortly), or taken.
     public mutating func transmitted(_ transmission: Transmission, busy: Bool, at now: Duration) -> [Output] {
         let link = transmission.link
         guard var box = outboxes[link] else { return [] }
         box.inFlight -= 1
         if busy {
-            if transmission.urgent { box.urgent.insert(transmission.pdu, at: 0) } else { box.queued.insert(transmission.pdu, at: 0) }
+            let back = Queued(sequence: transmission.sequence, pdu: transmission.pdu)
+            if transmission.urgent { Self.reinsert(back, into: &box.urgent) } else { Self.reinsert(back, into: &box.queued) }
             if box.retryAt == nil { box.retryAt = now + Self.retryDelay }
             outboxes[link] = box
             return []
@@ -100,14 +117,18 @@ public struct TransmitPacer: Sendable {
         return readyIfAllHaveRoom()
     }
 
+    private static func reinsert(_ refused: Queued, into queue: inout [Queued]) {
+        queue.insert(refused, at: queue.firstIndex { $0.sequence > refused.sequence } ?? queue.endIndex)
+    }
+
     private mutating func pump(_ link: UInt16) -> [Output] {
         var outputs: [Output] = []
         while var box = outboxes[link], box.inFlight < Self.inFlightLimit, !box.urgent.isEmpty || !box.queued.isEmpty {
             let urgent = !box.urgent.isEmpty
-            let pdu = urgent ? box.urgent.removeFirst() : box.queued.removeFirst()
+            let next = urgent ? box.urgent.removeFirst() : box.queued.removeFirst()
             box.inFlight += 1
             outboxes[link] = box
-            outputs.append(.transmit(Transmission(link: link, pdu: pdu, urgent: urgent)))
+            outputs.append(.transmit(Transmission(link: link, pdu: next.pdu, urgent: urgent, sequence: next.sequence)))
         }
         return outputs
     }

@@ -115,7 +115,23 @@ final class TransmitPacerTests: XCTestCase {
         for index in 0..<10 { sent += transmissions(pacer.enqueue([UInt8(index)], on: 1)) }
         _ = pacer.retryUrgent([0xAA], on: 1)
         let next = transmissions(pacer.transmitted(sent[0], busy: false, at: .zero))
-        XCTAssertEqual(next, [TransmitPacer.Transmission(link: 1, pdu: [0xAA], urgent: true)])
+        XCTAssertEqual(next.map(\.pdu), [[0xAA]])
+        XCTAssertEqual(next.map(\.urgent), [true])
+    }
+
+    /// hcid's queue full: every PDU in flight is refused, one after another. They go again in the order they were
+    /// given, before what was queued behind them; a notification stream keeps its sequence (it was reversed: each
+    /// refused PDU went back at the head, ahead of the one refused before it).
+    func testPDUsRefusedInARowGoAgainInTheirOrder() {
+        var pacer = TransmitPacer()
+        var sent: [TransmitPacer.Transmission] = []
+        for index in 0..<12 { sent += transmissions(pacer.enqueue([UInt8(index)], on: 1)) }
+        XCTAssertEqual(sent.count, TransmitPacer.inFlightLimit)
+        for transmission in sent { XCTAssertTrue(pacer.transmitted(transmission, busy: true, at: .seconds(1)).isEmpty) }
+        let retried = transmissions(pacer.tick(at: .seconds(1) + TransmitPacer.retryDelay))
+        var order = retried
+        for transmission in retried { order += transmissions(pacer.transmitted(transmission, busy: false, at: .seconds(2))) }
+        XCTAssertEqual(order.map(\.pdu), (0..<12).map { [UInt8($0)] })
     }
 
     func testRefusedWritersAndPublishersHearOfRoomOnce() {
