@@ -59,8 +59,11 @@ extension ManagerCore {
         }
     }
 
+    /// A record is written only when what it preserves changed: the same discovery again, or a subscription the
+    /// value already had, writes (and fsyncs) nothing.
     mutating func updatingRecord(of holder: ManagerHolder, _ change: (inout PreservedManager) -> Void) -> [Output] {
-        restoration.update(heldBy: holder, change).map { [.persist(preservedID: $0.id)] } ?? []
+        guard let before = restoration.manager(heldBy: holder), let after = restoration.update(heldBy: holder, change), after != before else { return [] }
+        return [.persist(preservedID: after.id)]
     }
 
     /// The link to a peripheral that one of the holder's managers holds: what GATT, RSSI and write lengths need.

@@ -103,8 +103,11 @@ final class ManagerCoreCentralTests: XCTestCase {
                        "an answer that does not read as a discovery is not kept, but its services are seen")
         XCTAssertTrue(core.discoveredServices["L"]?.contains(BluetoothUUID(0x1234)) == true)
         XCTAssertEqual(core.notifyChanged(3, enabled: true, on: "L", by: key.holder), [.persist(preservedID: door.id)])
+        XCTAssertEqual(core.notifyChanged(3, enabled: true, on: "L", by: key.holder), [], "already notifying: nothing to write")
         XCTAssertEqual(core.notifyChanged(3, enabled: false, on: "L", by: key.holder), [.persist(preservedID: door.id)])
         XCTAssertEqual(record(door, in: core)?.links.first?.notifyingValueHandles, [])
+        XCTAssertEqual(core.discovered(.whole([doorService]), services: [doorService.uuid], everyService: false, on: "L", by: key.holder), [],
+                       "the same discovery again changes nothing kept, so no record is written")
     }
 
     // A link's ATT_MTU sets what one notification and one write without response carry, and goes with the link.
