@@ -39,11 +39,14 @@ final class DelegateSlot: Sendable {
         reference.withLock { $0 = replacement }
     }
 
-    /// Calls `body` with the delegate on `queue`, if there is one (then and still there) and it is of the expected kind.
-    func call<Delegate>(_ kind: Delegate.Type, on queue: DispatchQueue, _ body: sending @escaping (Delegate) -> Void) {
+    /// Calls `body` with the delegate on `queue`, if there is one (then and still there) and it is of the expected kind;
+    /// `first` runs on the queue just before, even when the delegate has gone meanwhile.
+    func call<Delegate>(_ kind: Delegate.Type, on queue: DispatchQueue, first: (@Sendable () -> Void)? = nil,
+                        _ body: sending @escaping (Delegate) -> Void) {
         guard object is Delegate else { return }
         let handed = Handover(body)
         queue.async { [self] in
+            first?()
             guard let body = handed.take(), let delegate = object as? Delegate else { return }
             body(delegate)
         }

@@ -149,13 +149,8 @@ final class ManagerSession: Sendable {
         }
         guard changed else { return }
         guard delegateSlot.object is Delegate else { return report(newState) }
-        // The state is reported on the queue even when the delegate is gone by then, or nothing would report it.
-        let handed = Handover(callback)
-        delegateQueue.async { [self] in
-            report(newState)
-            guard let callback = handed.take(), let delegate = delegateSlot.object as? Delegate else { return }
-            callback(delegate)
-        }
+        // Reported even when the delegate is gone by then, or nothing would report it.
+        delegateSlot.call(kind, on: delegateQueue, first: { [self] in report(newState) }, callback)
     }
 
     private func report(_ reported: ManagerState) { shared.withLock { $0.reportedState = reported } }

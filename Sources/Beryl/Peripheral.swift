@@ -155,11 +155,12 @@ public final class Peripheral: CustomStringConvertible, Sendable {
     /// removed a service was lost or crossed the discovery (a stale copy kept beside the new one took the app's
     /// subscription to handles that no longer exist). Secondary services, which primary discovery does not find, stay.
     static func merged(_ known: [Service], found: [Service], lookingFor uuids: [BluetoothUUID]?) -> [Service] {
-        let sought = uuids.flatMap { $0.isEmpty ? nil : Set($0) }
+        let sought = uuids.flatMap { $0.isEmpty ? nil : Set($0) }  // nil: every service
         let starts = Set(found.map(\.range.lowerBound))
-        var services = known.filter { service in
-            !service.isPrimary || starts.contains(service.range.lowerBound) || !(sought?.contains(service.uuid) ?? true)
+        let gone = { (service: Service) in
+            service.isPrimary && (sought.map { $0.contains(service.uuid) } ?? true) && !starts.contains(service.range.lowerBound)
         }
+        var services = known.filter { !gone($0) }
         for service in found where !services.contains(where: { $0.range.lowerBound == service.range.lowerBound }) { services.append(service) }
         return services.sorted { $0.range.lowerBound < $1.range.lowerBound }
     }

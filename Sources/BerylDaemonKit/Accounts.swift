@@ -21,6 +21,8 @@ public enum Accounts {
         return User(name: String(cString: entry.pointee.pw_name), primaryGroup: entry.pointee.pw_gid)
     }
 
+    public static func groupName(gid: UInt32) -> String? { getgrgid(gid).map { String(cString: $0.pointee.gr_name) } }
+
     public static func group(named name: String) -> Group? {
         guard let group = getgrnam(name) else { return nil }
         var members: [String] = []

@@ -50,8 +50,8 @@ public enum SocketReach {
             "\(path) (\(String(mode & 0o777, radix: 8)), \(Self.userName(uid)):\(Self.groupName(gid)))"
         }
 
-        static func userName(_ uid: UInt32) -> String { getpwuid(uid).map { String(cString: $0.pointee.pw_name) } ?? String(uid) }
-        static func groupName(_ gid: UInt32) -> String { getgrgid(gid).map { String(cString: $0.pointee.gr_name) } ?? String(gid) }
+        static func userName(_ uid: UInt32) -> String { Accounts.user(uid: uid)?.name ?? String(uid) }
+        static func groupName(_ gid: UInt32) -> String { Accounts.groupName(gid: gid) ?? String(gid) }
     }
 
     /// The first step that refuses `who`, or nil when the socket is reachable.

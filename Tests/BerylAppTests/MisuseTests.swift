@@ -25,6 +25,19 @@ final class DoubleAnswerer: PeripheralManagerDelegate {
 /// Every misuse a Core Bluetooth app can make gets the typed error Core Bluetooth gives, nothing reaches the air,
 /// and the session stays usable afterwards.
 final class MisuseTests: TwoStacksTestCase {
+    /// `add` fails as Core Bluetooth's API misuse (invalidParameters), for the reason given.
+    private func assertRefused(_ manager: PeripheralManager, adding service: MutableService, saying reason: String,
+                               file: StaticString = #filePath, line: UInt = #line) async {
+        do {
+            try await manager.add(service)
+            XCTFail("\(service) was published", file: file, line: line)
+        } catch let error as BluetoothError {
+            XCTAssertEqual(error.code, .invalidParameters, file: file, line: line)
+            XCTAssertTrue(error.message.contains(reason), error.message, file: file, line: line)
+        } catch {
+            XCTFail("\(error)", file: file, line: line)
+        }
+    }
 
     func testCallsBeforePoweredOnAreMisuse() async throws {
         // A managerd with no controller behind it: the managers stay unknown (never poweredOn).
@@ -133,13 +146,7 @@ final class MisuseTests: TwoStacksTestCase {
         XCTAssertFalse(manager.updateValue(Data([1]), for: level, onSubscribedCentrals: nil))
         XCTAssertNotNil(peripheralMisuse.wait(for: "API misuse: updateValue needs a MutableCharacteristic"), peripheralMisuse.all.joined(separator: "\n"))
         let discovered = try XCTUnwrap(services.first { $0.uuid == BluetoothUUID(0x180F) })
-        do {
-            try await manager.add(discovered)
-            XCTFail("a discovered service was published")
-        } catch let error as BluetoothError {
-            XCTAssertEqual(error.code, .invalidParameters)
-            XCTAssertTrue(error.message.contains("a discovered service cannot be published"), error.message)
-        }
+        await assertRefused(manager, adding: discovered, saying: "a discovered service cannot be published")
         // A discovered object's setters leave the peer's database as it was, and say so.
         let centralMisuse = Recorder()
         central.apiMisuseHandler = { centralMisuse.note("\($0)") }
@@ -153,21 +160,10 @@ final class MisuseTests: TwoStacksTestCase {
         XCTAssertEqual(discovered.characteristics?.count, 2)
         let including = MutableService(type: BluetoothUUID(0x181B), primary: true)
         including.includedServices = [discovered]
-        do {
-            try await manager.add(including)
-            XCTFail("a service including a discovered one was published")
-        } catch let error as BluetoothError {
-            XCTAssertEqual(error.code, .invalidParameters)
-        }
+        await assertRefused(manager, adding: including, saying: "a published service includes only services the app made")
         let borrowing = MutableService(type: BluetoothUUID(0x181A), primary: true)
         borrowing.characteristics = [heart]
-        do {
-            try await manager.add(borrowing)
-            XCTFail("a service with a discovered characteristic was published")
-        } catch let error as BluetoothError {
-            XCTAssertEqual(error.code, .invalidParameters)
-            XCTAssertTrue(error.message.contains("must be MutableCharacteristic"), error.message)
-        }
+        await assertRefused(manager, adding: borrowing, saying: "must be MutableCharacteristic")
 
         // Reading a handle that is no longer there (the service went): Invalid Handle from the peer, after which
         // Service Changed tells the central what went.

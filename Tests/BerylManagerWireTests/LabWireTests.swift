@@ -71,14 +71,13 @@ final class LabWireTests: XCTestCase {
         finished.success = true
         finished.peer = "00:11:22:33:44:55"
         finished.result = .with { $0.encrypted = true; $0.bonded = true; $0.authenticated = true; $0.secureConnections = true; $0.keySize = 16 }
-        guard case .pairingFinished(0x42, .success(let security), let identity)? = LabSecurityEvent(.pairingFinished(finished)) else {
-            return XCTFail("a pairing that bonded")
-        }
-        XCTAssertEqual(security, LabSecurity(encrypted: true, authenticated: true, bonded: true, secureConnections: true, keySize: 16))
-        XCTAssertEqual(identity, "00:11:22:33:44:55", "no identity address distributed: the bond is under the link's address")
+        let security = LabSecurity(encrypted: true, authenticated: true, bonded: true, secureConnections: true, keySize: 16)
+        XCTAssertEqual(LabSecurityEvent(.pairingFinished(finished)),
+                       .pairingFinished(handle: 0x42, .success(security), bondIdentity: "00:11:22:33:44:55"),
+                       "no identity address distributed: the bond is under the link's address")
         finished.result.identity = "5A:00:00:00:00:03/random"
-        XCTAssertEqual(LabSecurityEvent(.pairingFinished(finished)).flatMap { if case .pairingFinished(_, _, let id) = $0 { id } else { nil } },
-                       "5A:00:00:00:00:03/random")
+        XCTAssertEqual(LabSecurityEvent(.pairingFinished(finished)),
+                       .pairingFinished(handle: 0x42, .success(security), bondIdentity: "5A:00:00:00:00:03/random"))
 
         var failed = Beryl_Ipc_V1_PairingFinished()
         failed.connectionHandle = 0x42
@@ -89,8 +88,10 @@ final class LabWireTests: XCTestCase {
 
         var unbonded = finished
         unbonded.result.bonded = false
-        XCTAssertEqual(LabSecurityEvent(.pairingFinished(unbonded)).flatMap { if case .pairingFinished(_, _, let id) = $0 { id } else { "" } },
-                       .none, "no bond, nothing for a factory reset to take back")
+        var unbondedSecurity = security
+        unbondedSecurity.bonded = false
+        XCTAssertEqual(LabSecurityEvent(.pairingFinished(unbonded)),
+                       .pairingFinished(handle: 0x42, .success(unbondedSecurity), bondIdentity: nil), "no bond, nothing for a factory reset to take back")
 
         var changed = Beryl_Ipc_V1_SecurityChanged()
         changed.connectionHandle = 0x43
