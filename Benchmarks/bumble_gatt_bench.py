@@ -9,8 +9,13 @@ asyncio event loop.
 Measured:
   1. Notification throughput (20-byte and 244-byte values), counted on the
      central side inside a fixed time window.
+     Each value starts with a 32-bit little-endian sequence number; the
+     receiver counts losses and values out of order.
   2. Sequential Read Request round-trip time for a 20-byte characteristic
-     (p50 / p99 in microseconds).
+     (p50 / p99 in microseconds), once for a static value the server holds
+     and once for a dynamic one a read callback makes.
+  3. The process's CPU time per notification (both hosts, both
+     controllers and the link: everything Bumble runs is one process).
 
 Output: one JSON object on stdout. On failure: {"error": "..."} and exit 1.
 
@@ -30,11 +35,13 @@ import time
 SERVICE_UUID = "6E4B0001-8B3A-4F6A-9C1D-BE5E11BE0001"
 NOTIFY_UUID = "6E4B0002-8B3A-4F6A-9C1D-BE5E11BE0001"
 READ_UUID = "6E4B0003-8B3A-4F6A-9C1D-BE5E11BE0001"
+DYNAMIC_UUID = "6E4B0004-8B3A-4F6A-9C1D-BE5E11BE0001"
 
 REQUESTED_MTU = 247  # ATT MTU 247 -> 244-byte notification values fit
 NOTIFY_SIZES = (20, 244)
 READ_VALUE = bytes(range(20))  # fixed 20-byte value
 WARMUP_READS = 10
+WARMUP_SECONDS = 0.25  # notifications sent before each window opens, not counted
 
 SETUP_TIMEOUT = 5.0  # seconds, per setup step
 FLOW_WAIT_TIMEOUT = 1.0  # seconds, max wait for one HCI completion event
@@ -120,7 +127,15 @@ async def run(seconds: float, reads: int) -> dict:
         Characteristic.Permissions.READABLE,
         READ_VALUE,
     )
-    peripheral.add_service(Service(SERVICE_UUID, [notify_char, read_char]))
+    from bumble.gatt import CharacteristicValue
+
+    dynamic_char = Characteristic(
+        DYNAMIC_UUID,
+        Characteristic.Properties.READ,
+        Characteristic.Permissions.READABLE,
+        CharacteristicValue(read=lambda _connection: READ_VALUE),
+    )
+    peripheral.add_service(Service(SERVICE_UUID, [notify_char, read_char, dynamic_char]))
 
     # ---------------------------------------------------------------- connect
     await step(central.power_on(), "central power_on")
@@ -161,18 +176,24 @@ async def run(seconds: float, reads: int) -> dict:
     )
     remote_notify = next((c for c in chars if c.uuid == notify_char.uuid), None)
     remote_read = next((c for c in chars if c.uuid == read_char.uuid), None)
-    if remote_notify is None or remote_read is None:
+    remote_dynamic = next((c for c in chars if c.uuid == dynamic_char.uuid), None)
+    if remote_notify is None or remote_read is None or remote_dynamic is None:
         raise BenchError(f"characteristics not found (got {[str(c) for c in chars]})")
 
     # Receiver state: counts notifications arriving inside the window.
     rx = {"start": 0.0, "end": 0.0, "count": 0, "bytes": 0, "bad": 0,
-          "late": 0, "size": 0}
+          "late": 0, "size": 0, "total": 0, "highest": -1, "disordered": 0}
 
     def on_notification(value: bytes) -> None:
         now = time.perf_counter()
         if len(value) != rx["size"]:
             rx["bad"] += 1
             return
+        sequence = int.from_bytes(value[:4], "little")
+        rx["total"] += 1
+        if sequence < rx["highest"]:
+            rx["disordered"] += 1
+        rx["highest"] = max(rx["highest"], sequence)
         if rx["start"] <= now < rx["end"]:
             rx["count"] += 1
             rx["bytes"] += len(value)
@@ -229,20 +250,27 @@ async def run(seconds: float, reads: int) -> dict:
 
     notification_results = []
     for size in NOTIFY_SIZES:
-        value = bytes((i & 0xFF for i in range(size)))
+        body = bytes((i & 0xFF for i in range(4, size)))
         await settle()
-        rx.update(count=0, bytes=0, bad=0, late=0, size=size)
+        rx.update(count=0, bytes=0, bad=0, late=0, size=size, total=0,
+                  highest=-1, disordered=0)
         sent = 0
-        cpu0 = time.process_time()
-        t0 = time.perf_counter()
-        t_end = t0 + seconds
-        rx["start"], rx["end"] = t0, t_end
-        while time.perf_counter() < t_end:
+        warm_end = time.perf_counter() + WARMUP_SECONDS
+        t0 = t_end = cpu0 = None
+        rx["start"], rx["end"] = math.inf, math.inf
+        while t_end is None or time.perf_counter() < t_end:
+            if t0 is None and time.perf_counter() >= warm_end:
+                cpu0 = time.process_time()
+                t0 = time.perf_counter()
+                t_end = t0 + seconds
+                rx["start"], rx["end"] = t0, t_end
             while queue.pending < credit_limit:
+                value = sent.to_bytes(4, "little") + body
                 await peripheral.notify_subscriber(p_conn, notify_char, value)
                 sent += 1
             await wait_flow()
-        cpu_fraction = (time.process_time() - cpu0) / (time.perf_counter() - t0)
+        window_cpu = time.process_time() - cpu0
+        cpu_fraction = window_cpu / (time.perf_counter() - t0)
         await settle()
         if rx["bad"]:
             raise BenchError(f"{rx['bad']} notifications with unexpected length")
@@ -254,23 +282,39 @@ async def run(seconds: float, reads: int) -> dict:
             "bytesPerSecond": round(rx["bytes"] / seconds, 1),
             "received": rx["count"],
             "sent": sent,
-            "receivedAfterWindow": rx["late"],
+            "receivedOutsideWindow": rx["late"],
+            "lost": sent - rx["total"],
+            "outOfOrder": rx["disordered"],
+            "cpuMicrosecondsPerNotification": round(window_cpu * 1e6 / rx["count"], 2),
             "processCpuFraction": round(cpu_fraction, 3),
         })
 
     # ---------------------------------------------------------- read RTT
-    for _ in range(WARMUP_READS):
-        await step(remote_read.read_value(), "warm-up read", READ_TIMEOUT)
-    samples = []
-    cpu0, w0 = time.process_time(), time.perf_counter()
-    for i in range(reads):
-        t = time.perf_counter()
-        got = await step(remote_read.read_value(), f"read #{i}", READ_TIMEOUT)
-        samples.append((time.perf_counter() - t) * 1e6)
-        if got != READ_VALUE:
-            raise BenchError(f"read #{i} returned unexpected value {bytes(got).hex()}")
-    read_cpu_fraction = (time.process_time() - cpu0) / (time.perf_counter() - w0)
-    samples.sort()
+    async def time_reads(characteristic) -> dict:
+        for _ in range(WARMUP_READS):
+            await step(characteristic.read_value(), "warm-up read", READ_TIMEOUT)
+        samples = []
+        cpu0, w0 = time.process_time(), time.perf_counter()
+        for i in range(reads):
+            t = time.perf_counter()
+            got = await step(characteristic.read_value(), f"read #{i}", READ_TIMEOUT)
+            samples.append((time.perf_counter() - t) * 1e6)
+            if got != READ_VALUE:
+                raise BenchError(f"read #{i} returned unexpected value {bytes(got).hex()}")
+        cpu_fraction = (time.process_time() - cpu0) / (time.perf_counter() - w0)
+        samples.sort()
+        return {
+            "count": len(samples),
+            "p50Microseconds": round(percentile(samples, 50), 1),
+            "p99Microseconds": round(percentile(samples, 99), 1),
+            "minMicroseconds": round(samples[0], 1),
+            "maxMicroseconds": round(samples[-1], 1),
+            "warmupReads": WARMUP_READS,
+            "processCpuFraction": round(cpu_fraction, 3),
+        }
+
+    static_reads = await time_reads(remote_read)
+    dynamic_reads = await time_reads(remote_dynamic)
 
     # -------------------------------------------------------------- teardown
     try:
@@ -282,15 +326,8 @@ async def run(seconds: float, reads: int) -> dict:
         "stack": "bumble",
         "version": bumble_version(),
         "notifications": notification_results,
-        "readRTT": {
-            "count": len(samples),
-            "p50Microseconds": round(percentile(samples, 50), 1),
-            "p99Microseconds": round(percentile(samples, 99), 1),
-            "minMicroseconds": round(samples[0], 1),
-            "maxMicroseconds": round(samples[-1], 1),
-            "warmupReads": WARMUP_READS,
-            "processCpuFraction": round(read_cpu_fraction, 3),
-        },
+        "readRTT": static_reads,
+        "dynamicReadRTT": dynamic_reads,
         "seconds": seconds,
         "attMtu": mtu,
         "aclPacketLength": queue.max_packet_size,
@@ -311,7 +348,8 @@ async def run(seconds: float, reads: int) -> dict:
             "so the sender keeps the host ACL queue at most at the controller's "
             "credit count and waits on HCI Number Of Completed Packets. "
             "Notifications are counted on the central only if they arrive "
-            "inside the window. Read RTT excludes "
+            f"inside the window, which opens after {WARMUP_SECONDS} s of "
+            "warm-up. Read RTT excludes "
             f"{WARMUP_READS} warm-up reads. processCpuFraction = process CPU "
             "time / wall time during a phase; well below 1.0 means the process "
             "was descheduled (host contention) and that phase's figures are "

@@ -2,40 +2,120 @@ import BerylCore
 import BerylDaemonKit
 import BerylHCI
 import BerylIPC
+import BerylSim
 import BerylSupervisor
 import Foundation
 
-public struct GATTThroughput: Codable, Sendable {
+/// Where a benchmark stopped, and why.
+public struct BenchFailure: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// One value size's notifications over one window, as the receiver counted them.
+public struct NotificationFigures: Codable, Sendable {
     public var valueBytes: Int
+    /// Received inside the window, per second of it.
     public var perSecond: Double
     public var bytesPerSecond: Double
+    /// Values the stack accepted from the sender, warm-up and window together.
+    public var sent: Int
+    /// Accepted but never received, after the link drained.
+    public var lost: Int
+    /// Received with a sequence number below one received before.
+    public var outOfOrder: Int
+    /// Values the stack refused (busy) and the sender sent again after the ready signal.
+    public var refused: Int
+    /// CPU time per notification received in the window, per process.
+    public var cpuMicrosecondsPerNotification: [String: Double]
+    /// The most notifications per second the link's air time allows, when the link models it.
+    public var physicalLimitPerSecond: Double?
 
-    public init(valueBytes: Int, perSecond: Double, bytesPerSecond: Double) {
+    public init(valueBytes: Int, perSecond: Double, bytesPerSecond: Double, sent: Int, lost: Int, outOfOrder: Int, refused: Int,
+                cpuMicrosecondsPerNotification: [String: Double], physicalLimitPerSecond: Double? = nil) {
         self.valueBytes = valueBytes
         self.perSecond = perSecond
         self.bytesPerSecond = bytesPerSecond
+        self.sent = sent
+        self.lost = lost
+        self.outOfOrder = outOfOrder
+        self.refused = refused
+        self.cpuMicrosecondsPerNotification = cpuMicrosecondsPerNotification
+        self.physicalLimitPerSecond = physicalLimitPerSecond
     }
 }
 
 public struct GATTReadLatency: Codable, Sendable {
+    /// "static": a value the server holds; "dynamic": one its publisher makes for each read.
+    public var value: String
     public var count: Int
     public var p50Microseconds: Double
     public var p99Microseconds: Double
 
-    public init(count: Int, p50Microseconds: Double, p99Microseconds: Double) {
+    public init(value: String, count: Int, p50Microseconds: Double, p99Microseconds: Double) {
+        self.value = value
         self.count = count
         self.p50Microseconds = p50Microseconds
         self.p99Microseconds = p99Microseconds
     }
+
+    public init(value: String, samples: [Double]) {
+        let sorted = samples.sorted()
+        self.value = value
+        count = sorted.count
+        p50Microseconds = sorted.isEmpty ? 0 : sorted[sorted.count / 2]
+        p99Microseconds = sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, sorted.count * 99 / 100)]
+    }
+}
+
+/// The link a benchmark runs on: what berylsim is told and what the hosts set up on the connection.
+public enum BenchLink: String, Codable, Sendable, CaseIterable {
+    /// Delivery and buffer return at once, with Bumble's controller's buffers (27 B × 64): the hosts are the bound.
+    case instant
+    /// The air-time model at 7.5 ms, 2M PHY, 251-octet data length: the radio is the bound.
+    case airTime
+
+    public var simArguments: [String] { self == .instant ? ["--link", "instant", "--acl-buffers", "27:64"] : ["--air-time"] }
+
+    public var summary: String {
+        switch self {
+        case .instant: "berylsim instant link, 27-byte ACL buffers × 64 (as Bumble's controller)"
+        case .airTime: "berylsim air-time model, 7.5 ms interval, 2M PHY, 251-octet data length, 251-byte ACL buffers × 8"
+        }
+    }
+
+    /// The air-time link's parameters, asked of both controllers: each side's host sets its own transmit data length
+    /// (Core Vol 4 Part E §7.8.33), the central the interval and the PHY.
+    public func setUp(central: (IPCClient, UInt16), peripheral: (IPCClient, UInt16)) throws {
+        guard self == .airTime else { return }
+        _ = try HCIBenchmark.command(central.0, HCICommands.leConnectionUpdate(handle: central.1, intervalMin: 6, intervalMax: 6, latency: 0,
+                                                                               supervisionTimeout: 100))
+        for (client, handle) in [central, peripheral] {
+            _ = try HCIBenchmark.command(client, HCICommands.leSetDataLength(handle: handle, octets: 251, time: 2120))
+        }
+        _ = try HCIBenchmark.command(central.0, HCICommands.leSetPHY(handle: central.1, phy: 2))
+    }
+
+    /// Notifications of `valueBytes` per second the air allows: one per data PDU (the ATT and L2CAP headers add 7).
+    public func physicalLimit(valueBytes: Int) -> Double? {
+        guard self == .airTime else { return nil }
+        let octets = min(251, valueBytes + 7)
+        return AirTime.maximumThroughput(interval: .microseconds(7500), payload: octets, phy: 2, encrypted: false) / Double(octets)
+    }
+}
+
+public struct GATTStackFigures: Codable, Sendable {
+    public var link: BenchLink
+    public var linkSummary: String
+    public var notifications: [NotificationFigures]
+    public var reads: [GATTReadLatency]
 }
 
 public struct GATTBenchmarkResult: Codable, Sendable {
-    public var beryl: [GATTThroughput]
-    public var berylRead: GATTReadLatency
-    /// CPU per 10,000 notifications of 20 bytes, per daemon (peripheral attd and hcid, central hcid and attd).
-    public var cpuMillisecondsPer10kNotifications: [String: Double]
-    public var bumble: [GATTThroughput]?
-    public var bumbleRead: GATTReadLatency?
+    /// Two Beryl stacks, once per link.
+    public var beryl: [GATTStackFigures]
+    /// Two Bumble hosts on Bumble's controllers and LocalLink, in the same run.
+    public var bumble: GATTStackFigures?
     public var bumbleNote: String
     public var note: String
 }
@@ -43,11 +123,24 @@ public struct GATTBenchmarkResult: Codable, Sendable {
 /// `beryl bench gatt`: notifications and reads between two Beryl stacks (hcid + attd each) on berylsim, and the same
 /// between two Bumble hosts on Bumble's software controllers, measured in the same run.
 public enum GATTBenchmark {
-    public static func run(seconds: Double = 2, reads: Int = 300, bumble: Bool = true) throws -> GATTBenchmarkResult {
+    public static let sizes = [20, 244]
+    public static let warmUp = Duration.milliseconds(250)
+
+    public static func run(seconds: Double = 2, reads: Int = 300, links: [BenchLink] = BenchLink.allCases, bumble: Bool = true) throws -> GATTBenchmarkResult {
+        var result = GATTBenchmarkResult(
+            beryl: try links.map { try measureStacks(on: $0, seconds: seconds, reads: reads) }, bumble: nil, bumbleNote: "not run",
+            note: "two Beryl stacks (hcid + attd, separate processes) on berylsim, ATT_MTU 247; the sender pipelines Notify requests and, "
+                + "when refused as busy, waits for ReadyToUpdate and sends the refused values again first; each value carries a sequence "
+                + "number the receiver checks; the window opens after \(warmUp) of warm-up; CPU is every process's, berylsim's included")
+        if bumble { addBumble(to: &result, seconds: seconds, reads: reads) }
+        return result
+    }
+
+    static func measureStacks(on link: BenchLink, seconds: Double, reads: Int) throws -> GATTStackFigures {
         let scratch = try Scratch()
         defer { scratch.stopAll() }
         let sim = scratch.root + "/sim"
-        try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", sim, "--controllers", "2", "--log-level", "warning"],
+        try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", sim, "--controllers", "2", "--log-level", "warning"] + link.simArguments,
                           socket: sim + "/control.sock")
         for index in 0...1 {
             let runtime = "\(scratch.root)/run\(index)"
@@ -66,7 +159,7 @@ public enum GATTBenchmark {
         let central = try IPCClient(path: "\(scratch.root)/run0/attd.sock")
         let publisher = try IPCClient(path: "\(scratch.root)/run1/attd.sock")
 
-        // The peripheral's service: a notifying value and a 20-byte value attd serves itself.
+        // The peripheral's service: a notifying value, a 20-byte value attd serves itself, and one the publisher makes.
         var publish = Request()
         publish.att.publishService.service = .with {
             $0.uuid = "B0000001-0000-1000-8000-00805F9B34FB"
@@ -74,13 +167,13 @@ public enum GATTBenchmark {
             $0.characteristics = [
                 .with { $0.uuid = "B0000002-0000-1000-8000-00805F9B34FB"; $0.properties = 0x10; $0.permissions = 0x01; $0.cached = true; $0.value = Data([0]) },
                 .with { $0.uuid = "B0000003-0000-1000-8000-00805F9B34FB"; $0.properties = 0x02; $0.permissions = 0x01; $0.cached = true
-                    $0.value = Data((0..<20).map { UInt8($0) }) },
+                    $0.value = Data(readValue) },
+                .with { $0.uuid = "B0000004-0000-1000-8000-00805F9B34FB"; $0.properties = 0x02; $0.permissions = 0x01; $0.cached = false },
             ]
         }
         let handles = try publisher.call(publish).att.servicePublished.valueHandles
-        guard handles.count == 2 else { throw StackError.notReady(after: .zero, log: "the service was not published") }
+        guard handles.count == 3 else { throw BenchFailure("the service was not published") }
 
-        // Connect at 7.5 ms with 251-byte data length, as the HCI benchmark does.
         try HCIBenchmark.subscribe(centralHCI)
         try HCIBenchmark.subscribe(peripheralHCI)
         _ = try HCIBenchmark.command(peripheralHCI, HCICommands.leSetAdvertisingParameters(interval: 0x20))
@@ -90,100 +183,77 @@ public enum GATTBenchmark {
         }
         _ = try HCIBenchmark.command(centralHCI, HCICommands.leCreateConnection(peer: address, scanInterval: 0x10, scanWindow: 0x10, interval: 6,
                                                                                 supervisionTimeout: 100))
-        let link = try HCIBenchmark.waitForHandle(centralHCI)
-        _ = try HCIBenchmark.waitForHandle(peripheralHCI)
-        _ = try HCIBenchmark.command(centralHCI, HCICommands.leSetDataLength(handle: link, octets: 251, time: 2120))
+        let handle = try HCIBenchmark.waitForHandle(centralHCI)
+        let peripheralHandle = try HCIBenchmark.waitForHandle(peripheralHCI)
+        if link == .airTime { try link.setUp(central: (centralHCI, handle), peripheral: (peripheralHCI, peripheralHandle)) }
 
         // attd exchanges the MTU on its own as central; wait until the bearer carries 244-byte values.
         let mtuDeadline = ContinuousClock.now + .seconds(5)
-        while ContinuousClock.now < mtuDeadline {
+        while true {
             var bearers = Request()
             bearers.att.getBearers = .init()
-            if let bearer = try central.call(bearers).att.bearers.bearers.first(where: { $0.connectionHandle == UInt32(link) }), bearer.attMtu >= 247 { break }
+            if let bearer = try central.call(bearers).att.bearers.bearers.first(where: { $0.connectionHandle == UInt32(handle) }), bearer.attMtu >= 247 { break }
+            guard ContinuousClock.now < mtuDeadline else { throw BenchFailure("ATT_MTU stayed below 247") }
             usleep(20_000)
         }
         var subscribe = Request()
         subscribe.att.gattSubscribe = .with {
-            $0.connectionHandle = UInt32(link)
+            $0.connectionHandle = UInt32(handle)
             $0.valueHandle = handles[0]
             $0.cccdHandle = handles[0] + 1
             $0.enable = true
         }
         _ = try central.call(subscribe)
 
-        let pids = ["peripheral attd": scratch.pid(of: "attd1"), "peripheral hcid": scratch.pid(of: "hcid1"),
-                    "central hcid": scratch.pid(of: "hcid0"), "central attd": scratch.pid(of: "attd0")]
-        var cpu: [String: Double] = [:]
-        var throughput: [GATTThroughput] = []
-        for size in [20, 244] {
-            let before = pids.mapValues { $0.flatMap(ProcessStats.cpuTime) ?? .zero }
-            let (count, elapsed) = try notify(publisher, central, valueHandle: handles[0], size: size, seconds: seconds)
-            throughput.append(GATTThroughput(valueBytes: size, perSecond: Double(count) / elapsed, bytesPerSecond: Double(count * size) / elapsed))
-            if size == 20, count > 0 {
-                for (name, pid) in pids {
-                    let used = (pid.flatMap(ProcessStats.cpuTime) ?? .zero) - (before[name] ?? .zero)
-                    cpu[name] = HCIBenchmark.durationSeconds(used) * 1000 * 10_000 / Double(count)
-                }
-            }
+        let processes = ["berylsim", "peripheral hcid", "peripheral attd", "central hcid", "central attd"]
+        let names = ["berylsim": "berylsim", "peripheral hcid": "hcid1", "peripheral attd": "attd1", "central hcid": "hcid0", "central attd": "attd0"]
+        let pids = Dictionary(uniqueKeysWithValues: processes.compactMap { name in scratch.pid(of: names[name]!).map { (name, $0) } })
+        let stream = NotificationStream(publisher: publisher, central: central, valueHandle: handles[0], pids: pids)
+        let notifications = try sizes.map { size in
+            var figures = try stream.run(size: size, seconds: seconds)
+            figures.physicalLimitPerSecond = link.physicalLimit(valueBytes: size)
+            return figures
         }
-
-        var samples: [Double] = []
-        let clock = ContinuousClock()
-        var read = Request()
-        read.att.gattRead = .with { $0.connectionHandle = UInt32(link); $0.handle = handles[1] }
-        for _ in 0..<reads {
-            let start = clock.now
-            let value = try central.call(read).att.gattValue.value
-            samples.append(HCIBenchmark.durationSeconds(clock.now - start) * 1e6)
-            guard value.count == 20 else { throw StackError.notReady(after: .zero, log: "read returned \(value.count) bytes, not 20") }
-        }
-        samples.sort()
-        let berylRead = GATTReadLatency(count: reads, p50Microseconds: samples[samples.count / 2], p99Microseconds: samples[min(samples.count - 1, samples.count * 99 / 100)])
-
-        var result = GATTBenchmarkResult(
-            beryl: throughput, berylRead: berylRead, cpuMillisecondsPer10kNotifications: cpu, bumble: nil, bumbleRead: nil,
-            bumbleNote: "not run",
-            note: "two Beryl stacks (hcid + attd, separate processes) on berylsim, 7.5 ms connection interval, 251-byte data length, ATT_MTU 517; "
-                + "a read waits for the next connection events, so its round trip is bounded below by the interval")
-        if bumble { addBumble(to: &result, seconds: seconds, reads: reads) }
-        return result
+        let readings = [
+            GATTReadLatency(value: "static", samples: try timeReads(central, publisher, connection: handle, valueHandle: handles[1], count: reads)),
+            GATTReadLatency(value: "dynamic", samples: try timeReads(central, publisher, connection: handle, valueHandle: handles[2], count: reads)),
+        ]
+        return GATTStackFigures(link: link, linkSummary: link.summary, notifications: notifications, reads: readings)
     }
 
-    /// Publishes values as fast as attd takes them (pausing when it says busy) while counting what the central receives.
-    private static func notify(_ publisher: IPCClient, _ central: IPCClient, valueHandle: UInt32, size: Int, seconds: Double) throws -> (Int, Double) {
-        _ = central.takeEvents()
+    static let readValue = (0..<20).map { UInt8($0) }
+
+    /// Sequential reads, after ten not timed; the publisher answers those of a dynamic value as they come.
+    private static func timeReads(_ central: IPCClient, _ publisher: IPCClient, connection: UInt16, valueHandle: UInt32, count: Int) throws -> [Double] {
+        var read = Request()
+        read.att.gattRead = .with { $0.connectionHandle = UInt32(connection); $0.handle = valueHandle }
         let clock = ContinuousClock()
-        let start = clock.now
-        let end = start + .milliseconds(Int(seconds * 1000))
-        var received = 0
-        var outstanding = 0
-        var value = [UInt8](repeating: 0, count: size)
-        var counter: UInt32 = 0
-        while clock.now < end {
-            // A window of Notify requests in flight, so the pipeline never runs dry on the publisher's side.
-            while outstanding < 16 {
-                counter &+= 1
-                value[0] = UInt8(truncatingIfNeeded: counter)
-                var request = Request()
-                request.att.notify = .with { $0.valueHandle = valueHandle; $0.value = Data(value) }
-                _ = try publisher.send(request)
-                outstanding += 1
+        var samples: [Double] = []
+        for index in 0..<(count + 10) {
+            let start = clock.now
+            let id = try central.send(read)
+            var value: Data?
+            while value == nil {
+                var pollers = [pollfd(fd: central.fd, events: Int16(POLLIN), revents: 0), pollfd(fd: publisher.fd, events: Int16(POLLIN), revents: 0)]
+                guard poll(&pollers, 2, 5000) > 0 else { throw BenchFailure("read \(index) was not answered") }
+                if pollers[1].revents != 0, case .readRequested(let asked)? = try publisher.receive(timeout: .zero).event.att.kind {
+                    var answer = Request()
+                    answer.att.answerRead = .with { $0.id = asked.id; $0.connectionHandle = asked.connectionHandle; $0.value = Data(readValue) }
+                    try publisher.send(answer)
+                }
+                if pollers[0].revents != 0 {
+                    let envelope = try central.receive(timeout: .zero)
+                    guard envelope.requestID == id, case .response(let response)? = envelope.body else { continue }
+                    if case .error(let error)? = response.kind { throw BenchFailure("read \(index) failed: \(error.message)") }
+                    value = response.att.gattValue.value
+                }
             }
-            var busy = false
-            while outstanding > 0, let envelope = try? publisher.receive(timeout: .milliseconds(1)) {
-                guard envelope.requestID != 0 else { continue }
-                outstanding -= 1
-                if case .error(let error)? = envelope.response.kind, error.code == .busy { busy = true }
-            }
-            while let envelope = try? central.receive(timeout: busy ? .milliseconds(1) : .zero) {
-                if case .gattNotification(let notification)? = envelope.event.att.kind, notification.handle == valueHandle { received += 1 }
-            }
+            if index >= 10 { samples.append(HCIBenchmark.durationSeconds(clock.now - start) * 1e6) }
+            guard value.map(Array.init) == readValue else { throw BenchFailure("read \(index) returned \(value?.count ?? 0) bytes, not the 20 published") }
+            _ = central.takeEvents()
+            _ = publisher.takeEvents()
         }
-        let elapsed = HCIBenchmark.durationSeconds(clock.now - start)
-        // Let the pipeline drain so the next measurement starts clean.
-        while outstanding > 0, let envelope = try? publisher.receive(timeout: .milliseconds(200)) { if envelope.requestID != 0 { outstanding -= 1 } }
-        while (try? central.receive(timeout: .milliseconds(100))) != nil {}
-        return (received, elapsed)
+        return samples
     }
 
     /// Runs Benchmarks/bumble_gatt_bench.py with the interop venv's Python, when both are there.
@@ -210,18 +280,155 @@ public enum GATTBenchmark {
         }
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
-        struct BumbleReport: Decodable {
-            var notifications: [GATTThroughput]?
-            var readRTT: GATTReadLatency?
+        struct Row: Decodable {
+            var valueBytes: Int
+            var perSecond: Double
+            var bytesPerSecond: Double
+            var sent: Int
+            var lost: Int
+            var outOfOrder: Int
+            var cpuMicrosecondsPerNotification: Double
+        }
+        struct Reads: Decodable { var count: Int; var p50Microseconds: Double; var p99Microseconds: Double }
+        struct Report: Decodable {
+            var notifications: [Row]?
+            var readRTT: Reads?
+            var dynamicReadRTT: Reads?
             var note: String?
             var error: String?
         }
-        guard let report = try? JSONDecoder().decode(BumbleReport.self, from: data), report.error == nil, let notifications = report.notifications else {
+        guard let report = try? JSONDecoder().decode(Report.self, from: data), report.error == nil, let rows = report.notifications else {
             result.bumbleNote = "Bumble's run failed: \(String(decoding: data, as: UTF8.self).prefix(300))"
             return
         }
-        result.bumble = notifications
-        result.bumbleRead = report.readRTT
+        let reads = [("static", report.readRTT), ("dynamic", report.dynamicReadRTT)].compactMap { value, figures in
+            figures.map { GATTReadLatency(value: value, count: $0.count, p50Microseconds: $0.p50Microseconds, p99Microseconds: $0.p99Microseconds) }
+        }
+        result.bumble = GATTStackFigures(
+            link: .instant, linkSummary: "Bumble's LocalLink, Bumble's controllers (27-byte ACL buffers × 64), one Python process",
+            notifications: rows.map {
+                NotificationFigures(valueBytes: $0.valueBytes, perSecond: $0.perSecond, bytesPerSecond: $0.bytesPerSecond, sent: $0.sent, lost: $0.lost,
+                                    outOfOrder: $0.outOfOrder, refused: 0, cpuMicrosecondsPerNotification: ["bumble (whole process)": $0.cpuMicrosecondsPerNotification])
+            },
+            reads: reads)
         result.bumbleNote = report.note ?? "two Bumble hosts on Bumble software controllers"
+    }
+}
+
+/// A flow-controlled stream of sequenced notifications from a publisher to a subscribed central, both attd clients.
+struct NotificationStream {
+    let publisher: IPCClient
+    let central: IPCClient
+    let valueHandle: UInt32
+    let pids: [String: Int32]
+    /// Notify requests in flight at once: the IPC is pipelined, as managerd's is.
+    let window = 16
+
+    private struct Receiver {
+        var inWindow = 0
+        var total = 0
+        var highest: Int64 = -1
+        var outOfOrder = 0
+    }
+
+    private func cpuSince(_ before: [String: Duration]) -> [String: Duration] {
+        var used: [String: Duration] = [:]
+        for (name, after) in pids.compactMapValues(ProcessStats.cpuTime) { used[name] = after - (before[name] ?? after) }
+        return used
+    }
+
+    func run(size: Int, seconds: Double) throws -> NotificationFigures {
+        _ = central.takeEvents()
+        _ = publisher.takeEvents()
+        let clock = ContinuousClock()
+        let warmEnd = clock.now + GATTBenchmark.warmUp
+        var windowStart: ContinuousClock.Instant?
+        var windowEnd = warmEnd + .milliseconds(Int(seconds * 1000))
+        var cpuBefore: [String: Duration] = [:]
+        var cpuUsed: [String: Duration] = [:]
+        var value = [UInt8](repeating: 0x5A, count: size)
+        var next: UInt32 = 0
+        var again: [UInt32] = []  // refused, sent again first and in order
+        var inFlight: [UInt64: UInt32] = [:]
+        var blocked = false
+        var blockedSince = clock.now
+        var accepted = 0
+        var refused = 0
+        var receiver = Receiver()
+
+        func send(_ sequence: UInt32) throws {
+            withUnsafeBytes(of: sequence.littleEndian) { value.replaceSubrange(0..<4, with: $0) }
+            var request = Request()
+            request.att.notify = .with { $0.valueHandle = valueHandle; $0.value = Data(value) }
+            inFlight[try publisher.send(request)] = sequence
+        }
+        func receiveNotifications() throws {
+            while let envelope = try? central.receive(timeout: .zero) {
+                guard case .gattNotification(let notification)? = envelope.event.att.kind, notification.handle == valueHandle else { continue }
+                let sequence = Int64(notification.value.prefix(4).withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) }.littleEndian)
+                receiver.total += 1
+                if sequence < receiver.highest { receiver.outOfOrder += 1 }
+                receiver.highest = max(receiver.highest, sequence)
+                if let windowStart, clock.now >= windowStart, clock.now < windowEnd { receiver.inWindow += 1 }
+            }
+            _ = central.takeEvents()
+        }
+
+        let stopAt = { windowStart.map { _ in windowEnd } ?? .now + .seconds(3600) }
+        while clock.now < stopAt() || !inFlight.isEmpty {
+            if windowStart == nil, clock.now >= warmEnd {
+                windowStart = clock.now
+                windowEnd = clock.now + .milliseconds(Int(seconds * 1000))
+                cpuBefore = pids.compactMapValues(ProcessStats.cpuTime)
+            }
+            while !blocked, inFlight.count < window, clock.now < stopAt() {
+                if again.isEmpty {
+                    try send(next)
+                    next += 1
+                } else {
+                    try send(again.removeFirst())
+                }
+            }
+            var pollers = [pollfd(fd: publisher.fd, events: Int16(POLLIN), revents: 0), pollfd(fd: central.fd, events: Int16(POLLIN), revents: 0)]
+            _ = poll(&pollers, 2, 100)
+            if pollers[0].revents != 0 {
+                while let envelope = try? publisher.receive(timeout: .zero) {
+                    if envelope.requestID != 0, let sequence = inFlight.removeValue(forKey: envelope.requestID) {
+                        if case .error(let error)? = envelope.response.kind {
+                            guard error.code == .busy else { throw BenchFailure("Notify failed: \(error.message)") }
+                            refused += 1
+                            again.insert(sequence, at: again.firstIndex { $0 > sequence } ?? again.endIndex)
+                            if !blocked { blockedSince = clock.now }
+                            blocked = true
+                        } else {
+                            accepted += 1
+                        }
+                    } else if case .readyToUpdate? = envelope.event.att.kind {
+                        blocked = false
+                    }
+                }
+                _ = publisher.takeEvents()
+            }
+            if blocked, clock.now - blockedSince > .seconds(2) {
+                throw BenchFailure("refused as busy, and no ReadyToUpdate followed")
+            }
+            try receiveNotifications()
+            if windowStart != nil, cpuUsed.isEmpty, clock.now >= windowEnd { cpuUsed = cpuSince(cpuBefore) }
+        }
+        if cpuUsed.isEmpty { cpuUsed = cpuSince(cpuBefore) }
+        // Drain: what was accepted arrives, or counts as lost once the link has been quiet for 300 ms.
+        var quietSince = clock.now
+        while clock.now - quietSince < .milliseconds(300) {
+            let before = receiver.total
+            var poller = pollfd(fd: central.fd, events: Int16(POLLIN), revents: 0)
+            _ = poll(&poller, 1, 50)
+            try receiveNotifications()
+            if receiver.total != before { quietSince = clock.now }
+        }
+        let elapsed = HCIBenchmark.durationSeconds(windowEnd - (windowStart ?? windowEnd))
+        let perNotification = cpuUsed.mapValues { HCIBenchmark.durationSeconds($0) * 1e6 / Double(max(receiver.inWindow, 1)) }
+        return NotificationFigures(valueBytes: size, perSecond: Double(receiver.inWindow) / elapsed,
+                                   bytesPerSecond: Double(receiver.inWindow * size) / elapsed, sent: accepted, lost: accepted - receiver.total,
+                                   outOfOrder: receiver.outOfOrder, refused: refused, cpuMicrosecondsPerNotification: perNotification)
     }
 }

@@ -95,10 +95,10 @@ public enum HCIBenchmark {
         Array(try client.call(.hci(packet)).hci.commandResult.parameters)
     }
 
-    public static func subscribe(_ client: IPCClient) throws {
+    public static func subscribe(_ client: IPCClient, acl: Bool = true) throws {
         var request = Request()
         request.hci.subscribe.events = true
-        request.hci.subscribe.acl = true
+        request.hci.subscribe.acl = acl
         _ = try client.call(request)
     }
 

@@ -162,6 +162,17 @@ public enum HCICommands {
         return HCICommandPacket(.leSetDataLength, parameters: w.bytes)
     }
 
+    /// LE Set PHY (§7.8.49): the PHY a link prefers both ways, 1 (1M) or 2 (2M); the controller reports the change
+    /// with LE PHY Update Complete.
+    public static func leSetPHY(handle: UInt16, phy: Int) -> HCICommandPacket {
+        let preferred: UInt8 = phy == 2 ? 0b10 : 0b01
+        var w = ByteWriter()
+        w.u16(handle)
+        w.append([0, preferred, preferred])  // All_PHYs 0: both preferences below apply
+        w.u16(0)
+        return HCICommandPacket(.leSetPHY, parameters: w.bytes)
+    }
+
     /// LE Rand (§7.8.23).
     public static var leRand: HCICommandPacket { HCICommandPacket(.leRand) }
 }

@@ -143,16 +143,29 @@ struct BenchHCI: ParsableCommand {
     }
 }
 
+extension BenchLink: ExpressibleByArgument {
+    public init?(argument: String) { self.init(rawValue: argument == "air-time" ? "airTime" : argument) }
+    public static var allValueStrings: [String] { ["instant", "air-time"] }
+}
+
 struct BenchGATT: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "gatt",
-        abstract: "GATT notification throughput and read round trips between two Beryl stacks on berylsim, next to two Bumble hosts in the same run.")
+        abstract: "GATT notifications and reads between two Beryl stacks on berylsim, next to two Bumble hosts in the same run.",
+        discussion: """
+            Each link is measured in turn: instant (berylsim delivers at once and returns buffers at once, 27 B × 64 as Bumble's \
+            controller, so the hosts are the bound) and air-time (7.5 ms, 2M PHY, 251 octets, so the radio is; its rows give the \
+            share of the physical limit).
+            """)
 
-    @Option(help: "Seconds of notifications per value size.")
+    @Option(help: "Seconds of notifications per value size, after a quarter second of warm-up.")
     var seconds: Double = 2
 
-    @Option(help: "Sequential reads to time.")
+    @Option(help: "Sequential reads to time, of a static and of a dynamic value each.")
     var reads: Int = 300
+
+    @Option(help: "Links to measure on: instant, air-time (repeat for both; default both).")
+    var link: [BenchLink] = []
 
     @Flag(help: "Skip the Bumble half.")
     var noBumble = false
@@ -163,55 +176,69 @@ struct BenchGATT: ParsableCommand {
     @Flag(help: "Print JSON.")
     var json = false
 
+    struct Figures: Codable {
+        var stacks: GATTBenchmarkResult
+        var apps: [GATTAppFigures]
+    }
+
     func validate() throws {
         guard seconds > 0, seconds <= 60 else { throw ValidationError("--seconds must be in (0, 60]") }
         guard (10...100_000).contains(reads) else { throw ValidationError("--reads must be from 10 to 100000") }
     }
 
     func run() throws {
-        let result: GATTBenchmarkResult
+        let links = link.isEmpty ? BenchLink.allCases : link
+        let figures: Figures
         do {
-            result = try GATTBenchmark.run(seconds: seconds, reads: reads, bumble: !noBumble)
+            figures = Figures(stacks: try GATTBenchmark.run(seconds: seconds, reads: reads, links: links, bumble: !noBumble),
+                              apps: apps ? try links.map { try GATTAppBenchmark.run(on: $0, seconds: seconds, reads: reads) } : [])
         } catch {
             throw Output.fail("benchmark failed: \(error)")
         }
-        var appFigures: GATTAppFigures?
-        if apps {
-            do { appFigures = try GATTAppBenchmark.run(seconds: seconds, reads: reads) } catch { throw Output.fail("benchmark failed: \(error)") }
+        if json { print(Output.json(figures)); return }
+        let bumble = figures.stacks.bumble
+        print("GATT notifications (a sequence number in each value, checked by the receiver; window \(seconds) s after warm-up)")
+        print("  who            link       value     per second        bytes/s   lost  disordered  refused   of limit   vs Bumble")
+        func row(_ who: String, _ link: String, _ row: NotificationFigures) {
+            let limit = row.physicalLimitPerSecond.map { String(format: "%6.1f %%", 100 * row.perSecond / $0) } ?? "       -"
+            let other = bumble?.notifications.first { $0.valueBytes == row.valueBytes }
+            let ratio = other.map { String(format: "%6.2f×", row.perSecond / max($0.perSecond, 1)) } ?? "      -"
+            print(String(format: "  %@ %@ %5d B   %10.0f   %12.0f   %4d  %10d  %7d   ", who.padding(toLength: 14, withPad: " ", startingAt: 0),
+                         link.padding(toLength: 9, withPad: " ", startingAt: 0), row.valueBytes, row.perSecond, row.bytesPerSecond, row.lost,
+                         row.outOfOrder, row.refused) + "\(limit)   \(ratio)")
         }
-        if json {
-            struct Both: Codable { var stacks: GATTBenchmarkResult; var apps: GATTAppFigures? }
-            print(Output.json(Both(stacks: result, apps: appFigures)))
-            return
+        for stacks in figures.stacks.beryl { for r in stacks.notifications { row("Beryl stacks", stacks.link.rawValue, r) } }
+        for apps in figures.apps { for r in apps.notifications { row("Beryl apps", apps.link.rawValue, r) } }
+        for r in bumble?.notifications ?? [] { row("Bumble", "LocalLink", r) }
+        print("Reads of a 20-byte value, one at a time (after 10 not timed)")
+        func printReads(_ who: String, _ link: String, _ list: [GATTReadLatency]) {
+            for r in list {
+                print(String(format: "  %@ %@ %@ p50 %8.0f µs   p99 %8.0f µs   (%d reads)", who.padding(toLength: 14, withPad: " ", startingAt: 0),
+                             link.padding(toLength: 9, withPad: " ", startingAt: 0), r.value.padding(toLength: 8, withPad: " ", startingAt: 0),
+                             r.p50Microseconds, r.p99Microseconds, r.count))
+            }
         }
-        print("GATT between two stacks (central subscribes; peripheral notifies as fast as it is allowed)")
-        print("  value    Beryl on berylsim                 Bumble on Bumble controllers        Beryl / Bumble")
-        for beryl in result.beryl {
-            let bumble = result.bumble?.first { $0.valueBytes == beryl.valueBytes }
-            let other = bumble.map { String(format: "%8.0f /s %10.0f B/s", $0.perSecond, $0.bytesPerSecond) } ?? "           -"
-            let ratio = bumble.map { String(format: "%.2f", beryl.perSecond / max($0.perSecond, 1)) } ?? "-"
-            print(String(format: "  %3d B   %8.0f /s %10.0f B/s   ", beryl.valueBytes, beryl.perSecond, beryl.bytesPerSecond) + "\(other)      \(ratio)")
+        for stacks in figures.stacks.beryl { printReads("Beryl stacks", stacks.link.rawValue, stacks.reads) }
+        for apps in figures.apps { printReads("Beryl apps", apps.link.rawValue, apps.reads) }
+        if let bumble { printReads("Bumble", "LocalLink", bumble.reads) }
+        print("CPU per notification received (µs), 20-byte values on the instant link")
+        let cpuRows: [(String, NotificationFigures?)] = [("Beryl stacks", figures.stacks.beryl.first { $0.link == .instant }?.notifications.first),
+                                                         ("Beryl apps", figures.apps.first { $0.link == .instant }?.notifications.first),
+                                                         ("Bumble", bumble?.notifications.first)]
+        for case let (who, row?) in cpuRows {
+            let total = row.cpuMicrosecondsPerNotification.values.reduce(0, +)
+            let parts = row.cpuMicrosecondsPerNotification.sorted { $0.key < $1.key }.map { String(format: "%@ %.1f", $0.key, $0.value) }
+            print(String(format: "  %@ total %7.1f   ", who.padding(toLength: 14, withPad: " ", startingAt: 0), total) + parts.joined(separator: ", "))
         }
-        let read = result.berylRead
-        print(String(format: "  read round trip (20 B, %d reads)   Beryl p50 %.0f µs  p99 %.0f µs", read.count, read.p50Microseconds, read.p99Microseconds)
-              + (result.bumbleRead.map { String(format: "   Bumble p50 %.0f µs  p99 %.0f µs   ratio p50 %.1f", $0.p50Microseconds, $0.p99Microseconds,
-                                                read.p50Microseconds / max($0.p50Microseconds, 1)) } ?? ""))
-        for (name, value) in result.cpuMillisecondsPer10kNotifications.sorted(by: { $0.key < $1.key }) {
-            print(String(format: "  CPU per 10,000 notifications  %@  %.0f ms", name.padding(toLength: 16, withPad: " ", startingAt: 0), value))
+        for apps in figures.apps.prefix(1) {
+            print("Memory (KiB), app benchmark, \(apps.link.rawValue) link")
+            for (name, values) in apps.memory.sorted(by: { $0.key < $1.key }) {
+                print("  \(name.padding(toLength: 24, withPad: " ", startingAt: 0)) idle \((values["idle"] ?? 0) / 1024)   loaded \((values["loaded"] ?? 0) / 1024)")
+            }
         }
-        print("  Beryl: \(result.note)")
-        print("  Bumble: \(result.bumbleNote)")
-        guard let appFigures else { return }
-        print("App to app through managerd and the Beryl library (updateValue → didUpdateValueFor; readValue answered by the peripheral app)")
-        for row in appFigures.notifications {
-            let stack = result.beryl.first { $0.valueBytes == row.valueBytes }
-            print(String(format: "  %3d B   %8.0f /s %10.0f B/s   (stack to stack %.0f /s, ratio %.2f)", row.valueBytes, row.perSecond, row.bytesPerSecond,
-                         stack?.perSecond ?? 0, row.perSecond / max(stack?.perSecond ?? 1, 1)))
-        }
-        print(String(format: "  read round trip   p50 %.0f µs  p99 %.0f µs", appFigures.read.p50Microseconds, appFigures.read.p99Microseconds))
-        for (name, values) in appFigures.memory.sorted(by: { $0.key < $1.key }) {
-            print("  memory  \(name.padding(toLength: 24, withPad: " ", startingAt: 0)) idle \((values["idle"] ?? 0) / 1024) KiB   loaded \((values["loaded"] ?? 0) / 1024) KiB")
-        }
+        for stacks in figures.stacks.beryl { print("  \(stacks.link.rawValue): \(stacks.linkSummary)") }
+        print("  Beryl: \(figures.stacks.note)")
+        print("  Bumble: \(figures.stacks.bumbleNote)")
     }
 }
 
@@ -225,34 +252,117 @@ struct BenchAll: ParsableCommand {
     @Flag(help: "Short runs of each part (a smoke test, not figures to quote).")
     var quick = false
 
+    @Flag(help: "Print one JSON object: every part's figures (each part's own --json) and the binaries' sizes.")
+    var json = false
+
+    struct BinarySize: Codable {
+        var name: String
+        var bytes: Int?
+        /// After `strip --strip-all` of a copy; nil without binutils' strip.
+        var strippedBytes: Int?
+    }
+
+    struct Report: Encodable {
+        var version: String
+        var date: String
+        var machine: String
+        var cores: Int
+        var build: String
+        var quick: Bool
+        /// Each part's --json output, by part name; a failed part is missing and named in `failed`.
+        var parts: [String: JSONText]
+        var failed: [String]
+        var binaries: [BinarySize]
+    }
+
+    /// A part's JSON, embedded as it was printed.
+    struct JSONText: Encodable {
+        var text: String
+        func encode(to encoder: Encoder) throws {
+            var container = encoder.singleValueContainer()
+            try container.encode(try JSONDecoder().decode(AnyJSON.self, from: Data(text.utf8)))
+        }
+    }
+
     func run() throws {
-        let parts: [(String, [String])] = [
-            ("IPC", ["ipc"] + (quick ? ["--round-trips", "500", "--seconds", "0.5"] : [])),
-            ("HCI through hcid", ["hci"] + (quick ? ["--seconds", "0.5"] : [])),
-            ("Simulated air time", ["sim"] + (quick ? ["--seconds", "1"] : [])),
-            ("GATT, stack to stack and app to app, next to Bumble", ["gatt", "--apps"] + (quick ? ["--seconds", "0.5", "--reads", "30"] : [])),
-            ("Restoration", ["restore"] + (quick ? ["--rounds", "1"] : [])),
+        let parts: [(String, String, [String])] = [
+            ("ipc", "IPC", ["ipc"] + (quick ? ["--round-trips", "500", "--seconds", "0.5"] : [])),
+            ("hci", "HCI through hcid", ["hci"] + (quick ? ["--seconds", "0.5"] : [])),
+            ("sim", "Simulated air time", ["sim"] + (quick ? ["--seconds", "1"] : [])),
+            ("gatt", "GATT, stack to stack and app to app, next to Bumble", ["gatt", "--apps"] + (quick ? ["--seconds", "0.5", "--reads", "30"] : [])),
+            ("restore", "Restoration", ["restore"] + (quick ? ["--rounds", "1"] : [])),
         ]
         var uname = utsname()
         Glibc.uname(&uname)
         let machine = withUnsafeBytes(of: uname.machine) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        print("Beryl \(Beryl.version) benchmark report, \(ISO8601DateFormatter().string(from: Date())), \(machine), "
-              + "\(ProcessInfo.processInfo.activeProcessorCount) cores, \(Executables.directory().contains("release") ? "release" : "debug") build\(quick ? ", quick runs" : "")")
+        let build = Executables.directory().contains("release") ? "release" : "debug"
+        let date = ISO8601DateFormatter().string(from: Date())
+        if !json {
+            print("Beryl \(Beryl.version) benchmark report, \(date), \(machine), \(ProcessInfo.processInfo.activeProcessorCount) cores, \(build) build\(quick ? ", quick runs" : "")")
+        }
         var failed: [String] = []
-        for (title, arguments) in parts {
-            print("\n== \(title) (beryl bench \(arguments.joined(separator: " ")))")
-            let run = try runTool("beryl", ["bench"] + arguments)
-            print(run.stdout.trimmingCharacters(in: .newlines))
+        var outputs: [String: JSONText] = [:]
+        for (key, title, arguments) in parts {
+            if !json { print("\n== \(title) (beryl bench \(arguments.joined(separator: " ")))") }
+            let run = try runTool("beryl", ["bench"] + arguments + (json ? ["--json"] : []))
             if run.status != 0 {
-                print("  FAILED (exit \(run.status)): \(run.stderr.trimmingCharacters(in: .whitespacesAndNewlines))")
-                failed.append(title)
+                if !json { print("  FAILED (exit \(run.status)): \(run.stderr.trimmingCharacters(in: .whitespacesAndNewlines))") }
+                failed.append(key)
+            } else if json {
+                outputs[key] = JSONText(text: run.stdout)
+            } else {
+                print(run.stdout.trimmingCharacters(in: .newlines))
             }
         }
-        print("\n== Binary sizes (\(Executables.directory()))")
-        for name in ["hcid", "attd", "managerd", "beryl", "berylsim"] {
-            let size = (try? FileManager.default.attributesOfItem(atPath: Executables.path(name))[.size] as? Int) ?? nil
-            print("  \(name.padding(toLength: 9, withPad: " ", startingAt: 0)) \(size.map { String(format: "%.1f MiB", Double($0) / 1_048_576) } ?? "missing")")
+        let binaries = ["hcid", "attd", "managerd", "beryl", "berylsim"].map(Self.size)
+        if json {
+            print(Output.json(Report(version: Beryl.version, date: date, machine: machine, cores: ProcessInfo.processInfo.activeProcessorCount, build: build,
+                                     quick: quick, parts: outputs, failed: failed, binaries: binaries)))
+        } else {
+            print("\n== Binary sizes (\(Executables.directory()))")
+            func mebibytes(_ bytes: Int?) -> String { bytes.map { String(format: "%.1f MiB", Double($0) / 1_048_576) } ?? "-" }
+            for binary in binaries {
+                print("  \(binary.name.padding(toLength: 9, withPad: " ", startingAt: 0)) \(mebibytes(binary.bytes).padding(toLength: 10, withPad: " ", startingAt: 0)) stripped \(mebibytes(binary.strippedBytes))")
+            }
         }
         if !failed.isEmpty { throw Output.fail("failed parts: \(failed.joined(separator: ", "))") }
+    }
+
+    static func size(of name: String) -> BinarySize {
+        let path = Executables.path(name)
+        let bytes = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? nil
+        let copy = NSTemporaryDirectory() + "beryl-strip-\(getpid())-\(name)"
+        defer { unlink(copy) }
+        guard bytes != nil, let run = try? runTool("/usr/bin/strip", ["--strip-all", "-o", copy, path]), run.status == 0 else {
+            return BinarySize(name: name, bytes: bytes, strippedBytes: nil)
+        }
+        return BinarySize(name: name, bytes: bytes, strippedBytes: (try? FileManager.default.attributesOfItem(atPath: copy)[.size] as? Int) ?? nil)
+    }
+}
+
+/// Any JSON value, decoded and encoded again unchanged.
+enum AnyJSON: Codable {
+    case null, bool(Bool), number(Double), string(String), array([AnyJSON]), object([String: AnyJSON])
+
+    init(from decoder: Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() { self = .null }
+        else if let value = try? container.decode(Bool.self) { self = .bool(value) }
+        else if let value = try? container.decode(Double.self) { self = .number(value) }
+        else if let value = try? container.decode(String.self) { self = .string(value) }
+        else if let value = try? container.decode([AnyJSON].self) { self = .array(value) }
+        else { self = .object(try container.decode([String: AnyJSON].self)) }
+    }
+
+    func encode(to encoder: Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .null: try container.encodeNil()
+        case .bool(let value): try container.encode(value)
+        case .number(let value): try container.encode(value)
+        case .string(let value): try container.encode(value)
+        case .array(let value): try container.encode(value)
+        case .object(let value): try container.encode(value)
+        }
     }
 }

@@ -250,23 +250,59 @@ final class SecurityProcessTests: XCTestCase {
     }
 }
 
-/// The GATT benchmark runs end to end: every figure it prints comes from traffic that crossed berylsim.
+/// The GATT benchmark runs end to end: every figure it prints comes from traffic that crossed berylsim, and the
+/// receivers' checks (sequence, loss) are in the figures.
 final class GATTBenchmarkSmokeTests: XCTestCase {
-    func testBenchGattMeasuresNotificationsAndReads() throws {
+    struct Notifications: Decodable {
+        var valueBytes: Int
+        var perSecond: Double
+        var sent: Int
+        var lost: Int
+        var outOfOrder: Int
+        var cpuMicrosecondsPerNotification: [String: Double]
+        var physicalLimitPerSecond: Double?
+    }
+    struct Reads: Decodable { var value: String; var count: Int; var p50Microseconds: Double }
+    struct Side: Decodable { var link: String; var notifications: [Notifications]; var reads: [Reads] }
+    struct Apps: Decodable {
+        var link: String
+        var notifications: [Notifications]
+        var reads: [Reads]
+        var memory: [String: [String: UInt64]]
+    }
+    struct Stacks: Decodable { var beryl: [Side] }
+    struct Figures: Decodable { var stacks: Stacks; var apps: [Apps] }
+
+    func testBenchGattMeasuresNotificationsAndReadsOnBothLinks() throws {
         let run = try runTool("beryl", ["bench", "gatt", "--no-bumble", "--apps", "--seconds", "0.5", "--reads", "10", "--json"])
         XCTAssertEqual(run.status, 0, run.stderr)
-        let both = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
-        let object = try XCTUnwrap(both["stacks"] as? [String: Any])
-        // App to app through managerd and the library: notifications arrived, reads were answered, memory was read.
-        let apps = try XCTUnwrap(both["apps"] as? [String: Any])
-        for row in try XCTUnwrap(apps["notifications"] as? [[String: Any]]) { XCTAssertGreaterThan(row["perSecond"] as? Double ?? 0, 1, "\(row)") }
-        XCTAssertEqual((apps["read"] as? [String: Any])?["count"] as? Int, 10)
-        XCTAssertGreaterThan(((apps["memory"] as? [String: [String: Int]])?["central managerd rss"]?["idle"]) ?? 0, 1_000_000)
-        let beryl = try XCTUnwrap(object["beryl"] as? [[String: Any]])
-        XCTAssertEqual(beryl.compactMap { $0["valueBytes"] as? Int }, [20, 244])
-        for row in beryl { XCTAssertGreaterThan(row["perSecond"] as? Double ?? 0, 10, "\(row)") }
-        let read = try XCTUnwrap(object["berylRead"] as? [String: Any])
-        XCTAssertEqual(read["count"] as? Int, 10)
-        XCTAssertGreaterThan(read["p50Microseconds"] as? Double ?? 0, 0)
+        let figures = try JSONDecoder().decode(Figures.self, from: Data(run.stdout.utf8))
+        XCTAssertEqual(figures.stacks.beryl.map(\.link), ["instant", "airTime"])
+        XCTAssertEqual(figures.apps.map(\.link), ["instant", "airTime"])
+        let sides = figures.stacks.beryl.map { ($0.link, $0.notifications, $0.reads) } + figures.apps.map { ($0.link, $0.notifications, $0.reads) }
+        for (link, notifications, reads) in sides {
+            XCTAssertEqual(notifications.map(\.valueBytes), [20, 244])
+            for row in notifications {
+                XCTAssertGreaterThan(row.perSecond, 10, "\(link) \(row)")
+                // Every value the stack accepted arrived, in the order sent.
+                XCTAssertEqual(row.lost, 0, "\(link) \(row)")
+                XCTAssertEqual(row.outOfOrder, 0, "\(link) \(row)")
+                XCTAssertGreaterThan(row.cpuMicrosecondsPerNotification["berylsim"] ?? 0, 0, "\(link) \(row)")
+                // The air-time model's rows say what the radio allows, and stay under it.
+                if link == "airTime" {
+                    let limit = try XCTUnwrap(row.physicalLimitPerSecond)
+                    XCTAssertLessThanOrEqual(row.perSecond, limit * 1.05, "\(row)")
+                } else {
+                    XCTAssertNil(row.physicalLimitPerSecond)
+                }
+            }
+            XCTAssertEqual(reads.map(\.value), ["static", "dynamic"])
+            for read in reads {
+                XCTAssertEqual(read.count, 10)
+                XCTAssertGreaterThan(read.p50Microseconds, 0)
+            }
+        }
+        XCTAssertGreaterThan(figures.apps[0].memory["central managerd rss"]?["idle"] ?? 0, 1_000_000)
+        XCTAssertNotNil(figures.apps[0].notifications[0].cpuMicrosecondsPerNotification["peripheral managerd"])
     }
 }
