@@ -208,7 +208,7 @@ public enum GATTBenchmark {
         let processes = ["berylsim", "peripheral hcid", "peripheral attd", "central hcid", "central attd"]
         let names = ["berylsim": "berylsim", "peripheral hcid": "hcid1", "peripheral attd": "attd1", "central hcid": "hcid0", "central attd": "attd0"]
         let pids = Dictionary(uniqueKeysWithValues: processes.compactMap { name in scratch.pid(of: names[name]!).map { (name, $0) } })
-        let stream = NotificationStream(publisher: publisher, central: central, valueHandle: handles[0], pids: pids)
+        var stream = NotificationStream(publisher: publisher, central: central, valueHandle: handles[0], pids: pids)
         let notifications = try sizes.map { size in
             var figures = try stream.run(size: size, seconds: seconds)
             figures.physicalLimitPerSecond = link.physicalLimit(valueBytes: size)
@@ -323,6 +323,8 @@ struct NotificationStream {
     let pids: [String: Int32]
     /// Notify requests in flight at once: the IPC is pipelined, as managerd's is.
     let window = 16
+    /// The count of the last ReadyToUpdate attd sent the publisher, kept from one run to the next.
+    private(set) var readySeen: UInt32 = 0
 
     private struct Receiver {
         var inWindow = 0
@@ -337,7 +339,7 @@ struct NotificationStream {
         return used
     }
 
-    func run(size: Int, seconds: Double) throws -> NotificationFigures {
+    mutating func run(size: Int, seconds: Double) throws -> NotificationFigures {
         _ = central.takeEvents()
         _ = publisher.takeEvents()
         let clock = ContinuousClock()
@@ -349,7 +351,7 @@ struct NotificationStream {
         var value = [UInt8](repeating: 0x5A, count: size)
         var next: UInt32 = 0
         var again: [UInt32] = []  // refused, sent again first and in order
-        var inFlight: [UInt64: UInt32] = [:]
+        var inFlight: [UInt64: (sequence: UInt32, readySeen: UInt32)] = [:]
         var blocked = false
         var blockedSince = clock.now
         var accepted = 0
@@ -359,8 +361,9 @@ struct NotificationStream {
         func send(_ sequence: UInt32) throws {
             withUnsafeBytes(of: sequence.littleEndian) { value.replaceSubrange(0..<4, with: $0) }
             var request = Request()
-            request.att.notify = .with { $0.valueHandle = valueHandle; $0.value = Data(value) }
-            inFlight[try publisher.send(request)] = sequence
+            // Ordered: what is in flight when a refusal comes is refused too, so that the values sent again keep their place.
+            request.att.notify = .with { $0.valueHandle = valueHandle; $0.value = Data(value); $0.ordered = true; $0.readySeen = readySeen }
+            inFlight[try publisher.send(request)] = (sequence, readySeen)
         }
         func receiveNotifications() throws {
             while let envelope = try? central.receive(timeout: .zero) {
@@ -383,6 +386,8 @@ struct NotificationStream {
             }
             while !blocked, inFlight.count < window, clock.now < stopAt() {
                 if again.isEmpty {
+                    // A value sent before the last ReadyToUpdate may still come back refused; nothing new goes ahead of it.
+                    guard !inFlight.values.contains(where: { $0.readySeen < readySeen }) else { break }
                     try send(next)
                     next += 1
                 } else {
@@ -393,17 +398,20 @@ struct NotificationStream {
             _ = poll(&pollers, 2, 100)
             if pollers[0].revents != 0 {
                 while let envelope = try? publisher.receive(timeout: .zero) {
-                    if envelope.requestID != 0, let sequence = inFlight.removeValue(forKey: envelope.requestID) {
+                    if envelope.requestID != 0, let (sequence, sentAfter) = inFlight.removeValue(forKey: envelope.requestID) {
                         if case .error(let error)? = envelope.response.kind {
                             guard error.code == .busy else { throw BenchFailure("Notify failed: \(error.message)") }
                             refused += 1
                             again.insert(sequence, at: again.firstIndex { $0 > sequence } ?? again.endIndex)
+                            // Refused for having been sent before the last ReadyToUpdate: no other ready is owed.
+                            guard sentAfter == readySeen else { continue }
                             if !blocked { blockedSince = clock.now }
                             blocked = true
                         } else {
                             accepted += 1
                         }
-                    } else if case .readyToUpdate? = envelope.event.att.kind {
+                    } else if case .readyToUpdate(let ready)? = envelope.event.att.kind {
+                        readySeen = ready.count
                         blocked = false
                     }
                 }

@@ -1,35 +1,22 @@
-/// PDUs no one answers (notifications, writes without response) are paced per link, sans-IO: hcid's queue is bounded
-/// and refuses as busy when full, so each link keeps a short outbox, sends at most a few at once, retries what was
-/// refused shortly after, and refuses more than the outbox holds. Who was refused hears when there is room again
-/// (Core Bluetooth's updateValue returning false and peripheralManagerIsReady(toUpdateSubscribers:);
-/// canSendWriteWithoutResponse and peripheralIsReady(toSendWriteWithoutResponse:)).
+/// PDUs no one answers (notifications, writes without response) are paced per link, sans-IO, under the credits hcid
+/// grants: each link sends while its credits cover the next PDU's fragments and keeps the rest, in order, in a short
+/// outbox; more than the outbox holds is refused. Who was refused hears when there is room again (Core Bluetooth's
+/// updateValue returning false and peripheralManagerIsReady(toUpdateSubscribers:); canSendWriteWithoutResponse and
+/// peripheralIsReady(toSendWriteWithoutResponse:)). Nothing is sent past the credits, so hcid never refuses one, and
+/// nothing is reordered or retried.
 public struct TransmitPacer: Sendable {
+    /// PDUs a link keeps here while it waits for credits.
     public static let capacity = 32
-    public static let inFlightLimit = 8
-    public static let retryDelay: Duration = .milliseconds(2)
 
-    /// One PDU handed to the shell; it comes back with how hcid took it.
+    /// One PDU handed to the shell for hcid's credited lane.
     public struct Transmission: Equatable, Sendable {
         public var link: UInt16
         public var pdu: [UInt8]
-        /// Responses, indications and signalling that hcid refused while paced traffic filled its queue: they go
-        /// first and are never dropped (a lost response stalls the peer's bearer for 30 s, Core Vol 3 Part F §3.3.3).
-        public var urgent: Bool
-        /// Its place in the order it was given in: a refused one goes back to that place, not ahead of the ones
-        /// given before it.
-        public var sequence: UInt64
 
-        public init(link: UInt16, pdu: [UInt8], urgent: Bool, sequence: UInt64) {
+        public init(link: UInt16, pdu: [UInt8]) {
             self.link = link
             self.pdu = pdu
-            self.urgent = urgent
-            self.sequence = sequence
         }
-    }
-
-    private struct Queued: Sendable {
-        var sequence: UInt64
-        var pdu: [UInt8]
     }
 
     public enum Output: Equatable, Sendable {
@@ -37,28 +24,65 @@ public struct TransmitPacer: Sendable {
         /// The link has room again for the writes without response refused on it.
         case writeReady(link: UInt16)
         /// Every link has room again: the publishers whose notifications were refused may update.
-        case readyToUpdate([PublisherID])
+        case readyToUpdate([ReadyNotice])
+    }
+
+    /// A publisher's ReadyToUpdate, counted: an ordered publisher echoes the count it last saw.
+    public struct ReadyNotice: Equatable, Sendable {
+        public var publisher: PublisherID
+        public var count: UInt32
+
+        public init(publisher: PublisherID, count: UInt32) {
+            self.publisher = publisher
+            self.count = count
+        }
+    }
+
+    /// Controller buffers granted on one link: afresh (the link or the session is new) or in addition.
+    public struct Grant: Equatable, Sendable {
+        public var link: UInt16
+        public var credits: Int
+        public var fresh: Bool
+
+        public init(link: UInt16, credits: Int, fresh: Bool) {
+            self.link = link
+            self.credits = credits
+            self.fresh = fresh
+        }
     }
 
     private struct Outbox: Sendable {
-        var urgent: [Queued] = []
-        var queued: [Queued] = []
-        var inFlight = 0
-        var retryAt: Duration?
+        var queued: [[UInt8]] = []
+        var head = 0
+        var credits = 0
         var refusedWrites = false
 
-        var hasRoom: Bool { queued.count + inFlight < TransmitPacer.capacity }
+        var waiting: Int { queued.count - head }
+        var hasRoom: Bool { waiting < TransmitPacer.capacity }
+
+        mutating func popFirst() -> [UInt8] {
+            let pdu = queued[head]
+            head += 1
+            if head == queued.count {
+                queued.removeAll(keepingCapacity: true)
+                head = 0
+            }
+            return pdu
+        }
     }
 
     private var outboxes: [UInt16: Outbox] = [:]
     private var notifyRefused: Set<PublisherID> = []
-    private var nextSequence: UInt64 = 0
+    private var readySent: [PublisherID: UInt32] = [:]
+    /// The controller's ACL buffer size, which prices a PDU in buffers.
+    private var bufferSize = 27
 
     public init() {}
 
     public func hasRoom(on link: UInt16) -> Bool { outboxes[link]?.hasRoom ?? true }
 
-    public var nextDeadline: Duration? { outboxes.values.compactMap(\.retryAt).min() }
+    /// Controller buffers the link may still fill.
+    public func credits(on link: UInt16) -> Int { outboxes[link]?.credits ?? 0 }
 
     /// A write without response that did not fit: the link says when it has room.
     public mutating func refuseWrite(on link: UInt16) { outboxes[link, default: Outbox()].refusedWrites = true }
@@ -66,50 +90,39 @@ public struct TransmitPacer: Sendable {
     /// A notification that did not fit: the publisher hears when every link has room.
     public mutating func refuseNotification(from publisher: PublisherID) { notifyRefused.insert(publisher) }
 
+    /// Whether a publisher's notification must be refused whatever the room: it is owed a ReadyToUpdate (everything
+    /// after a refusal waits for it), or, ordered, it sent this before it saw the last one it was sent.
+    public func holdsBack(_ publisher: PublisherID, readySeen: UInt32?) -> Bool {
+        notifyRefused.contains(publisher) || readySeen.map { $0 < (readySent[publisher] ?? 0) } == true
+    }
+
     /// The publisher is gone: it is owed no readyToUpdate.
-    public mutating func publisherGone(_ publisher: PublisherID) { notifyRefused.remove(publisher) }
+    public mutating func publisherGone(_ publisher: PublisherID) {
+        notifyRefused.remove(publisher)
+        readySent[publisher] = nil
+    }
 
     public mutating func enqueue(_ pdu: [UInt8], on link: UInt16) -> [Output] {
-        outboxes[link, default: Outbox()].queued.append(take(pdu))
+        outboxes[link, default: Outbox()].queued.append(pdu)
         return pump(link)
     }
 
-    /// A PDU that is not paced, which hcid refused as busy: it goes again before paced ones.
-    public mutating func retryUrgent(_ pdu: [UInt8], on link: UInt16) -> [Output] {
-        outboxes[link, default: Outbox()].urgent.append(take(pdu))
-        return pump(link)
-    }
-
-    private mutating func take(_ pdu: [UInt8]) -> Queued {
-        nextSequence += 1
-        return Queued(sequence: nextSequence, pdu: pdu)
-    }
-
-    /// How hcid took a transmission: refused as busy (it goes back to its place in the order, so several refused in a
-    /// row go again as they were given, and is tried again shortly), or taken.
-    public mutating func transmitted(_ transmission: Transmission, busy: Bool, at now: Duration) -> [Output] {
-        let link = transmission.link
-        guard var box = outboxes[link] else { return [] }
-        box.inFlight -= 1
-        if busy {
-            let back = Queued(sequence: transmission.sequence, pdu: transmission.pdu)
-            if transmission.urgent { Self.reinsert(back, into: &box.urgent) } else { Self.reinsert(back, into: &box.queued) }
-            if box.retryAt == nil { box.retryAt = now + Self.retryDelay }
-            outboxes[link] = box
-            return []
-        }
-        outboxes[link] = box
-        return (box.retryAt == nil ? pump(link) : []) + announceRoom(link)
-    }
-
-    /// Retries whose time has come.
-    public mutating func tick(at now: Duration) -> [Output] {
+    /// Credits from hcid: what they let out goes, in order, and who waited for room hears of it.
+    public mutating func credited(_ grants: [Grant], bufferSize: Int) -> [Output] {
+        self.bufferSize = max(bufferSize, 1)
         var outputs: [Output] = []
-        for link in outboxes.keys.sorted() where (outboxes[link]?.retryAt).map({ $0 <= now }) == true {
-            outboxes[link]?.retryAt = nil
-            outputs += pump(link)
+        for grant in grants {
+            var box = outboxes[grant.link, default: Outbox()]
+            box.credits = grant.fresh ? grant.credits : box.credits + grant.credits
+            outboxes[grant.link] = box
+            outputs += pump(grant.link) + announceRoom(grant.link)
         }
         return outputs
+    }
+
+    /// hcid went away: no credit is left; its successor grants afresh.
+    public mutating func hcidGone() {
+        for link in outboxes.keys { outboxes[link]?.credits = 0 }
     }
 
     public mutating func linkClosed(_ link: UInt16) -> [Output] {
@@ -117,19 +130,17 @@ public struct TransmitPacer: Sendable {
         return readyIfAllHaveRoom()
     }
 
-    private static func reinsert(_ refused: Queued, into queue: inout [Queued]) {
-        queue.insert(refused, at: queue.firstIndex { $0.sequence > refused.sequence } ?? queue.endIndex)
-    }
+    private func cost(_ pdu: [UInt8]) -> Int { max(1, (pdu.count + bufferSize - 1) / bufferSize) }
 
     private mutating func pump(_ link: UInt16) -> [Output] {
+        guard var box = outboxes[link] else { return [] }
         var outputs: [Output] = []
-        while var box = outboxes[link], box.inFlight < Self.inFlightLimit, !box.urgent.isEmpty || !box.queued.isEmpty {
-            let urgent = !box.urgent.isEmpty
-            let next = urgent ? box.urgent.removeFirst() : box.queued.removeFirst()
-            box.inFlight += 1
-            outboxes[link] = box
-            outputs.append(.transmit(Transmission(link: link, pdu: next.pdu, urgent: urgent, sequence: next.sequence)))
+        while box.waiting > 0, cost(box.queued[box.head]) <= box.credits {
+            let pdu = box.popFirst()
+            box.credits -= cost(pdu)
+            outputs.append(.transmit(Transmission(link: link, pdu: pdu)))
         }
+        outboxes[link] = box
         return outputs
     }
 
@@ -147,6 +158,9 @@ public struct TransmitPacer: Sendable {
         guard !notifyRefused.isEmpty, outboxes.values.allSatisfy(\.hasRoom) else { return [] }
         let waiting = notifyRefused.sorted()
         notifyRefused.removeAll()
-        return [.readyToUpdate(waiting)]
+        return [.readyToUpdate(waiting.map { publisher in
+            readySent[publisher, default: 0] += 1
+            return ReadyNotice(publisher: publisher, count: readySent[publisher]!)
+        })]
     }
 }

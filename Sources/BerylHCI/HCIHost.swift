@@ -34,9 +34,34 @@ public enum HCIHostOutput: Equatable, Sendable {
     /// Inbound ACL, as the controller delivered it.
     case aclReceived(ACLPacket)
     case stateChanged(ControllerState)
+    /// Credits for a client's credited lane: granted afresh for a new link or client, returned as fragments leave.
+    case aclCredits(client: HCIClientID, [ACLCreditGrant], mtu: Int)
     /// Set the UART to this speed now: the controller has switched after a vendor baud-rate command.
     case switchTransportBaud(Int)
     case log(String)
+}
+
+/// Controller buffers a client may fill with credited PDUs on one link.
+public struct ACLCreditGrant: Equatable, Sendable {
+    public var handle: UInt16
+    public var credits: Int
+    /// true: replaces what the client held on the link; false: adds to it.
+    public var fresh: Bool
+
+    public init(handle: UInt16, credits: Int, fresh: Bool) {
+        self.handle = handle
+        self.credits = credits
+        self.fresh = fresh
+    }
+}
+
+/// How the host took a client's PDU.
+public enum ACLSubmission: Equatable, Sendable {
+    case queued
+    /// The link's bounded queue is full, or a credited PDU went past the client's credits.
+    case busy
+    case unknownLink
+    case notReady(ControllerState)
 }
 
 /// hcid's sans-IO core: brings the controller up, then multiplexes clients' commands under the
@@ -89,8 +114,63 @@ public final class HCIHost {
     }
 
     public func takeOutputs() -> [HCIHostOutput] {
+        for (client, links) in acl.takeReturned() where creditClients.contains(client) {
+            for (handle, count) in links { grants[client, default: [:]][handle, default: ACLCreditGrant(handle: handle, credits: 0, fresh: false)].credits += count }
+        }
+        for client in grants.keys.sorted() {
+            guard let links = grants[client], !links.isEmpty else { continue }
+            outputs.append(.aclCredits(client: client, links.values.sorted { $0.handle < $1.handle }, mtu: acl.mtu))
+        }
+        grants.removeAll(keepingCapacity: true)
         defer { outputs.removeAll(keepingCapacity: true) }
         return outputs
+    }
+
+    // MARK: ACL lanes
+
+    /// Queued fragments a link takes on the bounded lane before it refuses as busy: tens of milliseconds of air time.
+    public static let boundedFragmentsPerLink = 128
+    public static let boundedFragmentsInAll = 4096
+    /// The largest PDU a client sends: ATT_MTU 517 with its L2CAP header (Core Vol 3 Part F §3.2.9).
+    static let largestPDU = 517 + 4
+
+    /// Credits per link and client: a couple of connection events of the controller's buffers, and never less than
+    /// the largest PDU, so a credited PDU always fits a fresh grant.
+    public var creditsPerLink: Int { max(2 * acl.buffers, acl.fragments(of: Self.largestPDU)) }
+
+    private var creditClients: Set<HCIClientID> = []
+    private var grants: [HCIClientID: [UInt16: ACLCreditGrant]] = [:]
+
+    /// A client that sends paced ACL on the credited lane: it is granted credits on every link up now and every link
+    /// that comes up, afresh (what an earlier session of the same daemon spent is not its debt).
+    public func attachCreditedClient(_ client: HCIClientID) {
+        creditClients.insert(client)
+        for handle in acl.openHandles { grantFresh(handle, to: client) }
+    }
+
+    private func grantFresh(_ handle: UInt16, to client: HCIClientID) {
+        grants[client, default: [:]][handle] = ACLCreditGrant(handle: handle, credits: creditsPerLink - acl.spent(by: client, on: handle), fresh: true)
+    }
+
+    /// Queues an L2CAP PDU for `handle` on its lane; fragments go out as buffer credits allow.
+    public func submitACL(handle: UInt16, pdu: [UInt8], lane: ACLLane = .bounded, at time: Duration) -> ACLSubmission {
+        now = max(now, time)
+        guard state == .poweredOn else { return .notReady(state) }
+        guard acl.isOpen(handle) else { return .unknownLink }
+        let cost = acl.fragments(of: pdu.count)
+        switch lane {
+        case .bounded:
+            guard acl.queuedFragments < Self.boundedFragmentsInAll, acl.queuedFragments(for: handle) < Self.boundedFragmentsPerLink else { return .busy }
+        case .credited(let client):
+            guard creditClients.contains(client), acl.spent(by: client, on: handle) + cost <= creditsPerLink else { return .busy }
+        case .urgent:
+            // Answers are bounded by what peers ask; a flood past every bound is refused rather than queued.
+            guard acl.queuedFragments < Self.boundedFragmentsInAll else { return .busy }
+        }
+        attAnswers.sending(handle: handle, pdu: pdu)
+        acl.enqueue(handle: handle, pdu: pdu, lane: lane)
+        pumpACL()
+        return .queued
     }
 
     /// Starts (or restarts) bring-up with HCI Reset; clients' commands wait until the controller is on.
@@ -112,6 +192,7 @@ public final class HCIHost {
         recoveryAt = nil
         failEverything(reason: .resetting)
         acl.reset()
+        grants.removeAll()
         attAnswers.reset()
         endingUnknown.removeAll()
         // HCI Reset ends every link with no Disconnection Complete (Core Vol 4 Part E §7.3.2): clients hear of each
@@ -211,16 +292,6 @@ public final class HCIHost {
         pumpCommands()
     }
 
-    /// Queues an L2CAP PDU for `handle`; fragments go out as buffer credits allow.
-    public func submitACL(handle: UInt16, pdu: [UInt8], at time: Duration) -> Bool {
-        now = max(now, time)
-        guard state == .poweredOn, acl.isOpen(handle) else { return false }
-        attAnswers.sending(handle: handle, pdu: pdu)
-        acl.enqueue(handle: handle, pdu: pdu)
-        pumpACL()
-        return true
-    }
-
     public var aclQueuedFragments: Int { acl.queuedFragments }
     public func aclQueuedFragments(for handle: UInt16) -> Int { acl.queuedFragments(for: handle) }
     public var aclInFlight: Int { acl.inFlight }
@@ -247,6 +318,9 @@ public final class HCIHost {
         releaseParkedDisconnects()
         queues.removeValue(forKey: client)
         rotation.removeAll { $0 == client }
+        creditClients.remove(client)
+        grants[client] = nil
+        acl.forget(client)
         for (opcode, pending) in outstanding {
             if case .client(client, _) = pending.owner { outstanding[opcode]?.owner = .host }
         }
@@ -398,9 +472,11 @@ public final class HCIHost {
                 endingUnknown.remove(handle)
                 acl.open(handle)
                 connections[handle] = (central, peer)
+                for client in creditClients { grantFresh(handle, to: client) }
             case .disconnected(let handle, _)?:
                 endingUnknown.remove(handle)
                 acl.close(handle)
+                for client in grants.keys { grants[client]?[handle] = nil }
                 attAnswers.closed(handle)
                 connections[handle] = nil
                 pumpACL()

@@ -2,7 +2,8 @@ import BerylGATT
 import BerylIPC
 import Foundation
 
-/// The shell around the pacer and the router's deadlines: transmissions go to hcid, and their fate comes back.
+/// The shell around the pacer and the router's deadlines. What attd sends hcid during one loop wake-up (paced PDUs
+/// under credits, answers on the urgent lane) leaves as one datagram when the wake-up ends.
 extension AttDaemon {
     func enqueuePaced(_ pdu: [UInt8], on handle: UInt16) { applyPacer(pacer.enqueue(pdu, on: handle)) }
 
@@ -10,34 +11,53 @@ extension AttDaemon {
         for output in outputs {
             switch output {
             case .transmit(let transmission):
-                var request = Request()
-                request.hci.sendAcl.handle = UInt32(transmission.link)
-                request.hci.sendAcl.pdu = Data(transmission.pdu)
-                hcid?.request(request) { [unowned self] result in
-                    var busy = false
-                    switch result {
-                    case .success: break
-                    case .failure(.remote(.busy, _, _, _)): busy = true
-                    case .failure(let error): self.host.logger.warning("paced PDU to 0x\(String(transmission.link, radix: 16)) refused: \(error)")
-                    }
-                    self.applyPacer(self.pacer.transmitted(transmission, busy: busy, at: self.host.loop.uptime))
-                }
+                queueACL(transmission.pdu, on: transmission.link, lane: .credited)
             case .writeReady(let link):
                 var event = Event()
                 event.att.gattWriteReady.connectionHandle = UInt32(link)
                 host.server?.broadcast(event)
-            case .readyToUpdate(let publishers):
-                var event = Event()
-                event.att.readyToUpdate = .init()
-                for publisher in publishers { host.server?.sessions[publisher]?.send(.event(event)) }
+            case .readyToUpdate(let notices):
+                for notice in notices {
+                    var event = Event()
+                    event.att.readyToUpdate.count = notice.count
+                    host.server?.sessions[notice.publisher]?.send(.event(event))
+                }
             }
         }
-        armDeadline()
     }
 
-    /// Keeps one timer at the earliest of the router's and the pacer's deadlines.
+    /// Credits hcid granted or returned.
+    func credited(_ credits: Beryl_Ipc_V1_AclCredits) {
+        let grants = credits.links.map { TransmitPacer.Grant(link: UInt16(truncatingIfNeeded: $0.handle), credits: Int($0.credits), fresh: $0.fresh) }
+        applyPacer(pacer.credited(grants, bufferSize: Int(credits.aclMtu)))
+    }
+
+    func queueACL(_ pdu: [UInt8], on handle: UInt16, lane: Beryl_Ipc_V1_AclLane) {
+        guard hcid != nil else { return }
+        outgoingACL.append(.with { $0.handle = UInt32(handle); $0.pdu = Data(pdu); $0.lane = lane })
+        guard outgoingACL.count == 1 else { return }
+        _ = try? host.loop.after(.zero) { [unowned self] in flushACL() }
+    }
+
+    private func flushACL() {
+        let batch = outgoingACL
+        outgoingACL = []
+        guard let hcid, !batch.isEmpty else { return }
+        var request = Request()
+        if batch.count == 1 {
+            request.hci.sendAcl = batch[0]
+        } else {
+            request.hci.sendAclBatch.pdus = batch
+        }
+        hcid.request(request) { [unowned self] result in
+            // Credited PDUs are never refused; what fails is a link that ended meanwhile, which attd hears of itself.
+            if case .failure(let error) = result { host.logger.info("ACL to hcid not queued: \(error)") }
+        }
+    }
+
+    /// Keeps one timer at the router's next deadline.
     func armDeadline() {
-        deadlineTimer.arm(at: [router.nextDeadline, pacer.nextDeadline].compactMap { $0 }.min()) { [unowned self] _ in deadlinePassed() }
+        deadlineTimer.arm(at: router.nextDeadline) { [unowned self] _ in deadlinePassed() }
     }
 
     private func deadlinePassed() {
@@ -46,6 +66,5 @@ extension AttDaemon {
             host.logger.warning("publisher did not answer \(answer.isRead ? "read" : "write") \(id) in time")
             complete(answer, read: .failure(.unlikelyError), writeError: .unlikelyError)
         }
-        applyPacer(pacer.tick(at: now))
     }
 }

@@ -41,7 +41,7 @@ extension AttDaemon {
                 return true
             }
             guard let update = pacer.update(valueHandle: UInt16(notify.valueHandle), value: Array(notify.value), indicate: notify.indicate,
-                                            from: session.id, on: Array(links.values)) else {
+                                            from: session.id, readySeen: notify.ordered ? notify.readySeen : nil, on: Array(links.values)) else {
                 incoming.fail(.busy, "the transmit queue is full; wait for ReadyToUpdate")
                 return true
             }

@@ -22,7 +22,9 @@ final class AttDaemon {
     /// Which publisher owns which handles, and the answers they owe.
     var router: ServiceRouter
     var pacer = TransmitPacer()
-    /// At the router's or the pacer's next deadline; paced PDUs move it often, and the same deadline keeps its timer.
+    /// PDUs for hcid from this loop wake-up, sent as one datagram when it ends.
+    var outgoingACL: [Beryl_Ipc_V1_SendAcl] = []
+    /// At the router's next deadline.
     lazy var deadlineTimer = DeadlineTimer(loop: host.loop)
     /// Apps' GATT client requests, by the operation id their link's client core knows them by.
     var clientAnswers: [GATTClient.OperationID: IncomingRequest] = [:]
@@ -68,12 +70,15 @@ final class AttDaemon {
             connection.onClose = { [unowned self] reason in
                 self.host.logger.warning("lost hcid (\(reason)); links are gone")
                 self.hcid = nil
+                self.outgoingACL.removeAll()
+                self.pacer.hcidGone()
                 for handle in Array(self.links.keys) { self.linkClosed(handle) }
                 _ = try? self.host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToHcid() }
             }
             var subscribe = Request()
             subscribe.hci.subscribe.events = true
             subscribe.hci.subscribe.acl = true
+            subscribe.hci.subscribe.aclCredits = true
             connection.request(subscribe) { [unowned self] result in
                 switch result {
                 case .failure(let error):
@@ -134,17 +139,25 @@ final class AttDaemon {
             default:
                 break
             }
+        case .aclCredits(let credits)?:
+            credited(credits)
         case .acl(let acl)?:
-            guard let link = links[UInt16(acl.handle)] else { return }
-            let boundary = ACLBoundary(rawValue: UInt8(acl.boundary & 0x3)) ?? .continuing
-            link.now = host.loop.uptime
-            let mtu = link.server.mtu
-            apply(link.receive(boundary: boundary, data: Array(acl.data)), on: link)
-            // The peer exchanged the MTU with our server: clients hear of the wider bearer too.
-            if link.server.mtu != mtu { broadcastMTU(link) }
+            received(acl)
+        case .aclBatch(let batch)?:
+            for acl in batch.packets { received(acl) }
         default:
             break
         }
+    }
+
+    private func received(_ acl: Beryl_Ipc_V1_AclPacket) {
+        guard let link = links[UInt16(acl.handle)] else { return }
+        let boundary = ACLBoundary(rawValue: UInt8(acl.boundary & 0x3)) ?? .continuing
+        link.now = host.loop.uptime
+        let mtu = link.server.mtu
+        apply(link.receive(boundary: boundary, data: Array(acl.data)), on: link)
+        // The peer exchanged the MTU with our server: clients hear of the wider bearer too.
+        if link.server.mtu != mtu { broadcastMTU(link) }
     }
 
     private func linkClosed(_ handle: UInt16, reason: UInt8? = nil) {
@@ -157,20 +170,8 @@ final class AttDaemon {
         broadcastBearer(handle, opened: false)
     }
 
-    func send(_ pdu: [UInt8], on handle: UInt16) {
-        var request = Request()
-        request.hci.sendAcl.handle = UInt32(handle)
-        request.hci.sendAcl.pdu = Data(pdu)
-        hcid?.request(request) { [unowned self] result in
-            switch result {
-            case .success: break
-            case .failure(.remote(.busy, _, _, _)) where self.links[handle] != nil:
-                self.applyPacer(self.pacer.retryUrgent(pdu, on: handle))
-            case .failure(let error):
-                self.host.logger.warning("ACL to 0x\(String(handle, radix: 16)) refused: \(error)")
-            }
-        }
-    }
+    /// An answer, a confirmation or signalling: on hcid's urgent lane, ahead of the link's paced PDUs.
+    func send(_ pdu: [UInt8], on handle: UInt16) { queueACL(pdu, on: handle, lane: .urgent) }
 
     // MARK: Link outputs
 

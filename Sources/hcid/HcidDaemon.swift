@@ -12,14 +12,12 @@ struct Subscription {
     var events = false
     var acl = false
     var monitor = false
+    /// Sends paced ACL under credits, and takes inbound ACL in batches.
+    var credits = false
 }
 
 /// hcid's shell: moves bytes between the transport and the sans-IO `HCIHost`, and between it and clients.
 final class HcidDaemon {
-    static let maxQueuedACLFragments = 4096
-    /// Per link, so one busy link's backlog cannot delay the others, and a sender meets back-pressure within tens of
-    /// milliseconds of air time rather than seconds (attd turns it into Core Bluetooth's "not ready, wait").
-    static let maxQueuedACLFragmentsPerLink = 128
     static let maxUnclaimedACLPackets = 256
     /// ACL that arrived while no client subscribed to ACL, for the first one that does.
     var unclaimedACL: [Event] = []
@@ -164,13 +162,6 @@ final class HcidDaemon {
         }
     }
 
-    private func write(_ bytes: [UInt8]) {
-        guard fd != nil else { return }
-        monitor(bytes, received: false)
-        outbound += bytes
-        flush()
-    }
-
     private func flush() {
         guard let fd, !outbound.isEmpty else { return }
         guard let written = StreamSocket.write(fd, outbound[...]) else {
@@ -190,10 +181,26 @@ final class HcidDaemon {
     // MARK: Core outputs
 
     func drain() {
+        var inbound: [Beryl_Ipc_V1_AclPacket] = []
+        // Inbound ACL keeps its place before the events that follow it (a link's last PDU before its disconnection).
+        func deliverHeldACL() {
+            guard !inbound.isEmpty else { return }
+            deliverInbound(inbound)
+            inbound.removeAll()
+        }
         for output in core.takeOutputs() {
             switch output {
             case .toController(let bytes):
-                write(bytes)
+                // Written together after the drain: one system call for every packet the controller's credits let out.
+                monitor(bytes, received: false)
+                outbound += bytes
+            case .aclCredits(let client, let grants, let mtu):
+                var event = Event()
+                event.hci.aclCredits = .with {
+                    $0.aclMtu = UInt32(mtu)
+                    $0.links = grants.map { grant in .with { $0.handle = UInt32(grant.handle); $0.credits = UInt32(grant.credits); $0.fresh = grant.fresh } }
+                }
+                host.server?.sessions[client]?.send(.event(event))
             case .commandAnswered(_, let token, let event):
                 var response = Response()
                 response.hci.commandResult.eventCode = UInt32(event.code)
@@ -208,23 +215,19 @@ final class HcidDaemon {
                 }
                 pending.removeValue(forKey: token)?.fail(code, reason.description, detail: RemoteDetail(controllerReason: controllerReason))
             case .event(let packet):
+                deliverHeldACL()
                 var event = Event()
                 event.hci.event.code = UInt32(packet.code)
                 event.hci.event.parameters = Data(packet.parameters)
                 broadcast(event) { $0.events }
             case .aclReceived(let packet):
-                var event = Event()
-                event.hci.acl.handle = UInt32(packet.handle)
-                event.hci.acl.boundary = UInt32(packet.boundary.rawValue)
-                event.hci.acl.data = Data(packet.data)
-                // With no one to carry it (attd starting or restarting), a peer's PDU is held, not lost: a dropped ATT
-                // request would stall that peer's bearer for its 30-second timeout.
-                if subscriptions.values.contains(where: \.acl) {
-                    broadcast(event) { $0.acl }
-                } else if unclaimedACL.count < Self.maxUnclaimedACLPackets {
-                    unclaimedACL.append(event)
-                }
+                inbound.append(.with {
+                    $0.handle = UInt32(packet.handle)
+                    $0.boundary = UInt32(packet.boundary.rawValue)
+                    $0.data = Data(packet.data)
+                })
             case .stateChanged(let state):
+                deliverHeldACL()
                 host.logger.info("controller \(state)" + (state == .poweredOn ? ": \(core.facts.address)\(core.facts.addressIsRandom ? " (static random identity: no public address)" : ""), "
                                  + "LE ACL \(core.facts.aclMTU) × \(core.facts.aclBuffers)" : ""))
                 if state == .poweredOn, core.facts.addressIsRandom, case .fresh(let address) = identity {
@@ -247,6 +250,8 @@ final class HcidDaemon {
                 host.logger.info(message)
             }
         }
+        if fd != nil { flush() } else { outbound.removeAll() }
+        deliverHeldACL()
         // Re-arm only when the deadline moves: each re-arm is a timerfd system call, and drain runs per packet.
         let deadline = core.nextDeadline
         guard deadline != timerDeadline || timer?.isActive != true else { return }
@@ -301,6 +306,27 @@ final class HcidDaemon {
             event.hci.monitor.h4 = Data(packet)
             event.hci.monitor.timestampUs = UInt64(now * 1_000_000)
             broadcast(event) { $0.monitor }
+        }
+    }
+
+    /// Inbound ACL of one drain: one datagram to each subscriber that takes batches, one per packet to the others.
+    /// With no one to carry it (attd starting or restarting), a peer's PDU is held, not lost: a dropped ATT request
+    /// would stall that peer's bearer for its 30-second timeout.
+    private func deliverInbound(_ packets: [Beryl_Ipc_V1_AclPacket]) {
+        let singles = packets.map { packet in Event.with { $0.hci.acl = packet } }
+        guard subscriptions.values.contains(where: \.acl) else {
+            unclaimedACL += singles.prefix(Self.maxUnclaimedACLPackets - unclaimedACL.count)
+            return
+        }
+        var batch = Event()
+        batch.hci.aclBatch.packets = packets
+        for (id, subscription) in subscriptions where subscription.acl {
+            guard let session = host.server?.sessions[id] else { continue }
+            if subscription.credits, packets.count > 1 {
+                session.send(.event(batch))
+            } else {
+                for event in singles { session.send(.event(event)) }
+            }
         }
     }
 
@@ -362,26 +388,18 @@ final class HcidDaemon {
                                client: session.id, token: token, at: host.loop.uptime)
             drain()
         case .sendAcl(let acl)?:
-            guard acl.handle <= 0x0EFF else {
-                incoming.fail(.invalidArgument, "connection handles are 0x000–0xEFF", field: "handle")
-                return true
+            if submit(acl, from: session.id, incoming, field: "") { incoming.respond(.with { $0.hci.accepted = .init() }) }
+            drain()
+        case .sendAclBatch(let batch)?:
+            var queued = true
+            for (index, acl) in batch.pdus.enumerated() where queued {
+                queued = submit(acl, from: session.id, incoming, field: "pdus[\(index)].")
             }
-            guard core.aclQueuedFragments < Self.maxQueuedACLFragments,
-                  core.aclQueuedFragments(for: UInt16(acl.handle)) < Self.maxQueuedACLFragmentsPerLink else {
-                incoming.fail(.busy, "ACL queue full; wait for completed packets")
-                return true
-            }
-            guard core.submitACL(handle: UInt16(acl.handle), pdu: Array(acl.pdu), at: host.loop.uptime) else {
-                incoming.fail(core.state == .poweredOn ? .notFound : .notReady,
-                              core.state == .poweredOn ? "no connection with handle 0x\(String(acl.handle, radix: 16))" : "controller is \(core.state)")
-                return true
-            }
-            var response = Response()
-            response.hci.accepted = Beryl_Ipc_V1_Accepted()
-            incoming.respond(response)
+            if queued { incoming.respond(.with { $0.hci.accepted = .init() }) }
             drain()
         case .subscribe(let wanted)?:
-            subscriptions[session.id] = Subscription(events: wanted.events, acl: wanted.acl, monitor: wanted.monitor)
+            subscriptions[session.id] = Subscription(events: wanted.events, acl: wanted.acl, monitor: wanted.monitor, credits: wanted.acl && wanted.aclCredits)
+            if wanted.acl, wanted.aclCredits { core.attachCreditedClient(session.id) }
             var response = Response()
             response.hci.controllerInfo = controllerInfo()
             incoming.respond(response)
@@ -391,6 +409,7 @@ final class HcidDaemon {
                 for event in unclaimedACL where open.contains(UInt16(event.hci.acl.handle)) { session.send(.event(event)) }
                 unclaimedACL.removeAll()
             }
+            drain()  // the credits granted on the links up now
         case .resetController?:
             guard fd != nil, connecting == nil else {
                 incoming.fail(.notReady, "the controller's transport is not open (\(overriddenState ?? core.state))")
@@ -407,5 +426,33 @@ final class HcidDaemon {
             incoming.fail(.unknownMessage, "empty HCI request")
         }
         return true
+    }
+
+    /// Queues one PDU on its lane; false after answering `incoming` with why it was not.
+    private func submit(_ acl: Beryl_Ipc_V1_SendAcl, from session: UInt64, _ incoming: IncomingRequest, field: String) -> Bool {
+        guard acl.handle <= 0x0EFF else {
+            incoming.fail(.invalidArgument, "connection handles are 0x000–0xEFF", field: field + "handle")
+            return false
+        }
+        let lane: ACLLane
+        switch acl.lane {
+        case .bounded: lane = .bounded
+        case .credited: lane = .credited(session)
+        case .urgent: lane = .urgent
+        case .UNRECOGNIZED(let value):
+            incoming.fail(.invalidArgument, "ACL lane \(value) is not one this hcid knows", field: field + "lane")
+            return false
+        }
+        switch core.submitACL(handle: UInt16(acl.handle), pdu: Array(acl.pdu), lane: lane, at: host.loop.uptime) {
+        case .queued:
+            return true
+        case .busy:
+            incoming.fail(.busy, acl.lane == .credited ? "sent past the link's ACL credits" : "ACL queue full; wait for completed packets")
+        case .unknownLink:
+            incoming.fail(.notFound, "no connection with handle 0x\(String(acl.handle, radix: 16))", field: field + "handle")
+        case .notReady(let state):
+            incoming.fail(.notReady, "controller is \(state)")
+        }
+        return false
     }
 }

@@ -475,17 +475,28 @@ final class RestoreBenchmarkSmokeTests: XCTestCase {
     }
 }
 
-/// `beryl bench all --quick`: every part runs and lands in the one report (the figures are not checked: shared machines).
+/// `beryl bench all --quick --json`: every part runs and lands in the one report, Bumble's half included (the figures
+/// are not checked: shared machines).
 final class BenchAllSmokeTests: XCTestCase {
     func testTheReportHasEveryPart() throws {
         let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
         // From the repository, so that the Bumble half finds .venv-interop.
-        let run = try runTool("beryl", ["bench", "all", "--quick"], in: repository)
-        let output = run.stdout + run.stderr
-        XCTAssertEqual(run.status, 0, output)
-        for part in ["== IPC", "== HCI through hcid", "== Simulated air time", "== GATT, stack to stack and app to app", "== Restoration", "== Binary sizes",
-                     "Bumble on Bumble controllers", "CPU per 10,000 notifications", "memory  central managerd pss", "managerd kill -9"] {
-            XCTAssertTrue(output.contains(part), "\(part) in:\n\(output)")
+        let run = try runTool("beryl", ["bench", "all", "--quick", "--json"], in: repository)
+        XCTAssertEqual(run.status, 0, run.stdout + run.stderr)
+        let report = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
+        XCTAssertEqual(report["failed"] as? [String], [])
+        let parts = try XCTUnwrap(report["parts"] as? [String: Any])
+        XCTAssertEqual(Set(parts.keys), ["ipc", "hci", "sim", "gatt", "restore"])
+        let gatt = try XCTUnwrap(parts["gatt"] as? [String: Any])
+        let stacks = try XCTUnwrap(gatt["stacks"] as? [String: Any])
+        XCTAssertNotNil(stacks["bumble"] as? [String: Any], "Bumble's half ran: \(stacks["bumbleNote"] ?? "")")
+        XCTAssertEqual((gatt["apps"] as? [[String: Any]])?.count, 2, "app to app on both links")
+        let binaries = try XCTUnwrap(report["binaries"] as? [[String: Any]])
+        XCTAssertEqual(binaries.compactMap { $0["name"] as? String }, ["hcid", "attd", "managerd", "beryl", "berylsim"])
+        for binary in binaries {
+            let bytes = try XCTUnwrap(binary["bytes"] as? Int)
+            let stripped = try XCTUnwrap(binary["strippedBytes"] as? Int)
+            XCTAssertLessThan(stripped, bytes, "\(binary)")
         }
     }
 }

@@ -81,88 +81,98 @@ final class ServiceRouterTests: XCTestCase {
 }
 
 final class TransmitPacerTests: XCTestCase {
-    private func transmissions(_ outputs: [TransmitPacer.Output]) -> [TransmitPacer.Transmission] {
-        outputs.compactMap { if case .transmit(let transmission) = $0 { transmission } else { nil } }
+    private func sent(_ outputs: [TransmitPacer.Output]) -> [[UInt8]] {
+        outputs.compactMap { if case .transmit(let transmission) = $0 { transmission.pdu } else { nil } }
     }
 
-    func testAtMostEightInFlightAndRoomForThirtyTwo() {
+    private func grant(_ link: UInt16, _ credits: Int, fresh: Bool = false) -> [TransmitPacer.Grant] {
+        [TransmitPacer.Grant(link: link, credits: credits, fresh: fresh)]
+    }
+
+    func testNothingGoesBeforeCreditsAndNeverMoreThanThey() {
         var pacer = TransmitPacer()
-        var sent: [TransmitPacer.Transmission] = []
-        for index in 0..<31 { sent += transmissions(pacer.enqueue([UInt8(index)], on: 1)) }
-        XCTAssertEqual(sent.map(\.pdu), (0..<8).map { [UInt8($0)] })
-        XCTAssertTrue(pacer.hasRoom(on: 1))
-        _ = pacer.enqueue([31], on: 1)
+        XCTAssertEqual(sent(pacer.enqueue([0], on: 1) + pacer.enqueue([1], on: 1) + pacer.enqueue([2], on: 1)), [])
+        XCTAssertEqual(sent(pacer.credited(grant(1, 2, fresh: true), bufferSize: 27)), [[0], [1]])
+        XCTAssertEqual(pacer.credits(on: 1), 0)
+        XCTAssertEqual(sent(pacer.enqueue([3], on: 1)), [])
+        XCTAssertEqual(sent(pacer.credited(grant(1, 5), bufferSize: 27)), [[2], [3]])
+        XCTAssertEqual(pacer.credits(on: 1), 3)
+        XCTAssertEqual(sent(pacer.enqueue([4], on: 2)), [], "credits are per link")
+    }
+
+    /// A PDU costs the controller buffers its fragments take: a 251-byte one is ten 27-byte buffers.
+    func testAPDUCostsItsFragments() {
+        var pacer = TransmitPacer()
+        let long = [UInt8](repeating: 7, count: 251)
+        _ = pacer.enqueue(long, on: 1)
+        _ = pacer.enqueue(long, on: 1)
+        XCTAssertEqual(sent(pacer.credited(grant(1, 15, fresh: true), bufferSize: 27)).count, 1)
+        XCTAssertEqual(pacer.credits(on: 1), 5)
+        XCTAssertEqual(sent(pacer.credited(grant(1, 4), bufferSize: 27)).count, 0, "nine buffers do not hold ten")
+        XCTAssertEqual(sent(pacer.credited(grant(1, 1), bufferSize: 27)).count, 1)
+        XCTAssertEqual(pacer.credits(on: 1), 0)
+    }
+
+    /// The order given is the order sent, whatever the credits do: no refusal puts a PDU back, nothing is retried.
+    func testASequenceKeepsItsOrderUnderAnyCredits() {
+        var pacer = TransmitPacer()
+        var generator = SystemRandomNumberGenerator()
+        var order: [[UInt8]] = []
+        var next = 0
+        order += sent(pacer.credited(grant(1, 3, fresh: true), bufferSize: 27))
+        for _ in 0..<500 {
+            if Bool.random(using: &generator), pacer.hasRoom(on: 1) {
+                order += sent(pacer.enqueue([UInt8(next & 0xFF), UInt8(next >> 8)], on: 1))
+                next += 1
+            } else {
+                order += sent(pacer.credited(grant(1, Int.random(in: 0...3, using: &generator)), bufferSize: 27))
+            }
+        }
+        order += sent(pacer.credited(grant(1, 1000), bufferSize: 27))
+        XCTAssertEqual(order, (0..<next).map { [UInt8($0 & 0xFF), UInt8($0 >> 8)] })
+    }
+
+    /// hcid restarted, or attd re-subscribed: a fresh grant replaces what was held; hcid gone leaves none.
+    func testAFreshGrantReplacesAndHcidGoneLeavesNone() {
+        var pacer = TransmitPacer()
+        _ = pacer.credited(grant(1, 7, fresh: true), bufferSize: 27)
+        pacer.hcidGone()
+        XCTAssertEqual(sent(pacer.enqueue([1], on: 1)), [])
+        XCTAssertEqual(sent(pacer.credited(grant(1, 2, fresh: true), bufferSize: 251)), [[1]])
+        XCTAssertEqual(pacer.credits(on: 1), 1)
+    }
+
+    func testRoomForThirtyTwoWaitingAndWhoWasRefusedHearsOfRoomOnce() {
+        var pacer = TransmitPacer()
+        for index in 0..<TransmitPacer.capacity { _ = pacer.enqueue([UInt8(index)], on: 1) }
+        _ = pacer.enqueue([0], on: 2)
         XCTAssertFalse(pacer.hasRoom(on: 1))
         XCTAssertTrue(pacer.hasRoom(on: 2), "links are paced apart")
-        XCTAssertEqual(transmissions(pacer.transmitted(sent[0], busy: false, at: .zero)).map(\.pdu), [[8]])
-    }
-
-    /// hcid refusing as busy: the PDU goes back at the head and everything waits out the retry delay.
-    func testABusyRefusalRetriesTheSamePDUFirstAfterTheDelay() {
-        var pacer = TransmitPacer()
-        let sent = transmissions(pacer.enqueue([1], on: 1) + pacer.enqueue([2], on: 1))
-        XCTAssertTrue(pacer.transmitted(sent[0], busy: true, at: .seconds(1)).isEmpty)
-        XCTAssertEqual(pacer.nextDeadline, .seconds(1) + TransmitPacer.retryDelay)
-        XCTAssertTrue(transmissions(pacer.transmitted(sent[1], busy: false, at: .seconds(1))).isEmpty, "nothing goes before the retry")
-        XCTAssertTrue(pacer.tick(at: .seconds(1)).isEmpty)
-        XCTAssertEqual(transmissions(pacer.tick(at: .seconds(1) + TransmitPacer.retryDelay)).map(\.pdu), [[1]])
-        XCTAssertNil(pacer.nextDeadline)
-    }
-
-    func testAnUrgentPDUGoesBeforeThePacedOnes() {
-        var pacer = TransmitPacer()
-        var sent: [TransmitPacer.Transmission] = []
-        for index in 0..<10 { sent += transmissions(pacer.enqueue([UInt8(index)], on: 1)) }
-        _ = pacer.retryUrgent([0xAA], on: 1)
-        let next = transmissions(pacer.transmitted(sent[0], busy: false, at: .zero))
-        XCTAssertEqual(next.map(\.pdu), [[0xAA]])
-        XCTAssertEqual(next.map(\.urgent), [true])
-    }
-
-    /// hcid's queue full: every PDU in flight is refused, one after another. They go again in the order they were
-    /// given, before what was queued behind them; a notification stream keeps its sequence (it was reversed: each
-    /// refused PDU went back at the head, ahead of the one refused before it).
-    func testPDUsRefusedInARowGoAgainInTheirOrder() {
-        var pacer = TransmitPacer()
-        var sent: [TransmitPacer.Transmission] = []
-        for index in 0..<12 { sent += transmissions(pacer.enqueue([UInt8(index)], on: 1)) }
-        XCTAssertEqual(sent.count, TransmitPacer.inFlightLimit)
-        for transmission in sent { XCTAssertTrue(pacer.transmitted(transmission, busy: true, at: .seconds(1)).isEmpty) }
-        let retried = transmissions(pacer.tick(at: .seconds(1) + TransmitPacer.retryDelay))
-        var order = retried
-        for transmission in retried { order += transmissions(pacer.transmitted(transmission, busy: false, at: .seconds(2))) }
-        XCTAssertEqual(order.map(\.pdu), (0..<12).map { [UInt8($0)] })
-    }
-
-    func testRefusedWritersAndPublishersHearOfRoomOnce() {
-        var pacer = TransmitPacer()
-        var sent: [TransmitPacer.Transmission] = []
-        for index in 0..<32 { sent += transmissions(pacer.enqueue([UInt8(index)], on: 1)) }
-        _ = pacer.enqueue([0], on: 2)
         pacer.refuseWrite(on: 1)
         pacer.refuseNotification(from: 9)
         pacer.refuseNotification(from: 4)
-        let outputs = pacer.transmitted(sent[0], busy: false, at: .zero)
+        let outputs = pacer.credited(grant(1, 1, fresh: true), bufferSize: 27)
+        XCTAssertEqual(sent(outputs), [[0]])
         XCTAssertTrue(outputs.contains(.writeReady(link: 1)))
-        XCTAssertTrue(outputs.contains(.readyToUpdate([4, 9])))
-        XCTAssertFalse(pacer.transmitted(sent[1], busy: false, at: .zero).contains { if case .transmit = $0 { false } else { true } }, "once")
+        XCTAssertTrue(outputs.contains(.readyToUpdate([.init(publisher: 4, count: 1), .init(publisher: 9, count: 1)])))
+        XCTAssertEqual(pacer.credited(grant(1, 1), bufferSize: 27), [.transmit(.init(link: 1, pdu: [1]))], "once")
     }
 
     /// A publisher refused because one link was full is told when that link goes away.
     func testALinkThatClosesReleasesThePublishersItHeldBack() {
         var pacer = TransmitPacer()
-        for index in 0..<32 { _ = pacer.enqueue([UInt8(index)], on: 1) }
+        for index in 0..<TransmitPacer.capacity { _ = pacer.enqueue([UInt8(index)], on: 1) }
         pacer.refuseNotification(from: 3)
-        XCTAssertEqual(pacer.linkClosed(1), [.readyToUpdate([3])])
+        XCTAssertEqual(pacer.linkClosed(1), [.readyToUpdate([.init(publisher: 3, count: 1)])])
         XCTAssertTrue(pacer.hasRoom(on: 1))
     }
 
     func testAPublisherThatGoesIsNotToldOfRoom() {
         var pacer = TransmitPacer()
-        for index in 0..<32 { _ = pacer.enqueue([UInt8(index)], on: 1) }
+        for index in 0..<TransmitPacer.capacity { _ = pacer.enqueue([UInt8(index)], on: 1) }
         pacer.refuseNotification(from: 3)
         pacer.refuseNotification(from: 4)
         pacer.publisherGone(3)
-        XCTAssertEqual(pacer.linkClosed(1), [.readyToUpdate([4])])
+        XCTAssertEqual(pacer.linkClosed(1), [.readyToUpdate([.init(publisher: 4, count: 1)])])
     }
 }

@@ -71,7 +71,7 @@ final class BringUpTests: XCTestCase {
         XCTAssertEqual(harness.hosts[0].facts.aclBufferSource, "LE v1", "v2 avoided by quirk")
         XCTAssertEqual(harness.baudSwitches[0], [3_000_000], "the UART moves once the vendor step is accepted")
         let (central, _) = harness.connect()
-        for _ in 0..<20 { XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: [UInt8](repeating: 1, count: 200), at: harness.now)) }
+        for _ in 0..<20 { XCTAssertEqual(harness.submit(0, handle: central, [UInt8](repeating: 1, count: 200)), .queued) }
         harness.run(for: .seconds(1))
         XCTAssertEqual(harness.maxInFlight[0], 2, "maxACLBuffers caps what is in flight")
         XCTAssertEqual(harness.acl[1].reduce(0) { $0 + $1.data.count }, 4000)
@@ -163,7 +163,7 @@ final class ACLFlowTests: XCTestCase {
         for index in 0..<60 {
             let pdu = (0..<700).map { UInt8(truncatingIfNeeded: $0 &+ index) }
             expected += pdu
-            XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: pdu, at: harness.now))
+            XCTAssertEqual(harness.submit(0, handle: central, pdu), .queued)
         }
         harness.run(until: { harness.acl[1].reduce(0) { $0 + $1.data.count } == expected.count }, timeout: .seconds(10))
         XCTAssertEqual(harness.acl[1].flatMap(\.data), expected)
@@ -171,7 +171,7 @@ final class ACLFlowTests: XCTestCase {
         XCTAssertEqual(harness.air.controllers[0].aclOverflows, 0, "the strict controller saw no overflow")
         XCTAssertEqual(harness.maxInFlight[0], 8)
         XCTAssertEqual(harness.hosts[0].aclInFlight, 0, "every credit came back")
-        XCTAssertFalse(harness.hosts[0].submitACL(handle: 0x0999, pdu: [1], at: harness.now), "unknown handle")
+        XCTAssertEqual(harness.hosts[0].submitACL(handle: 0x0999, pdu: [1], at: harness.now), .unknownLink)
     }
 
     func testTwoLinksShareTheBuffersFairly() {
@@ -193,8 +193,8 @@ final class ACLFlowTests: XCTestCase {
             return UInt16(event.parameters[2]) | UInt16(event.parameters[3]) << 8
         }.last!
         XCTAssertNotEqual(first, second)
-        for _ in 0..<40 { _ = harness.hosts[0].submitACL(handle: first, pdu: [UInt8](repeating: 1, count: 251), at: harness.now) }
-        for _ in 0..<4 { _ = harness.hosts[0].submitACL(handle: second, pdu: [UInt8](repeating: 2, count: 251), at: harness.now) }
+        for _ in 0..<40 { harness.submit(0, handle: first, [UInt8](repeating: 1, count: 251)) }
+        for _ in 0..<4 { harness.submit(0, handle: second, [UInt8](repeating: 2, count: 251)) }
         harness.run(until: { harness.acl[2].reduce(0) { $0 + $1.data.count } == 4 * 251 }, timeout: .seconds(2))
         XCTAssertLessThan(harness.acl[1].reduce(0) { $0 + $1.data.count }, 40 * 251 / 2,
                           "the small transfer finished while the big one was under half done: turns were taken")
@@ -208,7 +208,7 @@ final class ACLFlowTests: XCTestCase {
         XCTAssertEqual(harness.hosts[0].connections[central]?.central, true)
         XCTAssertEqual(harness.hosts[1].connections[peripheral]?.central, false)
         let data = (0..<40).map { index in [UInt8](repeating: UInt8(index), count: 251) }
-        for pdu in data { XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: pdu, at: harness.now)) }
+        for pdu in data { XCTAssertEqual(harness.submit(0, handle: central, pdu), .queued) }
         harness.command(0, .disconnect, [UInt8(central & 0xFF), UInt8(central >> 8), 0x13])
         harness.run(until: { harness.events[1].contains { $0.code == 0x05 } }, timeout: .seconds(5))
         XCTAssertEqual(harness.acl[1].flatMap(\.data), data.flatMap { $0 }, "all 40 PDUs arrived before the link went down")
@@ -245,7 +245,7 @@ final class ACLFlowTests: XCTestCase {
         harness.startAll()
         let (central, peripheral) = harness.connect()
         // A Write Request reaches the peripheral's attd, which dies before it answers.
-        XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: att(0x12), at: harness.now))
+        XCTAssertEqual(harness.submit(0, handle: central, att(0x12)), .queued)
         harness.run(until: { !harness.acl[1].isEmpty }, timeout: .seconds(1))
         harness.hosts[1].attOwnerGone(at: harness.now)
         harness.run(until: { harness.events[0].contains { $0.code == 0x05 } }, timeout: .seconds(1))
@@ -260,15 +260,15 @@ final class ACLFlowTests: XCTestCase {
         harness.startAll()
         let (central, peripheral) = harness.connect()
         // Answered requests, a Write Command and a notification: nothing is owed.
-        XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: att(0x12), at: harness.now))
+        XCTAssertEqual(harness.submit(0, handle: central, att(0x12)), .queued)
         harness.run(until: { harness.acl[1].count == 1 }, timeout: .seconds(1))
-        XCTAssertTrue(harness.hosts[1].submitACL(handle: peripheral, pdu: att(0x13, []), at: harness.now))
-        XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: att(0x52), at: harness.now))
-        XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: att(0x1B), at: harness.now))
+        XCTAssertEqual(harness.submit(1, handle: peripheral, att(0x13, [])), .queued)
+        XCTAssertEqual(harness.submit(0, handle: central, att(0x52)), .queued)
+        XCTAssertEqual(harness.submit(0, handle: central, att(0x1B)), .queued)
         // An indication the peripheral's attd confirmed.
-        XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: att(0x1D), at: harness.now))
+        XCTAssertEqual(harness.submit(0, handle: central, att(0x1D)), .queued)
         harness.run(until: { harness.acl[1].count == 4 }, timeout: .seconds(1))
-        XCTAssertTrue(harness.hosts[1].submitACL(handle: peripheral, pdu: att(0x1E, []), at: harness.now))
+        XCTAssertEqual(harness.submit(1, handle: peripheral, att(0x1E, [])), .queued)
         harness.run(for: .milliseconds(100))
         harness.hosts[1].attOwnerGone(at: harness.now)
         harness.run(for: .milliseconds(500))
@@ -276,10 +276,10 @@ final class ACLFlowTests: XCTestCase {
         XCTAssertNotNil(harness.hosts[1].connections[peripheral])
 
         // An indication left unconfirmed is owed, even once a request has been answered.
-        XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: att(0x1D), at: harness.now))
-        XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: att(0x0A, [0x03, 0x00]), at: harness.now))
+        XCTAssertEqual(harness.submit(0, handle: central, att(0x1D)), .queued)
+        XCTAssertEqual(harness.submit(0, handle: central, att(0x0A, [0x03, 0x00])), .queued)
         harness.run(until: { harness.acl[1].count == 6 }, timeout: .seconds(1))
-        XCTAssertTrue(harness.hosts[1].submitACL(handle: peripheral, pdu: att(0x0B, [0x01]), at: harness.now))
+        XCTAssertEqual(harness.submit(1, handle: peripheral, att(0x0B, [0x01])), .queued)
         harness.hosts[1].attOwnerGone(at: harness.now)
         harness.run(until: { harness.events[0].contains { $0.code == 0x05 } }, timeout: .seconds(1))
         XCTAssertEqual(harness.events[0].first { $0.code == 0x05 }?.parameters.last, 0x13)
@@ -295,7 +295,7 @@ final class ACLFlowTests: XCTestCase {
         harness.run(until: { harness.hosts[0].state == .poweredOn && !harness.events[0].isEmpty }, timeout: .seconds(2))
         XCTAssertEqual(harness.events[0].first { $0.code == 0x05 }?.parameters, [0x00, UInt8(central & 0xFF), UInt8(central >> 8), 0x08])
         XCTAssertTrue(harness.hosts[0].connections.isEmpty)
-        XCTAssertFalse(harness.hosts[0].submitACL(handle: central, pdu: [1, 0, 4, 0, 0x0A], at: harness.now), "no ACL to a link that is gone")
+        XCTAssertEqual(harness.hosts[0].submitACL(handle: central, pdu: [1, 0, 4, 0, 0x0A], at: harness.now), .unknownLink, "no ACL to a link that is gone")
     }
 
     /// A lab's factory reset: the controller takes HCI Reset and the whole bring-up again, the links end as this host
@@ -353,7 +353,7 @@ final class ACLFlowTests: XCTestCase {
         let (central, peripheral) = harness.connect()
         harness.lose = nil
         XCTAssertNil(harness.hosts[1].connections[peripheral], "the peripheral's host never heard")
-        XCTAssertTrue(harness.hosts[0].submitACL(handle: central, pdu: att(0x02, [0x00, 0x02]), at: harness.now))  // Exchange MTU
+        XCTAssertEqual(harness.submit(0, handle: central, att(0x02, [0x00, 0x02])), .queued)  // Exchange MTU
         harness.run(until: { harness.events[0].contains { $0.code == 0x05 } }, timeout: .seconds(1))
         XCTAssertEqual(harness.events[0].first { $0.code == 0x05 }?.parameters, [0x00, UInt8(central & 0xFF), UInt8(central >> 8), 0x13])
         XCTAssertTrue(harness.acl[1].isEmpty, "nothing handed to clients for a link they do not know")
@@ -363,7 +363,7 @@ final class ACLFlowTests: XCTestCase {
         let harness = HostHarness()
         harness.startAll()
         let (central, _) = harness.connect()
-        for _ in 0..<30 { _ = harness.hosts[0].submitACL(handle: central, pdu: [UInt8](repeating: 3, count: 251), at: harness.now) }
+        for _ in 0..<30 { harness.submit(0, handle: central, [UInt8](repeating: 3, count: 251)) }
         harness.air.setInRange(1, false)
         harness.run(until: { harness.events[0].contains { $0.code == 0x05 } }, timeout: .seconds(3))
         XCTAssertEqual(harness.hosts[0].aclInFlight, 0)

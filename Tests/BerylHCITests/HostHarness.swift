@@ -16,6 +16,8 @@ final class HostHarness {
     var maxInFlight: [Int]
     var baudSwitches: [[Int]]
     var logs: [[String]]
+    /// Credit grants each host reported, in order, with the buffer size that prices them.
+    var credits: [[(client: HCIClientID, grants: [ACLCreditGrant], mtu: Int)]]
     /// The opcodes of the commands each host wrote to its controller, in order.
     var commandsSent: [[UInt16]]
     private var sentFramers: [H4Framer]
@@ -37,6 +39,7 @@ final class HostHarness {
         maxInFlight = Array(repeating: 0, count: controllers)
         baudSwitches = Array(repeating: [], count: controllers)
         logs = Array(repeating: [], count: controllers)
+        credits = Array(repeating: [], count: controllers)
         commandsSent = Array(repeating: [], count: controllers)
         sentFramers = Array(repeating: H4Framer(), count: controllers)
     }
@@ -49,7 +52,8 @@ final class HostHarness {
         run(until: { self.hosts.allSatisfy { $0.state == .poweredOn } }, timeout: .seconds(2))
     }
 
-    private func route(_ index: Int) {
+    /// Routes a host's outputs now (what a shell does after each call into its core).
+    func route(_ index: Int) {
         let host = hosts[index]
         for output in host.takeOutputs() {
             switch output {
@@ -73,6 +77,7 @@ final class HostHarness {
                 baudSwitches[index].append(baud)
                 uarts[index]?.hostBaud = baud
             case .log(let line): logs[index].append(line)
+            case .aclCredits(let client, let grants, let mtu): credits[index].append((client, grants, mtu))
             }
         }
         maxInFlight[index] = max(maxInFlight[index], host.aclInFlight)
@@ -128,6 +133,16 @@ final class HostHarness {
     }
 
     func run(for duration: Duration) { run(until: { false }, timeout: duration) }
+
+    /// Submits a PDU on the bounded lane as a tool would: when the link's queue is full, waits for it to drain.
+    @discardableResult
+    func submit(_ index: Int, handle: UInt16, _ pdu: [UInt8]) -> ACLSubmission {
+        var result = hosts[index].submitACL(handle: handle, pdu: pdu, at: now)
+        while result == .busy, run(until: { hosts[index].aclQueuedFragments(for: handle) < HCIHost.boundedFragmentsPerLink }, timeout: .seconds(1)) {
+            result = hosts[index].submitACL(handle: handle, pdu: pdu, at: now)
+        }
+        return result
+    }
 
     /// Sends a command as client `client` and waits for its answer; returns the event's parameters.
     @discardableResult

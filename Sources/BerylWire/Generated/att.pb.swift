@@ -302,6 +302,13 @@ public nonisolated struct Beryl_Ipc_V1_Notify: Sendable {
 
   public var indicate: Bool = false
 
+  /// For a publisher that pipelines Notify: set `ordered` and `ready_seen` (the count of the last ReadyToUpdate it had),
+  /// and a notification sent before it saw the ReadyToUpdate that answers a refusal is refused too, so that what it
+  /// sends again after the refusal cannot land behind a later value.
+  public var ordered: Bool = false
+
+  public var readySeen: UInt32 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -723,6 +730,9 @@ public nonisolated struct Beryl_Ipc_V1_ReadyToUpdate: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
+
+  /// How many this publisher has been sent, this one included.
+  public var count: UInt32 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1831,7 +1841,7 @@ nonisolated extension Beryl_Ipc_V1_UnpublishService: SwiftProtobuf.Message, Swif
 
 nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Notify"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}value_handle\0\u{1}value\0\u{1}indicate\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}value_handle\0\u{1}value\0\u{1}indicate\0\u{1}ordered\0\u{3}ready_seen\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1842,6 +1852,8 @@ nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf.
       case 1: try { try decoder.decodeSingularUInt32Field(value: &self.valueHandle) }()
       case 2: try { try decoder.decodeSingularBytesField(value: &self.value) }()
       case 3: try { try decoder.decodeSingularBoolField(value: &self.indicate) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.ordered) }()
+      case 5: try { try decoder.decodeSingularUInt32Field(value: &self.readySeen) }()
       default: break
       }
     }
@@ -1857,6 +1869,12 @@ nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf.
     if self.indicate != false {
       try visitor.visitSingularBoolField(value: self.indicate, fieldNumber: 3)
     }
+    if self.ordered != false {
+      try visitor.visitSingularBoolField(value: self.ordered, fieldNumber: 4)
+    }
+    if self.readySeen != 0 {
+      try visitor.visitSingularUInt32Field(value: self.readySeen, fieldNumber: 5)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1864,6 +1882,8 @@ nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.valueHandle != rhs.valueHandle {return false}
     if lhs.value != rhs.value {return false}
     if lhs.indicate != rhs.indicate {return false}
+    if lhs.ordered != rhs.ordered {return false}
+    if lhs.readySeen != rhs.readySeen {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2845,18 +2865,29 @@ nonisolated extension Beryl_Ipc_V1_GattWriteReady: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Beryl_Ipc_V1_ReadyToUpdate: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ReadyToUpdate"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}count\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    // Load everything into unknown fields
-    while try decoder.nextFieldNumber() != nil {}
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.count) }()
+      default: break
+      }
+    }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.count != 0 {
+      try visitor.visitSingularUInt32Field(value: self.count, fieldNumber: 1)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_ReadyToUpdate, rhs: Beryl_Ipc_V1_ReadyToUpdate) -> Bool {
+    if lhs.count != rhs.count {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

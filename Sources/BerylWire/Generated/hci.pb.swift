@@ -84,6 +84,53 @@ public nonisolated enum Beryl_Ipc_V1_ControllerState: SwiftProtobuf.Enum, Swift.
 
 }
 
+/// How hcid queues a PDU behind the controller's buffers.
+public nonisolated enum Beryl_Ipc_V1_AclLane: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+
+  /// Refused as busy when the link's queue is full (tools and tests that send ACL themselves).
+  case bounded // = 0
+
+  /// Paced traffic no one answers (notifications, writes without response): it spends the credits hcid granted this
+  /// session on the link (AclCredits); sent past them, it is refused as busy.
+  case credited // = 1
+
+  /// Answers (ATT responses and confirmations, SMP, signalling): ahead of queued credited PDUs on its link, with no
+  /// credit, because a peer waits on each (Core Vol 3 Part F §3.3.3).
+  case urgent // = 2
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .bounded
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .bounded
+    case 1: self = .credited
+    case 2: self = .urgent
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .bounded: return 0
+    case .credited: return 1
+    case .urgent: return 2
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Beryl_Ipc_V1_AclLane] = [
+    .bounded,
+    .credited,
+    .urgent,
+  ]
+
+}
+
 public nonisolated struct Beryl_Ipc_V1_GetControllerInfo: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -194,6 +241,56 @@ public nonisolated struct Beryl_Ipc_V1_SendAcl: Sendable {
 
   public var pdu: Data = Data()
 
+  public var lane: Beryl_Ipc_V1_AclLane = .bounded
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Several PDUs in one datagram (what a client sent during one loop wake-up), in order; answered with one Accepted
+/// once all are queued, or with the first one's error (the ones before it are queued, the ones after are not).
+public nonisolated struct Beryl_Ipc_V1_SendAclBatch: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var pdus: [Beryl_Ipc_V1_SendAcl] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// To a subscriber that asked for credits: the controller buffers it may fill with credited PDUs, per link. A PDU
+/// costs ceil(length / acl_mtu) buffers, at least one. hcid returns a buffer's credit as the fragment leaves for the
+/// controller, batched per wake-up; the grant per link is never below one PDU of the largest ATT_MTU (517).
+public nonisolated struct Beryl_Ipc_V1_AclCredits: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var links: [Beryl_Ipc_V1_LinkCredits] = []
+
+  public var aclMtu: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_LinkCredits: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var handle: UInt32 = 0
+
+  public var credits: UInt32 = 0
+
+  /// true: `credits` replaces what the session held on the link (the link is new, or the session is); false: adds.
+  public var fresh: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -233,6 +330,9 @@ public nonisolated struct Beryl_Ipc_V1_Subscribe: Sendable {
 
   public var monitor: Bool = false
 
+  /// With acl: this session sends paced ACL on the credited lane and is sent AclCredits.
+  public var aclCredits: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -263,6 +363,18 @@ public nonisolated struct Beryl_Ipc_V1_AclPacket: Sendable {
   public var boundary: UInt32 = 0
 
   public var data: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_AclPackets: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var packets: [Beryl_Ipc_V1_AclPacket] = []
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -335,6 +447,14 @@ public nonisolated struct Beryl_Ipc_V1_HciRequest: Sendable {
     set {kind = .resetController(newValue)}
   }
 
+  public var sendAclBatch: Beryl_Ipc_V1_SendAclBatch {
+    get {
+      if case .sendAclBatch(let v)? = kind {return v}
+      return Beryl_Ipc_V1_SendAclBatch()
+    }
+    set {kind = .sendAclBatch(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -343,6 +463,7 @@ public nonisolated struct Beryl_Ipc_V1_HciRequest: Sendable {
     case sendAcl(Beryl_Ipc_V1_SendAcl)
     case subscribe(Beryl_Ipc_V1_Subscribe)
     case resetController(Beryl_Ipc_V1_ResetController)
+    case sendAclBatch(Beryl_Ipc_V1_SendAclBatch)
 
   }
 
@@ -431,6 +552,23 @@ public nonisolated struct Beryl_Ipc_V1_HciEvent: Sendable {
     set {kind = .monitor(newValue)}
   }
 
+  public var aclCredits: Beryl_Ipc_V1_AclCredits {
+    get {
+      if case .aclCredits(let v)? = kind {return v}
+      return Beryl_Ipc_V1_AclCredits()
+    }
+    set {kind = .aclCredits(newValue)}
+  }
+
+  /// To subscribers that asked for credits: the ACL that arrived during one wake-up, in order, in one datagram.
+  public var aclBatch: Beryl_Ipc_V1_AclPackets {
+    get {
+      if case .aclBatch(let v)? = kind {return v}
+      return Beryl_Ipc_V1_AclPackets()
+    }
+    set {kind = .aclBatch(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -438,6 +576,9 @@ public nonisolated struct Beryl_Ipc_V1_HciEvent: Sendable {
     case event(Beryl_Ipc_V1_HciEventPacket)
     case acl(Beryl_Ipc_V1_AclPacket)
     case monitor(Beryl_Ipc_V1_MonitorPacket)
+    case aclCredits(Beryl_Ipc_V1_AclCredits)
+    /// To subscribers that asked for credits: the ACL that arrived during one wake-up, in order, in one datagram.
+    case aclBatch(Beryl_Ipc_V1_AclPackets)
 
   }
 
@@ -450,6 +591,10 @@ fileprivate nonisolated let _protobuf_package = "beryl.ipc.v1"
 
 nonisolated extension Beryl_Ipc_V1_ControllerState: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0CONTROLLER_STATE_UNKNOWN\0\u{1}CONTROLLER_STATE_RESETTING\0\u{1}CONTROLLER_STATE_UNSUPPORTED\0\u{1}CONTROLLER_STATE_UNAUTHORIZED\0\u{1}CONTROLLER_STATE_POWERED_OFF\0\u{1}CONTROLLER_STATE_POWERED_ON\0\u{1}CONTROLLER_STATE_UNRESPONSIVE\0")
+}
+
+nonisolated extension Beryl_Ipc_V1_AclLane: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ACL_LANE_BOUNDED\0\u{1}ACL_LANE_CREDITED\0\u{1}ACL_LANE_URGENT\0")
 }
 
 nonisolated extension Beryl_Ipc_V1_GetControllerInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
@@ -678,7 +823,7 @@ nonisolated extension Beryl_Ipc_V1_CommandResult: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Beryl_Ipc_V1_SendAcl: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".SendAcl"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0\u{1}pdu\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0\u{1}pdu\0\u{1}lane\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -688,6 +833,7 @@ nonisolated extension Beryl_Ipc_V1_SendAcl: SwiftProtobuf.Message, SwiftProtobuf
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
       case 2: try { try decoder.decodeSingularBytesField(value: &self.pdu) }()
+      case 3: try { try decoder.decodeSingularEnumField(value: &self.lane) }()
       default: break
       }
     }
@@ -700,12 +846,121 @@ nonisolated extension Beryl_Ipc_V1_SendAcl: SwiftProtobuf.Message, SwiftProtobuf
     if !self.pdu.isEmpty {
       try visitor.visitSingularBytesField(value: self.pdu, fieldNumber: 2)
     }
+    if self.lane != .bounded {
+      try visitor.visitSingularEnumField(value: self.lane, fieldNumber: 3)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_SendAcl, rhs: Beryl_Ipc_V1_SendAcl) -> Bool {
     if lhs.handle != rhs.handle {return false}
     if lhs.pdu != rhs.pdu {return false}
+    if lhs.lane != rhs.lane {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_SendAclBatch: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SendAclBatch"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}pdus\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.pdus) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.pdus.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.pdus, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_SendAclBatch, rhs: Beryl_Ipc_V1_SendAclBatch) -> Bool {
+    if lhs.pdus != rhs.pdus {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_AclCredits: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AclCredits"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}links\0\u{3}acl_mtu\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.links) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.aclMtu) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.links.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.links, fieldNumber: 1)
+    }
+    if self.aclMtu != 0 {
+      try visitor.visitSingularUInt32Field(value: self.aclMtu, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_AclCredits, rhs: Beryl_Ipc_V1_AclCredits) -> Bool {
+    if lhs.links != rhs.links {return false}
+    if lhs.aclMtu != rhs.aclMtu {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_LinkCredits: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".LinkCredits"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0\u{1}credits\0\u{1}fresh\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.credits) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.fresh) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.handle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 1)
+    }
+    if self.credits != 0 {
+      try visitor.visitSingularUInt32Field(value: self.credits, fieldNumber: 2)
+    }
+    if self.fresh != false {
+      try visitor.visitSingularBoolField(value: self.fresh, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_LinkCredits, rhs: Beryl_Ipc_V1_LinkCredits) -> Bool {
+    if lhs.handle != rhs.handle {return false}
+    if lhs.credits != rhs.credits {return false}
+    if lhs.fresh != rhs.fresh {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -751,7 +1006,7 @@ nonisolated extension Beryl_Ipc_V1_ResetController: SwiftProtobuf.Message, Swift
 
 nonisolated extension Beryl_Ipc_V1_Subscribe: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Subscribe"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}events\0\u{1}acl\0\u{1}monitor\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}events\0\u{1}acl\0\u{1}monitor\0\u{3}acl_credits\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -762,6 +1017,7 @@ nonisolated extension Beryl_Ipc_V1_Subscribe: SwiftProtobuf.Message, SwiftProtob
       case 1: try { try decoder.decodeSingularBoolField(value: &self.events) }()
       case 2: try { try decoder.decodeSingularBoolField(value: &self.acl) }()
       case 3: try { try decoder.decodeSingularBoolField(value: &self.monitor) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.aclCredits) }()
       default: break
       }
     }
@@ -777,6 +1033,9 @@ nonisolated extension Beryl_Ipc_V1_Subscribe: SwiftProtobuf.Message, SwiftProtob
     if self.monitor != false {
       try visitor.visitSingularBoolField(value: self.monitor, fieldNumber: 3)
     }
+    if self.aclCredits != false {
+      try visitor.visitSingularBoolField(value: self.aclCredits, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -784,6 +1043,7 @@ nonisolated extension Beryl_Ipc_V1_Subscribe: SwiftProtobuf.Message, SwiftProtob
     if lhs.events != rhs.events {return false}
     if lhs.acl != rhs.acl {return false}
     if lhs.monitor != rhs.monitor {return false}
+    if lhs.aclCredits != rhs.aclCredits {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -864,6 +1124,36 @@ nonisolated extension Beryl_Ipc_V1_AclPacket: SwiftProtobuf.Message, SwiftProtob
   }
 }
 
+nonisolated extension Beryl_Ipc_V1_AclPackets: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AclPackets"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}packets\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.packets) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.packets.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.packets, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_AclPackets, rhs: Beryl_Ipc_V1_AclPackets) -> Bool {
+    if lhs.packets != rhs.packets {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Beryl_Ipc_V1_MonitorPacket: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".MonitorPacket"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}received\0\u{1}h4\0\u{3}timestamp_us\0")
@@ -906,7 +1196,7 @@ nonisolated extension Beryl_Ipc_V1_MonitorPacket: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Beryl_Ipc_V1_HciRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".HciRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_controller_info\0\u{3}send_command\0\u{3}send_acl\0\u{1}subscribe\0\u{3}reset_controller\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_controller_info\0\u{3}send_command\0\u{3}send_acl\0\u{1}subscribe\0\u{3}reset_controller\0\u{3}send_acl_batch\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -979,6 +1269,19 @@ nonisolated extension Beryl_Ipc_V1_HciRequest: SwiftProtobuf.Message, SwiftProto
           self.kind = .resetController(v)
         }
       }()
+      case 6: try {
+        var v: Beryl_Ipc_V1_SendAclBatch?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .sendAclBatch(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .sendAclBatch(v)
+        }
+      }()
       default: break
       }
     }
@@ -1009,6 +1312,10 @@ nonisolated extension Beryl_Ipc_V1_HciRequest: SwiftProtobuf.Message, SwiftProto
     case .resetController?: try {
       guard case .resetController(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    }()
+    case .sendAclBatch?: try {
+      guard case .sendAclBatch(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
     }()
     case nil: break
     }
@@ -1108,7 +1415,7 @@ nonisolated extension Beryl_Ipc_V1_HciResponse: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Beryl_Ipc_V1_HciEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".HciEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}controller_changed\0\u{1}event\0\u{1}acl\0\u{1}monitor\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}controller_changed\0\u{1}event\0\u{1}acl\0\u{1}monitor\0\u{3}acl_credits\0\u{3}acl_batch\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1168,6 +1475,32 @@ nonisolated extension Beryl_Ipc_V1_HciEvent: SwiftProtobuf.Message, SwiftProtobu
           self.kind = .monitor(v)
         }
       }()
+      case 5: try {
+        var v: Beryl_Ipc_V1_AclCredits?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .aclCredits(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .aclCredits(v)
+        }
+      }()
+      case 6: try {
+        var v: Beryl_Ipc_V1_AclPackets?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .aclBatch(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .aclBatch(v)
+        }
+      }()
       default: break
       }
     }
@@ -1194,6 +1527,14 @@ nonisolated extension Beryl_Ipc_V1_HciEvent: SwiftProtobuf.Message, SwiftProtobu
     case .monitor?: try {
       guard case .monitor(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    }()
+    case .aclCredits?: try {
+      guard case .aclCredits(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    }()
+    case .aclBatch?: try {
+      guard case .aclBatch(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
     }()
     case nil: break
     }
