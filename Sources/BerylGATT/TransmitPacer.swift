@@ -90,10 +90,14 @@ public struct TransmitPacer: Sendable {
     /// A notification that did not fit: the publisher hears when every link has room.
     public mutating func refuseNotification(from publisher: PublisherID) { notifyRefused.insert(publisher) }
 
-    /// Whether a publisher's notification must be refused whatever the room: it is owed a ReadyToUpdate (everything
-    /// after a refusal waits for it), or, ordered, it sent this before it saw the last one it was sent.
-    public func holdsBack(_ publisher: PublisherID, readySeen: UInt32?) -> Bool {
-        notifyRefused.contains(publisher) || readySeen.map { $0 < (readySent[publisher] ?? 0) } == true
+    /// Whether a publisher is owed a ReadyToUpdate: everything it sends after a refusal waits for it.
+    public func holdsBack(_ publisher: PublisherID) -> Bool { notifyRefused.contains(publisher) }
+
+    /// For an ordered publisher that sent a notification before it saw the last ReadyToUpdate it was sent: that one's
+    /// count (it sends the value again; no other ReadyToUpdate follows). Nil when the notification is current.
+    public func sentBeforeReady(_ publisher: PublisherID, readySeen: UInt32) -> UInt32? {
+        let latest = readySent[publisher] ?? 0
+        return readySeen < latest ? latest : nil
     }
 
     /// The publisher is gone: it is owed no readyToUpdate.

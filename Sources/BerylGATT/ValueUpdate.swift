@@ -14,10 +14,9 @@ extension TransmitPacer {
     /// Core Bluetooth's updateValue(_:for:onSubscribedCentrals:): a notification goes to every link whose peer
     /// subscribed, or to none — when any of those links' queue is full it is refused whole (nil: updateValue returns
     /// false) and the publisher hears ReadyToUpdate once every link has room. Indications are the bearer's to pace.
-    /// `readySeen`: for an ordered publisher, the count of the last ReadyToUpdate it saw.
-    public mutating func update(valueHandle: UInt16, value: [UInt8], indicate: Bool, from publisher: PublisherID, readySeen: UInt32? = nil,
+    public mutating func update(valueHandle: UInt16, value: [UInt8], indicate: Bool, from publisher: PublisherID,
                                 on links: [LinkSession]) -> ValueUpdate? {
-        if !indicate, holdsBack(publisher, readySeen: readySeen) { return nil }
+        if !indicate, holdsBack(publisher) { return nil }
         if !indicate, links.contains(where: { !hasRoom(on: $0.handle) && $0.server.notification(valueHandle: valueHandle, value: []) != nil }) {
             refuseNotification(from: publisher)
             return nil

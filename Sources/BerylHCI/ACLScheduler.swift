@@ -113,6 +113,8 @@ final class ACLScheduler {
         links[handle] = link
     }
 
+    func clearReturned(to client: HCIClientID, on handle: UInt16) { returned[client]?[handle] = nil }
+
     func takeReturned() -> [HCIClientID: [UInt16: Int]] {
         defer { returned.removeAll(keepingCapacity: true) }
         return returned

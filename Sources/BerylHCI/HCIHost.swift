@@ -148,7 +148,16 @@ public final class HCIHost {
         for handle in acl.openHandles { grantFresh(handle, to: client) }
     }
 
+    /// The client no longer sends on the credited lane (it subscribed again without credits).
+    public func detachCreditedClient(_ client: HCIClientID) {
+        guard creditClients.remove(client) != nil else { return }
+        grants[client] = nil
+        acl.forget(client)
+    }
+
     private func grantFresh(_ handle: UInt16, to client: HCIClientID) {
+        // What came back already is inside the fresh figure, not on top of it.
+        acl.clearReturned(to: client, on: handle)
         grants[client, default: [:]][handle] = ACLCreditGrant(handle: handle, credits: creditsPerLink - acl.spent(by: client, on: handle), fresh: true)
     }
 

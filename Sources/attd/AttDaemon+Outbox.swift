@@ -34,14 +34,28 @@ extension AttDaemon {
 
     func queueACL(_ pdu: [UInt8], on handle: UInt16, lane: Beryl_Ipc_V1_AclLane) {
         guard hcid != nil else { return }
+        // A datagram stays well under the IPC's 64 KiB cap however many links' credits came back at once.
+        if outgoingACLBytes + pdu.count > Self.maximumBatchBytes { flushACL() }
         outgoingACL.append(.with { $0.handle = UInt32(handle); $0.pdu = Data(pdu); $0.lane = lane })
-        guard outgoingACL.count == 1 else { return }
-        _ = try? host.loop.after(.zero) { [unowned self] in flushACL() }
+        outgoingACLBytes += pdu.count + 8
+        guard !flushScheduled else { return }
+        flushScheduled = true
+        do {
+            try host.loop.after(.zero) { [unowned self] in flushACL() }
+        } catch {
+            flushACL()
+        }
     }
 
-    private func flushACL() {
+    static let maximumBatchBytes = 48 * 1024
+
+    /// Sends the ACL of this wake-up now: before any other request to hcid, which must not overtake it (a Disconnect
+    /// or a barrier after the keys of a pairing, a connection update after its signalling response).
+    func flushACL() {
+        flushScheduled = false
         let batch = outgoingACL
         outgoingACL = []
+        outgoingACLBytes = 0
         guard let hcid, !batch.isEmpty else { return }
         var request = Request()
         if batch.count == 1 {
@@ -51,8 +65,22 @@ extension AttDaemon {
         }
         hcid.request(request) { [unowned self] result in
             // Credited PDUs are never refused; what fails is a link that ended meanwhile, which attd hears of itself.
-            if case .failure(let error) = result { host.logger.info("ACL to hcid not queued: \(error)") }
+            if case .failure(let error) = result { host.logger.info("ACL to hcid not all queued: \(error)") }
         }
+    }
+
+    /// Any other request to hcid: after the ACL this wake-up queued.
+    func requestHcid(_ request: Request, completion: @escaping (Result<Response, IPCClientError>) -> Void) {
+        flushACL()
+        guard let hcid else { return completion(.failure(.closed)) }
+        hcid.request(request, completion: completion)
+    }
+
+    /// What a link that closed still had waiting for the wake-up's end goes nowhere (its handle may soon name another).
+    func dropQueuedACL(for handle: UInt16) {
+        let before = outgoingACL.count
+        outgoingACL.removeAll { $0.handle == UInt32(handle) }
+        if outgoingACL.count != before { outgoingACLBytes = outgoingACL.reduce(0) { $0 + $1.pdu.count + 8 } }
     }
 
     /// Keeps one timer at the router's next deadline.

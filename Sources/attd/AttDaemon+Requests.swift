@@ -40,8 +40,12 @@ extension AttDaemon {
                 incoming.fail(.invalidArgument, "values are at most 512 bytes", field: "value")
                 return true
             }
+            if notify.ordered, !notify.indicate, let latest = pacer.sentBeforeReady(session.id, readySeen: notify.readySeen) {
+                incoming.fail(.cancelled, "sent before ReadyToUpdate \(latest): send it again; no other ReadyToUpdate follows")
+                return true
+            }
             guard let update = pacer.update(valueHandle: UInt16(notify.valueHandle), value: Array(notify.value), indicate: notify.indicate,
-                                            from: session.id, readySeen: notify.ordered ? notify.readySeen : nil, on: Array(links.values)) else {
+                                            from: session.id, on: Array(links.values)) else {
                 incoming.fail(.busy, "the transmit queue is full; wait for ReadyToUpdate")
                 return true
             }

@@ -51,7 +51,7 @@ extension AttDaemon {
         var request = Request()
         request.hci.sendCommand.opcode = UInt32(command.opcode)
         request.hci.sendCommand.parameters = Data(command.parameters)
-        hcid?.request(request) { [unowned self] result in
+        requestHcid(request) { [unowned self] result in
             if case .failure(let error) = result { self.host.logger.warning("HCI command 0x\(String(command.opcode, radix: 16)) failed: \(error)") }
         }
     }
@@ -89,14 +89,14 @@ extension AttDaemon {
                 host.server?.broadcast(event)
             case .secured(let waiters, let result, let afterKeysDelivered):
                 let completions = waiters.compactMap { securityWaiters.removeValue(forKey: $0) }
-                guard afterKeysDelivered, let hcid else {
+                guard afterKeysDelivered, hcid != nil else {
                     for completion in completions { completion(result) }
                     continue
                 }
                 // Requests on one hcid connection are handled in order: once this is answered, our keys went before it.
                 var barrier = Request()
                 barrier.hci.getControllerInfo = .init()
-                hcid.request(barrier) { _ in for completion in completions { completion(result) } }
+                requestHcid(barrier) { _ in for completion in completions { completion(result) } }
             case .log(let level, let message):
                 host.logger.log(level, message)
             }

@@ -24,6 +24,8 @@ final class AttDaemon {
     var pacer = TransmitPacer()
     /// PDUs for hcid from this loop wake-up, sent as one datagram when it ends.
     var outgoingACL: [Beryl_Ipc_V1_SendAcl] = []
+    var outgoingACLBytes = 0
+    var flushScheduled = false
     /// At the router's next deadline.
     lazy var deadlineTimer = DeadlineTimer(loop: host.loop)
     /// Apps' GATT client requests, by the operation id their link's client core knows them by.
@@ -71,6 +73,7 @@ final class AttDaemon {
                 self.host.logger.warning("lost hcid (\(reason)); links are gone")
                 self.hcid = nil
                 self.outgoingACL.removeAll()
+                self.outgoingACLBytes = 0
                 self.pacer.hcidGone()
                 for handle in Array(self.links.keys) { self.linkClosed(handle) }
                 _ = try? self.host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToHcid() }
@@ -166,12 +169,20 @@ final class AttDaemon {
         applySecurity(security.linkClosed(handle, reason: reason))
         router.linkClosed(handle)
         applyPacer(pacer.linkClosed(handle))
+        dropQueuedACL(for: handle)
         host.logger.info("link 0x\(String(handle, radix: 16)) down" + (reason.map { " (HCI reason 0x\(String($0, radix: 16)))" } ?? ""))
         broadcastBearer(handle, opened: false)
     }
 
-    /// An answer, a confirmation or signalling: on hcid's urgent lane, ahead of the link's paced PDUs.
-    func send(_ pdu: [UInt8], on handle: UInt16) { queueACL(pdu, on: handle, lane: .urgent) }
+    /// An answer a peer waits on goes on hcid's urgent lane, ahead of the link's queued PDUs; anything else (requests,
+    /// indications) keeps its place behind the notifications and writes without response sent before it.
+    func send(_ pdu: [UInt8], on handle: UInt16) {
+        if ACLUrgency.isAnswer(pdu) {
+            queueACL(pdu, on: handle, lane: .urgent)
+        } else {
+            applyPacer(pacer.enqueue(pdu, on: handle))
+        }
+    }
 
     // MARK: Link outputs
 

@@ -250,8 +250,8 @@ final class HcidDaemon {
                 host.logger.info(message)
             }
         }
-        if fd != nil { flush() } else { outbound.removeAll() }
         deliverHeldACL()
+        if fd != nil { flush() } else { outbound.removeAll() }
         // Re-arm only when the deadline moves: each re-arm is a timerfd system call, and drain runs per packet.
         let deadline = core.nextDeadline
         guard deadline != timerDeadline || timer?.isActive != true else { return }
@@ -391,15 +391,16 @@ final class HcidDaemon {
             if submit(acl, from: session.id, incoming, field: "") { incoming.respond(.with { $0.hci.accepted = .init() }) }
             drain()
         case .sendAclBatch(let batch)?:
-            var queued = true
-            for (index, acl) in batch.pdus.enumerated() where queued {
-                queued = submit(acl, from: session.id, incoming, field: "pdus[\(index)].")
+            // Each on its own: one for a link that has just ended must not hold back another link's answer.
+            var allQueued = true
+            for (index, acl) in batch.pdus.enumerated() {
+                allQueued = submit(acl, from: session.id, incoming, field: "pdus[\(index)].") && allQueued
             }
-            if queued { incoming.respond(.with { $0.hci.accepted = .init() }) }
+            if allQueued { incoming.respond(.with { $0.hci.accepted = .init() }) }
             drain()
         case .subscribe(let wanted)?:
             subscriptions[session.id] = Subscription(events: wanted.events, acl: wanted.acl, monitor: wanted.monitor, credits: wanted.acl && wanted.aclCredits)
-            if wanted.acl, wanted.aclCredits { core.attachCreditedClient(session.id) }
+            if wanted.acl, wanted.aclCredits { core.attachCreditedClient(session.id) } else { core.detachCreditedClient(session.id) }
             var response = Response()
             response.hci.controllerInfo = controllerInfo()
             incoming.respond(response)
@@ -447,7 +448,11 @@ final class HcidDaemon {
         case .queued:
             return true
         case .busy:
-            incoming.fail(.busy, acl.lane == .credited ? "sent past the link's ACL credits" : "ACL queue full; wait for completed packets")
+            let why = switch acl.lane {
+            case .credited: subscriptions[session]?.credits == true ? "sent past the link's ACL credits" : "this session did not subscribe with acl_credits"
+            default: "ACL queue full; wait for completed packets"
+            }
+            incoming.fail(.busy, why)
         case .unknownLink:
             incoming.fail(.notFound, "no connection with handle 0x\(String(acl.handle, radix: 16))", field: field + "handle")
         case .notReady(let state):

@@ -35,24 +35,27 @@ final class ValueUpdateTests: XCTestCase {
         XCTAssertEqual(try XCTUnwrap(pacer.update(valueHandle: valueHandle, value: [63], indicate: false, from: 7, on: [links[0], links[2]])).peers, 1)
     }
 
-    /// A publisher that pipelines: what it sent before it saw the ReadyToUpdate answering a refusal is refused too,
-    /// though there is room by then, so what it sends again lands before it, not after.
-    func testAnOrderedPublishersValuesSentBeforeItSawTheReadyAreRefused() throws {
+    /// After a refusal everything waits for the ReadyToUpdate; a pipelining (ordered) publisher's values sent before it
+    /// saw that ReadyToUpdate are told so, and no other ReadyToUpdate is owed for them.
+    func testAfterARefusalValuesWaitForTheReadyAndOnesSentBeforeItAreStale() throws {
         let (valueHandle, links) = try links()
         var pacer = TransmitPacer()
         _ = pacer.credited([TransmitPacer.Grant(link: 0x40, credits: 0, fresh: true)], bufferSize: 27)
         let subscribed = [links[0]]
         for index in 0..<TransmitPacer.capacity {
-            XCTAssertNotNil(pacer.update(valueHandle: valueHandle, value: [UInt8(index)], indicate: false, from: 7, readySeen: 0, on: subscribed))
+            XCTAssertNotNil(pacer.update(valueHandle: valueHandle, value: [UInt8(index)], indicate: false, from: 7, on: subscribed))
         }
-        XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [100], indicate: false, from: 7, readySeen: 0, on: subscribed), "full")
-        XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [101], indicate: false, from: 7, readySeen: 0, on: subscribed), "owed a ready")
-        let ready = pacer.credited([TransmitPacer.Grant(link: 0x40, credits: 10, fresh: false)], bufferSize: 27)
-        XCTAssertTrue(ready.contains(.readyToUpdate([.init(publisher: 7, count: 1)])))
-        XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [102], indicate: false, from: 7, readySeen: 0, on: subscribed),
-                     "sent before the publisher saw ready 1: refused though there is room, and no new ready is owed")
-        XCTAssertNotNil(pacer.update(valueHandle: valueHandle, value: [100], indicate: false, from: 7, readySeen: 1, on: subscribed))
-        XCTAssertNotNil(pacer.update(valueHandle: valueHandle, value: [103], indicate: false, from: 8, on: subscribed), "unordered publishers are not held")
+        XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [100], indicate: false, from: 7, on: subscribed), "full")
+        let room = pacer.credited([TransmitPacer.Grant(link: 0x40, credits: 1, fresh: false)], bufferSize: 27)
+        XCTAssertTrue(room.contains(.readyToUpdate([.init(publisher: 7, count: 1)])))
+        XCTAssertNotNil(pacer.update(valueHandle: valueHandle, value: [101], indicate: false, from: 8, on: subscribed), "the one place left")
+        XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [102], indicate: false, from: 8, on: subscribed), "full again")
+        XCTAssertTrue(pacer.holdsBack(8))
+        _ = pacer.credited([TransmitPacer.Grant(link: 0x40, credits: 0, fresh: false)], bufferSize: 27)
+        XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [103], indicate: false, from: 8, on: subscribed), "held back until its ready")
+        XCTAssertEqual(pacer.sentBeforeReady(7, readySeen: 0), 1, "sent before ready 1")
+        XCTAssertNil(pacer.sentBeforeReady(7, readySeen: 1))
+        XCTAssertNil(pacer.sentBeforeReady(9, readySeen: 0), "never refused: nothing is stale")
     }
 
     func testAFullLinkWhosePeerDidNotSubscribeRefusesNothing() throws {
@@ -71,5 +74,20 @@ final class ValueUpdateTests: XCTestCase {
         XCTAssertEqual(update.transmissions, [])
         XCTAssertEqual(update.indications.first { $0.link.handle == 0x42 }?.outputs,
                        [.send(ATTPDU.handleValueIndication(handle: valueHandle, value: [60]).encoded)])
+    }
+}
+
+/// What goes on hcid's urgent lane: what a peer waits on, nothing that must keep its place behind queued notifications.
+final class ACLUrgencyTests: XCTestCase {
+    private func pdu(channel: UInt16, _ payload: [UInt8]) -> [UInt8] {
+        [UInt8(payload.count & 0xFF), UInt8(payload.count >> 8), UInt8(channel & 0xFF), UInt8(channel >> 8)] + payload
+    }
+
+    func testAnswersAreUrgentAndRequestsIndicationsAndNotificationsAreNot() {
+        for answer: UInt8 in [0x01, 0x03, 0x0B, 0x13, 0x1E] { XCTAssertTrue(ACLUrgency.isAnswer(pdu(channel: 4, [answer, 0, 0])), "0x\(String(answer, radix: 16))") }
+        for other: UInt8 in [0x02, 0x0A, 0x12, 0x1B, 0x1D, 0x52] { XCTAssertFalse(ACLUrgency.isAnswer(pdu(channel: 4, [other, 0, 0])), "0x\(String(other, radix: 16))") }
+        XCTAssertTrue(ACLUrgency.isAnswer(pdu(channel: 6, [0x01, 3, 0, 1, 16, 7, 7])), "SMP")
+        XCTAssertTrue(ACLUrgency.isAnswer(pdu(channel: 5, [0x13, 1, 2, 0, 0, 0])), "LE signalling")
+        XCTAssertFalse(ACLUrgency.isAnswer([0x01, 0x00, 0x04]), "too short to say")
     }
 }

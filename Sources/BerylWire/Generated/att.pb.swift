@@ -302,9 +302,10 @@ public nonisolated struct Beryl_Ipc_V1_Notify: Sendable {
 
   public var indicate: Bool = false
 
-  /// For a publisher that pipelines Notify: set `ordered` and `ready_seen` (the count of the last ReadyToUpdate it had),
-  /// and a notification sent before it saw the ReadyToUpdate that answers a refusal is refused too, so that what it
-  /// sends again after the refusal cannot land behind a later value.
+  /// After a BUSY refusal every notification of the publisher is refused BUSY until it is sent ReadyToUpdate. A
+  /// publisher that pipelines Notify sets `ordered` and `ready_seen` (the count of the last ReadyToUpdate it had): one
+  /// it sent before seeing the latest ReadyToUpdate is refused CANCELLED (no other ReadyToUpdate follows; it sends the
+  /// value again), so what it sends again after a refusal cannot land behind a later value.
   public var ordered: Bool = false
 
   public var readySeen: UInt32 = 0

@@ -248,8 +248,8 @@ public nonisolated struct Beryl_Ipc_V1_SendAcl: Sendable {
   public init() {}
 }
 
-/// Several PDUs in one datagram (what a client sent during one loop wake-up), in order; answered with one Accepted
-/// once all are queued, or with the first one's error (the ones before it are queued, the ones after are not).
+/// Several PDUs in one datagram (what a client sent during one loop wake-up), in order. Each is queued on its own;
+/// answered with one Accepted when all were, else with the first refusal's error (the others were queued).
 public nonisolated struct Beryl_Ipc_V1_SendAclBatch: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -264,7 +264,8 @@ public nonisolated struct Beryl_Ipc_V1_SendAclBatch: Sendable {
 
 /// To a subscriber that asked for credits: the controller buffers it may fill with credited PDUs, per link. A PDU
 /// costs ceil(length / acl_mtu) buffers, at least one. hcid returns a buffer's credit as the fragment leaves for the
-/// controller, batched per wake-up; the grant per link is never below one PDU of the largest ATT_MTU (517).
+/// controller, batched per drain (each request or controller read hcid handles); the grant per link is never below one
+/// PDU of the largest ATT_MTU (517).
 public nonisolated struct Beryl_Ipc_V1_AclCredits: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -330,7 +331,8 @@ public nonisolated struct Beryl_Ipc_V1_Subscribe: Sendable {
 
   public var monitor: Bool = false
 
-  /// With acl: this session sends paced ACL on the credited lane and is sent AclCredits.
+  /// With acl: this session sends paced ACL on the credited lane, is sent AclCredits, and takes inbound ACL in
+  /// AclPackets batches.
   public var aclCredits: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
@@ -560,7 +562,8 @@ public nonisolated struct Beryl_Ipc_V1_HciEvent: Sendable {
     set {kind = .aclCredits(newValue)}
   }
 
-  /// To subscribers that asked for credits: the ACL that arrived during one wake-up, in order, in one datagram.
+  /// To subscribers that asked for credits: the ACL of one drain, in order, in one datagram (cut before any other event
+  /// so that events keep their place; a single packet comes as `acl`).
   public var aclBatch: Beryl_Ipc_V1_AclPackets {
     get {
       if case .aclBatch(let v)? = kind {return v}
@@ -577,7 +580,8 @@ public nonisolated struct Beryl_Ipc_V1_HciEvent: Sendable {
     case acl(Beryl_Ipc_V1_AclPacket)
     case monitor(Beryl_Ipc_V1_MonitorPacket)
     case aclCredits(Beryl_Ipc_V1_AclCredits)
-    /// To subscribers that asked for credits: the ACL that arrived during one wake-up, in order, in one datagram.
+    /// To subscribers that asked for credits: the ACL of one drain, in order, in one datagram (cut before any other event
+    /// so that events keep their place; a single packet comes as `acl`).
     case aclBatch(Beryl_Ipc_V1_AclPackets)
 
   }
