@@ -328,19 +328,6 @@ struct NotificationStream {
     /// The count of the last ReadyToUpdate attd sent the publisher, kept from one run to the next.
     private(set) var readySeen: UInt32 = 0
 
-    private struct Receiver {
-        var inWindow = 0
-        var total = 0
-        var highest: Int64 = -1
-        var outOfOrder = 0
-    }
-
-    private func cpuSince(_ before: [String: Duration]) -> [String: Duration] {
-        var used: [String: Duration] = [:]
-        for (name, after) in pids.compactMapValues(ProcessStats.cpuTime) { used[name] = after - (before[name] ?? after) }
-        return used
-    }
-
     mutating func run(size: Int, seconds: Double) throws -> NotificationFigures {
         _ = central.takeEvents()
         _ = publisher.takeEvents()
@@ -348,9 +335,9 @@ struct NotificationStream {
         let warmEnd = clock.now + GATTBenchmark.warmUp
         var windowStart: ContinuousClock.Instant?
         var windowEnd = warmEnd + .milliseconds(Int(seconds * 1000))
-        var cpuBefore: [String: Duration] = [:]
+        var cpu = ProcessCPU(pids: pids)
         var cpuUsed: [String: Duration] = [:]
-        var value = [UInt8](repeating: 0x5A, count: size)
+        var value = Data(repeating: 0x5A, count: size)
         var next: UInt32 = 0
         var again: [UInt32] = []  // refused, sent again first and in order
         var inFlight: [UInt64: (sequence: UInt32, readySeen: UInt32)] = [:]
@@ -358,23 +345,19 @@ struct NotificationStream {
         var blockedSince = clock.now
         var accepted = 0
         var refused = 0
-        var receiver = Receiver()
+        var receiver = SequenceTally()
 
         func send(_ sequence: UInt32) throws {
-            withUnsafeBytes(of: sequence.littleEndian) { value.replaceSubrange(0..<4, with: $0) }
+            SequenceTally.stamp(sequence, into: &value)
             var request = Request()
             // Ordered: what is in flight when a refusal comes is refused too, so that the values sent again keep their place.
-            request.att.notify = .with { $0.valueHandle = valueHandle; $0.value = Data(value); $0.ordered = true; $0.readySeen = readySeen }
+            request.att.notify = .with { $0.valueHandle = valueHandle; $0.value = value; $0.ordered = true; $0.readySeen = readySeen }
             inFlight[try publisher.send(request)] = (sequence, readySeen)
         }
         func receiveNotifications() throws {
             while let envelope = try? central.receive(timeout: .zero) {
                 guard case .gattNotification(let notification)? = envelope.event.att.kind, notification.handle == valueHandle else { continue }
-                let sequence = Int64(notification.value.prefix(4).withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) }.littleEndian)
-                receiver.total += 1
-                if sequence < receiver.highest { receiver.outOfOrder += 1 }
-                receiver.highest = max(receiver.highest, sequence)
-                if let windowStart, clock.now >= windowStart, clock.now < windowEnd { receiver.inWindow += 1 }
+                receiver.received(notification.value, at: clock.now)
             }
             _ = central.takeEvents()
         }
@@ -386,7 +369,8 @@ struct NotificationStream {
             if windowStart == nil, clock.now >= warmEnd {
                 windowStart = clock.now
                 windowEnd = clock.now + .milliseconds(Int(seconds * 1000))
-                cpuBefore = pids.compactMapValues(ProcessStats.cpuTime)
+                receiver.window = windowStart!..<windowEnd
+                cpu.startWindow()
             }
             while !blocked, inFlight.count < window, clock.now < stopAt() {
                 if again.isEmpty {
@@ -425,9 +409,9 @@ struct NotificationStream {
                 throw BenchFailure("refused as busy, and no ReadyToUpdate followed")
             }
             try receiveNotifications()
-            if windowStart != nil, cpuUsed.isEmpty, clock.now >= windowEnd { cpuUsed = cpuSince(cpuBefore) }
+            if windowStart != nil, cpuUsed.isEmpty, clock.now >= windowEnd { cpuUsed = cpu.usedSinceStart() }
         }
-        if cpuUsed.isEmpty { cpuUsed = cpuSince(cpuBefore) }
+        if cpuUsed.isEmpty { cpuUsed = cpu.usedSinceStart() }
         // Drain: what was accepted arrives, or counts as lost once the link has been quiet for 300 ms.
         var quietSince = clock.now
         while clock.now - quietSince < .milliseconds(300) {
@@ -437,10 +421,7 @@ struct NotificationStream {
             try receiveNotifications()
             if receiver.total != before { quietSince = clock.now }
         }
-        let elapsed = HCIBenchmark.durationSeconds(windowEnd - (windowStart ?? windowEnd))
-        let perNotification = cpuUsed.mapValues { HCIBenchmark.durationSeconds($0) * 1e6 / Double(max(receiver.inWindow, 1)) }
-        return NotificationFigures(valueBytes: size, perSecond: Double(receiver.inWindow) / elapsed,
-                                   bytesPerSecond: Double(receiver.inWindow * size) / elapsed, sent: accepted, lost: accepted - receiver.total,
-                                   outOfOrder: receiver.outOfOrder, refused: refused, cpuMicrosecondsPerNotification: perNotification)
+        return NotificationFigures(valueBytes: size, seconds: HCIBenchmark.durationSeconds(windowEnd - (windowStart ?? windowEnd)), tally: receiver,
+                                   accepted: accepted, refused: refused, cpu: cpuUsed)
     }
 }

@@ -1,3 +1,5 @@
+import BerylCore
+
 /// PDUs no one answers (notifications, writes without response) are paced per link, sans-IO, under the credits hcid
 /// grants: each link sends while its credits cover the next PDU's fragments and keeps the rest, in order, in a short
 /// outbox; more than the outbox holds is refused. Who was refused hears when there is room again (Core Bluetooth's
@@ -38,18 +40,7 @@ public struct TransmitPacer: Sendable {
         }
     }
 
-    /// Controller buffers granted on one link: afresh (the link or the session is new) or in addition.
-    public struct Grant: Equatable, Sendable {
-        public var link: UInt16
-        public var credits: Int
-        public var fresh: Bool
-
-        public init(link: UInt16, credits: Int, fresh: Bool) {
-            self.link = link
-            self.credits = credits
-            self.fresh = fresh
-        }
-    }
+    public typealias Grant = ACLCreditGrant
 
     private struct Outbox: Sendable {
         var queued: [[UInt8]] = []
@@ -116,10 +107,10 @@ public struct TransmitPacer: Sendable {
         self.bufferSize = max(bufferSize, 1)
         var outputs: [Output] = []
         for grant in grants {
-            var box = outboxes[grant.link, default: Outbox()]
+            var box = outboxes[grant.handle, default: Outbox()]
             box.credits = grant.fresh ? grant.credits : box.credits + grant.credits
-            outboxes[grant.link] = box
-            outputs += pump(grant.link) + announceRoom(grant.link)
+            outboxes[grant.handle] = box
+            outputs += pump(grant.handle) + announceRoom(grant.handle)
         }
         return outputs
     }
@@ -134,7 +125,7 @@ public struct TransmitPacer: Sendable {
         return readyIfAllHaveRoom()
     }
 
-    private func cost(_ pdu: [UInt8]) -> Int { max(1, (pdu.count + bufferSize - 1) / bufferSize) }
+    private func cost(_ pdu: [UInt8]) -> Int { ACLBuffers.needed(forPDUOf: pdu.count, bufferSize: bufferSize) }
 
     private mutating func pump(_ link: UInt16) -> [Output] {
         guard var box = outboxes[link] else { return [] }

@@ -1,3 +1,5 @@
+import BerylCore
+
 /// How a client's PDU waits behind the controller's buffers.
 public enum ACLLane: Equatable, Sendable {
     /// Refused when the link's queue is full (tools and tests that send ACL themselves).
@@ -61,7 +63,7 @@ final class ACLScheduler {
     /// Credited fragments `client` has queued on the link.
     func spent(by client: HCIClientID, on handle: UInt16) -> Int { links[handle]?.spent[client] ?? 0 }
 
-    func fragments(of length: Int) -> Int { max(1, (length + mtu - 1) / mtu) }
+    func fragments(of length: Int) -> Int { ACLBuffers.needed(forPDUOf: length, bufferSize: mtu) }
 
     func configure(mtu: Int, buffers: Int) {
         self.mtu = max(mtu, 1)

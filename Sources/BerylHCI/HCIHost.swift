@@ -41,20 +41,6 @@ public enum HCIHostOutput: Equatable, Sendable {
     case log(String)
 }
 
-/// Controller buffers a client may fill with credited PDUs on one link.
-public struct ACLCreditGrant: Equatable, Sendable {
-    public var handle: UInt16
-    public var credits: Int
-    /// true: replaces what the client held on the link; false: adds to it.
-    public var fresh: Bool
-
-    public init(handle: UInt16, credits: Int, fresh: Bool) {
-        self.handle = handle
-        self.credits = credits
-        self.fresh = fresh
-    }
-}
-
 /// How the host took a client's PDU.
 public enum ACLSubmission: Equatable, Sendable {
     case queued

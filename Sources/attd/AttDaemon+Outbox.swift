@@ -1,3 +1,4 @@
+import BerylCore
 import BerylGATT
 import BerylIPC
 import Foundation
@@ -28,7 +29,7 @@ extension AttDaemon {
 
     /// Credits hcid granted or returned.
     func credited(_ credits: Beryl_Ipc_V1_AclCredits) {
-        let grants = credits.links.map { TransmitPacer.Grant(link: UInt16(truncatingIfNeeded: $0.handle), credits: Int($0.credits), fresh: $0.fresh) }
+        let grants = credits.links.map { ACLCreditGrant(handle: UInt16(truncatingIfNeeded: $0.handle), credits: Int($0.credits), fresh: $0.fresh) }
         applyPacer(pacer.credited(grants, bufferSize: Int(credits.aclMtu)))
     }
 

@@ -42,26 +42,13 @@ final class BenchPeripheralApp: PeripheralManagerDelegate, Sendable {
 }
 
 final class BenchCentralApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
-    struct Received {
-        var total = 0
-        var inWindow = 0
-        var highest: Int64 = -1
-        var outOfOrder = 0
-        var window: ClosedRange<ContinuousClock.Instant>?
-    }
     let ready = DispatchSemaphore(value: 0)
-    let received = Mutex(Received())
+    let received = Mutex(SequenceTally())
     func centralManagerDidUpdateState(_ central: CentralManager) { if central.state == .poweredOn { ready.signal() } }
     func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: Error?) {
-        guard characteristic.uuid == benchNotifyingUUID, let value = characteristic.value, value.count >= 4 else { return }
-        let sequence = Int64(value.prefix(4).withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) }.littleEndian)
+        guard characteristic.uuid == benchNotifyingUUID, let value = characteristic.value else { return }
         let now = ContinuousClock.now
-        received.withLock {
-            $0.total += 1
-            if sequence < $0.highest { $0.outOfOrder += 1 }
-            $0.highest = max($0.highest, sequence)
-            if $0.window?.contains(now) == true { $0.inWindow += 1 }
-        }
+        received.withLock { $0.received(value, at: now) }
     }
 }
 
@@ -185,7 +172,7 @@ enum GATTAppBenchmark {
         let clock = ContinuousClock()
         let warmEnd = clock.now + GATTBenchmark.warmUp
         var windowEnd: ContinuousClock.Instant?
-        var cpuBefore: [String: Duration] = [:]
+        var cpu = ProcessCPU(pids: pids)
         var value = Data(repeating: 0x5A, count: size)
         var sequence: UInt32 = 0
         var refused = 0
@@ -193,10 +180,10 @@ enum GATTAppBenchmark {
             if windowEnd == nil, clock.now >= warmEnd {
                 let start = clock.now
                 windowEnd = start + .milliseconds(Int(seconds * 1000))
-                cpuBefore = pids.compactMapValues(ProcessStats.cpuTime)
-                receiver.received.withLock { $0.window = start...windowEnd! }
+                cpu.startWindow()
+                receiver.received.withLock { $0.window = start..<windowEnd! }
             }
-            withUnsafeBytes(of: sequence.littleEndian) { value.replaceSubrange(0..<4, with: $0) }
+            SequenceTally.stamp(sequence, into: &value)
             if manager.updateValue(value, for: app.notifying, onSubscribedCentrals: nil) {
                 sequence += 1
             } else {
@@ -204,8 +191,7 @@ enum GATTAppBenchmark {
                 guard app.readyToUpdate.wait(timeout: .now() + 2) == .success else { throw BenchFailure("the app benchmark stopped at: no peripheralManagerIsReady within 2 s of a refused update") }
             }
         }
-        var used: [String: Duration] = [:]
-        for (name, after) in pids.compactMapValues(ProcessStats.cpuTime) { used[name] = after - (cpuBefore[name] ?? after) }
+        let used = cpu.usedSinceStart()
         // Drain: what was accepted arrives, or counts as lost once nothing has come for 300 ms.
         var last = receiver.received.withLock { $0.total }
         var quietSince = clock.now
@@ -214,10 +200,7 @@ enum GATTAppBenchmark {
             let now = receiver.received.withLock { $0.total }
             if now != last { (last, quietSince) = (now, clock.now) }
         }
-        let counted = receiver.received.withLock { $0 }
-        let elapsed = seconds
-        return NotificationFigures(valueBytes: size, perSecond: Double(counted.inWindow) / elapsed, bytesPerSecond: Double(counted.inWindow * size) / elapsed,
-                                   sent: Int(sequence), lost: Int(sequence) - counted.total, outOfOrder: counted.outOfOrder, refused: refused,
-                                   cpuMicrosecondsPerNotification: used.mapValues { HCIBenchmark.durationSeconds($0) * 1e6 / Double(max(counted.inWindow, 1)) })
+        return NotificationFigures(valueBytes: size, seconds: seconds, tally: receiver.received.withLock { $0 }, accepted: Int(sequence), refused: refused,
+                                   cpu: used)
     }
 }

@@ -86,7 +86,7 @@ final class TransmitPacerTests: XCTestCase {
     }
 
     private func grant(_ link: UInt16, _ credits: Int, fresh: Bool = false) -> [TransmitPacer.Grant] {
-        [TransmitPacer.Grant(link: link, credits: credits, fresh: fresh)]
+        [TransmitPacer.Grant(handle: link, credits: credits, fresh: fresh)]
     }
 
     func testNothingGoesBeforeCreditsAndNeverMoreThanThey() {

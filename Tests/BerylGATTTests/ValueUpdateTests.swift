@@ -21,7 +21,7 @@ final class ValueUpdateTests: XCTestCase {
     func testANotificationGoesToEverySubscribedLinkOrToNone() throws {
         let (valueHandle, links) = try links()
         var pacer = TransmitPacer()
-        _ = pacer.credited(links.map { TransmitPacer.Grant(link: $0.handle, credits: 1, fresh: true) }, bufferSize: 27)
+        _ = pacer.credited(links.map { TransmitPacer.Grant(handle: $0.handle, credits: 1, fresh: true) }, bufferSize: 27)
         let first = try XCTUnwrap(pacer.update(valueHandle: valueHandle, value: [60], indicate: false, from: 7, on: links))
         XCTAssertEqual(first.peers, 2, "the third subscribed to indications only")
         XCTAssertEqual(first.transmissions.compactMap { output -> UInt16? in if case .transmit(let t) = output { t.link } else { nil } }.sorted(), [0x40, 0x41])
@@ -40,18 +40,18 @@ final class ValueUpdateTests: XCTestCase {
     func testAfterARefusalValuesWaitForTheReadyAndOnesSentBeforeItAreStale() throws {
         let (valueHandle, links) = try links()
         var pacer = TransmitPacer()
-        _ = pacer.credited([TransmitPacer.Grant(link: 0x40, credits: 0, fresh: true)], bufferSize: 27)
+        _ = pacer.credited([TransmitPacer.Grant(handle: 0x40, credits: 0, fresh: true)], bufferSize: 27)
         let subscribed = [links[0]]
         for index in 0..<TransmitPacer.capacity {
             XCTAssertNotNil(pacer.update(valueHandle: valueHandle, value: [UInt8(index)], indicate: false, from: 7, on: subscribed))
         }
         XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [100], indicate: false, from: 7, on: subscribed), "full")
-        let room = pacer.credited([TransmitPacer.Grant(link: 0x40, credits: 1, fresh: false)], bufferSize: 27)
+        let room = pacer.credited([TransmitPacer.Grant(handle: 0x40, credits: 1, fresh: false)], bufferSize: 27)
         XCTAssertTrue(room.contains(.readyToUpdate([.init(publisher: 7, count: 1)])))
         XCTAssertNotNil(pacer.update(valueHandle: valueHandle, value: [101], indicate: false, from: 8, on: subscribed), "the one place left")
         XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [102], indicate: false, from: 8, on: subscribed), "full again")
         XCTAssertTrue(pacer.holdsBack(8))
-        _ = pacer.credited([TransmitPacer.Grant(link: 0x40, credits: 0, fresh: false)], bufferSize: 27)
+        _ = pacer.credited([TransmitPacer.Grant(handle: 0x40, credits: 0, fresh: false)], bufferSize: 27)
         XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [103], indicate: false, from: 8, on: subscribed), "held back until its ready")
         XCTAssertEqual(pacer.sentBeforeReady(7, readySeen: 0), 1, "sent before ready 1")
         XCTAssertNil(pacer.sentBeforeReady(7, readySeen: 1))
