@@ -1,0 +1,1325 @@
+/* libberyl's unit tests: UUIDs, every misuse error, and the library against a scripted managerd on a real socket —
+ * what it sends for each call (decoded from the datagram) and what each event and answer does to its objects and
+ * callbacks. */
+#define _GNU_SOURCE
+#include "fake_managerd.h"
+#include "internal.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures, checks;
+#define CHECK(condition)                                                                   \
+    do {                                                                                   \
+        checks++;                                                                          \
+        if (!(condition)) {                                                                \
+            failures++;                                                                    \
+            fprintf(stderr, "%s:%d: %s: CHECK(%s) failed\n", __FILE__, __LINE__, __func__, #condition); \
+        }                                                                                  \
+    } while (0)
+#define CHECK_EQ(a, b) CHECK((long long)(a) == (long long)(b))
+static bool same_text(const char *a, const char *b) { return a && b && strcmp(a, b) == 0; }
+#define CHECK_STR(a, b) CHECK(same_text((a), (b)))
+
+#define POWERED_ON BERYL__IPC__V1__CONTROLLER_STATE__CONTROLLER_STATE_POWERED_ON
+
+/* ---- what the callbacks saw ---- */
+
+typedef struct record {
+    int states[16];
+    int state_count;
+    int restores;
+    int restored_peripherals;
+    bool restore_before_state;
+    beryl_peripheral *discovered;
+    char discovered_name[64];
+    int discovered_rssi;
+    size_t discovered_uuids;
+    int connects, disconnects, failed_connects;
+    beryl_error last_error;
+    bool had_error;
+    int service_discoveries, characteristic_discoveries, descriptor_discoveries, value_updates, writes, notify_updates;
+    int ready_to_write, rssi;
+    int drops;
+    int retrieved;
+    /* Peripheral manager. */
+    beryl_local_service *added;
+    int adds, reads, write_batches, subscribes, unsubscribes, ready_to_update, advertising_results, restored_services;
+    beryl_request *read_request;
+    beryl_request *write_requests[4];
+    size_t write_count;
+    bool respond_inside, answer_twice_status_set;
+    int answer_twice_status;
+    bool free_in_state;
+    beryl_central *central;
+    beryl_peripheral_manager *manager;
+} record;
+
+static void note_error(record *r, const beryl_error *error) {
+    r->had_error = error != NULL;
+    if (error) r->last_error = *error;
+}
+
+static void on_state(beryl_central *central, void *user) {
+    record *r = user;
+    if (r->state_count < 16) r->states[r->state_count++] = beryl_central_state(central);
+    if (r->free_in_state) {
+        beryl_central_free(central);
+        r->central = NULL;
+    }
+}
+
+static void on_restore(beryl_central *central, const beryl_central_restored *restored, void *user) {
+    record *r = user;
+    r->restores++;
+    r->restored_peripherals = (int)restored->peripheral_count;
+    r->restore_before_state = r->state_count == 0;
+    if (restored->peripheral_count) r->discovered = restored->peripherals[0];
+}
+
+static void on_discover(beryl_central *central, beryl_peripheral *peripheral, const beryl_advertisement *ad, int rssi, void *user) {
+    record *r = user;
+    r->discovered = peripheral;
+    snprintf(r->discovered_name, sizeof r->discovered_name, "%s", ad->local_name ? ad->local_name : "");
+    r->discovered_rssi = rssi;
+    r->discovered_uuids = ad->service_uuid_count;
+}
+
+static void on_connect(beryl_central *c, beryl_peripheral *p, void *user) { ((record *)user)->connects++; }
+static void on_fail(beryl_central *c, beryl_peripheral *p, const beryl_error *e, void *user) {
+    ((record *)user)->failed_connects++;
+    note_error(user, e);
+}
+static void on_disconnect(beryl_central *c, beryl_peripheral *p, const beryl_error *e, void *user) {
+    ((record *)user)->disconnects++;
+    note_error(user, e);
+}
+static void on_drop(beryl_central *c, const char *why, void *user) { ((record *)user)->drops++; }
+
+static const beryl_central_callbacks central_callbacks = {on_state, on_restore, on_discover, on_connect, on_fail, on_disconnect, on_drop};
+
+static void on_services(beryl_peripheral *p, const beryl_error *e, void *user) { ((record *)user)->service_discoveries++; note_error(user, e); }
+static void on_characteristics(beryl_peripheral *p, beryl_service *s, const beryl_error *e, void *user) { ((record *)user)->characteristic_discoveries++; note_error(user, e); }
+static void on_descriptors(beryl_peripheral *p, beryl_characteristic *c, const beryl_error *e, void *user) { ((record *)user)->descriptor_discoveries++; note_error(user, e); }
+static void on_value(beryl_peripheral *p, beryl_characteristic *c, const beryl_error *e, void *user) { ((record *)user)->value_updates++; note_error(user, e); }
+static void on_write(beryl_peripheral *p, beryl_characteristic *c, const beryl_error *e, void *user) { ((record *)user)->writes++; note_error(user, e); }
+static void on_notify(beryl_peripheral *p, beryl_characteristic *c, const beryl_error *e, void *user) { ((record *)user)->notify_updates++; note_error(user, e); }
+static void on_rssi(beryl_peripheral *p, int rssi, const beryl_error *e, void *user) { ((record *)user)->rssi = rssi; note_error(user, e); }
+static void on_ready_to_write(beryl_peripheral *p, void *user) { ((record *)user)->ready_to_write++; }
+
+static const beryl_peripheral_callbacks peripheral_callbacks = {
+    .did_discover_services = on_services,
+    .did_discover_characteristics = on_characteristics,
+    .did_discover_descriptors = on_descriptors,
+    .did_update_value = on_value,
+    .did_write_value = on_write,
+    .did_update_notification_state = on_notify,
+    .did_read_rssi = on_rssi,
+    .is_ready_to_send_write_without_response = on_ready_to_write,
+};
+
+/* ---- helpers ---- */
+
+typedef struct harness {
+    struct event_base *base;
+    fake_managerd fake;
+    record r;
+} harness;
+
+static Beryl__Ipc__V1__ManagerRequest *manager_request(Beryl__Ipc__V1__Envelope *envelope) {
+    if (!envelope || envelope->body_case != BERYL__IPC__V1__ENVELOPE__BODY_REQUEST ||
+        envelope->request->kind_case != BERYL__IPC__V1__REQUEST__KIND_MANAGER)
+        return NULL;
+    return envelope->request->manager;
+}
+
+/* The next request, which must be of `kind`. */
+static Beryl__Ipc__V1__Envelope *expect(harness *h, Beryl__Ipc__V1__ManagerRequest__KindCase kind) {
+    Beryl__Ipc__V1__Envelope *envelope = fake_next(&h->fake, h->base);
+    Beryl__Ipc__V1__ManagerRequest *request = manager_request(envelope);
+    CHECK(request != NULL);
+    if (request && request->kind_case != kind) {
+        fprintf(stderr, "  expected request kind %d, got %d\n", kind, request->kind_case);
+        CHECK(request->kind_case == kind);
+    }
+    return envelope;
+}
+
+static beryl_central *central_up(harness *h, const beryl_manager_options *extra) {
+    memset(h, 0, sizeof *h);
+    h->base = event_base_new();
+    fake_start(&h->fake, true);
+    beryl_manager_options options = extra ? *extra : (beryl_manager_options){0};
+    options.socket_path = h->fake.path;
+    beryl_central *central = NULL;
+    CHECK_EQ(beryl_central_create(&central, h->base, &central_callbacks, &h->r, &options), BERYL_OK);
+    h->r.central = central;
+    CHECK(fake_accept(&h->fake, h->base));
+    fake_free_envelope(fake_welcome(&h->fake, h->base, POWERED_ON, NULL, 0));
+    pump(h->base, 20);
+    CHECK_EQ(beryl_central_state(central), BERYL_STATE_POWERED_ON);
+    return central;
+}
+
+static void harness_end(harness *h) {
+    if (h->r.central) beryl_central_free(h->r.central);
+    if (h->r.manager) beryl_peripheral_manager_free(h->r.manager);
+    fake_stop(&h->fake);
+    event_base_free(h->base);
+}
+
+static void send_discovered(harness *h, const char *identifier, const char *name) {
+    char *uuids[] = {"180D"};
+    Beryl__Ipc__V1__AdvertisementInfo ad = BERYL__IPC__V1__ADVERTISEMENT_INFO__INIT;
+    ad.local_name = (char *)name;
+    ad.service_uuids = uuids;
+    ad.n_service_uuids = 1;
+    ad.connectable = 1;
+    Beryl__Ipc__V1__PeripheralInfo info = BERYL__IPC__V1__PERIPHERAL_INFO__INIT;
+    info.identifier = (char *)identifier;
+    info.name = (char *)name;
+    info.rssi = -42;
+    info.advertisement = &ad;
+    Beryl__Ipc__V1__ScanDiscovery discovery = BERYL__IPC__V1__SCAN_DISCOVERY__INIT;
+    discovery.manager = 1;
+    discovery.peripheral = &info;
+    Beryl__Ipc__V1__ManagerEvent event = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_DISCOVERED;
+    event.discovered = &discovery;
+    fake_event(&h->fake, &event);
+}
+
+#define PERIPHERAL_ID "5E0B1A9C-0000-4000-8000-000000000001"
+
+static void send_connected(harness *h) {
+    Beryl__Ipc__V1__PeripheralConnected connected = BERYL__IPC__V1__PERIPHERAL_CONNECTED__INIT;
+    connected.manager = 1;
+    connected.peripheral = PERIPHERAL_ID;
+    Beryl__Ipc__V1__ManagerEvent event = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_CONNECTED;
+    event.connected = &connected;
+    fake_event(&h->fake, &event);
+}
+
+static void answer_gatt_database(harness *h, uint64_t id, Beryl__Ipc__V1__GattDatabase *database) {
+    Beryl__Ipc__V1__GattResult result = BERYL__IPC__V1__GATT_RESULT__INIT;
+    result.kind_case = BERYL__IPC__V1__GATT_RESULT__KIND_DATABASE;
+    result.database = database;
+    Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
+    response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_GATT;
+    response.gatt = &result;
+    fake_respond(&h->fake, id, &response);
+}
+
+/* A heart-rate service at 1–8: 2A37 (notify, value 3, CCCD 4), 2A38 (read, value 6), 2A39 (write, value 8). */
+static void answer_heart_rate_characteristics(harness *h, uint64_t id) {
+    Beryl__Ipc__V1__GattCharacteristicInfo c[3];
+    Beryl__Ipc__V1__GattCharacteristicInfo *list[3];
+    const char *uuids[3] = {"2A37", "2A38", "2A39"};
+    uint32_t properties[3] = {0x10, 0x02, 0x0C}, handles[3] = {3, 6, 8};
+    for (int i = 0; i < 3; i++) {
+        beryl__ipc__v1__gatt_characteristic_info__init(&c[i]);
+        c[i].uuid = (char *)uuids[i];
+        c[i].properties = properties[i];
+        c[i].value_handle = handles[i];
+        list[i] = &c[i];
+    }
+    Beryl__Ipc__V1__GattServiceInfo service = BERYL__IPC__V1__GATT_SERVICE_INFO__INIT;
+    service.uuid = "180D";
+    service.start_handle = 1;
+    service.end_handle = 8;
+    service.characteristics = list;
+    service.n_characteristics = 3;
+    Beryl__Ipc__V1__GattServiceInfo *services[] = {&service};
+    Beryl__Ipc__V1__GattDatabase database = BERYL__IPC__V1__GATT_DATABASE__INIT;
+    database.services = services;
+    database.n_services = 1;
+    answer_gatt_database(h, id, &database);
+}
+
+/* Scan, discover, connect and discover the heart-rate service and its characteristics. */
+static beryl_peripheral *connected_heart_rate(harness *h, beryl_central *central) {
+    beryl_uuid hr;
+    beryl_uuid_parse("180D", &hr);
+    CHECK_EQ(beryl_central_scan(central, &hr, 1, true), BERYL_OK);
+    Beryl__Ipc__V1__Envelope *scan = expect(h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_START_SCAN);
+    Beryl__Ipc__V1__ManagerRequest *request = manager_request(scan);
+    if (request && request->start_scan) {
+        CHECK_EQ(request->start_scan->n_service_uuids, 1);
+        if (request->start_scan->n_service_uuids == 1) CHECK_STR(request->start_scan->service_uuids[0], "180D");
+        CHECK(request->start_scan->allow_duplicates);
+        CHECK_EQ(request->start_scan->manager, 1);
+        fake_respond_ack(&h->fake, scan->request_id);
+    }
+    fake_free_envelope(scan);
+    CHECK(beryl_central_is_scanning(central));
+    send_discovered(h, PERIPHERAL_ID, "Beryl HR");
+    pump(h->base, 20);
+    beryl_peripheral *peripheral = h->r.discovered;
+    CHECK(peripheral != NULL);
+    if (!peripheral) return NULL;
+    CHECK_STR(h->r.discovered_name, "Beryl HR");
+    CHECK_EQ(h->r.discovered_rssi, -42);
+    CHECK_EQ(h->r.discovered_uuids, 1);
+    CHECK_STR(beryl_peripheral_identifier(peripheral), PERIPHERAL_ID);
+    CHECK_STR(beryl_peripheral_name(peripheral), "Beryl HR");
+    CHECK_EQ(beryl_central_connect(central, peripheral, &(beryl_connect_options){.notify_on_disconnection = true}), BERYL_OK);
+    CHECK_EQ(beryl_peripheral_get_state(peripheral), BERYL_PERIPHERAL_CONNECTING);
+    Beryl__Ipc__V1__Envelope *connect = expect(h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_CONNECT);
+    request = manager_request(connect);
+    if (request && request->connect) {
+        CHECK_STR(request->connect->peripheral, PERIPHERAL_ID);
+        CHECK(request->connect->notify_on_disconnection);
+        CHECK(!request->connect->notify_on_connection);
+        fake_respond_ack(&h->fake, connect->request_id);
+    }
+    fake_free_envelope(connect);
+    send_connected(h);
+    pump(h->base, 20);
+    CHECK_EQ(h->r.connects, 1);
+    CHECK_EQ(beryl_peripheral_get_state(peripheral), BERYL_PERIPHERAL_CONNECTED);
+    beryl_peripheral_set_callbacks(peripheral, &peripheral_callbacks, &h->r);
+
+    CHECK_EQ(beryl_peripheral_discover_services(peripheral, &hr, 1), BERYL_OK);
+    Beryl__Ipc__V1__Envelope *discover = expect(h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_GATT);
+    request = manager_request(discover);
+    if (request && request->gatt) {
+        CHECK_STR(request->gatt->peripheral, PERIPHERAL_ID);
+        CHECK_EQ(request->gatt->kind_case, BERYL__IPC__V1__GATT_OPERATION__KIND_DISCOVER);
+        CHECK_EQ(request->gatt->discover->depth, BERYL__IPC__V1__GATT_DISCOVERY_DEPTH__GATT_DISCOVERY_DEPTH_SERVICES);
+        CHECK_EQ(request->gatt->discover->n_service_uuids, 1);
+        Beryl__Ipc__V1__GattServiceInfo service = BERYL__IPC__V1__GATT_SERVICE_INFO__INIT;
+        service.uuid = "180D";
+        service.start_handle = 1;
+        service.end_handle = 8;
+        Beryl__Ipc__V1__GattServiceInfo *services[] = {&service};
+        Beryl__Ipc__V1__GattDatabase database = BERYL__IPC__V1__GATT_DATABASE__INIT;
+        database.services = services;
+        database.n_services = 1;
+        answer_gatt_database(h, discover->request_id, &database);
+    }
+    fake_free_envelope(discover);
+    pump(h->base, 20);
+    CHECK_EQ(h->r.service_discoveries, 1);
+    CHECK(!h->r.had_error);
+    beryl_service *service = beryl_peripheral_find_service(peripheral, &hr);
+    CHECK(service != NULL);
+    if (!service) return peripheral;
+    CHECK(beryl_service_is_primary(service));
+    CHECK_EQ(beryl_peripheral_discover_characteristics(peripheral, service, NULL, 0), BERYL_OK);
+    Beryl__Ipc__V1__Envelope *characteristics = expect(h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_GATT);
+    request = manager_request(characteristics);
+    if (request && request->gatt) {
+        CHECK_EQ(request->gatt->discover->depth, BERYL__IPC__V1__GATT_DISCOVERY_DEPTH__GATT_DISCOVERY_DEPTH_CHARACTERISTICS);
+        CHECK_EQ(request->gatt->discover->start_handle, 1);
+        CHECK_EQ(request->gatt->discover->end_handle, 8);
+        answer_heart_rate_characteristics(h, characteristics->request_id);
+    }
+    fake_free_envelope(characteristics);
+    pump(h->base, 20);
+    CHECK_EQ(h->r.characteristic_discoveries, 1);
+    CHECK_EQ(beryl_service_characteristic_count(service), 3);
+    return peripheral;
+}
+
+static beryl_characteristic *characteristic(beryl_peripheral *peripheral, const char *uuid) {
+    beryl_uuid hr, wanted;
+    beryl_uuid_parse("180D", &hr);
+    beryl_uuid_parse(uuid, &wanted);
+    return beryl_service_find_characteristic(beryl_peripheral_find_service(peripheral, &hr), &wanted);
+}
+
+/* ---- tests ---- */
+
+static void test_uuids_parse_and_format_in_their_shortest_form(void) {
+    beryl_uuid uuid;
+    char text[BERYL_UUID_STRING_SIZE];
+    CHECK_EQ(beryl_uuid_parse("180d", &uuid), BERYL_OK);
+    beryl_uuid_format(&uuid, text);
+    CHECK_STR(text, "180D");
+    CHECK_EQ(beryl_uuid_parse("0000180D-0000-1000-8000-00805F9B34FB", &uuid), BERYL_OK);
+    beryl_uuid_format(&uuid, text);
+    CHECK_STR(text, "180D");
+    CHECK_EQ(beryl_uuid_parse("12345678", &uuid), BERYL_OK);
+    beryl_uuid_format(&uuid, text);
+    CHECK_STR(text, "12345678");
+    CHECK_EQ(beryl_uuid_parse("d00d0001-0000-1000-8000-00805f9b34fc", &uuid), BERYL_OK);
+    beryl_uuid_format(&uuid, text);
+    CHECK_STR(text, "D00D0001-0000-1000-8000-00805F9B34FC");
+    beryl_uuid a, b;
+    beryl_uuid_parse("2A37", &a);
+    beryl_uuid_parse("00002a37-0000-1000-8000-00805f9b34fb", &b);
+    CHECK(beryl_uuid_equal(&a, &b));
+    const char *bad[] = {"", "18D", "180DX", "180G", "0000180D-0000-1000-8000-00805F9B34F", "0000180D+0000-1000-8000-00805F9B34FB",
+                         "0000180D-0000-1000-8000-00805F9B34FG", "heart rate"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK_EQ(beryl_uuid_parse(bad[i], &uuid), BERYL_E_BAD_UUID);
+    CHECK_EQ(beryl_uuid_parse(NULL, &uuid), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_uuid_parse("180D", NULL), BERYL_E_INVALID_ARGUMENT);
+    CHECK(!beryl_uuid_equal(NULL, &a));
+}
+
+static void test_null_handles_and_bad_arguments_are_errors_never_crashes(void) {
+    beryl_uuid uuid;
+    beryl_uuid_parse("180D", &uuid);
+    uint8_t value[600] = {0};
+    beryl_central *central = NULL;
+    struct event_base *base = event_base_new();
+    CHECK_EQ(beryl_central_create(NULL, base, &central_callbacks, NULL, NULL), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_central_create(&central, NULL, &central_callbacks, NULL, NULL), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_central_create(&central, base, NULL, NULL, NULL), BERYL_E_INVALID_ARGUMENT);
+    beryl_central_callbacks no_state = {0};
+    CHECK_EQ(beryl_central_create(&central, base, &no_state, NULL, NULL), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_central_scan(NULL, NULL, 0, false), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_central_stop_scan(NULL), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_central_connect(NULL, NULL, NULL), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_central_cancel_connection(NULL, NULL), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_central_retrieve_peripherals(NULL, NULL, 0, NULL, NULL), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_central_retrieve_connected(NULL, NULL, 0, NULL, NULL), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_central_set_app_state(NULL, BERYL_APP_FOREGROUND), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_central_state(NULL), BERYL_STATE_UNKNOWN);
+    CHECK_EQ(beryl_peripheral_discover_services(NULL, NULL, 0), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_peripheral_read_value(NULL, NULL), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_peripheral_write_value(NULL, NULL, value, 1, BERYL_WRITE_WITH_RESPONSE), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_peripheral_set_notify(NULL, NULL, true), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_peripheral_read_rssi(NULL), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_peripheral_set_callbacks(NULL, NULL, NULL), BERYL_E_INVALID_ARGUMENT);
+    CHECK(!beryl_peripheral_can_send_write_without_response(NULL));
+    CHECK(beryl_peripheral_identifier(NULL) == NULL);
+    CHECK(beryl_service_characteristic_at(NULL, 0) == NULL);
+    CHECK(beryl_characteristic_value(NULL, NULL) == NULL);
+    beryl_central_free(NULL);
+
+    beryl_local_service *service = NULL;
+    CHECK_EQ(beryl_local_service_create(&service, "not a uuid", true), BERYL_E_BAD_UUID);
+    CHECK_EQ(beryl_local_service_create(NULL, "180D", true), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_local_service_create(&service, NULL, true), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_local_service_create(&service, "180D", true), BERYL_OK);
+    beryl_local_characteristic *c = NULL;
+    CHECK_EQ(beryl_local_service_add_characteristic(service, &c, "2A3", BERYL_PROPERTY_READ, 1, NULL, 0), BERYL_E_BAD_UUID);
+    CHECK_EQ(beryl_local_service_add_characteristic(service, &c, "2A38", BERYL_PROPERTY_READ, 1, value, 513), BERYL_E_TOO_LONG);
+    CHECK_EQ(beryl_local_service_add_characteristic(service, &c, "2A38", 0x400, 1, NULL, 0), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_local_service_add_characteristic(service, &c, "2A38", BERYL_PROPERTY_READ, 0x40, NULL, 0), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_local_service_add_characteristic(service, &c, "2A38", BERYL_PROPERTY_READ, 1, NULL, 3), BERYL_E_INVALID_ARGUMENT);
+    /* A cached value is read-only (Core Bluetooth raises for a writable one). */
+    CHECK_EQ(beryl_local_service_add_characteristic(service, &c, "2A39", BERYL_PROPERTY_WRITE, 2, value, 1), BERYL_E_NOT_PERMITTED);
+    CHECK_EQ(beryl_local_service_add_characteristic(service, &c, "2A37", BERYL_PROPERTY_NOTIFY, 1, NULL, 0), BERYL_OK);
+    CHECK_EQ(beryl_local_characteristic_add_descriptor(c, "2902", value, 2), BERYL_E_NOT_PERMITTED);
+    CHECK_EQ(beryl_local_characteristic_add_descriptor(c, "2803", value, 2), BERYL_E_NOT_PERMITTED);
+    CHECK_EQ(beryl_local_characteristic_add_descriptor(c, "2901", value, 513), BERYL_E_TOO_LONG);
+    CHECK_EQ(beryl_local_characteristic_add_descriptor(NULL, "2901", value, 1), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_local_characteristic_add_descriptor(c, "2901", (const uint8_t *)"bpm", 3), BERYL_OK);
+    CHECK_EQ(beryl_local_service_include(service, service), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_peripheral_manager_add_service(NULL, service), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_peripheral_manager_update_value(NULL, c, value, 1), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_request_respond(NULL, NULL, 0, NULL, 0), BERYL_E_INVALID_ARGUMENT);
+    CHECK(beryl_request_central(NULL) == NULL);
+    CHECK_EQ(beryl_peripheral_manager_create(NULL, base, NULL, NULL, NULL), BERYL_E_INVALID_ARGUMENT);
+    beryl_peripheral_manager_free(NULL);
+    beryl_local_service_free(service);
+    beryl_local_service_free(NULL);
+    CHECK(strlen(beryl_status_string(BERYL_E_ALREADY_ANSWERED)) > 0);
+    CHECK_STR(beryl_status_string(12345), "unknown status");
+    CHECK_STR(beryl_manager_state_string(BERYL_STATE_POWERED_ON), "poweredOn");
+    beryl_manager_options long_path = {.socket_path = "/tmp/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/managerd.sock"};
+    CHECK_EQ(beryl_central_create(&central, base, &central_callbacks, NULL, &long_path), BERYL_E_TOO_LONG);
+    event_base_free(base);
+}
+
+static void test_a_missing_stack_is_powered_off_and_the_library_connects_when_it_comes(void) {
+    harness h = {0};
+    h.base = event_base_new();
+    fake_start(&h.fake, false);
+    beryl_central *central = NULL;
+    CHECK_EQ(beryl_central_create(&central, h.base, &central_callbacks, &h.r, &(beryl_manager_options){.socket_path = h.fake.path}), BERYL_OK);
+    h.r.central = central;
+    CHECK_EQ(h.r.state_count, 0);  /* never during create */
+    pump(h.base, 50);
+    CHECK_EQ(h.r.state_count, 1);
+    CHECK_EQ(h.r.states[0], BERYL_STATE_POWERED_OFF);
+    beryl_uuid uuid;
+    beryl_uuid_parse("180D", &uuid);
+    CHECK_EQ(beryl_central_scan(central, &uuid, 1, false), BERYL_E_NOT_POWERED_ON);
+    fake_listen(&h.fake);
+    CHECK(fake_accept(&h.fake, h.base));
+    Beryl__Ipc__V1__Envelope *hello = fake_welcome(&h.fake, h.base, POWERED_ON, NULL, 0);
+    Beryl__Ipc__V1__ManagerRequest *request = manager_request(hello);
+    CHECK(request && request->kind_case == BERYL__IPC__V1__MANAGER_REQUEST__KIND_HELLO);
+    if (request && request->hello) CHECK_EQ(request->hello->role, BERYL__IPC__V1__MANAGER_ROLE__MANAGER_ROLE_CENTRAL);
+    fake_free_envelope(hello);
+    pump(h.base, 20);
+    CHECK_EQ(h.r.state_count, 2);
+    CHECK_EQ(h.r.states[1], BERYL_STATE_POWERED_ON);
+    harness_end(&h);
+}
+
+static void test_hello_names_app_and_restore_identifier_and_a_refusal_is_final(void) {
+    harness h = {0};
+    h.base = event_base_new();
+    fake_start(&h.fake, true);
+    beryl_central *central = NULL;
+    beryl_manager_options options = {.socket_path = h.fake.path, .app_id = "com.example.c", .restore_identifier = "hr"};
+    CHECK_EQ(beryl_central_create(&central, h.base, &central_callbacks, &h.r, &options), BERYL_OK);
+    h.r.central = central;
+    CHECK(fake_accept(&h.fake, h.base));
+    Beryl__Ipc__V1__Envelope *hello = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_HELLO);
+    Beryl__Ipc__V1__ManagerRequest *request = manager_request(hello);
+    if (request && request->hello) {
+        CHECK_STR(request->hello->app_id, "com.example.c");
+        CHECK_STR(request->hello->restore_identifier, "hr");
+        CHECK(hello->request_id != 0);
+        /* A manifest for another user: unauthorized, and no retry. */
+        Beryl__Ipc__V1__Error error = BERYL__IPC__V1__ERROR__INIT;
+        error.code = BERYL__IPC__V1__ERROR_CODE__ERROR_CODE_PERMISSION_DENIED;
+        error.message = "the manifest of com.example.c names another user";
+        fake_respond_error(&h.fake, hello->request_id, &error);
+    }
+    fake_free_envelope(hello);
+    pump(h.base, 300);
+    CHECK_EQ(h.r.state_count, 1);
+    CHECK_EQ(h.r.states[0], BERYL_STATE_UNAUTHORIZED);
+    harness_end(&h);
+}
+
+static void test_central_calls_go_on_the_wire_and_events_update_the_tree(void) {
+    harness h;
+    beryl_central *central = central_up(&h, NULL);
+    beryl_peripheral *peripheral = connected_heart_rate(&h, central);
+    beryl_characteristic *measurement = characteristic(peripheral, "2A37");
+    beryl_characteristic *location = characteristic(peripheral, "2A38");
+    beryl_characteristic *control = characteristic(peripheral, "2A39");
+    CHECK(measurement && location && control);
+    if (!measurement || !location || !control) return harness_end(&h);
+    CHECK_EQ(beryl_characteristic_properties(measurement), 0x10);
+
+    /* Read: the value lands on the characteristic. */
+    CHECK_EQ(beryl_peripheral_read_value(peripheral, location), BERYL_OK);
+    Beryl__Ipc__V1__Envelope *read = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_GATT);
+    Beryl__Ipc__V1__ManagerRequest *request = manager_request(read);
+    if (request && request->gatt) {
+        CHECK_EQ(request->gatt->kind_case, BERYL__IPC__V1__GATT_OPERATION__KIND_READ);
+        CHECK_EQ(request->gatt->read->handle, 6);
+        uint8_t chest = 1;
+        Beryl__Ipc__V1__GattResult result = BERYL__IPC__V1__GATT_RESULT__INIT;
+        result.kind_case = BERYL__IPC__V1__GATT_RESULT__KIND_VALUE;
+        result.value.data = &chest;
+        result.value.len = 1;
+        Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
+        response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_GATT;
+        response.gatt = &result;
+        fake_respond(&h.fake, read->request_id, &response);
+    }
+    fake_free_envelope(read);
+    pump(h.base, 20);
+    size_t length = 0;
+    const uint8_t *value = beryl_characteristic_value(location, &length);
+    CHECK_EQ(h.r.value_updates, 1);
+    CHECK(length == 1 && value && value[0] == 1);
+
+    /* An ATT error answer reaches the callback in the ATT domain with its code. */
+    CHECK_EQ(beryl_peripheral_read_value(peripheral, location), BERYL_OK);
+    read = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_GATT);
+    Beryl__Ipc__V1__Error error = BERYL__IPC__V1__ERROR__INIT;
+    error.code = BERYL__IPC__V1__ERROR_CODE__ERROR_CODE_SECURITY_FAILED;
+    error.att_error = 0x05;
+    error.message = "insufficient authentication";
+    if (read) fake_respond_error(&h.fake, read->request_id, &error);
+    fake_free_envelope(read);
+    pump(h.base, 20);
+    CHECK_EQ(h.r.value_updates, 2);
+    CHECK(h.r.had_error && h.r.last_error.domain == BERYL_ERROR_DOMAIN_ATT && h.r.last_error.code == 0x05);
+
+    /* What the properties forbid never leaves the library. */
+    uint8_t one = 1;
+    CHECK_EQ(beryl_peripheral_read_value(peripheral, control), BERYL_E_NOT_PERMITTED);
+    CHECK_EQ(beryl_peripheral_write_value(peripheral, location, &one, 1, BERYL_WRITE_WITH_RESPONSE), BERYL_E_NOT_PERMITTED);
+    CHECK_EQ(beryl_peripheral_set_notify(peripheral, location, true), BERYL_E_NOT_PERMITTED);
+    uint8_t big[513] = {0};
+    CHECK_EQ(beryl_peripheral_write_value(peripheral, control, big, 513, BERYL_WRITE_WITH_RESPONSE), BERYL_E_TOO_LONG);
+    CHECK(fake_quiet(&h.fake, h.base));
+
+    /* Subscribe: the CCCD is the handle after the value when no descriptor was discovered. */
+    CHECK_EQ(beryl_peripheral_set_notify(peripheral, measurement, true), BERYL_OK);
+    Beryl__Ipc__V1__Envelope *notify = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_GATT);
+    request = manager_request(notify);
+    if (request && request->gatt) {
+        CHECK_EQ(request->gatt->kind_case, BERYL__IPC__V1__GATT_OPERATION__KIND_SET_NOTIFY);
+        CHECK_EQ(request->gatt->set_notify->value_handle, 3);
+        CHECK_EQ(request->gatt->set_notify->cccd_handle, 4);
+        CHECK(request->gatt->set_notify->enable);
+        CHECK(!request->gatt->set_notify->indicate);
+        Beryl__Ipc__V1__GattResult result = BERYL__IPC__V1__GATT_RESULT__INIT;
+        Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
+        response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_GATT;
+        response.gatt = &result;
+        fake_respond(&h.fake, notify->request_id, &response);
+    }
+    fake_free_envelope(notify);
+    pump(h.base, 20);
+    CHECK_EQ(h.r.notify_updates, 1);
+    CHECK(beryl_characteristic_is_notifying(measurement));
+
+    /* A notification: the value and the callback; one on an unknown handle is dropped. */
+    uint8_t beat[2] = {0, 72};
+    Beryl__Ipc__V1__PeripheralNotification note = BERYL__IPC__V1__PERIPHERAL_NOTIFICATION__INIT;
+    note.peripheral = PERIPHERAL_ID;
+    note.handle = 3;
+    note.value.data = beat;
+    note.value.len = 2;
+    Beryl__Ipc__V1__ManagerEvent event = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_NOTIFICATION;
+    event.notification = &note;
+    fake_event(&h.fake, &event);
+    note.handle = 99;
+    fake_event(&h.fake, &event);
+    pump(h.base, 20);
+    CHECK_EQ(h.r.value_updates, 3);
+    value = beryl_characteristic_value(measurement, &length);
+    CHECK(length == 2 && value && value[1] == 72);
+
+    /* Write with response, RSSI, maximum write length. */
+    CHECK_EQ(beryl_peripheral_write_value(peripheral, control, &one, 1, BERYL_WRITE_WITH_RESPONSE), BERYL_OK);
+    Beryl__Ipc__V1__Envelope *write = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_GATT);
+    request = manager_request(write);
+    if (request && request->gatt) {
+        CHECK_EQ(request->gatt->kind_case, BERYL__IPC__V1__GATT_OPERATION__KIND_WRITE);
+        CHECK_EQ(request->gatt->write->handle, 8);
+        CHECK(!request->gatt->write->without_response);
+        CHECK(request->gatt->write->value.len == 1 && request->gatt->write->value.data[0] == 1);
+        fake_respond_ack(&h.fake, write->request_id);
+    }
+    fake_free_envelope(write);
+    pump(h.base, 20);
+    CHECK_EQ(h.r.writes, 1);
+    CHECK(!h.r.had_error);
+    CHECK_EQ(beryl_peripheral_read_rssi(peripheral), BERYL_OK);
+    Beryl__Ipc__V1__Envelope *rssi = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_READ_RSSI);
+    if (rssi) {
+        Beryl__Ipc__V1__RSSIValue answer = BERYL__IPC__V1__RSSIVALUE__INIT;
+        answer.rssi = -61;
+        Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
+        response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_RSSI;
+        response.rssi = &answer;
+        fake_respond(&h.fake, rssi->request_id, &response);
+    }
+    fake_free_envelope(rssi);
+    pump(h.base, 20);
+    CHECK_EQ(h.r.rssi, -61);
+
+    /* Service Changed over the service's range: it leaves the tree (the object stays valid). */
+    Beryl__Ipc__V1__GattServiceChanged change = BERYL__IPC__V1__GATT_SERVICE_CHANGED__INIT;
+    change.start_handle = 1;
+    change.end_handle = 0xFFFF;
+    Beryl__Ipc__V1__PeripheralServicesChanged changed = BERYL__IPC__V1__PERIPHERAL_SERVICES_CHANGED__INIT;
+    changed.peripheral = PERIPHERAL_ID;
+    changed.change = &change;
+    event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_SERVICES_CHANGED;
+    event.services_changed = &changed;
+    fake_event(&h.fake, &event);
+    pump(h.base, 20);
+    CHECK_EQ(beryl_peripheral_service_count(peripheral), 0);
+    CHECK_EQ(beryl_peripheral_read_value(peripheral, location), BERYL_E_UNKNOWN_OBJECT);
+    CHECK(beryl_characteristic_value(location, &length) != NULL);
+
+    /* A supervision timeout: didDisconnect with connectionTimeout, notifying cleared. */
+    Beryl__Ipc__V1__PeripheralDisconnected gone = BERYL__IPC__V1__PERIPHERAL_DISCONNECTED__INIT;
+    gone.peripheral = PERIPHERAL_ID;
+    gone.reason = 0x08;
+    event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_DISCONNECTED;
+    event.disconnected = &gone;
+    fake_event(&h.fake, &event);
+    pump(h.base, 20);
+    CHECK_EQ(h.r.disconnects, 1);
+    CHECK(h.r.had_error && h.r.last_error.domain == BERYL_ERROR_DOMAIN_BLUETOOTH && h.r.last_error.code == BERYL_BT_CONNECTION_TIMEOUT);
+    CHECK(!beryl_characteristic_is_notifying(measurement));
+    CHECK_EQ(beryl_peripheral_get_state(peripheral), BERYL_PERIPHERAL_DISCONNECTED);
+    CHECK_EQ(beryl_peripheral_discover_services(peripheral, NULL, 0), BERYL_E_NOT_CONNECTED);
+    harness_end(&h);
+}
+
+static void test_writes_without_response_wait_on_a_full_queue_and_resume_on_ready(void) {
+    harness h;
+    beryl_central *central = central_up(&h, NULL);
+    beryl_peripheral *peripheral = connected_heart_rate(&h, central);
+    beryl_characteristic *control = characteristic(peripheral, "2A39");
+    if (!control) return harness_end(&h);
+    uint8_t byte = 7;
+    CHECK(beryl_peripheral_can_send_write_without_response(peripheral));
+    CHECK_EQ(beryl_peripheral_write_value(peripheral, control, &byte, 1, BERYL_WRITE_WITHOUT_RESPONSE), BERYL_OK);
+    Beryl__Ipc__V1__Envelope *write = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_GATT);
+    Beryl__Ipc__V1__ManagerRequest *request = manager_request(write);
+    if (request && request->gatt) CHECK(request->gatt->write->without_response && !request->gatt->write->signed_);
+    /* managerd: the link's queue is full. */
+    Beryl__Ipc__V1__Error busy = BERYL__IPC__V1__ERROR__INIT;
+    busy.code = BERYL__IPC__V1__ERROR_CODE__ERROR_CODE_BUSY;
+    if (write) fake_respond_error(&h.fake, write->request_id, &busy);
+    fake_free_envelope(write);
+    pump(h.base, 20);
+    CHECK(!beryl_peripheral_can_send_write_without_response(peripheral));
+    CHECK_EQ(h.r.writes, 0);  /* no callback for a write without response */
+    CHECK_EQ(beryl_peripheral_write_value(peripheral, control, &byte, 1, BERYL_WRITE_WITHOUT_RESPONSE), BERYL_OK);
+    CHECK(fake_quiet(&h.fake, h.base));  /* dropped while the library said wait */
+    CHECK_EQ(h.r.ready_to_write, 0);
+    Beryl__Ipc__V1__PeripheralReadyToWrite ready = BERYL__IPC__V1__PERIPHERAL_READY_TO_WRITE__INIT;
+    ready.peripheral = PERIPHERAL_ID;
+    Beryl__Ipc__V1__ManagerEvent event = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_READY_TO_WRITE;
+    event.ready_to_write = &ready;
+    fake_event(&h.fake, &event);
+    pump(h.base, 20);
+    CHECK_EQ(h.r.ready_to_write, 1);
+    CHECK(beryl_peripheral_can_send_write_without_response(peripheral));
+    /* Sixteen on their way fill the library's window; their answers open it again. */
+    uint64_t ids[16];
+    for (int i = 0; i < 16; i++) CHECK_EQ(beryl_peripheral_write_value(peripheral, control, &byte, 1, BERYL_WRITE_WITHOUT_RESPONSE), BERYL_OK);
+    CHECK(!beryl_peripheral_can_send_write_without_response(peripheral));
+    for (int i = 0; i < 16; i++) {
+        Beryl__Ipc__V1__Envelope *next = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_GATT);
+        ids[i] = next ? next->request_id : 0;
+        fake_free_envelope(next);
+    }
+    CHECK_EQ(beryl_peripheral_write_value(peripheral, control, &byte, 1, BERYL_WRITE_WITHOUT_RESPONSE), BERYL_OK);
+    for (int i = 0; i < 16; i++) fake_respond_ack(&h.fake, ids[i]);
+    pump(h.base, 30);
+    CHECK_EQ(h.r.ready_to_write, 2);
+    CHECK(beryl_peripheral_can_send_write_without_response(peripheral));
+    harness_end(&h);
+}
+
+static void test_a_wake_is_answered_with_app_idle_after_the_callbacks(void) {
+    harness h;
+    beryl_central *central = central_up(&h, NULL);
+    (void)central;
+    Beryl__Ipc__V1__PeripheralInfo info = BERYL__IPC__V1__PERIPHERAL_INFO__INIT;
+    info.identifier = PERIPHERAL_ID;
+    Beryl__Ipc__V1__ScanDiscovery discovery = BERYL__IPC__V1__SCAN_DISCOVERY__INIT;
+    discovery.peripheral = &info;
+    Beryl__Ipc__V1__ManagerEvent event = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_DISCOVERED;
+    event.discovered = &discovery;
+    event.wake = 7;
+    fake_event(&h.fake, &event);
+    Beryl__Ipc__V1__Envelope *idle = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_APP_IDLE);
+    Beryl__Ipc__V1__ManagerRequest *request = manager_request(idle);
+    if (request && request->app_idle) CHECK_EQ(request->app_idle->wake, 7);
+    CHECK(h.r.discovered != NULL);  /* the callback ran first */
+    fake_free_envelope(idle);
+    event.wake = 0;
+    fake_event(&h.fake, &event);
+    CHECK(fake_quiet(&h.fake, h.base));  /* no wake, no AppIdle */
+    harness_end(&h);
+}
+
+static void test_malformed_and_oversized_datagrams_drop_the_session_which_comes_back(void) {
+    harness h;
+    beryl_central *central = central_up(&h, NULL);
+    const uint8_t garbage[] = {0xFF, 0xFF, 0xFF, 0xFF, 0x0F, 0x01};
+    fake_send_raw(&h.fake, garbage, sizeof garbage);
+    pump(h.base, 30);
+    CHECK_EQ(h.r.drops, 1);
+    CHECK_EQ(beryl_central_state(central), BERYL_STATE_RESETTING);
+    CHECK(fake_accept(&h.fake, h.base));
+    Beryl__Ipc__V1__Envelope *hello = fake_welcome(&h.fake, h.base, POWERED_ON, NULL, 0);
+    CHECK(manager_request(hello) && manager_request(hello)->kind_case == BERYL__IPC__V1__MANAGER_REQUEST__KIND_HELLO);
+    fake_free_envelope(hello);
+    pump(h.base, 20);
+    CHECK_EQ(beryl_central_state(central), BERYL_STATE_POWERED_ON);
+    /* Longer than the IPC's cap. */
+    size_t length = BERYL_DATAGRAM_CAP + 100;
+    uint8_t *big = calloc(1, length);
+    fake_send_raw(&h.fake, big, length);
+    free(big);
+    pump(h.base, 30);
+    CHECK_EQ(h.r.drops, 2);
+    /* An event for another daemon is not this session's either. */
+    CHECK(fake_accept(&h.fake, h.base));
+    fake_free_envelope(fake_welcome(&h.fake, h.base, POWERED_ON, NULL, 0));
+    pump(h.base, 20);
+    Beryl__Ipc__V1__HciEvent hci = BERYL__IPC__V1__HCI_EVENT__INIT;
+    Beryl__Ipc__V1__Event outer = BERYL__IPC__V1__EVENT__INIT;
+    outer.kind_case = BERYL__IPC__V1__EVENT__KIND_HCI;
+    outer.hci = &hci;
+    Beryl__Ipc__V1__Envelope envelope = BERYL__IPC__V1__ENVELOPE__INIT;
+    envelope.body_case = BERYL__IPC__V1__ENVELOPE__BODY_EVENT;
+    envelope.event = &outer;
+    uint8_t bytes[64];
+    size_t packed = beryl__ipc__v1__envelope__pack(&envelope, bytes);
+    fake_send_raw(&h.fake, bytes, packed);
+    pump(h.base, 30);
+    CHECK_EQ(h.r.drops, 3);
+    harness_end(&h);
+}
+
+static void test_a_lost_session_fails_what_waits_and_says_hello_again(void) {
+    harness h;
+    beryl_central *central = central_up(&h, NULL);
+    beryl_peripheral *peripheral = connected_heart_rate(&h, central);
+    beryl_characteristic *location = characteristic(peripheral, "2A38");
+    CHECK_EQ(beryl_peripheral_read_value(peripheral, location), BERYL_OK);
+    fake_free_envelope(expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_GATT));
+    int updates = h.r.value_updates;
+    fake_hang_up(&h.fake);
+    pump(h.base, 30);
+    CHECK_EQ(h.r.value_updates, updates + 1);
+    CHECK(h.r.had_error);
+    CHECK_EQ(beryl_central_state(central), BERYL_STATE_RESETTING);
+    CHECK_EQ(beryl_peripheral_get_state(peripheral), BERYL_PERIPHERAL_DISCONNECTED);
+    CHECK_EQ(h.r.disconnects, 0);  /* the Swift library's rule: no didDisconnect for managerd going away */
+    CHECK(fake_accept(&h.fake, h.base));
+    fake_free_envelope(fake_welcome(&h.fake, h.base, POWERED_ON, NULL, 0));
+    pump(h.base, 20);
+    CHECK_EQ(beryl_central_state(central), BERYL_STATE_POWERED_ON);
+    harness_end(&h);
+}
+
+static void test_a_restored_central_hears_will_restore_before_the_state(void) {
+    harness h = {0};
+    h.base = event_base_new();
+    fake_start(&h.fake, true);
+    beryl_central *central = NULL;
+    beryl_manager_options options = {.socket_path = h.fake.path, .app_id = "com.example.c", .restore_identifier = "hr"};
+    CHECK_EQ(beryl_central_create(&central, h.base, &central_callbacks, &h.r, &options), BERYL_OK);
+    h.r.central = central;
+    CHECK(fake_accept(&h.fake, h.base));
+    Beryl__Ipc__V1__GattCharacteristicInfo measurement = BERYL__IPC__V1__GATT_CHARACTERISTIC_INFO__INIT;
+    measurement.uuid = "2A37";
+    measurement.properties = 0x10;
+    measurement.value_handle = 3;
+    Beryl__Ipc__V1__GattCharacteristicInfo *characteristics[] = {&measurement};
+    Beryl__Ipc__V1__GattServiceInfo service = BERYL__IPC__V1__GATT_SERVICE_INFO__INIT;
+    service.uuid = "180D";
+    service.start_handle = 1;
+    service.end_handle = 4;
+    service.characteristics = characteristics;
+    service.n_characteristics = 1;
+    Beryl__Ipc__V1__GattServiceInfo *services[] = {&service};
+    Beryl__Ipc__V1__GattDatabase database = BERYL__IPC__V1__GATT_DATABASE__INIT;
+    database.services = services;
+    database.n_services = 1;
+    uint32_t notifying[] = {3};
+    Beryl__Ipc__V1__PreservedLink link = BERYL__IPC__V1__PRESERVED_LINK__INIT;
+    link.identifier = PERIPHERAL_ID;
+    link.database = &database;
+    link.notifying_value_handles = notifying;
+    link.n_notifying_value_handles = 1;
+    link.name = "Beryl HR";
+    Beryl__Ipc__V1__PreservedLink *links[] = {&link};
+    Beryl__Ipc__V1__PreservedCentralRole role = BERYL__IPC__V1__PRESERVED_CENTRAL_ROLE__INIT;
+    role.links = links;
+    role.n_links = 1;
+    Beryl__Ipc__V1__PreservedState preserved = BERYL__IPC__V1__PRESERVED_STATE__INIT;
+    preserved.central = &role;
+    fake_free_envelope(fake_welcome(&h.fake, h.base, POWERED_ON, &preserved, 3));
+    Beryl__Ipc__V1__Envelope *idle = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_APP_IDLE);
+    Beryl__Ipc__V1__ManagerRequest *request = manager_request(idle);
+    if (request && request->app_idle) CHECK_EQ(request->app_idle->wake, 3);
+    fake_free_envelope(idle);
+    CHECK_EQ(h.r.restores, 1);
+    CHECK_EQ(h.r.restored_peripherals, 1);
+    CHECK(h.r.restore_before_state);
+    CHECK_EQ(h.r.state_count, 1);
+    /* The restored peripheral is connected, with its tree and its notifying state. */
+    beryl_peripheral *peripheral = h.r.discovered;
+    CHECK(peripheral != NULL);
+    if (peripheral) {
+        CHECK_STR(beryl_peripheral_identifier(peripheral), PERIPHERAL_ID);
+        CHECK_STR(beryl_peripheral_name(peripheral), "Beryl HR");
+        CHECK_EQ(beryl_peripheral_get_state(peripheral), BERYL_PERIPHERAL_CONNECTED);
+        CHECK_EQ(beryl_peripheral_service_count(peripheral), 1);
+        beryl_characteristic *restored = characteristic(peripheral, "2A37");
+        CHECK(restored && beryl_characteristic_is_notifying(restored));
+    }
+    harness_end(&h);
+}
+
+static void test_freeing_the_manager_inside_its_callback_is_safe(void) {
+    harness h = {0};
+    h.base = event_base_new();
+    fake_start(&h.fake, false);
+    h.r.free_in_state = true;
+    beryl_central *central = NULL;
+    CHECK_EQ(beryl_central_create(&central, h.base, &central_callbacks, &h.r, &(beryl_manager_options){.socket_path = h.fake.path}), BERYL_OK);
+    h.r.central = central;
+    pump(h.base, 50);
+    CHECK_EQ(h.r.state_count, 1);
+    CHECK(h.r.central == NULL);
+    pump(h.base, 300);  /* no retry timer of a freed manager fires */
+    CHECK_EQ(h.r.state_count, 1);
+    harness_end(&h);
+}
+
+static void on_retrieved(beryl_central *central, beryl_peripheral *const *peripherals, size_t count, const beryl_error *error, void *user) {
+    record *r = user;
+    r->retrieved = (int)count;
+    if (count) r->discovered = peripherals[0];
+}
+
+static void test_retrieve_peripherals_by_identifier(void) {
+    harness h;
+    beryl_central *central = central_up(&h, NULL);
+    const char *bad[] = {"180D"};
+    CHECK_EQ(beryl_central_retrieve_peripherals(central, bad, 1, on_retrieved, &h.r), BERYL_E_BAD_UUID);
+    const char *identifiers[] = {PERIPHERAL_ID};
+    CHECK_EQ(beryl_central_retrieve_peripherals(central, identifiers, 1, on_retrieved, &h.r), BERYL_OK);
+    Beryl__Ipc__V1__Envelope *retrieve = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_RETRIEVE_PERIPHERALS);
+    Beryl__Ipc__V1__ManagerRequest *request = manager_request(retrieve);
+    if (request && request->retrieve_peripherals) {
+        CHECK_EQ(request->retrieve_peripherals->n_identifiers, 1);
+        Beryl__Ipc__V1__PeripheralInfo info = BERYL__IPC__V1__PERIPHERAL_INFO__INIT;
+        info.identifier = PERIPHERAL_ID;
+        info.name = "Known";
+        Beryl__Ipc__V1__PeripheralInfo *list[] = {&info};
+        Beryl__Ipc__V1__PeripheralList answer = BERYL__IPC__V1__PERIPHERAL_LIST__INIT;
+        answer.peripherals = list;
+        answer.n_peripherals = 1;
+        Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
+        response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_PERIPHERALS;
+        response.peripherals = &answer;
+        fake_respond(&h.fake, retrieve->request_id, &response);
+    }
+    fake_free_envelope(retrieve);
+    pump(h.base, 20);
+    CHECK_EQ(h.r.retrieved, 1);
+    CHECK(h.r.discovered && strcmp(beryl_peripheral_name(h.r.discovered), "Known") == 0);
+    /* An empty list is answered with none, never with every peripheral managerd knows. */
+    h.r.retrieved = -1;
+    CHECK_EQ(beryl_central_retrieve_peripherals(central, NULL, 0, on_retrieved, &h.r), BERYL_OK);
+    CHECK_EQ(h.r.retrieved, 0);
+    CHECK(fake_quiet(&h.fake, h.base));
+    harness_end(&h);
+}
+
+/* ---- the peripheral manager ---- */
+
+static void pm_state(beryl_peripheral_manager *m, void *user) {
+    record *r = user;
+    if (r->state_count < 16) r->states[r->state_count++] = beryl_peripheral_manager_state(m);
+}
+static void pm_restore(beryl_peripheral_manager *m, const beryl_peripheral_restored *restored, void *user) {
+    record *r = user;
+    r->restores++;
+    r->restored_services = (int)restored->service_count;
+    r->restore_before_state = r->state_count == 0;
+    if (restored->service_count) r->added = restored->services[0];
+}
+static void pm_added(beryl_peripheral_manager *m, beryl_local_service *s, const beryl_error *e, void *user) {
+    record *r = user;
+    r->adds++;
+    r->added = s;
+    note_error(r, e);
+}
+static void pm_advertising(beryl_peripheral_manager *m, const beryl_error *e, void *user) {
+    ((record *)user)->advertising_results++;
+    note_error(user, e);
+}
+static void pm_read(beryl_peripheral_manager *m, beryl_request *request, void *user) {
+    record *r = user;
+    r->reads++;
+    r->read_request = request;
+    if (r->respond_inside) {
+        static const uint8_t value[] = {0x21, 0x22};
+        CHECK_EQ(beryl_request_respond(m, request, BERYL_ATT_SUCCESS, value, sizeof value), BERYL_OK);
+        r->answer_twice_status = beryl_request_respond(m, request, BERYL_ATT_SUCCESS, value, sizeof value);
+        r->answer_twice_status_set = true;
+    }
+}
+static void pm_writes(beryl_peripheral_manager *m, beryl_request *const *requests, size_t count, void *user) {
+    record *r = user;
+    r->write_batches++;
+    r->write_count = count;
+    for (size_t i = 0; i < count && i < 4; i++) r->write_requests[i] = requests[i];
+    if (count && !beryl_request_needs_response(requests[0])) {
+        CHECK_EQ(beryl_request_respond(m, requests[0], BERYL_ATT_SUCCESS, NULL, 0), BERYL_E_STATE);
+    } else if (count) {
+        CHECK_EQ(beryl_request_respond(m, requests[count - 1], 0x80, NULL, 0), BERYL_OK);
+    }
+}
+static void pm_subscribe(beryl_peripheral_manager *m, const char *central, beryl_local_characteristic *c, size_t length, void *user) {
+    ((record *)user)->subscribes++;
+}
+static void pm_unsubscribe(beryl_peripheral_manager *m, const char *central, beryl_local_characteristic *c, void *user) {
+    ((record *)user)->unsubscribes++;
+}
+static void pm_ready(beryl_peripheral_manager *m, void *user) { ((record *)user)->ready_to_update++; }
+
+static const beryl_peripheral_manager_callbacks pm_callbacks = {pm_state, pm_restore, pm_added, pm_advertising, pm_read,
+                                                                pm_writes, pm_subscribe, pm_unsubscribe, pm_ready, NULL};
+
+static beryl_peripheral_manager *manager_up(harness *h, Beryl__Ipc__V1__PreservedState *restored) {
+    memset(h, 0, sizeof *h);
+    h->base = event_base_new();
+    fake_start(&h->fake, true);
+    beryl_peripheral_manager *manager = NULL;
+    beryl_manager_options options = {.socket_path = h->fake.path, .app_id = "com.example.c", .restore_identifier = restored ? "pm" : NULL};
+    CHECK_EQ(beryl_peripheral_manager_create(&manager, h->base, &pm_callbacks, &h->r, &options), BERYL_OK);
+    h->r.manager = manager;
+    CHECK(fake_accept(&h->fake, h->base));
+    Beryl__Ipc__V1__Envelope *hello = fake_welcome(&h->fake, h->base, POWERED_ON, restored, 0);
+    Beryl__Ipc__V1__ManagerRequest *request = manager_request(hello);
+    if (request && request->hello) CHECK_EQ(request->hello->role, BERYL__IPC__V1__MANAGER_ROLE__MANAGER_ROLE_PERIPHERAL);
+    fake_free_envelope(hello);
+    pump(h->base, 20);
+    CHECK_EQ(beryl_peripheral_manager_state(manager), BERYL_STATE_POWERED_ON);
+    return manager;
+}
+
+/* Adds 180D (2A37 notify dynamic, 2A38 cached with a 2901 descriptor, 2A39 write dynamic), answered with handles
+ * 1–9 and value handles 3, 6, 9. */
+static beryl_local_characteristic *published_measurement(harness *h, beryl_peripheral_manager *manager) {
+    beryl_local_service *service = NULL;
+    beryl_local_characteristic *measurement = NULL, *location = NULL;
+    CHECK_EQ(beryl_local_service_create(&service, "180D", true), BERYL_OK);
+    static const uint8_t chest = 1;
+    CHECK_EQ(beryl_local_service_add_characteristic(service, &measurement, "2A37", BERYL_PROPERTY_NOTIFY, BERYL_PERMISSION_READABLE, NULL, 0), BERYL_OK);
+    CHECK_EQ(beryl_local_service_add_characteristic(service, &location, "2A38", BERYL_PROPERTY_READ, BERYL_PERMISSION_READABLE, &chest, 1), BERYL_OK);
+    CHECK_EQ(beryl_local_characteristic_add_descriptor(location, "2901", (const uint8_t *)"where", 5), BERYL_OK);
+    CHECK_EQ(beryl_local_service_add_characteristic(service, NULL, "2A39", BERYL_PROPERTY_WRITE, BERYL_PERMISSION_WRITEABLE, NULL, 0), BERYL_OK);
+    CHECK_EQ(beryl_peripheral_manager_add_service(manager, service), BERYL_OK);
+    CHECK_EQ(beryl_peripheral_manager_add_service(manager, service), BERYL_E_STATE);
+    Beryl__Ipc__V1__Envelope *add = expect(h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_ADD_SERVICE);
+    Beryl__Ipc__V1__ManagerRequest *request = manager_request(add);
+    if (request && request->add_service && request->add_service->service) {
+        const Beryl__Ipc__V1__ServiceSpec *spec = request->add_service->service;
+        CHECK_STR(spec->uuid, "180D");
+        CHECK(spec->primary);
+        CHECK_EQ(spec->n_characteristics, 3);
+        if (spec->n_characteristics == 3) {
+            CHECK_STR(spec->characteristics[0]->uuid, "2A37");
+            CHECK_EQ(spec->characteristics[0]->properties, 0x10);
+            CHECK(!spec->characteristics[0]->cached);
+            CHECK(spec->characteristics[1]->cached);
+            CHECK(spec->characteristics[1]->value.len == 1 && spec->characteristics[1]->value.data[0] == 1);
+            CHECK_EQ(spec->characteristics[1]->n_descriptors, 1);
+            if (spec->characteristics[1]->n_descriptors == 1) CHECK_STR(spec->characteristics[1]->descriptors[0]->uuid, "2901");
+            CHECK_EQ(spec->characteristics[2]->permissions, BERYL_PERMISSION_WRITEABLE);
+        }
+        uint32_t handles[] = {3, 6, 9};
+        Beryl__Ipc__V1__ServicePublished published = BERYL__IPC__V1__SERVICE_PUBLISHED__INIT;
+        published.start_handle = 1;
+        published.end_handle = 9;
+        published.value_handles = handles;
+        published.n_value_handles = 3;
+        Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
+        response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_SERVICE_ADDED;
+        response.service_added = &published;
+        fake_respond(&h->fake, add->request_id, &response);
+    }
+    fake_free_envelope(add);
+    pump(h->base, 20);
+    CHECK_EQ(h->r.adds, 1);
+    CHECK(h->r.added == service && !h->r.had_error);
+    return measurement;
+}
+
+static void test_a_published_service_answers_reads_and_writes_exactly_once(void) {
+    harness h;
+    beryl_peripheral_manager *manager = manager_up(&h, NULL);
+    published_measurement(&h, manager);
+    beryl_uuid hr;
+    beryl_uuid_parse("180D", &hr);
+    CHECK_EQ(beryl_peripheral_manager_start_advertising(manager, "Beryl C", &hr, 1), BERYL_OK);
+    Beryl__Ipc__V1__Envelope *advertise = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_START_ADVERTISING);
+    Beryl__Ipc__V1__ManagerRequest *request = manager_request(advertise);
+    if (request && request->start_advertising) {
+        CHECK_STR(request->start_advertising->local_name, "Beryl C");
+        CHECK_EQ(request->start_advertising->n_service_uuids, 1);
+        fake_respond_ack(&h.fake, advertise->request_id);
+    }
+    fake_free_envelope(advertise);
+    Beryl__Ipc__V1__AdvertisingStarted started = BERYL__IPC__V1__ADVERTISING_STARTED__INIT;
+    Beryl__Ipc__V1__ManagerEvent event = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_ADVERTISING_STARTED;
+    event.advertising_started = &started;
+    fake_event(&h.fake, &event);
+    pump(h.base, 20);
+    CHECK_EQ(h.r.advertising_results, 1);
+    CHECK(!h.r.had_error && beryl_peripheral_manager_is_advertising(manager));
+
+    /* A read answered inside the callback; a second answer is refused. */
+    h.r.respond_inside = true;
+    Beryl__Ipc__V1__CentralRead read = BERYL__IPC__V1__CENTRAL_READ__INIT;
+    read.id = 41;
+    read.central = "C0000000-0000-4000-8000-000000000001";
+    read.handle = 3;
+    read.offset = 0;
+    read.maximum_update_length = 20;
+    event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_READ_REQUEST;
+    event.read_request = &read;
+    fake_event(&h.fake, &event);
+    Beryl__Ipc__V1__Envelope *answer = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_RESPOND);
+    request = manager_request(answer);
+    if (request && request->respond) {
+        CHECK_EQ(request->respond->id, 41);
+        CHECK_EQ(request->respond->error, 0);
+        CHECK(request->respond->value.len == 2 && request->respond->value.data[0] == 0x21);
+    }
+    fake_free_envelope(answer);
+    CHECK_EQ(h.r.reads, 1);
+    CHECK(h.r.answer_twice_status_set && h.r.answer_twice_status == BERYL_E_ALREADY_ANSWERED);
+    CHECK(fake_quiet(&h.fake, h.base));
+
+    /* A read of a handle that is not this app's is refused for it: Invalid Handle. */
+    read.id = 42;
+    read.handle = 77;
+    fake_event(&h.fake, &event);
+    answer = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_RESPOND);
+    request = manager_request(answer);
+    if (request && request->respond) CHECK_EQ(request->respond->error, BERYL_ATT_INVALID_HANDLE);
+    fake_free_envelope(answer);
+    CHECK_EQ(h.r.reads, 1);
+
+    /* A prepared write of two parts: one answer for the batch, with the app's error. */
+    uint8_t first[] = {1}, second[] = {2};
+    Beryl__Ipc__V1__AttWrite a = BERYL__IPC__V1__ATT_WRITE__INIT, b = BERYL__IPC__V1__ATT_WRITE__INIT;
+    a.handle = 9;
+    a.value.data = first;
+    a.value.len = 1;
+    b.handle = 9;
+    b.offset = 1;
+    b.value.data = second;
+    b.value.len = 1;
+    Beryl__Ipc__V1__AttWrite *parts[] = {&a, &b};
+    Beryl__Ipc__V1__CentralWrite write = BERYL__IPC__V1__CENTRAL_WRITE__INIT;
+    write.id = 43;
+    write.central = read.central;
+    write.writes = parts;
+    write.n_writes = 2;
+    write.with_response = true;
+    event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_WRITE_REQUEST;
+    event.write_request = &write;
+    fake_event(&h.fake, &event);
+    answer = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_RESPOND);
+    request = manager_request(answer);
+    if (request && request->respond) {
+        CHECK_EQ(request->respond->id, 43);
+        CHECK_EQ(request->respond->error, 0x80);
+    }
+    fake_free_envelope(answer);
+    CHECK_EQ(h.r.write_batches, 1);
+    CHECK_EQ(h.r.write_count, 2);
+    CHECK(fake_quiet(&h.fake, h.base));
+
+    /* A write command: delivered, never answered. */
+    write.id = 0;
+    write.with_response = false;
+    write.n_writes = 1;
+    fake_event(&h.fake, &event);
+    pump(h.base, 20);
+    CHECK_EQ(h.r.write_batches, 2);
+    CHECK(fake_quiet(&h.fake, h.base));
+
+    /* A read left unanswered across the callback is answered later, once. */
+    h.r.respond_inside = false;
+    read.id = 44;
+    read.handle = 3;
+    read.offset = 2;
+    event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_READ_REQUEST;
+    event.read_request = &read;
+    fake_event(&h.fake, &event);
+    pump(h.base, 20);
+    CHECK(h.r.read_request != NULL);
+    if (h.r.read_request) {
+        CHECK_EQ(beryl_request_offset(h.r.read_request), 2);
+        CHECK_EQ(beryl_request_maximum_update_length(h.r.read_request), 20);
+        CHECK_STR(beryl_request_central(h.r.read_request), read.central);
+        uint8_t big[600] = {0};
+        CHECK_EQ(beryl_request_respond(manager, h.r.read_request, BERYL_ATT_SUCCESS, big, 513), BERYL_E_TOO_LONG);
+        CHECK_EQ(beryl_request_respond(manager, h.r.read_request, BERYL_ATT_INVALID_OFFSET, NULL, 0), BERYL_OK);
+        answer = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_RESPOND);
+        request = manager_request(answer);
+        if (request && request->respond) CHECK_EQ(request->respond->error, BERYL_ATT_INVALID_OFFSET);
+        fake_free_envelope(answer);
+    }
+
+    /* Subscriptions. */
+    Beryl__Ipc__V1__CentralSubscription subscription = BERYL__IPC__V1__CENTRAL_SUBSCRIPTION__INIT;
+    subscription.central = read.central;
+    subscription.value_handle = 3;
+    subscription.notify = true;
+    event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_SUBSCRIPTION;
+    event.subscription = &subscription;
+    fake_event(&h.fake, &event);
+    subscription.notify = false;
+    fake_event(&h.fake, &event);
+    pump(h.base, 20);
+    CHECK_EQ(h.r.subscribes, 1);
+    CHECK_EQ(h.r.unsubscribes, 1);
+    harness_end(&h);
+}
+
+static void test_update_value_is_decided_locally_and_keeps_order_through_a_full_queue(void) {
+    harness h;
+    beryl_peripheral_manager *manager = manager_up(&h, NULL);
+    beryl_local_characteristic *measurement = published_measurement(&h, manager);
+    uint8_t value[2] = {0, 0};
+    /* Sixteen taken at once, without a round trip each; the seventeenth waits. */
+    for (int i = 0; i < 16; i++) {
+        value[1] = (uint8_t)i;
+        CHECK_EQ(beryl_peripheral_manager_update_value(manager, measurement, value, 2), 1);
+    }
+    value[1] = 16;
+    CHECK_EQ(beryl_peripheral_manager_update_value(manager, measurement, value, 2), 0);
+    /* One on the wire at a time, in order; the stack's queue fills at value 2. */
+    int expected = 0;
+    for (int round = 0; round < 20 && expected < 16; round++) {
+        Beryl__Ipc__V1__Envelope *update = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_UPDATE_VALUE);
+        Beryl__Ipc__V1__ManagerRequest *request = manager_request(update);
+        if (!request || !request->update_value) {
+            fake_free_envelope(update);
+            break;
+        }
+        CHECK_EQ(request->update_value->value_handle, 3);
+        CHECK(!request->update_value->indicate);
+        CHECK_EQ(request->update_value->value.data[1], expected);
+        CHECK(fake_quiet(&h.fake, h.base));  /* nothing else until this one is answered */
+        Beryl__Ipc__V1__UpdateResult result = BERYL__IPC__V1__UPDATE_RESULT__INIT;
+        result.sent = !(expected == 2 && round == 2);
+        Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
+        response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_UPDATE_RESULT;
+        response.update_result = &result;
+        fake_respond(&h.fake, update->request_id, &response);
+        fake_free_envelope(update);
+        if (!result.sent) {
+            CHECK(fake_quiet(&h.fake, h.base));  /* refused: nothing until ReadyToUpdate */
+            Beryl__Ipc__V1__ReadyToUpdate ready = BERYL__IPC__V1__READY_TO_UPDATE__INIT;
+            Beryl__Ipc__V1__ManagerEvent event = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+            event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_READY_TO_UPDATE;
+            event.ready_to_update = &ready;
+            fake_event(&h.fake, &event);
+        } else {
+            expected++;
+        }
+    }
+    CHECK_EQ(expected, 16);
+    CHECK_EQ(h.r.ready_to_update, 1);  /* once room came back after the refused seventeenth call */
+    CHECK(fake_quiet(&h.fake, h.base));
+    beryl_local_service *other = NULL;
+    beryl_local_characteristic *unpublished = NULL;
+    beryl_local_service_create(&other, "1234", true);
+    beryl_local_service_add_characteristic(other, &unpublished, "2A37", BERYL_PROPERTY_NOTIFY, 1, NULL, 0);
+    CHECK_EQ(beryl_peripheral_manager_update_value(manager, unpublished, value, 2), BERYL_E_UNKNOWN_OBJECT);
+    uint8_t big[513] = {0};
+    CHECK_EQ(beryl_peripheral_manager_update_value(manager, measurement, big, 513), BERYL_E_TOO_LONG);
+    beryl_local_service_free(other);
+    harness_end(&h);
+}
+
+static void test_a_restored_peripheral_manager_gets_its_services_before_the_state(void) {
+    Beryl__Ipc__V1__CharacteristicSpec measurement = BERYL__IPC__V1__CHARACTERISTIC_SPEC__INIT;
+    measurement.uuid = "2A37";
+    measurement.properties = 0x10;
+    measurement.permissions = 1;
+    Beryl__Ipc__V1__CharacteristicSpec *characteristics[] = {&measurement};
+    Beryl__Ipc__V1__ServiceSpec spec = BERYL__IPC__V1__SERVICE_SPEC__INIT;
+    spec.uuid = "180D";
+    spec.primary = true;
+    spec.characteristics = characteristics;
+    spec.n_characteristics = 1;
+    uint32_t handles[] = {3};
+    Beryl__Ipc__V1__ServicePublished published = BERYL__IPC__V1__SERVICE_PUBLISHED__INIT;
+    published.start_handle = 1;
+    published.end_handle = 4;
+    published.value_handles = handles;
+    published.n_value_handles = 1;
+    Beryl__Ipc__V1__PreservedService service = BERYL__IPC__V1__PRESERVED_SERVICE__INIT;
+    service.spec = &spec;
+    service.published = &published;
+    Beryl__Ipc__V1__PreservedService *services[] = {&service};
+    Beryl__Ipc__V1__PreservedPeripheralRole role = BERYL__IPC__V1__PRESERVED_PERIPHERAL_ROLE__INIT;
+    role.services = services;
+    role.n_services = 1;
+    role.advertising = true;
+    role.local_name = "Beryl C";
+    Beryl__Ipc__V1__PreservedState preserved = BERYL__IPC__V1__PRESERVED_STATE__INIT;
+    preserved.peripheral = &role;
+    harness h;
+    beryl_peripheral_manager *manager = manager_up(&h, &preserved);
+    CHECK_EQ(h.r.restores, 1);
+    CHECK_EQ(h.r.restored_services, 1);
+    CHECK(h.r.restore_before_state);
+    CHECK(beryl_peripheral_manager_is_advertising(manager));
+    beryl_local_characteristic *restored = beryl_local_service_characteristic_at(h.r.added, 0);
+    uint8_t value[2] = {0, 80};
+    CHECK_EQ(beryl_peripheral_manager_update_value(manager, restored, value, 2), 1);
+    Beryl__Ipc__V1__Envelope *update = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_UPDATE_VALUE);
+    Beryl__Ipc__V1__ManagerRequest *request = manager_request(update);
+    if (request && request->update_value) CHECK_EQ(request->update_value->value_handle, 3);
+    fake_free_envelope(update);
+    harness_end(&h);
+}
+
+static void test_launch_options_come_from_the_environment(void) {
+    setenv("BERYL_LAUNCH_CENTRALS", "hr,,door", 1);
+    unsetenv("BERYL_LAUNCH_PERIPHERALS");
+    beryl_launch_options options;
+    CHECK_EQ(beryl_launch_options_read(&options), 1);
+    CHECK_EQ(options.central_count, 2);
+    if (options.central_count == 2) {
+        CHECK_STR(options.centrals[0], "hr");
+        CHECK_STR(options.centrals[1], "door");
+    }
+    CHECK_EQ(options.peripheral_count, 0);
+    beryl_launch_options_clear(&options);
+    unsetenv("BERYL_LAUNCH_CENTRALS");
+    CHECK_EQ(beryl_launch_options_read(&options), 0);
+    CHECK_EQ(beryl_launch_options_read(NULL), BERYL_E_INVALID_ARGUMENT);
+}
+
+static void test_wire_errors_map_to_core_bluetooth_domains(void) {
+    struct { WireError wire; beryl_error_domain domain; int code; } cases[8];
+    for (int i = 0; i < 8; i++) beryl__ipc__v1__error__init(&cases[i].wire);
+    cases[0].wire.att_error = 0x80; cases[0].domain = BERYL_ERROR_DOMAIN_ATT; cases[0].code = 0x80;
+    cases[1].wire.bluetooth_error = BERYL__IPC__V1__BLUETOOTH_ERROR_CODE__BLUETOOTH_ERROR_CODE_UNKNOWN_DEVICE;
+    cases[1].domain = BERYL_ERROR_DOMAIN_BLUETOOTH; cases[1].code = BERYL_BT_UNKNOWN_DEVICE;
+    cases[2].wire.smp_reason = 3; cases[2].domain = BERYL_ERROR_DOMAIN_ATT; cases[2].code = BERYL_ATT_INSUFFICIENT_AUTHENTICATION;
+    cases[3].wire.hci_status = 0x06; cases[3].wire.code = BERYL__IPC__V1__ERROR_CODE__ERROR_CODE_SECURITY_FAILED;
+    cases[3].domain = BERYL_ERROR_DOMAIN_ATT; cases[3].code = BERYL_ATT_INSUFFICIENT_ENCRYPTION;
+    cases[4].wire.code = BERYL__IPC__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT; cases[4].domain = BERYL_ERROR_DOMAIN_BLUETOOTH; cases[4].code = BERYL_BT_INVALID_PARAMETERS;
+    cases[5].wire.code = BERYL__IPC__V1__ERROR_CODE__ERROR_CODE_PERMISSION_DENIED; cases[5].domain = BERYL_ERROR_DOMAIN_BLUETOOTH; cases[5].code = BERYL_BT_OPERATION_NOT_SUPPORTED;
+    cases[6].wire.manager_reason = BERYL__IPC__V1__MANAGER_REASON__MANAGER_REASON_NOT_PUBLISHED; cases[6].domain = BERYL_ERROR_DOMAIN_BLUETOOTH; cases[6].code = BERYL_BT_INVALID_PARAMETERS;
+    cases[7].wire.code = BERYL__IPC__V1__ERROR_CODE__ERROR_CODE_BUSY; cases[7].domain = BERYL_ERROR_DOMAIN_BLUETOOTH; cases[7].code = BERYL_BT_UNKNOWN;
+    for (int i = 0; i < 8; i++) {
+        beryl_error error;
+        beryl_error_from_wire(&cases[i].wire, &error);
+        CHECK_EQ(error.domain, cases[i].domain);
+        CHECK_EQ(error.code, cases[i].code);
+    }
+    beryl_error error;
+    CHECK(!beryl_error_from_disconnect(0x16, &error));
+    CHECK(!beryl_error_from_disconnect(0x00, &error));
+    CHECK(beryl_error_from_disconnect(0x13, &error) && error.code == BERYL_BT_PERIPHERAL_DISCONNECTED);
+    CHECK(beryl_error_from_disconnect(0x3E, &error) && error.code == BERYL_BT_CONNECTION_FAILED);
+    CHECK(beryl_error_from_disconnect(0x06, &error) && error.code == BERYL_BT_PEER_REMOVED_PAIRING_INFORMATION);
+}
+
+int main(void) {
+    struct { const char *name; void (*run)(void); } tests[] = {
+#define TEST(name) {#name, name}
+        TEST(test_uuids_parse_and_format_in_their_shortest_form),
+        TEST(test_null_handles_and_bad_arguments_are_errors_never_crashes),
+        TEST(test_a_missing_stack_is_powered_off_and_the_library_connects_when_it_comes),
+        TEST(test_hello_names_app_and_restore_identifier_and_a_refusal_is_final),
+        TEST(test_central_calls_go_on_the_wire_and_events_update_the_tree),
+        TEST(test_writes_without_response_wait_on_a_full_queue_and_resume_on_ready),
+        TEST(test_a_wake_is_answered_with_app_idle_after_the_callbacks),
+        TEST(test_malformed_and_oversized_datagrams_drop_the_session_which_comes_back),
+        TEST(test_a_lost_session_fails_what_waits_and_says_hello_again),
+        TEST(test_a_restored_central_hears_will_restore_before_the_state),
+        TEST(test_freeing_the_manager_inside_its_callback_is_safe),
+        TEST(test_retrieve_peripherals_by_identifier),
+        TEST(test_a_published_service_answers_reads_and_writes_exactly_once),
+        TEST(test_update_value_is_decided_locally_and_keeps_order_through_a_full_queue),
+        TEST(test_a_restored_peripheral_manager_gets_its_services_before_the_state),
+        TEST(test_launch_options_come_from_the_environment),
+        TEST(test_wire_errors_map_to_core_bluetooth_domains),
+    };
+    size_t count = sizeof tests / sizeof *tests;
+    for (size_t i = 0; i < count; i++) {
+        int before = failures;
+        tests[i].run();
+        printf("%s %s\n", failures == before ? "PASS" : "FAIL", tests[i].name);
+    }
+    printf("%zu tests, %d checks, %d failed\n", count, checks, failures);
+    return failures ? 1 : 0;
+}
