@@ -34,7 +34,7 @@ def stop_process(process, grace=5):
 
 
 class BerylStack:
-    def __init__(self, env, controller=0, attd_args=(), transport=None):
+    def __init__(self, env, controller=0, attd_args=(), transport=None, managerd_args=()):
         self.env = env
         self.dir = env["dir"]
         self.bin = env["bin"]
@@ -42,6 +42,7 @@ class BerylStack:
         self.state = os.path.join(self.dir, "state")
         self.controller = controller
         self.attd_args = list(attd_args)
+        self.managerd_args = list(managerd_args)
         air = env.get("air") if hasattr(env, "get") else None
         self.transport = transport or (air.transport(controller) if air else f"unix:{self.dir}/controller-{controller}.sock")
         self.processes = []  # (name, Popen, log file)
@@ -83,7 +84,7 @@ class BerylStack:
         self.start_process("attd", ["attd", "--runtime-dir", self.run, "--state-dir", self.state] + self.attd_args)
         wait_for(lambda: os.path.exists(os.path.join(self.run, "attd.sock")), 10, "attd listening")
         self.wait_log("attd", "attached to hcid")
-        self.start_process("managerd", ["managerd", "--runtime-dir", self.run, "--state-dir", self.state])
+        self.start_process("managerd", ["managerd", "--runtime-dir", self.run, "--state-dir", self.state] + self.managerd_args)
         wait_for(lambda: os.path.exists(os.path.join(self.run, "managerd.sock")), 10, "managerd listening")
         return self
 

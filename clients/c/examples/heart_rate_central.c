@@ -9,6 +9,7 @@
 #include <beryl/beryl.h>
 
 #include <event2/event.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +153,8 @@ static void disconnected(beryl_central *central, beryl_peripheral *peripheral, c
     say("disconnected");
 }
 
+static void terminated(evutil_socket_t fd, short what, void *user) { finish(user, 0); }
+
 static void gave_up(evutil_socket_t fd, short what, void *user) {
     fail(user, "no heart rate monitor served the measurements in time", NULL);
 }
@@ -206,7 +209,10 @@ int main(int argc, char **argv) {
     /* A stack that never comes up, or a monitor that never answers, is this tool's failure, not a state to wait in. */
     struct event *timeout = evtimer_new(a.base, gave_up, &a);
     if (!a.forever) evtimer_add(timeout, &(struct timeval){.tv_sec = 20});
+    struct event *terminate = evsignal_new(a.base, SIGTERM, terminated, &a);
+    evsignal_add(terminate, NULL);
     event_base_dispatch(a.base);
+    event_free(terminate);
     event_free(timeout);
     beryl_central_free(a.central);
     beryl_launch_options_clear(&launch);

@@ -6,6 +6,7 @@
 #include <beryl/beryl.h>
 
 #include <event2/event.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +121,7 @@ static void tick(evutil_socket_t fd, short what, void *user) {
     send_measurement(a);
 }
 
+/* The deadline, or SIGTERM: the loop ends and everything is freed (the leak checks run the example to its end). */
 static void stop(evutil_socket_t fd, short what, void *user) { event_base_loopbreak(((app *)user)->base); }
 
 int main(int argc, char **argv) {
@@ -161,7 +163,10 @@ int main(int argc, char **argv) {
     event_add(timer, &(struct timeval){.tv_sec = 1});
     struct event *deadline = evtimer_new(a.base, stop, &a);
     if (seconds > 0) evtimer_add(deadline, &(struct timeval){.tv_sec = seconds});
+    struct event *terminate = evsignal_new(a.base, SIGTERM, stop, &a);
+    evsignal_add(terminate, NULL);
     event_base_dispatch(a.base);
+    event_free(terminate);
     event_free(timer);
     event_free(deadline);
     beryl_peripheral_manager_free(a.manager);

@@ -1096,6 +1096,8 @@ void beryl_central_free(beryl_central *central) {
     destroy_central(central);
 }
 
+beryl_session *beryl_central_session(beryl_central *central) { return central->session; }
+
 beryl_manager_state beryl_central_state(const beryl_central *central) {
     return central ? beryl_session_state(central->session) : BERYL_STATE_UNKNOWN;
 }

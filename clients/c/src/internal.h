@@ -51,8 +51,10 @@ Beryl__Ipc__V1__ErrorCode beryl_session_error_code(const beryl_session *session)
 /* Sends a request; answer (may be NULL) runs once with its answer or failure. */
 int beryl_session_send(beryl_session *session, ManagerRequest *request, beryl_answer_fn answer, void *context);
 int beryl_session_set_app_state(beryl_session *session, beryl_app_state state);
-/* Feeds one datagram as if managerd had sent it (the fuzz target and the decoder's tests). */
+/* Feeds one datagram as if managerd had sent it (the fuzz target). */
 void beryl_session_receive(beryl_session *session, const uint8_t *datagram, size_t length);
+beryl_session *beryl_central_session(beryl_central *central);
+beryl_session *beryl_peripheral_manager_session(beryl_peripheral_manager *manager);
 
 /* The wire error as the app sees it (Core Bluetooth's domains; S/Beryl/Errors.swift's mapping). */
 void beryl_error_from_wire(const WireError *wire, beryl_error *out);

@@ -795,6 +795,8 @@ void beryl_peripheral_manager_free(beryl_peripheral_manager *manager) {
     destroy_manager(manager);
 }
 
+beryl_session *beryl_peripheral_manager_session(beryl_peripheral_manager *manager) { return manager->session; }
+
 beryl_manager_state beryl_peripheral_manager_state(const beryl_peripheral_manager *manager) {
     return manager ? beryl_session_state(manager->session) : BERYL_STATE_UNKNOWN;
 }

@@ -1293,7 +1293,128 @@ static void test_wire_errors_map_to_core_bluetooth_domains(void) {
     CHECK(beryl_error_from_disconnect(0x06, &error) && error.code == BERYL_BT_PEER_REMOVED_PAIRING_INFORMATION);
 }
 
-int main(void) {
+/* ---- seeds for the fuzz target (tests/fuzz-corpus, written once with --write-seeds DIR and committed) ---- */
+
+static size_t pack_event(Beryl__Ipc__V1__ManagerEvent *manager, uint8_t *out) {
+    Beryl__Ipc__V1__Event event = BERYL__IPC__V1__EVENT__INIT;
+    event.kind_case = BERYL__IPC__V1__EVENT__KIND_MANAGER;
+    event.manager = manager;
+    Beryl__Ipc__V1__Envelope envelope = BERYL__IPC__V1__ENVELOPE__INIT;
+    envelope.body_case = BERYL__IPC__V1__ENVELOPE__BODY_EVENT;
+    envelope.event = &event;
+    return beryl__ipc__v1__envelope__pack(&envelope, out);
+}
+
+static void write_seed(const char *directory, const char *name, uint8_t role, Beryl__Ipc__V1__ManagerEvent **events, size_t count) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", directory, name);
+    FILE *file = fopen(path, "wb");
+    if (!file) return;
+    fputc(role, file);
+    for (size_t i = 0; i < count; i++) {
+        uint8_t bytes[4096];
+        size_t length = pack_event(events[i], bytes);
+        fputc((int)(length & 0xFF), file);
+        fputc((int)(length >> 8), file);
+        fwrite(bytes, 1, length, file);
+    }
+    fclose(file);
+}
+
+static void write_seeds(const char *directory) {
+    char *uuids[] = {"180D"};
+    Beryl__Ipc__V1__AdvertisementInfo ad = BERYL__IPC__V1__ADVERTISEMENT_INFO__INIT;
+    ad.local_name = "Beryl HR";
+    ad.service_uuids = uuids;
+    ad.n_service_uuids = 1;
+    Beryl__Ipc__V1__PeripheralInfo info = BERYL__IPC__V1__PERIPHERAL_INFO__INIT;
+    info.identifier = PERIPHERAL_ID;
+    info.advertisement = &ad;
+    Beryl__Ipc__V1__ScanDiscovery discovery = BERYL__IPC__V1__SCAN_DISCOVERY__INIT;
+    discovery.peripheral = &info;
+    Beryl__Ipc__V1__ManagerEvent discovered = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    discovered.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_DISCOVERED;
+    discovered.discovered = &discovery;
+    Beryl__Ipc__V1__PeripheralConnected link = BERYL__IPC__V1__PERIPHERAL_CONNECTED__INIT;
+    link.peripheral = PERIPHERAL_ID;
+    Beryl__Ipc__V1__ManagerEvent connected = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    connected.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_CONNECTED;
+    connected.connected = &link;
+    connected.wake = 2;
+    uint8_t beat[2] = {0, 70};
+    Beryl__Ipc__V1__PeripheralNotification note = BERYL__IPC__V1__PERIPHERAL_NOTIFICATION__INIT;
+    note.peripheral = PERIPHERAL_ID;
+    note.handle = 3;
+    note.value.data = beat;
+    note.value.len = 2;
+    Beryl__Ipc__V1__ManagerEvent notification = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    notification.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_NOTIFICATION;
+    notification.notification = &note;
+    Beryl__Ipc__V1__GattServiceChanged change = BERYL__IPC__V1__GATT_SERVICE_CHANGED__INIT;
+    change.start_handle = 1;
+    change.end_handle = 9;
+    Beryl__Ipc__V1__PeripheralServicesChanged changed = BERYL__IPC__V1__PERIPHERAL_SERVICES_CHANGED__INIT;
+    changed.peripheral = PERIPHERAL_ID;
+    changed.change = &change;
+    Beryl__Ipc__V1__ManagerEvent services = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    services.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_SERVICES_CHANGED;
+    services.services_changed = &changed;
+    Beryl__Ipc__V1__PeripheralDisconnected gone = BERYL__IPC__V1__PERIPHERAL_DISCONNECTED__INIT;
+    gone.peripheral = PERIPHERAL_ID;
+    gone.reason = 0x13;
+    Beryl__Ipc__V1__ManagerEvent disconnected = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    disconnected.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_DISCONNECTED;
+    disconnected.disconnected = &gone;
+    Beryl__Ipc__V1__ManagerEvent *central_events[] = {&discovered, &connected, &notification, &services, &disconnected};
+    write_seed(directory, "central-session", 0, central_events, 5);
+
+    Beryl__Ipc__V1__CentralRead read = BERYL__IPC__V1__CENTRAL_READ__INIT;
+    read.id = 5;
+    read.central = PERIPHERAL_ID;
+    read.handle = 3;
+    Beryl__Ipc__V1__ManagerEvent read_event = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    read_event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_READ_REQUEST;
+    read_event.read_request = &read;
+    uint8_t one[] = {1};
+    Beryl__Ipc__V1__AttWrite part = BERYL__IPC__V1__ATT_WRITE__INIT;
+    part.handle = 3;
+    part.value.data = one;
+    part.value.len = 1;
+    Beryl__Ipc__V1__AttWrite *parts[] = {&part, &part};
+    Beryl__Ipc__V1__CentralWrite write = BERYL__IPC__V1__CENTRAL_WRITE__INIT;
+    write.id = 6;
+    write.central = PERIPHERAL_ID;
+    write.writes = parts;
+    write.n_writes = 2;
+    write.with_response = 1;
+    Beryl__Ipc__V1__ManagerEvent write_event = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    write_event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_WRITE_REQUEST;
+    write_event.write_request = &write;
+    Beryl__Ipc__V1__CentralSubscription subscription = BERYL__IPC__V1__CENTRAL_SUBSCRIPTION__INIT;
+    subscription.central = PERIPHERAL_ID;
+    subscription.value_handle = 3;
+    subscription.notify = 1;
+    Beryl__Ipc__V1__ManagerEvent subscribe = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    subscribe.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_SUBSCRIPTION;
+    subscribe.subscription = &subscription;
+    Beryl__Ipc__V1__ReadyToUpdate ready = BERYL__IPC__V1__READY_TO_UPDATE__INIT;
+    Beryl__Ipc__V1__ManagerEvent ready_event = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    ready_event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_READY_TO_UPDATE;
+    ready_event.ready_to_update = &ready;
+    Beryl__Ipc__V1__AdvertisingStarted started = BERYL__IPC__V1__ADVERTISING_STARTED__INIT;
+    started.error = "advertising is busy";
+    Beryl__Ipc__V1__ManagerEvent advertising = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    advertising.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_ADVERTISING_STARTED;
+    advertising.advertising_started = &started;
+    Beryl__Ipc__V1__ManagerEvent *peripheral_events[] = {&read_event, &write_event, &subscribe, &ready_event, &advertising};
+    write_seed(directory, "peripheral-session", 1, peripheral_events, 5);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--write-seeds") == 0) {
+        write_seeds(argv[2]);
+        return 0;
+    }
     struct { const char *name; void (*run)(void); } tests[] = {
 #define TEST(name) {#name, name}
         TEST(test_uuids_parse_and_format_in_their_shortest_form),
