@@ -1,9 +1,12 @@
 """The package on a Debian system of its own: debootstrap makes a minimal bookworm root (cached in .cache/board/),
 apt installs the .deb there, resolving its Depends from Debian's archive, and the installed stack runs from that root
-(chroot) on berylsim's controller 0: the heart-rate central example finds and reads the host's heart-rate peripheral.
+(chroot) on berylsim's controller 0: the heart-rate central example finds and reads the host's heart-rate peripheral,
+and so does the C central built there against the installed libberyl through pkg-config.
 Every library comes from the root's own Debian packages, none from this machine's build.
 """
+import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,7 +71,8 @@ def system():
         assert updated.returncode == 0, updated.stderr
         installed = chroot(root, "apt-get", "install", "-y", "-qq", "--no-install-recommends", "/tmp/" + os.path.basename(deb),
                            timeout=600, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-        yield {"root": root, "dir": directory, "installed": installed}
+        name, version, arch = os.path.basename(deb)[:-4].split("_")
+        yield {"root": root, "dir": directory, "installed": installed, "deb": deb, "version": version, "arch": arch}
     finally:
         unmounted = all(subprocess.run(["umount", "-l", mount]).returncode == 0 for mount in reversed(mounts))
         if unmounted and os.environ.get("BERYL_KEEP_SCRATCH") != "1":
@@ -97,12 +101,15 @@ def test_the_maintainer_scripts_make_the_users_groups_and_state_directory(system
     assert owner == "beryl:beryl", owner
 
 
-def test_the_installed_stack_runs_the_heart_rate_central_against_the_host(system):
+@contextlib.contextmanager
+def stack_beside_the_host(system):
+    """berylsim's two controllers: the host's heart-rate peripheral on 1, the installed stack (`beryl up` in the root)
+    on 0; everything stopped by pid, and `beryl down`, afterwards."""
     root = system["root"]
     binaries = bin_dir()
     sim_dir = os.path.join(root, "sim")
-    os.makedirs(sim_dir)
-    log = open(os.path.join(system["dir"], "berylsim.log"), "w")
+    os.makedirs(sim_dir, exist_ok=True)
+    log = open(os.path.join(system["dir"], "berylsim.log"), "a")
     sim = subprocess.Popen([os.path.join(binaries, "berylsim"), "--controllers", "2", "--dir", sim_dir], stdout=log, stderr=subprocess.STDOUT)
     host = None
     try:
@@ -111,11 +118,7 @@ def test_the_installed_stack_runs_the_heart_rate_central_against_the_host(system
         up = chroot(root, "beryl", "up", "--transport", "unix:/sim/controller-0.sock", timeout=60)
         assert up.returncode == 0, up.stdout + up.stderr
         assert "poweredOn" in up.stdout, up.stdout
-        central = chroot(root, "/usr/libexec/beryl/heart-rate-central", "--count", "2", timeout=60)
-        assert central.returncode == 0, central.stdout + central.stderr
-        assert "connected" in central.stdout and "sensor location chest" in central.stdout, central.stdout
-        assert central.stdout.count(" bpm") == 2, central.stdout
-        assert "central subscribed to heart rate measurement" in host.log(), host.log()
+        yield host
         down = chroot(root, "beryl", "down", timeout=60)
         assert down.returncode == 0, down.stderr
     finally:
@@ -127,3 +130,44 @@ def test_the_installed_stack_runs_the_heart_rate_central_against_the_host(system
             host.stop()
         stop_process(sim, grace=10)
         log.close()
+
+
+def test_the_installed_stack_runs_the_heart_rate_central_against_the_host(system):
+    with stack_beside_the_host(system) as host:
+        central = chroot(system["root"], "/usr/libexec/beryl/heart-rate-central", "--count", "2", timeout=60)
+        assert central.returncode == 0, central.stdout + central.stderr
+        assert "connected" in central.stdout and "sensor location chest" in central.stdout, central.stdout
+        assert central.stdout.count(" bpm") == 2, central.stdout
+        assert "central subscribed to heart rate measurement" in host.log(), host.log()
+
+
+def test_a_c_program_builds_against_the_installed_libberyl_and_reads_the_host(system):
+    """libberyl0 and libberyl-dev (ci/package's, beside the beryl package) installed with a compiler: the C central
+    example is built in the root through pkg-config, as a C program on a board would be, and does what the Swift one
+    does; so does the packaged C example."""
+    root = system["root"]
+    debs = [os.path.join(os.path.dirname(system["deb"]), f"{name}_{system['version']}_{system['arch']}.deb")
+            for name in ("libberyl0", "libberyl-dev")]
+    for deb in debs:
+        assert os.path.exists(deb), f"ci/package did not leave {deb}"
+        shutil.copy(deb, os.path.join(root, "tmp", os.path.basename(deb)))
+    installed = chroot(root, "apt-get", "install", "-y", "-qq", "--no-install-recommends", "gcc", "libc6-dev", "pkg-config",
+                       *["/tmp/" + os.path.basename(deb) for deb in debs],
+                       timeout=900, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    flags = chroot(root, "pkg-config", "--cflags", "--libs", "beryl", "libevent_core")
+    assert flags.returncode == 0 and "-lberyl" in flags.stdout, flags.stdout + flags.stderr
+    built = chroot(root, "sh", "-c", "cc -std=c11 -Wall -Werror /usr/share/beryl/examples/c/heart_rate_central.c "
+                                     "$(pkg-config --cflags --libs beryl libevent_core) -o /tmp/central-c")
+    assert built.returncode == 0, built.stdout + built.stderr
+    linked = chroot(root, "ldd", "/tmp/central-c")
+    # The package's library (Debian's multiarch directory; /lib is /usr/lib there), not a build directory's.
+    assert re.search(r"libberyl\.so\.0 => /(usr/)?lib/[^/]+-linux-gnu/libberyl\.so\.0", linked.stdout), linked.stdout
+    assert "not found" not in linked.stdout, linked.stdout
+    with stack_beside_the_host(system) as host:
+        for program in ("/tmp/central-c", "/usr/libexec/beryl/heart-rate-central-c"):
+            central = chroot(root, program, "--count", "2", timeout=60)
+            assert central.returncode == 0, program + "\n" + central.stdout + central.stderr
+            assert "connected" in central.stdout and "sensor location chest" in central.stdout, central.stdout
+            assert central.stdout.count(" bpm") == 2 and "reset energy expended" in central.stdout, central.stdout
+        assert host.log().count("control point write [1] accepted") == 2, host.log()
