@@ -1293,6 +1293,236 @@ static void test_wire_errors_map_to_core_bluetooth_domains(void) {
     CHECK(beryl_error_from_disconnect(0x06, &error) && error.code == BERYL_BT_PEER_REMOVED_PAIRING_INFORMATION);
 }
 
+/* ---- the remaining requests, each decoded off the wire ---- */
+
+static void on_length(beryl_peripheral *p, size_t length, const beryl_error *e, void *user) {
+    ((record *)user)->rssi = (int)length;
+    note_error(user, e);
+}
+static void on_included(beryl_peripheral *p, beryl_service *s, const beryl_error *e, void *user) { ((record *)user)->service_discoveries++; note_error(user, e); }
+static void on_descriptor_value(beryl_peripheral *p, beryl_descriptor *d, const beryl_error *e, void *user) { ((record *)user)->value_updates++; note_error(user, e); }
+static void on_descriptor_write(beryl_peripheral *p, beryl_descriptor *d, const beryl_error *e, void *user) { ((record *)user)->writes++; note_error(user, e); }
+
+static void answer_one_service(harness *h, uint64_t id, Beryl__Ipc__V1__GattServiceInfo *one) {
+    Beryl__Ipc__V1__GattServiceInfo *services[] = {one};
+    Beryl__Ipc__V1__GattDatabase database = BERYL__IPC__V1__GATT_DATABASE__INIT;
+    database.services = services;
+    database.n_services = 1;
+    answer_gatt_database(h, id, &database);
+}
+
+static void test_the_other_central_requests_and_state_changes(void) {
+    harness h;
+    beryl_central *central = central_up(&h, &(beryl_manager_options){.app_id = "com.example.c"});
+    beryl_peripheral *peripheral = connected_heart_rate(&h, central);
+    beryl_characteristic *measurement = characteristic(peripheral, "2A37");
+    beryl_service *service = beryl_characteristic_service(measurement);
+    if (!measurement || !service) return harness_end(&h);
+    beryl_peripheral_callbacks callbacks = peripheral_callbacks;
+    callbacks.did_discover_included_services = on_included;
+    callbacks.did_update_descriptor_value = on_descriptor_value;
+    callbacks.did_write_descriptor_value = on_descriptor_write;
+    beryl_peripheral_set_callbacks(peripheral, &callbacks, &h.r);
+
+    /* Descriptors of 2A37 (value 3) lie in 4..4: the next characteristic's value is 6, its declaration 5. */
+    CHECK_EQ(beryl_peripheral_discover_descriptors(peripheral, measurement), BERYL_OK);
+    Beryl__Ipc__V1__Envelope *envelope = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_GATT);
+    Beryl__Ipc__V1__ManagerRequest *request = manager_request(envelope);
+    if (request && request->gatt) {
+        CHECK_EQ(request->gatt->discover->depth, BERYL__IPC__V1__GATT_DISCOVERY_DEPTH__GATT_DISCOVERY_DEPTH_DESCRIPTORS);
+        CHECK_EQ(request->gatt->discover->start_handle, 4);
+        CHECK_EQ(request->gatt->discover->end_handle, 4);
+        Beryl__Ipc__V1__GattDescriptorInfo cccd = BERYL__IPC__V1__GATT_DESCRIPTOR_INFO__INIT;
+        cccd.uuid = "2902";
+        cccd.handle = 4;
+        Beryl__Ipc__V1__GattDescriptorInfo *descriptors[] = {&cccd};
+        Beryl__Ipc__V1__GattCharacteristicInfo info = BERYL__IPC__V1__GATT_CHARACTERISTIC_INFO__INIT;
+        info.uuid = "2A37";
+        info.value_handle = 3;
+        info.descriptors = descriptors;
+        info.n_descriptors = 1;
+        Beryl__Ipc__V1__GattCharacteristicInfo *characteristics[] = {&info};
+        Beryl__Ipc__V1__GattServiceInfo one = BERYL__IPC__V1__GATT_SERVICE_INFO__INIT;
+        one.characteristics = characteristics;
+        one.n_characteristics = 1;
+        answer_one_service(&h, envelope->request_id, &one);
+    }
+    fake_free_envelope(envelope);
+    pump(h.base, 20);
+    CHECK_EQ(h.r.descriptor_discoveries, 1);
+    CHECK_EQ(beryl_characteristic_descriptor_count(measurement), 1);
+    beryl_descriptor *cccd = beryl_characteristic_descriptor_at(measurement, 0);
+    uint8_t on[2] = {1, 0};
+    CHECK_EQ(beryl_peripheral_write_descriptor(peripheral, cccd, on, 2), BERYL_E_NOT_PERMITTED);  /* set_notify's */
+    CHECK_EQ(beryl_peripheral_read_descriptor(peripheral, cccd), BERYL_OK);
+    envelope = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_GATT);
+    request = manager_request(envelope);
+    if (request && request->gatt) {
+        CHECK_EQ(request->gatt->kind_case, BERYL__IPC__V1__GATT_OPERATION__KIND_READ);
+        CHECK_EQ(request->gatt->read->handle, 4);
+        Beryl__Ipc__V1__GattResult result = BERYL__IPC__V1__GATT_RESULT__INIT;
+        result.kind_case = BERYL__IPC__V1__GATT_RESULT__KIND_VALUE;
+        result.value.data = on;
+        result.value.len = 2;
+        Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
+        response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_GATT;
+        response.gatt = &result;
+        fake_respond(&h.fake, envelope->request_id, &response);
+    }
+    fake_free_envelope(envelope);
+    pump(h.base, 20);
+    size_t length = 0;
+    const uint8_t *value = beryl_descriptor_value(cccd, &length);
+    CHECK(length == 2 && value && value[0] == 1);
+
+    /* Included services: over the service's range. */
+    CHECK_EQ(beryl_peripheral_discover_included_services(peripheral, service, NULL, 0), BERYL_OK);
+    envelope = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_GATT);
+    request = manager_request(envelope);
+    if (request && request->gatt) {
+        CHECK_EQ(request->gatt->discover->depth, BERYL__IPC__V1__GATT_DISCOVERY_DEPTH__GATT_DISCOVERY_DEPTH_INCLUDED);
+        CHECK_EQ(request->gatt->discover->start_handle, 1);
+        CHECK_EQ(request->gatt->discover->end_handle, 8);
+        Beryl__Ipc__V1__GattIncludedService battery = BERYL__IPC__V1__GATT_INCLUDED_SERVICE__INIT;
+        battery.uuid = "180F";
+        battery.start_handle = 20;
+        battery.end_handle = 24;
+        Beryl__Ipc__V1__GattIncludedService *included[] = {&battery};
+        Beryl__Ipc__V1__GattServiceInfo one = BERYL__IPC__V1__GATT_SERVICE_INFO__INIT;
+        one.included = included;
+        one.n_included = 1;
+        answer_one_service(&h, envelope->request_id, &one);
+    }
+    fake_free_envelope(envelope);
+    pump(h.base, 20);
+    CHECK_EQ(beryl_service_included_count(service), 1);
+    CHECK(!beryl_service_is_primary(beryl_service_included_at(service, 0)));
+
+    /* Maximum write length, without response. */
+    CHECK_EQ(beryl_peripheral_maximum_write_length(peripheral, BERYL_WRITE_WITHOUT_RESPONSE, on_length, &h.r), BERYL_OK);
+    envelope = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_MAXIMUM_WRITE_LENGTH);
+    request = manager_request(envelope);
+    if (request && request->maximum_write_length) {
+        CHECK(request->maximum_write_length->without_response);
+        CHECK_STR(request->maximum_write_length->peripheral, PERIPHERAL_ID);
+        Beryl__Ipc__V1__MaximumWriteLength answer = BERYL__IPC__V1__MAXIMUM_WRITE_LENGTH__INIT;
+        answer.length = 244;
+        Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
+        response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_MAXIMUM_WRITE_LENGTH;
+        response.maximum_write_length = &answer;
+        fake_respond(&h.fake, envelope->request_id, &response);
+    }
+    fake_free_envelope(envelope);
+    pump(h.base, 20);
+    CHECK_EQ(h.r.rssi, 244);
+
+    /* Retrieve connected, stop scan, app state, cancel. */
+    beryl_uuid hr;
+    beryl_uuid_parse("180D", &hr);
+    CHECK_EQ(beryl_central_retrieve_connected(central, &hr, 1, on_retrieved, &h.r), BERYL_OK);
+    envelope = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_RETRIEVE_CONNECTED);
+    request = manager_request(envelope);
+    if (request && request->retrieve_connected) {
+        CHECK_EQ(request->retrieve_connected->n_service_uuids, 1);
+        Beryl__Ipc__V1__PeripheralList none = BERYL__IPC__V1__PERIPHERAL_LIST__INIT;
+        Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
+        response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_PERIPHERALS;
+        response.peripherals = &none;
+        h.r.retrieved = -1;
+        fake_respond(&h.fake, envelope->request_id, &response);
+    }
+    fake_free_envelope(envelope);
+    pump(h.base, 20);
+    CHECK_EQ(h.r.retrieved, 0);
+    CHECK_EQ(beryl_central_stop_scan(central), BERYL_OK);
+    fake_free_envelope(expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_STOP_SCAN));
+    CHECK(!beryl_central_is_scanning(central));
+    CHECK_EQ(beryl_central_set_app_state(central, BERYL_APP_BACKGROUND), BERYL_OK);
+    envelope = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_SET_APP_STATE);
+    request = manager_request(envelope);
+    if (request && request->set_app_state) {
+        CHECK_STR(request->set_app_state->app_id, "com.example.c");
+        CHECK_EQ(request->set_app_state->state, BERYL__IPC__V1__APP_LIFECYCLE__APP_LIFECYCLE_BACKGROUND);
+    }
+    fake_free_envelope(envelope);
+    CHECK_EQ(beryl_central_set_app_state(central, (beryl_app_state)9), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_central_cancel_connection(central, peripheral), BERYL_OK);
+    envelope = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_CANCEL_CONNECTION);
+    request = manager_request(envelope);
+    if (request && request->cancel_connection) CHECK_STR(request->cancel_connection->peripheral, PERIPHERAL_ID);
+    fake_free_envelope(envelope);
+    CHECK_EQ(beryl_peripheral_get_state(peripheral), BERYL_PERIPHERAL_DISCONNECTING);
+
+    /* managerd's state changes: each reaches the app once (an unresponsive controller is off to apps). */
+    int states = h.r.state_count;
+    Beryl__Ipc__V1__ManagerEvent event = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_STATE_CHANGED;
+    event.state_changed = BERYL__IPC__V1__CONTROLLER_STATE__CONTROLLER_STATE_UNRESPONSIVE;
+    fake_event(&h.fake, &event);
+    event.state_changed = BERYL__IPC__V1__CONTROLLER_STATE__CONTROLLER_STATE_POWERED_OFF;
+    fake_event(&h.fake, &event);
+    event.state_changed = BERYL__IPC__V1__CONTROLLER_STATE__CONTROLLER_STATE_RESETTING;
+    fake_event(&h.fake, &event);
+    pump(h.base, 30);
+    CHECK_EQ(h.r.state_count, states + 2);
+    CHECK_EQ(h.r.states[states], BERYL_STATE_POWERED_OFF);
+    CHECK_EQ(h.r.states[states + 1], BERYL_STATE_RESETTING);
+    CHECK_EQ(beryl_central_scan(central, NULL, 0, false), BERYL_E_NOT_POWERED_ON);
+    harness_end(&h);
+}
+
+static void test_the_other_peripheral_manager_requests(void) {
+    harness h;
+    beryl_peripheral_manager *manager = manager_up(&h, NULL);
+    published_measurement(&h, manager);
+    beryl_local_service *service = h.r.added;
+    /* A secondary service including the first; managerd refuses it. */
+    beryl_local_service *second = NULL;
+    CHECK_EQ(beryl_local_service_create(&second, "D00D0001-0000-1000-8000-00805F9B34FB", false), BERYL_OK);
+    CHECK_EQ(beryl_local_service_include(second, service), BERYL_OK);
+    CHECK_EQ(beryl_peripheral_manager_add_service(manager, second), BERYL_OK);
+    Beryl__Ipc__V1__Envelope *envelope = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_ADD_SERVICE);
+    Beryl__Ipc__V1__ManagerRequest *request = manager_request(envelope);
+    if (request && request->add_service && request->add_service->service) {
+        CHECK(!request->add_service->service->primary);
+        CHECK_EQ(request->add_service->service->n_included_start_handles, 1);
+        if (request->add_service->service->n_included_start_handles == 1) CHECK_EQ(request->add_service->service->included_start_handles[0], 1);
+        CHECK_STR(request->add_service->service->uuid, "D00D0001");  /* a 32-bit UUID on the base, in its short form */
+        Beryl__Ipc__V1__Error error = BERYL__IPC__V1__ERROR__INIT;
+        error.code = BERYL__IPC__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT;
+        error.field = "service.included_start_handles";
+        fake_respond_error(&h.fake, envelope->request_id, &error);
+    }
+    fake_free_envelope(envelope);
+    pump(h.base, 20);
+    CHECK_EQ(h.r.adds, 2);
+    CHECK(h.r.added == second && h.r.had_error && h.r.last_error.code == BERYL_BT_INVALID_PARAMETERS);
+    CHECK_EQ(beryl_peripheral_manager_remove_service(manager, second), BERYL_E_STATE);  /* never published */
+
+    CHECK_EQ(beryl_peripheral_manager_remove_service(manager, service), BERYL_OK);
+    envelope = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_REMOVE_SERVICE);
+    request = manager_request(envelope);
+    if (request && request->remove_service) CHECK_EQ(request->remove_service->start_handle, 1);
+    fake_free_envelope(envelope);
+    CHECK_EQ(beryl_peripheral_manager_update_value(manager, beryl_local_service_characteristic_at(service, 0), (const uint8_t *)"x", 1), BERYL_E_STATE);
+    CHECK_EQ(beryl_peripheral_manager_stop_advertising(manager), BERYL_OK);
+    fake_free_envelope(expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_STOP_ADVERTISING));
+    CHECK_EQ(beryl_peripheral_manager_remove_all_services(manager), BERYL_OK);
+    fake_free_envelope(expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_REMOVE_ALL_SERVICES));
+    /* A refused StartAdvertising reaches did_start_advertising with its error. */
+    CHECK_EQ(beryl_peripheral_manager_start_advertising(manager, NULL, NULL, 0), BERYL_OK);
+    envelope = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_START_ADVERTISING);
+    Beryl__Ipc__V1__Error error = BERYL__IPC__V1__ERROR__INIT;
+    error.code = BERYL__IPC__V1__ERROR_CODE__ERROR_CODE_INTERNAL;
+    error.bluetooth_error = BERYL__IPC__V1__BLUETOOTH_ERROR_CODE__BLUETOOTH_ERROR_CODE_ALREADY_ADVERTISING;
+    if (envelope) fake_respond_error(&h.fake, envelope->request_id, &error);
+    fake_free_envelope(envelope);
+    pump(h.base, 20);
+    CHECK_EQ(h.r.advertising_results, 1);
+    CHECK(h.r.had_error && h.r.last_error.code == BERYL_BT_ALREADY_ADVERTISING);
+    harness_end(&h);
+}
+
 /* ---- seeds for the fuzz target (tests/fuzz-corpus, written once with --write-seeds DIR and committed) ---- */
 
 static size_t pack_event(Beryl__Ipc__V1__ManagerEvent *manager, uint8_t *out) {
@@ -1434,6 +1664,8 @@ int main(int argc, char **argv) {
         TEST(test_a_restored_peripheral_manager_gets_its_services_before_the_state),
         TEST(test_launch_options_come_from_the_environment),
         TEST(test_wire_errors_map_to_core_bluetooth_domains),
+        TEST(test_the_other_central_requests_and_state_changes),
+        TEST(test_the_other_peripheral_manager_requests),
     };
     size_t count = sizeof tests / sizeof *tests;
     for (size_t i = 0; i < count; i++) {
