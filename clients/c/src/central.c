@@ -181,10 +181,14 @@ static bool peripheral_belongs(const beryl_central *central, const beryl_periphe
     return false;
 }
 
+/* In the peripheral's tree: one of its services, or a (secondary) service one of them includes. */
 static bool service_is_live(const beryl_service *service) {
     const beryl_peripheral *peripheral = service->peripheral;
-    for (size_t i = 0; i < peripheral->service_count; i++)
+    for (size_t i = 0; i < peripheral->service_count; i++) {
         if (peripheral->services[i] == service) return true;
+        for (size_t k = 0; k < peripheral->services[i]->included_count; k++)
+            if (peripheral->services[i]->included[k] == service) return true;
+    }
     return false;
 }
 
@@ -196,11 +200,18 @@ static bool characteristic_is_live(const beryl_characteristic *characteristic) {
     return false;
 }
 
+static beryl_characteristic *characteristic_in(const beryl_service *service, uint32_t handle) {
+    for (size_t c = 0; c < service->characteristic_count; c++)
+        if (service->characteristics[c]->value_handle == handle) return service->characteristics[c];
+    return NULL;
+}
+
 static beryl_characteristic *characteristic_with_value_handle(beryl_peripheral *peripheral, uint32_t handle) {
     for (size_t s = 0; s < peripheral->service_count; s++) {
         beryl_service *service = peripheral->services[s];
-        for (size_t c = 0; c < service->characteristic_count; c++)
-            if (service->characteristics[c]->value_handle == handle) return service->characteristics[c];
+        beryl_characteristic *found = characteristic_in(service, handle);
+        for (size_t k = 0; !found && k < service->included_count; k++) found = characteristic_in(service->included[k], handle);
+        if (found) return found;
     }
     return NULL;
 }
@@ -258,6 +269,15 @@ static beryl_service *service_at_start(beryl_peripheral *peripheral, uint32_t st
     return NULL;
 }
 
+/* A service in the tree, primary or included, by its first handle. */
+static beryl_service *known_service(beryl_peripheral *peripheral, uint32_t start) {
+    beryl_service *found = service_at_start(peripheral, start);
+    for (size_t i = 0; !found && i < peripheral->service_count; i++)
+        for (size_t k = 0; !found && k < peripheral->services[i]->included_count; k++)
+            if (peripheral->services[i]->included[k]->start == start) found = peripheral->services[i]->included[k];
+    return found;
+}
+
 /* The whole database, as restoration gives it: the tree is replaced. */
 static void adopt_database(beryl_peripheral *peripheral, const GattDatabase *database) {
     peripheral->service_count = 0;
@@ -275,7 +295,10 @@ static void adopt_database(beryl_peripheral *peripheral, const GattDatabase *dat
         const ServiceInfo *info = database->services[s];
         beryl_service *service = service_at_start(peripheral, info->start_handle);
         for (size_t i = 0; service && i < info->n_included; i++) {
-            beryl_service *included = service_at_start(peripheral, info->included[i]->start_handle);
+            const Beryl__Ipc__V1__GattIncludedService *entry = info->included[i];
+            /* A primary of the database, or a secondary service only reachable through this inclusion. */
+            beryl_service *included = known_service(peripheral, entry->start_handle);
+            if (!included) included = make_service(peripheral, entry->uuid, entry->start_handle, entry->end_handle, false);
             if (included) append((void ***)&service->included, &service->included_count, included);
         }
     }
@@ -354,7 +377,7 @@ static void merge_included(beryl_service *service, const operation *op, const Ga
     for (size_t i = 0; i < info->n_included; i++) {
         const Beryl__Ipc__V1__GattIncludedService *entry = info->included[i];
         if (!wanted(op, entry->uuid)) continue;
-        beryl_service *included = service_at_start(service->peripheral, entry->start_handle);
+        beryl_service *included = known_service(service->peripheral, entry->start_handle);
         if (!included) included = make_service(service->peripheral, entry->uuid, entry->start_handle, entry->end_handle, false);
         if (!included) continue;
         bool known = false;
@@ -776,6 +799,12 @@ int beryl_peripheral_maximum_write_length(beryl_peripheral *peripheral, beryl_wr
     return send_operation(peripheral->central, &request, op);
 }
 
+static void scan_answered(void *owner, void *context, const ManagerResponse *response, const beryl_error *error) {
+    beryl_central *central = owner;
+    /* A refused scan is not running (the Swift library clears isScanning too). */
+    if (error) central->scanning = false;
+}
+
 int beryl_central_scan(beryl_central *central, const beryl_uuid *service_uuids, size_t count, bool allow_duplicates) {
     if (!central || (count > 0 && !service_uuids)) return BERYL_E_INVALID_ARGUMENT;
     if (beryl_session_state(central->session) != BERYL_STATE_POWERED_ON) return BERYL_E_NOT_POWERED_ON;
@@ -790,7 +819,7 @@ int beryl_central_scan(beryl_central *central, const beryl_uuid *service_uuids, 
     ManagerRequest request = BERYL__IPC__V1__MANAGER_REQUEST__INIT;
     request.kind_case = BERYL__IPC__V1__MANAGER_REQUEST__KIND_START_SCAN;
     request.start_scan = &scan;
-    status = beryl_session_send(central->session, &request, NULL, NULL);
+    status = beryl_session_send(central->session, &request, scan_answered, NULL);
     beryl_strings_free(strings, count);
     if (status == BERYL_OK) central->scanning = true;
     return status;

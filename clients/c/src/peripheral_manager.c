@@ -53,6 +53,8 @@ struct beryl_request {
     size_t maximum_update_length;
     bool is_read;
     bool needs_response;
+    /* Its session ended before the answer: nothing can carry one now. */
+    bool orphaned;
     /* Answered (or, for a write command, delivered): freed by the next sweep. */
     bool done;
 };
@@ -72,7 +74,11 @@ struct beryl_peripheral_manager {
     beryl_request *requests;
     struct event *sweep;
     bool advertising;
+    /* Between start_advertising and stop_advertising: an AdvertisingStarted outside it is stale. */
+    bool advertising_requested;
     queued_update updates[UPDATE_QUEUE_CAP];
+    /* Which queue an UpdateValue's answer belongs to: the queue is emptied when the services go. */
+    uintptr_t update_epoch;
     size_t update_head, update_count;
     bool update_in_flight;
     bool waiting_for_ready;
@@ -364,7 +370,7 @@ static void advertising_answered(void *owner, void *context, const ManagerRespon
     (void)response;
     beryl_peripheral_manager *manager = owner;
     if (!error) return;  /* success is the AdvertisingStarted event that follows */
-    manager->advertising = false;
+    manager->advertising = manager->advertising_requested = false;
     if (manager->callbacks.did_start_advertising) manager->callbacks.did_start_advertising(manager, error, manager->user);
 }
 
@@ -387,6 +393,8 @@ int beryl_peripheral_manager_start_advertising(beryl_peripheral_manager *manager
     request.start_advertising = &start;
     status = beryl_session_send(manager->session, &request, advertising_answered, NULL);
     beryl_strings_free(strings, count);
+    /* isAdvertising is true from the call on, as in Core Bluetooth; a failure clears it. */
+    if (status == BERYL_OK) manager->advertising = manager->advertising_requested = true;
     return status;
 }
 
@@ -402,7 +410,7 @@ static int stop_advertising(beryl_peripheral_manager *manager) {
 int beryl_peripheral_manager_stop_advertising(beryl_peripheral_manager *manager) {
     if (!manager) return BERYL_E_INVALID_ARGUMENT;
     int status = stop_advertising(manager);
-    if (status == BERYL_OK) manager->advertising = false;
+    if (status == BERYL_OK) manager->advertising = manager->advertising_requested = false;
     return status;
 }
 
@@ -427,9 +435,9 @@ static void pop_update(beryl_peripheral_manager *manager) {
 }
 
 static void update_answered(void *owner, void *context, const ManagerResponse *response, const beryl_error *error) {
-    (void)context;
     if (!response && !error) return;
     beryl_peripheral_manager *manager = owner;
+    if ((uintptr_t)context != manager->update_epoch) return;  /* for a queue emptied since */
     manager->update_in_flight = false;
     if (error) {
         /* Gone with its session, or refused for good (the service was removed): not sent again. */
@@ -457,7 +465,7 @@ static void send_next_update(beryl_peripheral_manager *manager) {
         ManagerRequest request = BERYL__IPC__V1__MANAGER_REQUEST__INIT;
         request.kind_case = BERYL__IPC__V1__MANAGER_REQUEST__KIND_UPDATE_VALUE;
         request.update_value = &update;
-        if (beryl_session_send(manager->session, &request, update_answered, NULL) == BERYL_OK) {
+        if (beryl_session_send(manager->session, &request, update_answered, (void *)manager->update_epoch) == BERYL_OK) {
             manager->update_in_flight = true;
         } else {
             pop_update(manager);
@@ -565,17 +573,22 @@ static void write_requested(beryl_peripheral_manager *manager, const Beryl__Ipc_
     size_t count = write->n_writes;
     beryl_request **batch = count ? calloc(count, sizeof *batch) : NULL;
     size_t made = 0;
-    bool complete = batch != NULL;
-    for (size_t i = 0; complete && i < count; i++) {
+    /* Why a write cannot reach the app, as the ATT error its central gets (Core Vol 3 Part F §3.4.1.1). */
+    uint32_t refusal = batch ? BERYL_ATT_SUCCESS : BERYL_ATT_UNLIKELY_ERROR;
+    for (size_t i = 0; refusal == BERYL_ATT_SUCCESS && i < count; i++) {
         const Beryl__Ipc__V1__AttWrite *part = write->writes[i];
         beryl_local_characteristic *characteristic = published_characteristic(manager, part->handle);
-        if (!characteristic || part->value.len > BERYL_VALUE_CAP) {
-            complete = false;
+        if (!characteristic) {
+            refusal = BERYL_ATT_INVALID_HANDLE;
+            break;
+        }
+        if (part->value.len > BERYL_VALUE_CAP) {
+            refusal = BERYL_ATT_INVALID_ATTRIBUTE_VALUE_LENGTH;
             break;
         }
         beryl_request *request = new_request(manager, write->id, write->central, characteristic, write->maximum_update_length);
         if (!request || !copy_value(&request->value, part->value.data, part->value.len)) {
-            complete = false;
+            refusal = BERYL_ATT_UNLIKELY_ERROR;
             if (request) request->done = true;
             break;
         }
@@ -584,10 +597,11 @@ static void write_requested(beryl_peripheral_manager *manager, const Beryl__Ipc_
         request->needs_response = write->with_response && write->id != 0;
         batch[made++] = request;
     }
-    if (!complete || !manager->callbacks.did_receive_writes) {
+    if (refusal == BERYL_ATT_SUCCESS && !manager->callbacks.did_receive_writes) refusal = BERYL_ATT_UNLIKELY_ERROR;
+    if (refusal != BERYL_ATT_SUCCESS) {
         for (size_t i = 0; i < made; i++) batch[i]->done = true;
         schedule_sweep(manager);
-        if (write->with_response && write->id) answer(manager, write->id, BERYL_ATT_INVALID_HANDLE, NULL, 0);
+        if (write->with_response && write->id) answer(manager, write->id, refusal, NULL, 0);
         free(batch);
         return;
     }
@@ -612,6 +626,11 @@ int beryl_request_respond(beryl_peripheral_manager *manager, beryl_request *requ
     if (!request_belongs(manager, request)) return BERYL_E_UNKNOWN_OBJECT;
     if (!request->needs_response) return BERYL_E_STATE;
     if (request->done) return BERYL_E_ALREADY_ANSWERED;
+    if (request->orphaned) {
+        request->done = true;
+        schedule_sweep(manager);
+        return BERYL_E_NOT_POWERED_ON;
+    }
     if (length > BERYL_VALUE_CAP) return BERYL_E_TOO_LONG;
     answer(manager, request->id, result, request->is_read && result == BERYL_ATT_SUCCESS ? value : NULL,
            request->is_read && result == BERYL_ATT_SUCCESS ? length : 0);
@@ -659,9 +678,10 @@ static void peripheral_event(void *owner, const ManagerEvent *event) {
         ready_if_owed(manager);
         break;
     case BERYL__IPC__V1__MANAGER_EVENT__KIND_ADVERTISING_STARTED: {
+        if (!manager->advertising_requested) break;  /* for an advertisement stopped since */
         const char *failure = event->advertising_started->error;
         bool failed = failure && *failure;
-        manager->advertising = !failed;
+        manager->advertising = manager->advertising_requested = !failed;
         beryl_error error;
         if (failed) beryl_error_local(&error, BERYL_ERROR_DOMAIN_BLUETOOTH, BERYL_BT_UNKNOWN, failure);
         if (manager->callbacks.did_start_advertising)
@@ -727,17 +747,30 @@ static void peripheral_welcomed(void *owner, const Welcome *welcome, bool again)
     free(services);
 }
 
-static void peripheral_lost(void *owner) {
-    beryl_peripheral_manager *manager = owner;
+/* The stack dropped what this manager published (managerd clears a manager's services and advertising when the
+ * controller leaves poweredOn, ManagerCore+State.swift; a lost session takes them too): the app adds them again on
+ * poweredOn, and values queued for them go. */
+static void services_gone(beryl_peripheral_manager *manager) {
+    retire_services(manager);
+    manager->advertising = manager->advertising_requested = false;
+    manager->update_epoch++;
     manager->update_in_flight = false;
     manager->waiting_for_ready = false;
     manager->update_count = 0;
-    manager->advertising = false;
+}
+
+static void peripheral_lost(void *owner) {
+    beryl_peripheral_manager *manager = owner;
+    services_gone(manager);
+    for (beryl_request *r = manager->requests; r; r = r->next) r->orphaned = true;
 }
 
 static void peripheral_state_changed(void *owner) {
     beryl_peripheral_manager *manager = owner;
+    if (beryl_session_state(manager->session) != BERYL_STATE_POWERED_ON) services_gone(manager);
     manager->callbacks.did_update_state(manager, manager->user);
+    /* A wait for room that the loss of the queue ended: the queue is empty, so there is room now. */
+    if (beryl_session_state(manager->session) == BERYL_STATE_POWERED_ON) ready_if_owed(manager);
 }
 
 static void peripheral_dropped(void *owner, const char *why) {

@@ -33,6 +33,8 @@ struct beryl_session {
     struct event *readable;
     struct event *writable;
     struct event *retry;
+    /* A send that failed inside an app's call: the session ends from the loop, never under the caller's feet. */
+    struct event *broken;
     int fd;
     char *path;
     char *app_id;
@@ -46,10 +48,13 @@ struct beryl_session {
     pending *pending;
     outgoing *queue_head, *queue_tail;
     size_t queued;
-    /* Reconnection: the next delay, whether a Hello was ever answered, whether managerd refused this manager. */
+    /* Reconnection: the next delay, whether a Hello was ever answered, whether this connection's was. */
     int backoff_ms;
     bool welcomed_before;
-    bool refused;
+    bool welcomed;
+    bool failed_send;
+    /* Counts connections, so that code after a callback can tell the session it started on has ended. */
+    uint64_t generation;
     int depth;
     bool doomed;
     Beryl__Ipc__V1__ErrorCode last_error_code;
@@ -133,10 +138,24 @@ static void flush_queue(beryl_session *session) {
         session->queued--;
         free(head);
         if (sent < 0) {
-            session_lost(session, NULL);
+            /* managerd is gone (EPIPE, ECONNRESET). This may be inside an app's call: what is queued is dropped and
+             * the session ends on the loop's next turn, with its callbacks. */
+            session->failed_send = true;
+            drop_queue(session);
+            event_active(session->broken, 0, 0);
             return;
         }
     }
+}
+
+static void on_broken(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    beryl_session *session = arg;
+    enter(session);
+    /* Unless the reader saw the end first (and a new connection may be up since). */
+    if (session->failed_send) session_lost(session, NULL);
+    leave(session);
 }
 
 static void on_writable(evutil_socket_t fd, short what, void *arg) {
@@ -150,6 +169,7 @@ static void on_writable(evutil_socket_t fd, short what, void *arg) {
 
 /* Queues the encoded envelope behind what already waits, so that requests leave in the order they were made. */
 static int transmit(beryl_session *session, const Envelope *envelope) {
+    if (session->fd < 0 || session->failed_send) return BERYL_E_NOT_POWERED_ON;
     size_t length = beryl__ipc__v1__envelope__get_packed_size(envelope);
     if (length > BERYL_DATAGRAM_CAP) return BERYL_E_TOO_LONG;
     if (session->queued >= OUTGOING_CAP) return BERYL_E_STATE;
@@ -161,7 +181,7 @@ static int transmit(beryl_session *session, const Envelope *envelope) {
     session->queue_tail = message;
     session->queued++;
     if (session->queue_head == message) flush_queue(session);
-    return BERYL_OK;
+    return session->failed_send ? BERYL_E_NOT_POWERED_ON : BERYL_OK;
 }
 
 static int send_request(beryl_session *session, ManagerRequest *request, beryl_answer_fn answer, void *context) {
@@ -190,7 +210,7 @@ static int send_request(beryl_session *session, ManagerRequest *request, beryl_a
 }
 
 int beryl_session_send(beryl_session *session, ManagerRequest *request, beryl_answer_fn answer, void *context) {
-    if (session->fd < 0 || !session->welcomed_before) return BERYL_E_NOT_POWERED_ON;
+    if (session->fd < 0 || !session->welcomed || session->failed_send) return BERYL_E_NOT_POWERED_ON;
     return send_request(session, request, answer, context);
 }
 
@@ -209,23 +229,36 @@ static void hello_answered(void *owner, void *context, const ManagerResponse *re
     (void)owner;
     beryl_session *session = context;
     (void)error;
-    if (!response || response->kind_case != BERYL__IPC__V1__MANAGER_RESPONSE__KIND_WELCOME) return;
+    if (!response) return;  /* failed with the session, which says so itself */
+    if (response->kind_case != BERYL__IPC__V1__MANAGER_RESPONSE__KIND_WELCOME) {
+        session_lost(session, "managerd answered Hello with something other than a Welcome");
+        return;
+    }
     const Welcome *welcome = response->welcome;
     bool again = session->welcomed_before;
+    uint64_t generation = session->generation;
     session->welcomed_before = true;
+    session->welcomed = true;
     session->backoff_ms = 0;
     if (session->hooks.welcomed) session->hooks.welcomed(session->owner, welcome, again);
-    if (session->doomed) return;
+    /* The callback may have freed the manager, or a failed send ended this connection: its state is not news. */
+    if (session->doomed || session->generation != generation || session->fd < 0 || session->failed_send) return;
     set_state(session, state_from_wire(welcome->state));
-    if (session->doomed) return;
+    if (session->doomed || session->generation != generation) return;
     send_app_idle(session, welcome->wake);
 }
 
-/* A refused Hello is final (S/Beryl/Channel.swift): a manifest for another user is unauthorized, the rest
- * unsupported. */
+/* A refused Hello (S/Beryl/Channel.swift): a manifest for another user is unauthorized, a Hello managerd cannot take
+ * unsupported, both for good; a restore identifier still held by an ending instance of the app (BUSY) is tried
+ * again after the backoff. What was asked meanwhile fails. */
 static void hello_refused(beryl_session *session, const WireError *error) {
-    session->refused = true;
+    if (error->code == BERYL__IPC__V1__ERROR_CODE__ERROR_CODE_BUSY) {
+        session_lost(session, NULL);
+        return;
+    }
     close_socket(session);
+    fail_pending(session);
+    if (session->doomed) return;
     set_state(session, error->code == BERYL__IPC__V1__ERROR_CODE__ERROR_CODE_PERMISSION_DENIED
                            ? BERYL_STATE_UNAUTHORIZED : BERYL_STATE_UNSUPPORTED);
 }
@@ -283,13 +316,14 @@ static void receive(beryl_session *session, const uint8_t *datagram, size_t leng
         session_lost(session, "a datagram from managerd did not decode as an Envelope");
         return;
     }
-    if (envelope->body_case == BERYL__IPC__V1__ENVELOPE__BODY_RESPONSE && envelope->request_id != 0) {
-        dispatch_response(session, envelope);
-    } else if (envelope->body_case == BERYL__IPC__V1__ENVELOPE__BODY_EVENT && envelope->request_id == 0 &&
-               envelope->event->kind_case == BERYL__IPC__V1__EVENT__KIND_MANAGER) {
-        dispatch_event(session, envelope->event->manager);
+    if (envelope->body_case == BERYL__IPC__V1__ENVELOPE__BODY_RESPONSE) {
+        /* Request id 0: managerd's report of a datagram it could not read (docs/ipc.md); the session goes on. */
+        if (envelope->request_id != 0) dispatch_response(session, envelope);
+    } else if (envelope->body_case == BERYL__IPC__V1__ENVELOPE__BODY_EVENT) {
+        /* Another daemon's events are not for a manager; ignored, as the Swift library does. */
+        if (envelope->event->kind_case == BERYL__IPC__V1__EVENT__KIND_MANAGER) dispatch_event(session, envelope->event->manager);
     } else {
-        session_lost(session, "managerd sent an envelope that is neither an answer nor a manager event");
+        session_lost(session, "managerd sent an envelope with neither an answer nor an event");
     }
     beryl__ipc__v1__envelope__free_unpacked(envelope, NULL);
 }
@@ -328,6 +362,8 @@ static void on_readable(evutil_socket_t fd, short what, void *arg) {
 static void session_lost(beryl_session *session, const char *dropped_because) {
     if (session->fd < 0) return;
     close_socket(session);
+    session->welcomed = false;
+    session->failed_send = false;
     if (dropped_because && session->hooks.dropped) session->hooks.dropped(session->owner, dropped_because);
     if (session->doomed) return;
     fail_pending(session);
@@ -351,6 +387,7 @@ static void try_connect(evutil_socket_t unused, short what, void *arg) {
     strncpy(address.sun_path, session->path, sizeof address.sun_path - 1);
     if (fd >= 0 && connect(fd, (struct sockaddr *)&address, sizeof address) == 0) {
         session->fd = fd;
+        session->generation++;
         session->readable = event_new(session->base, fd, EV_READ | EV_PERSIST, on_readable, session);
         session->writable = event_new(session->base, fd, EV_WRITE, on_writable, session);
         event_add(session->readable, NULL);
@@ -399,7 +436,8 @@ int beryl_session_create(beryl_session **out, struct event_base *base, const ber
     session->restore_identifier =
         options && options->restore_identifier ? beryl_strdup(options->restore_identifier) : NULL;
     session->retry = evtimer_new(base, try_connect, session);
-    if (!session->path || (app_id && !session->app_id) || !session->retry ||
+    session->broken = event_new(base, -1, 0, on_broken, session);
+    if (!session->path || (app_id && !session->app_id) || !session->retry || !session->broken ||
         (options && options->restore_identifier && !session->restore_identifier)) {
         beryl_session_free(session);
         return BERYL_E_NO_MEMORY;
@@ -430,6 +468,7 @@ void beryl_session_free(beryl_session *session) {
     close_socket(session);
     fail_pending(session);
     if (session->retry) event_free(session->retry);
+    if (session->broken) event_free(session->broken);
     free(session->path);
     free(session->app_id);
     free(session->restore_identifier);

@@ -269,7 +269,8 @@ int beryl_central_cancel_connection(beryl_central *central, beryl_peripheral *pe
 /* The answer to a retrieve call: the peripherals, valid during the callback (the objects themselves stay valid). */
 typedef void (*beryl_retrieve_callback)(beryl_central *central, beryl_peripheral *const *peripherals, size_t count,
                                         const beryl_error *error, void *user);
-/* retrievePeripherals(withIdentifiers:): identifiers are the UUID strings the stack gave peripherals. */
+/* retrievePeripherals(withIdentifiers:): identifiers are the UUID strings the stack gave peripherals. An empty list
+ * is answered (none) before this returns. */
 int beryl_central_retrieve_peripherals(beryl_central *central, const char *const *identifiers, size_t count,
                                        beryl_retrieve_callback callback, void *user);
 /* retrieveConnectedPeripherals(withServices:). */
@@ -407,6 +408,7 @@ typedef struct beryl_peripheral_manager_callbacks {
      * response) come here too; they take no answer (beryl_request_needs_response is false). */
     void (*did_receive_writes)(beryl_peripheral_manager *manager, beryl_request *const *requests, size_t count,
                                void *user);
+    /* central: the stack's identifier for the central, valid during the callback (copy it to keep it). */
     void (*central_did_subscribe)(beryl_peripheral_manager *manager, const char *central,
                                   beryl_local_characteristic *characteristic, size_t maximum_update_length,
                                   void *user);
