@@ -156,10 +156,11 @@ def app_user():
     return "nobody" if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
 
 
-def test_c_central_is_relaunched_after_kill_9_and_restored(berylsim, c_builds):
+@pytest.mark.parametrize("runner", ["plain", "asan"])
+def test_c_central_is_relaunched_after_kill_9_and_restored(berylsim, c_builds, runner):
     apps = os.path.join(berylsim["dir"], "apps")
     os.makedirs(apps)
-    central = os.path.join(c_builds["plain"], "heart-rate-central-c")
+    central = os.path.join(c_builds[runner], "heart-rate-central-c")
     a, b = two_stacks(berylsim, a_managerd_args=["--apps-dir", apps])
     manifest = {"id": APP_ID, "user": app_user(), "backgroundModes": ["bluetooth-central"],
                 "launch": {"command": [central, "--runtime-dir", a.run, "--forever", "--restore-id", RESTORE_ID]}}
@@ -202,7 +203,13 @@ def test_c_central_is_relaunched_after_kill_9_and_restored(berylsim, c_builds):
         assert re.match(r"heart rate \d+ bpm", lines[2]), relaunch
         # Restored, not rediscovered: no scan, no connect, no discovery after the relaunch.
         assert "discovered" not in relaunch and "connected" not in relaunch.replace("disconnected", ""), relaunch
-        assert app()["restorations"] >= 1, app()
+        # One relaunch, restored at once; every background wake ended by the library's AppIdle, none overran.
+        record = app()
+        assert record["restorations"] == 1, record
+        assert record["relaunches"]["endedUnrestored"] == 0 and record["wakes"]["overran"] == 0, record
+        assert record["wakes"]["begun"] >= 1 and record["wakes"]["endedIdle"] >= 1, record
         quit = a.beryl("app", "quit", APP_ID, "--runtime-dir", a.run, timeout=20)
         assert quit.returncode == 0, quit.stderr
         wait_for(lambda: app()["pids"] == [], 15, "the C central to end")
+        # SIGTERM ended it cleanly: under ASan, its exit checked for leaks and errors (into its log).
+        assert_clean(runner, read_app_log())

@@ -51,6 +51,9 @@ Beryl__Ipc__V1__ErrorCode beryl_session_error_code(const beryl_session *session)
 /* Sends a request; answer (may be NULL) runs once with its answer or failure. */
 int beryl_session_send(beryl_session *session, ManagerRequest *request, beryl_answer_fn answer, void *context);
 int beryl_session_set_app_state(beryl_session *session, beryl_app_state state);
+/* Takes `fd` (a socketpair's end) as its connection to managerd and says Hello on it, request id 1 (the fuzz target:
+ * what it feeds then meets a session that can be welcomed and answered). */
+void beryl_session_attach(beryl_session *session, int fd);
 /* Feeds one datagram as if managerd had sent it (the fuzz target). */
 void beryl_session_receive(beryl_session *session, const uint8_t *datagram, size_t length);
 beryl_session *beryl_central_session(beryl_central *central);

@@ -406,6 +406,16 @@ static void try_connect(evutil_socket_t unused, short what, void *arg) {
     leave(session);
 }
 
+void beryl_session_attach(beryl_session *session, int fd) {
+    evtimer_del(session->retry);
+    close_socket(session);
+    session->fd = fd;
+    session->generation++;
+    session->readable = event_new(session->base, fd, EV_READ | EV_PERSIST, on_readable, session);
+    session->writable = event_new(session->base, fd, EV_WRITE, on_writable, session);
+    say_hello(session);
+}
+
 static void schedule_connect(beryl_session *session, int delay_ms) {
     struct timeval delay = {.tv_sec = delay_ms / 1000, .tv_usec = (delay_ms % 1000) * 1000};
     evtimer_add(session->retry, &delay);

@@ -1645,20 +1645,64 @@ static size_t pack_event(Beryl__Ipc__V1__ManagerEvent *manager, uint8_t *out) {
     return beryl__ipc__v1__envelope__pack(&envelope, out);
 }
 
-static void write_seed(const char *directory, const char *name, uint8_t role, Beryl__Ipc__V1__ManagerEvent **events, size_t count) {
+static size_t pack_response(uint64_t id, Beryl__Ipc__V1__ManagerResponse *manager, uint8_t *out) {
+    Beryl__Ipc__V1__Ack ack = BERYL__IPC__V1__ACK__INIT;
+    Beryl__Ipc__V1__Response response = BERYL__IPC__V1__RESPONSE__INIT;
+    if (manager) {
+        response.kind_case = BERYL__IPC__V1__RESPONSE__KIND_MANAGER;
+        response.manager = manager;
+    } else {
+        response.kind_case = BERYL__IPC__V1__RESPONSE__KIND_ACK;
+        response.ack = &ack;
+    }
+    Beryl__Ipc__V1__Envelope envelope = BERYL__IPC__V1__ENVELOPE__INIT;
+    envelope.request_id = id;
+    envelope.body_case = BERYL__IPC__V1__ENVELOPE__BODY_RESPONSE;
+    envelope.response = &response;
+    return beryl__ipc__v1__envelope__pack(&envelope, out);
+}
+
+/* A seed: the role byte, then each datagram with its 2-byte little-endian length. */
+typedef struct seed {
+    FILE *file;
+} seed;
+
+static bool seed_open(seed *seed, const char *directory, const char *name, uint8_t role) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", directory, name);
-    FILE *file = fopen(path, "wb");
-    if (!file) return;
-    fputc(role, file);
-    for (size_t i = 0; i < count; i++) {
-        uint8_t bytes[4096];
-        size_t length = pack_event(events[i], bytes);
-        fputc((int)(length & 0xFF), file);
-        fputc((int)(length >> 8), file);
-        fwrite(bytes, 1, length, file);
-    }
-    fclose(file);
+    seed->file = fopen(path, "wb");
+    if (seed->file) fputc(role, seed->file);
+    return seed->file != NULL;
+}
+
+static void seed_datagram(seed *seed, const uint8_t *bytes, size_t length) {
+    fputc((int)(length & 0xFF), seed->file);
+    fputc((int)(length >> 8), seed->file);
+    fwrite(bytes, 1, length, seed->file);
+}
+
+static void seed_event(seed *seed, Beryl__Ipc__V1__ManagerEvent *event) {
+    uint8_t bytes[4096];
+    seed_datagram(seed, bytes, pack_event(event, bytes));
+}
+
+static void seed_response(seed *seed, uint64_t id, Beryl__Ipc__V1__ManagerResponse *response) {
+    uint8_t bytes[4096];
+    seed_datagram(seed, bytes, pack_response(id, response, bytes));
+}
+
+static void write_seed(const char *directory, const char *name, uint8_t role, Beryl__Ipc__V1__ManagerEvent **events, size_t count) {
+    seed seed;
+    if (!seed_open(&seed, directory, name, role)) return;
+    for (size_t i = 0; i < count; i++) seed_event(&seed, events[i]);
+    fclose(seed.file);
+}
+
+static Beryl__Ipc__V1__ManagerResponse gatt_response(Beryl__Ipc__V1__GattResult *result) {
+    Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
+    response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_GATT;
+    response.gatt = result;
+    return response;
 }
 
 static void write_seeds(const char *directory) {
@@ -1708,6 +1752,108 @@ static void write_seeds(const char *directory) {
     Beryl__Ipc__V1__ManagerEvent *central_events[] = {&discovered, &connected, &notification, &services, &disconnected};
     write_seed(directory, "central-session", 0, central_events, 5);
 
+    /* The fuzz target's central, welcomed with a restored link, then answered in the order its callbacks ask:
+     * scan (2), connect (3), services (4), characteristics (5), subscribe (6), descriptors (7), read (8),
+     * descriptors (9), included (10). */
+    seed central;
+    if (seed_open(&central, directory, "central-welcomed", 0)) {
+        Beryl__Ipc__V1__GattCharacteristicInfo c37 = BERYL__IPC__V1__GATT_CHARACTERISTIC_INFO__INIT, c38 = BERYL__IPC__V1__GATT_CHARACTERISTIC_INFO__INIT;
+        c37.uuid = "2A37";
+        c37.properties = 0x10;
+        c37.value_handle = 3;
+        c38.uuid = "2A38";
+        c38.properties = 0x02;
+        c38.value_handle = 6;
+        Beryl__Ipc__V1__GattCharacteristicInfo *chars[] = {&c37, &c38};
+        Beryl__Ipc__V1__GattIncludedService battery = BERYL__IPC__V1__GATT_INCLUDED_SERVICE__INIT;
+        battery.uuid = "180F";
+        battery.start_handle = 20;
+        battery.end_handle = 24;
+        Beryl__Ipc__V1__GattIncludedService *included[] = {&battery};
+        Beryl__Ipc__V1__GattServiceInfo hr = BERYL__IPC__V1__GATT_SERVICE_INFO__INIT;
+        hr.uuid = "180D";
+        hr.start_handle = 1;
+        hr.end_handle = 8;
+        hr.characteristics = chars;
+        hr.n_characteristics = 2;
+        hr.included = included;
+        hr.n_included = 1;
+        Beryl__Ipc__V1__GattServiceInfo *list[] = {&hr};
+        Beryl__Ipc__V1__GattDatabase database = BERYL__IPC__V1__GATT_DATABASE__INIT;
+        database.services = list;
+        database.n_services = 1;
+        uint32_t notifying[] = {3};
+        Beryl__Ipc__V1__PreservedLink link = BERYL__IPC__V1__PRESERVED_LINK__INIT;
+        link.identifier = "5E0B1A9C-0000-4000-8000-000000000002";
+        link.database = &database;
+        link.notifying_value_handles = notifying;
+        link.n_notifying_value_handles = 1;
+        Beryl__Ipc__V1__PreservedLink *links[] = {&link};
+        Beryl__Ipc__V1__PreservedCentralRole role = BERYL__IPC__V1__PRESERVED_CENTRAL_ROLE__INIT;
+        role.links = links;
+        role.n_links = 1;
+        role.scanning = 1;
+        Beryl__Ipc__V1__PreservedState preserved = BERYL__IPC__V1__PRESERVED_STATE__INIT;
+        preserved.central = &role;
+        Beryl__Ipc__V1__Welcome welcome = BERYL__IPC__V1__WELCOME__INIT;
+        welcome.state = POWERED_ON;
+        welcome.restored = &preserved;
+        welcome.was_restored = 1;
+        welcome.wake = 1;
+        Beryl__Ipc__V1__ManagerResponse welcomed = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
+        welcomed.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_WELCOME;
+        welcomed.welcome = &welcome;
+        seed_response(&central, 1, &welcomed);
+        seed_response(&central, 2, NULL);
+        seed_event(&central, &discovered);
+        seed_response(&central, 3, NULL);
+        seed_event(&central, &connected);
+        Beryl__Ipc__V1__GattResult found = BERYL__IPC__V1__GATT_RESULT__INIT;
+        found.kind_case = BERYL__IPC__V1__GATT_RESULT__KIND_DATABASE;
+        found.database = &database;
+        Beryl__Ipc__V1__ManagerResponse gatt = gatt_response(&found);
+        seed_response(&central, 4, &gatt);
+        seed_response(&central, 5, &gatt);
+        Beryl__Ipc__V1__GattResult nothing = BERYL__IPC__V1__GATT_RESULT__INIT;
+        Beryl__Ipc__V1__ManagerResponse empty = gatt_response(&nothing);
+        seed_response(&central, 6, &empty);
+        Beryl__Ipc__V1__GattDescriptorInfo cccd = BERYL__IPC__V1__GATT_DESCRIPTOR_INFO__INIT;
+        cccd.uuid = "2902";
+        cccd.handle = 4;
+        Beryl__Ipc__V1__GattDescriptorInfo *descs[] = {&cccd};
+        Beryl__Ipc__V1__GattCharacteristicInfo with = BERYL__IPC__V1__GATT_CHARACTERISTIC_INFO__INIT;
+        with.uuid = "2A37";
+        with.value_handle = 3;
+        with.descriptors = descs;
+        with.n_descriptors = 1;
+        Beryl__Ipc__V1__GattCharacteristicInfo *one_char[] = {&with};
+        Beryl__Ipc__V1__GattServiceInfo holder = BERYL__IPC__V1__GATT_SERVICE_INFO__INIT;
+        holder.characteristics = one_char;
+        holder.n_characteristics = 1;
+        Beryl__Ipc__V1__GattServiceInfo *holders[] = {&holder};
+        Beryl__Ipc__V1__GattDatabase described = BERYL__IPC__V1__GATT_DATABASE__INIT;
+        described.services = holders;
+        described.n_services = 1;
+        Beryl__Ipc__V1__GattResult descriptors = BERYL__IPC__V1__GATT_RESULT__INIT;
+        descriptors.kind_case = BERYL__IPC__V1__GATT_RESULT__KIND_DATABASE;
+        descriptors.database = &described;
+        Beryl__Ipc__V1__ManagerResponse described_response = gatt_response(&descriptors);
+        seed_response(&central, 7, &described_response);
+        uint8_t chest = 1;
+        Beryl__Ipc__V1__GattResult value = BERYL__IPC__V1__GATT_RESULT__INIT;
+        value.kind_case = BERYL__IPC__V1__GATT_RESULT__KIND_VALUE;
+        value.value.data = &chest;
+        value.value.len = 1;
+        Beryl__Ipc__V1__ManagerResponse valued = gatt_response(&value);
+        seed_response(&central, 8, &valued);
+        seed_response(&central, 9, &described_response);
+        seed_response(&central, 10, &gatt);
+        seed_event(&central, &notification);
+        seed_event(&central, &services);
+        seed_event(&central, &disconnected);
+        fclose(central.file);
+    }
+
     Beryl__Ipc__V1__CentralRead read = BERYL__IPC__V1__CENTRAL_READ__INIT;
     read.id = 5;
     read.central = PERIPHERAL_ID;
@@ -1748,6 +1894,48 @@ static void write_seeds(const char *directory) {
     advertising.advertising_started = &started;
     Beryl__Ipc__V1__ManagerEvent *peripheral_events[] = {&read_event, &write_event, &subscribe, &ready_event, &advertising};
     write_seed(directory, "peripheral-session", 1, peripheral_events, 5);
+
+    /* The fuzz target's peripheral manager: welcomed (1), its service published (2), advertising (3), the first
+     * update refused (4) and sent again after ReadyToUpdate (5), then requests from a central. */
+    seed manager;
+    if (seed_open(&manager, directory, "peripheral-welcomed", 1)) {
+        Beryl__Ipc__V1__Welcome welcome = BERYL__IPC__V1__WELCOME__INIT;
+        welcome.state = POWERED_ON;
+        Beryl__Ipc__V1__ManagerResponse welcomed = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
+        welcomed.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_WELCOME;
+        welcomed.welcome = &welcome;
+        seed_response(&manager, 1, &welcomed);
+        uint32_t handles[] = {3, 6, 9};
+        Beryl__Ipc__V1__ServicePublished published = BERYL__IPC__V1__SERVICE_PUBLISHED__INIT;
+        published.start_handle = 1;
+        published.end_handle = 9;
+        published.value_handles = handles;
+        published.n_value_handles = 3;
+        Beryl__Ipc__V1__ManagerResponse added = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
+        added.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_SERVICE_ADDED;
+        added.service_added = &published;
+        seed_response(&manager, 2, &added);
+        seed_response(&manager, 3, NULL);
+        Beryl__Ipc__V1__UpdateResult refused = BERYL__IPC__V1__UPDATE_RESULT__INIT;
+        Beryl__Ipc__V1__ManagerResponse refusal = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
+        refusal.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_UPDATE_RESULT;
+        refusal.update_result = &refused;
+        seed_response(&manager, 4, &refusal);
+        seed_event(&manager, &ready_event);
+        Beryl__Ipc__V1__UpdateResult sent = BERYL__IPC__V1__UPDATE_RESULT__INIT;
+        sent.sent = 1;
+        Beryl__Ipc__V1__ManagerResponse accepted = refusal;
+        accepted.update_result = &sent;
+        seed_response(&manager, 5, &accepted);
+        seed_event(&manager, &subscribe);
+        read.handle = 3;
+        seed_event(&manager, &read_event);
+        part.handle = 9;
+        seed_event(&manager, &write_event);
+        started.error = "";
+        seed_event(&manager, &advertising);
+        fclose(manager.file);
+    }
 }
 
 int main(int argc, char **argv) {

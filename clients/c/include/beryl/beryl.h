@@ -474,8 +474,10 @@ size_t beryl_request_maximum_update_length(const beryl_request *request);
 bool beryl_request_needs_response(const beryl_request *request);
 /* respond(to:withResult:): once per read, once per write batch (through its first request). For a read, value is
  * the bytes from the request's offset on. A second answer in the same callback is BERYL_E_ALREADY_ANSWERED; the
- * request (for a batch, every request of it) is freed once the callback that answered it has returned. A write
- * command's requests take no answer and are freed when did_receive_writes returns. */
+ * request (for a batch, every request of it) is freed once the callback that answered it has returned, so a pointer
+ * kept after that must not be used again (its memory may hold a later request). A write command's requests take no
+ * answer and are freed when did_receive_writes returns. A request whose session ended before the answer is answered
+ * with BERYL_E_NOT_POWERED_ON (nothing can carry it) and freed the same way. */
 int beryl_request_respond(beryl_peripheral_manager *manager, beryl_request *request, beryl_att_error result,
                           const uint8_t *value, size_t length);
 
