@@ -75,6 +75,7 @@ struct beryl_central {
     void *user;
     beryl_peripheral *peripherals;
     bool scanning;
+    beryl_pairing pairing;
 };
 
 /* ---- objects ---- */
@@ -931,6 +932,13 @@ int beryl_central_retrieve_connected(beryl_central *central, const beryl_uuid *s
 
 /* ---- events ---- */
 
+static size_t parse_uuids(char **texts, size_t count, beryl_uuid out[32]) {
+    size_t parsed = 0;
+    for (size_t i = 0; i < count && parsed < 32; i++)
+        if (beryl_uuid_parse(texts[i], &out[parsed]) == BERYL_OK) parsed++;
+    return parsed;
+}
+
 static void discovered(beryl_central *central, const Beryl__Ipc__V1__ScanDiscovery *event) {
     const Beryl__Ipc__V1__PeripheralInfo *info = event->peripheral;
     if (!info || !info->identifier || !*info->identifier) return;
@@ -938,15 +946,28 @@ static void discovered(beryl_central *central, const Beryl__Ipc__V1__ScanDiscove
     if (!peripheral) return;
     set_name(peripheral, info->name);
     beryl_advertisement advertisement = {0};
-    beryl_uuid uuids[32];
+    /* An advertisement holds at most 31 (legacy) or 254 (extended) octets: 32 of each list is room enough. */
+    beryl_uuid uuids[32], overflow[32], solicited[32];
+    beryl_service_data service_data[32];
     const Beryl__Ipc__V1__AdvertisementInfo *ad = info->advertisement;
     if (ad) {
         advertisement.local_name = ad->local_name && *ad->local_name ? ad->local_name : NULL;
-        size_t count = 0;
-        for (size_t i = 0; i < ad->n_service_uuids && count < 32; i++)
-            if (beryl_uuid_parse(ad->service_uuids[i], &uuids[count]) == BERYL_OK) count++;
-        advertisement.service_uuids = count ? uuids : NULL;
-        advertisement.service_uuid_count = count;
+        advertisement.service_uuid_count = parse_uuids(ad->service_uuids, ad->n_service_uuids, uuids);
+        advertisement.service_uuids = advertisement.service_uuid_count ? uuids : NULL;
+        advertisement.overflow_service_uuid_count = parse_uuids(ad->overflow_service_uuids, ad->n_overflow_service_uuids, overflow);
+        advertisement.overflow_service_uuids = advertisement.overflow_service_uuid_count ? overflow : NULL;
+        advertisement.solicited_service_uuid_count = parse_uuids(ad->solicited_service_uuids, ad->n_solicited_service_uuids, solicited);
+        advertisement.solicited_service_uuids = advertisement.solicited_service_uuid_count ? solicited : NULL;
+        size_t data_count = 0;
+        for (size_t i = 0; i < ad->n_service_data && data_count < 32; i++) {
+            const Beryl__Ipc__V1__AdvertisementInfo__ServiceDataEntry *entry = ad->service_data[i];
+            if (beryl_uuid_parse(entry->key, &service_data[data_count].uuid) != BERYL_OK) continue;
+            service_data[data_count].data = entry->value.len ? entry->value.data : NULL;
+            service_data[data_count].length = entry->value.len;
+            data_count++;
+        }
+        advertisement.service_data = data_count ? service_data : NULL;
+        advertisement.service_data_count = data_count;
         advertisement.manufacturer_data = ad->manufacturer_data.len ? ad->manufacturer_data.data : NULL;
         advertisement.manufacturer_data_length = ad->manufacturer_data.len;
         advertisement.tx_power_known = ad->tx_power_known;
@@ -986,6 +1007,7 @@ static void services_changed(beryl_peripheral *peripheral, const Beryl__Ipc__V1_
 static void central_event(void *owner, const ManagerEvent *event) {
     beryl_central *central = owner;
     beryl_peripheral *peripheral = NULL;
+    if (beryl_pairing_deliver(&central->pairing, central->session, event)) return;
     switch (event->kind_case) {
     case BERYL__IPC__V1__MANAGER_EVENT__KIND_DISCOVERED:
         discovered(central, event->discovered);
@@ -1024,7 +1046,7 @@ static void central_event(void *owner, const ManagerEvent *event) {
         ready_to_write_if_owed(peripheral);
         break;
     default:
-        /* Pairing prompts, alerts and connection events: not in this library's surface yet. */
+        /* Alerts (for `beryl alerts`) and connection events: not in this library's surface yet. */
         break;
     }
 }
@@ -1133,6 +1155,20 @@ beryl_manager_state beryl_central_state(const beryl_central *central) {
 
 int beryl_central_set_app_state(beryl_central *central, beryl_app_state state) {
     return central ? beryl_session_set_app_state(central->session, state) : BERYL_E_INVALID_ARGUMENT;
+}
+
+int beryl_central_set_pairing_callbacks(beryl_central *central, const beryl_pairing_callbacks *callbacks, void *user) {
+    if (!central) return BERYL_E_INVALID_ARGUMENT;
+    beryl_pairing_set(&central->pairing, callbacks, user);
+    return BERYL_OK;
+}
+
+int beryl_central_answer_pairing(beryl_central *central, const char *peer, bool accept, uint32_t passkey) {
+    return central ? beryl_pairing_answer(central->session, peer, accept, passkey) : BERYL_E_INVALID_ARGUMENT;
+}
+
+int beryl_central_invalidate(beryl_central *central) {
+    return central ? beryl_session_invalidate(central->session) : BERYL_E_INVALID_ARGUMENT;
 }
 
 /* ---- accessors ---- */

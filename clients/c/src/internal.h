@@ -65,6 +65,18 @@ void beryl_error_local(beryl_error *out, beryl_error_domain domain, int code, co
 /* An HCI disconnection reason as didDisconnect's error; false when it is none (0x00, 0x16). */
 bool beryl_error_from_disconnect(uint32_t reason, beryl_error *out);
 
+/* A manager's pairing delegate. */
+typedef struct beryl_pairing {
+    beryl_pairing_callbacks callbacks;
+    void *user;
+} beryl_pairing;
+
+void beryl_pairing_set(beryl_pairing *pairing, const beryl_pairing_callbacks *callbacks, void *user);
+int beryl_pairing_answer(beryl_session *session, const char *peer, bool accept, uint32_t passkey);
+/* Hands a pairing event to the app; false when the event is not one. */
+bool beryl_pairing_deliver(beryl_pairing *pairing, beryl_session *session, const ManagerEvent *event);
+int beryl_session_invalidate(beryl_session *session);
+
 int beryl_uuid_list_to_strings(const beryl_uuid *uuids, size_t count, char ***out);
 void beryl_strings_free(char **strings, size_t count);
 char *beryl_strdup(const char *text);

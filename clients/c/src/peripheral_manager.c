@@ -83,6 +83,7 @@ struct beryl_peripheral_manager {
     bool update_in_flight;
     bool waiting_for_ready;
     bool owes_ready;
+    beryl_pairing pairing;
 };
 
 /* ---- services the app builds ---- */
@@ -668,6 +669,7 @@ static void subscription_changed(beryl_peripheral_manager *manager, const Beryl_
 
 static void peripheral_event(void *owner, const ManagerEvent *event) {
     beryl_peripheral_manager *manager = owner;
+    if (beryl_pairing_deliver(&manager->pairing, manager->session, event)) return;
     switch (event->kind_case) {
     case BERYL__IPC__V1__MANAGER_EVENT__KIND_READ_REQUEST: read_requested(manager, event->read_request); break;
     case BERYL__IPC__V1__MANAGER_EVENT__KIND_WRITE_REQUEST: write_requested(manager, event->write_request); break;
@@ -836,4 +838,20 @@ beryl_manager_state beryl_peripheral_manager_state(const beryl_peripheral_manage
 
 int beryl_peripheral_manager_set_app_state(beryl_peripheral_manager *manager, beryl_app_state state) {
     return manager ? beryl_session_set_app_state(manager->session, state) : BERYL_E_INVALID_ARGUMENT;
+}
+
+int beryl_peripheral_manager_set_pairing_callbacks(beryl_peripheral_manager *manager,
+                                                   const beryl_pairing_callbacks *callbacks, void *user) {
+    if (!manager) return BERYL_E_INVALID_ARGUMENT;
+    beryl_pairing_set(&manager->pairing, callbacks, user);
+    return BERYL_OK;
+}
+
+int beryl_peripheral_manager_answer_pairing(beryl_peripheral_manager *manager, const char *peer, bool accept,
+                                            uint32_t passkey) {
+    return manager ? beryl_pairing_answer(manager->session, peer, accept, passkey) : BERYL_E_INVALID_ARGUMENT;
+}
+
+int beryl_peripheral_manager_invalidate(beryl_peripheral_manager *manager) {
+    return manager ? beryl_session_invalidate(manager->session) : BERYL_E_INVALID_ARGUMENT;
 }

@@ -491,6 +491,15 @@ Beryl__Ipc__V1__ErrorCode beryl_session_error_code(const beryl_session *session)
 
 const char *beryl_session_app_id(const beryl_session *session) { return session->app_id; }
 
+int beryl_session_invalidate(beryl_session *session) {
+    Beryl__Ipc__V1__Invalidate invalidate = BERYL__IPC__V1__INVALIDATE__INIT;
+    invalidate.manager = BERYL_MANAGER_ID;
+    ManagerRequest request = BERYL__IPC__V1__MANAGER_REQUEST__INIT;
+    request.kind_case = BERYL__IPC__V1__MANAGER_REQUEST__KIND_INVALIDATE;
+    request.invalidate = &invalidate;
+    return beryl_session_send(session, &request, NULL, NULL);
+}
+
 int beryl_session_set_app_state(beryl_session *session, beryl_app_state state) {
     if (state != BERYL_APP_FOREGROUND && state != BERYL_APP_BACKGROUND) return BERYL_E_INVALID_ARGUMENT;
     if (!session->app_id) return BERYL_E_STATE;  /* background rules are for apps with a manifest */

@@ -1633,6 +1633,165 @@ static void test_the_other_peripheral_manager_requests(void) {
     harness_end(&h);
 }
 
+/* ---- pairing, invalidate, the advertisement's other fields ---- */
+
+typedef struct pairing_record {
+    int prompts, outcomes;
+    beryl_pairing_prompt_kind kind;
+    uint32_t number;
+    char peer[64], address[64], identity[64];
+    bool success, bonded, ended_by_peer, identity_null;
+    uint8_t reason;
+} pairing_record;
+
+static void on_prompt(const beryl_pairing_prompt *prompt, void *user) {
+    pairing_record *p = user;
+    p->prompts++;
+    p->kind = prompt->kind;
+    p->number = prompt->number;
+    snprintf(p->peer, sizeof p->peer, "%s", prompt->peer);
+    snprintf(p->address, sizeof p->address, "%s", prompt->address);
+}
+
+static void on_finished(const beryl_pairing_outcome *outcome, void *user) {
+    pairing_record *p = user;
+    p->outcomes++;
+    p->success = outcome->success;
+    p->bonded = outcome->bonded;
+    p->ended_by_peer = outcome->ended_by_peer;
+    p->reason = outcome->reason;
+    p->identity_null = outcome->identity == NULL;
+}
+
+static void send_prompt(harness *h, Beryl__Ipc__V1__PairingPromptKind kind, uint32_t number) {
+    Beryl__Ipc__V1__PairingPromptEvent prompt = BERYL__IPC__V1__PAIRING_PROMPT_EVENT__INIT;
+    prompt.peer = PERIPHERAL_ID;
+    prompt.kind = kind;
+    prompt.number = number;
+    prompt.address = "C0:11:22:33:44:55/random";
+    Beryl__Ipc__V1__ManagerEvent event = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_PAIRING_PROMPT;
+    event.pairing_prompt = &prompt;
+    fake_event(&h->fake, &event);
+}
+
+static void test_pairing_prompts_reach_the_app_and_its_answer_goes_on_the_wire(void) {
+    harness h;
+    beryl_central *central = central_up(&h, NULL);
+    /* No pairing callbacks: declined at once, not left to SMP's timeout. */
+    send_prompt(&h, BERYL__IPC__V1__PAIRING_PROMPT_KIND__CONFIRM_PAIRING, 0);
+    Beryl__Ipc__V1__Envelope *envelope = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_ANSWER_PAIRING);
+    Beryl__Ipc__V1__ManagerRequest *request = manager_request(envelope);
+    if (request && request->answer_pairing) {
+        CHECK_STR(request->answer_pairing->peer, PERIPHERAL_ID);
+        CHECK(!request->answer_pairing->accept);
+    }
+    fake_free_envelope(envelope);
+
+    pairing_record p = {0};
+    beryl_pairing_callbacks callbacks = {on_prompt, on_finished};
+    CHECK_EQ(beryl_central_set_pairing_callbacks(central, &callbacks, &p), BERYL_OK);
+    send_prompt(&h, BERYL__IPC__V1__PAIRING_PROMPT_KIND__ENTER_PASSKEY, 0);
+    pump(h.base, 20);
+    CHECK_EQ(p.prompts, 1);
+    CHECK_EQ(p.kind, BERYL_PAIRING_ENTER_PASSKEY);
+    CHECK_STR(p.peer, PERIPHERAL_ID);
+    CHECK_STR(p.address, "C0:11:22:33:44:55/random");
+    CHECK(fake_quiet(&h.fake, h.base));  /* the app answers, not the library */
+    CHECK_EQ(beryl_central_answer_pairing(central, PERIPHERAL_ID, true, 1000000), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_central_answer_pairing(central, "180D", true, 1), BERYL_E_BAD_UUID);
+    CHECK_EQ(beryl_central_answer_pairing(central, NULL, true, 1), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_central_answer_pairing(central, PERIPHERAL_ID, true, 123456), BERYL_OK);
+    envelope = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_ANSWER_PAIRING);
+    request = manager_request(envelope);
+    if (request && request->answer_pairing) {
+        CHECK(request->answer_pairing->accept);
+        CHECK_EQ(request->answer_pairing->passkey, 123456);
+    }
+    fake_free_envelope(envelope);
+    send_prompt(&h, BERYL__IPC__V1__PAIRING_PROMPT_KIND__CONFIRM_NUMBER, 654321);
+    pump(h.base, 20);
+    CHECK_EQ(p.kind, BERYL_PAIRING_CONFIRM_NUMBER);
+    CHECK_EQ(p.number, 654321);
+
+    Beryl__Ipc__V1__PairingFinishedEvent finished = BERYL__IPC__V1__PAIRING_FINISHED_EVENT__INIT;
+    finished.peer = PERIPHERAL_ID;
+    finished.success = 0;
+    finished.reason = 0x04;  /* Confirm Value Failed */
+    finished.remote = 1;
+    Beryl__Ipc__V1__ManagerEvent event = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_PAIRING_FINISHED;
+    event.pairing_finished = &finished;
+    fake_event(&h.fake, &event);
+    pump(h.base, 20);
+    CHECK_EQ(p.outcomes, 1);
+    CHECK(!p.success && p.ended_by_peer && p.reason == 0x04 && p.identity_null);
+
+    /* A user quit from inside the app. */
+    CHECK_EQ(beryl_central_invalidate(central), BERYL_OK);
+    envelope = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_INVALIDATE);
+    request = manager_request(envelope);
+    if (request && request->invalidate) CHECK_EQ(request->invalidate->manager, 1);
+    fake_free_envelope(envelope);
+    CHECK_EQ(beryl_central_invalidate(NULL), BERYL_E_INVALID_ARGUMENT);
+    CHECK_EQ(beryl_central_set_pairing_callbacks(NULL, NULL, NULL), BERYL_E_INVALID_ARGUMENT);
+    harness_end(&h);
+}
+
+static size_t overflow_seen, solicited_seen, service_data_seen, service_data_length;
+
+static void on_discover_everything(beryl_central *central, beryl_peripheral *peripheral, const beryl_advertisement *ad, int rssi, void *user) {
+    overflow_seen = ad->overflow_service_uuid_count;
+    solicited_seen = ad->solicited_service_uuid_count;
+    service_data_seen = ad->service_data_count;
+    service_data_length = ad->service_data_count ? ad->service_data[0].length : 0;
+}
+
+static void test_an_advertisement_brings_every_field(void) {
+    harness h;
+    beryl_central *central = central_up(&h, NULL);
+    (void)central;
+    /* Through this test's own discover callback. */
+    beryl_central_callbacks callbacks = central_callbacks;
+    callbacks.did_discover = on_discover_everything;
+    beryl_central_free(h.r.central);
+    fake_hang_up(&h.fake);
+    h.r.central = NULL;
+    CHECK_EQ(beryl_central_create(&h.r.central, h.base, &callbacks, &h.r, &(beryl_manager_options){.socket_path = h.fake.path}), BERYL_OK);
+    CHECK(fake_accept(&h.fake, h.base));
+    fake_free_envelope(fake_welcome(&h.fake, h.base, POWERED_ON, NULL, 0));
+    char *overflow[] = {"7E570001-0000-1000-8000-00805F9B34FB", "not a uuid"};
+    char *solicited[] = {"1812"};
+    uint8_t battery[] = {87};
+    Beryl__Ipc__V1__AdvertisementInfo__ServiceDataEntry entry = BERYL__IPC__V1__ADVERTISEMENT_INFO__SERVICE_DATA_ENTRY__INIT;
+    entry.key = "180F";
+    entry.value.data = battery;
+    entry.value.len = 1;
+    Beryl__Ipc__V1__AdvertisementInfo__ServiceDataEntry *entries[] = {&entry};
+    Beryl__Ipc__V1__AdvertisementInfo ad = BERYL__IPC__V1__ADVERTISEMENT_INFO__INIT;
+    ad.overflow_service_uuids = overflow;
+    ad.n_overflow_service_uuids = 2;
+    ad.solicited_service_uuids = solicited;
+    ad.n_solicited_service_uuids = 1;
+    ad.service_data = entries;
+    ad.n_service_data = 1;
+    Beryl__Ipc__V1__PeripheralInfo info = BERYL__IPC__V1__PERIPHERAL_INFO__INIT;
+    info.identifier = PERIPHERAL_ID;
+    info.advertisement = &ad;
+    Beryl__Ipc__V1__ScanDiscovery discovery = BERYL__IPC__V1__SCAN_DISCOVERY__INIT;
+    discovery.peripheral = &info;
+    Beryl__Ipc__V1__ManagerEvent event = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_DISCOVERED;
+    event.discovered = &discovery;
+    fake_event(&h.fake, &event);
+    pump(h.base, 30);
+    CHECK_EQ(overflow_seen, 1);  /* the one that parses */
+    CHECK_EQ(solicited_seen, 1);
+    CHECK_EQ(service_data_seen, 1);
+    CHECK_EQ(service_data_length, 1);
+    harness_end(&h);
+}
+
 /* ---- seeds for the fuzz target (tests/fuzz-corpus, written once with --write-seeds DIR and committed) ---- */
 
 static size_t pack_event(Beryl__Ipc__V1__ManagerEvent *manager, uint8_t *out) {
@@ -1967,6 +2126,8 @@ int main(int argc, char **argv) {
         TEST(test_the_other_central_requests_and_state_changes),
         TEST(test_a_send_that_fails_ends_the_session_from_the_loop_not_inside_the_call),
         TEST(test_freeing_the_central_inside_a_batch_of_events),
+        TEST(test_pairing_prompts_reach_the_app_and_its_answer_goes_on_the_wire),
+        TEST(test_an_advertisement_brings_every_field),
         TEST(test_the_other_peripheral_manager_requests),
     };
     size_t count = sizeof tests / sizeof *tests;

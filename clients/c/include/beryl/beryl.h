@@ -177,6 +177,46 @@ typedef enum beryl_app_state {
     BERYL_APP_BACKGROUND = 2,
 } beryl_app_state;
 
+/* ---- Pairing: Beryl's pairing delegate (iOS asks the user itself; here the app that holds the link does) ---- */
+
+typedef enum beryl_pairing_prompt_kind {
+    /* Show `number`; the peer's user types it. */
+    BERYL_PAIRING_DISPLAY_PASSKEY = 1,
+    /* Ask the user for the passkey the peer shows; answer with it. */
+    BERYL_PAIRING_ENTER_PASSKEY = 2,
+    /* Show `number`; accept once the user says it matches the peer's. */
+    BERYL_PAIRING_CONFIRM_NUMBER = 3,
+    /* Just Works on a link whose pairing needs consent: accept or not. */
+    BERYL_PAIRING_CONFIRM = 4,
+} beryl_pairing_prompt_kind;
+
+/* Valid during the callback only. */
+typedef struct beryl_pairing_prompt {
+    /* The peer's identifier: what the answer names. */
+    const char *peer;
+    /* The peer's address on the link, to show the user. */
+    const char *address;
+    beryl_pairing_prompt_kind kind;
+    uint32_t number;
+} beryl_pairing_prompt;
+
+/* Valid during the callback only. */
+typedef struct beryl_pairing_outcome {
+    const char *peer;
+    const char *address;
+    /* The identity address the peer distributed, or NULL. */
+    const char *identity;
+    bool success, bonded, authenticated, secure_connections, ended_by_peer;
+    /* The SMP Pairing Failed reason (Core Vol 3 Part H §3.5.5), 0xFF for the 30 s timeout; 0 on success. */
+    uint8_t reason;
+} beryl_pairing_outcome;
+
+typedef struct beryl_pairing_callbacks {
+    /* Answer with the manager's answer_pairing, once. Without this callback a prompt is declined at once. */
+    void (*prompt)(const beryl_pairing_prompt *prompt, void *user);
+    void (*finished)(const beryl_pairing_outcome *outcome, void *user);
+} beryl_pairing_callbacks;
+
 /* ---- Central role: CBCentralManager, CBPeripheral and its attributes ---- */
 
 typedef struct beryl_central beryl_central;
@@ -206,7 +246,14 @@ enum {
     BERYL_PROPERTY_INDICATE_ENCRYPTION_REQUIRED = 0x200,
 };
 
-/* What an advertisement carried; fields absent from it are NULL or 0. Valid during the callback only. */
+typedef struct beryl_service_data {
+    beryl_uuid uuid;
+    const uint8_t *data;
+    size_t length;
+} beryl_service_data;
+
+/* What an advertisement carried (CBAdvertisementData*Key); fields absent from it are NULL or 0. Valid during the
+ * callback only. */
 typedef struct beryl_advertisement {
     const char *local_name;
     size_t service_uuid_count;
@@ -216,6 +263,13 @@ typedef struct beryl_advertisement {
     bool tx_power_known;
     int tx_power_level;
     bool connectable;
+    /* A background peripheral's services, in the overflow area (Core Bluetooth's hashed form). */
+    size_t overflow_service_uuid_count;
+    const beryl_uuid *overflow_service_uuids;
+    size_t solicited_service_uuid_count;
+    const beryl_uuid *solicited_service_uuids;
+    size_t service_data_count;
+    const beryl_service_data *service_data;
 } beryl_advertisement;
 
 /* What a restored central manager holds again (willRestoreState). Valid during the callback only. */
@@ -249,6 +303,12 @@ int beryl_central_create(beryl_central **out, struct event_base *base, const ber
 void beryl_central_free(beryl_central *central);
 beryl_manager_state beryl_central_state(const beryl_central *central);
 int beryl_central_set_app_state(beryl_central *central, beryl_app_state state);
+/* Prompts for pairing on the links this manager holds. callbacks may be NULL (prompts are then declined). */
+int beryl_central_set_pairing_callbacks(beryl_central *central, const beryl_pairing_callbacks *callbacks, void *user);
+/* The answer to a prompt: accept (with the passkey the user entered, for ENTER_PASSKEY; up to 999999) or not. */
+int beryl_central_answer_pairing(beryl_central *central, const char *peer, bool accept, uint32_t passkey);
+/* The app's managers are done for good (a user quit, from inside the app): managerd discards what it preserved. */
+int beryl_central_invalidate(beryl_central *central);
 
 /* service_uuids may be NULL with count 0 (every peripheral). */
 int beryl_central_scan(beryl_central *central, const beryl_uuid *service_uuids, size_t count, bool allow_duplicates);
@@ -425,6 +485,12 @@ int beryl_peripheral_manager_create(beryl_peripheral_manager **out, struct event
 void beryl_peripheral_manager_free(beryl_peripheral_manager *manager);
 beryl_manager_state beryl_peripheral_manager_state(const beryl_peripheral_manager *manager);
 int beryl_peripheral_manager_set_app_state(beryl_peripheral_manager *manager, beryl_app_state state);
+/* Prompts for pairing with a central. callbacks may be NULL (prompts are then declined). */
+int beryl_peripheral_manager_set_pairing_callbacks(beryl_peripheral_manager *manager,
+                                                   const beryl_pairing_callbacks *callbacks, void *user);
+int beryl_peripheral_manager_answer_pairing(beryl_peripheral_manager *manager, const char *peer, bool accept,
+                                            uint32_t passkey);
+int beryl_peripheral_manager_invalidate(beryl_peripheral_manager *manager);
 
 /* A service to add: built by the app, then given to beryl_peripheral_manager_add_service (which takes ownership).
  * A service never added is freed with beryl_local_service_free. */
