@@ -99,8 +99,25 @@ public final class PeripheralManager: Sendable, SessionBacked {
     private struct State {
         var isAdvertising = false
         var services: [MutableService] = []
+        /// updateValue's queue: the head is on its way to managerd, or waits for room (`waitingForReady`).
+        var updates: [PendingUpdate] = []
+        var updateInFlight = false
+        var waitingForReady = false
+        /// updateValue said false: peripheralManagerIsReady is owed once there is room.
+        var owesReady = false
+        /// Which queue an answer belongs to: the queue is emptied when the services go.
+        var updateEpoch = 0
+    }
+    private struct PendingUpdate {
+        var valueHandle: UInt32
+        var value: Data
+        var centrals: [String]
+        var indicate: Bool
     }
     private let shared = Mutex(State())
+    /// The values updateValue takes before it says false. They leave one at a time, in order: managerd answers each
+    /// with sent or refused, and a refused value goes again, first, once the stack has room.
+    static let updateQueueLimit = 16
 
     /// Core Bluetooth's initialiser: never fails (see `CentralManager.init(delegate:queue:options:appID:socketPath:)`).
     /// `PeripheralManagerOptionRestoreIdentifierKey` opts into state preservation and restoration.
@@ -129,6 +146,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
                 // its services again on poweredOn. What managerd kept for the manager goes, so nothing is there twice.
                 self.removeAllServices()
                 self.stopAdvertising()
+                self.dropUpdates()
             } else if let restored {
                 self.restore(restored.peripheral)
             }
@@ -329,29 +347,92 @@ public final class PeripheralManager: Sendable, SessionBacked {
         }
     }
 
-    /// Sends a value to subscribed centrals; false when the transmit queue is full (peripheralManagerIsReady follows).
-    /// Blocks until managerd answers, as Core Bluetooth's does; do not call it on the delegate queue if that is managerd's.
+    /// Sends a value to subscribed centrals: true when the value is taken, false when the transmit queue is full
+    /// (peripheralManagerIsReady follows; send it again then). Decided here, without a round trip to managerd.
     @discardableResult
     public func updateValue(_ value: Data, for characteristic: MutableCharacteristic, onSubscribedCentrals centrals: [Central]?) -> Bool {
         guard characteristic.origin == .app else {
             misuse.report(.apiMisuse("updateValue needs a MutableCharacteristic this manager published, not a discovered one"))
             return false
         }
-        let result = channel.call(.manager {
+        guard self.characteristic(at: characteristic.valueHandle) === characteristic else {
+            misuse.report(.apiMisuse("handle \(characteristic.valueHandle) is not a value of this manager's services"))
+            return false
+        }
+        guard state == .poweredOn else {
+            misuse.report(.notPoweredOn)
+            return false
+        }
+        let update = PendingUpdate(valueHandle: characteristic.valueHandle, value: value, centrals: (centrals ?? []).map(\.identifier.uuidString),
+                                   indicate: !characteristic.properties.contains(.notify) && characteristic.properties.contains(.indicate))
+        let taken = shared.withLock { state in
+            guard state.updates.count < Self.updateQueueLimit else {
+                state.owesReady = true
+                return false
+            }
+            state.updates.append(update)
+            return true
+        }
+        if taken { sendNextUpdate() }
+        return taken
+    }
+
+    private func sendNextUpdate() {
+        let next: (update: PendingUpdate, epoch: Int)? = shared.withLock { state in
+            guard !state.updateInFlight, !state.waitingForReady, let head = state.updates.first else { return nil }
+            state.updateInFlight = true
+            return (head, state.updateEpoch)
+        }
+        guard let next else { return }
+        channel.request(.manager {
             $0.updateValue = .with {
                 $0.manager = managerID
-                $0.valueHandle = characteristic.valueHandle
-                $0.value = value
-                $0.centrals = (centrals ?? []).map(\.identifier.uuidString)
-                $0.indicate = !characteristic.properties.contains(.notify) && characteristic.properties.contains(.indicate)
+                $0.valueHandle = next.update.valueHandle
+                $0.value = next.update.value
+                $0.centrals = next.update.centrals
+                $0.indicate = next.update.indicate
             }
-        })
-        switch result {
-        case .success(let response): return response.manager.updateResult.sent
-        case .failure(.unavailable): return false
-        case .failure(let error):
-            misuse.report(error)
-            return false
+        }) { [weak self] result in self?.updateAnswered(result, epoch: next.epoch) }
+    }
+
+    private func updateAnswered(_ result: Result<Response, BerylError>, epoch: Int) {
+        let sendNext: Bool = shared.withLock { state in
+            guard state.updateEpoch == epoch, state.updateInFlight else { return false }
+            state.updateInFlight = false
+            if case .success(let response) = result, !response.manager.updateResult.sent {
+                // The stack's queue is full: the same value goes again after ReadyToUpdate.
+                state.waitingForReady = true
+                return false
+            }
+            if !state.updates.isEmpty { state.updates.removeFirst() }
+            return true
+        }
+        // Refused for good (the service was removed meanwhile): said as misuse, as Core Bluetooth logs it.
+        if case .failure(let error) = result, sendNext {
+            if case .unavailable = error {} else { misuse.report(error) }
+        }
+        guard sendNext else { return }
+        sendNextUpdate()
+        readyIfOwed()
+    }
+
+    private func readyIfOwed() {
+        let owed = shared.withLock { state in
+            guard state.owesReady, state.updates.count < Self.updateQueueLimit else { return false }
+            state.owesReady = false
+            return true
+        }
+        if owed { notify { $0.peripheralManagerIsReady(toUpdateSubscribers: self) } }
+    }
+
+    /// The stack dropped what this manager published (the controller left poweredOn, or managerd went): values queued
+    /// for it go too, and one on its way is no longer waited for.
+    private func dropUpdates() {
+        shared.withLock { state in
+            state.updates.removeAll()
+            state.updateInFlight = false
+            state.waitingForReady = false
+            state.updateEpoch += 1
         }
     }
 
@@ -363,6 +444,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
         guard case .manager(let managed)? = event.kind else {
             if event.kind == nil {
                 // managerd is gone: without a restore identifier its services went with it, as after bluetoothd resets.
+                dropUpdates()
                 update(.resetting)
                 session.reconnect()
             }
@@ -371,7 +453,11 @@ public final class PeripheralManager: Sendable, SessionBacked {
         if channel.deliverPairing(managed, to: session.pairingSlot, on: delegateQueue) { return }
         switch managed.kind {
         case .stateChanged(let newState)?:
-            update(ManagerState(newState))
+            let reported = ManagerState(newState)
+            // managerd drops a manager's services when the controller leaves poweredOn (ManagerCore+State.swift).
+            if reported != .poweredOn { dropUpdates() }
+            update(reported)
+            if reported == .poweredOn { readyIfOwed() }
         case .advertisingStarted(let started)?:
             let error: Error? = started.error.isEmpty ? nil : BluetoothError(.unknown, message: started.error)
             if error != nil { shared.withLock { $0.isAdvertising = false } }
@@ -397,7 +483,9 @@ public final class PeripheralManager: Sendable, SessionBacked {
             characteristic.subscription(who, on: on)
             notify { on ? $0.peripheralManager(self, central: who, didSubscribeTo: characteristic) : $0.peripheralManager(self, central: who, didUnsubscribeFrom: characteristic) }
         case .readyToUpdate?:
-            notify { $0.peripheralManagerIsReady(toUpdateSubscribers: self) }
+            shared.withLock { $0.waitingForReady = false }
+            sendNextUpdate()
+            readyIfOwed()
         default:
             break
         }
