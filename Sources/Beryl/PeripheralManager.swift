@@ -355,7 +355,9 @@ public final class PeripheralManager: Sendable, SessionBacked {
             misuse.report(.apiMisuse("updateValue needs a MutableCharacteristic this manager published, not a discovered one"))
             return false
         }
-        guard self.characteristic(at: characteristic.valueHandle) === characteristic else {
+        // By identity: after a reset the app adds its service again, and a value handle alone may also name the
+        // service it had before (the fault suite's thermostat, restored and then reset with attd).
+        guard shared.withLock({ $0.services }).contains(where: { ($0.characteristics ?? []).contains { $0 === characteristic } }) else {
             misuse.report(.apiMisuse("handle \(characteristic.valueHandle) is not a value of this manager's services"))
             return false
         }
