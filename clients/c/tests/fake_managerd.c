@@ -72,52 +72,69 @@ void fake_free_envelope(Beryl__Ipc__V1__Envelope *envelope) {
     if (envelope) beryl__ipc__v1__envelope__free_unpacked(envelope, NULL);
 }
 
-static void send_envelope(fake_managerd *fake, Beryl__Ipc__V1__Envelope *envelope) {
+static size_t pack(Beryl__Ipc__V1__Envelope *envelope, uint8_t **out) {
     size_t length = beryl__ipc__v1__envelope__get_packed_size(envelope);
-    uint8_t *bytes = malloc(length + 1);
-    beryl__ipc__v1__envelope__pack(envelope, bytes);
-    fake_send_raw(fake, bytes, length);
-    free(bytes);
+    *out = malloc(length + 1);
+    return beryl__ipc__v1__envelope__pack(envelope, *out);
 }
 
-static void respond(fake_managerd *fake, uint64_t id, Beryl__Ipc__V1__Response *response) {
+static size_t pack_response(uint64_t id, Beryl__Ipc__V1__Response *response, uint8_t **out) {
     Beryl__Ipc__V1__Envelope envelope = BERYL__IPC__V1__ENVELOPE__INIT;
     envelope.request_id = id;
     envelope.body_case = BERYL__IPC__V1__ENVELOPE__BODY_RESPONSE;
     envelope.response = response;
-    send_envelope(fake, &envelope);
+    return pack(&envelope, out);
 }
 
-void fake_respond(fake_managerd *fake, uint64_t id, Beryl__Ipc__V1__ManagerResponse *manager) {
-    Beryl__Ipc__V1__Response response = BERYL__IPC__V1__RESPONSE__INIT;
-    response.kind_case = BERYL__IPC__V1__RESPONSE__KIND_MANAGER;
-    response.manager = manager;
-    respond(fake, id, &response);
-}
-
-void fake_respond_ack(fake_managerd *fake, uint64_t id) {
+size_t fake_pack_answer(uint64_t id, Beryl__Ipc__V1__ManagerResponse *manager, uint8_t **out) {
     Beryl__Ipc__V1__Ack ack = BERYL__IPC__V1__ACK__INIT;
     Beryl__Ipc__V1__Response response = BERYL__IPC__V1__RESPONSE__INIT;
-    response.kind_case = BERYL__IPC__V1__RESPONSE__KIND_ACK;
-    response.ack = &ack;
-    respond(fake, id, &response);
+    if (manager) {
+        response.kind_case = BERYL__IPC__V1__RESPONSE__KIND_MANAGER;
+        response.manager = manager;
+    } else {
+        response.kind_case = BERYL__IPC__V1__RESPONSE__KIND_ACK;
+        response.ack = &ack;
+    }
+    return pack_response(id, &response, out);
 }
 
-void fake_respond_error(fake_managerd *fake, uint64_t id, Beryl__Ipc__V1__Error *error) {
-    Beryl__Ipc__V1__Response response = BERYL__IPC__V1__RESPONSE__INIT;
-    response.kind_case = BERYL__IPC__V1__RESPONSE__KIND_ERROR;
-    response.error = error;
-    respond(fake, id, &response);
-}
-
-void fake_event(fake_managerd *fake, Beryl__Ipc__V1__ManagerEvent *manager) {
+size_t fake_pack_event(Beryl__Ipc__V1__ManagerEvent *manager, uint8_t **out) {
     Beryl__Ipc__V1__Event event = BERYL__IPC__V1__EVENT__INIT;
     event.kind_case = BERYL__IPC__V1__EVENT__KIND_MANAGER;
     event.manager = manager;
     Beryl__Ipc__V1__Envelope envelope = BERYL__IPC__V1__ENVELOPE__INIT;
     envelope.body_case = BERYL__IPC__V1__ENVELOPE__BODY_EVENT;
     envelope.event = &event;
-    send_envelope(fake, &envelope);
+    return pack(&envelope, out);
+}
+
+static void send_packed(fake_managerd *fake, uint8_t *bytes, size_t length) {
+    fake_send_raw(fake, bytes, length);
+    free(bytes);
+}
+
+void fake_respond(fake_managerd *fake, uint64_t id, Beryl__Ipc__V1__ManagerResponse *manager) {
+    uint8_t *bytes;
+    size_t length = fake_pack_answer(id, manager, &bytes);
+    send_packed(fake, bytes, length);
+}
+
+void fake_respond_ack(fake_managerd *fake, uint64_t id) { fake_respond(fake, id, NULL); }
+
+void fake_respond_error(fake_managerd *fake, uint64_t id, Beryl__Ipc__V1__Error *error) {
+    Beryl__Ipc__V1__Response response = BERYL__IPC__V1__RESPONSE__INIT;
+    response.kind_case = BERYL__IPC__V1__RESPONSE__KIND_ERROR;
+    response.error = error;
+    uint8_t *bytes;
+    size_t length = pack_response(id, &response, &bytes);
+    send_packed(fake, bytes, length);
+}
+
+void fake_event(fake_managerd *fake, Beryl__Ipc__V1__ManagerEvent *manager) {
+    uint8_t *bytes;
+    size_t length = fake_pack_event(manager, &bytes);
+    send_packed(fake, bytes, length);
 }
 
 void fake_send_raw(fake_managerd *fake, const void *bytes, size_t length) {

@@ -28,6 +28,10 @@ Beryl__Ipc__V1__Envelope *fake_next(fake_managerd *fake, struct event_base *base
 /* True when nothing more arrives within 100 ms of loop turns. */
 bool fake_quiet(fake_managerd *fake, struct event_base *base);
 void fake_free_envelope(Beryl__Ipc__V1__Envelope *envelope);
+/* An answer (manager NULL: an Ack) or an event as the datagram managerd sends; *out is malloc'd for the caller. */
+size_t fake_pack_answer(uint64_t id, Beryl__Ipc__V1__ManagerResponse *manager, uint8_t **out);
+size_t fake_pack_event(Beryl__Ipc__V1__ManagerEvent *manager, uint8_t **out);
+/* manager NULL: an Ack. */
 void fake_respond(fake_managerd *fake, uint64_t id, Beryl__Ipc__V1__ManagerResponse *response);
 void fake_respond_ack(fake_managerd *fake, uint64_t id);
 void fake_respond_error(fake_managerd *fake, uint64_t id, Beryl__Ipc__V1__Error *error);

@@ -216,14 +216,34 @@ static void send_connected(harness *h) {
     fake_event(&h->fake, &event);
 }
 
+static Beryl__Ipc__V1__ManagerResponse gatt_response(Beryl__Ipc__V1__GattResult *result) {
+    Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
+    response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_GATT;
+    response.gatt = result;
+    return response;
+}
+
+static void answer_gatt(harness *h, uint64_t id, Beryl__Ipc__V1__GattResult *result) {
+    Beryl__Ipc__V1__ManagerResponse response = gatt_response(result);
+    fake_respond(&h->fake, id, &response);
+}
+
 static void answer_gatt_database(harness *h, uint64_t id, Beryl__Ipc__V1__GattDatabase *database) {
     Beryl__Ipc__V1__GattResult result = BERYL__IPC__V1__GATT_RESULT__INIT;
     result.kind_case = BERYL__IPC__V1__GATT_RESULT__KIND_DATABASE;
     result.database = database;
-    Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
-    response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_GATT;
-    response.gatt = &result;
-    fake_respond(&h->fake, id, &response);
+    answer_gatt(h, id, &result);
+}
+
+/* A read's value; length 0 with no value: a write's or setNotify's empty answer. */
+static void answer_gatt_value(harness *h, uint64_t id, uint8_t *value, size_t length) {
+    Beryl__Ipc__V1__GattResult result = BERYL__IPC__V1__GATT_RESULT__INIT;
+    if (value) {
+        result.kind_case = BERYL__IPC__V1__GATT_RESULT__KIND_VALUE;
+        result.value.data = value;
+        result.value.len = length;
+    }
+    answer_gatt(h, id, &result);
 }
 
 /* A heart-rate service at 1–8: 2A37 (notify, value 3, CCCD 4), 2A38 (read, value 6), 2A39 (write, value 8). */
@@ -516,14 +536,7 @@ static void test_central_calls_go_on_the_wire_and_events_update_the_tree(void) {
         CHECK_EQ(request->gatt->kind_case, BERYL__IPC__V1__GATT_OPERATION__KIND_READ);
         CHECK_EQ(request->gatt->read->handle, 6);
         uint8_t chest = 1;
-        Beryl__Ipc__V1__GattResult result = BERYL__IPC__V1__GATT_RESULT__INIT;
-        result.kind_case = BERYL__IPC__V1__GATT_RESULT__KIND_VALUE;
-        result.value.data = &chest;
-        result.value.len = 1;
-        Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
-        response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_GATT;
-        response.gatt = &result;
-        fake_respond(&h.fake, read->request_id, &response);
+        answer_gatt_value(&h, read->request_id, &chest, 1);
     }
     fake_free_envelope(read);
     pump(h.base, 20);
@@ -564,11 +577,7 @@ static void test_central_calls_go_on_the_wire_and_events_update_the_tree(void) {
         CHECK_EQ(request->gatt->set_notify->cccd_handle, 4);
         CHECK(request->gatt->set_notify->enable);
         CHECK(!request->gatt->set_notify->indicate);
-        Beryl__Ipc__V1__GattResult result = BERYL__IPC__V1__GATT_RESULT__INIT;
-        Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
-        response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_GATT;
-        response.gatt = &result;
-        fake_respond(&h.fake, notify->request_id, &response);
+        answer_gatt_value(&h, notify->request_id, NULL, 0);
     }
     fake_free_envelope(notify);
     pump(h.base, 20);
@@ -1431,14 +1440,7 @@ static void test_the_other_central_requests_and_state_changes(void) {
     if (request && request->gatt) {
         CHECK_EQ(request->gatt->kind_case, BERYL__IPC__V1__GATT_OPERATION__KIND_READ);
         CHECK_EQ(request->gatt->read->handle, 4);
-        Beryl__Ipc__V1__GattResult result = BERYL__IPC__V1__GATT_RESULT__INIT;
-        result.kind_case = BERYL__IPC__V1__GATT_RESULT__KIND_VALUE;
-        result.value.data = on;
-        result.value.len = 2;
-        Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
-        response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_GATT;
-        response.gatt = &result;
-        fake_respond(&h.fake, envelope->request_id, &response);
+        answer_gatt_value(&h, envelope->request_id, on, 2);
     }
     fake_free_envelope(envelope);
     pump(h.base, 20);
@@ -1794,33 +1796,6 @@ static void test_an_advertisement_brings_every_field(void) {
 
 /* ---- seeds for the fuzz target (tests/fuzz-corpus, written once with --write-seeds DIR and committed) ---- */
 
-static size_t pack_event(Beryl__Ipc__V1__ManagerEvent *manager, uint8_t *out) {
-    Beryl__Ipc__V1__Event event = BERYL__IPC__V1__EVENT__INIT;
-    event.kind_case = BERYL__IPC__V1__EVENT__KIND_MANAGER;
-    event.manager = manager;
-    Beryl__Ipc__V1__Envelope envelope = BERYL__IPC__V1__ENVELOPE__INIT;
-    envelope.body_case = BERYL__IPC__V1__ENVELOPE__BODY_EVENT;
-    envelope.event = &event;
-    return beryl__ipc__v1__envelope__pack(&envelope, out);
-}
-
-static size_t pack_response(uint64_t id, Beryl__Ipc__V1__ManagerResponse *manager, uint8_t *out) {
-    Beryl__Ipc__V1__Ack ack = BERYL__IPC__V1__ACK__INIT;
-    Beryl__Ipc__V1__Response response = BERYL__IPC__V1__RESPONSE__INIT;
-    if (manager) {
-        response.kind_case = BERYL__IPC__V1__RESPONSE__KIND_MANAGER;
-        response.manager = manager;
-    } else {
-        response.kind_case = BERYL__IPC__V1__RESPONSE__KIND_ACK;
-        response.ack = &ack;
-    }
-    Beryl__Ipc__V1__Envelope envelope = BERYL__IPC__V1__ENVELOPE__INIT;
-    envelope.request_id = id;
-    envelope.body_case = BERYL__IPC__V1__ENVELOPE__BODY_RESPONSE;
-    envelope.response = &response;
-    return beryl__ipc__v1__envelope__pack(&envelope, out);
-}
-
 /* A seed: the role byte, then each datagram with its 2-byte little-endian length. */
 typedef struct seed {
     FILE *file;
@@ -1841,13 +1816,17 @@ static void seed_datagram(seed *seed, const uint8_t *bytes, size_t length) {
 }
 
 static void seed_event(seed *seed, Beryl__Ipc__V1__ManagerEvent *event) {
-    uint8_t bytes[4096];
-    seed_datagram(seed, bytes, pack_event(event, bytes));
+    uint8_t *bytes;
+    size_t length = fake_pack_event(event, &bytes);
+    seed_datagram(seed, bytes, length);
+    free(bytes);
 }
 
 static void seed_response(seed *seed, uint64_t id, Beryl__Ipc__V1__ManagerResponse *response) {
-    uint8_t bytes[4096];
-    seed_datagram(seed, bytes, pack_response(id, response, bytes));
+    uint8_t *bytes;
+    size_t length = fake_pack_answer(id, response, &bytes);
+    seed_datagram(seed, bytes, length);
+    free(bytes);
 }
 
 static void write_seed(const char *directory, const char *name, uint8_t role, Beryl__Ipc__V1__ManagerEvent **events, size_t count) {
@@ -1857,12 +1836,7 @@ static void write_seed(const char *directory, const char *name, uint8_t role, Be
     fclose(seed.file);
 }
 
-static Beryl__Ipc__V1__ManagerResponse gatt_response(Beryl__Ipc__V1__GattResult *result) {
-    Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
-    response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_GATT;
-    response.gatt = result;
-    return response;
-}
+
 
 static void write_seeds(const char *directory) {
     char *uuids[] = {"180D"};
