@@ -146,7 +146,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
                 // its services again on poweredOn. What managerd kept for the manager goes, so nothing is there twice.
                 self.removeAllServices()
                 self.stopAdvertising()
-                self.dropUpdates()
+                self.servicesGone()
             } else if let restored {
                 self.restore(restored.peripheral)
             }
@@ -355,8 +355,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
             misuse.report(.apiMisuse("updateValue needs a MutableCharacteristic this manager published, not a discovered one"))
             return false
         }
-        // By identity: after a reset the app adds its service again, and a value handle alone may also name the
-        // service it had before (the fault suite's thermostat, restored and then reset with attd).
+        // By identity: a value handle alone may name a service this manager had before and added again.
         guard shared.withLock({ $0.services }).contains(where: { ($0.characteristics ?? []).contains { $0 === characteristic } }) else {
             misuse.report(.apiMisuse("handle \(characteristic.valueHandle) is not a value of this manager's services"))
             return false
@@ -427,10 +426,14 @@ public final class PeripheralManager: Sendable, SessionBacked {
         if owed { notify { $0.peripheralManagerIsReady(toUpdateSubscribers: self) } }
     }
 
-    /// The stack dropped what this manager published (the controller left poweredOn, or managerd went): values queued
-    /// for it go too, and one on its way is no longer waited for.
-    private func dropUpdates() {
+    /// The stack dropped what this manager published (managerd clears a running manager's services and advertising
+    /// when the controller leaves poweredOn, ManagerCore+State.swift; or managerd went): the library's list follows, so
+    /// that a request or an update cannot find a service that is gone (the app adds its services again on poweredOn);
+    /// values queued for them go too, and one on its way is no longer waited for.
+    private func servicesGone() {
         shared.withLock { state in
+            state.services.removeAll()
+            state.isAdvertising = false
             state.updates.removeAll()
             state.updateInFlight = false
             state.waitingForReady = false
@@ -446,7 +449,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
         guard case .manager(let managed)? = event.kind else {
             if event.kind == nil {
                 // managerd is gone: without a restore identifier its services went with it, as after bluetoothd resets.
-                dropUpdates()
+                servicesGone()
                 update(.resetting)
                 session.reconnect()
             }
@@ -457,7 +460,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
         case .stateChanged(let newState)?:
             let reported = ManagerState(newState)
             // managerd drops a manager's services when the controller leaves poweredOn (ManagerCore+State.swift).
-            if reported != .poweredOn { dropUpdates() }
+            if reported != .poweredOn { servicesGone() }
             update(reported)
             if reported == .poweredOn { readyIfOwed() }
         case .advertisingStarted(let started)?:
