@@ -40,16 +40,19 @@ final class DelegateSlot: Sendable {
     }
 
     /// Calls `body` with the delegate on `queue`, if there is one (then and still there) and it is of the expected kind;
-    /// `first` runs on the queue just before, even when the delegate has gone meanwhile.
+    /// `first` runs on the queue just before, even when the delegate has gone meanwhile. False when there is no such
+    /// delegate now (nothing is queued).
+    @discardableResult
     func call<Delegate>(_ kind: Delegate.Type, on queue: DispatchQueue, first: (@Sendable () -> Void)? = nil,
-                        _ body: sending @escaping (Delegate) -> Void) {
-        guard object is Delegate else { return }
+                        _ body: sending @escaping (Delegate) -> Void) -> Bool {
+        guard object is Delegate else { return false }
         let handed = Handover(body)
         queue.async { [self] in
             first?()
             guard let body = handed.take(), let delegate = object as? Delegate else { return }
             body(delegate)
         }
+        return true
     }
 }
 

@@ -103,6 +103,16 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         delegateSlot.call(PeripheralDelegate.self, on: queue, body)
     }
 
+    /// didUpdateValueFor with `value` in `characteristic.value` for that call: set on the delegate queue just before it
+    /// (at once when there is no delegate), as Core Bluetooth's, so that values arriving faster than the delegate takes
+    /// them are each seen in their own call rather than the latest in all of them.
+    private func deliver(_ value: Data, of characteristic: Characteristic, error: Error?) {
+        let queued = delegateSlot.call(PeripheralDelegate.self, on: queue, first: { characteristic.setValue(value) }) {
+            $0.peripheral(self, didUpdateValueFor: characteristic, error: error)
+        }
+        if !queued { characteristic.setValue(value) }
+    }
+
     /// An answer that needs no request: after what is queued on the delegate queue, as an answer would come.
     private func later(_ body: @escaping @Sendable () -> Void) { queue.async(execute: body) }
 
@@ -307,8 +317,10 @@ public final class Peripheral: CustomStringConvertible, Sendable {
 
     public func readValue(for characteristic: Characteristic) {
         readValue(characteristic) { [self] result in
-            let error: Error? = if case .failure(let failure) = result { failure.coreBluetoothError } else { nil }
-            notify { $0.peripheral(self, didUpdateValueFor: characteristic, error: error) }
+            switch result {
+            case .success(let value): deliver(value, of: characteristic, error: nil)
+            case .failure(let failure): notify { $0.peripheral(self, didUpdateValueFor: characteristic, error: failure.coreBluetoothError) }
+            }
         }
     }
 
@@ -320,7 +332,6 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         gatt({ $0.read.handle = characteristic.valueHandle }) { result in
             switch result {
             case .success(let response):
-                characteristic.setValue(response.value)
                 completion(.success(response.value))
             case .failure(let error):
                 completion(.failure(error))
@@ -330,7 +341,10 @@ public final class Peripheral: CustomStringConvertible, Sendable {
 
     public func readValue(for characteristic: Characteristic) async throws -> Data {
         try await withCheckedThrowingContinuation { continuation in
-            readValue(characteristic) { continuation.resume(with: $0.mapError { $0.coreBluetoothError }) }
+            readValue(characteristic) { result in
+                if case .success(let value) = result { characteristic.setValue(value) }
+                continuation.resume(with: result.mapError { $0.coreBluetoothError })
+            }
         }
     }
 
@@ -505,8 +519,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
 
     func valueArrived(handle: UInt32, value: Data) {
         guard let characteristic = services?.lazy.flatMap({ $0.characteristics ?? [] }).first(where: { $0.valueHandle == handle }) else { return }
-        characteristic.setValue(value)
-        notify { $0.peripheral(self, didUpdateValueFor: characteristic, error: nil) }
+        deliver(value, of: characteristic, error: nil)
     }
 
     func servicesChanged(_ change: Beryl_Ipc_V1_GattServiceChanged) {

@@ -99,24 +99,11 @@ public final class PeripheralManager: Sendable, SessionBacked {
     private struct State {
         var isAdvertising = false
         var services: [MutableService] = []
-        /// updateValue's queue: the head is on its way to managerd, or waits for room (`waitingForReady`).
-        var updates: [PendingUpdate] = []
-        var updateInFlight = false
-        var waitingForReady = false
-        /// updateValue said false: peripheralManagerIsReady is owed once there is room.
-        var owesReady = false
-        /// Which queue an answer belongs to: the queue is emptied when the services go.
-        var updateEpoch = 0
-    }
-    private struct PendingUpdate {
-        var valueHandle: UInt32
-        var value: Data
-        var centrals: [String]
-        var indicate: Bool
+        var updates = UpdateQueue(limit: PeripheralManager.updateQueueLimit)
     }
     private let shared = Mutex(State())
-    /// The values updateValue takes before it says false. They leave one at a time, in order: managerd answers each
-    /// with sent or refused, and a refused value goes again, first, once the stack has room.
+    /// The values updateValue takes before it says false. They leave at once, without waiting for one another's answers,
+    /// and keep their order (UpdateQueue).
     static let updateQueueLimit = 16
 
     /// Core Bluetooth's initialiser: never fails (see `CentralManager.init(delegate:queue:options:appID:socketPath:)`).
@@ -364,66 +351,54 @@ public final class PeripheralManager: Sendable, SessionBacked {
             misuse.report(.notPoweredOn)
             return false
         }
-        let update = PendingUpdate(valueHandle: characteristic.valueHandle, value: value, centrals: (centrals ?? []).map(\.identifier.uuidString),
-                                   indicate: !characteristic.properties.contains(.notify) && characteristic.properties.contains(.indicate))
-        let taken = shared.withLock { state in
-            guard state.updates.count < Self.updateQueueLimit else {
-                state.owesReady = true
-                return false
-            }
-            state.updates.append(update)
-            return true
-        }
-        if taken { sendNextUpdate() }
-        return taken
+        let update = UpdateQueue.Update(valueHandle: characteristic.valueHandle, value: value, centrals: (centrals ?? []).map(\.identifier.uuidString),
+                                        indicate: !characteristic.properties.contains(.notify) && characteristic.properties.contains(.indicate))
+        guard shared.withLock({ $0.updates.offer(update) }) else { return false }
+        sendUpdates()
+        return true
     }
 
-    private func sendNextUpdate() {
-        let next: (update: PendingUpdate, epoch: Int)? = shared.withLock { state in
-            guard !state.updateInFlight, !state.waitingForReady, let head = state.updates.first else { return nil }
-            state.updateInFlight = true
-            return (head, state.updateEpoch)
+    private func sendUpdates() {
+        // Taken and sent under one lock: values the app's thread and the session's queue send must leave in the order
+        // taken (a request's completion always runs later, on the session's queue, so this cannot re-enter).
+        shared.withLock { state in
+            for sending in state.updates.takeSendable() { send(sending) }
         }
-        guard let next else { return }
+    }
+
+    private func send(_ sending: UpdateQueue.Sending) {
         channel.request(.manager {
             $0.updateValue = .with {
                 $0.manager = managerID
-                $0.valueHandle = next.update.valueHandle
-                $0.value = next.update.value
-                $0.centrals = next.update.centrals
-                $0.indicate = next.update.indicate
+                $0.valueHandle = sending.update.valueHandle
+                $0.value = sending.update.value
+                $0.centrals = sending.update.centrals
+                $0.indicate = sending.update.indicate
+                $0.ordered = true
+                $0.readySeen = sending.readySeen
             }
-        }) { [weak self] result in self?.updateAnswered(result, epoch: next.epoch) }
+        }) { [weak self] result in self?.updateAnswered(sending.id, result) }
     }
 
-    private func updateAnswered(_ result: Result<Response, BerylError>, epoch: Int) {
-        let sendNext: Bool = shared.withLock { state in
-            guard state.updateEpoch == epoch, state.updateInFlight else { return false }
-            state.updateInFlight = false
-            if case .success(let response) = result, !response.manager.updateResult.sent {
-                // The stack's queue is full: the same value goes again after ReadyToUpdate.
-                state.waitingForReady = true
-                return false
-            }
-            if !state.updates.isEmpty { state.updates.removeFirst() }
-            return true
+    private func updateAnswered(_ id: UInt64, _ result: Result<Response, BerylError>) {
+        let answer: UpdateQueue.Answer
+        switch result {
+        case .success(let response) where response.manager.updateResult.sent: answer = .sent
+        case .success(let response) where response.manager.updateResult.sendAgain: answer = .sendAgain
+        case .success: answer = .queueFull
+        case .failure: answer = .failed
         }
+        guard shared.withLock({ $0.updates.answered(id, answer) }) else { return }
         // Refused for good (the service was removed meanwhile): said as misuse, as Core Bluetooth logs it.
-        if case .failure(let error) = result, sendNext {
+        if case .failure(let error) = result {
             if case .unavailable = error {} else { misuse.report(error) }
         }
-        guard sendNext else { return }
-        sendNextUpdate()
+        sendUpdates()
         readyIfOwed()
     }
 
     private func readyIfOwed() {
-        let owed = shared.withLock { state in
-            guard state.owesReady, state.updates.count < Self.updateQueueLimit else { return false }
-            state.owesReady = false
-            return true
-        }
-        if owed { notify { $0.peripheralManagerIsReady(toUpdateSubscribers: self) } }
+        if shared.withLock({ $0.updates.takeOwedReady() }) { notify { $0.peripheralManagerIsReady(toUpdateSubscribers: self) } }
     }
 
     /// The stack dropped what this manager published (managerd clears a running manager's services and advertising
@@ -434,10 +409,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
         shared.withLock { state in
             state.services.removeAll()
             state.isAdvertising = false
-            state.updates.removeAll()
-            state.updateInFlight = false
-            state.waitingForReady = false
-            state.updateEpoch += 1
+            state.updates.reset()
         }
     }
 
@@ -487,9 +459,9 @@ public final class PeripheralManager: Sendable, SessionBacked {
             let on = change.notify || change.indicate
             characteristic.subscription(who, on: on)
             notify { on ? $0.peripheralManager(self, central: who, didSubscribeTo: characteristic) : $0.peripheralManager(self, central: who, didUnsubscribeFrom: characteristic) }
-        case .readyToUpdate?:
-            shared.withLock { $0.waitingForReady = false }
-            sendNextUpdate()
+        case .readyToUpdate(let ready)?:
+            shared.withLock { $0.updates.readyToUpdate(count: ready.count) }
+            sendUpdates()
             readyIfOwed()
         default:
             break

@@ -2,8 +2,8 @@ import BerylDaemonKit
 import Foundation
 
 /// What a benchmark's receiver counts of a sequenced stream: each value starts with its 32-bit little-endian
-/// sequence number; one below a number seen before is out of order; only those received inside the window count
-/// toward the rate.
+/// sequence number; one not above every number seen before (a repeat too) is out of order and not received; only
+/// those received inside the window count toward the rate.
 public struct SequenceTally: Sendable {
     public private(set) var total = 0
     public private(set) var inWindow = 0
@@ -21,9 +21,14 @@ public struct SequenceTally: Sendable {
     public mutating func received(_ value: Data, at time: ContinuousClock.Instant) {
         guard value.count >= 4 else { return }
         let sequence = Int64(UInt32(littleEndian: value.prefix(4).withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) }))
+        // A number seen before, or below one seen, is out of order (a repeat included); only a new highest counts as
+        // received, so that a value that never came with its own number is lost.
+        guard sequence > highest else {
+            outOfOrder += 1
+            return
+        }
         total += 1
-        if sequence < highest { outOfOrder += 1 }
-        highest = max(highest, sequence)
+        highest = sequence
         if window?.contains(time) == true { inWindow += 1 }
     }
 }

@@ -29,13 +29,13 @@ public struct TransmitPacer: Sendable {
         case readyToUpdate([ReadyNotice])
     }
 
-    /// A publisher's ReadyToUpdate, counted: an ordered publisher echoes the count it last saw.
+    /// A sender's ReadyToUpdate, counted: an ordered sender echoes the count it last saw.
     public struct ReadyNotice: Equatable, Sendable {
-        public var publisher: PublisherID
+        public var sender: UpdateSender
         public var count: UInt32
 
-        public init(publisher: PublisherID, count: UInt32) {
-            self.publisher = publisher
+        public init(sender: UpdateSender, count: UInt32) {
+            self.sender = sender
             self.count = count
         }
     }
@@ -63,8 +63,8 @@ public struct TransmitPacer: Sendable {
     }
 
     private var outboxes: [UInt16: Outbox] = [:]
-    private var notifyRefused: Set<PublisherID> = []
-    private var readySent: [PublisherID: UInt32] = [:]
+    private var notifyRefused: Set<UpdateSender> = []
+    private var readySent: [UpdateSender: UInt32] = [:]
     /// The controller's ACL buffer size, which prices a PDU in buffers.
     private var bufferSize = 27
 
@@ -78,23 +78,29 @@ public struct TransmitPacer: Sendable {
     /// A write without response that did not fit: the link says when it has room.
     public mutating func refuseWrite(on link: UInt16) { outboxes[link, default: Outbox()].refusedWrites = true }
 
-    /// A notification that did not fit: the publisher hears when every link has room.
-    public mutating func refuseNotification(from publisher: PublisherID) { notifyRefused.insert(publisher) }
+    /// A notification that did not fit: the sender hears when every link has room.
+    public mutating func refuseNotification(from sender: UpdateSender) { notifyRefused.insert(sender) }
 
-    /// Whether a publisher is owed a ReadyToUpdate: everything it sends after a refusal waits for it.
-    public func holdsBack(_ publisher: PublisherID) -> Bool { notifyRefused.contains(publisher) }
+    /// Whether a sender is owed a ReadyToUpdate: everything it sends after a refusal waits for it.
+    public func holdsBack(_ sender: UpdateSender) -> Bool { notifyRefused.contains(sender) }
 
-    /// For an ordered publisher that sent a notification before it saw the last ReadyToUpdate it was sent: that one's
+    /// For an ordered sender that sent a notification before it saw the last ReadyToUpdate it was sent: that one's
     /// count (it sends the value again; no other ReadyToUpdate follows). Nil when the notification is current.
-    public func sentBeforeReady(_ publisher: PublisherID, readySeen: UInt32) -> UInt32? {
-        let latest = readySent[publisher] ?? 0
+    public func sentBeforeReady(_ sender: UpdateSender, readySeen: UInt32) -> UInt32? {
+        let latest = readySent[sender] ?? 0
         return readySeen < latest ? latest : nil
     }
 
-    /// The publisher is gone: it is owed no readyToUpdate.
+    /// The publisher is gone, and everyone it sent for: none is owed a ReadyToUpdate.
     public mutating func publisherGone(_ publisher: PublisherID) {
-        notifyRefused.remove(publisher)
-        readySent[publisher] = nil
+        notifyRefused = notifyRefused.filter { $0.publisher != publisher }
+        readySent = readySent.filter { $0.key.publisher != publisher }
+    }
+
+    /// One sender a publisher sent for is gone (an app whose session with managerd ended).
+    public mutating func senderGone(_ sender: UpdateSender) {
+        notifyRefused.remove(sender)
+        readySent[sender] = nil
     }
 
     public mutating func enqueue(_ pdu: [UInt8], on link: UInt16) -> [Output] {
@@ -153,9 +159,27 @@ public struct TransmitPacer: Sendable {
         guard !notifyRefused.isEmpty, outboxes.values.allSatisfy(\.hasRoom) else { return [] }
         let waiting = notifyRefused.sorted()
         notifyRefused.removeAll()
-        return [.readyToUpdate(waiting.map { publisher in
-            readySent[publisher, default: 0] += 1
-            return ReadyNotice(publisher: publisher, count: readySent[publisher]!)
+        return [.readyToUpdate(waiting.map { sender in
+            readySent[sender, default: 0] += 1
+            return ReadyNotice(sender: sender, count: readySent[sender]!)
         })]
+    }
+}
+
+/// Who a notification is from, for refusals and ReadyToUpdate: a publisher's session, and whom it sends for (managerd
+/// sends for each of its apps, so one app's full queue never holds back another's; 0: the publisher itself).
+public struct UpdateSender: Hashable, Comparable, Sendable, ExpressibleByIntegerLiteral {
+    public var publisher: PublisherID
+    public var onBehalfOf: UInt64
+
+    public init(publisher: PublisherID, onBehalfOf: UInt64 = 0) {
+        self.publisher = publisher
+        self.onBehalfOf = onBehalfOf
+    }
+
+    public init(integerLiteral publisher: UInt64) { self.init(publisher: publisher) }
+
+    public static func < (lhs: UpdateSender, rhs: UpdateSender) -> Bool {
+        (lhs.publisher, lhs.onBehalfOf) < (rhs.publisher, rhs.onBehalfOf)
     }
 }

@@ -13,12 +13,12 @@ public struct ValueUpdate {
 extension TransmitPacer {
     /// Core Bluetooth's updateValue(_:for:onSubscribedCentrals:): a notification goes to every link whose peer
     /// subscribed, or to none — when any of those links' queue is full it is refused whole (nil: updateValue returns
-    /// false) and the publisher hears ReadyToUpdate once every link has room. Indications are the bearer's to pace.
-    public mutating func update(valueHandle: UInt16, value: [UInt8], indicate: Bool, from publisher: PublisherID,
+    /// false) and the sender hears ReadyToUpdate once every link has room. Indications are the bearer's to pace.
+    public mutating func update(valueHandle: UInt16, value: [UInt8], indicate: Bool, from sender: UpdateSender,
                                 on links: [LinkSession]) -> ValueUpdate? {
-        if !indicate, holdsBack(publisher) { return nil }
+        if !indicate, holdsBack(sender) { return nil }
         if !indicate, links.contains(where: { !hasRoom(on: $0.handle) && $0.server.notification(valueHandle: valueHandle, value: []) != nil }) {
-            refuseNotification(from: publisher)
+            refuseNotification(from: sender)
             return nil
         }
         var update = ValueUpdate()

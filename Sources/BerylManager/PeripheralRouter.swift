@@ -1,8 +1,8 @@
 import BerylCore
 
 /// The peripheral role between remote centrals and apps: which manager owns each published service's handles, which
-/// reads and writes wait for an app's one answer (Core Bluetooth's respond(to:withResult:)), and which managers were
-/// refused an update and are owed peripheralManagerIsReady(toUpdateSubscribers:).
+/// reads and writes wait for an app's one answer (Core Bluetooth's respond(to:withResult:)). Who is owed
+/// peripheralManagerIsReady(toUpdateSubscribers:) is attd's pacer's to know: managerd sends each app's values on its behalf.
 public struct PeripheralRouter: Sendable {
     public struct Service: Equatable, Sendable {
         public var range: ClosedRange<UInt16>
@@ -17,7 +17,6 @@ public struct PeripheralRouter: Sendable {
 
     public private(set) var services: [Service] = []
     private var open: [UInt64: (owner: ManagerKey, request: Request)] = [:]
-    private var refusedUpdate: Set<ManagerHolder> = []
 
     public init() {}
 
@@ -92,7 +91,6 @@ public struct PeripheralRouter: Sendable {
     /// The holder is gone: its pending requests, for the shell to answer for it (Unlikely Error) so that no remote
     /// central is left waiting, and it is owed nothing more.
     public mutating func abandon(_ holder: ManagerHolder) -> [(id: UInt64, request: Request)] {
-        refusedUpdate.remove(holder)
         let mine = open.filter { $0.value.owner.holder == holder }.map { (id: $0.key, request: $0.value.request) }.sorted { $0.id < $1.id }
         for (id, _) in mine { open[id] = nil }
         return mine
@@ -104,21 +102,9 @@ public struct PeripheralRouter: Sendable {
         open.removeAll()
     }
 
-    // MARK: Updates
-
-    /// The holder's updateValue was refused (the queue was full): it is owed a "ready to update".
-    public mutating func updateRefused(_ holder: ManagerHolder) { refusedUpdate.insert(holder) }
-
-    /// Those owed a "ready to update", now that the queue has room; each is told once.
-    public mutating func takeOwedReady() -> [ManagerHolder] {
-        defer { refusedUpdate.removeAll() }
-        return refusedUpdate.sorted()
-    }
-
     /// The manager moved (its app went, or came back): what it owns and is owed moves with it.
     public mutating func rebind(_ old: ManagerHolder, to new: ManagerHolder) {
         for index in services.indices where services[index].owner.holder == old { services[index].owner.holder = new }
         for (id, pending) in open where pending.owner.holder == old { open[id] = (ManagerKey(new, manager: pending.owner.manager), pending.request) }
-        if refusedUpdate.remove(old) != nil { refusedUpdate.insert(new) }
     }
 }

@@ -21,7 +21,8 @@ extension AttDaemon {
                 for notice in notices {
                     var event = Event()
                     event.att.readyToUpdate.count = notice.count
-                    host.server?.sessions[notice.publisher]?.send(.event(event))
+                    event.att.readyToUpdate.onBehalfOf = notice.sender.onBehalfOf
+                    host.server?.sessions[notice.sender.publisher]?.send(.event(event))
                 }
             }
         }

@@ -40,18 +40,22 @@ extension AttDaemon {
                 incoming.fail(.invalidArgument, "values are at most 512 bytes", field: "value")
                 return true
             }
-            if notify.ordered, !notify.indicate, let latest = pacer.sentBeforeReady(session.id, readySeen: notify.readySeen) {
+            let sender = UpdateSender(publisher: session.id, onBehalfOf: notify.onBehalfOf)
+            if notify.ordered, !notify.indicate, let latest = pacer.sentBeforeReady(sender, readySeen: notify.readySeen) {
                 incoming.fail(.cancelled, "sent before ReadyToUpdate \(latest): send it again; no other ReadyToUpdate follows")
                 return true
             }
             guard let update = pacer.update(valueHandle: UInt16(notify.valueHandle), value: Array(notify.value), indicate: notify.indicate,
-                                            from: session.id, on: Array(links.values)) else {
+                                            from: sender, on: Array(links.values)) else {
                 incoming.fail(.busy, "the transmit queue is full; wait for ReadyToUpdate")
                 return true
             }
             for (link, outputs) in update.indications { apply(wrap(outputs, for: link), on: link) }
             applyPacer(update.transmissions)
             incoming.respond(.with { $0.att.notified.peers = update.peers })
+        case .forgetSender(let forget)?:
+            pacer.senderGone(UpdateSender(publisher: session.id, onBehalfOf: forget.onBehalfOf))
+            incoming.respond(.with { $0.ack = .init() })
         case .answerRead(let answer)?:
             guard let owed = try? router.answer(answer.id, isRead: true) else {
                 incoming.fail(.notFound, "no read \(answer.id) is waiting for an answer (answered already, or timed out)", field: "id")

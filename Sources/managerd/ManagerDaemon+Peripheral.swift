@@ -82,16 +82,28 @@ extension ManagerDaemon {
                 incoming.fail(.notFound, "handle \(update.valueHandle) is not a value of this manager's services", field: "value_handle", detail: RemoteDetail(managerReason: .notPublished))
                 return
             }
+            guard let attd else {
+                incoming.fail(.notReady, "attd is not reachable")
+                return
+            }
             var request = Request()
-            request.att.notify = .with { $0.valueHandle = update.valueHandle; $0.value = update.value; $0.indicate = update.indicate }
-            attd?.request(request) { [unowned self] result in
+            request.att.notify = .with {
+                $0.valueHandle = update.valueHandle
+                $0.value = update.value
+                $0.indicate = update.indicate
+                $0.ordered = update.ordered
+                $0.readySeen = update.readySeen
+                $0.onBehalfOf = session
+            }
+            attd.request(request) { result in
                 switch result {
                 case .success:
                     incoming.respond(.with { $0.manager.updateResult.sent = true })
                 case .failure(.remote(.busy, _, _, _)):
-                    // Core Bluetooth's updateValue returning false; peripheralManagerIsReady(toUpdateSubscribers:) follows.
-                    self.core.router.updateRefused(.session(session))
+                    // Core Bluetooth's updateValue returning false; attd sends this app's ReadyToUpdate when there is room.
                     incoming.respond(.with { $0.manager.updateResult.sent = false })
+                case .failure(.remote(.cancelled, _, _, _)) where update.ordered:
+                    incoming.respond(.with { $0.manager.updateResult = .with { $0.sent = false; $0.sendAgain = true } })
                 case .failure(let error):
                     incoming.fail(relaying: error, from: "attd")
                 }
@@ -103,9 +115,13 @@ extension ManagerDaemon {
                 incoming.fail(.notFound, "no link with \(answer.peer) whose pairing this app hears", field: "peer")
                 return
             }
+            guard let attd else {
+                incoming.fail(.notReady, "attd is not reachable")
+                return
+            }
             var request = Request()
             request.att.pairingAnswer = .with { $0.connectionHandle = UInt32(link.handle); $0.accept = answer.accept; $0.passkey = answer.passkey }
-            attd?.request(request) { result in
+            attd.request(request) { result in
                 switch result {
                 case .success: incoming.respond(.with { $0.ack = .init() })
                 case .failure(let error): incoming.fail(relaying: error, from: "attd")
@@ -114,6 +130,13 @@ extension ManagerDaemon {
         default:
             incoming.fail(.unsupported, "not a peripheral request")
         }
+    }
+
+    /// attd keeps refusals and ReadyToUpdate counts per app that managerd sent values for; a session that ends has none.
+    func forgetUpdateSender(_ session: UInt64) {
+        var request = Request()
+        request.att.forgetSender.onBehalfOf = session
+        attd?.request(request)
     }
 
     func unpublish(_ start: UInt16) {

@@ -305,10 +305,10 @@ final class ManagerDaemon {
             routeSubscription(change)
         case .pairingPrompt?, .pairingFinished?:
             if let kind = event.att.kind { routePairing(kind) }
-        case .readyToUpdate?:
-            var ready = Beryl_Ipc_V1_ManagerEvent()
-            ready.readyToUpdate = .init()
-            for holder in core.router.takeOwedReady() { send(ready, to: holder) }
+        case .readyToUpdate(let ready)?:
+            var event = Beryl_Ipc_V1_ManagerEvent()
+            event.readyToUpdate.count = ready.count
+            send(event, to: ready.onBehalfOf)
         default:
             break
         }
@@ -328,6 +328,7 @@ final class ManagerDaemon {
         if let app = core.sessions[id], !app.appID.isEmpty { lifecycleSessionClosed(id, appID: app.appID) }
         labSessionClosed(id)
         alertSubscribers.remove(id)
+        forgetUpdateSender(id)
         let preserved = core.restoration.manager(heldBy: .session(id))
         apply(core.sessionClosed(id, poweredOn: state == .poweredOn))
         if let preserved, let kept = core.restoration.manager(id: preserved.id), !kept.live {

@@ -154,7 +154,7 @@ final class TransmitPacerTests: XCTestCase {
         let outputs = pacer.credited(grant(1, 1, fresh: true), bufferSize: 27)
         XCTAssertEqual(sent(outputs), [[0]])
         XCTAssertTrue(outputs.contains(.writeReady(link: 1)))
-        XCTAssertTrue(outputs.contains(.readyToUpdate([.init(publisher: 4, count: 1), .init(publisher: 9, count: 1)])))
+        XCTAssertTrue(outputs.contains(.readyToUpdate([.init(sender: 4, count: 1), .init(sender: 9, count: 1)])))
         XCTAssertEqual(pacer.credited(grant(1, 1), bufferSize: 27), [.transmit(.init(link: 1, pdu: [1]))], "once")
     }
 
@@ -163,7 +163,7 @@ final class TransmitPacerTests: XCTestCase {
         var pacer = TransmitPacer()
         for index in 0..<TransmitPacer.capacity { _ = pacer.enqueue([UInt8(index)], on: 1) }
         pacer.refuseNotification(from: 3)
-        XCTAssertEqual(pacer.linkClosed(1), [.readyToUpdate([.init(publisher: 3, count: 1)])])
+        XCTAssertEqual(pacer.linkClosed(1), [.readyToUpdate([.init(sender: 3, count: 1)])])
         XCTAssertTrue(pacer.hasRoom(on: 1))
     }
 
@@ -173,6 +173,6 @@ final class TransmitPacerTests: XCTestCase {
         pacer.refuseNotification(from: 3)
         pacer.refuseNotification(from: 4)
         pacer.publisherGone(3)
-        XCTAssertEqual(pacer.linkClosed(1), [.readyToUpdate([.init(publisher: 4, count: 1)])])
+        XCTAssertEqual(pacer.linkClosed(1), [.readyToUpdate([.init(sender: 4, count: 1)])])
     }
 }

@@ -31,7 +31,7 @@ final class ValueUpdateTests: XCTestCase {
         XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [61], indicate: false, from: 7, on: links))
         XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [62], indicate: false, from: 7, on: links))
         // The full link closes: the publisher that was refused hears it may send again, once.
-        XCTAssertEqual(pacer.linkClosed(0x41), [.readyToUpdate([.init(publisher: 7, count: 1)])])
+        XCTAssertEqual(pacer.linkClosed(0x41), [.readyToUpdate([.init(sender: 7, count: 1)])])
         XCTAssertEqual(try XCTUnwrap(pacer.update(valueHandle: valueHandle, value: [63], indicate: false, from: 7, on: [links[0], links[2]])).peers, 1)
     }
 
@@ -47,7 +47,7 @@ final class ValueUpdateTests: XCTestCase {
         }
         XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [100], indicate: false, from: 7, on: subscribed), "full")
         let room = pacer.credited([TransmitPacer.Grant(handle: 0x40, credits: 1, fresh: false)], bufferSize: 27)
-        XCTAssertTrue(room.contains(.readyToUpdate([.init(publisher: 7, count: 1)])))
+        XCTAssertTrue(room.contains(.readyToUpdate([.init(sender: 7, count: 1)])))
         XCTAssertNotNil(pacer.update(valueHandle: valueHandle, value: [101], indicate: false, from: 8, on: subscribed), "the one place left")
         XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [102], indicate: false, from: 8, on: subscribed), "full again")
         XCTAssertTrue(pacer.holdsBack(8))
@@ -56,6 +56,38 @@ final class ValueUpdateTests: XCTestCase {
         XCTAssertEqual(pacer.sentBeforeReady(7, readySeen: 0), 1, "sent before ready 1")
         XCTAssertNil(pacer.sentBeforeReady(7, readySeen: 1))
         XCTAssertNil(pacer.sentBeforeReady(9, readySeen: 0), "never refused: nothing is stale")
+    }
+
+    /// managerd sends for each of its apps: one app's refusal holds back only that app, each counts its own
+    /// ReadyToUpdate, and an app that goes (or managerd) is owed nothing.
+    func testSendersOfOnePublisherAreRefusedAndReadiedEachOnTheirOwn() throws {
+        let (valueHandle, links) = try links()
+        var pacer = TransmitPacer()
+        _ = pacer.credited([TransmitPacer.Grant(handle: 0x40, credits: 0, fresh: true)], bufferSize: 27)
+        let subscribed = [links[0]]
+        let heartRate = UpdateSender(publisher: 5, onBehalfOf: 21), thermostat = UpdateSender(publisher: 5, onBehalfOf: 22)
+        let doorlock = UpdateSender(publisher: 5, onBehalfOf: 23)
+        for index in 0..<TransmitPacer.capacity - 1 {
+            XCTAssertNotNil(pacer.update(valueHandle: valueHandle, value: [UInt8(index)], indicate: false, from: heartRate, on: subscribed))
+        }
+        XCTAssertNotNil(pacer.update(valueHandle: valueHandle, value: [40], indicate: false, from: thermostat, on: subscribed), "the last place")
+        XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [41], indicate: false, from: heartRate, on: subscribed), "full")
+        XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [42], indicate: false, from: doorlock, on: subscribed), "full")
+        XCTAssertTrue(pacer.holdsBack(heartRate))
+        XCTAssertFalse(pacer.holdsBack(thermostat), "the thermostat was never refused")
+        pacer.senderGone(doorlock)
+        let room = pacer.credited([TransmitPacer.Grant(handle: 0x40, credits: 2, fresh: false)], bufferSize: 27)
+        XCTAssertTrue(room.contains(.readyToUpdate([.init(sender: heartRate, count: 1)])), "only the heart-rate app is told: \(room)")
+        XCTAssertEqual(pacer.sentBeforeReady(heartRate, readySeen: 0), 1)
+        XCTAssertNil(pacer.sentBeforeReady(thermostat, readySeen: 0), "the thermostat's count is its own")
+        XCTAssertNil(pacer.sentBeforeReady(UpdateSender(publisher: 6, onBehalfOf: 21), readySeen: 0), "another publisher's sender 21 is another sender")
+        // Full again with both refused; managerd goes: no one it sent for is owed a ReadyToUpdate.
+        for _ in 0..<3 { _ = pacer.update(valueHandle: valueHandle, value: [43], indicate: false, from: thermostat, on: subscribed) }
+        XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [44], indicate: false, from: heartRate, on: subscribed))
+        XCTAssertTrue(pacer.holdsBack(thermostat) && pacer.holdsBack(heartRate))
+        pacer.publisherGone(5)
+        XCTAssertEqual(pacer.linkClosed(0x40), [])
+        XCTAssertNil(pacer.sentBeforeReady(heartRate, readySeen: 0), "its counts went with it")
     }
 
     func testAFullLinkWhosePeerDidNotSubscribeRefusesNothing() throws {

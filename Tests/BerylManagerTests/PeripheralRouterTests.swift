@@ -40,29 +40,24 @@ final class PeripheralRouterTests: XCTestCase {
         XCTAssertThrowsError(try router.answer(5, from: lock.holder, attError: 0), "a write without response awaits no answer")
     }
 
-    func testAnAppThatGoesHasItsRequestsAnsweredForItAndOwesNothing() throws {
+    func testAnAppThatGoesHasItsRequestsAnsweredForIt() throws {
         var router = router()
         _ = router.route(7, .write, handles: [11], expectsAnswer: true) { _ in true }
         _ = router.route(6, .read, handles: [13], expectsAnswer: true) { _ in true }
         _ = router.route(8, .read, handles: [21], expectsAnswer: true) { _ in true }
-        router.updateRefused(thermostat.holder)
         let abandoned = router.abandon(thermostat.holder)
         XCTAssertEqual(abandoned.map(\.id), [6, 7])
         XCTAssertEqual(abandoned.map(\.request), [.read, .write])
-        XCTAssertEqual(router.takeOwedReady(), [], "a gone app is owed no ready")
         XCTAssertEqual(try router.answer(8, from: lock.holder, attError: 0), .read, "the other app's request stands")
     }
 
-    func testAPreservedManagerTakesItsServicesRequestsAndOwedReadyAlong() throws {
+    func testAPreservedManagerTakesItsServicesAndRequestsAlong() throws {
         var router = router()
         _ = router.route(9, .read, handles: [10], expectsAnswer: true) { _ in true }
-        router.updateRefused(thermostat.holder)
         router.rebind(thermostat.holder, to: .preserved(1))
         XCTAssertEqual(router.owner(of: 14), ManagerKey(.preserved(1), manager: 1))
         XCTAssertThrowsError(try router.answer(9, from: thermostat.holder, attError: 0))
         XCTAssertEqual(try router.answer(9, from: .preserved(1), attError: 0), .read)
-        XCTAssertEqual(router.takeOwedReady(), [.preserved(1)])
-        XCTAssertEqual(router.takeOwedReady(), [], "told once")
     }
 
     func testServicesComeAndGoByOwner() {

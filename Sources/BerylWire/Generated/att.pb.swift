@@ -310,6 +310,10 @@ public nonisolated struct Beryl_Ipc_V1_Notify: Sendable {
 
   public var readySeen: UInt32 = 0
 
+  /// Who the value is from, for a publisher that sends for others (managerd, for each app): refusals, the count of
+  /// ReadyToUpdate and the ReadyToUpdate events are kept per sender, so one app's full queue never holds back another's.
+  public var onBehalfOf: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -732,8 +736,24 @@ public nonisolated struct Beryl_Ipc_V1_ReadyToUpdate: Sendable {
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  /// How many this publisher has been sent, this one included.
+  /// How many this publisher has been sent (for `on_behalf_of`), this one included.
   public var count: UInt32 = 0
+
+  /// Notify's `on_behalf_of`: whom the publisher tells.
+  public var onBehalfOf: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// A publisher that sent for others: one of them is gone (its refusals and ReadyToUpdate count are forgotten).
+public nonisolated struct Beryl_Ipc_V1_ForgetSender: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var onBehalfOf: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1235,6 +1255,14 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     set {kind = .setLinkPairing(newValue)}
   }
 
+  public var forgetSender: Beryl_Ipc_V1_ForgetSender {
+    get {
+      if case .forgetSender(let v)? = kind {return v}
+      return Beryl_Ipc_V1_ForgetSender()
+    }
+    set {kind = .forgetSender(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1257,6 +1285,7 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     case removeBond(Beryl_Ipc_V1_RemoveBond)
     case getPrivateAddress(Beryl_Ipc_V1_GetPrivateAddress)
     case setLinkPairing(Beryl_Ipc_V1_SetLinkPairing)
+    case forgetSender(Beryl_Ipc_V1_ForgetSender)
 
   }
 
@@ -1842,7 +1871,7 @@ nonisolated extension Beryl_Ipc_V1_UnpublishService: SwiftProtobuf.Message, Swif
 
 nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Notify"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}value_handle\0\u{1}value\0\u{1}indicate\0\u{1}ordered\0\u{3}ready_seen\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}value_handle\0\u{1}value\0\u{1}indicate\0\u{1}ordered\0\u{3}ready_seen\0\u{3}on_behalf_of\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1855,6 +1884,7 @@ nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf.
       case 3: try { try decoder.decodeSingularBoolField(value: &self.indicate) }()
       case 4: try { try decoder.decodeSingularBoolField(value: &self.ordered) }()
       case 5: try { try decoder.decodeSingularUInt32Field(value: &self.readySeen) }()
+      case 6: try { try decoder.decodeSingularUInt64Field(value: &self.onBehalfOf) }()
       default: break
       }
     }
@@ -1876,6 +1906,9 @@ nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf.
     if self.readySeen != 0 {
       try visitor.visitSingularUInt32Field(value: self.readySeen, fieldNumber: 5)
     }
+    if self.onBehalfOf != 0 {
+      try visitor.visitSingularUInt64Field(value: self.onBehalfOf, fieldNumber: 6)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1885,6 +1918,7 @@ nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.indicate != rhs.indicate {return false}
     if lhs.ordered != rhs.ordered {return false}
     if lhs.readySeen != rhs.readySeen {return false}
+    if lhs.onBehalfOf != rhs.onBehalfOf {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2866,7 +2900,7 @@ nonisolated extension Beryl_Ipc_V1_GattWriteReady: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Beryl_Ipc_V1_ReadyToUpdate: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ReadyToUpdate"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}count\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}count\0\u{3}on_behalf_of\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2875,6 +2909,7 @@ nonisolated extension Beryl_Ipc_V1_ReadyToUpdate: SwiftProtobuf.Message, SwiftPr
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularUInt32Field(value: &self.count) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.onBehalfOf) }()
       default: break
       }
     }
@@ -2884,11 +2919,45 @@ nonisolated extension Beryl_Ipc_V1_ReadyToUpdate: SwiftProtobuf.Message, SwiftPr
     if self.count != 0 {
       try visitor.visitSingularUInt32Field(value: self.count, fieldNumber: 1)
     }
+    if self.onBehalfOf != 0 {
+      try visitor.visitSingularUInt64Field(value: self.onBehalfOf, fieldNumber: 2)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_ReadyToUpdate, rhs: Beryl_Ipc_V1_ReadyToUpdate) -> Bool {
     if lhs.count != rhs.count {return false}
+    if lhs.onBehalfOf != rhs.onBehalfOf {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_ForgetSender: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ForgetSender"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}on_behalf_of\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.onBehalfOf) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.onBehalfOf != 0 {
+      try visitor.visitSingularUInt64Field(value: self.onBehalfOf, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_ForgetSender, rhs: Beryl_Ipc_V1_ForgetSender) -> Bool {
+    if lhs.onBehalfOf != rhs.onBehalfOf {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3521,7 +3590,7 @@ nonisolated extension Beryl_Ipc_V1_PrivateAddress: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0\u{3}gatt_discover\0\u{3}gatt_read\0\u{3}gatt_write\0\u{3}gatt_subscribe\0\u{3}gatt_read_multiple\0\u{3}gatt_read_by_type\0\u{3}gatt_reliable_write\0\u{1}pair\0\u{3}pairing_answer\0\u{3}list_bonds\0\u{3}remove_bond\0\u{3}get_private_address\0\u{3}set_link_pairing\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0\u{3}gatt_discover\0\u{3}gatt_read\0\u{3}gatt_write\0\u{3}gatt_subscribe\0\u{3}gatt_read_multiple\0\u{3}gatt_read_by_type\0\u{3}gatt_reliable_write\0\u{1}pair\0\u{3}pairing_answer\0\u{3}list_bonds\0\u{3}remove_bond\0\u{3}get_private_address\0\u{3}set_link_pairing\0\u{3}forget_sender\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3776,6 +3845,19 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
           self.kind = .setLinkPairing(v)
         }
       }()
+      case 20: try {
+        var v: Beryl_Ipc_V1_ForgetSender?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .forgetSender(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .forgetSender(v)
+        }
+      }()
       default: break
       }
     }
@@ -3862,6 +3944,10 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
     case .setLinkPairing?: try {
       guard case .setLinkPairing(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 19)
+    }()
+    case .forgetSender?: try {
+      guard case .forgetSender(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 20)
     }()
     case nil: break
     }

@@ -1266,18 +1266,27 @@ public nonisolated struct Beryl_Ipc_V1_UpdateValue: Sendable {
 
   public var indicate: Bool = false
 
+  /// A library that sends values without waiting for each answer keeps them in order with these (att.proto's Notify):
+  /// `ready_seen` is the count of the last ReadyToUpdate it had.
+  public var ordered: Bool = false
+
+  public var readySeen: UInt32 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 }
 
-/// sent false: the transmit queue is full; ReadyToUpdate follows.
+/// sent false: the transmit queue is full; ReadyToUpdate follows. With `send_again` (ordered updates only) the value
+/// was sent before the latest ReadyToUpdate: it goes again at once, and no other ReadyToUpdate follows.
 public nonisolated struct Beryl_Ipc_V1_UpdateResult: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
   public var sent: Bool = false
+
+  public var sendAgain: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -4316,7 +4325,7 @@ nonisolated extension Beryl_Ipc_V1_RespondToRequest: SwiftProtobuf.Message, Swif
 
 nonisolated extension Beryl_Ipc_V1_UpdateValue: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".UpdateValue"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{3}value_handle\0\u{1}value\0\u{1}centrals\0\u{1}indicate\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{3}value_handle\0\u{1}value\0\u{1}centrals\0\u{1}indicate\0\u{1}ordered\0\u{3}ready_seen\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4329,6 +4338,8 @@ nonisolated extension Beryl_Ipc_V1_UpdateValue: SwiftProtobuf.Message, SwiftProt
       case 3: try { try decoder.decodeSingularBytesField(value: &self.value) }()
       case 4: try { try decoder.decodeRepeatedStringField(value: &self.centrals) }()
       case 5: try { try decoder.decodeSingularBoolField(value: &self.indicate) }()
+      case 6: try { try decoder.decodeSingularBoolField(value: &self.ordered) }()
+      case 7: try { try decoder.decodeSingularUInt32Field(value: &self.readySeen) }()
       default: break
       }
     }
@@ -4350,6 +4361,12 @@ nonisolated extension Beryl_Ipc_V1_UpdateValue: SwiftProtobuf.Message, SwiftProt
     if self.indicate != false {
       try visitor.visitSingularBoolField(value: self.indicate, fieldNumber: 5)
     }
+    if self.ordered != false {
+      try visitor.visitSingularBoolField(value: self.ordered, fieldNumber: 6)
+    }
+    if self.readySeen != 0 {
+      try visitor.visitSingularUInt32Field(value: self.readySeen, fieldNumber: 7)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -4359,6 +4376,8 @@ nonisolated extension Beryl_Ipc_V1_UpdateValue: SwiftProtobuf.Message, SwiftProt
     if lhs.value != rhs.value {return false}
     if lhs.centrals != rhs.centrals {return false}
     if lhs.indicate != rhs.indicate {return false}
+    if lhs.ordered != rhs.ordered {return false}
+    if lhs.readySeen != rhs.readySeen {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -4366,7 +4385,7 @@ nonisolated extension Beryl_Ipc_V1_UpdateValue: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Beryl_Ipc_V1_UpdateResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".UpdateResult"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}sent\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}sent\0\u{3}send_again\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4375,6 +4394,7 @@ nonisolated extension Beryl_Ipc_V1_UpdateResult: SwiftProtobuf.Message, SwiftPro
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularBoolField(value: &self.sent) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.sendAgain) }()
       default: break
       }
     }
@@ -4384,11 +4404,15 @@ nonisolated extension Beryl_Ipc_V1_UpdateResult: SwiftProtobuf.Message, SwiftPro
     if self.sent != false {
       try visitor.visitSingularBoolField(value: self.sent, fieldNumber: 1)
     }
+    if self.sendAgain != false {
+      try visitor.visitSingularBoolField(value: self.sendAgain, fieldNumber: 2)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_UpdateResult, rhs: Beryl_Ipc_V1_UpdateResult) -> Bool {
     if lhs.sent != rhs.sent {return false}
+    if lhs.sendAgain != rhs.sendAgain {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -1582,6 +1582,51 @@ void   beryl__ipc__v1__ready_to_update__free_unpacked
   assert(message->base.descriptor == &beryl__ipc__v1__ready_to_update__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   beryl__ipc__v1__forget_sender__init
+                     (Beryl__Ipc__V1__ForgetSender         *message)
+{
+  static const Beryl__Ipc__V1__ForgetSender init_value = BERYL__IPC__V1__FORGET_SENDER__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__forget_sender__get_packed_size
+                     (const Beryl__Ipc__V1__ForgetSender *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__forget_sender__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__forget_sender__pack
+                     (const Beryl__Ipc__V1__ForgetSender *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__forget_sender__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__forget_sender__pack_to_buffer
+                     (const Beryl__Ipc__V1__ForgetSender *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__forget_sender__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__ForgetSender *
+       beryl__ipc__v1__forget_sender__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__ForgetSender *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__forget_sender__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__forget_sender__free_unpacked
+                     (Beryl__Ipc__V1__ForgetSender *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__forget_sender__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   beryl__ipc__v1__gatt_notification__init
                      (Beryl__Ipc__V1__GattNotification         *message)
 {
@@ -2896,7 +2941,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__unpublish_service__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__unpublish_service__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__notify__field_descriptors[5] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__notify__field_descriptors[6] =
 {
   {
     "value_handle",
@@ -2958,9 +3003,22 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__notify__field_descriptors[
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "on_behalf_of",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__Notify, on_behalf_of),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__notify__field_indices_by_name[] = {
   2,   /* field[2] = indicate */
+  5,   /* field[5] = on_behalf_of */
   3,   /* field[3] = ordered */
   4,   /* field[4] = ready_seen */
   1,   /* field[1] = value */
@@ -2969,7 +3027,7 @@ static const unsigned beryl__ipc__v1__notify__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__notify__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__notify__descriptor =
 {
@@ -2979,7 +3037,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__notify__descriptor =
   "Beryl__Ipc__V1__Notify",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__Notify),
-  5,
+  6,
   beryl__ipc__v1__notify__field_descriptors,
   beryl__ipc__v1__notify__field_indices_by_name,
   1,  beryl__ipc__v1__notify__number_ranges,
@@ -4548,7 +4606,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_write_ready__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__gatt_write_ready__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__ready_to_update__field_descriptors[1] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__ready_to_update__field_descriptors[2] =
 {
   {
     "count",
@@ -4562,14 +4620,27 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__ready_to_update__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "on_behalf_of",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__ReadyToUpdate, on_behalf_of),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__ready_to_update__field_indices_by_name[] = {
   0,   /* field[0] = count */
+  1,   /* field[1] = on_behalf_of */
 };
 static const ProtobufCIntRange beryl__ipc__v1__ready_to_update__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__ready_to_update__descriptor =
 {
@@ -4579,11 +4650,49 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__ready_to_update__descriptor =
   "Beryl__Ipc__V1__ReadyToUpdate",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__ReadyToUpdate),
-  1,
+  2,
   beryl__ipc__v1__ready_to_update__field_descriptors,
   beryl__ipc__v1__ready_to_update__field_indices_by_name,
   1,  beryl__ipc__v1__ready_to_update__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__ready_to_update__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__forget_sender__field_descriptors[1] =
+{
+  {
+    "on_behalf_of",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__ForgetSender, on_behalf_of),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__forget_sender__field_indices_by_name[] = {
+  0,   /* field[0] = on_behalf_of */
+};
+static const ProtobufCIntRange beryl__ipc__v1__forget_sender__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__forget_sender__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.ForgetSender",
+  "ForgetSender",
+  "Beryl__Ipc__V1__ForgetSender",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__ForgetSender),
+  1,
+  beryl__ipc__v1__forget_sender__field_descriptors,
+  beryl__ipc__v1__forget_sender__field_indices_by_name,
+  1,  beryl__ipc__v1__forget_sender__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__forget_sender__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_notification__field_descriptors[4] =
@@ -5631,7 +5740,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__private_address__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__private_address__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__att_request__field_descriptors[19] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__att_request__field_descriptors[20] =
 {
   {
     "get_bearers",
@@ -5861,10 +5970,23 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__att_request__field_descrip
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "forget_sender",
+    20,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__AttRequest, kind_case),
+    offsetof(Beryl__Ipc__V1__AttRequest, forget_sender),
+    &beryl__ipc__v1__forget_sender__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__att_request__field_indices_by_name[] = {
   4,   /* field[4] = answer_read */
   5,   /* field[5] = answer_write */
+  19,   /* field[19] = forget_sender */
   6,   /* field[6] = gatt_discover */
   7,   /* field[7] = gatt_read */
   11,   /* field[11] = gatt_read_by_type */
@@ -5886,7 +6008,7 @@ static const unsigned beryl__ipc__v1__att_request__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__att_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 19 }
+  { 0, 20 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__att_request__descriptor =
 {
@@ -5896,7 +6018,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__att_request__descriptor =
   "Beryl__Ipc__V1__AttRequest",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__AttRequest),
-  19,
+  20,
   beryl__ipc__v1__att_request__field_descriptors,
   beryl__ipc__v1__att_request__field_indices_by_name,
   1,  beryl__ipc__v1__att_request__number_ranges,

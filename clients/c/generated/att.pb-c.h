@@ -50,6 +50,7 @@ typedef struct Beryl__Ipc__V1__GattSubscribe Beryl__Ipc__V1__GattSubscribe;
 typedef struct Beryl__Ipc__V1__GattServiceChanged Beryl__Ipc__V1__GattServiceChanged;
 typedef struct Beryl__Ipc__V1__GattWriteReady Beryl__Ipc__V1__GattWriteReady;
 typedef struct Beryl__Ipc__V1__ReadyToUpdate Beryl__Ipc__V1__ReadyToUpdate;
+typedef struct Beryl__Ipc__V1__ForgetSender Beryl__Ipc__V1__ForgetSender;
 typedef struct Beryl__Ipc__V1__GattNotification Beryl__Ipc__V1__GattNotification;
 typedef struct Beryl__Ipc__V1__Pair Beryl__Ipc__V1__Pair;
 typedef struct Beryl__Ipc__V1__Paired Beryl__Ipc__V1__Paired;
@@ -285,10 +286,15 @@ struct  Beryl__Ipc__V1__Notify
    */
   protobuf_c_boolean ordered;
   uint32_t ready_seen;
+  /*
+   * Who the value is from, for a publisher that sends for others (managerd, for each app): refusals, the count of
+   * ReadyToUpdate and the ReadyToUpdate events are kept per sender, so one app's full queue never holds back another's.
+   */
+  uint64_t on_behalf_of;
 };
 #define BERYL__IPC__V1__NOTIFY__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__notify__descriptor) \
-    , 0, {0,NULL}, 0, 0, 0 }
+    , 0, {0,NULL}, 0, 0, 0, 0 }
 
 
 struct  Beryl__Ipc__V1__NotifyResult
@@ -636,12 +642,29 @@ struct  Beryl__Ipc__V1__ReadyToUpdate
 {
   ProtobufCMessage base;
   /*
-   * How many this publisher has been sent, this one included.
+   * How many this publisher has been sent (for `on_behalf_of`), this one included.
    */
   uint32_t count;
+  /*
+   * Notify's `on_behalf_of`: whom the publisher tells.
+   */
+  uint64_t on_behalf_of;
 };
 #define BERYL__IPC__V1__READY_TO_UPDATE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__ready_to_update__descriptor) \
+    , 0, 0 }
+
+
+/*
+ * A publisher that sent for others: one of them is gone (its refusals and ReadyToUpdate count are forgotten).
+ */
+struct  Beryl__Ipc__V1__ForgetSender
+{
+  ProtobufCMessage base;
+  uint64_t on_behalf_of;
+};
+#define BERYL__IPC__V1__FORGET_SENDER__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__forget_sender__descriptor) \
     , 0 }
 
 
@@ -885,7 +908,8 @@ typedef enum {
   BERYL__IPC__V1__ATT_REQUEST__KIND_LIST_BONDS = 16,
   BERYL__IPC__V1__ATT_REQUEST__KIND_REMOVE_BOND = 17,
   BERYL__IPC__V1__ATT_REQUEST__KIND_GET_PRIVATE_ADDRESS = 18,
-  BERYL__IPC__V1__ATT_REQUEST__KIND_SET_LINK_PAIRING = 19
+  BERYL__IPC__V1__ATT_REQUEST__KIND_SET_LINK_PAIRING = 19,
+  BERYL__IPC__V1__ATT_REQUEST__KIND_FORGET_SENDER = 20
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(BERYL__IPC__V1__ATT_REQUEST__KIND__CASE)
 } Beryl__Ipc__V1__AttRequest__KindCase;
 
@@ -913,6 +937,7 @@ struct  Beryl__Ipc__V1__AttRequest
     Beryl__Ipc__V1__RemoveBond *remove_bond;
     Beryl__Ipc__V1__GetPrivateAddress *get_private_address;
     Beryl__Ipc__V1__SetLinkPairing *set_link_pairing;
+    Beryl__Ipc__V1__ForgetSender *forget_sender;
   };
 };
 #define BERYL__IPC__V1__ATT_REQUEST__INIT \
@@ -1666,6 +1691,25 @@ Beryl__Ipc__V1__ReadyToUpdate *
 void   beryl__ipc__v1__ready_to_update__free_unpacked
                      (Beryl__Ipc__V1__ReadyToUpdate *message,
                       ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__ForgetSender methods */
+void   beryl__ipc__v1__forget_sender__init
+                     (Beryl__Ipc__V1__ForgetSender         *message);
+size_t beryl__ipc__v1__forget_sender__get_packed_size
+                     (const Beryl__Ipc__V1__ForgetSender   *message);
+size_t beryl__ipc__v1__forget_sender__pack
+                     (const Beryl__Ipc__V1__ForgetSender   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__forget_sender__pack_to_buffer
+                     (const Beryl__Ipc__V1__ForgetSender   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__ForgetSender *
+       beryl__ipc__v1__forget_sender__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__forget_sender__free_unpacked
+                     (Beryl__Ipc__V1__ForgetSender *message,
+                      ProtobufCAllocator *allocator);
 /* Beryl__Ipc__V1__GattNotification methods */
 void   beryl__ipc__v1__gatt_notification__init
                      (Beryl__Ipc__V1__GattNotification         *message);
@@ -2115,6 +2159,9 @@ typedef void (*Beryl__Ipc__V1__GattWriteReady_Closure)
 typedef void (*Beryl__Ipc__V1__ReadyToUpdate_Closure)
                  (const Beryl__Ipc__V1__ReadyToUpdate *message,
                   void *closure_data);
+typedef void (*Beryl__Ipc__V1__ForgetSender_Closure)
+                 (const Beryl__Ipc__V1__ForgetSender *message,
+                  void *closure_data);
 typedef void (*Beryl__Ipc__V1__GattNotification_Closure)
                  (const Beryl__Ipc__V1__GattNotification *message,
                   void *closure_data);
@@ -2212,6 +2259,7 @@ extern const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_subscribe__descript
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_service_changed__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_write_ready__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__ready_to_update__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__forget_sender__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_notification__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__pair__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__paired__descriptor;

@@ -5839,7 +5839,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__respond_to_request__descriptor 
   (ProtobufCMessageInit) beryl__ipc__v1__respond_to_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__update_value__field_descriptors[5] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__update_value__field_descriptors[7] =
 {
   {
     "manager",
@@ -5901,18 +5901,44 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__update_value__field_descri
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "ordered",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__UpdateValue, ordered),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "ready_seen",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__UpdateValue, ready_seen),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__update_value__field_indices_by_name[] = {
   3,   /* field[3] = centrals */
   4,   /* field[4] = indicate */
   0,   /* field[0] = manager */
+  5,   /* field[5] = ordered */
+  6,   /* field[6] = ready_seen */
   2,   /* field[2] = value */
   1,   /* field[1] = value_handle */
 };
 static const ProtobufCIntRange beryl__ipc__v1__update_value__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__update_value__descriptor =
 {
@@ -5922,14 +5948,14 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__update_value__descriptor =
   "Beryl__Ipc__V1__UpdateValue",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__UpdateValue),
-  5,
+  7,
   beryl__ipc__v1__update_value__field_descriptors,
   beryl__ipc__v1__update_value__field_indices_by_name,
   1,  beryl__ipc__v1__update_value__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__update_value__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__update_result__field_descriptors[1] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__update_result__field_descriptors[2] =
 {
   {
     "sent",
@@ -5943,14 +5969,27 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__update_result__field_descr
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "send_again",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__UpdateResult, send_again),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__update_result__field_indices_by_name[] = {
+  1,   /* field[1] = send_again */
   0,   /* field[0] = sent */
 };
 static const ProtobufCIntRange beryl__ipc__v1__update_result__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__update_result__descriptor =
 {
@@ -5960,7 +5999,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__update_result__descriptor =
   "Beryl__Ipc__V1__UpdateResult",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__UpdateResult),
-  1,
+  2,
   beryl__ipc__v1__update_result__field_descriptors,
   beryl__ipc__v1__update_result__field_indices_by_name,
   1,  beryl__ipc__v1__update_result__number_ranges,

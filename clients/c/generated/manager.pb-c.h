@@ -858,23 +858,31 @@ struct  Beryl__Ipc__V1__UpdateValue
   size_t n_centrals;
   char **centrals;
   protobuf_c_boolean indicate;
+  /*
+   * A library that sends values without waiting for each answer keeps them in order with these (att.proto's Notify):
+   * `ready_seen` is the count of the last ReadyToUpdate it had.
+   */
+  protobuf_c_boolean ordered;
+  uint32_t ready_seen;
 };
 #define BERYL__IPC__V1__UPDATE_VALUE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__update_value__descriptor) \
-    , 0, 0, {0,NULL}, 0,NULL, 0 }
+    , 0, 0, {0,NULL}, 0,NULL, 0, 0, 0 }
 
 
 /*
- * sent false: the transmit queue is full; ReadyToUpdate follows.
+ * sent false: the transmit queue is full; ReadyToUpdate follows. With `send_again` (ordered updates only) the value
+ * was sent before the latest ReadyToUpdate: it goes again at once, and no other ReadyToUpdate follows.
  */
 struct  Beryl__Ipc__V1__UpdateResult
 {
   ProtobufCMessage base;
   protobuf_c_boolean sent;
+  protobuf_c_boolean send_again;
 };
 #define BERYL__IPC__V1__UPDATE_RESULT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__update_result__descriptor) \
-    , 0 }
+    , 0, 0 }
 
 
 /*
