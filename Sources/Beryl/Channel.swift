@@ -159,10 +159,10 @@ final class Channel: Sendable {
 /// Where a manager reports Core Bluetooth's API misuse that has no delegate callback (it logs them, as iOS does,
 /// unless the app sets its own handler).
 final class MisuseReporter: Sendable {
-    private let handler = Mutex<(@Sendable (BerylError) -> Void)?>(nil)
+    private let handler = Mutex<Handler<BerylError>?>(nil)
     var current: (@Sendable (BerylError) -> Void)? {
-        get { handler.withLock { $0 } }
-        set { handler.withLock { $0 = newValue } }
+        get { handler.withLock { $0 }?.body }
+        set { handler.withLock { $0 = newValue.map(Handler.init) } }
     }
     func report(_ error: BerylError) {
         if let handler = current { return handler(error) }
@@ -172,7 +172,14 @@ final class MisuseReporter: Sendable {
 
 /// Lets a manager receive its channel's events once it is fully initialised (the channel is made first).
 final class EventRelay: Sendable {
-    private let target = Mutex<(@Sendable (Event) -> Void)?>(nil)
-    func bind(_ handler: @escaping @Sendable (Event) -> Void) { target.withLock { $0 = handler } }
-    func deliver(_ event: Event) { target.withLock { $0 }?(event) }
+    private let target = Mutex<Handler<Event>?>(nil)
+    func bind(_ handler: @escaping @Sendable (Event) -> Void) { target.withLock { $0 = Handler(body: handler) } }
+    func deliver(_ event: Event) { target.withLock { $0 }?.body(event) }
+}
+
+/// A closure kept in a Mutex inside a struct: a bare closure (or an optional one) as the Mutex's value is reabstracted
+/// each time `withLock` hands it out and back, and the stored closure grows by two thunks per access (Swift 6.3, -O
+/// and -Onone alike) until calling it overflows the stack — after some tens of thousands of events.
+struct Handler<Argument>: Sendable {
+    let body: @Sendable (Argument) -> Void
 }
