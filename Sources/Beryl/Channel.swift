@@ -89,20 +89,36 @@ final class Channel: Sendable {
     }
 
     func request(_ request: Request, completion: @escaping Completion = { _ in }) {
-        let id: UInt64? = state.withLock { state in
+        requests([(request, completion)])
+    }
+
+    /// Several requests in one datagram (a batch, in order), each answered on its own.
+    func requests(_ requests: [(request: Request, completion: Completion)]) {
+        let ids: [UInt64]? = state.withLock { state in
             guard !state.closed else { return nil }
-            let id = state.nextID
-            state.nextID += 1
-            state.pending[id] = completion
-            return id
+            return requests.map { request in
+                let id = state.nextID
+                state.nextID += 1
+                state.pending[id] = request.completion
+                return id
+            }
         }
-        guard let id else { return queue.async { completion(.failure(.unavailable("the session is closed"))) } }
-        var envelope = Envelope()
-        envelope.requestID = id
-        envelope.request = request
-        guard let bytes = try? envelope.serializedBytes() as [UInt8], case .sent = SeqPacketSocket.send(fd, bytes) else {
-            let failed = state.withLock { $0.pending.removeValue(forKey: id) }
-            queue.async { failed?(.failure(.unavailable("managerd did not take the request"))) }
+        guard let ids else {
+            return queue.async { for request in requests { request.completion(.failure(.unavailable("the session is closed"))) } }
+        }
+        var batch = EnvelopeBatch(capacity: IPCLimits.standard.maxMessageBytes)
+        var sent = true
+        for (id, request) in zip(ids, requests) {
+            var envelope = Envelope.request(request.request, id: id)
+            envelope.acceptsBatches = true
+            let bytes = envelope.encoded()
+            if !batch.fits(bytes) { sent = sent && SeqPacketSocket.send(fd, batch.take()) == .sent }
+            batch.append(bytes)
+        }
+        sent = sent && SeqPacketSocket.send(fd, batch.take()) == .sent
+        guard sent else {
+            let failed = state.withLock { state in ids.compactMap { state.pending.removeValue(forKey: $0) } }
+            queue.async { for completion in failed { completion(.failure(.unavailable("managerd did not take the request"))) } }
             return
         }
     }
@@ -121,7 +137,7 @@ final class Channel: Sendable {
     }
 
     private func readLoop() {
-        SeqPacketSocket.readEnvelopes(fd) { dispatch($0) }
+        SeqPacketSocket.readDatagrams(fd) { dispatch($0) }
         finish("managerd closed the session")
     }
 
@@ -131,16 +147,23 @@ final class Channel: Sendable {
         return .failure(BerylError(remote: error.code, message: error.message, field: error.field, detail: RemoteDetail(error)))
     }
 
-    private func dispatch(_ envelope: Envelope) {
-        switch envelope.body {
-        case .response(let response)?:
-            guard let completion = state.withLock({ $0.pending.removeValue(forKey: envelope.requestID) }) else { return }
-            queue.async { completion(Self.result(of: response)) }
-        case .event(let event)?:
-            queue.async { self.onEvent(event) }
-        default:
-            break
+    /// A datagram's answers and events, handed to the session's queue in one hop, in order.
+    private func dispatch(_ envelopes: [Envelope]) {
+        let work: [@Sendable () -> Void] = state.withLock { state in
+            envelopes.compactMap { envelope in
+                switch envelope.body {
+                case .response(let response)?:
+                    guard let completion = state.pending.removeValue(forKey: envelope.requestID) else { return nil }
+                    return { completion(Self.result(of: response)) }
+                case .event(let event)?:
+                    return { self.onEvent(event) }
+                default:
+                    return nil
+                }
+            }
         }
+        guard !work.isEmpty else { return }
+        queue.async { for item in work { item() } }
     }
 
     private func finish(_ reason: String) {

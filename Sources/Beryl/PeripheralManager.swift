@@ -362,12 +362,15 @@ public final class PeripheralManager: Sendable, SessionBacked {
         // Taken and sent under one lock: values the app's thread and the session's queue send must leave in the order
         // taken (a request's completion always runs later, on the session's queue, so this cannot re-enter).
         shared.withLock { state in
-            for sending in state.updates.takeSendable() { send(sending) }
+            let sendings = state.updates.takeSendable()
+            guard !sendings.isEmpty else { return }
+            channel.requests(sendings.map(request))
         }
     }
 
-    private func send(_ sending: UpdateQueue.Sending) {
-        channel.request(.manager {
+    /// One value's UpdateValue, in a batch with the others that leave with it.
+    private func request(_ sending: UpdateQueue.Sending) -> (request: Request, completion: Channel.Completion) {
+        (.manager {
             $0.updateValue = .with {
                 $0.manager = managerID
                 $0.valueHandle = sending.update.valueHandle
@@ -377,7 +380,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
                 $0.ordered = true
                 $0.readySeen = sending.readySeen
             }
-        }) { [weak self] result in self?.updateAnswered(sending.id, result) }
+        }, { [weak self] result in self?.updateAnswered(sending.id, result) })
     }
 
     private func updateAnswered(_ id: UInt64, _ result: Result<Response, BerylError>) {

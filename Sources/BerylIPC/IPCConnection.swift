@@ -20,6 +20,9 @@ public final class IPCConnection {
     private var pending: [UInt64: (Result<Response, IPCClientError>) -> Void] = [:]
     private var nextID: UInt64 = 1
     private var buffer: [UInt8] = []
+    /// The requests of this loop wake-up, sent as one datagram when it ends.
+    private var batch = EnvelopeBatch(capacity: IPCLimits.standard.maxMessageBytes)
+    private var batchFlushScheduled = false
 
     public init(loop: EventLoop, path: String) throws(IPCClientError) {
         self.loop = loop
@@ -42,7 +45,27 @@ public final class IPCConnection {
         let id = nextID
         nextID += 1
         pending[id] = completion
-        let bytes = Envelope.request(request, id: id).encoded()
+        var envelope = Envelope.request(request, id: id)
+        envelope.acceptsBatches = true
+        let bytes = envelope.encoded()
+        if !batch.fits(bytes) { sendDatagram(batch.take()) }
+        batch.append(bytes)
+        guard !batchFlushScheduled else { return }
+        batchFlushScheduled = true
+        do {
+            try loop.after(.zero) { [weak self] in self?.flushBatch() }
+        } catch {
+            flushBatch()
+        }
+    }
+
+    private func flushBatch() {
+        batchFlushScheduled = false
+        guard isOpen, !batch.isEmpty else { return }
+        sendDatagram(batch.take())
+    }
+
+    private func sendDatagram(_ bytes: [UInt8]) {
         if outbound.isEmpty, SeqPacketSocket.send(fd, bytes) == .sent { return }
         outbound.append(bytes)
         if writer == nil { writer = try? loop.onWritable(fd) { [unowned self] in self.flush() } }
@@ -64,21 +87,11 @@ public final class IPCConnection {
         for _ in 0..<64 {
             switch SeqPacketSocket.receive(fd, cap: IPCLimits.standard.maxMessageBytes, buffer: &buffer) {
             case .message(let bytes):
-                guard let envelope = try? Envelope(serializedBytes: bytes) else { continue }
-                switch envelope.body {
-                case .event(let event)?:
-                    onEvent(event)
-                case .response(let response)?:
-                    guard let completion = pending.removeValue(forKey: envelope.requestID) else { continue }
-                    if case .error(let error)? = response.kind {
-                        completion(.failure(.remote(code: error.code, message: error.message, field: error.field, detail: RemoteDetail(error))))
-                    } else {
-                        completion(.success(response))
-                    }
-                default:
-                    continue
+                guard let datagram = try? Envelope(serializedBytes: bytes) else { continue }
+                for envelope in datagram.unbatched {
+                    deliver(envelope)
+                    guard isOpen else { return }
                 }
-                guard isOpen else { return }
             case .tooLarge:
                 continue
             case .wouldBlock:
@@ -87,6 +100,22 @@ public final class IPCConnection {
                 shut("peer disconnected")
                 return
             }
+        }
+    }
+
+    private func deliver(_ envelope: Envelope) {
+        switch envelope.body {
+        case .event(let event)?:
+            onEvent(event)
+        case .response(let response)?:
+            guard let completion = pending.removeValue(forKey: envelope.requestID) else { return }
+            if case .error(let error)? = response.kind {
+                completion(.failure(.remote(code: error.code, message: error.message, field: error.field, detail: RemoteDetail(error))))
+            } else {
+                completion(.success(response))
+            }
+        default:
+            return
         }
     }
 

@@ -62,6 +62,10 @@ public final class IPCSession {
     private var readWatcher: EventRegistration?
     private var writeWatcher: EventRegistration?
     private var receiveBuffer: [UInt8] = []
+    /// The peer said it takes batches (Envelope.accepts_batches): what this wake-up sends it leaves as one datagram.
+    public internal(set) var acceptsBatches = false
+    private lazy var batch = EnvelopeBatch(capacity: server.limits.maxMessageBytes)
+    private var batchFlushScheduled = false
 
     init(id: UInt64, fd: Int32, peer: PeerCredentials, server: IPCServer) {
         self.id = id
@@ -80,6 +84,26 @@ public final class IPCSession {
     public func send(_ envelope: Envelope) {
         guard isOpen else { return }
         let bytes = envelope.encoded()
+        guard acceptsBatches else { return sendDatagram(bytes) }
+        if !batch.fits(bytes) { sendDatagram(batch.take()) }
+        batch.append(bytes)
+        guard !batchFlushScheduled else { return }
+        batchFlushScheduled = true
+        do {
+            try server.loop.after(.zero) { [weak self] in self?.flushBatch() }
+        } catch {
+            flushBatch()
+        }
+    }
+
+    /// What this wake-up sent, now (the loop's zero timer runs once the wake-up's other events are handled).
+    func flushBatch() {
+        batchFlushScheduled = false
+        guard isOpen, !batch.isEmpty else { return }
+        sendDatagram(batch.take())
+    }
+
+    private func sendDatagram(_ bytes: [UInt8]) {
         if queuedMessages == 0 {
             switch SeqPacketSocket.send(fd, bytes) {
             case .sent: return
@@ -200,6 +224,19 @@ public final class IPCServer {
             session.send(.response(.error(.malformedMessage, "datagram of \(bytes.count) bytes is not an Envelope: \(error)"), to: 0))
             return
         }
+        guard case .batch(let batch)? = envelope.body else { return dispatchOne(envelope, from: session) }
+        for inner in batch.envelopes {
+            guard session.isOpen else { return }
+            if case .batch? = inner.body {
+                session.send(.response(.error(.malformedMessage, "a batch inside a batch"), to: inner.requestID))
+                continue
+            }
+            dispatchOne(inner, from: session)
+        }
+    }
+
+    private func dispatchOne(_ envelope: Envelope, from session: IPCSession) {
+        if envelope.acceptsBatches { session.acceptsBatches = true }
         let id = envelope.requestID
         guard case .request(let request)? = envelope.body else {
             session.send(.response(.error(.unknownMessage, "expected a request; got \(envelope.body.map(Self.describe) ?? "an empty envelope")"), to: id))
@@ -221,6 +258,7 @@ public final class IPCServer {
         case .request: "a request"
         case .response: "a response"
         case .event: "an event"
+        case .batch: "a batch"
         }
     }
 
@@ -239,7 +277,10 @@ public final class IPCServer {
     public func shutdown() {
         acceptWatcher?.cancel()
         acceptWatcher = nil
-        for session in Array(sessions.values) { session.close(reason: "server shutting down") }
+        for session in Array(sessions.values) {
+            session.flushBatch()
+            session.close(reason: "server shutting down")
+        }
         Glibc.close(listener)
         unlink(path)
     }

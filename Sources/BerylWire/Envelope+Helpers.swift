@@ -60,12 +60,18 @@ extension SeqPacketSocket {
     /// A client's reader thread: hands each Envelope received on a blocking socket to `deliver` until the peer closes
     /// (datagrams that are not Envelopes, or over the cap, are skipped), then returns.
     public static func readEnvelopes(_ fd: Int32, _ deliver: (Envelope) -> Void) {
+        readDatagrams(fd) { for envelope in $0 { deliver(envelope) } }
+    }
+
+    /// As `readEnvelopes`, a datagram's envelopes at a time (a batch's, in order), for a reader that hands them on in
+    /// one hop.
+    public static func readDatagrams(_ fd: Int32, _ deliver: ([Envelope]) -> Void) {
         var buffer: [UInt8] = []
         while true {
             switch receive(fd, cap: IPCLimits.standard.maxMessageBytes, buffer: &buffer) {
             case .message(let bytes):
                 guard let envelope = try? Envelope(serializedBytes: bytes) else { continue }
-                deliver(envelope)
+                deliver(envelope.unbatched)
             case .wouldBlock:
                 var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
                 _ = poll(&descriptor, 1, -1)

@@ -63,18 +63,49 @@ public nonisolated struct Beryl_Ipc_V1_Envelope: @unchecked Sendable {
     set {_uniqueStorage()._body = .event(newValue)}
   }
 
+  /// Envelopes one side sent the other during one loop wake-up, in order, in one datagram (never a batch within a
+  /// batch). Sent only to a peer that said it takes them.
+  public var batch: Beryl_Ipc_V1_Batch {
+    get {
+      if case .batch(let v)? = _storage._body {return v}
+      return Beryl_Ipc_V1_Batch()
+    }
+    set {_uniqueStorage()._body = .batch(newValue)}
+  }
+
+  /// On a request: its sender takes batches; the server then batches what it sends this session.
+  public var acceptsBatches: Bool {
+    get {_storage._acceptsBatches}
+    set {_uniqueStorage()._acceptsBatches = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
     case request(Beryl_Ipc_V1_Request)
     case response(Beryl_Ipc_V1_Response)
     case event(Beryl_Ipc_V1_Event)
+    /// Envelopes one side sent the other during one loop wake-up, in order, in one datagram (never a batch within a
+    /// batch). Sent only to a peer that said it takes them.
+    case batch(Beryl_Ipc_V1_Batch)
 
   }
 
   public init() {}
 
   fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+public nonisolated struct Beryl_Ipc_V1_Batch: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var envelopes: [Beryl_Ipc_V1_Envelope] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 public nonisolated struct Beryl_Ipc_V1_Request: Sendable {
@@ -293,11 +324,12 @@ fileprivate nonisolated let _protobuf_package = "beryl.ipc.v1"
 
 nonisolated extension Beryl_Ipc_V1_Envelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Envelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}request\0\u{1}response\0\u{1}event\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}request\0\u{1}response\0\u{1}event\0\u{1}batch\0\u{3}accepts_batches\0")
 
   fileprivate class _StorageClass {
     var _requestID: UInt64 = 0
     var _body: Beryl_Ipc_V1_Envelope.OneOf_Body?
+    var _acceptsBatches: Bool = false
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -310,6 +342,7 @@ nonisolated extension Beryl_Ipc_V1_Envelope: SwiftProtobuf.Message, SwiftProtobu
     init(copying source: _StorageClass) {
       _requestID = source._requestID
       _body = source._body
+      _acceptsBatches = source._acceptsBatches
     }
   }
 
@@ -368,6 +401,20 @@ nonisolated extension Beryl_Ipc_V1_Envelope: SwiftProtobuf.Message, SwiftProtobu
             _storage._body = .event(v)
           }
         }()
+        case 5: try {
+          var v: Beryl_Ipc_V1_Batch?
+          var hadOneofValue = false
+          if let current = _storage._body {
+            hadOneofValue = true
+            if case .batch(let m) = current {v = m}
+          }
+          try decoder.decodeSingularMessageField(value: &v)
+          if let v = v {
+            if hadOneofValue {try decoder.handleConflictingOneOf()}
+            _storage._body = .batch(v)
+          }
+        }()
+        case 6: try { try decoder.decodeSingularBoolField(value: &_storage._acceptsBatches) }()
         default: break
         }
       }
@@ -396,7 +443,14 @@ nonisolated extension Beryl_Ipc_V1_Envelope: SwiftProtobuf.Message, SwiftProtobu
         guard case .event(let v)? = _storage._body else { preconditionFailure() }
         try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
       }()
+      case .batch?: try {
+        guard case .batch(let v)? = _storage._body else { preconditionFailure() }
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+      }()
       case nil: break
+      }
+      if _storage._acceptsBatches != false {
+        try visitor.visitSingularBoolField(value: _storage._acceptsBatches, fieldNumber: 6)
       }
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -409,10 +463,41 @@ nonisolated extension Beryl_Ipc_V1_Envelope: SwiftProtobuf.Message, SwiftProtobu
         let rhs_storage = _args.1
         if _storage._requestID != rhs_storage._requestID {return false}
         if _storage._body != rhs_storage._body {return false}
+        if _storage._acceptsBatches != rhs_storage._acceptsBatches {return false}
         return true
       }
       if !storagesAreEqual {return false}
     }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_Batch: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Batch"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}envelopes\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.envelopes) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.envelopes.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.envelopes, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_Batch, rhs: Beryl_Ipc_V1_Batch) -> Bool {
+    if lhs.envelopes != rhs.envelopes {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

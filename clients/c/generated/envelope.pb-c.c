@@ -52,6 +52,51 @@ void   beryl__ipc__v1__envelope__free_unpacked
   assert(message->base.descriptor == &beryl__ipc__v1__envelope__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   beryl__ipc__v1__batch__init
+                     (Beryl__Ipc__V1__Batch         *message)
+{
+  static const Beryl__Ipc__V1__Batch init_value = BERYL__IPC__V1__BATCH__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__batch__get_packed_size
+                     (const Beryl__Ipc__V1__Batch *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__batch__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__batch__pack
+                     (const Beryl__Ipc__V1__Batch *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__batch__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__batch__pack_to_buffer
+                     (const Beryl__Ipc__V1__Batch *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__batch__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__Batch *
+       beryl__ipc__v1__batch__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__Batch *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__batch__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__batch__free_unpacked
+                     (Beryl__Ipc__V1__Batch *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__batch__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   beryl__ipc__v1__request__init
                      (Beryl__Ipc__V1__Request         *message)
 {
@@ -187,7 +232,7 @@ void   beryl__ipc__v1__event__free_unpacked
   assert(message->base.descriptor == &beryl__ipc__v1__event__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor beryl__ipc__v1__envelope__field_descriptors[4] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__envelope__field_descriptors[6] =
 {
   {
     "request_id",
@@ -237,8 +282,34 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__envelope__field_descriptor
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "batch",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__Envelope, body_case),
+    offsetof(Beryl__Ipc__V1__Envelope, batch),
+    &beryl__ipc__v1__batch__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "accepts_batches",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__Envelope, accepts_batches),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__envelope__field_indices_by_name[] = {
+  5,   /* field[5] = accepts_batches */
+  4,   /* field[4] = batch */
   3,   /* field[3] = event */
   1,   /* field[1] = request */
   0,   /* field[0] = request_id */
@@ -247,7 +318,7 @@ static const unsigned beryl__ipc__v1__envelope__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__envelope__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__envelope__descriptor =
 {
@@ -257,11 +328,49 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__envelope__descriptor =
   "Beryl__Ipc__V1__Envelope",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__Envelope),
-  4,
+  6,
   beryl__ipc__v1__envelope__field_descriptors,
   beryl__ipc__v1__envelope__field_indices_by_name,
   1,  beryl__ipc__v1__envelope__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__envelope__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__batch__field_descriptors[1] =
+{
+  {
+    "envelopes",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__Batch, n_envelopes),
+    offsetof(Beryl__Ipc__V1__Batch, envelopes),
+    &beryl__ipc__v1__envelope__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__batch__field_indices_by_name[] = {
+  0,   /* field[0] = envelopes */
+};
+static const ProtobufCIntRange beryl__ipc__v1__batch__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__batch__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.Batch",
+  "Batch",
+  "Beryl__Ipc__V1__Batch",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__Batch),
+  1,
+  beryl__ipc__v1__batch__field_descriptors,
+  beryl__ipc__v1__batch__field_indices_by_name,
+  1,  beryl__ipc__v1__batch__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__batch__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor beryl__ipc__v1__request__field_descriptors[7] =

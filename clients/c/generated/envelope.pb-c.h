@@ -21,6 +21,7 @@ PROTOBUF_C__BEGIN_DECLS
 #include "sim.pb-c.h"
 
 typedef struct Beryl__Ipc__V1__Envelope Beryl__Ipc__V1__Envelope;
+typedef struct Beryl__Ipc__V1__Batch Beryl__Ipc__V1__Batch;
 typedef struct Beryl__Ipc__V1__Request Beryl__Ipc__V1__Request;
 typedef struct Beryl__Ipc__V1__Response Beryl__Ipc__V1__Response;
 typedef struct Beryl__Ipc__V1__Event Beryl__Ipc__V1__Event;
@@ -35,7 +36,8 @@ typedef enum {
   BERYL__IPC__V1__ENVELOPE__BODY__NOT_SET = 0,
   BERYL__IPC__V1__ENVELOPE__BODY_REQUEST = 2,
   BERYL__IPC__V1__ENVELOPE__BODY_RESPONSE = 3,
-  BERYL__IPC__V1__ENVELOPE__BODY_EVENT = 4
+  BERYL__IPC__V1__ENVELOPE__BODY_EVENT = 4,
+  BERYL__IPC__V1__ENVELOPE__BODY_BATCH = 5
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(BERYL__IPC__V1__ENVELOPE__BODY__CASE)
 } Beryl__Ipc__V1__Envelope__BodyCase;
 
@@ -46,16 +48,36 @@ struct  Beryl__Ipc__V1__Envelope
    * Set by the client on a request (never 0) and echoed on its one response; 0 on events.
    */
   uint64_t request_id;
+  /*
+   * On a request: its sender takes batches; the server then batches what it sends this session.
+   */
+  protobuf_c_boolean accepts_batches;
   Beryl__Ipc__V1__Envelope__BodyCase body_case;
   union {
     Beryl__Ipc__V1__Request *request;
     Beryl__Ipc__V1__Response *response;
     Beryl__Ipc__V1__Event *event;
+    /*
+     * Envelopes one side sent the other during one loop wake-up, in order, in one datagram (never a batch within a
+     * batch). Sent only to a peer that said it takes them.
+     */
+    Beryl__Ipc__V1__Batch *batch;
   };
 };
 #define BERYL__IPC__V1__ENVELOPE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__envelope__descriptor) \
-    , 0, BERYL__IPC__V1__ENVELOPE__BODY__NOT_SET, {0} }
+    , 0, 0, BERYL__IPC__V1__ENVELOPE__BODY__NOT_SET, {0} }
+
+
+struct  Beryl__Ipc__V1__Batch
+{
+  ProtobufCMessage base;
+  size_t n_envelopes;
+  Beryl__Ipc__V1__Envelope **envelopes;
+};
+#define BERYL__IPC__V1__BATCH__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__batch__descriptor) \
+    , 0,NULL }
 
 
 typedef enum {
@@ -164,6 +186,25 @@ Beryl__Ipc__V1__Envelope *
 void   beryl__ipc__v1__envelope__free_unpacked
                      (Beryl__Ipc__V1__Envelope *message,
                       ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__Batch methods */
+void   beryl__ipc__v1__batch__init
+                     (Beryl__Ipc__V1__Batch         *message);
+size_t beryl__ipc__v1__batch__get_packed_size
+                     (const Beryl__Ipc__V1__Batch   *message);
+size_t beryl__ipc__v1__batch__pack
+                     (const Beryl__Ipc__V1__Batch   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__batch__pack_to_buffer
+                     (const Beryl__Ipc__V1__Batch   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__Batch *
+       beryl__ipc__v1__batch__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__batch__free_unpacked
+                     (Beryl__Ipc__V1__Batch *message,
+                      ProtobufCAllocator *allocator);
 /* Beryl__Ipc__V1__Request methods */
 void   beryl__ipc__v1__request__init
                      (Beryl__Ipc__V1__Request         *message);
@@ -226,6 +267,9 @@ void   beryl__ipc__v1__event__free_unpacked
 typedef void (*Beryl__Ipc__V1__Envelope_Closure)
                  (const Beryl__Ipc__V1__Envelope *message,
                   void *closure_data);
+typedef void (*Beryl__Ipc__V1__Batch_Closure)
+                 (const Beryl__Ipc__V1__Batch *message,
+                  void *closure_data);
 typedef void (*Beryl__Ipc__V1__Request_Closure)
                  (const Beryl__Ipc__V1__Request *message,
                   void *closure_data);
@@ -242,6 +286,7 @@ typedef void (*Beryl__Ipc__V1__Event_Closure)
 /* --- descriptors --- */
 
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__envelope__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__batch__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__request__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__response__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__event__descriptor;

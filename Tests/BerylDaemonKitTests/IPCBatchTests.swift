@@ -1,0 +1,134 @@
+import BerylCore
+import BerylEventLoop
+import BerylIPC
+import BerylWire
+import Foundation
+import XCTest
+
+/// What one side sends the other during one loop wake-up leaves as one datagram (a Batch), to a peer that said it
+/// takes batches; everything arrives in order; a batch never nests; a peer that did not opt in sees single envelopes.
+final class IPCBatchTests: XCTestCase {
+    private var directory = ""
+
+    override func setUpWithError() throws {
+        directory = NSTemporaryDirectory() + "beryl-ipc-batch-\(getpid())-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    }
+
+    override func tearDown() { try? FileManager.default.removeItem(atPath: directory) }
+
+    private func ping(_ id: UInt64, acceptsBatches: Bool) -> [UInt8] {
+        var envelope = Envelope.request(.with { $0.ping = .init() }, id: id)
+        envelope.acceptsBatches = acceptsBatches
+        return envelope.encoded()
+    }
+
+    /// A server that answers each Ping with its request id in the status text, and records what it was asked.
+    private func echoServer(_ loop: EventLoop) throws -> (IPCServer, () -> [UInt64]) {
+        let server = try IPCServer(loop: loop, path: directory + "/echo.sock", logger: Logger(component: "test", level: .error))
+        var asked: [UInt64] = []
+        server.onRequest = { incoming in
+            asked.append(incoming.id)
+            incoming.respond(.with { $0.ack = .init() })
+        }
+        return (server, { asked })
+    }
+
+    private func receiveDatagram(_ fd: Int32, loop: EventLoop) -> Envelope? {
+        var buffer: [UInt8] = []
+        for _ in 0..<200 {
+            loop.runOnce()
+            if case .message(let bytes) = SeqPacketSocket.receive(fd, cap: 65536, buffer: &buffer) { return try? Envelope(serializedBytes: bytes) }
+            usleep(1000)
+        }
+        return nil
+    }
+
+    func testTheFramingIsABatchEnvelopeAndOneEnvelopeGoesAsItIs() throws {
+        var batch = EnvelopeBatch(capacity: 65536)
+        let envelopes = (1...3).map { Envelope.request(.with { $0.ping = .init() }, id: UInt64($0)) }
+        batch.append(envelopes[0].encoded())
+        XCTAssertEqual(batch.take(), envelopes[0].encoded(), "a lone envelope is not wrapped")
+        for envelope in envelopes { batch.append(envelope.encoded()) }
+        let decoded = try Envelope(serializedBytes: batch.take())
+        XCTAssertEqual(decoded.batch.envelopes, envelopes)
+        XCTAssertEqual(decoded.unbatched, envelopes)
+        XCTAssertTrue(batch.isEmpty)
+        // A batch stays within its datagram: what does not fit waits for the next.
+        var small = EnvelopeBatch(capacity: 64)
+        let large = Envelope.request(.with { $0.manager.hello.appID = String(repeating: "x", count: 40) }, id: 9).encoded()
+        XCTAssertTrue(small.fits(large), "an empty batch takes anything (the cap is the socket's to enforce)")
+        small.append(large)
+        XCTAssertFalse(small.fits(large))
+        // A batch inside a batch is not unpacked.
+        var nested = Envelope()
+        nested.batch.envelopes = [envelopes[0], decoded]
+        XCTAssertEqual(nested.unbatched, [envelopes[0]])
+    }
+
+    func testAServerBatchesWhatAWakeUpSendsAPeerThatTakesBatches() throws {
+        let loop = try EventLoop()
+        let (server, asked) = try echoServer(loop)
+        defer { server.shutdown() }
+        let fd = try SeqPacketSocket.connect(path: server.path, nonBlocking: true)
+        defer { close(fd) }
+        // Five requests in one datagram, the peer taking batches: five answers in one datagram, in order.
+        var batch = EnvelopeBatch(capacity: 65536)
+        for id in UInt64(1)...5 { batch.append(ping(id, acceptsBatches: true)) }
+        XCTAssertEqual(SeqPacketSocket.send(fd, batch.take()), .sent)
+        let answers = try XCTUnwrap(receiveDatagram(fd, loop: loop))
+        XCTAssertEqual(answers.batch.envelopes.map(\.requestID), [1, 2, 3, 4, 5])
+        XCTAssertTrue(answers.batch.envelopes.allSatisfy { $0.response.ack == .init() })
+        XCTAssertEqual(asked(), [1, 2, 3, 4, 5])
+        // A batch inside a batch is refused, typed, and what follows it is still handled.
+        var nested = Envelope()
+        nested.requestID = 6
+        nested.batch.envelopes = [Envelope.request(.with { $0.ping = .init() }, id: 7)]
+        batch.append(nested.encoded())
+        batch.append(ping(8, acceptsBatches: true))
+        XCTAssertEqual(SeqPacketSocket.send(fd, batch.take()), .sent)
+        let refusal = try XCTUnwrap(receiveDatagram(fd, loop: loop))
+        XCTAssertEqual(refusal.batch.envelopes.map(\.requestID), [6, 8])
+        XCTAssertEqual(refusal.batch.envelopes.first?.response.error.code, .malformedMessage)
+        XCTAssertEqual(asked(), [1, 2, 3, 4, 5, 8], "request 7 inside the nested batch was never handled")
+    }
+
+    func testAPeerThatDidNotOptInGetsOneEnvelopePerDatagram() throws {
+        let loop = try EventLoop()
+        let (server, _) = try echoServer(loop)
+        defer { server.shutdown() }
+        let fd = try SeqPacketSocket.connect(path: server.path, nonBlocking: true)
+        defer { close(fd) }
+        var batch = EnvelopeBatch(capacity: 65536)
+        for id in UInt64(1)...3 { batch.append(ping(id, acceptsBatches: false)) }
+        XCTAssertEqual(SeqPacketSocket.send(fd, batch.take()), .sent)
+        var ids: [UInt64] = []
+        for _ in 0..<3 {
+            let answer = try XCTUnwrap(receiveDatagram(fd, loop: loop))
+            XCTAssertNil(answer.body.flatMap { if case .batch = $0 { $0 } else { nil } }, "not a batch")
+            ids.append(answer.requestID)
+        }
+        XCTAssertEqual(ids, [1, 2, 3])
+    }
+
+    /// Daemon to daemon: an IPCConnection's requests of one wake-up go as one batch; the answers come back batched and
+    /// each completion runs once, in order.
+    func testAConnectionsRequestsOfOneWakeUpGoAsOneDatagramAndAreAnsweredInOrder() throws {
+        let loop = try EventLoop()
+        let (server, asked) = try echoServer(loop)
+        defer { server.shutdown() }
+        let connection = try IPCConnection(loop: loop, path: server.path)
+        var answered: [Int] = []
+        _ = try loop.after(.zero) {
+            for index in 0..<40 { connection.request(.with { $0.ping = .init() }) { if case .success = $0 { answered.append(index) } } }
+        }
+        for _ in 0..<200 where answered.count < 40 {
+            loop.runOnce()
+            usleep(1000)
+        }
+        XCTAssertEqual(answered, Array(0..<40))
+        XCTAssertEqual(asked(), Array(1...40))
+        XCTAssertTrue(server.sessions.values.allSatisfy(\.acceptsBatches), "the connection said it takes batches")
+        connection.shut("done")
+    }
+}
