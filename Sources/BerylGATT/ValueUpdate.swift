@@ -14,9 +14,10 @@ extension TransmitPacer {
     /// Core Bluetooth's updateValue(_:for:onSubscribedCentrals:): a notification goes to every link whose peer
     /// subscribed, or to none — when any of those links' queue is full it is refused whole (nil: updateValue returns
     /// false) and the sender hears ReadyToUpdate once every link has room. Indications are the bearer's to pace.
-    public mutating func update(valueHandle: UInt16, value: [UInt8], indicate: Bool, from sender: UpdateSender,
+    /// An `ordered` sender's indications wait behind its refused notifications too, so that they cannot overtake them.
+    public mutating func update(valueHandle: UInt16, value: [UInt8], indicate: Bool, ordered: Bool = false, from sender: UpdateSender,
                                 on links: [LinkSession]) -> ValueUpdate? {
-        if !indicate, holdsBack(sender) { return nil }
+        if !indicate || ordered, holdsBack(sender) { return nil }
         if !indicate, links.contains(where: { !hasRoom(on: $0.handle) && $0.server.notification(valueHandle: valueHandle, value: []) != nil }) {
             refuseNotification(from: sender)
             return nil

@@ -143,11 +143,14 @@ public final class IPCSession {
     }
 
     private func readAvailable() {
-        for _ in 0..<server.limits.readBudget {
+        // The budget counts envelopes, not datagrams, so that one peer's batches cannot starve the others.
+        var budget = server.limits.readBudget
+        while budget > 0 {
+            budget -= 1
             guard isOpen else { return }
             switch SeqPacketSocket.receive(fd, cap: server.limits.maxMessageBytes, buffer: &receiveBuffer) {
             case .message(let bytes):
-                server.dispatch(bytes, from: self)
+                budget -= server.dispatch(bytes, from: self) - 1
             case .tooLarge(let length):
                 send(.response(.error(.messageTooLarge, "message of \(length) bytes exceeds the \(server.limits.maxMessageBytes)-byte cap"), to: 0))
             case .wouldBlock:
@@ -216,23 +219,39 @@ public final class IPCServer {
         }
     }
 
-    func dispatch(_ bytes: [UInt8], from session: IPCSession) {
+    /// Handles a datagram; returns how many envelopes it held.
+    @discardableResult
+    func dispatch(_ bytes: [UInt8], from session: IPCSession) -> Int {
         let envelope: Envelope
         do {
             envelope = try Envelope(serializedBytes: bytes)
         } catch {
             session.send(.response(.error(.malformedMessage, "datagram of \(bytes.count) bytes is not an Envelope: \(error)"), to: 0))
-            return
+            return 1
         }
-        guard case .batch(let batch)? = envelope.body else { return dispatchOne(envelope, from: session) }
+        guard case .batch(let batch)? = envelope.body else {
+            dispatchOne(envelope, from: session)
+            return 1
+        }
+        // The batch itself is checked as a lone envelope would be: nothing this schema does not know, no request id of
+        // its own, and no more envelopes than a batch may hold.
+        guard envelope.unknownFields.data.isEmpty, batch.unknownFields.data.isEmpty, envelope.requestID == 0 else {
+            session.send(.response(.error(.unknownMessage, "a batch carries fields this daemon's schema does not know, or a request id of its own"), to: envelope.requestID))
+            return 1
+        }
+        guard batch.envelopes.count <= EnvelopeBatch.maxEnvelopes else {
+            session.send(.response(.error(.messageTooLarge, "a batch of \(batch.envelopes.count) envelopes; at most \(EnvelopeBatch.maxEnvelopes)"), to: 0))
+            return 1
+        }
         for inner in batch.envelopes {
-            guard session.isOpen else { return }
+            guard session.isOpen else { return batch.envelopes.count }
             if case .batch? = inner.body {
                 session.send(.response(.error(.malformedMessage, "a batch inside a batch"), to: inner.requestID))
                 continue
             }
             dispatchOne(inner, from: session)
         }
+        return max(batch.envelopes.count, 1)
     }
 
     private func dispatchOne(_ envelope: Envelope, from session: IPCSession) {

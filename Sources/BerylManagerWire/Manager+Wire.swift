@@ -109,7 +109,9 @@ extension AppLifecycle.EventClass {
     public init(_ event: Beryl_Ipc_V1_ManagerEvent) {
         switch event.kind {
         case .stateChanged?, .pairingFinished?: self = .news
-        case .readyToUpdate?, .readyToWrite?: self = .flowControl
+        // The library's update queue waits for its ReadyToUpdate (values it sent stay refused until then): kept.
+        case .readyToUpdate?: self = .news
+        case .readyToWrite?: self = .flowControl
         case .pairingPrompt?: self = .prompt
         default: self = .work
         }

@@ -12,8 +12,13 @@ public struct EnvelopeBatch {
     public var isEmpty: Bool { encoded.isEmpty }
     public var count: Int { encoded.count }
 
+    /// Envelopes a server takes in one batch (each counts against its per-wake-up read budget).
+    public static let maxEnvelopes = 1024
+
     /// Whether `bytes` (an encoded envelope) fits beside what is here.
-    public func fits(_ bytes: [UInt8]) -> Bool { encoded.isEmpty || framedBytes + Self.framedSize(bytes.count) + 10 <= capacity }
+    public func fits(_ bytes: [UInt8]) -> Bool {
+        encoded.isEmpty || (encoded.count < Self.maxEnvelopes && framedBytes + Self.framedSize(bytes.count) + 10 <= capacity)
+    }
 
     public mutating func append(_ bytes: [UInt8]) {
         encoded.append(bytes)

@@ -41,12 +41,12 @@ extension AttDaemon {
                 return true
             }
             let sender = UpdateSender(publisher: session.id, onBehalfOf: notify.onBehalfOf)
-            if notify.ordered, !notify.indicate, let latest = pacer.sentBeforeReady(sender, readySeen: notify.readySeen) {
+            if notify.ordered, let latest = pacer.sentBeforeReady(sender, readySeen: notify.readySeen) {
                 incoming.fail(.cancelled, "sent before ReadyToUpdate \(latest): send it again; no other ReadyToUpdate follows")
                 return true
             }
             guard let update = pacer.update(valueHandle: UInt16(notify.valueHandle), value: Array(notify.value), indicate: notify.indicate,
-                                            from: sender, on: Array(links.values)) else {
+                                            ordered: notify.ordered, from: sender, on: Array(links.values)) else {
                 incoming.fail(.busy, "the transmit queue is full; wait for ReadyToUpdate")
                 return true
             }

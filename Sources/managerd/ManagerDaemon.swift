@@ -238,7 +238,11 @@ final class ManagerDaemon {
         host.logger.info("controller \(newState)")
         var event = Beryl_Ipc_V1_ManagerEvent()
         event.stateChanged = .init(newState)
-        for (id, app) in core.sessions where app.saidHello { send(event, to: id) }
+        for (id, app) in core.sessions where app.saidHello {
+            send(event, to: id)
+            // The library empties its update queue and counts ReadyToUpdate from zero again; so does attd for it.
+            if newState != .poweredOn { forgetUpdateSender(id) }
+        }
         if newState == .poweredOn { resumeOnController() }
     }
 

@@ -1,4 +1,5 @@
 import Beryl
+import BerylDaemonKit
 import BerylSupervisor
 import Dispatch
 import Foundation
@@ -23,9 +24,9 @@ private final class Flooder: PeripheralManagerDelegate, Sendable {
     }
     func peripheralManagerIsReady(toUpdateSubscribers peripheral: PeripheralManager) { ready.signal() }
 
-    /// Values 0..<count, each two bytes big-endian, from the calling thread.
-    func flood(_ manager: PeripheralManager, count: Int) -> Bool {
-        for sequence in 0..<count {
+    /// Values numbered `range`, each starting with its number (two bytes, big-endian), from the calling thread.
+    func flood(_ manager: PeripheralManager, _ range: Range<Int>) -> Bool {
+        for sequence in range {
             let value = Data([UInt8(sequence >> 8), UInt8(sequence & 0xFF)] + [UInt8](repeating: 0xA5, count: 18))
             while !manager.updateValue(value, for: characteristic, onSubscribedCentrals: nil) {
                 refusals.add(1, ordering: .relaxed)
@@ -41,6 +42,7 @@ private final class Collector: CentralManagerDelegate, PeripheralDelegate, Senda
     let recorder = Recorder()
     let values = Mutex<[BluetoothUUID: [Int]]>([:])
     func centralManagerDidUpdateState(_ central: CentralManager) { recorder.note("state \(central.state)") }
+    func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: Error?) { recorder.note("disconnected") }
     func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: Error?) {
         guard let value = characteristic.value, value.count >= 2 else { return }
         values.withLock { $0[characteristic.uuid, default: []].append(Int(value[0]) << 8 | Int(value[1])) }
@@ -56,21 +58,18 @@ private final class Collector: CentralManagerDelegate, PeripheralDelegate, Senda
 /// (its 32-PDU outbox and the controller buffers hcid credits), so attd refuses, holds back and readies each app on
 /// its own; every value still arrives once and in order.
 final class PipelinedUpdateTests: TwoStacksTestCase {
-    func testFourAppsFloodingOneCentralLoseAndReorderNothing() async throws {
-        let uuids: [UInt16] = [0xFFF1, 0xFFF2, 0xFFF3, 0xFFF4]
-        let apps = uuids.map { Flooder($0) }
-        let managers = apps.map { PeripheralManager(delegate: $0, queue: DispatchQueue(label: "app"), socketPath: socket(1)) }
-        for app in apps { XCTAssertNotNil(app.recorder.wait(for: "state poweredOn")) }
+    private let uuids: [UInt16] = [0xFFF1, 0xFFF2, 0xFFF3, 0xFFF4]
+
+    private func publish(_ managers: [PeripheralManager], _ apps: [Flooder]) async throws {
         for (manager, app) in zip(managers, apps) {
             let service = MutableService(type: BluetoothUUID(0xFFE0), primary: true)
             service.characteristics = [app.characteristic]
             try await manager.add(service)
         }
         managers[0].startAdvertising(AdvertisingOptions(localName: "Flood", serviceUUIDs: [BluetoothUUID(0xFFE0)]))
+    }
 
-        let collector = Collector()
-        let central = CentralManager(delegate: collector, queue: DispatchQueue(label: "central"), socketPath: socket(0))
-        XCTAssertNotNil(collector.recorder.wait(for: "state poweredOn"))
+    private func subscribe(_ central: CentralManager, _ collector: Collector, _ apps: [Flooder]) async throws {
         let found = await central.firstDiscovery(of: BluetoothUUID(0xFFE0))
         let peripheral = try XCTUnwrap(found).peripheral
         peripheral.delegate = collector
@@ -78,28 +77,64 @@ final class PipelinedUpdateTests: TwoStacksTestCase {
         let services = try await peripheral.services(discovering: nil)
         for uuid in uuids {
             let characteristic = try XCTUnwrap(services.flatMap { $0.characteristics ?? [] }.first { $0.uuid == BluetoothUUID(uuid) })
+            let before = collector.recorder.all.count
             peripheral.setNotifyValue(true, for: characteristic)
-            XCTAssertNotNil(collector.recorder.wait(for: "notifying \(BluetoothUUID(uuid)) true"))
+            XCTAssertTrue(eventually { collector.recorder.all.dropFirst(before).contains("notifying \(BluetoothUUID(uuid)) true") })
         }
-        for app in apps { XCTAssertNotNil(app.recorder.wait(for: "subscribed")) }
+    }
 
-        let count = 300
+    /// Each app sends values `from..<to`; the central must hear exactly those after what it heard before.
+    private func flood(_ managers: [PeripheralManager], _ apps: [Flooder], _ collector: Collector, _ range: Range<Int>) async {
+        let heardBefore = uuids.map { collector.received($0).count }
         let group = DispatchGroup()
         let failures = Recorder()
         for (manager, app) in zip(managers, apps) {
             DispatchQueue.global().async(group: group) {
-                if !app.flood(manager, count: count) { failures.note("no peripheralManagerIsReady within 10 s") }
+                if !app.flood(manager, range) { failures.note("no peripheralManagerIsReady within 10 s") }
             }
         }
         await withCheckedContinuation { done in group.notify(queue: .global()) { done.resume() } }
         XCTAssertEqual(failures.all, [])
-        XCTAssertTrue(eventually(.seconds(30)) { uuids.allSatisfy { collector.received($0).count >= count } },
-                      "received \(uuids.map { collector.received($0).count }) of \(count) each")
-        for uuid in uuids {
-            XCTAssertEqual(collector.received(uuid), Array(0..<count), "app \(BluetoothUUID(uuid))'s values, once each and in order")
+        XCTAssertTrue(eventually(.seconds(30)) { zip(self.uuids, heardBefore).allSatisfy { collector.received($0).count >= $1 + range.count } },
+                      "received \(uuids.map { collector.received($0).count }) after \(heardBefore), \(range.count) more each expected")
+        for (uuid, before) in zip(uuids, heardBefore) {
+            XCTAssertEqual(Array(collector.received(uuid).dropFirst(before)), Array(range), "app \(BluetoothUUID(uuid))'s values, once each and in order")
         }
         XCTAssertGreaterThan(apps.map { $0.refusals.load(ordering: .relaxed) }.reduce(0, +), 0,
                              "no updateValue was refused: the apps never outran the link")
+    }
+
+    func testFourAppsFloodingOneCentralLoseAndReorderNothing() async throws {
+        let apps = uuids.map { Flooder($0) }
+        let managers = apps.map { PeripheralManager(delegate: $0, queue: DispatchQueue(label: "app"), socketPath: socket(1)) }
+        for app in apps { XCTAssertNotNil(app.recorder.wait(for: "state poweredOn")) }
+        try await publish(managers, apps)
+        let collector = Collector()
+        let central = CentralManager(delegate: collector, queue: DispatchQueue(label: "central"), socketPath: socket(0))
+        XCTAssertNotNil(collector.recorder.wait(for: "state poweredOn"))
+        try await subscribe(central, collector, apps)
+        for app in apps { XCTAssertNotNil(app.recorder.wait(for: "subscribed")) }
+        await flood(managers, apps, collector, 0..<300)
+
+        // The peripheral's controller goes (hcid killed and started again) while attd stays, with its count of each
+        // app's ReadyToUpdate: the apps start counting afresh, and so must attd, or their values would be refused as
+        // sent before a ReadyToUpdate for ever.
+        let run = "\(scratch.root)/run1"
+        let beforeCrash = apps.map { $0.recorder.all.count }
+        try scratch.crash("hcid1", socket: run + "/hcid.sock")
+        for (app, before) in zip(apps, beforeCrash) {
+            XCTAssertTrue(eventually { app.recorder.all.dropFirst(before).contains { $0.hasPrefix("state ") && $0 != "state poweredOn" } })
+        }
+        let heard = apps.map { $0.recorder.all.count }
+        try scratch.start("hcid1-again", [Executables.path("hcid"), "--runtime-dir", run, "--state-dir", "\(scratch.root)/state1",
+                                          "--transport", "unix:\(scratch.root)/sim/controller-1.sock"], socket: run + "/hcid.sock")
+        for (app, before) in zip(apps, heard) {
+            XCTAssertTrue(eventually(.seconds(15)) { app.recorder.all.dropFirst(before).contains("state poweredOn") }, "\(app.recorder.all)")
+        }
+        XCTAssertTrue(eventually(.seconds(15)) { collector.recorder.all.contains { $0.hasPrefix("disconnected") } }, "\(collector.recorder.all)")
+        try await publish(managers, apps)
+        try await subscribe(central, collector, apps)
+        await flood(managers, apps, collector, 300..<500)
         withExtendedLifetime((managers, central)) {}
     }
 }

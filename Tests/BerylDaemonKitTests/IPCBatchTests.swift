@@ -23,7 +23,7 @@ final class IPCBatchTests: XCTestCase {
         return envelope.encoded()
     }
 
-    /// A server that answers each Ping with its request id in the status text, and records what it was asked.
+    /// A server that answers each request with an Ack, and records the ids it was asked.
     private func echoServer(_ loop: EventLoop) throws -> (IPCServer, () -> [UInt64]) {
         let server = try IPCServer(loop: loop, path: directory + "/echo.sock", logger: Logger(component: "test", level: .error))
         var asked: [UInt64] = []
@@ -111,24 +111,65 @@ final class IPCBatchTests: XCTestCase {
         XCTAssertEqual(ids, [1, 2, 3])
     }
 
-    /// Daemon to daemon: an IPCConnection's requests of one wake-up go as one batch; the answers come back batched and
-    /// each completion runs once, in order.
+    /// Daemon to daemon: an IPCConnection's requests of one wake-up leave as one datagram (read here off a bare
+    /// socket), and a batch of answers completes each request once, in order.
     func testAConnectionsRequestsOfOneWakeUpGoAsOneDatagramAndAreAnsweredInOrder() throws {
         let loop = try EventLoop()
-        let (server, asked) = try echoServer(loop)
-        defer { server.shutdown() }
-        let connection = try IPCConnection(loop: loop, path: server.path)
+        let path = directory + "/bare.sock"
+        let listener = try SeqPacketSocket.listen(path: path, mode: 0o600)
+        defer { close(listener) }
+        let connection = try IPCConnection(loop: loop, path: path)
         var answered: [Int] = []
         _ = try loop.after(.zero) {
             for index in 0..<40 { connection.request(.with { $0.ping = .init() }) { if case .success = $0 { answered.append(index) } } }
         }
+        loop.runOnce()
+        loop.runOnce()
+        var peer: Int32?
+        for _ in 0..<100 where peer == nil {
+            peer = SeqPacketSocket.accept(listener: listener)
+            if peer == nil { usleep(1000) }
+        }
+        let fd = try XCTUnwrap(peer)
+        defer { close(fd) }
+        let requests = try XCTUnwrap(receiveDatagram(fd, loop: loop), "nothing arrived")
+        XCTAssertEqual(requests.batch.envelopes.count, 40, "the 40 requests of one wake-up in one datagram")
+        XCTAssertTrue(requests.batch.envelopes.allSatisfy(\.acceptsBatches), "each says its sender takes batches")
+        // Answered out of the order asked, in one batch: each completion runs once, in the order of the answers.
+        var answers = EnvelopeBatch(capacity: 65536)
+        for envelope in requests.batch.envelopes.reversed() { answers.append(Envelope.response(.with { $0.ack = .init() }, to: envelope.requestID).encoded()) }
+        XCTAssertEqual(SeqPacketSocket.send(fd, answers.take()), .sent)
         for _ in 0..<200 where answered.count < 40 {
             loop.runOnce()
             usleep(1000)
         }
-        XCTAssertEqual(answered, Array(0..<40))
-        XCTAssertEqual(asked(), Array(1...40))
-        XCTAssertTrue(server.sessions.values.allSatisfy(\.acceptsBatches), "the connection said it takes batches")
+        XCTAssertEqual(answered, Array((0..<40).reversed()))
         connection.shut("done")
+    }
+
+    /// A batch is checked as a lone envelope is: fields the schema does not know, a request id of its own, or more
+    /// envelopes than a batch may hold are refused, typed, and none of its requests is handled.
+    func testABatchThatALoneEnvelopeCouldNotBeIsRefused() throws {
+        let loop = try EventLoop()
+        let (server, asked) = try echoServer(loop)
+        defer { server.shutdown() }
+        let fd = try SeqPacketSocket.connect(path: server.path, nonBlocking: true)
+        defer { close(fd) }
+        var withID = Envelope()
+        withID.requestID = 3
+        withID.batch.envelopes = [Envelope.request(.with { $0.ping = .init() }, id: 4)]
+        XCTAssertEqual(SeqPacketSocket.send(fd, withID.encoded()), .sent)
+        XCTAssertEqual(try XCTUnwrap(receiveDatagram(fd, loop: loop)).response.error.code, .unknownMessage)
+        var unknown = withID
+        unknown.requestID = 0
+        var bytes = unknown.encoded()
+        bytes += [0xF8, 0x06, 0x01]  // field 111, varint 1: not in the schema
+        XCTAssertEqual(SeqPacketSocket.send(fd, bytes), .sent)
+        XCTAssertEqual(try XCTUnwrap(receiveDatagram(fd, loop: loop)).response.error.code, .unknownMessage)
+        var many = Envelope()
+        many.batch.envelopes = (1...UInt64(EnvelopeBatch.maxEnvelopes + 1)).map { Envelope.request(.with { $0.ping = .init() }, id: $0) }
+        XCTAssertEqual(SeqPacketSocket.send(fd, many.encoded()), .sent)
+        XCTAssertEqual(try XCTUnwrap(receiveDatagram(fd, loop: loop)).response.error.code, .messageTooLarge)
+        XCTAssertEqual(asked(), [], "no request of a refused batch was handled")
     }
 }

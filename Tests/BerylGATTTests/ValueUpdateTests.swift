@@ -90,6 +90,20 @@ final class ValueUpdateTests: XCTestCase {
         XCTAssertNil(pacer.sentBeforeReady(heartRate, readySeen: 0), "its counts went with it")
     }
 
+    /// An ordered sender's indication waits behind its refused notifications (it would overtake them on the air);
+    /// another sender's indications, and an unordered sender's, go to their bearers as before.
+    func testAnOrderedSendersIndicationWaitsBehindItsRefusedNotifications() throws {
+        let (valueHandle, links) = try links()
+        var pacer = TransmitPacer()
+        _ = pacer.credited([TransmitPacer.Grant(handle: 0x40, credits: 0, fresh: true)], bufferSize: 27)
+        for _ in 0..<TransmitPacer.capacity { _ = pacer.enqueue([0], on: 0x40) }
+        let app = UpdateSender(publisher: 5, onBehalfOf: 21)
+        XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [1], indicate: false, ordered: true, from: app, on: [links[0]]), "full")
+        XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [2], indicate: true, ordered: true, from: app, on: links), "held back")
+        XCTAssertNotNil(pacer.update(valueHandle: valueHandle, value: [3], indicate: true, ordered: false, from: app, on: links))
+        XCTAssertNotNil(pacer.update(valueHandle: valueHandle, value: [4], indicate: true, ordered: true, from: UpdateSender(publisher: 5, onBehalfOf: 22), on: links))
+    }
+
     func testAFullLinkWhosePeerDidNotSubscribeRefusesNothing() throws {
         let (valueHandle, links) = try links()
         var pacer = TransmitPacer()

@@ -59,7 +59,7 @@ final class ManagerWireTests: XCTestCase {
         func kind(_ event: Beryl_Ipc_V1_ManagerEvent) -> AppLifecycle.EventClass { AppLifecycle.EventClass(event) }
         XCTAssertEqual(kind(.with { $0.stateChanged = .init() }), .news)
         XCTAssertEqual(kind(.with { $0.pairingFinished = .init() }), .news)
-        XCTAssertEqual(kind(.with { $0.readyToUpdate = .init() }), .flowControl)
+        XCTAssertEqual(kind(.with { $0.readyToUpdate = .init() }), .news, "the library's update queue waits for it")
         XCTAssertEqual(kind(.with { $0.readyToWrite = .init() }), .flowControl)
         XCTAssertEqual(kind(.with { $0.pairingPrompt = .init() }), .prompt)
         XCTAssertEqual(kind(.with { $0.notification = .init() }), .work)
