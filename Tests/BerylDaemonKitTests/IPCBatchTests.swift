@@ -15,7 +15,28 @@ final class IPCBatchTests: XCTestCase {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     }
 
-    override func tearDown() { try? FileManager.default.removeItem(atPath: directory) }
+    private var cleanUp: [() -> Void] = []
+
+    override func tearDown() {
+        for step in cleanUp.reversed() { step() }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// An echo server on `loop`, and a bare client socket connected to it.
+    private func serverAndPeer(_ loop: EventLoop) throws -> (fd: Int32, asked: () -> [UInt64]) {
+        let (server, asked) = try echoServer(loop)
+        cleanUp.append { server.shutdown() }
+        let fd = try SeqPacketSocket.connect(path: server.path, nonBlocking: true)
+        cleanUp.append { close(fd) }
+        return (fd, asked)
+    }
+
+    /// Pings with these ids, in one datagram.
+    private func sendPings(_ ids: ClosedRange<UInt64>, acceptsBatches: Bool, to fd: Int32) {
+        var batch = EnvelopeBatch(capacity: 65536)
+        for id in ids { batch.append(ping(id, acceptsBatches: acceptsBatches)) }
+        XCTAssertEqual(SeqPacketSocket.send(fd, batch.take()), .sent)
+    }
 
     private func ping(_ id: UInt64, acceptsBatches: Bool) -> [UInt8] {
         var envelope = Envelope.request(.with { $0.ping = .init() }, id: id)
@@ -68,14 +89,9 @@ final class IPCBatchTests: XCTestCase {
 
     func testAServerBatchesWhatAWakeUpSendsAPeerThatTakesBatches() throws {
         let loop = try EventLoop()
-        let (server, asked) = try echoServer(loop)
-        defer { server.shutdown() }
-        let fd = try SeqPacketSocket.connect(path: server.path, nonBlocking: true)
-        defer { close(fd) }
+        let (fd, asked) = try serverAndPeer(loop)
         // Five requests in one datagram, the peer taking batches: five answers in one datagram, in order.
-        var batch = EnvelopeBatch(capacity: 65536)
-        for id in UInt64(1)...5 { batch.append(ping(id, acceptsBatches: true)) }
-        XCTAssertEqual(SeqPacketSocket.send(fd, batch.take()), .sent)
+        sendPings(1...5, acceptsBatches: true, to: fd)
         let answers = try XCTUnwrap(receiveDatagram(fd, loop: loop))
         XCTAssertEqual(answers.batch.envelopes.map(\.requestID), [1, 2, 3, 4, 5])
         XCTAssertTrue(answers.batch.envelopes.allSatisfy { $0.response.ack == .init() })
@@ -84,6 +100,7 @@ final class IPCBatchTests: XCTestCase {
         var nested = Envelope()
         nested.requestID = 6
         nested.batch.envelopes = [Envelope.request(.with { $0.ping = .init() }, id: 7)]
+        var batch = EnvelopeBatch(capacity: 65536)
         batch.append(nested.encoded())
         batch.append(ping(8, acceptsBatches: true))
         XCTAssertEqual(SeqPacketSocket.send(fd, batch.take()), .sent)
@@ -95,13 +112,8 @@ final class IPCBatchTests: XCTestCase {
 
     func testAPeerThatDidNotOptInGetsOneEnvelopePerDatagram() throws {
         let loop = try EventLoop()
-        let (server, _) = try echoServer(loop)
-        defer { server.shutdown() }
-        let fd = try SeqPacketSocket.connect(path: server.path, nonBlocking: true)
-        defer { close(fd) }
-        var batch = EnvelopeBatch(capacity: 65536)
-        for id in UInt64(1)...3 { batch.append(ping(id, acceptsBatches: false)) }
-        XCTAssertEqual(SeqPacketSocket.send(fd, batch.take()), .sent)
+        let (fd, _) = try serverAndPeer(loop)
+        sendPings(1...3, acceptsBatches: false, to: fd)
         var ids: [UInt64] = []
         for _ in 0..<3 {
             let answer = try XCTUnwrap(receiveDatagram(fd, loop: loop))
@@ -151,10 +163,7 @@ final class IPCBatchTests: XCTestCase {
     /// envelopes than a batch may hold are refused, typed, and none of its requests is handled.
     func testABatchThatALoneEnvelopeCouldNotBeIsRefused() throws {
         let loop = try EventLoop()
-        let (server, asked) = try echoServer(loop)
-        defer { server.shutdown() }
-        let fd = try SeqPacketSocket.connect(path: server.path, nonBlocking: true)
-        defer { close(fd) }
+        let (fd, asked) = try serverAndPeer(loop)
         var withID = Envelope()
         withID.requestID = 3
         withID.batch.envelopes = [Envelope.request(.with { $0.ping = .init() }, id: 4)]
