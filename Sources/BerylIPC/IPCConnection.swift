@@ -21,8 +21,9 @@ public final class IPCConnection {
     private var nextID: UInt64 = 1
     private var buffer: [UInt8] = []
     /// The requests of this loop wake-up, sent as one datagram when it ends.
-    private var batch = EnvelopeBatch(capacity: IPCLimits.standard.maxMessageBytes)
-    private var batchFlushScheduled = false
+    private lazy var batch = WakeUpBatch(loop: loop, capacity: IPCLimits.standard.maxMessageBytes) { [unowned self] datagram in
+        if isOpen { sendDatagram(datagram) }
+    }
 
     public init(loop: EventLoop, path: String) throws(IPCClientError) {
         self.loop = loop
@@ -47,22 +48,7 @@ public final class IPCConnection {
         pending[id] = completion
         var envelope = Envelope.request(request, id: id)
         envelope.acceptsBatches = true
-        let bytes = envelope.encoded()
-        if !batch.fits(bytes) { sendDatagram(batch.take()) }
-        batch.append(bytes)
-        guard !batchFlushScheduled else { return }
-        batchFlushScheduled = true
-        do {
-            try loop.after(.zero) { [weak self] in self?.flushBatch() }
-        } catch {
-            flushBatch()
-        }
-    }
-
-    private func flushBatch() {
-        batchFlushScheduled = false
-        guard isOpen, !batch.isEmpty else { return }
-        sendDatagram(batch.take())
+        batch.add(envelope.encoded())
     }
 
     private func sendDatagram(_ bytes: [UInt8]) {

@@ -64,8 +64,9 @@ public final class IPCSession {
     private var receiveBuffer: [UInt8] = []
     /// The peer said it takes batches (Envelope.accepts_batches): what this wake-up sends it leaves as one datagram.
     public internal(set) var acceptsBatches = false
-    private lazy var batch = EnvelopeBatch(capacity: server.limits.maxMessageBytes)
-    private var batchFlushScheduled = false
+    private lazy var batch = WakeUpBatch(loop: server.loop, capacity: server.limits.maxMessageBytes) { [unowned self] datagram in
+        if isOpen { sendDatagram(datagram) }
+    }
 
     init(id: UInt64, fd: Int32, peer: PeerCredentials, server: IPCServer) {
         self.id = id
@@ -85,23 +86,11 @@ public final class IPCSession {
         guard isOpen else { return }
         let bytes = envelope.encoded()
         guard acceptsBatches else { return sendDatagram(bytes) }
-        if !batch.fits(bytes) { sendDatagram(batch.take()) }
-        batch.append(bytes)
-        guard !batchFlushScheduled else { return }
-        batchFlushScheduled = true
-        do {
-            try server.loop.after(.zero) { [weak self] in self?.flushBatch() }
-        } catch {
-            flushBatch()
-        }
+        batch.add(bytes)
     }
 
-    /// What this wake-up sent, now (the loop's zero timer runs once the wake-up's other events are handled).
-    func flushBatch() {
-        batchFlushScheduled = false
-        guard isOpen, !batch.isEmpty else { return }
-        sendDatagram(batch.take())
-    }
+    /// What this wake-up sent so far, now.
+    func flushBatch() { batch.flush() }
 
     private func sendDatagram(_ bytes: [UInt8]) {
         if queuedMessages == 0 {
