@@ -70,6 +70,19 @@ public final class EventLoop {
         try register(fd: -1, flags: Int16(BERYL_EV_PERSIST), timeout: interval, oneShot: false, handler)
     }
 
+    /// Work that runs once per `schedule()`, after the callbacks of the wake-up that scheduled it — those ready then and
+    /// those they queued before it — in that same wake-up: unlike a zero timer, it costs no timer and no second poll.
+    public func endOfWakeUpTask(_ handler: @escaping () -> Void) throws(EventLoopError) -> EndOfWakeUpTask {
+        let registration = EventRegistration(loop: self, oneShot: false, handler: handler)
+        let context = Unmanaged.passUnretained(registration).toOpaque()
+        guard let event = beryl_event_new(base, -1, 0, eventTrampoline, context) else {
+            throw .cannotCreateEvent("event_new failed for an end-of-wake-up task")
+        }
+        registration.event = event
+        live[ObjectIdentifier(registration)] = registration
+        return EndOfWakeUpTask(registration)
+    }
+
     /// Delivers `signal` on the loop's thread (libevent turns it into a readable self-pipe).
     @discardableResult
     public func onSignal(_ signal: Int32, _ handler: @escaping () -> Void) throws(EventLoopError) -> EventRegistration {
@@ -103,6 +116,20 @@ private func eventTrampoline(_ fd: Int32, _ what: Int16, _ context: UnsafeMutabl
     // Strong for the duration of the callback, even if the handler cancels its own registration.
     let registration = Unmanaged<EventRegistration>.fromOpaque(context).takeUnretainedValue()
     registration.fire()
+}
+
+/// See `EventLoop.endOfWakeUpTask`. Scheduling it again before it ran changes nothing; `cancel()` ends it for good.
+public struct EndOfWakeUpTask {
+    private let registration: EventRegistration
+
+    fileprivate init(_ registration: EventRegistration) { self.registration = registration }
+
+    public func schedule() {
+        guard let event = registration.event else { return }
+        beryl_event_activate(event)
+    }
+
+    public func cancel() { registration.cancel() }
 }
 
 /// A watcher, timer or signal handler; `cancel()` stops it. Dropping the reference does not:

@@ -31,6 +31,8 @@ int beryl_event_add(struct event *event, long long timeout_usec) {
     return event_add(event, &tv);
 }
 
+void beryl_event_activate(struct event *event) { event_active(event, EV_TIMEOUT, 1); }
+
 void beryl_event_free(struct event *event) {
     event_del(event);
     event_free(event);

@@ -40,13 +40,8 @@ extension AttDaemon {
         if outgoingACLBytes + pdu.count > Self.maximumBatchBytes { flushACL() }
         outgoingACL.append(.with { $0.handle = UInt32(handle); $0.pdu = Data(pdu); $0.lane = lane })
         outgoingACLBytes += pdu.count + 8
-        guard !flushScheduled else { return }
-        flushScheduled = true
-        do {
-            try host.loop.after(.zero) { [unowned self] in flushACL() }
-        } catch {
-            flushACL()
-        }
+        guard let aclFlush else { return flushACL() }
+        aclFlush.schedule()
     }
 
     static let maximumBatchBytes = 48 * 1024
@@ -54,7 +49,6 @@ extension AttDaemon {
     /// Sends the ACL of this wake-up now: before any other request to hcid, which must not overtake it (a Disconnect
     /// or a barrier after the keys of a pairing, a connection update after its signalling response).
     func flushACL() {
-        flushScheduled = false
         let batch = outgoingACL
         outgoingACL = []
         outgoingACLBytes = 0

@@ -25,7 +25,8 @@ final class AttDaemon {
     /// PDUs for hcid from this loop wake-up, sent as one datagram when it ends.
     var outgoingACL: [Beryl_Ipc_V1_SendAcl] = []
     var outgoingACLBytes = 0
-    var flushScheduled = false
+    /// Sends `outgoingACL` when the wake-up that queued it ends (nil if the loop could not make the task: no batching).
+    lazy var aclFlush: EndOfWakeUpTask? = try? host.loop.endOfWakeUpTask { [unowned self] in flushACL() }
     /// At the router's next deadline.
     lazy var deadlineTimer = DeadlineTimer(loop: host.loop)
     /// Apps' GATT client requests, by the operation id their link's client core knows them by.

@@ -95,4 +95,47 @@ final class EventLoopTests: XCTestCase {
         try loop.run()
         XCTAssertFalse(fired)
     }
+
+    /// What batches a wake-up's output: it runs after every callback of the wake-up that scheduled it, once however often
+    /// it was scheduled, inside that one pass of the loop (a zero timer would wait for the next pass).
+    func testEndOfWakeUpTaskRunsOnceAfterTheWakeUpsCallbacksInTheSamePass() throws {
+        let loop = try EventLoop()
+        var order: [String] = []
+        let task = try loop.endOfWakeUpTask { order.append("end") }
+        var pipes: [[Int32]] = []
+        for name in ["a", "b"] {
+            var fds: [Int32] = [0, 0]
+            XCTAssertEqual(pipe(&fds), 0)
+            pipes.append(fds)
+            try loop.onReadable(fds[0]) {
+                var byte: UInt8 = 0
+                _ = read(fds[0], &byte, 1)
+                order.append(name)
+                task.schedule()
+                task.schedule()
+            }
+        }
+        defer { for fds in pipes { close(fds[0]); close(fds[1]) } }
+        for fds in pipes {
+            var byte: UInt8 = 1
+            XCTAssertEqual(write(fds[1], &byte, 1), 1)
+        }
+        loop.runOnce(wait: true)
+        XCTAssertEqual(order.count, 3, "\(order)")
+        XCTAssertEqual(Set(order.prefix(2)), ["a", "b"])
+        XCTAssertEqual(order.last, "end")
+        loop.runOnce()
+        XCTAssertEqual(order.count, 3, "scheduled four times in one wake-up, it ran once")
+
+        // Scheduled again by a later wake-up, it runs again; cancelled, never.
+        var byte: UInt8 = 1
+        XCTAssertEqual(write(pipes[0][1], &byte, 1), 1)
+        loop.runOnce(wait: true)
+        XCTAssertEqual(order.suffix(2), ["a", "end"])
+        task.cancel()
+        task.schedule()
+        loop.runOnce()
+        XCTAssertEqual(order.last, "end")
+        XCTAssertEqual(order.count, 5)
+    }
 }

@@ -26,6 +26,8 @@ int beryl_event_base_loopbreak(struct event_base *base);
 struct event *beryl_event_new(struct event_base *base, int fd, short what, beryl_event_callback callback, void *context);
 /* timeout_usec < 0 means no timeout. */
 int beryl_event_add(struct event *event, long long timeout_usec);
+/* Queues the event's callback behind the callbacks already queued in this loop iteration (it need not be added). */
+void beryl_event_activate(struct event *event);
 void beryl_event_free(struct event *event);
 
 #endif
