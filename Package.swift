@@ -80,7 +80,7 @@ let package = Package(
         // What the beryl tool's serve, gatt and pair commands are, as clients of the daemons.
         .target(name: "BerylTools", dependencies: ["BerylCore", "BerylDaemonKit", "BerylIPC", "BerylEventLoop", "BerylHCI", "BerylSupervisor"]),
         // beryl bench's measurements (no daemon links them).
-        .target(name: "BerylBench", dependencies: ["BerylCore", "BerylDaemonKit", "BerylIPC", "BerylHCI", "BerylSim", "BerylSupervisor", "BerylTools"]),
+        .target(name: "BerylBench", dependencies: ["BerylCore", "BerylDaemonKit", "BerylIPC", "BerylHCI", "BerylSim", "BerylSupervisor", "BerylTools", "CBerylSys"]),
         // The fault-injection suite: full stacks on berylsim, faults at phases, invariants after each.
         .target(name: "BerylFaults", dependencies: ["BerylCore", "BerylDaemonKit", "BerylIPC", "BerylSim", "BerylSupervisor", "BerylBench"]),
 

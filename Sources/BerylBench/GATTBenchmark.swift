@@ -51,6 +51,13 @@ public struct GATTReadLatency: Codable, Sendable {
     public var count: Int
     public var p50Microseconds: Double
     public var p99Microseconds: Double
+    /// Process boundaries one read crosses (each a wake-up of the next process).
+    public var processCrossings: Int?
+    /// CPU each process spent per read, as scheduled.
+    public var cpuMicrosecondsPerRead: [String: Double]?
+    /// The same reads with every process on one CPU, where a crossing is a context switch rather than a wake-up.
+    public var oneCPUP50Microseconds: Double?
+    public var oneCPUP99Microseconds: Double?
 
     public init(value: String, count: Int, p50Microseconds: Double, p99Microseconds: Double) {
         self.value = value
@@ -118,6 +125,8 @@ public struct GATTBenchmarkResult: Codable, Sendable {
     public var bumble: GATTStackFigures?
     public var bumbleNote: String
     public var note: String
+    /// This machine's bare process-to-process round trip, which bounds a read from below at every crossing.
+    public var crossing: CrossingFigures?
 }
 
 /// `beryl bench gatt`: notifications and reads between two Beryl stacks (hcid + attd each) on berylsim, and the same
@@ -133,6 +142,7 @@ public enum GATTBenchmark {
                 + "when refused as busy, waits for ReadyToUpdate and sends the refused values again first; each value carries a sequence "
                 + "number the receiver checks; the window opens after \(warmUp) of warm-up; CPU is every process's, berylsim's included")
         if bumble { addBumble(to: &result, seconds: seconds, reads: reads) }
+        result.crossing = try ProcessCrossing.measure()
         return result
     }
 
@@ -216,9 +226,16 @@ public enum GATTBenchmark {
             figures.physicalLimitPerSecond = link.physicalLimit(valueBytes: size)
             return figures
         }
+        // attd, hcid, berylsim, the other hcid and attd, and back; a dynamic value also goes to the publisher and back.
+        var readers = pids
+        readers["reader and publisher (this process)"] = getpid()
         let readings = [
-            GATTReadLatency(value: "static", samples: try timeReads(central, publisher, connection: handle, valueHandle: handles[1], count: reads)),
-            GATTReadLatency(value: "dynamic", samples: try timeReads(central, publisher, connection: handle, valueHandle: handles[2], count: reads)),
+            try GATTReadLatency.measure("static", crossings: 10, pids: readers) {
+                try timeReads(central, publisher, connection: handle, valueHandle: handles[1], count: reads)
+            },
+            try GATTReadLatency.measure("dynamic", crossings: 12, pids: readers) {
+                try timeReads(central, publisher, connection: handle, valueHandle: handles[2], count: reads)
+            },
         ]
         return GATTStackFigures(link: link, linkSummary: link.summary, notifications: notifications, reads: readings)
     }
@@ -231,7 +248,7 @@ public enum GATTBenchmark {
         read.att.gattRead = .with { $0.connectionHandle = UInt32(connection); $0.handle = valueHandle }
         let clock = ContinuousClock()
         var samples: [Double] = []
-        for index in 0..<(count + 10) {
+        for index in 0..<(count + GATTReadLatency.warmUpReads) {
             let start = clock.now
             let id = try central.send(read)
             var value: Data?
@@ -250,7 +267,7 @@ public enum GATTBenchmark {
                     value = response.att.gattValue.value
                 }
             }
-            if index >= 10 { samples.append(HCIBenchmark.durationSeconds(clock.now - start) * 1e6) }
+            if index >= GATTReadLatency.warmUpReads { samples.append(HCIBenchmark.durationSeconds(clock.now - start) * 1e6) }
             guard value.map(Array.init) == readValue else { throw BenchFailure("read \(index) returned \(value?.count ?? 0) bytes, not the 20 published") }
             _ = central.takeEvents()
             _ = publisher.takeEvents()

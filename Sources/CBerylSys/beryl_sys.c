@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sched.h>
+#include <dirent.h>
+#include <stdlib.h>
 
 int beryl_peer_credentials(int fd, pid_t *pid, uid_t *uid, gid_t *gid) {
     struct ucred cred;
@@ -167,4 +170,43 @@ int beryl_peer_hung_up(int fd) {
 
 void beryl_line_buffer_stdout(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+}
+
+pid_t beryl_spawn_on_socket(const char *const argv[], int fd) {
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) return -errno;
+    if (pid == 0) {
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(1);
+        if (dup2(fd, 0) < 0 || dup2(fd, 1) < 0) _exit(126);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+int beryl_pin_process(pid_t pid, int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (cpu < 0) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        for (long i = 0; i < online && i < CPU_SETSIZE; i++) CPU_SET(i, &set);
+    } else {
+        if (cpu >= CPU_SETSIZE) return -EINVAL;
+        CPU_SET(cpu, &set);
+    }
+    /* The affinity is a thread's: each of the process's threads is set (/proc/PID/task). */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *tasks = opendir(path);
+    if (!tasks) return -errno;
+    int result = 0;
+    struct dirent *entry;
+    while ((entry = readdir(tasks)) != NULL) {
+        if (entry->d_name[0] == '.') continue;
+        pid_t tid = (pid_t)atoi(entry->d_name);
+        if (sched_setaffinity(tid, sizeof set, &set) != 0 && result == 0 && errno != ESRCH) result = -errno;
+    }
+    closedir(tasks);
+    return result;
 }

@@ -213,10 +213,21 @@ struct BenchGATT: ParsableCommand {
         print("Reads of a 20-byte value, one at a time (after 10 not timed)")
         func printReads(_ who: String, _ link: String, _ list: [GATTReadLatency]) {
             for r in list {
+                let oneCPU = r.oneCPUP50Microseconds.map { String(format: "   one CPU p50 %6.0f µs", $0) } ?? ""
+                let crossings = r.processCrossings.map { "   \($0) crossings" } ?? ""
                 print(String(format: "  %@ %@ %@ p50 %8.0f µs   p99 %8.0f µs   (%d reads)", who.padding(toLength: 14, withPad: " ", startingAt: 0),
                              link.padding(toLength: 9, withPad: " ", startingAt: 0), r.value.padding(toLength: 8, withPad: " ", startingAt: 0),
-                             r.p50Microseconds, r.p99Microseconds, r.count))
+                             r.p50Microseconds, r.p99Microseconds, r.count) + oneCPU + crossings)
+                if let cpu = r.cpuMicrosecondsPerRead {
+                    let parts = cpu.sorted { $0.key < $1.key }.map { String(format: "%@ %.0f", $0.key, $0.value) }
+                    print(String(format: "      CPU per read (µs): total %.0f   ", cpu.values.reduce(0, +)) + parts.joined(separator: ", "))
+                }
             }
+        }
+        if let crossing = figures.stacks.crossing {
+            print(String(format: "  this machine, no Beryl code: process-to-process round trip p50 %.0f µs (p99 %.0f), on one CPU %.0f µs (p99 %.0f)",
+                         crossing.roundTripP50Microseconds, crossing.roundTripP99Microseconds, crossing.oneCPURoundTripP50Microseconds,
+                         crossing.oneCPURoundTripP99Microseconds))
         }
         for stacks in figures.stacks.beryl { printReads("Beryl stacks", stacks.link.rawValue, stacks.reads) }
         for apps in figures.apps { printReads("Beryl apps", apps.link.rawValue, apps.reads) }

@@ -136,9 +136,9 @@ enum GATTAppBenchmark {
             return figures
         }
 
-        func timeReads(_ characteristic: Characteristic, _ name: String) throws -> GATTReadLatency {
+        func timeReads(_ characteristic: Characteristic, _ name: String) throws -> [Double] {
             var samples: [Double] = []
-            for index in 0..<(reads + 10) {
+            for index in 0..<(reads + GATTReadLatency.warmUpReads) {
                 let done = DispatchSemaphore(value: 0)
                 let value = Mutex<Data?>(nil)
                 let clock = ContinuousClock()
@@ -149,12 +149,15 @@ enum GATTAppBenchmark {
                     done.signal()
                 }
                 guard done.wait(timeout: .now() + 10) == .success else { throw BenchFailure("the app benchmark stopped at: \(name) read \(index)") }
-                if index >= 10 { samples.append(HCIBenchmark.durationSeconds(clock.now - start) * 1e6) }
+                if index >= GATTReadLatency.warmUpReads { samples.append(HCIBenchmark.durationSeconds(clock.now - start) * 1e6) }
                 guard value.withLock({ $0 }) == benchReadValue else { throw BenchFailure("the app benchmark stopped at: \(name) read \(index) returned another value") }
             }
-            return GATTReadLatency(value: name, samples: samples)
+            return samples
         }
-        let readings = [try timeReads(characteristics[1], "static"), try timeReads(characteristics[2], "dynamic")]
+        // The stack's ten crossings, plus app to managerd and back on the central; a dynamic value also goes attd →
+        // managerd → the peripheral app and back.
+        let readings = [try GATTReadLatency.measure("static", crossings: 12, pids: pids) { try timeReads(characteristics[1], "static") },
+                        try GATTReadLatency.measure("dynamic", crossings: 16, pids: pids) { try timeReads(characteristics[2], "dynamic") }]
         let loaded = memory()
         withExtendedLifetime((peripheralManager, central)) {}
         var figures: [String: [String: UInt64]] = [:]

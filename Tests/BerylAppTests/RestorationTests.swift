@@ -491,6 +491,22 @@ final class BenchAllSmokeTests: XCTestCase {
         let stacks = try XCTUnwrap(gatt["stacks"] as? [String: Any])
         XCTAssertNotNil(stacks["bumble"] as? [String: Any], "Bumble's half ran: \(stacks["bumbleNote"] ?? "")")
         XCTAssertEqual((gatt["apps"] as? [[String: Any]])?.count, 2, "app to app on both links")
+        // Reads say what bounds them: the machine's bare crossing, each read's crossings, CPU per process, one-CPU time.
+        let crossing = try XCTUnwrap(stacks["crossing"] as? [String: Any])
+        XCTAssertGreaterThan(crossing["roundTripP50Microseconds"] as? Double ?? 0, 0)
+        XCTAssertGreaterThan(crossing["oneCPURoundTripP50Microseconds"] as? Double ?? 0, 0)
+        let stackRows = try XCTUnwrap(stacks["beryl"] as? [[String: Any]])
+        let appRows = try XCTUnwrap(gatt["apps"] as? [[String: Any]])
+        for (rows, crossings, reader) in [(stackRows, [10, 12], "central attd"), (appRows, [12, 16], "central managerd")] {
+            for row in rows {
+                let reads = try XCTUnwrap(row["reads"] as? [[String: Any]])
+                XCTAssertEqual(reads.compactMap { $0["processCrossings"] as? Int }, crossings)
+                for read in reads {
+                    XCTAssertGreaterThan(read["oneCPUP50Microseconds"] as? Double ?? 0, 0, "\(read)")
+                    XCTAssertGreaterThan((read["cpuMicrosecondsPerRead"] as? [String: Double])?[reader] ?? 0, 0, "\(read)")
+                }
+            }
+        }
         let binaries = try XCTUnwrap(report["binaries"] as? [[String: Any]])
         XCTAssertEqual(binaries.compactMap { $0["name"] as? String }, ["hcid", "attd", "managerd", "beryl", "berylsim"])
         for binary in binaries {

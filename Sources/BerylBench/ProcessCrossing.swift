@@ -1,0 +1,96 @@
+import CBerylSys
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What one hop between processes costs on this machine with no Beryl code in it: a 32-byte datagram to a bare echo
+/// peer (cat, whose stdin and stdout are one end of a SEQPACKET socketpair) and back, measured in the same run as the
+/// reads. A read crosses a process boundary at every hop, so on a machine whose idle CPUs wake slowly (a VM's halted
+/// vCPUs) most of its time is wake-ups; on one CPU a hop is a context switch and what is left is the processes' work.
+public struct CrossingFigures: Codable, Sendable {
+    public var roundTripP50Microseconds: Double
+    public var roundTripP99Microseconds: Double
+    /// Both processes on one CPU.
+    public var oneCPURoundTripP50Microseconds: Double
+    public var oneCPURoundTripP99Microseconds: Double
+    public var note: String
+}
+
+public enum ProcessCrossing {
+    public static func measure(roundTrips: Int = 3000) throws -> CrossingFigures {
+        let free = try echoRoundTrips(roundTrips, oneCPU: false)
+        let pinned = try echoRoundTrips(roundTrips, oneCPU: true)
+        return CrossingFigures(roundTripP50Microseconds: free.p50, roundTripP99Microseconds: free.p99,
+                               oneCPURoundTripP50Microseconds: pinned.p50, oneCPURoundTripP99Microseconds: pinned.p99,
+                               note: "\(roundTrips) sequential 32-byte datagram round trips to /bin/cat on a SOCK_SEQPACKET socketpair")
+    }
+
+    /// Runs `body` with every thread of `pids` (and of this process) on one CPU, then lets them run anywhere again.
+    public static func onOneCPU<T>(_ pids: [Int32], _ body: () throws -> T) throws -> T {
+        let everyone = Set(pids + [getpid()])
+        defer { for pid in everyone { _ = beryl_pin_process(pid, -1) } }
+        for pid in everyone {
+            let status = beryl_pin_process(pid, 0)
+            guard status == 0 else { throw BenchFailure("cannot pin pid \(pid) to CPU 0: \(String(cString: strerror(-status)))") }
+        }
+        return try body()
+    }
+
+    private static func echoRoundTrips(_ count: Int, oneCPU: Bool) throws -> (p50: Double, p99: Double) {
+        var pair: [Int32] = [0, 0]
+        guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
+            throw BenchFailure("socketpair: \(String(cString: strerror(errno)))")
+        }
+        defer { close(pair[0]) }
+        let arguments = ["/bin/cat"]
+        var argv = arguments.map { strdup($0) } + [nil]
+        defer { for pointer in argv { free(pointer) } }
+        // dup2 in the child clears CLOEXEC on stdin and stdout; its copy of pair[1] closes at exec.
+        let pid = argv.withUnsafeMutableBufferPointer { buffer in
+            buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: buffer.count) { beryl_spawn_on_socket($0, pair[1]) }
+        }
+        close(pair[1])
+        guard pid > 0 else { throw BenchFailure("cannot start /bin/cat: \(String(cString: strerror(-pid)))") }
+        defer {
+            kill(pid, SIGTERM)
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+        }
+        let time = { () throws -> [Double] in
+            var message = [UInt8](repeating: 0xA5, count: 32)
+            var samples: [Double] = []
+            samples.reserveCapacity(count)
+            let clock = ContinuousClock()
+            for index in 0..<(count + 100) {
+                let start = clock.now
+                guard write(pair[0], &message, message.count) == message.count,
+                      read(pair[0], &message, message.count) == message.count else { throw BenchFailure("the echo peer stopped answering") }
+                if index >= 100 { samples.append(HCIBenchmark.durationSeconds(clock.now - start) * 1e6) }
+            }
+            return samples.sorted()
+        }
+        let sorted = oneCPU ? try onOneCPU([pid], time) : try time()
+        return (sorted[sorted.count / 2], sorted[min(sorted.count - 1, sorted.count * 99 / 100)])
+    }
+}
+
+extension GATTReadLatency {
+    /// Reads not timed before each run of `timeReads`.
+    public static let warmUpReads = 10
+
+    /// Times reads as the processes are scheduled, with each process's CPU per read (warm-up reads counted in both
+    /// the CPU and the divisor), then times them again with every process in `pids` on one CPU.
+    public static func measure(_ value: String, crossings: Int, pids: [String: Int32], _ timeReads: () throws -> [Double]) throws -> GATTReadLatency {
+        var cpu = ProcessCPU(pids: pids)
+        cpu.startWindow()
+        var latency = GATTReadLatency(value: value, samples: try timeReads())
+        let reads = Double(latency.count + warmUpReads)
+        latency.cpuMicrosecondsPerRead = cpu.usedSinceStart().mapValues { HCIBenchmark.durationSeconds($0) * 1e6 / reads }
+        latency.processCrossings = crossings
+        let pinned = GATTReadLatency(value: value, samples: try ProcessCrossing.onOneCPU(Array(pids.values), timeReads))
+        latency.oneCPUP50Microseconds = pinned.p50Microseconds
+        latency.oneCPUP99Microseconds = pinned.p99Microseconds
+        return latency
+    }
+}

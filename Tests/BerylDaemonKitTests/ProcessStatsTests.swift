@@ -1,0 +1,24 @@
+import BerylDaemonKit
+import Glibc
+import XCTest
+
+final class ProcessStatsTests: XCTestCase {
+    /// The benchmarks divide a few hundred reads' CPU among them: the figure must resolve milliseconds, not /proc's
+    /// 10-ms ticks (which read a 2-ms burn as 0 or 10 ms).
+    func testCPUTimeResolvesAFewMillisecondsOfWork() throws {
+        let before = try XCTUnwrap(ProcessStats.cpuTime(pid: getpid()))
+        var thread = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &thread)
+        let start = Duration.seconds(thread.tv_sec) + .nanoseconds(thread.tv_nsec)
+        var spin: UInt64 = 0
+        repeat {
+            for _ in 0..<1000 { spin = spin &* 6364136223846793005 &+ 1 }
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &thread)
+        } while Duration.seconds(thread.tv_sec) + .nanoseconds(thread.tv_nsec) - start < .milliseconds(2)
+        let used = try XCTUnwrap(ProcessStats.cpuTime(pid: getpid())) - before
+        XCTAssertGreaterThanOrEqual(used, .milliseconds(2), "spin \(spin)")
+        XCTAssertLessThan(used, .milliseconds(8))
+        XCTAssertNil(ProcessStats.cpuTime(pid: 0x3FFF_FFFF), "beyond any pid")
+        XCTAssertNil(ProcessStats.cpuTime(pid: 4_194_303), "no such process")
+    }
+}
