@@ -58,6 +58,7 @@ public struct GATTReadLatency: Codable, Sendable {
     /// The same reads with every process on one CPU, where a crossing is a context switch rather than a wake-up.
     public var oneCPUP50Microseconds: Double?
     public var oneCPUP99Microseconds: Double?
+    public var oneCPUCPUMicrosecondsPerRead: [String: Double]?
 
     public init(value: String, count: Int, p50Microseconds: Double, p99Microseconds: Double) {
         self.value = value

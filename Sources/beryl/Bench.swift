@@ -218,16 +218,17 @@ struct BenchGATT: ParsableCommand {
                 print(String(format: "  %@ %@ %@ p50 %8.0f µs   p99 %8.0f µs   (%d reads)", who.padding(toLength: 14, withPad: " ", startingAt: 0),
                              link.padding(toLength: 9, withPad: " ", startingAt: 0), r.value.padding(toLength: 8, withPad: " ", startingAt: 0),
                              r.p50Microseconds, r.p99Microseconds, r.count) + oneCPU + crossings)
-                if let cpu = r.cpuMicrosecondsPerRead {
+                for (when, cpu) in [("as scheduled", r.cpuMicrosecondsPerRead), ("on one CPU", r.oneCPUCPUMicrosecondsPerRead)] {
+                    guard let cpu else { continue }
                     let parts = cpu.sorted { $0.key < $1.key }.map { String(format: "%@ %.0f", $0.key, $0.value) }
-                    print(String(format: "      CPU per read (µs): total %.0f   ", cpu.values.reduce(0, +)) + parts.joined(separator: ", "))
+                    print(String(format: "      CPU per read (µs), %@: total %.0f   ", when, cpu.values.reduce(0, +)) + parts.joined(separator: ", "))
                 }
             }
         }
         if let crossing = figures.stacks.crossing {
-            print(String(format: "  this machine, no Beryl code: process-to-process round trip p50 %.0f µs (p99 %.0f), on one CPU %.0f µs (p99 %.0f)",
-                         crossing.roundTripP50Microseconds, crossing.roundTripP99Microseconds, crossing.oneCPURoundTripP50Microseconds,
-                         crossing.oneCPURoundTripP99Microseconds))
+            let across = crossing.roundTripP50Microseconds.map { String(format: "p50 %.0f µs (p99 %.0f) between two CPUs, ", $0, crossing.roundTripP99Microseconds ?? 0) } ?? ""
+            print("  this machine, no Beryl code: a process-to-process round trip takes " + across
+                  + String(format: "p50 %.0f µs (p99 %.0f) on one CPU", crossing.oneCPURoundTripP50Microseconds, crossing.oneCPURoundTripP99Microseconds))
         }
         for stacks in figures.stacks.beryl { printReads("Beryl stacks", stacks.link.rawValue, stacks.reads) }
         for apps in figures.apps { printReads("Beryl apps", apps.link.rawValue, apps.reads) }

@@ -504,6 +504,7 @@ final class BenchAllSmokeTests: XCTestCase {
                 for read in reads {
                     XCTAssertGreaterThan(read["oneCPUP50Microseconds"] as? Double ?? 0, 0, "\(read)")
                     XCTAssertGreaterThan((read["cpuMicrosecondsPerRead"] as? [String: Double])?[reader] ?? 0, 0, "\(read)")
+                    XCTAssertGreaterThan((read["oneCPUCPUMicrosecondsPerRead"] as? [String: Double])?[reader] ?? 0, 0, "\(read)")
                 }
             }
         }
