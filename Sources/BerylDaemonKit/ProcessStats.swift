@@ -12,6 +12,14 @@ public enum ProcessStats {
         field("Pss:", in: "/proc/\(pid)/smaps_rollup").map { $0 * 1024 }
     }
 
+    /// Unique set size in bytes: pages no other process maps (Private_Clean + Private_Dirty). Unlike PSS it does not
+    /// move with whatever else on the machine maps the same libraries.
+    public static func privateBytes(pid: Int32) -> UInt64? {
+        let path = "/proc/\(pid)/smaps_rollup"
+        guard let clean = field("Private_Clean:", in: path), let dirty = field("Private_Dirty:", in: path) else { return nil }
+        return (clean + dirty) * 1024
+    }
+
     public static func openFileCount(pid: Int32) -> Int? {
         try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count
     }

@@ -73,6 +73,7 @@ enum GATTAppBenchmark {
                 guard let pid = scratch.pid(of: name) else { continue }
                 figures["\(name) rss"] = ProcessStats.residentBytes(pid: pid) ?? 0
                 figures["\(name) pss"] = ProcessStats.proportionalBytes(pid: pid) ?? 0
+                figures["\(name) uss"] = ProcessStats.privateBytes(pid: pid) ?? 0
             }
             return figures
         }

@@ -21,4 +21,16 @@ final class ProcessStatsTests: XCTestCase {
         XCTAssertNil(ProcessStats.cpuTime(pid: 0x3FFF_FFFF), "beyond any pid")
         XCTAssertNil(ProcessStats.cpuTime(pid: 4_194_303), "no such process")
     }
+
+    /// What a process alone holds is at most its proportional share, which is at most what it has resident.
+    func testPrivateProportionalAndResidentSizesNest() throws {
+        let pid = getpid()
+        let resident = try XCTUnwrap(ProcessStats.residentBytes(pid: pid))
+        let proportional = try XCTUnwrap(ProcessStats.proportionalBytes(pid: pid))
+        let own = try XCTUnwrap(ProcessStats.privateBytes(pid: pid))
+        XCTAssertGreaterThan(own, 0)
+        XCTAssertLessThanOrEqual(own, proportional)
+        XCTAssertLessThanOrEqual(proportional, resident + 1024 * 1024, "VmRSS and smaps_rollup are read a moment apart")
+        XCTAssertNil(ProcessStats.privateBytes(pid: 4_194_303))
+    }
 }
