@@ -35,15 +35,14 @@ public struct AppLifecycle: Sendable {
     public enum EventClass: Sendable {
         /// Something the app handles within its wake: a discovery, a connection, a value, a request.
         case work
-        /// News that needs no handling within a budget: the state, pairing's outcome. Held while suspended.
+        /// News that needs no handling within a budget: the state, pairing's outcome, room to send again (the library
+        /// waits for it: dropped, an app back from suspension could never send again). Held while suspended.
         case news
-        /// Room to send again: worthless once the moment has passed, so dropped while suspended; wakes no one.
-        case flowControl
         /// A pairing prompt: someone waits for the answer, so it wakes the app, but a suspended app cannot answer.
         case prompt
 
         var wakes: Bool { self == .work || self == .prompt }
-        var keptWhileSuspended: Bool { self == .work || self == .news }
+        var keptWhileSuspended: Bool { self != .prompt }
     }
 
     public enum Disposition: Equatable, Sendable {

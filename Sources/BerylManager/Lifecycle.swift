@@ -47,22 +47,30 @@ public struct LifecyclePolicy: Equatable, Sendable {
     }
 }
 
-/// Events held for a suspended app: bounded, in order, one discovery per peripheral (the latest).
+/// What a held event replaces: only the latest of each is worth delivering when the app returns.
+public enum HeldKey: Hashable, Sendable {
+    /// A discovery of the peripheral (its latest advertisement and RSSI).
+    case discovery(peripheral: String)
+    /// Room to send writes without response to the peripheral again.
+    case readyToWrite(peripheral: String)
+}
+
+/// Events held for a suspended app: bounded, in order, one of each `HeldKey` (the latest).
 public struct SuspendedQueue<Event>: Sendable where Event: Sendable {
-    public private(set) var events: [(discovery: String?, event: Event)] = []
+    public private(set) var events: [(key: HeldKey?, event: Event)] = []
     public let capacity: Int
     public private(set) var dropped = 0
 
     public init(capacity: Int = 256) { self.capacity = capacity }
 
-    /// `discoveryOf`: the peripheral identifier when the event is a discovery.
-    public mutating func append(_ event: Event, discoveryOf identifier: String?) {
-        if let identifier { events.removeAll { $0.discovery == identifier } }
+    /// `replacing`: the key of an event that supersedes an earlier one (nil: every such event counts).
+    public mutating func append(_ event: Event, replacing key: HeldKey?) {
+        if let key { events.removeAll { $0.key == key } }
         if events.count >= capacity {
             events.removeFirst()
             dropped += 1
         }
-        events.append((identifier, event))
+        events.append((key, event))
     }
 
     public mutating func drain() -> [Event] {

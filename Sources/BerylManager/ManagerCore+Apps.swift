@@ -84,12 +84,12 @@ extension ManagerCore {
     }
 
     /// An event for a session, by its class: sent now with its wake number, held while the app is suspended (one
-    /// discovery per peripheral, `discoveryOf`), or dropped. Nil for a session that is no app's (sent as it is).
-    public mutating func admit(_ event: Event, as eventClass: AppLifecycle.EventClass, discoveryOf peripheral: String?,
+    /// of each `replacing` key), or dropped. Nil for a session that is no app's (sent as it is).
+    public mutating func admit(_ event: Event, as eventClass: AppLifecycle.EventClass, replacing key: HeldKey?,
                                for session: UInt64, at now: Duration) -> AppLifecycle.Disposition? {
         guard let appID = sessions[session]?.appID, !appID.isEmpty else { return nil }
         let disposition = life.disposition(of: eventClass, app: appID, session: session, rules: rules(for: appID), at: now)
-        if disposition == .hold { sessions[session]?.held.append(event, discoveryOf: peripheral) }
+        if disposition == .hold { sessions[session]?.held.append(event, replacing: key) }
         return disposition
     }
 }

@@ -14,8 +14,8 @@ extension ManagerCore {
 
     /// An event that waits for a preserved manager whose app is away: held (bounded, one discovery per peripheral),
     /// and the app launched to handle it.
-    public mutating func holdForAbsentApp(_ event: Event, discoveryOf peripheral: String?, for preservedID: UInt64, at now: Duration) -> [Output] {
-        guard let appID = restoration.hold(event, discoveryOf: peripheral, for: preservedID) else { return [] }
+    public mutating func holdForAbsentApp(_ event: Event, replacing key: HeldKey?, for preservedID: UInt64, at now: Duration) -> [Output] {
+        guard let appID = restoration.hold(event, replacing: key, for: preservedID) else { return [] }
         return launchIfWaiting(appID, at: now)
     }
 

@@ -153,11 +153,11 @@ public struct Restoration<Event: Sendable>: Sendable {
         return managers.remove(at: index)
     }
 
-    /// Holds an event for a manager whose app is not running (bounded, one discovery per peripheral). Returns the app
+    /// Holds an event for a manager whose app is not running (bounded, one of each `replacing` key). Returns the app
     /// to launch for it, or nil when no preserved manager waits under that id.
-    public mutating func hold(_ event: Event, discoveryOf peripheral: String?, for id: UInt64) -> String? {
+    public mutating func hold(_ event: Event, replacing key: HeldKey?, for id: UInt64) -> String? {
         guard let manager = managers.first(where: { $0.id == id }), !manager.live else { return nil }
-        queues[id, default: SuspendedQueue(capacity: queueCapacity)].append(event, discoveryOf: peripheral)
+        queues[id, default: SuspendedQueue(capacity: queueCapacity)].append(event, replacing: key)
         return manager.appID
     }
 

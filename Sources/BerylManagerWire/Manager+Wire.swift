@@ -109,9 +109,9 @@ extension AppLifecycle.EventClass {
     public init(_ event: Beryl_Ipc_V1_ManagerEvent) {
         switch event.kind {
         case .stateChanged?, .pairingFinished?: self = .news
-        // The library's update queue waits for its ReadyToUpdate (values it sent stay refused until then): kept.
-        case .readyToUpdate?: self = .news
-        case .readyToWrite?: self = .flowControl
+        // The library waits for these: its update queue for ReadyToUpdate (values it sent stay refused until then), a
+        // peripheral's canSendWriteWithoutResponse for ReadyToWrite. Kept, so an app back from suspension can send.
+        case .readyToUpdate?, .readyToWrite?: self = .news
         case .pairingPrompt?: self = .prompt
         default: self = .work
         }
@@ -148,9 +148,14 @@ extension Beryl_Ipc_V1_ManagerEvent {
         return true
     }
 
-    /// The peripheral a discovery is of: an app not taking events hears only the latest discovery of each.
-    public var discoveredPeripheral: String? {
-        if case .discovered(let discovery)? = kind { discovery.peripheral.identifier } else { nil }
+    /// What the event supersedes: an app not taking events hears only the latest discovery of each peripheral, and
+    /// one word that it may write without response to each again.
+    public var heldKey: HeldKey? {
+        switch kind {
+        case .discovered(let discovery)?: .discovery(peripheral: discovery.peripheral.identifier)
+        case .readyToWrite(let ready)?: .readyToWrite(peripheral: ready.peripheral)
+        default: nil
+        }
     }
 }
 

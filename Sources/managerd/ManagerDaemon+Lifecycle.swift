@@ -24,7 +24,7 @@ extension ManagerDaemon {
     /// Stamps the event with its wake number, or holds it (with an alert when the app asked for one) or drops it
     /// while the app is suspended. False when the event should not go out now.
     func admit(_ event: inout Beryl_Ipc_V1_ManagerEvent, for sessionID: UInt64) -> Bool {
-        let disposition = core.admit(event, as: AppLifecycle.EventClass(event), discoveryOf: event.discoveredPeripheral, for: sessionID,
+        let disposition = core.admit(event, as: AppLifecycle.EventClass(event), replacing: event.heldKey, for: sessionID,
                                      at: host.loop.uptime)
         logWakes()
         switch disposition {

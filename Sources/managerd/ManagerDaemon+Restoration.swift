@@ -106,7 +106,7 @@ extension ManagerDaemon {
     /// the app is launched to handle it.
     func queueForAbsentApp(_ event: Beryl_Ipc_V1_ManagerEvent, preservedID: UInt64) {
         guard event.waitsForAbsentApp else { return }
-        apply(core.holdForAbsentApp(event, discoveryOf: event.discoveredPeripheral, for: preservedID, at: host.loop.uptime))
+        apply(core.holdForAbsentApp(event, replacing: event.heldKey, for: preservedID, at: host.loop.uptime))
     }
 
     // MARK: Persistence

@@ -25,7 +25,7 @@ final class AppLaunchesTests: XCTestCase {
 
     /// An event for the absent app is held, and the core is asked to launch it for it.
     private func hold(_ event: String, for manager: PreservedManager, in core: inout Core, at now: Duration) -> [Core.Output] {
-        XCTAssertEqual(core.restoration.hold(event, discoveryOf: nil, for: manager.id), appID)
+        XCTAssertEqual(core.restoration.hold(event, replacing: nil, for: manager.id), appID)
         return core.launchIfWaiting(appID, at: now)
     }
 

@@ -24,7 +24,6 @@ final class AppLifecycleTests: XCTestCase {
 
         XCTAssertEqual(life.disposition(of: .work, app: "notes", session: 1, rules: foregroundOnly, at: .seconds(13)), .hold)
         XCTAssertEqual(life.disposition(of: .news, app: "notes", session: 1, rules: foregroundOnly, at: .seconds(13)), .hold)
-        XCTAssertEqual(life.disposition(of: .flowControl, app: "notes", session: 1, rules: foregroundOnly, at: .seconds(13)), .drop)
         XCTAssertEqual(life.disposition(of: .prompt, app: "notes", session: 1, rules: foregroundOnly, at: .seconds(13)), .drop)
 
         XCTAssertEqual(life.set("notes", to: .background, rules: foregroundOnly, hasSessions: true, at: .seconds(20)),
@@ -56,7 +55,6 @@ final class AppLifecycleTests: XCTestCase {
         _ = life.hello("lock", session: 1, rules: lock, at: .zero)
         _ = life.set("lock", to: .background, rules: lock, hasSessions: true, at: .seconds(1))
         XCTAssertEqual(life.disposition(of: .news, app: "lock", session: 1, rules: lock, at: .seconds(2)), .deliver(wake: 0), "news wakes no one")
-        XCTAssertEqual(life.disposition(of: .flowControl, app: "lock", session: 1, rules: lock, at: .seconds(2)), .deliver(wake: 0))
         XCTAssertFalse(life.isAwake("lock"))
 
         XCTAssertEqual(life.disposition(of: .work, app: "lock", session: 1, rules: lock, at: .seconds(3)), .deliver(wake: 1))

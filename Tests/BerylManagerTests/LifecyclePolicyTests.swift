@@ -22,15 +22,27 @@ final class LifecyclePolicyTests: XCTestCase {
 
     func testHeldEventsAreBoundedAndCoalescedPerPeripheral() {
         var queue = SuspendedQueue<String>(capacity: 3)
-        queue.append("discovered A 1", discoveryOf: "A")
-        queue.append("connected B", discoveryOf: nil)
-        queue.append("discovered A 2", discoveryOf: "A")
+        queue.append("discovered A 1", replacing: .discovery(peripheral: "A"))
+        queue.append("connected B", replacing: nil)
+        queue.append("discovered A 2", replacing: .discovery(peripheral: "A"))
         XCTAssertEqual(queue.count, 2)
-        queue.append("notification B 1", discoveryOf: nil)
-        queue.append("notification B 2", discoveryOf: nil)
+        queue.append("notification B 1", replacing: nil)
+        queue.append("notification B 2", replacing: nil)
         XCTAssertEqual(queue.dropped, 1)
         XCTAssertEqual(queue.drain(), ["discovered A 2", "notification B 1", "notification B 2"])
         XCTAssertEqual(queue.count, 0)
+    }
+
+    /// Another app writing to a shared peripheral refills its queue over and over while this one is suspended: this
+    /// one keeps one word of room per peripheral, and a discovery of the same peripheral is not taken for it.
+    func testReadinessToWriteIsHeldOncePerPeripheral() {
+        var queue = SuspendedQueue<String>(capacity: 8)
+        for round in 1...20 { queue.append("ready to write A \(round)", replacing: .readyToWrite(peripheral: "A")) }
+        queue.append("discovered A", replacing: .discovery(peripheral: "A"))
+        queue.append("ready to write B", replacing: .readyToWrite(peripheral: "B"))
+        queue.append("ready to write A 21", replacing: .readyToWrite(peripheral: "A"))
+        XCTAssertEqual(queue.dropped, 0)
+        XCTAssertEqual(queue.drain(), ["discovered A", "ready to write B", "ready to write A 21"])
     }
 
     func testBackgroundAdvertisingHasNoNameAndOverflowsEveryService() {

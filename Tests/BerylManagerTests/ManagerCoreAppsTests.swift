@@ -96,7 +96,7 @@ final class ManagerCoreAppsTests: XCTestCase {
         XCTAssertNil(core.restoration.manager(id: door))
         XCTAssertNil(core.restoration.manager(id: chime))
         XCTAssertEqual(core.sessions[5]?.quitting, true, "its live session releases its work as it closes")
-        XCTAssertNil(core.restoration.hold("connected", discoveryOf: nil, for: chime), "nothing is held for it")
+        XCTAssertNil(core.restoration.hold("connected", replacing: nil, for: chime), "nothing is held for it")
     }
 
     // A link's GATT events reach each manager holding it once; pairing as peripheral reaches every publisher and advertiser.
@@ -127,7 +127,7 @@ final class ManagerCoreAppsTests: XCTestCase {
         core.catalog = AppCatalog([manifestWithLaunch])
         let door = core.restoration.resume(appID: appID, restoreID: "door", role: .central)
         _ = core.restoration.resume(appID: appID, restoreID: "chime", role: .peripheral)
-        _ = core.holdForAbsentApp("connected", discoveryOf: nil, for: door.id, at: .seconds(10))
+        _ = core.holdForAbsentApp("connected", replacing: nil, for: door.id, at: .seconds(10))
         _ = core.launchStarted(appID, pid: 4242, at: .seconds(10))
         _ = core.hello(9, appID: "com.example.plain", uid: 1003, restoreID: "", role: .central)
         XCTAssertEqual(core.listedApps(running: ["com.example.plain", ""]), [appID, "com.example.plain"])

@@ -39,14 +39,14 @@ final class RestorationCoreTests: XCTestCase {
     func testEventsHeldForAnAbsentAppComeBackInOrderWithOneDiscoveryPerPeripheral() throws {
         var restoration = Restoration<Event>()
         _ = restoration.bind(appID: "lock", restoreID: "door", role: .central, session: 3)
-        XCTAssertNil(restoration.hold("connected A", discoveryOf: nil, for: 1), "its app is running: nothing is held for it")
+        XCTAssertNil(restoration.hold("connected A", replacing: nil, for: 1), "its app is running: nothing is held for it")
         _ = restoration.preserve(session: 3)
         XCTAssertTrue(restoration.waitingToRestore("lock").isEmpty, "preserved with nothing held: no reason to launch it")
 
-        XCTAssertEqual(restoration.hold("discovered A, -70", discoveryOf: "A", for: 1), "lock", "the app to launch")
-        XCTAssertEqual(restoration.hold("connected B", discoveryOf: nil, for: 1), "lock")
-        XCTAssertEqual(restoration.hold("discovered A, -40", discoveryOf: "A", for: 1), "lock")
-        XCTAssertNil(restoration.hold("stray", discoveryOf: nil, for: 99), "no manager is preserved under that id")
+        XCTAssertEqual(restoration.hold("discovered A, -70", replacing: .discovery(peripheral: "A"), for: 1), "lock", "the app to launch")
+        XCTAssertEqual(restoration.hold("connected B", replacing: nil, for: 1), "lock")
+        XCTAssertEqual(restoration.hold("discovered A, -40", replacing: .discovery(peripheral: "A"), for: 1), "lock")
+        XCTAssertNil(restoration.hold("stray", replacing: nil, for: 99), "no manager is preserved under that id")
         XCTAssertEqual(restoration.queuedCount(1), 2)
         XCTAssertEqual(restoration.waitingToRestore("lock").map(\.restoreID), ["door"])
         XCTAssertEqual(restoration.launchOptions("lock").centrals, ["door"])
@@ -88,7 +88,7 @@ final class RestorationCoreTests: XCTestCase {
     func testTheHeldQueueIsBounded() throws {
         var restoration = Restoration<Event>(queueCapacity: 3)
         let made = restoration.resume(appID: "lock", restoreID: "door", role: .central)
-        for index in 0..<5 { _ = restoration.hold("event \(index)", discoveryOf: nil, for: made.id) }
+        for index in 0..<5 { _ = restoration.hold("event \(index)", replacing: nil, for: made.id) }
         XCTAssertEqual(restoration.queuedCount(made.id), 3)
         XCTAssertEqual(try XCTUnwrap(restoration.restore(made.id, into: 1)).queued, ["event 2", "event 3", "event 4"], "the oldest go first")
     }
@@ -96,7 +96,7 @@ final class RestorationCoreTests: XCTestCase {
     func testDiscardingForgetsTheManagerAndWhatWasHeld() {
         var restoration = Restoration<Event>()
         let made = restoration.resume(appID: "lock", restoreID: "door", role: .central)
-        _ = restoration.hold("connected", discoveryOf: nil, for: made.id)
+        _ = restoration.hold("connected", replacing: nil, for: made.id)
         XCTAssertEqual(restoration.discard(made.id)?.restoreID, "door")
         XCTAssertNil(restoration.manager(id: made.id))
         XCTAssertTrue(restoration.waitingToRestore("lock").isEmpty)

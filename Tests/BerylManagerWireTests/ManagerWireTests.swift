@@ -60,7 +60,10 @@ final class ManagerWireTests: XCTestCase {
         XCTAssertEqual(kind(.with { $0.stateChanged = .init() }), .news)
         XCTAssertEqual(kind(.with { $0.pairingFinished = .init() }), .news)
         XCTAssertEqual(kind(.with { $0.readyToUpdate = .init() }), .news, "the library's update queue waits for it")
-        XCTAssertEqual(kind(.with { $0.readyToWrite = .init() }), .flowControl)
+        XCTAssertEqual(kind(.with { $0.readyToWrite = .init() }), .news, "canSendWriteWithoutResponse waits for it")
+        XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent.with { $0.readyToWrite.peripheral = "P" }.heldKey, .readyToWrite(peripheral: "P"))
+        XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent.with { $0.discovered.peripheral.identifier = "P" }.heldKey, .discovery(peripheral: "P"))
+        XCTAssertNil(Beryl_Ipc_V1_ManagerEvent.with { $0.notification = .init() }.heldKey)
         XCTAssertEqual(kind(.with { $0.pairingPrompt = .init() }), .prompt)
         XCTAssertEqual(kind(.with { $0.notification = .init() }), .work)
     }
@@ -166,8 +169,8 @@ final class ManagerWireTests: XCTestCase {
         for kind in waits { XCTAssertTrue(Beryl_Ipc_V1_ManagerEvent.with { $0.kind = kind }.waitsForAbsentApp, "\(kind)") }
         for kind in doesNotWait { XCTAssertFalse(Beryl_Ipc_V1_ManagerEvent.with { $0.kind = kind }.waitsForAbsentApp, "\(kind)") }
         XCTAssertFalse(Beryl_Ipc_V1_ManagerEvent().waitsForAbsentApp, "an event of no kind")
-        XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent.with { $0.discovered.peripheral.identifier = "L" }.discoveredPeripheral, "L")
-        XCTAssertNil(Beryl_Ipc_V1_ManagerEvent.with { $0.connected = .init() }.discoveredPeripheral)
+        XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent.with { $0.discovered.peripheral.identifier = "L" }.heldKey, .discovery(peripheral: "L"))
+        XCTAssertNil(Beryl_Ipc_V1_ManagerEvent.with { $0.connected = .init() }.heldKey)
     }
 
     // AppTests' API misuse: before poweredOn a manager is refused what needs the radio, never its clean-up.
@@ -191,7 +194,7 @@ final class ManagerWireTests: XCTestCase {
         var core = ManagerCore<String>(restoreGrace: .seconds(15))
         core.catalog = AppCatalog([manifest])
         let door = core.restoration.resume(appID: manifest.id, restoreID: "door", role: .central)
-        _ = core.holdForAbsentApp("connected", discoveryOf: nil, for: door.id, at: .seconds(10))
+        _ = core.holdForAbsentApp("connected", replacing: nil, for: door.id, at: .seconds(10))
         _ = core.launchFailed(manifest.id, reason: "No such file or directory", at: .seconds(10))
         let info = Beryl_Ipc_V1_AppInfo(core.status(of: manifest.id, sessionPIDs: [77]))
         XCTAssertEqual(info.id, manifest.id)
