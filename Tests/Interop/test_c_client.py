@@ -213,3 +213,44 @@ def test_c_central_is_relaunched_after_kill_9_and_restored(berylsim, c_builds, r
         wait_for(lambda: app()["pids"] == [], 15, "the C central to end")
         # SIGTERM ended it cleanly: under ASan, its exit checked for leaks and errors (into its log).
         assert_clean(runner, read_app_log())
+
+
+@pytest.mark.parametrize("size", [20, 244])
+def test_c_peripheral_flood_arrives_once_and_in_order(berylsim, c_builds, size):
+    """update_value pipelined through the real stack: 3,000 values, each numbered, given as fast as the C library takes
+    them (it says 0 and then is_ready_to_update_subscribers when its queue or the stack's is full). The Swift central
+    (`beryl gatt subscribe`) hears every one, once and in order; the flooder was refused along the way."""
+    count = 3000
+    a, b = two_stacks(berylsim)
+    with a, b:
+        a.start()
+        b.start()
+        log = open(os.path.join(b.dir, "flood.log"), "w")
+        flooder = subprocess.Popen(command(c_builds, "plain", "beryl-flood-peripheral-c", "--runtime-dir", b.run, "--count", str(count),
+                                           "--size", str(size)), stdout=log, stderr=subprocess.STDOUT, env=run_env())
+        read_log = lambda: open(log.name, errors="replace").read()  # noqa: E731
+        try:
+            wait_for(lambda: "advertising as Beryl flood" in read_log() or flooder.poll() is not None, 60, "the flooder advertising")
+            assert "advertising as Beryl flood" in read_log(), read_log()
+            done = a.beryl("gatt", "--runtime-dir", a.run, "--peer", b.address, "subscribe", "B0000002-0000-1000-8000-00805F9B34FB",
+                           "--count", str(count), "--timeout", "120", "--json", timeout=150)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr + read_log()
+            values = [bytes.fromhex(json.loads(line)["value"]) for line in done.stdout.splitlines()
+                      if json.loads(line).get("event") == "notification"]
+            # ATT_MTU bounds a notification's value: a 244-byte value arrives whole only if the bearer carries it.
+            assert all(len(value) == size for value in values), {len(value) for value in values}
+            sequence = [int.from_bytes(value[:4], "little") for value in values]
+            assert sequence == list(range(count)), f"first gap at {next(i for i, n in enumerate(sequence) if n != i)}"
+            wait_for(lambda: f"flooded {count} values" in read_log(), 10, "the flooder's tally")
+            refused = int(re.search(r"refused (\d+) times", read_log()).group(1))
+            assert refused > 0, "the flood never filled a queue, so it did not test the refusals: " + read_log()
+        finally:
+            if flooder.poll() is None:
+                flooder.send_signal(signal.SIGTERM)
+            try:
+                flooder.wait(30)
+            except subprocess.TimeoutExpired:
+                flooder.kill()
+                flooder.wait(5)
+            log.close()
+        assert flooder.returncode == 0, read_log()

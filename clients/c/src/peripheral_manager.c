@@ -5,8 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Values updateValue takes before it says wait: a short queue, sent one at a time so that order is kept exactly
- * (managerd answers each UpdateValue with sent or refused, and a refused value is sent again first). */
+/* Values updateValue takes before it says wait. Each leaves as it is taken, without waiting for the answers to the
+ * others, and they still reach the air in order: they go as ordered updates, so attd holds back every value of this
+ * app after one it refused until its ReadyToUpdate, and refuses as "send again" one sent before the app saw the latest
+ * ReadyToUpdate. A refused value therefore goes again first, and nothing passes a value still on its way that was sent
+ * before the latest ReadyToUpdate (it will come back "send again"). The Swift library's UpdateQueue keeps the same rules. */
 #define UPDATE_QUEUE_CAP 16
 
 typedef struct local_descriptor {
@@ -60,6 +63,12 @@ struct beryl_request {
 };
 
 typedef struct queued_update {
+    /* Names the value in its answer's context: unique for the manager's life, so an answer to a value of a queue
+     * emptied since finds nothing. */
+    uintptr_t id;
+    /* On its way since the ReadyToUpdate count it was sent after. */
+    bool on_its_way;
+    uint32_t sent_after;
     uint16_t value_handle;
     bool indicate;
     size_t length;
@@ -76,11 +85,12 @@ struct beryl_peripheral_manager {
     bool advertising;
     /* Between start_advertising and stop_advertising: an AdvertisingStarted outside it is stale. */
     bool advertising_requested;
+    /* In the order taken; the oldest first. */
     queued_update updates[UPDATE_QUEUE_CAP];
-    /* Which queue an UpdateValue's answer belongs to: the queue is emptied when the services go. */
-    uintptr_t update_epoch;
-    size_t update_head, update_count;
-    bool update_in_flight;
+    size_t update_count;
+    uintptr_t next_update_id;
+    /* The count of the latest ReadyToUpdate (attd's, for this app; a new attd counts from zero). */
+    uint32_t ready_seen;
     bool waiting_for_ready;
     bool owes_ready;
     beryl_pairing pairing;
@@ -419,9 +429,9 @@ bool beryl_peripheral_manager_is_advertising(const beryl_peripheral_manager *man
     return manager && manager->advertising;
 }
 
-/* ---- updateValue: decided here, sent in order one at a time ---- */
+/* ---- updateValue: decided here, pipelined, kept in order (UPDATE_QUEUE_CAP) ---- */
 
-static void send_next_update(beryl_peripheral_manager *manager);
+static void send_updates(beryl_peripheral_manager *manager);
 
 static void ready_if_owed(beryl_peripheral_manager *manager) {
     if (!manager->owes_ready || manager->update_count >= UPDATE_QUEUE_CAP) return;
@@ -430,47 +440,65 @@ static void ready_if_owed(beryl_peripheral_manager *manager) {
         manager->callbacks.is_ready_to_update_subscribers(manager, manager->user);
 }
 
-static void pop_update(beryl_peripheral_manager *manager) {
-    manager->update_head = (manager->update_head + 1) % UPDATE_QUEUE_CAP;
+static queued_update *find_update(beryl_peripheral_manager *manager, uintptr_t id) {
+    for (size_t i = 0; i < manager->update_count; i++)
+        if (manager->updates[i].id == id) return &manager->updates[i];
+    return NULL;
+}
+
+static void remove_update(beryl_peripheral_manager *manager, queued_update *update) {
+    size_t index = (size_t)(update - manager->updates);
+    memmove(&manager->updates[index], &manager->updates[index + 1], (manager->update_count - index - 1) * sizeof *update);
     manager->update_count--;
 }
 
 static void update_answered(void *owner, void *context, const ManagerResponse *response, const beryl_error *error) {
     if (!response && !error) return;
     beryl_peripheral_manager *manager = owner;
-    if ((uintptr_t)context != manager->update_epoch) return;  /* for a queue emptied since */
-    manager->update_in_flight = false;
+    queued_update *update = find_update(manager, (uintptr_t)context);
+    if (!update || !update->on_its_way) return;  /* of a queue emptied since */
     if (error) {
         /* Gone with its session, or refused for good (the service was removed): not sent again. */
-        if (manager->update_count) pop_update(manager);
+        remove_update(manager, update);
     } else if (response->kind_case == BERYL__IPC__V1__MANAGER_RESPONSE__KIND_UPDATE_RESULT && !response->update_result->sent) {
-        /* The stack's queue is full: the same value goes again after ReadyToUpdate. */
-        manager->waiting_for_ready = true;
-        return;
-    } else if (manager->update_count) {
-        pop_update(manager);
+        update->on_its_way = false;
+        /* Full: it goes again first after ReadyToUpdate. Sent before the latest ReadyToUpdate: it goes again now. */
+        if (!response->update_result->send_again) manager->waiting_for_ready = true;
+    } else {
+        remove_update(manager, update);
     }
-    send_next_update(manager);
+    send_updates(manager);
     ready_if_owed(manager);
 }
 
-static void send_next_update(beryl_peripheral_manager *manager) {
-    while (!manager->update_in_flight && !manager->waiting_for_ready && manager->update_count > 0) {
-        queued_update *next = &manager->updates[manager->update_head];
+/* Sends, in order, what may leave now. */
+static void send_updates(beryl_peripheral_manager *manager) {
+    for (size_t i = 0; i < manager->update_count; i++) {
+        queued_update *next = &manager->updates[i];
+        if (next->on_its_way) {
+            if (next->sent_after != manager->ready_seen) return;  /* it will come back "send again": nothing passes it */
+            continue;
+        }
+        if (manager->waiting_for_ready) return;
         Beryl__Ipc__V1__UpdateValue update = BERYL__IPC__V1__UPDATE_VALUE__INIT;
         update.manager = BERYL_MANAGER_ID;
         update.value_handle = next->value_handle;
         update.value.data = next->value;
         update.value.len = next->length;
         update.indicate = next->indicate;
+        update.ordered = true;
+        update.ready_seen = manager->ready_seen;
         ManagerRequest request = BERYL__IPC__V1__MANAGER_REQUEST__INIT;
         request.kind_case = BERYL__IPC__V1__MANAGER_REQUEST__KIND_UPDATE_VALUE;
         request.update_value = &update;
-        if (beryl_session_send(manager->session, &request, update_answered, (void *)manager->update_epoch) == BERYL_OK) {
-            manager->update_in_flight = true;
-        } else {
-            pop_update(manager);
+        if (beryl_session_send(manager->session, &request, update_answered, (void *)next->id) != BERYL_OK) {
+            /* No session to carry it: it goes, as one whose session ended would. */
+            remove_update(manager, next);
+            i--;
+            continue;
         }
+        next->on_its_way = true;
+        next->sent_after = manager->ready_seen;
     }
 }
 
@@ -487,13 +515,15 @@ int beryl_peripheral_manager_update_value(beryl_peripheral_manager *manager,
         manager->owes_ready = true;
         return 0;
     }
-    queued_update *slot = &manager->updates[(manager->update_head + manager->update_count) % UPDATE_QUEUE_CAP];
+    queued_update *slot = &manager->updates[manager->update_count];
+    slot->id = ++manager->next_update_id;
+    slot->on_its_way = false;
     slot->value_handle = characteristic->value_handle;
     slot->indicate = !(characteristic->properties & BERYL_PROPERTY_NOTIFY);
     slot->length = length;
     if (length) memcpy(slot->value, value, length);
     manager->update_count++;
-    send_next_update(manager);
+    send_updates(manager);
     return 1;
 }
 
@@ -675,8 +705,9 @@ static void peripheral_event(void *owner, const ManagerEvent *event) {
     case BERYL__IPC__V1__MANAGER_EVENT__KIND_WRITE_REQUEST: write_requested(manager, event->write_request); break;
     case BERYL__IPC__V1__MANAGER_EVENT__KIND_SUBSCRIPTION: subscription_changed(manager, event->subscription); break;
     case BERYL__IPC__V1__MANAGER_EVENT__KIND_READY_TO_UPDATE:
+        manager->ready_seen = event->ready_to_update->count;
         manager->waiting_for_ready = false;
-        send_next_update(manager);
+        send_updates(manager);
         ready_if_owed(manager);
         break;
     case BERYL__IPC__V1__MANAGER_EVENT__KIND_ADVERTISING_STARTED: {
@@ -755,10 +786,9 @@ static void peripheral_welcomed(void *owner, const Welcome *welcome, bool again)
 static void services_gone(beryl_peripheral_manager *manager) {
     retire_services(manager);
     manager->advertising = manager->advertising_requested = false;
-    manager->update_epoch++;
-    manager->update_in_flight = false;
     manager->waiting_for_ready = false;
     manager->update_count = 0;
+    manager->ready_seen = 0;
 }
 
 static void peripheral_lost(void *owner) {

@@ -1181,7 +1181,44 @@ static void test_a_published_service_answers_reads_and_writes_exactly_once(void)
     harness_end(&h);
 }
 
-static void test_update_value_is_decided_locally_and_keeps_order_through_a_full_queue(void) {
+/* One UpdateValue off the wire, checked: the value's second byte and the ReadyToUpdate count it was sent after. */
+static Beryl__Ipc__V1__Envelope *expect_update(harness *h, int value, uint32_t ready_seen) {
+    Beryl__Ipc__V1__Envelope *update = expect(h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_UPDATE_VALUE);
+    Beryl__Ipc__V1__ManagerRequest *request = manager_request(update);
+    CHECK(request && request->update_value);
+    if (request && request->update_value) {
+        CHECK_EQ(request->update_value->value_handle, 3);
+        CHECK(!request->update_value->indicate);
+        CHECK(request->update_value->ordered);
+        CHECK_EQ(request->update_value->ready_seen, ready_seen);
+        CHECK_EQ(request->update_value->value.len, 2);
+        if (request->update_value->value.len == 2) CHECK_EQ(request->update_value->value.data[1], value);
+    }
+    return update;
+}
+
+/* Answers (and frees) an UpdateValue: sent, refused as full, or refused as sent before the latest ReadyToUpdate. */
+static void answer_update(harness *h, Beryl__Ipc__V1__Envelope *update, bool sent, bool send_again) {
+    Beryl__Ipc__V1__UpdateResult result = BERYL__IPC__V1__UPDATE_RESULT__INIT;
+    result.sent = sent;
+    result.send_again = send_again;
+    Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
+    response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_UPDATE_RESULT;
+    response.update_result = &result;
+    fake_respond(&h->fake, update->request_id, &response);
+    fake_free_envelope(update);
+}
+
+static void ready_to_update(harness *h, uint32_t count) {
+    Beryl__Ipc__V1__ReadyToUpdate ready = BERYL__IPC__V1__READY_TO_UPDATE__INIT;
+    ready.count = count;
+    Beryl__Ipc__V1__ManagerEvent event = BERYL__IPC__V1__MANAGER_EVENT__INIT;
+    event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_READY_TO_UPDATE;
+    event.ready_to_update = &ready;
+    fake_event(&h->fake, &event);
+}
+
+static void test_update_value_is_decided_locally_pipelined_and_keeps_order_through_refusals(void) {
     harness h;
     beryl_peripheral_manager *manager = manager_up(&h, NULL);
     beryl_local_characteristic *measurement = published_measurement(&h, manager);
@@ -1193,39 +1230,40 @@ static void test_update_value_is_decided_locally_and_keeps_order_through_a_full_
     }
     value[1] = 16;
     CHECK_EQ(beryl_peripheral_manager_update_value(manager, measurement, value, 2), 0);
-    /* One on the wire at a time, in order; the stack's queue fills at value 2. */
-    int expected = 0;
-    for (int round = 0; round < 20 && expected < 16; round++) {
-        Beryl__Ipc__V1__Envelope *update = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_UPDATE_VALUE);
-        Beryl__Ipc__V1__ManagerRequest *request = manager_request(update);
-        if (!request || !request->update_value) {
-            fake_free_envelope(update);
-            break;
-        }
-        CHECK_EQ(request->update_value->value_handle, 3);
-        CHECK(!request->update_value->indicate);
-        CHECK_EQ(request->update_value->value.data[1], expected);
-        CHECK(fake_quiet(&h.fake, h.base));  /* nothing else until this one is answered */
-        Beryl__Ipc__V1__UpdateResult result = BERYL__IPC__V1__UPDATE_RESULT__INIT;
-        result.sent = !(expected == 2 && round == 2);
-        Beryl__Ipc__V1__ManagerResponse response = BERYL__IPC__V1__MANAGER_RESPONSE__INIT;
-        response.kind_case = BERYL__IPC__V1__MANAGER_RESPONSE__KIND_UPDATE_RESULT;
-        response.update_result = &result;
-        fake_respond(&h.fake, update->request_id, &response);
-        fake_free_envelope(update);
-        if (!result.sent) {
-            CHECK(fake_quiet(&h.fake, h.base));  /* refused: nothing until ReadyToUpdate */
-            Beryl__Ipc__V1__ReadyToUpdate ready = BERYL__IPC__V1__READY_TO_UPDATE__INIT;
-            Beryl__Ipc__V1__ManagerEvent event = BERYL__IPC__V1__MANAGER_EVENT__INIT;
-            event.kind_case = BERYL__IPC__V1__MANAGER_EVENT__KIND_READY_TO_UPDATE;
-            event.ready_to_update = &ready;
-            fake_event(&h.fake, &event);
-        } else {
-            expected++;
-        }
-    }
-    CHECK_EQ(expected, 16);
-    CHECK_EQ(h.r.ready_to_update, 1);  /* once room came back after the refused seventeenth call */
+    /* All sixteen leave without waiting for one another's answers, in order, as ordered updates. */
+    Beryl__Ipc__V1__Envelope *sent[16];
+    for (int i = 0; i < 16; i++) sent[i] = expect_update(&h, i, 0);
+    CHECK(fake_quiet(&h.fake, h.base));
+    /* The stack's queue fills at value 2; attd holds back the rest of this app's values with it. */
+    answer_update(&h, sent[0], true, false);
+    answer_update(&h, sent[1], true, false);
+    for (int i = 2; i < 16; i++) answer_update(&h, sent[i], false, false);
+    CHECK(fake_quiet(&h.fake, h.base));  /* refused: nothing until ReadyToUpdate */
+    CHECK_EQ(h.r.ready_to_update, 1);  /* room again after the refused seventeenth call */
+    /* ReadyToUpdate: the refused values go again, first and in order. */
+    ready_to_update(&h, 1);
+    for (int i = 2; i < 16; i++) sent[i] = expect_update(&h, i, 1);
+    CHECK(fake_quiet(&h.fake, h.base));
+    /* Another ReadyToUpdate before their answers: value 3 comes back "send again" and goes at once, but value 4, still
+     * on its way from before that ReadyToUpdate, holds back those after it until it too comes back. */
+    answer_update(&h, sent[2], true, false);
+    ready_to_update(&h, 2);
+    CHECK(fake_quiet(&h.fake, h.base));  /* nothing refused: nothing to send */
+    answer_update(&h, sent[3], false, true);
+    sent[3] = expect_update(&h, 3, 2);
+    CHECK(fake_quiet(&h.fake, h.base));
+    answer_update(&h, sent[4], false, true);
+    sent[4] = expect_update(&h, 4, 2);
+    CHECK(fake_quiet(&h.fake, h.base));
+    for (int i = 3; i < 16; i++) answer_update(&h, sent[i], true, false);
+    CHECK(fake_quiet(&h.fake, h.base));
+    /* An answer to a value no longer waited for is ignored. */
+    value[1] = 20;
+    CHECK_EQ(beryl_peripheral_manager_update_value(manager, measurement, value, 2), 1);
+    Beryl__Ipc__V1__Envelope *last = expect_update(&h, 20, 2);
+    answer_update(&h, last, true, false);
+    CHECK(fake_quiet(&h.fake, h.base));
+    CHECK_EQ(h.r.ready_to_update, 1);
     CHECK(fake_quiet(&h.fake, h.base));
     beryl_local_service *other = NULL;
     beryl_local_characteristic *unpublished = NULL;
@@ -2093,7 +2131,7 @@ int main(int argc, char **argv) {
         TEST(test_freeing_the_manager_inside_its_callback_is_safe),
         TEST(test_retrieve_peripherals_by_identifier),
         TEST(test_a_published_service_answers_reads_and_writes_exactly_once),
-        TEST(test_update_value_is_decided_locally_and_keeps_order_through_a_full_queue),
+        TEST(test_update_value_is_decided_locally_pipelined_and_keeps_order_through_refusals),
         TEST(test_a_restored_peripheral_manager_gets_its_services_before_the_state),
         TEST(test_launch_options_come_from_the_environment),
         TEST(test_wire_errors_map_to_core_bluetooth_domains),
