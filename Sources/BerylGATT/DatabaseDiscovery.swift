@@ -227,6 +227,15 @@ public struct GATTClientRole: Sendable {
         return changed.cccd
     }
 
+    /// A bonded peer's Service Changed, where a discovery on an earlier link found it: a bonded client keeps the peer's
+    /// handles across links (Core Vol 3 Part G §2.5.2), so its indications are recognised from the link's start — the
+    /// peer sends a change made while away as soon as the link is up (§7.1), before anything is discovered on it.
+    public mutating func remember(serviceChangedValueHandle handle: UInt16) {
+        guard serviceChangedValueHandle == nil else { return }
+        serviceChangedValueHandle = handle
+        lookedForServiceChanged = true
+    }
+
     /// After a discovery of services alone: whether to look for Service Changed out of the app's sight, as iOS does.
     public mutating func shouldLookForServiceChanged() -> Bool {
         guard serviceChangedValueHandle == nil, !lookedForServiceChanged else { return false }

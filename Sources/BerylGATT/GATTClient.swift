@@ -75,6 +75,8 @@ public final class GATTClient {
         case notification(handle: UInt16, value: [UInt8], indication: Bool)
         /// The peer said these handles changed; here is what they hold now.
         case serviceChanged(ClosedRange<UInt16>, Result<[DiscoveredServiceTree], Failure>)
+        /// A discovery found the peer's Service Changed: for a bonded peer, kept for its next links.
+        case serviceChangedFound(valueHandle: UInt16)
         /// The bearer timed out: only a new link brings ATT back, so end this one.
         case disconnect
         case log(LogLevel, String)
@@ -117,6 +119,9 @@ public final class GATTClient {
     }
 
     public var mtu: UInt16 { bearer.mtu }
+
+    /// See `GATTClientRole.remember(serviceChangedValueHandle:)`.
+    public func rememberServiceChanged(_ valueHandle: UInt16) { role.remember(serviceChangedValueHandle: valueHandle) }
     public var isUsable: Bool { bearer.isUsable }
     /// Procedures under way, parked ones included.
     public var operationsUnderWay: Int { waiting.count + awaitingSecurity.count }
@@ -288,7 +293,10 @@ public final class GATTClient {
             var discovery = DatabaseDiscovery(scope: scope, looksForServiceChanged: role.discoveryLooksForServiceChanged)
             return Self.erased(discovery.start(), Outcome.services) { [unowned self] response in
                 let step = discovery.handle(response)
-                if let cccd = role.learn(from: discovery) { subscribeToServiceChanged(cccd: cccd) }
+                let known = role.serviceChangedValueHandle
+                let cccd = role.learn(from: discovery)
+                if known == nil, let found = role.serviceChangedValueHandle { pending.append(.serviceChangedFound(valueHandle: found)) }
+                if let cccd { subscribeToServiceChanged(cccd: cccd) }
                 return step
             }
         case .discover(let scope, .services):

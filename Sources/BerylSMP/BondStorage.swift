@@ -20,6 +20,10 @@ public protocol BondStorage: AnyObject {
     /// Widens any range already pending.
     func addPendingServiceChange(_ identity: DeviceAddress, _ range: ClosedRange<UInt16>) throws
     func takePendingServiceChange(_ identity: DeviceAddress) throws -> ClosedRange<UInt16>?
+    /// Where the bonded peer's Service Changed value is, as our GATT client found it (Core Vol 3 Part G §2.5.2).
+    func peerServiceChanged(_ identity: DeviceAddress) throws -> UInt16?
+    /// Ignored for an identity with no bond.
+    func setPeerServiceChanged(_ identity: DeviceAddress, _ valueHandle: UInt16) throws
 }
 
 /// Bonds in memory, with the SQLite store's rules: for tests of the security manager and for a stack without a state
@@ -32,6 +36,7 @@ public final class InMemoryBondStorage: BondStorage {
         var pendingChange: ClosedRange<UInt16>?
         var localSignCounter: UInt32 = 0
         var peerSignCounter: UInt32?
+        var peerServiceChanged: UInt16?
     }
 
     private var entries: [DeviceAddress: Entry] = [:]
@@ -113,5 +118,15 @@ public final class InMemoryBondStorage: BondStorage {
         try check()
         defer { entries[identity]?.pendingChange = nil }
         return entries[identity]?.pendingChange
+    }
+
+    public func peerServiceChanged(_ identity: DeviceAddress) throws -> UInt16? {
+        try check()
+        return entries[identity]?.peerServiceChanged
+    }
+
+    public func setPeerServiceChanged(_ identity: DeviceAddress, _ valueHandle: UInt16) throws {
+        try check()
+        entries[identity]?.peerServiceChanged = valueHandle
     }
 }

@@ -45,6 +45,19 @@ extension SecurityManager {
         }
     }
 
+    /// The link's GATT client found the peer's Service Changed: a bonded peer's is kept for its next links.
+    public func peerServiceChangedFound(_ valueHandle: UInt16, on link: UInt16) -> [SecurityOutput] {
+        guard links[link] != nil else { return [] }
+        links[link]?.peerServiceChanged = valueHandle
+        guard let identity = links[link]?.bond, let storage else { return [] }
+        do {
+            try storage.setPeerServiceChanged(identity, valueHandle)
+            return []
+        } catch {
+            return [.log(.error, "bond store: cannot keep where \(identity)'s Service Changed is: \(error)")]
+        }
+    }
+
     /// The link's ATT server changed a subscription: a bonded peer's are kept.
     public func clientStateChanged(on link: UInt16, configurations: [UInt16: UInt16], features: [UInt8]) -> [SecurityOutput] {
         guard links[link] != nil else { return [] }

@@ -88,6 +88,9 @@ public enum SecurityOutput: Equatable, Sendable {
     case restoreClientState(link: UInt16, configurations: [UInt16: UInt16], features: [UInt8])
     /// A database change made while the bonded peer was away (Core Vol 3 Part G §7.1).
     case indicateServiceChanged(link: UInt16, ClosedRange<UInt16>)
+    /// Where a bonded peer's Service Changed is, found on an earlier link: the link's GATT client recognises its
+    /// indications before anything is discovered (the peer indicates a change made while we were away at once, §7.1).
+    case peerServiceChanged(link: UInt16, valueHandle: UInt16)
     case prompt(link: UInt16, peer: DeviceAddress, PairingPrompt)
     case pairingFinished(link: UInt16, peer: DeviceAddress, Result<SecuritySummary, SMPFailure>)
     /// `afterKeysDelivered`: the last keys were just sent; tell the waiters only once the controller has taken them,
@@ -112,6 +115,8 @@ public final class SecurityManager {
         var waiters: [SecurityWaiter] = []
         /// The encryption under way uses a stored key: its failure means the peer lost the bond.
         var reEncrypting = false
+        /// Where our GATT client found the peer's Service Changed on this link: the bond's once there is one.
+        var peerServiceChanged: UInt16?
         /// The link's subscriptions as its ATT server last reported them: they belong to the bond once there is one.
         var configurations: [UInt16: UInt16] = [:]
         var features: [UInt8] = [0]
@@ -228,6 +233,7 @@ public final class SecurityManager {
             links[link]?.bond = bond.identity
             outputs.append(.levelChanged(link: link, level(of: link)!))
             outputs.append(.peerSigning(link: link, signingKey(of: bond)))
+            if let handle = try? storage?.peerServiceChanged(bond.identity) { outputs.append(.peerServiceChanged(link: link, valueHandle: handle)) }
             outputs += restoreClientState(of: bond.identity, on: link)
         }
         return outputs
@@ -462,6 +468,8 @@ public final class SecurityManager {
                 bonds.append(bond)
                 state.bond = identity
                 outputs.append(.peerSigning(link: link, signingKey(of: bond)))
+                // Found before the bond existed: the bond keeps it from now on.
+                if let handle = state.peerServiceChanged { try? storage?.setPeerServiceChanged(identity, handle) }
             } catch {
                 outputs.append(.log(.error, "bond store: cannot save the bond with \(identity): \(error)"))
             }

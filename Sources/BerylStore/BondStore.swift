@@ -53,6 +53,8 @@ public final class BondStore {
                     try database.execute("ALTER TABLE bonds ADD COLUMN local_sign_counter INTEGER NOT NULL DEFAULT 0")
                 }
                 if !columns.contains("peer_sign_counter") { try database.execute("ALTER TABLE bonds ADD COLUMN peer_sign_counter INTEGER") }
+                // Where the peer's Service Changed value is, for our GATT client on its next links (Core Vol 3 Part G §2.5.2).
+                if !columns.contains("peer_service_changed") { try database.execute("ALTER TABLE bonds ADD COLUMN peer_service_changed INTEGER") }
             }
         } catch {
             throw .database(error)
@@ -217,6 +219,19 @@ public final class BondStore {
                 try database.execute("DELETE FROM service_changed WHERE identity = ?", [.text(identity.description)])
                 return UInt16(truncatingIfNeeded: start)...max(UInt16(truncatingIfNeeded: start), UInt16(truncatingIfNeeded: end))
             }
+        }
+    }
+
+    public func peerServiceChanged(_ identity: DeviceAddress) throws(BondStoreError) -> UInt16? {
+        try run { () throws(SQLiteError) in
+            let row = try database.execute("SELECT peer_service_changed FROM bonds WHERE identity = ?", [.text(identity.description)]).first
+            return row?.first?.integer.flatMap { UInt16(exactly: $0) }
+        }
+    }
+
+    public func setPeerServiceChanged(_ identity: DeviceAddress, _ valueHandle: UInt16) throws(BondStoreError) {
+        _ = try run { () throws(SQLiteError) in
+            try database.execute("UPDATE bonds SET peer_service_changed = ? WHERE identity = ?", [.integer(Int64(valueHandle)), .text(identity.description)])
         }
     }
 

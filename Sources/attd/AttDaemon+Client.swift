@@ -114,6 +114,8 @@ extension AttDaemon {
                 host.server?.broadcast(Event(notification: handle, value: value, indication: indication, link: link.handle))
             case .serviceChanged(let range, let result):
                 host.server?.broadcast(Event(serviceChanged: range, link: link.handle, result))
+            case .serviceChangedFound(let valueHandle):
+                applySecurity(security.peerServiceChangedFound(valueHandle, on: link.handle))
             case .disconnect:
                 sendCommand(HCICommands.disconnect(handle: link.handle))
             case .log(let level, let message):

@@ -76,6 +76,8 @@ extension AttDaemon {
                 links[handle]?.server.peerSigning = key
             case .restoreClientState(let handle, let configurations, let features):
                 links[handle]?.server.restore(clientConfigurations: configurations, clientFeatures: features)
+            case .peerServiceChanged(let handle, let valueHandle):
+                links[handle]?.gatt.rememberServiceChanged(valueHandle)
             case .indicateServiceChanged(let handle, let range):
                 guard let link = links[handle] else { continue }
                 apply(wrap(link.server.indicateServiceChanged(range).outputs, for: link), on: link)

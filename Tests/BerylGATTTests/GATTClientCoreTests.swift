@@ -116,6 +116,30 @@ final class GATTClientCoreTests: XCTestCase {
         XCTAssertEqual(bench.heard.last, .notification(handle: changed + 7, value: [1, 0, 2, 0], indication: true), "another characteristic's is the app's")
     }
 
+    /// A bonded peer indicates a change made while we were away as soon as the link is up (Core Vol 3 Part G §7.1),
+    /// before anything is discovered on it: a client told where the peer's Service Changed is (found on an earlier
+    /// link, kept with the bond) re-discovers the range; one not told hands the indication to the app as any other.
+    func testServiceChangedRememberedFromAnEarlierLinkIsRecognisedBeforeAnyDiscovery() throws {
+        let earlier = try Bench()
+        earlier.feed(earlier.gatt.start(.discover(DiscoveryScope(), .whole), id: 1, at: .zero))
+        let changed = earlier.serviceChangedValueHandle
+        XCTAssertTrue(earlier.heard.contains(.serviceChangedFound(valueHandle: changed)), "\(earlier.heard)")
+
+        let remembering = try Bench()
+        remembering.gatt.rememberServiceChanged(changed)
+        let range = ServiceChangedValue.encode(0x0001...0xFFFF)
+        remembering.feed(remembering.gatt.receive([.indication(handle: changed, value: range)], security: remembering.security, at: .zero))
+        XCTAssertTrue(remembering.heard.contains { if case .serviceChanged(0x0001...0xFFFF, .success) = $0 { true } else { false } }, "\(remembering.heard)")
+        XCTAssertFalse(remembering.heard.contains { if case .notification = $0 { true } else { false } })
+        XCTAssertFalse(remembering.heard.contains { if case .serviceChangedFound = $0 { true } else { false } }, "already known: not found anew")
+        XCTAssertEqual(remembering.serverHeard.filter { if case .subscriptionChanged = $0 { true } else { false } }.count, 0,
+                       "a bonded peer kept our subscription: not written again")
+
+        let forgetful = try Bench()
+        forgetful.feed(forgetful.gatt.receive([.indication(handle: changed, value: range)], security: forgetful.security, at: .zero))
+        XCTAssertEqual(forgetful.heard.last, .notification(handle: changed, value: range, indication: true))
+    }
+
     /// Core Vol 3 Part C §10.3.2, as iOS does it: Insufficient Authentication on an unencrypted link secures the link, then the same request goes again once.
     func testAnEncryptionErrorSecuresTheLinkAndRetriesOnce() throws {
         let bench = try Bench()

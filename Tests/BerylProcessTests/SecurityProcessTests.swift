@@ -1,4 +1,7 @@
+import BerylBench
+import BerylCore
 import BerylDaemonKit
+import BerylHCI
 import BerylIPC
 import BerylStore
 import BerylSupervisor
@@ -112,6 +115,57 @@ final class SecurityProcessTests: XCTestCase {
         XCTAssertTrue(unknown.stderr.contains("no bond"), unknown.stderr)
         let badAddress = try runTool("beryl", ["bonds", "remove", "nonsense", "--runtime-dir", run("a")])
         XCTAssertNotEqual(badAddress.status, 0)
+    }
+
+    /// Core Vol 3 Part G §2.5.2 and §7.1, the client's side: the peripheral's database changes while its bonded
+    /// central is away, and it indicates Service Changed as soon as the central is back — before anything is discovered
+    /// on the new link (an app restored with its cached handles discovers nothing). The central's attd kept where the
+    /// peer's Service Changed is with the bond, so it re-discovers the range and tells its clients, rather than passing
+    /// the indication on as an unknown value (the fault suite's kill-managerd × connecting once lost a subscription so).
+    func testABondedPeersChangeWhileAwayIsRecognisedOnTheNextLinkBeforeAnyDiscovery() throws {
+        try startStack("a", controller: 0)
+        try startStack("b", controller: 1)
+        let peer = try serve()
+        let paired = try gatt(["--peer", peer, "read", Self.secret])  // discovers the whole database, pairs, bonds
+        XCTAssertEqual(paired.status, 0, paired.stderr)
+        let identity = try XCTUnwrap(DeviceAddress(peer))
+        XCTAssertTrue(eventually { (try? BondStore(path: self.state("a") + "/bonds.sqlite").peerServiceChanged(identity)) != nil },
+                      "the bond keeps where the peer's Service Changed is")
+
+        // a is away: a service is added on b.
+        let publisher = try IPCClient(path: run("b") + "/attd.sock")
+        var publish = Request()
+        publish.att.publishService.service = .with {
+            $0.uuid = "181A"
+            $0.primary = true
+            $0.characteristics = [.with { $0.uuid = "2A6E"; $0.properties = 0x02; $0.permissions = 0x01; $0.cached = true; $0.value = Data([1, 2]) }]
+        }
+        let added = try publisher.call(publish).att.servicePublished
+        XCTAssertGreaterThan(added.startHandle, 0)
+
+        // a comes back over HCI alone: nothing asks a's attd to discover.
+        let clients = try IPCClient(path: run("a") + "/attd.sock")
+        let hci = try IPCClient(path: run("a") + "/hcid.sock")
+        try HCIBenchmark.subscribe(hci)
+        _ = try HCIBenchmark.command(hci, HCICommands.leCreateConnection(peer: identity, interval: 24, supervisionTimeout: 200))
+        let link = UInt32(try HCIBenchmark.waitForHandle(hci))
+        var changed: Beryl_Ipc_V1_GattServiceChanged?
+        var passedOn: [Beryl_Ipc_V1_GattNotification] = []
+        XCTAssertTrue(eventually(.seconds(15)) {
+            while let envelope = try? clients.receive(timeout: .milliseconds(50)) {
+                switch envelope.event.att.kind {
+                case .gattServiceChanged(let event)? where event.connectionHandle == link: changed = event
+                case .gattNotification(let notification)?: passedOn.append(notification)
+                default: break
+                }
+            }
+            return changed != nil
+        }, "no Service Changed reached a's clients; indications passed on as values: \(passedOn)")
+        XCTAssertLessThanOrEqual(changed?.startHandle ?? .max, added.startHandle)
+        XCTAssertGreaterThanOrEqual(changed?.endHandle ?? 0, added.endHandle)
+        XCTAssertTrue(changed?.database.services.map(\.uuid).contains("181A") == true, "\(String(describing: changed))")
+        XCTAssertTrue(passedOn.isEmpty, "\(passedOn)")
+        withExtendedLifetime(publisher) {}
     }
 
     /// Privacy: a bonded peripheral that advertises from a fresh resolvable private address is recognised by the

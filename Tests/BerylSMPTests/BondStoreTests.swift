@@ -73,6 +73,26 @@ final class BondStoreTests: XCTestCase {
         XCTAssertNil(try reopened.peerSignCounter(bond.identity))
     }
 
+    /// Our GATT client's note of where the bonded peer's Service Changed is: kept across reopening, nothing for an
+    /// identity without a bond, and gone with a new pairing (the peer's database may be another).
+    func testThePeersServiceChangedHandleSurvivesReopeningAndGoesWithANewPairing() throws {
+        let path = directory + "/bonds.sqlite"
+        let bond = sampleBond()
+        do {
+            let store = try BondStore(path: path)
+            try store.save(bond)
+            XCTAssertNil(try store.peerServiceChanged(bond.identity))
+            try store.setPeerServiceChanged(bond.identity, 0x0009)
+            let stranger = DeviceAddress("11:11:11:11:11:11")!
+            try store.setPeerServiceChanged(stranger, 0x0003)
+            XCTAssertNil(try store.peerServiceChanged(stranger), "no bond, nothing kept")
+        }
+        let reopened = try BondStore(path: path)
+        XCTAssertEqual(try reopened.peerServiceChanged(bond.identity), 0x0009)
+        try reopened.save(bond)
+        XCTAssertNil(try reopened.peerServiceChanged(bond.identity))
+    }
+
     func testABondIsRecognisedAtItsPrivateAddresses() throws {
         var bond = sampleBond("11:22:33:44:55:66")
         let staticAddress = DeviceAddress("F1:02:03:04:05:06/random")!

@@ -133,6 +133,26 @@ final class SecurityManagerTests: XCTestCase {
         XCTAssertTrue(bench.peripheralOutputs.contains(.levelChanged(link: SecurityBench.link, LinkSecurity(encrypted: false, authenticated: false, bonded: true))))
     }
 
+    /// Core Vol 3 Part G §2.5.2 and §7.1 on the client's side: where the peer's Service Changed is, found before the
+    /// bond existed, belongs to the bond; the next link to the bonded peer starts knowing it, before any discovery.
+    func testThePeersServiceChangedFoundBeforePairingComesBackOnTheNextLink() throws {
+        let bench = try SecurityBench()
+        bench.connect()
+        XCTAssertTrue(bench.central.peerServiceChangedFound(0x0009, on: SecurityBench.link).isEmpty)
+        XCTAssertTrue(try bench.centralStorage.bonds().isEmpty)
+        bench.secureFromCentral(1)
+        XCTAssertEqual(try bench.centralStorage.peerServiceChanged(SecurityBench.peripheralIdentity), 0x0009)
+        bench.disconnect()
+        bench.forgetOutputs()
+        bench.connect()
+        XCTAssertTrue(bench.centralOutputs.contains(.peerServiceChanged(link: SecurityBench.link, valueHandle: 0x0009)), "\(bench.centralOutputs)")
+        // Found again at another handle (the peer's database changed): the bond keeps the latest.
+        _ = bench.central.peerServiceChangedFound(0x000C, on: SecurityBench.link)
+        XCTAssertEqual(try bench.centralStorage.peerServiceChanged(SecurityBench.peripheralIdentity), 0x000C)
+        XCTAssertFalse(bench.peripheralOutputs.contains { if case .peerServiceChanged = $0 { true } else { false } },
+                       "the peripheral's client found nothing")
+    }
+
     func testABondedCentralEncryptsWithItsStoredKeyWithoutPairing() throws {
         let bench = try SecurityBench()
         bench.connect()
