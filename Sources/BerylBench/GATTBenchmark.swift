@@ -143,7 +143,7 @@ public enum GATTBenchmark {
                 + "when refused as busy, waits for ReadyToUpdate and sends the refused values again first; each value carries a sequence "
                 + "number the receiver checks; the window opens after \(warmUp) of warm-up; CPU is every process's, berylsim's included")
         if bumble { addBumble(to: &result, seconds: seconds, reads: reads) }
-        result.crossing = try ProcessCrossing.measure()
+        result.crossing = try? ProcessCrossing.measure()  // the figures stand without it
         return result
     }
 

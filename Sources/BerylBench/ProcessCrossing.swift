@@ -20,34 +20,50 @@ public struct CrossingFigures: Codable, Sendable {
 
 public enum ProcessCrossing {
     public static func measure(roundTrips: Int = 3000) throws -> CrossingFigures {
-        // Left to the scheduler, the echo lands on either CPU from one run to the next: each placement is made.
-        let across = sysconf(Int32(_SC_NPROCESSORS_ONLN)) > 1 ? try echoRoundTrips(roundTrips, oneCPU: false) : nil
-        let pinned = try echoRoundTrips(roundTrips, oneCPU: true)
+        // Left to the scheduler, the echo lands on either CPU from one run to the next: each placement is made, on the
+        // CPUs this process may use.
+        let allowed = cpus(of: getpid())
+        guard let first = allowed.first else { throw BenchFailure("this process's CPU affinity could not be read") }
+        let across = allowed.count > 1 ? try echoRoundTrips(roundTrips, cpus: (first, allowed[1])) : nil
+        let pinned = try echoRoundTrips(roundTrips, cpus: (first, first))
         return CrossingFigures(roundTripP50Microseconds: across?.p50, roundTripP99Microseconds: across?.p99,
                                oneCPURoundTripP50Microseconds: pinned.p50, oneCPURoundTripP99Microseconds: pinned.p99,
                                note: "\(roundTrips) sequential 32-byte datagram round trips to /bin/cat on a SOCK_SEQPACKET socketpair")
     }
 
-    /// Runs `body` with every thread of `pids` (and of this process) on one CPU, then lets them run anywhere again.
+    /// Runs `body` with every thread of `pids` (and of this process) on one CPU, the first this process may use, then
+    /// gives each process back the CPUs it had (so `taskset` around the whole bench holds).
     public static func onOneCPU<T>(_ pids: [Int32], _ body: () throws -> T) throws -> T {
-        try pinned(Dictionary(uniqueKeysWithValues: Set(pids + [getpid()]).map { ($0, Int32(0)) }), body)
+        guard let cpu = cpus(of: getpid()).first else { throw BenchFailure("this process's CPU affinity could not be read") }
+        return try pinned(Dictionary(uniqueKeysWithValues: Set(pids + [getpid()]).map { ($0, cpu) }), body)
+    }
+
+    /// The CPUs a process may run on.
+    static func cpus(of pid: Int32) -> [Int32] {
+        var cpus = [Int32](repeating: 0, count: 1024)
+        let count = beryl_process_cpus(pid, &cpus, Int32(cpus.count))
+        return count > 0 ? Array(cpus.prefix(Int(count))) : []
     }
 
     private static func pinned<T>(_ placement: [Int32: Int32], _ body: () throws -> T) throws -> T {
-        defer { for pid in placement.keys { _ = beryl_pin_process(pid, -1) } }
+        let saved = Dictionary(uniqueKeysWithValues: placement.keys.map { ($0, cpus(of: $0)) })
+        defer { for (pid, cpus) in saved where !cpus.isEmpty { _ = beryl_set_process_cpus(pid, cpus, Int32(cpus.count)) } }
         for (pid, cpu) in placement {
-            let status = beryl_pin_process(pid, cpu)
+            var one = [cpu]
+            let status = beryl_set_process_cpus(pid, &one, 1)
             guard status == 0 else { throw BenchFailure("cannot pin pid \(pid) to CPU \(cpu): \(String(cString: strerror(-status)))") }
         }
         return try body()
     }
 
-    private static func echoRoundTrips(_ count: Int, oneCPU: Bool) throws -> (p50: Double, p99: Double) {
+    /// Round trips with this process on `cpus.0` and the echo on `cpus.1`.
+    private static func echoRoundTrips(_ count: Int, cpus: (Int32, Int32)) throws -> (p50: Double, p99: Double) {
         var pair: [Int32] = [0, 0]
         guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
             throw BenchFailure("socketpair: \(String(cString: strerror(errno)))")
         }
-        defer { close(pair[0]) }
+        var open = true
+        defer { if open { close(pair[0]) } }
         let arguments = ["/bin/cat"]
         var argv = arguments.map { strdup($0) } + [nil]
         defer { for pointer in argv { free(pointer) } }
@@ -58,7 +74,10 @@ public enum ProcessCrossing {
         close(pair[1])
         guard pid > 0 else { throw BenchFailure("cannot start /bin/cat: \(String(cString: strerror(-pid)))") }
         defer {
-            kill(pid, SIGTERM)
+            // End of input ends cat; SIGKILL in case it is stuck, before the wait.
+            close(pair[0])
+            open = false
+            kill(pid, SIGKILL)
             var status: Int32 = 0
             waitpid(pid, &status, 0)
         }
@@ -75,7 +94,7 @@ public enum ProcessCrossing {
             }
             return samples.sorted()
         }
-        let sorted = try pinned([getpid(): 0, pid: oneCPU ? 0 : 1], time)
+        let sorted = try pinned([getpid(): cpus.0, pid: cpus.1], time)
         return (sorted[sorted.count / 2], sorted[min(sorted.count - 1, sorted.count * 99 / 100)])
     }
 }
@@ -95,7 +114,9 @@ extension GATTReadLatency {
         latency.cpuMicrosecondsPerRead = cpu.usedSinceStart().mapValues { HCIBenchmark.durationSeconds($0) * 1e6 / reads }
         latency.processCrossings = crossings
         cpu.startWindow()
-        let pinned = GATTReadLatency(value: value, samples: try ProcessCrossing.onOneCPU(Array(pids.values), timeReads))
+        // Best effort: where the processes cannot be pinned, the row has no one-CPU figures.
+        guard let samples = try? ProcessCrossing.onOneCPU(Array(pids.values), timeReads) else { return latency }
+        let pinned = GATTReadLatency(value: value, samples: samples)
         latency.oneCPUCPUMicrosecondsPerRead = cpu.usedSinceStart().mapValues { HCIBenchmark.durationSeconds($0) * 1e6 / reads }
         latency.oneCPUP50Microseconds = pinned.p50Microseconds
         latency.oneCPUP99Microseconds = pinned.p99Microseconds

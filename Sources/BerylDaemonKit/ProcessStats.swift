@@ -15,8 +15,9 @@ public enum ProcessStats {
     /// Unique set size in bytes: pages no other process maps (Private_Clean + Private_Dirty). Unlike PSS it does not
     /// move with whatever else on the machine maps the same libraries.
     public static func privateBytes(pid: Int32) -> UInt64? {
-        let path = "/proc/\(pid)/smaps_rollup"
-        guard let clean = field("Private_Clean:", in: path), let dirty = field("Private_Dirty:", in: path) else { return nil }
+        // One read of the file: both fields of the same moment.
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/smaps_rollup", encoding: .utf8),
+              let clean = field("Private_Clean:", inText: text), let dirty = field("Private_Dirty:", inText: text) else { return nil }
         return (clean + dirty) * 1024
     }
 
@@ -39,7 +40,7 @@ public enum ProcessStats {
     public static func cpuTime(pid: Int32) -> Duration? {
         // The process's CPU clock counts nanoseconds, exited threads included; /proc's ticks (10 ms) are too coarse
         // for CPU per read over a few hundred reads.
-        // The clock id packs the pid into its bits (one above PID_MAX_LIMIT names another clock); making it checks no process.
+        // The clock id packs the pid into its bits: one above PID_MAX_LIMIT would name another clock.
         guard pid > 0, pid < 1 << 22, kill(pid, 0) == 0 || errno == EPERM else { return nil }
         var clock = clockid_t()
         var time = timespec()
@@ -60,7 +61,10 @@ public enum ProcessStats {
     }
 
     private static func field(_ name: String, in path: String) -> UInt64? {
-        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return nil }
+        (try? String(contentsOfFile: path, encoding: .utf8)).flatMap { field(name, inText: $0) }
+    }
+
+    private static func field(_ name: String, inText text: String) -> UInt64? {
         for line in text.split(separator: "\n") where line.hasPrefix(name) {
             let digits = line.dropFirst(name.count).split(whereSeparator: { $0 == " " || $0 == "\t" }).first
             return digits.flatMap { UInt64($0) }

@@ -70,8 +70,9 @@ public final class EventLoop {
         try register(fd: -1, flags: Int16(BERYL_EV_PERSIST), timeout: interval, oneShot: false, handler)
     }
 
-    /// Work that runs once per `schedule()`, after the callbacks of the wake-up that scheduled it — those ready then and
-    /// those they queued before it — in that same wake-up: unlike a zero timer, it costs no timer and no second poll.
+    /// Work that runs once after the callbacks of the wake-up that scheduled it — those ready then and those they queued
+    /// before it — in that same wake-up, however often it was scheduled: unlike a zero timer, it costs no timer and no
+    /// second poll.
     public func endOfWakeUpTask(_ handler: @escaping () -> Void) throws(EventLoopError) -> EndOfWakeUpTask {
         let registration = EventRegistration(loop: self, oneShot: false, handler: handler)
         let context = Unmanaged.passUnretained(registration).toOpaque()

@@ -53,9 +53,21 @@ public enum HeldKey: Hashable, Sendable {
     case discovery(peripheral: String)
     /// Room to send writes without response to the peripheral again.
     case readyToWrite(peripheral: String)
+    /// Room to update subscribers again (its count is the latest).
+    case readyToUpdate
+
+    /// The library waits for these (canSendWriteWithoutResponse, its update queue): an app that came back without one
+    /// could not send again, so they are never what a full queue lets go.
+    var isReadiness: Bool {
+        switch self {
+        case .readyToWrite, .readyToUpdate: true
+        case .discovery: false
+        }
+    }
 }
 
-/// Events held for a suspended app: bounded, in order, one of each `HeldKey` (the latest).
+/// Events held for a suspended app: bounded, in order, one of each `HeldKey` (the latest); when full, the oldest event
+/// that is not a readiness goes.
 public struct SuspendedQueue<Event>: Sendable where Event: Sendable {
     public private(set) var events: [(key: HeldKey?, event: Event)] = []
     public let capacity: Int
@@ -67,7 +79,8 @@ public struct SuspendedQueue<Event>: Sendable where Event: Sendable {
     public mutating func append(_ event: Event, replacing key: HeldKey?) {
         if let key { events.removeAll { $0.key == key } }
         if events.count >= capacity {
-            events.removeFirst()
+            // At most one readiness per peripheral and one for updates, so a queue of them alone is a small one.
+            events.remove(at: events.firstIndex { !($0.key?.isReadiness ?? false) } ?? 0)
             dropped += 1
         }
         events.append((key, event))

@@ -148,12 +148,13 @@ extension Beryl_Ipc_V1_ManagerEvent {
         return true
     }
 
-    /// What the event supersedes: an app not taking events hears only the latest discovery of each peripheral, and
-    /// one word that it may write without response to each again.
+    /// What the event supersedes: an app not taking events hears only the latest discovery of each peripheral, one
+    /// word that it may write without response to each again, and the latest ReadyToUpdate.
     public var heldKey: HeldKey? {
         switch kind {
         case .discovered(let discovery)?: .discovery(peripheral: discovery.peripheral.identifier)
         case .readyToWrite(let ready)?: .readyToWrite(peripheral: ready.peripheral)
+        case .readyToUpdate?: .readyToUpdate
         default: nil
         }
     }

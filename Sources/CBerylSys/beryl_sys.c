@@ -179,21 +179,34 @@ pid_t beryl_spawn_on_socket(const char *const argv[], int fd) {
     if (pid == 0) {
         if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(1);
         if (dup2(fd, 0) < 0 || dup2(fd, 1) < 0) _exit(126);
+        /* As prepare_child: no descriptor but the socket, default signals, none blocked. */
+        close_range(3, ~0U, 0);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        for (int number = 1; number < NSIG; number++) signal(number, SIG_DFL);
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
     return pid;
 }
 
-int beryl_pin_process(pid_t pid, int cpu) {
+int beryl_process_cpus(pid_t pid, int *cpus, int capacity) {
     cpu_set_t set;
     CPU_ZERO(&set);
-    if (cpu < 0) {
-        long online = sysconf(_SC_NPROCESSORS_ONLN);
-        for (long i = 0; i < online && i < CPU_SETSIZE; i++) CPU_SET(i, &set);
-    } else {
-        if (cpu >= CPU_SETSIZE) return -EINVAL;
-        CPU_SET(cpu, &set);
+    if (sched_getaffinity(pid, sizeof set, &set) != 0) return -errno;
+    int count = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE && count < capacity; cpu++)
+        if (CPU_ISSET(cpu, &set)) cpus[count++] = cpu;
+    return count;
+}
+
+int beryl_set_process_cpus(pid_t pid, const int *cpus, int count) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int i = 0; i < count; i++) {
+        if (cpus[i] < 0 || cpus[i] >= CPU_SETSIZE) return -EINVAL;
+        CPU_SET(cpus[i], &set);
     }
     /* The affinity is a thread's: each of the process's threads is set (/proc/PID/task). */
     char path[64];

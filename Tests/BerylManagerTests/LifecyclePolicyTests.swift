@@ -45,6 +45,19 @@ final class LifecyclePolicyTests: XCTestCase {
         XCTAssertEqual(queue.drain(), ["discovered A", "ready to write B", "ready to write A 21"])
     }
 
+    /// A chatty peripheral's notifications fill the queue of a suspended app: they push out one another and
+    /// discoveries, never the readiness the library waits for.
+    func testAFullQueueNeverLetsReadinessGo() {
+        var queue = SuspendedQueue<String>(capacity: 4)
+        queue.append("ready to write A", replacing: .readyToWrite(peripheral: "A"))
+        queue.append("ready to update 3", replacing: .readyToUpdate)
+        queue.append("discovered B", replacing: .discovery(peripheral: "B"))
+        for n in 1...10 { queue.append("notification \(n)", replacing: nil) }
+        queue.append("ready to update 4", replacing: .readyToUpdate)
+        XCTAssertEqual(queue.dropped, 9)
+        XCTAssertEqual(queue.drain(), ["ready to write A", "notification 9", "notification 10", "ready to update 4"])
+    }
+
     func testBackgroundAdvertisingHasNoNameAndOverflowsEveryService() {
         let payload = AdvertisingPayload.background(serviceUUIDs: [BluetoothUUID(0x180D), BluetoothUUID(0x180F)])
         XCTAssertEqual(Array(payload.advertising.prefix(3)), [2, 0x01, 0x06], "flags, then only the overflow area")

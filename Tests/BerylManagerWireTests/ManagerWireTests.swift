@@ -63,6 +63,7 @@ final class ManagerWireTests: XCTestCase {
         XCTAssertEqual(kind(.with { $0.readyToWrite = .init() }), .news, "canSendWriteWithoutResponse waits for it")
         XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent.with { $0.readyToWrite.peripheral = "P" }.heldKey, .readyToWrite(peripheral: "P"))
         XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent.with { $0.discovered.peripheral.identifier = "P" }.heldKey, .discovery(peripheral: "P"))
+        XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent.with { $0.readyToUpdate.count = 3 }.heldKey, .readyToUpdate)
         XCTAssertNil(Beryl_Ipc_V1_ManagerEvent.with { $0.notification = .init() }.heldKey)
         XCTAssertEqual(kind(.with { $0.pairingPrompt = .init() }), .prompt)
         XCTAssertEqual(kind(.with { $0.notification = .init() }), .work)

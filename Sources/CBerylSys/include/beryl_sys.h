@@ -34,11 +34,15 @@ void beryl_ignore_sigpipe(void);
 /// Line-buffers stdout, so that output redirected to a log file appears a line at a time.
 void beryl_line_buffer_stdout(void);
 
-/// Spawns argv[0] (a path) with `fd` as its stdin and stdout, bound to the caller as beryl_spawn_bound: how a benchmark
-/// starts a bare echo peer (cat on a SEQPACKET socket returns each datagram as it came). Returns the pid or -errno.
+/// Spawns argv[0] (a path) with `fd` as its stdin and stdout and no other descriptor, default signals, bound to the
+/// caller as beryl_spawn_bound: how a benchmark starts a bare echo peer (cat on a SEQPACKET socket returns each datagram
+/// as it came). Returns the pid or -errno.
 pid_t beryl_spawn_on_socket(const char *const argv[], int fd);
 
-/// Every thread of `pid` may run on `cpu` only (cpu < 0: on every CPU online). Returns 0 or -errno (the first failure).
-int beryl_pin_process(pid_t pid, int cpu);
+/// The CPUs `pid`'s (main thread's) affinity allows, ascending, at most `capacity`; returns their count or -errno.
+int beryl_process_cpus(pid_t pid, int *cpus, int capacity);
+
+/// Every thread of `pid` may run on `cpus` only. Returns 0 or -errno (the first failure).
+int beryl_set_process_cpus(pid_t pid, const int *cpus, int count);
 
 #endif

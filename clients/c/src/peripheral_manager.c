@@ -82,6 +82,8 @@ struct beryl_peripheral_manager {
     beryl_local_service *services;
     beryl_request *requests;
     struct event *sweep;
+    /* Sends the queue again after a send the session could not take. */
+    struct event *update_retry;
     bool advertising;
     /* Between start_advertising and stop_advertising: an AdvertisingStarted outside it is stale. */
     bool advertising_requested;
@@ -471,6 +473,12 @@ static void update_answered(void *owner, void *context, const ManagerResponse *r
     ready_if_owed(manager);
 }
 
+static void retry_updates(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    send_updates(arg);
+}
+
 /* Sends, in order, what may leave now. */
 static void send_updates(beryl_peripheral_manager *manager) {
     for (size_t i = 0; i < manager->update_count; i++) {
@@ -491,11 +499,17 @@ static void send_updates(beryl_peripheral_manager *manager) {
         ManagerRequest request = BERYL__IPC__V1__MANAGER_REQUEST__INIT;
         request.kind_case = BERYL__IPC__V1__MANAGER_REQUEST__KIND_UPDATE_VALUE;
         request.update_value = &update;
-        if (beryl_session_send(manager->session, &request, update_answered, (void *)next->id) != BERYL_OK) {
+        int status = beryl_session_send(manager->session, &request, update_answered, (void *)next->id);
+        if (status == BERYL_E_NOT_POWERED_ON) {
             /* No session to carry it: it goes, as one whose session ended would. */
             remove_update(manager, next);
             i--;
             continue;
+        }
+        if (status != BERYL_OK) {
+            /* The session's outgoing queue is full, or memory short: it stays first in line and goes again shortly. */
+            event_add(manager->update_retry, &(struct timeval){.tv_usec = 10000});
+            return;
         }
         next->on_its_way = true;
         next->sent_after = manager->ready_seen;
@@ -814,6 +828,7 @@ static void destroy_manager(void *owner) {
     beryl_peripheral_manager *manager = owner;
     beryl_session_free(manager->session);
     if (manager->sweep) event_free(manager->sweep);
+    if (manager->update_retry) event_free(manager->update_retry);
     while (manager->services) {
         beryl_local_service *next = manager->services->next;
         free_service(manager->services);
@@ -837,7 +852,10 @@ int beryl_peripheral_manager_create(beryl_peripheral_manager **out, struct event
     manager->callbacks = *callbacks;
     manager->user = user;
     manager->sweep = event_new(base, -1, 0, sweep_requests, manager);
-    if (!manager->sweep) {
+    manager->update_retry = evtimer_new(base, retry_updates, manager);
+    if (!manager->sweep || !manager->update_retry) {
+        if (manager->sweep) event_free(manager->sweep);
+        if (manager->update_retry) event_free(manager->update_retry);
         free(manager);
         return BERYL_E_NO_MEMORY;
     }
@@ -847,6 +865,7 @@ int beryl_peripheral_manager_create(beryl_peripheral_manager **out, struct event
                                       BERYL__IPC__V1__MANAGER_ROLE__MANAGER_ROLE_PERIPHERAL, &hooks, manager);
     if (status != BERYL_OK) {
         event_free(manager->sweep);
+        event_free(manager->update_retry);
         free(manager);
         return status;
     }
