@@ -81,6 +81,17 @@ def beats(text):
     return [int(n) for n in re.findall(r"^heart rate (\d+) bpm$", text, re.MULTILINE)]
 
 
+def terminate(process, grace):
+    """SIGTERM (the C examples free everything and exit 0 on it), then SIGKILL after `grace` seconds."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
+
+
 def assert_clean(runner, output):
     if runner == "valgrind":
         assert "definitely lost" not in output or "definitely lost: 0 bytes" in output, output
@@ -138,13 +149,7 @@ def test_swift_central_against_the_c_heart_rate_peripheral(berylsim, c_builds, r
             wait_for(lambda: "control point write [1] accepted" in read_log(), 10, "the C peripheral's answer to the write")
             assert "central subscribed to heart rate measurement" in read_log(), read_log()
         finally:
-            if peripheral.poll() is None:
-                peripheral.send_signal(signal.SIGTERM)
-            try:
-                peripheral.wait(60)
-            except subprocess.TimeoutExpired:
-                peripheral.kill()
-                peripheral.wait(5)
+            terminate(peripheral, 60)
             log.close()
         output = read_log()
         assert peripheral.returncode == 0, output
@@ -244,12 +249,6 @@ def test_c_peripheral_flood_arrives_once_and_in_order(berylsim, c_builds, size):
             assert sequence == list(range(count)), f"{len(sequence)} values, in order up to {first_gap}"
             wait_for(lambda: f"flooded {count} values" in read_log(), 10, "the flooder's tally")
         finally:
-            if flooder.poll() is None:
-                flooder.send_signal(signal.SIGTERM)
-            try:
-                flooder.wait(30)
-            except subprocess.TimeoutExpired:
-                flooder.kill()
-                flooder.wait(5)
+            terminate(flooder, 30)
             log.close()
         assert flooder.returncode == 0, read_log()
