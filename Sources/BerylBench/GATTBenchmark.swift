@@ -68,11 +68,16 @@ public struct GATTReadLatency: Codable, Sendable {
     }
 
     public init(value: String, samples: [Double]) {
-        let sorted = samples.sorted()
         self.value = value
-        count = sorted.count
-        p50Microseconds = sorted.isEmpty ? 0 : sorted[sorted.count / 2]
-        p99Microseconds = sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, sorted.count * 99 / 100)]
+        count = samples.count
+        (p50Microseconds, p99Microseconds) = Self.percentiles(samples)
+    }
+
+    /// p50 and p99 of samples, 0 for none.
+    static func percentiles(_ samples: [Double]) -> (p50: Double, p99: Double) {
+        let sorted = samples.sorted()
+        guard !sorted.isEmpty else { return (0, 0) }
+        return (sorted[sorted.count / 2], sorted[min(sorted.count - 1, sorted.count * 99 / 100)])
     }
 }
 

@@ -92,10 +92,9 @@ public enum ProcessCrossing {
                       read(pair[0], &message, message.count) == message.count else { throw BenchFailure("the echo peer stopped answering") }
                 if index >= 100 { samples.append(HCIBenchmark.durationSeconds(clock.now - start) * 1e6) }
             }
-            return samples.sorted()
+            return samples
         }
-        let sorted = try pinned([getpid(): cpus.0, pid: cpus.1], time)
-        return (sorted[sorted.count / 2], sorted[min(sorted.count - 1, sorted.count * 99 / 100)])
+        return GATTReadLatency.percentiles(try pinned([getpid(): cpus.0, pid: cpus.1], time))
     }
 }
 
@@ -111,13 +110,13 @@ extension GATTReadLatency {
         cpu.startWindow()
         var latency = GATTReadLatency(value: value, samples: try timeReads())
         let reads = Double(latency.count + warmUpReads)
-        latency.cpuMicrosecondsPerRead = cpu.usedSinceStart().mapValues { HCIBenchmark.durationSeconds($0) * 1e6 / reads }
+        latency.cpuMicrosecondsPerRead = cpu.microsecondsSinceStart(per: reads)
         latency.processCrossings = crossings
         cpu.startWindow()
         // Best effort: where the processes cannot be pinned, the row has no one-CPU figures.
         guard let samples = try? ProcessCrossing.onOneCPU(Array(pids.values), timeReads) else { return latency }
         let pinned = GATTReadLatency(value: value, samples: samples)
-        latency.oneCPUCPUMicrosecondsPerRead = cpu.usedSinceStart().mapValues { HCIBenchmark.durationSeconds($0) * 1e6 / reads }
+        latency.oneCPUCPUMicrosecondsPerRead = cpu.microsecondsSinceStart(per: reads)
         latency.oneCPUP50Microseconds = pinned.p50Microseconds
         latency.oneCPUP99Microseconds = pinned.p99Microseconds
         return latency

@@ -42,6 +42,11 @@ public struct ProcessCPU {
 
     public mutating func startWindow() { start = pids.compactMapValues(ProcessStats.cpuTime) }
 
+    /// CPU per unit of work (a read, a notification) since the window opened, in µs per process.
+    public func microsecondsSinceStart(per units: Double) -> [String: Double] {
+        usedSinceStart().mapValues { HCIBenchmark.durationSeconds($0) * 1e6 / max(units, 1) }
+    }
+
     public func usedSinceStart() -> [String: Duration] {
         var used: [String: Duration] = [:]
         for (name, now) in pids.compactMapValues(ProcessStats.cpuTime) { used[name] = now - (start[name] ?? now) }

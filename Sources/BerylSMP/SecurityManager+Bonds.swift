@@ -49,9 +49,13 @@ extension SecurityManager {
     public func peerServiceChangedFound(_ valueHandle: UInt16, on link: UInt16) -> [SecurityOutput] {
         guard links[link] != nil else { return [] }
         links[link]?.peerServiceChanged = valueHandle
-        guard let identity = links[link]?.bond, let storage else { return [] }
+        guard let identity = links[link]?.bond else { return [] }
+        return keepPeerServiceChanged(valueHandle, for: identity)
+    }
+
+    func keepPeerServiceChanged(_ valueHandle: UInt16, for identity: DeviceAddress) -> [SecurityOutput] {
         do {
-            try storage.setPeerServiceChanged(identity, valueHandle)
+            try storage?.setPeerServiceChanged(identity, valueHandle)
             return []
         } catch {
             return [.log(.error, "bond store: cannot keep where \(identity)'s Service Changed is: \(error)")]
@@ -83,6 +87,8 @@ extension SecurityManager {
             links[link]?.configurations = configurations
             links[link]?.features = features
             var outputs: [SecurityOutput] = [.restoreClientState(link: link, configurations: configurations, features: features)]
+            // Our client's side of the bond: where the peer's Service Changed is.
+            if let handle = try storage.peerServiceChanged(identity) { outputs.append(.peerServiceChanged(link: link, valueHandle: handle)) }
             if !configurations.isEmpty { outputs.append(.log(.info, "restored \(configurations.count) subscription(s) of bonded \(identity)")) }
             if let range = try storage.takePendingServiceChange(identity) { outputs.append(.indicateServiceChanged(link: link, range)) }
             return outputs

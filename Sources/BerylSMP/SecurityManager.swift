@@ -233,7 +233,6 @@ public final class SecurityManager {
             links[link]?.bond = bond.identity
             outputs.append(.levelChanged(link: link, level(of: link)!))
             outputs.append(.peerSigning(link: link, signingKey(of: bond)))
-            if let handle = try? storage?.peerServiceChanged(bond.identity) { outputs.append(.peerServiceChanged(link: link, valueHandle: handle)) }
             outputs += restoreClientState(of: bond.identity, on: link)
         }
         return outputs
@@ -469,7 +468,7 @@ public final class SecurityManager {
                 state.bond = identity
                 outputs.append(.peerSigning(link: link, signingKey(of: bond)))
                 // Found before the bond existed: the bond keeps it from now on.
-                if let handle = state.peerServiceChanged { try? storage?.setPeerServiceChanged(identity, handle) }
+                if let handle = state.peerServiceChanged { outputs += keepPeerServiceChanged(handle, for: identity) }
             } catch {
                 outputs.append(.log(.error, "bond store: cannot save the bond with \(identity): \(error)"))
             }

@@ -56,15 +56,21 @@ pid_t beryl_spawn(const char *const argv[], const char *const envp[], int new_se
 
 /* In a child before exec: stdin from /dev/null, stdout and stderr to the log (when given), no other descriptor, and
  * no blocked or ignored signal inherited (libevent's, SIGPIPE). */
-static void prepare_child(int log_fd) {
-    int null_fd = open("/dev/null", O_RDONLY);
-    if (null_fd >= 0) { dup2(null_fd, 0); }
-    if (log_fd >= 0) { dup2(log_fd, 1); dup2(log_fd, 2); }
+/* In a child after fork: no descriptor above stderr, default signal dispositions, none blocked (the parent's threads
+ * may block or ignore some, and exec keeps both). */
+static void drop_inheritance(void) {
     close_range(3, ~0U, 0);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     for (int number = 1; number < NSIG; number++) signal(number, SIG_DFL);
+}
+
+static void prepare_child(int log_fd) {
+    int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) { dup2(null_fd, 0); }
+    if (log_fd >= 0) { dup2(log_fd, 1); dup2(log_fd, 2); }
+    drop_inheritance();
 }
 
 /* -errno of a failed fork, after closing the log the child would have had. */
@@ -179,12 +185,7 @@ pid_t beryl_spawn_on_socket(const char *const argv[], int fd) {
     if (pid == 0) {
         if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(1);
         if (dup2(fd, 0) < 0 || dup2(fd, 1) < 0) _exit(126);
-        /* As prepare_child: no descriptor but the socket, default signals, none blocked. */
-        close_range(3, ~0U, 0);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        for (int number = 1; number < NSIG; number++) signal(number, SIG_DFL);
+        drop_inheritance();
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }

@@ -481,10 +481,12 @@ static void retry_updates(evutil_socket_t fd, short what, void *arg) {
 
 /* Sends, in order, what may leave now. */
 static void send_updates(beryl_peripheral_manager *manager) {
-    for (size_t i = 0; i < manager->update_count; i++) {
+    size_t i = 0;
+    while (i < manager->update_count) {
         queued_update *next = &manager->updates[i];
         if (next->on_its_way) {
             if (next->sent_after != manager->ready_seen) return;  /* it will come back "send again": nothing passes it */
+            i++;
             continue;
         }
         if (manager->waiting_for_ready) return;
@@ -502,8 +504,7 @@ static void send_updates(beryl_peripheral_manager *manager) {
         int status = beryl_session_send(manager->session, &request, update_answered, (void *)next->id);
         if (status == BERYL_E_NOT_POWERED_ON) {
             /* No session to carry it: it goes, as one whose session ended would. */
-            remove_update(manager, next);
-            i--;
+            remove_update(manager, next);  /* the next one moves to index i */
             continue;
         }
         if (status != BERYL_OK) {
@@ -513,6 +514,7 @@ static void send_updates(beryl_peripheral_manager *manager) {
         }
         next->on_its_way = true;
         next->sent_after = manager->ready_seen;
+        i++;
     }
 }
 
