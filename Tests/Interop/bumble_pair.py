@@ -51,7 +51,9 @@ async def main(port0: int, port1: int) -> int:
         await central.power_on()
         step(f"powered on: peripheral {peripheral.public_address}, central {central.public_address}")
 
-        await peripheral.start_advertising(auto_restart=False)
+        # Bumble's default is once a second, which a scanner listening 60 ms in every 100 ms can miss for many seconds on
+        # end (advDelay drifts the phase by only 0-10 ms an event; berylsim models both).
+        await peripheral.start_advertising(auto_restart=False, advertising_interval_min=100, advertising_interval_max=100)
         step("peripheral advertising")
 
         found = asyncio.get_running_loop().create_future()

@@ -57,7 +57,9 @@ async def main(port: int, writes_path: str) -> None:
             (AdvertisingData.COMPLETE_LOCAL_NAME, b"Bumble HRM"),
         ]))
         await device.power_on()
-        await device.start_advertising(auto_restart=True)
+        # Bumble's default is once a second, which a scanner listening 60 ms in every 100 ms can miss for many seconds on
+        # end (advDelay drifts the phase by only 0-10 ms an event; berylsim models both).
+        await device.start_advertising(auto_restart=True, advertising_interval_min=100, advertising_interval_max=100)
         print(f"ready {device.random_address}", flush=True)
         beat = 60
         while True:

@@ -179,7 +179,7 @@ def one_stack(air):
 def test_beryl_scans_a_bumble_advertiser_with_and_without_duplicates(air):
     with one_stack(air) as a:
         a.start()
-        with BumbleAdvertiser(air):  # Bumble advertises once a second by default
+        with BumbleAdvertiser(air):  # Bumble advertises every 100 ms
             once = a.beryl("scan", "--runtime-dir", a.run, "--service", "180D", "--timeout", "6", "--json", timeout=30)
             assert once.returncode == 0, once.stderr
             assert len([e for e in events(once) if e.get("name") == "Bumble HRM"]) == 1, once.stdout
