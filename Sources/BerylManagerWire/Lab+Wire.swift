@@ -116,3 +116,19 @@ public enum LabSecurityEvent: Equatable, Sendable {
         }
     }
 }
+
+extension LabRefusal {
+    /// The IPC code and field the lab hears this refusal with.
+    public var wire: (code: IPCErrorCode, field: String) {
+        switch self {
+        case .notLabSession, .notGranted: (.permissionDenied, "")
+        case .appSessionCannotBecomeLab: (.invalidArgument, "lab_open")
+        case .anotherLabOpen, .resetUnderWay, .connect(.attemptUnderWay): (.busy, "")
+        case .connect(.linkExists): (.alreadyExists, "address")
+        case .peripheralStoreUnusable, .recordUnreadable: (.internal, "")
+        case .noLink, .noLabLink: (.notFound, "handle")
+        case .resetFailed, .attdNotAttached: (.notReady, "")
+        case .attemptCancelled, .attemptEndedByReset, .reopened, .labClosed: (.cancelled, "")
+        }
+    }
+}

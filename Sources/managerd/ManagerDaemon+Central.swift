@@ -122,7 +122,7 @@ extension ManagerDaemon {
     // MARK: Scanning
 
     func updateScanning() {
-        let wanted = ControllerScan.wanted(appsScanning: core.scans.isScanning, appsAllInBackground: core.scanIsSlow, lab: lab?.scan,
+        let wanted = ControllerScan.wanted(appsScanning: core.scans.isScanning, appsAllInBackground: core.scanIsSlow, lab: lab.scan,
                                            poweredOn: state == .poweredOn, ownAddressType: ownAddressType)
         guard hcid != nil else { return }
         for command in ControllerScan.commands(from: controllerScan, to: wanted) { self.command(command) }
@@ -180,7 +180,7 @@ extension ManagerDaemon {
             case .controller(.connect(let address)):
                 // No timeout: LE Create Connection waits until the peer advertises or we cancel (Core Vol 4 Part E §7.8.12).
                 command(HCICommands.leCreateConnection(peer: address, interval: 24, supervisionTimeout: 200,
-                                                       ownAddressType: labOwnAddressType(connectingTo: address))) { [unowned self] result in
+                                                       ownAddressType: lab.ownAddress(connectingTo: address)?.rawValue ?? ownAddressType)) { [unowned self] result in
                     guard case .success(let status) = result, status.first != 0 else { return }
                     host.logger.warning("LE Create Connection refused (0x\(String(status.first ?? 0xFF, radix: 16))); retrying")
                     core.connections.attemptRefused(at: host.loop.uptime)
@@ -224,7 +224,7 @@ extension ManagerDaemon {
         case .disconnected(let handle, let reason):
             defer {
                 releaseAwaitingBearer(handle)
-                applyLabReset(labReset.linkEnded(handle, at: host.loop.uptime))
+                applyLab(lab.linkEnded(handle, book: book, at: host.loop.uptime))
             }
             guard let (_, outputs) = core.linkDown(handle: handle, reason: reason) else { return nil }
             apply(outputs)

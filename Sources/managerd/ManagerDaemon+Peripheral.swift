@@ -110,7 +110,7 @@ extension ManagerDaemon {
             }
         case .answerPairing(let answer):
             // Only who heard the prompt answers it: not another app, nor anyone on a lab's link.
-            guard let link = book.link(for: answer.peer), !isLabLink(link.handle),
+            guard let link = book.link(for: answer.peer), !lab.owns(link.handle, in: book),
                   core.pairingAudience(ofLink: link.handle)?.holders.contains(.session(session)) == true else {
                 incoming.fail(.notFound, "no link with \(answer.peer) whose pairing this app hears", field: "peer")
                 return
@@ -209,7 +209,7 @@ extension ManagerDaemon {
         rotation?.cancel()
         rotation = nil
         let candidates = core.advertisers.map { AdvertisingRotation.Candidate(key: $0.key, advertiser: $0.value, policy: core.policy(for: $0.key.holder)) }
-        switch advertising.plan(candidates, lab: lab?.advertising?.commands, poweredOn: state == .poweredOn, ownAddressRandom: identityIsRandom) {
+        switch advertising.plan(candidates, lab: lab.advertising?.commands, poweredOn: state == .poweredOn, ownAddressRandom: identityIsRandom) {
         case .off(let disable, let wanted):
             if disable { command(HCICommands.leSetAdvertisingEnable(false)) }
             completion?(wanted ? "the controller is not powered on" : nil)

@@ -15,7 +15,7 @@ extension ManagerDaemon {
     func bindSession(_ hello: Beryl_Ipc_V1_Hello, session: IPCSession, _ incoming: IncomingRequest) -> ManagerCore<Beryl_Ipc_V1_ManagerEvent>.Greeting? {
         let role: ManagerRole = hello.role == .peripheral ? .peripheral : .central
         switch core.hello(session.id, appID: hello.appID, uid: session.peer.uid, restoreID: hello.restoreIdentifier, role: role,
-                          isLabSession: lab?.session == session.id) {
+                          isLabSession: lab.isLabSession(session.id)) {
         case .success(let greeting):
             if case .made(let id) = greeting, let made = core.restoration.manager(id: id) { persist(made) }
             return greeting

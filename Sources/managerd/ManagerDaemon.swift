@@ -58,20 +58,11 @@ final class ManagerDaemon {
     lazy var launchTimer = DeadlineTimer(loop: host.loop)
 
     // Device labs.
-    var lab: LabSession?
-    /// The lab's connection attempt, answered when its link is up (LabSession keeps the attempt itself).
-    var labAttemptReply: IncomingRequest?
-    /// Counts LabOpen: an answer owed to one lab is never applied to the next.
-    var labOpenings: UInt64 = 0
+    var lab = LabCore<IncomingRequest>()
     /// The static random address a lab session's RANDOM procedures use, made once per managerd.
     let labRandomAddress = makeStaticRandomAddress { UInt8.random(in: 0...255) }
-    /// Each link's interval, latency and supervision timeout as the controller last reported them.
-    var linkTimings: [UInt16: LinkTiming] = [:]
     /// What lab sessions made here that a factory reset takes back (nil: the file is damaged, and is left as it is).
     let labRecord: LabRecordFile?
-    /// A lab's factory reset, step by step (BerylManager's LabReset); the lab's request is answered when it ends.
-    var labReset = LabReset()
-    var labResetReply: IncomingRequest?
     lazy var labResetTimer = DeadlineTimer(loop: host.loop)
 
     init(host: DaemonHost, appsDir: String?, suspendAfter: Double = 5, restoreGrace: Double = 15) throws {
@@ -137,7 +128,7 @@ final class ManagerDaemon {
                 self.hcid = nil
                 // hcid's successor resets the controller (Core Vol 4 Part E §7.3.2): every link ends with it, and the
                 // apps and preserved managers that held one hear so (a preserved one asks for it again).
-                for handle in Set(self.book.links.values.map(\.handle)).union(self.lab?.peripheralLinks ?? []).sorted() {
+                for handle in Set(self.book.links.values.map(\.handle)).union(self.lab.peripheralLinks).sorted() {
                     self.linkChanged(.disconnected(handle: handle, reason: 0x16))
                 }
                 self.controllerChanged(.unknown)
@@ -224,7 +215,7 @@ final class ManagerDaemon {
     func controllerChanged(_ newState: Beryl_Ipc_V1_ControllerState) {
         // Apps stay poweredOn through a lab's controller reset: their database and managers are intact, and what they had
         // running on the controller is set up again when it is back.
-        if labReset.isResettingController, newState == .resetting { return }
+        if lab.isResettingController, newState == .resetting { return }
         apply(core.controllerChanged(StackState(newState), isRunning: isRunning))
     }
 
@@ -270,7 +261,7 @@ final class ManagerDaemon {
                 return
             }
             let timing = LinkTiming(hci)
-            if let timing { labTimingChanged(timing, isUpdate: hci.parameters.first == LESubevent.connectionUpdateComplete.rawValue) }
+            if let timing { applyLab(lab.timingChanged(timing, isUpdate: hci.parameters.first == LESubevent.connectionUpdateComplete.rawValue, book: book)) }
             if let request = RemoteConnectionParameterRequest(hci) { return answerParameterRequest(request) }
             if let link = LinkEvent(hci) { linkChanged(link) }
         default:
@@ -282,8 +273,8 @@ final class ManagerDaemon {
     /// lab forgets a handle the controller may hand to an app's next link).
     private func linkChanged(_ link: LinkEvent) {
         let madeKnown = linkEvent(link)
-        labLinkEvent(link, madeKnown: madeKnown)
-        if case .disconnected(let handle, _) = link { linkTimings[handle] = nil }
+        applyLab(lab.linkEvent(link, madeKnown: madeKnown, book: book))
+        if case .disconnected(let handle, _) = link { lab.linkGone(handle) }
     }
 
     private func attdEvent(_ event: Event) {
@@ -330,7 +321,8 @@ final class ManagerDaemon {
 
     private func sessionClosed(_ id: UInt64) {
         if let app = core.sessions[id], !app.appID.isEmpty { lifecycleSessionClosed(id, appID: app.appID) }
-        labSessionClosed(id)
+        if lab.isLabSession(id) { host.logger.info("lab session \(id) closed") }
+        applyLab(lab.sessionClosed(id, book: book))
         alertSubscribers.remove(id)
         forgetUpdateSender(id)
         let preserved = core.restoration.manager(heldBy: .session(id))

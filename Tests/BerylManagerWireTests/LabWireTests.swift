@@ -177,4 +177,24 @@ final class LabWireTests: XCTestCase {
         XCTAssertNil(Beryl_Ipc_V1_ManagerEvent(pairing: .readyToUpdate(.init()), peer: "P-1"))
         XCTAssertNil(Beryl_Ipc_V1_AttEvent.OneOf_Kind.readyToUpdate(.init()).pairingLink)
     }
+
+    /// Each refusal keeps the IPC code (and field) the lab heard before LabCore typed it: a Pandora server maps these
+    /// codes to its gRPC statuses.
+    func testEveryLabRefusalHasItsCodeAndField() {
+        let peer = DeviceAddress("C0:11:22:33:44:55/random")!
+        let expected: [(LabRefusal, IPCErrorCode, String)] = [
+            (.notLabSession, .permissionDenied, ""), (.notGranted(uid: 1000), .permissionDenied, ""),
+            (.appSessionCannotBecomeLab, .invalidArgument, "lab_open"), (.anotherLabOpen(session: 3), .busy, ""),
+            (.connect(.attemptUnderWay(peer)), .busy, ""), (.connect(.linkExists(peer, handle: 0x40)), .alreadyExists, "address"),
+            (.peripheralStoreUnusable, .internal, ""), (.recordUnreadable, .internal, ""), (.resetUnderWay, .busy, ""),
+            (.noLink(handle: 0x40), .notFound, "handle"), (.noLabLink(handle: 0x40), .notFound, "handle"),
+            (.resetFailed("the controller reset failed"), .notReady, ""), (.attdNotAttached, .notReady, ""), (.attemptCancelled(peer), .cancelled, ""),
+            (.attemptEndedByReset, .cancelled, ""), (.reopened, .cancelled, ""), (.labClosed, .cancelled, ""),
+        ]
+        for (refusal, code, field) in expected {
+            XCTAssertEqual(refusal.wire.code, code, "\(refusal)")
+            XCTAssertEqual(refusal.wire.field, field, "\(refusal)")
+        }
+        XCTAssertEqual("\(LabRefusal.noLabLink(handle: 0x41))", "no lab link 0x41")
+    }
 }
