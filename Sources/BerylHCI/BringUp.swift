@@ -17,6 +17,8 @@ struct BringUp {
     private var baudStep: VendorStep?
     private enum Relaunch { case none, booting, reissuingBaud, resetting }
     private var relaunch = Relaunch.none
+    /// What LE Write Suggested Default Data Length asked for, learned once the controller took it.
+    private var suggesting: DataLength?
 
     /// The event mask hcid asks for: Disconnection Complete, Encryption Change, Read Remote Version,
     /// Hardware Error, Data Buffer Overflow, Encryption Key Refresh Complete and LE Meta (Core Vol 4 Part E §7.3.1).
@@ -33,7 +35,8 @@ struct BringUp {
             return vendorStepAnswered(status: status, host: host)
         }
         // A controller may lack the optional list commands; everything else must succeed.
-        let optional: Set<HCIOpcode> = [.leReadResolvingListSize, .leReadFilterAcceptListSize, .leReadBufferSizeV2, .readBufferSize]
+        let optional: Set<HCIOpcode> = [.leReadResolvingListSize, .leReadFilterAcceptListSize, .leReadBufferSizeV2, .readBufferSize,
+                                        .leReadMaximumDataLength, .leWriteSuggestedDefaultDataLength]
         if status != 0, !optional.contains(command) {
             return .failed(.unsupported("\(command) failed with status 0x\(String(status, radix: 16))"))
         }
@@ -103,11 +106,47 @@ struct BringUp {
             host.issue(.leReadResolvingListSize)
         case .leReadResolvingListSize:
             host.learn { $0.resolvingListSize = status == 0 ? Int(body.first ?? 0) : 0 }
+            return suggestDataLength(host: host)
+        case .leReadMaximumDataLength:
+            // Supported_Max_TX_Octets and _Time come first (Core Vol 4 Part E §7.8.46).
+            let octets = status == 0 ? Int((try? reader.u16()) ?? 0) : 0
+            let time = status == 0 ? Int((try? reader.u16()) ?? 0) : 0
+            guard octets >= Self.minimumDataLength.octets, time >= Self.minimumDataLength.time else { return nextVendorStep(host: host) }
+            suggest(octets: octets, time: time, host: host)
+        case .leWriteSuggestedDefaultDataLength:
+            if status == 0, let suggesting { host.learn { $0.suggestedDataLength = suggesting } }
+            suggesting = nil
             return nextVendorStep(host: host)
         default:
             return vendorStepAnswered(status: status, host: host)
         }
         return .continuing
+    }
+
+    /// A data PDU carries 27 octets in 328 µs unless the link layers agree on more (Core Vol 6 Part B §4.5.10).
+    static let minimumDataLength = (octets: 27, time: 328)
+    /// What new links start with when the controller has the Data Length Extension: a whole 251-octet PDU, 2120 µs on
+    /// the 1M PHY, as BlueZ and Zephyr suggest, within what the controller supports.
+    static let wantedDataLength = (octets: 251, time: 2120)
+
+    /// LE Write Suggested Default Data Length (Core Vol 4 Part E §7.8.35), after reading what the controller supports
+    /// (§7.8.46), when it has the Data Packet Length Extension (LE feature bit 5) and the profile does not forbid it.
+    private mutating func suggestDataLength(host: HCIHost) -> Result {
+        guard !host.quirks.noDataLengthExtension, host.facts.hasLEFeature(bit: 5), host.facts.supports(.leWriteSuggestedDefaultDataLength)
+        else { return nextVendorStep(host: host) }
+        if host.facts.supports(.leReadMaximumDataLength) {
+            host.issue(.leReadMaximumDataLength)
+        } else {
+            suggest(octets: Self.wantedDataLength.octets, time: Self.wantedDataLength.time, host: host)
+        }
+        return .continuing
+    }
+
+    private mutating func suggest(octets supportedOctets: Int, time supportedTime: Int, host: HCIHost) {
+        let octets = min(Self.wantedDataLength.octets, supportedOctets)
+        let time = min(Self.wantedDataLength.time, supportedTime)
+        suggesting = DataLength(octets: octets, time: time)
+        host.issue(.leWriteSuggestedDefaultDataLength, [UInt8(octets & 0xFF), UInt8(octets >> 8), UInt8(time & 0xFF), UInt8(time >> 8)])
     }
 
     private mutating func nextVendorStep(host: HCIHost) -> Result {

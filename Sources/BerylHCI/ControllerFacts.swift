@@ -16,6 +16,8 @@ public struct ControllerFacts: Sendable, Equatable {
     public var aclBufferSource = ""
     public var filterAcceptListSize = 0
     public var resolvingListSize = 0
+    /// What new links start with (LE Write Suggested Default Data Length); nil: 27 octets, the controller's default.
+    public var suggestedDataLength: DataLength?
 
     public init() {}
 
@@ -84,4 +86,14 @@ public struct ControllerQuirks: Sendable, Equatable {
     public var noDataLengthExtension = false
 
     public init() {}
+}
+
+/// The most payload octets, and microseconds, a data PDU may take on a link (Core Vol 6 Part B §4.5.10).
+public struct DataLength: Sendable, Equatable {
+    public var octets: Int
+    public var time: Int
+    public init(octets: Int, time: Int) {
+        self.octets = octets
+        self.time = time
+    }
 }

@@ -199,6 +199,7 @@ public final class HCIHost {
         parkedDisconnects.removeAll()
         commandCredits = 1
         bringUp = BringUp()
+        facts.suggestedDataLength = nil  // learned again, or not, by this bring-up
         bringUpResumeAt = nil
         setState(.resetting)
         send(HCICommandPacket(.reset), owner: .host)
@@ -468,6 +469,17 @@ public final class HCIHost {
                 acl.open(handle)
                 connections[handle] = (central, peer)
                 for client in creditClients { grantFresh(handle, to: client) }
+                // The 2M PHY both ways halves a PDU's air time; the link layers move only if the peer has it too, and
+                // report a change to both hosts with LE PHY Update Complete (Core Vol 4 Part E §7.8.49, Vol 6 Part B
+                // §5.1.10). The central alone asks, as two requests at once collide (Vol 6 Part B §5.3).
+                if central, state == .poweredOn, facts.hasLEFeature(bit: 8), facts.supports(.leSetPHY) {
+                    send(HCICommands.leSetPHY(handle: handle, phy: 2), owner: .host)
+                }
+                // Each side asks for its own transmit length too, as Zephyr's automatic data length update does: a
+                // controller need not start the procedure itself from the suggested default (Root Canal does not).
+                if state == .poweredOn, let length = facts.suggestedDataLength, facts.supports(.leSetDataLength) {
+                    send(HCICommands.leSetDataLength(handle: handle, octets: UInt16(length.octets), time: UInt16(length.time)), owner: .host)
+                }
             case .disconnected(let handle, _)?:
                 endingUnknown.remove(handle)
                 acl.close(handle)

@@ -227,6 +227,16 @@ public final class SimAir {
         peripheral.emitConnectionComplete(status: .success, handle: link.peripheralHandle, role: 1, peer: centralAddress,
                                           interval: initiating.intervalMin, latency: initiating.latency, timeout: initiating.supervisionTimeout)
         log("link \(link.id): controller \(central.index) (central) ↔ controller \(peripheral.index) (peripheral)")
+        // The link layers run the Data Length Update procedure at the first event: each sends up to its host's
+        // suggested default, which the other takes up to its own maximum, 251 here (Core Vol 6 Part B §5.1.9).
+        let suggested = [central, peripheral].map { min(Int($0.suggestedDataLength.octets), 251) }
+        if suggested != link.maxOctets {
+            atNextEvent(of: link) { [weak link] in
+                guard let link, link.isOpen else { return }
+                link.maxOctets = suggested
+                for end in [link.central, link.peripheral] where end !== link.deadEnd { end.emitDataLengthChange(link) }
+            }
+        }
         schedule(after: link.interval) { [weak self, weak link] in
             guard let self, let link else { return }
             self.connectionEvent(link)

@@ -74,7 +74,7 @@ public final class SimController {
     var initiating: InitiatingParameters?
     var initiatingStartedAt: Duration = .zero
     var filterAcceptList: [DeviceAddress] = []
-    var suggestedDataLength: (octets: UInt16, time: UInt16) = (27, 328)
+    public internal(set) var suggestedDataLength: (octets: UInt16, time: UInt16) = (27, 328)
     var links: [UInt16: SimLink] = [:]
     var nextHandle: UInt16 = 0x0040
     var aclBuffersInUse = 0

@@ -47,6 +47,68 @@ final class BringUpTests: XCTestCase {
         XCTAssertFalse(plain.commandsSent[0].contains(HCIOpcode.leSetRandomAddress.rawValue))
     }
 
+    /// Bring-up suggests whole 251-octet PDUs for new links (Core Vol 4 Part E §7.8.35) within what the controller
+    /// supports (§7.8.46); each new link's central then asks for the 2M PHY (§7.8.49), and both link layers move to both.
+    func testNewLinksStartWithTheLongestDataPDUAndThe2MPHY() {
+        let harness = HostHarness()
+        harness.startAll()
+        let sent = harness.commandsSent[0]
+        let read = sent.firstIndex(of: HCIOpcode.leReadMaximumDataLength.rawValue)
+        XCTAssertNotNil(read)
+        XCTAssertEqual(read.map { sent[$0 + 1] }, HCIOpcode.leWriteSuggestedDefaultDataLength.rawValue, "written after reading the maximum")
+        XCTAssertEqual(harness.hosts[0].facts.suggestedDataLength, DataLength(octets: 251, time: 2120))
+        XCTAssertEqual(harness.air.controllers[1].suggestedDataLength.octets, 251)
+        XCTAssertEqual(harness.air.controllers[1].suggestedDataLength.time, 2120)
+
+        let (central, peripheral) = harness.connect()
+        harness.run(for: .milliseconds(200))
+        XCTAssertEqual(harness.commandsSent[0].filter { $0 == HCIOpcode.leSetPHY.rawValue }.count, 1, "once per link")
+        XCTAssertFalse(harness.commandsSent[1].contains(HCIOpcode.leSetPHY.rawValue), "the central alone asks: two requests would collide")
+        for index in 0...1 {
+            XCTAssertEqual(harness.commandsSent[index].filter { $0 == HCIOpcode.leSetDataLength.rawValue }.count, 1,
+                           "each side asks for its own transmit length, for controllers that do not start from the default")
+        }
+        XCTAssertEqual(harness.air.linkSnapshots.first?.phy, 2)
+        XCTAssertEqual(harness.air.linkSnapshots.first?.maxOctets, 251)
+        for (index, handle) in [(0, central), (1, peripheral)] {
+            let le = harness.events[index].filter { $0.code == HCIEventCode.leMeta.rawValue }
+            // LE PHY Update Complete: status 0, the handle, TX and RX PHY 2M (§7.7.65.12).
+            XCTAssertTrue(le.contains { $0.parameters == [LESubevent.phyUpdateComplete.rawValue, 0, UInt8(handle & 0xFF), UInt8(handle >> 8), 2, 2] },
+                          "controller \(index) reports the 2M PHY")
+            // LE Data Length Change: 251 octets each way (§7.7.65.7).
+            let change = le.first { $0.parameters.first == LESubevent.dataLengthChange.rawValue }?.parameters
+            XCTAssertEqual(change.map { Array($0[3...4]) }, [251, 0], "controller \(index): transmit octets")
+            XCTAssertEqual(change.map { Array($0[7...8]) }, [251, 0], "controller \(index): receive octets")
+        }
+    }
+
+    /// A profile that forbids the Data Length Extension keeps new links at 27 octets; a controller without the 2M PHY
+    /// (LE feature bit 8) is not asked for it.
+    func testTheDataLengthQuirkAndAControllerWithout2MKeepTheDefaults() {
+        let harness = HostHarness(controllers: 2) { index in
+            var quirks = ControllerQuirks()
+            quirks.noDataLengthExtension = true
+            return HCIHost(quirks: quirks)
+        }
+        harness.rewrite = { _, bytes in
+            // LE Read Local Supported Features' Command Complete: 04 0E len credits 03 20 status features; bit 8 cleared.
+            guard bytes.count >= 15, bytes[0] == 0x04, bytes[1] == 0x0E, bytes[4] == 0x03, bytes[5] == 0x20 else { return bytes }
+            var rewritten = bytes
+            rewritten[8] &= ~1
+            return rewritten
+        }
+        harness.startAll()
+        XCTAssertFalse(harness.commandsSent[0].contains(HCIOpcode.leWriteSuggestedDefaultDataLength.rawValue))
+        XCTAssertNil(harness.hosts[0].facts.suggestedDataLength)
+        XCTAssertFalse(harness.hosts[0].facts.hasLEFeature(bit: 8))
+        _ = harness.connect()
+        harness.run(for: .milliseconds(200))
+        XCTAssertFalse(harness.commandsSent[0].contains(HCIOpcode.leSetPHY.rawValue))
+        XCTAssertFalse(harness.commandsSent[0].contains(HCIOpcode.leSetDataLength.rawValue))
+        XCTAssertEqual(harness.air.linkSnapshots.first?.phy, 1)
+        XCTAssertEqual(harness.air.linkSnapshots.first?.maxOctets, 27)
+    }
+
     func testSharedBuffersFallBackToReadBufferSize() {
         var config = SimConfig()
         config.sharedBuffers = true

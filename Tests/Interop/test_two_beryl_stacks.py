@@ -75,6 +75,53 @@ def test_connections_both_ways_with_gatt(air):
             peripheral.stop_process("serve")
 
 
+def monitored(monitor_log, received):
+    """Every H4 packet of `beryl hci monitor --json` in one direction, as bytes."""
+    packets = []
+    for line in open(monitor_log).read().splitlines():
+        if line.startswith("{"):
+            packet = json.loads(line)
+            if packet["received"] == received:
+                packets.append(bytes.fromhex(packet["h4"]))
+    return packets
+
+
+def le_meta(monitor_log, subevent):
+    """The parameters after the subevent of every LE Meta event (H4 04, code 3E) of this subevent hcid received."""
+    return [h4[4:] for h4 in monitored(monitor_log, True) if len(h4) > 3 and h4[:2] == bytes([0x04, 0x3E]) and h4[3] == subevent]
+
+
+def test_new_links_carry_251_octet_pdus_on_the_2m_phy(air):
+    """The link's central asks for the 2M PHY (Core Vol 4 Part E 7.8.49) and both controllers report the change. Where
+    the controller has the Data Length Extension (berylsim), hcid suggests 251-octet PDUs at bring-up (7.8.35), each side
+    asks for them on the new link (7.8.33), and both report 251 each way; Root Canal as started here has 27-octet
+    buffers and no Data Length Extension, and is not asked."""
+    a, b = two_stacks(air)
+    with a, b:
+        start([a, b])
+        b.start_process("serve", ["beryl", "serve", HEART_RATE, "--runtime-dir", b.run])
+        b.wait_log("serve", "advertising")
+        for stack in (a, b):
+            stack.start_process("monitor", ["beryl", "hci", "monitor", "--runtime-dir", stack.run, "--json", "--seconds", "60"])
+        time.sleep(1)  # the monitors subscribe before the link exists
+        read = a.beryl("gatt", "--runtime-dir", a.run, "--peer", b.address, "read", BODY_SENSOR_LOCATION, "--json", "--timeout", "20", timeout=40)
+        assert read.returncode == 0, read.stderr
+        set_data_length = bytes([0x01, 0x22, 0x20])  # H4 command, LE Set Data Length
+        for stack, role in ((a, "central"), (b, "peripheral")):
+            log = stack.log_path("monitor")
+            # LE PHY Update Complete: status, handle (2), TX PHY, RX PHY (7.7.65.12).
+            wait_for(lambda: any(p[0] == 0 and p[3:5] == bytes([2, 2]) for p in le_meta(log, 0x0C)), 10, f"the {role}'s 2M PHY")
+            if air.name == "berylsim":
+                # LE Data Length Change: handle (2), max TX octets (2), time (2), max RX octets (2), time (2) (7.7.65.7).
+                wait_for(lambda: any(p[2:4] == bytes([251, 0]) and p[6:8] == bytes([251, 0]) for p in le_meta(log, 0x07)), 10,
+                         f"the {role}'s 251-octet PDUs")
+                assert any(h4.startswith(set_data_length) for h4 in monitored(log, False)), f"the {role} asked for its length"
+            else:
+                assert not any(h4.startswith(set_data_length) for h4 in monitored(log, False)), "a controller without DLE is not asked"
+                assert le_meta(log, 0x07) == []
+            stack.stop_process("monitor")
+
+
 def test_just_works_pairing_then_reconnection_with_the_bond(air):
     a, b = two_stacks(air)
     with a, b:
