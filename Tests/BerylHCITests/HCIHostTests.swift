@@ -367,6 +367,7 @@ final class ACLFlowTests: XCTestCase {
         let harness = HostHarness()
         harness.startAll()
         let (central, _) = harness.connect()
+        harness.run(for: .milliseconds(100))  // the link's own set-up (data length, PHY) is answered first
         harness.events[0].removeAll()
         harness.states[0].removeAll()
         harness.commandsSent[0].removeAll()
