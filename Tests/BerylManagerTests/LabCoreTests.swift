@@ -27,6 +27,12 @@ final class LabCoreTests: XCTestCase {
                         .event(session: lab.session!.session, .linkUp(handle: handle))])
     }
 
+    /// An app's link (session 3) to `other` as 0x41.
+    private func appLink(_ book: inout ConnectionBook) {
+        _ = book.connect(ManagerKey(.session(3), manager: 1), identifier: "A", address: other)
+        _ = book.connected(identifier: "A", handle: 0x41, address: other, isCentral: true)
+    }
+
     func testOnlyAGrantedSessionThatNeverSaidHelloOpensTheLabAndALiveLabIsNotTakenOver() {
         var lab = Lab()
         XCTAssertEqual(lab.open(session: 1, saidHello: true, granted: true, uid: 0, otherSessionIsLive: { _ in true }, "a"),
@@ -84,9 +90,7 @@ final class LabCoreTests: XCTestCase {
     func testAnAppsLinkIsNotTheLabsToSecureAndOnlyRealLinksAreDisconnected() {
         var lab = opened()
         var book = ConnectionBook()
-        let app = ManagerKey(.session(3), manager: 1)
-        _ = book.connect(app, identifier: "A", address: other)
-        _ = book.connected(identifier: "A", handle: 0x41, address: other, isCentral: true)
+        appLink(&book)
         XCTAssertEqual(lab.linkEvent(.connected(handle: 0x41, central: true, peer: other), madeKnown: "A", book: book),
                        [.event(session: 7, .linkUp(handle: 0x41))], "the lab hears of it, but neither pairs on it nor takes its identifier")
         XCTAssertFalse(lab.owns(0x41, in: book))
@@ -137,9 +141,7 @@ final class LabCoreTests: XCTestCase {
         var lab = opened()
         var book = ConnectionBook()
         labLink(&lab, &book, to: peer, id: "P", handle: 0x40)
-        let app = ManagerKey(.session(3), manager: 1)
-        _ = book.connect(app, identifier: "A", address: other)
-        _ = book.connected(identifier: "A", handle: 0x41, address: other, isCentral: true)
+        appLink(&book)
         let advertising = try LabAdvertising(data: [], scanResponse: [], connectable: true, scannable: true, directedTo: nil, ownAddress: .public, interval: 0)
         XCTAssertEqual(lab.advertise(advertising, "adv"),
                        [.pairingForNextLink(central: false, peer: nil, ownAddress: .public), .advertisingChanged(answering: "adv")])
@@ -174,9 +176,7 @@ final class LabCoreTests: XCTestCase {
         var lab = opened()
         var book = ConnectionBook()
         labLink(&lab, &book, to: peer, id: "P", handle: 0x40)
-        let app = ManagerKey(.session(3), manager: 1)
-        _ = book.connect(app, identifier: "A", address: other)
-        _ = book.connected(identifier: "A", handle: 0x41, address: other, isCentral: true)
+        appLink(&book)
         let timing = LinkTiming(handle: 0x40, interval: 6, latency: 0, supervisionTimeout: 100)
         XCTAssertEqual(lab.timingChanged(timing, isUpdate: false, book: book), [], "a link's first timing comes with its linkUp")
         XCTAssertEqual(lab.timingChanged(timing, isUpdate: true, book: book), [.event(session: 7, .linkUpdated(handle: 0x40))])
