@@ -112,7 +112,7 @@ struct BringUp {
             let octets = status == 0 ? Int((try? reader.u16()) ?? 0) : 0
             let time = status == 0 ? Int((try? reader.u16()) ?? 0) : 0
             guard octets >= Self.minimumDataLength.octets, time >= Self.minimumDataLength.time else { return nextVendorStep(host: host) }
-            suggest(octets: octets, time: time, host: host)
+            suggest(DataLength(octets: min(Self.wantedDataLength.octets, octets), time: min(Self.wantedDataLength.time, time)), host: host)
         case .leWriteSuggestedDefaultDataLength:
             if status == 0, let suggesting { host.learn { $0.suggestedDataLength = suggesting } }
             suggesting = nil
@@ -124,10 +124,10 @@ struct BringUp {
     }
 
     /// A data PDU carries 27 octets in 328 µs unless the link layers agree on more (Core Vol 6 Part B §4.5.10).
-    static let minimumDataLength = (octets: 27, time: 328)
+    static let minimumDataLength = DataLength(octets: 27, time: 328)
     /// What new links start with when the controller has the Data Length Extension: a whole 251-octet PDU, 2120 µs on
     /// the 1M PHY, as BlueZ and Zephyr suggest, within what the controller supports.
-    static let wantedDataLength = (octets: 251, time: 2120)
+    static let wantedDataLength = DataLength(octets: 251, time: 2120)
 
     /// LE Write Suggested Default Data Length (Core Vol 4 Part E §7.8.35), after reading what the controller supports
     /// (§7.8.46), when it has the Data Packet Length Extension (LE feature bit 5) and the profile does not forbid it.
@@ -137,16 +137,14 @@ struct BringUp {
         if host.facts.supports(.leReadMaximumDataLength) {
             host.issue(.leReadMaximumDataLength)
         } else {
-            suggest(octets: Self.wantedDataLength.octets, time: Self.wantedDataLength.time, host: host)
+            suggest(Self.wantedDataLength, host: host)
         }
         return .continuing
     }
 
-    private mutating func suggest(octets supportedOctets: Int, time supportedTime: Int, host: HCIHost) {
-        let octets = min(Self.wantedDataLength.octets, supportedOctets)
-        let time = min(Self.wantedDataLength.time, supportedTime)
-        suggesting = DataLength(octets: octets, time: time)
-        host.issue(.leWriteSuggestedDefaultDataLength, [UInt8(octets & 0xFF), UInt8(octets >> 8), UInt8(time & 0xFF), UInt8(time >> 8)])
+    private mutating func suggest(_ length: DataLength, host: HCIHost) {
+        suggesting = length
+        host.issue(.leWriteSuggestedDefaultDataLength, HCICommands.leWriteSuggestedDefaultDataLength(length).parameters)
     }
 
     private mutating func nextVendorStep(host: HCIHost) -> Result {

@@ -162,6 +162,14 @@ public enum HCICommands {
         return HCICommandPacket(.leSetDataLength, parameters: w.bytes)
     }
 
+    /// LE Write Suggested Default Data Length (§7.8.35): what the controller uses for new links.
+    public static func leWriteSuggestedDefaultDataLength(_ length: DataLength) -> HCICommandPacket {
+        var w = ByteWriter()
+        w.u16(UInt16(length.octets))
+        w.u16(UInt16(length.time))
+        return HCICommandPacket(.leWriteSuggestedDefaultDataLength, parameters: w.bytes)
+    }
+
     /// LE Set PHY (§7.8.49): the PHY a link prefers both ways, 1 (1M) or 2 (2M); the controller reports the change
     /// with LE PHY Update Complete.
     public static func leSetPHY(handle: UInt16, phy: Int) -> HCICommandPacket {

@@ -251,9 +251,10 @@ public struct LabCore<Reply> {
     /// attd answered LabSecure (nil: it failed, and its events, which came first, said how). A lab opened since (even
     /// by the same session) is not this one's to change or answer from.
     public mutating func secured(_ handle: UInt16, opening: UInt64, _ state: LabSecurity?) -> Result<LabSecurityOutcome, LabRefusal> {
-        guard session != nil, opening == openings else { return .failure(.labClosed) }
-        guard let state else { return .success(session!.securingFailed(handle)) }
-        return .success(session!.secured(handle, state))
+        guard var lab = session, opening == openings else { return .failure(.labClosed) }
+        guard let state else { return .success(lab.securingFailed(handle)) }
+        defer { session = lab }
+        return .success(lab.secured(handle, state))
     }
 
     public mutating func pairingFinished(_ handle: UInt16, _ result: Result<LabSecurity, LabPairingFailure>) -> [Output] {

@@ -229,14 +229,7 @@ public final class SimAir {
         log("link \(link.id): controller \(central.index) (central) ↔ controller \(peripheral.index) (peripheral)")
         // The link layers run the Data Length Update procedure at the first event: each sends up to its host's
         // suggested default, which the other takes up to its own maximum, 251 here (Core Vol 6 Part B §5.1.9).
-        let suggested = [central, peripheral].map { min(Int($0.suggestedDataLength.octets), 251) }
-        if suggested != link.maxOctets {
-            atNextEvent(of: link) { [weak link] in
-                guard let link, link.isOpen else { return }
-                link.maxOctets = suggested
-                for end in [link.central, link.peripheral] where end !== link.deadEnd { end.emitDataLengthChange(link) }
-            }
-        }
+        changeDataLength(link, to: [central, peripheral].map { Int($0.suggestedDataLength.octets) })
         schedule(after: link.interval) { [weak self, weak link] in
             guard let self, let link else { return }
             self.connectionEvent(link)
@@ -424,12 +417,19 @@ public final class SimAir {
     }
 
     func changeDataLength(_ link: SimLink, from controller: SimController, octets: Int) {
-        let direction = link.direction(from: controller)
-        let effective = min(octets, 251)
-        guard link.maxOctets[direction] != effective else { return }
+        var wanted = link.maxOctets
+        wanted[link.direction(from: controller)] = octets
+        changeDataLength(link, to: wanted)
+    }
+
+    /// Octets per direction (central → peripheral first), each up to 251, agreed at the link's next event; both hosts
+    /// hear of a change (Core Vol 4 Part E §7.7.65.7).
+    private func changeDataLength(_ link: SimLink, to octets: [Int]) {
+        let effective = octets.map { min($0, 251) }
+        guard link.maxOctets != effective else { return }
         atNextEvent(of: link) { [weak link] in
             guard let link, link.isOpen else { return }
-            link.maxOctets[direction] = effective
+            link.maxOctets = effective
             for end in [link.central, link.peripheral] where end !== link.deadEnd { end.emitDataLengthChange(link) }
         }
     }

@@ -106,24 +106,14 @@ extension ManagerDaemon {
             case .setRandomAddress:
                 setLabRandomAddress()
             case .pairingForNextLink(let central, let peer, let ownAddress):
-                var request = Request()
-                request.att.setLinkPairing = .with {
+                setLinkPairing(ownAddress: ownAddress) {
                     $0.forNextLink = true
                     $0.central = central
                     $0.peer = peer?.description ?? ""
                     $0.clear = ownAddress == nil
-                    $0.justWorksConsent = true
-                    if ownAddress?.needsRandomAddress == true { $0.localAddress = DeviceAddress(labRandomAddress, type: .random).description }
                 }
-                attd?.request(request)
             case .pairingForLink(let handle, let ownAddress):
-                var request = Request()
-                request.att.setLinkPairing = .with {
-                    $0.connectionHandle = UInt32(handle)
-                    $0.justWorksConsent = true
-                    if ownAddress?.needsRandomAddress == true { $0.localAddress = DeviceAddress(labRandomAddress, type: .random).description }
-                }
-                attd?.request(request)
+                setLinkPairing(ownAddress: ownAddress) { $0.connectionHandle = UInt32(handle) }
             case .connect(let key, let identifier, let address):
                 applyLabConnections(core.connections.connect(key, identifier: identifier, address: address))
             case .cancelConnect(let key, let identifier):
@@ -153,6 +143,18 @@ extension ManagerDaemon {
             }
         }
         labResetTimer.arm(at: lab.nextDeadline) { [unowned self] now in applyLab(lab.tick(book: book, at: now)) }
+    }
+
+    /// attd's SetLinkPairing for the lab: it answers every pairing (Just Works too), hashing the lab's random address
+    /// when its procedure used one.
+    private func setLinkPairing(ownAddress: LabOwnAddress?, _ which: (inout Beryl_Ipc_V1_SetLinkPairing) -> Void) {
+        var request = Request()
+        request.att.setLinkPairing = .with {
+            which(&$0)
+            $0.justWorksConsent = true
+            if ownAddress?.needsRandomAddress == true { $0.localAddress = DeviceAddress(labRandomAddress, type: .random).description }
+        }
+        attd?.request(request)
     }
 
     /// Nil for a link the book no longer has.
