@@ -162,7 +162,10 @@ public final class CentralManager: Sendable, SessionBacked {
     /// managerd is gone: resetting, every link lost as far as the app knows, until a new session says otherwise.
     private func sessionLost() {
         let known = shared.withLock { Array($0.peripherals.values) }
-        for peripheral in known { peripheral.setState(.disconnected) }
+        for peripheral in known {
+            peripheral.setState(.disconnected)
+            peripheral.writesGone()
+        }
         update(.resetting)
         session.reconnect()
     }
@@ -340,7 +343,7 @@ public final class CentralManager: Sendable, SessionBacked {
         case .servicesChanged(let change)?:
             peripheral(change.peripheral).servicesChanged(change.change)
         case .readyToWrite(let ready)?:
-            peripheral(ready.peripheral).readyToWrite()
+            peripheral(ready.peripheral).readyToWrite(count: ready.count)
         case .connectionEvent(let occurred)?:
             let found = peripheral(occurred.peripheral.identifier, name: occurred.peripheral.name)
             let event: ConnectionEvent = occurred.kind == .peerConnected ? .peerConnected : .peerDisconnected

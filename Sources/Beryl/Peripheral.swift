@@ -54,8 +54,12 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         var name: String?
         var state: PeripheralState = .disconnected
         var services: [Service]?
-        var canSendWriteWithoutResponse = true
+        var writes = WriteQueue(limit: Peripheral.writeQueueLimit, fullOwesReady: true)
+        var writeCompletions: [UInt64: @Sendable (Result<Void, BerylError>) -> Void] = [:]
     }
+    /// The writes without response taken before canSendWriteWithoutResponse says false. They leave at once, without
+    /// waiting for one another's answers, and keep their order (OrderedSendQueue).
+    static let writeQueueLimit = 16
     private let shared: Mutex<State>
     private let delegateSlot = DelegateSlot(nil)
 
@@ -70,7 +74,8 @@ public final class Peripheral: CustomStringConvertible, Sendable {
     public var name: String? { shared.withLock { $0.name } }
     public var state: PeripheralState { shared.withLock { $0.state } }
     public var services: [Service]? { shared.withLock { $0.services } }
-    public var canSendWriteWithoutResponse: Bool { shared.withLock { $0.canSendWriteWithoutResponse } }
+    /// Decided here, without a round trip: false while this peripheral's queue of writes without response is full.
+    public var canSendWriteWithoutResponse: Bool { shared.withLock { $0.writes.hasRoom } }
     public var delegate: PeripheralDelegate? {
         get { delegateSlot.object as? PeripheralDelegate }
         set { delegateSlot.set(newValue) }
@@ -89,10 +94,8 @@ public final class Peripheral: CustomStringConvertible, Sendable {
 
     func setState(_ state: PeripheralState) { shared.withLock { $0.state = state } }
     func disconnected() {
-        shared.withLock { state in
-            state.state = .disconnected
-            state.canSendWriteWithoutResponse = true
-        }
+        shared.withLock { $0.state = .disconnected }
+        writesGone()
         for service in services ?? [] { for characteristic in service.characteristics ?? [] { characteristic.setNotifying(false) } }
     }
 
@@ -367,18 +370,89 @@ public final class Peripheral: CustomStringConvertible, Sendable {
                 completion(.failure(.att(code: 0x03, message: "the characteristic has no \(type == .withResponse ? "write" : "writeWithoutResponse") property")))
             }
         }
+        guard type == .withResponse else {
+            return writeWithoutResponse(PendingWrite(valueHandle: characteristic.valueHandle, value: data, signed: signed), completion: completion)
+        }
         gatt({ $0.write = .with {
             $0.handle = characteristic.valueHandle
             $0.value = data
-            $0.withoutResponse = type == .withoutResponse
-            $0.signed = signed
-        } }) { [self] result in
-            if case .failure(.busy) = result, type == .withoutResponse {
-                // The link's transmit queue is full: canSendWriteWithoutResponse turns false until peripheralIsReady.
-                shared.withLock { $0.canSendWriteWithoutResponse = false }
-            }
-            completion(result.map { _ in () })
+        } }) { result in completion(result.map { _ in () }) }
+    }
+
+    /// Taken into the write queue, or dropped while it is full (Core Bluetooth drops a write made while
+    /// canSendWriteWithoutResponse is false); peripheralIsReady(toSendWriteWithoutResponse:) follows once there is room.
+    private func writeWithoutResponse(_ write: PendingWrite, completion: @escaping @Sendable (Result<Void, BerylError>) -> Void) {
+        guard manager.value != nil else {
+            let error = managerGone()
+            return later { completion(.failure(error)) }
         }
+        let taken = shared.withLock { state -> Bool in
+            guard let id = state.writes.offer(write) else { return false }
+            state.writeCompletions[id] = completion
+            return true
+        }
+        guard taken else {
+            return later { completion(.failure(.busy("the queue of writes without response is full; wait for peripheralIsReady(toSendWriteWithoutResponse:)"))) }
+        }
+        sendWrites()
+    }
+
+    private func sendWrites() {
+        guard let central = manager.value else { return }
+        // Taken and sent under one lock, as PeripheralManager.sendUpdates: writes leave in the order taken.
+        shared.withLock { state in
+            let sendings = state.writes.takeSendable()
+            guard !sendings.isEmpty else { return }
+            central.channel.requests(sendings.map(request))
+        }
+    }
+
+    private func request(_ sending: WriteQueue.Sending) -> (request: Request, completion: Channel.Completion) {
+        (.manager {
+            $0.gatt = .with {
+                $0.peripheral = identifierString
+                $0.write = .with {
+                    $0.handle = sending.item.valueHandle
+                    $0.value = sending.item.value
+                    $0.withoutResponse = true
+                    $0.signed = sending.item.signed
+                    $0.ordered = true
+                    $0.readySeen = sending.readySeen
+                }
+            }
+        }, { [weak self] result in self?.writeAnswered(sending.id, result) })
+    }
+
+    private func writeAnswered(_ id: UInt64, _ result: Result<Response, BerylError>) {
+        let answer: WriteQueue.Answer
+        switch result {
+        case .success(let response) where response.manager.gatt.writeCommand.sent: answer = .sent
+        case .success(let response) where response.manager.gatt.writeCommand.sendAgain: answer = .sendAgain
+        case .success: answer = .queueFull
+        case .failure: answer = .failed
+        }
+        let completion = shared.withLock { state -> (@Sendable (Result<Void, BerylError>) -> Void)? in
+            guard state.writes.answered(id, answer), answer == .sent || answer == .failed else { return nil }
+            return state.writeCompletions.removeValue(forKey: id)
+        }
+        if case .failure(let error) = result { completion?(.failure(error)) } else { completion?(.success(())) }
+        sendWrites()
+        readyToWriteIfOwed()
+    }
+
+    private func readyToWriteIfOwed() {
+        if shared.withLock({ $0.writes.takeOwedReady() }) { notify { $0.peripheralIsReady(toSendWriteWithoutResponse: self) } }
+    }
+
+    /// The link (or managerd) went: queued writes go with it, and one on its way is no longer waited for.
+    func writesGone() {
+        let dropped = shared.withLock { state in
+            state.writes.reset()
+            defer { state.writeCompletions.removeAll() }
+            return Array(state.writeCompletions.values)
+        }
+        for completion in dropped { completion(.failure(.unavailable("the link went before the write without response was sent"))) }
+        readyToWriteIfOwed()
     }
 
     public func writeValue(_ data: Data, for characteristic: Characteristic, type: CharacteristicWriteType = .withResponse) async throws {
@@ -532,9 +606,11 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         notify { $0.peripheral(self, didModifyServices: invalidated) }
     }
 
-    func readyToWrite() {
-        shared.withLock { $0.canSendWriteWithoutResponse = true }
-        notify { $0.peripheralIsReady(toSendWriteWithoutResponse: self) }
+    /// attd's GattWriteReady for this app on the link, with its count.
+    func readyToWrite(count: UInt32) {
+        shared.withLock { $0.writes.readyToSend(count: count) }
+        sendWrites()
+        readyToWriteIfOwed()
     }
 }
 

@@ -351,9 +351,9 @@ public final class PeripheralManager: Sendable, SessionBacked {
             misuse.report(.notPoweredOn)
             return false
         }
-        let update = UpdateQueue.Update(valueHandle: characteristic.valueHandle, value: value, centrals: (centrals ?? []).map(\.identifier.uuidString),
+        let update = PendingUpdate(valueHandle: characteristic.valueHandle, value: value, centrals: (centrals ?? []).map(\.identifier.uuidString),
                                         indicate: !characteristic.properties.contains(.notify) && characteristic.properties.contains(.indicate))
-        guard shared.withLock({ $0.updates.offer(update) }) else { return false }
+        guard shared.withLock({ $0.updates.offer(update) }) != nil else { return false }
         sendUpdates()
         return true
     }
@@ -373,10 +373,10 @@ public final class PeripheralManager: Sendable, SessionBacked {
         (.manager {
             $0.updateValue = .with {
                 $0.manager = managerID
-                $0.valueHandle = sending.update.valueHandle
-                $0.value = sending.update.value
-                $0.centrals = sending.update.centrals
-                $0.indicate = sending.update.indicate
+                $0.valueHandle = sending.item.valueHandle
+                $0.value = sending.item.value
+                $0.centrals = sending.item.centrals
+                $0.indicate = sending.item.indicate
                 $0.ordered = true
                 $0.readySeen = sending.readySeen
             }
@@ -463,7 +463,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
             characteristic.subscription(who, on: on)
             notify { on ? $0.peripheralManager(self, central: who, didSubscribeTo: characteristic) : $0.peripheralManager(self, central: who, didUnsubscribeFrom: characteristic) }
         case .readyToUpdate(let ready)?:
-            shared.withLock { $0.updates.readyToUpdate(count: ready.count) }
+            shared.withLock { $0.updates.readyToSend(count: ready.count) }
             sendUpdates()
             readyIfOwed()
         default:

@@ -23,8 +23,8 @@ public struct TransmitPacer: Sendable {
 
     public enum Output: Equatable, Sendable {
         case transmit(Transmission)
-        /// The link has room again for the writes without response refused on it.
-        case writeReady(link: UInt16)
+        /// The link has room again for the senders whose writes without response it refused.
+        case writeReady(link: UInt16, [ReadyNotice])
         /// Every link has room again: the publishers whose notifications were refused may update.
         case readyToUpdate([ReadyNotice])
     }
@@ -46,10 +46,17 @@ public struct TransmitPacer: Sendable {
         var queued: [[UInt8]] = []
         var head = 0
         var credits = 0
-        var refusedWrites = false
+        /// Senders whose write without response was refused here, owed a GattWriteReady.
+        var writeRefused: Set<UpdateSender> = []
+        var writeReadySent: [UpdateSender: UInt32] = [:]
 
         var waiting: Int { queued.count - head }
         var hasRoom: Bool { waiting < TransmitPacer.capacity }
+
+        mutating func forgetWriteSenders(where gone: (UpdateSender) -> Bool) {
+            writeRefused = writeRefused.filter { !gone($0) }
+            writeReadySent = writeReadySent.filter { !gone($0.key) }
+        }
 
         mutating func popFirst() -> [UInt8] {
             let pdu = queued[head]
@@ -75,8 +82,21 @@ public struct TransmitPacer: Sendable {
     /// Controller buffers the link may still fill.
     public func credits(on link: UInt16) -> Int { outboxes[link]?.credits ?? 0 }
 
-    /// A write without response that did not fit: the link says when it has room.
-    public mutating func refuseWrite(on link: UInt16) { outboxes[link, default: Outbox()].refusedWrites = true }
+    /// A write without response that did not fit: the sender hears when the link has room.
+    public mutating func refuseWrite(from sender: UpdateSender, on link: UInt16) {
+        outboxes[link, default: Outbox()].writeRefused.insert(sender)
+    }
+
+    /// Whether a sender's writes on the link wait for its GattWriteReady (one was refused since the last).
+    public func holdsBackWrites(from sender: UpdateSender, on link: UInt16) -> Bool {
+        outboxes[link]?.writeRefused.contains(sender) ?? false
+    }
+
+    /// As `sentBeforeReady`, for a write without response on one link.
+    public func writeSentBeforeReady(_ sender: UpdateSender, on link: UInt16, readySeen: UInt32) -> UInt32? {
+        let latest = outboxes[link]?.writeReadySent[sender] ?? 0
+        return readySeen < latest ? latest : nil
+    }
 
     /// A notification that did not fit: the sender hears when every link has room.
     public mutating func refuseNotification(from sender: UpdateSender) { notifyRefused.insert(sender) }
@@ -95,12 +115,14 @@ public struct TransmitPacer: Sendable {
     public mutating func publisherGone(_ publisher: PublisherID) {
         notifyRefused = notifyRefused.filter { $0.publisher != publisher }
         readySent = readySent.filter { $0.key.publisher != publisher }
+        for link in outboxes.keys { outboxes[link]?.forgetWriteSenders { $0.publisher == publisher } }
     }
 
     /// One sender a publisher sent for is gone (an app whose session with managerd ended).
     public mutating func senderGone(_ sender: UpdateSender) {
         notifyRefused.remove(sender)
         readySent[sender] = nil
+        for link in outboxes.keys { outboxes[link]?.forgetWriteSenders { $0 == sender } }
     }
 
     public mutating func enqueue(_ pdu: [UInt8], on link: UInt16) -> [Output] {
@@ -146,11 +168,16 @@ public struct TransmitPacer: Sendable {
     }
 
     private mutating func announceRoom(_ link: UInt16) -> [Output] {
-        guard let box = outboxes[link], box.hasRoom else { return [] }
+        guard var box = outboxes[link], box.hasRoom else { return [] }
         var outputs: [Output] = []
-        if box.refusedWrites {
-            outboxes[link]?.refusedWrites = false
-            outputs.append(.writeReady(link: link))
+        if !box.writeRefused.isEmpty {
+            let notices = box.writeRefused.sorted().map { sender in
+                box.writeReadySent[sender, default: 0] += 1
+                return ReadyNotice(sender: sender, count: box.writeReadySent[sender]!)
+            }
+            box.writeRefused.removeAll()
+            outboxes[link] = box
+            outputs.append(.writeReady(link: link, notices))
         }
         return outputs + readyIfAllHaveRoom()
     }

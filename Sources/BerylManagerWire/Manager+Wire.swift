@@ -10,7 +10,8 @@ import Foundation
 extension Beryl_Ipc_V1_AttRequest {
     /// The app's operation as attd's request on the link (attd names links by connection handle, apps by identifier);
     /// nil when the operation names no kind.
-    public init?(_ operation: Beryl_Ipc_V1_GattOperation, connectionHandle handle: UInt32) {
+    /// `session`: the app's, for attd's per-sender refusals of writes without response.
+    public init?(_ operation: Beryl_Ipc_V1_GattOperation, connectionHandle handle: UInt32, session: UInt64) {
         switch operation.kind {
         case .discover(let discover)?:
             self = .with { $0.gattDiscover = .with {
@@ -30,6 +31,9 @@ extension Beryl_Ipc_V1_AttRequest {
                 $0.value = write.value
                 $0.withoutResponse = write.withoutResponse
                 $0.signed = write.signed
+                $0.ordered = write.ordered
+                $0.readySeen = write.readySeen
+                $0.onBehalfOf = session
             } }
         case .setNotify(let change)?:
             self = .with { $0.gattSubscribe = .with {
@@ -277,8 +281,8 @@ extension Beryl_Ipc_V1_ManagerEvent {
             }
         case .gattServiceChanged(let change):
             servicesChanged = .with { $0.peripheral = peripheral; $0.change = change }
-        case .gattWriteReady:
-            readyToWrite.peripheral = peripheral
+        case .gattWriteReady(let ready):
+            readyToWrite = .with { $0.peripheral = peripheral; $0.count = ready.count }
         default:
             return nil
         }

@@ -47,11 +47,17 @@ extension AttDaemon {
     private func writeWithoutResponse(_ write: Beryl_Ipc_V1_GattWrite, on link: LinkSession, _ incoming: IncomingRequest) {
         let handle = UInt16(truncatingIfNeeded: write.handle)
         let value = Array(write.value)
+        let sender = UpdateSender(publisher: incoming.session?.id ?? 0, onBehalfOf: write.onBehalfOf)
+        if write.ordered, let latest = pacer.writeSentBeforeReady(sender, on: link.handle, readySeen: write.readySeen) {
+            incoming.fail(.cancelled, "sent before GattWriteReady \(latest): send it again; no other GattWriteReady follows")
+            return
+        }
         var command = ATTPDU.writeCommand(handle: handle, value: value)
+        let hasRoom = pacer.hasRoom(on: link.handle) && !pacer.holdsBackWrites(from: sender, on: link.handle)
         switch WriteCommand.plan(length: value.count, mtu: link.client.mtu, signedAsked: write.signed,
-                                 encrypted: security.level(of: link.handle)?.encrypted == true, hasRoom: pacer.hasRoom(on: link.handle)) {
+                                 encrypted: security.level(of: link.handle)?.encrypted == true, hasRoom: hasRoom) {
         case .failure(.queueFull):
-            pacer.refuseWrite(on: link.handle)
+            pacer.refuseWrite(from: sender, on: link.handle)
             incoming.fail(.busy, "\(WriteCommand.Refusal.queueFull)")
             return
         case .failure(let refusal):

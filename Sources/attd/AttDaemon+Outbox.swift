@@ -13,10 +13,16 @@ extension AttDaemon {
             switch output {
             case .transmit(let transmission):
                 queueACL(transmission.pdu, on: transmission.link, lane: .credited)
-            case .writeReady(let link):
-                var event = Event()
-                event.att.gattWriteReady.connectionHandle = UInt32(link)
-                host.server?.broadcast(event)
+            case .writeReady(let link, let notices):
+                for notice in notices {
+                    var event = Event()
+                    event.att.gattWriteReady = .with {
+                        $0.connectionHandle = UInt32(link)
+                        $0.count = notice.count
+                        $0.onBehalfOf = notice.sender.onBehalfOf
+                    }
+                    host.server?.sessions[notice.sender.publisher]?.send(.event(event))
+                }
             case .readyToUpdate(let notices):
                 for notice in notices {
                     var event = Event()

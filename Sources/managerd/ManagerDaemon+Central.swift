@@ -248,7 +248,7 @@ extension ManagerDaemon {
             awaitingBearer[link.handle, default: []].append { [unowned self] in forwardGatt(operation, session: session, incoming) }
             return
         }
-        guard let request = Beryl_Ipc_V1_AttRequest(operation, connectionHandle: UInt32(link.handle)) else {
+        guard let request = Beryl_Ipc_V1_AttRequest(operation, connectionHandle: UInt32(link.handle), session: session) else {
             incoming.fail(.invalidArgument, "no GATT operation named (discover, read, write, set_notify or reliable_write)", field: "kind")
             return
         }
@@ -268,9 +268,15 @@ extension ManagerDaemon {
                     switch response.att.kind {
                     case .gattDatabase(let database)?: answer.manager.gatt.database = database
                     case .gattValue(let value)?: answer.manager.gatt.value = value.value
+                    case _ where operation.write.ordered: answer.manager.gatt.writeCommand.sent = true
                     default: answer.manager.gatt = .init()
                     }
                 })
+            case .failure(.remote(.busy, _, _, _)) where operation.write.ordered:
+                // canSendWriteWithoutResponse false; attd sends this app's GattWriteReady when the link has room.
+                incoming.respond(.with { $0.manager.gatt.writeCommand.sent = false })
+            case .failure(.remote(.cancelled, _, _, _)) where operation.write.ordered:
+                incoming.respond(.with { $0.manager.gatt.writeCommand = .with { $0.sent = false; $0.sendAgain = true } })
             case .failure(let error):
                 incoming.fail(relaying: error, from: "attd")
             }
@@ -290,10 +296,11 @@ extension ManagerDaemon {
         }
     }
 
-    /// What attd's GATT client heard on a link goes to every session holding that peripheral, once each.
-    func forwardToHolders(_ event: Beryl_Ipc_V1_AttEvent.OneOf_Kind, connectionHandle: UInt32) {
+    /// What attd's GATT client heard on a link goes to every session holding that peripheral, once each (`only`: to
+    /// that one, if it holds it).
+    func forwardToHolders(_ event: Beryl_Ipc_V1_AttEvent.OneOf_Kind, connectionHandle: UInt32, only: ManagerHolder? = nil) {
         guard let (identifier, holders) = core.holders(ofLink: UInt16(truncatingIfNeeded: connectionHandle)),
               let wire = Beryl_Ipc_V1_ManagerEvent(event, peripheral: identifier) else { return }
-        for holder in holders { send(wire, to: holder) }
+        for holder in holders where only == nil || holder == only { send(wire, to: holder) }
     }
 }

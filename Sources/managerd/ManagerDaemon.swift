@@ -180,6 +180,9 @@ final class ManagerDaemon {
             for bearer in response.att.bearers.bearers {
                 let handle = UInt16(truncatingIfNeeded: bearer.connectionHandle)
                 core.bearer(handle, mtu: UInt16(truncatingIfNeeded: bearer.attMtu))
+                // A new attd refuses nothing yet and counts its GattWriteReady afresh: an app waiting for the old one's
+                // would wait for ever.
+                forwardToHolders(.gattWriteReady(.with { $0.connectionHandle = bearer.connectionHandle }), connectionHandle: bearer.connectionHandle)
                 guard book.identifier(for: handle) == nil, let peer = DeviceAddress(bearer.peerAddress) else { continue }
                 host.logger.info("link 0x\(String(handle, radix: 16)) with \(peer) was up before managerd started; taking it back")
                 linkEvent(.connected(handle: handle, central: bearer.central, peer: peer))
@@ -291,7 +294,8 @@ final class ManagerDaemon {
         case .gattServiceChanged(let change)?:
             forwardToHolders(.gattServiceChanged(change), connectionHandle: change.connectionHandle)
         case .gattWriteReady(let ready)?:
-            forwardToHolders(.gattWriteReady(ready), connectionHandle: ready.connectionHandle)
+            // attd counts refusals per app: the ready is the refused app's alone.
+            forwardToHolders(.gattWriteReady(ready), connectionHandle: ready.connectionHandle, only: .session(ready.onBehalfOf))
         case .readRequested(let read)?:
             routeRead(read)
         case .writeRequested(let write)?:

@@ -5,16 +5,16 @@ import XCTest
 /// updateValue's queue against attd's rules for an ordered sender (att.proto's Notify): values leave without waiting
 /// for one another, and every value reaches the air once, in the order the app gave it, however refusals interleave.
 final class UpdateQueueTests: XCTestCase {
-    private func update(_ sequence: Int) -> UpdateQueue.Update {
-        UpdateQueue.Update(valueHandle: 3, value: Data([UInt8(truncatingIfNeeded: sequence)]), centrals: [], indicate: false)
+    private func update(_ sequence: Int) -> PendingUpdate {
+        PendingUpdate(valueHandle: 3, value: Data([UInt8(truncatingIfNeeded: sequence)]), centrals: [], indicate: false)
     }
 
-    private func sequences(_ sending: [UpdateQueue.Sending]) -> [UInt8] { sending.map { $0.update.value.first! } }
+    private func sequences(_ sending: [UpdateQueue.Sending]) -> [UInt8] { sending.map { $0.item.value.first! } }
 
     func testTakenValuesLeaveAtOnceAndAFullQueueOwesOneReady() {
         var queue = UpdateQueue(limit: 3)
-        for sequence in 0..<3 { XCTAssertTrue(queue.offer(update(sequence))) }
-        XCTAssertFalse(queue.offer(update(3)), "full: updateValue says false")
+        for sequence in 0..<3 { XCTAssertNotNil(queue.offer(update(sequence))) }
+        XCTAssertNil(queue.offer(update(3)), "full: updateValue says false")
         let sending = queue.takeSendable()
         XCTAssertEqual(sequences(sending), [0, 1, 2])
         XCTAssertEqual(sending.map(\.readySeen), [0, 0, 0])
@@ -29,13 +29,13 @@ final class UpdateQueueTests: XCTestCase {
     /// The scripted case: two refused, then a ReadyToUpdate while three sent before it are still on their way.
     func testRefusedValuesGoAgainFirstAndNothingPassesOneSentBeforeTheReady() {
         var queue = UpdateQueue(limit: 16)
-        for sequence in 0..<5 { _ = queue.offer(update(sequence)) }
+        for sequence in 0..<5 { queue.offer(update(sequence)) }
         let first = queue.takeSendable()
         queue.answered(first[0].id, .queueFull)
         queue.answered(first[1].id, .queueFull)
-        XCTAssertTrue(queue.offer(update(5)))
+        XCTAssertNotNil(queue.offer(update(5)))
         XCTAssertEqual(queue.takeSendable(), [], "after a refusal nothing leaves until ReadyToUpdate")
-        queue.readyToUpdate(count: 1)
+        queue.readyToSend(count: 1)
         let again = queue.takeSendable()
         XCTAssertEqual(sequences(again), [0, 1], "the refused first; 2 is still on its way, sent before the ready")
         XCTAssertEqual(again.map(\.readySeen), [1, 1])
@@ -48,16 +48,16 @@ final class UpdateQueueTests: XCTestCase {
 
     func testAResetDropsWhatWaitsAndIgnoresLateAnswers() {
         var queue = UpdateQueue(limit: 1)
-        _ = queue.offer(update(0))
-        XCTAssertFalse(queue.offer(update(1)))
+        queue.offer(update(0))
+        XCTAssertNil(queue.offer(update(1)))
         let sending = queue.takeSendable()
         queue.answered(sending[0].id, .queueFull)
-        queue.readyToUpdate(count: 4)
+        queue.readyToSend(count: 4)
         queue.reset()
         XCTAssertFalse(queue.answered(sending[0].id, .sent), "the answer of a value from before the reset")
         XCTAssertEqual(queue.count, 0)
         XCTAssertTrue(queue.takeOwedReady(), "a false updateValue is still owed its ready")
-        _ = queue.offer(update(2))
+        queue.offer(update(2))
         XCTAssertEqual(queue.takeSendable().map(\.readySeen), [0], "a new attd counts from zero")
     }
 
@@ -83,7 +83,7 @@ final class UpdateQueueTests: XCTestCase {
                 if steps >= 200_000 { return }
                 switch random.next() % 4 {
                 case 0 where next < total && !appWaitsForReady:
-                    if queue.offer(update(next)) { next += 1 } else { appWaitsForReady = true }
+                    if queue.offer(update(next)) != nil { next += 1 } else { appWaitsForReady = true }
                     toStack += queue.takeSendable()
                 case 1 where !toStack.isEmpty:
                     let sending = toStack.removeFirst()
@@ -94,7 +94,7 @@ final class UpdateQueueTests: XCTestCase {
                         toApp.append(.answer(sending.id, .queueFull))
                     } else {
                         outbox += 1
-                        aired.append(Int(sending.update.value.first!))
+                        aired.append(Int(sending.item.value.first!))
                         toApp.append(.answer(sending.id, .sent))
                     }
                 case 2 where outbox > 0:
@@ -107,7 +107,7 @@ final class UpdateQueueTests: XCTestCase {
                 case 3 where !toApp.isEmpty:
                     switch toApp.removeFirst() {
                     case .answer(let id, let answer): XCTAssertTrue(queue.answered(id, answer), "seed \(seed)")
-                    case .ready(let count): queue.readyToUpdate(count: count)
+                    case .ready(let count): queue.readyToSend(count: count)
                     }
                     toStack += queue.takeSendable()
                     if queue.takeOwedReady() { appWaitsForReady = false }
@@ -117,6 +117,27 @@ final class UpdateQueueTests: XCTestCase {
             }
             XCTAssertEqual(aired, aired.indices.map { UInt8(truncatingIfNeeded: $0) }.map(Int.init), "seed \(seed): aired out of order or twice")
         }
+    }
+
+    /// canSendWriteWithoutResponse is read before writing, so a write queue that fills owes peripheralIsReady even
+    /// though no write was refused; an update queue owes it only after updateValue said false.
+    func testAFullWriteQueueOwesItsReadyWithoutARefusedOffer() {
+        let write = PendingWrite(valueHandle: 3, value: Data([1]), signed: false)
+        var writes = WriteQueue(limit: 2, fullOwesReady: true)
+        XCTAssertNotNil(writes.offer(write))
+        XCTAssertNotNil(writes.offer(write))
+        XCTAssertFalse(writes.hasRoom)
+        XCTAssertFalse(writes.takeOwedReady(), "owed once there is room, not before")
+        let sent = writes.takeSendable()
+        XCTAssertEqual(sent.count, 2)
+        writes.answered(sent[0].id, .sent)
+        XCTAssertTrue(writes.takeOwedReady())
+        XCTAssertFalse(writes.takeOwedReady(), "told once")
+
+        var updates = UpdateQueue(limit: 1)
+        XCTAssertNotNil(updates.offer(update(0)))
+        updates.answered(updates.takeSendable()[0].id, .sent)
+        XCTAssertFalse(updates.takeOwedReady(), "updateValue never said false")
     }
 }
 
@@ -130,4 +151,5 @@ private struct SplitMix {
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)
     }
+
 }

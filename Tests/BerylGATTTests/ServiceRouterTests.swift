@@ -148,14 +148,35 @@ final class TransmitPacerTests: XCTestCase {
         _ = pacer.enqueue([0], on: 2)
         XCTAssertFalse(pacer.hasRoom(on: 1))
         XCTAssertTrue(pacer.hasRoom(on: 2), "links are paced apart")
-        pacer.refuseWrite(on: 1)
+        pacer.refuseWrite(from: 7, on: 1)
         pacer.refuseNotification(from: 9)
         pacer.refuseNotification(from: 4)
         let outputs = pacer.credited(grant(1, 1, fresh: true), bufferSize: 27)
         XCTAssertEqual(sent(outputs), [[0]])
-        XCTAssertTrue(outputs.contains(.writeReady(link: 1)))
+        XCTAssertTrue(outputs.contains(.writeReady(link: 1, [.init(sender: 7, count: 1)])))
         XCTAssertTrue(outputs.contains(.readyToUpdate([.init(sender: 4, count: 1), .init(sender: 9, count: 1)])))
         XCTAssertEqual(pacer.credited(grant(1, 1), bufferSize: 27), [.transmit(.init(link: 1, pdu: [1]))], "once")
+    }
+
+    /// Writes without response are held back per sender and link after a refusal, and a write pipelined before the
+    /// sender saw its GattWriteReady is told to go again, so a refused write cannot land behind a later one.
+    func testAWriteRefusedHoldsBackItsSenderOnItsLinkUntilReadyAndCountsTheReadies() {
+        var pacer = TransmitPacer()
+        let app = UpdateSender(publisher: 1, onBehalfOf: 5), other = UpdateSender(publisher: 1, onBehalfOf: 6)
+        for index in 0..<TransmitPacer.capacity { _ = pacer.enqueue([UInt8(index)], on: 1) }
+        pacer.refuseWrite(from: app, on: 1)
+        XCTAssertTrue(pacer.holdsBackWrites(from: app, on: 1))
+        XCTAssertFalse(pacer.holdsBackWrites(from: other, on: 1), "another app on the link is not held back")
+        XCTAssertFalse(pacer.holdsBackWrites(from: app, on: 2), "nor the app on another link")
+        XCTAssertNil(pacer.writeSentBeforeReady(app, on: 1, readySeen: 0))
+        let outputs = pacer.credited(grant(1, 1, fresh: true), bufferSize: 27)
+        XCTAssertEqual(outputs.filter { if case .writeReady = $0 { true } else { false } }, [.writeReady(link: 1, [.init(sender: app, count: 1)])])
+        XCTAssertFalse(pacer.holdsBackWrites(from: app, on: 1))
+        XCTAssertEqual(pacer.writeSentBeforeReady(app, on: 1, readySeen: 0), 1, "sent before the ready it had not seen")
+        XCTAssertNil(pacer.writeSentBeforeReady(app, on: 1, readySeen: 1))
+        XCTAssertNil(pacer.writeSentBeforeReady(other, on: 1, readySeen: 0))
+        pacer.senderGone(app)
+        XCTAssertNil(pacer.writeSentBeforeReady(app, on: 1, readySeen: 0), "a session that ended counts afresh")
     }
 
     /// A publisher refused because one link was full is told when that link goes away.

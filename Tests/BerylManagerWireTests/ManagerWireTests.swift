@@ -12,32 +12,35 @@ final class ManagerWireTests: XCTestCase {
     func testEachGattOperationBecomesAttdsRequestOnTheLink() throws {
         let discover = try XCTUnwrap(Beryl_Ipc_V1_AttRequest(.with { $0.discover = .with {
             $0.serviceUuids = ["180D"]; $0.characteristicUuids = ["2A37"]; $0.startHandle = 3; $0.endHandle = 9; $0.depth = .characteristics
-        } }, connectionHandle: 0x41))
+        } }, connectionHandle: 0x41, session: 7))
         XCTAssertEqual(discover.gattDiscover.connectionHandle, 0x41)
         XCTAssertEqual(discover.gattDiscover.serviceUuids, ["180D"])
         XCTAssertEqual(discover.gattDiscover.characteristicUuids, ["2A37"])
         XCTAssertEqual(discover.gattDiscover.startHandle...discover.gattDiscover.endHandle, 3...9)
         XCTAssertEqual(discover.gattDiscover.depth, .characteristics)
 
-        let read = try XCTUnwrap(Beryl_Ipc_V1_AttRequest(.with { $0.read.handle = 0x2A }, connectionHandle: 0x41))
+        let read = try XCTUnwrap(Beryl_Ipc_V1_AttRequest(.with { $0.read.handle = 0x2A }, connectionHandle: 0x41, session: 7))
         XCTAssertEqual(read.gattRead, .with { $0.connectionHandle = 0x41; $0.handle = 0x2A })
 
         let write = try XCTUnwrap(Beryl_Ipc_V1_AttRequest(.with { $0.write = .with {
-            $0.handle = 0x2C; $0.value = Data([1, 2]); $0.withoutResponse = true; $0.signed = true
-        } }, connectionHandle: 0x42))
-        XCTAssertEqual(write.gattWrite, .with { $0.connectionHandle = 0x42; $0.handle = 0x2C; $0.value = Data([1, 2]); $0.withoutResponse = true; $0.signed = true })
+            $0.handle = 0x2C; $0.value = Data([1, 2]); $0.withoutResponse = true; $0.signed = true; $0.ordered = true; $0.readySeen = 3
+        } }, connectionHandle: 0x42, session: 7))
+        XCTAssertEqual(write.gattWrite, .with {
+            $0.connectionHandle = 0x42; $0.handle = 0x2C; $0.value = Data([1, 2]); $0.withoutResponse = true; $0.signed = true
+            $0.ordered = true; $0.readySeen = 3; $0.onBehalfOf = 7
+        }, "attd keeps the app's write order per app")
 
         let notify = try XCTUnwrap(Beryl_Ipc_V1_AttRequest(.with { $0.setNotify = .with {
             $0.valueHandle = 0x2C; $0.cccdHandle = 0x2D; $0.indicate = true; $0.enable = true
-        } }, connectionHandle: 0x43))
+        } }, connectionHandle: 0x43, session: 7))
         XCTAssertEqual(notify.gattSubscribe, .with { $0.connectionHandle = 0x43; $0.valueHandle = 0x2C; $0.cccdHandle = 0x2D; $0.indicate = true; $0.enable = true })
 
         let writes: [Beryl_Ipc_V1_AttWrite] = [.with { $0.handle = 5; $0.value = Data([9]) }, .with { $0.handle = 6; $0.value = Data([8]) }]
-        let reliable = try XCTUnwrap(Beryl_Ipc_V1_AttRequest(.with { $0.reliableWrite.writes = writes }, connectionHandle: 0x44))
+        let reliable = try XCTUnwrap(Beryl_Ipc_V1_AttRequest(.with { $0.reliableWrite.writes = writes }, connectionHandle: 0x44, session: 7))
         XCTAssertEqual(reliable.gattReliableWrite.connectionHandle, 0x44)
         XCTAssertEqual(reliable.gattReliableWrite.writes, writes)
 
-        XCTAssertNil(Beryl_Ipc_V1_AttRequest(Beryl_Ipc_V1_GattOperation(), connectionHandle: 0x41), "an operation of no kind")
+        XCTAssertNil(Beryl_Ipc_V1_AttRequest(Beryl_Ipc_V1_GattOperation(), connectionHandle: 0x41, session: 7), "an operation of no kind")
     }
 
     func testAPublishedServicesHandlesAreA16BitRangeOrNothing() {
@@ -146,7 +149,8 @@ final class ManagerWireTests: XCTestCase {
         XCTAssertEqual(notification, .with { $0.peripheral = "P"; $0.handle = 0x12; $0.value = Data([7]); $0.indication = true })
         let change = Beryl_Ipc_V1_GattServiceChanged.with { $0.connectionHandle = 0x40; $0.startHandle = 5; $0.endHandle = 9 }
         XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent(.gattServiceChanged(change), peripheral: "P")?.servicesChanged, .with { $0.peripheral = "P"; $0.change = change })
-        XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent(.gattWriteReady(.with { $0.connectionHandle = 0x40 }), peripheral: "P")?.readyToWrite.peripheral, "P")
+        XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent(.gattWriteReady(.with { $0.connectionHandle = 0x40; $0.count = 4; $0.onBehalfOf = 9 }), peripheral: "P")?.readyToWrite,
+                       .with { $0.peripheral = "P"; $0.count = 4 })
         XCTAssertNil(Beryl_Ipc_V1_ManagerEvent(.bearerOpened(.init()), peripheral: "P"))
     }
 

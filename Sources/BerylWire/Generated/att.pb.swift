@@ -663,6 +663,15 @@ public nonisolated struct Beryl_Ipc_V1_GattWrite: Sendable {
   /// when bonding; on an encrypted link, a Write Command, as encryption authenticates already.
   public var signed: Bool = false
 
+  /// With without_response, as Notify's fields: after a BUSY refusal every write without response of the sender on
+  /// this link is refused BUSY until it is sent GattWriteReady; an `ordered` sender's write sent before it saw the
+  /// latest GattWriteReady (`ready_seen`: that event's count) is refused CANCELLED, and it sends the write again.
+  public var ordered: Bool = false
+
+  public var readySeen: UInt32 = 0
+
+  public var onBehalfOf: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -717,13 +726,18 @@ public nonisolated struct Beryl_Ipc_V1_GattServiceChanged: Sendable {
   fileprivate var _database: Beryl_Ipc_V1_GattDatabase? = nil
 }
 
-/// After a write without response was refused as busy: the link can take another.
+/// To the sender whose write without response was refused as busy: the link can take another.
 public nonisolated struct Beryl_Ipc_V1_GattWriteReady: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
   public var connectionHandle: UInt32 = 0
+
+  /// How many this sender (for `on_behalf_of`) has been sent on this link, this one included.
+  public var count: UInt32 = 0
+
+  public var onBehalfOf: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -2721,7 +2735,7 @@ nonisolated extension Beryl_Ipc_V1_GattReliableWrite: SwiftProtobuf.Message, Swi
 
 nonisolated extension Beryl_Ipc_V1_GattWrite: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GattWrite"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}handle\0\u{1}value\0\u{3}without_response\0\u{1}signed\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}handle\0\u{1}value\0\u{3}without_response\0\u{1}signed\0\u{1}ordered\0\u{3}ready_seen\0\u{3}on_behalf_of\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2734,6 +2748,9 @@ nonisolated extension Beryl_Ipc_V1_GattWrite: SwiftProtobuf.Message, SwiftProtob
       case 3: try { try decoder.decodeSingularBytesField(value: &self.value) }()
       case 4: try { try decoder.decodeSingularBoolField(value: &self.withoutResponse) }()
       case 5: try { try decoder.decodeSingularBoolField(value: &self.signed) }()
+      case 6: try { try decoder.decodeSingularBoolField(value: &self.ordered) }()
+      case 7: try { try decoder.decodeSingularUInt32Field(value: &self.readySeen) }()
+      case 8: try { try decoder.decodeSingularUInt64Field(value: &self.onBehalfOf) }()
       default: break
       }
     }
@@ -2755,6 +2772,15 @@ nonisolated extension Beryl_Ipc_V1_GattWrite: SwiftProtobuf.Message, SwiftProtob
     if self.signed != false {
       try visitor.visitSingularBoolField(value: self.signed, fieldNumber: 5)
     }
+    if self.ordered != false {
+      try visitor.visitSingularBoolField(value: self.ordered, fieldNumber: 6)
+    }
+    if self.readySeen != 0 {
+      try visitor.visitSingularUInt32Field(value: self.readySeen, fieldNumber: 7)
+    }
+    if self.onBehalfOf != 0 {
+      try visitor.visitSingularUInt64Field(value: self.onBehalfOf, fieldNumber: 8)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2764,6 +2790,9 @@ nonisolated extension Beryl_Ipc_V1_GattWrite: SwiftProtobuf.Message, SwiftProtob
     if lhs.value != rhs.value {return false}
     if lhs.withoutResponse != rhs.withoutResponse {return false}
     if lhs.signed != rhs.signed {return false}
+    if lhs.ordered != rhs.ordered {return false}
+    if lhs.readySeen != rhs.readySeen {return false}
+    if lhs.onBehalfOf != rhs.onBehalfOf {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2870,7 +2899,7 @@ nonisolated extension Beryl_Ipc_V1_GattServiceChanged: SwiftProtobuf.Message, Sw
 
 nonisolated extension Beryl_Ipc_V1_GattWriteReady: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GattWriteReady"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}count\0\u{3}on_behalf_of\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2879,6 +2908,8 @@ nonisolated extension Beryl_Ipc_V1_GattWriteReady: SwiftProtobuf.Message, SwiftP
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.count) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.onBehalfOf) }()
       default: break
       }
     }
@@ -2888,11 +2919,19 @@ nonisolated extension Beryl_Ipc_V1_GattWriteReady: SwiftProtobuf.Message, SwiftP
     if self.connectionHandle != 0 {
       try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
     }
+    if self.count != 0 {
+      try visitor.visitSingularUInt32Field(value: self.count, fieldNumber: 2)
+    }
+    if self.onBehalfOf != 0 {
+      try visitor.visitSingularUInt64Field(value: self.onBehalfOf, fieldNumber: 3)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_GattWriteReady, rhs: Beryl_Ipc_V1_GattWriteReady) -> Bool {
     if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.count != rhs.count {return false}
+    if lhs.onBehalfOf != rhs.onBehalfOf {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -1032,6 +1032,12 @@ public nonisolated struct Beryl_Ipc_V1_WriteAttribute: Sendable {
 
   public var signed: Bool = false
 
+  /// A library that sends writes without response without waiting for each answer keeps them in order with these
+  /// (att.proto's GattWrite): `ready_seen` is the count of the last PeripheralReadyToWrite it had for the peripheral.
+  public var ordered: Bool = false
+
+  public var readySeen: UInt32 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1093,14 +1099,41 @@ public nonisolated struct Beryl_Ipc_V1_GattResult: Sendable {
     set {kind = .value(newValue)}
   }
 
+  /// An `ordered` write without response.
+  public var writeCommand: Beryl_Ipc_V1_WriteCommandResult {
+    get {
+      if case .writeCommand(let v)? = kind {return v}
+      return Beryl_Ipc_V1_WriteCommandResult()
+    }
+    set {kind = .writeCommand(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
     /// What a discovery found. Below the services level: one service (without a UUID) holding what was found in it.
     case database(Beryl_Ipc_V1_GattDatabase)
     case value(Data)
+    /// An `ordered` write without response.
+    case writeCommand(Beryl_Ipc_V1_WriteCommandResult)
 
   }
+
+  public init() {}
+}
+
+/// sent false: the link's queue is full; PeripheralReadyToWrite follows. With `send_again` the write was sent before
+/// the latest PeripheralReadyToWrite: it goes again at once, and no other PeripheralReadyToWrite follows.
+public nonisolated struct Beryl_Ipc_V1_WriteCommandResult: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var sent: Bool = false
+
+  public var sendAgain: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 }
@@ -2012,6 +2045,9 @@ public nonisolated struct Beryl_Ipc_V1_PeripheralReadyToWrite: Sendable {
   // methods supported on all messages.
 
   public var peripheral: String = String()
+
+  /// att.proto's GattWriteReady count for this app on the link; 0 when a new attd took the link over (it counts afresh).
+  public var count: UInt32 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -3804,7 +3840,7 @@ nonisolated extension Beryl_Ipc_V1_ReadAttribute: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Beryl_Ipc_V1_WriteAttribute: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".WriteAttribute"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0\u{1}value\0\u{3}without_response\0\u{1}signed\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0\u{1}value\0\u{3}without_response\0\u{1}signed\0\u{1}ordered\0\u{3}ready_seen\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3816,6 +3852,8 @@ nonisolated extension Beryl_Ipc_V1_WriteAttribute: SwiftProtobuf.Message, SwiftP
       case 2: try { try decoder.decodeSingularBytesField(value: &self.value) }()
       case 3: try { try decoder.decodeSingularBoolField(value: &self.withoutResponse) }()
       case 4: try { try decoder.decodeSingularBoolField(value: &self.signed) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.ordered) }()
+      case 6: try { try decoder.decodeSingularUInt32Field(value: &self.readySeen) }()
       default: break
       }
     }
@@ -3834,6 +3872,12 @@ nonisolated extension Beryl_Ipc_V1_WriteAttribute: SwiftProtobuf.Message, SwiftP
     if self.signed != false {
       try visitor.visitSingularBoolField(value: self.signed, fieldNumber: 4)
     }
+    if self.ordered != false {
+      try visitor.visitSingularBoolField(value: self.ordered, fieldNumber: 5)
+    }
+    if self.readySeen != 0 {
+      try visitor.visitSingularUInt32Field(value: self.readySeen, fieldNumber: 6)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3842,6 +3886,8 @@ nonisolated extension Beryl_Ipc_V1_WriteAttribute: SwiftProtobuf.Message, SwiftP
     if lhs.value != rhs.value {return false}
     if lhs.withoutResponse != rhs.withoutResponse {return false}
     if lhs.signed != rhs.signed {return false}
+    if lhs.ordered != rhs.ordered {return false}
+    if lhs.readySeen != rhs.readySeen {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3924,7 +3970,7 @@ nonisolated extension Beryl_Ipc_V1_WriteAttributesReliably: SwiftProtobuf.Messag
 
 nonisolated extension Beryl_Ipc_V1_GattResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GattResult"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}database\0\u{1}value\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}database\0\u{1}value\0\u{3}write_command\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3953,6 +3999,19 @@ nonisolated extension Beryl_Ipc_V1_GattResult: SwiftProtobuf.Message, SwiftProto
           self.kind = .value(v)
         }
       }()
+      case 3: try {
+        var v: Beryl_Ipc_V1_WriteCommandResult?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .writeCommand(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .writeCommand(v)
+        }
+      }()
       default: break
       }
     }
@@ -3972,6 +4031,10 @@ nonisolated extension Beryl_Ipc_V1_GattResult: SwiftProtobuf.Message, SwiftProto
       guard case .value(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularBytesField(value: v, fieldNumber: 2)
     }()
+    case .writeCommand?: try {
+      guard case .writeCommand(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -3979,6 +4042,41 @@ nonisolated extension Beryl_Ipc_V1_GattResult: SwiftProtobuf.Message, SwiftProto
 
   public static func ==(lhs: Beryl_Ipc_V1_GattResult, rhs: Beryl_Ipc_V1_GattResult) -> Bool {
     if lhs.kind != rhs.kind {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_WriteCommandResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".WriteCommandResult"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}sent\0\u{3}send_again\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBoolField(value: &self.sent) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.sendAgain) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.sent != false {
+      try visitor.visitSingularBoolField(value: self.sent, fieldNumber: 1)
+    }
+    if self.sendAgain != false {
+      try visitor.visitSingularBoolField(value: self.sendAgain, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_WriteCommandResult, rhs: Beryl_Ipc_V1_WriteCommandResult) -> Bool {
+    if lhs.sent != rhs.sent {return false}
+    if lhs.sendAgain != rhs.sendAgain {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -5808,7 +5906,7 @@ nonisolated extension Beryl_Ipc_V1_PeripheralServicesChanged: SwiftProtobuf.Mess
 
 nonisolated extension Beryl_Ipc_V1_PeripheralReadyToWrite: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PeripheralReadyToWrite"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peripheral\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peripheral\0\u{1}count\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -5817,6 +5915,7 @@ nonisolated extension Beryl_Ipc_V1_PeripheralReadyToWrite: SwiftProtobuf.Message
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.count) }()
       default: break
       }
     }
@@ -5826,11 +5925,15 @@ nonisolated extension Beryl_Ipc_V1_PeripheralReadyToWrite: SwiftProtobuf.Message
     if !self.peripheral.isEmpty {
       try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 1)
     }
+    if self.count != 0 {
+      try visitor.visitSingularUInt32Field(value: self.count, fieldNumber: 2)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_PeripheralReadyToWrite, rhs: Beryl_Ipc_V1_PeripheralReadyToWrite) -> Bool {
     if lhs.peripheral != rhs.peripheral {return false}
+    if lhs.count != rhs.count {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -4311,7 +4311,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_reliable_write__descriptor
   (ProtobufCMessageInit) beryl__ipc__v1__gatt_reliable_write__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_write__field_descriptors[5] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_write__field_descriptors[8] =
 {
   {
     "connection_handle",
@@ -4373,10 +4373,49 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_write__field_descript
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "ordered",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__GattWrite, ordered),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "ready_seen",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__GattWrite, ready_seen),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "on_behalf_of",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__GattWrite, on_behalf_of),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__gatt_write__field_indices_by_name[] = {
   0,   /* field[0] = connection_handle */
   1,   /* field[1] = handle */
+  7,   /* field[7] = on_behalf_of */
+  5,   /* field[5] = ordered */
+  6,   /* field[6] = ready_seen */
   4,   /* field[4] = signed */
   2,   /* field[2] = value */
   3,   /* field[3] = without_response */
@@ -4384,7 +4423,7 @@ static const unsigned beryl__ipc__v1__gatt_write__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__gatt_write__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_write__descriptor =
 {
@@ -4394,7 +4433,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_write__descriptor =
   "Beryl__Ipc__V1__GattWrite",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__GattWrite),
-  5,
+  8,
   beryl__ipc__v1__gatt_write__field_descriptors,
   beryl__ipc__v1__gatt_write__field_indices_by_name,
   1,  beryl__ipc__v1__gatt_write__number_ranges,
@@ -4568,7 +4607,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_service_changed__descripto
   (ProtobufCMessageInit) beryl__ipc__v1__gatt_service_changed__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_write_ready__field_descriptors[1] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_write_ready__field_descriptors[3] =
 {
   {
     "connection_handle",
@@ -4582,14 +4621,40 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_write_ready__field_de
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "count",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__GattWriteReady, count),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "on_behalf_of",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__GattWriteReady, on_behalf_of),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__gatt_write_ready__field_indices_by_name[] = {
   0,   /* field[0] = connection_handle */
+  1,   /* field[1] = count */
+  2,   /* field[2] = on_behalf_of */
 };
 static const ProtobufCIntRange beryl__ipc__v1__gatt_write_ready__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_write_ready__descriptor =
 {
@@ -4599,7 +4664,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_write_ready__descriptor =
   "Beryl__Ipc__V1__GattWriteReady",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__GattWriteReady),
-  1,
+  3,
   beryl__ipc__v1__gatt_write_ready__field_descriptors,
   beryl__ipc__v1__gatt_write_ready__field_indices_by_name,
   1,  beryl__ipc__v1__gatt_write_ready__number_ranges,

@@ -583,10 +583,18 @@ struct  Beryl__Ipc__V1__GattWrite
    * when bonding; on an encrypted link, a Write Command, as encryption authenticates already.
    */
   protobuf_c_boolean signed_;
+  /*
+   * With without_response, as Notify's fields: after a BUSY refusal every write without response of the sender on
+   * this link is refused BUSY until it is sent GattWriteReady; an `ordered` sender's write sent before it saw the
+   * latest GattWriteReady (`ready_seen`: that event's count) is refused CANCELLED, and it sends the write again.
+   */
+  protobuf_c_boolean ordered;
+  uint32_t ready_seen;
+  uint64_t on_behalf_of;
 };
 #define BERYL__IPC__V1__GATT_WRITE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__gatt_write__descriptor) \
-    , 0, 0, {0,NULL}, 0, 0 }
+    , 0, 0, {0,NULL}, 0, 0, 0, 0, 0 }
 
 
 /*
@@ -623,16 +631,21 @@ struct  Beryl__Ipc__V1__GattServiceChanged
 
 
 /*
- * After a write without response was refused as busy: the link can take another.
+ * To the sender whose write without response was refused as busy: the link can take another.
  */
 struct  Beryl__Ipc__V1__GattWriteReady
 {
   ProtobufCMessage base;
   uint32_t connection_handle;
+  /*
+   * How many this sender (for `on_behalf_of`) has been sent on this link, this one included.
+   */
+  uint32_t count;
+  uint64_t on_behalf_of;
 };
 #define BERYL__IPC__V1__GATT_WRITE_READY__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__gatt_write_ready__descriptor) \
-    , 0 }
+    , 0, 0, 0 }
 
 
 /*

@@ -1453,6 +1453,51 @@ void   beryl__ipc__v1__gatt_result__free_unpacked
   assert(message->base.descriptor == &beryl__ipc__v1__gatt_result__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   beryl__ipc__v1__write_command_result__init
+                     (Beryl__Ipc__V1__WriteCommandResult         *message)
+{
+  static const Beryl__Ipc__V1__WriteCommandResult init_value = BERYL__IPC__V1__WRITE_COMMAND_RESULT__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__write_command_result__get_packed_size
+                     (const Beryl__Ipc__V1__WriteCommandResult *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__write_command_result__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__write_command_result__pack
+                     (const Beryl__Ipc__V1__WriteCommandResult *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__write_command_result__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__write_command_result__pack_to_buffer
+                     (const Beryl__Ipc__V1__WriteCommandResult *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__write_command_result__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__WriteCommandResult *
+       beryl__ipc__v1__write_command_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__WriteCommandResult *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__write_command_result__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__write_command_result__free_unpacked
+                     (Beryl__Ipc__V1__WriteCommandResult *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__write_command_result__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   beryl__ipc__v1__read_rssi__init
                      (Beryl__Ipc__V1__ReadRSSI         *message)
 {
@@ -5125,7 +5170,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__read_attribute__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__read_attribute__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__write_attribute__field_descriptors[4] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__write_attribute__field_descriptors[6] =
 {
   {
     "handle",
@@ -5175,9 +5220,35 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__write_attribute__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "ordered",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__WriteAttribute, ordered),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "ready_seen",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__WriteAttribute, ready_seen),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__write_attribute__field_indices_by_name[] = {
   0,   /* field[0] = handle */
+  4,   /* field[4] = ordered */
+  5,   /* field[5] = ready_seen */
   3,   /* field[3] = signed */
   1,   /* field[1] = value */
   2,   /* field[2] = without_response */
@@ -5185,7 +5256,7 @@ static const unsigned beryl__ipc__v1__write_attribute__field_indices_by_name[] =
 static const ProtobufCIntRange beryl__ipc__v1__write_attribute__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__write_attribute__descriptor =
 {
@@ -5195,7 +5266,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__write_attribute__descriptor =
   "Beryl__Ipc__V1__WriteAttribute",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__WriteAttribute),
-  4,
+  6,
   beryl__ipc__v1__write_attribute__field_descriptors,
   beryl__ipc__v1__write_attribute__field_indices_by_name,
   1,  beryl__ipc__v1__write_attribute__number_ranges,
@@ -5317,7 +5388,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__write_attributes_reliably__desc
   (ProtobufCMessageInit) beryl__ipc__v1__write_attributes_reliably__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_result__field_descriptors[2] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_result__field_descriptors[3] =
 {
   {
     "database",
@@ -5343,15 +5414,28 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_result__field_descrip
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "write_command",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__GattResult, kind_case),
+    offsetof(Beryl__Ipc__V1__GattResult, write_command),
+    &beryl__ipc__v1__write_command_result__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__gatt_result__field_indices_by_name[] = {
   0,   /* field[0] = database */
   1,   /* field[1] = value */
+  2,   /* field[2] = write_command */
 };
 static const ProtobufCIntRange beryl__ipc__v1__gatt_result__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_result__descriptor =
 {
@@ -5361,11 +5445,62 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_result__descriptor =
   "Beryl__Ipc__V1__GattResult",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__GattResult),
-  2,
+  3,
   beryl__ipc__v1__gatt_result__field_descriptors,
   beryl__ipc__v1__gatt_result__field_indices_by_name,
   1,  beryl__ipc__v1__gatt_result__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__gatt_result__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__write_command_result__field_descriptors[2] =
+{
+  {
+    "sent",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__WriteCommandResult, sent),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "send_again",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__WriteCommandResult, send_again),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__write_command_result__field_indices_by_name[] = {
+  1,   /* field[1] = send_again */
+  0,   /* field[0] = sent */
+};
+static const ProtobufCIntRange beryl__ipc__v1__write_command_result__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__write_command_result__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.WriteCommandResult",
+  "WriteCommandResult",
+  "Beryl__Ipc__V1__WriteCommandResult",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__WriteCommandResult),
+  2,
+  beryl__ipc__v1__write_command_result__field_descriptors,
+  beryl__ipc__v1__write_command_result__field_indices_by_name,
+  1,  beryl__ipc__v1__write_command_result__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__write_command_result__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor beryl__ipc__v1__read_rssi__field_descriptors[1] =
@@ -7376,7 +7511,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__peripheral_services_changed__de
   (ProtobufCMessageInit) beryl__ipc__v1__peripheral_services_changed__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__peripheral_ready_to_write__field_descriptors[1] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__peripheral_ready_to_write__field_descriptors[2] =
 {
   {
     "peripheral",
@@ -7390,14 +7525,27 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__peripheral_ready_to_write_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "count",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__PeripheralReadyToWrite, count),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__peripheral_ready_to_write__field_indices_by_name[] = {
+  1,   /* field[1] = count */
   0,   /* field[0] = peripheral */
 };
 static const ProtobufCIntRange beryl__ipc__v1__peripheral_ready_to_write__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__peripheral_ready_to_write__descriptor =
 {
@@ -7407,7 +7555,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__peripheral_ready_to_write__desc
   "Beryl__Ipc__V1__PeripheralReadyToWrite",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__PeripheralReadyToWrite),
-  1,
+  2,
   beryl__ipc__v1__peripheral_ready_to_write__field_descriptors,
   beryl__ipc__v1__peripheral_ready_to_write__field_indices_by_name,
   1,  beryl__ipc__v1__peripheral_ready_to_write__number_ranges,

@@ -51,6 +51,7 @@ typedef struct Beryl__Ipc__V1__WriteAttribute Beryl__Ipc__V1__WriteAttribute;
 typedef struct Beryl__Ipc__V1__SetNotifyValue Beryl__Ipc__V1__SetNotifyValue;
 typedef struct Beryl__Ipc__V1__WriteAttributesReliably Beryl__Ipc__V1__WriteAttributesReliably;
 typedef struct Beryl__Ipc__V1__GattResult Beryl__Ipc__V1__GattResult;
+typedef struct Beryl__Ipc__V1__WriteCommandResult Beryl__Ipc__V1__WriteCommandResult;
 typedef struct Beryl__Ipc__V1__ReadRSSI Beryl__Ipc__V1__ReadRSSI;
 typedef struct Beryl__Ipc__V1__RSSIValue Beryl__Ipc__V1__RSSIValue;
 typedef struct Beryl__Ipc__V1__GetMaximumWriteLength Beryl__Ipc__V1__GetMaximumWriteLength;
@@ -672,10 +673,16 @@ struct  Beryl__Ipc__V1__WriteAttribute
   ProtobufCBinaryData value;
   protobuf_c_boolean without_response;
   protobuf_c_boolean signed_;
+  /*
+   * A library that sends writes without response without waiting for each answer keeps them in order with these
+   * (att.proto's GattWrite): `ready_seen` is the count of the last PeripheralReadyToWrite it had for the peripheral.
+   */
+  protobuf_c_boolean ordered;
+  uint32_t ready_seen;
 };
 #define BERYL__IPC__V1__WRITE_ATTRIBUTE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__write_attribute__descriptor) \
-    , 0, {0,NULL}, 0, 0 }
+    , 0, {0,NULL}, 0, 0, 0, 0 }
 
 
 /*
@@ -711,7 +718,8 @@ struct  Beryl__Ipc__V1__WriteAttributesReliably
 typedef enum {
   BERYL__IPC__V1__GATT_RESULT__KIND__NOT_SET = 0,
   BERYL__IPC__V1__GATT_RESULT__KIND_DATABASE = 1,
-  BERYL__IPC__V1__GATT_RESULT__KIND_VALUE = 2
+  BERYL__IPC__V1__GATT_RESULT__KIND_VALUE = 2,
+  BERYL__IPC__V1__GATT_RESULT__KIND_WRITE_COMMAND = 3
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(BERYL__IPC__V1__GATT_RESULT__KIND__CASE)
 } Beryl__Ipc__V1__GattResult__KindCase;
 
@@ -725,11 +733,30 @@ struct  Beryl__Ipc__V1__GattResult
      */
     Beryl__Ipc__V1__GattDatabase *database;
     ProtobufCBinaryData value;
+    /*
+     * An `ordered` write without response.
+     */
+    Beryl__Ipc__V1__WriteCommandResult *write_command;
   };
 };
 #define BERYL__IPC__V1__GATT_RESULT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__gatt_result__descriptor) \
     , BERYL__IPC__V1__GATT_RESULT__KIND__NOT_SET, {0} }
+
+
+/*
+ * sent false: the link's queue is full; PeripheralReadyToWrite follows. With `send_again` the write was sent before
+ * the latest PeripheralReadyToWrite: it goes again at once, and no other PeripheralReadyToWrite follows.
+ */
+struct  Beryl__Ipc__V1__WriteCommandResult
+{
+  ProtobufCMessage base;
+  protobuf_c_boolean sent;
+  protobuf_c_boolean send_again;
+};
+#define BERYL__IPC__V1__WRITE_COMMAND_RESULT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__write_command_result__descriptor) \
+    , 0, 0 }
 
 
 struct  Beryl__Ipc__V1__ReadRSSI
@@ -1165,10 +1192,14 @@ struct  Beryl__Ipc__V1__PeripheralReadyToWrite
 {
   ProtobufCMessage base;
   char *peripheral;
+  /*
+   * att.proto's GattWriteReady count for this app on the link; 0 when a new attd took the link over (it counts afresh).
+   */
+  uint32_t count;
 };
 #define BERYL__IPC__V1__PERIPHERAL_READY_TO_WRITE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__peripheral_ready_to_write__descriptor) \
-    , (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, 0 }
 
 
 struct  Beryl__Ipc__V1__CentralRead
@@ -1974,6 +2005,25 @@ Beryl__Ipc__V1__GattResult *
 void   beryl__ipc__v1__gatt_result__free_unpacked
                      (Beryl__Ipc__V1__GattResult *message,
                       ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__WriteCommandResult methods */
+void   beryl__ipc__v1__write_command_result__init
+                     (Beryl__Ipc__V1__WriteCommandResult         *message);
+size_t beryl__ipc__v1__write_command_result__get_packed_size
+                     (const Beryl__Ipc__V1__WriteCommandResult   *message);
+size_t beryl__ipc__v1__write_command_result__pack
+                     (const Beryl__Ipc__V1__WriteCommandResult   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__write_command_result__pack_to_buffer
+                     (const Beryl__Ipc__V1__WriteCommandResult   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__WriteCommandResult *
+       beryl__ipc__v1__write_command_result__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__write_command_result__free_unpacked
+                     (Beryl__Ipc__V1__WriteCommandResult *message,
+                      ProtobufCAllocator *allocator);
 /* Beryl__Ipc__V1__ReadRSSI methods */
 void   beryl__ipc__v1__read_rssi__init
                      (Beryl__Ipc__V1__ReadRSSI         *message);
@@ -2721,6 +2771,9 @@ typedef void (*Beryl__Ipc__V1__WriteAttributesReliably_Closure)
 typedef void (*Beryl__Ipc__V1__GattResult_Closure)
                  (const Beryl__Ipc__V1__GattResult *message,
                   void *closure_data);
+typedef void (*Beryl__Ipc__V1__WriteCommandResult_Closure)
+                 (const Beryl__Ipc__V1__WriteCommandResult *message,
+                  void *closure_data);
 typedef void (*Beryl__Ipc__V1__ReadRSSI_Closure)
                  (const Beryl__Ipc__V1__ReadRSSI *message,
                   void *closure_data);
@@ -2869,6 +2922,7 @@ extern const ProtobufCMessageDescriptor beryl__ipc__v1__write_attribute__descrip
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__set_notify_value__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__write_attributes_reliably__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_result__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__write_command_result__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__read_rssi__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__rssivalue__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__get_maximum_write_length__descriptor;
