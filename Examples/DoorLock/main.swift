@@ -19,9 +19,11 @@ struct Options {
     var log: String?
     var runtimeDir: String?
     var busySeconds: Double = 0
+    /// Reads of the lock's state after the first value, one after another; "readsDone" is logged after the last.
+    var reads = 0
 
     static func parse(_ arguments: [String]) -> Options? {
-        var service: BluetoothUUID?, characteristic: BluetoothUUID?, log: String?, runtimeDir: String?, busySeconds: Double = 0
+        var service: BluetoothUUID?, characteristic: BluetoothUUID?, log: String?, runtimeDir: String?, busySeconds: Double = 0, reads = 0
         var iterator = arguments.makeIterator()
         while let argument = iterator.next() {
             guard let value = iterator.next() else { return nil }
@@ -33,11 +35,14 @@ struct Options {
             case "--busy-seconds":
                 guard let seconds = Double(value), seconds >= 0 else { return nil }
                 busySeconds = seconds
+            case "--reads":
+                guard let count = Int(value), count >= 0 else { return nil }
+                reads = count
             default: return nil
             }
         }
         guard let service, let characteristic else { return nil }
-        return Options(service: service, characteristic: characteristic, log: log, runtimeDir: runtimeDir, busySeconds: busySeconds)
+        return Options(service: service, characteristic: characteristic, log: log, runtimeDir: runtimeDir, busySeconds: busySeconds, reads: reads)
     }
 }
 
@@ -72,6 +77,7 @@ final class DoorLock: NSObject, CentralManagerDelegate, PeripheralDelegate {
     let relaunched: Bool
     var myCentralManager: CentralManager!
     var lock: Peripheral?
+    var readsLeft: Int
 
     /// As the guide's app delegate: the launch options say whether the stack relaunched the app to restore a manager;
     /// the manager is made with the restore identifier either way.
@@ -80,6 +86,7 @@ final class DoorLock: NSObject, CentralManagerDelegate, PeripheralDelegate {
         self.log = log
         let centralManagerIdentifiers = launchOptions?[ApplicationLaunchOptionsBluetoothCentralsKey] as? [String] ?? []
         relaunched = !centralManagerIdentifiers.isEmpty
+        readsLeft = options.reads
         super.init()
         log.write("launched", ["restoring": centralManagerIdentifiers])
         myCentralManager = CentralManager(delegate: self, queue: nil, options: [CentralManagerOptionRestoreIdentifierKey: "doorlock-central"],
@@ -190,11 +197,18 @@ final class DoorLock: NSObject, CentralManagerDelegate, PeripheralDelegate {
         heard("didUpdateValueFor", ["characteristic": characteristic.uuid.description,
                                         "value": characteristic.value.map { $0.map { String(format: "%02x", $0) }.joined() } ?? "",
                                         "error": error.map { "\($0)" } ?? ""])
+        guard error == nil, options.reads > 0, readsLeft >= 0 else { return }
+        if readsLeft > 0 {
+            peripheral.readValue(for: characteristic)
+        } else {
+            heard("readsDone", ["reads": options.reads])
+        }
+        readsLeft -= 1
     }
 }
 
 guard let options = Options.parse(Array(CommandLine.arguments.dropFirst())) else {
-    FileHandle.standardError.write(Data("usage: doorlock --service UUID --characteristic UUID [--log FILE] [--runtime-dir DIR] [--busy-seconds N]\n".utf8))
+    FileHandle.standardError.write(Data("usage: doorlock --service UUID --characteristic UUID [--log FILE] [--runtime-dir DIR] [--busy-seconds N] [--reads N]\n".utf8))
     exit(64)
 }
 do {

@@ -16,6 +16,7 @@ final class RestorationTests: TwoStacksTestCase {
     var appsDir: String { scratch.root + "/apps" }
     var doorlockLog: String { scratch.root + "/doorlock.log" }
     var sleepyLog: String { scratch.root + "/sleepy.log" }
+    var readerLog: String { scratch.root + "/reader.log" }
     static let lockProfile = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Examples/profiles/secure-lock.json").path
     static let appID = "com.example.doorlock"
@@ -48,7 +49,15 @@ final class RestorationTests: TwoStacksTestCase {
         ]
         try JSONSerialization.data(withJSONObject: sleepy).write(to: URL(fileURLWithPath: appsDir + "/sleepy.json"))
         chmod(appsDir + "/sleepy.json", 0o644)
-        for log in [doorlockLog, sleepyLog] {
+        // The door lock under another id, reading the lock's state 40 times once it has it.
+        let reader: [String: Any] = [
+            "id": "com.example.reader", "user": Self.appUser, "backgroundModes": ["bluetooth-central"],
+            "launch": ["command": [Executables.path("doorlock"), "--service", "D00D0001-0000-1000-8000-00805F9B34FB",
+                                   "--characteristic", "D00D0004-0000-1000-8000-00805F9B34FB", "--log", readerLog, "--reads", "40"]],
+        ]
+        try JSONSerialization.data(withJSONObject: reader).write(to: URL(fileURLWithPath: appsDir + "/reader.json"))
+        chmod(appsDir + "/reader.json", 0o644)
+        for log in [doorlockLog, sleepyLog, readerLog] {
             _ = FileManager.default.createFile(atPath: log, contents: nil)
             chmod(log, 0o666)  // the app appends to it as its manifest's user
         }
@@ -77,6 +86,38 @@ final class RestorationTests: TwoStacksTestCase {
     private func app(_ id: String = RestorationTests.appID) throws -> [String: Any] { try managedApp(id) }
 
     private func log(of id: String) -> String { (try? String(contentsOfFile: "\(scratch.root)/run0/logs/app-\(id).log", encoding: .utf8)) ?? "" }
+
+    /// A central that opted into restoration reads again and again: what managerd preserves for it does not change, so
+    /// nothing in the state directory is written (every GATT operation rewrote and fsynced the whole record once).
+    func testARestorableCentralsReadsWriteNothingToTheStateDirectory() throws {
+        let profile = Self.lockProfile.replacingOccurrences(of: "secure-lock.json", with: "lock.json")
+        try scratch.start("serve", [Executables.path("beryl"), "serve", profile, "--runtime-dir", "\(scratch.root)/run1"],
+                          socket: "\(scratch.root)/run1/managerd.sock")
+        defer { _ = try? beryl(["app", "quit", "com.example.reader"]) }
+        XCTAssertEqual(try beryl(["app", "launch", "com.example.reader"]).status, 0)
+        let events = { self.names(self.events(in: self.readerLog)) }
+        XCTAssertTrue(eventually(.seconds(20)) { events().contains("didUpdateValueFor") && events().contains("didUpdateNotificationStateFor") },
+                      "\(events())")
+        XCTAssertEqual(try app("com.example.reader")["preservedCentrals"] as? [String], ["doorlock-central"])
+        let before = try stateFiles()
+        XCTAssertFalse(before.isEmpty, "the preserved manager is on disk")
+        XCTAssertTrue(eventually(.seconds(30)) { events().contains("readsDone") }, "\(events())")
+        XCTAssertEqual(events().filter { $0 == "didUpdateValueFor" }.count, 41, "\(events())")
+        XCTAssertEqual(try stateFiles(), before, "40 reads wrote to the state directory")
+    }
+
+    /// Every file under managerd's state directory with its size and modification time.
+    private func stateFiles() throws -> [String: String] {
+        let root = scratch.root + "/state0"
+        var files: [String: String] = [:]
+        let enumerator = try XCTUnwrap(FileManager.default.enumerator(atPath: root), "no state directory at \(root)")
+        for case let path as String in enumerator {
+            var status = stat()
+            guard stat(root + "/" + path, &status) == 0, status.st_mode & S_IFMT == S_IFREG else { continue }
+            files[path] = "\(status.st_size) bytes, modified \(status.st_mtim.tv_sec).\(status.st_mtim.tv_nsec)"
+        }
+        return files
+    }
 
     /// A peripheral app: its service stays published and advertised after kill -9, and a central's read of its
     /// dynamic setpoint relaunches it to answer.
@@ -388,8 +429,10 @@ final class RestorationTests: TwoStacksTestCase {
     }
 
     /// The doorlock app's callbacks, one JSON object per line.
-    private func doorlockEvents() -> [[String: Any]] {
-        ((try? String(contentsOfFile: doorlockLog, encoding: .utf8)) ?? "").split(separator: "\n")
+    private func doorlockEvents() -> [[String: Any]] { events(in: doorlockLog) }
+
+    private func events(in log: String) -> [[String: Any]] {
+        ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n")
             .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
     }
 
