@@ -155,7 +155,14 @@ public final class CentralManager: Sendable, SessionBacked {
     }
 
     private func update(_ newState: ManagerState) {
-        if newState != .poweredOn { shared.withLock { $0.isScanning = false } }
+        if newState != .poweredOn {
+            let known = shared.withLock { state in
+                state.isScanning = false
+                return Array(state.peripherals.values)
+            }
+            // managerd has attd forget this app's write counts when the stack leaves poweredOn: the queues follow.
+            for peripheral in known { peripheral.writesGone() }
+        }
         session.changeState(newState, CentralManagerDelegate.self) { $0.centralManagerDidUpdateState(self) }
     }
 

@@ -451,8 +451,8 @@ public final class Peripheral: CustomStringConvertible, Sendable {
             defer { state.writeCompletions.removeAll() }
             return Array(state.writeCompletions.values)
         }
+        // A ready owed stays owed: told after the next write's answer, not on a link that is gone.
         for completion in dropped { completion(.failure(.unavailable("the link went before the write without response was sent"))) }
-        readyToWriteIfOwed()
     }
 
     public func writeValue(_ data: Data, for characteristic: Characteristic, type: CharacteristicWriteType = .withResponse) async throws {

@@ -464,7 +464,7 @@ public final class ATTServer {
 
     /// Sends the indication now or after the outstanding one is confirmed; returns false when the peer has not subscribed.
     public func indicate(valueHandle: UInt16, value: [UInt8]) -> (subscribed: Bool, outputs: [ATTServerOutput]) {
-        guard (clientConfigurations[valueHandle + 1] ?? 0) & 2 != 0 else { return (false, []) }
+        guard indicates(valueHandle: valueHandle) else { return (false, []) }
         guard indicationInFlight == nil else {
             indicationQueue.append((valueHandle, value))
             return (true, [])
@@ -473,6 +473,15 @@ public final class ATTServer {
     }
 
     public var isIndicationOutstanding: Bool { indicationInFlight != nil }
+
+    /// Indications that may wait behind the outstanding one before updateValue says false (Core Bluetooth's transmit
+    /// queue): a publisher faster than the peer confirms (one at a time, Core Vol 3 Part F §3.4.7.2) cannot grow the
+    /// queue without bound. Service Changed is not counted against it.
+    public static let indicationBacklog = 32
+    public var hasIndicationRoom: Bool { indicationQueue.count < Self.indicationBacklog }
+
+    /// Whether the peer subscribed to indications of the value.
+    public func indicates(valueHandle: UInt16) -> Bool { (clientConfigurations[valueHandle + 1] ?? 0) & 2 != 0 }
 
     /// Indicates Service Changed for `range` if this peer subscribed to it (Core Vol 3 Part G §7.1).
     public func indicateServiceChanged(_ range: ClosedRange<UInt16>) -> (subscribed: Bool, outputs: [ATTServerOutput]) {

@@ -70,6 +70,9 @@ public struct TransmitPacer: Sendable {
     }
 
     private var outboxes: [UInt16: Outbox] = [:]
+    /// Links whose indication backlog was full when an update was refused: no ReadyToUpdate until a confirmation
+    /// makes room there.
+    private var indicationsFull: Set<UInt16> = []
     private var notifyRefused: Set<UpdateSender> = []
     private var readySent: [UpdateSender: UInt32] = [:]
     /// The controller's ACL buffer size, which prices a PDU in buffers.
@@ -119,6 +122,11 @@ public struct TransmitPacer: Sendable {
     }
 
     /// One sender a publisher sent for is gone (an app whose session with managerd ended).
+    /// One sender let go of one link (the link stays for others): its writes there count afresh.
+    public mutating func writeSenderGone(_ sender: UpdateSender, on link: UInt16) {
+        outboxes[link]?.forgetWriteSenders { $0 == sender }
+    }
+
     public mutating func senderGone(_ sender: UpdateSender) {
         notifyRefused.remove(sender)
         readySent[sender] = nil
@@ -148,8 +156,17 @@ public struct TransmitPacer: Sendable {
         for link in outboxes.keys { outboxes[link]?.credits = 0 }
     }
 
+    mutating func indicationsBacklogged(on links: [UInt16]) { indicationsFull.formUnion(links) }
+
+    /// The peer confirmed an indication on the link; `hasRoom`: its backlog has room now.
+    public mutating func indicationConfirmed(on link: UInt16, hasRoom: Bool) -> [Output] {
+        guard hasRoom, indicationsFull.remove(link) != nil else { return [] }
+        return readyIfAllHaveRoom()
+    }
+
     public mutating func linkClosed(_ link: UInt16) -> [Output] {
         outboxes[link] = nil
+        indicationsFull.remove(link)
         return readyIfAllHaveRoom()
     }
 
@@ -183,7 +200,7 @@ public struct TransmitPacer: Sendable {
     }
 
     private mutating func readyIfAllHaveRoom() -> [Output] {
-        guard !notifyRefused.isEmpty, outboxes.values.allSatisfy(\.hasRoom) else { return [] }
+        guard !notifyRefused.isEmpty, indicationsFull.isEmpty, outboxes.values.allSatisfy(\.hasRoom) else { return [] }
         let waiting = notifyRefused.sorted()
         notifyRefused.removeAll()
         return [.readyToUpdate(waiting.map { sender in

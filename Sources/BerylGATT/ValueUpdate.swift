@@ -13,11 +13,18 @@ public struct ValueUpdate {
 extension TransmitPacer {
     /// Core Bluetooth's updateValue(_:for:onSubscribedCentrals:): a notification goes to every link whose peer
     /// subscribed, or to none — when any of those links' queue is full it is refused whole (nil: updateValue returns
-    /// false) and the sender hears ReadyToUpdate once every link has room. Indications are the bearer's to pace.
+    /// false) and the sender hears ReadyToUpdate once every link has room. Indications are the bearer's to pace, one
+    /// confirmed before the next; they are refused the same way when a subscribed link's backlog is full.
     /// An `ordered` sender's indications wait behind its refused notifications too, so that they cannot overtake them.
     public mutating func update(valueHandle: UInt16, value: [UInt8], indicate: Bool, ordered: Bool = false, from sender: UpdateSender,
                                 on links: [LinkSession]) -> ValueUpdate? {
         if !indicate || ordered, holdsBack(sender) { return nil }
+        let backlogged = indicate ? links.filter { !$0.server.hasIndicationRoom && $0.server.indicates(valueHandle: valueHandle) } : []
+        if !backlogged.isEmpty {
+            indicationsBacklogged(on: backlogged.map(\.handle))
+            refuseNotification(from: sender)
+            return nil
+        }
         if !indicate, links.contains(where: { !hasRoom(on: $0.handle) && $0.server.notification(valueHandle: valueHandle, value: []) != nil }) {
             refuseNotification(from: sender)
             return nil

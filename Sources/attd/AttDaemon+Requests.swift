@@ -54,7 +54,12 @@ extension AttDaemon {
             applyPacer(update.transmissions)
             incoming.respond(.with { $0.att.notified.peers = update.peers })
         case .forgetSender(let forget)?:
-            pacer.senderGone(UpdateSender(publisher: session.id, onBehalfOf: forget.onBehalfOf))
+            let sender = UpdateSender(publisher: session.id, onBehalfOf: forget.onBehalfOf)
+            if forget.onlyLink {
+                pacer.writeSenderGone(sender, on: UInt16(truncatingIfNeeded: forget.connectionHandle))
+            } else {
+                pacer.senderGone(sender)
+            }
             incoming.respond(.with { $0.ack = .init() })
         case .answerRead(let answer)?:
             guard let owed = try? router.answer(answer.id, isRead: true) else {

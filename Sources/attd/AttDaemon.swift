@@ -234,7 +234,7 @@ final class AttDaemon {
         case .log(let message):
             host.logger.debug(message)
         case .indicationConfirmed:
-            break
+            applyPacer(pacer.indicationConfirmed(on: link.handle, hasRoom: link.server.hasIndicationRoom))
         }
     }
 

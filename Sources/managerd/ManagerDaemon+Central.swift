@@ -37,7 +37,10 @@ extension ManagerDaemon {
             acknowledge(incoming, after: outputs)
         case .cancelConnection(let cancel):
             do {
+                let handle = book.link(for: cancel.peripheral)?.handle
                 acknowledge(incoming, after: try core.cancelConnection(ManagerKey(session: session, manager: cancel.manager), to: cancel.peripheral))
+                // The app counts its writes' readies afresh on its next link; attd must too if others keep this one.
+                if let handle { forgetWriteSender(session, on: handle) }
             } catch {
                 incoming.fail(.notFound, "this manager neither holds nor awaits \(cancel.peripheral)", field: "peripheral",
                               detail: RemoteDetail(bluetoothError: .unknownDevice))

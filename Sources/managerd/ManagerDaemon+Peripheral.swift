@@ -139,6 +139,12 @@ extension ManagerDaemon {
         attd?.request(request)
     }
 
+    func forgetWriteSender(_ session: UInt64, on handle: UInt16) {
+        var request = Request()
+        request.att.forgetSender = .with { $0.onBehalfOf = session; $0.onlyLink = true; $0.connectionHandle = UInt32(handle) }
+        attd?.request(request)
+    }
+
     func unpublish(_ start: UInt16) {
         var request = Request()
         request.att.unpublishService.startHandle = UInt32(start)

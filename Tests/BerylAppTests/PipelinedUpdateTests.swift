@@ -14,8 +14,8 @@ private final class Flooder: PeripheralManagerDelegate, Sendable {
     let refusals = Atomic<Int>(0)
     let characteristic: MutableCharacteristic
 
-    init(_ uuid: UInt16) {
-        characteristic = MutableCharacteristic(type: BluetoothUUID(uuid), properties: .notify, value: nil, permissions: .readable)
+    init(_ uuid: UInt16, properties: CharacteristicProperties = .notify) {
+        characteristic = MutableCharacteristic(type: BluetoothUUID(uuid), properties: properties, value: nil, permissions: .readable)
     }
 
     func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) { recorder.note("state \(peripheral.state)") }
@@ -135,6 +135,22 @@ final class PipelinedUpdateTests: TwoStacksTestCase {
         try await publish(managers, apps)
         try await subscribe(central, collector, apps)
         await flood(managers, apps, collector, 300..<500)
+        withExtendedLifetime((managers, central)) {}
+    }
+
+    /// Indications go one at a time (each confirmed before the next), so the four apps outrun the link at once: attd
+    /// keeps at most 32 waiting per link and refuses the rest, and every value still arrives once and in order.
+    func testFourAppsIndicatingToOneCentralLoseAndReorderNothing() async throws {
+        let apps = uuids.map { Flooder($0, properties: .indicate) }
+        let managers = apps.map { PeripheralManager(delegate: $0, queue: DispatchQueue(label: "app"), socketPath: socket(1)) }
+        for app in apps { XCTAssertNotNil(app.recorder.wait(for: "state poweredOn")) }
+        try await publish(managers, apps)
+        let collector = Collector()
+        let central = CentralManager(delegate: collector, queue: DispatchQueue(label: "central"), socketPath: socket(0))
+        XCTAssertNotNil(collector.recorder.wait(for: "state poweredOn"))
+        try await subscribe(central, collector, apps)
+        for app in apps { XCTAssertNotNil(app.recorder.wait(for: "subscribed")) }
+        await flood(managers, apps, collector, 0..<80)
         withExtendedLifetime((managers, central)) {}
     }
 }

@@ -15,6 +15,7 @@ private final class Writer: CentralManagerDelegate, PeripheralDelegate, Sendable
     let readies = Atomic<Int>(0)
 
     func centralManagerDidUpdateState(_ central: CentralManager) { recorder.note("state \(central.state)") }
+    func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: Error?) { recorder.note("disconnected") }
     func peripheralIsReady(toSendWriteWithoutResponse peripheral: Peripheral) {
         readies.add(1, ordering: .relaxed)
         ready.signal()
@@ -112,6 +113,14 @@ final class PipelinedWriteTests: TwoStacksTestCase {
         XCTAssertTrue(peripherals.allSatisfy(\.canSendWriteWithoutResponse))
 
         await flood(writers, peripherals, characteristics, sink, 0..<300, length: 20)
+
+        // One app lets go of the link, which the others keep up, and connects again: it counts its readies afresh, and
+        // so must attd, or each of its writes would be "sent before the latest ready" for ever.
+        centrals[0].cancelPeripheralConnection(peripherals[0])
+        XCTAssertNotNil(writers[0].recorder.wait(for: "disconnected"))
+        try await centrals[0].connected(to: peripherals[0])
+        let services = try await peripherals[0].services(discovering: nil)
+        characteristics[0] = try XCTUnwrap(services.flatMap { $0.characteristics ?? [] }.first { $0.uuid == BluetoothUUID(uuids[0]) })
         let mtuBound = peripherals[0].maximumWriteValueLength(for: .withoutResponse)
         let long = min(244, mtuBound)
         await flood(writers, peripherals, characteristics, sink, 300..<500, length: long)

@@ -121,6 +121,27 @@ final class ValueUpdateTests: XCTestCase {
         XCTAssertEqual(update.indications.first { $0.link.handle == 0x42 }?.outputs,
                        [.send(ATTPDU.handleValueIndication(handle: valueHandle, value: [60]).encoded)])
     }
+
+    /// One indication is outstanding and up to 32 wait behind it; the next is refused (updateValue's false), and the
+    /// ReadyToUpdate waits until a confirmation makes room on that link.
+    func testABackloggedLinkRefusesIndicationsUntilAConfirmationMakesRoom() throws {
+        let (valueHandle, links) = try links()
+        let indicated = links[2]
+        var pacer = TransmitPacer()
+        for index in 0...ATTServer.indicationBacklog {
+            XCTAssertNotNil(pacer.update(valueHandle: valueHandle, value: [UInt8(index)], indicate: true, from: 7, on: links), "value \(index)")
+        }
+        XCTAssertFalse(indicated.server.hasIndicationRoom)
+        XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [99], indicate: true, from: 7, on: links), "the backlog is full")
+        XCTAssertNotNil(pacer.update(valueHandle: valueHandle, value: [60], indicate: false, from: 8, on: links),
+                        "notifications are not held back by indications")
+        XCTAssertEqual(pacer.indicationConfirmed(on: indicated.handle, hasRoom: false), [])
+        let confirmed = indicated.server.receive(ATTPDU.handleValueConfirmation.encoded)
+        XCTAssertEqual(confirmed.last, .send(ATTPDU.handleValueIndication(handle: valueHandle, value: [1]).encoded), "the next goes")
+        XCTAssertTrue(indicated.server.hasIndicationRoom)
+        XCTAssertEqual(pacer.indicationConfirmed(on: indicated.handle, hasRoom: true), [.readyToUpdate([.init(sender: 7, count: 1)])])
+        XCTAssertEqual(pacer.indicationConfirmed(on: indicated.handle, hasRoom: true), [], "once")
+    }
 }
 
 /// What goes on hcid's urgent lane: what a peer waits on, nothing that must keep its place behind queued notifications.

@@ -769,6 +769,12 @@ public nonisolated struct Beryl_Ipc_V1_ForgetSender: Sendable {
 
   public var onBehalfOf: UInt64 = 0
 
+  /// With `only_link`: only its writes without response on link `connection_handle` (refusals and GattWriteReady
+  /// count): the app let go of a link that others still hold, and counts afresh when it connects again.
+  public var onlyLink: Bool = false
+
+  public var connectionHandle: UInt32 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -2974,7 +2980,7 @@ nonisolated extension Beryl_Ipc_V1_ReadyToUpdate: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Beryl_Ipc_V1_ForgetSender: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ForgetSender"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}on_behalf_of\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}on_behalf_of\0\u{3}only_link\0\u{3}connection_handle\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2983,6 +2989,8 @@ nonisolated extension Beryl_Ipc_V1_ForgetSender: SwiftProtobuf.Message, SwiftPro
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularUInt64Field(value: &self.onBehalfOf) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.onlyLink) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
       default: break
       }
     }
@@ -2992,11 +3000,19 @@ nonisolated extension Beryl_Ipc_V1_ForgetSender: SwiftProtobuf.Message, SwiftPro
     if self.onBehalfOf != 0 {
       try visitor.visitSingularUInt64Field(value: self.onBehalfOf, fieldNumber: 1)
     }
+    if self.onlyLink != false {
+      try visitor.visitSingularBoolField(value: self.onlyLink, fieldNumber: 2)
+    }
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 3)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_ForgetSender, rhs: Beryl_Ipc_V1_ForgetSender) -> Bool {
     if lhs.onBehalfOf != rhs.onBehalfOf {return false}
+    if lhs.onlyLink != rhs.onlyLink {return false}
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

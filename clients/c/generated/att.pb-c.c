@@ -4722,7 +4722,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__ready_to_update__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__ready_to_update__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__forget_sender__field_descriptors[1] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__forget_sender__field_descriptors[3] =
 {
   {
     "on_behalf_of",
@@ -4736,14 +4736,40 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__forget_sender__field_descr
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "only_link",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__ForgetSender, only_link),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "connection_handle",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__ForgetSender, connection_handle),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__forget_sender__field_indices_by_name[] = {
+  2,   /* field[2] = connection_handle */
   0,   /* field[0] = on_behalf_of */
+  1,   /* field[1] = only_link */
 };
 static const ProtobufCIntRange beryl__ipc__v1__forget_sender__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__forget_sender__descriptor =
 {
@@ -4753,7 +4779,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__forget_sender__descriptor =
   "Beryl__Ipc__V1__ForgetSender",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__ForgetSender),
-  1,
+  3,
   beryl__ipc__v1__forget_sender__field_descriptors,
   beryl__ipc__v1__forget_sender__field_indices_by_name,
   1,  beryl__ipc__v1__forget_sender__number_ranges,

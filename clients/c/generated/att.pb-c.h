@@ -675,10 +675,16 @@ struct  Beryl__Ipc__V1__ForgetSender
 {
   ProtobufCMessage base;
   uint64_t on_behalf_of;
+  /*
+   * With `only_link`: only its writes without response on link `connection_handle` (refusals and GattWriteReady
+   * count): the app let go of a link that others still hold, and counts afresh when it connects again.
+   */
+  protobuf_c_boolean only_link;
+  uint32_t connection_handle;
 };
 #define BERYL__IPC__V1__FORGET_SENDER__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__forget_sender__descriptor) \
-    , 0 }
+    , 0, 0, 0 }
 
 
 struct  Beryl__Ipc__V1__GattNotification
