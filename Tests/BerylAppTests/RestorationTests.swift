@@ -403,7 +403,7 @@ final class RestorationTests: TwoStacksTestCase {
         let listed = try beryl(["app", "list", "--json"])
         XCTAssertEqual(listed.status, 0, listed.err)
         let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(listed.out.utf8)) as? [String: Any])
-        XCTAssertEqual((object["apps"] as? [[String: Any]])?.compactMap { $0["id"] as? String }, ["com.example.brief-thermostat", Self.appID, "com.example.sleepy", "com.example.thermostat"])
+        XCTAssertEqual((object["apps"] as? [[String: Any]])?.compactMap { $0["id"] as? String }, ["com.example.brief-thermostat", Self.appID, "com.example.reader", "com.example.sleepy", "com.example.thermostat"])
         let refused = try XCTUnwrap(object["refused"] as? [String])
         XCTAssertTrue(refused.contains { $0.contains("rooted.json: user: apps never run as root") }, "\(refused)")
         XCTAssertTrue(refused.contains { $0.contains("broken.json: $: not JSON") }, "\(refused)")
