@@ -1,3 +1,4 @@
+import BerylWire
 import Foundation
 
 /// What updateValue and writes without response hand the stack, sans-IO: each leaves for managerd as soon as it is
@@ -117,6 +118,18 @@ struct OrderedSendQueue<Item: Equatable & Sendable> {
         entries.removeAll()
         readySeen = 0
         waitingForReady = false
+    }
+}
+
+extension OrderedSendQueue.Answer {
+    /// managerd's answer to one item: sent, refused for a full queue, to send again, or failed for good.
+    init(_ result: Result<Response, BerylError>, sent: (Response) -> Bool, sendAgain: (Response) -> Bool) {
+        switch result {
+        case .success(let response) where sent(response): self = .sent
+        case .success(let response) where sendAgain(response): self = .sendAgain
+        case .success: self = .queueFull
+        case .failure: self = .failed
+        }
     }
 }
 

@@ -424,13 +424,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
     }
 
     private func writeAnswered(_ id: UInt64, _ result: Result<Response, BerylError>) {
-        let answer: WriteQueue.Answer
-        switch result {
-        case .success(let response) where response.manager.gatt.writeCommand.sent: answer = .sent
-        case .success(let response) where response.manager.gatt.writeCommand.sendAgain: answer = .sendAgain
-        case .success: answer = .queueFull
-        case .failure: answer = .failed
-        }
+        let answer = WriteQueue.Answer(result, sent: \.manager.gatt.writeCommand.sent, sendAgain: \.manager.gatt.writeCommand.sendAgain)
         let completion = shared.withLock { state -> (@Sendable (Result<Void, BerylError>) -> Void)? in
             guard state.writes.answered(id, answer), answer == .sent || answer == .failed else { return nil }
             return state.writeCompletions.removeValue(forKey: id)

@@ -384,13 +384,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
     }
 
     private func updateAnswered(_ id: UInt64, _ result: Result<Response, BerylError>) {
-        let answer: UpdateQueue.Answer
-        switch result {
-        case .success(let response) where response.manager.updateResult.sent: answer = .sent
-        case .success(let response) where response.manager.updateResult.sendAgain: answer = .sendAgain
-        case .success: answer = .queueFull
-        case .failure: answer = .failed
-        }
+        let answer = UpdateQueue.Answer(result, sent: \.manager.updateResult.sent, sendAgain: \.manager.updateResult.sendAgain)
         guard shared.withLock({ $0.updates.answered(id, answer) }) else { return }
         // Refused for good (the service was removed meanwhile): said as misuse, as Core Bluetooth logs it.
         if case .failure(let error) = result {

@@ -83,6 +83,19 @@ final class PipelinedUpdateTests: TwoStacksTestCase {
         }
     }
 
+    /// Each app's manager on stack 1 publishes its characteristic; one central on stack 0 subscribes to all four.
+    private func publishAndSubscribe(_ apps: [Flooder]) async throws -> ([PeripheralManager], CentralManager, Collector) {
+        let managers = apps.map { PeripheralManager(delegate: $0, queue: DispatchQueue(label: "app"), socketPath: socket(1)) }
+        for app in apps { XCTAssertNotNil(app.recorder.wait(for: "state poweredOn")) }
+        try await publish(managers, apps)
+        let collector = Collector()
+        let central = CentralManager(delegate: collector, queue: DispatchQueue(label: "central"), socketPath: socket(0))
+        XCTAssertNotNil(collector.recorder.wait(for: "state poweredOn"))
+        try await subscribe(central, collector, apps)
+        for app in apps { XCTAssertNotNil(app.recorder.wait(for: "subscribed")) }
+        return (managers, central, collector)
+    }
+
     /// Each app sends values `from..<to`; the central must hear exactly those after what it heard before.
     private func flood(_ managers: [PeripheralManager], _ apps: [Flooder], _ collector: Collector, _ range: Range<Int>) async {
         let heardBefore = uuids.map { collector.received($0).count }
@@ -106,14 +119,7 @@ final class PipelinedUpdateTests: TwoStacksTestCase {
 
     func testFourAppsFloodingOneCentralLoseAndReorderNothing() async throws {
         let apps = uuids.map { Flooder($0) }
-        let managers = apps.map { PeripheralManager(delegate: $0, queue: DispatchQueue(label: "app"), socketPath: socket(1)) }
-        for app in apps { XCTAssertNotNil(app.recorder.wait(for: "state poweredOn")) }
-        try await publish(managers, apps)
-        let collector = Collector()
-        let central = CentralManager(delegate: collector, queue: DispatchQueue(label: "central"), socketPath: socket(0))
-        XCTAssertNotNil(collector.recorder.wait(for: "state poweredOn"))
-        try await subscribe(central, collector, apps)
-        for app in apps { XCTAssertNotNil(app.recorder.wait(for: "subscribed")) }
+        let (managers, central, collector) = try await publishAndSubscribe(apps)
         await flood(managers, apps, collector, 0..<300)
 
         // The peripheral's controller goes (hcid killed and started again) while attd stays, with its count of each
@@ -142,14 +148,7 @@ final class PipelinedUpdateTests: TwoStacksTestCase {
     /// keeps at most 32 waiting per link and refuses the rest, and every value still arrives once and in order.
     func testFourAppsIndicatingToOneCentralLoseAndReorderNothing() async throws {
         let apps = uuids.map { Flooder($0, properties: .indicate) }
-        let managers = apps.map { PeripheralManager(delegate: $0, queue: DispatchQueue(label: "app"), socketPath: socket(1)) }
-        for app in apps { XCTAssertNotNil(app.recorder.wait(for: "state poweredOn")) }
-        try await publish(managers, apps)
-        let collector = Collector()
-        let central = CentralManager(delegate: collector, queue: DispatchQueue(label: "central"), socketPath: socket(0))
-        XCTAssertNotNil(collector.recorder.wait(for: "state poweredOn"))
-        try await subscribe(central, collector, apps)
-        for app in apps { XCTAssertNotNil(app.recorder.wait(for: "subscribed")) }
+        let (managers, central, collector) = try await publishAndSubscribe(apps)
         await flood(managers, apps, collector, 0..<80)
         withExtendedLifetime((managers, central)) {}
     }
