@@ -337,6 +337,7 @@ public final class CentralManager: Sendable, SessionBacked {
             let found = peripheral(connected.peripheral)
             found.setState(.connected)
             notify { $0.centralManager(self, didConnect: found) }
+            found.readyToWriteIfOwed()
             resumeConnectWaiters(connected.peripheral, with: nil)
         case .disconnected(let disconnected)?:
             let found = peripheral(disconnected.peripheral)

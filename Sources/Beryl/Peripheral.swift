@@ -434,7 +434,8 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         readyToWriteIfOwed()
     }
 
-    private func readyToWriteIfOwed() {
+    /// Also on a new link: an app told false before the last one went may wait for the callback before writing.
+    func readyToWriteIfOwed() {
         if shared.withLock({ $0.writes.takeOwedReady() }) { notify { $0.peripheralIsReady(toSendWriteWithoutResponse: self) } }
     }
 

@@ -476,7 +476,7 @@ public final class ATTServer {
 
     /// Indications that may wait behind the outstanding one before updateValue says false (Core Bluetooth's transmit
     /// queue): a publisher faster than the peer confirms (one at a time, Core Vol 3 Part F §3.4.7.2) cannot grow the
-    /// queue without bound. Service Changed is not counted against it.
+    /// queue without bound. Service Changed indications count towards it but are never refused.
     public static let indicationBacklog = 32
     public var hasIndicationRoom: Bool { indicationQueue.count < Self.indicationBacklog }
 

@@ -70,9 +70,9 @@ public struct TransmitPacer: Sendable {
     }
 
     private var outboxes: [UInt16: Outbox] = [:]
-    /// Links whose indication backlog was full when an update was refused: no ReadyToUpdate until a confirmation
-    /// makes room there.
-    private var indicationsFull: Set<UInt16> = []
+    /// Senders refused because a link's indication backlog was full, and those links: such a sender's ReadyToUpdate
+    /// waits for a confirmation to make room there too (one peer slow to confirm holds back only who indicates to it).
+    private var indicationWaits: [UpdateSender: Set<UInt16>] = [:]
     private var notifyRefused: Set<UpdateSender> = []
     private var readySent: [UpdateSender: UInt32] = [:]
     /// The controller's ACL buffer size, which prices a PDU in buffers.
@@ -118,18 +118,20 @@ public struct TransmitPacer: Sendable {
     public mutating func publisherGone(_ publisher: PublisherID) {
         notifyRefused = notifyRefused.filter { $0.publisher != publisher }
         readySent = readySent.filter { $0.key.publisher != publisher }
+        indicationWaits = indicationWaits.filter { $0.key.publisher != publisher }
         for link in outboxes.keys { outboxes[link]?.forgetWriteSenders { $0.publisher == publisher } }
     }
 
-    /// One sender a publisher sent for is gone (an app whose session with managerd ended).
     /// One sender let go of one link (the link stays for others): its writes there count afresh.
     public mutating func writeSenderGone(_ sender: UpdateSender, on link: UInt16) {
         outboxes[link]?.forgetWriteSenders { $0 == sender }
     }
 
+    /// One sender a publisher sent for is gone (an app whose session with managerd ended).
     public mutating func senderGone(_ sender: UpdateSender) {
         notifyRefused.remove(sender)
         readySent[sender] = nil
+        indicationWaits[sender] = nil
         for link in outboxes.keys { outboxes[link]?.forgetWriteSenders { $0 == sender } }
     }
 
@@ -156,18 +158,28 @@ public struct TransmitPacer: Sendable {
         for link in outboxes.keys { outboxes[link]?.credits = 0 }
     }
 
-    mutating func indicationsBacklogged(on links: [UInt16]) { indicationsFull.formUnion(links) }
+    /// An indication refused because these links' backlogs were full.
+    mutating func refuseIndication(from sender: UpdateSender, backloggedOn links: [UInt16]) {
+        refuseNotification(from: sender)
+        indicationWaits[sender, default: []].formUnion(links)
+    }
 
     /// The peer confirmed an indication on the link; `hasRoom`: its backlog has room now.
     public mutating func indicationConfirmed(on link: UInt16, hasRoom: Bool) -> [Output] {
-        guard hasRoom, indicationsFull.remove(link) != nil else { return [] }
+        guard hasRoom, indicationWaits.values.contains(where: { $0.contains(link) }) else { return [] }
+        indicationRoom(on: link)
         return readyIfAllHaveRoom()
     }
 
     public mutating func linkClosed(_ link: UInt16) -> [Output] {
         outboxes[link] = nil
-        indicationsFull.remove(link)
+        indicationRoom(on: link)
         return readyIfAllHaveRoom()
+    }
+
+    private mutating func indicationRoom(on link: UInt16) {
+        for sender in indicationWaits.keys { indicationWaits[sender]?.remove(link) }
+        indicationWaits = indicationWaits.filter { !$0.value.isEmpty }
     }
 
     private func cost(_ pdu: [UInt8]) -> Int { ACLBuffers.needed(forPDUOf: pdu.count, bufferSize: bufferSize) }
@@ -200,9 +212,10 @@ public struct TransmitPacer: Sendable {
     }
 
     private mutating func readyIfAllHaveRoom() -> [Output] {
-        guard !notifyRefused.isEmpty, indicationsFull.isEmpty, outboxes.values.allSatisfy(\.hasRoom) else { return [] }
-        let waiting = notifyRefused.sorted()
-        notifyRefused.removeAll()
+        guard !notifyRefused.isEmpty, outboxes.values.allSatisfy(\.hasRoom) else { return [] }
+        let waiting = notifyRefused.filter { indicationWaits[$0] == nil }.sorted()
+        guard !waiting.isEmpty else { return [] }
+        notifyRefused.subtract(waiting)
         return [.readyToUpdate(waiting.map { sender in
             readySent[sender, default: 0] += 1
             return ReadyNotice(sender: sender, count: readySent[sender]!)

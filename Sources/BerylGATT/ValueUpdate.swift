@@ -21,8 +21,7 @@ extension TransmitPacer {
         if !indicate || ordered, holdsBack(sender) { return nil }
         let backlogged = indicate ? links.filter { !$0.server.hasIndicationRoom && $0.server.indicates(valueHandle: valueHandle) } : []
         if !backlogged.isEmpty {
-            indicationsBacklogged(on: backlogged.map(\.handle))
-            refuseNotification(from: sender)
+            refuseIndication(from: sender, backloggedOn: backlogged.map(\.handle))
             return nil
         }
         if !indicate, links.contains(where: { !hasRoom(on: $0.handle) && $0.server.notification(valueHandle: valueHandle, value: []) != nil }) {

@@ -140,9 +140,13 @@ extension ManagerDaemon {
     }
 
     func forgetWriteSender(_ session: UInt64, on handle: UInt16) {
+        guard let attd else { return }
         var request = Request()
         request.att.forgetSender = .with { $0.onBehalfOf = session; $0.onlyLink = true; $0.connectionHandle = UInt32(handle) }
-        attd?.request(request)
+        let forgetting = WriteSenderOnLink(session: session, handle: handle)
+        forgettingWrites.insert(forgetting)
+        // attd answers after every event it sent before the forget, on the same connection.
+        attd.request(request) { [unowned self] _ in forgettingWrites.remove(forgetting) }
     }
 
     func unpublish(_ start: UInt16) {
@@ -238,4 +242,10 @@ extension ManagerDaemon {
             }
         }
     }
+}
+
+/// An app's writes without response on one link, as attd counts them.
+struct WriteSenderOnLink: Hashable {
+    var session: UInt64
+    var handle: UInt16
 }

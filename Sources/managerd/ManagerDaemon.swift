@@ -29,6 +29,9 @@ final class ManagerDaemon {
     var controllerScan: ControllerScan?
     /// GATT requests for links whose bearer attd has not reported yet.
     var awaitingBearer: [UInt16: [() -> Void]] = [:]
+    /// Apps whose write count on a link attd is forgetting (ForgetSender sent, not yet answered): a GattWriteReady
+    /// for one of them was counted before the forget and would put the app's count ahead of attd's.
+    var forgettingWrites: Set<WriteSenderOnLink> = []
 
     // Peripheral role.
     var advertising = AdvertisingRotation()
@@ -295,6 +298,7 @@ final class ManagerDaemon {
             forwardToHolders(.gattServiceChanged(change), connectionHandle: change.connectionHandle)
         case .gattWriteReady(let ready)?:
             // attd counts refusals per app: the ready is the refused app's alone.
+            guard !forgettingWrites.contains(WriteSenderOnLink(session: ready.onBehalfOf, handle: UInt16(truncatingIfNeeded: ready.connectionHandle))) else { return }
             forwardToHolders(.gattWriteReady(ready), connectionHandle: ready.connectionHandle, only: .session(ready.onBehalfOf))
         case .readRequested(let read)?:
             routeRead(read)

@@ -122,8 +122,9 @@ final class ValueUpdateTests: XCTestCase {
                        [.send(ATTPDU.handleValueIndication(handle: valueHandle, value: [60]).encoded)])
     }
 
-    /// One indication is outstanding and up to 32 wait behind it; the next is refused (updateValue's false), and the
-    /// ReadyToUpdate waits until a confirmation makes room on that link.
+    /// One indication is outstanding and up to 32 wait behind it; the next is refused (updateValue's false), and that
+    /// sender's ReadyToUpdate waits until a confirmation makes room on that link. A sender refused for a full outbox
+    /// elsewhere is not held back by the slow peer.
     func testABackloggedLinkRefusesIndicationsUntilAConfirmationMakesRoom() throws {
         let (valueHandle, links) = try links()
         let indicated = links[2]
@@ -133,8 +134,16 @@ final class ValueUpdateTests: XCTestCase {
         }
         XCTAssertFalse(indicated.server.hasIndicationRoom)
         XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [99], indicate: true, from: 7, on: links), "the backlog is full")
-        XCTAssertNotNil(pacer.update(valueHandle: valueHandle, value: [60], indicate: false, from: 8, on: links),
-                        "notifications are not held back by indications")
+        XCTAssertNotNil(pacer.update(valueHandle: valueHandle, value: [60], indicate: false, from: 9, on: links),
+                        "notifications do not wait behind indications")
+
+        _ = pacer.credited([TransmitPacer.Grant(handle: 0x40, credits: 0, fresh: true)], bufferSize: 27)
+        for _ in 0..<TransmitPacer.capacity { _ = pacer.enqueue([0], on: 0x40) }
+        XCTAssertNil(pacer.update(valueHandle: valueHandle, value: [61], indicate: false, from: 8, on: links), "0x40's outbox is full")
+        let roomOn40 = pacer.credited([TransmitPacer.Grant(handle: 0x40, credits: 2, fresh: false)], bufferSize: 27)
+        XCTAssertEqual(roomOn40.filter { if case .readyToUpdate = $0 { true } else { false } }, [.readyToUpdate([.init(sender: 8, count: 1)])],
+                       "the notifier hears at once; the indicator still waits for its peer")
+
         XCTAssertEqual(pacer.indicationConfirmed(on: indicated.handle, hasRoom: false), [])
         let confirmed = indicated.server.receive(ATTPDU.handleValueConfirmation.encoded)
         XCTAssertEqual(confirmed.last, .send(ATTPDU.handleValueIndication(handle: valueHandle, value: [1]).encoded), "the next goes")
