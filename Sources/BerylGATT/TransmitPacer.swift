@@ -46,17 +46,11 @@ public struct TransmitPacer: Sendable {
         var queued: [[UInt8]] = []
         var head = 0
         var credits = 0
-        /// Senders whose write without response was refused here, owed a GattWriteReady.
-        var writeRefused: Set<UpdateSender> = []
-        var writeReadySent: [UpdateSender: UInt32] = [:]
+        /// Writes without response refused here, and the GattWriteReady counts.
+        var writes = ReadyLedger()
 
         var waiting: Int { queued.count - head }
         var hasRoom: Bool { waiting < TransmitPacer.capacity }
-
-        mutating func forgetWriteSenders(where gone: (UpdateSender) -> Bool) {
-            writeRefused = writeRefused.filter { !gone($0) }
-            writeReadySent = writeReadySent.filter { !gone($0.key) }
-        }
 
         mutating func popFirst() -> [UInt8] {
             let pdu = queued[head]
@@ -73,8 +67,8 @@ public struct TransmitPacer: Sendable {
     /// Senders refused because a link's indication backlog was full, and those links: such a sender's ReadyToUpdate
     /// waits for a confirmation to make room there too (one peer slow to confirm holds back only who indicates to it).
     private var indicationWaits: [UpdateSender: Set<UInt16>] = [:]
-    private var notifyRefused: Set<UpdateSender> = []
-    private var readySent: [UpdateSender: UInt32] = [:]
+    /// Notifications (and backlogged indications) refused, and the ReadyToUpdate counts.
+    private var notifications = ReadyLedger()
     /// The controller's ACL buffer size, which prices a PDU in buffers.
     private var bufferSize = 27
 
@@ -87,52 +81,48 @@ public struct TransmitPacer: Sendable {
 
     /// A write without response that did not fit: the sender hears when the link has room.
     public mutating func refuseWrite(from sender: UpdateSender, on link: UInt16) {
-        outboxes[link, default: Outbox()].writeRefused.insert(sender)
+        outboxes[link, default: Outbox()].writes.refuse(sender)
     }
 
     /// Whether a sender's writes on the link wait for its GattWriteReady (one was refused since the last).
     public func holdsBackWrites(from sender: UpdateSender, on link: UInt16) -> Bool {
-        outboxes[link]?.writeRefused.contains(sender) ?? false
+        outboxes[link]?.writes.holdsBack(sender) ?? false
     }
 
     /// As `sentBeforeReady`, for a write without response on one link.
     public func writeSentBeforeReady(_ sender: UpdateSender, on link: UInt16, readySeen: UInt32) -> UInt32? {
-        let latest = outboxes[link]?.writeReadySent[sender] ?? 0
-        return readySeen < latest ? latest : nil
+        outboxes[link]?.writes.sentBeforeReady(sender, readySeen: readySeen)
     }
 
     /// A notification that did not fit: the sender hears when every link has room.
-    public mutating func refuseNotification(from sender: UpdateSender) { notifyRefused.insert(sender) }
+    public mutating func refuseNotification(from sender: UpdateSender) { notifications.refuse(sender) }
 
     /// Whether a sender is owed a ReadyToUpdate: everything it sends after a refusal waits for it.
-    public func holdsBack(_ sender: UpdateSender) -> Bool { notifyRefused.contains(sender) }
+    public func holdsBack(_ sender: UpdateSender) -> Bool { notifications.holdsBack(sender) }
 
     /// For an ordered sender that sent a notification before it saw the last ReadyToUpdate it was sent: that one's
     /// count (it sends the value again; no other ReadyToUpdate follows). Nil when the notification is current.
     public func sentBeforeReady(_ sender: UpdateSender, readySeen: UInt32) -> UInt32? {
-        let latest = readySent[sender] ?? 0
-        return readySeen < latest ? latest : nil
+        notifications.sentBeforeReady(sender, readySeen: readySeen)
     }
 
     /// The publisher is gone, and everyone it sent for: none is owed a ReadyToUpdate.
     public mutating func publisherGone(_ publisher: PublisherID) {
-        notifyRefused = notifyRefused.filter { $0.publisher != publisher }
-        readySent = readySent.filter { $0.key.publisher != publisher }
+        notifications.forget { $0.publisher == publisher }
         indicationWaits = indicationWaits.filter { $0.key.publisher != publisher }
-        for link in outboxes.keys { outboxes[link]?.forgetWriteSenders { $0.publisher == publisher } }
+        for link in outboxes.keys { outboxes[link]?.writes.forget { $0.publisher == publisher } }
     }
 
     /// One sender let go of one link (the link stays for others): its writes there count afresh.
     public mutating func writeSenderGone(_ sender: UpdateSender, on link: UInt16) {
-        outboxes[link]?.forgetWriteSenders { $0 == sender }
+        outboxes[link]?.writes.forget { $0 == sender }
     }
 
     /// One sender a publisher sent for is gone (an app whose session with managerd ended).
     public mutating func senderGone(_ sender: UpdateSender) {
-        notifyRefused.remove(sender)
-        readySent[sender] = nil
+        notifications.forget { $0 == sender }
         indicationWaits[sender] = nil
-        for link in outboxes.keys { outboxes[link]?.forgetWriteSenders { $0 == sender } }
+        for link in outboxes.keys { outboxes[link]?.writes.forget { $0 == sender } }
     }
 
     public mutating func enqueue(_ pdu: [UInt8], on link: UInt16) -> [Output] {
@@ -197,29 +187,49 @@ public struct TransmitPacer: Sendable {
     }
 
     private mutating func announceRoom(_ link: UInt16) -> [Output] {
-        guard var box = outboxes[link], box.hasRoom else { return [] }
-        var outputs: [Output] = []
-        if !box.writeRefused.isEmpty {
-            let notices = box.writeRefused.sorted().map { sender in
-                box.writeReadySent[sender, default: 0] += 1
-                return ReadyNotice(sender: sender, count: box.writeReadySent[sender]!)
-            }
-            box.writeRefused.removeAll()
-            outboxes[link] = box
-            outputs.append(.writeReady(link: link, notices))
-        }
-        return outputs + readyIfAllHaveRoom()
+        guard outboxes[link]?.hasRoom == true else { return [] }
+        let notices = outboxes[link]?.writes.ready { _ in true } ?? []
+        return (notices.isEmpty ? [] : [.writeReady(link: link, notices)]) + readyIfAllHaveRoom()
     }
 
     private mutating func readyIfAllHaveRoom() -> [Output] {
-        guard !notifyRefused.isEmpty, outboxes.values.allSatisfy(\.hasRoom) else { return [] }
-        let waiting = notifyRefused.filter { indicationWaits[$0] == nil }.sorted()
-        guard !waiting.isEmpty else { return [] }
-        notifyRefused.subtract(waiting)
-        return [.readyToUpdate(waiting.map { sender in
-            readySent[sender, default: 0] += 1
-            return ReadyNotice(sender: sender, count: readySent[sender]!)
-        })]
+        guard outboxes.values.allSatisfy(\.hasRoom) else { return [] }
+        let notices = notifications.ready { indicationWaits[$0] == nil }
+        return notices.isEmpty ? [] : [.readyToUpdate(notices)]
+    }
+}
+
+/// One kind of refusal's book: who was refused and is owed a ready event, and how many ready events each was sent.
+/// A refused sender is held back until its ready; an ordered sender's item sent before its latest ready is told to
+/// send it again (the counts let it tell).
+struct ReadyLedger: Sendable {
+    private var refused: Set<UpdateSender> = []
+    private var sent: [UpdateSender: UInt32] = [:]
+
+    mutating func refuse(_ sender: UpdateSender) { refused.insert(sender) }
+
+    func holdsBack(_ sender: UpdateSender) -> Bool { refused.contains(sender) }
+
+    /// The latest ready count when `readySeen` is behind it; nil when the sender's item is current.
+    func sentBeforeReady(_ sender: UpdateSender, readySeen: UInt32) -> UInt32? {
+        let latest = sent[sender] ?? 0
+        return readySeen < latest ? latest : nil
+    }
+
+    /// The ready events now owed to the refused senders `may` lets go, in sender order, each counted.
+    mutating func ready(_ may: (UpdateSender) -> Bool) -> [TransmitPacer.ReadyNotice] {
+        let going = refused.filter(may).sorted()
+        refused.subtract(going)
+        return going.map { sender in
+            let count = (sent[sender] ?? 0) + 1
+            sent[sender] = count
+            return TransmitPacer.ReadyNotice(sender: sender, count: count)
+        }
+    }
+
+    mutating func forget(where gone: (UpdateSender) -> Bool) {
+        refused = refused.filter { !gone($0) }
+        sent = sent.filter { !gone($0.key) }
     }
 }
 

@@ -51,6 +51,41 @@ extension Beryl_Ipc_V1_AttRequest {
     }
 }
 
+/// attd's answer to an item an app sends without waiting for the last one's answer (a Notify, a write without
+/// response), as the library's ordered queue takes it; nil for an error managerd relays as it is.
+public enum OrderedSendAnswer: Equatable, Sendable {
+    case sent
+    /// BUSY: the transmit queue is full; a ready event follows.
+    case queueFull
+    /// CANCELLED to an ordered sender: sent before its latest ready event, so it goes again at once.
+    case sendAgain
+
+    public init?(_ result: Result<Beryl_Ipc_V1_Response, IPCClientError>, ordered: Bool) {
+        switch result {
+        case .success: self = .sent
+        case .failure(.remote(.busy, _, _, _)): self = .queueFull
+        case .failure(.remote(.cancelled, _, _, _)) where ordered: self = .sendAgain
+        case .failure: return nil
+        }
+    }
+}
+
+extension Beryl_Ipc_V1_UpdateResult {
+    public init(_ answer: OrderedSendAnswer) {
+        self.init()
+        sent = answer == .sent
+        sendAgain = answer == .sendAgain
+    }
+}
+
+extension Beryl_Ipc_V1_WriteCommandResult {
+    public init(_ answer: OrderedSendAnswer) {
+        self.init()
+        sent = answer == .sent
+        sendAgain = answer == .sendAgain
+    }
+}
+
 extension Beryl_Ipc_V1_ServicePublished {
     /// The handles attd gave the service; nil when they are not a 16-bit range (Core Vol 3 Part F §3.2.2).
     public var handles: ClosedRange<UInt16>? {

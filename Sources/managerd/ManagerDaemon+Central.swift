@@ -257,6 +257,12 @@ extension ManagerDaemon {
         }
         let identifier = operation.peripheral
         attd.request(.with { $0.att = request }) { [unowned self] result in
+            // An ordered write without response not sent is canSendWriteWithoutResponse false; attd sends this app's
+            // GattWriteReady when the link has room.
+            if operation.write.ordered, let answer = OrderedSendAnswer(result, ordered: true) {
+                incoming.respond(.with { $0.manager.gatt.writeCommand = .init(answer) })
+                return
+            }
             switch result {
             case .success(let response):
                 if case .discover(let discover)? = operation.kind {
@@ -271,15 +277,9 @@ extension ManagerDaemon {
                     switch response.att.kind {
                     case .gattDatabase(let database)?: answer.manager.gatt.database = database
                     case .gattValue(let value)?: answer.manager.gatt.value = value.value
-                    case _ where operation.write.ordered: answer.manager.gatt.writeCommand.sent = true
                     default: answer.manager.gatt = .init()
                     }
                 })
-            case .failure(.remote(.busy, _, _, _)) where operation.write.ordered:
-                // canSendWriteWithoutResponse false; attd sends this app's GattWriteReady when the link has room.
-                incoming.respond(.with { $0.manager.gatt.writeCommand.sent = false })
-            case .failure(.remote(.cancelled, _, _, _)) where operation.write.ordered:
-                incoming.respond(.with { $0.manager.gatt.writeCommand = .with { $0.sent = false; $0.sendAgain = true } })
             case .failure(let error):
                 incoming.fail(relaying: error, from: "attd")
             }

@@ -96,15 +96,10 @@ extension ManagerDaemon {
                 $0.onBehalfOf = session
             }
             attd.request(request) { result in
-                switch result {
-                case .success:
-                    incoming.respond(.with { $0.manager.updateResult.sent = true })
-                case .failure(.remote(.busy, _, _, _)):
-                    // Core Bluetooth's updateValue returning false; attd sends this app's ReadyToUpdate when there is room.
-                    incoming.respond(.with { $0.manager.updateResult.sent = false })
-                case .failure(.remote(.cancelled, _, _, _)) where update.ordered:
-                    incoming.respond(.with { $0.manager.updateResult = .with { $0.sent = false; $0.sendAgain = true } })
-                case .failure(let error):
+                // Not sent is Core Bluetooth's updateValue returning false; attd sends this app's ReadyToUpdate when there is room.
+                if let answer = OrderedSendAnswer(result, ordered: update.ordered) {
+                    incoming.respond(.with { $0.manager.updateResult = .init(answer) })
+                } else if case .failure(let error) = result {
                     incoming.fail(relaying: error, from: "attd")
                 }
             }

@@ -43,6 +43,20 @@ final class ManagerWireTests: XCTestCase {
         XCTAssertNil(Beryl_Ipc_V1_AttRequest(Beryl_Ipc_V1_GattOperation(), connectionHandle: 0x41, session: 7), "an operation of no kind")
     }
 
+    /// One reading of attd's answers for the library's ordered queues, updateValue's and writes without response's.
+    func testAttdsAnswersToAnOrderedSenderReadAsSentQueueFullOrSendAgain() {
+        func remote(_ code: IPCErrorCode) -> Result<Beryl_Ipc_V1_Response, IPCClientError> { .failure(.remote(code: code, message: "", field: "")) }
+        XCTAssertEqual(OrderedSendAnswer(.success(.init()), ordered: true), .sent)
+        XCTAssertEqual(OrderedSendAnswer(remote(.busy), ordered: false), .queueFull)
+        XCTAssertEqual(OrderedSendAnswer(remote(.cancelled), ordered: true), .sendAgain)
+        XCTAssertNil(OrderedSendAnswer(remote(.cancelled), ordered: false), "only an ordered sender sends again")
+        XCTAssertNil(OrderedSendAnswer(remote(.notFound), ordered: true))
+        XCTAssertNil(OrderedSendAnswer(.failure(.closed), ordered: true))
+        XCTAssertEqual(Beryl_Ipc_V1_WriteCommandResult(.sendAgain), .with { $0.sent = false; $0.sendAgain = true })
+        XCTAssertEqual(Beryl_Ipc_V1_UpdateResult(.queueFull), .with { $0.sent = false; $0.sendAgain = false })
+        XCTAssertEqual(Beryl_Ipc_V1_UpdateResult(.sent), .with { $0.sent = true })
+    }
+
     func testAPublishedServicesHandlesAreA16BitRangeOrNothing() {
         XCTAssertEqual(Beryl_Ipc_V1_ServicePublished.with { $0.startHandle = 0x10; $0.endHandle = 0x14 }.handles, 0x10...0x14)
         XCTAssertNil(Beryl_Ipc_V1_ServicePublished.with { $0.startHandle = 0x10; $0.endHandle = 0x1_0000 }.handles)
