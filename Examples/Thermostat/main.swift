@@ -1,4 +1,7 @@
-// A thermostat peripheral: a readable, writable setpoint (dynamic: the app answers) and a notifying temperature.
+// A thermostat peripheral: a readable, writable setpoint (dynamic: the app answers), a notifying temperature, and a
+// log stream that a subscribed central receives as fast as the link carries it (the guide's transfer pattern: send
+// until updateValue returns false, go on in peripheralManagerIsReady). Each stream value is 20 bytes: the app run's
+// epoch and a sequence number (both 32-bit little-endian), so a receiver can tell loss and reordering apart.
 //
 // With --restore the manager has a restore identifier: when the app dies, the stack keeps its service published
 // and advertised, and a central reading or writing the setpoint relaunches it (bluetooth-peripheral background mode).
@@ -14,11 +17,22 @@ import Synchronization
 
 let thermostatService = BluetoothUUID("7E570001-0000-1000-8000-00805F9B34FB")!
 
-final class Thermostat: PeripheralManagerDelegate {
+final class Thermostat: PeripheralManagerDelegate, Sendable {
     /// Setpoint in tenths of a degree, little-endian (215 = 21.5 °C); allowed 5.0–30.0 °C.
     let setpoint = MutableCharacteristic(type: BluetoothUUID("7E570002-0000-1000-8000-00805F9B34FB")!, properties: [.read, .write],
                                          value: nil, permissions: [.readable, .writeable])
     let temperature = MutableCharacteristic(type: BluetoothUUID(0x2A6E), properties: [.notify], value: nil, permissions: .readable)
+    let stream = MutableCharacteristic(type: BluetoothUUID("7E570003-0000-1000-8000-00805F9B34FB")!, properties: [.notify], value: nil,
+                                       permissions: .readable)
+    private let streaming = Mutex(Stream())
+    private struct Stream {
+        /// The stream characteristic as published now (see publishedTemperature), when a central subscribes to it.
+        var characteristic: MutableCharacteristic?
+        let epoch = UInt32.random(in: 1...UInt32.max)
+        var next: UInt32 = 0
+        /// Said once per subscription: the transmit queue filled and the stream waits for peripheralManagerIsReady.
+        var heldBack = false
+    }
     private let target = Mutex<UInt16>(215)
     private let restored = Mutex(false)
     private let measurements = Mutex(0)
@@ -26,16 +40,57 @@ final class Thermostat: PeripheralManagerDelegate {
     /// objects were never added then), none between a reset and the service being added again.
     private let publishedTemperature = Mutex<MutableCharacteristic?>(nil)
 
-    /// A new temperature (2A6E: sint16 in 0.01 °C) to whoever subscribed; a full queue just skips a measurement.
+    /// A measurement the transmit queue had no room for: sent before any more of the stream once there is room.
+    private let owedTemperature = Mutex<Data?>(nil)
+
+    /// A new temperature (2A6E: sint16 in 0.01 °C) to whoever subscribed; a newer measurement replaces one still owed.
     func measure(_ peripheral: PeripheralManager) {
-        guard let characteristic = publishedTemperature.withLock({ $0 }) else { return }
+        guard publishedTemperature.withLock({ $0 }) != nil else { return }
         let count = measurements.withLock { count in
             count += 1
             return count
         }
         let hundredths = Int16(2000 + count % 100)
-        _ = peripheral.updateValue(Data([UInt8(truncatingIfNeeded: hundredths), UInt8(truncatingIfNeeded: hundredths >> 8)]),
-                                   for: characteristic, onSubscribedCentrals: nil)
+        owedTemperature.withLock { $0 = Data([UInt8(truncatingIfNeeded: hundredths), UInt8(truncatingIfNeeded: hundredths >> 8)]) }
+        _ = sendOwedTemperature(peripheral)
+    }
+
+    /// False while a measurement is still owed (the queue is full).
+    private func sendOwedTemperature(_ peripheral: PeripheralManager) -> Bool {
+        guard let characteristic = publishedTemperature.withLock({ $0 }), let value = owedTemperature.withLock({ $0 }) else { return true }
+        guard peripheral.updateValue(value, for: characteristic, onSubscribedCentrals: nil) else { return false }
+        owedTemperature.withLock { $0 = nil }
+        return true
+    }
+
+    /// A measurement owed first, then stream values until the transmit queue is full; a batch at a time, so that the
+    /// manager's queue serves the rest.
+    func pump(_ peripheral: PeripheralManager, on queue: DispatchQueue) {
+        guard sendOwedTemperature(peripheral) else { return }
+        for _ in 0..<64 {
+            let next = streaming.withLock { stream -> (MutableCharacteristic, Data)? in
+                guard let characteristic = stream.characteristic else { return nil }
+                var value = Data(count: 20)
+                withUnsafeBytes(of: stream.epoch.littleEndian) { value.replaceSubrange(0..<4, with: $0) }
+                withUnsafeBytes(of: stream.next.littleEndian) { value.replaceSubrange(4..<8, with: $0) }
+                return (characteristic, value)
+            }
+            guard let (characteristic, value) = next else { return }
+            guard peripheral.updateValue(value, for: characteristic, onSubscribedCentrals: nil) else {
+                let heldBackAt = streaming.withLock { stream -> UInt32? in
+                    defer { stream.heldBack = true }
+                    return stream.heldBack ? nil : stream.next
+                }
+                if let heldBackAt { say("stream held back at \(heldBackAt): waiting for peripheralManagerIsReady") }
+                return
+            }
+            streaming.withLock { $0.next &+= 1 }
+        }
+        queue.async { self.pump(peripheral, on: queue) }
+    }
+
+    func peripheralManagerIsReady(toUpdateSubscribers peripheral: PeripheralManager) {
+        pump(peripheral, on: streamQueue)
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, willRestoreState dict: [String: Any]) {
@@ -43,6 +98,11 @@ final class Thermostat: PeripheralManagerDelegate {
         restored.withLock { $0 = true }
         let restoredCharacteristics = state.services.flatMap { $0.characteristics ?? [] }
         publishedTemperature.withLock { $0 = restoredCharacteristics.first { $0.uuid == temperature.uuid } }
+        // A central that subscribed before the app died still is: the stream goes on once the manager is powered on.
+        let restoredStream = restoredCharacteristics.first { $0.uuid == stream.uuid }
+        if let restoredStream, restoredStream.subscribedCentrals?.isEmpty == false {
+            streaming.withLock { $0.characteristic = restoredStream }
+        }
         let characteristics = state.services.flatMap { $0.characteristics ?? [] }.map(\.uuid.description)
         say("restored \(state.services.count) services (\(characteristics.joined(separator: ", "))), "
             + (state.advertisementData.map { "advertising as \($0.localName ?? "-")" } ?? "not advertising"))
@@ -51,6 +111,7 @@ final class Thermostat: PeripheralManagerDelegate {
     func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) {
         guard peripheral.state == .poweredOn else {
             publishedTemperature.withLock { $0 = nil }
+            streaming.withLock { $0.characteristic = nil }
             return say("state \(peripheral.state)")
         }
         // A restored manager's service is still published and advertised: nothing to add. After a reset of the stack
@@ -58,9 +119,9 @@ final class Thermostat: PeripheralManagerDelegate {
         guard !restored.withLock({ restored in
             defer { restored = false }
             return restored
-        }) else { return }
+        }) else { return pump(peripheral, on: streamQueue) }
         let service = MutableService(type: thermostatService, primary: true)
-        service.characteristics = [setpoint, temperature]
+        service.characteristics = [setpoint, temperature, stream]
         peripheral.add(service)
     }
 
@@ -75,7 +136,21 @@ final class Thermostat: PeripheralManagerDelegate {
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: Characteristic) {
-        say("temperature subscribed by \(central.identifier)")
+        guard characteristic.uuid == stream.uuid else {
+            return say("temperature subscribed by \(central.identifier)")
+        }
+        say("stream subscribed by \(central.identifier)")
+        streaming.withLock {
+            $0.characteristic = characteristic
+            $0.heldBack = false
+        }
+        pump(peripheral, on: streamQueue)
+    }
+
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: Characteristic) {
+        guard characteristic.uuid == stream.uuid, characteristic.subscribedCentrals?.isEmpty != false else { return }
+        say("stream unsubscribed")
+        streaming.withLock { $0.characteristic = nil }
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest) {
@@ -110,6 +185,8 @@ nonisolated func measure(with manager: PeripheralManager, _ thermostat: Thermost
     return timer
 }
 
+let streamQueue = DispatchQueue(label: "thermostat")
+
 func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
 
 var runtimeDir: String?
@@ -134,7 +211,7 @@ while let argument = arguments.next() {
 let thermostat = Thermostat()
 let launch = LaunchOptions.current
 if launch.isRelaunch { say("relaunched by the stack to restore \(launch.peripherals.joined(separator: ", "))") }
-let queue = DispatchQueue(label: "thermostat")
+let queue = streamQueue
 let manager = PeripheralManager(delegate: thermostat, queue: queue,
                                 options: restore ? [PeripheralManagerOptionRestoreIdentifierKey: "thermostat"] : nil,
                                 appID: launch.appID ?? "com.example.thermostat", socketPath: runtimeDir.map { $0 + "/managerd.sock" })

@@ -56,6 +56,9 @@ public enum Phase: String, CaseIterable, Sendable {
     case connecting
     /// The central app was killed: its manager is preserved, and the next notification relaunches it.
     case restoring
+    /// The central takes the thermostat's stream as fast as the link carries it: every queue between the two apps is
+    /// full and the thermostat waits for peripheralManagerIsReady.
+    case streaming
 }
 
 /// The two stacks: the central app (doorlock) runs on one, the peripheral app (thermostat) on the other.

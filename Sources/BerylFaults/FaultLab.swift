@@ -12,6 +12,7 @@ import Synchronization
 public final class FaultLab: Sendable {
     public static let thermostatService = "7E570001-0000-1000-8000-00805F9B34FB"
     public static let setpoint = "7E570002-0000-1000-8000-00805F9B34FB"
+    public static let stream = "7E570003-0000-1000-8000-00805F9B34FB"
     public static let doorlockID = "com.example.doorlock"
     public static let thermostatID = "com.example.thermostat"
 

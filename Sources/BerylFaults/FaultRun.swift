@@ -37,6 +37,8 @@ extension FaultLab {
         // Into the phase.
         var burst: Thread?
         let burstResults = BurstResults()
+        var streamer: Thread?
+        let firstStream = StreamRun()
         switch phase {
         case .subscribed:
             break
@@ -67,6 +69,18 @@ extension FaultLab {
             if !eventually(.seconds(10), { Set(self.appPIDs(Self.doorlockID, on: .central)).isDisjoint(with: killed) }) {
                 failures.append("phase: the doorlock app did not die")
             }
+        case .streaming:
+            // Subscribed through the fault; the thermostat says when its transmit queue first fills.
+            let heldBack = thermostatLines(containing: "stream held back")
+            let thread = Thread { [self] in
+                firstStream.finish(beryl(["gatt", "--peer", thermostatIdentifier, "subscribe", Self.stream, "--count", "100000", "--json",
+                                          "--timeout", "6"], on: .central))
+            }
+            thread.start()
+            streamer = thread
+            if !eventually(.seconds(5), { self.thermostatLines(containing: "stream held back") > heldBack }) {
+                failures.append("phase: the stream never filled the thermostat's transmit queue: \(tail(thermostatLog, lines: 3))")
+            }
         }
         usleep(UInt32(random.int(0...500_000)))
 
@@ -84,6 +98,10 @@ extension FaultLab {
         if !healthy { failures += remaining }
         let recovery = ContinuousClock.now - recovered
 
+        if let streamer {
+            while !streamer.isFinished && firstStream.result == nil { usleep(50_000) }
+            failures += streamAfterFault(first: firstStream.result)
+        }
         if let burst {
             while !burst.isFinished && !burstResults.isFinished { usleep(50_000) }
             failures += burstResults.problems(linesAfter: { self.thermostatLines(containing: "setpoint \(Double($0) / 10) °C") })
@@ -272,6 +290,26 @@ extension FaultLab {
             if case .connected? = envelope.event.manager.kind { return (client, "") }
         }
         return (nil, "not connected")
+    }
+
+    /// The stream through the fault lost no order; after it, a new subscriber takes 300 values in order: whatever the
+    /// fault took down, the stack's flow control came back with it (a credit or a ready left owed would stall it).
+    private func streamAfterFault(first: ToolRun?) -> [String] {
+        var failures: [String] = []
+        if let first {
+            let before = StreamCheck(subscribeOutput: first.stdout)
+            failures += before.problems.prefix(3).map { "the stream through the fault: \($0)" }
+        } else {
+            failures.append("the first subscriber never finished")
+        }
+        let after = beryl(["gatt", "--peer", thermostatIdentifier, "subscribe", Self.stream, "--count", "300", "--json", "--timeout", "20"], on: .central)
+        let check = StreamCheck(subscribeOutput: after.stdout)
+        if after.status != 0 || check.received != 300 {
+            failures.append("after the fault the stream delivered \(check.received) of 300 values (exit \(after.status)): \(after.stderr.suffix(200)) "
+                            + tail(thermostatLog, lines: 3))
+        }
+        failures += check.problems.prefix(3).map { "the stream after the fault: \($0)" }
+        return failures
     }
 
     static func hex(_ value: Int) -> String { String(format: "%02x%02x", value & 0xFF, value >> 8) }

@@ -13,7 +13,7 @@ struct Faults: ParsableCommand {
         discussion: """
             Starts berylsim and two supervised stacks from this build (beside the beryl executable), bonds them, and runs
             the doorlock app subscribed to the thermostat app. Each fault (kill -9 of daemons and apps, radio faults, bad
-            input) hits each phase (subscribed, serving, connecting, restoring) --seeds times; after each the stacks must
+            input) hits each phase (subscribed, serving, connecting, restoring, streaming) --seeds times; after each the stacks must
             come back with every invariant holding: daemons up (and only the killed ones restarted), the bond on both
             sides, the link on the air, each app running once, the subscription delivering, and a write applied exactly
             once and read back. Then a soak checks the six daemons for leaked descriptors and memory.
@@ -24,7 +24,7 @@ struct Faults: ParsableCommand {
     @Option(help: "Only this fault (repeatable).")
     var fault: [Fault] = []
 
-    @Option(help: "Only this phase (repeatable): subscribed, serving, connecting, restoring.")
+    @Option(help: "Only this phase (repeatable): subscribed, serving, connecting, restoring, streaming.")
     var phase: [Phase] = []
 
     @Option(help: "Iterations per fault × phase cell, each with its own seed.")

@@ -10,7 +10,7 @@ struct Gatt: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Connect to a peer and discover, read, write or subscribe; values are hex.",
         discussion: """
-            Operations: discover | read UUID | write UUID HEX [--without-response] | subscribe UUID --count N
+            Operations: discover | read UUID | write UUID HEX [--without-response] | subscribe UUID --count N (then unsubscribes)
               | read-descriptor UUID DESCRIPTOR | write-descriptor UUID DESCRIPTOR HEX
             """)
 

@@ -115,6 +115,10 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
                 received += 1
                 if received >= count { break }
             }
+            // Subscriptions outlive an app's session (managerd keeps the link for other apps): the command ends its own.
+            if (try? await peripheral.setNotifying(false, for: characteristic)) != nil {
+                printer.emit(["event": "unsubscribed", "uuid": uuid.description])
+            }
         case .readDescriptor(let uuid, let descriptorUUID):
             let value = try await peripheral.readValue(for: try descriptor(descriptorUUID, of: find(uuid), on: peripheral))
             printer.emit(["event": "read", "uuid": uuid.description, "descriptor": descriptorUUID.description, "value": Hex.encode(value)])

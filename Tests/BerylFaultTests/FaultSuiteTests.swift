@@ -15,6 +15,7 @@ final class FaultSuiteTests: XCTestCase {
         suite.baseSeed = environment["BERYL_FAULT_SEED"].flatMap(UInt64.init) ?? 1
         suite.labs = environment["BERYL_FAULT_LABS"].flatMap(Int.init) ?? 1
         if let only = environment["BERYL_FAULTS"] { suite.faults = only.split(separator: ",").compactMap { Fault(rawValue: String($0)) } }
+        if let only = environment["BERYL_FAULT_PHASES"] { suite.phases = only.split(separator: ",").compactMap { Phase(rawValue: String($0)) } }
         let python = Self.repository + "/.venv-interop/bin/python"
         let rogue = Self.repository + "/Tests/Interop/bumble_rogue.py"
         XCTAssertTrue(FileManager.default.isExecutableFile(atPath: python), "ci/setup makes the Bumble venv the rogue remote device runs in")
