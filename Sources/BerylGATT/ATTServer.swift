@@ -13,6 +13,9 @@ public enum ATTServerOutput: Equatable, Sendable {
     /// A peer set Client Supported Features bits: a bonded peer's are kept with its bond (Core Vol 3 Part G §2.5.2).
     case clientFeaturesChanged([UInt8])
     case indicationConfirmed(handle: UInt16)
+    /// The peer did not confirm an indication within 30 s: the bearer may carry nothing more (Core Vol 3 Part F
+    /// §3.3.3), and the shell ends the link.
+    case indicationTimedOut(handle: UInt16)
     /// A signed write was carried out: its SignCounter is the peer's last, to keep with the bond.
     case signCounterAccepted(UInt32)
     case log(String)
@@ -48,7 +51,12 @@ public final class ATTServer {
     private var pending: (id: UInt64, opcode: ATTOpcode, handle: UInt16)?
     private var nextID: UInt64 = 1
     private var indicationInFlight: UInt16?
+    /// When the outstanding indication was first seen by a tick: the shell ticks about once a second, so the
+    /// transaction times out between 30 and 31 s after it was sent.
+    private var indicationSeenAt: Duration?
     private var indicationQueue: [(UInt16, [UInt8])] = []
+    /// False once a transaction timed out: nothing more is sent on this bearer (Core Vol 3 Part F §3.3.3).
+    public private(set) var isUsable = true
 
     public init(database: AttributeDatabase, serverMTU: UInt16 = 517, clientConfigurations: [UInt16: UInt16] = [:]) {
         self.database = database
@@ -84,6 +92,7 @@ public final class ATTServer {
     // MARK: Inbound
 
     public func receive(_ bytes: [UInt8]) -> [ATTServerOutput] {
+        guard isUsable else { return [.log("ATT PDU after a transaction timeout dropped")] }
         let pdu: ATTPDU
         switch ATTPDU.decode(bytes) {
         case .success(let decoded):
@@ -141,6 +150,7 @@ public final class ATTServer {
         case .handleValueConfirmation:
             guard let handle = indicationInFlight else { return [.log("confirmation with no indication outstanding")] }
             indicationInFlight = nil
+            indicationSeenAt = nil
             var outputs: [ATTServerOutput] = [.indicationConfirmed(handle: handle)]
             if !indicationQueue.isEmpty {
                 let (next, value) = indicationQueue.removeFirst()
@@ -458,13 +468,13 @@ public final class ATTServer {
 
     /// The notification PDU for a subscribed peer, value clipped to ATT_MTU-3; nil when it has not subscribed.
     public func notification(valueHandle: UInt16, value: [UInt8]) -> [UInt8]? {
-        guard (clientConfigurations[valueHandle + 1] ?? 0) & 1 != 0 else { return nil }
+        guard isUsable, (clientConfigurations[valueHandle + 1] ?? 0) & 1 != 0 else { return nil }
         return ATTPDU.handleValueNotification(handle: valueHandle, value: Array(value.prefix(Int(mtu) - 3))).encoded
     }
 
     /// Sends the indication now or after the outstanding one is confirmed; returns false when the peer has not subscribed.
     public func indicate(valueHandle: UInt16, value: [UInt8]) -> (subscribed: Bool, outputs: [ATTServerOutput]) {
-        guard indicates(valueHandle: valueHandle) else { return (false, []) }
+        guard isUsable, indicates(valueHandle: valueHandle) else { return (false, []) }
         guard indicationInFlight == nil else {
             indicationQueue.append((valueHandle, value))
             return (true, [])
@@ -473,6 +483,20 @@ public final class ATTServer {
     }
 
     public var isIndicationOutstanding: Bool { indicationInFlight != nil }
+
+    /// An indication unconfirmed for 30 s ends the bearer's use (Core Vol 3 Part F §3.3.3): said once; afterwards
+    /// the server sends nothing, and the shell disconnects.
+    public func tick(at time: Duration) -> [ATTServerOutput] {
+        guard isUsable, let handle = indicationInFlight else { return [] }
+        guard let seen = indicationSeenAt else {
+            indicationSeenAt = time
+            return []
+        }
+        guard time - seen >= ATTClient.transactionTimeout else { return [] }
+        isUsable = false
+        indicationQueue.removeAll()
+        return [.indicationTimedOut(handle: handle)]
+    }
 
     /// Indications that may wait behind the outstanding one before updateValue says false (Core Bluetooth's transmit
     /// queue): a publisher faster than the peer confirms (one at a time, Core Vol 3 Part F §3.4.7.2) cannot grow the

@@ -86,9 +86,11 @@ extension AttDaemon {
         applyGATT(link.gatt.receive([output], security: clientSecurity(of: link), at: host.loop.uptime), on: link)
     }
 
-    func tickClients() {
+    /// Both halves of each bearer time their transactions (Core Vol 3 Part F §3.3.3).
+    func tickBearers() {
         for link in links.values {
             applyGATT(link.gatt.tick(security: clientSecurity(of: link), at: host.loop.uptime), on: link)
+            apply(wrap(link.server.tick(at: host.loop.uptime), for: link), on: link)
         }
     }
 

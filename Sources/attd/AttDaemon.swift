@@ -59,7 +59,7 @@ final class AttDaemon {
         }
         // The GATT client's 30-second transaction timeout needs the time now and then.
         _ = try host.loop.every(.seconds(1)) { [unowned self] in
-            self.tickClients()
+            self.tickBearers()
             self.tickSecurity()
         }
     }
@@ -235,6 +235,9 @@ final class AttDaemon {
             host.logger.debug(message)
         case .indicationConfirmed:
             applyPacer(pacer.indicationConfirmed(on: link.handle, hasRoom: link.server.hasIndicationRoom))
+        case .indicationTimedOut(let handle):
+            host.logger.warning("link 0x\(String(link.handle, radix: 16)): indication of 0x\(String(handle, radix: 16)) unconfirmed for 30 s; disconnecting")
+            sendCommand(HCICommands.disconnect(handle: link.handle))
         }
     }
 

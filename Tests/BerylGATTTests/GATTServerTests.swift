@@ -261,6 +261,29 @@ final class GATTServerNotificationTests: XCTestCase {
         XCTAssertEqual(sent(server.receive([0x12] + le(12) + [1])), [0x01, 0x12] + le(12) + [0x0D], "a CCCD is two bytes")
     }
 
+    /// Core Vol 3 Part F §3.3.3: an indication is a transaction; unconfirmed for 30 s it times out, once, and the bearer
+    /// carries nothing more — queued indications, notifications and responses included.
+    func testAnIndicationUnconfirmedFor30SecondsEndsTheBearersUse() throws {
+        let (server, _) = try makeServer()
+        _ = server.receive([0x12] + le(12) + [0x03, 0x00])
+        XCTAssertEqual(server.indicate(valueHandle: 11, value: [1]).outputs, [.send([0x1D] + le(11) + [1])])
+        XCTAssertEqual(server.tick(at: .seconds(100)), [], "first seen")
+        XCTAssertEqual(server.receive([0x1E]), [.indicationConfirmed(handle: 11)])
+        XCTAssertEqual(server.tick(at: .seconds(140)), [], "nothing outstanding")
+
+        _ = server.indicate(valueHandle: 11, value: [2])
+        XCTAssertTrue(server.indicate(valueHandle: 11, value: [3]).subscribed, "queued behind the outstanding one")
+        XCTAssertEqual(server.tick(at: .seconds(200)), [])
+        XCTAssertEqual(server.tick(at: .milliseconds(229_900)), [], "29.9 s")
+        XCTAssertEqual(server.tick(at: .seconds(230)), [.indicationTimedOut(handle: 11)])
+        XCTAssertEqual(server.tick(at: .seconds(300)), [], "said once")
+        XCTAssertFalse(server.isUsable)
+        XCTAssertEqual(server.receive([0x1E]), [.log("ATT PDU after a transaction timeout dropped")], "the queued indication is not sent")
+        XCTAssertEqual(server.receive([0x0A] + le(12)), [.log("ATT PDU after a transaction timeout dropped")], "no response either")
+        XCTAssertNil(server.notification(valueHandle: 11, value: [4]))
+        XCTAssertEqual(server.indicate(valueHandle: 11, value: [5]).outputs, [])
+    }
+
     func testSubscriptionsCarryOverForABondedPeer() throws {
         let (_, database) = try makeServer()
         let restored = ATTServer(database: database, clientConfigurations: [12: 0x0001])
