@@ -26,13 +26,16 @@ extension ManagerCore {
 
     /// cancelPeripheralConnection(_:): the record forgets the peripheral's options and what was found on it.
     public mutating func cancelConnection(_ key: ManagerKey, to identifier: String) throws(CentralConnections.Refusal) -> [Output] {
+        let link = book.link(for: identifier)?.handle
         let actions = try connections.cancel(key, identifier: identifier)
+        // Its subscriptions end with its connection; a link others keep carries the clearing.
+        let clearing = link.map { remoteSubscriptions.release(key.holder, on: $0).map(Output.unsubscribe) } ?? []
         let record = updatingRecord(of: key.holder) {
             $0.connectOptions[identifier] = nil
             $0.databases[identifier] = nil
             $0.notifying[identifier] = nil
         }
-        return record + actions.map(Output.connections)
+        return record + clearing + actions.map(Output.connections)
     }
 
     /// A discovery on `identifier` answered for `holder`: the services it saw feed connection events and

@@ -39,6 +39,11 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         case launchDeferred(appID: String, until: Duration, failure: LaunchFailure?)
         /// The launched processes changed: the shell records them, for a managerd started after this one.
         case launchesChanged
+        /// The last manager subscribed to a peripheral's value let go: clear its descriptor on the link.
+        case unsubscribe(RemoteSubscriptions.Clearing)
+        /// A remote central subscribed to the owner's value disconnected: a running app hears it unsubscribe, as
+        /// Core Bluetooth's didUnsubscribeFrom follows a subscribed central's disconnection.
+        case subscriberGone(owner: ManagerKey, PreservedState.Subscription)
     }
 
     /// CBConnectionEvent.
@@ -66,6 +71,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
     public var discoveredServices: [String: Set<BluetoothUUID>] = [:]
     /// Who asked to hear of links (registerForConnectionEvents).
     public var connectionInterests = ConnectionEventInterests()
+    /// Which managers subscribed to connected peripherals' values.
+    public var remoteSubscriptions = RemoteSubscriptions()
     /// ATT_MTU per link whose ATT bearer attd opened.
     public internal(set) var attMTUs: [UInt16: UInt16] = [:]
 
@@ -180,7 +187,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
             outputs.append(.advertisingChanged)
         }
         for (id, request) in router.abandon(holder) { outputs.append(.answerAbandoned(id: id, isRead: request == .read)) }
-        return outputs
+        // Before the links are let go of: a link another manager keeps carries the clearing.
+        return remoteSubscriptions.release(holder).map(Output.unsubscribe) + outputs
     }
 
     mutating func unpublish(_ start: UInt16) -> [Output] {
@@ -190,6 +198,7 @@ public struct ManagerCore<Event: Sendable>: Sendable {
 
     private mutating func rebind(from old: ManagerHolder, to new: ManagerHolder) {
         scans.rebind(old, to: new)
+        remoteSubscriptions.rebind(old, to: new)
         connections.rebind(old, to: new)
         router.rebind(old, to: new)
         for (key, advertiser) in advertisers where key.holder == old {
@@ -287,6 +296,24 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         }
     }
 
+    /// The remote central `identifier` disconnected: it no longer subscribes to anything here (a bonded central's
+    /// descriptors stay with its bond in attd, Core Vol 3 Part G §3.3.3.3, and notify it again when it is back).
+    mutating func subscribersGone(_ identifier: String) -> [Output] {
+        let gone = subscribers.filter { $0.central == identifier }
+        guard !gone.isEmpty else { return [] }
+        subscribers.removeAll { $0.central == identifier }
+        var outputs: [Output] = []
+        var owners: [ManagerHolder] = []
+        for var subscription in gone {
+            guard let owner = router.owner(of: subscription.valueHandle) else { continue }
+            subscription.notify = false
+            subscription.indicate = false
+            outputs.append(.subscriberGone(owner: owner, subscription))
+            if !owners.contains(owner.holder) { owners.append(owner.holder) }
+        }
+        return outputs + owners.flatMap(persisting)
+    }
+
     /// A remote central subscribed to one of the owner's values, or stopped (neither notify nor indicate).
     public mutating func subscriptionChanged(_ subscription: PreservedState.Subscription) -> [Output] {
         guard let owner = router.owner(of: subscription.valueHandle) else { return [] }
@@ -309,11 +336,13 @@ public struct ManagerCore<Event: Sendable>: Sendable {
     /// whose record no longer has subscriptions on it.
     public mutating func linkDown(handle: UInt16, reason: UInt8) -> (identifier: String, outputs: [Output])? {
         attMTUs[handle] = nil
+        remoteSubscriptions.linkClosed(handle)
         let address = book.identifier(for: handle).flatMap { book.link(for: $0)?.address }
         let restoration = restoration
         guard let (identifier, down) = connections.linkDown(handle: handle, reason: reason, isAway: { restoration.manager(heldBy: $0).map { !$0.live } ?? false })
         else { return nil }
         var outputs = address.map { connectionEvents(.peerDisconnected, identifier: identifier, address: $0) } ?? []
+        outputs += subscribersGone(identifier)
         discoveredServices[identifier] = nil
         for output in down {
             outputs.append(.connections(output))

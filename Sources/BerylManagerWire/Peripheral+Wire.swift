@@ -1,3 +1,4 @@
+import BerylManager
 import BerylWire
 
 // What attd hears from remote centrals and of pairing, as the events of the app that answers: attd names links by
@@ -40,6 +41,17 @@ extension Beryl_Ipc_V1_ManagerEvent {
             $0.notify = change.notify
             $0.indicate = change.indicate
             $0.maximumUpdateLength = maximumUpdateLength
+        }
+    }
+
+    /// A subscribed remote central that disconnected, as the unsubscription its owner hears.
+    public init(subscriberGone subscription: PreservedState.Subscription, manager: UInt32) {
+        self.init()
+        self.subscription = .with {
+            $0.manager = manager
+            $0.central = subscription.central
+            $0.valueHandle = UInt32(subscription.valueHandle)
+            $0.maximumUpdateLength = UInt32(subscription.maximumUpdateLength)
         }
     }
 

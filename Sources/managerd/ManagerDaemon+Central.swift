@@ -256,6 +256,17 @@ extension ManagerDaemon {
             return
         }
         let identifier = operation.peripheral
+        var subscription: RemoteSubscriptions.Value?
+        if case .setNotify(let change)? = operation.kind, let valueHandle = UInt16(exactly: change.valueHandle), let cccd = UInt16(exactly: change.cccdHandle) {
+            let value = RemoteSubscriptions.Value(link: link.handle, valueHandle: valueHandle)
+            // Another app's subscription already stands for this one (or still needs the descriptor): nothing to write.
+            guard core.remoteSubscriptions.request(change.enable, value, cccdHandle: cccd, by: .session(session)) else {
+                apply(core.notifyChanged(valueHandle, enabled: change.enable, on: identifier, by: .session(session)))
+                incoming.respond(.with { $0.manager.gatt = .init() })
+                return
+            }
+            subscription = value
+        }
         attd.request(.with { $0.att = request }) { [unowned self] result in
             // An ordered write without response not sent is canSendWriteWithoutResponse false; attd sends this app's
             // GattWriteReady when the link has room.
@@ -281,7 +292,25 @@ extension ManagerDaemon {
                     }
                 })
             case .failure(let error):
+                if let subscription, operation.setNotify.enable { core.remoteSubscriptions.subscribeFailed(subscription, by: .session(session)) }
                 incoming.fail(relaying: error, from: "attd")
+            }
+        }
+    }
+
+    /// The last app subscribed to a peripheral's value let go while others keep the link: its descriptor is cleared.
+    func clearSubscription(_ clearing: RemoteSubscriptions.Clearing) {
+        guard let attd, core.attMTUs[clearing.value.link] != nil else { return }
+        var request = Request()
+        request.att.gattSubscribe = .with {
+            $0.connectionHandle = UInt32(clearing.value.link)
+            $0.valueHandle = UInt32(clearing.value.valueHandle)
+            $0.cccdHandle = UInt32(clearing.cccdHandle)
+            $0.enable = false
+        }
+        attd.request(request) { [unowned self] result in
+            if case .failure(let error) = result {
+                host.logger.info("subscription to 0x\(String(clearing.value.valueHandle, radix: 16)) on link 0x\(String(clearing.value.link, radix: 16)) not cleared: \(error)")
             }
         }
     }

@@ -93,6 +93,12 @@ extension ManagerDaemon {
                 armLaunchTimer()
             case .launchesChanged:
                 recordLaunchedApps()
+            case .unsubscribe(let clearing):
+                clearSubscription(clearing)
+            case .subscriberGone(let owner, let subscription):
+                // The record says so already; only a running app is told (an absent one reads its record on return).
+                guard case .session(let session) = owner.holder else { break }
+                send(Beryl_Ipc_V1_ManagerEvent(subscriberGone: subscription, manager: owner.manager), to: session)
             }
         }
     }
