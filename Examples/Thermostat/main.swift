@@ -32,6 +32,8 @@ final class Thermostat: PeripheralManagerDelegate, Sendable {
         var next: UInt32 = 0
         /// Said once per subscription: the transmit queue filled and the stream waits for peripheralManagerIsReady.
         var heldBack = false
+        /// A batch is on the queue already: one chain of batches at a time.
+        var batchQueued = false
     }
     private let target = Mutex<UInt16>(215)
     private let restored = Mutex(false)
@@ -69,7 +71,8 @@ final class Thermostat: PeripheralManagerDelegate, Sendable {
         guard sendOwedTemperature(peripheral) else { return }
         for _ in 0..<64 {
             let next = streaming.withLock { stream -> (MutableCharacteristic, Data)? in
-                guard let characteristic = stream.characteristic else { return nil }
+                // Nobody left to take it (a subscriber gone unheard): updateValue would take values for no one.
+                guard let characteristic = stream.characteristic, characteristic.subscribedCentrals?.isEmpty == false else { return nil }
                 var value = Data(count: 20)
                 withUnsafeBytes(of: stream.epoch.littleEndian) { value.replaceSubrange(0..<4, with: $0) }
                 withUnsafeBytes(of: stream.next.littleEndian) { value.replaceSubrange(4..<8, with: $0) }
@@ -86,7 +89,15 @@ final class Thermostat: PeripheralManagerDelegate, Sendable {
             }
             streaming.withLock { $0.next &+= 1 }
         }
-        queue.async { self.pump(peripheral, on: queue) }
+        let queueBatch = streaming.withLock { stream in
+            defer { stream.batchQueued = true }
+            return !stream.batchQueued
+        }
+        guard queueBatch else { return }
+        queue.async {
+            self.streaming.withLock { $0.batchQueued = false }
+            self.pump(peripheral, on: queue)
+        }
     }
 
     func peripheralManagerIsReady(toUpdateSubscribers peripheral: PeripheralManager) {

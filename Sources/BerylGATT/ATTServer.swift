@@ -327,6 +327,7 @@ public final class ATTServer {
     public func completeRead(id: UInt64, with result: Result<[UInt8], ATTError>, offset: UInt16 = 0) -> [ATTServerOutput] {
         guard let pending, pending.id == id else { return [.log("answer to read \(id) that is not pending; ignored")] }
         self.pending = nil
+        guard isUsable else { return [.log("answer to read \(id) after a transaction timeout; not sent")] }
         if pending.opcode == .readMultipleRequest, var state = multipleRead {
             guard case .success(let value) = result else {
                 multipleRead = nil
@@ -457,6 +458,7 @@ public final class ATTServer {
     public func completeWrite(id: UInt64, error failure: ATTError?) -> [ATTServerOutput] {
         guard let pending, pending.id == id else { return [.log("answer to write \(id) that is not pending; ignored")] }
         self.pending = nil
+        guard isUsable else { return [.log("answer to write \(id) after a transaction timeout; not sent")] }
         let staged = stagedFixedWrites
         stagedFixedWrites.removeAll()
         if let failure { return [error(pending.opcode.rawValue, pending.handle, failure)] }

@@ -328,6 +328,13 @@ public struct ManagerCore<Event: Sendable>: Sendable {
     public mutating func linkUp(handle: UInt16, identifier: String, address: DeviceAddress, isCentral: Bool) -> [Output] {
         var outputs = connections.linkUp(handle: handle, identifier: identifier, address: address, isCentral: isCentral).map(Output.connections)
         outputs += connectionEvents(.peerConnected, identifier: identifier, address: address)
+        // A record that still lists subscriptions on this peripheral is one managerd resumed under a link hcid and attd
+        // kept: those subscriptions stand (the descriptor was written), and the manager hears their values.
+        for holder in book.link(for: identifier)?.holders.map(\.holder) ?? [] {
+            for valueHandle in restoration.manager(heldBy: holder)?.notifying[identifier] ?? [] {
+                remoteSubscriptions.adopt(.init(link: handle, valueHandle: valueHandle), by: holder)
+            }
+        }
         // A central connecting ended connectable advertising (Core Vol 6 Part B §4.4.2): it is started again.
         return isCentral ? outputs : outputs + [.advertisingChanged]
     }
@@ -338,18 +345,17 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         attMTUs[handle] = nil
         remoteSubscriptions.linkClosed(handle)
         let address = book.identifier(for: handle).flatMap { book.link(for: $0)?.address }
+        let holders = book.identifier(for: handle).flatMap { book.link(for: $0)?.holders.map(\.holder) } ?? []
         let restoration = restoration
         guard let (identifier, down) = connections.linkDown(handle: handle, reason: reason, isAway: { restoration.manager(heldBy: $0).map { !$0.live } ?? false })
         else { return nil }
         var outputs = address.map { connectionEvents(.peerDisconnected, identifier: identifier, address: $0) } ?? []
         outputs += subscribersGone(identifier)
         discoveredServices[identifier] = nil
-        for output in down {
-            outputs.append(.connections(output))
-            if case .event(.requestedAgain(let key, _, _)) = output {
-                outputs += updatingRecord(of: key.holder) { $0.notifying[identifier] = nil }
-            }
-        }
+        outputs += down.map(Output.connections)
+        // Subscriptions end with the link, for a running app too (its library says so): a record that still lists
+        // some is one managerd resumed under a link that stayed up (linkUp takes them as standing).
+        for holder in Set(holders) { outputs += updatingRecord(of: holder) { $0.notifying[identifier] = nil } }
         return (identifier, outputs + [.advertisingChanged])
     }
 

@@ -29,6 +29,9 @@ public struct RemoteSubscriptions: Sendable, Equatable {
     private struct Entry: Equatable {
         var holders: Set<ManagerHolder>
         var cccdHandle: UInt16
+        /// The peripheral answered a descriptor write for it: until then each subscriber writes it (one that fails
+        /// leaves none answered for a write that never happened).
+        var written = false
     }
 
     private var entries: [Value: Entry] = [:]
@@ -36,21 +39,35 @@ public struct RemoteSubscriptions: Sendable, Equatable {
     public init() {}
 
     /// setNotifyValue from `holder`: true when the peripheral's descriptor is to be written (the first to subscribe,
-    /// or the last to let go, or one this stack does not know to be subscribed); false when another manager's
-    /// subscription already stands for it (the holder is answered at once).
+    /// or one subscribing before that write was answered, or the last to let go, or one this stack does not know to
+    /// be subscribed); false when another manager's written subscription already stands for it (answered at once).
     public mutating func request(_ enable: Bool, _ value: Value, cccdHandle: UInt16, by holder: ManagerHolder) -> Bool {
         var entry = entries[value] ?? Entry(holders: [], cccdHandle: cccdHandle)
         let others = entry.holders.subtracting([holder])
         if enable { entry.holders.insert(holder) } else { entry.holders.remove(holder) }
         entries[value] = entry.holders.isEmpty ? nil : entry
-        return others.isEmpty
+        return others.isEmpty || (enable && !entry.written)
     }
+
+    /// A subscription that stands already (kept by a preserved manager's record); its descriptor handle is not known,
+    /// and attd takes the one after the value when it clears it.
+    public mutating func adopt(_ value: Value, by holder: ManagerHolder) {
+        entries[value, default: Entry(holders: [], cccdHandle: 0)].holders.insert(holder)
+        entries[value]?.written = true
+    }
+
+    /// The peripheral took a subscription's descriptor write.
+    public mutating func subscribed(_ value: Value) { entries[value]?.written = true }
 
     /// The descriptor write for a subscription failed: the holder is not subscribed.
     public mutating func subscribeFailed(_ value: Value, by holder: ManagerHolder) {
         entries[value]?.holders.remove(holder)
         if entries[value]?.holders.isEmpty == true { entries[value] = nil }
     }
+
+    /// Who hears a value notified on a link: its subscribers, or nil when this stack does not know them (every
+    /// holder of the link then hears it, as before managerd restarted under it).
+    public func listeners(of value: Value) -> Set<ManagerHolder>? { entries[value]?.holders }
 
     public func holders(of value: Value) -> Set<ManagerHolder> { entries[value]?.holders ?? [] }
 

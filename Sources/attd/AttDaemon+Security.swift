@@ -75,7 +75,13 @@ extension AttDaemon {
             case .peerSigning(let handle, let key):
                 links[handle]?.server.peerSigning = key
             case .restoreClientState(let handle, let configurations, let features):
-                links[handle]?.server.restore(clientConfigurations: configurations, clientFeatures: features)
+                guard let link = links[handle] else { continue }
+                let before = link.server.clientConfigurations
+                link.server.restore(clientConfigurations: configurations, clientFeatures: features)
+                // The bonded central is subscribed again: its owners hear so (they heard it unsubscribe when it left).
+                for (cccd, value) in link.server.clientConfigurations.sorted(by: { $0.key < $1.key }) where value != 0 && before[cccd] != value {
+                    owner(of: cccd - 1)?.send(.event(Event(subscriptionChanged: cccd - 1, link: handle, notify: value & 0b01 != 0, indicate: value & 0b10 != 0)))
+                }
             case .peerServiceChanged(let handle, let valueHandle):
                 links[handle]?.gatt.rememberServiceChanged(valueHandle)
             case .indicateServiceChanged(let handle, let range):

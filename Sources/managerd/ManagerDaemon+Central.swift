@@ -282,6 +282,7 @@ extension ManagerDaemon {
                                           everyService: discover.serviceUuids.isEmpty, on: identifier, by: .session(session)))
                 }
                 if case .setNotify(let change)? = operation.kind, let valueHandle = UInt16(exactly: change.valueHandle) {
+                    if let subscription, change.enable { core.remoteSubscriptions.subscribed(subscription) }
                     apply(core.notifyChanged(valueHandle, enabled: change.enable, on: identifier, by: .session(session)))
                 }
                 incoming.respond(.with { answer in
@@ -333,6 +334,11 @@ extension ManagerDaemon {
     func forwardToHolders(_ event: Beryl_Ipc_V1_AttEvent.OneOf_Kind, connectionHandle: UInt32, only: ManagerHolder? = nil) {
         guard let (identifier, holders) = core.holders(ofLink: UInt16(truncatingIfNeeded: connectionHandle)),
               let wire = Beryl_Ipc_V1_ManagerEvent(event, peripheral: identifier) else { return }
-        for holder in holders where only == nil || holder == only { send(wire, to: holder) }
+        // A value notified goes to the apps subscribed to it, as Core Bluetooth's does.
+        var listeners: Set<ManagerHolder>?
+        if case .gattNotification(let notification) = event, let valueHandle = UInt16(exactly: notification.handle) {
+            listeners = core.remoteSubscriptions.listeners(of: .init(link: UInt16(truncatingIfNeeded: connectionHandle), valueHandle: valueHandle))
+        }
+        for holder in holders where (only == nil || holder == only) && listeners?.contains(holder) != false { send(wire, to: holder) }
     }
 }

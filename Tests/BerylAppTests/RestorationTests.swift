@@ -143,7 +143,7 @@ final class RestorationTests: TwoStacksTestCase {
         XCTAssertEqual(read.status, 0, read.err)
         XCTAssertTrue(read.out.contains("\"value\":\"d700\""), read.out)
         let relaunch = try XCTUnwrap(log(of: thermostat).components(separatedBy: "relaunched by the stack to restore thermostat").last)
-        XCTAssertTrue(relaunch.contains("restored 1 services (7E570002, 2A6E), advertising as Beryl Thermostat"), relaunch)
+        XCTAssertTrue(relaunch.contains("restored 1 services (7E570002, 2A6E, 7E570003), advertising as Beryl Thermostat"), relaunch)
         XCTAssertTrue(relaunch.contains("setpoint read by"), relaunch)
         XCTAssertFalse(relaunch.split(separator: "\n").contains("advertising as Beryl Thermostat"), "the restored app added nothing again: \(relaunch)")
 
@@ -239,7 +239,7 @@ final class RestorationTests: TwoStacksTestCase {
             XCTAssertTrue(read.out.contains("\"value\":\"d700\""), read.out)
             XCTAssertEqual(log(of: thermostat).components(separatedBy: "relaunched by the stack").count, relaunches + 1, log(of: thermostat))
             let relaunch = try XCTUnwrap(log(of: thermostat).components(separatedBy: "relaunched by the stack to restore thermostat").last)
-            XCTAssertTrue(relaunch.contains("restored 1 services (7E570002, 2A6E)"), relaunch)
+            XCTAssertTrue(relaunch.contains("restored 1 services (7E570002, 2A6E, 7E570003)"), relaunch)
         }
         try killAttdThenTheApp(alsoManagerd: false, round: 0)
         try killAttdThenTheApp(alsoManagerd: true, round: 1)

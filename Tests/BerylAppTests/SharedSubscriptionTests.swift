@@ -29,6 +29,7 @@ private final class Listener: CentralManagerDelegate, PeripheralDelegate, Sendab
     let recorder = Recorder()
     let heard = Atomic<Int>(0)
     func centralManagerDidUpdateState(_ central: CentralManager) { recorder.note("state \(central.state)") }
+    func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: Error?) { recorder.note("disconnected") }
     func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: Error?) {
         if characteristic.isNotifying { heard.add(1, ordering: .relaxed) }
     }
@@ -77,26 +78,32 @@ final class SharedSubscriptionTests: TwoStacksTestCase {
         }
         XCTAssertEqual(ticker.recorder.all.filter { $0 == "subscribed" }.count, 1, "one link, one descriptor: \(ticker.recorder.all)")
 
-        // The first app lets go: the second still hears every tick, and the peripheral heard no unsubscription.
+        // The first app lets go: the second still hears every tick, the first hears none, and the peripheral heard no
+        // unsubscription.
         peripherals[0].setNotifyValue(false, for: counters[0])
         XCTAssertNotNil(listeners[0].recorder.wait(for: "notifying false"))
-        let heard = listeners[1].count
-        XCTAssertTrue(eventually(.seconds(5)) { listeners[1].count >= heard + 20 }, "the second app heard \(listeners[1].count - heard) after the first let go")
+        let heard = listeners.map(\.count)
+        XCTAssertTrue(eventually(.seconds(5)) { listeners[1].count >= heard[1] + 20 }, "the second app heard \(listeners[1].count - heard[1]) after the first let go")
+        XCTAssertEqual(listeners[0].count, heard[0], "values still reached the app that let go")
         XCTAssertFalse(ticker.recorder.all.contains("unsubscribed"), "\(ticker.recorder.all)")
 
         // The second cancels its connection; the first keeps the link, and now nobody is subscribed.
         centrals[1]?.cancelPeripheralConnection(peripherals[1])
         XCTAssertNotNil(ticker.recorder.wait(for: "unsubscribed"), "the last subscriber's cancel clears the descriptor: \(ticker.recorder.all)")
 
-        // The first subscribes again, then its app goes: the descriptor is cleared with it.
+        // The second connects again (not subscribing), the first subscribes again, then the first app goes: the
+        // descriptor is cleared with it while the second keeps the link up.
+        try await centrals[1]!.connected(to: peripherals[1])
         peripherals[0].setNotifyValue(true, for: counters[0])
         XCTAssertTrue(eventually { ticker.recorder.all.filter { $0 == "subscribed" }.count == 2 }, "\(ticker.recorder.all)")
-        peripherals.removeAll()
+        let disconnections = listeners[1].recorder.all.filter { $0 == "disconnected" }.count
+        peripherals.removeFirst()
         counters.removeAll()
         centrals[0] = nil
-        centrals[1] = nil
         XCTAssertTrue(eventually(.seconds(10)) { ticker.recorder.all.filter { $0 == "unsubscribed" }.count == 2 },
                       "an app that went leaves nobody subscribed: \(ticker.recorder.all)")
-        withExtendedLifetime(peripheralManager) {}
+        XCTAssertEqual(peripherals[0].state, .connected, "the second app kept the link")
+        XCTAssertEqual(listeners[1].recorder.all.filter { $0 == "disconnected" }.count, disconnections, "\(listeners[1].recorder.all)")
+        withExtendedLifetime((peripheralManager, centrals)) {}
     }
 }

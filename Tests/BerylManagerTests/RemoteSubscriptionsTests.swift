@@ -23,13 +23,35 @@ final class RemoteSubscriptionsTests: XCTestCase {
     func testTheFirstSubscriberWritesTheDescriptorAndTheLastToLetGoClearsIt() {
         var core = twoAppsOnOneLink()
         XCTAssertTrue(core.remoteSubscriptions.request(true, value, cccdHandle: 13, by: .session(3)), "the first writes")
-        XCTAssertFalse(core.remoteSubscriptions.request(true, value, cccdHandle: 13, by: .session(4)), "the second is answered at once")
+        XCTAssertTrue(core.remoteSubscriptions.request(true, value, cccdHandle: 13, by: .session(4)),
+                      "one asking before the first write was answered writes too (that write may fail)")
+        core.remoteSubscriptions.subscribed(value)
+        XCTAssertEqual(core.remoteSubscriptions.listeners(of: value), [.session(3), .session(4)])
+        XCTAssertFalse(core.remoteSubscriptions.request(true, value, cccdHandle: 13, by: .session(4)), "once written, the others are answered at once")
         XCTAssertFalse(core.remoteSubscriptions.request(false, value, cccdHandle: 13, by: .session(3)), "one letting go leaves the other's")
         XCTAssertEqual(core.remoteSubscriptions.holders(of: value), [.session(4)])
         XCTAssertFalse(core.remoteSubscriptions.request(false, value, cccdHandle: 13, by: .session(3)), "not subscribed: still nothing to clear")
         XCTAssertTrue(core.remoteSubscriptions.request(false, value, cccdHandle: 13, by: .session(4)), "the last clears")
         XCTAssertTrue(core.remoteSubscriptions.request(false, value, cccdHandle: 13, by: .session(4)),
                       "nobody known to be subscribed (managerd restarted under the link): the descriptor is written as asked")
+    }
+
+    /// managerd restarted under a link hcid and attd kept: a resumed record's subscriptions on it stand, so another
+    /// app letting go does not clear the descriptor, and the preserved manager keeps hearing the values.
+    func testAResumedRecordsSubscriptionsStandOnTheLinkItTakesBack() throws {
+        var core = Core()
+        guard case .made(let made) = core.restoration.bind(appID: "lock", restoreID: "door", role: .central, session: 5) else {
+            return XCTFail("a first Hello with a restore identifier makes the manager")
+        }
+        _ = core.connections.controller(poweredOn: true)
+        _ = core.connections.connect(made.key, identifier: "L", address: lock)
+        _ = core.connections.connect(ManagerKey(session: 6, manager: 1), identifier: "L", address: lock)
+        _ = core.notifyChanged(12, enabled: true, on: "L", by: .session(5))
+        XCTAssertNil(core.remoteSubscriptions.listeners(of: value), "no link yet")
+        _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
+        XCTAssertEqual(core.remoteSubscriptions.listeners(of: value), [.session(5)])
+        XCTAssertFalse(core.remoteSubscriptions.request(false, value, cccdHandle: 13, by: .session(6)), "the other app was never subscribed")
+        XCTAssertFalse(core.remoteSubscriptions.request(true, value, cccdHandle: 13, by: .session(6)), "written already")
     }
 
     func testAFailedDescriptorWriteLeavesTheAppUnsubscribed() {
