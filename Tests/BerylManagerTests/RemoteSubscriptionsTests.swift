@@ -20,6 +20,20 @@ final class RemoteSubscriptionsTests: XCTestCase {
         return core
     }
 
+    private struct BindFailed: Error {}
+
+    /// Session 5's central manager, which opted into restoration, connecting to the lock.
+    private func restorableCentralConnecting() throws -> (Core, PreservedManager) {
+        var core = Core()
+        guard case .made(let made) = core.restoration.bind(appID: "lock", restoreID: "door", role: .central, session: 5) else {
+            XCTFail("a first Hello with a restore identifier makes the manager")
+            throw BindFailed()
+        }
+        _ = core.connections.controller(poweredOn: true)
+        _ = core.connections.connect(made.key, identifier: "L", address: lock)
+        return (core, made)
+    }
+
     func testTheFirstSubscriberWritesTheDescriptorAndTheLastToLetGoClearsIt() {
         var core = twoAppsOnOneLink()
         XCTAssertTrue(core.remoteSubscriptions.request(true, value, cccdHandle: 13, by: .session(3)), "the first writes")
@@ -39,12 +53,7 @@ final class RemoteSubscriptionsTests: XCTestCase {
     /// managerd restarted under a link hcid and attd kept: a resumed record's subscriptions on it stand, so another
     /// app letting go does not clear the descriptor, and the preserved manager keeps hearing the values.
     func testAResumedRecordsSubscriptionsStandOnTheLinkItTakesBack() throws {
-        var core = Core()
-        guard case .made(let made) = core.restoration.bind(appID: "lock", restoreID: "door", role: .central, session: 5) else {
-            return XCTFail("a first Hello with a restore identifier makes the manager")
-        }
-        _ = core.connections.controller(poweredOn: true)
-        _ = core.connections.connect(made.key, identifier: "L", address: lock)
+        var (core, _) = try restorableCentralConnecting()
         _ = core.connections.connect(ManagerKey(session: 6, manager: 1), identifier: "L", address: lock)
         _ = core.notifyChanged(12, enabled: true, on: "L", by: .session(5))
         XCTAssertNil(core.remoteSubscriptions.listeners(of: value), "no link yet")
@@ -83,12 +92,7 @@ final class RemoteSubscriptionsTests: XCTestCase {
     }
 
     func testAPreservedManagerKeepsItsSubscriptionsAndItsAppGetsThemBack() throws {
-        var core = Core()
-        guard case .made(let made) = core.restoration.bind(appID: "lock", restoreID: "door", role: .central, session: 5) else {
-            return XCTFail("a first Hello with a restore identifier makes the manager")
-        }
-        _ = core.connections.controller(poweredOn: true)
-        _ = core.connections.connect(made.key, identifier: "L", address: lock)
+        var (core, made) = try restorableCentralConnecting()
         _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
         _ = core.remoteSubscriptions.request(true, value, cccdHandle: 13, by: .session(5))
         let outputs = core.sessionClosed(5, poweredOn: true)
