@@ -66,9 +66,23 @@ public final class ATTServer {
 
     /// A bonded peer's configuration from the last connection (Core Vol 3 Part G §3.3.3.3: CCCDs persist across
     /// connections for bonded devices); handles no longer in the database are dropped.
-    public func restore(clientConfigurations restored: [UInt16: UInt16], clientFeatures features: [UInt8]) {
+    /// Returns the value handles whose configuration this turned on or changed, as `adoptStored` does.
+    @discardableResult
+    public func restore(clientConfigurations restored: [UInt16: UInt16], clientFeatures features: [UInt8]) -> [(valueHandle: UInt16, value: UInt16)] {
+        let before = clientConfigurations
         clientConfigurations = restored.filter { database.attribute(at: $0.key)?.value == .clientConfiguration }
         if !features.isEmpty { clientFeatures = features }
+        return clientConfigurations.sorted { $0.key < $1.key }.compactMap { handle, value in
+            guard value & 0b11 != 0, before[handle] != value, let valueHandle = valueHandle(ofConfiguration: handle) else { return nil }
+            return (valueHandle, value)
+        }
+    }
+
+    /// The value of the characteristic a Client Characteristic Configuration descriptor belongs to: the attribute
+    /// after the last characteristic declaration before it (Core Vol 3 Part G §3.3).
+    private func valueHandle(ofConfiguration handle: UInt16) -> UInt16? {
+        guard handle > 1 else { return nil }
+        return database.attributes(in: 1...handle).last { $0.handle < handle && $0.type == GATTType.characteristic }.map { $0.handle + 1 }
     }
 
     /// A bonded client's stored configurations for CCCDs in `range`, a service published after the link came up (an
@@ -77,8 +91,7 @@ public final class ATTServer {
     public func adoptStored(clientConfigurations stored: [UInt16: UInt16], in range: ClosedRange<UInt16>) -> [(valueHandle: UInt16, value: UInt16)] {
         var adopted: [(UInt16, UInt16)] = []
         for (handle, value) in stored.sorted(by: { $0.key < $1.key }) where range.contains(handle) && clientConfigurations[handle] == nil {
-            guard database.attribute(at: handle)?.value == .clientConfiguration, value & 0b11 != 0,
-                  let valueHandle = database.attributes(in: range).last(where: { $0.handle < handle && $0.type == GATTType.characteristic }).map({ $0.handle + 1 })
+            guard database.attribute(at: handle)?.value == .clientConfiguration, value & 0b11 != 0, let valueHandle = valueHandle(ofConfiguration: handle)
             else { continue }
             clientConfigurations[handle] = value
             adopted.append((valueHandle, value))

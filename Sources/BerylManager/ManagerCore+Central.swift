@@ -55,6 +55,35 @@ extension ManagerCore {
         }
     }
 
+    /// setNotifyValue(_:for:) from `holder` on `link`: nil when the peripheral's descriptor is to be written (its
+    /// answer goes to `notifyWritten`); otherwise another manager's subscription stands for it, and what answering
+    /// the holder at once changes.
+    public mutating func notifyRequested(_ enable: Bool, valueHandle: UInt16, cccdHandle: UInt16, on link: UInt16, identifier: String,
+                                         by holder: ManagerHolder) -> [Output]? {
+        guard !remoteSubscriptions.request(enable, .init(link: link, valueHandle: valueHandle), cccdHandle: cccdHandle, by: holder) else { return nil }
+        return notifyChanged(valueHandle, enabled: enable, on: identifier, by: holder)
+    }
+
+    /// The descriptor write `notifyRequested` asked for was answered; a failed subscription leaves the holder out.
+    public mutating func notifyWritten(_ enable: Bool, succeeded: Bool, valueHandle: UInt16, on link: UInt16, identifier: String,
+                                       by holder: ManagerHolder) -> [Output] {
+        let value = RemoteSubscriptions.Value(link: link, valueHandle: valueHandle)
+        guard succeeded else {
+            if enable { remoteSubscriptions.subscribeFailed(value, by: holder) }
+            return []
+        }
+        if enable { remoteSubscriptions.subscribed(value) }
+        return notifyChanged(valueHandle, enabled: enable, on: identifier, by: holder)
+    }
+
+    /// Who hears a value the peripheral on `link` notified: the managers subscribed to it, as Core Bluetooth's do — or
+    /// every holder of the link when this stack does not know who subscribed (managerd restarted under it).
+    public func audience(ofNotification valueHandle: UInt16, onLink link: UInt16) -> (identifier: String, holders: Set<ManagerHolder>)? {
+        guard let (identifier, holders) = holders(ofLink: link) else { return nil }
+        guard let listeners = remoteSubscriptions.listeners(of: .init(link: link, valueHandle: valueHandle)) else { return (identifier, holders) }
+        return (identifier, holders.intersection(listeners))
+    }
+
     /// setNotifyValue(_:for:) answered: the record keeps which values notify, to subscribe again on restoration.
     public mutating func notifyChanged(_ valueHandle: UInt16, enabled: Bool, on identifier: String, by holder: ManagerHolder) -> [Output] {
         updatingRecord(of: holder) {

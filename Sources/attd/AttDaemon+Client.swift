@@ -90,9 +90,9 @@ extension AttDaemon {
     func tickBearers() {
         for link in links.values {
             applyGATT(link.gatt.tick(security: clientSecurity(of: link), at: host.loop.uptime), on: link)
-            // A Disconnect lost on the way (hcid restarting) is asked again while the unusable link lasts.
-            if !link.server.isUsable { sendCommand(HCICommands.disconnect(handle: link.handle)) }
             apply(wrap(link.server.tick(at: host.loop.uptime), for: link), on: link)
+            // Asked each tick while the unusable link lasts: a Disconnect may be lost on the way (hcid restarting).
+            if !link.server.isUsable { sendCommand(HCICommands.disconnect(handle: link.handle)) }
         }
     }
 

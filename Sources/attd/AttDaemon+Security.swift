@@ -34,10 +34,16 @@ extension AttDaemon {
     func adoptStoredSubscriptions(in range: ClosedRange<UInt16>) {
         for link in links.values {
             guard let configurations = security.storedConfigurations(on: link.handle) else { continue }
-            for (valueHandle, value) in link.server.adoptStored(clientConfigurations: configurations, in: range) {
-                host.logger.info("bonded \(security.bondIdentity(of: link.handle).map(\.description) ?? "?") is subscribed again to 0x\(String(valueHandle, radix: 16))")
-                owner(of: valueHandle)?.send(.event(Event(subscriptionChanged: valueHandle, link: link.handle, notify: value & 0b01 != 0, indicate: value & 0b10 != 0)))
-            }
+            announceStoredSubscriptions(link.server.adoptStored(clientConfigurations: configurations, in: range), on: link.handle)
+        }
+    }
+
+    /// A bonded client's stored configurations took effect: the values' owners hear it subscribe (they heard it
+    /// unsubscribe when it left).
+    private func announceStoredSubscriptions(_ subscriptions: [(valueHandle: UInt16, value: UInt16)], on handle: UInt16) {
+        for (valueHandle, value) in subscriptions {
+            host.logger.info("bonded \(security.bondIdentity(of: handle).map(\.description) ?? "?") is subscribed again to 0x\(String(valueHandle, radix: 16))")
+            owner(of: valueHandle)?.send(.event(Event(subscriptionChanged: valueHandle, link: handle, notify: value & 0b01 != 0, indicate: value & 0b10 != 0)))
         }
     }
 
@@ -76,12 +82,7 @@ extension AttDaemon {
                 links[handle]?.server.peerSigning = key
             case .restoreClientState(let handle, let configurations, let features):
                 guard let link = links[handle] else { continue }
-                let before = link.server.clientConfigurations
-                link.server.restore(clientConfigurations: configurations, clientFeatures: features)
-                // The bonded central is subscribed again: its owners hear so (they heard it unsubscribe when it left).
-                for (cccd, value) in link.server.clientConfigurations.sorted(by: { $0.key < $1.key }) where value != 0 && before[cccd] != value {
-                    owner(of: cccd - 1)?.send(.event(Event(subscriptionChanged: cccd - 1, link: handle, notify: value & 0b01 != 0, indicate: value & 0b10 != 0)))
-                }
+                announceStoredSubscriptions(link.server.restore(clientConfigurations: configurations, clientFeatures: features), on: handle)
             case .peerServiceChanged(let handle, let valueHandle):
                 links[handle]?.gatt.rememberServiceChanged(valueHandle)
             case .indicateServiceChanged(let handle, let range):

@@ -236,8 +236,8 @@ final class AttDaemon {
         case .indicationConfirmed:
             applyPacer(pacer.indicationConfirmed(on: link.handle, hasRoom: link.server.hasIndicationRoom))
         case .indicationTimedOut(let handle):
+            // tickBearers ends the link, now and on each tick while it lasts.
             host.logger.warning("link 0x\(String(link.handle, radix: 16)): indication of 0x\(String(handle, radix: 16)) unconfirmed for 30 s; disconnecting")
-            sendCommand(HCICommands.disconnect(handle: link.handle))
         }
     }
 

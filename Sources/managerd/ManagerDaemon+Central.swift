@@ -256,16 +256,12 @@ extension ManagerDaemon {
             return
         }
         let identifier = operation.peripheral
-        var subscription: RemoteSubscriptions.Value?
-        if case .setNotify(let change)? = operation.kind, let valueHandle = UInt16(exactly: change.valueHandle), let cccd = UInt16(exactly: change.cccdHandle) {
-            let value = RemoteSubscriptions.Value(link: link.handle, valueHandle: valueHandle)
-            // Another app's subscription already stands for this one (or still needs the descriptor): nothing to write.
-            guard core.remoteSubscriptions.request(change.enable, value, cccdHandle: cccd, by: .session(session)) else {
-                apply(core.notifyChanged(valueHandle, enabled: change.enable, on: identifier, by: .session(session)))
-                incoming.respond(.with { $0.manager.gatt = .init() })
-                return
-            }
-            subscription = value
+        if case .setNotify(let change)? = operation.kind, let valueHandle = UInt16(exactly: change.valueHandle), let cccd = UInt16(exactly: change.cccdHandle),
+           let answered = core.notifyRequested(change.enable, valueHandle: valueHandle, cccdHandle: cccd, on: link.handle, identifier: identifier,
+                                               by: .session(session)) {
+            apply(answered)
+            incoming.respond(.with { $0.manager.gatt = .init() })
+            return
         }
         attd.request(.with { $0.att = request }) { [unowned self] result in
             // An ordered write without response not sent is canSendWriteWithoutResponse false; attd sends this app's
@@ -282,8 +278,8 @@ extension ManagerDaemon {
                                           everyService: discover.serviceUuids.isEmpty, on: identifier, by: .session(session)))
                 }
                 if case .setNotify(let change)? = operation.kind, let valueHandle = UInt16(exactly: change.valueHandle) {
-                    if let subscription, change.enable { core.remoteSubscriptions.subscribed(subscription) }
-                    apply(core.notifyChanged(valueHandle, enabled: change.enable, on: identifier, by: .session(session)))
+                    apply(core.notifyWritten(change.enable, succeeded: true, valueHandle: valueHandle, on: link.handle, identifier: identifier,
+                                             by: .session(session)))
                 }
                 incoming.respond(.with { answer in
                     switch response.att.kind {
@@ -293,7 +289,10 @@ extension ManagerDaemon {
                     }
                 })
             case .failure(let error):
-                if let subscription, operation.setNotify.enable { core.remoteSubscriptions.subscribeFailed(subscription, by: .session(session)) }
+                if case .setNotify(let change)? = operation.kind, let valueHandle = UInt16(exactly: change.valueHandle) {
+                    apply(core.notifyWritten(change.enable, succeeded: false, valueHandle: valueHandle, on: link.handle, identifier: identifier,
+                                             by: .session(session)))
+                }
                 incoming.fail(relaying: error, from: "attd")
             }
         }
@@ -332,13 +331,12 @@ extension ManagerDaemon {
     /// What attd's GATT client heard on a link goes to every session holding that peripheral, once each (`only`: to
     /// that one, if it holds it).
     func forwardToHolders(_ event: Beryl_Ipc_V1_AttEvent.OneOf_Kind, connectionHandle: UInt32, only: ManagerHolder? = nil) {
-        guard let (identifier, holders) = core.holders(ofLink: UInt16(truncatingIfNeeded: connectionHandle)),
-              let wire = Beryl_Ipc_V1_ManagerEvent(event, peripheral: identifier) else { return }
-        // A value notified goes to the apps subscribed to it, as Core Bluetooth's does.
-        var listeners: Set<ManagerHolder>?
+        let link = UInt16(truncatingIfNeeded: connectionHandle)
+        var audience = core.holders(ofLink: link)
         if case .gattNotification(let notification) = event, let valueHandle = UInt16(exactly: notification.handle) {
-            listeners = core.remoteSubscriptions.listeners(of: .init(link: UInt16(truncatingIfNeeded: connectionHandle), valueHandle: valueHandle))
+            audience = core.audience(ofNotification: valueHandle, onLink: link)
         }
-        for holder in holders where (only == nil || holder == only) && listeners?.contains(holder) != false { send(wire, to: holder) }
+        guard let (identifier, holders) = audience, let wire = Beryl_Ipc_V1_ManagerEvent(event, peripheral: identifier) else { return }
+        for holder in holders where only == nil || holder == only { send(wire, to: holder) }
     }
 }

@@ -63,6 +63,22 @@ final class RemoteSubscriptionsTests: XCTestCase {
         XCTAssertFalse(core.remoteSubscriptions.request(true, value, cccdHandle: 13, by: .session(6)), "written already")
     }
 
+    /// What managerd asks of the core for setNotifyValue and a notified value: the write or the answer at once, and who
+    /// hears the values.
+    func testSetNotifyValueAsManagerdAsksAndWhoHearsTheValues() {
+        var core = twoAppsOnOneLink()
+        XCTAssertEqual(core.audience(ofNotification: 12, onLink: 0x40)?.holders, [.session(3), .session(4)], "nobody known subscribed: every holder")
+        XCTAssertNil(core.notifyRequested(true, valueHandle: 12, cccdHandle: 13, on: 0x40, identifier: "L", by: .session(3)), "the first writes")
+        XCTAssertEqual(core.notifyWritten(true, succeeded: true, valueHandle: 12, on: 0x40, identifier: "L", by: .session(3)), [])
+        XCTAssertEqual(core.audience(ofNotification: 12, onLink: 0x40)?.holders, [.session(3)], "only the subscribed app hears the values")
+        XCTAssertEqual(core.notifyRequested(true, valueHandle: 12, cccdHandle: 13, on: 0x40, identifier: "L", by: .session(4)), [], "answered at once")
+        XCTAssertEqual(core.notifyRequested(false, valueHandle: 12, cccdHandle: 13, on: 0x40, identifier: "L", by: .session(3)), [])
+        XCTAssertEqual(core.audience(ofNotification: 12, onLink: 0x40)?.holders, [.session(4)])
+        XCTAssertNil(core.notifyRequested(true, valueHandle: 20, cccdHandle: 21, on: 0x40, identifier: "L", by: .session(3)))
+        _ = core.notifyWritten(true, succeeded: false, valueHandle: 20, on: 0x40, identifier: "L", by: .session(3))
+        XCTAssertNil(core.remoteSubscriptions.listeners(of: .init(link: 0x40, valueHandle: 20)), "a failed write leaves nobody subscribed")
+    }
+
     func testAFailedDescriptorWriteLeavesTheAppUnsubscribed() {
         var core = twoAppsOnOneLink()
         XCTAssertTrue(core.remoteSubscriptions.request(true, value, cccdHandle: 13, by: .session(3)))
