@@ -140,7 +140,7 @@ let package = Package(
         .testTarget(name: "BerylSimTests", dependencies: ["BerylSim", "BerylCore"]),
         .testTarget(name: "BerylGATTTests", dependencies: ["BerylGATT", "BerylATT", "BerylCore", "BerylHCI", "BerylCrypto"]),
         .testTarget(name: "BerylL2CAPTests", dependencies: ["BerylL2CAP", "BerylCore", "BerylHCI"]),
-        .testTarget(name: "BerylAttWireTests", dependencies: ["BerylAttWire", "BerylGATT", "BerylSMP", "BerylWire", "BerylCore"]),
+        .testTarget(name: "BerylAttWireTests", dependencies: ["BerylAttWire", "BerylGATT", "BerylATT", "BerylSMP", "BerylWire", "BerylCore"]),
         .testTarget(name: "BerylManagerWireTests", dependencies: ["BerylManagerWire", "BerylManager", "BerylGAP", "BerylWire", "BerylCore"]),
         .testTarget(name: "BerylHCITests", dependencies: ["BerylHCI", "BerylSim", "BerylCore", "BerylHardware"]),
         .testTarget(name: "BerylPandoraTests", dependencies: [

@@ -171,3 +171,40 @@ extension SecurityFailure {
         }
     }
 }
+
+extension WireFailure {
+    /// A security manager's refusal as the requester hears it; `link` and `identity` name what was asked about.
+    public init(_ error: SecurityRequestError, link: UInt32 = 0, identity: String = "") {
+        let linkName = "link 0x\(String(link, radix: 16))"
+        switch error {
+        case .noLink: self.init(.notFound, "no link with handle 0x\(String(link, radix: 16))", field: "connection_handle")
+        case .noPairingUnderWay: self.init(.notFound, "no pairing is under way on \(linkName)", field: "connection_handle")
+        case .pairingUnderWay:
+            self.init(.busy, "pairing is under way on \(linkName)", field: "local_address", detail: RemoteDetail(managerReason: .pairingUnderWay))
+        case .identityUnknown: self.init(.notReady, "the controller's identity is not known yet")
+        case .noBond: self.init(.notFound, "no bond with \(identity)", field: "identity")
+        case .storage(let message): self.init(.internal, "bond store: \(message)")
+        case .crypto(let message): self.init(.internal, message)
+        }
+    }
+}
+
+/// SetLinkPairing with its addresses read: for a link that is up, or for the next link in a role (with a peer).
+public struct LinkPairingOptions: Equatable, Sendable {
+    public var options: Beryl_Ipc_V1_SetLinkPairing
+    public var peer: DeviceAddress?
+    public var localAddress: DeviceAddress?
+
+    public init(wire options: Beryl_Ipc_V1_SetLinkPairing) throws(WireFailure) {
+        self.options = options
+        func address(_ text: String, field: String) throws(WireFailure) -> DeviceAddress? {
+            guard !text.isEmpty else { return nil }
+            guard let address = DeviceAddress(text) else {
+                throw WireFailure(.invalidArgument, "'\(text)' is not an address like AA:BB:CC:DD:EE:FF[/random]", field: field)
+            }
+            return address
+        }
+        peer = options.forNextLink ? try address(options.peer, field: "peer") : nil
+        localAddress = try address(options.localAddress, field: "local_address")
+    }
+}

@@ -105,31 +105,19 @@ extension Beryl_Ipc_V1_Response {
 }
 
 /// The typed error an app hears of an operation that failed.
-public struct WireFailure: Equatable, Sendable {
-    public var code: IPCErrorCode
-    public var message: String
-    public var field: String
-    public var detail: RemoteDetail
-
+extension WireFailure {
     public init(_ failure: GATTClient.Failure) {
         switch failure {
         case .att(let error):
-            self.init(.invalidArgument, "ATT error 0x\(String(error.rawValue, radix: 16)) (\(error))", field: "att_error", RemoteDetail(attError: error.rawValue))
+            self.init(.invalidArgument, "ATT error 0x\(String(error.rawValue, radix: 16)) (\(error))", field: "att_error", detail: RemoteDetail(attError: error.rawValue))
         case .bearerTimedOut:
-            self.init(.timeout, "the ATT transaction timed out (Core Vol 3 Part F §3.3.3)", field: "", RemoteDetail(bluetoothError: .connectionTimeout))
+            self.init(.timeout, "the ATT transaction timed out (Core Vol 3 Part F §3.3.3)", detail: RemoteDetail(bluetoothError: .connectionTimeout))
         case .linkClosed:
-            self.init(.notFound, "the link went down", field: "connection_handle", RemoteDetail(bluetoothError: .peripheralDisconnected))
+            self.init(.notFound, "the link went down", field: "connection_handle", detail: RemoteDetail(bluetoothError: .peripheralDisconnected))
         case .reliableWriteCancelled:
             self.init(.invalidArgument, "the server echoed a part differently; the reliable write was cancelled", field: "att_error",
-                      RemoteDetail(bluetoothError: .unknown))
+                      detail: RemoteDetail(bluetoothError: .unknown))
         }
-    }
-
-    private init(_ code: IPCErrorCode, _ message: String, field: String, _ detail: RemoteDetail) {
-        self.code = code
-        self.message = message
-        self.field = field
-        self.detail = detail
     }
 }
 
@@ -250,11 +238,47 @@ extension Beryl_Ipc_V1_Event {
     /// An ATT bearer opened with a link, or closed with it.
     public init(bearer link: UInt16, opened: Bool, mtu: UInt16, central: Bool) {
         self.init()
-        let bearer = Beryl_Ipc_V1_Bearer.with {
-            $0.connectionHandle = UInt32(link)
-            $0.attMtu = UInt32(mtu)
-            $0.central = central
-        }
+        let bearer = Beryl_Ipc_V1_Bearer(link: link, mtu: mtu, central: central)
         if opened { att.bearerOpened = bearer } else { att.bearerClosed = bearer }
+    }
+}
+
+extension Beryl_Ipc_V1_Bearer {
+    /// `peer`: the link's peer, when the bearer is listed (GetBearers) rather than announced.
+    public init(link: UInt16, mtu: UInt16, central: Bool, peer: DeviceAddress? = nil) {
+        self.init()
+        connectionHandle = UInt32(link)
+        attMtu = UInt32(mtu)
+        self.central = central
+        peerAddress = peer?.description ?? ""
+    }
+}
+
+extension Beryl_Ipc_V1_ServicePublished {
+    /// Where the database put a publisher's service: its handles and each characteristic's value handle.
+    public init(_ range: ClosedRange<UInt16>, in database: AttributeDatabase) {
+        self.init()
+        startHandle = UInt32(range.lowerBound)
+        endHandle = UInt32(range.upperBound)
+        valueHandles = database.attributes(in: range).filter { $0.type == GATTType.characteristic }.map { UInt32($0.handle + 1) }
+    }
+}
+
+extension ServiceRouter {
+    /// A peer's read or write of published values, as the event its one live publisher hears (with the id its answer is
+    /// owed under); nil when no one live publisher holds them all, and the peer is answered Unlikely Error.
+    public mutating func route(_ request: ATTServerOutput, on link: UInt16, isLive: (PublisherID) -> Bool,
+                               at now: Duration) -> (publisher: PublisherID, event: Beryl_Ipc_V1_Event)? {
+        switch request {
+        case .readRequested(let id, let handle, let offset):
+            return route(handles: [handle], link: link, serverID: id, isRead: true, offset: offset, expectsAnswer: true, isLive: isLive, at: now)
+                .map { ($0.publisher, Beryl_Ipc_V1_Event(readRequested: $0.answerID, link: link, handle: handle, offset: offset)) }
+        case .writeRequested(let id, let writes, let withResponse):
+            return route(handles: writes.map(\.handle), link: link, serverID: id, isRead: false, offset: 0, expectsAnswer: withResponse,
+                         isLive: isLive, at: now)
+                .map { ($0.publisher, Beryl_Ipc_V1_Event(writeRequested: $0.answerID, link: link, writes: writes, withResponse: withResponse)) }
+        default:
+            return nil
+        }
     }
 }

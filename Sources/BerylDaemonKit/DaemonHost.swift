@@ -170,3 +170,27 @@ public func runDaemon(_ host: () throws -> DaemonHost, configure: (DaemonHost) t
     }
     return daemon.run()
 }
+
+extension DaemonHost {
+    /// Connects to another of the stack's daemons, and again half a second after each failure or loss, for as long
+    /// as this one runs (a daemon restarted by the supervisor comes back under the same socket). `attached` has each
+    /// new connection, to subscribe on; `lost` says why the last one ended, before the next attempt.
+    public func attach(to daemon: String, onEvent: @escaping (Event) -> Void, attached: @escaping (IPCConnection) -> Void,
+                       lost: @escaping (String) -> Void) {
+        let again = { [unowned self] in
+            _ = try? loop.after(.milliseconds(500)) { [unowned self] in attach(to: daemon, onEvent: onEvent, attached: attached, lost: lost) }
+        }
+        do {
+            let connection = try IPCConnection(loop: loop, path: paths.socket(daemon))
+            connection.onEvent = onEvent
+            connection.onClose = { reason in
+                lost(reason)
+                again()
+            }
+            attached(connection)
+        } catch {
+            logger.debug("\(daemon) not reachable yet: \(error)")
+            again()
+        }
+    }
+}

@@ -35,6 +35,9 @@ public final class IncomingRequest {
         respond(.error(code, message, field: field, detail: detail))
     }
 
+    @discardableResult
+    public func fail(_ failure: WireFailure) -> Bool { fail(failure.code, failure.message, field: failure.field, detail: failure.detail) }
+
     /// Passes on another daemon's typed error as it came (its code, field and detail); a daemon that could not be asked
     /// at all makes this one not ready.
     @discardableResult

@@ -32,7 +32,7 @@ extension AttDaemon {
 
     private func usableLink(_ handle: UInt32, _ incoming: IncomingRequest) -> LinkSession? {
         guard let link = links[UInt16(truncatingIfNeeded: handle)] else {
-            incoming.fail(.notFound, "no link with handle 0x\(String(handle, radix: 16))", field: "connection_handle")
+            incoming.fail(WireFailure(.noLink, link: handle))
             return nil
         }
         guard link.gatt.isUsable else {
@@ -42,43 +42,18 @@ extension AttDaemon {
         return link
     }
 
-    /// Write Without Response has no answer to pace it, so the link's unsent ones are capped; the app hears when
-    /// there is room again (Core Bluetooth's canSendWriteWithoutResponse and peripheralIsReady(toSendWriteWithoutResponse:)).
+    /// Paced, not answered by the peer: the pacer admits it or refuses it as the sender hears.
     private func writeWithoutResponse(_ write: Beryl_Ipc_V1_GattWrite, on link: LinkSession, _ incoming: IncomingRequest) {
-        let handle = UInt16(truncatingIfNeeded: write.handle)
-        let value = Array(write.value)
-        let sender = UpdateSender(publisher: incoming.session?.id ?? 0, onBehalfOf: write.onBehalfOf)
-        if write.ordered, let latest = pacer.writeSentBeforeReady(sender, on: link.handle, readySeen: write.readySeen) {
-            incoming.fail(.cancelled, "sent before GattWriteReady \(latest): send it again; no other GattWriteReady follows")
-            return
-        }
-        var command = ATTPDU.writeCommand(handle: handle, value: value)
-        let hasRoom = pacer.hasRoom(on: link.handle) && !pacer.holdsBackWrites(from: sender, on: link.handle)
-        switch WriteCommand.plan(length: value.count, mtu: link.client.mtu, signedAsked: write.signed,
-                                 encrypted: security.level(of: link.handle)?.encrypted == true, hasRoom: hasRoom) {
-        case .failure(.queueFull):
-            pacer.refuseWrite(from: sender, on: link.handle)
-            incoming.fail(.busy, "\(WriteCommand.Refusal.queueFull)")
-            return
+        switch pacer.admitWrite(write, from: incoming.session?.id ?? 0, on: link, encrypted: security.level(of: link.handle)?.encrypted == true,
+                                sign: { signedWritePDU(on: link, handle: $0, value: $1) }) {
         case .failure(let refusal):
-            incoming.fail(.invalidArgument, "\(refusal)", field: "value")
-            return
-        case .success(.plain):
-            break
-        case .success(.signed):
-            switch signedWritePDU(on: link, handle: handle, value: value) {
-            case .success(let signed): command = signed
-            case .failure(let refusal):
-                // As a peer would answer an unauthenticated client: pair (and bond) first.
-                incoming.fail(.securityFailed, refusal == .noKey ? "a signed write needs a bond with this peer whose pairing distributed our CSRK"
-                              : "this bond's SignCounter is spent; pair again", detail: RemoteDetail(attError: 0x05))
-                return
+            incoming.fail(refusal)
+        case .success(let command):
+            for case .send(let pdu) in link.clientOutputs(link.client.submit(command, at: host.loop.uptime).outputs) {
+                enqueuePaced(pdu, on: link.handle)
             }
+            incoming.respond(.with { $0.ack = .init() })
         }
-        for case .send(let pdu) in link.clientOutputs(link.client.submit(command, at: host.loop.uptime).outputs) {
-            enqueuePaced(pdu, on: link.handle)
-        }
-        incoming.respond(.with { $0.ack = .init() })
     }
 
     /// What the link's bearer said to its client half goes through the GATT client core.
@@ -109,13 +84,12 @@ extension AttDaemon {
             case .finished(let id, .success(let outcome)):
                 clientAnswers.removeValue(forKey: id)?.respond(Response(outcome))
             case .finished(let id, .failure(let failure)):
-                let wire = WireFailure(failure)
-                clientAnswers.removeValue(forKey: id)?.fail(wire.code, wire.message, field: wire.field, detail: wire.detail)
+                clientAnswers.removeValue(forKey: id)?.fail(WireFailure(failure))
             case .secure:
                 secure(link) { [unowned self] result in
                     if case .failure(let failure) = result { self.host.logger.warning("\(tag): could not secure the link: \(failure.message)") }
                     guard self.links[link.handle] === link else { return }
-                    self.applyGATT(link.gatt.secured(result.isSuccess, at: self.host.loop.uptime), on: link)
+                    self.applyGATT(link.gatt.secured((try? result.get()) != nil, at: self.host.loop.uptime), on: link)
                 }
             case .mtuExchanged(let mtu, let refused):
                 if let refused { host.logger.info("\(tag): MTU exchange refused (\(refused)); ATT_MTU stays \(mtu)") }
@@ -133,8 +107,4 @@ extension AttDaemon {
             }
         }
     }
-}
-
-extension Result {
-    var isSuccess: Bool { if case .success = self { true } else { false } }
 }

@@ -1,3 +1,4 @@
+import BerylAttWire
 import BerylCore
 import BerylGATT
 import BerylIPC
@@ -14,22 +15,9 @@ extension AttDaemon {
             case .transmit(let transmission):
                 queueACL(transmission.pdu, on: transmission.link, lane: .credited)
             case .writeReady(let link, let notices):
-                for notice in notices {
-                    var event = Event()
-                    event.att.gattWriteReady = .with {
-                        $0.connectionHandle = UInt32(link)
-                        $0.count = notice.count
-                        $0.onBehalfOf = notice.sender.onBehalfOf
-                    }
-                    host.server?.sessions[notice.sender.publisher]?.send(.event(event))
-                }
+                for notice in notices { host.server?.sessions[notice.sender.publisher]?.send(.event(Event(writeReady: notice, link: link))) }
             case .readyToUpdate(let notices):
-                for notice in notices {
-                    var event = Event()
-                    event.att.readyToUpdate.count = notice.count
-                    event.att.readyToUpdate.onBehalfOf = notice.sender.onBehalfOf
-                    host.server?.sessions[notice.sender.publisher]?.send(.event(event))
-                }
+                for notice in notices { host.server?.sessions[notice.sender.publisher]?.send(.event(Event(readyToUpdate: notice))) }
             }
         }
     }
@@ -42,30 +30,19 @@ extension AttDaemon {
 
     func queueACL(_ pdu: [UInt8], on handle: UInt16, lane: Beryl_Ipc_V1_AclLane) {
         guard hcid != nil else { return }
-        // A datagram stays well under the IPC's 64 KiB cap however many links' credits came back at once.
-        if outgoingACLBytes + pdu.count > Self.maximumBatchBytes { flushACL() }
-        outgoingACL.append(.with { $0.handle = UInt32(handle); $0.pdu = Data(pdu); $0.lane = lane })
-        outgoingACLBytes += pdu.count + 8
+        if let full = outgoingACL.add(pdu, on: handle, lane: lane) { sendACL(full) }
         guard let aclFlush else { return flushACL() }
         aclFlush.schedule()
     }
 
-    static let maximumBatchBytes = 48 * 1024
-
     /// Sends the ACL of this wake-up now: before any other request to hcid, which must not overtake it (a Disconnect
     /// or a barrier after the keys of a pairing, a connection update after its signalling response).
     func flushACL() {
-        let batch = outgoingACL
-        outgoingACL = []
-        outgoingACLBytes = 0
-        guard let hcid, !batch.isEmpty else { return }
-        var request = Request()
-        if batch.count == 1 {
-            request.hci.sendAcl = batch[0]
-        } else {
-            request.hci.sendAclBatch.pdus = batch
-        }
-        hcid.request(request) { [unowned self] result in
+        if let batch = outgoingACL.take() { sendACL(batch) }
+    }
+
+    private func sendACL(_ request: Request) {
+        hcid?.request(request) { [unowned self] result in
             // Credited PDUs are never refused; what fails is a link that ended meanwhile, which attd hears of itself.
             if case .failure(let error) = result { host.logger.info("ACL to hcid not all queued: \(error)") }
         }
@@ -76,13 +53,6 @@ extension AttDaemon {
         flushACL()
         guard let hcid else { return completion(.failure(.closed)) }
         hcid.request(request, completion: completion)
-    }
-
-    /// What a link that closed still had waiting for the wake-up's end goes nowhere (its handle may soon name another).
-    func dropQueuedACL(for handle: UInt16) {
-        let before = outgoingACL.count
-        outgoingACL.removeAll { $0.handle == UInt32(handle) }
-        if outgoingACL.count != before { outgoingACLBytes = outgoingACL.reduce(0) { $0 + $1.pdu.count + 8 } }
     }
 
     /// Keeps one timer at the router's next deadline.

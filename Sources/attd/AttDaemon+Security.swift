@@ -89,13 +89,9 @@ extension AttDaemon {
                 guard let link = links[handle] else { continue }
                 apply(wrap(link.server.indicateServiceChanged(range).outputs, for: link), on: link)
             case .prompt(let handle, let peer, let prompt):
-                var event = Event()
-                event.att.pairingPrompt = Beryl_Ipc_V1_PairingPrompt(link: handle, peer: peer, prompt)
-                host.server?.broadcast(event)
+                host.server?.broadcast(.with { $0.att.pairingPrompt = Beryl_Ipc_V1_PairingPrompt(link: handle, peer: peer, prompt) })
             case .pairingFinished(let handle, let peer, let result):
-                var event = Event()
-                event.att.pairingFinished = Beryl_Ipc_V1_PairingFinished(link: handle, peer: peer, result)
-                host.server?.broadcast(event)
+                host.server?.broadcast(.with { $0.att.pairingFinished = Beryl_Ipc_V1_PairingFinished(link: handle, peer: peer, result) })
             case .secured(let waiters, let result, let afterKeysDelivered):
                 let completions = waiters.compactMap { securityWaiters.removeValue(forKey: $0) }
                 guard afterKeysDelivered, hcid != nil else {
@@ -118,10 +114,7 @@ extension AttDaemon {
         switch request {
         case .pair(let pair):
             let handle = UInt16(truncatingIfNeeded: pair.connectionHandle)
-            guard let link = links[handle] else {
-                incoming.fail(.notFound, "no link with handle 0x\(String(pair.connectionHandle, radix: 16))", field: "connection_handle")
-                return true
-            }
+            guard let link = links[handle] else { incoming.fail(WireFailure(.noLink, link: pair.connectionHandle)); return true }
             if security.level(of: handle)?.encrypted == true, !security.isPairing(handle) {
                 incoming.respond(.with { $0.att.paired = Beryl_Ipc_V1_Paired(security.summary(of: handle)) })
                 return true
@@ -138,40 +131,30 @@ extension AttDaemon {
                                                         at: host.loop.uptime))
                 incoming.respond(.with { $0.ack = .init() })
             } catch {
-                incoming.fail(.notFound, "no pairing is under way on link 0x\(String(answer.connectionHandle, radix: 16))", field: "connection_handle")
+                incoming.fail(WireFailure(error, link: answer.connectionHandle))
             }
-        case .setLinkPairing(let options) where options.forNextLink:
-            let peer = options.peer.isEmpty ? nil : DeviceAddress(options.peer)
-            let local = options.localAddress.isEmpty ? nil : DeviceAddress(options.localAddress)
-            guard options.peer.isEmpty || peer != nil, options.localAddress.isEmpty || local != nil else {
-                incoming.fail(.invalidArgument, "an address is not AA:BB:CC:DD:EE:FF[/random]", field: peer == nil ? "peer" : "local_address")
-                return true
-            }
-            security.setNextLinkPairing(central: options.central, peer: peer, consent: options.justWorksConsent, localAddress: local, clear: options.clear)
-            incoming.respond(.with { $0.ack = .init() })
-        case .setLinkPairing(let options):
-            let local = options.localAddress.isEmpty ? nil : DeviceAddress(options.localAddress)
-            guard options.localAddress.isEmpty || local != nil else {
-                incoming.fail(.invalidArgument, "'\(options.localAddress)' is not an address", field: "local_address")
-                return true
-            }
-            do {
-                try security.setLinkPairing(UInt16(truncatingIfNeeded: options.connectionHandle), localAddress: local, consent: options.justWorksConsent)
+        case .setLinkPairing(let wire):
+            do throws(WireFailure) {
+                let asked = try LinkPairingOptions(wire: wire)
+                if wire.forNextLink {
+                    security.setNextLinkPairing(central: wire.central, peer: asked.peer, consent: wire.justWorksConsent, localAddress: asked.localAddress,
+                                                clear: wire.clear)
+                } else {
+                    do {
+                        try security.setLinkPairing(UInt16(truncatingIfNeeded: wire.connectionHandle), localAddress: asked.localAddress,
+                                                    consent: wire.justWorksConsent)
+                    } catch { throw WireFailure(error, link: wire.connectionHandle) }
+                }
                 incoming.respond(.with { $0.ack = .init() })
-            } catch .pairingUnderWay {
-                incoming.fail(.busy, "pairing is under way on link 0x\(String(options.connectionHandle, radix: 16))", field: "local_address",
-                              detail: RemoteDetail(managerReason: .pairingUnderWay))
             } catch {
-                incoming.fail(.notFound, "no link with handle 0x\(String(options.connectionHandle, radix: 16))", field: "connection_handle")
+                incoming.fail(error)
             }
         case .getPrivateAddress:
             do {
                 let address = try security.makePrivateAddress()
                 incoming.respond(.with { $0.att.privateAddress.address = address.description })
-            } catch .identityUnknown {
-                incoming.fail(.notReady, "the controller's identity is not known yet")
             } catch {
-                incoming.fail(.internal, "\(error)")
+                incoming.fail(WireFailure(error))
             }
         case .listBonds:
             incoming.respond(.with {
@@ -187,10 +170,8 @@ extension AttDaemon {
             do {
                 applySecurity(try security.removeBond(identity))
                 incoming.respond(.with { $0.ack = .init() })
-            } catch .noBond {
-                incoming.fail(.notFound, "no bond with \(identity)", field: "identity")
             } catch {
-                incoming.fail(.internal, "bond store: \(error)")
+                incoming.fail(WireFailure(error, identity: remove.identity))
             }
         default:
             return false

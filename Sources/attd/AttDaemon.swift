@@ -23,8 +23,7 @@ final class AttDaemon {
     var router: ServiceRouter
     var pacer = TransmitPacer()
     /// PDUs for hcid from this loop wake-up, sent as one datagram when it ends.
-    var outgoingACL: [Beryl_Ipc_V1_SendAcl] = []
-    var outgoingACLBytes = 0
+    var outgoingACL = ACLBatch()
     /// Sends `outgoingACL` when the wake-up that queued it ends (nil if the loop could not make the task: no batching).
     lazy var aclFlush: EndOfWakeUpTask? = try? host.loop.endOfWakeUpTask { [unowned self] in flushACL() }
     /// At the router's next deadline.
@@ -67,37 +66,27 @@ final class AttDaemon {
     // MARK: hcid
 
     private func connectToHcid() {
-        do {
-            let connection = try IPCConnection(loop: host.loop, path: host.paths.socket("hcid"))
-            connection.onEvent = { [unowned self] in self.hcidEvent($0) }
-            connection.onClose = { [unowned self] reason in
-                self.host.logger.warning("lost hcid (\(reason)); links are gone")
-                self.hcid = nil
-                self.outgoingACL.removeAll()
-                self.outgoingACLBytes = 0
-                self.pacer.hcidGone()
-                for handle in Array(self.links.keys) { self.linkClosed(handle) }
-                _ = try? self.host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToHcid() }
-            }
+        host.attach(to: "hcid", onEvent: { [unowned self] in hcidEvent($0) }, attached: { [unowned self] connection in
+            hcid = connection
+            host.logger.info("attached to hcid")
             var subscribe = Request()
-            subscribe.hci.subscribe.events = true
-            subscribe.hci.subscribe.acl = true
-            subscribe.hci.subscribe.aclCredits = true
+            subscribe.hci.subscribe = .with { $0.events = true; $0.acl = true; $0.aclCredits = true }
             connection.request(subscribe) { [unowned self] result in
                 switch result {
                 case .failure(let error):
-                    self.host.logger.warning("hcid subscription failed: \(error)")
+                    host.logger.warning("hcid subscription failed: \(error)")
                 case .success(let response):
-                    self.learnLocalAddress(response.hci.controllerInfo.address)
-                    self.adoptLinks(response.hci.controllerInfo.links)
+                    learnLocalAddress(response.hci.controllerInfo.address)
+                    adoptLinks(response.hci.controllerInfo.links)
                 }
             }
-            hcid = connection
-            host.logger.info("attached to hcid")
-        } catch {
-            host.logger.debug("hcid not reachable yet: \(error)")
-            _ = try? host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToHcid() }
-        }
+        }, lost: { [unowned self] reason in
+            host.logger.warning("lost hcid (\(reason)); links are gone")
+            hcid = nil
+            outgoingACL.removeAll()
+            pacer.hcidGone()
+            for handle in Array(links.keys) { linkClosed(handle) }
+        })
     }
 
     /// Our identity for key distribution: the controller's public address (or hcid's static random identity, for a
@@ -170,7 +159,7 @@ final class AttDaemon {
         applySecurity(security.linkClosed(handle, reason: reason))
         router.linkClosed(handle)
         applyPacer(pacer.linkClosed(handle))
-        dropQueuedACL(for: handle)
+        outgoingACL.drop(link: handle)
         host.logger.info("link 0x\(String(handle, radix: 16)) down" + (reason.map { " (HCI reason 0x\(String($0, radix: 16)))" } ?? ""))
         broadcastBearer(handle, opened: false)
     }
@@ -213,17 +202,16 @@ final class AttDaemon {
         switch output {
         case .send(let bytes):
             send(link.attPDU(bytes), on: link.handle)
-        case .readRequested(let id, let handle, let offset):
-            guard let (owner, answerID) = publisher(of: [handle], on: link, serverID: id, isRead: true, offset: offset, expectsAnswer: true) else {
-                return apply(wrap(link.server.completeRead(id: id, with: .failure(.unlikelyError)), for: link), on: link)
+        case .readRequested(let id, _, _), .writeRequested(let id, _, _):
+            let sessions = host.server?.sessions ?? [:]
+            defer { armDeadline() }
+            if let (publisher, event) = router.route(output, on: link.handle, isLive: { sessions[$0] != nil }, at: host.loop.uptime) {
+                sessions[publisher]?.send(.event(event))
+            } else if case .readRequested = output {
+                apply(wrap(link.server.completeRead(id: id, with: .failure(.unlikelyError)), for: link), on: link)
+            } else if case .writeRequested(_, _, true) = output {
+                apply(wrap(link.server.completeWrite(id: id, error: .unlikelyError), for: link), on: link)
             }
-            owner.send(.event(Event(readRequested: answerID, link: link.handle, handle: handle, offset: offset)))
-        case .writeRequested(let id, let writes, let withResponse):
-            guard let (owner, answerID) = publisher(of: writes.map(\.handle), on: link, serverID: id, isRead: false, offset: 0, expectsAnswer: withResponse) else {
-                if withResponse { apply(wrap(link.server.completeWrite(id: id, error: .unlikelyError), for: link), on: link) }
-                return
-            }
-            owner.send(.event(Event(writeRequested: answerID, link: link.handle, writes: writes, withResponse: withResponse)))
         case .subscriptionChanged(let valueHandle, let notify, let indicate):
             owner(of: valueHandle)?.send(.event(Event(subscriptionChanged: valueHandle, link: link.handle, notify: notify, indicate: indicate)))
             persistClientState(of: link)
@@ -243,18 +231,6 @@ final class AttDaemon {
 
     func wrap(_ outputs: [ATTServerOutput], for link: LinkSession) -> [LinkSession.Output] {
         outputs.map { if case .send(let bytes) = $0 { return .send(link.attPDU(bytes)) } else { return .server($0) } }
-    }
-
-    /// The publisher a peer's request goes to, and the id its answer is owed under; if it never comes, the peer gets
-    /// Unlikely Error at the deadline rather than silence.
-    private func publisher(of handles: [UInt16], on link: LinkSession, serverID: UInt64, isRead: Bool, offset: UInt16,
-                           expectsAnswer: Bool) -> (IPCSession, UInt64)? {
-        let sessions = host.server?.sessions ?? [:]
-        defer { armDeadline() }
-        guard let (publisher, answerID) = router.route(handles: handles, link: link.handle, serverID: serverID, isRead: isRead, offset: offset,
-                                                       expectsAnswer: expectsAnswer, isLive: { sessions[$0] != nil }, at: host.loop.uptime)
-        else { return nil }
-        return sessions[publisher].map { ($0, answerID) }
     }
 
     func complete(_ answer: ServiceRouter.OwedAnswer, read: Result<[UInt8], ATTError>, writeError: ATTError?, valueStartsAtOffset: Bool = false) {

@@ -123,53 +123,40 @@ final class ManagerDaemon {
     // MARK: Daemons
 
     private func connectToHcid() {
-        do {
-            let connection = try IPCConnection(loop: host.loop, path: host.paths.socket("hcid"))
-            connection.onEvent = { [unowned self] in self.hcidEvent($0) }
-            connection.onClose = { [unowned self] reason in
-                self.host.logger.warning("lost hcid (\(reason)); its links are gone")
-                self.hcid = nil
-                // hcid's successor resets the controller (Core Vol 4 Part E §7.3.2): every link ends with it, and the
-                // apps and preserved managers that held one hear so (a preserved one asks for it again).
-                for handle in Set(self.book.links.values.map(\.handle)).union(self.lab.peripheralLinks).sorted() {
-                    self.linkChanged(.disconnected(handle: handle, reason: 0x16))
-                }
-                self.controllerChanged(.unknown)
-                _ = try? self.host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToHcid() }
-            }
+        host.attach(to: "hcid", onEvent: { [unowned self] in hcidEvent($0) }, attached: { [unowned self] connection in
+            hcid = connection
             var subscribe = Request()
             subscribe.hci.subscribe.events = true
             connection.request(subscribe) { [unowned self] result in
-                if case .success(let response) = result {
-                    self.learnIdentity(response.hci.controllerInfo)
-                    self.controllerChanged(response.hci.controllerInfo.state)
-                }
+                guard case .success(let response) = result else { return }
+                learnIdentity(response.hci.controllerInfo)
+                controllerChanged(response.hci.controllerInfo.state)
             }
-            hcid = connection
-        } catch {
-            _ = try? host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToHcid() }
-        }
+        }, lost: { [unowned self] reason in
+            host.logger.warning("lost hcid (\(reason)); its links are gone")
+            hcid = nil
+            // hcid's successor resets the controller (Core Vol 4 Part E §7.3.2): every link ends with it, and the
+            // apps and preserved managers that held one hear so (a preserved one asks for it again).
+            for handle in Set(book.links.values.map(\.handle)).union(lab.peripheralLinks).sorted() {
+                linkChanged(.disconnected(handle: handle, reason: 0x16))
+            }
+            controllerChanged(.unknown)
+        })
     }
 
     private func connectToAttd() {
-        do {
-            let connection = try IPCConnection(loop: host.loop, path: host.paths.socket("attd"))
-            connection.onEvent = { [unowned self] in self.attdEvent($0) }
-            connection.onClose = { [unowned self] reason in
-                // attd's database went with it: the apps' services must be published again (their sessions are told).
-                self.host.logger.warning("lost attd (\(reason)); published services are gone")
-                self.attd = nil
-                for handle in self.awaitingBearer.keys { self.releaseAwaitingBearer(handle) }
-                self.apply(self.core.attd(attached: false, isRunning: self.isRunning))
-                _ = try? self.host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToAttd() }
-            }
+        host.attach(to: "attd", onEvent: { [unowned self] in attdEvent($0) }, attached: { [unowned self] connection in
             attd = connection
             adoptOpenLinks(connection)
             republishPreserved()
             apply(core.attd(attached: true, isRunning: isRunning))
-        } catch {
-            _ = try? host.loop.after(.milliseconds(500)) { [unowned self] in self.connectToAttd() }
-        }
+        }, lost: { [unowned self] reason in
+            // attd's database went with it: the apps' services must be published again (their sessions are told).
+            host.logger.warning("lost attd (\(reason)); published services are gone")
+            attd = nil
+            for handle in awaitingBearer.keys { releaseAwaitingBearer(handle) }
+            apply(core.attd(attached: false, isRunning: isRunning))
+        })
     }
 
     /// Links that are up already, because managerd restarted under them (hcid and attd kept them): taken back as if

@@ -1,0 +1,14 @@
+/// A typed refusal as a request's error answer carries it: the code, the field it names, the Bluetooth detail.
+public struct WireFailure: Error, Equatable, Sendable {
+    public var code: IPCErrorCode
+    public var message: String
+    public var field: String
+    public var detail: RemoteDetail
+
+    public init(_ code: IPCErrorCode, _ message: String, field: String = "", detail: RemoteDetail = RemoteDetail()) {
+        self.code = code
+        self.message = message
+        self.field = field
+        self.detail = detail
+    }
+}
