@@ -54,7 +54,7 @@ let package = Package(
         .target(name: "BerylManager", dependencies: ["BerylCore", "BerylGAP"]),
         .target(name: "Beryl", dependencies: ["BerylCore", "BerylWire"]),
         // managerd's translation between its cores' values and the wire's messages.
-        .target(name: "BerylManagerWire", dependencies: ["BerylManager", "BerylGAP", "BerylWire", "BerylCore"]),
+        .target(name: "BerylManagerWire", dependencies: ["BerylManager", "BerylGAP", "BerylStore", "BerylWire", "BerylCore"]),
         // attd's proto ⇄ core values (GATT discovery results, security outcomes), as BerylManagerWire is managerd's.
         .target(name: "BerylAttWire", dependencies: ["BerylGATT", "BerylSMP", "BerylHCI", "BerylWire", "BerylCore"]),
         .target(name: "BerylSim", dependencies: ["BerylCore", "BerylHCI", "CBerylCrypto"]),
@@ -141,7 +141,7 @@ let package = Package(
         .testTarget(name: "BerylGATTTests", dependencies: ["BerylGATT", "BerylATT", "BerylCore", "BerylHCI", "BerylCrypto"]),
         .testTarget(name: "BerylL2CAPTests", dependencies: ["BerylL2CAP", "BerylCore", "BerylHCI"]),
         .testTarget(name: "BerylAttWireTests", dependencies: ["BerylAttWire", "BerylGATT", "BerylATT", "BerylSMP", "BerylWire", "BerylCore"]),
-        .testTarget(name: "BerylManagerWireTests", dependencies: ["BerylManagerWire", "BerylManager", "BerylGAP", "BerylWire", "BerylCore"]),
+        .testTarget(name: "BerylManagerWireTests", dependencies: ["BerylManagerWire", "BerylManager", "BerylGAP", "BerylStore", "BerylWire", "BerylCore"]),
         .testTarget(name: "BerylHCITests", dependencies: ["BerylHCI", "BerylSim", "BerylCore", "BerylHardware"]),
         .testTarget(name: "BerylPandoraTests", dependencies: [
             "BerylPandora", "PandoraInterfaces", "BerylIPC", "BerylSupervisor", "BerylStore", "BerylDaemonKit",

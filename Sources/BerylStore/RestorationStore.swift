@@ -20,9 +20,17 @@ public struct PreservedRecord: Equatable, Sendable {
     }
 }
 
+/// Where preserved managers' records are kept: a seam, so that what is written when can be tested without a disk.
+public protocol PreservedRecordStorage: AnyObject {
+    func all() throws(SQLiteError) -> [PreservedRecord]
+    func save(_ record: PreservedRecord) throws(SQLiteError)
+    func remove(appID: String, restoreID: String, role: PreservedRecord.Role) throws(SQLiteError)
+    func removeAll(appID: String) throws(SQLiteError)
+}
+
 /// Preserved managers in `STATE_DIR/restoration.sqlite` (WAL, full sync): a record is written before the request
 /// that changed it is acknowledged, so a kill -9 of managerd loses nothing an app was told had happened.
-public final class RestorationStore {
+public final class RestorationStore: PreservedRecordStorage {
     private let database: SQLiteDatabase
 
     public init(path: String) throws(SQLiteError) {

@@ -85,18 +85,9 @@ extension ManagerDaemon {
 
     // MARK: beryl app
 
-    func handleApps(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: IPCSession, _ incoming: IncomingRequest) {
-        func refuse(_ refusal: AppControlRefusal) {
-            switch refusal {
-            case .undeclared, .notDeclaredOrRunning: incoming.fail(.notFound, "\(refusal)", field: "app_id")
-            case .notPermitted, .notPermittedToSetState: incoming.fail(.permissionDenied, "\(refusal)", field: "app_id")
-            }
-        }
-        func authorized(_ appID: String) -> AppManifest? {
-            switch core.control(appID, byUID: session.peer.uid, managerdUID: getuid()) {
-            case .success(let manifest): return manifest
-            case .failure(let refusal): refuse(refusal); return nil
-            }
+    func handleApps(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: IPCSession, _ incoming: IncomingRequest) throws(WireFailure) {
+        func authorized(_ appID: String) throws(WireFailure) -> AppManifest {
+            do { return try core.control(appID, byUID: session.peer.uid, managerdUID: getuid()).get() } catch { throw WireFailure(error) }
         }
         switch kind {
         case .listApps:
@@ -106,19 +97,16 @@ extension ManagerDaemon {
                 list.refused = core.catalog.refused.map(\.description)
             } })
         case .launchApp(let launchRequest):
-            guard let manifest = authorized(launchRequest.appID) else { return }
+            let manifest = try authorized(launchRequest.appID)
             switch core.launchAsked(manifest.id) {
             case .failure(let refusal):
-                incoming.fail(.notReady, "\(refusal)", field: "app_id")
+                throw WireFailure(.notReady, "\(refusal)", field: "app_id")
             case .success(let order):
-                if let error = spawn(order) {
-                    incoming.fail(.notReady, "\(error)", field: "app_id")
-                } else {
-                    incoming.respond(.with { $0.manager.apps.apps = [info(forApp: manifest.id)] })
-                }
+                if let error = spawn(order) { throw WireFailure(.notReady, "\(error)", field: "app_id") }
+                incoming.respond(.with { $0.manager.apps.apps = [info(forApp: manifest.id)] })
             }
         case .stopApp(let stop):
-            guard let manifest = authorized(stop.appID) else { return }
+            let manifest = try authorized(stop.appID)
             if stop.userQuit { apply(core.userQuit(manifest.id)) }
             let pids = processes(of: manifest.id)
             for pid in pids { kill(pid, SIGTERM) }
@@ -126,19 +114,17 @@ extension ManagerDaemon {
             incoming.respond(.with { $0.manager.apps.apps = [info(forApp: manifest.id)] })
         case .setAppState(let change):
             let setter: ManagerCore<Beryl_Ipc_V1_ManagerEvent>.StateSetter
-            switch core.stateSetter(of: change.appID, session: session.id, uid: session.peer.uid, managerdUID: getuid(),
-                                    runningAs: sessionsOf(change.appID).map(\.peer.uid)) {
-            case .success(let who): setter = who
-            case .failure(let refusal): return refuse(refusal)
-            }
+            do {
+                setter = try core.stateSetter(of: change.appID, session: session.id, uid: session.peer.uid, managerdUID: getuid(),
+                                              runningAs: sessionsOf(change.appID).map(\.peer.uid)).get()
+            } catch { throw WireFailure(error) }
             guard let state = LifecycleState(settable: change.state) else {
-                incoming.fail(.invalidArgument, "an app is not running when its process exits; use terminate or quit", field: "state")
-                return
+                throw WireFailure(.invalidArgument, "an app is not running when its process exits; use terminate or quit", field: "state")
             }
             setLifecycle(change.appID, state, reason: setter == .app ? "reported by the app" : "set by uid \(session.peer.uid)")
             incoming.respond(.with { $0.manager.apps.apps = [info(forApp: change.appID)] })
         default:
-            incoming.fail(.unsupported, "not an app request")
+            throw WireFailure(.unsupported, "not an app request")
         }
     }
 

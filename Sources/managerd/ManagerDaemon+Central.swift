@@ -8,13 +8,13 @@ import BerylStore
 import Foundation
 
 extension ManagerDaemon {
-    func handleCentral(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: UInt64, _ incoming: IncomingRequest) {
+    func handleCentral(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: UInt64, _ incoming: IncomingRequest) throws(WireFailure) {
         switch kind {
         case .startScan(let start):
-            guard let services = uuids(start.serviceUuids, field: "service_uuids", incoming),
-                  let solicited = uuids(start.solicitedServiceUuids, field: "solicited_service_uuids", incoming) else { return }
+            let request = ScanRequest(services: try BluetoothUUID.list(start.serviceUuids, field: "service_uuids"), allowDuplicates: start.allowDuplicates,
+                                      solicited: try BluetoothUUID.list(start.solicitedServiceUuids, field: "solicited_service_uuids"))
             let key = ManagerKey(session: session, manager: start.manager)
-            apply(core.startScan(ScanRequest(services: services, allowDuplicates: start.allowDuplicates, solicited: solicited), for: key))
+            apply(core.startScan(request, for: key))
             incoming.respond(.with { $0.ack = .init() })
             // Peripherals already heard are reported at once, as a fresh scan on iOS reports cached ones.
             for (address, advertisement) in core.heard.advertisements {
@@ -27,56 +27,40 @@ extension ManagerDaemon {
             apply(core.stopScan(for: ManagerKey(session: session, manager: stop.manager)))
             incoming.respond(.with { $0.ack = .init() })
         case .connect(let connect):
-            guard let device = store?.device(connect.peripheral) else {
-                incoming.fail(.notFound, "no peripheral \(connect.peripheral) is known; scan for it or retrieve it first", field: "peripheral",
-                              detail: RemoteDetail(bluetoothError: .unknownDevice))
-                return
-            }
-            let outputs = core.connect(ManagerKey(session: session, manager: connect.manager), to: device.identifier, at: device.address,
-                                       options: PreservedState.ConnectOptions(connect))
-            acknowledge(incoming, after: outputs)
+            guard let device = store?.device(connect.peripheral) else { throw .unknownPeripheral(connect.peripheral) }
+            acknowledge(incoming, after: core.connect(ManagerKey(session: session, manager: connect.manager), to: device.identifier, at: device.address,
+                                                      options: PreservedState.ConnectOptions(connect)))
         case .cancelConnection(let cancel):
-            do {
-                let handle = book.link(for: cancel.peripheral)?.handle
-                acknowledge(incoming, after: try core.cancelConnection(ManagerKey(session: session, manager: cancel.manager), to: cancel.peripheral))
-                // The app counts its writes' readies afresh on its next link; attd must too if others keep this one.
-                if let handle { forgetWriteSender(session, on: handle) }
-            } catch {
-                incoming.fail(.notFound, "this manager neither holds nor awaits \(cancel.peripheral)", field: "peripheral",
-                              detail: RemoteDetail(bluetoothError: .unknownDevice))
+            let handle = book.link(for: cancel.peripheral)?.handle
+            guard let outputs = try? core.cancelConnection(ManagerKey(session: session, manager: cancel.manager), to: cancel.peripheral) else {
+                throw WireFailure(.notFound, "this manager neither holds nor awaits \(cancel.peripheral)", field: "peripheral",
+                                  detail: RemoteDetail(bluetoothError: .unknownDevice))
             }
+            acknowledge(incoming, after: outputs)
+            // The app counts its writes' readies afresh on its next link; attd must too if others keep this one.
+            if let handle { forgetWriteSender(session, on: handle) }
         case .retrievePeripherals(let retrieve):
             // No identifiers: every device this stack knows (for `beryl peripherals`; the library never asks that).
-            var addresses: [DeviceAddress] = []
-            for text in retrieve.addresses {
+            let addresses = try retrieve.addresses.map { text throws(WireFailure) in
                 guard let address = DeviceAddress(text) else {
-                    incoming.fail(.invalidArgument, "'\(text)' is not an address like AA:BB:CC:DD:EE:FF[/random]", field: "addresses")
-                    return
+                    throw WireFailure(.invalidArgument, "'\(text)' is not an address like AA:BB:CC:DD:EE:FF[/random]", field: "addresses")
                 }
-                addresses.append(address)
+                return address
             }
-            guard let store else {
-                incoming.fail(.notReady, "the peripheral store is not open")
-                return
-            }
-            let devices: [KnownDevice]
-            if !addresses.isEmpty {
-                devices = addresses.map { store.seen($0, at: 0) }  // last seen 0: never heard, only named
-            } else {
-                devices = retrieve.identifiers.isEmpty ? store.all : retrieve.identifiers.compactMap { store.device($0) }
-            }
+            guard let store else { throw WireFailure(.notReady, "the peripheral store is not open") }
+            let devices = !addresses.isEmpty ? addresses.map { store.seen($0, at: 0) }  // last seen 0: never heard, only named
+                : retrieve.identifiers.isEmpty ? store.all : retrieve.identifiers.compactMap { store.device($0) }
             // A listing of every device (`beryl peripherals`) hands no identifier to an app.
             let listing = addresses.isEmpty && retrieve.identifiers.isEmpty
             incoming.respond(.with { $0.manager.peripherals.peripherals = devices.map { info(for: $0, handedToApp: !listing) } })
         case .retrieveConnected(let retrieve):
-            guard let wanted = uuids(retrieve.serviceUuids, field: "service_uuids", incoming) else { return }
+            let wanted = try BluetoothUUID.list(retrieve.serviceUuids, field: "service_uuids")
             let connected = core.connectedPeripherals(offering: wanted) { store?.device($0)?.address }.compactMap { store?.device($0) }
             incoming.respond(.with { $0.manager.peripherals.peripherals = connected.map { info(for: $0) } })
         case .gatt(let operation):
-            forwardGatt(operation, session: session, incoming)
+            try forwardGatt(operation, session: session, incoming)
         case .readRssi(let read):
-            guard let link = heldLink(read.peripheral, session: session, incoming) else { return }
-            command(HCICommands.readRSSI(handle: link.handle)) { result in
+            command(HCICommands.readRSSI(handle: try heldLink(read.peripheral, session: session).handle)) { result in
                 guard case .success(let parameters) = result, parameters.count >= 4, parameters[0] == 0 else {
                     incoming.fail(.notReady, "Read RSSI failed: \(result)")
                     return
@@ -84,19 +68,11 @@ extension ManagerDaemon {
                 incoming.respond(.with { $0.manager.rssi.rssi = Int32(Int8(bitPattern: parameters[3])) })
             }
         case .maximumWriteLength(let ask):
-            guard let link = heldLink(ask.peripheral, session: session, incoming) else { return }
+            let link = try heldLink(ask.peripheral, session: session)
             incoming.respond(.with { $0.manager.maximumWriteLength.length = core.maximumWriteLength(on: link.handle, withoutResponse: ask.withoutResponse) })
         default:
-            incoming.fail(.unsupported, "not a central request")
+            throw WireFailure(.unsupported, "not a central request")
         }
-    }
-
-    func uuids(_ strings: [String], field: String, _ incoming: IncomingRequest) -> [BluetoothUUID]? {
-        guard let parsed = BluetoothUUID.list(strings) else {
-            incoming.fail(.invalidArgument, "not a UUID among \(strings)", field: field)
-            return nil
-        }
-        return parsed
     }
 
     /// The command's record is written before it is acknowledged; what it asks of the controller, and the events it
@@ -112,13 +88,9 @@ extension ManagerDaemon {
         for resume in awaitingBearer.removeValue(forKey: handle) ?? [] { resume() }
     }
 
-    /// The link this session holds to a peripheral; fails the request (not connected) otherwise.
-    func heldLink(_ identifier: String, session: UInt64, _ incoming: IncomingRequest) -> ConnectionBook.Link? {
-        guard let link = core.link(to: identifier, heldBy: .session(session)) else {
-            incoming.fail(.notFound, "peripheral \(identifier) is not connected for this app", field: "peripheral",
-                          detail: RemoteDetail(bluetoothError: .notConnected))
-            return nil
-        }
+    /// The link this session holds to a peripheral.
+    func heldLink(_ identifier: String, session: UInt64) throws(WireFailure) -> ConnectionBook.Link {
+        guard let link = core.link(to: identifier, heldBy: .session(session)) else { throw .notConnected(identifier) }
         return link
     }
 
@@ -239,21 +211,19 @@ extension ManagerDaemon {
 
     // MARK: GATT client through attd
 
-    func forwardGatt(_ operation: Beryl_Ipc_V1_GattOperation, session: UInt64, _ incoming: IncomingRequest) {
-        guard let link = heldLink(operation.peripheral, session: session, incoming) else { return }
-        guard let attd else {
-            incoming.fail(.notReady, "attd is not reachable")
-            return
-        }
+    func forwardGatt(_ operation: Beryl_Ipc_V1_GattOperation, session: UInt64, _ incoming: IncomingRequest) throws(WireFailure) {
+        let link = try heldLink(operation.peripheral, session: session)
+        guard let attd else { throw .attdUnreachable }
         // attd hears of a new link from hcid as managerd does, and may not have yet: an app that asks at once (in
         // didConnect, as the guide does) waits for the link's bearer rather than being told there is no link.
         guard core.attMTUs[link.handle] != nil else {
-            awaitingBearer[link.handle, default: []].append { [unowned self] in forwardGatt(operation, session: session, incoming) }
+            awaitingBearer[link.handle, default: []].append { [unowned self] in
+                do throws(WireFailure) { try forwardGatt(operation, session: session, incoming) } catch { incoming.fail(error) }
+            }
             return
         }
         guard let request = Beryl_Ipc_V1_AttRequest(operation, connectionHandle: UInt32(link.handle), session: session) else {
-            incoming.fail(.invalidArgument, "no GATT operation named (discover, read, write, set_notify or reliable_write)", field: "kind")
-            return
+            throw WireFailure(.invalidArgument, "no GATT operation named (discover, read, write, set_notify or reliable_write)", field: "kind")
         }
         let identifier = operation.peripheral
         if case .setNotify(let change)? = operation.kind, let valueHandle = UInt16(exactly: change.valueHandle), let cccd = UInt16(exactly: change.cccdHandle),
@@ -301,14 +271,7 @@ extension ManagerDaemon {
     /// The last app subscribed to a peripheral's value let go while others keep the link: its descriptor is cleared.
     func clearSubscription(_ clearing: RemoteSubscriptions.Clearing) {
         guard let attd, core.attMTUs[clearing.value.link] != nil else { return }
-        var request = Request()
-        request.att.gattSubscribe = .with {
-            $0.connectionHandle = UInt32(clearing.value.link)
-            $0.valueHandle = UInt32(clearing.value.valueHandle)
-            $0.cccdHandle = UInt32(clearing.cccdHandle)
-            $0.enable = false
-        }
-        attd.request(request) { [unowned self] result in
+        attd.request(.with { $0.att = .init(clearing: clearing) }) { [unowned self] result in
             if case .failure(let error) = result {
                 host.logger.info("subscription to 0x\(String(clearing.value.valueHandle, radix: 16)) on link 0x\(String(clearing.value.link, radix: 16)) not cleared: \(error)")
             }

@@ -11,7 +11,7 @@ import Foundation
 /// The lab session's shell: BerylManager's LabCore decides; this translates its requests from the wire and its outputs
 /// into HCI commands, attd requests, lab events and answers.
 extension ManagerDaemon {
-    func handleLab(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: IPCSession, saidHello: Bool, _ incoming: IncomingRequest) {
+    func handleLab(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: IPCSession, saidHello: Bool, _ incoming: IncomingRequest) throws(WireFailure) {
         if case .labOpen = kind {
             let granted = labAccessGranted(session.peer)
             applyLab(lab.open(session: session.id, saidHello: saidHello, granted: granted, uid: session.peer.uid,
@@ -19,16 +19,13 @@ extension ManagerDaemon {
             if lab.isLabSession(session.id) { host.logger.info("lab session \(session.id) opened by pid \(session.peer.pid) (uid \(session.peer.uid))") }
             return
         }
-        guard lab.isLabSession(session.id) else {
-            incoming.fail(LabRefusal.notLabSession)
-            return
-        }
+        guard lab.isLabSession(session.id) else { throw WireFailure(LabRefusal.notLabSession) }
         switch kind {
         case .labAdvertise(let request):
             do {
                 applyLab(lab.advertise(try LabAdvertising(request), incoming))
             } catch {
-                incoming.fail(.invalidArgument, "\(error)", field: error.field)
+                throw WireFailure(.invalidArgument, "\(error)", field: error.field)
             }
         case .labStopAdvertising:
             applyLab(lab.stopAdvertising(incoming))
@@ -37,16 +34,14 @@ extension ManagerDaemon {
         case .labStopScan:
             applyLab(lab.stopScan(incoming))
         case .labConnect(let request):
-            do {
-                guard let address = try LabFieldError.address(request.address, field: "address") else { return }
-                applyLab(lab.connect(to: address, ownAddress: LabOwnAddress(request.ownAddressType), book: book, see: { [store] address in
-                    guard let store else { return nil }
-                    let madeKnown = store.device(at: address) == nil
-                    return (store.seen(address, at: Date().timeIntervalSince1970).identifier, madeKnown)
-                }, incoming))
-            } catch {
-                incoming.fail(.invalidArgument, "\(error)", field: error.field)
-            }
+            let address: DeviceAddress?
+            do { address = try LabFieldError.address(request.address, field: "address") } catch { throw WireFailure(.invalidArgument, "\(error)", field: error.field) }
+            guard let address else { return }
+            applyLab(lab.connect(to: address, ownAddress: LabOwnAddress(request.ownAddressType), book: book, see: { [store] address in
+                guard let store else { return nil }
+                let madeKnown = store.device(at: address) == nil
+                return (store.seen(address, at: Date().timeIntervalSince1970).identifier, madeKnown)
+            }, incoming))
         case .labCancelConnect:
             applyLab(lab.cancelConnect(incoming))
         case .labDisconnect(let request):
@@ -54,22 +49,16 @@ extension ManagerDaemon {
         case .labGetLinks:
             incoming.respond(.with { $0.manager.labLinks.links = book.links.values.sorted { $0.handle < $1.handle }.map(labLink) })
         case .labSecure(let request):
-            labSecure(request.handle, incoming)
+            try labSecure(request.handle, incoming)
         case .labPairingAnswer(let answer):
-            guard answer.handle <= 0x0EFF, lab.owns(UInt16(answer.handle), in: book) else {
-                incoming.fail(LabRefusal.noLabLink(handle: answer.handle))
-                return
-            }
-            forwardToAttd(.with { $0.att.pairingAnswer = .with { $0.connectionHandle = answer.handle; $0.accept = answer.accept; $0.passkey = answer.passkey } },
-                          incoming) { _ in .with { $0.ack = .init() } }
+            guard answer.handle <= 0x0EFF, lab.owns(UInt16(answer.handle), in: book) else { throw WireFailure(LabRefusal.noLabLink(handle: answer.handle)) }
+            try forwardToAttd(.with { $0.att.pairingAnswer = .with { $0.connectionHandle = answer.handle; $0.accept = answer.accept; $0.passkey = answer.passkey } },
+                              incoming) { _ in .with { $0.ack = .init() } }
         case .labListBonds:
-            forwardToAttd(.with { $0.att.listBonds = .init() }, incoming) { response in .with { $0.manager.labBonds = response.att.bonds } }
+            try forwardToAttd(.with { $0.att.listBonds = .init() }, incoming) { response in .with { $0.manager.labBonds = response.att.bonds } }
         case .labRemoveBond(let remove):
-            guard DeviceAddress(remove.address) != nil else {
-                incoming.fail(.invalidArgument, "'\(remove.address)' is not an address", field: "address")
-                return
-            }
-            forwardToAttd(.with { $0.att.removeBond.identity = remove.address }, incoming) { [unowned self] _ in
+            guard DeviceAddress(remove.address) != nil else { throw WireFailure(.invalidArgument, "'\(remove.address)' is not an address", field: "address") }
+            try forwardToAttd(.with { $0.att.removeBond.identity = remove.address }, incoming) { [unowned self] _ in
                 forgetLabBond(remove.address)
                 return .with { $0.ack = .init() }
             }
@@ -78,7 +67,7 @@ extension ManagerDaemon {
         case .labFactoryReset(let reset):
             applyLab(lab.factoryReset(keepBonds: reset.keepBonds, recordReadable: labRecord != nil, book: book, at: host.loop.uptime, incoming))
         default:
-            incoming.fail(.unknownMessage, "not a lab request")
+            throw WireFailure(.unknownMessage, "not a lab request")
         }
     }
 
@@ -92,7 +81,7 @@ extension ManagerDaemon {
                 guard let identifier = book.identifier(for: handle), let link = book.link(for: identifier) else { continue }
                 reply.respond(.with { $0.manager.labLink = labLink(link) })
             case .refuse(let reply, let refusal):
-                reply.fail(refusal)
+                reply.fail(WireFailure(refusal))
             case .welcome(let reply, let session):
                 answerLabInfo(session: session, reply)
             case .disconnect(let handle, let reply):
@@ -291,22 +280,18 @@ extension ManagerDaemon {
     // MARK: Security on lab links
 
     /// attd pairs (or encrypts with a bond's key); its events, which come before its answer, say how it failed.
-    private func labSecure(_ handle: UInt32, _ incoming: IncomingRequest) {
+    private func labSecure(_ handle: UInt32, _ incoming: IncomingRequest) throws(WireFailure) {
         let opening: UInt64
         switch lab.secure(handle, book: book, attdAttached: attd != nil) {
         case .success(let current): opening = current
-        case .failure(let refusal):
-            incoming.fail(refusal)
-            return
+        case .failure(let refusal): throw WireFailure(refusal)
         }
         guard let attd else { return }  // refused above
-        var request = Request()
-        request.att.pair.connectionHandle = handle
-        attd.request(request) { [unowned self] result in
+        attd.request(.with { $0.att.pair.connectionHandle = handle }) { [unowned self] result in
             let state = try? LabSecurity(result.get().att.paired)
             switch lab.secured(UInt16(handle), opening: opening, state) {
             case .success(let outcome): incoming.respond(.with { $0.manager.labSecurity = outcome.wire(handle: UInt16(handle)) })
-            case .failure(let refusal): incoming.fail(refusal)
+            case .failure(let refusal): incoming.fail(WireFailure(refusal))
             }
         }
     }
@@ -326,11 +311,8 @@ extension ManagerDaemon {
         return true
     }
 
-    private func forwardToAttd(_ request: Request, _ incoming: IncomingRequest, answer: @escaping (Response) -> Response) {
-        guard let attd else {
-            incoming.fail(.notReady, "attd is not attached")
-            return
-        }
+    private func forwardToAttd(_ request: Request, _ incoming: IncomingRequest, answer: @escaping (Response) -> Response) throws(WireFailure) {
+        guard let attd else { throw WireFailure(.notReady, "attd is not attached") }
         attd.request(request) { result in
             switch result {
             case .success(let response): incoming.respond(answer(response))
@@ -360,9 +342,4 @@ extension ManagerDaemon {
 
     func rememberLabBond(_ identity: String) { updateLabRecord { $0.bonds.append(identity) } }
     func forgetLabBond(_ identity: String) { updateLabRecord { $0.bonds.removeAll { $0 == identity } } }
-}
-
-extension IncomingRequest {
-    @discardableResult
-    func fail(_ refusal: LabRefusal) -> Bool { fail(refusal.wire.code, "\(refusal)", field: refusal.wire.field) }
 }

@@ -3,6 +3,7 @@ import BerylDaemonKit
 import BerylHCI
 import BerylIPC
 import BerylManager
+import BerylManagerWire
 import Foundation
 
 /// What apps ask of links beyond their own GATT: connection latency, connection events, and the parameters a
@@ -18,22 +19,12 @@ extension ManagerDaemon {
     /// so it asks the central through the Link Layer (LE Connection Update from the peripheral starts the Connection
     /// Parameters Request procedure, Core Vol 4 Part E §7.8.18). The answer says the controller took the request; the
     /// central may still refuse it, as on iOS.
-    func setConnectionLatency(_ request: Beryl_Ipc_V1_SetDesiredConnectionLatency, _ incoming: IncomingRequest) {
+    func setConnectionLatency(_ request: Beryl_Ipc_V1_SetDesiredConnectionLatency, _ incoming: IncomingRequest) throws(WireFailure) {
         guard let link = book.link(for: request.central), !link.isCentral else {
-            incoming.fail(.notFound, "no link with central \(request.central) on which this stack is the peripheral", field: "central",
-                          detail: RemoteDetail(bluetoothError: .notConnected))
-            return
+            throw WireFailure(.notFound, "no link with central \(request.central) on which this stack is the peripheral", field: "central",
+                              detail: RemoteDetail(bluetoothError: .notConnected))
         }
-        let latency: ConnectionLatency
-        switch request.latency {
-        case .low: latency = .low
-        case .medium: latency = .medium
-        case .high: latency = .high
-        case .UNRECOGNIZED(let value):
-            incoming.fail(.invalidArgument, "\(value) is not a connection latency", field: "latency")
-            return
-        }
-        let parameters = latency.parameters
+        let parameters = try ConnectionLatency(wire: request.latency).parameters
         command(HCICommands.leConnectionUpdate(handle: link.handle, intervalMin: parameters.intervalMin, intervalMax: parameters.intervalMax,
                                                latency: parameters.latency, supervisionTimeout: parameters.timeout)) { result in
             switch result {
@@ -48,21 +39,13 @@ extension ManagerDaemon {
         }
     }
 
-    func registerForConnectionEvents(_ request: Beryl_Ipc_V1_RegisterForConnectionEvents, session: UInt64, _ incoming: IncomingRequest) {
-        var services: Set<BluetoothUUID> = []
-        for text in request.serviceUuids {
-            guard let uuid = BluetoothUUID(text) else {
-                incoming.fail(.invalidArgument, "'\(text)' is not a UUID", field: "service_uuids")
-                return
-            }
-            services.insert(uuid)
-        }
+    func registerForConnectionEvents(_ request: Beryl_Ipc_V1_RegisterForConnectionEvents, session: UInt64, _ incoming: IncomingRequest) throws(WireFailure) {
+        let services = Set(try BluetoothUUID.list(request.serviceUuids, field: "service_uuids"))
         for text in request.peripheralUuids where UUID(uuidString: text) == nil {
-            incoming.fail(.invalidArgument, "'\(text)' is not a peripheral identifier", field: "peripheral_uuids")
-            return
+            throw WireFailure(.invalidArgument, "'\(text)' is not a peripheral identifier", field: "peripheral_uuids")
         }
         core.connectionInterests.register(ManagerKey(session: session, manager: request.manager),
-                                     .init(peripherals: Set(request.peripheralUuids.map { $0.uppercased() }), services: services))
+                                          .init(peripherals: Set(request.peripheralUuids.map { $0.uppercased() }), services: services))
         incoming.respond(.with { $0.ack = .init() })
     }
 

@@ -7,42 +7,37 @@ import BerylManagerWire
 import Foundation
 
 extension ManagerDaemon {
-    func handlePeripheral(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: UInt64, _ incoming: IncomingRequest) {
+    func handlePeripheral(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: UInt64, _ incoming: IncomingRequest) throws(WireFailure) {
         switch kind {
         case .addService(let add):
-            guard let attd else {
-                incoming.fail(.notReady, "attd is not reachable")
-                return
-            }
-            var request = Request()
-            request.att.publishService.service = add.service
+            guard let attd else { throw .attdUnreachable }
             let owner = ManagerKey(session: session, manager: add.manager)
-            attd.request(request) { [unowned self] result in
+            attd.request(.with { $0.att.publishService.service = add.service }) { [unowned self] result in
+                let response: Response
                 switch result {
-                case .success(let response):
-                    let published = response.att.servicePublished
-                    guard let range = published.handles else {
-                        incoming.fail(.internal, "attd answered with handles \(published.startHandle)...\(published.endHandle)")
-                        return
-                    }
-                    let kept: PreservedState.PublishedService?
-                    do {
-                        kept = try PreservedState.PublishedService(wire: .with { $0.spec = add.service; $0.published = published })
-                    } catch {
-                        self.host.logger.error("service \(add.service.uuid) cannot be kept for restoration: \(error)")
-                        kept = nil
-                    }
-                    self.apply(self.core.servicePublished(kept, at: range, owner: owner))
-                    incoming.respond(.with { $0.manager.serviceAdded = published })
-                case .failure(let error):
-                    incoming.fail(relaying: error, from: "attd")
+                case .success(let answer): response = answer
+                case .failure(let error): return _ = incoming.fail(relaying: error, from: "attd")
                 }
+                let published = response.att.servicePublished
+                guard let range = published.handles else {
+                    incoming.fail(.internal, "attd answered with handles \(published.startHandle)...\(published.endHandle)")
+                    return
+                }
+                let kept: PreservedState.PublishedService?
+                do {
+                    kept = try PreservedState.PublishedService(wire: .with { $0.spec = add.service; $0.published = published })
+                } catch {
+                    host.logger.error("service \(add.service.uuid) cannot be kept for restoration: \(error)")
+                    kept = nil
+                }
+                apply(core.servicePublished(kept, at: range, owner: owner))
+                incoming.respond(.with { $0.manager.serviceAdded = published })
             }
         case .removeService(let remove):
             guard let start = UInt16(exactly: remove.startHandle),
                   let outputs = try? core.removeService(start: start, owner: ManagerKey(session: session, manager: remove.manager)) else {
-                incoming.fail(.notFound, "this manager published no service at handle \(remove.startHandle)", field: "start_handle", detail: RemoteDetail(managerReason: .notPublished))
-                return
+                throw WireFailure(.notFound, "this manager published no service at handle \(remove.startHandle)", field: "start_handle",
+                                  detail: RemoteDetail(managerReason: .notPublished))
             }
             apply(outputs)
             incoming.respond(.with { $0.ack = .init() })
@@ -50,14 +45,11 @@ extension ManagerDaemon {
             apply(core.removeAllServices(of: ManagerKey(session: session, manager: remove.manager)))
             incoming.respond(.with { $0.ack = .init() })
         case .startAdvertising(let start):
-            guard let uuids = uuids(start.serviceUuids, field: "service_uuids", incoming) else { return }
-            let key = ManagerKey(session: session, manager: start.manager)
-            apply(core.startAdvertising(Advertiser(localName: start.localName, serviceUUIDs: uuids), for: key))
+            let advertiser = Advertiser(localName: start.localName, serviceUUIDs: try BluetoothUUID.list(start.serviceUuids, field: "service_uuids"))
+            apply(core.startAdvertising(advertiser, for: ManagerKey(session: session, manager: start.manager)))
             incoming.respond(.with { $0.ack = .init() })
             updateAdvertising { [unowned self] error in
-                var event = Beryl_Ipc_V1_ManagerEvent()
-                event.advertisingStarted = .with { $0.manager = start.manager; $0.error = error ?? "" }
-                self.send(event, to: session)
+                send(.with { $0.advertisingStarted = .with { $0.manager = start.manager; $0.error = error ?? "" } }, to: session)
             }
         case .stopAdvertising(let stop):
             apply(core.stopAdvertising(for: ManagerKey(session: session, manager: stop.manager)))
@@ -67,35 +59,20 @@ extension ManagerDaemon {
             do {
                 request = try core.router.answer(answer.id, from: .session(session), attError: answer.error)
             } catch .notPending {
-                incoming.fail(.notFound, "request \(answer.id) is not waiting for this app's answer (answered already, or timed out)", field: "id", detail: RemoteDetail(managerReason: .requestNotPending))
-                return
+                throw WireFailure(.notFound, "request \(answer.id) is not waiting for this app's answer (answered already, or timed out)", field: "id",
+                                  detail: RemoteDetail(managerReason: .requestNotPending))
             } catch {
-                incoming.fail(.invalidArgument, "ATT error codes are one byte; \(answer.error) is not one", field: "error",
-                              detail: RemoteDetail(bluetoothError: .invalidParameters))
-                return
+                throw WireFailure(.invalidArgument, "ATT error codes are one byte; \(answer.error) is not one", field: "error",
+                                  detail: RemoteDetail(bluetoothError: .invalidParameters))
             }
             answerAttd(answer.id, isRead: request == .read, value: Array(answer.value), error: answer.error)
             incoming.respond(.with { $0.ack = .init() })
         case .updateValue(let update):
-            let key = ManagerKey(session: session, manager: update.manager)
-            guard let valueHandle = UInt16(exactly: update.valueHandle), core.router.owns(key, handle: valueHandle) else {
-                incoming.fail(.notFound, "handle \(update.valueHandle) is not a value of this manager's services", field: "value_handle", detail: RemoteDetail(managerReason: .notPublished))
-                return
+            guard let valueHandle = UInt16(exactly: update.valueHandle), core.router.owns(ManagerKey(session: session, manager: update.manager), handle: valueHandle) else {
+                throw .notPublished(update.valueHandle, field: "value_handle")
             }
-            guard let attd else {
-                incoming.fail(.notReady, "attd is not reachable")
-                return
-            }
-            var request = Request()
-            request.att.notify = .with {
-                $0.valueHandle = update.valueHandle
-                $0.value = update.value
-                $0.indicate = update.indicate
-                $0.ordered = update.ordered
-                $0.readySeen = update.readySeen
-                $0.onBehalfOf = session
-            }
-            attd.request(request) { result in
+            guard let attd else { throw .attdUnreachable }
+            attd.request(.with { $0.att = .init(update: update, session: session) }) { result in
                 // Not sent is Core Bluetooth's updateValue returning false; attd sends this app's ReadyToUpdate when there is room.
                 if let answer = OrderedSendAnswer(result, ordered: update.ordered) {
                     incoming.respond(.with { $0.manager.updateResult = .init(answer) })
@@ -107,58 +84,39 @@ extension ManagerDaemon {
             // Only who heard the prompt answers it: not another app, nor anyone on a lab's link.
             guard let link = book.link(for: answer.peer), !lab.owns(link.handle, in: book),
                   core.pairingAudience(ofLink: link.handle)?.holders.contains(.session(session)) == true else {
-                incoming.fail(.notFound, "no link with \(answer.peer) whose pairing this app hears", field: "peer")
-                return
+                throw WireFailure(.notFound, "no link with \(answer.peer) whose pairing this app hears", field: "peer")
             }
-            guard let attd else {
-                incoming.fail(.notReady, "attd is not reachable")
-                return
-            }
-            var request = Request()
-            request.att.pairingAnswer = .with { $0.connectionHandle = UInt32(link.handle); $0.accept = answer.accept; $0.passkey = answer.passkey }
-            attd.request(request) { result in
+            guard let attd else { throw .attdUnreachable }
+            attd.request(.with { $0.att.pairingAnswer = .with { $0.connectionHandle = UInt32(link.handle); $0.accept = answer.accept; $0.passkey = answer.passkey } }) { result in
                 switch result {
                 case .success: incoming.respond(.with { $0.ack = .init() })
                 case .failure(let error): incoming.fail(relaying: error, from: "attd")
                 }
             }
         default:
-            incoming.fail(.unsupported, "not a peripheral request")
+            throw WireFailure(.unsupported, "not a peripheral request")
         }
     }
 
     /// attd keeps refusals and ReadyToUpdate counts per app that managerd sent values for; a session that ends has none.
     func forgetUpdateSender(_ session: UInt64) {
-        var request = Request()
-        request.att.forgetSender.onBehalfOf = session
-        attd?.request(request)
+        attd?.request(.with { $0.att = .init(forgetting: session) })
     }
 
     func forgetWriteSender(_ session: UInt64, on handle: UInt16) {
         guard let attd else { return }
-        var request = Request()
-        request.att.forgetSender = .with { $0.onBehalfOf = session; $0.onlyLink = true; $0.connectionHandle = UInt32(handle) }
         let forgetting = WriteSenderOnLink(session: session, handle: handle)
         forgettingWrites.insert(forgetting)
         // attd answers after every event it sent before the forget, on the same connection.
-        attd.request(request) { [unowned self] _ in forgettingWrites.remove(forgetting) }
+        attd.request(.with { $0.att = .init(forgetting: session, onLink: handle) }) { [unowned self] _ in forgettingWrites.remove(forgetting) }
     }
 
     func unpublish(_ start: UInt16) {
-        var request = Request()
-        request.att.unpublishService.startHandle = UInt32(start)
-        attd?.request(request)
+        attd?.request(.with { $0.att.unpublishService.startHandle = UInt32(start) })
     }
 
     func answerAttd(_ id: UInt64, isRead: Bool, value: [UInt8], error: UInt32) {
-        var request = Request()
-        if isRead {
-            // An app answers as Core Bluetooth's do: the value from the request's offset on.
-            request.att.answerRead = .with { $0.id = id; $0.value = Data(value); $0.error = error; $0.startsAtOffset = true }
-        } else {
-            request.att.answerWrite = .with { $0.id = id; $0.error = error }
-        }
-        attd?.request(request)
+        attd?.request(.with { $0.att = .init(answering: id, isRead: isRead, value: value, error: error) })
     }
 
     private func owner(of handle: UInt32) -> ManagerKey? { UInt16(exactly: handle).flatMap(core.router.owner(of:)) }

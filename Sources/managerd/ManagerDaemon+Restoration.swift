@@ -12,7 +12,7 @@ extension ManagerDaemon {
     // MARK: Hello
 
     /// The core checks the app id a session claims and binds its restore identifier; a refusal names its field.
-    func bindSession(_ hello: Beryl_Ipc_V1_Hello, session: IPCSession, _ incoming: IncomingRequest) -> ManagerCore<Beryl_Ipc_V1_ManagerEvent>.Greeting? {
+    func bindSession(_ hello: Beryl_Ipc_V1_Hello, session: IPCSession) throws(WireFailure) -> ManagerCore<Beryl_Ipc_V1_ManagerEvent>.Greeting {
         let role: ManagerRole = hello.role == .peripheral ? .peripheral : .central
         switch core.hello(session.id, appID: hello.appID, uid: session.peer.uid, restoreID: hello.restoreIdentifier, role: role,
                           isLabSession: lab.isLabSession(session.id)) {
@@ -20,13 +20,7 @@ extension ManagerDaemon {
             if case .made(let id) = greeting, let made = core.restoration.manager(id: id) { persist(made) }
             return greeting
         case .failure(let refusal):
-            switch refusal {
-            case .notTheAppsUser: incoming.fail(.permissionDenied, "\(refusal)", field: "app_id")
-            case .restorationNeedsManifest: incoming.fail(.invalidArgument, "\(refusal)", field: "restore_identifier")
-            case .restoreIdentifierInUse: incoming.fail(.busy, "\(refusal)", field: "restore_identifier")
-            case .alreadyGreeted, .labSession: incoming.fail(.invalidArgument, "\(refusal)", field: "hello")
-            }
-            return nil
+            throw WireFailure(refusal)
         }
     }
 
@@ -59,12 +53,10 @@ extension ManagerDaemon {
             case .persist(let id):
                 if let preserved = core.restoration.manager(id: id) { persist(preserved) }
             case .forget(let appID, let restoreID, let role):
-                try? restorationStore?.remove(appID: appID, restoreID: restoreID, role: PreservedRecord.Role(role))
+                try? records.forget(.init(appID: appID, restoreID: restoreID, role: role))
                 host.logger.info("\(appID)'s \(role) manager \(restoreID) discarded")
             case .forgetApp(let appID):
-                // The unreadable ones go too: managers made under their identifiers from now on are preserved.
-                try? restorationStore?.removeAll(appID: appID)
-                unreadableRecords = unreadableRecords.filter { $0.appID != appID }
+                try? records.forgetApp(appID)
             case .connections(let connection):
                 apply([connection])
             case .unpublish(let start):
@@ -118,11 +110,8 @@ extension ManagerDaemon {
     // MARK: Persistence
 
     func persist(_ preserved: PreservedManager) {
-        guard let restorationStore,
-              !unreadableRecords.contains(RecordKey(appID: preserved.appID, restoreID: preserved.restoreID, role: preserved.role)) else { return }
         do {
-            try restorationStore.save(PreservedRecord(appID: preserved.appID, restoreID: preserved.restoreID, role: PreservedRecord.Role(preserved.role),
-                                                      state: snapshot(preserved).encoded()))
+            try records.save(preserved.recordKey, snapshot(preserved))
         } catch {
             host.logger.error("cannot persist \(preserved.appID)'s manager \(preserved.restoreID): \(error)")
         }
@@ -134,24 +123,13 @@ extension ManagerDaemon {
 
     /// After a restart of managerd: every preserved manager's work resumes, held by managerd until its app returns.
     func resumePreserved() {
-        guard let restorationStore, let records = try? restorationStore.all() else { return }
-        for record in records {
-            let state: PreservedState
-            do {
-                state = try PreservedState.decodeStored(record.state)
-            } catch {
-                host.logger.error("preserved state of \(record.appID)/\(record.restoreID) is \(error); left in the store as it is, not resumed")
-                unreadableRecords.insert(RecordKey(appID: record.appID, restoreID: record.restoreID, role: ManagerRole(record.role)))
-                continue
-            }
-            let preserved = core.resume(appID: record.appID, restoreID: record.restoreID, role: ManagerRole(record.role), from: state) {
-                self.store?.device($0)?.address
-            }
-            if record.state.first != UInt8(ascii: "{") {
-                // Version 1 (the wire message) is written again as the current version once it has been read.
-                try? restorationStore.save(PreservedRecord(appID: record.appID, restoreID: record.restoreID, role: record.role, state: state.encoded()))
-            }
-            host.logger.info("resumed \(record.appID)'s \(preserved.role) manager \(record.restoreID) (app not running)")
+        guard let (resumable, unreadable) = try? records.load() else { return }
+        for (key, error) in unreadable {
+            host.logger.error("preserved state of \(key.appID)/\(key.restoreID) is \(error); left in the store as it is, not resumed")
+        }
+        for record in resumable {
+            _ = core.resume(appID: record.key.appID, restoreID: record.key.restoreID, role: record.key.role, from: record.state) { self.store?.device($0)?.address }
+            host.logger.info("resumed \(record.key.appID)'s \(record.key.role) manager \(record.key.restoreID) (app not running)")
         }
     }
 
@@ -174,12 +152,4 @@ extension ManagerDaemon {
             }
         }
     }
-}
-
-extension ManagerRole {
-    init(_ role: PreservedRecord.Role) { self = role == .central ? .central : .peripheral }
-}
-
-extension PreservedRecord.Role {
-    init(_ role: ManagerRole) { self = role == .central ? .central : .peripheral }
 }

@@ -5,6 +5,7 @@ import BerylGAP
 import BerylHCI
 import BerylIPC
 import BerylManager
+import BerylManagerWire
 import BerylStore
 import Foundation
 
@@ -39,15 +40,8 @@ final class ManagerDaemon {
 
     // Apps, background and restoration.
     let appsDir: String?
-    /// Records this managerd cannot read (written by a newer Beryl, or damaged): never overwritten, so the manager an
-    /// app makes under such an identifier runs unpreserved.
-    var unreadableRecords: Set<RecordKey> = []
-    struct RecordKey: Hashable {
-        var appID: String
-        var restoreID: String
-        var role: ManagerRole
-    }
-    let restorationStore: RestorationStore?
+    /// The preserved managers' records (restoration.sqlite).
+    var records: PreservedRecords
     /// Sessions of `beryl alerts`.
     var alertSubscribers: Set<UInt64> = []
     lazy var lifecycleTimer = DeadlineTimer(loop: host.loop)
@@ -75,10 +69,10 @@ final class ManagerDaemon {
         core = ManagerCore(suspendAfter: .milliseconds(Int(suspendAfter * 1000)), restoreGrace: .milliseconds(Int(restoreGrace * 1000)),
                            startedAt: host.loop.uptime)
         do {
-            restorationStore = try RestorationStore(path: host.paths.stateDir + "/restoration.sqlite")
+            records = PreservedRecords(storage: try RestorationStore(path: host.paths.stateDir + "/restoration.sqlite"))
         } catch {
             host.logger.error("restoration store unusable; preserved state will not survive a restart: \(error)")
-            restorationStore = nil
+            records = PreservedRecords(storage: nil)
         }
         do {
             store = try PeripheralStore(path: host.paths.stateDir + "/peripherals.sqlite")
@@ -335,68 +329,76 @@ final class ManagerDaemon {
             incoming.fail(.unknownMessage, "empty manager request")
             return true
         }
-        if case .hello(let hello) = kind {
-            guard let greeting = bindSession(hello, session: session, incoming) else { return true }
-            var restored: (Beryl_Ipc_V1_PreservedState, [Beryl_Ipc_V1_ManagerEvent])?
-            if case .restoring(let preserved) = greeting { restored = restore(preserved, into: session.id) }
-            let welcomeWake = lifecycleHello(hello.appID, session: session.id)
-            incoming.respond(.with {
-                $0.manager.welcome = .with {
-                    $0.sessionID = session.id
-                    $0.peerPid = session.peer.pid
-                    $0.peerUid = session.peer.uid
-                    $0.state = state
-                    if let restored {
-                        $0.wasRestored = true
-                        $0.restored = restored.0
-                    }
-                    $0.wake = welcomeWake
-                }
-            })
-            // willRestoreState (in the Welcome), then the queued events, in order.
-            for event in restored?.1 ?? [] { send(event, to: session.id) }
-            return true
+        do throws(WireFailure) {
+            try dispatch(kind, session: session, app: app, incoming)
+        } catch {
+            incoming.fail(error)
         }
+        return true
+    }
+
+    /// The Welcome: the session's app, its restored manager's state (willRestoreState), then the events held for it.
+    private func greet(_ hello: Beryl_Ipc_V1_Hello, session: IPCSession, _ incoming: IncomingRequest) throws(WireFailure) {
+        let greeting = try bindSession(hello, session: session)
+        var restored: (Beryl_Ipc_V1_PreservedState, [Beryl_Ipc_V1_ManagerEvent])?
+        if case .restoring(let preserved) = greeting { restored = restore(preserved, into: session.id) }
+        let welcomeWake = lifecycleHello(hello.appID, session: session.id)
+        incoming.respond(.with {
+            $0.manager.welcome = .with {
+                $0.sessionID = session.id
+                $0.peerPid = session.peer.pid
+                $0.peerUid = session.peer.uid
+                $0.state = state
+                if let restored {
+                    $0.wasRestored = true
+                    $0.restored = restored.0
+                }
+                $0.wake = welcomeWake
+            }
+        })
+        for event in restored?.1 ?? [] { send(event, to: session.id) }
+    }
+
+    private func dispatch(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: IPCSession, app: AppSession<Beryl_Ipc_V1_ManagerEvent>,
+                          _ incoming: IncomingRequest) throws(WireFailure) {
         switch kind {
+        case .hello(let hello):
+            return try greet(hello, session: session, incoming)
         case .labOpen, .labAdvertise, .labStopAdvertising, .labScan, .labStopScan, .labConnect, .labCancelConnect, .labDisconnect,
              .labGetLinks, .labFactoryReset, .labGetInfo, .labSecure, .labPairingAnswer, .labListBonds, .labRemoveBond:
-            handleLab(kind, session: session, saidHello: app.saidHello, incoming)
-            return true
+            return try handleLab(kind, session: session, saidHello: app.saidHello, incoming)
         case .listApps, .launchApp, .stopApp, .setAppState:
-            handleApps(kind, session: session, incoming)
-            return true
+            return try handleApps(kind, session: session, incoming)
         case .getCapabilities(let ask):
             incoming.respond(.with { $0.manager.capabilities = capabilities(appID: ask.appID, uid: session.peer.uid) })
-            return true
+            return
         case .appIdle(let idle):
             sessionIdle(session.id, appID: app.appID, wake: idle.wake)
             incoming.respond(.with { $0.ack = .init() })
-            return true
+            return
         case .subscribeAlerts:
             alertSubscribers.insert(session.id)
             incoming.respond(.with { $0.ack = .init() })
-            return true
+            return
         case .invalidate:
             if let preserved = core.restoration.manager(heldBy: .session(session.id)) { discard(preserved.id) }
             incoming.respond(.with { $0.ack = .init() })
-            return true
+            return
         default:
             break
         }
         if kind.needsPoweredOn, state != .poweredOn {
-            incoming.fail(.notReady, "API misuse: the manager is not powered on (state \(state)); wait for the poweredOn state")
-            return true
+            throw WireFailure(.notReady, "API misuse: the manager is not powered on (state \(state)); wait for the poweredOn state")
         }
         switch kind {
         case .setConnectionLatency(let request):
-            setConnectionLatency(request, incoming)
+            try setConnectionLatency(request, incoming)
         case .registerConnectionEvents(let request):
-            registerForConnectionEvents(request, session: session.id, incoming)
+            try registerForConnectionEvents(request, session: session.id, incoming)
         case .startScan, .stopScan, .connect, .cancelConnection, .retrievePeripherals, .retrieveConnected, .gatt, .readRssi, .maximumWriteLength:
-            handleCentral(kind, session: session.id, incoming)
+            try handleCentral(kind, session: session.id, incoming)
         default:
-            handlePeripheral(kind, session: session.id, incoming)
+            try handlePeripheral(kind, session: session.id, incoming)
         }
-        return true
     }
 }
