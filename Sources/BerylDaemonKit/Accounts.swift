@@ -33,4 +33,19 @@ public enum Accounts {
         }
         return Group(gid: group.pointee.gr_gid, members: members)
     }
+
+    /// A user's uid and primary gid, by name (getpwnam(3)).
+    public static func ids(ofUser name: String) -> (uid: UInt32, gid: UInt32)? {
+        getpwnam(name).map { ($0.pointee.pw_uid, $0.pointee.pw_gid) }
+    }
+
+    /// Why a file that says what to run as whom cannot be trusted: owned by someone other than root or `owner`, or
+    /// writable by group or others (anyone who could write it could run commands as the users it names). Nil: it can.
+    public static func whyUntrusted(_ path: String, owner: UInt32) -> String? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return "cannot stat the file" }
+        guard info.st_uid == 0 || info.st_uid == owner else { return "owned by uid \(info.st_uid), not root" }
+        guard info.st_mode & 0o022 == 0 else { return "writable by group or others" }
+        return nil
+    }
 }

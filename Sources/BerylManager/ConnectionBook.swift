@@ -1,4 +1,5 @@
 import BerylCore
+import BerylHCI
 
 /// Links and who holds them (sans-IO). A connect request never times out; a cancel is app-local and the link goes
 /// down only when no one holds it; several pending peripherals are connected through the filter accept list.
@@ -131,5 +132,25 @@ public struct ConnectionBook: Sendable {
         guard !wanted.isEmpty else { return [] }
         attempt = wanted
         return [wanted.count == 1 ? .connect(wanted[0]) : .connectAny(wanted)]
+    }
+}
+
+extension ConnectionBook.Action {
+    /// The HCI commands that carry the action out, as `ownAddressType` (the lab's random address, or the controller's
+    /// identity). No timeout: LE Create Connection waits until the peer advertises or is cancelled (Core Vol 4 Part E
+    /// §7.8.12); several peers go through the filter accept list, and whichever is heard first connects.
+    public func commands(ownAddressType: UInt8) -> [HCICommandPacket] {
+        switch self {
+        case .connect(let address):
+            [HCICommands.leCreateConnection(peer: address, interval: 24, supervisionTimeout: 200, ownAddressType: ownAddressType)]
+        case .connectAny(let addresses):
+            [HCICommands.leClearFilterAcceptList] + addresses.map(HCICommands.leAddDeviceToFilterAcceptList)
+                + [HCICommands.leCreateConnection(peer: addresses[0], interval: 24, supervisionTimeout: 200, useFilterAcceptList: true,
+                                                  ownAddressType: ownAddressType)]
+        case .cancelConnect:
+            [HCICommands.leCreateConnectionCancel]
+        case .disconnect(let handle):
+            [HCICommands.disconnect(handle: handle)]
+        }
     }
 }

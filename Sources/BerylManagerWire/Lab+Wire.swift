@@ -132,3 +132,25 @@ extension LabRefusal {
         }
     }
 }
+
+extension WireFailure {
+    public init(_ error: LabFieldError) { self.init(.invalidArgument, "\(error)", field: error.field) }
+}
+
+extension Beryl_Ipc_V1_LabEvent {
+    /// `link`: the lab's view of a link the book still has; nil when the event names one it no longer has.
+    public init?(_ event: LabEvent, link: (UInt16) -> Beryl_Ipc_V1_LabLink?) {
+        self.init()
+        switch event {
+        case .linkUp(let handle):
+            guard let link = link(handle) else { return nil }
+            linkUp = link
+        case .linkUpdated(let handle):
+            guard let link = link(handle) else { return nil }
+            linkUpdated = link
+        case .linkDown(let handle, let reason): linkDown = .with { $0.handle = UInt32(handle); $0.reason = UInt32(reason) }
+        case .connectFailed(let status): connectFailed = UInt32(status)
+        case .security(let handle, let outcome): security = outcome.wire(handle: handle)
+        }
+    }
+}

@@ -1,6 +1,7 @@
 import BerylCore
 import BerylGAP
 import BerylManager
+import BerylStore
 import BerylWire
 import Foundation
 
@@ -66,6 +67,18 @@ public enum OrderedSendAnswer: Equatable, Sendable {
         case .failure(.remote(.busy, _, _, _)): self = .queueFull
         case .failure(.remote(.cancelled, _, _, _)) where ordered: self = .sendAgain
         case .failure: return nil
+        }
+    }
+}
+
+extension Beryl_Ipc_V1_Response {
+    /// attd's answer to an app's GATT operation, as the app's: what discovery found, the value read, or done.
+    public init(gattAnswer answer: Beryl_Ipc_V1_AttResponse) {
+        self.init()
+        switch answer.kind {
+        case .gattDatabase(let database)?: manager.gatt.database = database
+        case .gattValue(let value)?: manager.gatt.value = value.value
+        default: manager.gatt = .init()
         }
     }
 }
@@ -196,6 +209,20 @@ extension Beryl_Ipc_V1_ManagerEvent {
         case .readyToUpdate?: .readyToUpdate
         default: nil
         }
+    }
+    /// An event held for a preserved manager goes to the manager its returning app makes (the first of its session).
+    public mutating func retarget(manager: UInt32) {
+        switch kind {
+        case .discovered?: discovered.manager = manager
+        case .connected?: connected.manager = manager
+        case .disconnected?: disconnected.manager = manager
+        default: break
+        }
+    }
+
+    public init(alert kind: AlertKind, appID: String, message: String, peripheral: String) {
+        self.init()
+        alert = .with { $0.appID = appID; $0.message = message; $0.kind = .init(kind); $0.peripheral = peripheral }
     }
 }
 
@@ -340,5 +367,19 @@ extension StackState {
 extension Beryl_Ipc_V1_ControllerState {
     public init(_ state: StackState) {
         self = StackState.wireValues.first { $0.0 == state }?.1 ?? .unknown
+    }
+}
+
+extension Beryl_Ipc_V1_PeripheralInfo {
+    /// A known device as an app sees it: the name its advertising gives (else the one stored), RSSI 127 when unheard.
+    public init(_ device: KnownDevice, advertisement: AdvertisementData?, rssi: Int8?, connected: Bool) {
+        self.init()
+        identifier = device.identifier
+        address = device.address.description
+        name = advertisement?.localName ?? device.name ?? ""
+        self.rssi = Int32(rssi ?? 127)
+        self.connected = connected
+        lastSeen = device.lastSeen
+        if let advertisement { self.advertisement = Beryl_Ipc_V1_AdvertisementInfo(advertisement) }
     }
 }

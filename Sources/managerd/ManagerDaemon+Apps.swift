@@ -15,17 +15,9 @@ extension ManagerDaemon {
     func loadCatalog() {
         guard let appsDir else { return }
         let me = getuid()
-        core.catalog = AppCatalog(directory: appsDir, lookup: { name in
-            guard let entry = getpwnam(name) else { return nil }
-            return Account(uid: entry.pointee.pw_uid, gid: entry.pointee.pw_gid)
-        }, ownerAllowed: { path in
-            var info = stat()
-            guard stat(path, &info) == 0 else { return "cannot stat the file" }
-            // Launch commands are trusted only from files root (or managerd's own user, for unprivileged lab stacks) controls.
-            guard info.st_uid == 0 || info.st_uid == me else { return "owned by uid \(info.st_uid), not root" }
-            guard info.st_mode & 0o022 == 0 else { return "writable by group or others" }
-            return nil
-        })
+        // Launch commands are trusted only from files root (or managerd's own user, for unprivileged lab stacks) controls.
+        core.catalog = AppCatalog(directory: appsDir, lookup: { Accounts.ids(ofUser: $0).map { Account(uid: $0.uid, gid: $0.gid) } },
+                                  ownerAllowed: { Accounts.whyUntrusted($0, owner: me) })
         for error in core.catalog.refused { host.logger.error("app manifest refused: \(error)") }
         host.logger.info("\(core.catalog.apps.count) app manifest(s) from \(appsDir)")
     }

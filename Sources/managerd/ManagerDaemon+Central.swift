@@ -131,16 +131,8 @@ extension ManagerDaemon {
         if handedToApp, labRecord?.record.peripherals.contains(device.identifier) == true {
             updateLabRecord { $0.peripherals.removeAll { $0 == device.identifier } }
         }
-        let advertisement = core.heard.advertisements[device.address]
-        return .with {
-            $0.identifier = device.identifier
-            $0.address = device.address.description
-            $0.name = advertisement?.localName ?? device.name ?? ""
-            $0.rssi = Int32(core.heard.rssi[device.address] ?? 127)
-            $0.connected = book.link(for: device.identifier) != nil
-            $0.lastSeen = device.lastSeen
-            if let advertisement { $0.advertisement = Beryl_Ipc_V1_AdvertisementInfo(advertisement) }
-        }
+        return .init(device, advertisement: core.heard.advertisements[device.address], rssi: core.heard.rssi[device.address],
+                     connected: book.link(for: device.identifier) != nil)
     }
 
     // MARK: Connections
@@ -152,24 +144,17 @@ extension ManagerDaemon {
                 host.logger.info("\(core.restoration.manager(heldBy: key.holder)?.appID ?? "?")'s link to \(identifier) dropped (0x\(String(reason, radix: 16))); connection requested again for it")
             case .event(let event):
                 if let wire = Beryl_Ipc_V1_ManagerEvent(event) { send(wire, to: event.key.holder) }
-            case .controller(.connect(let address)):
-                // No timeout: LE Create Connection waits until the peer advertises or we cancel (Core Vol 4 Part E §7.8.12).
-                command(HCICommands.leCreateConnection(peer: address, interval: 24, supervisionTimeout: 200,
-                                                       ownAddressType: lab.ownAddress(connectingTo: address)?.rawValue ?? ownAddressType)) { [unowned self] result in
-                    guard case .success(let status) = result, status.first != 0 else { return }
+            case .controller(let action):
+                var ownAddress = ownAddressType
+                if case .connect(let address) = action, let labAddress = lab.ownAddress(connectingTo: address) { ownAddress = labAddress.rawValue }
+                let packets = action.commands(ownAddressType: ownAddress)
+                for packet in packets.dropLast() { command(packet) }
+                command(packets[packets.count - 1]) { [unowned self] result in
+                    guard case .connect = action, case .success(let status) = result, status.first != 0 else { return }
                     host.logger.warning("LE Create Connection refused (0x\(String(status.first ?? 0xFF, radix: 16))); retrying")
                     core.connections.attemptRefused(at: host.loop.uptime)
                     armConnectionRetry()
                 }
-            case .controller(.connectAny(let addresses)):
-                // Several peripherals wanted: the controller connects to whichever of them it hears first.
-                command(HCICommands.leClearFilterAcceptList)
-                for address in addresses { command(HCICommands.leAddDeviceToFilterAcceptList(address)) }
-                command(HCICommands.leCreateConnection(peer: addresses[0], interval: 24, supervisionTimeout: 200, useFilterAcceptList: true))
-            case .controller(.cancelConnect):
-                command(HCICommands.leCreateConnectionCancel)
-            case .controller(.disconnect(let handle)):
-                command(HCICommands.disconnect(handle: handle))
             }
         }
     }
@@ -251,13 +236,7 @@ extension ManagerDaemon {
                     apply(core.notifyWritten(change.enable, succeeded: true, valueHandle: valueHandle, on: link.handle, identifier: identifier,
                                              by: .session(session)))
                 }
-                incoming.respond(.with { answer in
-                    switch response.att.kind {
-                    case .gattDatabase(let database)?: answer.manager.gatt.database = database
-                    case .gattValue(let value)?: answer.manager.gatt.value = value.value
-                    default: answer.manager.gatt = .init()
-                    }
-                })
+                incoming.respond(Response(gattAnswer: response.att))
             case .failure(let error):
                 if case .setNotify(let change)? = operation.kind, let valueHandle = UInt16(exactly: change.valueHandle) {
                     apply(core.notifyWritten(change.enable, succeeded: false, valueHandle: valueHandle, on: link.handle, identifier: identifier,

@@ -22,11 +22,7 @@ extension ManagerDaemon {
         guard lab.isLabSession(session.id) else { throw WireFailure(LabRefusal.notLabSession) }
         switch kind {
         case .labAdvertise(let request):
-            do {
-                applyLab(lab.advertise(try LabAdvertising(request), incoming))
-            } catch {
-                throw WireFailure(.invalidArgument, "\(error)", field: error.field)
-            }
+            do { applyLab(lab.advertise(try LabAdvertising(request), incoming)) } catch { throw WireFailure(error) }
         case .labStopAdvertising:
             applyLab(lab.stopAdvertising(incoming))
         case .labScan(let request):
@@ -35,7 +31,7 @@ extension ManagerDaemon {
             applyLab(lab.stopScan(incoming))
         case .labConnect(let request):
             let address: DeviceAddress?
-            do { address = try LabFieldError.address(request.address, field: "address") } catch { throw WireFailure(.invalidArgument, "\(error)", field: error.field) }
+            do { address = try LabFieldError.address(request.address, field: "address") } catch { throw WireFailure(error) }
             guard let address else { return }
             applyLab(lab.connect(to: address, ownAddress: LabOwnAddress(request.ownAddressType), book: book, see: { [store] address in
                 guard let store else { return nil }
@@ -119,7 +115,7 @@ extension ManagerDaemon {
                 }
                 updateScanning()
             case .event(let session, let event):
-                guard let wire = labEvent(event) else { continue }
+                guard let wire = Beryl_Ipc_V1_LabEvent(event, link: { book.identifier(for: $0).flatMap(book.link(for:)).map(labLink) }) else { continue }
                 send(.with { $0.lab = wire }, to: session)
             case .removeLabBonds:
                 removeLabBonds()
@@ -144,26 +140,6 @@ extension ManagerDaemon {
             if ownAddress?.needsRandomAddress == true { $0.localAddress = DeviceAddress(labRandomAddress, type: .random).description }
         }
         attd?.request(request)
-    }
-
-    /// Nil for a link the book no longer has.
-    private func labEvent(_ event: LabEvent) -> Beryl_Ipc_V1_LabEvent? {
-        func link(_ handle: UInt16) -> Beryl_Ipc_V1_LabLink? {
-            book.identifier(for: handle).flatMap { book.link(for: $0) }.map(labLink)
-        }
-        var wire = Beryl_Ipc_V1_LabEvent()
-        switch event {
-        case .linkUp(let handle):
-            guard let link = link(handle) else { return nil }
-            wire.linkUp = link
-        case .linkUpdated(let handle):
-            guard let link = link(handle) else { return nil }
-            wire.linkUpdated = link
-        case .linkDown(let handle, let reason): wire.linkDown = .with { $0.handle = UInt32(handle); $0.reason = UInt32(reason) }
-        case .connectFailed(let status): wire.connectFailed = UInt32(status)
-        case .security(let handle, let outcome): wire.security = outcome.wire(handle: handle)
-        }
-        return wire
     }
 
     /// The controller's state and addresses as hcid knows them now (the public one is unknown until bring-up read it).

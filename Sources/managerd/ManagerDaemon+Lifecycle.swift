@@ -58,8 +58,7 @@ extension ManagerDaemon {
         guard let alert = AlertKind.candidate(for: event), app.connectOptions[alert.peripheral]?.alerts(alert.kind) == true else { return }
         let message = alert.kind.message(appID: app.appID, peripheral: store?.device(alert.peripheral)?.name ?? alert.peripheral)
         host.logger.warning("alert: \(message)")
-        var event = Beryl_Ipc_V1_ManagerEvent()
-        event.alert = .with { $0.appID = app.appID; $0.message = message; $0.kind = .init(alert.kind); $0.peripheral = alert.peripheral }
+        let event = Beryl_Ipc_V1_ManagerEvent(alert: alert.kind, appID: app.appID, message: message, peripheral: alert.peripheral)
         for subscriber in alertSubscribers { send(event, to: subscriber) }
         if let manifest = core.catalog.apps[app.appID], let command = manifest.alertCommand {
             do {

@@ -31,18 +31,9 @@ extension ManagerDaemon {
         host.logger.info("\(preserved.appID) restored \(preserved.role) manager \(preserved.restoreID) with \(queued.count) queued event(s)")
         return (state.wire, queued.map { event in
             var event = event
-            retarget(&event, manager: 1)
+            event.retarget(manager: 1)
             return event
         })
-    }
-
-    private func retarget(_ event: inout Beryl_Ipc_V1_ManagerEvent, manager: UInt32) {
-        switch event.kind {
-        case .discovered?: event.discovered.manager = manager
-        case .connected?: event.connected.manager = manager
-        case .disconnected?: event.disconnected.manager = manager
-        default: break
-        }
     }
 
     // MARK: What the core decided

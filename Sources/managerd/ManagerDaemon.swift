@@ -290,9 +290,7 @@ final class ManagerDaemon {
         case .pairingPrompt?, .pairingFinished?:
             if let kind = event.att.kind { routePairing(kind) }
         case .readyToUpdate(let ready)?:
-            var event = Beryl_Ipc_V1_ManagerEvent()
-            event.readyToUpdate.count = ready.count
-            send(event, to: ready.onBehalfOf)
+            send(.with { $0.readyToUpdate.count = ready.count }, to: ready.onBehalfOf)
         default:
             break
         }

@@ -1,5 +1,6 @@
 import BerylCore
 import BerylGAP
+import BerylHCI
 import BerylManager
 import BerylStore
 import Foundation
@@ -90,5 +91,23 @@ final class ConnectionBookTests: XCTestCase {
         XCTAssertTrue(holders.isEmpty)
         XCTAssertEqual(book.releaseAll(.session(1)), [])
         XCTAssertEqual(book.link(for: "C1")?.isCentral, false)
+    }
+
+    /// Each action as the controller takes it; the own address type goes with every connection (LE Create Connection's
+    /// Own_Address_Type, the 13th parameter octet, Core Vol 4 Part E §7.8.12), through the accept list too.
+    func testActionsBecomeTheirHCICommands() {
+        let single = ConnectionBook.Action.connect(one).commands(ownAddressType: 1)
+        XCTAssertEqual(single.map(\.opcode), [0x200D])
+        XCTAssertEqual(single[0].parameters[12], 1)
+        XCTAssertEqual(single[0].parameters[4], 0, "no accept list for one peer")
+
+        let any = ConnectionBook.Action.connectAny([one, two]).commands(ownAddressType: 1)
+        XCTAssertEqual(any.map(\.opcode), [0x2010, 0x2011, 0x2011, 0x200D], "clear, add each, connect")
+        XCTAssertEqual(any[2].parameters.first, 1, "the second peer's address is random")
+        XCTAssertEqual(any[3].parameters[4], 1, "through the accept list")
+        XCTAssertEqual(any[3].parameters[12], 1, "as the stack's identity, not 00:00:00:00:00:00")
+
+        XCTAssertEqual(ConnectionBook.Action.cancelConnect.commands(ownAddressType: 0).map(\.opcode), [0x200E])
+        XCTAssertEqual(ConnectionBook.Action.disconnect(handle: 0x41).commands(ownAddressType: 0).map(\.parameters), [[0x41, 0x00, 0x13]])
     }
 }
