@@ -9,7 +9,7 @@ import Foundation
 // against the pacer as attd's wire carries them; each refusal is the typed error the sender hears.
 
 extension TransmitPacer {
-    /// A publisher's Notify: refused when the value is not its own or too long, stale for an ordered sender (sent
+    /// A publisher's Notify, to every subscribed peer or to those on the links it names: refused when the value is not its own or too long, stale for an ordered sender (sent
     /// before its latest ReadyToUpdate: CANCELLED, it sends it again), or when a queue is full (BUSY: ReadyToUpdate follows).
     public mutating func update(_ notify: Beryl_Ipc_V1_Notify, from publisher: PublisherID, owns: (UInt16) -> Bool,
                                 on links: [LinkSession]) -> Result<ValueUpdate, WireFailure> {
@@ -24,8 +24,10 @@ extension TransmitPacer {
         if notify.ordered, let latest = sentBeforeReady(sender, readySeen: notify.readySeen) {
             return .failure(WireFailure(.cancelled, "sent before ReadyToUpdate \(latest): send it again; no other ReadyToUpdate follows"))
         }
+        // Only the named links' peers, when the sender named centrals (updateValue(_:for:onSubscribedCentrals:)).
+        let targets = notify.connectionHandles.isEmpty ? links : links.filter { notify.connectionHandles.contains(UInt32($0.handle)) }
         guard let update = update(valueHandle: UInt16(notify.valueHandle), value: Array(notify.value), indicate: notify.indicate,
-                                  ordered: notify.ordered, from: sender, on: links) else {
+                                  ordered: notify.ordered, from: sender, on: targets) else {
             return .failure(WireFailure(.busy, "the transmit queue is full; wait for ReadyToUpdate"))
         }
         return .success(update)

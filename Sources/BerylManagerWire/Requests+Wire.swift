@@ -65,10 +65,11 @@ extension ConnectionLatency {
 }
 
 extension Beryl_Ipc_V1_AttRequest {
-    /// An app's updateValue, as managerd's Notify for it.
-    public init(update: Beryl_Ipc_V1_UpdateValue, session: UInt64) {
+    /// An app's updateValue, as managerd's Notify for it; `links`: those of the centrals it named (none: every one).
+    public init(update: Beryl_Ipc_V1_UpdateValue, session: UInt64, links: [UInt16] = []) {
         self.init()
         notify = .with {
+            $0.connectionHandles = links.map(UInt32.init)
             $0.valueHandle = update.valueHandle
             $0.value = update.value
             $0.indicate = update.indicate

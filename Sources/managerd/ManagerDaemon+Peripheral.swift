@@ -72,7 +72,13 @@ extension ManagerDaemon {
                 throw .notPublished(update.valueHandle, field: "value_handle")
             }
             guard let attd else { throw .attdUnreachable }
-            attd.request(.with { $0.att = .init(update: update, session: session) }) { result in
+            // Centrals named (onSubscribedCentrals): only their links; none of them connected, no one to send to.
+            let links = update.centrals.compactMap { book.link(for: $0.uppercased()) }.filter { !$0.isCentral }.map(\.handle)
+            if !update.centrals.isEmpty, links.isEmpty {
+                incoming.respond(.with { $0.manager.updateResult = .init(.sent) })
+                return
+            }
+            attd.request(.with { $0.att = .init(update: update, session: session, links: links) }) { result in
                 // Not sent is Core Bluetooth's updateValue returning false; attd sends this app's ReadyToUpdate when there is room.
                 if let answer = OrderedSendAnswer(result, ordered: update.ordered) {
                     incoming.respond(.with { $0.manager.updateResult = .init(answer) })

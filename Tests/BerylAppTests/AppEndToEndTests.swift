@@ -90,14 +90,15 @@ final class IncludedServicesCentral: CentralManagerDelegate, PeripheralDelegate 
 }
 
 /// berylsim with two controllers and a full stack (hcid, attd, managerd) on each, in `run0`/`run1`.
+/// One full stack per `managerd` entry (two unless a test says otherwise) on one berylsim.
 func startTwoStacks(_ scratch: Scratch, attd extra: [[String]] = [[], []], managerd managerdExtra: [[String]] = [[], []]) throws {
     let sim = scratch.root + "/sim"
-    try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", sim, "--controllers", "2"], socket: sim + "/control.sock")
-    for index in 0...1 {
+    try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", sim, "--controllers", "\(managerdExtra.count)"], socket: sim + "/control.sock")
+    for index in managerdExtra.indices {
         let run = "\(scratch.root)/run\(index)"
         let common = ["--runtime-dir", run, "--state-dir", "\(scratch.root)/state\(index)"]
         try scratch.start("hcid\(index)", [Executables.path("hcid")] + common + ["--transport", "unix:\(sim)/controller-\(index).sock"], socket: run + "/hcid.sock")
-        try scratch.start("attd\(index)", [Executables.path("attd")] + common + extra[index], socket: run + "/attd.sock")
+        try scratch.start("attd\(index)", [Executables.path("attd")] + common + (extra.indices.contains(index) ? extra[index] : []), socket: run + "/attd.sock")
         try scratch.start("managerd\(index)", [Executables.path("managerd")] + common + managerdExtra[index], socket: run + "/managerd.sock")
     }
 }

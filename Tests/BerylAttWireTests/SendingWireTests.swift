@@ -11,6 +11,11 @@ import XCTest
 /// batches it sends hcid, and the typed errors its requests are refused with.
 final class SendingWireTests: XCTestCase {
     private func subscribedLink() throws -> (valueHandle: UInt16, LinkSession) {
+        let (valueHandle, link, _) = try subscribedLinkAndDatabase()
+        return (valueHandle, link)
+    }
+
+    private func subscribedLinkAndDatabase() throws -> (valueHandle: UInt16, LinkSession, AttributeDatabase) {
         let database = AttributeDatabase()
         let start = try database.add(ServiceDefinition(uuid: BluetoothUUID(0x180D), characteristics: [
             CharacteristicDefinition(uuid: BluetoothUUID(0x2A37), properties: [.notify], permissions: [], value: nil),
@@ -18,7 +23,7 @@ final class SendingWireTests: XCTestCase {
         let valueHandle = start + 2
         let link = LinkSession(handle: 0x40, isCentral: false, database: database)
         link.server.restore(clientConfigurations: [valueHandle + 1: 0x0001], clientFeatures: [])
-        return (valueHandle, link)
+        return (valueHandle, link, database)
     }
 
     private func notify(_ handle: UInt16, _ value: [UInt8] = [1], ordered: Bool = false, readySeen: UInt32 = 0) -> Beryl_Ipc_V1_Notify {
@@ -47,6 +52,22 @@ final class SendingWireTests: XCTestCase {
         XCTAssertEqual(pacer.update(notify(valueHandle, ordered: true, readySeen: 0), from: 3, owns: owns, on: [link]).failure?.code, .cancelled,
                        "sent before the ready it had not seen")
         XCTAssertEqual(pacer.update(notify(valueHandle, ordered: true, readySeen: 1), from: 3, owns: owns, on: [link]).success?.peers, 1)
+    }
+
+    /// updateValue(_:for:onSubscribedCentrals:) naming centrals: only their links, and only their room counts.
+    func testANotifyNamingLinksGoesToThoseAlone() throws {
+        let (valueHandle, first, database) = try subscribedLinkAndDatabase()
+        let second = LinkSession(handle: 0x41, isCentral: false, database: database)
+        second.server.restore(clientConfigurations: [valueHandle + 1: 0x0001], clientFeatures: [])
+        var pacer = TransmitPacer()
+        _ = pacer.credited([.init(handle: 0x40, credits: 8, fresh: true), .init(handle: 0x41, credits: 0, fresh: true)], bufferSize: 27)
+        for _ in 0..<TransmitPacer.capacity { _ = pacer.enqueue([0], on: 0x41) }
+        var named = notify(valueHandle)
+        named.connectionHandles = [0x40]
+        let update = try XCTUnwrap(pacer.update(named, from: 3, owns: { _ in true }, on: [first, second]).success, "0x41 is full but not named")
+        XCTAssertEqual(update.peers, 1)
+        XCTAssertEqual(update.transmissions.compactMap { output -> UInt16? in if case .transmit(let t) = output { t.link } else { nil } }, [0x40])
+        XCTAssertEqual(pacer.update(notify(valueHandle), from: 3, owns: { _ in true }, on: [first, second]).failure?.code, .busy, "everyone: 0x41 is full")
     }
 
     func testAWriteWithoutResponseIsAdmittedSignedOrRefused() throws {

@@ -89,6 +89,7 @@ final class RequestsWireTests: XCTestCase {
         let update = Beryl_Ipc_V1_AttRequest(update: .with { $0.valueHandle = 18; $0.value = Data([1, 2]); $0.indicate = true; $0.ordered = true; $0.readySeen = 4 },
                                              session: 77)
         XCTAssertEqual(update.notify, .with { $0.valueHandle = 18; $0.value = Data([1, 2]); $0.indicate = true; $0.ordered = true; $0.readySeen = 4; $0.onBehalfOf = 77 })
+        XCTAssertEqual(Beryl_Ipc_V1_AttRequest(update: .with { $0.valueHandle = 18; $0.centrals = ["C1"] }, session: 77, links: [0x41]).notify.connectionHandles, [0x41])
         XCTAssertEqual(Beryl_Ipc_V1_AttRequest(forgetting: 77).forgetSender, .with { $0.onBehalfOf = 77 })
         XCTAssertEqual(Beryl_Ipc_V1_AttRequest(forgetting: 77, onLink: 0x40).forgetSender,
                        .with { $0.onBehalfOf = 77; $0.onlyLink = true; $0.connectionHandle = 0x40 })

@@ -314,6 +314,10 @@ public nonisolated struct Beryl_Ipc_V1_Notify: Sendable {
   /// ReadyToUpdate and the ReadyToUpdate events are kept per sender, so one app's full queue never holds back another's.
   public var onBehalfOf: UInt64 = 0
 
+  /// Core Bluetooth's updateValue(_:for:onSubscribedCentrals:) with centrals named: only these links' subscribed peers
+  /// hear the value. Empty: every subscribed peer.
+  public var connectionHandles: [UInt32] = []
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1891,7 +1895,7 @@ nonisolated extension Beryl_Ipc_V1_UnpublishService: SwiftProtobuf.Message, Swif
 
 nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Notify"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}value_handle\0\u{1}value\0\u{1}indicate\0\u{1}ordered\0\u{3}ready_seen\0\u{3}on_behalf_of\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}value_handle\0\u{1}value\0\u{1}indicate\0\u{1}ordered\0\u{3}ready_seen\0\u{3}on_behalf_of\0\u{3}connection_handles\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1905,6 +1909,7 @@ nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf.
       case 4: try { try decoder.decodeSingularBoolField(value: &self.ordered) }()
       case 5: try { try decoder.decodeSingularUInt32Field(value: &self.readySeen) }()
       case 6: try { try decoder.decodeSingularUInt64Field(value: &self.onBehalfOf) }()
+      case 7: try { try decoder.decodeRepeatedUInt32Field(value: &self.connectionHandles) }()
       default: break
       }
     }
@@ -1929,6 +1934,9 @@ nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf.
     if self.onBehalfOf != 0 {
       try visitor.visitSingularUInt64Field(value: self.onBehalfOf, fieldNumber: 6)
     }
+    if !self.connectionHandles.isEmpty {
+      try visitor.visitPackedUInt32Field(value: self.connectionHandles, fieldNumber: 7)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1939,6 +1947,7 @@ nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.ordered != rhs.ordered {return false}
     if lhs.readySeen != rhs.readySeen {return false}
     if lhs.onBehalfOf != rhs.onBehalfOf {return false}
+    if lhs.connectionHandles != rhs.connectionHandles {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

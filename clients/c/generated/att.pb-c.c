@@ -2941,7 +2941,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__unpublish_service__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__unpublish_service__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__notify__field_descriptors[6] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__notify__field_descriptors[7] =
 {
   {
     "value_handle",
@@ -3015,8 +3015,21 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__notify__field_descriptors[
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "connection_handles",
+    7,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Beryl__Ipc__V1__Notify, n_connection_handles),
+    offsetof(Beryl__Ipc__V1__Notify, connection_handles),
+    NULL,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__notify__field_indices_by_name[] = {
+  6,   /* field[6] = connection_handles */
   2,   /* field[2] = indicate */
   5,   /* field[5] = on_behalf_of */
   3,   /* field[3] = ordered */
@@ -3027,7 +3040,7 @@ static const unsigned beryl__ipc__v1__notify__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__notify__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__notify__descriptor =
 {
@@ -3037,7 +3050,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__notify__descriptor =
   "Beryl__Ipc__V1__Notify",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__Notify),
-  6,
+  7,
   beryl__ipc__v1__notify__field_descriptors,
   beryl__ipc__v1__notify__field_indices_by_name,
   1,  beryl__ipc__v1__notify__number_ranges,

@@ -291,10 +291,16 @@ struct  Beryl__Ipc__V1__Notify
    * ReadyToUpdate and the ReadyToUpdate events are kept per sender, so one app's full queue never holds back another's.
    */
   uint64_t on_behalf_of;
+  /*
+   * Core Bluetooth's updateValue(_:for:onSubscribedCentrals:) with centrals named: only these links' subscribed peers
+   * hear the value. Empty: every subscribed peer.
+   */
+  size_t n_connection_handles;
+  uint32_t *connection_handles;
 };
 #define BERYL__IPC__V1__NOTIFY__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__notify__descriptor) \
-    , 0, {0,NULL}, 0, 0, 0, 0 }
+    , 0, {0,NULL}, 0, 0, 0, 0, 0,NULL }
 
 
 struct  Beryl__Ipc__V1__NotifyResult
