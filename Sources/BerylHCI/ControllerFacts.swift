@@ -84,6 +84,8 @@ public struct ControllerQuirks: Sendable, Equatable {
     public var maxACLBuffers: Int?
     /// Do not send LE Set Data Length / the data length extension.
     public var noDataLengthExtension = false
+    /// Do not ask for the 2M PHY on new links (firmware that advertises it and then drops or stalls the link).
+    public var no2MPHY = false
 
     public init() {}
 }

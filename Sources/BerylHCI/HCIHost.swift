@@ -472,7 +472,7 @@ public final class HCIHost {
                 // The 2M PHY both ways halves a PDU's air time; the link layers move only if the peer has it too, and
                 // report a change to both hosts with LE PHY Update Complete (Core Vol 4 Part E §7.8.49, Vol 6 Part B
                 // §5.1.10). The central alone asks, as two requests at once collide (Vol 6 Part B §5.3).
-                if central, state == .poweredOn, facts.hasLEFeature(bit: 8), facts.supports(.leSetPHY) {
+                if central, state == .poweredOn, !quirks.no2MPHY, facts.hasLEFeature(bit: 8), facts.supports(.leSetPHY) {
                     send(HCICommands.leSetPHY(handle: handle, phy: 2), owner: .host)
                 }
                 // Each side asks for its own transmit length too, as Zephyr's automatic data length update does: a

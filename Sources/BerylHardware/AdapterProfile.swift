@@ -113,7 +113,7 @@ public enum ProfileLoader {
         var quirks = ControllerQuirks()
         if let quirkObject = root["quirks"] {
             guard let q = quirkObject as? [String: Any] else { throw fail("$.quirks", "an object") }
-            for key in q.keys where !["noReadBufferSizeV2", "maxACLBuffers", "noDataLengthExtension"].contains(key) {
+            for key in q.keys where !["noReadBufferSizeV2", "maxACLBuffers", "noDataLengthExtension", "no2MPHY"].contains(key) {
                 throw fail("$.quirks.\(key)", "unknown quirk")
             }
             if let value = q["noReadBufferSizeV2"] {
@@ -123,6 +123,10 @@ public enum ProfileLoader {
             if let value = q["noDataLengthExtension"] {
                 guard let flag = value as? Bool else { throw fail("$.quirks.noDataLengthExtension", "true or false") }
                 quirks.noDataLengthExtension = flag
+            }
+            if let value = q["no2MPHY"] {
+                guard let flag = value as? Bool else { throw fail("$.quirks.no2MPHY", "true or false") }
+                quirks.no2MPHY = flag
             }
             if let value = q["maxACLBuffers"] {
                 guard let count = value as? Int, (1...255).contains(count) else { throw fail("$.quirks.maxACLBuffers", "a number from 1 to 255") }

@@ -316,7 +316,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
 
     /// A remote central subscribed to one of the owner's values, or stopped (neither notify nor indicate).
     public mutating func subscriptionChanged(_ subscription: PreservedState.Subscription) -> [Output] {
-        guard let owner = router.owner(of: subscription.valueHandle) else { return [] }
+        // No central: attd's word about a link this stack saw end already, whose centrals unsubscribed then (linkDown).
+        guard !subscription.central.isEmpty, let owner = router.owner(of: subscription.valueHandle) else { return [] }
         subscribers.removeAll { $0.central == subscription.central && $0.valueHandle == subscription.valueHandle }
         if subscription.notify || subscription.indicate { subscribers.append(subscription) }
         return persisting(owner.holder)

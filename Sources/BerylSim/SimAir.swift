@@ -416,19 +416,25 @@ public final class SimAir {
         }
     }
 
+    /// One side's transmit octets: only its own direction changes, so both sides asking at once both take effect.
     func changeDataLength(_ link: SimLink, from controller: SimController, octets: Int) {
-        var wanted = link.maxOctets
-        wanted[link.direction(from: controller)] = octets
-        changeDataLength(link, to: wanted)
+        let direction = link.direction(from: controller)
+        changeDataLength(link) { $0[direction] = octets }
     }
 
-    /// Octets per direction (central → peripheral first), each up to 251, agreed at the link's next event; both hosts
-    /// hear of a change (Core Vol 4 Part E §7.7.65.7).
+    /// Octets per direction (central → peripheral first), each up to 251, agreed at the link's next event from what
+    /// the link has then; both hosts hear of a change (Core Vol 4 Part E §7.7.65.7).
     private func changeDataLength(_ link: SimLink, to octets: [Int]) {
-        let effective = octets.map { min($0, 251) }
-        guard link.maxOctets != effective else { return }
+        changeDataLength(link) { $0 = octets }
+    }
+
+    private func changeDataLength(_ link: SimLink, _ change: @escaping (inout [Int]) -> Void) {
         atNextEvent(of: link) { [weak link] in
             guard let link, link.isOpen else { return }
+            var wanted = link.maxOctets
+            change(&wanted)
+            let effective = wanted.map { min($0, 251) }
+            guard link.maxOctets != effective else { return }
             link.maxOctets = effective
             for end in [link.central, link.peripheral] where end !== link.deadEnd { end.emitDataLengthChange(link) }
         }

@@ -122,10 +122,13 @@ extension SimController {
             status(opcode, .success)
             // 2M when the host allows it both ways (or expresses no preference); Coded PHY is not supported.
             let wants2M = (allPHYs & 1 != 0 || txPHYs & 0b10 != 0) && (allPHYs & 2 != 0 || rxPHYs & 0b10 != 0)
-            air.atNextEvent(of: link) { [weak link] in
-                guard let link, link.isOpen else { return }
-                link.phy = wants2M ? [2, 2] : [1, 1]
-                for end in [link.central, link.peripheral] where end !== link.deadEnd {
+            air.atNextEvent(of: link) { [weak link, weak self] in
+                guard let link, let self, link.isOpen else { return }
+                let phy = wants2M ? [2, 2] : [1, 1]
+                // The asking host always hears how it ended; the peer's only of a PHY that changed (Core Vol 4 Part E §7.7.65.12).
+                let changed = link.phy != phy
+                link.phy = phy
+                for end in [link.central, link.peripheral] where end !== link.deadEnd && (changed || end === self) {
                     var body = ByteWriter()
                     body.u8(0)
                     body.u16(link.handle(at: end))

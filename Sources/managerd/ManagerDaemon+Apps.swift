@@ -132,9 +132,11 @@ extension ManagerDaemon {
     var launchedAppsPath: String { host.paths.stateDir + "/launched-apps.json" }
 
     func recordLaunchedApps() {
-        let running = core.launches.processes.map { (app: $0.key, pid: $0.value.pid) }
+        let running = core.launches.processes.compactMap { app, process in
+            ProcessStats.startTicks(pid: process.pid).map { LaunchedApps.Entry(app: app, pid: process.pid, start: $0) }
+        }
         do {
-            try LaunchedApps(running: running).save(to: launchedAppsPath)
+            try LaunchedApps(running).save(to: launchedAppsPath)
         } catch {
             host.logger.error("cannot record the launched apps: \(error)")
         }
@@ -143,7 +145,9 @@ extension ManagerDaemon {
     /// Apps an earlier managerd launched and that outlived it (it crashed, or was killed) are this one's to watch
     /// and, at the end, to stop.
     func adoptLaunchedApps() {
-        let running = LaunchedApps.load(from: launchedAppsPath).stillRunning()
+        let running = LaunchedApps.load(from: launchedAppsPath).stillRunning {
+            ProcessStats.isAlive(pid: $0) ? ProcessStats.startTicks(pid: $0) : nil
+        }
         for entry in running where core.catalog.apps[entry.app] != nil {
             // Only the pid is taken: the app's lifecycle state went with the old managerd, and is what it was for an
             // app that reconnects (foreground, until it or `beryl app state` says otherwise).

@@ -162,7 +162,8 @@ extension ManagerDaemon {
     }
 
     func routeSubscription(_ change: Beryl_Ipc_V1_SubscriptionChanged) {
-        guard let owner = owner(of: change.valueHandle) else { return }
+        // A link that ended already: its centrals were heard unsubscribing then, and the app cannot be told who this is.
+        guard let owner = owner(of: change.valueHandle), book.identifier(for: UInt16(truncatingIfNeeded: change.connectionHandle)) != nil else { return }
         let event = Beryl_Ipc_V1_ManagerEvent(change, manager: owner.manager, central: central(of: change.connectionHandle),
                                               maximumUpdateLength: maximumUpdateLength(change.connectionHandle))
         if let subscription = try? PreservedState.Subscription(wire: event.subscription) { apply(core.subscriptionChanged(subscription)) }

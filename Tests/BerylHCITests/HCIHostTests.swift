@@ -82,6 +82,22 @@ final class BringUpTests: XCTestCase {
         }
     }
 
+    /// A profile's no2MPHY keeps new links on the 1M PHY though the controller has the 2M one.
+    func testTheNo2MPHYQuirkLeavesLinksOn1M() {
+        let harness = HostHarness(controllers: 2) { _ in
+            var quirks = ControllerQuirks()
+            quirks.no2MPHY = true
+            return HCIHost(quirks: quirks)
+        }
+        harness.startAll()
+        XCTAssertTrue(harness.hosts[0].facts.hasLEFeature(bit: 8))
+        _ = harness.connect()
+        harness.run(for: .milliseconds(200))
+        XCTAssertFalse(harness.commandsSent[0].contains(HCIOpcode.leSetPHY.rawValue))
+        XCTAssertEqual(harness.air.linkSnapshots.first?.phy, 1)
+        XCTAssertEqual(harness.air.linkSnapshots.first?.maxOctets, 251, "the data length still grows")
+    }
+
     /// A profile that forbids the Data Length Extension keeps new links at 27 octets; a controller without the 2M PHY
     /// (LE feature bit 8) is not asked for it.
     func testTheDataLengthQuirkAndAControllerWithout2MKeepTheDefaults() {

@@ -43,6 +43,7 @@ final class AdapterProfileTests: XCTestCase {
             (#"{"id": "x", "name": "X", "match": {"usb": ["0a12:0001"]}, "transport": {"kind": "uart", "device": "/dev/ttyS0", "baud": 12345}}"#, "$.transport.baud"),
             ("{\(base), \"quirks\": {\"maxACLBuffers\": 0}}", "$.quirks.maxACLBuffers"),
             ("{\(base), \"quirks\": {\"fast\": true}}", "$.quirks.fast"),
+            ("{\(base), \"quirks\": {\"no2MPHY\": \"yes\"}}", "$.quirks.no2MPHY"),
             ("{\(base), \"vendorSteps\": [{\"opcode\": \"FC18\", \"parameters\": \"\", \"description\": \"d\"}]}", "$.vendorSteps[0].opcode"),
             ("{\(base), \"vendorSteps\": [{\"opcode\": \"0xFC18\", \"parameters\": \"zz\", \"description\": \"d\"}]}", "$.vendorSteps[0].parameters"),
             ("{\(base), \"patchFile\": \"x.bin\"}", "$.patchFile"),

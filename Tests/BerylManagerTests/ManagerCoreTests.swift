@@ -244,6 +244,8 @@ final class ManagerCoreTests: XCTestCase {
         XCTAssertEqual(core.subscriptionChanged(subscribed), [.persist(preservedID: made.id)])
         XCTAssertEqual(core.subscriptionChanged(.init(central: "C", valueHandle: 99, notify: true, indicate: false, maximumUpdateLength: 20)), [],
                        "no one owns that handle")
+        XCTAssertEqual(core.subscriptionChanged(.init(central: "", valueHandle: 12, notify: true, indicate: false, maximumUpdateLength: 20)), [],
+                       "late news of a link that ended is not a subscriber")
         let preserved = try XCTUnwrap(core.restoration.manager(id: made.id))
         XCTAssertEqual(core.snapshot(preserved, name: name).peripheral?.subscriptions, [subscribed])
         _ = core.subscriptionChanged(.init(central: "C", valueHandle: 12, notify: false, indicate: false, maximumUpdateLength: 20))

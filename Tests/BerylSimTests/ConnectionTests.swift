@@ -210,6 +210,11 @@ final class ConnectionTests: XCTestCase {
         XCTAssertEqual(sim[0].leEvents(0x0C), [[0] + le16(central) + [2, 2]])
         XCTAssertEqual(sim[1].leEvents(0x0C), [[0] + le16(peripheral) + [2, 2]])
         XCTAssertEqual(Array(sim[1].call(0x2030, le16(peripheral))[3...]), [0] + le16(peripheral) + [2, 2])
+        // Asked again for what it has: the asking host hears so, the peer's host hears nothing (nothing changed).
+        XCTAssertEqual(sim[1].status(0x2032, le16(peripheral) + [0, 0b10, 0b10] + le16(0)), 0)
+        sim.run(for: .milliseconds(100))
+        XCTAssertEqual(sim[1].leEvents(0x0C).count, 2)
+        XCTAssertEqual(sim[0].leEvents(0x0C).count, 1)
 
         XCTAssertEqual(sim[0].status(0x2016, le16(central)), 0)
         sim.run(for: .milliseconds(100))
