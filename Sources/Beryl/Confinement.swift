@@ -19,6 +19,33 @@ final class Handover<Value>: Sendable {
     func take() -> sending Value? { slot.withLock { held in let value = held.take(); return value } }
 }
 
+/// The queue a manager's delegates are called on, and the one way there: work is run in the order given, and work given
+/// while earlier work still waits joins it, so that the callbacks of a datagram's events (a burst of notifications,
+/// say) cross to the queue in one hop rather than one each.
+final class DelegateQueue: Sendable {
+    let dispatchQueue: DispatchQueue
+    private let waiting = Mutex<[@Sendable () -> Void]>([])
+
+    init(_ queue: DispatchQueue) { dispatchQueue = queue }
+
+    func async(_ work: @escaping @Sendable () -> Void) {
+        let first = waiting.withLock { waiting in
+            waiting.append(work)
+            return waiting.count == 1
+        }
+        if first { dispatchQueue.async { self.drain() } }
+    }
+
+    /// Everything given so far, in order; what is given meanwhile goes in the next hop.
+    private func drain() {
+        let work = waiting.withLock { waiting in
+            defer { waiting.removeAll(keepingCapacity: true) }
+            return waiting
+        }
+        for item in work { item() }
+    }
+}
+
 /// The app's delegate, held weakly from any thread and used only on the delegate queue. Core Bluetooth's rule is
 /// what makes that safe, and the compiler cannot see it: an app's delegate need not be Sendable (as on iOS, where a
 /// delegate's state belongs to its queue). This is the one place the library vouches for thread-safety by hand.
@@ -43,7 +70,7 @@ final class DelegateSlot: Sendable {
     /// `first` runs on the queue just before, even when the delegate has gone meanwhile. False when there is no such
     /// delegate now (nothing is queued).
     @discardableResult
-    func call<Delegate>(_ kind: Delegate.Type, on queue: DispatchQueue, first: (@Sendable () -> Void)? = nil,
+    func call<Delegate>(_ kind: Delegate.Type, on queue: DelegateQueue, first: (@Sendable () -> Void)? = nil,
                         _ body: sending @escaping (Delegate) -> Void) -> Bool {
         guard object is Delegate else { return false }
         let handed = Handover(body)

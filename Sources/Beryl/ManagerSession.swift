@@ -22,7 +22,7 @@ final class ManagerSession: Sendable {
     private let ended = Atomic<Bool>(false)
     /// managerd answered a Hello once: later ones are said again after it restarted.
     private let welcomed = Atomic<Bool>(false)
-    let delegateQueue: DispatchQueue
+    let delegateQueue: DelegateQueue
     let appID: String
     let managerID: UInt32 = 1
     let misuse = MisuseReporter()
@@ -43,7 +43,7 @@ final class ManagerSession: Sendable {
     ///   - appID: the app's identifier (an app manifest's id, for background modes and restoration); by default
     ///     `$BERYL_APP_ID`, which managerd sets when it launches the app.
     init(label: String, delegate: AnyObject?, queue: DispatchQueue?, appID: String?, socketPath: String?) {
-        delegateQueue = queue ?? .main
+        delegateQueue = DelegateQueue(queue ?? .main)
         self.appID = appID ?? LaunchOptions.current.appID ?? ""
         let relay = EventRelay()
         self.relay = relay
@@ -168,7 +168,7 @@ protocol SessionBacked {
 
 extension SessionBacked {
     var channel: Channel { session.channel }
-    var delegateQueue: DispatchQueue { session.delegateQueue }
+    var delegateQueue: DelegateQueue { session.delegateQueue }
     var managerID: UInt32 { session.managerID }
     var misuse: MisuseReporter { session.misuse }
     var appID: String { session.appID }

@@ -55,7 +55,7 @@ public extension PairingDelegate {
 
 extension Channel {
     /// Hands a pairing event to the delegate on its queue; true when the event was one.
-    func deliverPairing(_ event: Beryl_Ipc_V1_ManagerEvent, to slot: DelegateSlot, on queue: DispatchQueue) -> Bool {
+    func deliverPairing(_ event: Beryl_Ipc_V1_ManagerEvent, to slot: DelegateSlot, on queue: DelegateQueue) -> Bool {
         switch event.kind {
         case .pairingPrompt(let prompt)?:
             let responder = PairingResponder(channel: self, peer: prompt.peer, address: prompt.address)

@@ -49,7 +49,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
     public let identifier: UUID
     let identifierString: String
     private let manager: WeakBox<CentralManager>
-    private let queue: DispatchQueue
+    private let queue: DelegateQueue
     private struct State {
         var name: String?
         var state: PeripheralState = .disconnected
@@ -117,7 +117,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
     }
 
     /// An answer that needs no request: after what is queued on the delegate queue, as an answer would come.
-    private func later(_ body: @escaping @Sendable () -> Void) { queue.async(execute: body) }
+    private func later(_ body: @escaping @Sendable () -> Void) { queue.async(body) }
 
     private func managerGone() -> BerylError {
         let error = BerylError.apiMisuse("peripheral \(identifier) is used after its central manager was released")
