@@ -25,6 +25,8 @@ final class Handover<Value>: Sendable {
 final class DelegateQueue: Sendable {
     let dispatchQueue: DispatchQueue
     private let waiting = Mutex<[@Sendable () -> Void]>([])
+    /// How many times work crossed to the queue (one per hop, however much work it carried).
+    let hops = Atomic<Int>(0)
 
     init(_ queue: DispatchQueue) { dispatchQueue = queue }
 
@@ -38,9 +40,11 @@ final class DelegateQueue: Sendable {
 
     /// Everything given so far, in order; what is given meanwhile goes in the next hop.
     private func drain() {
+        hops.add(1, ordering: .relaxed)
         let work = waiting.withLock { waiting in
-            defer { waiting.removeAll(keepingCapacity: true) }
-            return waiting
+            let taken = waiting
+            waiting = []
+            return taken
         }
         for item in work { item() }
     }

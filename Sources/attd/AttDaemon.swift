@@ -110,8 +110,9 @@ final class AttDaemon {
         let link = LinkSession(handle: handle, isCentral: central, database: database, serverMTU: serverMTU)
         links[handle] = link
         host.logger.info("link 0x\(String(handle, radix: 16)) up with \(peer) (\(central ? "central" : "peripheral"))")
-        applySecurity(security.linkOpened(handle, isCentral: central, peer: peer, at: host.loop.uptime))
+        // The bearer first: what the security manager restores for a bonded peer (its subscriptions) is news about it.
         broadcastBearer(handle, opened: true)
+        applySecurity(security.linkOpened(handle, isCentral: central, peer: peer, at: host.loop.uptime))
         if central { applyGATT(link.gatt.exchangeMTU(offering: serverMTU, at: host.loop.uptime), on: link) }
     }
 

@@ -162,8 +162,15 @@ extension ManagerDaemon {
     }
 
     func routeSubscription(_ change: Beryl_Ipc_V1_SubscriptionChanged) {
-        // A link that ended already: its centrals were heard unsubscribing then, and the app cannot be told who this is.
-        guard let owner = owner(of: change.valueHandle), book.identifier(for: UInt16(truncatingIfNeeded: change.connectionHandle)) != nil else { return }
+        let handle = UInt16(truncatingIfNeeded: change.connectionHandle)
+        // attd's bearer closed already: the link's centrals were heard unsubscribing when it went.
+        guard core.attMTUs[handle] != nil else { return }
+        // hcid tells managerd and attd of a link in either order: the app hears once managerd knows who the central is.
+        guard book.identifier(for: handle) != nil else {
+            earlySubscriptions[handle, default: []].append(change)
+            return
+        }
+        guard let owner = owner(of: change.valueHandle) else { return }
         let event = Beryl_Ipc_V1_ManagerEvent(change, manager: owner.manager, central: central(of: change.connectionHandle),
                                               maximumUpdateLength: maximumUpdateLength(change.connectionHandle))
         if let subscription = try? PreservedState.Subscription(wire: event.subscription) { apply(core.subscriptionChanged(subscription)) }

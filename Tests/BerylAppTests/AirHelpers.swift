@@ -47,3 +47,13 @@ final class HCIMonitor {
         return packets(received: true, within: duration, until: matches).last(where: matches).map { Array($0[3...]) }
     }
 }
+
+extension PeripheralManager {
+    /// Publishes one primary service holding `characteristic` and advertises it under `name`.
+    func publishAndAdvertise(_ characteristic: MutableCharacteristic, in service: BluetoothUUID, as name: String) async throws {
+        let published = MutableService(type: service, primary: true)
+        published.characteristics = [characteristic]
+        try await add(published)
+        startAdvertising(AdvertisingOptions(localName: name, serviceUUIDs: [service]))
+    }
+}

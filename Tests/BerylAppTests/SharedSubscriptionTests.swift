@@ -49,10 +49,7 @@ final class SharedSubscriptionTests: TwoStacksTestCase {
         let tickQueue = DispatchQueue(label: "ticker")
         let peripheralManager = PeripheralManager(delegate: ticker, queue: tickQueue, socketPath: socket(1))
         XCTAssertNotNil(ticker.recorder.wait(for: "state poweredOn"))
-        let service = MutableService(type: BluetoothUUID(0xFFA0), primary: true)
-        service.characteristics = [ticker.characteristic]
-        try await peripheralManager.add(service)
-        peripheralManager.startAdvertising(AdvertisingOptions(localName: "Ticker", serviceUUIDs: [BluetoothUUID(0xFFA0)]))
+        try await peripheralManager.publishAndAdvertise(ticker.characteristic, in: BluetoothUUID(0xFFA0), as: "Ticker")
         let timer = DispatchSource.makeTimerSource(queue: tickQueue)
         timer.schedule(deadline: .now(), repeating: .milliseconds(20))
         timer.setEventHandler { ticker.tick(peripheralManager) }

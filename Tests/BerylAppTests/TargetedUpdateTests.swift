@@ -16,6 +16,9 @@ private final class Announcer: PeripheralManagerDelegate, Sendable {
         subscribers.withLock { $0.append(central) }
         recorder.note("subscribed")
     }
+    func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: Characteristic) {
+        recorder.note("unsubscribed")
+    }
 }
 
 /// The values one central app heard, in order.
@@ -42,13 +45,11 @@ final class TargetedUpdateTests: TwoStacksTestCase {
         let queue = DispatchQueue(label: "announcer")
         let peripheralManager = PeripheralManager(delegate: announcer, queue: queue, socketPath: socket(2))
         XCTAssertNotNil(announcer.recorder.wait(for: "state poweredOn"))
-        let service = MutableService(type: BluetoothUUID(0xFFB0), primary: true)
-        service.characteristics = [announcer.characteristic]
-        try await peripheralManager.add(service)
-        peripheralManager.startAdvertising(AdvertisingOptions(localName: "Announcer", serviceUUIDs: [BluetoothUUID(0xFFB0)]))
+        try await peripheralManager.publishAndAdvertise(announcer.characteristic, in: BluetoothUUID(0xFFB0), as: "Announcer")
 
         let hearers = [Hearer(), Hearer()]
         var centrals: [CentralManager] = []
+        var peripherals: [Peripheral] = []
         for (index, hearer) in hearers.enumerated() {
             let central = CentralManager(delegate: hearer, queue: DispatchQueue(label: "central"), socketPath: socket(index))
             centrals.append(central)
@@ -57,6 +58,7 @@ final class TargetedUpdateTests: TwoStacksTestCase {
             let found = try XCTUnwrap(discovery)
             found.peripheral.delegate = hearer
             try await central.connected(to: found.peripheral)
+            peripherals.append(found.peripheral)
             let services = try await found.peripheral.services(discovering: nil)
             let value = try XCTUnwrap(services.flatMap { $0.characteristics ?? [] }.first { $0.uuid == BluetoothUUID(0xFFB1) })
             found.peripheral.setNotifyValue(true, for: value)
@@ -75,6 +77,18 @@ final class TargetedUpdateTests: TwoStacksTestCase {
         XCTAssertEqual(sent, [true, true, true])
         XCTAssertTrue(eventually { hearers[0].values.contains(3) && hearers[1].values.contains(3) }, "\(hearers.map(\.values))")
         XCTAssertEqual(hearers[0].values, [1, 3])
+        XCTAssertEqual(hearers[1].values, [2, 3])
+
+        // The second central goes: naming it alone sends to no one (and is taken); naming both reaches the first.
+        centrals[1].cancelPeripheralConnection(peripherals[1])
+        XCTAssertTrue(eventually { announcer.recorder.all.contains("unsubscribed") }, "\(announcer.recorder.all)")
+        let after = queue.sync {
+            [peripheralManager.updateValue(Data([4]), for: announcer.characteristic, onSubscribedCentrals: [second]),
+             peripheralManager.updateValue(Data([5]), for: announcer.characteristic, onSubscribedCentrals: [second, first])]
+        }
+        XCTAssertEqual(after, [true, true])
+        XCTAssertTrue(eventually { hearers[0].values.contains(5) }, "\(hearers.map(\.values))")
+        XCTAssertEqual(hearers[0].values, [1, 3, 5], "the value for the central that went reached no one")
         XCTAssertEqual(hearers[1].values, [2, 3])
         withExtendedLifetime((peripheralManager, centrals)) {}
     }

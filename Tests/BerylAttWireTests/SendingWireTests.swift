@@ -149,7 +149,7 @@ final class SendingWireTests: XCTestCase {
                      "one publisher is never handed another's values")
     }
 
-    func testSecurityRefusalsAndLinkPairingAddressesAreTyped() {
+    func testSecurityRefusalsAndLinkPairingAddressesAreTyped() throws {
         XCTAssertEqual(WireFailure(.noLink, link: 0x40).field, "connection_handle")
         XCTAssertEqual(WireFailure(.noPairingUnderWay, link: 0x40).code, .notFound)
         let busy = WireFailure(.pairingUnderWay, link: 0x40)
@@ -168,7 +168,7 @@ final class SendingWireTests: XCTestCase {
         let options = try? LinkPairingOptions(wire: .with { $0.forNextLink = true; $0.peer = "AA:BB:CC:DD:EE:FF/random"; $0.localAddress = "" })
         XCTAssertEqual(options?.peer, DeviceAddress("AA:BB:CC:DD:EE:FF/random"))
         XCTAssertNil(options?.localAddress)
-        XCTAssertNil(try? LinkPairingOptions(wire: .with { $0.peer = "ignored without for_next_link" }).peer)
+        XCTAssertNil(try LinkPairingOptions(wire: .with { $0.peer = "ignored without for_next_link" }).peer)
     }
 
     func testAPublishedServiceListsEachValueHandle() throws {

@@ -225,6 +225,22 @@ final class ConnectionTests: XCTestCase {
         XCTAssertTrue((-43...(-37)).contains(Int(Int8(bitPattern: rssi[6]))), "1 m apart")
     }
 
+    /// Both hosts ask for their transmit length at once, as each does for a new link: both directions grow, and
+    /// each host's last LE Data Length Change says so (Core Vol 4 Part E §7.7.65.7: TX octets, TX time, RX octets, RX time).
+    func testBothSidesAskingForADataLengthAtOnceBothTakeEffect() {
+        let sim = makeSim()
+        let (central, peripheral) = sim.connect(central: 0, peripheral: 1)
+        XCTAssertEqual(Array(sim[0].call(0x2022, le16(central) + le16(251) + le16(2120))[3...]), [0] + le16(central))
+        XCTAssertEqual(Array(sim[1].call(0x2022, le16(peripheral) + le16(251) + le16(2120))[3...]), [0] + le16(peripheral))
+        sim.run(for: .milliseconds(200))
+        for (index, handle) in [(0, central), (1, peripheral)] {
+            let change = sim[index].leEvents(0x07).last ?? []
+            XCTAssertEqual(Array(change.prefix(2)), le16(handle))
+            XCTAssertEqual(Array(change.dropFirst(2).prefix(2)), le16(251), "controller \(index) transmits 251 octets")
+            XCTAssertEqual(Array(change.dropFirst(6).prefix(2)), le16(251), "controller \(index) receives 251 octets")
+        }
+    }
+
     func testResetForgetsLinksAndThePeerTimesOut() {
         let sim = makeSim()
         _ = sim.connect(central: 0, peripheral: 1, timeoutUnits: 50)
