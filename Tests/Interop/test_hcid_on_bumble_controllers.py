@@ -1,6 +1,7 @@
 """hcid brings up Bumble's software controllers (an independent controller implementation) over TCP."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,7 @@ def test_hcid_reaches_powered_on_against_bumble_controllers():
             hcid.wait(5)
         controllers.terminate()
         controllers.wait(5)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_a_controller_without_a_public_address_gets_a_static_random_identity():
@@ -58,10 +60,12 @@ def test_a_controller_without_a_public_address_gets_a_static_random_identity():
         [sys.executable, "-m", "bumble.apps.controllers", f"tcp-server:127.0.0.1:{base}", f"tcp-server:127.0.0.1:{base + 1}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     stacks = []
+    directories = []
     try:
         time.sleep(1.5)
         for index in range(2):
             directory = tempfile.mkdtemp(prefix=f"beryl-identity-{index}-")
+            directories.append(directory)
             stacks.append(BerylStack({"dir": directory, "bin": bin_dir()}, transport=f"tcp:127.0.0.1:{base + index}").start())
         lock, central = stacks
         address = lock.address
@@ -95,3 +99,5 @@ def test_a_controller_without_a_public_address_gets_a_static_random_identity():
             stack.stop()
         controllers.terminate()
         controllers.wait(5)
+        for directory in directories:
+            shutil.rmtree(directory, ignore_errors=True)
