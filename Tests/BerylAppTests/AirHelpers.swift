@@ -9,6 +9,19 @@ extension CentralManager {
         for await discovery in scan(withServices: [service]) { return discovery }
         return nil
     }
+
+    /// The first peripheral offering `service`, connected and discovered whole (its delegate set first), with its
+    /// `characteristic`.
+    func connectedCharacteristic(_ characteristic: BluetoothUUID, in service: BluetoothUUID,
+                                 delegate: PeripheralDelegate) async throws -> (Peripheral, Characteristic) {
+        let discovery = await firstDiscovery(of: service)
+        let found = try XCTUnwrap(discovery)
+        found.peripheral.delegate = delegate
+        try await connected(to: found.peripheral)
+        let services = try await found.peripheral.services(discovering: nil)
+        let value = try XCTUnwrap(services.flatMap { $0.characteristics ?? [] }.first { $0.uuid == characteristic })
+        return (found.peripheral, value)
+    }
 }
 
 /// hcid's monitor on one stack: what its host sends to the controller and what the controller sends up.

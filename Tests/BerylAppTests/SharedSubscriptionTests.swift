@@ -62,15 +62,10 @@ final class SharedSubscriptionTests: TwoStacksTestCase {
         var counters: [Characteristic] = []
         for (central, listener) in zip(centrals.compactMap { $0 }, listeners) {
             XCTAssertNotNil(listener.recorder.wait(for: "state poweredOn"))
-            let discovery = await central.firstDiscovery(of: BluetoothUUID(0xFFA0))
-            let found = try XCTUnwrap(discovery)
-            found.peripheral.delegate = listener
-            try await central.connected(to: found.peripheral)
-            let services = try await found.peripheral.services(discovering: nil)
-            let counter = try XCTUnwrap(services.flatMap { $0.characteristics ?? [] }.first { $0.uuid == BluetoothUUID(0xFFA1) })
-            found.peripheral.setNotifyValue(true, for: counter)
+            let (peripheral, counter) = try await central.connectedCharacteristic(BluetoothUUID(0xFFA1), in: BluetoothUUID(0xFFA0), delegate: listener)
+            peripheral.setNotifyValue(true, for: counter)
             XCTAssertNotNil(listener.recorder.wait(for: "notifying true"))
-            peripherals.append(found.peripheral)
+            peripherals.append(peripheral)
             counters.append(counter)
         }
         XCTAssertEqual(ticker.recorder.all.filter { $0 == "subscribed" }.count, 1, "one link, one descriptor: \(ticker.recorder.all)")

@@ -54,14 +54,9 @@ final class TargetedUpdateTests: TwoStacksTestCase {
             let central = CentralManager(delegate: hearer, queue: DispatchQueue(label: "central"), socketPath: socket(index))
             centrals.append(central)
             XCTAssertNotNil(hearer.recorder.wait(for: "state poweredOn"))
-            let discovery = await central.firstDiscovery(of: BluetoothUUID(0xFFB0))
-            let found = try XCTUnwrap(discovery)
-            found.peripheral.delegate = hearer
-            try await central.connected(to: found.peripheral)
-            peripherals.append(found.peripheral)
-            let services = try await found.peripheral.services(discovering: nil)
-            let value = try XCTUnwrap(services.flatMap { $0.characteristics ?? [] }.first { $0.uuid == BluetoothUUID(0xFFB1) })
-            found.peripheral.setNotifyValue(true, for: value)
+            let (peripheral, value) = try await central.connectedCharacteristic(BluetoothUUID(0xFFB1), in: BluetoothUUID(0xFFB0), delegate: hearer)
+            peripherals.append(peripheral)
+            peripheral.setNotifyValue(true, for: value)
             XCTAssertNotNil(hearer.recorder.wait(for: "notifying true"))
             XCTAssertTrue(eventually { announcer.subscribers.withLock { $0.count } == index + 1 }, "\(announcer.recorder.all)")
         }
