@@ -116,7 +116,32 @@ extension ManagerCore {
     /// attd opened a link's ATT bearer or changed its ATT_MTU; GATT requests wait for the bearer.
     public mutating func bearer(_ handle: UInt16, mtu: UInt16) { attMTUs[handle] = mtu }
 
-    public mutating func bearerClosed(_ handle: UInt16) { attMTUs[handle] = nil }
+    public mutating func bearerClosed(_ handle: UInt16) {
+        attMTUs[handle] = nil
+        heldSubscriptions[handle] = nil
+    }
+
+    /// The links an updateValue(_:for:onSubscribedCentrals:) goes to: [] for every subscribed central (none named),
+    /// those of the named centrals connected to this stack as its peripheral, or nil when none of them is (the value
+    /// goes nowhere).
+    public func links(ofCentrals centrals: [String]) -> [UInt16]? {
+        guard !centrals.isEmpty else { return [] }
+        let links = centrals.compactMap { book.link(for: $0.uppercased()) }.filter { !$0.isCentral }.map(\.handle)
+        return links.isEmpty ? nil : links
+    }
+
+    /// Whether a subscription change attd reported goes to the value's owner now. hcid tells managerd and attd of a
+    /// link in either order, and attd reports a bonded central's restored subscriptions as soon as it has the link:
+    /// one on a link managerd does not know yet waits for it (linkUp gives it back as `.subscriptionReported`); one
+    /// on a link whose bearer attd closed is stale (its centrals were heard unsubscribing when the link went).
+    public mutating func subscriptionReported(_ report: ReportedSubscription) -> Bool {
+        guard attMTUs[report.link] != nil else { return false }
+        guard book.identifier(for: report.link) != nil else {
+            heldSubscriptions[report.link, default: []].append(report)
+            return false
+        }
+        return true
+    }
 
     /// ATT_MTU - 3: the most one notification or write without response carries (Core Vol 3 Part F §3.4.7.1, §3.4.5.3).
     public func maximumUpdateLength(on handle: UInt16) -> UInt32 { UInt32((attMTUs[handle] ?? 23) - 3) }
@@ -134,5 +159,21 @@ extension ManagerCore.Output {
         case .persist, .forget, .forgetApp: true
         default: false
         }
+    }
+}
+
+/// A remote central's subscription to a published value changed on a link, as attd reports it (the Client
+/// Characteristic Configuration it wrote, or restored for a bonded client: Core Vol 3 Part G §3.3.3.3).
+public struct ReportedSubscription: Equatable, Sendable {
+    public var link: UInt16
+    public var valueHandle: UInt16
+    public var notify: Bool
+    public var indicate: Bool
+
+    public init(link: UInt16, valueHandle: UInt16, notify: Bool, indicate: Bool) {
+        self.link = link
+        self.valueHandle = valueHandle
+        self.notify = notify
+        self.indicate = indicate
     }
 }

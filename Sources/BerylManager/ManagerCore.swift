@@ -44,6 +44,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         /// A remote central subscribed to the owner's value disconnected: a running app hears it unsubscribe, as
         /// Core Bluetooth's didUnsubscribeFrom follows a subscribed central's disconnection.
         case subscriberGone(owner: ManagerKey, PreservedState.Subscription)
+        /// A subscription change held until managerd knew its link: route it now (subscriptionReported says yes).
+        case subscriptionReported(ReportedSubscription)
     }
 
     /// CBConnectionEvent.
@@ -75,6 +77,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
     public var remoteSubscriptions = RemoteSubscriptions()
     /// ATT_MTU per link whose ATT bearer attd opened.
     public internal(set) var attMTUs: [UInt16: UInt16] = [:]
+    /// Subscription changes attd reported on links hcid has not told managerd of yet (subscriptionReported).
+    var heldSubscriptions: [UInt16: [ReportedSubscription]] = [:]
 
     /// What apps see of the stack, what hcid last said of the controller, and whether attd is attached.
     public internal(set) var state: StackState = .unknown
@@ -337,6 +341,7 @@ public struct ManagerCore<Event: Sendable>: Sendable {
             }
         }
         // A central connecting ended connectable advertising (Core Vol 6 Part B §4.4.2): it is started again.
+        outputs += (heldSubscriptions.removeValue(forKey: handle) ?? []).map(Output.subscriptionReported)
         return isCentral ? outputs : outputs + [.advertisingChanged]
     }
 
@@ -428,6 +433,7 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         router.attdLost()
         serviceSpecs.removeAll()
         subscribers.removeAll()
+        heldSubscriptions.removeAll()
     }
 
     /// Core Bluetooth's rule for a manager whose state drops below poweredOn: advertising has stopped and the local

@@ -32,12 +32,12 @@ extension Beryl_Ipc_V1_ManagerEvent {
         }
     }
 
-    public init(_ change: Beryl_Ipc_V1_SubscriptionChanged, manager: UInt32, central: String, maximumUpdateLength: UInt32) {
+    public init(_ change: ReportedSubscription, manager: UInt32, central: String, maximumUpdateLength: UInt32) {
         self.init()
         subscription = .with {
             $0.manager = manager
             $0.central = central
-            $0.valueHandle = change.valueHandle
+            $0.valueHandle = UInt32(change.valueHandle)
             $0.notify = change.notify
             $0.indicate = change.indicate
             $0.maximumUpdateLength = maximumUpdateLength
@@ -88,5 +88,13 @@ extension Beryl_Ipc_V1_AttEvent.OneOf_Kind {
         case .pairingFinished(let finished): UInt16(truncatingIfNeeded: finished.connectionHandle)
         default: nil
         }
+    }
+}
+
+extension ReportedSubscription {
+    /// attd's report; nil for a value handle no attribute can have.
+    public init?(_ change: Beryl_Ipc_V1_SubscriptionChanged) {
+        guard let valueHandle = UInt16(exactly: change.valueHandle) else { return nil }
+        self.init(link: UInt16(truncatingIfNeeded: change.connectionHandle), valueHandle: valueHandle, notify: change.notify, indicate: change.indicate)
     }
 }

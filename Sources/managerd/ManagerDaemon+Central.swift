@@ -177,7 +177,6 @@ extension ManagerDaemon {
             let device = store.seen(peer, at: Date().timeIntervalSince1970)
             host.logger.info("link 0x\(String(handle, radix: 16)) up with \(peer) as \(device.identifier)")
             apply(core.linkUp(handle: handle, identifier: device.identifier, address: peer, isCentral: central))
-            for change in earlySubscriptions.removeValue(forKey: handle) ?? [] { routeSubscription(change) }
             return wasKnown ? nil : device.identifier
         case .connectionFailed(let status):
             host.logger.info("connection attempt ended (0x\(String(status, radix: 16))); trying again if anyone still waits")

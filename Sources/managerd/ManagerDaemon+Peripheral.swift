@@ -72,10 +72,8 @@ extension ManagerDaemon {
                 throw .notPublished(update.valueHandle, field: "value_handle")
             }
             guard let attd else { throw .attdUnreachable }
-            // Centrals named (onSubscribedCentrals): only their links; none of them connected, no one to send to.
-            let links = update.centrals.compactMap { book.link(for: $0.uppercased()) }.filter { !$0.isCentral }.map(\.handle)
-            if !update.centrals.isEmpty, links.isEmpty {
-                incoming.respond(.with { $0.manager.updateResult = .init(.sent) })
+            guard let links = core.links(ofCentrals: update.centrals) else {
+                incoming.respond(.with { $0.manager.updateResult = .init(.sent) })  // none of the centrals named is connected
                 return
             }
             attd.request(.with { $0.att = .init(update: update, session: session, links: links) }) { result in
@@ -125,8 +123,6 @@ extension ManagerDaemon {
         attd?.request(.with { $0.att = .init(answering: id, isRead: isRead, value: value, error: error) })
     }
 
-    private func owner(of handle: UInt32) -> ManagerKey? { UInt16(exactly: handle).flatMap(core.router.owner(of:)) }
-
     /// The identifier an app is given for a remote central: handed out, so a lab's factory reset no longer takes it back.
     private func central(of connectionHandle: UInt32) -> String {
         guard let identifier = book.identifier(for: UInt16(truncatingIfNeeded: connectionHandle)) else { return "" }
@@ -161,18 +157,10 @@ extension ManagerDaemon {
         core.maximumUpdateLength(on: UInt16(truncatingIfNeeded: connectionHandle))
     }
 
-    func routeSubscription(_ change: Beryl_Ipc_V1_SubscriptionChanged) {
-        let handle = UInt16(truncatingIfNeeded: change.connectionHandle)
-        // attd's bearer closed already: the link's centrals were heard unsubscribing when it went.
-        guard core.attMTUs[handle] != nil else { return }
-        // hcid tells managerd and attd of a link in either order: the app hears once managerd knows who the central is.
-        guard book.identifier(for: handle) != nil else {
-            earlySubscriptions[handle, default: []].append(change)
-            return
-        }
-        guard let owner = owner(of: change.valueHandle) else { return }
-        let event = Beryl_Ipc_V1_ManagerEvent(change, manager: owner.manager, central: central(of: change.connectionHandle),
-                                              maximumUpdateLength: maximumUpdateLength(change.connectionHandle))
+    func routeSubscription(_ report: ReportedSubscription) {
+        guard core.subscriptionReported(report), let owner = core.router.owner(of: report.valueHandle) else { return }
+        let event = Beryl_Ipc_V1_ManagerEvent(report, manager: owner.manager, central: central(of: UInt32(report.link)),
+                                              maximumUpdateLength: maximumUpdateLength(UInt32(report.link)))
         if let subscription = try? PreservedState.Subscription(wire: event.subscription) { apply(core.subscriptionChanged(subscription)) }
         send(event, to: owner.holder)
     }

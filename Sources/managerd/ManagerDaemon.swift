@@ -30,8 +30,6 @@ final class ManagerDaemon {
     var controllerScan: ControllerScan?
     /// GATT requests for links whose bearer attd has not reported yet.
     var awaitingBearer: [UInt16: [() -> Void]] = [:]
-    /// Subscription changes attd reported on links managerd has not heard of from hcid yet, until it does.
-    var earlySubscriptions: [UInt16: [Beryl_Ipc_V1_SubscriptionChanged]] = [:]
     /// Apps whose write count on a link attd is forgetting (ForgetSender sent, not yet answered): a GattWriteReady
     /// for one of them was counted before the forget and would put the app's count ahead of attd's.
     var forgettingWrites: Set<WriteSenderOnLink> = []
@@ -151,7 +149,6 @@ final class ManagerDaemon {
             host.logger.warning("lost attd (\(reason)); published services are gone")
             attd = nil
             for handle in awaitingBearer.keys { releaseAwaitingBearer(handle) }
-            earlySubscriptions.removeAll()
             apply(core.attd(attached: false, isRunning: isRunning))
         })
     }
@@ -276,7 +273,6 @@ final class ManagerDaemon {
             releaseAwaitingBearer(UInt16(truncatingIfNeeded: bearer.connectionHandle))
         case .bearerClosed(let bearer)?:
             core.bearerClosed(UInt16(truncatingIfNeeded: bearer.connectionHandle))
-            earlySubscriptions[UInt16(truncatingIfNeeded: bearer.connectionHandle)] = nil
         case .gattNotification(let notification)?:
             forwardToHolders(.gattNotification(notification), connectionHandle: notification.connectionHandle)
         case .gattServiceChanged(let change)?:
@@ -290,7 +286,7 @@ final class ManagerDaemon {
         case .writeRequested(let write)?:
             routeWrite(write)
         case .subscriptionChanged(let change)?:
-            routeSubscription(change)
+            if let report = ReportedSubscription(change) { routeSubscription(report) }
         case .pairingPrompt?, .pairingFinished?:
             if let kind = event.att.kind { routePairing(kind) }
         case .readyToUpdate(let ready)?:

@@ -114,7 +114,7 @@ final class LabWireTests: XCTestCase {
         XCTAssertNil(LabSecurityEvent(.readyToUpdate(.init())))
     }
 
-    func testARemoteCentralsRequestsReachTheOwningManagerUnderItsIdentifier() {
+    func testARemoteCentralsRequestsReachTheOwningManagerUnderItsIdentifier() throws {
         var read = Beryl_Ipc_V1_ReadRequested()
         (read.id, read.connectionHandle, read.handle, read.offset) = (7, 0x40, 0x12, 22)
         let readEvent = Beryl_Ipc_V1_ManagerEvent(read, manager: 3, central: "C-1", maximumUpdateLength: 244)
@@ -140,7 +140,8 @@ final class LabWireTests: XCTestCase {
 
         var subscription = Beryl_Ipc_V1_SubscriptionChanged()
         (subscription.valueHandle, subscription.notify) = (0x16, true)
-        let subscribed = Beryl_Ipc_V1_ManagerEvent(subscription, manager: 2, central: "C-2", maximumUpdateLength: 20).subscription
+        let report = try XCTUnwrap(ReportedSubscription(subscription))
+        let subscribed = Beryl_Ipc_V1_ManagerEvent(report, manager: 2, central: "C-2", maximumUpdateLength: 20).subscription
         XCTAssertEqual([subscribed.manager, subscribed.valueHandle, subscribed.maximumUpdateLength], [2, 0x16, 20])
         XCTAssertEqual(subscribed.central, "C-2")
         XCTAssertTrue(subscribed.notify)
