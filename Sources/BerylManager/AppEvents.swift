@@ -26,3 +26,29 @@ public enum LaunchFailure: Equatable, Sendable, CustomStringConvertible {
         }
     }
 }
+
+/// An alert an event raised for a suspended app that asked for it: what people read, and the app's alert command.
+public struct AppAlert: Equatable, Sendable {
+    public var kind: AlertKind
+    public var appID: String
+    public var peripheral: String
+    public var message: String
+    /// The manifest's alert command with the message as its last argument, run as the app's user; nil when it has none.
+    public var command: [String]?
+    public var manifest: AppManifest?
+
+    /// The alert command's environment: a fixed PATH, not managerd's, and what the alert is.
+    public var environment: [String: String] { ["PATH": "/usr/bin:/bin", "BERYL_APP_ID": appID, "BERYL_ALERT": kind.rawValue] }
+}
+
+extension ManagerCore {
+    /// The alert an event held for a session raises: only one its connection's options asked for (Core Bluetooth's
+    /// notifyOnConnection, notifyOnDisconnection and notifyOnNotification); `name` is the peripheral's, when known.
+    public func alert(_ candidate: (kind: AlertKind, peripheral: String)?, heldFor session: UInt64, name: (String) -> String?) -> AppAlert? {
+        guard let candidate, let app = sessions[session], app.connectOptions[candidate.peripheral]?.alerts(candidate.kind) == true else { return nil }
+        let message = candidate.kind.message(appID: app.appID, peripheral: name(candidate.peripheral) ?? candidate.peripheral)
+        let manifest = catalog.apps[app.appID]
+        return AppAlert(kind: candidate.kind, appID: app.appID, peripheral: candidate.peripheral, message: message,
+                        command: manifest?.alertCommand.map { $0 + [message] }, manifest: manifest)
+    }
+}

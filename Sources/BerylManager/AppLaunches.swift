@@ -91,11 +91,14 @@ public struct AppLaunch: Equatable, Sendable {
 public enum LaunchRefusal: Error, Equatable, Sendable, CustomStringConvertible {
     case noLaunchCommand(appID: String)
     case stopping
+    /// Its launch still runs (or is not reaped yet): a second would leave the first unwatched, never reaped nor ended.
+    case alreadyRunning(appID: String, pid: Int32)
 
     public var description: String {
         switch self {
         case .noLaunchCommand(let appID): "\(appID) has no launch command"
         case .stopping: "managerd is stopping"
+        case .alreadyRunning(let appID, let pid): "\(appID) runs already (pid \(pid))"
         }
     }
 }

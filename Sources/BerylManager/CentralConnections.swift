@@ -67,6 +67,19 @@ public struct CentralConnections: Sendable {
         return controller(book.attemptEnded())
     }
 
+    /// The controller answered a connection action's last command: a refused attempt, to one peer or through the
+    /// filter accept list, is made again after `retryDelay`. True when it was one.
+    public mutating func answered(_ action: ConnectionBook.Action, status: UInt8, at now: Duration) -> Bool {
+        switch action {
+        case .connect, .connectAny:
+            guard status != 0 else { return false }
+            attemptRefused(at: now)
+            return true
+        case .cancelConnect, .disconnect:
+            return false
+        }
+    }
+
     /// LE Create Connection was refused with a status: asked again after `retryDelay`.
     public mutating func attemptRefused(at now: Duration) {
         retryAt = now + Self.retryDelay

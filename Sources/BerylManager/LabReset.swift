@@ -70,3 +70,13 @@ public struct LabReset: Sendable {
         return [.resetController]
     }
 }
+
+extension LabReset {
+    /// Of the identifiers only the lab made known, those a reset forgets: one a manager still wants (its link, an
+    /// attempt) is kept, and taken back by a later reset.
+    public static func peripheralsToForget(_ recorded: [String], book: ConnectionBook) -> (forget: [String], keep: [String]) {
+        let wanted = Set(book.pendingIdentifiers)
+        let kept = recorded.filter { book.link(for: $0) != nil || wanted.contains($0) }
+        return (recorded.filter { !kept.contains($0) }, kept)
+    }
+}

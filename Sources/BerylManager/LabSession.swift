@@ -21,6 +21,14 @@ public enum LabOwnAddress: UInt8, Sendable {
     case `public` = 0, random = 1, resolvableOrPublic = 2, resolvableOrRandom = 3
 
     public var needsRandomAddress: Bool { self == .random || self == .resolvableOrRandom }
+
+    /// The random address a lab's RANDOM procedures use: the controller has one (LE Set Random Address, Core Vol 4
+    /// Part E §7.8.4) shared with the apps' procedures, so a random identity is used as it is rather than replaced;
+    /// else the one made for the lab, which is to be set (`set`).
+    public static func labRandomAddress(identity: DeviceAddress?, made: BDAddress) -> (address: BDAddress, set: Bool) {
+        if let identity, identity.type.isRandom { return (identity.address, false) }
+        return (made, true)
+    }
 }
 
 /// What a lab session asked the controller to advertise: legacy PDUs with the caller's own AD structures.

@@ -198,6 +198,12 @@ extension ManagerCore {
         return .success(own ? .app : .user(uid: uid))
     }
 
+    /// Who hears an app's alerts (`beryl alerts`), which name its peripherals: root, managerd's user, the user its
+    /// manifest runs it as, or a user it runs as (`runningAs`: its sessions' users).
+    public func mayHearAlerts(of appID: String, uid: UInt32, managerdUID: UInt32, runningAs: [UInt32]) -> Bool {
+        uid == 0 || uid == managerdUID || catalog.apps[appID]?.uid == uid || runningAs.contains(uid)
+    }
+
     /// The user force-quit the app: nothing of it is kept or restored (its live sessions release their work as they
     /// close), so no preserved manager launches it again.
     public mutating func userQuit(_ appID: String) -> [Output] {

@@ -143,6 +143,18 @@ extension ManagerCore {
         return true
     }
 
+    /// An app's writes without response on a link that attd is to forget (the app cancelled a link others keep, and
+    /// counts its readies afresh on its next one): until attd answers, a GattWriteReady for them was counted before
+    /// the forget and would put the app's count ahead of attd's.
+    public mutating func forgettingWrites(of session: UInt64, onLink link: UInt16) { writesBeingForgotten.insert(WriteSender(session: session, link: link)) }
+
+    public mutating func writesForgotten(of session: UInt64, onLink link: UInt16) { writesBeingForgotten.remove(WriteSender(session: session, link: link)) }
+
+    /// Whether attd's GattWriteReady for an app's writes on a link reaches the app.
+    public func admitsWriteReady(for session: UInt64, onLink link: UInt16) -> Bool {
+        !writesBeingForgotten.contains(WriteSender(session: session, link: link))
+    }
+
     /// ATT_MTU - 3: the most one notification or write without response carries (Core Vol 3 Part F §3.4.7.1, §3.4.5.3).
     public func maximumUpdateLength(on handle: UInt16) -> UInt32 { UInt32((attMTUs[handle] ?? 23) - 3) }
 
@@ -176,4 +188,10 @@ public struct ReportedSubscription: Equatable, Sendable {
         self.notify = notify
         self.indicate = indicate
     }
+}
+
+/// An app's writes without response on one link, as attd counts them.
+struct WriteSender: Hashable, Sendable {
+    var session: UInt64
+    var link: UInt16
 }

@@ -28,6 +28,7 @@ extension ManagerCore {
     public func launchAsked(_ appID: String) -> Result<AppLaunch, LaunchRefusal> {
         guard let manifest = catalog.apps[appID], manifest.launch != nil else { return .failure(.noLaunchCommand(appID: appID)) }
         guard !launches.stopping else { return .failure(.stopping) }
+        if let running = launches.processes[appID] { return .failure(.alreadyRunning(appID: appID, pid: running.pid)) }
         return .success(order(manifest))
     }
 

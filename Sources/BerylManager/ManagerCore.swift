@@ -77,6 +77,7 @@ public struct ManagerCore<Event: Sendable>: Sendable {
     public var remoteSubscriptions = RemoteSubscriptions()
     /// ATT_MTU per link whose ATT bearer attd opened.
     public internal(set) var attMTUs: [UInt16: UInt16] = [:]
+    var writesBeingForgotten: Set<WriteSender> = []
     /// Subscription changes attd reported on links hcid has not told managerd of yet (subscriptionReported).
     var heldSubscriptions: [UInt16: [ReportedSubscription]] = [:]
 
@@ -223,6 +224,11 @@ public struct ManagerCore<Event: Sendable>: Sendable {
     /// republication is whole, what the manager has now is its record, in place of the stash.
     public mutating func servicePublished(_ service: PreservedState.PublishedService?, at range: ClosedRange<UInt16>, owner: ManagerKey,
                                           republishing expected: Int? = nil) -> [Output] {
+        // attd answered after the app's session closed, or after the stack left poweredOn (which cleared the app's
+        // services): nobody knows of this service, so it is withdrawn rather than left in attd's database.
+        if expected == nil, let session = owner.holder.sessionID, sessions[session] == nil || state != .poweredOn {
+            return [.unpublish(startHandle: range.lowerBound)]
+        }
         router.publish(range, owner: owner)
         serviceSpecs[range.lowerBound] = service
         if expected.map({ router.services(of: owner).count >= $0 }) ?? true { restoration.appPublished(heldBy: owner.holder) }
@@ -431,6 +437,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
             if !stashed.live, let specs = stashed.unrepublished?.services, !specs.isEmpty { pendingRepublish[stashed.key] = specs }
         }
         router.attdLost()
+        // Its bearers went with it: a GATT request waits for the new attd's, and lengths are not its predecessor's MTU.
+        attMTUs.removeAll()
         serviceSpecs.removeAll()
         subscribers.removeAll()
         heldSubscriptions.removeAll()

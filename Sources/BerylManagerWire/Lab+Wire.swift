@@ -1,6 +1,7 @@
 import BerylCore
 import BerylGAP
 import BerylManager
+import BerylStore
 import BerylWire
 import Foundation
 
@@ -151,6 +152,17 @@ extension Beryl_Ipc_V1_LabEvent {
         case .linkDown(let handle, let reason): linkDown = .with { $0.handle = UInt32(handle); $0.reason = UInt32(reason) }
         case .connectFailed(let status): connectFailed = UInt32(status)
         case .security(let handle, let outcome): security = outcome.wire(handle: handle)
+        }
+    }
+}
+
+extension LabRecord {
+    /// Whether attd's answer to removing a bond the lab made takes it off the record: removed, gone already, or never
+    /// a bond attd could hold. Any other failure (attd away, refusing) keeps it, for the next reset to take back.
+    public static func bondGone(after answer: Result<Response, IPCClientError>) -> Bool {
+        switch answer {
+        case .success, .failure(.remote(.notFound, _, _, _)), .failure(.remote(.invalidArgument, _, _, _)): true
+        case .failure: false
         }
     }
 }

@@ -171,6 +171,22 @@ extension AppLifecycle.EventClass {
 }
 
 extension Beryl_Ipc_V1_ManagerRequest.OneOf_Kind {
+    /// A manager's work is an app's: its session says Hello first (who it is, checked against its manifest, and its
+    /// lifecycle), and a lab session, which never does, gets none of it. Questions of the stack (`beryl peripherals`,
+    /// capabilities), `beryl app`, alerts and the lab need no Hello.
+    public var needsHello: Bool {
+        switch self {
+        case .startScan, .stopScan, .connect, .cancelConnection, .gatt, .readRssi, .maximumWriteLength, .addService, .removeService,
+             .removeAllServices, .startAdvertising, .stopAdvertising, .updateValue, .respond, .answerPairing, .setConnectionLatency,
+             .registerConnectionEvents, .appIdle, .invalidate:
+            true
+        case .hello, .retrievePeripherals, .retrieveConnected, .getCapabilities, .setAppState, .listApps, .launchApp, .stopApp,
+             .subscribeAlerts, .labOpen, .labAdvertise, .labStopAdvertising, .labScan, .labStopScan, .labConnect, .labCancelConnect,
+             .labDisconnect, .labGetLinks, .labFactoryReset, .labGetInfo, .labSecure, .labPairingAnswer, .labListBonds, .labRemoveBond:
+            false
+        }
+    }
+
     /// Core Bluetooth's API misuse rule: a manager that is not powered on takes nothing but questions of its state.
     /// Let through: retrieving peripherals, answering a request already delivered, and clearing a manager's services
     /// and advertising (the library does that for the app after a reset, often before the stack is on again; refused,
@@ -216,7 +232,12 @@ extension Beryl_Ipc_V1_ManagerEvent {
         case .discovered?: discovered.manager = manager
         case .connected?: connected.manager = manager
         case .disconnected?: disconnected.manager = manager
-        default: break
+        case .readRequest?: readRequest.manager = manager
+        case .writeRequest?: writeRequest.manager = manager
+        case .subscription?: subscription.manager = manager
+        case .advertisingStarted?: advertisingStarted.manager = manager
+        case .connectionEvent?: connectionEvent.manager = manager
+        case .stateChanged?, .notification?, .servicesChanged?, .readyToWrite?, .readyToUpdate?, .pairingPrompt?, .pairingFinished?, .alert?, .lab?, nil: break
         }
     }
 

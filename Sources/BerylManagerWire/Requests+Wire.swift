@@ -25,6 +25,14 @@ extension WireFailure {
         }
     }
 
+    public init(_ refusal: LaunchRefusal) {
+        switch refusal {
+        case .noLaunchCommand: self.init(.unsupported, "\(refusal)", field: "app_id")
+        case .stopping: self.init(.notReady, "\(refusal)")
+        case .alreadyRunning: self.init(.alreadyExists, "\(refusal)", field: "app_id")
+        }
+    }
+
     /// CBError.peripheralNotConnected's kin: the app holds no link to the peripheral.
     public static func notConnected(_ identifier: String) -> WireFailure {
         WireFailure(.notFound, "peripheral \(identifier) is not connected for this app", field: "peripheral",
@@ -36,6 +44,9 @@ extension WireFailure {
         WireFailure(.notFound, "no peripheral \(identifier) is known; scan for it or retrieve it first", field: "peripheral",
                     detail: RemoteDetail(bluetoothError: .unknownDevice))
     }
+
+    /// A manager's request from a session that has not said Hello (or is a lab's).
+    public static let helloFirst = WireFailure(.permissionDenied, "API misuse: a session says Hello before it uses a manager", field: "hello")
 
     public static let attdUnreachable = WireFailure(.notReady, "attd is not reachable")
 
@@ -100,6 +111,12 @@ extension Beryl_Ipc_V1_AttRequest {
         } else {
             answerWrite = .with { $0.id = id; $0.error = error }
         }
+    }
+
+    /// The user's answer to a pairing prompt on a link (an app's or a lab's), for attd's security manager.
+    public init(pairingAnswerOn handle: UInt16, accept: Bool, passkey: UInt32) {
+        self.init()
+        pairingAnswer = .with { $0.connectionHandle = UInt32(handle); $0.accept = accept; $0.passkey = passkey }
     }
 
     /// The last app subscribed to a peripheral's value let go: its descriptor is cleared.

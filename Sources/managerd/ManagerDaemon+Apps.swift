@@ -92,7 +92,7 @@ extension ManagerDaemon {
             let manifest = try authorized(launchRequest.appID)
             switch core.launchAsked(manifest.id) {
             case .failure(let refusal):
-                throw WireFailure(.notReady, "\(refusal)", field: "app_id")
+                throw WireFailure(refusal)
             case .success(let order):
                 if let error = spawn(order) { throw WireFailure(.notReady, "\(error)", field: "app_id") }
                 incoming.respond(.with { $0.manager.apps.apps = [info(forApp: manifest.id)] })
@@ -163,30 +163,12 @@ extension ManagerDaemon {
     func stopLaunchedApps() {
         guard !core.launches.stopping else { return }
         let pids = core.stopLaunching().filter { ProcessStats.isAlive(pid: $0) }
-        guard !pids.isEmpty else { finishStopping(); return }
-        host.logger.info("ending the apps it launched (pids \(pids.sorted()))")
-        for pid in pids { kill(pid, SIGTERM) }
-        let deadline = ContinuousClock.now + Self.appStopGrace
-        func check() {
-            superviseApps()
-            let left = launchedAppsAlive
-            if left.isEmpty { finishStopping(); return }
-            if ContinuousClock.now >= deadline {
-                host.logger.warning("apps \(left.sorted()) ignored SIGTERM; killing them")
-                for pid in left { kill(pid, SIGKILL) }
-                // Reaped at one more look on the loop, not waited for on it.
-                _ = try? host.loop.after(.milliseconds(50)) { [unowned self] in
-                    superviseApps()
-                    finishStopping()
-                }
-                return
-            }
-            _ = try? host.loop.after(.milliseconds(50)) { check() }
+        if !pids.isEmpty { host.logger.info("ending the apps it launched (pids \(pids.sorted()))") }
+        ProcessEnding(grace: Self.appStopGrace).end(pids, on: host.loop, look: { [unowned self] in superviseApps() }) { [unowned self] killed in
+            if !killed.isEmpty { host.logger.warning("apps \(killed.sorted()) ignored SIGTERM; killed them") }
+            finishStopping()
         }
-        check()
     }
-
-    private var launchedAppsAlive: [Int32] { core.launches.processes.values.map(\.pid).filter { ProcessStats.isAlive(pid: $0) } }
 
     /// Within the supervisor's 5 s before it kills managerd itself.
     static let appStopGrace = Duration.seconds(3)

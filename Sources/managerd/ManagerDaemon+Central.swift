@@ -16,13 +16,7 @@ extension ManagerDaemon {
             let key = ManagerKey(session: session, manager: start.manager)
             apply(core.startScan(request, for: key))
             incoming.respond(.with { $0.ack = .init() })
-            // Peripherals already heard are reported at once, as a fresh scan on iOS reports cached ones.
-            for (address, advertisement) in core.heard.advertisements {
-                guard let device = store?.device(at: address) else { continue }
-                for target in core.scans.route(identifier: device.identifier, advertisement: advertisement, only: key) {
-                    report(device.identifier, address: address, advertisement: advertisement, to: target)
-                }
-            }
+            if let store { core.alreadyHeard(by: key, directory: store).forEach(report) }
         case .stopScan(let stop):
             apply(core.stopScan(for: ManagerKey(session: session, manager: stop.manager)))
             incoming.respond(.with { $0.ack = .init() })
@@ -60,12 +54,10 @@ extension ManagerDaemon {
         case .gatt(let operation):
             try forwardGatt(operation, session: session, incoming)
         case .readRssi(let read):
-            command(HCICommands.readRSSI(handle: try heldLink(read.peripheral, session: session).handle)) { result in
-                guard case .success(let parameters) = result, parameters.count >= 4, parameters[0] == 0 else {
-                    incoming.fail(.notReady, "Read RSSI failed: \(result)")
-                    return
-                }
-                incoming.respond(.with { $0.manager.rssi.rssi = Int32(Int8(bitPattern: parameters[3])) })
+            command(HCICommands.readRSSI(handle: try heldLink(read.peripheral, session: session).handle), named: "Read RSSI", answering: incoming) { returned throws(WireFailure) in
+                // Return parameters: Connection_Handle, RSSI (Core Vol 4 Part E §7.5.4).
+                guard returned.count >= 3 else { throw WireFailure(.internal, "Read RSSI returned \(returned.count) octets after its status") }
+                return .with { $0.manager.rssi.rssi = Int32(Int8(bitPattern: returned[returned.startIndex + 2])) }
             }
         case .maximumWriteLength(let ask):
             let link = try heldLink(ask.peripheral, session: session)
@@ -105,32 +97,20 @@ extension ManagerDaemon {
     }
 
     func advertisementReceived(_ received: AdvertisingReport) {
-        switch core.heard.received(received, appsScanning: core.scans.isScanning) {
-        case .malformed(let error):
-            host.logger.debug("malformed advertising data from \(received.address) dropped: \(error)")
-        case .heard(let merged, let reportNow):
-            // Only an app's scan makes a device known: a lab's scan hears every device around and hands out no identifiers.
-            guard let store, core.scans.isScanning else { return }
-            let device = store.seen(received.address, name: merged.localName, at: Date().timeIntervalSince1970)
-            guard reportNow else { return }
-            for target in core.scans.route(identifier: device.identifier, advertisement: merged) {
-                report(device.identifier, address: received.address, advertisement: merged, to: target)
-            }
+        guard let store else { return }
+        switch core.advertisingReceived(received, directory: store) {
+        case .malformed(let error): host.logger.debug("malformed advertising data from \(received.address) dropped: \(error)")
+        case .heard(let discoveries): discoveries.forEach(report)
         }
     }
 
-    func report(_ identifier: String, address: DeviceAddress, advertisement: AdvertisementData, to target: ManagerKey) {
-        guard let device = store?.device(identifier) else { return }
-        var event = Beryl_Ipc_V1_ManagerEvent()
-        event.discovered = .with { $0.manager = target.manager; $0.peripheral = info(for: device) }
-        send(event, to: target.holder)
+    func report(_ discovery: Discovery) {
+        guard let device = store?.device(discovery.identifier) else { return }
+        send(.with { $0.discovered = .with { $0.manager = discovery.target.manager; $0.peripheral = info(for: device) } }, to: discovery.target.holder)
     }
 
     func info(for device: KnownDevice, handedToApp: Bool = true) -> Beryl_Ipc_V1_PeripheralInfo {
-        // An app holds this identifier from now on: a lab's factory reset no longer takes it back.
-        if handedToApp, labRecord?.record.peripherals.contains(device.identifier) == true {
-            updateLabRecord { $0.peripherals.removeAll { $0 == device.identifier } }
-        }
+        if handedToApp { handedOut(device.identifier) }
         return .init(device, advertisement: core.heard.advertisements[device.address], rssi: core.heard.rssi[device.address],
                      connected: book.link(for: device.identifier) != nil)
     }
@@ -149,10 +129,10 @@ extension ManagerDaemon {
                 if case .connect(let address) = action, let labAddress = lab.ownAddress(connectingTo: address) { ownAddress = labAddress.rawValue }
                 let packets = action.commands(ownAddressType: ownAddress)
                 for packet in packets.dropLast() { command(packet) }
-                command(packets[packets.count - 1]) { [unowned self] result in
-                    guard case .connect = action, case .success(let status) = result, status.first != 0 else { return }
-                    host.logger.warning("LE Create Connection refused (0x\(String(status.first ?? 0xFF, radix: 16))); retrying")
-                    core.connections.attemptRefused(at: host.loop.uptime)
+                guard let last = packets.last else { continue }
+                command(last) { [unowned self] result in
+                    guard case .success(let status) = result, core.connections.answered(action, status: status.first ?? 0xFF, at: host.loop.uptime) else { return }
+                    host.logger.warning("connection attempt refused (0x\(String(status.first ?? 0xFF, radix: 16))); retrying")
                     armConnectionRetry()
                 }
             }
@@ -198,6 +178,9 @@ extension ManagerDaemon {
 
     func forwardGatt(_ operation: Beryl_Ipc_V1_GattOperation, session: UInt64, _ incoming: IncomingRequest) throws(WireFailure) {
         let link = try heldLink(operation.peripheral, session: session)
+        guard let request = Beryl_Ipc_V1_AttRequest(operation, connectionHandle: UInt32(link.handle), session: session) else {
+            throw WireFailure(.invalidArgument, "no GATT operation named (discover, read, write, set_notify or reliable_write)", field: "kind")
+        }
         guard let attd else { throw .attdUnreachable }
         // attd hears of a new link from hcid as managerd does, and may not have yet: an app that asks at once (in
         // didConnect, as the guide does) waits for the link's bearer rather than being told there is no link.
@@ -206,9 +189,6 @@ extension ManagerDaemon {
                 do throws(WireFailure) { try forwardGatt(operation, session: session, incoming) } catch { incoming.fail(error) }
             }
             return
-        }
-        guard let request = Beryl_Ipc_V1_AttRequest(operation, connectionHandle: UInt32(link.handle), session: session) else {
-            throw WireFailure(.invalidArgument, "no GATT operation named (discover, read, write, set_notify or reliable_write)", field: "kind")
         }
         let identifier = operation.peripheral
         if case .setNotify(let change)? = operation.kind, let valueHandle = UInt16(exactly: change.valueHandle), let cccd = UInt16(exactly: change.cccdHandle),

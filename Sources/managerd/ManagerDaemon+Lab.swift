@@ -32,7 +32,7 @@ extension ManagerDaemon {
         case .labConnect(let request):
             let address: DeviceAddress?
             do { address = try LabFieldError.address(request.address, field: "address") } catch { throw WireFailure(error) }
-            guard let address else { return }
+            guard let address else { throw WireFailure(.missingField, "LabConnect names no address", field: "address") }
             applyLab(lab.connect(to: address, ownAddress: LabOwnAddress(request.ownAddressType), book: book, see: { [store] address in
                 guard let store else { return nil }
                 let madeKnown = store.device(at: address) == nil
@@ -48,8 +48,7 @@ extension ManagerDaemon {
             try labSecure(request.handle, incoming)
         case .labPairingAnswer(let answer):
             guard answer.handle <= 0x0EFF, lab.owns(UInt16(answer.handle), in: book) else { throw WireFailure(LabRefusal.noLabLink(handle: answer.handle)) }
-            try forwardToAttd(.with { $0.att.pairingAnswer = .with { $0.connectionHandle = answer.handle; $0.accept = answer.accept; $0.passkey = answer.passkey } },
-                              incoming) { _ in .with { $0.ack = .init() } }
+            try forwardToAttd(.with { $0.att = .init(pairingAnswerOn: UInt16(answer.handle), accept: answer.accept, passkey: answer.passkey) }, incoming)
         case .labListBonds:
             try forwardToAttd(.with { $0.att.listBonds = .init() }, incoming) { response in .with { $0.manager.labBonds = response.att.bonds } }
         case .labRemoveBond(let remove):
@@ -74,20 +73,17 @@ extension ManagerDaemon {
             case .answer(let reply, .ack):
                 reply.respond(.with { $0.ack = .init() })
             case .answer(let reply, .link(let handle)):
-                guard let identifier = book.identifier(for: handle), let link = book.link(for: identifier) else { continue }
+                guard let identifier = book.identifier(for: handle), let link = book.link(for: identifier) else {
+                    reply.fail(WireFailure(LabRefusal.noLabLink(handle: UInt32(handle))))
+                    continue
+                }
                 reply.respond(.with { $0.manager.labLink = labLink(link) })
             case .refuse(let reply, let refusal):
                 reply.fail(WireFailure(refusal))
             case .welcome(let reply, let session):
                 answerLabInfo(session: session, reply)
             case .disconnect(let handle, let reply):
-                command(HCICommands.disconnect(handle: handle)) { result in
-                    switch result {
-                    case .success(let status) where status.first == 0: reply?.respond(.with { $0.ack = .init() })
-                    case .success(let status): reply?.fail(.internal, "the controller refused Disconnect (HCI 0x\(String(status.first ?? 0xFF, radix: 16)))")
-                    case .failure(let error): reply?.fail(.notReady, "\(error)")
-                    }
-                }
+                if let reply { command(HCICommands.disconnect(handle: handle), named: "Disconnect", answering: reply) } else { command(HCICommands.disconnect(handle: handle)) }
             case .setRandomAddress:
                 setLabRandomAddress()
             case .pairingForNextLink(let central, let peer, let ownAddress):
@@ -137,7 +133,7 @@ extension ManagerDaemon {
         request.att.setLinkPairing = .with {
             which(&$0)
             $0.justWorksConsent = true
-            if ownAddress?.needsRandomAddress == true { $0.localAddress = DeviceAddress(labRandomAddress, type: .random).description }
+            if ownAddress?.needsRandomAddress == true { $0.localAddress = DeviceAddress(labRandomAddress.address, type: .random).description }
         }
         attd?.request(request)
     }
@@ -150,7 +146,7 @@ extension ManagerDaemon {
                     $0.sessionID = session
                     $0.state = state
                     $0.publicAddress = address
-                    $0.randomAddress = DeviceAddress(labRandomAddress, type: .random).description
+                    $0.randomAddress = DeviceAddress(labRandomAddress.address, type: .random).description
                 }
             })
         }
@@ -174,8 +170,8 @@ extension ManagerDaemon {
     /// The random address exists on the controller only after LE Set Random Address (Core Vol 4 Part E §7.8.4), and a
     /// reset forgets it; set while the lab's advertising and scanning are off, as the command requires.
     func setLabRandomAddress() {
-        guard lab.session != nil, state == .poweredOn else { return }
-        command(HCICommands.leSetRandomAddress(labRandomAddress))
+        guard lab.session != nil, state == .poweredOn, labRandomAddress.set else { return }
+        command(HCICommands.leSetRandomAddress(labRandomAddress.address))
     }
 
     /// The lab hears of its links as lab events, not as an app's manager events.
@@ -190,12 +186,7 @@ extension ManagerDaemon {
             var request = Request()
             request.att.removeBond.identity = identity
             attd?.request(request) { [unowned self] result in
-                switch result {
-                case .success, .failure(.remote(.notFound, _, _, _)), .failure(.remote(.invalidArgument, _, _, _)):
-                    forgetLabBond(identity)  // removed, gone already, or never a bond attd could hold
-                case .failure(let error):
-                    host.logger.warning("the lab's bond with \(identity) was not removed: \(error)")
-                }
+                if LabRecord.bondGone(after: result) { forgetLabBond(identity) } else { host.logger.warning("the lab's bond with \(identity) was not removed: \(result)") }
             }
         }
     }
@@ -223,21 +214,16 @@ extension ManagerDaemon {
     /// Identifiers only the lab's links made known, and no app was handed since, are forgotten.
     private func forgetLabPeripherals() {
         guard let store else { return }
-        var kept: [String] = []
-        for identifier in labRecord?.record.peripherals ?? [] {
-            // Still wanted by a manager (a link, an attempt): kept, and taken back by a later reset.
-            if book.link(for: identifier) != nil || book.pendingIdentifiers.contains(identifier) {
-                kept.append(identifier)
-                continue
-            }
+        var (forget, keep) = LabReset.peripheralsToForget(labRecord?.record.peripherals ?? [], book: book)
+        for identifier in forget {
             do {
-                try store.forget(identifier)
+                _ = try store.forget(identifier)
             } catch {
                 host.logger.error("cannot forget the lab's peripheral \(identifier): \(error)")
-                kept.append(identifier)
+                keep.append(identifier)
             }
         }
-        updateLabRecord { $0.peripherals = kept }
+        updateLabRecord { $0.peripherals = keep }
     }
 
     // MARK: Events for the lab
@@ -287,16 +273,6 @@ extension ManagerDaemon {
         return true
     }
 
-    private func forwardToAttd(_ request: Request, _ incoming: IncomingRequest, answer: @escaping (Response) -> Response) throws(WireFailure) {
-        guard let attd else { throw WireFailure(.notReady, "attd is not attached") }
-        attd.request(request) { result in
-            switch result {
-            case .success(let response): incoming.respond(answer(response))
-            case .failure(let error): incoming.fail(relaying: error, from: "attd")
-            }
-        }
-    }
-
     // MARK: What the lab made, kept so that a factory reset takes it back and nothing else
 
     static func openLabRecord(stateDir: String, logger: Logger) -> LabRecordFile? {
@@ -314,6 +290,12 @@ extension ManagerDaemon {
         } catch {
             host.logger.error("cannot record what the lab made: \(error)")
         }
+    }
+
+    /// An app holds this identifier from now on: a lab's factory reset no longer takes it back.
+    func handedOut(_ identifier: String) {
+        guard labRecord?.record.peripherals.contains(identifier) == true else { return }
+        updateLabRecord { $0.peripherals.removeAll { $0 == identifier } }
     }
 
     func rememberLabBond(_ identity: String) { updateLabRecord { $0.bonds.append(identity) } }

@@ -34,7 +34,7 @@ extension ManagerDaemon {
             event.wake = wake
             return true
         case .hold?:
-            if let app = core.sessions[sessionID] { alertIfAsked(event, app: app) }
+            if let alert = core.alert(AlertKind.candidate(for: event), heldFor: sessionID, name: { store?.device($0)?.name }) { raise(alert) }
             return false
         case .drop?:
             return false
@@ -54,19 +54,19 @@ extension ManagerDaemon {
 
     // MARK: Alerts
 
-    private func alertIfAsked(_ event: Beryl_Ipc_V1_ManagerEvent, app: AppSession<Beryl_Ipc_V1_ManagerEvent>) {
-        guard let alert = AlertKind.candidate(for: event), app.connectOptions[alert.peripheral]?.alerts(alert.kind) == true else { return }
-        let message = alert.kind.message(appID: app.appID, peripheral: store?.device(alert.peripheral)?.name ?? alert.peripheral)
-        host.logger.warning("alert: \(message)")
-        let event = Beryl_Ipc_V1_ManagerEvent(alert: alert.kind, appID: app.appID, message: message, peripheral: alert.peripheral)
-        for subscriber in alertSubscribers { send(event, to: subscriber) }
-        if let manifest = core.catalog.apps[app.appID], let command = manifest.alertCommand {
-            do {
-                _ = try Spawn.start(command + [message], environment: ["PATH": "/usr/bin:/bin", "BERYL_APP_ID": app.appID, "BERYL_ALERT": alert.kind.rawValue],
-                                    logPath: host.paths.logDir + "/alerts-\(app.appID).log", uid: manifest.uid, gid: manifest.gid, user: manifest.user)
-            } catch {
-                host.logger.error("alert command of \(app.appID) failed: \(error)")
-            }
+    private func raise(_ alert: AppAlert) {
+        host.logger.warning("alert: \(alert.message)")
+        let event = Beryl_Ipc_V1_ManagerEvent(alert: alert.kind, appID: alert.appID, message: alert.message, peripheral: alert.peripheral)
+        let runningAs = sessionsOf(alert.appID).map(\.peer.uid)
+        for (subscriber, uid) in alertSubscribers where core.mayHearAlerts(of: alert.appID, uid: uid, managerdUID: getuid(), runningAs: runningAs) {
+            send(event, to: subscriber)
+        }
+        guard let command = alert.command, let manifest = alert.manifest else { return }
+        do {
+            _ = try Spawn.start(command, environment: alert.environment, logPath: host.paths.logDir + "/alerts-\(alert.appID).log",
+                                uid: manifest.uid, gid: manifest.gid, user: manifest.user)
+        } catch {
+            host.logger.error("alert command of \(alert.appID) failed: \(error)")
         }
     }
 
@@ -123,9 +123,6 @@ extension ManagerDaemon {
         let pids = processes(of: appID)
         let budget = core.catalog.apps[appID]?.wakeBudget ?? 0
         host.logger.warning("\(appID) overran its \(budget) s background budget; ending it (pids \(pids.sorted())); its next event wakes it again")
-        for pid in pids { kill(pid, SIGTERM) }
-        _ = try? host.loop.after(.seconds(2)) {
-            for pid in pids where ProcessStats.isAlive(pid: pid) { kill(pid, SIGKILL) }
-        }
+        ProcessEnding(grace: .seconds(2)).end(pids, on: host.loop, look: { [unowned self] in superviseApps() })
     }
 }

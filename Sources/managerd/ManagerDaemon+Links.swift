@@ -26,17 +26,8 @@ extension ManagerDaemon {
         }
         let parameters = try ConnectionLatency(wire: request.latency).parameters
         command(HCICommands.leConnectionUpdate(handle: link.handle, intervalMin: parameters.intervalMin, intervalMax: parameters.intervalMax,
-                                               latency: parameters.latency, supervisionTimeout: parameters.timeout)) { result in
-            switch result {
-            case .success(let status) where status.first == 0:
-                incoming.respond(.with { $0.ack = .init() })
-            case .success(let status):
-                incoming.fail(.unsupported, "the controller refused the connection update (HCI status 0x\(String(status.first ?? 0xFF, radix: 16)))",
-                              detail: RemoteDetail(bluetoothError: .operationNotSupported))
-            case .failure(let error):
-                incoming.fail(.notReady, "hcid: \(error)")
-            }
-        }
+                                               latency: parameters.latency, supervisionTimeout: parameters.timeout),
+                named: "LE Connection Update", answering: incoming)
     }
 
     func registerForConnectionEvents(_ request: Beryl_Ipc_V1_RegisterForConnectionEvents, session: UInt64, _ incoming: IncomingRequest) throws(WireFailure) {

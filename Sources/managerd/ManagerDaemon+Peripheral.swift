@@ -90,13 +90,7 @@ extension ManagerDaemon {
                   core.pairingAudience(ofLink: link.handle)?.holders.contains(.session(session)) == true else {
                 throw WireFailure(.notFound, "no link with \(answer.peer) whose pairing this app hears", field: "peer")
             }
-            guard let attd else { throw .attdUnreachable }
-            attd.request(.with { $0.att.pairingAnswer = .with { $0.connectionHandle = UInt32(link.handle); $0.accept = answer.accept; $0.passkey = answer.passkey } }) { result in
-                switch result {
-                case .success: incoming.respond(.with { $0.ack = .init() })
-                case .failure(let error): incoming.fail(relaying: error, from: "attd")
-                }
-            }
+            try forwardToAttd(.with { $0.att = .init(pairingAnswerOn: link.handle, accept: answer.accept, passkey: answer.passkey) }, incoming)
         default:
             throw WireFailure(.unsupported, "not a peripheral request")
         }
@@ -109,10 +103,9 @@ extension ManagerDaemon {
 
     func forgetWriteSender(_ session: UInt64, on handle: UInt16) {
         guard let attd else { return }
-        let forgetting = WriteSenderOnLink(session: session, handle: handle)
-        forgettingWrites.insert(forgetting)
+        core.forgettingWrites(of: session, onLink: handle)
         // attd answers after every event it sent before the forget, on the same connection.
-        attd.request(.with { $0.att = .init(forgetting: session, onLink: handle) }) { [unowned self] _ in forgettingWrites.remove(forgetting) }
+        attd.request(.with { $0.att = .init(forgetting: session, onLink: handle) }) { [unowned self] _ in core.writesForgotten(of: session, onLink: handle) }
     }
 
     func unpublish(_ start: UInt16) {
@@ -126,7 +119,7 @@ extension ManagerDaemon {
     /// The identifier an app is given for a remote central: handed out, so a lab's factory reset no longer takes it back.
     private func central(of connectionHandle: UInt32) -> String {
         guard let identifier = book.identifier(for: UInt16(truncatingIfNeeded: connectionHandle)) else { return "" }
-        if labRecord?.record.peripherals.contains(identifier) == true { updateLabRecord { $0.peripherals.removeAll { $0 == identifier } } }
+        handedOut(identifier)
         return identifier
     }
 
@@ -197,10 +190,4 @@ extension ManagerDaemon {
             }
         }
     }
-}
-
-/// An app's writes without response on one link, as attd counts them.
-struct WriteSenderOnLink: Hashable {
-    var session: UInt64
-    var handle: UInt16
 }

@@ -30,9 +30,6 @@ final class ManagerDaemon {
     var controllerScan: ControllerScan?
     /// GATT requests for links whose bearer attd has not reported yet.
     var awaitingBearer: [UInt16: [() -> Void]] = [:]
-    /// Apps whose write count on a link attd is forgetting (ForgetSender sent, not yet answered): a GattWriteReady
-    /// for one of them was counted before the forget and would put the app's count ahead of attd's.
-    var forgettingWrites: Set<WriteSenderOnLink> = []
 
     // Peripheral role.
     var advertising = AdvertisingRotation()
@@ -42,13 +39,15 @@ final class ManagerDaemon {
     let appsDir: String?
     /// The preserved managers' records (restoration.sqlite).
     var records: PreservedRecords
-    /// Sessions of `beryl alerts`.
-    var alertSubscribers: Set<UInt64> = []
+    /// Sessions of `beryl alerts`, and their users.
+    var alertSubscribers: [UInt64: UInt32] = [:]
     lazy var lifecycleTimer = DeadlineTimer(loop: host.loop)
     /// The controller's identity is hcid's static random address (it has no public one): apps advertise, scan and
     /// connect with it (own address type random) rather than as 00:00:00:00:00:00.
-    var identityIsRandom = false
+    var identityIsRandom: Bool { identity?.type.isRandom ?? false }
     var ownAddressType: UInt8 { identityIsRandom ? 0x01 : 0x00 }
+    /// hcid's identity address, learned once the controller is powered on.
+    var identity: DeviceAddress?
 
     /// At the earliest launch the core put off. Its relaunch policy's reconnection grace (3 s) is how long after
     /// starting managerd waits for running apps to reconnect (the library retries for up to 1 s between attempts).
@@ -56,8 +55,10 @@ final class ManagerDaemon {
 
     // Device labs.
     var lab = LabCore<IncomingRequest>()
-    /// The static random address a lab session's RANDOM procedures use, made once per managerd.
-    let labRandomAddress = makeStaticRandomAddress { UInt8.random(in: 0...255) }
+    /// The static random address a lab session's RANDOM procedures use, made once per managerd; the identity itself
+    /// when that is random, since the controller has one random address and the apps' procedures use it too.
+    let madeLabRandomAddress = makeStaticRandomAddress { UInt8.random(in: 0...255) }
+    var labRandomAddress: (address: BDAddress, set: Bool) { LabOwnAddress.labRandomAddress(identity: identity, made: madeLabRandomAddress) }
     /// What lab sessions made here that a factory reset takes back (nil: the file is damaged, and is left as it is).
     let labRecord: LabRecordFile?
     lazy var labResetTimer = DeadlineTimer(loop: host.loop)
@@ -164,12 +165,13 @@ final class ManagerDaemon {
             for bearer in response.att.bearers.bearers {
                 let handle = UInt16(truncatingIfNeeded: bearer.connectionHandle)
                 core.bearer(handle, mtu: UInt16(truncatingIfNeeded: bearer.attMtu))
+                releaseAwaitingBearer(handle)
                 // A new attd refuses nothing yet and counts its GattWriteReady afresh: an app waiting for the old one's
                 // would wait for ever.
                 forwardToHolders(.gattWriteReady(.with { $0.connectionHandle = bearer.connectionHandle }), connectionHandle: bearer.connectionHandle)
                 guard book.identifier(for: handle) == nil, let peer = DeviceAddress(bearer.peerAddress) else { continue }
                 host.logger.info("link 0x\(String(handle, radix: 16)) with \(peer) was up before managerd started; taking it back")
-                linkEvent(.connected(handle: handle, central: bearer.central, peer: peer))
+                linkChanged(.connected(handle: handle, central: bearer.central, peer: peer))
             }
         }
     }
@@ -194,9 +196,34 @@ final class ManagerDaemon {
         }
     }
 
+    /// Runs the HCI command an app's request asked for and answers the request: `reply` from the return parameters
+    /// after the status, or the typed refusal.
+    func command(_ packet: HCICommandPacket, named name: String, answering incoming: IncomingRequest,
+                 reply: @escaping (ArraySlice<UInt8>) throws(WireFailure) -> Response = { _ in .with { $0.ack = .init() } }) {
+        command(packet) { result in
+            do throws(WireFailure) {
+                incoming.respond(try reply(ControllerAnswer.outcome(result, of: name).get()))
+            } catch {
+                incoming.fail(error)
+            }
+        }
+    }
+
+    /// Asks attd on behalf of an app's request, which hears attd's answer (`answer` makes the reply) or its typed refusal.
+    func forwardToAttd(_ request: Request, _ incoming: IncomingRequest,
+                       answer: @escaping (Response) -> Response = { _ in .with { $0.ack = .init() } }) throws(WireFailure) {
+        guard let attd else { throw .attdUnreachable }
+        attd.request(request) { result in
+            switch result {
+            case .success(let response): incoming.respond(answer(response))
+            case .failure(let error): incoming.fail(relaying: error, from: "attd")
+            }
+        }
+    }
+
     private func learnIdentity(_ info: Beryl_Ipc_V1_ControllerInfo) {
         guard info.state == .poweredOn, let address = DeviceAddress(info.address) else { return }
-        identityIsRandom = address.type.isRandom
+        identity = address
     }
 
     func controllerChanged(_ newState: Beryl_Ipc_V1_ControllerState) {
@@ -228,8 +255,10 @@ final class ManagerDaemon {
     func resumeOnController() {
         controllerScan = nil
         advertising.controllerForgot()
-        updateScanning()
+        // Before scanning and advertising are on again: LE Set Random Address is disallowed while they are (Core Vol 4
+        // Part E §7.8.4).
         setLabRandomAddress()
+        updateScanning()
         updateAdvertising()
     }
 
@@ -279,7 +308,7 @@ final class ManagerDaemon {
             forwardToHolders(.gattServiceChanged(change), connectionHandle: change.connectionHandle)
         case .gattWriteReady(let ready)?:
             // attd counts refusals per app: the ready is the refused app's alone.
-            guard !forgettingWrites.contains(WriteSenderOnLink(session: ready.onBehalfOf, handle: UInt16(truncatingIfNeeded: ready.connectionHandle))) else { return }
+            guard core.admitsWriteReady(for: ready.onBehalfOf, onLink: UInt16(truncatingIfNeeded: ready.connectionHandle)) else { return }
             forwardToHolders(.gattWriteReady(ready), connectionHandle: ready.connectionHandle, only: .session(ready.onBehalfOf))
         case .readRequested(let read)?:
             routeRead(read)
@@ -310,7 +339,7 @@ final class ManagerDaemon {
         if let app = core.sessions[id], !app.appID.isEmpty { lifecycleSessionClosed(id, appID: app.appID) }
         if lab.isLabSession(id) { host.logger.info("lab session \(id) closed") }
         applyLab(lab.sessionClosed(id, book: book))
-        alertSubscribers.remove(id)
+        alertSubscribers[id] = nil
         forgetUpdateSender(id)
         let preserved = core.restoration.manager(heldBy: .session(id))
         apply(core.sessionClosed(id, poweredOn: state == .poweredOn))
@@ -359,6 +388,7 @@ final class ManagerDaemon {
 
     private func dispatch(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: IPCSession, app: AppSession<Beryl_Ipc_V1_ManagerEvent>,
                           _ incoming: IncomingRequest) throws(WireFailure) {
+        if kind.needsHello, !app.saidHello { throw .helloFirst }
         switch kind {
         case .hello(let hello):
             return try greet(hello, session: session, incoming)
@@ -375,7 +405,7 @@ final class ManagerDaemon {
             incoming.respond(.with { $0.ack = .init() })
             return
         case .subscribeAlerts:
-            alertSubscribers.insert(session.id)
+            alertSubscribers[session.id] = session.peer.uid
             incoming.respond(.with { $0.ack = .init() })
             return
         case .invalidate:

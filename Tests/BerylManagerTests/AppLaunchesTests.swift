@@ -153,6 +153,17 @@ final class AppLaunchesTests: XCTestCase {
         XCTAssertEqual(launches(relaunch).map(\.centrals), [["door"]])
     }
 
+    // `beryl app launch` twice: the second is refused while the first launch runs (or waits to be reaped), so no
+    // process is left unwatched; once reaped, the app may be launched again.
+    func testALaunchThatStillRunsIsNotLaunchedASecondTime() throws {
+        var (core, _) = try core()
+        guard case .success = core.launchAsked(appID) else { return XCTFail("the first launch is taken") }
+        _ = core.launchStarted(appID, pid: 9100, at: start)
+        XCTAssertEqual(core.launchAsked(appID), .failure(.alreadyRunning(appID: appID, pid: 9100)))
+        _ = core.launchEnded(appID, exit: "exit 0", at: start + .seconds(1))
+        guard case .success = core.launchAsked(appID) else { return XCTFail("launched again once the first was reaped") }
+    }
+
     // `beryl down`: the launched apps are ended and none is launched again, whatever waits.
     func testStoppingEndsTheLaunchesAndLaunchesNoMore() throws {
         var (core, door) = try core()

@@ -76,6 +76,24 @@ final class CentralConnectionsTests: XCTestCase {
         XCTAssertEqual(connections.tick(at: .seconds(21)), [], "and the retry is not made twice")
     }
 
+    // Through the filter accept list too: a refused attempt to connect whichever shows up first is made again, else
+    // the book waits for ever on an attempt the controller never made.
+    func testARefusedAttemptThroughTheAcceptListIsMadeAgain() {
+        var connections = poweredOn()
+        let latch = DeviceAddress("C0:FF:EE:00:00:02/random")!
+        _ = connections.connect(app, identifier: "L", address: lock)
+        XCTAssertEqual(connections.connect(other, identifier: "M", address: latch), [.controller(.cancelConnect)], "the single attempt gives way")
+        let both = connections.attemptEnded()
+        guard case .controller(let any)? = both.last, case .connectAny = any else { return XCTFail("two peers: the accept list, got \(both)") }
+        XCTAssertFalse(connections.answered(any, status: 0, at: .seconds(5)), "taken: nothing to retry")
+        XCTAssertNil(connections.nextDeadline)
+        XCTAssertTrue(connections.answered(any, status: 0x0C, at: .seconds(5)), "Command Disallowed")
+        XCTAssertEqual(connections.tick(at: .seconds(6)), [.controller(any)])
+        XCTAssertFalse(connections.answered(.disconnect(handle: 0x40), status: 0x02, at: .seconds(7)), "a refused disconnect is no attempt")
+        XCTAssertFalse(connections.answered(.cancelConnect, status: 0x0C, at: .seconds(7)))
+        XCTAssertNil(connections.nextDeadline)
+    }
+
     func testAHolderThatGoesTakesItsLinksDownUnlessOthersHoldThem() {
         var connections = poweredOn()
         _ = connections.connect(app, identifier: "L", address: lock)

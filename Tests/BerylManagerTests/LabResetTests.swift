@@ -1,3 +1,4 @@
+import BerylCore
 import BerylManager
 import XCTest
 
@@ -36,5 +37,17 @@ final class LabResetTests: XCTestCase {
                        "nothing is forgotten after a reset that did not happen")
         XCTAssertEqual(reset.controllerReset(failure: nil), [], "an answer to no reset is ignored")
         XCTAssertNoThrow(try reset.start(keepBonds: true, links: [], at: .zero), "a reset may follow a failed one")
+    }
+
+    // An identifier the lab made known and an app now connects to, or waits for, outlives the reset.
+    func testAResetForgetsOnlyWhatNoManagerStillWants() {
+        var book = ConnectionBook()
+        let app = ManagerKey(session: 5, manager: 1)
+        _ = book.connect(app, identifier: "LINKED", address: DeviceAddress("C0:FF:EE:00:00:01/random")!)
+        _ = book.connected(identifier: "LINKED", handle: 0x40, address: DeviceAddress("C0:FF:EE:00:00:01/random")!, isCentral: true)
+        _ = book.connect(app, identifier: "AWAITED", address: DeviceAddress("C0:FF:EE:00:00:02/random")!)
+        let (forget, keep) = LabReset.peripheralsToForget(["LINKED", "GONE", "AWAITED", "OTHER"], book: book)
+        XCTAssertEqual(forget, ["GONE", "OTHER"])
+        XCTAssertEqual(keep, ["LINKED", "AWAITED"])
     }
 }

@@ -14,6 +14,17 @@ final class LabSessionTests: XCTestCase {
         XCTAssertFalse(LabAccess.isGranted(uid: 1000, primaryGroup: 1000, userName: "alice", labGroup: nil), "no such group on this board")
     }
 
+    // A controller without a public address has hcid's static random identity as its one random address, which the
+    // apps advertise and connect with: the lab uses it rather than replacing it with its own.
+    func testTheLabKeepsARandomIdentityAsTheControllersRandomAddress() {
+        let made = BDAddress(wire: [1, 2, 3, 4, 5, 0xC6])
+        let randomIdentity = DeviceAddress("C0:FF:EE:00:00:09/random")!
+        XCTAssertEqual(LabOwnAddress.labRandomAddress(identity: randomIdentity, made: made).address, randomIdentity.address)
+        XCTAssertFalse(LabOwnAddress.labRandomAddress(identity: randomIdentity, made: made).set)
+        XCTAssertEqual(LabOwnAddress.labRandomAddress(identity: DeviceAddress("00:1B:DC:00:00:01")!, made: made).address, made)
+        XCTAssertTrue(LabOwnAddress.labRandomAddress(identity: nil, made: made).set)
+    }
+
     func testAdvertisingParametersOnTheWire() throws {
         let peer = try XCTUnwrap(DeviceAddress("C0:11:22:33:44:55/random"))
         let directed = try LabAdvertising(data: [2, 1, 6], scanResponse: [], connectable: false, scannable: false, directedTo: peer,

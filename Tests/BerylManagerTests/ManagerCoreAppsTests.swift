@@ -118,6 +118,43 @@ final class ManagerCoreAppsTests: XCTestCase {
         XCTAssertNil(core.holders(ofLink: 0x99))
     }
 
+    // AlertTests: an event held for a suspended app raises an alert only when its connection asked for that kind, with
+    // the peripheral's name when known and the manifest's alert command given the message.
+    func testAHeldEventAlertsOnlyWhenItsConnectionAskedFor() throws {
+        var core = Core()
+        core.catalog = AppCatalog([try AppManifestParser.parse(
+            Data(#"{"id": "com.example.doorlock", "user": "doorlock", "alertCommand": ["/usr/bin/notify-send"]}"#.utf8),
+            file: "/etc/beryl/apps/doorlock.json", lookup: { $0 == "doorlock" ? Account(uid: 1001, gid: 1001) : nil })])
+        _ = core.hello(5, appID: appID, uid: 1001, restoreID: "", role: .central)
+        _ = core.connect(ManagerKey(session: 5, manager: 1), to: "L", at: lock, options: .init(notifyOnConnection: false, notifyOnDisconnection: true,
+                                                                                               notifyOnNotification: false))
+        let named: (String) -> String? = { $0 == "L" ? "Front door" : nil }
+        XCTAssertNil(core.alert((.connection, "L"), heldFor: 5, name: named), "notifyOnConnection was not asked for")
+        XCTAssertNil(core.alert((.disconnection, "M"), heldFor: 5, name: named), "no options for a peripheral it did not connect")
+        XCTAssertNil(core.alert((.disconnection, "L"), heldFor: 6, name: named), "nor for another session")
+        XCTAssertNil(core.alert(nil, heldFor: 5, name: named))
+        let alert = try XCTUnwrap(core.alert((.disconnection, "L"), heldFor: 5, name: named))
+        XCTAssertEqual(alert.message, "com.example.doorlock: disconnection of Front door")
+        XCTAssertEqual(alert.command, ["/usr/bin/notify-send", "com.example.doorlock: disconnection of Front door"])
+        XCTAssertEqual(alert.manifest?.uid, 1001, "the command runs as the app's user")
+        XCTAssertEqual(alert.environment["BERYL_ALERT"], "disconnection")
+
+        _ = core.hello(6, appID: "com.example.undeclared", uid: 1002, restoreID: "", role: .central)
+        _ = core.connect(ManagerKey(session: 6, manager: 1), to: "M", at: lock, options: .init(notifyOnConnection: true, notifyOnDisconnection: false,
+                                                                                               notifyOnNotification: false))
+        let unnamed = try XCTUnwrap(core.alert((.connection, "M"), heldFor: 6, name: named))
+        XCTAssertEqual(unnamed.message, "com.example.undeclared: connection of M", "an unnamed peripheral goes by its identifier")
+        XCTAssertNil(unnamed.command, "an app without a manifest has no alert command")
+
+        // `beryl alerts` of another user hears nothing of the app: the alert names the user's peripherals.
+        XCTAssertTrue(core.mayHearAlerts(of: appID, uid: 1001, managerdUID: 500, runningAs: []), "the manifest's user")
+        XCTAssertTrue(core.mayHearAlerts(of: appID, uid: 0, managerdUID: 500, runningAs: []))
+        XCTAssertTrue(core.mayHearAlerts(of: appID, uid: 500, managerdUID: 500, runningAs: []))
+        XCTAssertFalse(core.mayHearAlerts(of: appID, uid: 1002, managerdUID: 500, runningAs: [1001]))
+        XCTAssertTrue(core.mayHearAlerts(of: "com.example.undeclared", uid: 1002, managerdUID: 500, runningAs: [1002]), "a user it runs as")
+        XCTAssertFalse(core.mayHearAlerts(of: "com.example.undeclared", uid: 1003, managerdUID: 500, runningAs: [1002]))
+    }
+
     // `beryl app list`: every declared app and every running one; what each has preserved, held, launched and woken.
     func testWhatBerylAppReportsOfAnApp() throws {
         var core = try core()

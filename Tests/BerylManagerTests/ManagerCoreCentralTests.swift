@@ -1,4 +1,5 @@
 import BerylCore
+import BerylGAP
 import BerylManager
 import XCTest
 
@@ -139,5 +140,61 @@ final class ManagerCoreCentralTests: XCTestCase {
         XCTAssertEqual(core.connectedPeripherals(offering: [doorService.uuid], address: { addresses[$0] }), [])
         _ = core.discovered(.services([doorService]), services: [doorService.uuid], everyService: false, on: "L", by: key.holder)
         XCTAssertEqual(core.connectedPeripherals(offering: [doorService.uuid, batteryService.uuid], address: { addresses[$0] }), ["L"])
+    }
+
+    // PipelinedWriteTests' race: an app cancels a link others keep while attd's ready for its writes is on the way;
+    // that ready was counted before attd forgot the app's writes, and would put the app ahead of attd.
+    func testAWriteReadyCountedBeforeItsSenderWasForgottenIsDropped() {
+        var (core, _, _) = central()
+        XCTAssertTrue(core.admitsWriteReady(for: 5, onLink: 0x40))
+        core.forgettingWrites(of: 5, onLink: 0x40)
+        XCTAssertFalse(core.admitsWriteReady(for: 5, onLink: 0x40))
+        XCTAssertTrue(core.admitsWriteReady(for: 5, onLink: 0x41), "its writes on another link are not being forgotten")
+        XCTAssertTrue(core.admitsWriteReady(for: 6, onLink: 0x40), "nor another app's on this one")
+        core.writesForgotten(of: 5, onLink: 0x40)
+        XCTAssertTrue(core.admitsWriteReady(for: 5, onLink: 0x40), "attd answered: what it sends now is counted afresh")
+    }
+
+    private final class Directory: DeviceDirectory {
+        var identifiers: [DeviceAddress: String] = [:]
+        var names: [String: String] = [:]
+        func identifier(at address: DeviceAddress) -> String? { identifiers[address] }
+        func seen(_ address: DeviceAddress, name: String?) -> String {
+            let identifier = identifiers[address, default: "P\(identifiers.count + 1)"]
+            identifiers[address] = identifier
+            if let name { names[identifier] = name }
+            return identifier
+        }
+    }
+
+    // ScanTests: only an app's scan makes a device known; a scannable device is reported with its scan response (its
+    // name there), once per scan; a scan started later hears the devices already heard that match it at once.
+    func testOnlyAnAppsScanMakesADeviceKnownAndALaterScanHearsItAtOnce() {
+        var (core, key, _) = central()
+        let directory = Directory()
+        // Flags, then the door service's UUID; the scan response names it.
+        let advertising = AdvertisingReport(kind: .connectableUndirected, address: lock, data: [0x02, 0x01, 0x06, 0x03, 0x03, 0x0D, 0xD0], rssi: -50)
+        let response = AdvertisingReport(kind: .scanResponse, address: lock, data: [0x05, 0x09] + Array("Door".utf8), rssi: -50)
+        XCTAssertEqual(core.advertisingReceived(advertising, directory: directory), .heard([]))
+        XCTAssertTrue(directory.identifiers.isEmpty, "no app scans: the device stays unknown (a lab's scan hands out no identifiers)")
+
+        _ = core.startScan(ScanRequest(services: [BluetoothUUID(0xD00D)]), for: key)
+        XCTAssertEqual(core.advertisingReceived(advertising, directory: directory), .heard([]), "waits for the scan response")
+        XCTAssertEqual(directory.identifiers[lock], "P1", "known from the first report an app's scan heard")
+        guard case .heard(let found) = core.advertisingReceived(response, directory: directory) else { return XCTFail("heard") }
+        XCTAssertEqual(found.map(\.target), [key])
+        XCTAssertEqual(found.first?.advertisement.localName, "Door")
+        XCTAssertEqual(directory.names["P1"], "Door")
+        XCTAssertEqual(core.advertisingReceived(advertising, directory: directory), .heard([]), "reported once per scan without duplicates")
+        XCTAssertEqual(core.advertisingReceived(AdvertisingReport(kind: .connectableUndirected, address: lock, data: [0x02, 0x01], rssi: -50),
+                                                directory: directory), .malformed(.truncated(at: 0)), "a malformed report is dropped")
+
+        let other = ManagerKey(session: 6, manager: 1)
+        _ = core.startScan(ScanRequest(services: [BluetoothUUID(0x180F)]), for: other)
+        XCTAssertEqual(core.alreadyHeard(by: other, directory: directory), [], "the battery scan does not match the door")
+        let again = ManagerKey(session: 7, manager: 1)
+        _ = core.startScan(ScanRequest(), for: again)
+        XCTAssertEqual(core.alreadyHeard(by: again, directory: directory).map(\.identifier), ["P1"])
+        XCTAssertEqual(core.alreadyHeard(by: again, directory: directory), [], "and only once")
     }
 }

@@ -238,6 +238,42 @@ final class ManagerCoreTests: XCTestCase {
         XCTAssertNil(other.router.owner(of: 31))
     }
 
+    /// attd's bearers go with it: after it is lost, a link has no bearer (GATT requests wait for the new attd's) and
+    /// no MTU but the default until the new one reports its own.
+    func testAttdLostTakesItsBearersAndTheirMTUs() {
+        var core = Core()
+        let running: (ManagerHolder) -> Bool = { _ in true }
+        _ = core.controllerChanged(.poweredOn, isRunning: running)
+        _ = core.attd(attached: true, isRunning: running)
+        core.bearer(0x40, mtu: 247)
+        XCTAssertEqual(core.maximumUpdateLength(on: 0x40), 244)
+        _ = core.attd(attached: false, isRunning: running)
+        XCTAssertNil(core.attMTUs[0x40])
+        XCTAssertEqual(core.maximumUpdateLength(on: 0x40), 20)
+    }
+
+    /// An app's addService answered by attd after its session closed, or after the stack left poweredOn (which
+    /// cleared the app's services), is withdrawn: no one knows of it, and it would stay in attd's database.
+    func testAServicePublishedForASessionThatWentIsWithdrawn() {
+        var core = Core()
+        let running: (ManagerHolder) -> Bool = { _ in true }
+        _ = core.controllerChanged(.poweredOn, isRunning: running)
+        _ = core.attd(attached: true, isRunning: running)
+        core.sessions[7] = .init()
+        let owner = ManagerKey(session: 7, manager: 1)
+        XCTAssertEqual(core.servicePublished(thermo, at: 10...12, owner: owner), [], "a live session's: routed, no record to write")
+        XCTAssertEqual(core.router.owner(of: 11), owner)
+
+        core.sessions[8] = .init()
+        _ = core.sessionClosed(8, poweredOn: true)
+        XCTAssertEqual(core.servicePublished(thermo, at: 20...22, owner: ManagerKey(session: 8, manager: 1)), [.unpublish(startHandle: 20)])
+        XCTAssertNil(core.router.owner(of: 21))
+
+        _ = core.attd(attached: false, isRunning: running)
+        XCTAssertEqual(core.servicePublished(thermo, at: 30...32, owner: owner), [.unpublish(startHandle: 30)], "the stack left poweredOn meanwhile")
+        XCTAssertNil(core.router.owner(of: 31))
+    }
+
     /// hcid tells managerd and attd of a link in either order, and attd reports a bonded central's restored
     /// subscription as soon as it has the link: the report waits for managerd to know the link; one made after attd's
     /// bearer closed is stale, and one held when it closed is not handed to the next link with that handle.

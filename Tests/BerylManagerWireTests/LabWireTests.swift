@@ -2,6 +2,7 @@ import BerylCore
 import BerylGAP
 @testable import BerylManager
 import BerylManagerWire
+import BerylStore
 import BerylWire
 import Foundation
 import XCTest
@@ -197,5 +198,15 @@ final class LabWireTests: XCTestCase {
             XCTAssertEqual(refusal.wire.field, field, "\(refusal)")
         }
         XCTAssertEqual("\(LabRefusal.noLabLink(handle: 0x41))", "no lab link 0x41")
+    }
+
+    // A factory reset takes back the lab's bonds: one attd removed, had not, or could never hold leaves the record;
+    // one it could not be asked about stays for the next reset.
+    func testABondLeavesTheLabRecordOnlyOnceAttdHasNoneOfIt() {
+        XCTAssertTrue(LabRecord.bondGone(after: .success(Response())))
+        XCTAssertTrue(LabRecord.bondGone(after: .failure(.remote(code: .notFound, message: "no bond", field: "identity"))))
+        XCTAssertTrue(LabRecord.bondGone(after: .failure(.remote(code: .invalidArgument, message: "not an address", field: "identity"))))
+        XCTAssertFalse(LabRecord.bondGone(after: .failure(.closed)), "attd away")
+        XCTAssertFalse(LabRecord.bondGone(after: .failure(.remote(code: .internal, message: "store unwritable", field: ""))))
     }
 }

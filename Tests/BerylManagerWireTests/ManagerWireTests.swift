@@ -192,6 +192,22 @@ final class ManagerWireTests: XCTestCase {
         XCTAssertNil(Beryl_Ipc_V1_ManagerEvent.with { $0.connected = .init() }.heldKey)
     }
 
+    // A restored manager's held events reach it under its number in the new session, whichever event names one.
+    func testEveryHeldEventNamingAManagerIsRetargeted() {
+        let held: [Beryl_Ipc_V1_ManagerEvent] = [
+            .with { $0.discovered.manager = 4 }, .with { $0.connected.manager = 4 }, .with { $0.disconnected.manager = 4 },
+            .with { $0.readRequest.manager = 4 },
+            .with { $0.writeRequest.manager = 4 }, .with { $0.subscription.manager = 4 }, .with { $0.advertisingStarted.manager = 4 },
+            .with { $0.connectionEvent.manager = 4 },
+        ]
+        for var event in held {
+            event.retarget(manager: 1)
+            var expected = event
+            expected.retarget(manager: 4)
+            XCTAssertNotEqual(event, expected, "\(event) keeps manager 4")
+        }
+    }
+
     // AppTests' API misuse: before poweredOn a manager is refused what needs the radio, never its clean-up.
     func testOnlyWhatNeedsTheRadioWaitsForPoweredOn() {
         let needs: [Beryl_Ipc_V1_ManagerRequest.OneOf_Kind] = [
@@ -204,6 +220,22 @@ final class ManagerWireTests: XCTestCase {
         ]
         for kind in needs { XCTAssertTrue(kind.needsPoweredOn, "\(kind)") }
         for kind in never { XCTAssertFalse(kind.needsPoweredOn, "\(kind)") }
+    }
+
+    // Who an app is is checked at its Hello: a session that skipped it (or a lab's) uses no manager, but may ask the
+    // stack questions, drive `beryl app` and the lab.
+    func testAManagersWorkNeedsAHelloFirst() {
+        let needs: [Beryl_Ipc_V1_ManagerRequest.OneOf_Kind] = [
+            .startScan(.init()), .connect(.init()), .gatt(.init()), .addService(.init()), .startAdvertising(.init()), .updateValue(.init()),
+            .respond(.init()), .removeAllServices(.init()), .appIdle(.init()), .invalidate(.init()), .answerPairing(.init()),
+        ]
+        let never: [Beryl_Ipc_V1_ManagerRequest.OneOf_Kind] = [
+            .hello(.init()), .retrievePeripherals(.init()), .retrieveConnected(.init()), .getCapabilities(.init()), .listApps(.init()),
+            .subscribeAlerts(.init()), .labOpen(.init()), .labConnect(.init()),
+        ]
+        for kind in needs { XCTAssertTrue(kind.needsHello, "\(kind)") }
+        for kind in never { XCTAssertFalse(kind.needsHello, "\(kind)") }
+        XCTAssertEqual(WireFailure.helloFirst.code, .permissionDenied)
     }
 
     func testAnAppsStatusTravelsWhole() throws {

@@ -73,6 +73,8 @@ final class RequestsWireTests: XCTestCase {
         XCTAssertEqual(WireFailure(HelloRefusal.restorationNeedsManifest(appID: "x")).field, "restore_identifier")
         XCTAssertEqual(WireFailure(AppControlRefusal.undeclared(appID: "x")).code, .notFound)
         XCTAssertEqual(WireFailure(LabRefusal.notLabSession).code, .permissionDenied)
+        XCTAssertEqual(WireFailure(LaunchRefusal.alreadyRunning(appID: "x", pid: 9)).code, .alreadyExists)
+        XCTAssertEqual(WireFailure(LaunchRefusal.noLaunchCommand(appID: "x")).field, "app_id")
         XCTAssertEqual(WireFailure.notConnected("P1").detail.bluetoothError, .notConnected)
         XCTAssertEqual(WireFailure.unknownPeripheral("P1").detail.bluetoothError, .unknownDevice)
         XCTAssertEqual(WireFailure.notPublished(70000, field: "value_handle").detail.managerReason, .notPublished)
@@ -96,7 +98,34 @@ final class RequestsWireTests: XCTestCase {
         XCTAssertEqual(Beryl_Ipc_V1_AttRequest(answering: 5, isRead: true, value: [9], error: 0).answerRead,
                        .with { $0.id = 5; $0.value = Data([9]); $0.startsAtOffset = true }, "an app answers from the request's offset on")
         XCTAssertEqual(Beryl_Ipc_V1_AttRequest(answering: 6, isRead: false, value: [], error: 0x80).answerWrite, .with { $0.id = 6; $0.error = 0x80 })
+        XCTAssertEqual(Beryl_Ipc_V1_AttRequest(pairingAnswerOn: 0x41, accept: true, passkey: 123456).pairingAnswer,
+                       .with { $0.connectionHandle = 0x41; $0.accept = true; $0.passkey = 123456 })
         let clearing = Beryl_Ipc_V1_AttRequest(clearing: .init(value: .init(link: 0x40, valueHandle: 18), cccdHandle: 19)).gattSubscribe
         XCTAssertEqual(clearing, .with { $0.connectionHandle = 0x40; $0.valueHandle = 18; $0.cccdHandle = 19; $0.enable = false })
     }
+
+    /// An app's request that ran an HCI command hears the controller's status typed, whichever command it was.
+    func testAControllersAnswerReachesTheAppTyped() throws {
+        // Read RSSI taken: status 0, then Connection_Handle and RSSI (-60).
+        XCTAssertEqual(try ControllerAnswer.outcome(.success([0x00, 0x40, 0x00, 0xC4]), of: "Read RSSI").get(), [0x40, 0x00, 0xC4])
+
+        let gone = ControllerAnswer.outcome(.success([0x02]), of: "Read RSSI")
+        XCTAssertEqual(gone.failure?.code, .unsupported)
+        XCTAssertEqual(gone.failure?.detail.hciStatus, 0x02)
+        XCTAssertEqual(gone.failure?.detail.bluetoothError, .notConnected, "Unknown Connection Identifier: the link went")
+        XCTAssertEqual(ControllerAnswer.outcome(.success([0x0C]), of: "LE Connection Update").failure?.detail.bluetoothError, .operationNotSupported)
+        XCTAssertEqual(ControllerAnswer.outcome(.success([0x3B]), of: "LE Connection Update").failure?.detail.bluetoothError, .invalidParameters)
+        XCTAssertEqual(ControllerAnswer.outcome(.success([]), of: "Disconnect").failure?.detail.hciStatus, 0xFF, "an empty answer is no success")
+
+        // hcid's own typed refusal passes on as it came; hcid out of reach is not ready.
+        let unresponsive = ControllerAnswer.outcome(.failure(.remote(code: .notReady, message: "controller unresponsive", field: "",
+                                                                      detail: RemoteDetail(controllerReason: .unresponsive))), of: "Disconnect")
+        XCTAssertEqual(unresponsive.failure?.detail.controllerReason, .unresponsive)
+        XCTAssertEqual(unresponsive.failure?.code, .notReady)
+        XCTAssertEqual(ControllerAnswer.outcome(.failure(.closed), of: "Disconnect").failure?.code, .notReady)
+    }
+}
+
+private extension Result {
+    var failure: Failure? { if case .failure(let failure) = self { failure } else { nil } }
 }
