@@ -83,11 +83,11 @@ final class ManagerSession: Sendable {
             channel.queue.async { welcome(state, nil, false) }
             reconnect(after: .milliseconds(100))
         } else {
-            greet(greeting)
+            greet(greeting, on: channel)
         }
     }
 
-    private func greet(_ greeting: Greeting) {
+    private func greet(_ greeting: Greeting, on channel: Channel) {
         channel.hello(appID: appID, restoreIdentifier: greeting.restoreIdentifier, role: greeting.role) { [misuse, weak self] state, restored, wake, error in
             if let error {
                 misuse.report(error)
@@ -127,8 +127,10 @@ final class ManagerSession: Sendable {
                 self.setReason("\(error)")
                 return self.reconnect(after: min(max(delay * 2, .milliseconds(50)), .seconds(1)))
             }
+            // Hello first, then the channel is the app's: a request another thread sends meanwhile follows the Hello
+            // on the socket rather than reaching managerd ahead of it (refused: a manager's work needs a Hello).
+            if let greeting = self.greeting.withLock({ $0 }) { self.greet(greeting, on: channel) }
             self.current.withLock { $0 = channel }
-            if let greeting = self.greeting.withLock({ $0 }) { self.greet(greeting) }
         }
     }
 

@@ -21,7 +21,10 @@ extension ManagerCore {
                                  options: PreservedState.ConnectOptions) -> [Output] {
         let actions = connections.connect(key, identifier: identifier, address: address)
         if let session = key.holder.sessionID { sessions[session]?.connectOptions[identifier] = options }
-        return updatingRecord(of: key.holder) { $0.connectOptions[identifier] = options } + actions.map(Output.connections)
+        // Written whether or not the options changed: the record's links are the book's, and this one may be new to
+        // it (asked again after its link dropped), which a comparison of the manager's own fields does not see.
+        _ = restoration.update(heldBy: key.holder) { $0.connectOptions[identifier] = options }
+        return persisting(key.holder) + actions.map(Output.connections)
     }
 
     /// cancelPeripheralConnection(_:): the record forgets the peripheral's options and what was found on it.
@@ -30,12 +33,13 @@ extension ManagerCore {
         let actions = try connections.cancel(key, identifier: identifier)
         // Its subscriptions end with its connection; a link others keep carries the clearing.
         let clearing = link.map { remoteSubscriptions.release(key.holder, on: $0).map(Output.unsubscribe) } ?? []
-        let record = updatingRecord(of: key.holder) {
+        // Written whatever else changed: the link leaves the record's links, which are the book's.
+        _ = restoration.update(heldBy: key.holder) {
             $0.connectOptions[identifier] = nil
             $0.databases[identifier] = nil
             $0.notifying[identifier] = nil
         }
-        return record + clearing + actions.map(Output.connections)
+        return persisting(key.holder) + clearing + actions.map(Output.connections)
     }
 
     /// A discovery on `identifier` answered for `holder`: the services it saw feed connection events and

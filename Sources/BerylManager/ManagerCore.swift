@@ -367,7 +367,12 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         outputs += down.map(Output.connections)
         // Subscriptions end with the link, for a running app too (its library says so): a record that still lists
         // some is one managerd resumed under a link that stayed up (linkUp takes them as standing).
-        for holder in Set(holders) { outputs += updatingRecord(of: holder) { $0.notifying[identifier] = nil } }
+        // Written for every holder: a running app's record loses the link (the book's), an away manager's has it
+        // pending again.
+        for holder in Set(holders).sorted() {
+            _ = self.restoration.update(heldBy: holder) { $0.notifying[identifier] = nil }
+            outputs += persisting(holder)
+        }
         return (identifier, outputs + [.advertisingChanged])
     }
 

@@ -13,7 +13,9 @@ public enum ControllerAnswer {
             return .success(parameters.dropFirst())
         case .success(let parameters):
             let status = parameters.first ?? 0xFF
-            return .failure(WireFailure(.unsupported, "the controller refused \(command) (HCI status 0x\(String(status, radix: 16)))",
+            // Unknown Connection Identifier: the link is gone (a lab's Disconnect racing its end reads it as gone already).
+            let code: IPCErrorCode = status == 0x02 ? .notFound : .unsupported
+            return .failure(WireFailure(code, "the controller refused \(command) (HCI status 0x\(String(status, radix: 16)))",
                                         detail: RemoteDetail(bluetoothError: .init(hciStatus: status), hciStatus: status)))
         case .failure(.remote(let code, let message, let field, let detail)):
             return .failure(WireFailure(code, "\(command): \(message)", field: field, detail: detail))

@@ -164,7 +164,10 @@ extension ManagerDaemon {
         guard !core.launches.stopping else { return }
         let pids = core.stopLaunching().filter { ProcessStats.isAlive(pid: $0) }
         if !pids.isEmpty { host.logger.info("ending the apps it launched (pids \(pids.sorted()))") }
-        ProcessEnding(grace: Self.appStopGrace).end(pids, on: host.loop, look: { [unowned self] in superviseApps() }) { [unowned self] killed in
+        var ending = ProcessEnding(grace: Self.appStopGrace)
+        // Only while still a launch of the core's: a pid reaped during the grace may be another process's by now.
+        ending.isAlive = { [unowned self] pid in core.launches.processes.values.contains { $0.pid == pid } && ProcessStats.isAlive(pid: pid) }
+        ending.end(pids, on: host.loop, look: { [unowned self] in superviseApps() }) { [unowned self] killed in
             if !killed.isEmpty { host.logger.warning("apps \(killed.sorted()) ignored SIGTERM; killed them") }
             finishStopping()
         }

@@ -34,7 +34,9 @@ extension ManagerDaemon {
             event.wake = wake
             return true
         case .hold?:
-            if let alert = core.alert(AlertKind.candidate(for: event), heldFor: sessionID, name: { store?.device($0)?.name }) { raise(alert) }
+            if let alert = core.alert(AlertKind.candidate(for: event), heldFor: sessionID, name: { store?.device($0)?.name }) {
+                raise(alert, heldForUID: session(sessionID)?.peer.uid)
+            }
             return false
         case .drop?:
             return false
@@ -54,10 +56,12 @@ extension ManagerDaemon {
 
     // MARK: Alerts
 
-    private func raise(_ alert: AppAlert) {
+    /// `heldForUID`: the user of the session the alert's event was held for (the app's own user, not whoever else says
+    /// Hello under its id).
+    private func raise(_ alert: AppAlert, heldForUID: UInt32?) {
         host.logger.warning("alert: \(alert.message)")
         let event = Beryl_Ipc_V1_ManagerEvent(alert: alert.kind, appID: alert.appID, message: alert.message, peripheral: alert.peripheral)
-        let runningAs = sessionsOf(alert.appID).map(\.peer.uid)
+        let runningAs = heldForUID.map { [$0] } ?? []
         for (subscriber, uid) in alertSubscribers where core.mayHearAlerts(of: alert.appID, uid: uid, managerdUID: getuid(), runningAs: runningAs) {
             send(event, to: subscriber)
         }

@@ -31,6 +31,10 @@ extension ManagerDaemon {
                     kept = nil
                 }
                 apply(core.servicePublished(kept, at: range, owner: owner))
+                // Withdrawn: the stack left poweredOn meanwhile, which cleared the app's services.
+                guard core.router.owner(of: range.lowerBound) == owner else {
+                    return _ = incoming.fail(.notReady, "the stack left poweredOn before the service was published; add it again at poweredOn")
+                }
                 incoming.respond(.with { $0.manager.serviceAdded = published })
             }
         case .removeService(let remove):

@@ -55,6 +55,21 @@ final class ManagerCoreCentralTests: XCTestCase {
         XCTAssertEqual(core.sessions[5]?.connectOptions["L"], options, "alerts read the session's options")
     }
 
+    // Fault suite, kill -9 of the whole central stack and the app just after the app asked again for a link that had
+    // dropped: the record had been written without the link when it dropped, and the new request, with the same
+    // options, was not written, so managerd resumed a manager with nothing to do and never relaunched the app.
+    func testAConnectAskedAgainAfterTheLinkDroppedIsRecorded() {
+        var (core, key, door) = central()
+        _ = core.connect(key, to: "L", at: lock, options: .init())
+        _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
+        _ = core.notifyChanged(3, enabled: true, on: "L", by: key.holder)
+        let down = core.linkDown(handle: 0x40, reason: 0x08)?.outputs ?? []
+        XCTAssertTrue(down.contains(.persist(preservedID: door.id)))
+        XCTAssertEqual(record(door, in: core)?.links ?? [], [], "the running app lost the link: it asks again, or not")
+        XCTAssertEqual(core.connect(key, to: "L", at: lock, options: .init()).first, .persist(preservedID: door.id))
+        XCTAssertEqual(record(door, in: core)?.links, [PreservedState.Link(identifier: "L", pending: true, options: .init())])
+    }
+
     func testConnectingToALinkAlreadyUpConnectsAtOnce() {
         var (core, key, door) = central()
         _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)

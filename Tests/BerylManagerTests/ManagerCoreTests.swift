@@ -119,7 +119,8 @@ final class ManagerCoreTests: XCTestCase {
     func testALiveAppHearsItsLinkDrop() throws {
         var (core, made) = try centralWithALink()
         let down = try XCTUnwrap(core.linkDown(handle: 0x40, reason: 0x08))
-        XCTAssertEqual(down.outputs, [.connections(.event(.disconnected(made.key, identifier: "L", reason: 0x08))), .advertisingChanged])
+        XCTAssertEqual(down.outputs, [.connections(.event(.disconnected(made.key, identifier: "L", reason: 0x08))), .persist(preservedID: made.id),
+                                      .advertisingChanged], "the record no longer lists the link: the app asks again, or not")
     }
 
     /// The fault suite's `kill-attd`: services of a manager whose app is away are published again for it when attd

@@ -110,7 +110,8 @@ final class RequestsWireTests: XCTestCase {
         XCTAssertEqual(try ControllerAnswer.outcome(.success([0x00, 0x40, 0x00, 0xC4]), of: "Read RSSI").get(), [0x40, 0x00, 0xC4])
 
         let gone = ControllerAnswer.outcome(.success([0x02]), of: "Read RSSI")
-        XCTAssertEqual(gone.failure?.code, .unsupported)
+        XCTAssertEqual(gone.failure?.code, .notFound, "the link is gone")
+        XCTAssertEqual(ControllerAnswer.outcome(.success([0x0C]), of: "LE Connection Update").failure?.code, .unsupported)
         XCTAssertEqual(gone.failure?.detail.hciStatus, 0x02)
         XCTAssertEqual(gone.failure?.detail.bluetoothError, .notConnected, "Unknown Connection Identifier: the link went")
         XCTAssertEqual(ControllerAnswer.outcome(.success([0x0C]), of: "LE Connection Update").failure?.detail.bluetoothError, .operationNotSupported)

@@ -41,6 +41,29 @@ final class RoundTripTests: XCTestCase {
         XCTAssertNotEqual(welcomeA.sessionID, welcomeB.sessionID)
     }
 
+    // Who an app is is checked at its Hello: a session that skipped it is refused a manager's work, typed, and keeps
+    // what needs no Hello (`beryl peripherals`); after its Hello the same request is taken.
+    func testAManagersWorkIsRefusedToASessionWithoutHello() throws {
+        let scratch = try Scratch()
+        defer { scratch.stopAll() }
+        try scratch.startDaemon("managerd")
+        let client = try IPCClient(path: scratch.paths.socket("managerd"))
+        var scan = Request()
+        scan.manager.stopAdvertising.manager = 1
+        XCTAssertThrowsError(try client.call(scan)) { error in
+            guard case .remote(let code, _, let field, _)? = error as? IPCClientError else { return XCTFail("\(error)") }
+            XCTAssertEqual(code, .permissionDenied)
+            XCTAssertEqual(field, "hello")
+        }
+        var listing = Request()
+        listing.manager.retrievePeripherals = .init()
+        XCTAssertNoThrow(try client.call(listing), "questions of the stack need no Hello")
+        var hello = Request()
+        hello.manager.hello.appID = "com.example.test"
+        _ = try client.call(hello)
+        XCTAssertNoThrow(try client.call(scan), "stopAdvertising needs no radio: taken once the session said Hello")
+    }
+
     func testEachDaemonAnswersItsOwnInterfaceAndRefusesOthers() throws {
         let scratch = try Scratch()
         defer { scratch.stopAll() }
