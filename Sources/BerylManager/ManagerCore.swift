@@ -353,7 +353,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
 
     /// A link went: its holders hear so, except a preserved manager whose app is away, which asks for it again and
     /// whose record no longer has subscriptions on it.
-    public mutating func linkDown(handle: UInt16, reason: UInt8) -> (identifier: String, outputs: [Output])? {
+    /// `stackFailed`: the stack lost the link itself (hcid went, and the controller with it), not the peer or an app.
+    public mutating func linkDown(handle: UInt16, reason: UInt8, stackFailed: Bool = false) -> (identifier: String, outputs: [Output])? {
         attMTUs[handle] = nil
         remoteSubscriptions.linkClosed(handle)
         let address = book.identifier(for: handle).flatMap { book.link(for: $0)?.address }
@@ -365,6 +366,11 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         outputs += subscribersGone(identifier)
         discoveredServices[identifier] = nil
         outputs += down.map(Output.connections)
+        // A stack that failed changes nothing an app asked for: the records keep the link and its subscriptions (the
+        // peer restores a bonded client's), so that a manager resumed after managerd went too asks for it again and
+        // relaunches its app, which a running app's record without the link would not (the fault suite's kill -9 of
+        // hcid, attd, managerd and the app at once, managerd hearing hcid go before its own end).
+        guard !stackFailed else { return (identifier, outputs + [.advertisingChanged]) }
         // Subscriptions end with the link, for a running app too (its library says so): a record that still lists
         // some is one managerd resumed under a link that stayed up (linkUp takes them as standing).
         // Written for every holder: a running app's record loses the link (the book's), an away manager's has it

@@ -149,7 +149,7 @@ extension ManagerDaemon {
 
     /// Returns the identifier a link's peer was given if it was unknown until now.
     @discardableResult
-    func linkEvent(_ event: LinkEvent) -> String? {
+    func linkEvent(_ event: LinkEvent, stackFailed: Bool = false) -> String? {
         switch event {
         case .connected(let handle, let central, let peer):
             guard let store else { return nil }
@@ -166,7 +166,7 @@ extension ManagerDaemon {
                 releaseAwaitingBearer(handle)
                 applyLab(lab.linkEnded(handle, book: book, at: host.loop.uptime))
             }
-            guard let (_, outputs) = core.linkDown(handle: handle, reason: reason) else { return nil }
+            guard let (_, outputs) = core.linkDown(handle: handle, reason: reason, stackFailed: stackFailed) else { return nil }
             apply(outputs)
         default:
             break

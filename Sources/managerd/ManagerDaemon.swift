@@ -133,7 +133,7 @@ final class ManagerDaemon {
             // hcid's successor resets the controller (Core Vol 4 Part E §7.3.2): every link ends with it, and the
             // apps and preserved managers that held one hear so (a preserved one asks for it again).
             for handle in Set(book.links.values.map(\.handle)).union(lab.peripheralLinks).sorted() {
-                linkChanged(.disconnected(handle: handle, reason: 0x16))
+                linkChanged(.disconnected(handle: handle, reason: 0x16), stackFailed: true)
             }
             controllerChanged(.unknown)
         })
@@ -287,8 +287,8 @@ final class ManagerDaemon {
 
     /// A link came, went or failed: for the apps' managers, then the lab (a link lost with hcid included, so that the
     /// lab forgets a handle the controller may hand to an app's next link).
-    private func linkChanged(_ link: LinkEvent) {
-        let madeKnown = linkEvent(link)
+    private func linkChanged(_ link: LinkEvent, stackFailed: Bool = false) {
+        let madeKnown = linkEvent(link, stackFailed: stackFailed)
         applyLab(lab.linkEvent(link, madeKnown: madeKnown, book: book))
         if case .disconnected(let handle, _) = link { lab.linkGone(handle) }
     }

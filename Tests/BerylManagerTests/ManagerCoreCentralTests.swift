@@ -70,6 +70,26 @@ final class ManagerCoreCentralTests: XCTestCase {
         XCTAssertEqual(record(door, in: core)?.links, [PreservedState.Link(identifier: "L", pending: true, options: .init())])
     }
 
+    // Fault suite, kill -9 of hcid, attd, managerd and the app at once, managerd hearing hcid go before its own end:
+    // the links it lost that way were written out of a running app's record, so managerd resumed a manager with
+    // nothing to do and never relaunched the app. A stack that failed changes nothing an app asked for.
+    func testLinksTheStackLostStayInTheRecord() {
+        var (core, key, door) = central()
+        _ = core.connect(key, to: "L", at: lock, options: .init())
+        _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
+        _ = core.notifyChanged(3, enabled: true, on: "L", by: key.holder)
+        let down = core.linkDown(handle: 0x40, reason: 0x16, stackFailed: true)
+        XCTAssertEqual(down?.outputs.first, .connections(.event(.disconnected(key, identifier: "L", reason: 0x16))), "the running app hears it")
+        XCTAssertFalse(down?.outputs.contains(.persist(preservedID: door.id)) ?? true)
+        XCTAssertEqual(core.restoration.manager(id: door.id)?.notifying["L"], [3], "its subscriptions stand in the record")
+        let byPeer = core.linkDown(handle: 0x41, reason: 0x08)
+        XCTAssertNil(byPeer, "a link never up")
+        _ = core.connect(key, to: "L", at: lock, options: .init())
+        _ = core.linkUp(handle: 0x41, identifier: "L", address: lock, isCentral: true)
+        XCTAssertTrue(core.linkDown(handle: 0x41, reason: 0x08)?.outputs.contains(.persist(preservedID: door.id)) ?? false,
+                      "a link the peer dropped leaves the record")
+    }
+
     func testConnectingToALinkAlreadyUpConnectsAtOnce() {
         var (core, key, door) = central()
         _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
