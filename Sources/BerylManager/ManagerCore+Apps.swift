@@ -199,10 +199,10 @@ extension ManagerCore {
     }
 
     /// Who hears an app's alerts (`beryl alerts`), which name its peripherals: root, managerd's user, the user its
-    /// manifest runs it as, or `runningAs`: the user of the session the alert was held for (not whoever else says
-    /// Hello under the app's id).
-    public func mayHearAlerts(of appID: String, uid: UInt32, managerdUID: UInt32, runningAs: [UInt32]) -> Bool {
-        uid == 0 || uid == managerdUID || catalog.apps[appID]?.uid == uid || runningAs.contains(uid)
+    /// manifest runs it as, or the user of the session the alert was held for (not whoever else says Hello under the
+    /// app's id).
+    public func mayHearAlerts(of appID: String, uid: UInt32, managerdUID: UInt32, heldFor holderUID: UInt32?) -> Bool {
+        uid == 0 || uid == managerdUID || catalog.apps[appID]?.uid == uid || holderUID == uid
     }
 
     /// The user force-quit the app: nothing of it is kept or restored (its live sessions release their work as they

@@ -19,27 +19,28 @@ extension ManagerCore {
     /// connect(_:options:): the book holds the request before the record is written, so the record lists it.
     public mutating func connect(_ key: ManagerKey, to identifier: String, at address: DeviceAddress,
                                  options: PreservedState.ConnectOptions) -> [Output] {
+        // Compared as written, the book's links included: a link asked again after it dropped, with the same options,
+        // is a change.
+        let before = record(of: key.holder)
         let actions = connections.connect(key, identifier: identifier, address: address)
         if let session = key.holder.sessionID { sessions[session]?.connectOptions[identifier] = options }
-        // Written whether or not the options changed: the record's links are the book's, and this one may be new to
-        // it (asked again after its link dropped), which a comparison of the manager's own fields does not see.
         _ = restoration.update(heldBy: key.holder) { $0.connectOptions[identifier] = options }
-        return persisting(key.holder) + actions.map(Output.connections)
+        return written(key.holder, since: before) + actions.map(Output.connections)
     }
 
     /// cancelPeripheralConnection(_:): the record forgets the peripheral's options and what was found on it.
     public mutating func cancelConnection(_ key: ManagerKey, to identifier: String) throws(CentralConnections.Refusal) -> [Output] {
         let link = book.link(for: identifier)?.handle
+        let before = record(of: key.holder)
         let actions = try connections.cancel(key, identifier: identifier)
         // Its subscriptions end with its connection; a link others keep carries the clearing.
         let clearing = link.map { remoteSubscriptions.release(key.holder, on: $0).map(Output.unsubscribe) } ?? []
-        // Written whatever else changed: the link leaves the record's links, which are the book's.
         _ = restoration.update(heldBy: key.holder) {
             $0.connectOptions[identifier] = nil
             $0.databases[identifier] = nil
             $0.notifying[identifier] = nil
         }
-        return persisting(key.holder) + clearing + actions.map(Output.connections)
+        return written(key.holder, since: before) + clearing + actions.map(Output.connections)
     }
 
     /// A discovery on `identifier` answered for `holder`: the services it saw feed connection events and
@@ -98,8 +99,21 @@ extension ManagerCore {
     /// A record is written only when what it preserves changed: the same discovery again, or a subscription the
     /// value already had, writes (and fsyncs) nothing.
     mutating func updatingRecord(of holder: ManagerHolder, _ change: (inout PreservedManager) -> Void) -> [Output] {
-        guard let before = restoration.manager(heldBy: holder), let after = restoration.update(heldBy: holder, change), after != before else { return [] }
-        return [.persist(preservedID: after.id)]
+        let before = record(of: holder)
+        _ = restoration.update(heldBy: holder, change)
+        return written(holder, since: before)
+    }
+
+    /// The holder's record as it would be written, the book's links and the scan included (names come from the store,
+    /// never from a change, so they are left out of the comparison).
+    func record(of holder: ManagerHolder) -> PreservedState? {
+        restoration.manager(heldBy: holder).map { snapshot($0, name: { _ in "" }) }
+    }
+
+    /// The holder's record is to be written if it differs from `before`.
+    func written(_ holder: ManagerHolder, since before: PreservedState?) -> [Output] {
+        guard let manager = restoration.manager(heldBy: holder), record(of: holder) != before else { return [] }
+        return [.persist(preservedID: manager.id)]
     }
 
     /// The link to a peripheral that one of the holder's managers holds: what GATT, RSSI and write lengths need.

@@ -358,7 +358,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         attMTUs[handle] = nil
         remoteSubscriptions.linkClosed(handle)
         let address = book.identifier(for: handle).flatMap { book.link(for: $0)?.address }
-        let holders = book.identifier(for: handle).flatMap { book.link(for: $0)?.holders.map(\.holder) } ?? []
+        let holders = Set(book.identifier(for: handle).flatMap { book.link(for: $0)?.holders.map(\.holder) } ?? []).sorted()
+        let records = holders.map { record(of: $0) }
         let restoration = restoration
         guard let (identifier, down) = connections.linkDown(handle: handle, reason: reason, isAway: { restoration.manager(heldBy: $0).map { !$0.live } ?? false })
         else { return nil }
@@ -373,11 +374,10 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         guard !stackFailed else { return (identifier, outputs + [.advertisingChanged]) }
         // Subscriptions end with the link, for a running app too (its library says so): a record that still lists
         // some is one managerd resumed under a link that stayed up (linkUp takes them as standing).
-        // Written for every holder: a running app's record loses the link (the book's), an away manager's has it
-        // pending again.
-        for holder in Set(holders).sorted() {
+        // A running app's record loses the link (the book's), an away manager's has it pending again.
+        for (holder, before) in zip(holders, records) {
             _ = self.restoration.update(heldBy: holder) { $0.notifying[identifier] = nil }
-            outputs += persisting(holder)
+            outputs += written(holder, since: before)
         }
         return (identifier, outputs + [.advertisingChanged])
     }

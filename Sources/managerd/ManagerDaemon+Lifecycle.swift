@@ -61,8 +61,7 @@ extension ManagerDaemon {
     private func raise(_ alert: AppAlert, heldForUID: UInt32?) {
         host.logger.warning("alert: \(alert.message)")
         let event = Beryl_Ipc_V1_ManagerEvent(alert: alert.kind, appID: alert.appID, message: alert.message, peripheral: alert.peripheral)
-        let runningAs = heldForUID.map { [$0] } ?? []
-        for (subscriber, uid) in alertSubscribers where core.mayHearAlerts(of: alert.appID, uid: uid, managerdUID: getuid(), runningAs: runningAs) {
+        for (subscriber, uid) in alertSubscribers where core.mayHearAlerts(of: alert.appID, uid: uid, managerdUID: getuid(), heldFor: heldForUID) {
             send(event, to: subscriber)
         }
         guard let command = alert.command, let manifest = alert.manifest else { return }

@@ -147,12 +147,12 @@ final class ManagerCoreAppsTests: XCTestCase {
         XCTAssertNil(unnamed.command, "an app without a manifest has no alert command")
 
         // `beryl alerts` of another user hears nothing of the app: the alert names the user's peripherals.
-        XCTAssertTrue(core.mayHearAlerts(of: appID, uid: 1001, managerdUID: 500, runningAs: []), "the manifest's user")
-        XCTAssertTrue(core.mayHearAlerts(of: appID, uid: 0, managerdUID: 500, runningAs: []))
-        XCTAssertTrue(core.mayHearAlerts(of: appID, uid: 500, managerdUID: 500, runningAs: []))
-        XCTAssertFalse(core.mayHearAlerts(of: appID, uid: 1002, managerdUID: 500, runningAs: [1001]))
-        XCTAssertTrue(core.mayHearAlerts(of: "com.example.undeclared", uid: 1002, managerdUID: 500, runningAs: [1002]), "a user it runs as")
-        XCTAssertFalse(core.mayHearAlerts(of: "com.example.undeclared", uid: 1003, managerdUID: 500, runningAs: [1002]))
+        XCTAssertTrue(core.mayHearAlerts(of: appID, uid: 1001, managerdUID: 500, heldFor: nil), "the manifest's user")
+        XCTAssertTrue(core.mayHearAlerts(of: appID, uid: 0, managerdUID: 500, heldFor: nil))
+        XCTAssertTrue(core.mayHearAlerts(of: appID, uid: 500, managerdUID: 500, heldFor: nil))
+        XCTAssertFalse(core.mayHearAlerts(of: appID, uid: 1002, managerdUID: 500, heldFor: 1001))
+        XCTAssertTrue(core.mayHearAlerts(of: "com.example.undeclared", uid: 1002, managerdUID: 500, heldFor: 1002), "the user its event was held for")
+        XCTAssertFalse(core.mayHearAlerts(of: "com.example.undeclared", uid: 1003, managerdUID: 500, heldFor: 1002))
     }
 
     // `beryl app list`: every declared app and every running one; what each has preserved, held, launched and woken.
