@@ -190,6 +190,8 @@ public final class HCIHost {
         grants.removeAll()
         attAnswers.reset()
         endingUnknown.removeAll()
+        // Said before the links it ends, so that clients tell them from a peer's: they are the stack's losses.
+        setState(.resetting)
         // HCI Reset ends every link with no Disconnection Complete (Core Vol 4 Part E §7.3.2): clients hear of each
         // here, or they would keep a bearer that no longer exists until an ATT timeout, and then not even a Disconnect
         // could end it.
@@ -201,7 +203,6 @@ public final class HCIHost {
         bringUp = BringUp()
         facts.suggestedDataLength = nil  // learned again, or not, by this bring-up
         bringUpResumeAt = nil
-        setState(.resetting)
         send(HCICommandPacket(.reset), owner: .host)
     }
 

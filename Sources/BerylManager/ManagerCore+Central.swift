@@ -24,7 +24,10 @@ extension ManagerCore {
         let before = record(of: key.holder)
         let actions = connections.connect(key, identifier: identifier, address: address)
         if let session = key.holder.sessionID { sessions[session]?.connectOptions[identifier] = options }
-        _ = restoration.update(heldBy: key.holder) { $0.connectOptions[identifier] = options }
+        _ = restoration.update(heldBy: key.holder) {
+            $0.connectOptions[identifier] = options
+            $0.lostToStack[identifier] = nil
+        }
         return written(key.holder, since: before) + actions.map(Output.connections)
     }
 
@@ -32,13 +35,21 @@ extension ManagerCore {
     public mutating func cancelConnection(_ key: ManagerKey, to identifier: String) throws(CentralConnections.Refusal) -> [Output] {
         let link = book.link(for: identifier)?.handle
         let before = record(of: key.holder)
-        let actions = try connections.cancel(key, identifier: identifier)
+        let lost = restoration.manager(heldBy: key.holder)?.lostToStack[identifier] != nil
+        let actions: [CentralConnections.Output]
+        do {
+            actions = try connections.cancel(key, identifier: identifier)
+        } catch where lost {
+            // The stack lost the link and the record still asks for it: cancelled as a request that only waited.
+            actions = [.event(.disconnected(key, identifier: identifier, reason: 0))]
+        }
         // Its subscriptions end with its connection; a link others keep carries the clearing.
         let clearing = link.map { remoteSubscriptions.release(key.holder, on: $0).map(Output.unsubscribe) } ?? []
         _ = restoration.update(heldBy: key.holder) {
             $0.connectOptions[identifier] = nil
             $0.databases[identifier] = nil
             $0.notifying[identifier] = nil
+            $0.lostToStack[identifier] = nil
         }
         return written(key.holder, since: before) + clearing + actions.map(Output.connections)
     }

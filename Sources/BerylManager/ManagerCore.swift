@@ -114,7 +114,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         switch preserved.role {
         case .central:
             let (connected, pending) = book.held(by: key)
-            return preserved.centralState(scan: scans.request(for: key), connected: connected, pending: pending, name: name)
+            let lost = preserved.lostToStack.keys.filter { !connected.contains($0) && !pending.contains($0) }
+            return preserved.centralState(scan: scans.request(for: key), connected: connected, pending: (pending + lost).sorted(), name: name)
         case .peripheral:
             let mine = router.services(of: key)
             let ranges = mine.map(\.range)
@@ -154,6 +155,11 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         guard let preserved = restoration.preserve(session: session) else { return nil }
         rebind(from: .session(session), to: preserved.holder)
         var outputs: [Output] = []
+        // What the stack lost under the running app is asked for again now that the manager holds its own work.
+        for (identifier, address) in preserved.lostToStack.sorted(by: { $0.key < $1.key }) {
+            outputs += connections.connect(preserved.key, identifier: identifier, address: address).map(Output.connections)
+        }
+        restoration.update(heldBy: preserved.holder) { $0.lostToStack.removeAll() }
         if let stash = preserved.unrepublished {
             // Gone before it added its services again: managerd publishes them for it, as for a restored manager.
             if !stash.services.isEmpty { pendingRepublish[preserved.key] = stash.services }
@@ -353,8 +359,11 @@ public struct ManagerCore<Event: Sendable>: Sendable {
 
     /// A link went: its holders hear so, except a preserved manager whose app is away, which asks for it again and
     /// whose record no longer has subscriptions on it.
-    /// `stackFailed`: the stack lost the link itself (hcid went, and the controller with it), not the peer or an app.
+    /// `stackFailed`: the stack lost the link itself (hcid went, and the controller with it), not the peer or an app;
+    /// a link that ends while hcid resets the controller or finds it unresponsive was ended by that (its recovery,
+    /// resync or reopened transport) and counts as one too.
     public mutating func linkDown(handle: UInt16, reason: UInt8, stackFailed: Bool = false) -> (identifier: String, outputs: [Output])? {
+        let stackFailed = stackFailed || [.resetting, .unresponsive].contains(controllerState)
         attMTUs[handle] = nil
         remoteSubscriptions.linkClosed(handle)
         let address = book.identifier(for: handle).flatMap { book.link(for: $0)?.address }
@@ -367,16 +376,20 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         outputs += subscribersGone(identifier)
         discoveredServices[identifier] = nil
         outputs += down.map(Output.connections)
-        // A stack that failed changes nothing an app asked for: the records keep the link and its subscriptions (the
-        // peer restores a bonded client's), so that a manager resumed after managerd went too asks for it again and
-        // relaunches its app, which a running app's record without the link would not (the fault suite's kill -9 of
-        // hcid, attd, managerd and the app at once, managerd hearing hcid go before its own end).
-        guard !stackFailed else { return (identifier, outputs + [.advertisingChanged]) }
-        // Subscriptions end with the link, for a running app too (its library says so): a record that still lists
-        // some is one managerd resumed under a link that stayed up (linkUp takes them as standing).
-        // A running app's record loses the link (the book's), an away manager's has it pending again.
+        // Subscriptions end with the link, for a running app too (its library says so), whoever ended it: the peer
+        // holds an unbonded client's descriptors for no longer than the link, so a manager that came back believing it
+        // subscribed would hear nothing. A record that still lists some is one managerd resumed under a link that
+        // stayed up (linkUp takes them as standing).
+        // A running app's record loses the link (the book's) when the peer dropped it, an away manager's has it pending
+        // again. A stack that failed changes nothing an app asked for: the running app's record keeps the link as
+        // pending (`lostToStack`), so that a manager resumed after managerd went too asks for it again and relaunches
+        // its app (the fault suite's kill -9 of hcid, attd, managerd and the app at once, managerd hearing hcid go
+        // before its own end), and so does one whose session closes before it asks again.
         for (holder, before) in zip(holders, records) {
-            _ = self.restoration.update(heldBy: holder) { $0.notifying[identifier] = nil }
+            _ = self.restoration.update(heldBy: holder) { manager in
+                manager.notifying[identifier] = nil
+                if stackFailed, manager.live, let address { manager.lostToStack[identifier] = address }
+            }
             outputs += written(holder, since: before)
         }
         return (identifier, outputs + [.advertisingChanged])

@@ -23,6 +23,10 @@ public struct PreservedManager: Equatable, Sendable {
     public var databases: [String: RemoteDatabase] = [:]
     public var notifying: [String: Set<UInt16>] = [:]
     public var connectOptions: [String: PreservedState.ConnectOptions] = [:]
+    /// Links the stack lost while the app ran (hcid or the controller reset under them): the app heard them end, but
+    /// nothing it asked for changed, so its record lists them as pending until it connects or cancels, and a session
+    /// that closes first leaves the manager asking for them again.
+    public var lostToStack: [String: DeviceAddress] = [:]
     /// What the manager had published when attd or the controller went away, until it is published again: by the
     /// app (Core Bluetooth's rule: it adds its services again on poweredOn) or, for an app not running, by managerd.
     /// Its record keeps these meanwhile, so an app killed before it adds them again, or a managerd killed with it,

@@ -471,12 +471,17 @@ final class ControllerFaultTests: XCTestCase {
         harness.startAll()
         let (_, peripheral) = harness.connect()
         harness.events[1].removeAll()
+        harness.stateAndEventOrder[1].removeAll()
         let corrupted: [UInt8] = [0x02, UInt8(peripheral & 0xFF), UInt8(peripheral >> 8) | 0x20, 0x05, 0x40, 0x01, 0x00, 0x04, 0x00, 0x0A]
         harness.hosts[1].controllerBytes(corrupted, at: harness.now)
         XCTAssertEqual(harness.hosts[1].state, .resetting, "reset on the header, not after the packet")
         harness.run(until: { harness.hosts[1].state == .poweredOn }, timeout: .seconds(2))
         XCTAssertEqual(harness.events[1].first { $0.code == 0x05 }?.parameters,
                        [0x00, UInt8(peripheral & 0xFF), UInt8(peripheral >> 8), 0x08], "the link the reset ended is reported")
+        // managerd tells a link the stack reset away from one the peer dropped by the state it heard first.
+        let order = harness.stateAndEventOrder[1]
+        XCTAssertLessThan(order.firstIndex(of: "state resetting") ?? .max, order.firstIndex(of: "event 0x5") ?? -1,
+                          "resetting is said before the links it ends: \(order)")
     }
 
     /// A length corrupted upwards but within bounds leaves a packet that never completes; the host gives it a second.

@@ -13,6 +13,8 @@ final class HostHarness {
     var events: [[HCIEventPacket]]
     var acl: [[ACLPacket]]
     var states: [[ControllerState]]
+    /// State changes and events in the order the host gave them ("state resetting", "event 0x05").
+    var stateAndEventOrder: [[String]]
     var maxInFlight: [Int]
     var baudSwitches: [[Int]]
     var logs: [[String]]
@@ -36,6 +38,7 @@ final class HostHarness {
         events = Array(repeating: [], count: controllers)
         acl = Array(repeating: [], count: controllers)
         states = Array(repeating: [], count: controllers)
+        stateAndEventOrder = Array(repeating: [], count: controllers)
         maxInFlight = Array(repeating: 0, count: controllers)
         baudSwitches = Array(repeating: [], count: controllers)
         logs = Array(repeating: [], count: controllers)
@@ -70,9 +73,13 @@ final class HostHarness {
                 }
             case .commandAnswered(let client, let token, let event): answers[index].append((client, token, event))
             case .commandFailed(let client, let token, let reason): failures[index].append((client, token, reason))
-            case .event(let event): events[index].append(event)
+            case .event(let event):
+                events[index].append(event)
+                stateAndEventOrder[index].append("event 0x\(String(event.code, radix: 16))")
             case .aclReceived(let packet): acl[index].append(packet)
-            case .stateChanged(let state): states[index].append(state)
+            case .stateChanged(let state):
+                states[index].append(state)
+                stateAndEventOrder[index].append("state \(state)")
             case .switchTransportBaud(let baud):
                 baudSwitches[index].append(baud)
                 uarts[index]?.hostBaud = baud

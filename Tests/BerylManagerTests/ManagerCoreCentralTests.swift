@@ -80,14 +80,79 @@ final class ManagerCoreCentralTests: XCTestCase {
         _ = core.notifyChanged(3, enabled: true, on: "L", by: key.holder)
         let down = core.linkDown(handle: 0x40, reason: 0x16, stackFailed: true)
         XCTAssertEqual(down?.outputs.first, .connections(.event(.disconnected(key, identifier: "L", reason: 0x16))), "the running app hears it")
-        XCTAssertFalse(down?.outputs.contains(.persist(preservedID: door.id)) ?? true)
-        XCTAssertEqual(core.restoration.manager(id: door.id)?.notifying["L"], [3], "its subscriptions stand in the record")
-        let byPeer = core.linkDown(handle: 0x41, reason: 0x08)
-        XCTAssertNil(byPeer, "a link never up")
+        XCTAssertTrue(down?.outputs.contains(.persist(preservedID: door.id)) ?? false, "connected became pending")
+        XCTAssertEqual(record(door, in: core)?.links, [PreservedState.Link(identifier: "L", pending: true, options: .init())])
+        XCTAssertNil(core.restoration.manager(id: door.id)?.notifying["L"], "the peer forgot an unbonded client's descriptors with the link")
+        XCTAssertNil(core.linkDown(handle: 0x41, reason: 0x08), "a link never up")
         _ = core.connect(key, to: "L", at: lock, options: .init())
+        XCTAssertEqual(core.restoration.manager(id: door.id)?.lostToStack, [:], "the app asked again: the book holds the request")
         _ = core.linkUp(handle: 0x41, identifier: "L", address: lock, isCentral: true)
         XCTAssertTrue(core.linkDown(handle: 0x41, reason: 0x08)?.outputs.contains(.persist(preservedID: door.id)) ?? false,
                       "a link the peer dropped leaves the record")
+        XCTAssertEqual(record(door, in: core)?.links, [])
+    }
+
+    // A read-only review after the last session: the record kept a lost link only until its next write, because the
+    // book had let go of it. Any later write (here a scan) and the session's close while hcid is still away keep it,
+    // and the preserved manager asks the controller for it again.
+    func testALinkTheStackLostSurvivesLaterWritesAndTheSessionsClose() {
+        var (core, key, door) = central()
+        _ = core.connect(key, to: "L", at: lock, options: .init(notifyOnDisconnection: true))
+        _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
+        _ = core.linkDown(handle: 0x40, reason: 0x16, stackFailed: true)
+        _ = core.startScan(ScanRequest(), for: key)
+        XCTAssertEqual(record(door, in: core)?.links, [PreservedState.Link(identifier: "L", pending: true, options: .init(notifyOnDisconnection: true))])
+        let closed = core.sessionClosed(5, poweredOn: true)
+        XCTAssertEqual(closed.last, .persist(preservedID: door.id))
+        XCTAssertTrue(closed.contains(.connections(.controller(.connect(lock)))), "the preserved manager asks for it again")
+        let away = ManagerKey(.preserved(door.id), manager: 1)
+        XCTAssertEqual(core.book.held(by: away).pending, ["L"])
+        XCTAssertEqual(core.restoration.manager(id: door.id)?.lostToStack, [:])
+        XCTAssertEqual(record(door, in: core)?.links.map(\.identifier), ["L"])
+    }
+
+    // The app cancels a link the stack lost: the record lets go of it, and the app hears the wait end (no reason).
+    func testCancellingALinkTheStackLostForgetsIt() {
+        var (core, key, door) = central()
+        _ = core.connect(key, to: "L", at: lock, options: .init())
+        _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
+        _ = core.linkDown(handle: 0x40, reason: 0x16, stackFailed: true)
+        let outputs = try? core.cancelConnection(key, to: "L")
+        XCTAssertEqual(outputs, [.persist(preservedID: door.id), .connections(.event(.disconnected(key, identifier: "L", reason: 0)))])
+        XCTAssertEqual(record(door, in: core)?.links, [])
+        XCTAssertThrowsError(try core.cancelConnection(key, to: "L"), "nothing is held or awaited any more")
+        _ = core.sessionClosed(5, poweredOn: true)
+        XCTAssertEqual(core.book.pendingIdentifiers, [], "nothing is asked for again")
+    }
+
+    // hcid's own controller resets (recovery, resync, a reopened transport) end links with a Disconnection Complete it
+    // makes up, after saying the controller is resetting: those are the stack's losses too, not the peer's.
+    func testALinkEndingWhileTheControllerResetsIsTheStacksLoss() {
+        var (core, key, door) = central()
+        _ = core.attd(attached: true, isRunning: { _ in true })
+        _ = core.controllerChanged(.poweredOn, isRunning: { _ in true })
+        _ = core.connect(key, to: "L", at: lock, options: .init())
+        _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
+        _ = core.controllerChanged(.resetting, isRunning: { _ in true })
+        _ = core.linkDown(handle: 0x40, reason: 0x16)
+        XCTAssertEqual(record(door, in: core)?.links.map(\.pending), [true])
+        XCTAssertEqual(core.restoration.manager(id: door.id)?.lostToStack["L"], lock)
+    }
+
+    // The stack lost the link of a manager whose app is away: asked again, and the relaunched app is told it does not
+    // notify (it subscribes again; a value adopted as standing would stay silent from an unbonded peer).
+    func testAnAwayManagersSubscriptionsEndWithALinkTheStackLost() {
+        var (core, key, door) = central()
+        _ = core.connect(key, to: "L", at: lock, options: .init())
+        _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
+        _ = core.notifyChanged(3, enabled: true, on: "L", by: key.holder)
+        _ = core.sessionClosed(5, poweredOn: true)
+        let down = core.linkDown(handle: 0x40, reason: 0x16, stackFailed: true)?.outputs ?? []
+        XCTAssertTrue(down.contains(.connections(.controller(.connect(lock)))))
+        _ = core.linkUp(handle: 0x41, identifier: "L", address: lock, isCentral: true)
+        let away = ManagerHolder.preserved(door.id)
+        XCTAssertNil(core.notifyRequested(true, valueHandle: 3, cccdHandle: 4, on: 0x41, identifier: "L", by: away),
+                     "the descriptor is written again")
     }
 
     func testConnectingToALinkAlreadyUpConnectsAtOnce() {
