@@ -236,6 +236,18 @@ public struct LabCore<Reply> {
 
     public mutating func linkGone(_ handle: UInt16) { timings[handle] = nil }
 
+    /// A new attd (the last one went) knows nothing of how the lab pairs: told again for the lab's links it has
+    /// (`bearers`) and for the next link of its advertising and of its connection attempt.
+    public func attdAttached(bearers: Set<UInt16>, book: ConnectionBook) -> [Output] {
+        guard let lab = session else { return [] }
+        var outputs = lab.pairingAddresses.keys.sorted().filter { bearers.contains($0) && owns($0, in: book) }.map { handle in
+            Output.pairingForLink(handle: handle, ownAddress: lab.pairingAddresses[handle] ?? nil)
+        }
+        if let advertising = lab.advertising { outputs.append(.pairingForNextLink(central: false, peer: nil, ownAddress: advertising.ownAddress)) }
+        if let attempt = lab.attempt { outputs.append(.pairingForNextLink(central: true, peer: attempt.address, ownAddress: attempt.ownAddress)) }
+        return outputs
+    }
+
     // MARK: Security
 
     /// LabSecure on a lab link: attd pairs (or encrypts with a bond's key). The opening returned goes back with attd's

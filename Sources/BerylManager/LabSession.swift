@@ -194,6 +194,8 @@ public struct LabSession: Sendable {
     /// Links a remote central made to the lab's advertising (the lab holds its central links in the connection book).
     public private(set) var peripheralLinks: Set<UInt16> = []
     private var security: [UInt16: LabSecurity] = [:]
+    /// The address pairing hashes as ours on each of the lab's links (nil: the controller's identity), for a new attd.
+    public private(set) var pairingAddresses: [UInt16: LabOwnAddress?] = [:]
     /// The last way each link's security failed: LabSecure's typed answer when attd's own answer is only a failure.
     private var lastFailure: [UInt16: LabSecurityOutcome] = [:]
 
@@ -258,12 +260,15 @@ public struct LabSession: Sendable {
             answered = attempt
             self.attempt = nil
         }
-        return LinkUp(isLab: owns(handle, holders: holders), ownAddress: own, answers: answered)
+        let isLab = owns(handle, holders: holders)
+        if isLab { pairingAddresses[handle] = .some(own) }
+        return LinkUp(isLab: isLab, ownAddress: own, answers: answered)
     }
 
     /// The handle may come back for another link; a LabSecure answered after this reports the link closing.
     public mutating func linkDown(_ handle: UInt16, reason: UInt8) {
         peripheralLinks.remove(handle)
+        pairingAddresses[handle] = nil
         security[handle] = nil
         lastFailure[handle] = .linkClosed(reason: reason)
     }

@@ -162,6 +162,7 @@ final class ManagerDaemon {
         request.att.getBearers = .init()
         connection.request(request) { [unowned self] result in
             guard case .success(let response) = result else { return }
+            defer { applyLab(lab.attdAttached(bearers: Set(response.att.bearers.bearers.map { UInt16(truncatingIfNeeded: $0.connectionHandle) }), book: book)) }
             for bearer in response.att.bearers.bearers {
                 let handle = UInt16(truncatingIfNeeded: bearer.connectionHandle)
                 core.bearer(handle, mtu: UInt16(truncatingIfNeeded: bearer.attMtu))

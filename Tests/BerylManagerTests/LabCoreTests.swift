@@ -194,4 +194,33 @@ final class LabCoreTests: XCTestCase {
         XCTAssertNil(lab.scan)
         XCTAssertEqual(lab.linkEvent(.disconnected(handle: 0x40, reason: 0x16), madeKnown: nil, book: book), [], "no lab to tell")
     }
+
+    // A read-through of managerd: a new attd (kill -9 of the last) had none of the lab's pairing settings, so it asked
+    // the user for Just Works on the lab's links and hashed the controller's identity where the lab used its random one.
+    func testANewAttdIsToldHowTheLabPairsItsLinksAndItsNextOnes() throws {
+        var lab = opened()
+        var book = ConnectionBook()
+        labLink(&lab, &book, to: peer, id: "P", handle: 0x40)
+        appLink(&book)
+        let advertising = try LabAdvertising(data: [], scanResponse: [], connectable: true, scannable: true, directedTo: nil,
+                                             ownAddress: .resolvableOrRandom, interval: 0)
+        _ = lab.advertise(advertising, "adv")
+        let central = DeviceAddress("C0:11:22:33:44:88/random")!
+        _ = book.connected(identifier: "C", handle: 0x42, address: central, isCentral: false)
+        _ = lab.linkEvent(.connected(handle: 0x42, central: false, peer: central), madeKnown: nil, book: book)
+        let attemptTo = DeviceAddress("C0:11:22:33:44:77/random")!
+        _ = lab.connect(to: attemptTo, ownAddress: .public, book: book, see: { _ in ("Q", false) }, "pending")
+        XCTAssertEqual(lab.attdAttached(bearers: [0x40, 0x41, 0x42], book: book),
+                       [.pairingForLink(handle: 0x40, ownAddress: .random), .pairingForLink(handle: 0x42, ownAddress: .resolvableOrRandom),
+                        .pairingForNextLink(central: false, peer: nil, ownAddress: .resolvableOrRandom),
+                        .pairingForNextLink(central: true, peer: attemptTo, ownAddress: .public)], "the app's link 0x41 is not the lab's")
+        XCTAssertEqual(lab.attdAttached(bearers: [0x42], book: book).first, .pairingForLink(handle: 0x42, ownAddress: .resolvableOrRandom),
+                       "only links the new attd has")
+        _ = lab.linkEvent(.disconnected(handle: 0x42, reason: 0x13), madeKnown: nil, book: book)
+        _ = lab.stopAdvertising("stop")
+        _ = lab.cancelConnect("cancel")
+        XCTAssertEqual(lab.attdAttached(bearers: [0x40, 0x42], book: book), [.pairingForLink(handle: 0x40, ownAddress: .random)])
+        _ = lab.sessionClosed(7, book: book)
+        XCTAssertEqual(lab.attdAttached(bearers: [0x40], book: book), [], "no lab")
+    }
 }
