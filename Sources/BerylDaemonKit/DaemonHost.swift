@@ -30,11 +30,12 @@ public final class DaemonHost {
     private var signalWatchers: [EventRegistration] = []
     private var wrotePidFile = false
 
-    public init(name: String, paths: DaemonPaths, socketPath: String? = nil, logLevel: LogLevel) throws {
+    public init(name: String, paths: DaemonPaths, socketPath: String? = nil, logLevel: LogLevel,
+                timers: EventLoop.TimerPrecision = .milliseconds) throws {
         self.name = name
         self.paths = paths
         self.socketPath = socketPath ?? paths.socket(name)
-        loop = try EventLoop()
+        loop = try EventLoop(timers: timers)
         logger = Logger(component: name, level: logLevel)
     }
 

@@ -17,8 +17,16 @@ public final class EventLoop {
     fileprivate var live: [ObjectIdentifier: EventRegistration] = [:]
     private let started = ContinuousClock.now
 
-    public init() throws(EventLoopError) {
-        guard let base = beryl_event_base_new() else { throw .cannotCreateBase }
+    /// How finely timers fire.
+    public enum TimerPrecision: Sendable {
+        /// Whole milliseconds, late rather than early: no system call of its own per pass of the loop.
+        case milliseconds
+        /// Microseconds, for the simulator's link layer, at a timerfd system call per pass of the loop.
+        case microseconds
+    }
+
+    public init(timers: TimerPrecision = .milliseconds) throws(EventLoopError) {
+        guard let base = beryl_event_base_new(timers == .microseconds ? 1 : 0) else { throw .cannotCreateBase }
         self.base = base
     }
 
@@ -62,7 +70,9 @@ public final class EventLoop {
 
     @discardableResult
     public func after(_ delay: Duration, _ handler: @escaping () -> Void) throws(EventLoopError) -> EventRegistration {
-        try register(fd: -1, flags: 0, timeout: delay, oneShot: true, handler)
+        let registration = try register(fd: -1, flags: 0, timeout: delay, oneShot: true, handler)
+        registration.due = uptime + delay
+        return registration
     }
 
     @discardableResult
@@ -98,13 +108,27 @@ public final class EventLoop {
             throw .cannotCreateEvent("event_new failed for fd \(fd)")
         }
         registration.event = event
-        let timeoutMicroseconds = timeout.map { Int64($0.components.seconds) * 1_000_000 + $0.components.attoseconds / 1_000_000_000_000 } ?? -1
-        guard beryl_event_add(event, timeoutMicroseconds) == 0 else {
+        guard beryl_event_add(event, timeout.map(Self.microseconds) ?? -1) == 0 else {
             beryl_event_free(event)
             throw .cannotCreateEvent("event_add failed for fd \(fd)")
         }
         live[ObjectIdentifier(registration)] = registration
         return registration
+    }
+
+    /// Rounded up, so that a timer never fires before its delay.
+    fileprivate static func microseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return max(0, seconds * 1_000_000 + (attoseconds + 999_999_999_999) / 1_000_000_000_000)
+    }
+
+    /// A one-shot timer's event fired before its time by the loop's own clock: libevent's millisecond timers run on the
+    /// kernel's coarse clock, which can be a tick behind this one. It waits out the rest rather than firing early.
+    fileprivate func firesEarly(_ registration: EventRegistration, event: OpaquePointer) -> Bool {
+        guard let due = registration.due else { return false }
+        let left = due - uptime
+        guard left > .zero else { return false }
+        return beryl_event_add(event, Self.microseconds(left)) == 0
     }
 
     fileprivate func forget(_ registration: EventRegistration) {
@@ -140,6 +164,8 @@ public final class EventRegistration {
     private weak var loop: EventLoop?
     private let oneShot: Bool
     private let handler: () -> Void
+    /// A one-shot timer's time on the loop's clock.
+    fileprivate var due: Duration?
 
     fileprivate init(loop: EventLoop, oneShot: Bool, handler: @escaping () -> Void) {
         self.loop = loop
@@ -156,7 +182,8 @@ public final class EventRegistration {
     }
 
     fileprivate func fire() {
-        guard event != nil else { return }
+        guard let event else { return }
+        if let loop, loop.firesEarly(self, event: event) { return }
         if oneShot { cancel() }
         handler()
     }

@@ -4,9 +4,12 @@
 _Static_assert(BERYL_EV_TIMEOUT == EV_TIMEOUT && BERYL_EV_READ == EV_READ && BERYL_EV_WRITE == EV_WRITE &&
                BERYL_EV_SIGNAL == EV_SIGNAL && BERYL_EV_PERSIST == EV_PERSIST, "libevent flag values");
 
-struct event_base *beryl_event_base_new(void) {
-    /* Precise timers (timerfd on Linux): epoll's millisecond timeouts would round every
-     * sub-millisecond deadline (the simulator's link layer, command latencies) up to a whole millisecond. */
+struct event_base *beryl_event_base_new(int precise_timers) {
+    /* Precise timers (timerfd on Linux) serve the simulator, whose link layer keeps sub-millisecond deadlines; epoll
+     * rounds a timeout up to a whole millisecond. They cost a timerfd_settime system call on every pass of the loop
+     * while any timer is pending (libevent's epoll backend sets it each time), so the daemons, whose deadlines are
+     * milliseconds to seconds, do without. */
+    if (!precise_timers) return event_base_new();
     struct event_config *config = event_config_new();
     if (!config) return event_base_new();
     event_config_set_flag(config, EVENT_BASE_FLAG_PRECISE_TIMER);

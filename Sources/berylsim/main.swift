@@ -68,7 +68,7 @@ struct Berylsim: ParsableCommand {
         let seed = self.seed
         var daemon: SimDaemon?
         let status = runDaemon({
-            try DaemonHost(name: "berylsim", paths: paths, socketPath: "\(dir)/control.sock", logLevel: logLevel)
+            try DaemonHost(name: "berylsim", paths: paths, socketPath: "\(dir)/control.sock", logLevel: logLevel, timers: .microseconds)
         }) { host in
             daemon = try SimDaemon(host: host, air: SimAir(controllerCount: count, seed: seed, config: config), directory: dir, tcp: tcp,
                                    seed: seed)

@@ -17,6 +17,27 @@ final class EventLoopTests: XCTestCase {
         XCTAssertEqual(loop.registrationCount, 0, "one-shot timers let go of themselves")
     }
 
+    // Millisecond timers run on the kernel's coarse clock, which can be a tick behind the loop's: a timer that libevent
+    // fires a little early waits out the rest, since the cores behind a shell's timers do nothing before their deadline.
+    func testAOneShotTimerNeverFiresBeforeItsDelayOnTheLoopsClock() throws {
+        for timers in [EventLoop.TimerPrecision.milliseconds, .microseconds] {
+            let loop = try EventLoop(timers: timers)
+            var early: [Duration] = []
+            var fired = 0
+            for index in 0..<60 {
+                let delay = Duration.microseconds(250 + 113 * index)
+                let due = loop.uptime + delay
+                try loop.after(delay) {
+                    fired += 1
+                    if loop.uptime < due { early.append(due - loop.uptime) }
+                }
+            }
+            try loop.run()
+            XCTAssertEqual(fired, 60, "\(timers)")
+            XCTAssertEqual(early, [], "\(timers): fired this much before the delay")
+        }
+    }
+
     func testRepeatingTimerRunsUntilCancelledFromItsOwnHandler() throws {
         let loop = try EventLoop()
         var count = 0

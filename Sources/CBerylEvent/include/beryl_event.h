@@ -15,7 +15,8 @@ enum {
     BERYL_EV_PERSIST = 0x10,
 };
 
-struct event_base *beryl_event_base_new(void);
+/* precise_timers: sub-millisecond timers through timerfd, at a system call per loop pass. */
+struct event_base *beryl_event_base_new(int precise_timers);
 void beryl_event_base_free(struct event_base *base);
 /* Returns 0 when stopped or out of events, -1 on error. */
 int beryl_event_base_dispatch(struct event_base *base);
