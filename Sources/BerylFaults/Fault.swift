@@ -7,6 +7,9 @@ public enum Fault: String, CaseIterable, Sendable {
     case killManagerd = "kill-managerd"
     case killApp = "kill-app"
     case killAll = "kill-all"
+    /// hcid, then the app a moment later: managerd lives on and hears the links go, and the app may die before it asks
+    /// for them again, so the preserved manager must (the records of links the stack lost).
+    case killHcidThenApp = "kill-hcid-app"
     case outOfRange = "out-of-range"
     case linkLoss = "link-loss"
     case frozenController = "frozen-controller"
@@ -23,6 +26,7 @@ public enum Fault: String, CaseIterable, Sendable {
         case .killManagerd: "kill -9 managerd"
         case .killApp: "kill -9 the app"
         case .killAll: "kill -9 all (3 daemons + app)"
+        case .killHcidThenApp: "kill -9 hcid, then the app"
         case .outOfRange: "out of range and back"
         case .linkLoss: "10-30% link-layer loss"
         case .frozenController: "frozen controller"
@@ -37,7 +41,7 @@ public enum Fault: String, CaseIterable, Sendable {
     /// Daemons this fault kills on the side it hits; every other daemon must keep its pid.
     var killedDaemons: [String] {
         switch self {
-        case .killHcid: ["hcid"]
+        case .killHcid, .killHcidThenApp: ["hcid"]
         case .killAttd: ["attd"]
         case .killManagerd: ["managerd"]
         case .killAll: ["hcid", "attd", "managerd"]

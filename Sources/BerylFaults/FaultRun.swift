@@ -140,6 +140,14 @@ extension FaultLab {
             let id = side == .central ? Self.doorlockID : Self.thermostatID
             let targets = Array(daemonPIDs(side).values) + appPIDs(id, on: side)
             for pid in targets { kill(pid, SIGKILL) }
+        case .killHcidThenApp:
+            guard let pid = daemonPIDs(side)["hcid"] else { return ["\(side) hcid was not running"] }
+            let id = side == .central ? Self.doorlockID : Self.thermostatID
+            let apps = appPIDs(id, on: side)
+            kill(pid, SIGKILL)
+            // Long enough, in some seeds, for managerd to hear hcid go and tell the app; in others the app asks again first.
+            usleep(UInt32(random.int(0...40_000)))
+            for app in apps { kill(app, SIGKILL) }
         case .outOfRange:
             _ = sim(["range", controller, "out"])
             usleep(3_000_000)  // past the 2 s supervision timeout: the link drops
