@@ -15,6 +15,8 @@ public final class FaultLab: Sendable {
     public static let stream = "7E570003-0000-1000-8000-00805F9B34FB"
     public static let doorlockID = "com.example.doorlock"
     public static let thermostatID = "com.example.thermostat"
+    /// The app a side runs: the door lock as central, the thermostat as peripheral.
+    static func appID(on side: Side) -> String { side == .central ? doorlockID : thermostatID }
 
     public let root: String
     let seed: UInt64

@@ -132,18 +132,15 @@ extension FaultLab {
             guard let pid = daemonPIDs(side)[fault.killedDaemons[0]] else { return ["\(side) \(fault.killedDaemons[0]) was not running"] }
             kill(pid, SIGKILL)
         case .killApp:
-            let id = side == .central ? Self.doorlockID : Self.thermostatID
-            let pids = appPIDs(id, on: side)
+            let pids = appPIDs(Self.appID(on: side), on: side)
             // Already dead (a peripheral app relaunched only when a central asks for it) is fine: nothing to kill.
             for pid in pids { kill(pid, SIGKILL) }
         case .killAll:
-            let id = side == .central ? Self.doorlockID : Self.thermostatID
-            let targets = Array(daemonPIDs(side).values) + appPIDs(id, on: side)
+            let targets = Array(daemonPIDs(side).values) + appPIDs(Self.appID(on: side), on: side)
             for pid in targets { kill(pid, SIGKILL) }
         case .killHcidThenApp:
             guard let pid = daemonPIDs(side)["hcid"] else { return ["\(side) hcid was not running"] }
-            let id = side == .central ? Self.doorlockID : Self.thermostatID
-            let apps = appPIDs(id, on: side)
+            let apps = appPIDs(Self.appID(on: side), on: side)
             kill(pid, SIGKILL)
             // Long enough, in some seeds, for managerd to hear hcid go and tell the app; in others the app asks again first.
             usleep(UInt32(random.int(0...40_000)))

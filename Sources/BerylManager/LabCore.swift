@@ -240,8 +240,8 @@ public struct LabCore<Reply> {
     /// (`bearers`) and for the next link of its advertising and of its connection attempt.
     public func attdAttached(bearers: Set<UInt16>, book: ConnectionBook) -> [Output] {
         guard let lab = session else { return [] }
-        var outputs = lab.pairingAddresses.keys.sorted().filter { bearers.contains($0) && owns($0, in: book) }.map { handle in
-            Output.pairingForLink(handle: handle, ownAddress: lab.pairingAddresses[handle] ?? nil)
+        var outputs = lab.pairingAddresses.sorted { $0.key < $1.key }.filter { bearers.contains($0.key) && owns($0.key, in: book) }.map {
+            Output.pairingForLink(handle: $0.key, ownAddress: $0.value)
         }
         if let advertising = lab.advertising { outputs.append(.pairingForNextLink(central: false, peer: nil, ownAddress: advertising.ownAddress)) }
         if let attempt = lab.attempt { outputs.append(.pairingForNextLink(central: true, peer: attempt.address, ownAddress: attempt.ownAddress)) }

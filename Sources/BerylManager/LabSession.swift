@@ -261,7 +261,7 @@ public struct LabSession: Sendable {
             self.attempt = nil
         }
         let isLab = owns(handle, holders: holders)
-        if isLab { pairingAddresses[handle] = .some(own) }
+        if isLab { pairingAddresses.updateValue(own, forKey: handle) }  // nil kept: the controller's identity
         return LinkUp(isLab: isLab, ownAddress: own, answers: answered)
     }
 

@@ -162,7 +162,6 @@ final class ManagerDaemon {
         request.att.getBearers = .init()
         connection.request(request) { [unowned self] result in
             guard case .success(let response) = result else { return }
-            defer { applyLab(lab.attdAttached(bearers: Set(response.att.bearers.bearers.map { UInt16(truncatingIfNeeded: $0.connectionHandle) }), book: book)) }
             for bearer in response.att.bearers.bearers {
                 let handle = UInt16(truncatingIfNeeded: bearer.connectionHandle)
                 core.bearer(handle, mtu: UInt16(truncatingIfNeeded: bearer.attMtu))
@@ -174,6 +173,7 @@ final class ManagerDaemon {
                 host.logger.info("link 0x\(String(handle, radix: 16)) with \(peer) was up before managerd started; taking it back")
                 linkChanged(.connected(handle: handle, central: bearer.central, peer: peer))
             }
+            applyLab(lab.attdAttached(bearers: Set(response.att.bearers.bearers.map { UInt16(truncatingIfNeeded: $0.connectionHandle) }), book: book))
         }
     }
 

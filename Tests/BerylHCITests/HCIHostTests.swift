@@ -480,7 +480,7 @@ final class ControllerFaultTests: XCTestCase {
                        [0x00, UInt8(peripheral & 0xFF), UInt8(peripheral >> 8), 0x08], "the link the reset ended is reported")
         // managerd tells a link the stack reset away from one the peer dropped by the state it heard first.
         let order = harness.stateAndEventOrder[1]
-        XCTAssertLessThan(order.firstIndex(of: "state resetting") ?? .max, order.firstIndex(of: "event 0x5") ?? -1,
+        XCTAssertLessThan(order.firstIndex(of: .state(.resetting)) ?? .max, order.firstIndex(of: .event(code: HCIEventCode.disconnectionComplete.rawValue)) ?? -1,
                           "resetting is said before the links it ends: \(order)")
     }
 

@@ -13,8 +13,12 @@ final class HostHarness {
     var events: [[HCIEventPacket]]
     var acl: [[ACLPacket]]
     var states: [[ControllerState]]
-    /// State changes and events in the order the host gave them ("state resetting", "event 0x05").
-    var stateAndEventOrder: [[String]]
+    /// State changes and events in the order the host gave them.
+    enum Traced: Equatable {
+        case state(ControllerState)
+        case event(code: UInt8)
+    }
+    var stateAndEventOrder: [[Traced]]
     var maxInFlight: [Int]
     var baudSwitches: [[Int]]
     var logs: [[String]]
@@ -75,11 +79,11 @@ final class HostHarness {
             case .commandFailed(let client, let token, let reason): failures[index].append((client, token, reason))
             case .event(let event):
                 events[index].append(event)
-                stateAndEventOrder[index].append("event 0x\(String(event.code, radix: 16))")
+                stateAndEventOrder[index].append(.event(code: event.code))
             case .aclReceived(let packet): acl[index].append(packet)
             case .stateChanged(let state):
                 states[index].append(state)
-                stateAndEventOrder[index].append("state \(state)")
+                stateAndEventOrder[index].append(.state(state))
             case .switchTransportBaud(let baud):
                 baudSwitches[index].append(baud)
                 uarts[index]?.hostBaud = baud
