@@ -87,7 +87,12 @@ public final class IPCSession {
     /// Queues the envelope; a peer that lets its queue pass the limits is dropped rather than buffered without bound.
     public func send(_ envelope: Envelope) {
         guard isOpen else { return }
-        let bytes = envelope.encoded()
+        send(encoded: envelope.encoded())
+    }
+
+    /// An envelope encoded once for every session it goes to (a broadcast), rather than once per session.
+    public func send(encoded bytes: [UInt8]) {
+        guard isOpen else { return }
         guard acceptsBatches else { return sendDatagram(bytes) }
         batch.add(bytes)
     }
@@ -279,9 +284,14 @@ public final class IPCServer {
         onSessionClosed(session, reason)
     }
 
-    /// Sends an event to every open session.
-    public func broadcast(_ event: Event) {
-        for session in sessions.values { session.send(.event(event)) }
+    /// Sends an event to every open session `wanted` picks, encoded once for all of them.
+    public func broadcast(_ event: Event, where wanted: (IPCSession) -> Bool = { _ in true }) {
+        var encoded: [UInt8]?
+        for session in sessions.values where wanted(session) {
+            let bytes = encoded ?? Envelope.event(event).encoded()
+            encoded = bytes
+            session.send(encoded: bytes)
+        }
     }
 
     /// Stops accepting, closes every session and removes the socket file.

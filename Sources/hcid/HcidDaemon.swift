@@ -286,9 +286,7 @@ final class HcidDaemon {
     }
 
     private func broadcast(_ event: Event, to wants: (Subscription) -> Bool) {
-        for session in host.server?.sessions.values ?? [:].values {
-            if let subscription = subscriptions[session.id], wants(subscription) { session.send(.event(event)) }
-        }
+        host.server?.broadcast(event) { session in subscriptions[session.id].map(wants) ?? false }
     }
 
     private func monitor(_ bytes: [UInt8], received: Bool) {
@@ -318,14 +316,15 @@ final class HcidDaemon {
             unclaimedACL += singles.prefix(Self.maxUnclaimedACLPackets - unclaimedACL.count)
             return
         }
-        var batch = Event()
-        batch.hci.aclBatch.packets = packets
+        // Encoded once, whoever takes them.
+        lazy var batch: [UInt8] = Envelope.event(.with { $0.hci.aclBatch.packets = packets }).encoded()
+        lazy var encodedSingles = singles.map { Envelope.event($0).encoded() }
         for (id, subscription) in subscriptions where subscription.acl {
             guard let session = host.server?.sessions[id] else { continue }
             if subscription.credits, packets.count > 1 {
-                session.send(.event(batch))
+                session.send(encoded: batch)
             } else {
-                for event in singles { session.send(.event(event)) }
+                for event in encodedSingles { session.send(encoded: event) }
             }
         }
     }

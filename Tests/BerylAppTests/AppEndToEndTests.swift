@@ -91,9 +91,11 @@ final class IncludedServicesCentral: CentralManagerDelegate, PeripheralDelegate 
 
 /// berylsim with two controllers and a full stack (hcid, attd, managerd) on each, in `run0`/`run1`.
 /// One full stack per `managerd` entry (two unless a test says otherwise) on one berylsim.
-func startTwoStacks(_ scratch: Scratch, attd extra: [[String]] = [[], []], managerd managerdExtra: [[String]] = [[], []]) throws {
+func startTwoStacks(_ scratch: Scratch, sim simExtra: [String] = [], attd extra: [[String]] = [[], []],
+                    managerd managerdExtra: [[String]] = [[], []]) throws {
     let sim = scratch.root + "/sim"
-    try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", sim, "--controllers", "\(managerdExtra.count)"], socket: sim + "/control.sock")
+    try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", sim, "--controllers", "\(managerdExtra.count)"] + simExtra,
+                      socket: sim + "/control.sock")
     for index in managerdExtra.indices {
         let run = "\(scratch.root)/run\(index)"
         let common = ["--runtime-dir", run, "--state-dir", "\(scratch.root)/state\(index)"]
@@ -119,13 +121,15 @@ class TwoStacksTestCase: XCTestCase {
     var scratch: Scratch!
     /// Extra managerd arguments for each stack.
     var managerdArguments: [[String]] { [[], []] }
+    /// Extra berylsim arguments (its link, say).
+    var simArguments: [String] { [] }
     /// Runs in the scratch directory before the stacks start.
     func prepare() throws {}
 
     override func setUpWithError() throws {
         scratch = try Scratch()
         try prepare()
-        try startTwoStacks(scratch, managerd: managerdArguments)
+        try startTwoStacks(scratch, sim: simArguments, managerd: managerdArguments)
     }
 
     override func tearDown() {

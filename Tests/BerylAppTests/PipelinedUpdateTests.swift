@@ -19,15 +19,19 @@ private final class Flooder: PeripheralManagerDelegate, Sendable {
     }
 
     func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) { recorder.note("state \(peripheral.state)") }
+    /// The longest value the subscribed central takes (its ATT_MTU less 3).
+    let maximumLength = Atomic<Int>(0)
     func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: Characteristic) {
+        maximumLength.store(central.maximumUpdateValueLength, ordering: .relaxed)
         recorder.note("subscribed \(characteristic.uuid)")
     }
     func peripheralManagerIsReady(toUpdateSubscribers peripheral: PeripheralManager) { ready.signal() }
 
-    /// Values numbered `range`, each starting with its number (two bytes, big-endian), from the calling thread.
-    func flood(_ manager: PeripheralManager, _ range: Range<Int>) -> Bool {
+    /// Values numbered `range`, each starting with its number (two bytes, big-endian), `length` bytes in all, from
+    /// the calling thread.
+    func flood(_ manager: PeripheralManager, _ range: Range<Int>, length: Int) -> Bool {
         for sequence in range {
-            let value = Data([UInt8(sequence >> 8), UInt8(sequence & 0xFF)] + [UInt8](repeating: 0xA5, count: 18))
+            let value = Data([UInt8(sequence >> 8), UInt8(sequence & 0xFF)] + [UInt8](repeating: 0xA5, count: length - 2))
             while !manager.updateValue(value, for: characteristic, onSubscribedCentrals: nil) {
                 refusals.add(1, ordering: .relaxed)
                 guard ready.wait(timeout: .now() + 10) == .success else { return false }
@@ -43,9 +47,11 @@ private final class Collector: CentralManagerDelegate, PeripheralDelegate, Senda
     let values = Mutex<[BluetoothUUID: [Int]]>([:])
     func centralManagerDidUpdateState(_ central: CentralManager) { recorder.note("state \(central.state)") }
     func centralManager(_ central: CentralManager, didDisconnectPeripheral peripheral: Peripheral, error: Error?) { recorder.note("disconnected") }
+    let lengths = Mutex<Set<Int>>([])
     func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: Error?) {
         guard let value = characteristic.value, value.count >= 2 else { return }
         values.withLock { $0[characteristic.uuid, default: []].append(Int(value[0]) << 8 | Int(value[1])) }
+        _ = lengths.withLock { $0.insert(value.count) }
     }
     func peripheral(_ peripheral: Peripheral, didUpdateNotificationStateFor characteristic: Characteristic, error: Error?) {
         recorder.note("notifying \(characteristic.uuid) \(characteristic.isNotifying)")
@@ -53,14 +59,10 @@ private final class Collector: CentralManagerDelegate, PeripheralDelegate, Senda
     func received(_ uuid: UInt16) -> [Int] { values.withLock { $0[BluetoothUUID(uuid)] ?? [] } }
 }
 
-/// updateValue pipelines (values leave without waiting for one another's answers): four apps on one stack flood one
-/// central at once on berylsim's default link. Their 4 × 16 values on their way exceed what attd holds for the link
-/// (its 32-PDU outbox and the controller buffers hcid credits), so attd refuses, holds back and readies each app on
-/// its own; every value still arrives once and in order.
-final class PipelinedUpdateTests: TwoStacksTestCase {
-    private let uuids: [UInt16] = [0xFFF1, 0xFFF2, 0xFFF3, 0xFFF4]
+private extension TwoStacksTestCase {
+    var uuids: [UInt16] { [0xFFF1, 0xFFF2, 0xFFF3, 0xFFF4] }
 
-    private func publish(_ managers: [PeripheralManager], _ apps: [Flooder]) async throws {
+    func publish(_ managers: [PeripheralManager], _ apps: [Flooder]) async throws {
         for (manager, app) in zip(managers, apps) {
             let service = MutableService(type: BluetoothUUID(0xFFE0), primary: true)
             service.characteristics = [app.characteristic]
@@ -69,7 +71,7 @@ final class PipelinedUpdateTests: TwoStacksTestCase {
         managers[0].startAdvertising(AdvertisingOptions(localName: "Flood", serviceUUIDs: [BluetoothUUID(0xFFE0)]))
     }
 
-    private func subscribe(_ central: CentralManager, _ collector: Collector, _ apps: [Flooder]) async throws {
+    func subscribe(_ central: CentralManager, _ collector: Collector, _ apps: [Flooder]) async throws {
         let found = await central.firstDiscovery(of: BluetoothUUID(0xFFE0))
         let peripheral = try XCTUnwrap(found).peripheral
         peripheral.delegate = collector
@@ -84,7 +86,7 @@ final class PipelinedUpdateTests: TwoStacksTestCase {
     }
 
     /// Each app's manager on stack 1 publishes its characteristic; one central on stack 0 subscribes to all four.
-    private func publishAndSubscribe(_ apps: [Flooder]) async throws -> ([PeripheralManager], CentralManager, Collector) {
+    func publishAndSubscribe(_ apps: [Flooder]) async throws -> ([PeripheralManager], CentralManager, Collector) {
         let managers = apps.map { PeripheralManager(delegate: $0, queue: DispatchQueue(label: "app"), socketPath: socket(1)) }
         for app in apps { XCTAssertNotNil(app.recorder.wait(for: "state poweredOn")) }
         try await publish(managers, apps)
@@ -96,14 +98,14 @@ final class PipelinedUpdateTests: TwoStacksTestCase {
         return (managers, central, collector)
     }
 
-    /// Each app sends values `from..<to`; the central must hear exactly those after what it heard before.
-    private func flood(_ managers: [PeripheralManager], _ apps: [Flooder], _ collector: Collector, _ range: Range<Int>) async {
+    /// Each app sends values `from..<to` of `length` bytes; the central must hear exactly those after what it heard before.
+    func flood(_ managers: [PeripheralManager], _ apps: [Flooder], _ collector: Collector, _ range: Range<Int>, length: Int = 20) async {
         let heardBefore = uuids.map { collector.received($0).count }
         let group = DispatchGroup()
         let failures = Recorder()
         for (manager, app) in zip(managers, apps) {
             DispatchQueue.global().async(group: group) {
-                if !app.flood(manager, range) { failures.note("no peripheralManagerIsReady within 10 s") }
+                if !app.flood(manager, range, length: length) { failures.note("no peripheralManagerIsReady within 10 s") }
             }
         }
         await withCheckedContinuation { done in group.notify(queue: .global()) { done.resume() } }
@@ -116,7 +118,13 @@ final class PipelinedUpdateTests: TwoStacksTestCase {
         XCTAssertGreaterThan(apps.map { $0.refusals.load(ordering: .relaxed) }.reduce(0, +), 0,
                              "no updateValue was refused: the apps never outran the link")
     }
+}
 
+/// updateValue pipelines (values leave without waiting for one another's answers): four apps on one stack flood one
+/// central at once on berylsim's default link. Their 4 × 16 values on their way exceed what attd holds for the link
+/// (its 32-PDU outbox and the controller buffers hcid credits), so attd refuses, holds back and readies each app on
+/// its own; every value still arrives once and in order.
+final class PipelinedUpdateTests: TwoStacksTestCase {
     func testFourAppsFloodingOneCentralLoseAndReorderNothing() async throws {
         let apps = uuids.map { Flooder($0) }
         let (managers, central, collector) = try await publishAndSubscribe(apps)
@@ -151,5 +159,31 @@ final class PipelinedUpdateTests: TwoStacksTestCase {
         let (managers, central, collector) = try await publishAndSubscribe(apps)
         await flood(managers, apps, collector, 0..<80)
         withExtendedLifetime((managers, central)) {}
+    }
+}
+
+/// The same floods on berylsim's instant link (delivery and buffer return at once, 27-byte × 64 controller buffers, as
+/// the benchmark runs), where the host alone bounds the rate: 20- and 244-byte values, notified and indicated, each
+/// once and in order.
+final class PipelinedUpdateInstantLinkTests: TwoStacksTestCase {
+    override var simArguments: [String] { ["--link", "instant", "--acl-buffers", "27:64"] }
+
+    private func floodBothLengths(_ properties: CharacteristicProperties, count: Int) async throws {
+        let apps = uuids.map { Flooder($0, properties: properties) }
+        let (managers, central, collector) = try await publishAndSubscribe(apps)
+        let long = min(244, apps[0].maximumLength.load(ordering: .relaxed))
+        XCTAssertEqual(long, 244, "the central's ATT_MTU takes 244-byte values")
+        await flood(managers, apps, collector, 0..<count, length: 20)
+        await flood(managers, apps, collector, count..<2 * count, length: long)
+        XCTAssertEqual(collector.lengths.withLock { $0 }, [20, long], "values arrive whole")
+        withExtendedLifetime((managers, central)) {}
+    }
+
+    func testNotificationsOf20And244BytesLoseAndReorderNothing() async throws {
+        try await floodBothLengths(.notify, count: 300)
+    }
+
+    func testIndicationsOf20And244BytesLoseAndReorderNothing() async throws {
+        try await floodBothLengths(.indicate, count: 80)
     }
 }

@@ -53,16 +53,11 @@ private final class Sink: PeripheralManagerDelegate, Sendable {
     func received(_ uuid: UInt16) -> [Int] { values.withLock { $0[BluetoothUUID(uuid)] ?? [] } }
 }
 
-/// Writes without response pipeline (they leave without waiting for one another's answers, and the library decides
-/// canSendWriteWithoutResponse against its own queue): four central apps on one stack share one link to a
-/// peripheral and flood it at once. Their 4 × 16 writes on their way exceed what attd holds for the link (its
-/// 32-PDU outbox and the controller buffers hcid credits), so attd refuses, holds back and readies each app on its
-/// own; every write still arrives once and in order.
-final class PipelinedWriteTests: TwoStacksTestCase {
-    private let uuids: [UInt16] = [0xFFA1, 0xFFA2, 0xFFA3, 0xFFA4]
+private extension TwoStacksTestCase {
+    var uuids: [UInt16] { [0xFFA1, 0xFFA2, 0xFFA3, 0xFFA4] }
 
-    private func flood(_ writers: [Writer], _ peripherals: [Peripheral], _ characteristics: [Characteristic], _ sink: Sink,
-                       _ range: Range<Int>, length: Int) async {
+    func flood(_ writers: [Writer], _ peripherals: [Peripheral], _ characteristics: [Characteristic], _ sink: Sink,
+               _ range: Range<Int>, length: Int) async {
         let heardBefore = uuids.map { sink.received($0).count }
         let group = DispatchGroup()
         let failures = Recorder()
@@ -84,7 +79,8 @@ final class PipelinedWriteTests: TwoStacksTestCase {
                              "canSendWriteWithoutResponse never said false: the apps never outran the link")
     }
 
-    func testFourCentralAppsWritingWithoutResponseOverOneLinkLoseAndReorderNothing() async throws {
+    /// A sink on stack 1 publishing four characteristics; four central apps on stack 0, each connected to it, with its own.
+    func connectWriters() async throws -> (Sink, PeripheralManager, [Writer], [CentralManager], [Peripheral], [Characteristic]) {
         let sink = Sink()
         let manager = PeripheralManager(delegate: sink, queue: DispatchQueue(label: "peripheral"), socketPath: socket(1))
         XCTAssertNotNil(sink.recorder.wait(for: "state poweredOn"))
@@ -112,6 +108,19 @@ final class PipelinedWriteTests: TwoStacksTestCase {
         }
         XCTAssertTrue(peripherals.allSatisfy(\.canSendWriteWithoutResponse))
 
+        return (sink, manager, writers, centrals, peripherals, characteristics)
+    }
+}
+
+/// Writes without response pipeline (they leave without waiting for one another's answers, and the library decides
+/// canSendWriteWithoutResponse against its own queue): four central apps on one stack share one link to a
+/// peripheral and flood it at once. Their 4 × 16 writes on their way exceed what attd holds for the link (its
+/// 32-PDU outbox and the controller buffers hcid credits), so attd refuses, holds back and readies each app on its
+/// own; every write still arrives once and in order.
+final class PipelinedWriteTests: TwoStacksTestCase {
+    func testFourCentralAppsWritingWithoutResponseOverOneLinkLoseAndReorderNothing() async throws {
+        let (sink, manager, writers, centrals, peripherals, connected) = try await connectWriters()
+        var characteristics = connected
         await flood(writers, peripherals, characteristics, sink, 0..<300, length: 20)
 
         // One app lets go of the link, which the others keep up, and connects again: it counts its readies afresh, and
@@ -125,6 +134,23 @@ final class PipelinedWriteTests: TwoStacksTestCase {
         let long = min(244, mtuBound)
         await flood(writers, peripherals, characteristics, sink, 300..<500, length: long)
         XCTAssertTrue(sink.lengths.withLock { $0 } == [20, long], "values arrive whole: \(sink.lengths.withLock { $0 })")
+        XCTAssertTrue(peripherals.allSatisfy(\.canSendWriteWithoutResponse), "every queue drained")
+        withExtendedLifetime((manager, centrals)) {}
+    }
+}
+
+/// The same writes on berylsim's instant link (delivery and buffer return at once, 27-byte × 64 controller buffers, as
+/// the benchmark runs), where the host alone bounds the rate: 20- and 244-byte values, each once and in order.
+final class PipelinedWriteInstantLinkTests: TwoStacksTestCase {
+    override var simArguments: [String] { ["--link", "instant", "--acl-buffers", "27:64"] }
+
+    func testWritesWithoutResponseOf20And244BytesLoseAndReorderNothing() async throws {
+        let (sink, manager, writers, centrals, peripherals, characteristics) = try await connectWriters()
+        let long = min(244, peripherals[0].maximumWriteValueLength(for: .withoutResponse))
+        XCTAssertEqual(long, 244, "the link's ATT_MTU takes 244-byte values")
+        await flood(writers, peripherals, characteristics, sink, 0..<300, length: 20)
+        await flood(writers, peripherals, characteristics, sink, 300..<600, length: long)
+        XCTAssertEqual(sink.lengths.withLock { $0 }, [20, long], "values arrive whole")
         XCTAssertTrue(peripherals.allSatisfy(\.canSendWriteWithoutResponse), "every queue drained")
         withExtendedLifetime((manager, centrals)) {}
     }

@@ -110,6 +110,39 @@ final class IPCBatchTests: XCTestCase {
         XCTAssertEqual(asked(), [1, 2, 3, 4, 5, 8], "request 7 inside the nested batch was never handled")
     }
 
+    /// A broadcast goes to the sessions it picks, once each, and to no other; a batching peer gets it in its wake-up's
+    /// datagram, one that did not opt in as a lone envelope.
+    func testABroadcastReachesTheSessionsItPicksOnceEach() throws {
+        let loop = try EventLoop()
+        let (server, _) = try echoServer(loop)
+        cleanUp.append { server.shutdown() }
+        var peers: [Int32] = []
+        for index in 0..<3 {
+            let fd = try SeqPacketSocket.connect(path: server.path, nonBlocking: true)
+            cleanUp.append { close(fd) }
+            peers.append(fd)
+            // A ping makes the server hear the peer (and whether it takes batches) before the broadcast.
+            XCTAssertEqual(SeqPacketSocket.send(fd, ping(UInt64(index + 1), acceptsBatches: index == 0)), .sent)
+            XCTAssertNotNil(receiveDatagram(fd, loop: loop), "peer \(index) was not answered")
+        }
+        XCTAssertEqual(server.sessions.count, 3)
+        let skipped = try XCTUnwrap(server.sessions.keys.max())
+        var event = Event()
+        event.hci.controllerChanged.address = "C0:FF:EE:00:00:01"
+        _ = try loop.after(.zero) { server.broadcast(event) { $0.id != skipped } }
+        loop.runOnce()
+        var heard: [Int] = []
+        for (index, fd) in peers.enumerated() {
+            var buffer: [UInt8] = []
+            guard case .message(let bytes) = SeqPacketSocket.receive(fd, cap: 65536, buffer: &buffer) else { continue }
+            let envelope = try Envelope(serializedBytes: bytes)
+            XCTAssertEqual(envelope.unbatched.map(\.event), [event], "peer \(index): the event, once")
+            heard.append(index)
+            if case .message = SeqPacketSocket.receive(fd, cap: 65536, buffer: &buffer) { XCTFail("peer \(index) heard it twice") }
+        }
+        XCTAssertEqual(heard.count, 2, "every session but the one left out, and only those")
+    }
+
     func testAPeerThatDidNotOptInGetsOneEnvelopePerDatagram() throws {
         let loop = try EventLoop()
         let (fd, _) = try serverAndPeer(loop)
