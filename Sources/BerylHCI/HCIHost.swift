@@ -77,6 +77,13 @@ public final class HCIHost {
     private var bringUpResumeAt: Duration?
     let acl: ACLScheduler
     private var attAnswers = ATTAnswerWatch()
+    /// When the controller last sent a whole packet: the sign of life that tells an unimplemented command from a frozen
+    /// controller.
+    private var lastPacketAt: Duration?
+    /// Link-tuning commands this controller left unanswered while it went on sending: not asked again.
+    public private(set) var unansweredTuning: Set<HCIOpcode> = []
+    /// The commands hcid sends on its own to tune a new link; a controller without them loses nothing but speed.
+    static let tuningCommands: Set<HCIOpcode> = [.leSetPHY, .leSetDataLength]
 
     struct Pending {
         var owner: Owner
@@ -239,6 +246,7 @@ public final class HCIHost {
             start(at: now)
             return
         }
+        forgetUnansweredTuning()
         let stalledOpcode: UInt16
         if let stalled = outstanding.values.first(where: { now - $0.sentAt >= commandTimeout }) {
             stalledOpcode = stalled.command.opcode
@@ -254,6 +262,25 @@ public final class HCIHost {
         bringUpResumeAt = nil
         setState(.unresponsive(opcode: stalledOpcode))
         recoveryAt = now + commandTimeout
+    }
+
+    /// A tuning command of hcid's own that went unanswered for the command timeout while the controller kept sending
+    /// packets is one it does not implement, though its features claim it (Bumble's controllers send no Command Status
+    /// for LE Set PHY): the link keeps its PHY and length, the command's credit comes back (as Linux takes it back on a
+    /// command timeout), and it is not asked again. A controller that sent nothing since is frozen, and `tick` says so.
+    private func forgetUnansweredTuning() {
+        guard let lastPacketAt else { return }
+        var forgot = false
+        for (opcode, pending) in outstanding where pending.owner == .host && now - pending.sentAt >= commandTimeout && lastPacketAt > pending.sentAt {
+            guard let tuning = HCIOpcode(rawValue: opcode), Self.tuningCommands.contains(tuning) else { continue }
+            outstanding[opcode] = nil
+            unansweredTuning.insert(tuning)
+            commandCredits = max(commandCredits, 1)
+            forgot = true
+            outputs.append(.log("the controller left command 0x\(String(opcode, radix: 16)) (\(tuning)) unanswered for \(commandTimeout) "
+                                + "while it went on sending; not asking for it again"))
+        }
+        if forgot { pumpCommands() }
     }
 
     // MARK: Clients
@@ -376,9 +403,11 @@ public final class HCIHost {
                 outOfStep = outOfStep ?? "\(type) packet of \(length) bytes, more than the controller sends"
             case .packet(.event(let event)):
                 guard outOfStep == nil else { continue }
+                lastPacketAt = now
                 handle(event)
             case .packet(.acl(let packet)):
                 guard outOfStep == nil else { continue }
+                lastPacketAt = now
                 if acl.isOpen(packet.handle) {
                     attAnswers.received(packet)
                     outputs.append(.aclReceived(packet))
@@ -473,12 +502,12 @@ public final class HCIHost {
                 // The 2M PHY both ways halves a PDU's air time; the link layers move only if the peer has it too, and
                 // report a change to both hosts with LE PHY Update Complete (Core Vol 4 Part E §7.8.49, Vol 6 Part B
                 // §5.1.10). The central alone asks, as two requests at once collide (Vol 6 Part B §5.3).
-                if central, state == .poweredOn, !quirks.no2MPHY, facts.hasLEFeature(bit: 8), facts.supports(.leSetPHY) {
+                if central, state == .poweredOn, !quirks.no2MPHY, facts.hasLEFeature(bit: 8), facts.supports(.leSetPHY), !unansweredTuning.contains(.leSetPHY) {
                     send(HCICommands.leSetPHY(handle: handle, phy: 2), owner: .host)
                 }
                 // Each side asks for its own transmit length too, as Zephyr's automatic data length update does: a
                 // controller need not start the procedure itself from the suggested default (Root Canal does not).
-                if state == .poweredOn, let length = facts.suggestedDataLength, facts.supports(.leSetDataLength) {
+                if state == .poweredOn, let length = facts.suggestedDataLength, facts.supports(.leSetDataLength), !unansweredTuning.contains(.leSetDataLength) {
                     send(HCICommands.leSetDataLength(handle: handle, octets: UInt16(length.octets), time: UInt16(length.time)), owner: .host)
                 }
             case .disconnected(let handle, _)?:

@@ -464,6 +464,75 @@ final class ControllerFaultTests: XCTestCase {
         XCTAssertEqual(harness.hosts[0].state, .poweredOn)
     }
 
+    /// Bumble's controllers claim the 2M PHY and never answer LE Set PHY: no Command Status, no PHY Update Complete.
+    /// A controller that goes on sending meanwhile does not implement the command rather than being frozen: the link
+    /// stays up, the command's credit comes back for the next command, and the next link is not asked again.
+    func testATuningCommandTheControllerLeavesUnansweredIsForgottenNotTakenForAFreeze() {
+        let harness = HostHarness()
+        harness.rewrite = { index, bytes in index == 0 ? Self.withoutAnswersToLESetPHY(bytes) : bytes }
+        harness.startAll()
+        let (central, peripheral) = harness.connect()
+        XCTAssertEqual(harness.commandsSent[0].filter { $0 == HCIOpcode.leSetPHY.rawValue }.count, 1)
+        // The peripheral sends: the central's controller goes on delivering ACL while LE Set PHY waits.
+        for step in 0..<30 {
+            harness.submit(1, handle: peripheral, [0x03, 0x00, 0x04, 0x00, 0x1B, 0x03, 0x00, UInt8(step)])
+            harness.run(for: .milliseconds(100))
+        }
+        XCTAssertEqual(harness.hosts[0].state, .poweredOn, "\(harness.logs[0])")
+        XCTAssertEqual(harness.hosts[0].unansweredTuning, [.leSetPHY])
+        XCTAssertFalse(harness.events[0].contains { $0.code == HCIEventCode.disconnectionComplete.rawValue }, "the link stays")
+        XCTAssertTrue(harness.hosts[0].acl.isOpen(central))
+        XCTAssertEqual(harness.acl[0].count, 30, "everything the peripheral sent arrived")
+        XCTAssertTrue(harness.logs[0].contains { $0.contains("left command 0x2032") }, "\(harness.logs[0])")
+        // The credit came back: a client's command is answered at once.
+        // Command Complete: credits, opcode, then the status (Core Vol 4 Part E §7.7.14).
+        let answer = harness.command(0, .readBDAddr)
+        XCTAssertEqual(answer.count > 3 ? answer[3] : nil, 0x00, "Read BD_ADDR answered with success")
+
+        // The next link is not asked for the 2M PHY again.
+        harness.command(0, .disconnect, [UInt8(central & 0xFF), UInt8(central >> 8), 0x13])
+        harness.run(until: { harness.events[0].contains { $0.code == HCIEventCode.disconnectionComplete.rawValue } }, timeout: .seconds(2))
+        _ = harness.connect()
+        harness.run(for: .milliseconds(300))
+        XCTAssertEqual(harness.commandsSent[0].filter { $0 == HCIOpcode.leSetPHY.rawValue }.count, 1, "asked on the first link only")
+        XCTAssertEqual(harness.hosts[0].state, .poweredOn)
+    }
+
+    /// The same unanswered LE Set PHY from a controller that sent nothing since is a frozen controller, as before.
+    func testATuningCommandUnansweredByASilentControllerIsAFreeze() {
+        let harness = HostHarness()
+        harness.rewrite = { index, bytes in index == 0 ? Self.withoutAnswersToLESetPHY(bytes) : bytes }
+        harness.startAll()
+        _ = harness.connect()
+        harness.air.freeze(0)
+        harness.run(until: { if case .unresponsive = harness.hosts[0].state { return true } else { return false } }, timeout: .seconds(3))
+        XCTAssertEqual(harness.hosts[0].state, .unresponsive(opcode: HCIOpcode.leSetPHY.rawValue))
+        XCTAssertEqual(harness.hosts[0].unansweredTuning, [])
+    }
+
+    /// A controller's H4 output without its answers to LE Set PHY: the Command Status and the PHY Update Complete.
+    private static func withoutAnswersToLESetPHY(_ bytes: [UInt8]) -> [UInt8] {
+        var kept: [UInt8] = []
+        var at = 0
+        while at < bytes.count {
+            let length: Int
+            switch bytes[at] {
+            case 0x04 where at + 2 < bytes.count: length = 3 + Int(bytes[at + 2])
+            case 0x02 where at + 4 < bytes.count: length = 5 + (Int(bytes[at + 3]) | Int(bytes[at + 4]) << 8)
+            default: return kept + bytes[at...]
+            }
+            let packet = Array(bytes[at..<min(at + length, bytes.count)])
+            at += length
+            // Command Status: status, credits, opcode (Core Vol 4 Part E §7.7.15); LE PHY Update Complete (§7.7.65.12).
+            let isSetPHYStatus = packet.count >= 7 && packet[0] == 0x04 && packet[1] == HCIEventCode.commandStatus.rawValue
+                && UInt16(packet[5]) | UInt16(packet[6]) << 8 == HCIOpcode.leSetPHY.rawValue
+            let isPHYUpdate = packet.count >= 4 && packet[0] == 0x04 && packet[1] == HCIEventCode.leMeta.rawValue
+                && packet[3] == LESubevent.phyUpdateComplete.rawValue
+            if !isSetPHYStatus && !isPHYUpdate { kept += packet }
+        }
+        return kept
+    }
+
     /// A flipped high byte in an ACL length: without a bound the framer would wait for 16 kB that never come,
     /// swallowing every later event (a link's end, the next link's start). Beyond what the controller sends, it resets.
     func testAnACLLengthBeyondWhatTheControllerSendsResetsAtOnce() {

@@ -101,3 +101,54 @@ def test_a_controller_without_a_public_address_gets_a_static_random_identity():
         controllers.wait(5)
         for directory in directories:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_controller_that_never_answers_le_set_phy_keeps_its_links():
+    """Bumble's controllers claim the 2M PHY (LE feature bit 8) but send no Command Status for LE Set PHY. The central's
+    hcid asks once on the first link; the controller goes on carrying the link, so hcid takes the silence for a
+    command it lacks (not a frozen controller): no controller reset, the link and the next ones work, and it does not
+    ask again (Core Vol 4 Part E 7.8.49)."""
+    base = free_port_pair()
+    controllers = subprocess.Popen(
+        [sys.executable, "-m", "bumble.apps.controllers", f"tcp-server:127.0.0.1:{base}", f"tcp-server:127.0.0.1:{base + 1}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stacks = []
+    directories = []
+    try:
+        time.sleep(1.5)
+        for index in range(2):
+            directory = tempfile.mkdtemp(prefix=f"beryl-phy-{index}-")
+            directories.append(directory)
+            stacks.append(BerylStack({"dir": directory, "bin": bin_dir()}, transport=f"tcp:127.0.0.1:{base + index}").start())
+        lock, central = stacks
+        central.start_process("monitor", ["beryl", "hci", "monitor", "--runtime-dir", central.run, "--json", "--seconds", "60"])
+        lock.start_process("serve", ["beryl", "serve", LOCK_PROFILE, "--runtime-dir", lock.run])
+        lock.wait_log("serve", "advertising")
+        time.sleep(1)  # the monitor subscribes before the link exists
+
+        def read():
+            run = central.beryl("gatt", "--runtime-dir", central.run, "--peer", lock.address, "read",
+                                "D00D0004-0000-1000-8000-00805F9B34FB", "--json", "--timeout", "20", timeout=40)
+            assert run.returncode == 0, run.stderr + central.log("hcid")
+            assert json.loads(run.stdout.splitlines()[-1])["value"] == b"locked".hex()
+
+        # Two links, each held for longer than hcid's 2-second command timeout.
+        for _ in range(2):
+            read()
+            time.sleep(3)
+        wait_for(lambda: "left command 0x2032" in central.log("hcid"), 5, "hcid giving up on LE Set PHY")
+        assert "unresponsive" not in central.log("hcid"), central.log("hcid")
+        assert central.status()["controller"]["state"] == "poweredOn"
+        with open(central.log_path("monitor")) as log:
+            sent = [bytes.fromhex(json.loads(line)["h4"]) for line in log if line.strip() and not json.loads(line)["received"]]
+        set_phy = [h4 for h4 in sent if h4[:3] == bytes([0x01, 0x32, 0x20])]
+        assert len(set_phy) == 1, f"LE Set PHY asked {len(set_phy)} times; once is right"
+        resets = [h4 for h4 in sent if h4[:3] == bytes([0x01, 0x03, 0x0C])]
+        assert resets == [], "no controller reset after the bring-up"
+    finally:
+        for stack in stacks:
+            stack.stop()
+        controllers.terminate()
+        controllers.wait(5)
+        for directory in directories:
+            shutil.rmtree(directory, ignore_errors=True)
