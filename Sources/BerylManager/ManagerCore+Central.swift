@@ -63,7 +63,7 @@ extension ManagerCore {
         discoveredServices[identifier, default: []].formUnion(services)
         guard let found else { return [] }
         return updatingRecord(of: holder) {
-            if everyService, case .whole(let services) = found {
+            if everyService, case .whole(let services, _) = found {
                 $0.databases[identifier] = RemoteDatabase(services: services)
             } else {
                 $0.databases[identifier, default: .init()].add(found)

@@ -51,9 +51,11 @@ public struct RemoteDatabase: Codable, Equatable, Sendable {
     /// What one discovery found: Core Bluetooth's discoverServices (or a whole-database discovery), and
     /// discoverIncludedServices, discoverCharacteristics and discoverDescriptors, each within one service or
     /// characteristic, named by its start handle or value handle.
+    /// A service discovery names what it looked for (`sought`, nil for every primary service), since for those UUIDs it
+    /// is the whole truth.
     public enum Discovery: Equatable, Sendable {
-        case whole([Service])
-        case services([Service])
+        case whole([Service], sought: Set<BluetoothUUID>?)
+        case services([Service], sought: Set<BluetoothUUID>?)
         case included([Included], inServiceAt: UInt16)
         case characteristics([Characteristic], inServiceAt: UInt16)
         case descriptors([Descriptor], ofValueAt: UInt16)
@@ -65,15 +67,20 @@ public struct RemoteDatabase: Codable, Equatable, Sendable {
 
     /// Adds what one discovery found (Core Bluetooth's rule: discovery adds to what was found before). Services are
     /// matched by their start handle and characteristics by their value handle, so a second discovery never
-    /// duplicates what the first found.
+    /// duplicates what the first found. A service the discovery looked for and did not find is gone: primary service
+    /// discovery runs over the whole database (Core Vol 3 Part G §4.4.1, §4.4.2), so a copy kept from before the
+    /// service moved (a Service Changed lost, or held for an app that was away) would hand a restored app handles the
+    /// peer no longer has.
     public mutating func add(_ found: Discovery) {
         switch found {
-        case .whole(let found):
+        case .whole(let found, let sought):
+            forgetServices(notIn: found, sought: sought)
             for service in found {
                 services.removeAll { $0.handles.lowerBound == service.handles.lowerBound }
                 services.append(service)
             }
-        case .services(let found):
+        case .services(let found, let sought):
+            forgetServices(notIn: found, sought: sought)
             for service in found where !services.contains(where: { $0.handles.lowerBound == service.handles.lowerBound }) {
                 services.append(service)
             }
@@ -94,5 +101,11 @@ public struct RemoteDatabase: Codable, Equatable, Sendable {
             }
         }
         services.sort { $0.handles.lowerBound < $1.handles.lowerBound }
+    }
+
+    /// Drops the services of a sought UUID (every one, for nil) that start where the discovery found none.
+    private mutating func forgetServices(notIn found: [Service], sought: Set<BluetoothUUID>?) {
+        let starts = Set(found.map(\.handles.lowerBound))
+        services.removeAll { (sought?.contains($0.uuid) ?? true) && !starts.contains($0.handles.lowerBound) }
     }
 }

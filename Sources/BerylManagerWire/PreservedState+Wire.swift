@@ -212,14 +212,19 @@ extension RemoteDatabase {
 
 extension RemoteDatabase.Discovery {
     /// What attd answered a GattDiscover with. Below the services level its answer is a container (one service
-    /// without a UUID holding what was found) for the service or characteristic that `range` starts at.
-    public init(wire found: Beryl_Ipc_V1_GattDatabase, depth: Beryl_Ipc_V1_GattDiscoveryDepth, range: ClosedRange<UInt16>) throws(PreservedStateError) {
+    /// without a UUID holding what was found) for the service or characteristic that `range` starts at. `sought`: the
+    /// service UUIDs the discovery looked for (none: every service).
+    public init(wire found: Beryl_Ipc_V1_GattDatabase, depth: Beryl_Ipc_V1_GattDiscoveryDepth, range: ClosedRange<UInt16>,
+                sought: [String]) throws(PreservedStateError) {
         let container = found.services.first ?? .init()
+        var soughtUUIDs: Set<BluetoothUUID> = []
+        for text in sought { soughtUUIDs.insert(try parseUUID(text)) }
+        let soughtOrEvery = soughtUUIDs.isEmpty ? nil : soughtUUIDs
         switch depth {
         case .whole, .UNRECOGNIZED:
-            self = .whole(try RemoteDatabase(wire: found).services)
+            self = .whole(try RemoteDatabase(wire: found).services, sought: soughtOrEvery)
         case .services:
-            self = .services(try RemoteDatabase(wire: found).services)
+            self = .services(try RemoteDatabase(wire: found).services, sought: soughtOrEvery)
         case .included:
             var included: [RemoteDatabase.Included] = []
             for item in container.included { included.append(.init(uuid: try parseUUID(item.uuid), handles: try handleRange(item.startHandle, item.endHandle))) }

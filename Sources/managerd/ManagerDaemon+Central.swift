@@ -243,7 +243,7 @@ extension ManagerDaemon {
         let (lower, upper) = (max(1, discover.startHandle), discover.endHandle == 0 ? 0xFFFF : discover.endHandle)
         guard lower <= upper, upper <= 0xFFFF else { return nil }
         do {
-            return try RemoteDatabase.Discovery(wire: answer, depth: discover.depth, range: UInt16(lower)...UInt16(upper))
+            return try RemoteDatabase.Discovery(wire: answer, depth: discover.depth, range: UInt16(lower)...UInt16(upper), sought: discover.serviceUuids)
         } catch {
             host.logger.error("what attd found on \(identifier) is not kept for restoration: \(error)")
             return nil

@@ -169,7 +169,7 @@ final class ManagerCoreCentralTests: XCTestCase {
         var (core, key, door) = central()
         _ = core.connect(key, to: "L", at: lock, options: .init(notifyOnConnection: true))
         _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
-        _ = core.discovered(.whole([doorService]), services: [doorService.uuid], everyService: true, on: "L", by: key.holder)
+        _ = core.discovered(.whole([doorService], sought: nil), services: [doorService.uuid], everyService: true, on: "L", by: key.holder)
         _ = core.notifyChanged(3, enabled: true, on: "L", by: key.holder)
         XCTAssertEqual(record(door, in: core)?.links.first?.notifyingValueHandles, [3])
         let outputs = try? core.cancelConnection(key, to: "L")
@@ -190,13 +190,13 @@ final class ManagerCoreCentralTests: XCTestCase {
         _ = core.connect(key, to: "L", at: lock, options: .init())
         _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
         let bare = RemoteDatabase.Service(uuid: doorService.uuid, handles: doorService.handles)
-        XCTAssertEqual(core.discovered(.services([bare]), services: [bare.uuid], everyService: false, on: "L", by: key.holder),
+        XCTAssertEqual(core.discovered(.services([bare], sought: [bare.uuid]), services: [bare.uuid], everyService: false, on: "L", by: key.holder),
                        [.persist(preservedID: door.id)])
         _ = core.discovered(.characteristics(doorService.characteristics, inServiceAt: 1), services: [], everyService: false, on: "L", by: key.holder)
         XCTAssertEqual(record(door, in: core)?.links.first?.database?.services, [doorService])
-        _ = core.discovered(.whole([batteryService]), services: [batteryService.uuid], everyService: true, on: "L", by: key.holder)
+        _ = core.discovered(.whole([batteryService], sought: nil), services: [batteryService.uuid], everyService: true, on: "L", by: key.holder)
         XCTAssertEqual(record(door, in: core)?.links.first?.database?.services, [batteryService], "a whole discovery is the database now")
-        _ = core.discovered(.whole([doorService]), services: [doorService.uuid], everyService: false, on: "L", by: key.holder)
+        _ = core.discovered(.whole([doorService], sought: [doorService.uuid]), services: [doorService.uuid], everyService: false, on: "L", by: key.holder)
         XCTAssertEqual(record(door, in: core)?.links.first?.database?.services, [doorService, batteryService],
                        "a discovery filtered by service adds to it")
         XCTAssertEqual(core.discoveredServices["L"], [doorService.uuid, batteryService.uuid])
@@ -207,7 +207,7 @@ final class ManagerCoreCentralTests: XCTestCase {
         XCTAssertEqual(core.notifyChanged(3, enabled: true, on: "L", by: key.holder), [], "already notifying: nothing to write")
         XCTAssertEqual(core.notifyChanged(3, enabled: false, on: "L", by: key.holder), [.persist(preservedID: door.id)])
         XCTAssertEqual(record(door, in: core)?.links.first?.notifyingValueHandles, [])
-        XCTAssertEqual(core.discovered(.whole([doorService]), services: [doorService.uuid], everyService: false, on: "L", by: key.holder), [],
+        XCTAssertEqual(core.discovered(.whole([doorService], sought: [doorService.uuid]), services: [doorService.uuid], everyService: false, on: "L", by: key.holder), [],
                        "the same discovery again changes nothing kept, so no record is written")
     }
 
@@ -238,7 +238,7 @@ final class ManagerCoreCentralTests: XCTestCase {
         let addresses = ["L": lock, "C": central]
         XCTAssertEqual(core.connectedPeripherals(offering: [], address: { addresses[$0] }), ["L"], "a remote central is not a peripheral")
         XCTAssertEqual(core.connectedPeripherals(offering: [doorService.uuid], address: { addresses[$0] }), [])
-        _ = core.discovered(.services([doorService]), services: [doorService.uuid], everyService: false, on: "L", by: key.holder)
+        _ = core.discovered(.services([doorService], sought: [doorService.uuid]), services: [doorService.uuid], everyService: false, on: "L", by: key.holder)
         XCTAssertEqual(core.connectedPeripherals(offering: [doorService.uuid, batteryService.uuid], address: { addresses[$0] }), ["L"])
     }
 

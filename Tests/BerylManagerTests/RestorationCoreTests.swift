@@ -232,13 +232,33 @@ final class RemoteDatabaseTests: XCTestCase {
 
     func testServicesAreAddedOnceAndKeptInHandleOrder() {
         var database = RemoteDatabase()
-        database.add(.services([heartRate]))
+        database.add(.services([heartRate], sought: [heartRate.uuid]))
         database.add(.characteristics([.init(uuid: BluetoothUUID(0x2A37), properties: 0x10, valueHandle: 12)], inServiceAt: 10))
-        database.add(.services([battery, heartRate]))
+        database.add(.services([battery, heartRate], sought: nil))
         XCTAssertEqual(database.services.map(\.handles.lowerBound), [1, 10])
         XCTAssertEqual(database.services[1].characteristics.count, 1, "discovering services again keeps what was found in them")
-        database.add(.whole([.init(uuid: BluetoothUUID(0x180D), handles: 10...20)]))
+        database.add(.whole([.init(uuid: BluetoothUUID(0x180D), handles: 10...20)], sought: [heartRate.uuid]))
         XCTAssertEqual(database.services[1].characteristics, [], "a whole discovery replaces what it found again")
+    }
+
+    /// The fault suite's kill-hcid-app × restoring (seed 28014 at 20 seeds): the peer's service had moved to 23–31 and
+    /// back to 14–22, and managerd's record kept both copies; the relaunched door lock subscribed through the stale one
+    /// and heard Invalid Handle. A discovery is the truth for the UUIDs it looked for, and for no others.
+    func testADiscoveryDropsTheCopiesOfASoughtServiceItNoLongerFinds() {
+        let thermostat = BluetoothUUID(0xFFE0)
+        let temperature = { (valueHandle: UInt16) in
+            RemoteDatabase.Characteristic(uuid: BluetoothUUID(0x2A6E), properties: 0x10, valueHandle: valueHandle,
+                                          descriptors: [.init(uuid: BluetoothUUID(0x2902), handle: valueHandle + 1)])
+        }
+        var database = RemoteDatabase(services: [battery, .init(uuid: thermostat, handles: 14...22, characteristics: [temperature(18)])])
+        database.add(.services([.init(uuid: thermostat, handles: 23...31)], sought: [thermostat]))  // moved
+        database.add(.characteristics([temperature(27)], inServiceAt: 23))
+        XCTAssertEqual(database.services.map(\.handles), [1...4, 23...31], "the copy at 14 is gone; the battery service was not sought")
+        database.add(.services([.init(uuid: thermostat, handles: 14...22)], sought: [thermostat]))  // back
+        XCTAssertEqual(database.services.map(\.handles), [1...4, 14...22])
+        database.add(.whole([.init(uuid: thermostat, handles: 14...22, characteristics: [temperature(18)])], sought: nil))
+        XCTAssertEqual(database.services.map(\.handles), [14...22], "a discovery of every service is the truth for all of them")
+        XCTAssertEqual(database.services[0].characteristics.map(\.valueHandle), [18])
     }
 
     func testCharacteristicsIncludedServicesAndDescriptorsLandInTheirService() {

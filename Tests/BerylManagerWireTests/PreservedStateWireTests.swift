@@ -91,12 +91,17 @@ final class PreservedStateWireTests: XCTestCase {
             service.characteristics = [.with { $0.uuid = "2A37"; $0.properties = 0x10; $0.valueHandle = 12; $0.descriptors = [.with { $0.uuid = "2902"; $0.handle = 13 }] }]
             service.included = [.with { $0.uuid = "180F"; $0.startHandle = 1; $0.endHandle = 4 }]
         }] }
-        XCTAssertEqual(try RemoteDatabase.Discovery(wire: container, depth: .characteristics, range: 10...20),
+        XCTAssertEqual(try RemoteDatabase.Discovery(wire: container, depth: .characteristics, range: 10...20, sought: []),
                        .characteristics([.init(uuid: BluetoothUUID(0x2A37), properties: 0x10, valueHandle: 12, descriptors: [.init(uuid: BluetoothUUID(0x2902), handle: 13)])], inServiceAt: 10))
-        XCTAssertEqual(try RemoteDatabase.Discovery(wire: container, depth: .included, range: 10...20),
+        XCTAssertEqual(try RemoteDatabase.Discovery(wire: container, depth: .included, range: 10...20, sought: []),
                        .included([.init(uuid: BluetoothUUID(0x180F), handles: 1...4)], inServiceAt: 10))
-        XCTAssertEqual(try RemoteDatabase.Discovery(wire: container, depth: .descriptors, range: 13...14),
+        XCTAssertEqual(try RemoteDatabase.Discovery(wire: container, depth: .descriptors, range: 13...14, sought: []),
                        .descriptors([.init(uuid: BluetoothUUID(0x2902), handle: 13)], ofValueAt: 12), "descriptors start just after their value")
-        XCTAssertThrowsError(try RemoteDatabase.Discovery(wire: container, depth: .services, range: 1...0xFFFF), "a service must name its UUID")
+        XCTAssertThrowsError(try RemoteDatabase.Discovery(wire: container, depth: .services, range: 1...0xFFFF, sought: []), "a service must name its UUID")
+        let named = Beryl_Ipc_V1_GattDatabase.with { $0.services = [.with { $0.uuid = "180D"; $0.startHandle = 10; $0.endHandle = 20 }] }
+        XCTAssertEqual(try RemoteDatabase.Discovery(wire: named, depth: .services, range: 1...0xFFFF, sought: ["180D"]),
+                       .services([.init(uuid: BluetoothUUID(0x180D), handles: 10...20)], sought: [BluetoothUUID(0x180D)]), "what it looked for")
+        XCTAssertEqual(try RemoteDatabase.Discovery(wire: named, depth: .whole, range: 1...0xFFFF, sought: []),
+                       .whole([.init(uuid: BluetoothUUID(0x180D), handles: 10...20)], sought: nil), "none named: every service")
     }
 }
