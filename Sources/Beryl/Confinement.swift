@@ -70,20 +70,19 @@ final class DelegateSlot: Sendable {
         reference.withLock { $0 = replacement }
     }
 
-    /// Calls `body` with the delegate on `queue`, if there is one (then and still there) and it is of the expected kind;
-    /// `first` runs on the queue just before, even when the delegate has gone meanwhile. False when there is no such
-    /// delegate now (nothing is queued).
-    @discardableResult
+    /// Calls `body` on `queue` with the delegate the slot holds when the call runs there, if it is of the expected
+    /// kind; `first` runs on the queue just before, with or without a delegate. The delegate is looked up on the queue,
+    /// not when the event arrives: an app sets a peripheral's delegate in a callback (didConnect, willRestoreState), and
+    /// the events that arrived before that callback ran are its peripheral's too (a Service Changed held for a relaunched
+    /// app was lost that way, and the app never discovered again).
     func call<Delegate>(_ kind: Delegate.Type, on queue: DelegateQueue, first: (@Sendable () -> Void)? = nil,
-                        _ body: sending @escaping (Delegate) -> Void) -> Bool {
-        guard object is Delegate else { return false }
+                        _ body: sending @escaping (Delegate) -> Void) {
         let handed = Handover(body)
         queue.async { [self] in
             first?()
             guard let body = handed.take(), let delegate = object as? Delegate else { return }
             body(delegate)
         }
-        return true
     }
 }
 

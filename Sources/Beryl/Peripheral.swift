@@ -107,13 +107,12 @@ public final class Peripheral: CustomStringConvertible, Sendable {
     }
 
     /// didUpdateValueFor with `value` in `characteristic.value` for that call: set on the delegate queue just before it
-    /// (at once when there is no delegate), as Core Bluetooth's, so that values arriving faster than the delegate takes
-    /// them are each seen in their own call rather than the latest in all of them.
+    /// (with or without a delegate), as Core Bluetooth's, so that values arriving faster than the delegate takes them
+    /// are each seen in their own call rather than the latest in all of them.
     private func deliver(_ value: Data, of characteristic: Characteristic, error: Error?) {
-        let queued = delegateSlot.call(PeripheralDelegate.self, on: queue, first: { characteristic.setValue(value) }) {
+        delegateSlot.call(PeripheralDelegate.self, on: queue, first: { characteristic.setValue(value) }) {
             $0.peripheral(self, didUpdateValueFor: characteristic, error: error)
         }
-        if !queued { characteristic.setValue(value) }
     }
 
     /// An answer that needs no request: after what is queued on the delegate queue, as an answer would come.

@@ -31,6 +31,35 @@ final class DelegateQueueTests: XCTestCase {
         XCTAssertEqual(ran.withLock { Array($0.suffix(3)) }, [100, 101, 102])
     }
 
+    /// An app sets a peripheral's delegate in a callback (didConnect, willRestoreState); an event that reached the
+    /// library before that callback ran is the peripheral's too, and goes to the delegate it set, as on iOS.
+    func testACallGoesToTheDelegateAnEarlierCallbackSetOnTheQueue() {
+        final class Listener: Sendable {
+            let heard = Mutex<[String]>([])
+        }
+        let queue = DispatchQueue(label: "delegate")
+        let delegates = DelegateQueue(queue)
+        let slot = DelegateSlot(nil)
+        let listener = Listener()
+        queue.suspend()
+        delegates.async { slot.set(listener) }  // the app's didConnect, still waiting on the queue
+        slot.call(Listener.self, on: delegates) { $0.heard.withLock { $0.append("didModifyServices") } }
+        queue.resume()
+        queue.sync {}
+        XCTAssertEqual(listener.heard.withLock { $0 }, ["didModifyServices"])
+
+        // And one whose delegate is gone by the time it runs reaches nobody, its `first` still running.
+        let firstRan = Mutex(false)
+        queue.suspend()
+        slot.call(Listener.self, on: delegates, first: { firstRan.withLock { $0 = true } }) { $0.heard.withLock { $0.append("late") } }
+        delegates.async { }
+        slot.set(nil)
+        queue.resume()
+        queue.sync {}
+        XCTAssertTrue(firstRan.withLock { $0 })
+        XCTAssertEqual(listener.heard.withLock { $0 }, ["didModifyServices"])
+    }
+
     func testCallsFromManyThreadsEachKeepTheirOrder() {
         let queue = DispatchQueue(label: "delegate")
         let delegates = DelegateQueue(queue)
