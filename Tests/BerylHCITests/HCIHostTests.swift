@@ -512,25 +512,14 @@ final class ControllerFaultTests: XCTestCase {
 
     /// A controller's H4 output without its answers to LE Set PHY: the Command Status and the PHY Update Complete.
     private static func withoutAnswersToLESetPHY(_ bytes: [UInt8]) -> [UInt8] {
-        var kept: [UInt8] = []
-        var at = 0
-        while at < bytes.count {
-            let length: Int
-            switch bytes[at] {
-            case 0x04 where at + 2 < bytes.count: length = 3 + Int(bytes[at + 2])
-            case 0x02 where at + 4 < bytes.count: length = 5 + (Int(bytes[at + 3]) | Int(bytes[at + 4]) << 8)
-            default: return kept + bytes[at...]
-            }
-            let packet = Array(bytes[at..<min(at + length, bytes.count)])
-            at += length
+        HostHarness.keeping(bytes) { packet in
             // Command Status: status, credits, opcode (Core Vol 4 Part E §7.7.15); LE PHY Update Complete (§7.7.65.12).
             let isSetPHYStatus = packet.count >= 7 && packet[0] == 0x04 && packet[1] == HCIEventCode.commandStatus.rawValue
                 && UInt16(packet[5]) | UInt16(packet[6]) << 8 == HCIOpcode.leSetPHY.rawValue
             let isPHYUpdate = packet.count >= 4 && packet[0] == 0x04 && packet[1] == HCIEventCode.leMeta.rawValue
                 && packet[3] == LESubevent.phyUpdateComplete.rawValue
-            if !isSetPHYStatus && !isPHYUpdate { kept += packet }
+            return !isSetPHYStatus && !isPHYUpdate
         }
-        return kept
     }
 
     /// A flipped high byte in an ACL length: without a bound the framer would wait for 16 kB that never come,

@@ -108,6 +108,11 @@ final class HostHarness {
     /// The controller's H4 output (whole packets) less the events `lose` picks.
     private func withoutLostEvents(_ bytes: [UInt8], from index: Int) -> [UInt8] {
         guard let lose else { return bytes }
+        return Self.keeping(bytes) { !($0[0] == 0x04 && lose(index, $0[1])) }
+    }
+
+    /// H4 bytes of whole packets less those `keep` refuses; what follows the last whole header passes as it is.
+    static func keeping(_ bytes: [UInt8], where keep: ([UInt8]) -> Bool) -> [UInt8] {
         var kept: [UInt8] = []
         var at = 0
         while at < bytes.count {
@@ -117,8 +122,8 @@ final class HostHarness {
             case 0x02 where at + 4 < bytes.count: length = 5 + (Int(bytes[at + 3]) | Int(bytes[at + 4]) << 8)
             default: return kept + bytes[at...]
             }
-            let packet = bytes[at..<min(at + length, bytes.count)]
-            if !(packet.first == 0x04 && lose(index, packet[at + 1])) { kept += packet }
+            let packet = Array(bytes[at..<min(at + length, bytes.count)])
+            if keep(packet) { kept += packet }
             at += length
         }
         return kept

@@ -1,4 +1,5 @@
 """hcid brings up Bumble's software controllers (an independent controller implementation) over TCP."""
+import contextlib
 import json
 import os
 import shutil
@@ -11,6 +12,31 @@ from beryl_stack import ROOT, BerylStack, wait_for
 from conftest import bin_dir, free_port_pair
 
 LOCK_PROFILE = os.path.join(ROOT, "Examples/profiles/lock.json")
+
+
+@contextlib.contextmanager
+def two_stacks_on_bumble_controllers(prefix):
+    """Bumble's two software controllers over TCP, and a Beryl stack on each; all stopped and removed after."""
+    base = free_port_pair()
+    controllers = subprocess.Popen(
+        [sys.executable, "-m", "bumble.apps.controllers", f"tcp-server:127.0.0.1:{base}", f"tcp-server:127.0.0.1:{base + 1}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stacks = []
+    directories = []
+    try:
+        time.sleep(1.5)
+        for index in range(2):
+            directory = tempfile.mkdtemp(prefix=f"{prefix}-{index}-")
+            directories.append(directory)
+            stacks.append(BerylStack({"dir": directory, "bin": bin_dir()}, transport=f"tcp:127.0.0.1:{base + index}").start())
+        yield stacks
+    finally:
+        for stack in stacks:
+            stack.stop()
+        controllers.terminate()
+        controllers.wait(5)
+        for directory in directories:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_hcid_reaches_powered_on_against_bumble_controllers():
@@ -55,18 +81,7 @@ def test_a_controller_without_a_public_address_gets_a_static_random_identity():
     """Bumble's controllers report 00:00:00:00:00:00 as their public address. hcid gives each stack a static random
     identity (Core Vol 6 Part B §1.3.2.1), kept in its state directory, and the stack advertises, scans and connects
     with it: a second Beryl stack hears the first at that address and reads from it."""
-    base = free_port_pair()
-    controllers = subprocess.Popen(
-        [sys.executable, "-m", "bumble.apps.controllers", f"tcp-server:127.0.0.1:{base}", f"tcp-server:127.0.0.1:{base + 1}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    stacks = []
-    directories = []
-    try:
-        time.sleep(1.5)
-        for index in range(2):
-            directory = tempfile.mkdtemp(prefix=f"beryl-identity-{index}-")
-            directories.append(directory)
-            stacks.append(BerylStack({"dir": directory, "bin": bin_dir()}, transport=f"tcp:127.0.0.1:{base + index}").start())
+    with two_stacks_on_bumble_controllers("beryl-identity") as stacks:
         lock, central = stacks
         address = lock.address
         assert address.endswith("/random"), address
@@ -94,13 +109,6 @@ def test_a_controller_without_a_public_address_gets_a_static_random_identity():
         lock.start_process("hcid-again", ["hcid", "--runtime-dir", lock.run, "--state-dir", lock.state, "--transport", lock.transport])
         wait_for(lambda: lock.status().get("controller", {}).get("state") == "poweredOn", 15, "hcid poweredOn again")
         assert lock.address == address
-    finally:
-        for stack in stacks:
-            stack.stop()
-        controllers.terminate()
-        controllers.wait(5)
-        for directory in directories:
-            shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_a_controller_that_never_answers_le_set_phy_keeps_its_links():
@@ -108,18 +116,7 @@ def test_a_controller_that_never_answers_le_set_phy_keeps_its_links():
     hcid asks once on the first link; the controller goes on carrying the link, so hcid takes the silence for a
     command it lacks (not a frozen controller): no controller reset, the link and the next ones work, and it does not
     ask again (Core Vol 4 Part E 7.8.49)."""
-    base = free_port_pair()
-    controllers = subprocess.Popen(
-        [sys.executable, "-m", "bumble.apps.controllers", f"tcp-server:127.0.0.1:{base}", f"tcp-server:127.0.0.1:{base + 1}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    stacks = []
-    directories = []
-    try:
-        time.sleep(1.5)
-        for index in range(2):
-            directory = tempfile.mkdtemp(prefix=f"beryl-phy-{index}-")
-            directories.append(directory)
-            stacks.append(BerylStack({"dir": directory, "bin": bin_dir()}, transport=f"tcp:127.0.0.1:{base + index}").start())
+    with two_stacks_on_bumble_controllers("beryl-phy") as stacks:
         lock, central = stacks
         central.start_process("monitor", ["beryl", "hci", "monitor", "--runtime-dir", central.run, "--json", "--seconds", "60"])
         lock.start_process("serve", ["beryl", "serve", LOCK_PROFILE, "--runtime-dir", lock.run])
@@ -132,7 +129,7 @@ def test_a_controller_that_never_answers_le_set_phy_keeps_its_links():
             assert run.returncode == 0, run.stderr + central.log("hcid")
             assert json.loads(run.stdout.splitlines()[-1])["value"] == b"locked".hex()
 
-        # Two links, each held for longer than hcid's 2-second command timeout.
+        # Two links, each followed by more than hcid's 2-second command timeout.
         for _ in range(2):
             read()
             time.sleep(3)
@@ -145,10 +142,3 @@ def test_a_controller_that_never_answers_le_set_phy_keeps_its_links():
         assert len(set_phy) == 1, f"LE Set PHY asked {len(set_phy)} times; once is right"
         resets = [h4 for h4 in sent if h4[:3] == bytes([0x01, 0x03, 0x0C])]
         assert resets == [], "no controller reset after the bring-up"
-    finally:
-        for stack in stacks:
-            stack.stop()
-        controllers.terminate()
-        controllers.wait(5)
-        for directory in directories:
-            shutil.rmtree(directory, ignore_errors=True)
