@@ -127,12 +127,21 @@ final class ManagerSession: Sendable {
                 self.setReason("\(error)")
                 return self.reconnect(after: min(max(delay * 2, .milliseconds(50)), .seconds(1)))
             }
-            // Hello first, then the channel is the app's: a request another thread sends meanwhile follows the Hello
-            // on the socket rather than reaching managerd ahead of it (refused: a manager's work needs a Hello).
-            if let greeting = self.greeting.withLock({ $0 }) { self.greet(greeting, on: channel) }
-            self.current.withLock { $0 = channel }
+            // Hello first, then the channel is the app's, in one step under the channel's lock: a request another
+            // thread sends meanwhile waits and follows the Hello on the socket (refused otherwise: a manager's work
+            // needs a Hello), and the Welcome, answered on the new channel's queue, finds the new channel the app's
+            // (between the two, its handler re-added the app's services on the closed channel, and they were lost).
+            let greeting = self.greeting.withLock { $0 }
+            self.current.withLock { current in
+                if let greeting { self.greet(greeting, on: channel) }
+                current = channel
+            }
+            Self.afterReconnecting.withLock { $0 }?()
         }
     }
+
+    /// Runs on the reconnecting thread once a new channel is the app's: a seam for tests of what the Welcome finds.
+    static let afterReconnecting = Mutex<(@Sendable () -> Void)?>(nil)
 
     /// The state as the app has been told it.
     var reportedState: ManagerState { shared.withLock { $0.reportedState } }

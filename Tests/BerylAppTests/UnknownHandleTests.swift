@@ -1,5 +1,6 @@
-import Beryl
+@testable import Beryl
 import BerylIPC
+import BerylSupervisor
 import Dispatch
 import Foundation
 import Synchronization
@@ -112,6 +113,62 @@ final class UnknownHandleTests: XCTestCase {
         XCTAssertFalse(app.recorder.all.contains("read") || app.recorder.all.contains("write"), "\(app.recorder.all)")
         XCTAssertEqual(misuse.all.count, 2, "each refused request is reported once: \(misuse.all)")
         XCTAssertTrue(misuse.all.allSatisfy { $0.contains("Invalid Handle") }, "\(misuse.all)")
+        withExtendedLifetime(manager) {}
+    }
+
+    /// Answers the app's next AddService on `session` with the handles attd would give it.
+    private func answerAddService(on session: Int32) throws {
+        while let envelope = receive(session) {
+            guard case .addService? = envelope.request.manager.kind else { continue }
+            var added = Response()
+            added.manager.serviceAdded = .with { $0.startHandle = 14; $0.endHandle = 16; $0.valueHandles = [16] }
+            return send(session, .response(added, to: envelope.requestID))
+        }
+        XCTFail("the app never added its service on this session")
+    }
+
+    /// managerd restarts under a running peripheral app, which adds its service again at poweredOn, as the thermostat
+    /// does. The Welcome of the new session must find that session the app's: its handler once ran while the old,
+    /// closed session still was (the reconnecting thread had said Hello and not yet swapped), so the add failed "the
+    /// session is closed" and every request after was refused Invalid Handle (fault suite, kill-managerd × serving).
+    func testAServiceAddedAgainAfterManagerdRestartsGoesToTheNewSession() throws {
+        final class Adder: PeripheralManagerDelegate, Sendable {
+            let recorder = Recorder()
+            let added = DispatchSemaphore(value: 0)
+            func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) {
+                recorder.note("state \(peripheral.state)")
+                guard peripheral.state == .poweredOn else { return }
+                let service = MutableService(type: BluetoothUUID(0xFFF0), primary: true)
+                service.characteristics = [MutableCharacteristic(type: BluetoothUUID(0xFFF1), properties: .read, value: nil, permissions: .readable)]
+                peripheral.add(service)
+            }
+            func peripheralManager(_ peripheral: PeripheralManager, didAdd service: Service, error: Error?) {
+                recorder.note("added \(error.map { "\($0)" } ?? "ok")")
+                added.signal()
+            }
+            func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest) { recorder.note("read") }
+        }
+        let app = Adder()
+        let manager = PeripheralManager(delegate: app, queue: DispatchQueue(label: "restarted"), socketPath: directory + "/managerd.sock")
+        let first = try acceptPoweredOn()
+        try answerAddService(on: first)
+        XCTAssertEqual(app.added.wait(timeout: .now() + 5), .success)
+        XCTAssertEqual(app.recorder.all.last, "added ok")
+
+        // The reconnecting thread waits, once the new session is the app's, until the app's second add is answered;
+        // before the mend it waited between the Hello and the swap, where the Welcome's handler ran on the old one.
+        ManagerSession.afterReconnecting.withLock { $0 = { _ = app.added.wait(timeout: .now() + 3) } }
+        defer { ManagerSession.afterReconnecting.withLock { $0 = nil } }
+        close(first)  // managerd is gone; its successor listens on the same socket
+        let second = try acceptPoweredOn()
+        defer { close(second) }
+        try answerAddService(on: second)
+        XCTAssertTrue(eventually(.seconds(5)) { app.recorder.all.filter { $0.hasPrefix("added") }.count == 2 })
+        XCTAssertEqual(app.recorder.all.filter { $0.hasPrefix("added") }, ["added ok", "added ok"], "\(app.recorder.all)")
+
+        // A read of the service the app added again reaches its delegate rather than Invalid Handle.
+        send(second, requestEvent { $0.readRequest = .with { $0.id = 7; $0.handle = 16; $0.central = UUID().uuidString } })
+        XCTAssertNotNil(app.recorder.wait(for: "read"), "\(app.recorder.all)")
         withExtendedLifetime(manager) {}
     }
 }
