@@ -50,9 +50,8 @@ public struct RemoteDatabase: Codable, Equatable, Sendable {
 
     /// What one discovery found: Core Bluetooth's discoverServices (or a whole-database discovery), and
     /// discoverIncludedServices, discoverCharacteristics and discoverDescriptors, each within one service or
-    /// characteristic, named by its start handle or value handle.
-    /// A service discovery names what it looked for (`sought`, nil for every primary service), since for those UUIDs it
-    /// is the whole truth.
+    /// characteristic, named by its start handle or value handle. A service discovery names what it looked for
+    /// (`sought`, nil for every primary service), since for those UUIDs it is the whole truth.
     public enum Discovery: Equatable, Sendable {
         case whole([Service], sought: Set<BluetoothUUID>?)
         case services([Service], sought: Set<BluetoothUUID>?)
