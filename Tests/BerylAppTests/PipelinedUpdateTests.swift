@@ -99,7 +99,9 @@ private extension TwoStacksTestCase {
     }
 
     /// Each app sends values `from..<to` of `length` bytes; the central must hear exactly those after what it heard before.
-    func flood(_ managers: [PeripheralManager], _ apps: [Flooder], _ collector: Collector, _ range: Range<Int>, length: Int = 20) async {
+    /// `mustBeRefused`: the link is slower than the apps, so updateValue must have said false (and the ready followed).
+    func flood(_ managers: [PeripheralManager], _ apps: [Flooder], _ collector: Collector, _ range: Range<Int>, length: Int = 20,
+               mustBeRefused: Bool = true) async {
         let heardBefore = uuids.map { collector.received($0).count }
         let group = DispatchGroup()
         let failures = Recorder()
@@ -115,8 +117,10 @@ private extension TwoStacksTestCase {
         for (uuid, before) in zip(uuids, heardBefore) {
             XCTAssertEqual(Array(collector.received(uuid).dropFirst(before)), Array(range), "app \(BluetoothUUID(uuid))'s values, once each and in order")
         }
-        XCTAssertGreaterThan(apps.map { $0.refusals.load(ordering: .relaxed) }.reduce(0, +), 0,
-                             "no updateValue was refused: the apps never outran the link")
+        if mustBeRefused {
+            XCTAssertGreaterThan(apps.map { $0.refusals.load(ordering: .relaxed) }.reduce(0, +), 0,
+                                 "no updateValue was refused: the apps never outran the link")
+        }
     }
 }
 
@@ -173,8 +177,9 @@ final class PipelinedUpdateInstantLinkTests: TwoStacksTestCase {
         let (managers, central, collector) = try await publishAndSubscribe(apps)
         let long = min(244, apps[0].maximumLength.load(ordering: .relaxed))
         XCTAssertEqual(long, 244, "the central's ATT_MTU takes 244-byte values")
-        await flood(managers, apps, collector, 0..<count, length: 20)
-        await flood(managers, apps, collector, count..<2 * count, length: long)
+        // On this link the host is the bound, so whether updateValue ever says false depends on the machine.
+        await flood(managers, apps, collector, 0..<count, length: 20, mustBeRefused: false)
+        await flood(managers, apps, collector, count..<2 * count, length: long, mustBeRefused: false)
         XCTAssertEqual(collector.lengths.withLock { $0 }, [20, long], "values arrive whole")
         withExtendedLifetime((managers, central)) {}
     }
