@@ -3,6 +3,7 @@ import BerylIPC
 import BerylPandora
 import BerylStore
 import BerylSupervisor
+import BerylTestSupport
 import Foundation
 import Glibc
 import GRPCCore

@@ -2,76 +2,16 @@ import BerylDaemonKit
 import BerylIPC
 import BerylPandora
 import BerylSupervisor
+import BerylTestSupport
 import Foundation
 import GRPCCore
 import GRPCInProcessTransport
 import PandoraInterfaces
 import Synchronization
 
-// What the lab-session process tests share. Test targets cannot import each other, so the little these need from
-// BerylAppTests' and BerylProcessTests' support is repeated here.
-
-/// berylsim with `count` controllers and a full stack (hcid, attd, managerd) on each, in `run<i>`/`state<i>`. Each
-/// daemon is started on its own, with no supervisor: one a test kills stays dead.
-func startStacks(_ scratch: Scratch, count: Int) throws {
-    let sim = scratch.root + "/sim"
-    try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", sim, "--controllers", "\(count)"], socket: sim + "/control.sock")
-    for index in 0..<count {
-        let run = "\(scratch.root)/run\(index)"
-        let common = ["--runtime-dir", run, "--state-dir", "\(scratch.root)/state\(index)"]
-        try scratch.start("hcid\(index)", [Executables.path("hcid")] + common + ["--transport", "unix:\(sim)/controller-\(index).sock"], socket: run + "/hcid.sock")
-        try scratch.start("attd\(index)", [Executables.path("attd")] + common, socket: run + "/attd.sock")
-        try scratch.start("managerd\(index)", [Executables.path("managerd")] + common, socket: run + "/managerd.sock")
-    }
-}
-
-struct StackNotReady: Error, CustomStringConvertible {
-    var description: String
-}
-
-func managerRequest(_ build: (inout Beryl_Ipc_V1_ManagerRequest) -> Void) -> Request {
-    var request = Request()
-    build(&request.manager)
-    return request
-}
-
-func pingRequest(_ payload: [UInt8]) -> Request {
-    var request = Request()
-    request.ping.payload = Data(payload)
-    return request
-}
-
-/// Waits until managerd says the controller is powered on: a throwaway app session's Welcome, or a state change after it.
-func waitForPoweredOn(_ socket: String, timeout: Duration = .seconds(20)) throws {
-    let session = try IPCClient(path: socket)
-    if try session.call(managerRequest { $0.hello = .init() }).manager.welcome.state == .poweredOn { return }
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        guard let envelope = try? session.receive(timeout: .milliseconds(250)) else {
-            usleep(10_000)
-            continue
-        }
-        if case .event(let event)? = envelope.body, case .stateChanged(let state)? = event.manager.kind, state == .poweredOn { return }
-    }
-    throw StackNotReady(description: "\(socket): managerd did not report poweredOn within \(timeout)")
-}
+// What the lab-session process tests share beyond BerylTestSupport.
 
 extension IPCClient {
-    /// The first manager event `match` accepts within `timeout`, looking at events buffered by earlier calls first.
-    func nextManagerEvent(within timeout: Duration, where match: (Beryl_Ipc_V1_ManagerEvent) -> Bool) -> Beryl_Ipc_V1_ManagerEvent? {
-        for event in takeEvents() where match(event.manager) { return event.manager }
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            guard let envelope = try? receive(timeout: .milliseconds(200)) else {
-                usleep(5_000)
-                continue
-            }
-            _ = takeEvents()
-            if case .event(let event)? = envelope.body, match(event.manager) { return event.manager }
-        }
-        return nil
-    }
-
     /// The lab scan reports heard for `duration`, or until `enough` is satisfied.
     func labReports(for duration: Duration, until enough: ([Beryl_Ipc_V1_LabScanReport]) -> Bool = { _ in false }) -> [Beryl_Ipc_V1_LabScanReport] {
         var reports: [Beryl_Ipc_V1_LabScanReport] = []

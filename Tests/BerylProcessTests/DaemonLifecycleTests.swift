@@ -1,6 +1,7 @@
 import BerylDaemonKit
 import BerylIPC
 import BerylSupervisor
+import BerylTestSupport
 import Foundation
 import XCTest
 

@@ -65,28 +65,6 @@ final class IPCBatchTests: XCTestCase {
         return nil
     }
 
-    func testTheFramingIsABatchEnvelopeAndOneEnvelopeGoesAsItIs() throws {
-        var batch = EnvelopeBatch(capacity: 65536)
-        let envelopes = (1...3).map { Envelope.request(.with { $0.ping = .init() }, id: UInt64($0)) }
-        batch.append(envelopes[0].encoded())
-        XCTAssertEqual(batch.take(), envelopes[0].encoded(), "a lone envelope is not wrapped")
-        for envelope in envelopes { batch.append(envelope.encoded()) }
-        let decoded = try Envelope(serializedBytes: batch.take())
-        XCTAssertEqual(decoded.batch.envelopes, envelopes)
-        XCTAssertEqual(decoded.unbatched, envelopes)
-        XCTAssertTrue(batch.isEmpty)
-        // A batch stays within its datagram: what does not fit waits for the next.
-        var small = EnvelopeBatch(capacity: 64)
-        let large = Envelope.request(.with { $0.manager.hello.appID = String(repeating: "x", count: 40) }, id: 9).encoded()
-        XCTAssertTrue(small.fits(large), "an empty batch takes anything (the cap is the socket's to enforce)")
-        small.append(large)
-        XCTAssertFalse(small.fits(large))
-        // A batch inside a batch is not unpacked.
-        var nested = Envelope()
-        nested.batch.envelopes = [envelopes[0], decoded]
-        XCTAssertEqual(nested.unbatched, [envelopes[0]])
-    }
-
     func testAServerBatchesWhatAWakeUpSendsAPeerThatTakesBatches() throws {
         let loop = try EventLoop()
         let (fd, asked) = try serverAndPeer(loop)

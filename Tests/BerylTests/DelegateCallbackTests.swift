@@ -1,6 +1,7 @@
 import Beryl
 import BerylDaemonKit
 import BerylSupervisor
+import BerylTestSupport
 import Dispatch
 import Foundation
 import Synchronization

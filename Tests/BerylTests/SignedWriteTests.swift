@@ -3,6 +3,7 @@ import BerylIPC
 import BerylSupervisor
 import Dispatch
 import Foundation
+import BerylTestSupport
 import XCTest
 
 /// A peripheral app with a value only an encrypted link may subscribe to (Core Bluetooth's notifyEncryptionRequired)
@@ -26,7 +27,7 @@ final class SignedWriteTests: XCTestCase {
     func testABondedCentralsSignedWriteIsVerifiedAndCarriedOut() async throws {
         let scratch = try Scratch()
         defer { scratch.stopAll() }
-        try startTwoStacks(scratch, attd: [["--io-capability", "keyboard-only"], ["--io-capability", "keyboard-only"]])
+        try startStacks(scratch, attd: [["--io-capability", "keyboard-only"], ["--io-capability", "keyboard-only"]])
         let queue = DispatchQueue(label: "apps")
         let app = SigningPeripheral()
         let manager = PeripheralManager(delegate: app, queue: queue, socketPath: "\(scratch.root)/run1/managerd.sock")

@@ -1,6 +1,5 @@
 import BerylCore
 import BerylGAP
-import BerylManager
 import BerylStore
 import Foundation
 import XCTest

@@ -1,6 +1,7 @@
 import Beryl
 import BerylDaemonKit
 import BerylSupervisor
+import BerylTestSupport
 import Dispatch
 import Foundation
 import Synchronization
@@ -89,33 +90,6 @@ final class IncludedServicesCentral: CentralManagerDelegate, PeripheralDelegate 
     }
 }
 
-/// berylsim with two controllers and a full stack (hcid, attd, managerd) on each, in `run0`/`run1`.
-/// One full stack per `managerd` entry (two unless a test says otherwise) on one berylsim.
-func startTwoStacks(_ scratch: Scratch, sim simExtra: [String] = [], attd extra: [[String]] = [[], []],
-                    managerd managerdExtra: [[String]] = [[], []]) throws {
-    let sim = scratch.root + "/sim"
-    try scratch.start("berylsim", [Executables.path("berylsim"), "--dir", sim, "--controllers", "\(managerdExtra.count)"] + simExtra,
-                      socket: sim + "/control.sock")
-    for index in managerdExtra.indices {
-        let run = "\(scratch.root)/run\(index)"
-        let common = ["--runtime-dir", run, "--state-dir", "\(scratch.root)/state\(index)"]
-        try scratch.start("hcid\(index)", [Executables.path("hcid")] + common + ["--transport", "unix:\(sim)/controller-\(index).sock"], socket: run + "/hcid.sock")
-        try scratch.start("attd\(index)", [Executables.path("attd")] + common + (extra.indices.contains(index) ? extra[index] : []), socket: run + "/attd.sock")
-        try scratch.start("managerd\(index)", [Executables.path("managerd")] + common + managerdExtra[index], socket: run + "/managerd.sock")
-    }
-}
-
-extension Scratch {
-    /// kill -9 of a process this test started, reaped if it is gone already; the socket it served is removed, so that
-    /// starting its successor waits for the successor's own.
-    func crash(_ name: String, socket: String? = nil) throws {
-        let pid = try XCTUnwrap(self.pid(of: name), "\(name) was not started")
-        kill(pid, SIGKILL)
-        _ = Spawn.reap(pid)
-        if let socket { try? FileManager.default.removeItem(atPath: socket) }
-    }
-}
-
 /// Two full stacks on berylsim for each test (`run0`/`run1`), with what most app tests use.
 class TwoStacksTestCase: XCTestCase {
     var scratch: Scratch!
@@ -129,7 +103,7 @@ class TwoStacksTestCase: XCTestCase {
     override func setUpWithError() throws {
         scratch = try Scratch()
         try prepare()
-        try startTwoStacks(scratch, sim: simArguments, managerd: managerdArguments)
+        try startStacks(scratch, count: managerdArguments.count, sim: simArguments, managerd: managerdArguments)
     }
 
     override func tearDown() {
@@ -388,7 +362,7 @@ final class ScanCommandTests: XCTestCase {
     func testScanPrintsDiscoveriesAndIdentifiersSurviveARestart() async throws {
         let scratch = try Scratch()
         defer { scratch.stopAll() }
-        try startTwoStacks(scratch)
+        try startStacks(scratch)
         let app = HeartRatePeripheral()
         let manager = PeripheralManager(delegate: app, queue: DispatchQueue(label: "app"), socketPath: "\(scratch.root)/run1/managerd.sock")
         XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
@@ -472,7 +446,7 @@ final class DoorLockExampleTests: XCTestCase {
     func testTheDoorLockCentralPairsReadsAndUnlocks() throws {
         let scratch = try Scratch()
         defer { scratch.stopAll() }
-        try startTwoStacks(scratch)
+        try startStacks(scratch)
         let profile = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Examples/profiles/secure-lock.json").path
         try scratch.start("serve", [Executables.path("beryl"), "serve", profile, "--runtime-dir", "\(scratch.root)/run1"], socket: "\(scratch.root)/run1/attd.sock")
@@ -515,7 +489,7 @@ final class PairingDelegateTests: XCTestCase {
     func testPasskeyPromptsReachBothAppsAndPairingUnlocksTheValue() async throws {
         let scratch = try Scratch()
         defer { scratch.stopAll() }
-        try startTwoStacks(scratch, attd: [["--io-capability", "keyboard-only"], ["--io-capability", "keyboard-only"]])
+        try startStacks(scratch, attd: [["--io-capability", "keyboard-only"], ["--io-capability", "keyboard-only"]])
         let queue = DispatchQueue(label: "apps")
         let app = HeartRatePeripheral()
         let peripheralUser = KeyboardUser(passkey: 246810)

@@ -5,6 +5,7 @@ import BerylManager
 import BerylManagerWire
 import BerylStore
 import BerylSupervisor
+import BerylTestSupport
 import BerylWire
 import Foundation
 import XCTest
