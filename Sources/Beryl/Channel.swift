@@ -14,8 +14,7 @@ final class Channel: Sendable {
     let queue: DispatchQueue
     private let fd: Int32
     private struct State {
-        var nextID: UInt64 = 1
-        var pending: [UInt64: Completion] = [:]
+        var pending = PendingRequests<Completion>()
         var closed = false
     }
     private let state = Mutex(State())
@@ -96,12 +95,7 @@ final class Channel: Sendable {
     func requests(_ requests: [(request: Request, completion: Completion)]) {
         let ids: [UInt64]? = state.withLock { state in
             guard !state.closed else { return nil }
-            return requests.map { request in
-                let id = state.nextID
-                state.nextID += 1
-                state.pending[id] = request.completion
-                return id
-            }
+            return requests.map { state.pending.add($0.completion) }
         }
         guard let ids else {
             return queue.async { for request in requests { request.completion(.failure(.unavailable("the session is closed"))) } }
@@ -117,7 +111,7 @@ final class Channel: Sendable {
         }
         sent = sent && SeqPacketSocket.send(fd, batch.take()) == .sent
         guard sent else {
-            let failed = state.withLock { state in ids.compactMap { state.pending.removeValue(forKey: $0) } }
+            let failed = state.withLock { state in ids.compactMap { state.pending.cancel($0) } }
             queue.async { for completion in failed { completion(.failure(.unavailable("managerd did not take the request"))) } }
             return
         }
@@ -153,7 +147,7 @@ final class Channel: Sendable {
             envelopes.compactMap { envelope in
                 switch envelope.body {
                 case .response(let response)?:
-                    guard let completion = state.pending.removeValue(forKey: envelope.requestID) else { return nil }
+                    guard let (completion, _) = state.pending.answer(envelope) else { return nil }
                     return { completion(Self.result(of: response)) }
                 case .event(let event)?:
                     return { self.onEvent(event) }
@@ -169,8 +163,7 @@ final class Channel: Sendable {
     private func finish(_ reason: String) {
         let pending = state.withLock { state -> [Completion] in
             state.closed = true
-            defer { state.pending.removeAll() }
-            return Array(state.pending.values)
+            return state.pending.removeAll()
         }
         queue.async {
             for completion in pending { completion(.failure(.unavailable(reason))) }

@@ -17,8 +17,7 @@ public final class IPCConnection {
     private var reader: EventRegistration?
     private var writer: EventRegistration?
     private var outbound: [[UInt8]] = []
-    private var pending: [UInt64: (Result<Response, IPCClientError>) -> Void] = [:]
-    private var nextID: UInt64 = 1
+    private var pending = PendingRequests<(Result<Response, IPCClientError>) -> Void>()
     private var buffer: [UInt8] = []
     /// The requests of this loop wake-up, sent as one datagram when it ends.
     private lazy var batch = WakeUpBatch(loop: loop, capacity: IPCLimits.standard.maxMessageBytes) { [unowned self] datagram in
@@ -43,10 +42,7 @@ public final class IPCConnection {
     /// Sends a request; `completion` runs once with the response, the remote error, or `.closed`.
     public func request(_ request: Request, completion: @escaping (Result<Response, IPCClientError>) -> Void = { _ in }) {
         guard isOpen else { return completion(.failure(.closed)) }
-        let id = nextID
-        nextID += 1
-        pending[id] = completion
-        var envelope = Envelope.request(request, id: id)
+        var envelope = Envelope.request(request, id: pending.add(completion))
         envelope.acceptsBatches = true
         batch.add(envelope.encoded())
     }
@@ -93,13 +89,9 @@ public final class IPCConnection {
         switch envelope.body {
         case .event(let event)?:
             onEvent(event)
-        case .response(let response)?:
-            guard let completion = pending.removeValue(forKey: envelope.requestID) else { return }
-            if case .error(let error)? = response.kind {
-                completion(.failure(.remote(code: error.code, message: error.message, field: error.field, detail: RemoteDetail(error))))
-            } else {
-                completion(.success(response))
-            }
+        case .response?:
+            guard let (completion, outcome) = pending.answer(envelope) else { return }
+            completion(outcome)
         default:
             return
         }
@@ -111,9 +103,7 @@ public final class IPCConnection {
         reader?.cancel()
         writer?.cancel()
         close(fd)
-        let waiting = pending
-        pending.removeAll()
-        for completion in waiting.values { completion(.failure(.closed)) }
+        for completion in pending.removeAll() { completion(.failure(.closed)) }
         onClose(reason)
     }
 }

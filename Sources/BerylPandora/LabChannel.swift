@@ -10,8 +10,7 @@ import Glibc
 /// receive, so the gRPC server's executor never blocks on the socket.
 public final class LabChannel: Sendable {
     private struct State {
-        var nextID: UInt64 = 1
-        var pending: [UInt64: CheckedContinuation<Response, any Error>] = [:]
+        var pending = PendingRequests<CheckedContinuation<Response, any Error>>()
         var subscribers: [UInt64: AsyncStream<Event>.Continuation] = [:]
         var nextSubscriber: UInt64 = 1
         var closed: String?
@@ -46,14 +45,11 @@ public final class LabChannel: Sendable {
             return try await withCheckedThrowingContinuation { continuation in
                 let id: UInt64? = state.withLock { state in
                     guard state.closed == nil else { return nil }
-                    let id = state.nextID
-                    state.nextID += 1
-                    state.pending[id] = continuation
-                    return id
+                    return state.pending.add(continuation)
                 }
                 guard let id else { return continuation.resume(throwing: IPCClientError.closed) }
                 guard case .sent = SeqPacketSocket.send(fd, Envelope.request(request, id: id).encoded()) else {
-                    let waiting = state.withLock { $0.pending.removeValue(forKey: id) }
+                    let waiting = state.withLock { $0.pending.cancel(id) }
                     waiting?.resume(throwing: IPCClientError.closed)
                     return
                 }
@@ -90,13 +86,9 @@ public final class LabChannel: Sendable {
 
     private func dispatch(_ envelope: Envelope) {
         switch envelope.body {
-        case .response(let response)?:
-            guard let waiting = state.withLock({ $0.pending.removeValue(forKey: envelope.requestID) }) else { return }
-            if case .error(let error)? = response.kind {
-                waiting.resume(throwing: IPCClientError.remote(code: error.code, message: error.message, field: error.field, detail: RemoteDetail(error)))
-            } else {
-                waiting.resume(returning: response)
-            }
+        case .response?:
+            guard let (waiting, outcome) = state.withLock({ $0.pending.answer(envelope) }) else { return }
+            waiting.resume(with: outcome.mapError { $0 as any Error })
         case .event(let event)?:
             for subscriber in state.withLock({ Array($0.subscribers.values) }) { subscriber.yield(event) }
         default:
@@ -107,11 +99,8 @@ public final class LabChannel: Sendable {
     private func finish(_ reason: String) {
         let (waiting, subscribers) = state.withLock { state in
             state.closed = reason
-            defer {
-                state.pending.removeAll()
-                state.subscribers.removeAll()
-            }
-            return (Array(state.pending.values), Array(state.subscribers.values))
+            defer { state.subscribers.removeAll() }
+            return (state.pending.removeAll(), Array(state.subscribers.values))
         }
         for continuation in waiting { continuation.resume(throwing: IPCClientError.closed) }
         for subscriber in subscribers { subscriber.finish() }
