@@ -46,6 +46,10 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         case subscriberGone(owner: ManagerKey, PreservedState.Subscription)
         /// A subscription change held until managerd knew its link: route it now (subscriptionReported says yes).
         case subscriptionReported(ReportedSubscription)
+        /// A foreground-only app's time in the background ran out (what that changes follows as outputs of its own).
+        case suspended(appID: String, after: Duration)
+        /// An app awake in the background overran its budget: the shell ends its processes, as iOS ends such an app.
+        case overran(appID: String)
     }
 
     /// CBConnectionEvent.

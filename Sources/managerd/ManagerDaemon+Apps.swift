@@ -48,15 +48,6 @@ extension ManagerDaemon {
         }
     }
 
-    /// One timer, at the earliest launch put off; the margin keeps a timer that libevent fires from its cached clock
-    /// from landing just short.
-    func armLaunchTimer() {
-        launchTimer.arm(at: core.launches.nextDeadline.map { $0 + .milliseconds(10) }) { [unowned self] now in
-            apply(core.launchesDue(at: now))
-            armLaunchTimer()
-        }
-    }
-
     /// Reaps launched apps (an adopted one is only watched) and tells the core which ended and which still run.
     func superviseApps() {
         for (appID, process) in core.launches.processes.sorted(by: { $0.key < $1.key }) {

@@ -133,17 +133,9 @@ extension ManagerDaemon {
                 command(last) { [unowned self] result in
                     guard case .success(let status) = result, core.connections.answered(action, status: status.first ?? 0xFF, at: host.loop.uptime) else { return }
                     host.logger.warning("connection attempt refused (0x\(String(status.first ?? 0xFF, radix: 16))); retrying")
-                    armConnectionRetry()
+                    armDeadline()
                 }
             }
-        }
-    }
-
-    /// One timer at the connection core's deadline.
-    private func armConnectionRetry() {
-        connectionTimer.arm(at: core.connections.nextDeadline) { [unowned self] now in
-            apply(core.connections.tick(at: now))
-            armConnectionRetry()
         }
     }
 

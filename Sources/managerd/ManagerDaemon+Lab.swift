@@ -123,7 +123,7 @@ extension ManagerDaemon {
                 updateLabRecord { $0.peripherals.append(identifier) }
             }
         }
-        labResetTimer.arm(at: lab.nextDeadline) { [unowned self] now in applyLab(lab.tick(book: book, at: now)) }
+        armDeadline()
     }
 
     /// attd's SetLinkPairing for the lab: it answers every pairing (Just Works too), hashing the lab's random address

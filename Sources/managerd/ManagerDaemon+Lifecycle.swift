@@ -16,7 +16,6 @@ extension ManagerDaemon {
         let (change, outputs) = core.setLifecycle(appID, state, at: host.loop.uptime)
         if change.current != change.previous { host.logger.info("\(appID) is \(change.current.rawValue) (\(reason))") }
         apply(outputs)
-        armLifecycleDeadline()
     }
 
     // MARK: Events for apps
@@ -100,29 +99,12 @@ extension ManagerDaemon {
     private func logWakes() {
         let begun = core.life.takeWakesBegun()
         for wake in begun { host.logger.info("\(wake.app) woken in the background (budget \(wake.budget))") }
-        if !begun.isEmpty { armLifecycleDeadline() }
-    }
-
-    /// One timer, at the core's earliest deadline.
-    func armLifecycleDeadline() {
-        // The millisecond keeps a timer that libevent fires from its cached clock from landing just short.
-        lifecycleTimer.arm(at: core.life.nextDeadline.map { $0 + .milliseconds(1) }) { [unowned self] now in
-            for expiry in core.life.expire(at: now) {
-                switch expiry {
-                case .suspended(let appID, let after):
-                    host.logger.info("\(appID) is suspended (foreground-only, \(after) in the background)")
-                    apply(core.lifecycleChanged(appID))
-                case .overran(let appID):
-                    endOverrunningApp(appID)
-                }
-            }
-            armLifecycleDeadline()
-        }
+        if !begun.isEmpty { armDeadline() }
     }
 
     /// iOS ends a background app that overruns its wake; its preserved managers then launch it again for their next
     /// event, so nothing waits on a process that stopped answering.
-    private func endOverrunningApp(_ appID: String) {
+    func endOverrunningApp(_ appID: String) {
         let pids = processes(of: appID)
         let budget = core.catalog.apps[appID]?.wakeBudget ?? 0
         host.logger.warning("\(appID) overran its \(budget) s background budget; ending it (pids \(pids.sorted())); its next event wakes it again")

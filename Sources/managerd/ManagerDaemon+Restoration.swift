@@ -73,7 +73,6 @@ extension ManagerDaemon {
                 kill(pid, SIGTERM)
             case .launchDeferred(let appID, let time, let failure):
                 if let failure { host.logger.warning("\(appID) \(failure); launching again in \(time - host.loop.uptime) if its work still waits") }
-                armLaunchTimer()
             case .launchesChanged:
                 recordLaunchedApps()
             case .unsubscribe(let clearing):
@@ -84,8 +83,13 @@ extension ManagerDaemon {
                 // The record says so already; only a running app is told (an absent one reads its record on return).
                 guard case .session(let session) = owner.holder else { break }
                 send(Beryl_Ipc_V1_ManagerEvent(subscriberGone: subscription, manager: owner.manager), to: session)
+            case .suspended(let appID, let after):
+                host.logger.info("\(appID) is suspended (foreground-only, \(after) in the background)")
+            case .overran(let appID):
+                endOverrunningApp(appID)
             }
         }
+        armDeadline()
     }
 
     /// A user quit (or the app invalidated the manager): the preserved work is discarded.

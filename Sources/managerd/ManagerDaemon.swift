@@ -24,8 +24,10 @@ final class ManagerDaemon {
     var core: ManagerCore<Beryl_Ipc_V1_ManagerEvent>
     var book: ConnectionBook { core.book }
 
+    /// One timer, at the earliest deadline of the core and of the lab's reset.
+    lazy var deadlineTimer = DeadlineTimer(loop: host.loop)
+
     // Central role.
-    lazy var connectionTimer = DeadlineTimer(loop: host.loop)
     /// The scan the controller runs now (nil: none).
     var controllerScan: ControllerScan?
     /// GATT requests for links whose bearer attd has not reported yet.
@@ -41,17 +43,12 @@ final class ManagerDaemon {
     var records: PreservedRecords
     /// Sessions of `beryl alerts`, and their users.
     var alertSubscribers: [UInt64: UInt32] = [:]
-    lazy var lifecycleTimer = DeadlineTimer(loop: host.loop)
     /// The controller's identity is hcid's static random address (it has no public one): apps advertise, scan and
     /// connect with it (own address type random) rather than as 00:00:00:00:00:00.
     var identityIsRandom: Bool { identity?.type.isRandom ?? false }
     var ownAddressType: UInt8 { identityIsRandom ? 0x01 : 0x00 }
     /// hcid's identity address, learned once the controller is powered on.
     var identity: DeviceAddress?
-
-    /// At the earliest launch the core put off. Its relaunch policy's reconnection grace (3 s) is how long after
-    /// starting managerd waits for running apps to reconnect (the library retries for up to 1 s between attempts).
-    lazy var launchTimer = DeadlineTimer(loop: host.loop)
 
     // Device labs.
     var lab = LabCore<IncomingRequest>()
@@ -61,7 +58,6 @@ final class ManagerDaemon {
     var labRandomAddress: (address: BDAddress, set: Bool) { LabOwnAddress.labRandomAddress(identity: identity, made: madeLabRandomAddress) }
     /// What lab sessions made here that a factory reset takes back (nil: the file is damaged, and is left as it is).
     let labRecord: LabRecordFile?
-    lazy var labResetTimer = DeadlineTimer(loop: host.loop)
 
     init(host: DaemonHost, appsDir: String?, suspendAfter: Double = 5, restoreGrace: Double = 15) throws {
         self.host = host
@@ -97,6 +93,18 @@ final class ManagerDaemon {
     }
 
     func session(_ id: UInt64) -> IPCSession? { host.server?.sessions[id] }
+
+    /// Keeps the one timer at the earliest deadline (the core's relaunch policy's reconnection grace, 3 s, is one: how
+    /// long after starting managerd waits for running apps to reconnect). The millisecond keeps a timer that libevent
+    /// fires from its cached clock from landing just short.
+    func armDeadline() {
+        let next = [core.nextDeadline, lab.nextDeadline].compactMap { $0 }.min()
+        deadlineTimer.arm(at: next.map { $0 + .milliseconds(1) }) { [unowned self] now in
+            apply(core.tick(at: now))
+            if let due = lab.nextDeadline, due <= now { applyLab(lab.tick(book: book, at: now)) }
+            armDeadline()
+        }
+    }
 
     /// To the manager's holder: its app's session, or the queue of a preserved manager whose app is not running.
     func send(_ event: Beryl_Ipc_V1_ManagerEvent, to holder: ManagerHolder) {
