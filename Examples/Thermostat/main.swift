@@ -6,9 +6,10 @@
 // With --restore the manager has a restore identifier: when the app dies, the stack keeps its service published
 // and advertised, and a central reading or writing the setpoint relaunches it (bluetooth-peripheral background mode).
 //
-//   thermostat [--runtime-dir DIR] [--restore] [--tick SECONDS]
+//   thermostat [--runtime-dir DIR] [--restore] [--tick SECONDS] [--json]
 //
-// With --tick it measures the temperature every SECONDS and notifies subscribed centrals. Launched by managerd, it
+// With --tick it measures the temperature every SECONDS and notifies subscribed centrals. With --json each line it
+// writes is a JSON object (the event, its fields and the text), for tools and tests to read. Launched by managerd, it
 // is the app its manifest names (com.example.thermostat otherwise).
 import Beryl
 import Dispatch
@@ -84,7 +85,7 @@ final class Thermostat: PeripheralManagerDelegate, Sendable {
                     defer { stream.heldBack = true }
                     return stream.heldBack ? nil : stream.next
                 }
-                if let heldBackAt { say("stream held back at \(heldBackAt): waiting for peripheralManagerIsReady") }
+                if let heldBackAt { say(.streamHeldBack(at: heldBackAt)) }
                 return
             }
             streaming.withLock { $0.next &+= 1 }
@@ -114,16 +115,15 @@ final class Thermostat: PeripheralManagerDelegate, Sendable {
         if let restoredStream, restoredStream.subscribedCentrals?.isEmpty == false {
             streaming.withLock { $0.characteristic = restoredStream }
         }
-        let characteristics = state.services.flatMap { $0.characteristics ?? [] }.map(\.uuid.description)
-        say("restored \(state.services.count) services (\(characteristics.joined(separator: ", "))), "
-            + (state.advertisementData.map { "advertising as \($0.localName ?? "-")" } ?? "not advertising"))
+        say(.restored(services: state.services.count, characteristics: restoredCharacteristics.map(\.uuid.description),
+                      advertisingAs: state.advertisementData.map { $0.localName ?? "-" }))
     }
 
     func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) {
         guard peripheral.state == .poweredOn else {
             publishedTemperature.withLock { $0 = nil }
             streaming.withLock { $0.characteristic = nil }
-            return say("state \(peripheral.state)")
+            return say(.state("\(peripheral.state)"))
         }
         // A restored manager's service is still published and advertised: nothing to add. After a reset of the stack
         // (resetting, then poweredOn again) the services are gone, as after bluetoothd restarts, and are added again.
@@ -137,20 +137,20 @@ final class Thermostat: PeripheralManagerDelegate, Sendable {
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, didAdd service: Service, error: Error?) {
-        if let error { return say("could not add the service: \(error)") }
+        if let error { return say(.notAdded(error: "\(error)")) }
         publishedTemperature.withLock { $0 = temperature }
         peripheral.startAdvertising(AdvertisingOptions(localName: "Beryl Thermostat", serviceUUIDs: [thermostatService]))
     }
 
     func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: Error?) {
-        say(error.map { "advertising failed: \($0)" } ?? "advertising as Beryl Thermostat")
+        say(.advertising(as: "Beryl Thermostat", error: error.map { "\($0)" }))
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: Characteristic) {
         guard characteristic.uuid == stream.uuid else {
-            return say("temperature subscribed by \(central.identifier)")
+            return say(.subscribed(stream: false, central: "\(central.identifier)"))
         }
-        say("stream subscribed by \(central.identifier)")
+        say(.subscribed(stream: true, central: "\(central.identifier)"))
         streaming.withLock {
             $0.characteristic = characteristic
             $0.heldBack = false
@@ -160,13 +160,13 @@ final class Thermostat: PeripheralManagerDelegate, Sendable {
 
     func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: Characteristic) {
         guard characteristic.uuid == stream.uuid, characteristic.subscribedCentrals?.isEmpty != false else { return }
-        say("stream unsubscribed")
+        say(.streamUnsubscribed)
         streaming.withLock { $0.characteristic = nil }
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest) {
         let value = target.withLock { $0 }
-        say("setpoint read by \(request.central.identifier)")
+        say(.setpointRead(central: "\(request.central.identifier)"))
         let bytes = Data([UInt8(value & 0xFF), UInt8(value >> 8)])
         // Core Bluetooth's rule for long reads: an offset past the value is Invalid Offset.
         guard request.offset <= bytes.count else { return peripheral.respond(to: request, withResult: .invalidOffset) }
@@ -182,7 +182,7 @@ final class Thermostat: PeripheralManagerDelegate, Sendable {
         let values = requests.map { UInt16($0.value![0]) | UInt16($0.value![1]) << 8 }
         guard values.allSatisfy({ (50...300).contains($0) }) else { return peripheral.respond(to: requests[0], withResult: ATTError.Code(rawValue: 0x80)!) }
         target.withLock { $0 = values.last! }
-        say("setpoint \(Double(values.last!) / 10) °C")
+        say(.setpointWritten(tenths: Int(values.last!)))
         peripheral.respond(to: requests[0], withResult: .success)
     }
 }
@@ -198,15 +198,73 @@ nonisolated func measure(with manager: PeripheralManager, _ thermostat: Thermost
 
 let streamQueue = DispatchQueue(label: "thermostat")
 
-func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+/// What the thermostat reports: a line of text, or (--json) a JSON object with the event's name, fields and text.
+enum Report {
+    case relaunched(restoring: [String])
+    case restored(services: Int, characteristics: [String], advertisingAs: String?)
+    case state(String)
+    case notAdded(error: String)
+    case advertising(as: String, error: String?)
+    case subscribed(stream: Bool, central: String)
+    case streamUnsubscribed
+    case streamHeldBack(at: UInt32)
+    case setpointRead(central: String)
+    case setpointWritten(tenths: Int)
+
+    var text: String {
+        switch self {
+        case .relaunched(let restoring): "relaunched by the stack to restore \(restoring.joined(separator: ", "))"
+        case .restored(let services, let characteristics, let name):
+            "restored \(services) services (\(characteristics.joined(separator: ", "))), " + (name.map { "advertising as \($0)" } ?? "not advertising")
+        case .state(let state): "state \(state)"
+        case .notAdded(let error): "could not add the service: \(error)"
+        case .advertising(let name, let error): error.map { "advertising failed: \($0)" } ?? "advertising as \(name)"
+        case .subscribed(let stream, let central): "\(stream ? "stream" : "temperature") subscribed by \(central)"
+        case .streamUnsubscribed: "stream unsubscribed"
+        case .streamHeldBack(let at): "stream held back at \(at): waiting for peripheralManagerIsReady"
+        case .setpointRead(let central): "setpoint read by \(central)"
+        case .setpointWritten(let tenths): "setpoint \(Double(tenths) / 10) °C"
+        }
+    }
+
+    var fields: [String: Any] {
+        switch self {
+        case .relaunched(let restoring): ["event": "relaunched", "restoring": restoring]
+        case .restored(let services, let characteristics, let name):
+            ["event": "restored", "services": services, "characteristics": characteristics, "advertisingAs": name ?? NSNull()]
+        case .state(let state): ["event": "state", "state": state]
+        case .notAdded(let error): ["event": "notAdded", "error": error]
+        case .advertising(let name, let error): ["event": "advertising", "localName": name, "error": error ?? NSNull()]
+        case .subscribed(let stream, let central): ["event": "subscribed", "characteristic": stream ? "stream" : "temperature", "central": central]
+        case .streamUnsubscribed: ["event": "streamUnsubscribed"]
+        case .streamHeldBack(let at): ["event": "streamHeldBack", "sequence": Int(at)]
+        case .setpointRead(let central): ["event": "setpointRead", "central": central]
+        case .setpointWritten(let tenths): ["event": "setpointWritten", "tenths": tenths]
+        }
+    }
+}
+
+enum ReportFormat {
+    static let json = CommandLine.arguments.dropFirst().contains("--json")
+}
+
+func say(_ report: Report) {
+    var line = report.text
+    if ReportFormat.json {
+        var object = report.fields
+        object["text"] = report.text
+        if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) { line = String(decoding: data, as: UTF8.self) }
+    }
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
 
 var runtimeDir: String?
 var restore = false
 var tick: Double?
 var arguments = CommandLine.arguments.dropFirst().makeIterator()
 while let argument = arguments.next() {
-    if argument == "--restore" {
-        restore = true
+    if argument == "--restore" || argument == "--json" {
+        restore = restore || argument == "--restore"
         continue
     }
     switch (argument, arguments.next()) {
@@ -215,13 +273,13 @@ while let argument = arguments.next() {
     case ("--tick", let value?) where Double(value).map({ (0.05...3600).contains($0) }) == true:
         tick = Double(value)
     default:
-        FileHandle.standardError.write(Data("usage: thermostat [--runtime-dir DIR] [--restore] [--tick SECONDS (0.05-3600)]\n".utf8))
+        FileHandle.standardError.write(Data("usage: thermostat [--runtime-dir DIR] [--restore] [--tick SECONDS (0.05-3600)] [--json]\n".utf8))
         exit(64)
     }
 }
 let thermostat = Thermostat()
 let launch = LaunchOptions.current
-if launch.isRelaunch { say("relaunched by the stack to restore \(launch.peripherals.joined(separator: ", "))") }
+if launch.isRelaunch { say(.relaunched(restoring: launch.peripherals)) }
 let queue = streamQueue
 let manager = PeripheralManager(delegate: thermostat, queue: queue,
                                 options: restore ? [PeripheralManagerOptionRestoreIdentifierKey: "thermostat"] : nil,

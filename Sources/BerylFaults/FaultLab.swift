@@ -71,7 +71,7 @@ public final class FaultLab: Sendable {
         let address = try controllerAddress(.peripheral)
         running.withLock { $0.peripheralAddress = address }
         try launch(Self.thermostatID, on: .peripheral)
-        guard eventually(.seconds(20), { self.read(self.thermostatLog).contains("advertising as Beryl Thermostat") }) else {
+        guard eventually(.seconds(20), { self.thermostatEvents().contains { $0["event"] as? String == "advertising" && $0["error"] is NSNull } }) else {
             throw FaultLabError.setup("the thermostat did not advertise: \(tail(thermostatLog))")
         }
         // Bonded before the workload starts, so that a torn bond would show.
@@ -114,7 +114,7 @@ public final class FaultLab: Sendable {
                         "launch": ["command": [Executables.path("doorlock"), "--service", Self.thermostatService,
                                                "--characteristic", "2A6E", "--log", doorlockLog]]]),
             (.peripheral, ["id": Self.thermostatID, "user": appUser, "backgroundModes": ["bluetooth-peripheral"],
-                           "launch": ["command": [Executables.path("thermostat"), "--restore", "--tick", "0.2"]]]),
+                           "launch": ["command": [Executables.path("thermostat"), "--restore", "--tick", "0.2", "--json"]]]),
         ]
         _ = FileManager.default.createFile(atPath: doorlockLog, contents: nil)
         chmod(doorlockLog, 0o666)
@@ -194,10 +194,18 @@ public final class FaultLab: Sendable {
             && !($0["value"] as? String ?? "").isEmpty }.count
     }
 
-    /// Lines in the thermostat's log that record `fragment` (a setpoint applied, a read answered).
-    func thermostatLines(containing fragment: String) -> Int {
-        read(thermostatLog).components(separatedBy: "\n").filter { $0.contains(fragment) }.count
+    /// What the thermostat reported (it runs with --json), over all its launches.
+    func thermostatEvents() -> [[String: Any]] {
+        read(thermostatLog).split(separator: "\n").compactMap { json(String($0)) }
     }
+
+    /// Setpoint writes of `tenths` the thermostat applied.
+    func setpointsApplied(_ tenths: Int) -> Int {
+        thermostatEvents().filter { $0["event"] as? String == "setpointWritten" && $0["tenths"] as? Int == tenths }.count
+    }
+
+    /// Times the thermostat's stream found its transmit queue full (once per subscription).
+    func streamHoldBacks() -> Int { thermostatEvents().filter { $0["event"] as? String == "streamHeldBack" }.count }
 }
 
 public enum FaultLabError: Error, CustomStringConvertible {

@@ -44,8 +44,8 @@ extension FaultLab {
             break
         case .serving:
             let values = (0..<4).map { 50 + Int((seed &* 4 &+ UInt64($0)) % 250) }
-            let before = values.map { thermostatLines(containing: "setpoint \(Double($0) / 10) °C") }
-            burstResults.expect(values: values, linesBefore: before)
+            let before = values.map { setpointsApplied($0) }
+            burstResults.expect(values: values, appliedBefore: before)
             let thread = Thread { [self] in
                 for value in values {
                     let written = beryl(["gatt", "--peer", thermostatIdentifier, "write", Self.setpoint, Self.hex(value), "--json", "--timeout", "20"], on: .central)
@@ -71,14 +71,14 @@ extension FaultLab {
             }
         case .streaming:
             // Subscribed through the fault; the thermostat says when its transmit queue first fills.
-            let heldBack = thermostatLines(containing: "stream held back")
+            let heldBack = streamHoldBacks()
             let thread = Thread { [self] in
                 firstStream.finish(beryl(["gatt", "--peer", thermostatIdentifier, "subscribe", Self.stream, "--count", "100000", "--json",
                                           "--timeout", "6"], on: .central))
             }
             thread.start()
             streamer = thread
-            if !eventually(.seconds(5), { self.thermostatLines(containing: "stream held back") > heldBack }) {
+            if !eventually(.seconds(5), { self.streamHoldBacks() > heldBack }) {
                 failures.append("phase: the stream never filled the thermostat's transmit queue: \(tail(thermostatLog, lines: 3))")
             }
         }
@@ -106,7 +106,7 @@ extension FaultLab {
         }
         if let burst {
             while !burst.isFinished && !burstResults.isFinished { usleep(50_000) }
-            failures += burstResults.problems(linesAfter: { self.thermostatLines(containing: "setpoint \(Double($0) / 10) °C") })
+            failures += burstResults.problems(appliedAfter: { self.setpointsApplied($0) })
         }
         // A daemon the fault did not kill kept its pid: a crash would be hidden by the supervisor's restart.
         let pidsAfter = Dictionary(uniqueKeysWithValues: Side.allCases.map { ($0, daemonPIDs($0)) })
@@ -211,8 +211,8 @@ extension FaultLab {
     /// long write reaches the peripheral and is refused with Invalid Attribute Value Length. Nothing is applied.
     private func oversizedWrites(random: inout FaultRandom) -> [String] {
         var failures: [String] = []
-        let applied = "setpoint \(Double(0xA5A5) / 10) °C"  // what any of them would read as, taken as a setpoint
-        let before = thermostatLines(containing: applied)
+        let applied = 0xA5A5  // what any of them would read as, taken as a setpoint
+        let before = setpointsApplied(applied)
         for length in [3, random.int(200...512), 513, random.int(600...2000)] {
             let value = String(repeating: "a5", count: length)
             let written = beryl(["gatt", "--peer", thermostatIdentifier, "write", Self.setpoint, value, "--json", "--timeout", "20"], on: .central)
@@ -245,7 +245,7 @@ extension FaultLab {
         } catch {
             failures.append("a 600-byte write on the wire: \(error)")
         }
-        if thermostatLines(containing: applied) != before { failures.append("an oversized write changed the setpoint") }
+        if setpointsApplied(applied) != before { failures.append("an oversized write changed the setpoint") }
         return failures
     }
 
@@ -336,13 +336,12 @@ extension FaultLab {
         }
         // The peripheral app's service is there and answers, exactly once per request (relaunched if it must be).
         let value = 50 + Int(seed % 250)
-        let line = "setpoint \(Double(value) / 10) °C"
-        let appliedBefore = thermostatLines(containing: line)
+        let appliedBefore = setpointsApplied(value)
         let written = beryl(["gatt", "--peer", thermostatIdentifier, "write", Self.setpoint, Self.hex(value), "--json", "--timeout", "10"], on: .central)
         guard written.status == 0 else { return failures + ["the setpoint write failed: \(written.stderr.suffix(200))"] }
         let read = beryl(["gatt", "--peer", thermostatIdentifier, "read", Self.setpoint, "--json", "--timeout", "10"], on: .central)
         if !read.stdout.contains("\"value\":\"\(Self.hex(value))\"") { failures.append("the setpoint read back \(read.stdout.suffix(120)) \(read.stderr.suffix(120))") }
-        let applied = thermostatLines(containing: line) - appliedBefore
+        let applied = setpointsApplied(value) - appliedBefore
         if applied != 1 { failures.append("one setpoint write was applied \(applied) times") }
         // The link is up on the air and both apps see it; the central app's subscription delivers again.
         if airLinks() != 1 { failures.append("\(airLinks()) links on the air between the stacks") }
@@ -362,16 +361,16 @@ extension FaultLab {
 final class BurstResults: Sendable {
     private struct State {
         var values: [Int] = []
-        var linesBefore: [Int] = []
+        var appliedBefore: [Int] = []
         var runs: [Int: ToolRun] = [:]
         var done = false
     }
     private let state = Mutex(State())
 
-    func expect(values: [Int], linesBefore: [Int]) {
+    func expect(values: [Int], appliedBefore: [Int]) {
         state.withLock {
             $0.values = values
-            $0.linesBefore = linesBefore
+            $0.appliedBefore = appliedBefore
         }
     }
     func record(value: Int, run: ToolRun) { state.withLock { $0.runs[value] = run } }
@@ -379,15 +378,15 @@ final class BurstResults: Sendable {
     var isFinished: Bool { state.withLock { $0.done } }
 
     /// Each write answered once (success, or a clean error), and applied at most once — exactly once if it succeeded.
-    func problems(linesAfter: (Int) -> Int) -> [String] {
-        let (values, before, runs) = state.withLock { ($0.values, $0.linesBefore, $0.runs) }
+    func problems(appliedAfter: (Int) -> Int) -> [String] {
+        let (values, before, runs) = state.withLock { ($0.values, $0.appliedBefore, $0.runs) }
         var problems: [String] = []
         for (index, value) in values.enumerated() {
             guard let run = runs[value] else {
                 problems.append("write of \(value) never finished")
                 continue
             }
-            let applied = linesAfter(value) - before[index]
+            let applied = appliedAfter(value) - before[index]
             if applied > 1 { problems.append("write of \(value) applied \(applied) times") }
             if run.status == 0, applied != 1 { problems.append("write of \(value) succeeded but was applied \(applied) times") }
             if run.status != 0, run.stderr.isEmpty { problems.append("write of \(value) failed (exit \(run.status)) without saying why") }

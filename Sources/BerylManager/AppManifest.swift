@@ -105,6 +105,23 @@ public enum AppManifestParser {
     }
 }
 
+/// A manifest file as the shell found it: its bytes, or why they are not to be read (an owner or mode that is not
+/// trusted, a file that cannot be read).
+public struct ManifestFile: Sendable {
+    public var path: String
+    public var contents: Result<Data, ManifestError>
+
+    public init(path: String, data: Data) {
+        self.path = path
+        contents = .success(data)
+    }
+
+    public init(path: String, refused reason: String) {
+        self.path = path
+        contents = .failure(ManifestError(file: path, field: "$", reason: reason))
+    }
+}
+
 /// Every manifest in a directory: the good ones by id, and one error per file refused (the others still load).
 public struct AppCatalog: Sendable {
     public private(set) var apps: [String: AppManifest] = [:]
@@ -123,23 +140,13 @@ public struct AppCatalog: Sendable {
         return manifest.uid == uid
     }
 
-    /// `ownerAllowed` checks a file's owner and mode (root-owned, not writable by others, in managerd).
-    public init(directory: String, lookup: (String) -> Account?, ownerAllowed: (String) -> String?) {
-        let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasSuffix(".json") }.sorted()
-        for name in names {
-            let path = directory + "/" + name
-            if let problem = ownerAllowed(path) {
-                refused.append(ManifestError(file: path, field: "$", reason: problem))
-                continue
-            }
-            guard let data = FileManager.default.contents(atPath: path) else {
-                refused.append(ManifestError(file: path, field: "$", reason: "cannot read the file"))
-                continue
-            }
+    /// The manifests as the shell read them, in the order read: the first file to declare an id keeps it.
+    public init(files: [ManifestFile], lookup: (String) -> Account?) {
+        for file in files {
             do {
-                let manifest = try AppManifestParser.parse(data, file: path, lookup: lookup)
+                let manifest = try AppManifestParser.parse(try file.contents.get(), file: file.path, lookup: lookup)
                 if let first = apps[manifest.id] {
-                    refused.append(ManifestError(file: path, field: "id", reason: "'\(manifest.id)' is already declared by \(first.file)"))
+                    refused.append(ManifestError(file: file.path, field: "id", reason: "'\(manifest.id)' is already declared by \(first.file)"))
                 } else {
                     apps[manifest.id] = manifest
                 }

@@ -16,8 +16,14 @@ extension ManagerDaemon {
         guard let appsDir else { return }
         let me = getuid()
         // Launch commands are trusted only from files root (or managerd's own user, for unprivileged lab stacks) controls.
-        core.catalog = AppCatalog(directory: appsDir, lookup: { Accounts.ids(ofUser: $0).map { Account(uid: $0.uid, gid: $0.gid) } },
-                                  ownerAllowed: { Accounts.whyUntrusted($0, owner: me) })
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: appsDir)) ?? []).filter { $0.hasSuffix(".json") }.sorted()
+        let files = names.map { name in
+            let path = appsDir + "/" + name
+            if let untrusted = Accounts.whyUntrusted(path, owner: me) { return ManifestFile(path: path, refused: untrusted) }
+            guard let data = FileManager.default.contents(atPath: path) else { return ManifestFile(path: path, refused: "cannot read the file") }
+            return ManifestFile(path: path, data: data)
+        }
+        core.catalog = AppCatalog(files: files, lookup: { Accounts.ids(ofUser: $0).map { Account(uid: $0.uid, gid: $0.gid) } })
         for error in core.catalog.refused { host.logger.error("app manifest refused: \(error)") }
         host.logger.info("\(core.catalog.apps.count) app manifest(s) from \(appsDir)")
     }

@@ -55,18 +55,13 @@ final class AppManifestTests: XCTestCase {
     }
 
     func testACatalogKeepsTheGoodManifestsAndRefusesTheRest() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("manifests-\(UUID())").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
         let files = [
-            "a.json": #"{"id": "com.example.a", "user": "doorlock"}"#,
-            "b.json": #"{"id": "com.example.a", "user": "doorlock"}"#,
-            "c.json": #"{"id": "com.example.c", "user": "root"}"#,
-            "d.json": #"{"id": "com.example.d", "user": "doorlock"}"#,
-            "notes.txt": "not a manifest",
+            ManifestFile(path: "/etc/beryl/apps/a.json", data: Data(#"{"id": "com.example.a", "user": "doorlock"}"#.utf8)),
+            ManifestFile(path: "/etc/beryl/apps/b.json", data: Data(#"{"id": "com.example.a", "user": "doorlock"}"#.utf8)),
+            ManifestFile(path: "/etc/beryl/apps/c.json", data: Data(#"{"id": "com.example.c", "user": "root"}"#.utf8)),
+            ManifestFile(path: "/etc/beryl/apps/d.json", refused: "writable by group or others"),
         ]
-        for (name, text) in files { try Data(text.utf8).write(to: URL(fileURLWithPath: directory + "/" + name)) }
-        let catalog = AppCatalog(directory: directory, lookup: { self.users[$0] }, ownerAllowed: { $0.hasSuffix("d.json") ? "writable by group or others" : nil })
+        let catalog = AppCatalog(files: files, lookup: { self.users[$0] })
         XCTAssertEqual(catalog.apps.keys.sorted(), ["com.example.a"])
         XCTAssertEqual(catalog.refused.map { "\(($0.file as NSString).lastPathComponent) \($0.field)" }, ["b.json id", "c.json user", "d.json $"])
         XCTAssertTrue(catalog.refused[0].reason.contains("already declared by"))

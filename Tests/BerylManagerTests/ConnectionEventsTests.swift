@@ -38,11 +38,8 @@ final class ConnectionEventsTests: XCTestCase {
     }
 
     func testAuthorizationFollowsTheManifests() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("manifests-\(UUID())").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        try Data(#"{"id": "com.example.lock", "user": "doorlock"}"#.utf8).write(to: URL(fileURLWithPath: directory + "/lock.json"))
-        let catalog = AppCatalog(directory: directory, lookup: { $0 == "doorlock" ? Account(uid: 1001, gid: 1001) : nil }, ownerAllowed: { _ in nil })
+        let catalog = AppCatalog(files: [ManifestFile(path: "/etc/beryl/apps/lock.json", data: Data(#"{"id": "com.example.lock", "user": "doorlock"}"#.utf8))],
+                                 lookup: { $0 == "doorlock" ? Account(uid: 1001, gid: 1001) : nil })
         XCTAssertTrue(catalog.mayUseBluetooth(appID: "com.example.lock", uid: 1001))
         XCTAssertFalse(catalog.mayUseBluetooth(appID: "com.example.lock", uid: 1002), "declared for another user")
         XCTAssertFalse(catalog.mayUseBluetooth(appID: "com.example.lock", uid: 0), "managerd refuses root the id too")

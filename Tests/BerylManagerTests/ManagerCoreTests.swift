@@ -401,12 +401,9 @@ final class ManagerCoreTests: XCTestCase {
     /// A preserved manager whose app is away works as a background app (its scan slow, its duplicates coalesced);
     /// a scan of a foreground app among the scanners keeps the controller's scan fast.
     func testAScanIsSlowOnlyWhenEveryScannerIsInTheBackground() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("manifests-\(UUID())").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        try Data(#"{"id": "lock", "user": "doorlock", "backgroundModes": ["bluetooth-central"]}"#.utf8).write(to: URL(fileURLWithPath: directory + "/lock.json"))
         var (core, made) = try centralWithALink()
-        core.catalog = AppCatalog(directory: directory, lookup: { _ in Account(uid: 1001, gid: 1001) }, ownerAllowed: { _ in nil })
+        let manifest = ManifestFile(path: "/etc/beryl/apps/lock.json", data: Data(#"{"id": "lock", "user": "doorlock", "backgroundModes": ["bluetooth-central"]}"#.utf8))
+        core.catalog = AppCatalog(files: [manifest], lookup: { _ in Account(uid: 1001, gid: 1001) })
         XCTAssertEqual(core.rules(for: "lock")?.modes, [.central])
         appSession(5, of: "lock", in: &core)
         XCTAssertFalse(core.scanIsSlow, "the lock app is in the foreground")
