@@ -25,7 +25,7 @@ let package = Package(
         // The sans-IO protocol cores, for the fuzz package in Fuzz/ (and anyone embedding them).
         // What apps import: Core Bluetooth's managers for Linux.
         .library(name: "Beryl", targets: ["Beryl"]),
-        .library(name: "BerylProtocols", targets: ["BerylCore", "BerylHCI", "BerylL2CAP", "BerylATT", "BerylGATT", "BerylSMP"]),
+        .library(name: "BerylProtocols", targets: ["BerylCore", "BerylHCI", "BerylL2CAP", "BerylATT", "BerylGATT", "BerylLink", "BerylSMP"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-protobuf.git", from: "1.39.0"),
@@ -56,11 +56,13 @@ let package = Package(
         // managerd's translation between its cores' values and the wire's messages.
         .target(name: "BerylManagerWire", dependencies: ["BerylManager", "BerylGAP", "BerylStore", "BerylWire", "BerylCore"]),
         // attd's proto ⇄ core values (GATT discovery results, security outcomes), as BerylManagerWire is managerd's.
-        .target(name: "BerylAttWire", dependencies: ["BerylGATT", "BerylSMP", "BerylHCI", "BerylWire", "BerylCore"]),
+        .target(name: "BerylAttWire", dependencies: ["BerylGATT", "BerylLink", "BerylSMP", "BerylHCI", "BerylWire", "BerylCore"]),
         .target(name: "BerylSim", dependencies: ["BerylCore", "BerylHCI", "CBerylCrypto"]),
         .target(name: "BerylL2CAP", dependencies: ["BerylCore", "BerylHCI"]),
         .target(name: "BerylATT", dependencies: ["BerylCore"]),
-        .target(name: "BerylGATT", dependencies: ["BerylCore", "BerylATT", "BerylL2CAP", "BerylHCI", "BerylCrypto"]),
+        .target(name: "BerylGATT", dependencies: ["BerylCore", "BerylATT", "BerylCrypto"]),
+        // One LE link's composite: L2CAP reassembly, ATT server and client, signalling; SMP PDUs are handed out.
+        .target(name: "BerylLink", dependencies: ["BerylCore", "BerylATT", "BerylGATT", "BerylL2CAP", "BerylHCI"]),
         .target(name: "BerylEventLoop", dependencies: ["CBerylEvent"]),
         // The wire: generated messages, the envelope, the socket and a blocking client; what apps link.
         .target(name: "BerylWire", dependencies: [
@@ -89,7 +91,7 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "attd", dependencies: [
-            "BerylDaemonKit", "BerylGATT", "BerylHCI", "BerylSMP", "BerylAttWire", "BerylStore", "BerylCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "BerylDaemonKit", "BerylGATT", "BerylLink", "BerylHCI", "BerylSMP", "BerylAttWire", "BerylStore", "BerylCrypto", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "managerd", dependencies: [
             "BerylDaemonKit", "BerylManager", "BerylManagerWire", "BerylGAP", "BerylHCI", "BerylStore", "BerylEventLoop", .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -150,9 +152,10 @@ let package = Package(
         .testTarget(name: "BerylFaultsTests", dependencies: ["BerylFaults", "BerylSupervisor"]),
         .testTarget(name: "BerylManagerTests", dependencies: ["BerylManager", "BerylGAP", "BerylCore", "BerylHCI", "BerylStore"]),
         .testTarget(name: "BerylSimTests", dependencies: ["BerylSim", "BerylCore"]),
-        .testTarget(name: "BerylGATTTests", dependencies: ["BerylGATT", "BerylATT", "BerylCore", "BerylHCI", "BerylCrypto"]),
+        .testTarget(name: "BerylGATTTests", dependencies: ["BerylGATT", "BerylATT", "BerylCore", "BerylCrypto"]),
+        .testTarget(name: "BerylLinkTests", dependencies: ["BerylLink", "BerylGATT", "BerylATT", "BerylCore", "BerylHCI"]),
         .testTarget(name: "BerylL2CAPTests", dependencies: ["BerylL2CAP", "BerylCore", "BerylHCI"]),
-        .testTarget(name: "BerylAttWireTests", dependencies: ["BerylAttWire", "BerylGATT", "BerylATT", "BerylSMP", "BerylWire", "BerylCore"]),
+        .testTarget(name: "BerylAttWireTests", dependencies: ["BerylAttWire", "BerylGATT", "BerylLink", "BerylATT", "BerylSMP", "BerylWire", "BerylCore"]),
         .testTarget(name: "BerylManagerWireTests", dependencies: ["BerylManagerWire", "BerylManager", "BerylGAP", "BerylStore", "BerylWire", "BerylCore"]),
         .testTarget(name: "BerylHCITests", dependencies: ["BerylHCI", "BerylSim", "BerylCore"]),
         .testTarget(name: "BerylPandoraTests", dependencies: [

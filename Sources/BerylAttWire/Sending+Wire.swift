@@ -1,6 +1,7 @@
 import BerylATT
 import BerylCore
 import BerylGATT
+import BerylLink
 import BerylSMP
 import BerylWire
 import Foundation

@@ -149,7 +149,7 @@ public struct TransmitPacer: Sendable {
     }
 
     /// An indication refused because these links' backlogs were full.
-    mutating func refuseIndication(from sender: UpdateSender, backloggedOn links: [UInt16]) {
+    public mutating func refuseIndication(from sender: UpdateSender, backloggedOn links: [UInt16]) {
         refuseNotification(from: sender)
         indicationWaits[sender, default: []].formUnion(links)
     }

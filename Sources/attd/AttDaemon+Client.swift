@@ -4,6 +4,7 @@ import BerylCore
 import BerylGATT
 import BerylHCI
 import BerylIPC
+import BerylLink
 import Foundation
 
 /// The shell around each link's GATT client core: requests in, the core's outputs out to hcid, apps and the

@@ -4,6 +4,7 @@ import BerylCore
 import BerylGATT
 import BerylHCI
 import BerylIPC
+import BerylLink
 import BerylSMP
 import Foundation
 

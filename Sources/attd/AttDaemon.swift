@@ -7,6 +7,7 @@ import BerylGATT
 import BerylHCI
 import BerylIPC
 import BerylCrypto
+import BerylLink
 import BerylSMP
 import BerylStore
 import Foundation

@@ -2,6 +2,7 @@ import BerylATT
 import BerylAttWire
 import BerylCore
 import BerylGATT
+import BerylLink
 import BerylSMP
 import BerylWire
 import Foundation

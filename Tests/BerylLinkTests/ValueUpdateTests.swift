@@ -1,6 +1,7 @@
 import BerylATT
 import BerylCore
 import BerylGATT
+import BerylLink
 import XCTest
 
 /// updateValue over several links: all subscribed peers or none, and ReadyToUpdate once every link has room.

@@ -1,5 +1,6 @@
 import BerylATT
 import BerylCore
+import BerylGATT
 import BerylHCI
 import BerylL2CAP
 

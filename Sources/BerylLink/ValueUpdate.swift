@@ -1,5 +1,6 @@
 import BerylATT
 import BerylCore
+import BerylGATT
 
 /// What one `updateValue` sent: how many peers were subscribed, and what the links and the pacer carry out.
 public struct ValueUpdate {
