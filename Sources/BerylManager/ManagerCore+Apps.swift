@@ -152,6 +152,11 @@ extension ManagerCore {
         sessions[session, default: .init()].saidHello = true
         return .success(greeting)
     }
+
+    /// Who hears the stack's state change: sessions welcomed already, in the order they came. One told before its
+    /// Hello was answered heard poweredOn ahead of its Welcome: its app added its services, and the Welcome's reset
+    /// clearing then removed them.
+    public var welcomedSessions: [UInt64] { sessions.filter(\.value.saidHello).map(\.key).sorted() }
 }
 
 // MARK: Driving apps (beryl app)

@@ -245,14 +245,12 @@ final class ManagerDaemon {
     /// Whether a holder's app runs (a live session), for what a stack that leaves poweredOn clears.
     func isRunning(_ holder: ManagerHolder) -> Bool { holder.sessionID.flatMap(session) != nil }
 
-    /// Apps hear the stack's new state: a session in its Welcome, and changes after it. One told before its Hello was
-    /// answered heard poweredOn ahead of the Welcome: its app added its services, then the Welcome's reset clearing
-    /// removed them.
+    /// Apps hear the stack's new state: a session in its Welcome, and changes after it (`welcomedSessions`).
     func stateChanged(_ newState: StackState) {
         host.logger.info("controller \(newState)")
         var event = Beryl_Ipc_V1_ManagerEvent()
         event.stateChanged = .init(newState)
-        for (id, app) in core.sessions where app.saidHello {
+        for id in core.welcomedSessions {
             send(event, to: id)
             // The library empties its update queue and counts ReadyToUpdate from zero again; so does attd for it.
             if newState != .poweredOn { forgetUpdateSender(id) }

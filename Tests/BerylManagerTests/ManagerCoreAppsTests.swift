@@ -49,6 +49,21 @@ final class ManagerCoreAppsTests: XCTestCase {
     }
 
     // A session is one manager: a second Hello would bind it a second restore identifier the core could not tell apart.
+    // ManagerStateTests, in the core: a session connected but not welcomed hears no state change (it heard poweredOn
+    // ahead of its Welcome, added its services, and the Welcome's reset clearing removed them).
+    func testOnlyWelcomedSessionsHearTheStacksState() throws {
+        var core = try core()
+        core.sessions[3] = AppSession()  // as managerd opens every session's entry at its first request
+        _ = core.hello(9, appID: "com.example.plain", uid: 1003, restoreID: "", role: .peripheral)
+        _ = core.hello(5, appID: appID, uid: 1001, restoreID: "", role: .central)
+        XCTAssertEqual(core.hello(4, appID: appID, uid: 1002, restoreID: "", role: .central).map { _ in true },
+                       .failure(.notTheAppsUser(appID: appID, user: "doorlock", uid: 1001, peerUID: 1002)))
+        _ = core.hello(8, appID: "", uid: 0, restoreID: "", role: .central, isLabSession: true)
+        XCTAssertEqual(core.welcomedSessions, [5, 9], "not the one still to say Hello, the refused one, nor the lab's")
+        XCTAssertEqual(core.hello(3, appID: "", uid: 1003, restoreID: "", role: .central).map { _ in true }, .success(true))
+        XCTAssertEqual(core.welcomedSessions, [3, 5, 9], "welcomed now")
+    }
+
     func testASessionSaysHelloOnceAndALabSessionNever() throws {
         var core = try core()
         XCTAssertEqual(core.hello(5, appID: appID, uid: 1001, restoreID: "door", role: .central).map { _ in true }, .success(true))
