@@ -135,20 +135,14 @@ final class Channel: Sendable {
         finish("managerd closed the session")
     }
 
-    /// A response as the caller is given it: an error with its typed codes, else the response.
-    static func result(of response: Response) -> Result<Response, BerylError> {
-        guard case .error(let error)? = response.kind else { return .success(response) }
-        return .failure(BerylError(remote: error.code, message: error.message, field: error.field, detail: RemoteDetail(error)))
-    }
-
     /// A datagram's answers and events, handed to the session's queue in one hop, in order.
     private func dispatch(_ envelopes: [Envelope]) {
         let work: [@Sendable () -> Void] = state.withLock { state in
             envelopes.compactMap { envelope in
                 switch envelope.body {
-                case .response(let response)?:
-                    guard let (completion, _) = state.pending.answer(envelope) else { return nil }
-                    return { completion(Self.result(of: response)) }
+                case .response?:
+                    guard let (completion, outcome) = state.pending.answer(envelope) else { return nil }
+                    return { completion(outcome.mapError(BerylError.init)) }
                 case .event(let event)?:
                     return { self.onEvent(event) }
                 default:

@@ -224,6 +224,15 @@ public enum BerylError: Error, Equatable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// An answer's error as the app is given it: a daemon's with its typed codes, the session's own as unavailable.
+    init(_ error: IPCClientError) {
+        guard case .remote(let code, let message, let field, let detail) = error else {
+            self = .unavailable("\(error)")
+            return
+        }
+        self.init(remote: code, message: message, field: field, detail: detail)
+    }
+
     /// From a daemon's typed error: its typed codes first (ATT, Core Bluetooth, SMP, HCI, the daemons' own reasons),
     /// else its IPC code. The message is only ever carried along.
     init(remote code: IPCErrorCode, message: String, field: String, detail: RemoteDetail) {

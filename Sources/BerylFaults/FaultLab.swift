@@ -184,9 +184,10 @@ public final class FaultLab: Sendable {
 
     func tail(_ path: String, lines: Int = 15) -> String { read(path).split(separator: "\n").suffix(lines).joined(separator: "\n") }
 
-    func doorlockEvents() -> [[String: Any]] {
-        read(doorlockLog).split(separator: "\n").compactMap { json(String($0)) }
-    }
+    func doorlockEvents() -> [[String: Any]] { events(in: doorlockLog) }
+
+    /// A log of JSON lines, as both apps write theirs.
+    func events(in log: String) -> [[String: Any]] { read(log).split(separator: "\n").compactMap { json(String($0)) } }
 
     /// Temperatures the doorlock app has taken (notifications that reached it, over all its launches).
     func notificationCount() -> Int {
@@ -195,9 +196,7 @@ public final class FaultLab: Sendable {
     }
 
     /// What the thermostat reported (it runs with --json), over all its launches.
-    func thermostatEvents() -> [[String: Any]] {
-        read(thermostatLog).split(separator: "\n").compactMap { json(String($0)) }
-    }
+    func thermostatEvents() -> [[String: Any]] { events(in: thermostatLog) }
 
     /// Setpoint writes of `tenths` the thermostat applied.
     func setpointsApplied(_ tenths: Int) -> Int {

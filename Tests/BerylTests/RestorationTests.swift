@@ -89,9 +89,7 @@ final class RestorationTests: TwoStacksTestCase {
     private func log(of id: String) -> String { (try? String(contentsOfFile: "\(scratch.root)/run0/logs/app-\(id).log", encoding: .utf8)) ?? "" }
 
     /// What a thermostat (run with --json) reported, over all its launches.
-    private func reports(of id: String) -> [[String: Any]] {
-        log(of: id).split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-    }
+    private func reports(of id: String) -> [[String: Any]] { events(in: "\(scratch.root)/run0/logs/app-\(id).log") }
 
     private func count(_ event: String, of id: String, where match: ([String: Any]) -> Bool = { _ in true }) -> Int {
         reports(of: id).filter { $0["event"] as? String == event && match($0) }.count

@@ -3,6 +3,8 @@ import Foundation
 import Glibc
 import XCTest
 
+private struct SocketPairFailed: Error {}
+
 final class SeqPacketSocketTests: XCTestCase {
     private var fds: [Int32] = []
 
@@ -12,7 +14,8 @@ final class SeqPacketSocketTests: XCTestCase {
 
     private func pair() throws -> (Int32, Int32) {
         var ends: [Int32] = [0, 0]
-        guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue), 0, &ends) == 0 else { throw XCTSkip("socketpair: errno \(errno)") }
+        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue), 0, &ends), 0, "socketpair: errno \(errno)")
+        guard ends.allSatisfy({ $0 > 0 }) else { throw SocketPairFailed() }
         fds += ends
         return (ends[0], ends[1])
     }
