@@ -136,7 +136,7 @@ let package = Package(
         .testTarget(name: "BerylCoreTests", dependencies: ["BerylCore"]),
         .testTarget(name: "BerylATTTests", dependencies: ["BerylATT", "BerylCore"]),
         .testTarget(name: "BerylGAPTests", dependencies: ["BerylGAP", "BerylCore", "BerylHCI"]),
-        .testTarget(name: "BerylStoreTests", dependencies: ["BerylStore", "BerylSMP", "BerylCrypto", "BerylCore"]),
+        .testTarget(name: "BerylStoreTests", dependencies: ["BerylStore", "BerylGAP", "BerylSMP", "BerylCrypto", "BerylCore"]),
         .testTarget(name: "BerylTransportTests", dependencies: ["BerylTransport"]),
         .testTarget(name: "BerylHardwareTests", dependencies: ["BerylHardware", "BerylTransport", "BerylHCI", "BerylCore"]),
         .testTarget(name: "BerylWireTests", dependencies: ["BerylWire"]),

@@ -50,7 +50,7 @@ final class SeqPacketSocketTests: XCTestCase {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let file = directory + "/plain"
-        FileManager.default.createFile(atPath: file, contents: Data([1]))
+        XCTAssertTrue(FileManager.default.createFile(atPath: file, contents: Data([1])))
         XCTAssertThrowsError(try SeqPacketSocket.listen(path: file)) { XCTAssertEqual($0 as? IPCSocketError, .notASocket(file)) }
         XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: file)), Data([1]), "the file is left as it was")
 
