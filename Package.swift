@@ -143,7 +143,7 @@ let package = Package(
         .testTarget(name: "BerylIPCTests", dependencies: ["BerylIPC", "BerylWire", "BerylEventLoop", "BerylCore"]),
         .testTarget(name: "BerylSupervisorTests", dependencies: ["BerylSupervisor", "BerylDaemonKit"]),
         .testTarget(name: "BerylBenchTests", dependencies: ["BerylBench"]),
-        .testTarget(name: "BerylToolsTests", dependencies: ["BerylTools", "BerylCore"]),
+        .testTarget(name: "BerylToolsTests", dependencies: ["BerylTools", "BerylIPC", "BerylCore"]),
         .testTarget(name: "BerylDaemonKitTests", dependencies: ["BerylDaemonKit"]),
         .testTarget(name: "BerylEventLoopTests", dependencies: ["BerylEventLoop"]),
         .testTarget(name: "BerylCryptoTests", dependencies: ["BerylCrypto", "BerylCore"]),

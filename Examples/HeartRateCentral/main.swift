@@ -2,7 +2,9 @@
 // keeps what it found, scans for the service, connects, discovers, reads the sensor location, subscribes to
 // measurements and writes the control point.
 //
-//   heart-rate-central [--runtime-dir DIR] [--count N]
+//   heart-rate-central [--runtime-dir DIR] [--count N] [--json]
+//
+// With --json each line is a JSON object naming its event (what `beryl demo` and the tests read).
 import Beryl
 import Dispatch
 import Foundation
@@ -32,14 +34,14 @@ final class HeartRateCentral: NSObject, CentralManagerDelegate, PeripheralDelega
 
     func centralManager(_ central: CentralManager, didDiscover peripheral: Peripheral, advertisementData: [String: Any], rssi RSSI: NSNumber) {
         guard heartRateMonitor == nil else { return }
-        say("discovered \(advertisementData[AdvertisementDataLocalNameKey] as? String ?? "a heart rate monitor") (RSSI \(RSSI))")
+        say(.discovered(name: advertisementData[AdvertisementDataLocalNameKey] as? String, rssi: RSSI.intValue))
         heartRateMonitor = peripheral
         central.stopScan()
         central.connect(peripheral, options: nil)
     }
 
     func centralManager(_ central: CentralManager, didConnect peripheral: Peripheral) {
-        say("connected")
+        say(.connected)
         peripheral.delegate = self
         peripheral.discoverServices([heartRateService])
     }
@@ -56,7 +58,7 @@ final class HeartRateCentral: NSObject, CentralManagerDelegate, PeripheralDelega
 
     func peripheral(_ peripheral: Peripheral, didDiscoverCharacteristicsFor service: Service, error: Error?) {
         let characteristics = service.characteristics ?? []
-        say("discovered \(characteristics.count) characteristics")
+        say(.characteristicsDiscovered(characteristics.map { "\($0.uuid)" }))
         controlPoint = characteristics.first { $0.uuid == controlPointUUID }
         if let location = characteristics.first(where: { $0.uuid == sensorLocationUUID }) { peripheral.readValue(for: location) }
         if let measurement = characteristics.first(where: { $0.uuid == measurementUUID }) { peripheral.setNotifyValue(true, for: measurement) }
@@ -67,10 +69,10 @@ final class HeartRateCentral: NSObject, CentralManagerDelegate, PeripheralDelega
         guard let value = characteristic.value else { return }
         switch characteristic.uuid {
         case sensorLocationUUID:
-            say("sensor location \(value.first.map { $0 == 1 ? "chest" : "code \($0)" } ?? "?")")
+            if let code = value.first { say(.sensorLocation(code: code)) }
         case measurementUUID where value.count >= 2 && beats < wanted:
             // Flags first; bit 0 clear: an 8-bit heart rate value (Heart Rate Service §3.1.1.1).
-            say("heart rate \(value[value.startIndex + 1]) bpm")
+            say(.heartRate(bpm: value[value.startIndex + 1]))
             beats += 1
             guard beats == wanted else { break }
             peripheral.setNotifyValue(false, for: characteristic)
@@ -83,13 +85,13 @@ final class HeartRateCentral: NSObject, CentralManagerDelegate, PeripheralDelega
 
     func peripheral(_ peripheral: Peripheral, didWriteValueFor characteristic: Characteristic, error: Error?) {
         if let error = error { fail("the control point refused the write: \(error.localizedDescription)") }
-        say("reset energy expended")
+        say(.energyExpendedReset)
         finish(peripheral)
     }
 
     func finish(_ peripheral: Peripheral) {
         centralManager.cancelPeripheralConnection(peripheral)
-        say("done")
+        say(.done)
         exit(0)
     }
 }
@@ -101,8 +103,9 @@ while let argument = arguments.next() {
     switch argument {
     case "--runtime-dir": runtimeDir = arguments.next()
     case "--count": wanted = Int(arguments.next() ?? "") ?? 5
+    case "--json": break  // ReportFormat.json
     default:
-        FileHandle.standardError.write(Data("usage: heart-rate-central [--runtime-dir DIR] [--count N]\n".utf8))
+        FileHandle.standardError.write(Data("usage: heart-rate-central [--runtime-dir DIR] [--count N] [--json]\n".utf8))
         exit(64)
     }
 }
@@ -112,8 +115,56 @@ let central = HeartRateCentral(wanted: max(1, wanted), socketPath: runtimeDir.ma
 DispatchQueue.main.asyncAfter(deadline: .now() + 20) { fail("no heart rate monitor served the measurements in 20 s") }
 dispatchMain()
 
+/// What the central reports: a line of text, or (--json) a JSON object with the event's name, fields and text.
+enum Report {
+    case discovered(name: String?, rssi: Int)
+    case connected
+    case characteristicsDiscovered([String])
+    /// Body Sensor Location (Heart Rate Service §3.2): 1 is chest.
+    case sensorLocation(code: UInt8)
+    case heartRate(bpm: UInt8)
+    case energyExpendedReset
+    case done
+
+    var text: String {
+        switch self {
+        case .discovered(let name, let rssi): "discovered \(name ?? "a heart rate monitor") (RSSI \(rssi))"
+        case .connected: "connected"
+        case .characteristicsDiscovered(let uuids): "discovered \(uuids.count) characteristics"
+        case .sensorLocation(let code): "sensor location \(code == 1 ? "chest" : "code \(code)")"
+        case .heartRate(let bpm): "heart rate \(bpm) bpm"
+        case .energyExpendedReset: "reset energy expended"
+        case .done: "done"
+        }
+    }
+
+    var fields: [String: Any] {
+        switch self {
+        case .discovered(let name, let rssi): ["event": "discovered", "localName": name ?? NSNull(), "rssi": rssi]
+        case .connected: ["event": "connected"]
+        case .characteristicsDiscovered(let uuids): ["event": "characteristicsDiscovered", "uuids": uuids]
+        case .sensorLocation(let code): ["event": "sensorLocation", "code": Int(code)]
+        case .heartRate(let bpm): ["event": "heartRate", "bpm": Int(bpm)]
+        case .energyExpendedReset: ["event": "energyExpendedReset"]
+        case .done: ["event": "done"]
+        }
+    }
+}
+
+enum ReportFormat {
+    static let json = CommandLine.arguments.dropFirst().contains("--json")
+}
+
 /// One line to stdout at once (examples are often read through a pipe).
-func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+func say(_ report: Report) {
+    var line = report.text
+    if ReportFormat.json {
+        var object = report.fields
+        object["text"] = report.text
+        if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) { line = String(decoding: data, as: UTF8.self) }
+    }
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
 
 func fail(_ why: String) -> Never {
     FileHandle.standardError.write(Data("heart-rate-central: \(why)\n".utf8))

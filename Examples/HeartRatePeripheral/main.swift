@@ -1,7 +1,9 @@
 // A heart-rate peripheral, written as the Core Bluetooth Programming Guide's peripheral tasks are:
 // build the service, add it once the manager is powered on, advertise, answer reads, notify subscribers.
 //
-//   heart-rate-peripheral [--runtime-dir DIR] [--seconds N]
+//   heart-rate-peripheral [--runtime-dir DIR] [--seconds N] [--json]
+//
+// With --json each line is a JSON object naming its event (what `beryl demo` and the tests read).
 import Beryl
 import Dispatch
 import Foundation
@@ -31,7 +33,7 @@ final class HeartRateMonitor: NSObject, PeripheralManagerDelegate {
     }
 
     func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) {
-        say("state \(peripheral.state)")
+        say(.state("\(peripheral.state)"))
         guard peripheral.state == .poweredOn else { return }
         let service = MutableService(type: BluetoothUUID(string: "180D"), primary: true)
         service.characteristics = [measurement, location, controlPoint]
@@ -41,30 +43,30 @@ final class HeartRateMonitor: NSObject, PeripheralManagerDelegate {
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, didAdd service: Service, error: Error?) {
-        if let error = error { return say("could not add the service: \(error.localizedDescription)") }
-        say("added heart rate service")
+        if let error = error { return say(.notAdded(error: error.localizedDescription)) }
+        say(.added)
         peripheralManager.startAdvertising([AdvertisementDataLocalNameKey: "Beryl HR", AdvertisementDataServiceUUIDsKey: [service.uuid]])
     }
 
     func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: Error?) {
-        say(error.map { "advertising failed: \($0.localizedDescription)" } ?? "advertising as Beryl HR")
+        say(.advertising(as: "Beryl HR", error: error?.localizedDescription))
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveWrite requests: [ATTRequest]) {
         // 0x01 resets the energy expended; anything else is not supported (Heart Rate Service §3.3.1).
         let accepted = requests.allSatisfy { $0.value == Data([0x01]) }
-        say("control point write \(requests.first?.value.map { Array($0) } ?? []) \(accepted ? "accepted" : "refused")")
+        say(.controlPointWritten(requests.first?.value.map { Array($0) } ?? [], accepted: accepted))
         peripheralManager.respond(to: requests[0], withResult: accepted ? .success : valueNotSupported)
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: Characteristic) {
         subscribers += 1
-        say("central subscribed to heart rate measurement")
+        say(.subscribed)
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: Characteristic) {
         subscribers -= 1
-        say("central unsubscribed")
+        say(.unsubscribed)
     }
 
     /// A new measurement for whoever subscribed.
@@ -73,7 +75,7 @@ final class HeartRateMonitor: NSObject, PeripheralManagerDelegate {
         beat = beat >= 100 ? 60 : beat + 1
         // Flags 0: 8-bit heart rate value (Heart Rate Service §3.1.1.1).
         if !peripheralManager.updateValue(Data([0x00, beat]), for: measurement, onSubscribedCentrals: nil) {
-            say("transmit queue full; waiting for peripheralManagerIsReady")
+            say(.heldBack(beat: beat))
         }
     }
 }
@@ -85,8 +87,9 @@ while let argument = arguments.next() {
     switch argument {
     case "--runtime-dir": runtimeDir = arguments.next()
     case "--seconds": seconds = Double(arguments.next() ?? "") ?? 0
+    case "--json": break  // ReportFormat.json
     default:
-        FileHandle.standardError.write(Data("usage: heart-rate-peripheral [--runtime-dir DIR] [--seconds N]\n".utf8))
+        FileHandle.standardError.write(Data("usage: heart-rate-peripheral [--runtime-dir DIR] [--seconds N] [--json]\n".utf8))
         exit(64)
     }
 }
@@ -94,5 +97,55 @@ while let argument = arguments.next() {
 let monitor = HeartRateMonitor(queue: DispatchQueue(label: "heart-rate"), socketPath: runtimeDir.map { $0 + "/managerd.sock" })
 if seconds > 0 { Thread.sleep(forTimeInterval: seconds) } else { dispatchMain() }
 
+/// What the monitor reports: a line of text, or (--json) a JSON object with the event's name, fields and text.
+enum Report {
+    case state(String)
+    case notAdded(error: String)
+    case added
+    case advertising(as: String, error: String?)
+    case controlPointWritten([UInt8], accepted: Bool)
+    case subscribed
+    case unsubscribed
+    case heldBack(beat: UInt8)
+
+    var text: String {
+        switch self {
+        case .state(let state): "state \(state)"
+        case .notAdded(let error): "could not add the service: \(error)"
+        case .added: "added heart rate service"
+        case .advertising(let name, let error): error.map { "advertising failed: \($0)" } ?? "advertising as \(name)"
+        case .controlPointWritten(let value, let accepted): "control point write \(value) \(accepted ? "accepted" : "refused")"
+        case .subscribed: "central subscribed to heart rate measurement"
+        case .unsubscribed: "central unsubscribed"
+        case .heldBack: "transmit queue full; waiting for peripheralManagerIsReady"
+        }
+    }
+
+    var fields: [String: Any] {
+        switch self {
+        case .state(let state): ["event": "state", "state": state]
+        case .notAdded(let error): ["event": "notAdded", "error": error]
+        case .added: ["event": "added"]
+        case .advertising(let name, let error): ["event": "advertising", "localName": name, "error": error ?? NSNull()]
+        case .controlPointWritten(let value, let accepted): ["event": "controlPointWritten", "value": value.map(Int.init), "accepted": accepted]
+        case .subscribed: ["event": "subscribed"]
+        case .unsubscribed: ["event": "unsubscribed"]
+        case .heldBack(let beat): ["event": "heldBack", "beat": Int(beat)]
+        }
+    }
+}
+
+enum ReportFormat {
+    static let json = CommandLine.arguments.dropFirst().contains("--json")
+}
+
 /// One line to stdout at once (examples are often read through a pipe).
-func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+func say(_ report: Report) {
+    var line = report.text
+    if ReportFormat.json {
+        var object = report.fields
+        object["text"] = report.text
+        if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) { line = String(decoding: data, as: UTF8.self) }
+    }
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}

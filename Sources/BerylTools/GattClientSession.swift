@@ -274,11 +274,11 @@ public final class GattClientSession {
         switch event.att.kind {
         case .pairingPrompt(let prompt)? where prompt.connectionHandle == UInt32(handle ?? 0xFFFF):
             let (line, answer) = agent.respond(to: prompt)
-            emit(["event": "pairing", "prompt": line])
+            emit(PairingEvent.prompt(prompt, line: line).fields)
             if let answer { attd?.request(.with { $0.att.pairingAnswer = answer }) }
             return
         case .pairingFinished(let finished)? where finished.connectionHandle == UInt32(handle ?? 0xFFFF):
-            emit(["event": finished.success ? "pairing-complete" : "pairing-failed", "detail": PairingAgent.describe(finished), "reason": Int(finished.reason)])
+            emit(PairingEvent.finished(finished).fields)
             return
         default:
             break

@@ -73,3 +73,35 @@ public struct PairingAgent: Sendable {
         return "pairing with \(finished.peer) failed: \(finished.remote ? "the peer" : "we") ended it, \(reason)"
     }
 }
+
+/// What a tool reports of a pairing: a prompt and how the agent answered it, or the end. `beryl serve`, `beryl gatt` and
+/// `beryl pair` report them alike, as a line or (`--json`) one object whose fields a script reads.
+public enum PairingEvent: Sendable, Equatable {
+    case prompt(Beryl_Ipc_V1_PairingPrompt, line: String)
+    case finished(Beryl_Ipc_V1_PairingFinished)
+
+    public var text: String {
+        switch self {
+        case .prompt(_, let line): line
+        case .finished(let finished): PairingAgent.describe(finished)
+        }
+    }
+
+    public var fields: [String: any Sendable] {
+        switch self {
+        case .prompt(let prompt, let line):
+            var fields: [String: any Sendable] = ["event": "pairing", "peer": prompt.peer, "prompt": line]
+            switch prompt.kind {
+            case .displayPasskey: fields["kind"] = "displayPasskey"; fields["number"] = Int(prompt.number)
+            case .enterPasskey: fields["kind"] = "enterPasskey"
+            case .confirmNumber: fields["kind"] = "confirmNumber"; fields["number"] = Int(prompt.number)
+            default: fields["kind"] = "unknown"
+            }
+            return fields
+        case .finished(let finished):
+            return ["event": finished.success ? "pairing-complete" : "pairing-failed", "peer": finished.peer, "reason": Int(finished.reason),
+                    "endedByPeer": finished.remote, "bonded": finished.result.bonded, "authenticated": finished.result.authenticated,
+                    "secureConnections": finished.result.secureConnections, "detail": PairingAgent.describe(finished)]
+        }
+    }
+}

@@ -12,7 +12,7 @@ public final class ServeSession {
     let loop: EventLoop
     let profile: GATTProfile
     let paths: DaemonPaths
-    let say: (String) -> Void
+    let report: (ServeReport) -> Void
     var attd: IPCConnection?
     var hcid: IPCConnection?
     var values = ProfileValues<UInt16>()
@@ -22,12 +22,14 @@ public final class ServeSession {
     public var agent = PairingAgent()
     /// Advertise from a resolvable private address (made by attd from this device's IRK) instead of the public one.
     public var privateAddress = false
+    /// The private address advertising uses, once attd made it.
+    var advertisedPrivateAddress: BDAddress?
 
-    public init(loop: EventLoop, profile: GATTProfile, paths: DaemonPaths, say: @escaping (String) -> Void) {
+    public init(loop: EventLoop, profile: GATTProfile, paths: DaemonPaths, report: @escaping (ServeReport) -> Void) {
         self.loop = loop
         self.profile = profile
         self.paths = paths
-        self.say = say
+        self.report = report
     }
 
     public func start() throws {
@@ -48,7 +50,7 @@ public final class ServeSession {
 
     private func fail(_ reason: String) {
         failure = reason
-        say("error: \(reason)")
+        report(.failure(reason))
         loop.stop()
     }
 
@@ -79,7 +81,8 @@ public final class ServeSession {
                 self.fail("publishing \(service.uuid): \(error)")
             case .success(let response):
                 let published = response.att.servicePublished
-                self.say("published \(service.uuid) at handles \(published.startHandle)–\(published.endHandle)")
+                self.report(.published(service: "\(service.uuid)", handles: published.startHandle...max(published.startHandle, published.endHandle),
+                                       characteristics: service.characteristics.count))
                 for (characteristic, handle) in zip(service.characteristics, published.valueHandles) {
                     self.schedule(characteristic, at: UInt16(handle))
                 }
@@ -113,7 +116,7 @@ public final class ServeSession {
 
     private func command(_ packet: HCICommandPacket, then: @escaping () -> Void = {}) {
         hcid?.request(.hci(packet)) { [unowned self] result in
-            if case .failure(let error) = result { self.say("warning: command 0x\(String(packet.opcode, radix: 16)) failed: \(error)") }
+            if case .failure(let error) = result { self.report(.warning("command 0x\(String(packet.opcode, radix: 16)) failed: \(error)")) }
             then()
         }
     }
@@ -129,7 +132,7 @@ public final class ServeSession {
             case .success(let response):
                 guard let address = BDAddress(response.att.privateAddress.address) else { return self.fail("attd gave no private address") }
                 self.command(HCICommands.leSetRandomAddress(address))
-                self.say("advertising from private address \(address)")
+                self.advertisedPrivateAddress = address
                 self.advertise(from: address)
             case .failure(let error):
                 // attd learns the controller's identity when it attaches to hcid; ask again shortly.
@@ -152,17 +155,17 @@ public final class ServeSession {
 
     private func enableAdvertising() {
         command(HCICommands.leSetAdvertisingEnable(true)) { [unowned self] in
-            self.say("advertising" + (self.profile.localName.map { " as \"\($0)\"" } ?? ""))
+            self.report(.advertising(name: self.profile.localName, privateAddress: self.advertisedPrivateAddress.map { "\($0)" }))
         }
     }
 
     private func hcidEvent(_ event: Event) {
         switch event.linkEvent {
         case .disconnected?:
-            say("central disconnected; advertising again")
+            report(.centralDisconnected)
             enableAdvertising()
         case .connected(_, _, let peer)?:
-            say("central connected (\(peer))")
+            report(.centralConnected(peer: "\(peer)"))
         default:
             break
         }
@@ -172,32 +175,34 @@ public final class ServeSession {
         switch event.att.kind {
         case .readRequested(let read)?:
             let value = values[UInt16(read.handle)]
-            say("read 0x\(String(read.handle, radix: 16)) offset \(read.offset): \(value.count) bytes")
+            report(.readRequested(.init(attribute: Self.attribute(read.handle), offset: Int(read.offset), bytes: value.count)))
             var request = Request()
             request.att.answerRead = .with { $0.id = read.id; $0.connectionHandle = read.connectionHandle; $0.value = Data(value) }
             attd?.request(request)
         case .writeRequested(let write)?:
             let error = UInt32(values.apply(write.writes.map { (UInt16(truncatingIfNeeded: $0.handle), Int($0.offset), Array($0.value)) }) ?? 0)
-            say("write \(write.writes.map { "0x\(String($0.handle, radix: 16))[\($0.offset)] \($0.value.count) bytes" }.joined(separator: ", "))"
-                + (error == 0 ? "" : " refused (0x\(String(error, radix: 16)))"))
+            report(.writeRequested(write.writes.map { .init(attribute: Self.attribute($0.handle), offset: Int($0.offset), bytes: $0.value.count) },
+                                   refusal: error == 0 ? nil : UInt8(truncatingIfNeeded: error)))
             guard write.withResponse else { return }
             var request = Request()
             request.att.answerWrite = .with { $0.id = write.id; $0.connectionHandle = write.connectionHandle; $0.error = error }
             attd?.request(request)
         case .subscriptionChanged(let change)?:
-            say("central \(change.notify || change.indicate ? "subscribed to" : "unsubscribed from") 0x\(String(change.valueHandle, radix: 16))"
-                + (change.indicate ? " (indications)" : ""))
+            report(.subscription(attribute: Self.attribute(change.valueHandle), central: nil, subscribed: change.notify || change.indicate,
+                                 indications: change.indicate))
         case .pairingPrompt(let prompt)?:
             let (line, answer) = agent.respond(to: prompt)
-            say(line)
+            report(.pairing(.prompt(prompt, line: line)))
             if let answer { attd?.request(.with { $0.att.pairingAnswer = answer }) }
         case .pairingFinished(let finished)?:
-            say(PairingAgent.describe(finished))
+            report(.pairing(.finished(finished)))
         case .securityChanged(let change)?:
-            say("link 0x\(String(change.connectionHandle, radix: 16)) \(change.encrypted ? "encrypted" : "not encrypted (status 0x\(String(change.status, radix: 16)))")"
-                + (change.bonded ? " with a bonded peer" : ""))
+            report(.securityChanged(link: change.connectionHandle, encrypted: change.encrypted, status: change.status, bonded: change.bonded))
         default:
             break
         }
     }
+
+    /// `--direct` publishes bare handles: an attribute is named by its handle.
+    private static func attribute(_ handle: UInt32) -> String { "0x\(String(handle, radix: 16))" }
 }

@@ -94,15 +94,20 @@ struct EventPrinter: Sendable {
     func say(_ line: String) {
         Console.out(line + "\n")
     }
+
+    /// A line for people, or the report's fields as JSON.
+    func report(_ report: ServeReport) {
+        json ? emit(report.fields) : say(report.text)
+    }
 }
 
 /// Answers the library's pairing prompts for a command: a passkey given up front, --auto-accept, or the terminal;
 /// the lines are those `--direct` prints from attd's prompts.
 final class CommandPairing: PairingDelegate, Sendable {
     let agent: PairingAgent
-    let report: @Sendable (_ line: String, _ finished: PairingOutcome?) -> Void
+    let report: @Sendable (PairingEvent) -> Void
 
-    init(agent: PairingAgent, report: @escaping @Sendable (_ line: String, _ finished: PairingOutcome?) -> Void) {
+    init(agent: PairingAgent, report: @escaping @Sendable (PairingEvent) -> Void) {
         self.agent = agent
         self.report = report
     }
@@ -116,7 +121,7 @@ final class CommandPairing: PairingDelegate, Sendable {
         case .confirmNumber(let number): asked.kind = .confirmNumber; asked.number = number
         }
         let (line, answer) = agent.respond(to: asked)
-        report(line, nil)
+        report(.prompt(asked, line: line))
         guard let answer else { return }
         switch prompt {
         case .enterPasskey: answer.accept ? responder.enter(passkey: answer.passkey) : responder.cancel()
@@ -126,17 +131,23 @@ final class CommandPairing: PairingDelegate, Sendable {
     }
 
     func pairing(with peer: UUID, finished outcome: PairingOutcome) {
-        var finished = Beryl_Ipc_V1_PairingFinished()
-        finished.peer = outcome.address
-        finished.success = outcome.success
-        finished.reason = UInt32(outcome.reason)
-        finished.remote = outcome.endedByPeer
-        finished.result = .with {
+        report(.finished(.init(outcome)))
+    }
+}
+
+extension Beryl_Ipc_V1_PairingFinished {
+    /// The library's outcome as attd reports it, so that `--direct` and the managerd path describe pairings alike.
+    init(_ outcome: PairingOutcome) {
+        self.init()
+        peer = outcome.address
+        success = outcome.success
+        reason = UInt32(outcome.reason)
+        remote = outcome.endedByPeer
+        result = .with {
             $0.bonded = outcome.bonded
             $0.authenticated = outcome.authenticated
             $0.secureConnections = outcome.secureConnections
             $0.identity = outcome.identity ?? outcome.address
         }
-        report(PairingAgent.describe(finished), outcome)
     }
 }

@@ -102,7 +102,15 @@ final class DemoWorld: Sendable {
 
     private func read(_ path: String) -> String { (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
     private func lines(_ path: String) -> [String] { read(path).split(separator: "\n").map(String.init) }
-    private func last(_ path: String) -> String { lines(path).suffix(3).joined(separator: " | ") }
+    /// The last lines a log says, as text: an event's own text where the line is one (`--json`).
+    private func last(_ path: String) -> String {
+        lines(path).suffix(3).map { json($0)?["text"] as? String ?? $0 }.joined(separator: " | ")
+    }
+
+    /// The JSON-line events named `name` a program wrote to its log.
+    private func events(_ name: String, in path: String) -> [[String: Any]] {
+        lines(path).compactMap { json($0) }.filter { $0["event"] as? String == name }
+    }
 
     private func beryl(_ arguments: [String], _ paths: DaemonPaths) -> ToolRun {
         (try? runTool("beryl", arguments + ["--runtime-dir", paths.runtimeDir])) ?? ToolRun(status: -1, stdout: "", stderr: "cannot run beryl")
@@ -113,13 +121,13 @@ final class DemoWorld: Sendable {
     // MARK: The heart-rate examples
 
     func heartRate(_ show: DemoShow) throws {
-        try show.step("start berylsim (2 controllers)", side: "air") {
+        try show.step("start berylsim (2 controllers)", side: "air", reporting: {
             let pid = try start([Executables.path("berylsim"), "--controllers", "2", "--dir", sim, "--log-level", "warning"], log: root + "/berylsim.log")
             try show.wait(.seconds(10), for: "berylsim's control socket", got: { self.last(self.root + "/berylsim.log") }) {
                 FileManager.default.fileExists(atPath: self.sim + "/control.sock")
             }
-            return "pid \(pid)"
-        }
+            return ("pid \(pid)", ["pid": Int(pid)])
+        })
         for (side, paths, index) in [("central", central, 0), ("peripheral", peripheral, 1)] {
             try show.step("beryl up on controller \(index)", side: side) {
                 if side == "central" { try writeManifest() }  // managerd reads the apps directory when it starts
@@ -137,39 +145,42 @@ final class DemoWorld: Sendable {
         let peripheralLog = root + "/heart-rate-peripheral.log"
         var peripheralPID: Int32 = 0
         try show.step("heart-rate-peripheral example advertises", side: "peripheral") {
-            peripheralPID = try start([Executables.path("heart-rate-peripheral"), "--runtime-dir", peripheral.runtimeDir], log: peripheralLog)
-            try show.wait(.seconds(15), for: "\"advertising as Beryl HR\"", got: { self.last(peripheralLog) }) { self.read(peripheralLog).contains("advertising as Beryl HR") }
+            peripheralPID = try start([Executables.path("heart-rate-peripheral"), "--runtime-dir", peripheral.runtimeDir, "--json"], log: peripheralLog)
+            try show.wait(.seconds(15), for: "\"advertising as Beryl HR\"", got: { self.last(peripheralLog) }) {
+                self.events("advertising", in: peripheralLog).contains { $0["localName"] as? String == "Beryl HR" && $0["error"] is NSNull }
+            }
             return "heart rate service added, advertising as Beryl HR"
         }
         let centralLog = root + "/heart-rate-central.log"
-        let centralPID = try start([Executables.path("heart-rate-central"), "--runtime-dir", central.runtimeDir, "--count", "5"], log: centralLog)
-        let said: (String) -> Bool = { line in self.lines(centralLog).contains { $0.hasPrefix(line) } }
+        let centralPID = try start([Executables.path("heart-rate-central"), "--runtime-dir", central.runtimeDir, "--count", "5", "--json"], log: centralLog)
+        let said = { (event: String) in self.events(event, in: centralLog) }
         try show.step("heart-rate-central example discovers it", side: "central") {
-            try show.wait(.seconds(20), for: "a discovery", got: { self.last(centralLog) }) { said("discovered Beryl HR") }
-            return lines(centralLog).first { $0.hasPrefix("discovered Beryl HR") } ?? ""
+            try show.wait(.seconds(20), for: "a discovery", got: { self.last(centralLog) }) { said("discovered").contains { $0["localName"] as? String == "Beryl HR" } }
+            return said("discovered").first?["text"] as? String ?? ""
         }
         try show.step("connects", side: "central") {
-            try show.wait(.seconds(20), for: "\"connected\"", got: { self.last(centralLog) }) { said("connected") }
+            try show.wait(.seconds(20), for: "\"connected\"", got: { self.last(centralLog) }) { !said("connected").isEmpty }
             return ""
         }
         try show.step("discovers the service and its characteristics", side: "central") {
-            try show.wait(.seconds(20), for: "characteristics discovered", got: { self.last(centralLog) }) { said("discovered 3 characteristics") || said("discovered 4 characteristics") }
-            return lines(centralLog).first { $0.hasSuffix("characteristics") } ?? ""
+            try show.wait(.seconds(20), for: "characteristics discovered", got: { self.last(centralLog) }) { !said("characteristicsDiscovered").isEmpty }
+            return ((said("characteristicsDiscovered").first?["uuids"] as? [String]) ?? []).joined(separator: ", ")
         }
         try show.step("reads the body sensor location", side: "central") {
-            try show.wait(.seconds(10), for: "\"sensor location chest\"", got: { self.last(centralLog) }) { said("sensor location") }
-            guard said("sensor location chest") else { throw DemoFailure(expected: "sensor location chest", got: last(centralLog)) }
+            try show.wait(.seconds(10), for: "\"sensor location chest\"", got: { self.last(centralLog) }) { !said("sensorLocation").isEmpty }
+            // Body Sensor Location 1 is chest (Heart Rate Service §3.2).
+            guard said("sensorLocation").first?["code"] as? Int == 1 else { throw DemoFailure(expected: "sensor location chest", got: last(centralLog)) }
             return "chest"
         }
         try show.step("takes 5 heart-rate notifications", side: "central") {
-            let beats = { self.lines(centralLog).filter { $0.hasPrefix("heart rate ") } }
+            let beats = { said("heartRate").compactMap { $0["bpm"] as? Int } }
             try show.wait(.seconds(30), for: "5 notifications", got: { "\(beats().count): \(self.last(centralLog))" }) { beats().count >= 5 }
-            return beats().map { $0.replacingOccurrences(of: "heart rate ", with: "") }.joined(separator: ", ")
+            return beats().map { "\($0) bpm" }.joined(separator: ", ")
         }
         try show.step("writes the control point", side: "central") {
-            try show.wait(.seconds(10), for: "the write acknowledged", got: { self.last(centralLog) }) { said("reset energy expended") }
+            try show.wait(.seconds(10), for: "the write acknowledged", got: { self.last(centralLog) }) { !said("energyExpendedReset").isEmpty }
             try show.wait(.seconds(5), for: "the peripheral app to accept it", got: { self.last(peripheralLog) }) {
-                self.read(peripheralLog).contains("control point write [1] accepted")
+                self.events("controlPointWritten", in: peripheralLog).contains { $0["value"] as? [Int] == [1] && $0["accepted"] as? Bool == true }
             }
             try show.wait(.seconds(10), for: "the central example to finish", got: { self.last(centralLog) }) { Spawn.reap(centralPID) != nil || !ProcessStats.isAlive(pid: centralPID) }
             return "reset energy expended; the peripheral app accepted [1]"
@@ -190,8 +201,8 @@ final class DemoWorld: Sendable {
     func doorLock(_ show: DemoShow) throws {
         try show.step("serves a door lock (beryl serve lock.json)", side: "peripheral") {
             let log = root + "/lock.log"
-            _ = try start([Executables.path("beryl"), "serve", "\(examples)/profiles/lock.json", "--runtime-dir", peripheral.runtimeDir], log: log)
-            try show.wait(.seconds(15), for: "the lock to advertise", got: { self.last(log) }) { self.read(log).contains("advertising") }
+            _ = try start([Executables.path("beryl"), "serve", "\(examples)/profiles/lock.json", "--json", "--runtime-dir", peripheral.runtimeDir], log: log)
+            try show.wait(.seconds(15), for: "the lock to advertise", got: { self.last(log) }) { !self.events("advertising", in: log).isEmpty }
             return "advertising D00D0001"
         }
         try show.step("managerd launches doorlock (as \(appUser))", side: "central") {

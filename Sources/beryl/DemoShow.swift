@@ -18,14 +18,19 @@ final class DemoShow {
 
     /// Runs one step; `body` returns the detail to print after "ok".
     func step(_ name: String, side: String, _ body: () throws -> String) throws {
+        try step(name, side: side, reporting: { (try body(), [:]) })
+    }
+
+    /// Runs one step whose JSON event also carries `fields` (a pid, say), for scripts to read rather than the detail.
+    func step(_ name: String, side: String, reporting body: () throws -> (detail: String, fields: [String: Any])) throws {
         current = name
         let began = ContinuousClock.now
         if !json { out("demo: " + "[\(side)] \(name)".padding(toLength: 62, withPad: " ", startingAt: 0)) }
         do {
-            let detail = try body()
+            let (detail, fields) = try body()
             let milliseconds = Self.milliseconds(ContinuousClock.now - began)
             if json {
-                emit(["event": "step", "step": name, "side": side, "ok": true, "ms": milliseconds, "detail": detail])
+                emit(fields.merging(["event": "step", "step": name, "side": side, "ok": true, "ms": milliseconds, "detail": detail]) { $1 })
             } else {
                 out("ok" + (detail.isEmpty ? "" : ", \(detail)") + " (\(Self.readable(milliseconds)))" + "\n")
             }

@@ -28,13 +28,7 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
         try AppSupport.blocking {
             let central = CentralManager(delegate: app, queue: DispatchQueue(label: "beryl.gatt"), appID: "beryl.gatt",
                                              socketPath: stack.paths.socket("managerd"))
-            let pairing = CommandPairing(agent: agent) { line, outcome in
-                if let outcome {
-                    printer.emit(["event": outcome.success ? "pairing-complete" : "pairing-failed", "detail": line, "reason": Int(outcome.reason)])
-                } else {
-                    printer.emit(["event": "pairing", "prompt": line])
-                }
-            }
+            let pairing = CommandPairing(agent: agent) { printer.emit($0.fields) }
             central.pairingDelegate = pairing
             try await AppSupport.poweredOn({ central.state }, reason: { central.stateReason }, runtimeDir: stack.paths.runtimeDir)
             let peripheral = try AppSupport.peripheral(peer, on: central)

@@ -30,7 +30,7 @@ struct Serve: ParsableCommand {
     @Flag(help: "Bypass managerd: publish through attd and advertise through hcid.")
     var direct = false
 
-    @Flag(help: "One JSON object per line (events of the managerd path are plain lines either way).")
+    @Flag(help: "One JSON object per line, each naming its event, instead of lines for people.")
     var json = false
 
     func validate() throws {
@@ -53,9 +53,8 @@ struct Serve: ParsableCommand {
         guard direct else { return try ServeApp.run(stack: stack, profile: parsed, json: json, agent: agent) }
         let loop: EventLoop
         do { loop = try EventLoop() } catch { throw Output.fail("\(error)") }
-        let session = ServeSession(loop: loop, profile: parsed, paths: stack.paths) { line in
-            Console.out(line + "\n")
-        }
+        let printer = EventPrinter(json: json)
+        let session = ServeSession(loop: loop, profile: parsed, paths: stack.paths) { printer.report($0) }
         session.agent = agent
         session.privateAddress = privateAddress
         do {

@@ -36,7 +36,7 @@ final class ServeApp: PeripheralManagerDelegate, Sendable {
         let app = ServeApp(profile: profile, printer: printer)
         try AppSupport.blocking {
             let manager = PeripheralManager(delegate: app, queue: app.queue, appID: "beryl.serve", socketPath: stack.paths.socket("managerd"))
-            let pairing = CommandPairing(agent: agent) { line, _ in printer.say(line) }
+            let pairing = CommandPairing(agent: agent) { printer.report(.pairing($0)) }
             manager.pairingDelegate = pairing
             try await AppSupport.poweredOn({ manager.state }, reason: { manager.stateReason }, runtimeDir: stack.paths.runtimeDir)
             try await app.publish(on: manager)
@@ -65,7 +65,7 @@ final class ServeApp: PeripheralManagerDelegate, Sendable {
                 guard !Task.isCancelled else { return }
                 advertise(on: manager)
             } catch {
-                printer.say("publishing again after the reset failed: \(error)")
+                printer.report(.warning("publishing again after the reset failed: \(error)"))
             }
         }
         republication.withLock { running in
@@ -90,7 +90,7 @@ final class ServeApp: PeripheralManagerDelegate, Sendable {
                 throw Output.fail("publishing \(service.uuid): \(error)")
             }
             published.withLock { $0 += characteristics }
-            printer.say("published \(service.uuid) with \(characteristics.count) characteristics")
+            printer.report(.published(service: "\(service.uuid)", handles: nil, characteristics: characteristics.count))
             for (spec, characteristic) in characteristics { schedule(spec, characteristic, manager) }
         }
     }
@@ -123,7 +123,7 @@ final class ServeApp: PeripheralManagerDelegate, Sendable {
     }
 
     func peripheralManagerDidUpdateState(_ peripheral: PeripheralManager) {
-        if peripheral.state != .poweredOn, peripheral.state != .unknown { printer.say("the stack is \(peripheral.state)") }
+        if peripheral.state != .poweredOn, peripheral.state != .unknown { printer.report(.stackState("\(peripheral.state)")) }
         let again = phase.withLock { phase -> Bool in
             switch (phase, peripheral.state == .poweredOn) {
             case (.serving, false):
@@ -138,13 +138,13 @@ final class ServeApp: PeripheralManagerDelegate, Sendable {
     }
 
     func peripheralManagerDidStartAdvertising(_ peripheral: PeripheralManager, error: Error?) {
-        if let error { return printer.say("advertising refused: \(error)") }
-        printer.say("advertising" + (profile.localName.map { " as \"\($0)\"" } ?? ""))
+        if let error { return printer.report(.advertisingRefused(reason: "\(error)")) }
+        printer.report(.advertising(name: profile.localName, privateAddress: nil))
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveRead request: ATTRequest) {
         let value = Data(state.withLock { $0.values[ObjectIdentifier(request.characteristic)] })
-        printer.say("read \(request.characteristic.uuid) offset \(request.offset): \(value.count) bytes")
+        printer.report(.readRequested(.init(attribute: "\(request.characteristic.uuid)", offset: request.offset, bytes: value.count)))
         // Core Bluetooth's rule for long reads: the app answers from the offset on; past the end is Invalid Offset.
         guard request.offset <= value.count else { return peripheral.respond(to: request, withResult: .invalidOffset) }
         request.value = value.subdata(in: request.offset..<value.count)
@@ -154,16 +154,16 @@ final class ServeApp: PeripheralManagerDelegate, Sendable {
     func peripheralManager(_ peripheral: PeripheralManager, didReceiveWrite requests: [ATTRequest]) {
         let refusal = state.withLock { $0.values.apply(requests.map { (ObjectIdentifier($0.characteristic), $0.offset, Array($0.value ?? Data())) }) }
         let result = refusal.flatMap { ATTError.Code(rawValue: Int($0)) } ?? .success
-        printer.say("write \(requests.map { "\($0.characteristic.uuid)[\($0.offset)] \($0.value?.count ?? 0) bytes" }.joined(separator: ", "))"
-                    + (result == .success ? "" : " refused (0x\(String(result.rawValue, radix: 16)))"))
+        printer.report(.writeRequested(requests.map { .init(attribute: "\($0.characteristic.uuid)", offset: $0.offset, bytes: $0.value?.count ?? 0) },
+                                       refusal: result == .success ? nil : UInt8(truncatingIfNeeded: result.rawValue)))
         if let first = requests.first, first.expectsResponse { peripheral.respond(to: first, withResult: result) }
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, central: Central, didSubscribeTo characteristic: Characteristic) {
-        printer.say("central subscribed to \(characteristic.uuid) (\(central.identifier))")
+        printer.report(.subscription(attribute: "\(characteristic.uuid)", central: central.identifier.uuidString, subscribed: true, indications: false))
     }
 
     func peripheralManager(_ peripheral: PeripheralManager, central: Central, didUnsubscribeFrom characteristic: Characteristic) {
-        printer.say("central unsubscribed from \(characteristic.uuid) (\(central.identifier))")
+        printer.report(.subscription(attribute: "\(characteristic.uuid)", central: central.identifier.uuidString, subscribed: false, indications: false))
     }
 }

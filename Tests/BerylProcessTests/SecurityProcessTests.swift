@@ -5,6 +5,7 @@ import BerylHCI
 import BerylIPC
 import BerylStore
 import BerylSupervisor
+import BerylTestSupport
 import Foundation
 import XCTest
 
@@ -51,18 +52,25 @@ final class SecurityProcessTests: XCTestCase {
 
     private var serveName = "serve"
     private var serveLog: String { (try? String(contentsOfFile: scratch.paths.logFile(serveName), encoding: .utf8)) ?? "" }
+    /// What the running `beryl serve --json` reported under `event`.
+    private func served(_ event: String) -> [[String: Any]] { JSONLines.events(event, inFile: scratch.paths.logFile(serveName)) }
+    /// The publisher saw its link encrypted with the key of a bond.
+    private var encryptedWithBond: Bool { served("security").contains { $0["encrypted"] as? Bool == true && $0["bonded"] as? Bool == true } }
 
     /// `beryl serve` on stack b; it exits when attd goes (its services go with their publisher), so a restart starts another.
     private func serve(_ extra: [String] = [], name: String = "serve") throws -> String {
         serveName = name
-        try scratch.start(name, [Executables.path("beryl"), "serve", "--direct", Self.lockProfile, "--runtime-dir", run("b")] + extra, socket: run("b") + "/attd.sock")
-        XCTAssertTrue(eventually { self.serveLog.contains("advertising") }, serveLog)
+        try scratch.start(name, [Executables.path("beryl"), "serve", "--direct", "--json", Self.lockProfile, "--runtime-dir", run("b")] + extra,
+                          socket: run("b") + "/attd.sock")
+        XCTAssertTrue(eventually { !self.served("advertising").isEmpty }, serveLog)
         return try XCTUnwrap(StackProbe.controllerInfo(at: run("b") + "/hcid.sock")?.address)
     }
 
     private func gatt(_ arguments: [String]) throws -> ToolRun {
-        try runTool("beryl", ["gatt", "--direct", "--runtime-dir", run("a")] + arguments + ["--timeout", "30"])
+        try runTool("beryl", ["gatt", "--direct", "--json", "--runtime-dir", run("a")] + arguments + ["--timeout", "30"])
     }
+
+    private func pairings(_ run: ToolRun) -> [[String: Any]] { JSONLines.events("pairing-complete", in: run.stdout) }
 
     private func bonds(_ side: String) throws -> [[String: Any]] {
         let listed = try runTool("beryl", ["bonds", "list", "--runtime-dir", run(side), "--json"])
@@ -81,16 +89,16 @@ final class SecurityProcessTests: XCTestCase {
 
         let first = try gatt(["--peer", peer, "read", Self.secret])
         XCTAssertEqual(first.status, 0, first.stderr)
-        XCTAssertTrue(first.stdout.contains("value=6c6f636b6564"), first.stdout)
-        XCTAssertTrue(first.stdout.contains("event=pairing-complete"), first.stdout)
+        XCTAssertEqual(JSONLines.events("read", in: first.stdout).last?["value"] as? String, "6c6f636b6564", first.stdout)
+        XCTAssertEqual(pairings(first).first?["bonded"] as? Bool, true, first.stdout)
         XCTAssertEqual(try bonds("a").map { $0["identity"] as? String }, [peer])
         XCTAssertEqual(try bonds("b").map { $0["identity"] as? String }, [centralAddress])
         XCTAssertEqual(try bonds("a").first?["secureConnections"] as? Bool, true)
 
         let again = try gatt(["--peer", peer, "read", Self.secret])
         XCTAssertEqual(again.status, 0, again.stderr)
-        XCTAssertFalse(again.stdout.contains("pairing-complete"), "no second pairing: \(again.stdout)")
-        XCTAssertTrue(eventually { self.serveLog.contains("encrypted with a bonded peer") }, serveLog)
+        XCTAssertTrue(pairings(again).isEmpty, "no second pairing: \(again.stdout)")
+        XCTAssertTrue(eventually { self.encryptedWithBond }, serveLog)
 
         // A bonded central's subscription is kept by the peripheral (Core Vol 3 Part G §3.3.3.3).
         let subscribed = try gatt(["--peer", peer, "subscribe", Self.counter, "--count", "2"])
@@ -105,7 +113,7 @@ final class SecurityProcessTests: XCTestCase {
         XCTAssertEqual(try bonds("b").first?["subscriptions"] as? Int, 2, "subscriptions of bonded peers survive kill -9")
         let afterRestart = try gatt(["--peer", peer, "read", Self.secret])
         XCTAssertEqual(afterRestart.status, 0, afterRestart.stderr)
-        XCTAssertFalse(afterRestart.stdout.contains("pairing-complete"), afterRestart.stdout)
+        XCTAssertTrue(pairings(afterRestart).isEmpty, afterRestart.stdout)
 
         let removed = try runTool("beryl", ["bonds", "remove", peer, "--runtime-dir", run("a")])
         XCTAssertEqual(removed.status, 0, removed.stderr)
@@ -180,14 +188,13 @@ final class SecurityProcessTests: XCTestCase {
         _ = try serve(["--private-address"], name: "serve-private")
         var privateAddress = ""
         XCTAssertTrue(eventually {
-            privateAddress = self.serveLog.components(separatedBy: "\n").first { $0.hasPrefix("advertising from private address ") }?
-                .replacingOccurrences(of: "advertising from private address ", with: "") ?? ""
+            privateAddress = self.served("advertising").compactMap { $0["privateAddress"] as? String }.first ?? ""
             return !privateAddress.isEmpty
         }, serveLog)
         XCTAssertNotEqual(privateAddress, peer)
         let read = try gatt(["--peer", privateAddress + "/random", "read", Self.secret])
         XCTAssertEqual(read.status, 0, read.stderr)
-        XCTAssertFalse(read.stdout.contains("pairing-complete"), "recognised, not paired again: \(read.stdout)")
+        XCTAssertTrue(pairings(read).isEmpty, "recognised, not paired again: \(read.stdout)")
         let bond = try XCTUnwrap(try bonds("a").first { $0["identity"] as? String == peer }, "the bond is the peer's identity")
         XCTAssertEqual(bond["keyEncryptions"] as? Int, 1, "encrypted once with the key it gave us: \(bond)")
         XCTAssertEqual((bond["lastKeyEncryption"] as? [String: Any])?["outcome"] as? String, "encrypted", "\(bond)")
@@ -211,7 +218,7 @@ final class SecurityProcessTests: XCTestCase {
         let peer = try serve()
         let first = try gatt(["--peer", peer, "read", Self.secret])
         XCTAssertEqual(first.status, 0, first.stderr)
-        XCTAssertTrue(first.stdout.contains("legacy"), first.stdout)
+        XCTAssertEqual(pairings(first).first?["secureConnections"] as? Bool, false, first.stdout)
         XCTAssertEqual(try bonds("a").first?["secureConnections"] as? Bool, false)
 
         kill(try XCTUnwrap(scratch.pid(of: "serve")), SIGTERM)
@@ -223,8 +230,8 @@ final class SecurityProcessTests: XCTestCase {
         XCTAssertEqual(try bonds("b").count, 1, "bonds survive the whole stack's restart")
         let again = try gatt(["--peer", peer, "read", Self.secret])
         XCTAssertEqual(again.status, 0, again.stderr)
-        XCTAssertFalse(again.stdout.contains("pairing-complete"), again.stdout)
-        XCTAssertTrue(eventually { self.serveLog.contains("encrypted with a bonded peer") }, serveLog)
+        XCTAssertTrue(pairings(again).isEmpty, again.stdout)
+        XCTAssertTrue(eventually { self.encryptedWithBond }, serveLog)
     }
 
     /// Passkey entry on both keyboards: the same passkey pairs (authenticated); a different one fails with Confirm Value
@@ -237,16 +244,18 @@ final class SecurityProcessTests: XCTestCase {
         let wrong = try runTool("beryl", ["pair", "--runtime-dir", run("a"), "--peer", peer, "--passkey", "654321", "--timeout", "30"])
         XCTAssertNotEqual(wrong.status, 0)
         XCTAssertTrue(wrong.stderr.contains("[SMP reason 0x4 from the peer]"), "the typed reason travels: \(wrong.stderr)")
-        XCTAssertTrue(eventually { self.serveLog.contains("failed: we ended it, reason 0x4") }, serveLog)
+        // Confirm Value Failed (Core Vol 3 Part H §3.5.5), sent by the peripheral, whose confirm did not match.
+        XCTAssertTrue(eventually { self.served("pairing-failed").contains { $0["reason"] as? Int == 0x04 && $0["endedByPeer"] as? Bool == false } },
+                      serveLog)
         let tooSoon = try runTool("beryl", ["pair", "--runtime-dir", run("a"), "--peer", peer, "--passkey", "123456", "--timeout", "30"])
         XCTAssertNotEqual(tooSoon.status, 0)
         XCTAssertTrue(tooSoon.stderr.contains("[SMP reason 0x9 from the peer]"), "the verifier keeps the wait: \(tooSoon.stderr)")
         XCTAssertEqual(try bonds("a").count, 0)
 
         sleep(3)
-        let right = try runTool("beryl", ["pair", "--runtime-dir", run("a"), "--peer", peer, "--passkey", "123456", "--timeout", "30"])
+        let right = try runTool("beryl", ["pair", "--runtime-dir", run("a"), "--peer", peer, "--passkey", "123456", "--timeout", "30", "--json"])
         XCTAssertEqual(right.status, 0, right.stderr)
-        XCTAssertTrue(right.stdout.contains("authenticated=true"), right.stdout)
+        XCTAssertEqual(JSONLines.events("paired", in: right.stdout).first?["authenticated"] as? Bool, true, right.stdout)
         XCTAssertEqual(try bonds("a").first?["authenticated"] as? Bool, true)
     }
 

@@ -413,17 +413,23 @@ final class ExampleTests: XCTestCase {
                               "--transport", "unix:\(sim)/controller-\(controller).sock"])
             XCTAssertEqual(up.status, 0, up.output)
         }
-        try scratch.start("peripheral", [Executables.path("heart-rate-peripheral"), "--runtime-dir", "\(scratch.root)/b"],
+        try scratch.start("peripheral", [Executables.path("heart-rate-peripheral"), "--runtime-dir", "\(scratch.root)/b", "--json"],
                           socket: "\(scratch.root)/b/managerd.sock")
-        let central = try run(["heart-rate-central", "--runtime-dir", "\(scratch.root)/a", "--count", "3"])
+        let central = try run(["heart-rate-central", "--runtime-dir", "\(scratch.root)/a", "--count", "3", "--json"])
         XCTAssertEqual(central.status, 0, central.output)
-        for line in ["discovered Beryl HR", "connected", "sensor location chest", "reset energy expended", "done"] {
-            XCTAssertTrue(central.output.contains(line), "\(line) in:\n\(central.output)")
-        }
-        let beats = central.output.split(separator: "\n").filter { $0.hasPrefix("heart rate ") }
-        XCTAssertEqual(beats.count, 3, central.output)
-        let peripheralLog = (try? String(contentsOfFile: scratch.paths.logFile("peripheral"), encoding: .utf8)) ?? ""
-        XCTAssertTrue(peripheralLog.contains("control point write [1] accepted"), peripheralLog)
+        let events = JSONLines.events(in: central.output)
+        let names = events.compactMap { $0["event"] as? String }
+        // The guide's order: found, connected, characteristics, then the location read ahead of the subscription's beats.
+        XCTAssertEqual(names, ["discovered", "connected", "characteristicsDiscovered", "sensorLocation", "heartRate", "heartRate", "heartRate",
+                               "energyExpendedReset", "done"], central.output)
+        XCTAssertEqual(events.first?["localName"] as? String, "Beryl HR")
+        XCTAssertEqual(Set(events.first { $0["event"] as? String == "characteristicsDiscovered" }?["uuids"] as? [String] ?? []), ["2A37", "2A38", "2A39"])
+        XCTAssertEqual(events.first { $0["event"] as? String == "sensorLocation" }?["code"] as? Int, 1, "chest")
+        let beats = events.filter { $0["event"] as? String == "heartRate" }.compactMap { $0["bpm"] as? Int }
+        XCTAssertTrue(beats.allSatisfy { (60...100).contains($0) }, "\(beats)")
+        let writes = JSONLines.events("controlPointWritten", inFile: scratch.paths.logFile("peripheral"))
+        XCTAssertEqual(writes.map { $0["value"] as? [Int] }, [[1]])
+        XCTAssertEqual(writes.first?["accepted"] as? Bool, true)
     }
 
     private func run(_ arguments: [String]) throws -> (status: Int32, output: String) {
@@ -449,10 +455,11 @@ final class DoorLockExampleTests: XCTestCase {
         try startStacks(scratch)
         let profile = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Examples/profiles/secure-lock.json").path
-        try scratch.start("serve", [Executables.path("beryl"), "serve", profile, "--runtime-dir", "\(scratch.root)/run1"], socket: "\(scratch.root)/run1/attd.sock")
+        try scratch.start("serve", [Executables.path("beryl"), "serve", profile, "--json", "--runtime-dir", "\(scratch.root)/run1"],
+                          socket: "\(scratch.root)/run1/attd.sock")
         let serveLog = { (try? String(contentsOfFile: scratch.paths.logFile("serve"), encoding: .utf8)) ?? "" }
-        let deadline = Date().addingTimeInterval(10)
-        while !serveLog().contains("advertising"), Date() < deadline { usleep(50_000) }
+        let served = { JSONLines.events($0, inFile: scratch.paths.logFile("serve")) }
+        XCTAssertTrue(eventually { !served("advertising").isEmpty }, serveLog())
 
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Executables.path("door-lock-central"))
@@ -466,8 +473,12 @@ final class DoorLockExampleTests: XCTestCase {
         XCTAssertEqual(process.terminationStatus, 0, output)
         XCTAssertTrue(output.contains("lock says \"locked\""), output)
         XCTAssertTrue(output.contains("unlock sent"), output)
-        XCTAssertTrue(serveLog().contains("paired with"), serveLog())
-        XCTAssertTrue(serveLog().contains("bytes"), "the unlock write reached the publisher: \(serveLog())")
+        XCTAssertEqual(served("pairing-complete").first?["bonded"] as? Bool, true, serveLog())
+        let unlock = try XCTUnwrap(served("write-requested").last?["writes"] as? [[String: Any]], "the unlock write reached the publisher: \(serveLog())")
+        // The lock's command characteristic, D00D0003-0000-1000-8000-00805F9B34FB: on the Bluetooth base, so 32 bits.
+        XCTAssertEqual(unlock.first?["attribute"] as? String, "D00D0003")
+        XCTAssertEqual(unlock.first?["bytes"] as? Int, "unlock".utf8.count)
+        XCTAssertNil(served("write-requested").last?["refusal"], "taken on the encrypted link: \(serveLog())")
     }
 }
 
@@ -529,7 +540,7 @@ final class DemoCommandTests: XCTestCase {
 
     func testTheDemoRunsEndToEndAndSaysSoInJSON() throws {
         let run = try runTool("beryl", ["demo", "--json", "--examples", Self.examples])
-        let events = run.stdout.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        let events = JSONLines.events(in: run.stdout)
         XCTAssertEqual(run.status, 0, run.stdout + run.stderr)
         let steps = events.filter { $0["event"] as? String == "step" }
         XCTAssertTrue(steps.allSatisfy { $0["ok"] as? Bool == true && $0["ms"] is Int }, "\(steps)")
@@ -561,8 +572,7 @@ final class DemoCommandTests: XCTestCase {
             received += chunk
         }
         let first = try XCTUnwrap(JSONSerialization.jsonObject(with: received.prefix { $0 != UInt8(ascii: "\n") }) as? [String: Any])
-        let detail = try XCTUnwrap(first["detail"] as? String, "\(first)")
-        let simPID = try XCTUnwrap(Int32(detail.replacingOccurrences(of: "pid ", with: "")), detail)
+        let simPID = Int32(try XCTUnwrap(first["pid"] as? Int, "\(first)"))
         XCTAssertEqual(kill(simPID, 0), 0, "berylsim runs")
         try output.fileHandleForReading.close()
         demo.waitUntilExit()

@@ -1,5 +1,6 @@
 import BerylDaemonKit
 import BerylSupervisor
+import BerylTestSupport
 import Foundation
 import XCTest
 
@@ -10,16 +11,17 @@ final class CommandsThroughManagerTests: TwoStacksTestCase {
         .appendingPathComponent("Examples/profiles/heart-rate.json").path
     static let rw = "6E400002-B5A3-F393-E0A9-E50E24DCCA9E"
 
-    private func objects(_ out: String) -> [[String: Any]] {
-        out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-    }
+    private func objects(_ out: String) -> [[String: Any]] { JSONLines.events(in: out) }
 
+    /// What `beryl serve --json` reported under `event`.
+    private func served(_ event: String) -> [[String: Any]] { JSONLines.events(event, inFile: scratch.paths.logFile("serve")) }
     private var serveLog: String { (try? String(contentsOfFile: scratch.paths.logFile("serve"), encoding: .utf8)) ?? "" }
 
     func testTheCommandsAreAppsOfManagerd() throws {
-        try scratch.start("serve", [Executables.path("beryl"), "serve", Self.profile, "--runtime-dir", "\(scratch.root)/run1"],
+        try scratch.start("serve", [Executables.path("beryl"), "serve", Self.profile, "--json", "--runtime-dir", "\(scratch.root)/run1"],
                           socket: "\(scratch.root)/run1/managerd.sock")
-        XCTAssertTrue(eventually { self.serveLog.contains("advertising as \"Beryl HR\"") }, serveLog)
+        XCTAssertTrue(eventually { self.served("advertising").first?["name"] as? String == "Beryl HR" }, serveLog)
+        XCTAssertEqual(served("published").compactMap { $0["service"] as? String }, ["180D", "6E400001-B5A3-F393-E0A9-E50E24DCCA9E"], serveLog)
 
         let scan = try beryl(["scan", "--service", "180D", "--count", "1", "--timeout", "10", "--json"])
         XCTAssertEqual(scan.status, 0, scan.err)
@@ -45,7 +47,12 @@ final class CommandsThroughManagerTests: TwoStacksTestCase {
         let reliable = try beryl(["gatt", "--peer", identifier, "write", Self.rw, "a1a2", "--reliable", "--json"])
         XCTAssertEqual(objects(reliable.out).last?["reliable"] as? Bool, true, reliable.err)
         XCTAssertEqual(try beryl(["gatt", "--peer", identifier, "write", Self.rw, "0909", "--without-response"]).status, 0)
-        XCTAssertTrue(eventually { self.serveLog.contains("write \(Self.rw)[0] 2 bytes\nwrite \(Self.rw)[0] 2 bytes") }, serveLog)
+        // The publisher saw the reliable write and the command, each one write of two bytes at offset 0.
+        let writes = {
+            self.served("write-requested").suffix(2).map { ($0["writes"] as? [[String: Any]] ?? []).map { "\($0["attribute"] ?? "")[\($0["offset"] ?? "")] \($0["bytes"] ?? "")" } }
+        }
+        XCTAssertTrue(eventually { writes() == [["\(Self.rw)[0] 2"], ["\(Self.rw)[0] 2"]] }, serveLog)
+        XCTAssertNil(served("write-requested").last?["refusal"], serveLog)
         XCTAssertEqual(objects(try beryl(["gatt", "--peer", identifier, "read", Self.rw, "--json"]).out).last?["value"] as? String, "0909")
 
         // Subscribing: the profile's counter notifies, one step at a time.
@@ -54,7 +61,8 @@ final class CommandsThroughManagerTests: TwoStacksTestCase {
         let values = objects(beats.out).filter { $0["event"] as? String == "notification" }.compactMap { ($0["value"] as? String).flatMap { UInt8($0, radix: 16) } }
         XCTAssertEqual(values.count, 3, beats.out)
         XCTAssertEqual(zip(values, values.dropFirst()).map { $1 &- $0 }, [1, 1])
-        XCTAssertTrue(serveLog.contains("central subscribed to 2A37"), serveLog)
+        XCTAssertTrue(served("subscribed").contains { $0["attribute"] as? String == "2A37" && UUID(uuidString: $0["central"] as? String ?? "") != nil },
+                      serveLog)
 
         // connect: the link's figures, then a clean cancel.
         let connect = try beryl(["connect", "--peer", identifier, "--hold", "0.2", "--json"])

@@ -458,10 +458,7 @@ final class RestorationTests: TwoStacksTestCase {
     /// The doorlock app's callbacks, one JSON object per line.
     private func doorlockEvents() -> [[String: Any]] { events(in: doorlockLog) }
 
-    private func events(in log: String) -> [[String: Any]] {
-        ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n")
-            .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-    }
+    private func events(in log: String) -> [[String: Any]] { JSONLines.events(inFile: log) }
 
     private func names(_ events: [[String: Any]]) -> [String] { events.compactMap { $0["event"] as? String } }
 

@@ -4,12 +4,24 @@ Every process it starts logs to DIR/NAME.log and is stopped by pid in stop() (us
 """
 import json
 import os
-import re
 import subprocess
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LOCK_PROFILE = os.path.join(ROOT, "Examples/profiles/secure-lock.json")
+
+
+def events_in(text, event=None):
+    """The JSON objects among a log's lines (what --json writes), or only those whose "event" is `event`."""
+    found = []
+    for line in text.splitlines():
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(parsed, dict) and (event is None or parsed.get("event") == event):
+            found.append(parsed)
+    return found
 
 
 def wait_for(predicate, timeout, what):
@@ -66,6 +78,16 @@ class BerylStack:
     def wait_log(self, name, text, timeout=10):
         wait_for(lambda: text in self.log(name), timeout, f"{text!r} in {name}.log:\n{self.log(name)}")
 
+    def events(self, name, event=None):
+        """What a program started with --json reported, one object per line (other lines passed over), or only
+        the events named `event`."""
+        return events_in(self.log(name), event)
+
+    def wait_event(self, name, event, match=lambda _: True, timeout=10):
+        """Waits for an event named `event` that `match` accepts; returns the first."""
+        wait_for(lambda: any(match(e) for e in self.events(name, event)), timeout, f"a {event!r} event in {name}.log:\n{self.log(name)}")
+        return next(e for e in self.events(name, event) if match(e))
+
     def start_process(self, name, arguments):
         log = open(self.log_path(name), "w")
         process = subprocess.Popen([os.path.join(self.bin, arguments[0])] + arguments[1:], stdout=log, stderr=subprocess.STDOUT)
@@ -94,9 +116,9 @@ class BerylStack:
         return self.status()["controller"]["address"]
 
     def serve(self, profile=LOCK_PROFILE, *extra):
-        """beryl serve --direct: these tests read attd's own lines (link encryption, pairing detail) in its log."""
-        self.start_process("serve", ["beryl", "serve", "--direct", profile, "--runtime-dir", self.run] + list(extra))
-        self.wait_log("serve", "advertising as")
+        """beryl serve --direct --json: these tests read what attd itself reports (link encryption, pairing) as events."""
+        self.start_process("serve", ["beryl", "serve", "--direct", "--json", profile, "--runtime-dir", self.run] + list(extra))
+        self.wait_event("serve", "advertising")
 
     def beryl(self, *arguments, timeout=60):
         return subprocess.run([os.path.join(self.bin, "beryl"), *arguments], capture_output=True, text=True, timeout=timeout)
@@ -107,9 +129,9 @@ class BerylStack:
         return json.loads(listed.stdout)["bonds"]
 
     def displayed_passkey(self, name="serve"):
-        """The passkey `beryl serve` printed ("pairing with ADDR: passkey 123456"), or None."""
-        found = re.findall(r"passkey (\d{1,6})\b", self.log(name))
-        return int(found[-1]) if found else None
+        """The passkey `beryl serve` last displayed, or None."""
+        shown = [e["number"] for e in self.events(name, "pairing") if e.get("kind") == "displayPasskey"]
+        return shown[-1] if shown else None
 
     def kill(self, name):
         """SIGKILL to the process this stack started as `name`: a crash, not a shutdown."""
@@ -142,14 +164,17 @@ class HostHeartRatePeripheral:
         self.stack = BerylStack({"dir": directory, "bin": bin_dir}, transport=transport)
         try:
             self.stack.start()
-            self.process = self.stack.start_process("heart-rate-peripheral", ["heart-rate-peripheral", "--runtime-dir", self.stack.run])
-            self.stack.wait_log("heart-rate-peripheral", "advertising as", timeout=20)
+            self.process = self.stack.start_process("heart-rate-peripheral", ["heart-rate-peripheral", "--runtime-dir", self.stack.run, "--json"])
+            self.stack.wait_event("heart-rate-peripheral", "advertising", lambda e: e.get("error") is None, timeout=20)
         except BaseException:
             self.stack.stop()
             raise
 
     def log(self):
         return self.stack.log("heart-rate-peripheral")
+
+    def events(self, event=None):
+        return self.stack.events("heart-rate-peripheral", event)
 
     def stop(self):
         self.stack.stop()

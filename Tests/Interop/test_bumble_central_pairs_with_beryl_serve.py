@@ -3,7 +3,6 @@
 Each runs on berylsim (Beryl on controller 0's unix socket) and on Root Canal; Bumble drives controller 1 over TCP.
 """
 import asyncio
-import re
 import time
 
 import pytest
@@ -19,11 +18,21 @@ CONFIRM_VALUE_FAILED = 0x04
 CENTRAL = f"{CENTRAL_ADDRESS}/random"  # how Beryl names the Bumble central
 
 
-async def wait_log(stack, name, text, timeout=10):
+async def served(stack, event, match=lambda _: True, timeout=10):
+    """Waits, without blocking Bumble's loop, for an event `beryl serve --json` reported that `match` accepts."""
     deadline = time.monotonic() + timeout
-    while text not in stack.log(name):
-        assert time.monotonic() < deadline, f"timed out waiting for {text!r} in {name}.log:\n{stack.log(name)}"
+    while not any(match(e) for e in stack.events("serve", event)):
+        assert time.monotonic() < deadline, f"timed out waiting for a {event!r} event in serve.log:\n{stack.log('serve')}"
         await asyncio.sleep(0.05)
+
+
+def bonded_with_central(authenticated):
+    """A pairing-complete event: LE Secure Connections with the Bumble central, bonded, (un)authenticated."""
+    return lambda e: (e["peer"] == CENTRAL and e["secureConnections"] and e["bonded"] and e["authenticated"] == authenticated)
+
+
+def encrypted_with_bond(e):
+    return e["encrypted"] and e["bonded"]
 
 
 async def read_error(link):
@@ -47,7 +56,7 @@ async def reconnect_and_reencrypt(central, stack):
     assert link.connection.encryption != 0
     assert await link.read_secret() == b"locked"
     assert link.pairings == [] and link.pairing_failures == [], "re-encryption, not pairing"
-    await wait_log(stack, "serve", "encrypted with a bonded peer")
+    await served(stack, "security", encrypted_with_bond)
     await central.disconnect(link)
 
 
@@ -70,16 +79,18 @@ def test_just_works_bond_and_reencrypt_on_reconnection(air):
                 assert keys.ltk is not None and not keys.ltk.authenticated, "Just Works: unauthenticated LTK"
                 assert keys.irk is not None, "Beryl distributed its IRK"
                 assert await link.read_secret() == b"locked"
-                await wait_log(stack, "serve", f"paired with {CENTRAL}: LE Secure Connections, unauthenticated, bonded as {CENTRAL}")
+                await served(stack, "pairing-complete", bonded_with_central(authenticated=False))
                 await central.disconnect(link)
 
                 await reconnect_and_reencrypt(central, stack)
                 return central.identity
 
         identity = asyncio.run(scenario())
-        served = stack.log("serve")
-        assert served.count("paired with") == 1, served
-        assert re.search(r"link 0x[0-9a-f]+ encrypted\n", served), served
+        assert len(stack.events("serve", "pairing-complete")) == 1, stack.log("serve")
+        # One link encrypted by pairing (no bond yet), and the next with the bond's key.
+        security = stack.events("serve", "security")
+        assert any(e["encrypted"] and not e["bonded"] for e in security), stack.log("serve")
+        assert any(encrypted_with_bond(e) for e in security), stack.log("serve")
         bonds = stack.bonds()
         assert [b["identity"] for b in bonds] == [f"{identity}/random"], bonds
         assert bonds[0]["authenticated"] is False and bonds[0]["secureConnections"] is True, bonds
@@ -101,7 +112,7 @@ def test_passkey_entry_displayed_by_beryl_typed_by_bumble(air):
                 _, keys = await bonded_keys(central)
                 assert keys.ltk.authenticated, "passkey entry: authenticated LTK"
                 assert await link.read_secret() == b"locked"
-                await wait_log(stack, "serve", f"paired with {CENTRAL}: LE Secure Connections, authenticated, bonded as {CENTRAL}")
+                await served(stack, "pairing-complete", bonded_with_central(authenticated=True))
                 await central.disconnect(link)
                 await reconnect_and_reencrypt(central, stack)
 
@@ -109,7 +120,8 @@ def test_passkey_entry_displayed_by_beryl_typed_by_bumble(air):
         assert len(keyboard.asked) == 1, keyboard.asked
         displayed, typed = keyboard.asked[0]
         assert displayed == typed
-        assert f"pairing with {CENTRAL}: passkey {displayed:06d}" in stack.log("serve"), stack.log("serve")
+        shown = [(e["peer"], e["number"]) for e in stack.events("serve", "pairing") if e["kind"] == "displayPasskey"]
+        assert shown == [(CENTRAL, displayed)], stack.log("serve")
         bonds = stack.bonds()
         assert len(bonds) == 1 and bonds[0]["authenticated"] is True and bonds[0]["secureConnections"] is True, bonds
 
@@ -129,7 +141,8 @@ def test_wrong_passkey_fails_with_confirm_value_failed(air):
                 assert link.pairing_failures == [CONFIRM_VALUE_FAILED] and link.pairings == []
                 assert await central.device.keystore.get_all() == []
                 # Beryl, the responder, checks the initiator's commitment against its own passkey and ends the pairing.
-                await wait_log(stack, "serve", f"pairing with {CENTRAL} failed: we ended it, reason 0x4")
+                await served(stack, "pairing-failed",
+                             lambda e: e["peer"] == CENTRAL and e["reason"] == CONFIRM_VALUE_FAILED and not e["endedByPeer"])
                 # The link stays up, unencrypted: the secret is still out of reach.
                 assert link.connection.encryption == 0
                 assert await read_error(link) == INSUFFICIENT_AUTHENTICATION, "still no reading the secret"
@@ -137,5 +150,5 @@ def test_wrong_passkey_fails_with_confirm_value_failed(air):
         asyncio.run(scenario())
         displayed, typed = keyboard.asked[0]
         assert typed != displayed
-        assert "paired with" not in stack.log("serve")
+        assert stack.events("serve", "pairing-complete") == [], stack.log("serve")
         assert stack.bonds() == []

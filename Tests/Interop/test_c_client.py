@@ -106,8 +106,8 @@ def test_c_central_against_the_swift_heart_rate_peripheral(berylsim, c_builds, r
     with a, b:
         a.start()
         b.start()
-        b.start_process("heart-rate-peripheral", ["heart-rate-peripheral", "--runtime-dir", b.run])
-        b.wait_log("heart-rate-peripheral", "advertising as Beryl HR", timeout=20)
+        b.start_process("heart-rate-peripheral", ["heart-rate-peripheral", "--runtime-dir", b.run, "--json"])
+        b.wait_event("heart-rate-peripheral", "advertising", lambda e: e["error"] is None, timeout=20)
         done = subprocess.run(command(c_builds, runner, "heart-rate-central-c", "--runtime-dir", a.run, "--count", "3"),
                               capture_output=True, text=True, timeout=120, env=run_env())
         output = done.stdout + done.stderr
@@ -122,8 +122,8 @@ def test_c_central_against_the_swift_heart_rate_peripheral(berylsim, c_builds, r
         assert len(measured) == 3 and all(60 <= n <= 100 for n in measured), output
         assert lines.index("reset energy expended") + 1 == lines.index("done"), output
         # What the Swift peripheral saw: a subscription and the control point's 0x01.
-        wait_for(lambda: "control point write [1] accepted" in b.log("heart-rate-peripheral"), 10, "the write")
-        assert "central subscribed to heart rate measurement" in b.log("heart-rate-peripheral")
+        b.wait_event("heart-rate-peripheral", "controlPointWritten", lambda e: e["value"] == [1] and e["accepted"])
+        assert len(b.events("heart-rate-peripheral", "subscribed")) == 1, b.log("heart-rate-peripheral")
 
 
 @pytest.mark.parametrize("runner", ["plain", "valgrind", "asan"])
@@ -187,8 +187,8 @@ def test_c_central_is_relaunched_after_kill_9_and_restored(berylsim, c_builds, r
         os.makedirs(os.path.join(a.run, "logs"), exist_ok=True)
         for directory in (berylsim["dir"], a.dir, a.run, os.path.join(a.run, "logs")):
             os.chmod(directory, 0o755)
-        b.start_process("heart-rate-peripheral", ["heart-rate-peripheral", "--runtime-dir", b.run])
-        b.wait_log("heart-rate-peripheral", "advertising as Beryl HR", timeout=20)
+        b.start_process("heart-rate-peripheral", ["heart-rate-peripheral", "--runtime-dir", b.run, "--json"])
+        b.wait_event("heart-rate-peripheral", "advertising", lambda e: e["error"] is None, timeout=20)
         launched = a.beryl("app", "launch", APP_ID, "--runtime-dir", a.run, timeout=20)
         assert launched.returncode == 0, launched.stderr
         wait_for(lambda: len(beats(read_app_log())) >= 2, 30, f"measurements in the C central's log:\n{read_app_log()}")

@@ -10,6 +10,8 @@ from bumble.device import Device, Peer
 from bumble.hci import Address
 from bumble.transport import open_transport
 
+from beryl_stack import events_in
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -31,12 +33,13 @@ def test_heart_rate_central_example_against_a_bumble_peripheral(air):
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert peripheral.stdout.readline().startswith("ready"), "the Bumble peripheral did not start"
-        central = subprocess.run([os.path.join(air["bin"], "heart-rate-central"), "--runtime-dir", run, "--count", "3"],
+        central = subprocess.run([os.path.join(air["bin"], "heart-rate-central"), "--runtime-dir", run, "--count", "3", "--json"],
                                  capture_output=True, text=True, timeout=60)
         assert central.returncode == 0, central.stdout + central.stderr
-        beats = [int(line.split()[2]) for line in central.stdout.splitlines() if line.startswith("heart rate ")]
+        beats = [e["bpm"] for e in events_in(central.stdout, "heartRate")]
         assert len(beats) == 3 and all((b - a) % 256 == 1 for a, b in zip(beats, beats[1:])), central.stdout
-        assert "connected" in central.stdout and "done" in central.stdout, central.stdout
+        said = [e["event"] for e in events_in(central.stdout)]
+        assert said[:2] == ["discovered", "connected"] and said[-1] == "done", central.stdout
     finally:
         peripheral.terminate()
         peripheral.wait(5)
@@ -83,20 +86,25 @@ def test_a_bumble_central_against_the_heart_rate_peripheral_example(air):
     run = beryl_up(air, "b", 0)
     log_path = os.path.join(air["dir"], "peripheral.log")
     log = open(log_path, "w")
-    peripheral = subprocess.Popen([os.path.join(air["bin"], "heart-rate-peripheral"), "--runtime-dir", run], stdout=log, stderr=subprocess.STDOUT)
+    peripheral = subprocess.Popen([os.path.join(air["bin"], "heart-rate-peripheral"), "--runtime-dir", run, "--json"],
+                                  stdout=log, stderr=subprocess.STDOUT)
+
+    def said(event):
+        return events_in(open(log_path).read(), event)
+
     try:
         deadline = time.monotonic() + 15
-        while "advertising as Beryl HR" not in open(log_path).read():
+        while not any(e["localName"] == "Beryl HR" and e["error"] is None for e in said("advertising")):
             assert time.monotonic() < deadline and peripheral.poll() is None, open(log_path).read()
             time.sleep(0.1)
         location, beats = asyncio.run(bumble_central_reads_and_subscribes(air.port(1)))
         assert location == b"\x01", location
         assert len(beats) >= 3 and all((b - a) % 256 == 1 for a, b in zip(beats, beats[1:])), beats
         deadline = time.monotonic() + 5
-        while "control point write [1] accepted" not in open(log_path).read():
+        while [(e["value"], e["accepted"]) for e in said("controlPointWritten")] != [([1], True)]:
             assert time.monotonic() < deadline, open(log_path).read()
             time.sleep(0.1)
-        assert "central subscribed to heart rate measurement" in open(log_path).read()
+        assert len(said("subscribed")) == 1, open(log_path).read()
     finally:
         peripheral.terminate()
         peripheral.wait(5)

@@ -136,7 +136,7 @@ def test_just_works_pairing_then_reconnection_with_the_bond(air):
         assert read.returncode == 0, read.stderr
         assert any(e.get("event") == "read" and e.get("value") == LOCKED_HEX for e in events(read)), read.stdout
         assert not any(e.get("event") in ("paired", "pairing-complete") for e in events(read)), "re-encryption, not pairing"
-        b.wait_log("serve", "encrypted with a bonded peer")
+        b.wait_event("serve", "security", lambda e: e["encrypted"] and e["bonded"])
 
 
 def test_passkey_entry_with_keyboards_on_both_sides(air):
