@@ -52,19 +52,25 @@ public struct AdvertisingRotation: Sendable {
 
     private var turn = 0
     public private(set) var enabled = false
+    /// When the turn being advertised ends; nil when no one waits for it (one advertiser, or none).
+    public private(set) var turnEnds: Duration?
 
     public init() {}
 
-    /// The plan for now. `lab`: a lab session's advertising commands, if it advertises.
-    public mutating func plan(_ candidates: [Candidate], lab: [HCICommandPacket]?, poweredOn: Bool, ownAddressRandom: Bool) -> Plan {
+    /// The plan for `now`, a new turn's full second when others wait. `lab`: a lab session's advertising commands, if
+    /// it advertises.
+    public mutating func plan(_ candidates: [Candidate], lab: [HCICommandPacket]?, poweredOn: Bool, ownAddressRandom: Bool,
+                              at now: Duration) -> Plan {
         let order = candidates.filter(\.policy.advertises).sorted { $0.key < $1.key }
         let turns = order.count + (lab != nil ? 1 : 0)
         guard poweredOn, turns > 0 else {
             defer { enabled = false }
+            turnEnds = nil
             return .off(disable: enabled, wanted: turns > 0)
         }
         enabled = true
         turn %= turns
+        turnEnds = turns > 1 ? now + Self.turnLength : nil
         // The last turn is the lab session's, when it advertises.
         guard turn < order.count else { return .advertise(lab ?? [], rotates: turns > 1) }
         let current = order[turn]
@@ -80,9 +86,17 @@ public struct AdvertisingRotation: Sendable {
         ], rotates: turns > 1)
     }
 
-    /// The turn ran its second: the next advertiser's.
-    public mutating func turnEnded() { turn += 1 }
+    /// True when the turn ran its second by `now`: the next advertiser's comes, and the shell plans again.
+    public mutating func tick(at now: Duration) -> Bool {
+        guard let due = turnEnds, due <= now else { return false }
+        turnEnds = nil
+        turn += 1
+        return true
+    }
 
     /// The controller was reset: it advertises nothing until told again.
-    public mutating func controllerForgot() { enabled = false }
+    public mutating func controllerForgot() {
+        enabled = false
+        turnEnds = nil
+    }
 }

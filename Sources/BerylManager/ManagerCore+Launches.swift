@@ -78,6 +78,11 @@ extension ManagerCore {
         return [.terminate(appID: appID, pid: process.pid, failure: failure)]
     }
 
+    /// When a running launch whose managers still wait to be restored has had its grace: `tick` ends it after that.
+    var restoreGraceDeadline: Duration? {
+        launches.processes.keys.filter { !restoration.waitingToRestore($0).isEmpty }.compactMap { launches.relaunch.restoreGraceEnds(of: $0) }.min()
+    }
+
     /// A process an earlier managerd launched for a declared app still runs: this one watches it as its own.
     public mutating func adoptLaunch(_ appID: String, pid: Int32) {
         guard catalog.apps[appID] != nil else { return }

@@ -62,6 +62,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
     /// Who owns each published service, the remote centrals' requests awaiting an answer, the updates owed a "ready".
     public var router = PeripheralRouter()
     public var advertisers: [ManagerKey: Advertiser] = [:]
+    /// Whose turn it is on the controller's one advertiser.
+    public internal(set) var advertising = AdvertisingRotation()
     /// Managers that opted into restoration, and the events held for absent apps.
     public var restoration: Restoration<Event>
     /// What each published service was made from (to preserve it and publish it again), by start handle.

@@ -79,6 +79,9 @@ public struct RelaunchPolicy: Sendable {
         return delay
     }
 
+    /// When the running launch's grace to restore ends; nil when none runs, or it was ended for not restoring.
+    public func restoreGraceEnds(of app: String) -> Duration? { records[app]?.launchedAt.map { $0 + restoreGrace } }
+
     /// A launch still running while `waiting` managers are not restored: true when its grace is over, and the shell
     /// ends it (its exit then backs off as a crash would, since it never became useful).
     public mutating func overdue(_ app: String, waiting: [String], at now: Duration) -> Bool {

@@ -15,6 +15,7 @@
 #include <sched.h>
 #include <dirent.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 
 int beryl_peer_credentials(int fd, pid_t *pid, uid_t *uid, gid_t *gid) {
     struct ucred cred;
@@ -161,6 +162,18 @@ pid_t beryl_reap(pid_t pid, int *exit_code, int *signal_number) {
 
 void beryl_ignore_sigpipe(void) {
     signal(SIGPIPE, SIG_IGN);
+}
+
+int beryl_pidfd_open(pid_t pid) {
+#ifdef SYS_pidfd_open
+    long fd = syscall(SYS_pidfd_open, pid, 0);
+    if (fd < 0) return -errno;
+    // pidfd_open sets O_CLOEXEC on the descriptor itself (pidfd_open(2)); apps managerd spawns inherit none of them.
+    return (int)fd;
+#else
+    (void)pid;
+    return -ENOSYS;
+#endif
 }
 
 int beryl_accept_nonblocking(int listener) {

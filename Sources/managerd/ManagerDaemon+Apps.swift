@@ -46,6 +46,7 @@ extension ManagerDaemon {
             host.logger.info("launched \(manifest.id) as \(manifest.user) (pid \(pid))"
                              + (restoring.isEmpty ? "" : " to restore \(restoring.joined(separator: ", "))"))
             apply(core.launchStarted(manifest.id, pid: pid, at: host.loop.uptime))
+            watchExit(of: manifest.id, pid: pid)
             return nil
         } catch {
             host.logger.error("cannot launch \(manifest.id): \(error)")
@@ -54,13 +55,34 @@ extension ManagerDaemon {
         }
     }
 
-    /// Reaps launched apps (an adopted one is only watched) and tells the core which ended and which still run.
-    func superviseApps() {
-        for (appID, process) in core.launches.processes.sorted(by: { $0.key < $1.key }) {
-            let ended = process.adopted ? (ProcessStats.isAlive(pid: process.pid) ? nil : "exited") : Spawn.reap(process.pid).map { "\($0.exit)" }
-            let now = host.loop.uptime
-            apply(ended.map { core.launchEnded(appID, exit: $0, at: now) } ?? core.launchRunning(appID, at: now))
+    /// The core hears of a launched app's exit when it happens (its restore grace is the core's deadline, not a look).
+    func watchExit(of appID: String, pid: Int32) {
+        do {
+            exitWatches[appID] = try ProcessExitWatch(pid: pid, on: host.loop) { [unowned self] in reap(appID, pid: pid) }
+        } catch {
+            host.logger.error("cannot watch \(appID) (pid \(pid)) for its exit: \(error)")
         }
+    }
+
+    /// A launched app's process that ended is reaped (one an earlier managerd launched is not this one's child, and is
+    /// only known gone), and the core told; one still running is left alone.
+    func reap(_ appID: String, pid: Int32) {
+        guard let process = core.launches.processes[appID], process.pid == pid else { return }
+        let exit: String
+        if process.adopted {
+            guard !ProcessStats.isAlive(pid: pid) else { return }
+            exit = "exited"
+        } else {
+            guard let ended = Spawn.reap(pid) else { return }
+            exit = "\(ended.exit)"
+        }
+        exitWatches[appID] = nil
+        apply(core.launchEnded(appID, exit: exit, at: host.loop.uptime))
+    }
+
+    /// Reaps now whichever launched apps have ended: what ending them looks at between its signals.
+    func reapEndedApps() {
+        for (appID, process) in core.launches.processes.sorted(by: { $0.key < $1.key }) { reap(appID, pid: process.pid) }
     }
 
     /// The app's processes: its sessions' peers and what managerd launched for it (never init or managerd itself).
@@ -149,6 +171,7 @@ extension ManagerDaemon {
             // Only the pid is taken: the app's lifecycle state went with the old managerd, and is what it was for an
             // app that reconnects (foreground, until it or `beryl app state` says otherwise).
             core.adoptLaunch(entry.app, pid: entry.pid)
+            watchExit(of: entry.app, pid: entry.pid)
             host.logger.info("\(entry.app) (pid \(entry.pid)), launched before this managerd started, is still running")
         }
         recordLaunchedApps()
@@ -164,7 +187,7 @@ extension ManagerDaemon {
         var ending = ProcessEnding(grace: Self.appStopGrace)
         // Only while still a launch of the core's: a pid reaped during the grace may be another process's by now.
         ending.isAlive = { [unowned self] pid in core.launches.processes.values.contains { $0.pid == pid } && ProcessStats.isAlive(pid: pid) }
-        ending.end(pids, on: host.loop, look: { [unowned self] in superviseApps() }) { [unowned self] killed in
+        ending.end(pids, on: host.loop, look: { [unowned self] in reapEndedApps() }) { [unowned self] killed in
             if !killed.isEmpty { host.logger.warning("apps \(killed.sorted()) ignored SIGTERM; killed them") }
             finishStopping()
         }

@@ -108,6 +108,6 @@ extension ManagerDaemon {
         let pids = processes(of: appID)
         let budget = core.catalog.apps[appID]?.wakeBudget ?? 0
         host.logger.warning("\(appID) overran its \(budget) s background budget; ending it (pids \(pids.sorted())); its next event wakes it again")
-        ProcessEnding(grace: .seconds(2)).end(pids, on: host.loop, look: { [unowned self] in superviseApps() })
+        ProcessEnding(grace: .seconds(2)).end(pids, on: host.loop, look: { [unowned self] in reapEndedApps() })
     }
 }

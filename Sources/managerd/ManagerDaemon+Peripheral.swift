@@ -164,18 +164,17 @@ extension ManagerDaemon {
 
     // MARK: Advertising
 
-    /// BerylManager's AdvertisingRotation decides who advertises and how; this runs its commands and its turns. A
-    /// central connecting ends connectable advertising in the controller (Core Vol 6 Part B §4.4.2); it is started
-    /// again, so that other centrals still find the app, as Core Bluetooth's does.
+    /// BerylManager's AdvertisingRotation decides who advertises and how, and when a turn ends (the core's clock); this
+    /// runs its commands. A central connecting ends connectable advertising in the controller (Core Vol 6 Part B §4.4.2);
+    /// it is started again, so that other centrals still find the app, as Core Bluetooth's does.
     func updateAdvertising(completion: ((String?) -> Void)? = nil) {
-        rotation?.cancel()
-        rotation = nil
-        let candidates = core.advertisers.map { AdvertisingRotation.Candidate(key: $0.key, advertiser: $0.value, policy: core.policy(for: $0.key.holder)) }
-        switch advertising.plan(candidates, lab: lab.advertising?.commands, poweredOn: state == .poweredOn, ownAddressRandom: identityIsRandom) {
+        defer { armDeadline() }
+        switch core.planAdvertising(lab: lab.advertising?.commands, poweredOn: state == .poweredOn, ownAddressRandom: identityIsRandom,
+                                    at: host.loop.uptime) {
         case .off(let disable, let wanted):
             if disable { command(HCICommands.leSetAdvertisingEnable(false)) }
             completion?(wanted ? "the controller is not powered on" : nil)
-        case .advertise(let commands, let rotates):
+        case .advertise(let commands, _):
             for packet in commands.dropLast() { command(packet) }
             if let last = commands.last {
                 command(last) { result in
@@ -184,12 +183,6 @@ extension ManagerDaemon {
                     case .success(let status): completion?("the controller refused advertising (0x\(String(status.first ?? 0xFF, radix: 16)))")
                     case .failure(let error): completion?("\(error)")
                     }
-                }
-            }
-            if rotates {
-                rotation = try? host.loop.after(AdvertisingRotation.turnLength) { [unowned self] in
-                    self.advertising.turnEnded()
-                    self.updateAdvertising()
                 }
             }
         }

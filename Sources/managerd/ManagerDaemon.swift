@@ -24,7 +24,8 @@ final class ManagerDaemon {
     var core: ManagerCore<Beryl_Ipc_V1_ManagerEvent>
     var book: ConnectionBook { core.book }
 
-    /// One timer, at the earliest deadline of the core and of the lab's reset.
+    /// One timer, at the earliest deadline of the core (retries, suspensions, budgets, launches, advertising turns) and
+    /// of the lab's reset.
     lazy var deadlineTimer = DeadlineTimer(loop: host.loop)
 
     // Central role.
@@ -33,14 +34,12 @@ final class ManagerDaemon {
     /// GATT requests for links whose bearer attd has not reported yet.
     var awaitingBearer: [UInt16: [() -> Void]] = [:]
 
-    // Peripheral role.
-    var advertising = AdvertisingRotation()
-    var rotation: EventRegistration?
-
     // Apps, background and restoration.
     let appsDir: String?
     /// The preserved managers' records (restoration.sqlite).
     var records: PreservedRecords
+    /// The launched apps' exit watches, by app.
+    var exitWatches: [String: ProcessExitWatch] = [:]
     /// Sessions of `beryl alerts`, and their users.
     var alertSubscribers: [UInt64: UInt32] = [:]
     /// The controller's identity is hcid's static random address (it has no public one): apps advertise, scan and
@@ -84,7 +83,6 @@ final class ManagerDaemon {
         resumePreserved()
         adoptLaunchedApps()
         host.onTerminationSignal = { [unowned self] in self.stopLaunchedApps() }
-        _ = try host.loop.every(.milliseconds(250)) { [unowned self] in self.superviseApps() }
         _ = try host.loop.after(.zero) { [unowned self] in
             self.host.server?.onSessionClosed = { [unowned self] session, _ in self.sessionClosed(session.id) }
             self.connectToHcid()
@@ -96,7 +94,7 @@ final class ManagerDaemon {
 
     /// Keeps the one timer at the earliest deadline (the core's relaunch policy's reconnection grace, 3 s, is one: how
     /// long after starting managerd waits for running apps to reconnect). The millisecond keeps a timer that libevent
-    /// fires from its cached clock from landing just short.
+    /// fires from its cached clock from landing just short, and puts it after a deadline that is "after" a time.
     func armDeadline() {
         let next = [core.nextDeadline, lab.nextDeadline].compactMap { $0 }.min()
         deadlineTimer.arm(at: next.map { $0 + .milliseconds(1) }) { [unowned self] now in
@@ -261,7 +259,7 @@ final class ManagerDaemon {
     /// A controller that was reset forgot everything: scanning, advertising and connection attempts resume.
     func resumeOnController() {
         controllerScan = nil
-        advertising.controllerForgot()
+        core.controllerForgotAdvertising()
         // Before scanning and advertising are on again: LE Set Random Address is disallowed while they are (Core Vol 4
         // Part E §7.8.4).
         setLabRandomAddress()

@@ -22,19 +22,19 @@ final class AdvertisingRotationTests: XCTestCase {
 
     func testOneAdvertiserStaysOnAndSeveralTakeTurnsOfASecond() {
         var rotation = AdvertisingRotation()
-        let alone = rotation.plan([candidate(1, "HR", heartRate, .foreground)], lab: nil, poweredOn: true, ownAddressRandom: false)
+        let alone = rotation.plan([candidate(1, "HR", heartRate, .foreground)], lab: nil, poweredOn: true, ownAddressRandom: false, at: .zero)
         guard case .advertise(let commands, let rotates) = alone else { return XCTFail("\(alone)") }
         XCTAssertFalse(rotates)
         XCTAssertEqual(commands.first, HCICommands.leSetAdvertisingEnable(false), "parameters change only with advertising off (§7.8.5)")
         XCTAssertEqual(commands.last, HCICommands.leSetAdvertisingEnable(true))
 
         let both = [candidate(2, "Battery", battery, .foreground), candidate(1, "HR", heartRate, .foreground)]
-        let first = rotation.plan(both, lab: nil, poweredOn: true, ownAddressRandom: false)
+        let first = rotation.plan(both, lab: nil, poweredOn: true, ownAddressRandom: false, at: .zero)
         guard case .advertise(_, true) = first else { return XCTFail("\(first)") }
-        rotation.turnEnded()
-        let second = rotation.plan(both, lab: nil, poweredOn: true, ownAddressRandom: false)
-        rotation.turnEnded()
-        let third = rotation.plan(both, lab: nil, poweredOn: true, ownAddressRandom: false)
+        XCTAssertTrue(rotation.tick(at: AdvertisingRotation.turnLength))
+        let second = rotation.plan(both, lab: nil, poweredOn: true, ownAddressRandom: false, at: .zero)
+        XCTAssertTrue(rotation.tick(at: AdvertisingRotation.turnLength))
+        let third = rotation.plan(both, lab: nil, poweredOn: true, ownAddressRandom: false, at: .zero)
         XCTAssertNotEqual(advertisingData(first), advertisingData(second))
         XCTAssertEqual(advertisingData(first), advertisingData(third), "round and round, in session order")
         XCTAssertEqual(advertisingData(first), HCICommands.leSetAdvertisingData(AdvertisingPayload(localName: "HR", serviceUUIDs: [heartRate]).advertising).parameters,
@@ -45,7 +45,7 @@ final class AdvertisingRotationTests: XCTestCase {
     func testASuspendedAppIsSkippedAndABackgroundOneAdvertisesTheBackgroundForm() throws {
         var rotation = AdvertisingRotation()
         let plan = rotation.plan([candidate(1, "HR", heartRate, .suspended), candidate(2, "Battery", battery, .background)],
-                                 lab: nil, poweredOn: true, ownAddressRandom: true)
+                                 lab: nil, poweredOn: true, ownAddressRandom: true, at: .zero)
         guard case .advertise(let commands, let rotates) = plan else { return XCTFail("\(plan)") }
         XCTAssertFalse(rotates, "the suspended app takes no turn")
         let background = AdvertisingPayload.background(serviceUUIDs: [battery])
@@ -59,26 +59,26 @@ final class AdvertisingRotationTests: XCTestCase {
         var rotation = AdvertisingRotation()
         let lab = [HCICommands.leSetAdvertisingEnable(false), HCICommands.leSetAdvertisingEnable(true)]
         let apps = [candidate(1, "HR", heartRate, .foreground)]
-        guard case .advertise(let first, true) = rotation.plan(apps, lab: lab, poweredOn: true, ownAddressRandom: false) else { return XCTFail() }
+        guard case .advertise(let first, true) = rotation.plan(apps, lab: lab, poweredOn: true, ownAddressRandom: false, at: .zero) else { return XCTFail() }
         XCTAssertEqual(first.count, 5)
-        rotation.turnEnded()
-        XCTAssertEqual(rotation.plan(apps, lab: lab, poweredOn: true, ownAddressRandom: false), .advertise(lab, rotates: true))
-        XCTAssertEqual(rotation.plan([], lab: lab, poweredOn: true, ownAddressRandom: false), .advertise(lab, rotates: false))
+        XCTAssertTrue(rotation.tick(at: AdvertisingRotation.turnLength))
+        XCTAssertEqual(rotation.plan(apps, lab: lab, poweredOn: true, ownAddressRandom: false, at: .zero), .advertise(lab, rotates: true))
+        XCTAssertEqual(rotation.plan([], lab: lab, poweredOn: true, ownAddressRandom: false, at: .zero), .advertise(lab, rotates: false))
     }
 
     func testOffIsSentOnlyForAdvertisingThisRotationStarted() {
         var rotation = AdvertisingRotation()
-        XCTAssertEqual(rotation.plan([], lab: nil, poweredOn: true, ownAddressRandom: false), .off(disable: false, wanted: false),
+        XCTAssertEqual(rotation.plan([], lab: nil, poweredOn: true, ownAddressRandom: false, at: .zero), .off(disable: false, wanted: false),
                        "a tool's advertising through hcid is left alone")
-        _ = rotation.plan([candidate(1, "HR", heartRate, .foreground)], lab: nil, poweredOn: true, ownAddressRandom: false)
-        XCTAssertEqual(rotation.plan([candidate(1, "HR", heartRate, .suspended)], lab: nil, poweredOn: true, ownAddressRandom: false),
+        _ = rotation.plan([candidate(1, "HR", heartRate, .foreground)], lab: nil, poweredOn: true, ownAddressRandom: false, at: .zero)
+        XCTAssertEqual(rotation.plan([candidate(1, "HR", heartRate, .suspended)], lab: nil, poweredOn: true, ownAddressRandom: false, at: .zero),
                        .off(disable: true, wanted: false))
-        XCTAssertEqual(rotation.plan([], lab: nil, poweredOn: true, ownAddressRandom: false), .off(disable: false, wanted: false), "once")
-        XCTAssertEqual(rotation.plan([candidate(1, "HR", heartRate, .foreground)], lab: nil, poweredOn: false, ownAddressRandom: false),
+        XCTAssertEqual(rotation.plan([], lab: nil, poweredOn: true, ownAddressRandom: false, at: .zero), .off(disable: false, wanted: false), "once")
+        XCTAssertEqual(rotation.plan([candidate(1, "HR", heartRate, .foreground)], lab: nil, poweredOn: false, ownAddressRandom: false, at: .zero),
                        .off(disable: false, wanted: true), "wanted, but the controller is off")
-        _ = rotation.plan([candidate(1, "HR", heartRate, .foreground)], lab: nil, poweredOn: true, ownAddressRandom: false)
+        _ = rotation.plan([candidate(1, "HR", heartRate, .foreground)], lab: nil, poweredOn: true, ownAddressRandom: false, at: .zero)
         rotation.controllerForgot()
-        XCTAssertEqual(rotation.plan([], lab: nil, poweredOn: true, ownAddressRandom: false), .off(disable: false, wanted: false),
+        XCTAssertEqual(rotation.plan([], lab: nil, poweredOn: true, ownAddressRandom: false, at: .zero), .off(disable: false, wanted: false),
                        "a reset controller advertises nothing to turn off")
     }
 }

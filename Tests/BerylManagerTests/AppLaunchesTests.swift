@@ -108,6 +108,28 @@ final class AppLaunchesTests: XCTestCase {
         XCTAssertEqual(tally, .init(endedUnrestored: 1, backedOff: 1, launchedBeforeReaped: 0))
     }
 
+    // The same on the core's clock, as managerd runs it: the grace's end is a deadline, and the tick after it ends the
+    // launch (managerd looked every 250 ms before); a launch that restored leaves no deadline behind.
+    func testTheRestoreGraceEndsOnTheCoresClock() throws {
+        var (core, door) = try core()
+        let now = start + .seconds(10)
+        _ = hold("connected", for: door, in: &core, at: now)
+        _ = core.launchStarted(appID, pid: 6000, at: now)
+        XCTAssertEqual(core.nextDeadline, now + .seconds(15))
+        XCTAssertEqual(core.tick(at: now + .seconds(15)), [], "not before the grace is over")
+        XCTAssertEqual(core.tick(at: now + .seconds(15) + .milliseconds(1)),
+                       [.terminate(appID: appID, pid: 6000, failure: .didNotRestore(restoreIDs: ["door"], within: .seconds(15)))])
+        XCTAssertNil(core.nextDeadline, "ended once: the exit, when it comes, puts the next launch off")
+        XCTAssertEqual(core.tick(at: now + .seconds(30)), [])
+
+        var (restoring, preserved) = try self.core()
+        _ = hold("connected", for: preserved, in: &restoring, at: now)
+        _ = restoring.launchStarted(appID, pid: 7000, at: now)
+        restoring.sessions[9, default: .init()].appID = appID
+        XCTAssertNotNil(restoring.restore(preserved.id, into: 9, name: { _ in "" }))
+        XCTAssertNil(restoring.nextDeadline, "restored: no grace to keep")
+    }
+
     // An app whose manager came back live is not launched; one that ends with nothing waiting is simply gone.
     func testAnAppThatRestoredIsNotLaunchedAndItsEndLeavesItNotRunning() throws {
         var (core, door) = try core()

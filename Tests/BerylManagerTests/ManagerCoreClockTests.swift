@@ -1,4 +1,6 @@
 import BerylCore
+import BerylGAP
+import BerylHCI
 import BerylManager
 import XCTest
 
@@ -41,5 +43,39 @@ final class ManagerCoreClockTests: XCTestCase {
         XCTAssertEqual(core.lifecycle(of: plainApp), .suspended)
         XCTAssertNil(core.nextDeadline, "nothing waits any more")
         XCTAssertTrue(core.tick(at: .seconds(30)).isEmpty, "and nothing comes twice")
+    }
+
+    private func advertisingData(_ plan: AdvertisingRotation.Plan) -> [UInt8]? {
+        guard case .advertise(let commands, _) = plan else { return nil }
+        return commands.first { $0.opcode == HCIOpcode.leSetAdvertisingData.rawValue }?.parameters
+    }
+
+    /// Two advertising apps take turns of a second on the controller's one advertiser: the turn's end is the core's
+    /// deadline (managerd kept a timer of its own for it), and one advertiser alone keeps it with none.
+    func testAnAdvertisersTurnEndsOnTheCoresClock() {
+        var core = Core()
+        let heartRate = ManagerKey(session: 1, manager: 1), battery = ManagerKey(session: 2, manager: 1)
+        _ = core.startAdvertising(Advertiser(localName: "HR", serviceUUIDs: [BluetoothUUID(0x180D)]), for: heartRate)
+        _ = core.startAdvertising(Advertiser(localName: "Battery", serviceUUIDs: [BluetoothUUID(0x180F)]), for: battery)
+
+        let first = core.planAdvertising(lab: nil, poweredOn: true, ownAddressRandom: false, at: .seconds(2))
+        XCTAssertEqual(advertisingData(first), HCICommands.leSetAdvertisingData(AdvertisingPayload(localName: "HR", serviceUUIDs: [BluetoothUUID(0x180D)]).advertising).parameters)
+        XCTAssertEqual(core.nextDeadline, .seconds(3), "the turn's second")
+        XCTAssertTrue(core.tick(at: .milliseconds(2_999)).isEmpty)
+        let turned = core.tick(at: .seconds(3))
+        XCTAssertTrue(turned.contains { if case .advertisingChanged = $0 { true } else { false } }, "\(turned)")
+        XCTAssertNil(core.nextDeadline, "until the shell plans the next turn")
+        let second = core.planAdvertising(lab: nil, poweredOn: true, ownAddressRandom: false, at: .seconds(3))
+        XCTAssertEqual(advertisingData(second), HCICommands.leSetAdvertisingData(AdvertisingPayload(localName: "Battery", serviceUUIDs: [BluetoothUUID(0x180F)]).advertising).parameters)
+        XCTAssertEqual(core.nextDeadline, .seconds(4))
+
+        // The battery app stops in the middle of its turn: the one left advertises without turns.
+        _ = core.stopAdvertising(for: battery)
+        guard case .advertise(_, let rotates) = core.planAdvertising(lab: nil, poweredOn: true, ownAddressRandom: false, at: .milliseconds(3_500)) else {
+            return XCTFail("the heart-rate app still advertises")
+        }
+        XCTAssertFalse(rotates)
+        XCTAssertNil(core.nextDeadline, "one advertiser alone needs no turns")
+        XCTAssertTrue(core.tick(at: .seconds(10)).isEmpty)
     }
 }

@@ -22,6 +22,10 @@ pid_t beryl_spawn_as(const char *const argv[], const char *const envp[], const c
 /// waitpid(WNOHANG) decoded: returns the pid (0 if none, -errno on error); *exit_code or *signal set.
 pid_t beryl_reap(pid_t pid, int *exit_code, int *signal_number);
 
+/// pidfd_open(2) with PIDFD_NONBLOCK unset and close-on-exec: a descriptor that turns readable when `pid` ends, whether
+/// or not it is the caller's child. Returns the fd or -errno (-ENOSYS before Linux 5.3).
+int beryl_pidfd_open(pid_t pid);
+
 /// accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC; returns the fd or -errno.
 int beryl_accept_nonblocking(int listener);
 
