@@ -120,10 +120,12 @@ let package = Package(
         ]),
 
         // Examples written as the Core Bluetooth Programming Guide's code is, against the Beryl library.
-        .executableTarget(name: "HeartRatePeripheral", dependencies: ["Beryl"], path: "Examples/HeartRatePeripheral"),
-        .executableTarget(name: "HeartRateCentral", dependencies: ["Beryl"], path: "Examples/HeartRateCentral"),
-        .executableTarget(name: "Thermostat", dependencies: ["Beryl"], path: "Examples/Thermostat"),
-        .executableTarget(name: "DoorLockCentral", dependencies: ["Beryl"], path: "Examples/DoorLockCentral"),
+        // What the examples report, as text or (--json) one JSON object per line.
+        .target(name: "ExampleReports", path: "Examples/ExampleReports"),
+        .executableTarget(name: "HeartRatePeripheral", dependencies: ["Beryl", "ExampleReports"], path: "Examples/HeartRatePeripheral"),
+        .executableTarget(name: "HeartRateCentral", dependencies: ["Beryl", "ExampleReports"], path: "Examples/HeartRateCentral"),
+        .executableTarget(name: "Thermostat", dependencies: ["Beryl", "ExampleReports"], path: "Examples/Thermostat"),
+        .executableTarget(name: "DoorLockCentral", dependencies: ["Beryl", "ExampleReports"], path: "Examples/DoorLockCentral"),
         .executableTarget(name: "DoorLock", dependencies: ["Beryl"], path: "Examples/DoorLock"),
         // Swift 6 language mode, as every target here; a warning in the guide's code fails the build.
         .executableTarget(name: "GuideListings", dependencies: ["Beryl"], path: "Guide/App",
@@ -143,6 +145,7 @@ let package = Package(
         .testTarget(name: "BerylIPCTests", dependencies: ["BerylIPC", "BerylWire", "BerylEventLoop", "BerylCore"]),
         .testTarget(name: "BerylSupervisorTests", dependencies: ["BerylSupervisor", "BerylDaemonKit"]),
         .testTarget(name: "BerylBenchTests", dependencies: ["BerylBench"]),
+        .testTarget(name: "ExampleReportsTests", dependencies: ["ExampleReports"]),
         .testTarget(name: "BerylToolsTests", dependencies: ["BerylTools", "BerylIPC", "BerylCore"]),
         .testTarget(name: "BerylDaemonKitTests", dependencies: ["BerylDaemonKit"]),
         .testTarget(name: "BerylEventLoopTests", dependencies: ["BerylEventLoop"]),

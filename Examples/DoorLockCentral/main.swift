@@ -2,16 +2,42 @@
 // lock (a connection that never times out), read its state — encryption required, so the stack pairs first —
 // and unlock it. Restoration (relaunch with the preserved connection) comes with app manifests.
 //
-//   door-lock-central [--runtime-dir DIR] [--unlock]
+//   door-lock-central [--runtime-dir DIR] [--unlock] [--json]
+//
+// With --json each line is a JSON object naming its event (what the tests read).
 import Beryl
 import Dispatch
+import ExampleReports
 import Foundation
 
 let lockService = BluetoothUUID(string: "D00D0001-0000-1000-8000-00805F9B34FB")
 let lockState = BluetoothUUID(string: "D00D0002-0000-1000-8000-00805F9B34FB")
 let lockCommand = BluetoothUUID(string: "D00D0003-0000-1000-8000-00805F9B34FB")
 
-func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+/// What the central reports: a line of text, or (--json) a JSON object with the event's name, fields and text.
+enum Report: ExampleReport {
+    case connected(name: String?, identifier: UUID)
+    case lockSays(String)
+    case unlockSent
+
+    var text: String {
+        switch self {
+        case .connected(let name, let identifier): "connected to \(name ?? "the lock") (\(identifier))"
+        case .lockSays(let state): "lock says \"\(state)\""
+        case .unlockSent: "unlock sent"
+        }
+    }
+
+    var fields: [String: Any] {
+        switch self {
+        case .connected(let name, let identifier): ["event": "connected", "name": name ?? NSNull(), "identifier": identifier.uuidString]
+        case .lockSays(let state): ["event": "lockState", "state": state]
+        case .unlockSent: ["event": "unlockSent"]
+        }
+    }
+}
+
+func say(_ report: Report) { report.write() }
 
 func fail(_ why: String) -> Never {
     FileHandle.standardError.write(Data("door-lock-central: \(why)\n".utf8))
@@ -43,7 +69,7 @@ final class DoorLockCentral: NSObject, CentralManagerDelegate, PeripheralDelegat
     }
 
     func centralManager(_ central: CentralManager, didConnect peripheral: Peripheral) {
-        say("connected to \(peripheral.name ?? "the lock") (\(peripheral.identifier))")
+        say(.connected(name: peripheral.name, identifier: peripheral.identifier))
         peripheral.delegate = self
         peripheral.discoverServices([lockService])
     }
@@ -63,14 +89,14 @@ final class DoorLockCentral: NSObject, CentralManagerDelegate, PeripheralDelegat
 
     func peripheral(_ peripheral: Peripheral, didUpdateValueFor characteristic: Characteristic, error: Error?) {
         if let error = error { fail("reading the lock failed: \(error.localizedDescription)") }
-        say("lock says \"\(String(decoding: characteristic.value ?? Data(), as: UTF8.self))\"")
+        say(.lockSays(String(decoding: characteristic.value ?? Data(), as: UTF8.self)))
         guard unlock, let command else { return finish(peripheral) }
         peripheral.writeValue(Data("unlock".utf8), for: command, type: .withResponse)
     }
 
     func peripheral(_ peripheral: Peripheral, didWriteValueFor characteristic: Characteristic, error: Error?) {
         if let error = error { fail("the lock refused: \(error.localizedDescription)") }
-        say("unlock sent")
+        say(.unlockSent)
         finish(peripheral)
     }
 
@@ -87,8 +113,9 @@ while let argument = arguments.next() {
     switch argument {
     case "--runtime-dir": runtimeDir = arguments.next()
     case "--unlock": unlock = true
+    case "--json": break  // ReportFormat.json
     default:
-        FileHandle.standardError.write(Data("usage: door-lock-central [--runtime-dir DIR] [--unlock]\n".utf8))
+        FileHandle.standardError.write(Data("usage: door-lock-central [--runtime-dir DIR] [--unlock] [--json]\n".utf8))
         exit(64)
     }
 }

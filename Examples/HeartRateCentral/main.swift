@@ -6,6 +6,7 @@
 //
 // With --json each line is a JSON object naming its event (what `beryl demo` and the tests read).
 import Beryl
+import ExampleReports
 import Dispatch
 import Foundation
 
@@ -116,7 +117,7 @@ DispatchQueue.main.asyncAfter(deadline: .now() + 20) { fail("no heart rate monit
 dispatchMain()
 
 /// What the central reports: a line of text, or (--json) a JSON object with the event's name, fields and text.
-enum Report {
+enum Report: ExampleReport {
     case discovered(name: String?, rssi: Int)
     case connected
     case characteristicsDiscovered([String])
@@ -151,20 +152,8 @@ enum Report {
     }
 }
 
-enum ReportFormat {
-    static let json = CommandLine.arguments.dropFirst().contains("--json")
-}
-
-/// One line to stdout at once (examples are often read through a pipe).
-func say(_ report: Report) {
-    var line = report.text
-    if ReportFormat.json {
-        var object = report.fields
-        object["text"] = report.text
-        if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) { line = String(decoding: data, as: UTF8.self) }
-    }
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
-}
+/// One line to stdout at once: the report's text, or with --json its JSON object.
+func say(_ report: Report) { report.write() }
 
 func fail(_ why: String) -> Never {
     FileHandle.standardError.write(Data("heart-rate-central: \(why)\n".utf8))

@@ -5,6 +5,7 @@
 //
 // With --json each line is a JSON object naming its event (what `beryl demo` and the tests read).
 import Beryl
+import ExampleReports
 import Dispatch
 import Foundation
 
@@ -98,7 +99,7 @@ let monitor = HeartRateMonitor(queue: DispatchQueue(label: "heart-rate"), socket
 if seconds > 0 { Thread.sleep(forTimeInterval: seconds) } else { dispatchMain() }
 
 /// What the monitor reports: a line of text, or (--json) a JSON object with the event's name, fields and text.
-enum Report {
+enum Report: ExampleReport {
     case state(String)
     case notAdded(error: String)
     case added
@@ -135,17 +136,5 @@ enum Report {
     }
 }
 
-enum ReportFormat {
-    static let json = CommandLine.arguments.dropFirst().contains("--json")
-}
-
-/// One line to stdout at once (examples are often read through a pipe).
-func say(_ report: Report) {
-    var line = report.text
-    if ReportFormat.json {
-        var object = report.fields
-        object["text"] = report.text
-        if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) { line = String(decoding: data, as: UTF8.self) }
-    }
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
-}
+/// One line to stdout at once: the report's text, or with --json its JSON object.
+func say(_ report: Report) { report.write() }

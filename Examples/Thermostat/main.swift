@@ -12,6 +12,7 @@
 // writes is a JSON object (the event, its fields and the text), for tools and tests to read. Launched by managerd, it
 // is the app its manifest names (com.example.thermostat otherwise).
 import Beryl
+import ExampleReports
 import Dispatch
 import Foundation
 import Synchronization
@@ -199,7 +200,7 @@ nonisolated func measure(with manager: PeripheralManager, _ thermostat: Thermost
 let streamQueue = DispatchQueue(label: "thermostat")
 
 /// What the thermostat reports: a line of text, or (--json) a JSON object with the event's name, fields and text.
-enum Report {
+enum Report: ExampleReport {
     case relaunched(restoring: [String])
     case restored(services: Int, characteristics: [String], advertisingAs: String?)
     case state(String)
@@ -244,19 +245,8 @@ enum Report {
     }
 }
 
-enum ReportFormat {
-    static let json = CommandLine.arguments.dropFirst().contains("--json")
-}
-
-func say(_ report: Report) {
-    var line = report.text
-    if ReportFormat.json {
-        var object = report.fields
-        object["text"] = report.text
-        if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) { line = String(decoding: data, as: UTF8.self) }
-    }
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
-}
+/// One line to stdout at once: the report's text, or with --json its JSON object.
+func say(_ report: Report) { report.write() }
 
 var runtimeDir: String?
 var restore = false

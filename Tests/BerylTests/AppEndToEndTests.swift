@@ -463,7 +463,7 @@ final class DoorLockExampleTests: XCTestCase {
 
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Executables.path("door-lock-central"))
-        process.arguments = ["--runtime-dir", "\(scratch.root)/run0", "--unlock"]
+        process.arguments = ["--runtime-dir", "\(scratch.root)/run0", "--unlock", "--json"]
         let pipe = Pipe()
         process.standardOutput = pipe
         process.standardError = pipe
@@ -471,8 +471,9 @@ final class DoorLockExampleTests: XCTestCase {
         let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         XCTAssertEqual(process.terminationStatus, 0, output)
-        XCTAssertTrue(output.contains("lock says \"locked\""), output)
-        XCTAssertTrue(output.contains("unlock sent"), output)
+        let said = JSONLines.events(in: output)
+        XCTAssertEqual(said.compactMap { $0["event"] as? String }, ["connected", "lockState", "unlockSent"], output)
+        XCTAssertEqual(said.first { $0["event"] as? String == "lockState" }?["state"] as? String, "locked", "read once the stack paired")
         XCTAssertEqual(served("pairing-complete").first?["bonded"] as? Bool, true, serveLog())
         let unlock = try XCTUnwrap(served("write-requested").last?["writes"] as? [[String: Any]], "the unlock write reached the publisher: \(serveLog())")
         // The lock's command characteristic, D00D0003-0000-1000-8000-00805F9B34FB: on the Bluetooth base, so 32 bits.
