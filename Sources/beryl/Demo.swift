@@ -107,9 +107,9 @@ final class DemoWorld: Sendable {
         lines(path).suffix(3).map { json($0)?["text"] as? String ?? $0 }.joined(separator: " | ")
     }
 
-    /// The JSON-line events named `name` a program wrote to its log.
-    private func events(_ name: String, in path: String) -> [[String: Any]] {
-        lines(path).compactMap { json($0) }.filter { $0["event"] as? String == name }
+    /// The JSON-line events a program wrote to its log (`name`: only those).
+    private func events(_ name: String? = nil, in path: String) -> [[String: Any]] {
+        lines(path).compactMap { json($0) }.filter { name == nil || $0["event"] as? String == name }
     }
 
     private func beryl(_ arguments: [String], _ paths: DaemonPaths) -> ToolRun {
@@ -192,8 +192,7 @@ final class DemoWorld: Sendable {
 
     // MARK: The door lock
 
-    private func events() -> [[String: Any]] { lines(doorlockLog).compactMap { json($0) } }
-    private func eventNames() -> [String] { events().compactMap { $0["event"] as? String } }
+    private func eventNames() -> [String] { events(in: doorlockLog).compactMap { $0["event"] as? String } }
     private func appInfo() -> [String: Any]? {
         (json(beryl(["app", "list", "--json"], central).stdout)?["apps"] as? [[String: Any]])?.first { $0["id"] as? String == "com.example.doorlock" }
     }

@@ -77,10 +77,7 @@ final class DemoShow {
     /// Straight to the descriptor: a step's line is written in two parts, before and after the step.
     private func out(_ text: String) { Console.out(text) }
 
-    private func emit(_ object: [String: Any]) {
-        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }
-        out(String(decoding: data, as: UTF8.self) + "\n")
-    }
+    private func emit(_ object: [String: Any]) { EventPrinter(json: true).emit(object) }
 
     static func milliseconds(_ duration: Duration) -> Int { Int(duration / .milliseconds(1)) }
     static func readable(_ milliseconds: Int) -> String { milliseconds < 1000 ? "\(milliseconds) ms" : String(format: "%.1f s", Double(milliseconds) / 1000) }

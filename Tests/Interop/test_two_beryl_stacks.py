@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from beryl_stack import ROOT, BerylStack, stop_process, wait_for
+from beryl_stack import ROOT, BerylStack, events_in, stop_process, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HEART_RATE = os.path.join(ROOT, "Examples/profiles/heart-rate.json")
@@ -29,7 +29,7 @@ def two_stacks(air, a_args=(), b_args=()):
 
 
 def events(result):
-    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    return events_in(result.stdout)
 
 
 def start(stacks):
@@ -172,7 +172,7 @@ def link_lost(air, a, peer, leave_root_canal):
         leave_root_canal()
         expected = "peripheralDisconnected"
     wait_for(lambda: held.poll() is not None, 40, f"A to see the link lost:\n{a.log('connect')}")
-    lost = [json.loads(line) for line in a.log("connect").splitlines() if '"disconnected"' in line]
+    lost = a.events("connect", "disconnected")
     assert held.returncode == 2 and len(lost) == 1 and lost[0]["error"] == expected, a.log("connect")
     return lost[0]
 
