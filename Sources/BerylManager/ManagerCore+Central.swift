@@ -142,8 +142,11 @@ extension ManagerCore {
 
     // MARK: ATT bearers
 
-    /// attd opened a link's ATT bearer or changed its ATT_MTU; GATT requests wait for the bearer.
-    public mutating func bearer(_ handle: UInt16, mtu: UInt16) { attMTUs[handle] = mtu }
+    /// attd opened a link's ATT bearer or changed its ATT_MTU: the GATT requests that waited for it are asked again.
+    public mutating func bearer(_ handle: UInt16, mtu: UInt16) -> [Output] {
+        attMTUs[handle] = mtu
+        return resumeGatt(on: handle)
+    }
 
     public mutating func bearerClosed(_ handle: UInt16) {
         attMTUs[handle] = nil

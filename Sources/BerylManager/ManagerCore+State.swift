@@ -14,9 +14,9 @@ extension ManagerCore {
 
     /// attd came or went: its database went with it (see `attdLost`).
     public mutating func attd(attached: Bool, isRunning: (ManagerHolder) -> Bool) -> [Output] {
-        if !attached, attdAttached { attdLost() }
+        let lost = !attached && attdAttached ? attdLost() : []
         attdAttached = attached
-        return refreshState(isRunning: isRunning)
+        return lost + refreshState(isRunning: isRunning)
     }
 
     /// Leaving poweredOn clears the running apps' services and advertising (Core Bluetooth's rule, `controllerLost`)

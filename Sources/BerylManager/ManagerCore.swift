@@ -50,6 +50,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         case suspended(appID: String, after: Duration)
         /// An app awake in the background overran its budget: the shell ends its processes, as iOS ends such an app.
         case overran(appID: String)
+        /// A GATT request that waited for its link's bearer (`gattAsked`) is to be asked again.
+        case gattResumed(token: UInt64)
     }
 
     /// CBConnectionEvent.
@@ -83,6 +85,9 @@ public struct ManagerCore<Event: Sendable>: Sendable {
     public var remoteSubscriptions = RemoteSubscriptions()
     /// ATT_MTU per link whose ATT bearer attd opened.
     public internal(set) var attMTUs: [UInt16: UInt16] = [:]
+    /// GATT requests waiting for their link's bearer, by link, in the order asked (`gattAsked`).
+    var gattAwaitingBearer: [UInt16: [UInt64]] = [:]
+    var nextGattToken: UInt64 = 1
     var writesBeingForgotten: Set<WriteSender> = []
     /// Subscription changes attd reported on links hcid has not told managerd of yet (subscriptionReported).
     var heldSubscriptions: [UInt16: [ReportedSubscription]] = [:]
@@ -368,17 +373,18 @@ public struct ManagerCore<Event: Sendable>: Sendable {
     /// `stackFailed`: the stack lost the link itself (hcid went, and the controller with it), not the peer or an app;
     /// a link that ends while hcid resets the controller or finds it unresponsive was ended by that (its recovery,
     /// resync or reopened transport) and counts as one too.
-    public mutating func linkDown(handle: UInt16, reason: UInt8, stackFailed: Bool = false) -> (identifier: String, outputs: [Output])? {
+    public mutating func linkDown(handle: UInt16, reason: UInt8, stackFailed: Bool = false) -> [Output] {
         let stackFailed = stackFailed || [.resetting, .unresponsive].contains(controllerState)
         attMTUs[handle] = nil
+        let resumed = resumeGatt(on: handle)
         remoteSubscriptions.linkClosed(handle)
         let address = book.identifier(for: handle).flatMap { book.link(for: $0)?.address }
         let holders = Set(book.identifier(for: handle).flatMap { book.link(for: $0)?.holders.map(\.holder) } ?? []).sorted()
         let records = holders.map { record(of: $0) }
         let restoration = restoration
         guard let (identifier, down) = connections.linkDown(handle: handle, reason: reason, isAway: { restoration.manager(heldBy: $0).map { !$0.live } ?? false })
-        else { return nil }
-        var outputs = address.map { connectionEvents(.peerDisconnected, identifier: identifier, address: $0) } ?? []
+        else { return resumed }
+        var outputs = resumed + (address.map { connectionEvents(.peerDisconnected, identifier: identifier, address: $0) } ?? [])
         outputs += subscribersGone(identifier)
         discoveredServices[identifier] = nil
         outputs += down.map(Output.connections)
@@ -398,7 +404,7 @@ public struct ManagerCore<Event: Sendable>: Sendable {
             }
             outputs += written(holder, since: before)
         }
-        return (identifier, outputs + [.advertisingChanged])
+        return outputs + [.advertisingChanged]
     }
 
     /// Who hears what attd's GATT client heard on a link: each manager holding the peripheral, once per holder.
@@ -461,17 +467,21 @@ public struct ManagerCore<Event: Sendable>: Sendable {
 
     /// attd's database went with it. Preserved managers whose apps are away have theirs published again when attd is
     /// back; a running app adds its own again when it hears poweredOn after resetting (as after bluetoothd restarts).
-    public mutating func attdLost() {
+    public mutating func attdLost() -> [Output] {
+        defer {
+            // Its bearers went with it: a GATT request waits for the new attd's, and lengths are not its predecessor's MTU.
+            attMTUs.removeAll()
+            serviceSpecs.removeAll()
+            subscribers.removeAll()
+            heldSubscriptions.removeAll()
+        }
         for preserved in restoration.managers {
             let stashed = stashPublications(of: preserved)
             if !stashed.live, let specs = stashed.unrepublished?.services, !specs.isEmpty { pendingRepublish[stashed.key] = specs }
         }
         router.attdLost()
-        // Its bearers went with it: a GATT request waits for the new attd's, and lengths are not its predecessor's MTU.
-        attMTUs.removeAll()
-        serviceSpecs.removeAll()
-        subscribers.removeAll()
-        heldSubscriptions.removeAll()
+        // What waited for a bearer of the old attd fails now rather than waiting for ever.
+        return resumeEveryGatt()
     }
 
     /// Core Bluetooth's rule for a manager whose state drops below poweredOn: advertising has stopped and the local

@@ -8,6 +8,18 @@ import Foundation
 // managerd's proto ⇄ core translation for its app-facing values: the app's GATT operations as attd's requests,
 // lifecycle states, launch failures, alerts, the lab's security. Stateless, so each is a round-trip test away.
 
+extension GattAsk {
+    /// What managerd's bookkeeping looks at in an app's operation: a subscription whose handles fit ATT's, or nothing.
+    public init(_ operation: Beryl_Ipc_V1_GattOperation) {
+        guard case .setNotify(let change)? = operation.kind, let valueHandle = UInt16(exactly: change.valueHandle),
+              let cccdHandle = UInt16(exactly: change.cccdHandle) else {
+            self = .other
+            return
+        }
+        self = .setNotify(enable: change.enable, valueHandle: valueHandle, cccdHandle: cccdHandle)
+    }
+}
+
 extension Beryl_Ipc_V1_AttRequest {
     /// The app's operation as attd's request on the link (attd names links by connection handle, apps by identifier);
     /// nil when the operation names no kind.

@@ -75,11 +75,6 @@ extension ManagerDaemon {
         apply(outputs.filter { !$0.isRecord })
     }
 
-    /// Requests that waited for a bearer go on: to attd now that it has it, or to their error now that it cannot.
-    func releaseAwaitingBearer(_ handle: UInt16) {
-        for resume in awaitingBearer.removeValue(forKey: handle) ?? [] { resume() }
-    }
-
     /// The link this session holds to a peripheral.
     func heldLink(_ identifier: String, session: UInt64) throws(WireFailure) -> ConnectionBook.Link {
         guard let link = core.link(to: identifier, heldBy: .session(session)) else { throw .notConnected(identifier) }
@@ -154,12 +149,8 @@ extension ManagerDaemon {
             host.logger.info("connection attempt ended (0x\(String(status, radix: 16))); trying again if anyone still waits")
             apply(core.connections.attemptEnded())
         case .disconnected(let handle, let reason):
-            defer {
-                releaseAwaitingBearer(handle)
-                applyLab(lab.linkEnded(handle, book: book, at: host.loop.uptime))
-            }
-            guard let (_, outputs) = core.linkDown(handle: handle, reason: reason, stackFailed: stackFailed) else { return nil }
-            apply(outputs)
+            apply(core.linkDown(handle: handle, reason: reason, stackFailed: stackFailed))
+            applyLab(lab.linkEnded(handle, book: book, at: host.loop.uptime))
         default:
             break
         }
@@ -174,21 +165,19 @@ extension ManagerDaemon {
             throw WireFailure(.invalidArgument, "no GATT operation named (discover, read, write, set_notify or reliable_write)", field: "kind")
         }
         guard let attd else { throw .attdUnreachable }
-        // attd hears of a new link from hcid as managerd does, and may not have yet: an app that asks at once (in
-        // didConnect, as the guide does) waits for the link's bearer rather than being told there is no link.
-        guard core.attMTUs[link.handle] != nil else {
-            awaitingBearer[link.handle, default: []].append { [unowned self] in
+        let (ask, identifier) = (GattAsk(operation), operation.peripheral)
+        switch core.gattAsked(ask, on: link.handle, identifier: identifier, by: .session(session)) {
+        case .waitForBearer(let token):
+            gattWaiting[token] = { [unowned self] in
                 do throws(WireFailure) { try forwardGatt(operation, session: session, incoming) } catch { incoming.fail(error) }
             }
             return
-        }
-        let identifier = operation.peripheral
-        if case .setNotify(let change)? = operation.kind, let valueHandle = UInt16(exactly: change.valueHandle), let cccd = UInt16(exactly: change.cccdHandle),
-           let answered = core.notifyRequested(change.enable, valueHandle: valueHandle, cccdHandle: cccd, on: link.handle, identifier: identifier,
-                                               by: .session(session)) {
-            apply(answered)
+        case .answered(let outputs):
+            apply(outputs)
             incoming.respond(.with { $0.manager.gatt = .init() })
             return
+        case .forward:
+            break
         }
         attd.request(.with { $0.att = request }) { [unowned self] result in
             // An ordered write without response not sent is canSendWriteWithoutResponse false; attd sends this app's
@@ -197,24 +186,15 @@ extension ManagerDaemon {
                 incoming.respond(.with { $0.manager.gatt.writeCommand = .init(answer) })
                 return
             }
+            if case .success(let response) = result, case .discover(let discover)? = operation.kind {
+                let services = response.att.gattDatabase.services.compactMap { BluetoothUUID($0.uuid) }
+                apply(core.discovered(discovery(response.att.gattDatabase, of: discover, on: identifier), services: services,
+                                      everyService: discover.serviceUuids.isEmpty, on: identifier, by: .session(session)))
+            }
+            apply(core.gattAnswered(ask, succeeded: (try? result.get()) != nil, on: link.handle, identifier: identifier, by: .session(session)))
             switch result {
-            case .success(let response):
-                if case .discover(let discover)? = operation.kind {
-                    let services = response.att.gattDatabase.services.compactMap { BluetoothUUID($0.uuid) }
-                    apply(core.discovered(discovery(response.att.gattDatabase, of: discover, on: identifier), services: services,
-                                          everyService: discover.serviceUuids.isEmpty, on: identifier, by: .session(session)))
-                }
-                if case .setNotify(let change)? = operation.kind, let valueHandle = UInt16(exactly: change.valueHandle) {
-                    apply(core.notifyWritten(change.enable, succeeded: true, valueHandle: valueHandle, on: link.handle, identifier: identifier,
-                                             by: .session(session)))
-                }
-                incoming.respond(Response(gattAnswer: response.att))
-            case .failure(let error):
-                if case .setNotify(let change)? = operation.kind, let valueHandle = UInt16(exactly: change.valueHandle) {
-                    apply(core.notifyWritten(change.enable, succeeded: false, valueHandle: valueHandle, on: link.handle, identifier: identifier,
-                                             by: .session(session)))
-                }
-                incoming.fail(relaying: error, from: "attd")
+            case .success(let response): incoming.respond(Response(gattAnswer: response.att))
+            case .failure(let error): incoming.fail(relaying: error, from: "attd")
             }
         }
     }

@@ -87,6 +87,8 @@ extension ManagerDaemon {
                 host.logger.info("\(appID) is suspended (foreground-only, \(after) in the background)")
             case .overran(let appID):
                 endOverrunningApp(appID)
+            case .gattResumed(let token):
+                gattWaiting.removeValue(forKey: token)?()
             }
         }
         armDeadline()

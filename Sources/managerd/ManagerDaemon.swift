@@ -31,8 +31,8 @@ final class ManagerDaemon {
     // Central role.
     /// The scan the controller runs now (nil: none).
     var controllerScan: ControllerScan?
-    /// GATT requests for links whose bearer attd has not reported yet.
-    var awaitingBearer: [UInt16: [() -> Void]] = [:]
+    /// GATT requests waiting for their link's bearer, by the core's token (`GattStep.waitForBearer`).
+    var gattWaiting: [UInt64: () -> Void] = [:]
 
     // Apps, background and restoration.
     let appsDir: String?
@@ -155,7 +155,6 @@ final class ManagerDaemon {
             // attd's database went with it: the apps' services must be published again (their sessions are told).
             host.logger.warning("lost attd (\(reason)); published services are gone")
             attd = nil
-            for handle in awaitingBearer.keys { releaseAwaitingBearer(handle) }
             apply(core.attd(attached: false, isRunning: isRunning))
         })
     }
@@ -170,8 +169,7 @@ final class ManagerDaemon {
             guard case .success(let response) = result else { return }
             for bearer in response.att.bearers.bearers {
                 let handle = UInt16(truncatingIfNeeded: bearer.connectionHandle)
-                core.bearer(handle, mtu: UInt16(truncatingIfNeeded: bearer.attMtu))
-                releaseAwaitingBearer(handle)
+                apply(core.bearer(handle, mtu: UInt16(truncatingIfNeeded: bearer.attMtu)))
                 // A new attd refuses nothing yet and counts its GattWriteReady afresh: an app waiting for the old one's
                 // would wait for ever.
                 forwardToHolders(.gattWriteReady(.with { $0.connectionHandle = bearer.connectionHandle }), connectionHandle: bearer.connectionHandle)
@@ -303,8 +301,7 @@ final class ManagerDaemon {
         if let kind = event.att.kind, labSecurityEvent(kind) { return }
         switch event.att.kind {
         case .bearerOpened(let bearer)?, .mtuChanged(let bearer)?:
-            core.bearer(UInt16(truncatingIfNeeded: bearer.connectionHandle), mtu: UInt16(truncatingIfNeeded: bearer.attMtu))
-            releaseAwaitingBearer(UInt16(truncatingIfNeeded: bearer.connectionHandle))
+            apply(core.bearer(UInt16(truncatingIfNeeded: bearer.connectionHandle), mtu: UInt16(truncatingIfNeeded: bearer.attMtu)))
         case .bearerClosed(let bearer)?:
             core.bearerClosed(UInt16(truncatingIfNeeded: bearer.connectionHandle))
         case .gattNotification(let notification)?:

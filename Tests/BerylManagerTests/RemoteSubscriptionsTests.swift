@@ -129,7 +129,7 @@ final class RemoteSubscriptionsTests: XCTestCase {
         _ = core.linkUp(handle: 0x41, identifier: "C", address: central, isCentral: false)
         _ = core.subscriptionChanged(.init(central: "C", valueHandle: 12, notify: true, indicate: false, maximumUpdateLength: 20))
         _ = core.subscriptionChanged(.init(central: "D", valueHandle: 12, notify: true, indicate: false, maximumUpdateLength: 20))
-        let outputs = core.linkDown(handle: 0x41, reason: 0x13)?.outputs ?? []
+        let outputs = core.linkDown(handle: 0x41, reason: 0x13)
         XCTAssertTrue(outputs.contains(.subscriberGone(owner: owner, .init(central: "C", valueHandle: 12, notify: false, indicate: false,
                                                                              maximumUpdateLength: 20))), "\(outputs)")
         XCTAssertEqual(core.subscribers.map(\.central), ["D"], "another central's subscription stays")
