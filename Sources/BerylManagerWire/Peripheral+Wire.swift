@@ -32,25 +32,15 @@ extension Beryl_Ipc_V1_ManagerEvent {
         }
     }
 
-    public init(_ change: ReportedSubscription, manager: UInt32, central: String, maximumUpdateLength: UInt32) {
-        self.init()
-        subscription = .with {
-            $0.manager = manager
-            $0.central = central
-            $0.valueHandle = UInt32(change.valueHandle)
-            $0.notify = change.notify
-            $0.indicate = change.indicate
-            $0.maximumUpdateLength = maximumUpdateLength
-        }
-    }
-
-    /// A subscribed remote central that disconnected, as the unsubscription its owner hears.
-    public init(subscriberGone subscription: PreservedState.Subscription, manager: UInt32) {
+    /// A remote central's subscription as the value's owner hears it (a disconnected subscriber's as unsubscribing).
+    public init(subscription: PreservedState.Subscription, manager: UInt32) {
         self.init()
         self.subscription = .with {
             $0.manager = manager
             $0.central = subscription.central
             $0.valueHandle = UInt32(subscription.valueHandle)
+            $0.notify = subscription.notify
+            $0.indicate = subscription.indicate
             $0.maximumUpdateLength = UInt32(subscription.maximumUpdateLength)
         }
     }

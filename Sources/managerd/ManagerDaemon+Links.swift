@@ -20,7 +20,7 @@ extension ManagerDaemon {
     /// Parameters Request procedure, Core Vol 4 Part E §7.8.18). The answer says the controller took the request; the
     /// central may still refuse it, as on iOS.
     func setConnectionLatency(_ request: Beryl_Ipc_V1_SetDesiredConnectionLatency, _ incoming: IncomingRequest) throws(WireFailure) {
-        guard let link = book.link(for: request.central), !link.isCentral else {
+        guard let link = core.link(toCentral: request.central) else {
             throw WireFailure(.notFound, "no link with central \(request.central) on which this stack is the peripheral", field: "central",
                               detail: RemoteDetail(bluetoothError: .notConnected))
         }

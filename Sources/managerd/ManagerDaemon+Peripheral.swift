@@ -30,9 +30,9 @@ extension ManagerDaemon {
                     host.logger.error("service \(add.service.uuid) cannot be kept for restoration: \(error)")
                     kept = nil
                 }
-                apply(core.servicePublished(kept, at: range, owner: owner))
-                // Withdrawn: the stack left poweredOn meanwhile, which cleared the app's services.
-                guard core.router.owner(of: range.lowerBound) == owner else {
+                let (stays, outputs) = core.appServicePublished(kept, at: range, owner: owner)
+                apply(outputs)
+                guard stays else {
                     return _ = incoming.fail(.notReady, "the stack left poweredOn before the service was published; add it again at poweredOn")
                 }
                 incoming.respond(.with { $0.manager.serviceAdded = published })
@@ -90,11 +90,10 @@ extension ManagerDaemon {
             }
         case .answerPairing(let answer):
             // Only who heard the prompt answers it: not another app, nor anyone on a lab's link.
-            guard let link = book.link(for: answer.peer), !lab.owns(link.handle, in: book),
-                  core.pairingAudience(ofLink: link.handle)?.holders.contains(.session(session)) == true else {
+            guard let link = core.pairingLink(with: answer.peer, answeredBy: session, isLabLink: { lab.owns($0, in: book) }) else {
                 throw WireFailure(.notFound, "no link with \(answer.peer) whose pairing this app hears", field: "peer")
             }
-            try forwardToAttd(.with { $0.att = .init(pairingAnswerOn: link.handle, accept: answer.accept, passkey: answer.passkey) }, incoming)
+            try forwardToAttd(.with { $0.att = .init(pairingAnswerOn: link, accept: answer.accept, passkey: answer.passkey) }, incoming)
         default:
             throw WireFailure(.unsupported, "not a peripheral request")
         }
@@ -155,11 +154,10 @@ extension ManagerDaemon {
     }
 
     func routeSubscription(_ report: ReportedSubscription) {
-        guard core.subscriptionReported(report), let owner = core.router.owner(of: report.valueHandle) else { return }
-        let event = Beryl_Ipc_V1_ManagerEvent(report, manager: owner.manager, central: central(of: UInt32(report.link)),
-                                              maximumUpdateLength: maximumUpdateLength(UInt32(report.link)))
-        if let subscription = try? PreservedState.Subscription(wire: event.subscription) { apply(core.subscriptionChanged(subscription)) }
-        send(event, to: owner.holder)
+        guard let (owner, subscription, outputs) = core.subscriptionRouted(report) else { return }
+        handedOut(subscription.central)
+        apply(outputs)
+        send(.init(subscription: subscription, manager: owner.manager), to: owner.holder)
     }
 
     // MARK: Advertising

@@ -82,7 +82,7 @@ extension ManagerDaemon {
             case .subscriberGone(let owner, let subscription):
                 // The record says so already; only a running app is told (an absent one reads its record on return).
                 guard case .session(let session) = owner.holder else { break }
-                send(Beryl_Ipc_V1_ManagerEvent(subscriberGone: subscription, manager: owner.manager), to: session)
+                send(Beryl_Ipc_V1_ManagerEvent(subscription: subscription, manager: owner.manager), to: session)
             case .suspended(let appID, let after):
                 host.logger.info("\(appID) is suspended (foreground-only, \(after) in the background)")
             case .overran(let appID):

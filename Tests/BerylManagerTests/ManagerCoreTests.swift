@@ -261,16 +261,22 @@ final class ManagerCoreTests: XCTestCase {
         _ = core.attd(attached: true, isRunning: running)
         core.sessions[7] = .init()
         let owner = ManagerKey(session: 7, manager: 1)
-        XCTAssertEqual(core.servicePublished(thermo, at: 10...12, owner: owner), [], "a live session's: routed, no record to write")
+        let live = core.appServicePublished(thermo, at: 10...12, owner: owner)
+        XCTAssertTrue(live.kept)
+        XCTAssertEqual(live.outputs, [], "a live session's: routed, no record to write")
         XCTAssertEqual(core.router.owner(of: 11), owner)
 
         core.sessions[8] = .init()
         _ = core.sessionClosed(8, poweredOn: true)
-        XCTAssertEqual(core.servicePublished(thermo, at: 20...22, owner: ManagerKey(session: 8, manager: 1)), [.unpublish(startHandle: 20)])
+        let gone = core.appServicePublished(thermo, at: 20...22, owner: ManagerKey(session: 8, manager: 1))
+        XCTAssertFalse(gone.kept)
+        XCTAssertEqual(gone.outputs, [.unpublish(startHandle: 20)])
         XCTAssertNil(core.router.owner(of: 21))
 
         _ = core.attd(attached: false, isRunning: running)
-        XCTAssertEqual(core.servicePublished(thermo, at: 30...32, owner: owner), [.unpublish(startHandle: 30)], "the stack left poweredOn meanwhile")
+        let late = core.appServicePublished(thermo, at: 30...32, owner: owner)
+        XCTAssertFalse(late.kept, "the stack left poweredOn meanwhile: the app is refused, and adds it again at poweredOn")
+        XCTAssertEqual(late.outputs, [.unpublish(startHandle: 30)])
         XCTAssertNil(core.router.owner(of: 31))
     }
 

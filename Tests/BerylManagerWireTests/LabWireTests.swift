@@ -142,7 +142,10 @@ final class LabWireTests: XCTestCase {
         var subscription = Beryl_Ipc_V1_SubscriptionChanged()
         (subscription.valueHandle, subscription.notify) = (0x16, true)
         let report = try XCTUnwrap(ReportedSubscription(subscription))
-        let subscribed = Beryl_Ipc_V1_ManagerEvent(report, manager: 2, central: "C-2", maximumUpdateLength: 20).subscription
+        XCTAssertEqual(report, ReportedSubscription(link: 0, valueHandle: 0x16, notify: true, indicate: false))
+        let kept = PreservedState.Subscription(central: "C-2", valueHandle: report.valueHandle, notify: report.notify, indicate: report.indicate,
+                                               maximumUpdateLength: 20)
+        let subscribed = Beryl_Ipc_V1_ManagerEvent(subscription: kept, manager: 2).subscription
         XCTAssertEqual([subscribed.manager, subscribed.valueHandle, subscribed.maximumUpdateLength], [2, 0x16, 20])
         XCTAssertEqual(subscribed.central, "C-2")
         XCTAssertTrue(subscribed.notify)

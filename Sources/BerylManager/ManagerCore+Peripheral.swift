@@ -1,0 +1,41 @@
+import BerylCore
+
+/// The peripheral role's requests whose answer depends on the managers' state: what a remote central's subscription
+/// means for its value's owner, whether an app's service stayed published, whose pairing an app may answer.
+extension ManagerCore {
+    /// A remote central's subscription change attd reported: for the value's owner, as its app hears it and its record
+    /// keeps it (the central named by the link's identifier, the link's longest update) — or nil while the change
+    /// waits for its link (`subscriptionReported`), or when no manager owns the value.
+    public mutating func subscriptionRouted(_ report: ReportedSubscription)
+        -> (owner: ManagerKey, subscription: PreservedState.Subscription, outputs: [Output])? {
+        guard subscriptionReported(report), let owner = router.owner(of: report.valueHandle), let central = book.identifier(for: report.link) else {
+            return nil
+        }
+        let subscription = PreservedState.Subscription(central: central, valueHandle: report.valueHandle, notify: report.notify,
+                                                       indicate: report.indicate,
+                                                       maximumUpdateLength: UInt16(truncatingIfNeeded: maximumUpdateLength(on: report.link)))
+        return (owner, subscription, subscriptionChanged(subscription))
+    }
+
+    /// attd published the service an app's manager asked for. `kept` is false when it was withdrawn instead (the
+    /// app's session closed, or the stack left poweredOn and cleared the app's services, before attd answered): the
+    /// app is refused and adds it again at poweredOn.
+    public mutating func appServicePublished(_ service: PreservedState.PublishedService?, at range: ClosedRange<UInt16>,
+                                             owner: ManagerKey) -> (kept: Bool, outputs: [Output]) {
+        let outputs = servicePublished(service, at: range, owner: owner)
+        return (router.owner(of: range.lowerBound) == owner, outputs)
+    }
+
+    /// The link an app's answer to a pairing prompt goes to: the one with `peer` whose pairing the session hears —
+    /// never another app's, nor a link a lab session holds (`isLabLink`), whose pairing is the lab's to answer.
+    public func pairingLink(with peer: String, answeredBy session: UInt64, isLabLink: (UInt16) -> Bool) -> UInt16? {
+        guard let link = book.link(for: peer), !isLabLink(link.handle),
+              pairingAudience(ofLink: link.handle)?.holders.contains(.session(session)) == true else { return nil }
+        return link.handle
+    }
+
+    /// setDesiredConnectionLatency(_:for:) names a central: the link on which this stack is its peripheral.
+    public func link(toCentral central: String) -> ConnectionBook.Link? {
+        book.link(for: central).flatMap { $0.isCentral ? nil : $0 }
+    }
+}

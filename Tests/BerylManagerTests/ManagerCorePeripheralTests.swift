@@ -1,0 +1,72 @@
+import BerylCore
+import BerylManager
+import XCTest
+
+/// The peripheral role's answers that depend on the managers' state: a remote central's subscription as its value's
+/// owner hears and keeps it, whose pairing an app may answer, and which link is a central's.
+final class ManagerCorePeripheralTests: XCTestCase {
+    private typealias Core = ManagerCore<String>
+    private let centralAddress = DeviceAddress("C0:FF:EE:00:00:02/random")!
+    private let lockAddress = DeviceAddress("C0:FF:EE:00:00:01/random")!
+    private let thermo = ManagerKey(session: 7, manager: 1)
+
+    /// Session 7 publishes 10...12 and restores as "t"; a remote central "C" is connected on 0x41 with ATT_MTU 185.
+    private func publisherWithACentral() -> (Core, PreservedManager?) {
+        var core = Core()
+        let made: PreservedManager? = if case .made(let made) = core.restoration.bind(appID: "thermo", restoreID: "t", role: .peripheral, session: 7) {
+            made
+        } else { nil }
+        core.sessions[7, default: .init()].appID = "thermo"
+        core.router.publish(10...12, owner: thermo)
+        _ = core.bearer(0x41, mtu: 185)
+        _ = core.linkUp(handle: 0x41, identifier: "C", address: centralAddress, isCentral: false)
+        return (core, made)
+    }
+
+    func testASubscriptionGoesToTheValuesOwnerWithTheCentralAndIsRecorded() throws {
+        var (core, made) = publisherWithACentral()
+        let preserved = try XCTUnwrap(made)
+        let routed = try XCTUnwrap(core.subscriptionRouted(ReportedSubscription(link: 0x41, valueHandle: 12, notify: true, indicate: false)))
+        XCTAssertEqual(routed.owner, thermo)
+        XCTAssertEqual(routed.subscription, PreservedState.Subscription(central: "C", valueHandle: 12, notify: true, indicate: false, maximumUpdateLength: 182))
+        XCTAssertEqual(routed.outputs, [.persist(preservedID: preserved.id)], "willRestoreState lists the subscribed central")
+        XCTAssertEqual(core.snapshot(preserved, name: { _ in "" }).peripheral?.subscriptions, [routed.subscription])
+
+        let off = try XCTUnwrap(core.subscriptionRouted(ReportedSubscription(link: 0x41, valueHandle: 12, notify: false, indicate: false)))
+        XCTAssertEqual(off.outputs, [.persist(preservedID: preserved.id)])
+        XCTAssertEqual(core.snapshot(preserved, name: { _ in "" }).peripheral?.subscriptions, [], "unsubscribed: out of the record")
+        XCTAssertNil(core.subscriptionRouted(ReportedSubscription(link: 0x41, valueHandle: 30, notify: true, indicate: false)), "no one owns handle 30")
+    }
+
+    // hcid told attd of the link first: the report waits for managerd to know the link, and is routed once it does.
+    func testASubscriptionOnALinkNotYetKnownWaits() throws {
+        var (core, _) = publisherWithACentral()
+        _ = core.bearer(0x42, mtu: 23)
+        let early = ReportedSubscription(link: 0x42, valueHandle: 11, notify: false, indicate: true)
+        XCTAssertNil(core.subscriptionRouted(early))
+        let up = core.linkUp(handle: 0x42, identifier: "D", address: lockAddress, isCentral: false)
+        XCTAssertTrue(up.contains(.subscriptionReported(early)))
+        XCTAssertEqual(core.subscriptionRouted(early)?.subscription.central, "D")
+    }
+
+    // Only an app that hears a link's pairing answers it: not another app, nor anyone on a lab's link.
+    func testOnlyTheAppThatHeardThePromptAnswersIt() {
+        var (core, _) = publisherWithACentral()
+        core.advertisers[thermo] = Advertiser(localName: "Thermo", serviceUUIDs: [])
+        XCTAssertEqual(core.pairingLink(with: "C", answeredBy: 7, isLabLink: { _ in false }), 0x41, "a publisher hears a remote central's pairing")
+        XCTAssertNil(core.pairingLink(with: "C", answeredBy: 8, isLabLink: { _ in false }), "another session")
+        XCTAssertNil(core.pairingLink(with: "C", answeredBy: 7, isLabLink: { $0 == 0x41 }), "the lab's link")
+        XCTAssertNil(core.pairingLink(with: "X", answeredBy: 7, isLabLink: { _ in false }), "no link with X")
+    }
+
+    // setDesiredConnectionLatency(_:for:) names a central: a link where this stack is central is not one.
+    func testOnlyALinkWhereThisStackIsPeripheralIsACentrals() {
+        var (core, _) = publisherWithACentral()
+        _ = core.connections.controller(poweredOn: true)
+        _ = core.connect(ManagerKey(session: 5, manager: 1), to: "L", at: lockAddress, options: .init())
+        _ = core.linkUp(handle: 0x40, identifier: "L", address: lockAddress, isCentral: true)
+        XCTAssertEqual(core.link(toCentral: "C")?.handle, 0x41)
+        XCTAssertNil(core.link(toCentral: "L"), "a peripheral this stack connected to")
+        XCTAssertNil(core.link(toCentral: "X"))
+    }
+}
