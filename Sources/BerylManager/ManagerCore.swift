@@ -52,6 +52,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         case overran(appID: String)
         /// A GATT request that waited for its link's bearer (`gattAsked`) is to be asked again.
         case gattResumed(token: UInt64)
+        /// A new attd counts writes without response from zero on this link: its holders hear a GattWriteReady.
+        case writesReadyAfresh(link: UInt16)
     }
 
     /// CBConnectionEvent.

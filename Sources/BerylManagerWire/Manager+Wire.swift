@@ -8,6 +8,13 @@ import Foundation
 // managerd's proto ⇄ core translation for its app-facing values: the app's GATT operations as attd's requests,
 // lifecycle states, launch failures, alerts, the lab's security. Stateless, so each is a round-trip test away.
 
+extension OpenBearer {
+    public init(_ bearer: Beryl_Ipc_V1_Bearer) {
+        self.init(link: UInt16(truncatingIfNeeded: bearer.connectionHandle), mtu: UInt16(truncatingIfNeeded: bearer.attMtu),
+                  peer: DeviceAddress(bearer.peerAddress), isCentral: bearer.central)
+    }
+}
+
 extension GattAsk {
     /// What managerd's bookkeeping looks at in an app's operation: a subscription whose handles fit ATT's, or nothing.
     public init(_ operation: Beryl_Ipc_V1_GattOperation) {

@@ -138,7 +138,7 @@ final class ManagerDaemon {
             hcid = nil
             // hcid's successor resets the controller (Core Vol 4 Part E §7.3.2): every link ends with it, and the
             // apps and preserved managers that held one hear so (a preserved one asks for it again).
-            for handle in Set(book.links.values.map(\.handle)).union(lab.peripheralLinks).sorted() {
+            for handle in core.linksEndingWithHcid(alsoEnding: lab.peripheralLinks) {
                 linkChanged(.disconnected(handle: handle, reason: 0x16), stackFailed: true)
             }
             controllerChanged(.unknown)
@@ -159,25 +159,21 @@ final class ManagerDaemon {
         })
     }
 
-    /// Links that are up already, because managerd restarted under them (hcid and attd kept them): taken back as if
-    /// they had just come up, so that preserved managers get their peripherals back rather than asking the controller
-    /// for a connection it already has (which it refuses, 0x0B).
+    /// Links that are up already, because managerd restarted under them, are taken back (`ManagerCore.attdBearers`).
     private func adoptOpenLinks(_ connection: IPCConnection) {
         var request = Request()
         request.att.getBearers = .init()
         connection.request(request) { [unowned self] result in
             guard case .success(let response) = result else { return }
-            for bearer in response.att.bearers.bearers {
-                let handle = UInt16(truncatingIfNeeded: bearer.connectionHandle)
-                apply(core.bearer(handle, mtu: UInt16(truncatingIfNeeded: bearer.attMtu)))
-                // A new attd refuses nothing yet and counts its GattWriteReady afresh: an app waiting for the old one's
-                // would wait for ever.
-                forwardToHolders(.gattWriteReady(.with { $0.connectionHandle = bearer.connectionHandle }), connectionHandle: bearer.connectionHandle)
-                guard book.identifier(for: handle) == nil, let peer = DeviceAddress(bearer.peerAddress) else { continue }
-                host.logger.info("link 0x\(String(handle, radix: 16)) with \(peer) was up before managerd started; taking it back")
-                linkChanged(.connected(handle: handle, central: bearer.central, peer: peer))
+            let bearers = response.att.bearers.bearers.map(OpenBearer.init)
+            let (outputs, unknown) = core.attdBearers(bearers)
+            apply(outputs)
+            for bearer in unknown {
+                guard let peer = bearer.peer else { continue }
+                host.logger.info("link 0x\(String(bearer.link, radix: 16)) with \(peer) was up before managerd started; taking it back")
+                linkChanged(.connected(handle: bearer.link, central: bearer.isCentral, peer: peer))
             }
-            applyLab(lab.attdAttached(bearers: Set(response.att.bearers.bearers.map { UInt16(truncatingIfNeeded: $0.connectionHandle) }), book: book))
+            applyLab(lab.attdAttached(bearers: Set(bearers.map(\.link)), book: book))
         }
     }
 
