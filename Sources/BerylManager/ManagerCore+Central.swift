@@ -51,7 +51,13 @@ extension ManagerCore {
             $0.notifying[identifier] = nil
             $0.lostToStack[identifier] = nil
         }
-        return written(key.holder, since: before) + clearing + actions.map(Output.connections)
+        // The app counts its writes' readies afresh on its next link; attd must too, if others keep this one.
+        var forget: [Output] = []
+        if let link, case .session(let session) = key.holder {
+            forgettingWrites(of: session, onLink: link)
+            forget.append(.forgetWrites(session: session, link: link))
+        }
+        return written(key.holder, since: before) + clearing + forget + actions.map(Output.connections)
     }
 
     /// A discovery on `identifier` answered for `holder`: the services it saw feed connection events and
@@ -178,7 +184,7 @@ extension ManagerCore {
     /// An app's writes without response on a link that attd is to forget (the app cancelled a link others keep, and
     /// counts its readies afresh on its next one): until attd answers, a GattWriteReady for them was counted before
     /// the forget and would put the app's count ahead of attd's.
-    public mutating func forgettingWrites(of session: UInt64, onLink link: UInt16) { writesBeingForgotten.insert(WriteSender(session: session, link: link)) }
+    mutating func forgettingWrites(of session: UInt64, onLink link: UInt16) { writesBeingForgotten.insert(WriteSender(session: session, link: link)) }
 
     public mutating func writesForgotten(of session: UInt64, onLink link: UInt16) { writesBeingForgotten.remove(WriteSender(session: session, link: link)) }
 

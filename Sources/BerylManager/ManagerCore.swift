@@ -54,6 +54,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         case gattResumed(token: UInt64)
         /// A new attd counts writes without response from zero on this link: its holders hear a GattWriteReady.
         case writesReadyAfresh(link: UInt16)
+        /// attd is to forget the session's writes without response on the link (`writesForgotten` once it answered).
+        case forgetWrites(session: UInt64, link: UInt16)
     }
 
     /// CBConnectionEvent.

@@ -25,14 +25,11 @@ extension ManagerDaemon {
             acknowledge(incoming, after: core.connect(ManagerKey(session: session, manager: connect.manager), to: device.identifier, at: device.address,
                                                       options: PreservedState.ConnectOptions(connect)))
         case .cancelConnection(let cancel):
-            let handle = book.link(for: cancel.peripheral)?.handle
             guard let outputs = try? core.cancelConnection(ManagerKey(session: session, manager: cancel.manager), to: cancel.peripheral) else {
                 throw WireFailure(.notFound, "this manager neither holds nor awaits \(cancel.peripheral)", field: "peripheral",
                                   detail: RemoteDetail(bluetoothError: .unknownDevice))
             }
             acknowledge(incoming, after: outputs)
-            // The app counts its writes' readies afresh on its next link; attd must too if others keep this one.
-            if let handle { forgetWriteSender(session, on: handle) }
         case .retrievePeripherals(let retrieve):
             // No identifiers: every device this stack knows (for `beryl peripherals`; the library never asks that).
             let addresses = try retrieve.addresses.map { text throws(WireFailure) in

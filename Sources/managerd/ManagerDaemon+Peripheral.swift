@@ -105,8 +105,7 @@ extension ManagerDaemon {
     }
 
     func forgetWriteSender(_ session: UInt64, on handle: UInt16) {
-        guard let attd else { return }
-        core.forgettingWrites(of: session, onLink: handle)
+        guard let attd else { return core.writesForgotten(of: session, onLink: handle) }
         // attd answers after every event it sent before the forget, on the same connection.
         attd.request(.with { $0.att = .init(forgetting: session, onLink: handle) }) { [unowned self] _ in core.writesForgotten(of: session, onLink: handle) }
     }

@@ -89,6 +89,8 @@ extension ManagerDaemon {
                 endOverrunningApp(appID)
             case .gattResumed(let token):
                 gattWaiting.removeValue(forKey: token)?()
+            case .forgetWrites(let session, let link):
+                forgetWriteSender(session, on: link)
             case .writesReadyAfresh(let link):
                 forwardToHolders(.gattWriteReady(.with { $0.connectionHandle = UInt32(link) }), connectionHandle: UInt32(link))
             }

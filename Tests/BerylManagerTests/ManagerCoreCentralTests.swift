@@ -244,15 +244,22 @@ final class ManagerCoreCentralTests: XCTestCase {
 
     // PipelinedWriteTests' race: an app cancels a link others keep while attd's ready for its writes is on the way;
     // that ready was counted before attd forgot the app's writes, and would put the app ahead of attd.
-    func testAWriteReadyCountedBeforeItsSenderWasForgottenIsDropped() {
-        var (core, _, _) = central()
+    func testAWriteReadyCountedBeforeItsSenderWasForgottenIsDropped() throws {
+        var (core, key, _) = central()
+        let other = ManagerKey(session: 6, manager: 1)
+        _ = core.connect(key, to: "L", at: lock, options: .init())
+        _ = core.connect(other, to: "L", at: lock, options: .init())
+        _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
         XCTAssertTrue(core.admitsWriteReady(for: 5, onLink: 0x40))
-        core.forgettingWrites(of: 5, onLink: 0x40)
-        XCTAssertFalse(core.admitsWriteReady(for: 5, onLink: 0x40))
+        let outputs = try core.cancelConnection(key, to: "L")
+        XCTAssertTrue(outputs.contains(.forgetWrites(session: 5, link: 0x40)), "attd is told to forget the app's writes: \(outputs)")
+        XCTAssertFalse(outputs.contains(.connections(.controller(.disconnect(handle: 0x40)))), "session 6 keeps the link")
+        XCTAssertFalse(core.admitsWriteReady(for: 5, onLink: 0x40), "a ready attd sent before it forgot is not the app's count")
         XCTAssertTrue(core.admitsWriteReady(for: 5, onLink: 0x41), "its writes on another link are not being forgotten")
         XCTAssertTrue(core.admitsWriteReady(for: 6, onLink: 0x40), "nor another app's on this one")
         core.writesForgotten(of: 5, onLink: 0x40)
         XCTAssertTrue(core.admitsWriteReady(for: 5, onLink: 0x40), "attd answered: what it sends now is counted afresh")
+        XCTAssertThrowsError(try core.cancelConnection(key, to: "L"))
     }
 
     private final class Directory: DeviceDirectory {
