@@ -32,7 +32,8 @@ extension ManagerCore {
         }
         state = newState
         outputs.append(.stateChanged(newState))
-        guard newState == .poweredOn else { return outputs }
+        // Below poweredOn the library empties its update queue and counts ReadyToUpdate from zero again; so does attd.
+        guard newState == .poweredOn else { return outputs + welcomedSessions.map { .forgetUpdates(session: $0) } }
         // A preserved manager whose app went while the stack was off has its stash to publish again.
         if !pendingRepublish.isEmpty { outputs.append(.republish) }
         outputs += connections.controller(poweredOn: true).map(Output.connections)

@@ -56,6 +56,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         case writesReadyAfresh(link: UInt16)
         /// attd is to forget the session's writes without response on the link (`writesForgotten` once it answered).
         case forgetWrites(session: UInt64, link: UInt16)
+        /// attd is to forget the updates it counted for the session (its ReadyToUpdate counts from zero again).
+        case forgetUpdates(session: UInt64)
     }
 
     /// CBConnectionEvent.

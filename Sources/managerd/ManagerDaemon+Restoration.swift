@@ -89,6 +89,8 @@ extension ManagerDaemon {
                 endOverrunningApp(appID)
             case .gattResumed(let token):
                 gattWaiting.removeValue(forKey: token)?()
+            case .forgetUpdates(let session):
+                forgetUpdateSender(session)
             case .forgetWrites(let session, let link):
                 forgetWriteSender(session, on: link)
             case .writesReadyAfresh(let link):

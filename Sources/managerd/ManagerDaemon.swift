@@ -242,11 +242,7 @@ final class ManagerDaemon {
         host.logger.info("controller \(newState)")
         var event = Beryl_Ipc_V1_ManagerEvent()
         event.stateChanged = .init(newState)
-        for id in core.welcomedSessions {
-            send(event, to: id)
-            // The library empties its update queue and counts ReadyToUpdate from zero again; so does attd for it.
-            if newState != .poweredOn { forgetUpdateSender(id) }
-        }
+        for id in core.welcomedSessions { send(event, to: id) }
         if newState == .poweredOn { resumeOnController() }
     }
 

@@ -123,4 +123,19 @@ final class ManagerCoreDaemonsTests: XCTestCase {
         _ = core.linkUp(handle: 0x40, identifier: "C", address: stranger, isCentral: false)
         XCTAssertEqual(core.linksEndingWithHcid(alsoEnding: [0x41, 0x45]), [0x40, 0x41, 0x45])
     }
+
+    // UpdateValueTests: an app whose updateValue returned false waits for ReadyToUpdate; below poweredOn its library
+    // empties its queue and counts from zero, and attd must forget what it counted for every welcomed session too.
+    func testLeavingPoweredOnMakesAttdForgetEveryWelcomedSessionsUpdates() {
+        var core = Core()
+        let running: (ManagerHolder) -> Bool = { _ in true }
+        core.sessions[3, default: .init()].saidHello = true
+        core.sessions[4, default: .init()].saidHello = true
+        core.sessions[9] = .init()  // connected, no Hello yet: it hears no state and counted nothing
+        _ = core.controllerChanged(.poweredOn, isRunning: running)
+        XCTAssertEqual(core.attd(attached: true, isRunning: running), [.stateChanged(.poweredOn)], "reaching poweredOn forgets nothing")
+        let lost = core.attd(attached: false, isRunning: running)
+        XCTAssertEqual(Array(lost.suffix(3)), [.stateChanged(.resetting), .forgetUpdates(session: 3), .forgetUpdates(session: 4)])
+        XCTAssertEqual(core.controllerChanged(.poweredOff, isRunning: running), [.stateChanged(.poweredOff), .forgetUpdates(session: 3), .forgetUpdates(session: 4)])
+    }
 }
