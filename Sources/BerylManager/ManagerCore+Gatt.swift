@@ -2,8 +2,9 @@ import BerylCore
 
 /// An app's GATT request on a peripheral it holds, as far as managerd's bookkeeping looks into it.
 public enum GattAsk: Equatable, Sendable {
-    /// setNotifyValue(_:for:): the value's and its Client Characteristic Configuration descriptor's handles.
-    case setNotify(enable: Bool, valueHandle: UInt16, cccdHandle: UInt16)
+    /// setNotifyValue(_:for:): the value's and its Client Characteristic Configuration descriptor's handles (nil: not
+    /// one an ATT request can name; attd refuses it, and the refusal leaves the asker out).
+    case setNotify(enable: Bool, valueHandle: UInt16, cccdHandle: UInt16?)
     /// Discovery, reads and writes: attd answers them (a discovery's answer goes to `discovered`).
     case other
 }
@@ -30,7 +31,7 @@ extension ManagerCore {
             gattAwaitingBearer[link, default: []].append(token)
             return .waitForBearer(token: token)
         }
-        if case .setNotify(let enable, let valueHandle, let cccdHandle) = ask,
+        if case .setNotify(let enable, let valueHandle, let cccdHandle?) = ask,
            let answered = notifyRequested(enable, valueHandle: valueHandle, cccdHandle: cccdHandle, on: link, identifier: identifier, by: holder) {
             return .answered(answered)
         }

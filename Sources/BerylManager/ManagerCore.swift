@@ -390,7 +390,7 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         let restoration = restoration
         guard let (identifier, down) = connections.linkDown(handle: handle, reason: reason, isAway: { restoration.manager(heldBy: $0).map { !$0.live } ?? false })
         else { return resumed }
-        var outputs = resumed + (address.map { connectionEvents(.peerDisconnected, identifier: identifier, address: $0) } ?? [])
+        var outputs = (address.map { connectionEvents(.peerDisconnected, identifier: identifier, address: $0) } ?? [])
         outputs += subscribersGone(identifier)
         discoveredServices[identifier] = nil
         outputs += down.map(Output.connections)
@@ -410,7 +410,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
             }
             outputs += written(holder, since: before)
         }
-        return outputs + [.advertisingChanged]
+        // What waited for the link's bearer fails after its holders heard the link go, as the app sees it on iOS.
+        return outputs + [.advertisingChanged] + resumed
     }
 
     /// Who hears what attd's GATT client heard on a link: each manager holding the peripheral, once per holder.

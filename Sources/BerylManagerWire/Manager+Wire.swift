@@ -16,14 +16,13 @@ extension OpenBearer {
 }
 
 extension GattAsk {
-    /// What managerd's bookkeeping looks at in an app's operation: a subscription whose handles fit ATT's, or nothing.
+    /// What managerd's bookkeeping looks at in an app's operation: a subscription to a value ATT can name, or nothing.
     public init(_ operation: Beryl_Ipc_V1_GattOperation) {
-        guard case .setNotify(let change)? = operation.kind, let valueHandle = UInt16(exactly: change.valueHandle),
-              let cccdHandle = UInt16(exactly: change.cccdHandle) else {
+        guard case .setNotify(let change)? = operation.kind, let valueHandle = UInt16(exactly: change.valueHandle) else {
             self = .other
             return
         }
-        self = .setNotify(enable: change.enable, valueHandle: valueHandle, cccdHandle: cccdHandle)
+        self = .setNotify(enable: change.enable, valueHandle: valueHandle, cccdHandle: UInt16(exactly: change.cccdHandle))
     }
 }
 

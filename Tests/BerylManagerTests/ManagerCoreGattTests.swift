@@ -44,7 +44,8 @@ final class ManagerCoreGattTests: XCTestCase {
         var core = twoHolders()
         let waiting = try XCTUnwrap(token(core.gattAsked(.other, on: 0x40, identifier: "L", by: app.holder)))
         let down = core.linkDown(handle: 0x40, reason: 0x08)
-        XCTAssertEqual(down.first, .gattResumed(token: waiting))
+        XCTAssertEqual(down.last, .gattResumed(token: waiting), "after the holders hear the link go: \(down)")
+        XCTAssertTrue(down.contains(.connections(.event(.disconnected(app, identifier: "L", reason: 0x08)))))
         XCTAssertNil(core.link(to: "L", heldBy: app.holder), "asked again, the request finds no link")
         XCTAssertEqual(core.linkDown(handle: 0x40, reason: 0x08), [], "nothing waits, and no link is known")
     }
@@ -72,6 +73,20 @@ final class ManagerCoreGattTests: XCTestCase {
         guard case .answered = core.gattAsked(subscribe, on: 0x40, identifier: "L", by: other.holder) else { return XCTFail("the second is answered at once") }
         XCTAssertEqual(core.audience(ofNotification: 3, onLink: 0x40)?.holders, [app.holder, other.holder])
         XCTAssertEqual(core.gattAnswered(.other, succeeded: true, on: 0x40, identifier: "L", by: app.holder), [], "a read changes nothing kept")
+    }
+
+    // A descriptor handle ATT cannot name goes to attd, which refuses it; the refusal leaves the asker out of a
+    // subscription it held, as any failed descriptor write does.
+    func testASubscriptionWithNoNameableDescriptorIsAskedOfAttd() {
+        var core = twoHolders()
+        _ = core.bearer(0x40, mtu: 23)
+        let subscribe = GattAsk.setNotify(enable: true, valueHandle: 3, cccdHandle: 4)
+        _ = core.gattAsked(subscribe, on: 0x40, identifier: "L", by: app.holder)
+        _ = core.gattAnswered(subscribe, succeeded: true, on: 0x40, identifier: "L", by: app.holder)
+        let malformed = GattAsk.setNotify(enable: true, valueHandle: 3, cccdHandle: nil)
+        guard case .forward = core.gattAsked(malformed, on: 0x40, identifier: "L", by: other.holder) else { return XCTFail("attd answers it") }
+        _ = core.gattAnswered(malformed, succeeded: false, on: 0x40, identifier: "L", by: other.holder)
+        XCTAssertEqual(core.audience(ofNotification: 3, onLink: 0x40)?.holders, [app.holder])
     }
 
     func testAFailedDescriptorWriteLeavesTheAskerOut() {

@@ -51,8 +51,7 @@ final class ManagerCorePeripheralTests: XCTestCase {
 
     // Only an app that hears a link's pairing answers it: not another app, nor anyone on a lab's link.
     func testOnlyTheAppThatHeardThePromptAnswersIt() {
-        var (core, _) = publisherWithACentral()
-        core.advertisers[thermo] = Advertiser(localName: "Thermo", serviceUUIDs: [])
+        let (core, _) = publisherWithACentral()
         XCTAssertEqual(core.pairingLink(with: "C", answeredBy: 7, isLabLink: { _ in false }), 0x41, "a publisher hears a remote central's pairing")
         XCTAssertNil(core.pairingLink(with: "C", answeredBy: 8, isLabLink: { _ in false }), "another session")
         XCTAssertNil(core.pairingLink(with: "C", answeredBy: 7, isLabLink: { $0 == 0x41 }), "the lab's link")

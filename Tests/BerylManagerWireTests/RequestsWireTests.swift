@@ -129,4 +129,27 @@ final class RequestsWireTests: XCTestCase {
 
 private extension Result {
     var failure: Failure? { if case .failure(let failure) = self { failure } else { nil } }
+
+    // The handles of an app's setNotifyValue as the core books them: a value handle ATT cannot name is no subscription
+    // at all; a descriptor it cannot name is one attd refuses.
+    func testAnAppsGattOperationAsTheCoreBooksIt() {
+        var operation = Beryl_Ipc_V1_GattOperation()
+        operation.setNotify = .with { $0.enable = true; $0.valueHandle = 0x0003; $0.cccdHandle = 0x0004 }
+        XCTAssertEqual(GattAsk(operation), .setNotify(enable: true, valueHandle: 3, cccdHandle: 4))
+        operation.setNotify.cccdHandle = 0x1_0000
+        XCTAssertEqual(GattAsk(operation), .setNotify(enable: true, valueHandle: 3, cccdHandle: nil))
+        operation.setNotify.valueHandle = 0x1_0003
+        XCTAssertEqual(GattAsk(operation), .other)
+        operation.read = .with { $0.handle = 3 }
+        XCTAssertEqual(GattAsk(operation), .other)
+    }
+
+    // The bearers a kept attd lists: a peer that is no address is kept as none (the core does not take its link back).
+    func testAnOpenBearerFromAttdsListing() {
+        var bearer = Beryl_Ipc_V1_Bearer()
+        (bearer.connectionHandle, bearer.attMtu, bearer.peerAddress, bearer.central) = (0x40, 247, "C0:FF:EE:00:00:01/random", true)
+        XCTAssertEqual(OpenBearer(bearer), OpenBearer(link: 0x40, mtu: 247, peer: DeviceAddress("C0:FF:EE:00:00:01/random"), isCentral: true))
+        bearer.peerAddress = "not an address"
+        XCTAssertNil(OpenBearer(bearer).peer)
+    }
 }
