@@ -17,6 +17,29 @@ extension ManagerCore {
         return (owner, subscription, subscriptionChanged(subscription))
     }
 
+    /// What becomes of a remote central's read or write (`handles`: the read's, or each write's of an Execute Write).
+    public enum RemoteRequestStep: Equatable, Sendable {
+        /// To the owner's app, with the central as the app names it (empty while the link is unknown) and the link's
+        /// longest update.
+        case toApp(ManagerKey, central: String, maximumUpdateLength: UInt32)
+        /// No app can answer now: attd answers the central with this ATT error.
+        case refuse(attError: UInt8)
+        /// A write without response no app takes: nothing to answer.
+        case drop
+    }
+
+    /// Unlikely Error for a request no app can answer now (Core Vol 3 Part F §3.4.1.1), as Core Bluetooth refuses a
+    /// suspended app's dynamic reads.
+    public mutating func remoteRequestRouted(_ id: UInt64, _ request: PeripheralRouter.Request, onLink link: UInt16, handles: [UInt16],
+                                             expectsAnswer: Bool, isLive: (UInt64) -> Bool) -> RemoteRequestStep {
+        switch routeRemoteRequest(id, request, handles: handles, expectsAnswer: expectsAnswer, isLive: isLive) {
+        case .app(let owner):
+            .toApp(owner, central: book.identifier(for: link) ?? "", maximumUpdateLength: maximumUpdateLength(on: link))
+        case .unlikelyError: .refuse(attError: 0x0E)
+        case .dropped: .drop
+        }
+    }
+
     /// attd published the service an app's manager asked for. `kept` is false when it was withdrawn instead (the
     /// app's session closed, or the stack left poweredOn and cleared the app's services, before attd answered): the
     /// app is refused and adds it again at poweredOn.

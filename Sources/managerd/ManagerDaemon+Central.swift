@@ -8,59 +8,54 @@ import BerylStore
 import Foundation
 
 extension ManagerDaemon {
-    func handleCentral(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: UInt64, _ incoming: IncomingRequest) throws(WireFailure) {
-        switch kind {
-        case .startScan(let start):
-            let request = ScanRequest(services: try BluetoothUUID.list(start.serviceUuids, field: "service_uuids"), allowDuplicates: start.allowDuplicates,
-                                      solicited: try BluetoothUUID.list(start.solicitedServiceUuids, field: "solicited_service_uuids"))
-            let key = ManagerKey(session: session, manager: start.manager)
+    func handleCentral(_ asked: ManagerCommand, session: UInt64, _ incoming: IncomingRequest) throws(WireFailure) {
+        switch asked {
+        case .startScan(let key, let request):
             apply(core.startScan(request, for: key))
             incoming.respond(.with { $0.ack = .init() })
             if let store { core.alreadyHeard(by: key, directory: store).forEach(report) }
-        case .stopScan(let stop):
-            apply(core.stopScan(for: ManagerKey(session: session, manager: stop.manager)))
+        case .stopScan(let key):
+            apply(core.stopScan(for: key))
             incoming.respond(.with { $0.ack = .init() })
-        case .connect(let connect):
-            guard let device = store?.device(connect.peripheral) else { throw .unknownPeripheral(connect.peripheral) }
-            acknowledge(incoming, after: core.connect(ManagerKey(session: session, manager: connect.manager), to: device.identifier, at: device.address,
-                                                      options: PreservedState.ConnectOptions(connect)))
-        case .cancelConnection(let cancel):
-            guard let outputs = try? core.cancelConnection(ManagerKey(session: session, manager: cancel.manager), to: cancel.peripheral) else {
-                throw WireFailure(.notFound, "this manager neither holds nor awaits \(cancel.peripheral)", field: "peripheral",
+        case .connect(let key, let identifier, let options):
+            guard let device = store?.device(identifier) else { throw .unknownPeripheral(identifier) }
+            acknowledge(incoming, after: core.connect(key, to: device.identifier, at: device.address, options: options))
+        case .cancelConnection(let key, let identifier):
+            guard let outputs = try? core.cancelConnection(key, to: identifier) else {
+                throw WireFailure(.notFound, "this manager neither holds nor awaits \(identifier)", field: "peripheral",
                                   detail: RemoteDetail(bluetoothError: .unknownDevice))
             }
             acknowledge(incoming, after: outputs)
-        case .retrievePeripherals(let retrieve):
-            // No identifiers: every device this stack knows (for `beryl peripherals`; the library never asks that).
-            let addresses = try retrieve.addresses.map { text throws(WireFailure) in
-                guard let address = DeviceAddress(text) else {
-                    throw WireFailure(.invalidArgument, "'\(text)' is not an address like AA:BB:CC:DD:EE:FF[/random]", field: "addresses")
-                }
-                return address
-            }
+        case .retrievePeripherals(let lookup):
             guard let store else { throw WireFailure(.notReady, "the peripheral store is not open") }
-            let devices = !addresses.isEmpty ? addresses.map { store.seen($0, at: 0) }  // last seen 0: never heard, only named
-                : retrieve.identifiers.isEmpty ? store.all : retrieve.identifiers.compactMap { store.device($0) }
+            let devices = switch lookup {
+            case .addresses(let addresses): addresses.map { store.seen($0, at: 0) }  // last seen 0: never heard, only named
+            case .identifiers(let identifiers): identifiers.compactMap { store.device($0) }
+            case .everyKnown: store.all
+            }
             // A listing of every device (`beryl peripherals`) hands no identifier to an app.
-            let listing = addresses.isEmpty && retrieve.identifiers.isEmpty
-            incoming.respond(.with { $0.manager.peripherals.peripherals = devices.map { info(for: $0, handedToApp: !listing) } })
-        case .retrieveConnected(let retrieve):
-            let wanted = try BluetoothUUID.list(retrieve.serviceUuids, field: "service_uuids")
+            incoming.respond(.with { $0.manager.peripherals.peripherals = devices.map { info(for: $0, handedToApp: lookup != .everyKnown) } })
+        case .retrieveConnected(let wanted):
             let connected = core.connectedPeripherals(offering: wanted) { store?.device($0)?.address }.compactMap { store?.device($0) }
             incoming.respond(.with { $0.manager.peripherals.peripherals = connected.map { info(for: $0) } })
         case .gatt(let operation):
             try forwardGatt(operation, session: session, incoming)
-        case .readRssi(let read):
-            command(HCICommands.readRSSI(handle: try heldLink(read.peripheral, session: session).handle), named: "Read RSSI", answering: incoming) { returned throws(WireFailure) in
+        case .readRSSI(let identifier):
+            command(HCICommands.readRSSI(handle: try heldLink(identifier, session: session).handle), named: "Read RSSI", answering: incoming) { returned throws(WireFailure) in
                 // Return parameters: Connection_Handle, RSSI (Core Vol 4 Part E §7.5.4).
                 guard returned.count >= 3 else { throw WireFailure(.internal, "Read RSSI returned \(returned.count) octets after its status") }
                 return .with { $0.manager.rssi.rssi = Int32(Int8(bitPattern: returned[returned.startIndex + 2])) }
             }
-        case .maximumWriteLength(let ask):
-            let link = try heldLink(ask.peripheral, session: session)
-            incoming.respond(.with { $0.manager.maximumWriteLength.length = core.maximumWriteLength(on: link.handle, withoutResponse: ask.withoutResponse) })
+        case .maximumWriteLength(let identifier, let withoutResponse):
+            let link = try heldLink(identifier, session: session)
+            incoming.respond(.with { $0.manager.maximumWriteLength.length = core.maximumWriteLength(on: link.handle, withoutResponse: withoutResponse) })
+        case .setConnectionLatency(let central, let latency):
+            try setConnectionLatency(latency, for: central, incoming)
+        case .registerConnectionEvents(let key, let interest):
+            core.connectionInterests.register(key, interest)
+            incoming.respond(.with { $0.ack = .init() })
         default:
-            throw WireFailure(.unsupported, "not a central request")
+            try handlePeripheral(asked, session: session, incoming)
         }
     }
 

@@ -19,25 +19,15 @@ extension ManagerDaemon {
     /// so it asks the central through the Link Layer (LE Connection Update from the peripheral starts the Connection
     /// Parameters Request procedure, Core Vol 4 Part E §7.8.18). The answer says the controller took the request; the
     /// central may still refuse it, as on iOS.
-    func setConnectionLatency(_ request: Beryl_Ipc_V1_SetDesiredConnectionLatency, _ incoming: IncomingRequest) throws(WireFailure) {
-        guard let link = core.link(toCentral: request.central) else {
-            throw WireFailure(.notFound, "no link with central \(request.central) on which this stack is the peripheral", field: "central",
+    func setConnectionLatency(_ latency: ConnectionLatency, for central: String, _ incoming: IncomingRequest) throws(WireFailure) {
+        guard let link = core.link(toCentral: central) else {
+            throw WireFailure(.notFound, "no link with central \(central) on which this stack is the peripheral", field: "central",
                               detail: RemoteDetail(bluetoothError: .notConnected))
         }
-        let parameters = try ConnectionLatency(wire: request.latency).parameters
+        let parameters = latency.parameters
         command(HCICommands.leConnectionUpdate(handle: link.handle, intervalMin: parameters.intervalMin, intervalMax: parameters.intervalMax,
                                                latency: parameters.latency, supervisionTimeout: parameters.timeout),
                 named: "LE Connection Update", answering: incoming)
-    }
-
-    func registerForConnectionEvents(_ request: Beryl_Ipc_V1_RegisterForConnectionEvents, session: UInt64, _ incoming: IncomingRequest) throws(WireFailure) {
-        let services = Set(try BluetoothUUID.list(request.serviceUuids, field: "service_uuids"))
-        for text in request.peripheralUuids where UUID(uuidString: text) == nil {
-            throw WireFailure(.invalidArgument, "'\(text)' is not a peripheral identifier", field: "peripheral_uuids")
-        }
-        core.connectionInterests.register(ManagerKey(session: session, manager: request.manager),
-                                          .init(peripherals: Set(request.peripheralUuids.map { $0.uppercased() }), services: services))
-        incoming.respond(.with { $0.ack = .init() })
     }
 
     /// Tells a manager that registered for connection events of a link that came up or went.

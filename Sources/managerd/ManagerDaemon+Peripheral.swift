@@ -7,12 +7,11 @@ import BerylManagerWire
 import Foundation
 
 extension ManagerDaemon {
-    func handlePeripheral(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: UInt64, _ incoming: IncomingRequest) throws(WireFailure) {
-        switch kind {
-        case .addService(let add):
+    func handlePeripheral(_ asked: ManagerCommand, session: UInt64, _ incoming: IncomingRequest) throws(WireFailure) {
+        switch asked {
+        case .addService(let owner, let spec):
             guard let attd else { throw .attdUnreachable }
-            let owner = ManagerKey(session: session, manager: add.manager)
-            attd.request(.with { $0.att.publishService.service = add.service }) { [unowned self] result in
+            attd.request(.with { $0.att.publishService.service = spec }) { [unowned self] result in
                 let response: Response
                 switch result {
                 case .success(let answer): response = answer
@@ -25,9 +24,9 @@ extension ManagerDaemon {
                 }
                 let kept: PreservedState.PublishedService?
                 do {
-                    kept = try PreservedState.PublishedService(wire: .with { $0.spec = add.service; $0.published = published })
+                    kept = try PreservedState.PublishedService(wire: .with { $0.spec = spec; $0.published = published })
                 } catch {
-                    host.logger.error("service \(add.service.uuid) cannot be kept for restoration: \(error)")
+                    host.logger.error("service \(spec.uuid) cannot be kept for restoration: \(error)")
                     kept = nil
                 }
                 let (stays, outputs) = core.appServicePublished(kept, at: range, owner: owner)
@@ -37,42 +36,40 @@ extension ManagerDaemon {
                 }
                 incoming.respond(.with { $0.manager.serviceAdded = published })
             }
-        case .removeService(let remove):
-            guard let start = UInt16(exactly: remove.startHandle),
-                  let outputs = try? core.removeService(start: start, owner: ManagerKey(session: session, manager: remove.manager)) else {
-                throw WireFailure(.notFound, "this manager published no service at handle \(remove.startHandle)", field: "start_handle",
+        case .removeService(let owner, let startHandle):
+            guard let start = UInt16(exactly: startHandle), let outputs = try? core.removeService(start: start, owner: owner) else {
+                throw WireFailure(.notFound, "this manager published no service at handle \(startHandle)", field: "start_handle",
                                   detail: RemoteDetail(managerReason: .notPublished))
             }
             apply(outputs)
             incoming.respond(.with { $0.ack = .init() })
-        case .removeAllServices(let remove):
-            apply(core.removeAllServices(of: ManagerKey(session: session, manager: remove.manager)))
+        case .removeAllServices(let owner):
+            apply(core.removeAllServices(of: owner))
             incoming.respond(.with { $0.ack = .init() })
-        case .startAdvertising(let start):
-            let advertiser = Advertiser(localName: start.localName, serviceUUIDs: try BluetoothUUID.list(start.serviceUuids, field: "service_uuids"))
-            apply(core.startAdvertising(advertiser, for: ManagerKey(session: session, manager: start.manager)))
+        case .startAdvertising(let key, let advertiser):
+            apply(core.startAdvertising(advertiser, for: key))
             incoming.respond(.with { $0.ack = .init() })
             updateAdvertising { [unowned self] error in
-                send(.with { $0.advertisingStarted = .with { $0.manager = start.manager; $0.error = error ?? "" } }, to: session)
+                send(.with { $0.advertisingStarted = .with { $0.manager = key.manager; $0.error = error ?? "" } }, to: session)
             }
-        case .stopAdvertising(let stop):
-            apply(core.stopAdvertising(for: ManagerKey(session: session, manager: stop.manager)))
+        case .stopAdvertising(let key):
+            apply(core.stopAdvertising(for: key))
             incoming.respond(.with { $0.ack = .init() })
-        case .respond(let answer):
+        case .respond(let id, let error, let value):
             let request: PeripheralRouter.Request
             do {
-                request = try core.router.answer(answer.id, from: .session(session), attError: answer.error)
+                request = try core.router.answer(id, from: .session(session), attError: error)
             } catch .notPending {
-                throw WireFailure(.notFound, "request \(answer.id) is not waiting for this app's answer (answered already, or timed out)", field: "id",
+                throw WireFailure(.notFound, "request \(id) is not waiting for this app's answer (answered already, or timed out)", field: "id",
                                   detail: RemoteDetail(managerReason: .requestNotPending))
             } catch {
-                throw WireFailure(.invalidArgument, "ATT error codes are one byte; \(answer.error) is not one", field: "error",
+                throw WireFailure(.invalidArgument, "ATT error codes are one byte; \(error) is not one", field: "error",
                                   detail: RemoteDetail(bluetoothError: .invalidParameters))
             }
-            answerAttd(answer.id, isRead: request == .read, value: Array(answer.value), error: answer.error)
+            answerAttd(id, isRead: request == .read, value: value, error: error)
             incoming.respond(.with { $0.ack = .init() })
-        case .updateValue(let update):
-            guard let valueHandle = UInt16(exactly: update.valueHandle), core.router.owns(ManagerKey(session: session, manager: update.manager), handle: valueHandle) else {
+        case .updateValue(let key, let update):
+            guard let valueHandle = UInt16(exactly: update.valueHandle), core.router.owns(key, handle: valueHandle) else {
                 throw .notPublished(update.valueHandle, field: "value_handle")
             }
             guard let attd else { throw .attdUnreachable }
@@ -88,12 +85,12 @@ extension ManagerDaemon {
                     incoming.fail(relaying: error, from: "attd")
                 }
             }
-        case .answerPairing(let answer):
+        case .answerPairing(let peer, let accept, let passkey):
             // Only who heard the prompt answers it: not another app, nor anyone on a lab's link.
-            guard let link = core.pairingLink(with: answer.peer, answeredBy: session, isLabLink: { lab.owns($0, in: book) }) else {
-                throw WireFailure(.notFound, "no link with \(answer.peer) whose pairing this app hears", field: "peer")
+            guard let link = core.pairingLink(with: peer, answeredBy: session, isLabLink: { lab.owns($0, in: book) }) else {
+                throw WireFailure(.notFound, "no link with \(peer) whose pairing this app hears", field: "peer")
             }
-            try forwardToAttd(.with { $0.att = .init(pairingAnswerOn: link, accept: answer.accept, passkey: answer.passkey) }, incoming)
+            try forwardToAttd(.with { $0.att = .init(pairingAnswerOn: link, accept: accept, passkey: passkey) }, incoming)
         default:
             throw WireFailure(.unsupported, "not a peripheral request")
         }
@@ -118,38 +115,20 @@ extension ManagerDaemon {
         attd?.request(.with { $0.att = .init(answering: id, isRead: isRead, value: value, error: error) })
     }
 
-    /// The identifier an app is given for a remote central: handed out, so a lab's factory reset no longer takes it back.
-    private func central(of connectionHandle: UInt32) -> String {
-        guard let identifier = book.identifier(for: UInt16(truncatingIfNeeded: connectionHandle)) else { return "" }
-        handedOut(identifier)
-        return identifier
-    }
-
-    func routeRead(_ read: Beryl_Ipc_V1_ReadRequested) {
-        let route = core.routeRemoteRequest(read.id, .read, handles: [UInt16(truncatingIfNeeded: read.handle)], expectsAnswer: true) {
-            self.session($0) != nil
+    /// A remote central's read or write, for the owner's app; the central's identifier is handed out, so a lab's
+    /// factory reset no longer takes it back.
+    func routeRemoteRequest(_ id: UInt64, _ request: PeripheralRouter.Request, connectionHandle: UInt32, handles: [UInt16], expectsAnswer: Bool,
+                            event: (_ manager: UInt32, _ central: String, _ maximumUpdateLength: UInt32) -> Beryl_Ipc_V1_ManagerEvent) {
+        switch core.remoteRequestRouted(id, request, onLink: UInt16(truncatingIfNeeded: connectionHandle), handles: handles,
+                                        expectsAnswer: expectsAnswer, isLive: { session($0) != nil }) {
+        case .toApp(let owner, let central, let maximumUpdateLength):
+            if !central.isEmpty { handedOut(central) }
+            send(event(owner.manager, central, maximumUpdateLength), to: owner.holder)
+        case .refuse(let attError):
+            answerAttd(id, isRead: request == .read, value: [], error: UInt32(attError))
+        case .drop:
+            break
         }
-        guard case .app(let owner) = route else {
-            answerAttd(read.id, isRead: true, value: [], error: 0x0E)
-            return
-        }
-        send(.init(read, manager: owner.manager, central: central(of: read.connectionHandle),
-                   maximumUpdateLength: maximumUpdateLength(read.connectionHandle)), to: owner.holder)
-    }
-
-    func routeWrite(_ write: Beryl_Ipc_V1_WriteRequested) {
-        let handles = write.writes.map { UInt16(truncatingIfNeeded: $0.handle) }
-        let route = core.routeRemoteRequest(write.id, .write, handles: handles, expectsAnswer: write.withResponse) { self.session($0) != nil }
-        guard case .app(let owner) = route else {
-            if route == .unlikelyError { answerAttd(write.id, isRead: false, value: [], error: 0x0E) }
-            return
-        }
-        send(.init(write, manager: owner.manager, central: central(of: write.connectionHandle),
-                   maximumUpdateLength: maximumUpdateLength(write.connectionHandle)), to: owner.holder)
-    }
-
-    private func maximumUpdateLength(_ connectionHandle: UInt32) -> UInt32 {
-        core.maximumUpdateLength(on: UInt16(truncatingIfNeeded: connectionHandle))
     }
 
     func routeSubscription(_ report: ReportedSubscription) {

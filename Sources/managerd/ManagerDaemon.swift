@@ -305,9 +305,11 @@ final class ManagerDaemon {
             guard core.admitsWriteReady(for: ready.onBehalfOf, onLink: UInt16(truncatingIfNeeded: ready.connectionHandle)) else { return }
             forwardToHolders(.gattWriteReady(ready), connectionHandle: ready.connectionHandle, only: .session(ready.onBehalfOf))
         case .readRequested(let read)?:
-            routeRead(read)
+            routeRemoteRequest(read.id, .read, connectionHandle: read.connectionHandle, handles: [UInt16(truncatingIfNeeded: read.handle)],
+                               expectsAnswer: true) { .init(read, manager: $0, central: $1, maximumUpdateLength: $2) }
         case .writeRequested(let write)?:
-            routeWrite(write)
+            routeRemoteRequest(write.id, .write, connectionHandle: write.connectionHandle, handles: write.writes.map { UInt16(truncatingIfNeeded: $0.handle) },
+                               expectsAnswer: write.withResponse) { .init(write, manager: $0, central: $1, maximumUpdateLength: $2) }
         case .subscriptionChanged(let change)?:
             if let report = ReportedSubscription(change) { routeSubscription(report) }
         case .pairingPrompt?, .pairingFinished?:
@@ -412,15 +414,7 @@ final class ManagerDaemon {
         if kind.needsPoweredOn, state != .poweredOn {
             throw WireFailure(.notReady, "API misuse: the manager is not powered on (state \(state)); wait for the poweredOn state")
         }
-        switch kind {
-        case .setConnectionLatency(let request):
-            try setConnectionLatency(request, incoming)
-        case .registerConnectionEvents(let request):
-            try registerForConnectionEvents(request, session: session.id, incoming)
-        case .startScan, .stopScan, .connect, .cancelConnection, .retrievePeripherals, .retrieveConnected, .gatt, .readRssi, .maximumWriteLength:
-            try handleCentral(kind, session: session.id, incoming)
-        default:
-            try handlePeripheral(kind, session: session.id, incoming)
-        }
+        guard let command = try ManagerCommand(kind, session: session.id) else { throw WireFailure(.unsupported, "not a manager's command") }
+        try handleCentral(command, session: session.id, incoming)
     }
 }

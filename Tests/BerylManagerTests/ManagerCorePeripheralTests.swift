@@ -49,6 +49,26 @@ final class ManagerCorePeripheralTests: XCTestCase {
         XCTAssertEqual(core.subscriptionRouted(early)?.subscription.central, "D")
     }
 
+    // A remote central's read reaches its owner's app named as the app knows the central, with the link's longest
+    // update; one no app can answer is refused with Unlikely Error, and a write without response no app takes is dropped.
+    func testARemoteRequestReachesItsOwnerWithTheCentralOrIsRefused() {
+        var (core, _) = publisherWithACentral()
+        XCTAssertEqual(core.remoteRequestRouted(1, .read, onLink: 0x41, handles: [12], expectsAnswer: true, isLive: { $0 == 7 }),
+                       .toApp(thermo, central: "C", maximumUpdateLength: 182))
+        XCTAssertEqual(core.remoteRequestRouted(2, .write, onLink: 0x41, handles: [11, 12], expectsAnswer: true, isLive: { $0 == 7 }),
+                       .toApp(thermo, central: "C", maximumUpdateLength: 182), "an Execute Write of one owner's values")
+        XCTAssertEqual(core.remoteRequestRouted(3, .read, onLink: 0x41, handles: [30], expectsAnswer: true, isLive: { $0 == 7 }),
+                       .refuse(attError: 0x0E), "no one owns handle 30")
+        XCTAssertEqual(core.remoteRequestRouted(4, .write, onLink: 0x41, handles: [30], expectsAnswer: false, isLive: { $0 == 7 }), .drop)
+        XCTAssertEqual(core.remoteRequestRouted(5, .read, onLink: 0x41, handles: [12], expectsAnswer: true, isLive: { _ in false }),
+                       .refuse(attError: 0x0E), "the session is gone and the preserved manager's app is not away")
+        _ = core.bearer(0x43, mtu: 23)
+        XCTAssertEqual(core.remoteRequestRouted(6, .read, onLink: 0x43, handles: [12], expectsAnswer: true, isLive: { $0 == 7 }),
+                       .toApp(thermo, central: "", maximumUpdateLength: 20), "a link managerd has not heard of yet names no central")
+        XCTAssertNoThrow(try core.router.answer(1, from: .session(7), attError: 0))
+        XCTAssertThrowsError(try core.router.answer(3, from: .session(7), attError: 0), "a refused request is owed no answer")
+    }
+
     // Only an app that hears a link's pairing answers it: not another app, nor anyone on a lab's link.
     func testOnlyTheAppThatHeardThePromptAnswersIt() {
         let (core, _) = publisherWithACentral()

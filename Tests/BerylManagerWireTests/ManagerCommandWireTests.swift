@@ -1,0 +1,90 @@
+import BerylCore
+import BerylManager
+import BerylManagerWire
+import BerylWire
+import XCTest
+
+/// An app's manager requests as managerd acts on them: typed, with a malformed field refused by name before anything
+/// changes, and requests that are not a manager's left to managerd's other handlers.
+final class ManagerCommandWireTests: XCTestCase {
+    private typealias Kind = Beryl_Ipc_V1_ManagerRequest.OneOf_Kind
+
+    private func refusal(_ kind: Kind, file: StaticString = #filePath, line: UInt = #line) -> WireFailure? {
+        do {
+            let command = try ManagerCommand(kind, session: 7)
+            XCTFail("\(kind) was taken as \(String(describing: command))", file: file, line: line)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    func testAScanIsTypedAndItsUUIDsChecked() throws {
+        let start = Kind.startScan(.with { $0.manager = 2; $0.serviceUuids = ["180D"]; $0.solicitedServiceUuids = ["FEAA"]; $0.allowDuplicates = true })
+        XCTAssertEqual(try ManagerCommand(start, session: 7),
+                       .startScan(ManagerKey(session: 7, manager: 2), ScanRequest(services: [BluetoothUUID(0x180D)], allowDuplicates: true,
+                                                                                  solicited: [BluetoothUUID(0xFEAA)])))
+        XCTAssertEqual(refusal(.startScan(.with { $0.serviceUuids = ["180D", "heart"] }))?.field, "service_uuids")
+        XCTAssertEqual(refusal(.startScan(.with { $0.solicitedServiceUuids = ["12345"] }))?.field, "solicited_service_uuids")
+        XCTAssertEqual(refusal(.startScan(.with { $0.serviceUuids = ["heart"] }))?.code, .invalidArgument)
+    }
+
+    func testAdvertisingAndConnectedRetrievalCheckTheirUUIDs() throws {
+        XCTAssertEqual(try ManagerCommand(.startAdvertising(.with { $0.manager = 1; $0.localName = "Thermo"; $0.serviceUuids = ["181A"] }), session: 7),
+                       .startAdvertising(ManagerKey(session: 7, manager: 1), Advertiser(localName: "Thermo", serviceUUIDs: [BluetoothUUID(0x181A)])))
+        XCTAssertEqual(refusal(.startAdvertising(.with { $0.serviceUuids = ["not-a-uuid"] }))?.field, "service_uuids")
+        XCTAssertEqual(refusal(.retrieveConnected(.with { $0.serviceUuids = ["xyz"] }))?.field, "service_uuids")
+    }
+
+    // `beryl peripherals --peer` names addresses, apps name identifiers, and naming neither lists every device.
+    func testARetrieveNamesAddressesIdentifiersOrEveryDevice() throws {
+        let address = try XCTUnwrap(DeviceAddress("C0:FF:EE:00:00:01/random"))
+        XCTAssertEqual(try ManagerCommand(.retrievePeripherals(.with { $0.addresses = ["C0:FF:EE:00:00:01/random"]; $0.identifiers = ["A"] }), session: 7),
+                       .retrievePeripherals(.addresses([address])))
+        XCTAssertEqual(try ManagerCommand(.retrievePeripherals(.with { $0.identifiers = ["A", "B"] }), session: 7), .retrievePeripherals(.identifiers(["A", "B"])))
+        XCTAssertEqual(try ManagerCommand(.retrievePeripherals(.init()), session: 7), .retrievePeripherals(.everyKnown))
+        let bad = refusal(.retrievePeripherals(.with { $0.addresses = ["C0:FF:EE:00:00:01", "C0:FF:EE"] }))
+        XCTAssertEqual(bad?.field, "addresses")
+        XCTAssertEqual(bad?.code, .invalidArgument)
+    }
+
+    func testAGattRequestNamesAnOperation() throws {
+        XCTAssertEqual(refusal(.gatt(.with { $0.peripheral = "A" }))?.field, "kind")
+        let read = Beryl_Ipc_V1_GattOperation.with { $0.peripheral = "A"; $0.read.handle = 3 }
+        XCTAssertEqual(try ManagerCommand(.gatt(read), session: 7), .gatt(read))
+    }
+
+    func testALatencyIsOneOfCoreBluetoothsThree() throws {
+        XCTAssertEqual(try ManagerCommand(.setConnectionLatency(.with { $0.central = "C"; $0.latency = .high }), session: 7),
+                       .setConnectionLatency(central: "C", .high))
+        let unknown = refusal(.setConnectionLatency(.with { $0.central = "C"; $0.latency = .UNRECOGNIZED(9) }))
+        XCTAssertEqual(unknown?.field, "latency")
+        XCTAssertEqual(unknown?.code, .invalidArgument)
+    }
+
+    // registerForConnectionEvents(options:) matches identifiers as Core Bluetooth's UUIDs compare: case aside.
+    func testConnectionEventInterestsCheckTheirIdentifiersAndServices() throws {
+        let identifier = "6f3c1a9e-0000-4000-8000-00000000000a"
+        XCTAssertEqual(try ManagerCommand(.registerConnectionEvents(.with { $0.manager = 3; $0.peripheralUuids = [identifier]; $0.serviceUuids = ["180D"] }),
+                                          session: 7),
+                       .registerConnectionEvents(ManagerKey(session: 7, manager: 3),
+                                                 .init(peripherals: [identifier.uppercased()], services: [BluetoothUUID(0x180D)])))
+        XCTAssertEqual(refusal(.registerConnectionEvents(.with { $0.peripheralUuids = ["lock"] }))?.field, "peripheral_uuids")
+        XCTAssertEqual(refusal(.registerConnectionEvents(.with { $0.serviceUuids = ["lock"] }))?.field, "service_uuids")
+    }
+
+    // An answer's error code is checked by the router once it knows the request (one not pending is refused as that).
+    func testAnAnswerKeepsItsCodeAsSent() throws {
+        XCTAssertEqual(try ManagerCommand(.respond(.with { $0.id = 9; $0.error = 0x1FF; $0.value = Data([1, 2]) }), session: 7),
+                       .respond(id: 9, error: 0x1FF, value: [1, 2]))
+        XCTAssertEqual(try ManagerCommand(.removeService(.with { $0.manager = 1; $0.startHandle = 70_000 }), session: 7),
+                       .removeService(ManagerKey(session: 7, manager: 1), start: 70_000), "a handle out of range is not this manager's: refused as not found")
+    }
+
+    func testRequestsThatAreNotAManagersAreLeftToTheirHandlers() throws {
+        let others: [Kind] = [.hello(.init()), .getCapabilities(.init()), .appIdle(.init()), .invalidate(.init()), .subscribeAlerts(.init()),
+                              .listApps(.init()), .launchApp(.init()), .stopApp(.init()), .setAppState(.init()), .labOpen(.init()), .labScan(.init()),
+                              .labRemoveBond(.init())]
+        for kind in others { XCTAssertNil(try ManagerCommand(kind, session: 7), "\(kind)") }
+    }
+}
