@@ -7,6 +7,8 @@ public protocol DeviceDirectory {
     func identifier(at address: DeviceAddress) -> String?
     /// The device was heard (its name, when it says one): its identifier, made on first sight.
     func seen(_ address: DeviceAddress, name: String?) -> String
+    /// The address of the device this stack gave `identifier` (nil: none).
+    func address(of identifier: String) -> DeviceAddress?
 }
 
 /// A device an app's scan is told of.

@@ -58,6 +58,16 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         case forgetWrites(session: UInt64, link: UInt16)
         /// attd is to forget the updates it counted for the session (its ReadyToUpdate counts from zero again).
         case forgetUpdates(session: UInt64)
+        /// The answer to the app's command `reply` (`command(_:from:reply:directory:)`).
+        case reply(UInt64, Result<CommandReply, CommandRefusal>)
+        /// The app's command `reply` is answered by the controller's answer to this (its refusal typed).
+        case askController(UInt64, ControllerAsk)
+        /// A device a manager's scan heard before it started.
+        case discovered(Discovery)
+        /// The manager asked to advertise: the shell lays advertising out and tells it whether it started.
+        case advertisingAsked(ManagerKey)
+        /// attd answers a remote central's request with the app's answer.
+        case answerRemote(id: UInt64, isRead: Bool, value: [UInt8], attError: UInt8)
     }
 
     /// CBConnectionEvent.

@@ -4,29 +4,17 @@ import BerylWire
 import Foundation
 
 /// An app's request of one of its managers, with its fields checked and typed: managerd acts on it without parsing
-/// anything more, and a malformed field is refused here, by name, before any state changes. What managerd only passes
-/// on to attd (a GATT operation, a service, a value update) stays the app's message.
+/// anything more, and a malformed field is refused here, by name, before any state changes. `.core` is what the core
+/// answers itself; the rest need the peripheral store or attd, and what managerd only passes on to attd (a GATT
+/// operation, a service, a value update) stays the app's message.
 public enum ManagerCommand: Equatable, Sendable {
-    case startScan(ManagerKey, ScanRequest)
-    case stopScan(ManagerKey)
-    case connect(ManagerKey, peripheral: String, PreservedState.ConnectOptions)
-    case cancelConnection(ManagerKey, peripheral: String)
+    case core(AppCommand)
     case retrievePeripherals(PeripheralLookup)
     case retrieveConnected(offering: [BluetoothUUID])
     case gatt(Beryl_Ipc_V1_GattOperation)
-    case readRSSI(peripheral: String)
-    case maximumWriteLength(peripheral: String, withoutResponse: Bool)
     case addService(ManagerKey, Beryl_Ipc_V1_ServiceSpec)
-    case removeService(ManagerKey, start: UInt32)
-    case removeAllServices(ManagerKey)
-    case startAdvertising(ManagerKey, Advertiser)
-    case stopAdvertising(ManagerKey)
-    /// `error` is as the app sent it: the router refuses one that is not an ATT error after it knows the request.
-    case respond(id: UInt64, error: UInt32, value: [UInt8])
     case updateValue(ManagerKey, Beryl_Ipc_V1_UpdateValue)
     case answerPairing(peer: String, accept: Bool, passkey: UInt32)
-    case setConnectionLatency(central: String, ConnectionLatency)
-    case registerConnectionEvents(ManagerKey, ConnectionEventInterests.Interest)
 
     /// Which peripherals a retrieve names: addresses (as `beryl peripherals` may), identifiers (as apps do), or none,
     /// which lists every device the stack knows and hands no identifier to an app.
@@ -41,12 +29,12 @@ public enum ManagerCommand: Equatable, Sendable {
         let key = { (manager: UInt32) in ManagerKey(session: session, manager: manager) }
         switch kind {
         case .startScan(let start):
-            self = .startScan(key(start.manager), ScanRequest(services: try BluetoothUUID.list(start.serviceUuids, field: "service_uuids"),
+            self = .core(.startScan(key(start.manager), ScanRequest(services: try BluetoothUUID.list(start.serviceUuids, field: "service_uuids"),
                                                               allowDuplicates: start.allowDuplicates,
-                                                              solicited: try BluetoothUUID.list(start.solicitedServiceUuids, field: "solicited_service_uuids")))
-        case .stopScan(let stop): self = .stopScan(key(stop.manager))
-        case .connect(let connect): self = .connect(key(connect.manager), peripheral: connect.peripheral, .init(connect))
-        case .cancelConnection(let cancel): self = .cancelConnection(key(cancel.manager), peripheral: cancel.peripheral)
+                                                              solicited: try BluetoothUUID.list(start.solicitedServiceUuids, field: "solicited_service_uuids"))))
+        case .stopScan(let stop): self = .core(.stopScan(key(stop.manager)))
+        case .connect(let connect): self = .core(.connect(key(connect.manager), peripheral: connect.peripheral, .init(connect)))
+        case .cancelConnection(let cancel): self = .core(.cancelConnection(key(cancel.manager), peripheral: cancel.peripheral))
         case .retrievePeripherals(let retrieve): self = .retrievePeripherals(try PeripheralLookup(retrieve))
         case .retrieveConnected(let retrieve):
             self = .retrieveConnected(offering: try BluetoothUUID.list(retrieve.serviceUuids, field: "service_uuids"))
@@ -55,27 +43,27 @@ public enum ManagerCommand: Equatable, Sendable {
                 throw WireFailure(.invalidArgument, "no GATT operation named (discover, read, write, set_notify or reliable_write)", field: "kind")
             }
             self = .gatt(operation)
-        case .readRssi(let read): self = .readRSSI(peripheral: read.peripheral)
-        case .maximumWriteLength(let ask): self = .maximumWriteLength(peripheral: ask.peripheral, withoutResponse: ask.withoutResponse)
+        case .readRssi(let read): self = .core(.readRSSI(peripheral: read.peripheral))
+        case .maximumWriteLength(let ask): self = .core(.maximumWriteLength(peripheral: ask.peripheral, withoutResponse: ask.withoutResponse))
         case .addService(let add): self = .addService(key(add.manager), add.service)
-        case .removeService(let remove): self = .removeService(key(remove.manager), start: remove.startHandle)
-        case .removeAllServices(let remove): self = .removeAllServices(key(remove.manager))
+        case .removeService(let remove): self = .core(.removeService(key(remove.manager), start: remove.startHandle))
+        case .removeAllServices(let remove): self = .core(.removeAllServices(key(remove.manager)))
         case .startAdvertising(let start):
-            self = .startAdvertising(key(start.manager), Advertiser(localName: start.localName,
-                                                                    serviceUUIDs: try BluetoothUUID.list(start.serviceUuids, field: "service_uuids")))
-        case .stopAdvertising(let stop): self = .stopAdvertising(key(stop.manager))
-        case .respond(let answer): self = .respond(id: answer.id, error: answer.error, value: Array(answer.value))
+            self = .core(.startAdvertising(key(start.manager), Advertiser(localName: start.localName,
+                                                                          serviceUUIDs: try BluetoothUUID.list(start.serviceUuids, field: "service_uuids"))))
+        case .stopAdvertising(let stop): self = .core(.stopAdvertising(key(stop.manager)))
+        case .respond(let answer): self = .core(.respond(id: answer.id, attError: answer.error, value: Array(answer.value)))
         case .updateValue(let update): self = .updateValue(key(update.manager), update)
         case .answerPairing(let answer): self = .answerPairing(peer: answer.peer, accept: answer.accept, passkey: answer.passkey)
         case .setConnectionLatency(let request):
-            self = .setConnectionLatency(central: request.central, try ConnectionLatency(wire: request.latency))
+            self = .core(.setConnectionLatency(central: request.central, try ConnectionLatency(wire: request.latency)))
         case .registerConnectionEvents(let request):
             let services = Set(try BluetoothUUID.list(request.serviceUuids, field: "service_uuids"))
             for text in request.peripheralUuids where UUID(uuidString: text) == nil {
                 throw WireFailure(.invalidArgument, "'\(text)' is not a peripheral identifier", field: "peripheral_uuids")
             }
-            self = .registerConnectionEvents(key(request.manager), .init(peripherals: Set(request.peripheralUuids.map { $0.uppercased() }),
-                                                                         services: services))
+            self = .core(.registerConnectionEvents(key(request.manager), .init(peripherals: Set(request.peripheralUuids.map { $0.uppercased() }),
+                                                                               services: services)))
         case .hello, .getCapabilities, .appIdle, .invalidate, .subscribeAlerts, .listApps, .launchApp, .stopApp, .setAppState, .labOpen,
              .labAdvertise, .labStopAdvertising, .labScan, .labStopScan, .labConnect, .labCancelConnect, .labDisconnect, .labGetLinks,
              .labFactoryReset, .labGetInfo, .labSecure, .labPairingAnswer, .labListBonds, .labRemoveBond:
@@ -94,5 +82,50 @@ extension ManagerCommand.PeripheralLookup {
             return address
         }
         self = !addresses.isEmpty ? .addresses(addresses) : retrieve.identifiers.isEmpty ? .everyKnown : .identifiers(retrieve.identifiers)
+    }
+}
+
+extension WireFailure {
+    /// As apps heard each refusal when managerd's shell made it.
+    public init(_ refusal: CommandRefusal) {
+        switch refusal {
+        case .unknownPeripheral(let identifier): self = .unknownPeripheral(identifier)
+        case .notConnected(let identifier): self = .notConnected(identifier)
+        case .neitherHeldNorAwaited(let identifier):
+            self.init(.notFound, "this manager neither holds nor awaits \(identifier)", field: "peripheral", detail: RemoteDetail(bluetoothError: .unknownDevice))
+        case .noLinkWithCentral(let central):
+            self.init(.notFound, "no link with central \(central) on which this stack is the peripheral", field: "central",
+                      detail: RemoteDetail(bluetoothError: .notConnected))
+        case .notPublished(let start):
+            self.init(.notFound, "this manager published no service at handle \(start)", field: "start_handle", detail: RemoteDetail(managerReason: .notPublished))
+        case .requestNotPending(let id):
+            self.init(.notFound, "request \(id) is not waiting for this app's answer (answered already, or timed out)", field: "id",
+                      detail: RemoteDetail(managerReason: .requestNotPending))
+        case .notAnATTError(let code):
+            self.init(.invalidArgument, "ATT error codes are one byte; \(code) is not one", field: "error", detail: RemoteDetail(bluetoothError: .invalidParameters))
+        }
+    }
+}
+
+extension Response {
+    public init(_ reply: CommandReply) {
+        self.init()
+        switch reply {
+        case .ack: ack = .init()
+        case .maximumWriteLength(let length): manager.maximumWriteLength.length = length
+        }
+    }
+
+    /// The app's answer from the controller's return parameters after the status.
+    public init(answering ask: ControllerAsk, returned: ArraySlice<UInt8>) throws(WireFailure) {
+        self.init()
+        switch ask {
+        case .readRSSI:
+            // Return parameters: Connection_Handle, RSSI (Core Vol 4 Part E §7.5.4).
+            guard returned.count >= 3 else { throw WireFailure(.internal, "Read RSSI returned \(returned.count) octets after its status") }
+            manager.rssi.rssi = Int32(Int8(bitPattern: returned[returned.startIndex + 2]))
+        case .connectionUpdate:
+            ack = .init()
+        }
     }
 }

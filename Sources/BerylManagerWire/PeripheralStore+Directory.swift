@@ -7,6 +7,8 @@ import Foundation
 extension PeripheralStore: DeviceDirectory {
     public func identifier(at address: DeviceAddress) -> String? { device(at: address)?.identifier }
 
+    public func address(of identifier: String) -> DeviceAddress? { device(identifier)?.address }
+
     public func seen(_ address: DeviceAddress, name: String?) -> String {
         seen(address, name: name, at: Date().timeIntervalSince1970).identifier
     }

@@ -8,24 +8,16 @@ import BerylStore
 import Foundation
 
 extension ManagerDaemon {
-    func handleCentral(_ asked: ManagerCommand, session: UInt64, _ incoming: IncomingRequest) throws(WireFailure) {
+    /// An app's manager request: the core answers its own commands (`.reply`, `.askController`); the rest need the
+    /// peripheral store or attd.
+    func handleCommand(_ asked: ManagerCommand, session: UInt64, _ incoming: IncomingRequest) throws(WireFailure) {
         switch asked {
-        case .startScan(let key, let request):
-            apply(core.startScan(request, for: key))
-            incoming.respond(.with { $0.ack = .init() })
-            if let store { core.alreadyHeard(by: key, directory: store).forEach(report) }
-        case .stopScan(let key):
-            apply(core.stopScan(for: key))
-            incoming.respond(.with { $0.ack = .init() })
-        case .connect(let key, let identifier, let options):
-            guard let device = store?.device(identifier) else { throw .unknownPeripheral(identifier) }
-            acknowledge(incoming, after: core.connect(key, to: device.identifier, at: device.address, options: options))
-        case .cancelConnection(let key, let identifier):
-            guard let outputs = try? core.cancelConnection(key, to: identifier) else {
-                throw WireFailure(.notFound, "this manager neither holds nor awaits \(identifier)", field: "peripheral",
-                                  detail: RemoteDetail(bluetoothError: .unknownDevice))
+        case .core(let command):
+            nextReply += 1
+            awaitingReply[nextReply] = incoming
+            if let store { apply(core.command(command, from: session, reply: nextReply, directory: store)) } else {
+                apply(core.command(command, from: session, reply: nextReply, directory: NoDevices()))
             }
-            acknowledge(incoming, after: outputs)
         case .retrievePeripherals(let lookup):
             guard let store else { throw WireFailure(.notReady, "the peripheral store is not open") }
             let devices = switch lookup {
@@ -40,31 +32,24 @@ extension ManagerDaemon {
             incoming.respond(.with { $0.manager.peripherals.peripherals = connected.map { info(for: $0) } })
         case .gatt(let operation):
             try forwardGatt(operation, session: session, incoming)
-        case .readRSSI(let identifier):
-            command(HCICommands.readRSSI(handle: try heldLink(identifier, session: session).handle), named: "Read RSSI", answering: incoming) { returned throws(WireFailure) in
-                // Return parameters: Connection_Handle, RSSI (Core Vol 4 Part E §7.5.4).
-                guard returned.count >= 3 else { throw WireFailure(.internal, "Read RSSI returned \(returned.count) octets after its status") }
-                return .with { $0.manager.rssi.rssi = Int32(Int8(bitPattern: returned[returned.startIndex + 2])) }
-            }
-        case .maximumWriteLength(let identifier, let withoutResponse):
-            let link = try heldLink(identifier, session: session)
-            incoming.respond(.with { $0.manager.maximumWriteLength.length = core.maximumWriteLength(on: link.handle, withoutResponse: withoutResponse) })
-        case .setConnectionLatency(let central, let latency):
-            try setConnectionLatency(latency, for: central, incoming)
-        case .registerConnectionEvents(let key, let interest):
-            core.connectionInterests.register(key, interest)
-            incoming.respond(.with { $0.ack = .init() })
-        default:
+        case .addService, .updateValue, .answerPairing:
             try handlePeripheral(asked, session: session, incoming)
         }
     }
 
-    /// The command's record is written before it is acknowledged; what it asks of the controller, and the events it
-    /// makes (a link already up is connected at once), follow the acknowledgement.
-    func acknowledge(_ incoming: IncomingRequest, after outputs: [ManagerCore<Beryl_Ipc_V1_ManagerEvent>.Output]) {
-        apply(outputs.filter(\.isRecord))
-        incoming.respond(.with { $0.ack = .init() })
-        apply(outputs.filter { !$0.isRecord })
+    /// The core's answer to an app's command it took (`handleCommand`).
+    func answer(_ token: UInt64, _ result: Result<CommandReply, CommandRefusal>) {
+        guard let incoming = awaitingReply.removeValue(forKey: token) else { return }
+        switch result {
+        case .success(let reply): incoming.respond(Response(reply))
+        case .failure(let refusal): incoming.fail(WireFailure(refusal))
+        }
+    }
+
+    /// The controller's answer to what an app's command asked of it answers the app.
+    func ask(_ ask: ControllerAsk, answering token: UInt64) {
+        guard let incoming = awaitingReply.removeValue(forKey: token) else { return }
+        command(ask.packet, named: ask.name, answering: incoming) { returned throws(WireFailure) in try Response(answering: ask, returned: returned) }
     }
 
     /// The link this session holds to a peripheral.
@@ -225,4 +210,11 @@ extension ManagerDaemon {
         guard let (identifier, holders) = audience, let wire = Beryl_Ipc_V1_ManagerEvent(event, peripheral: identifier) else { return }
         for holder in holders where only == nil || holder == only { send(wire, to: holder) }
     }
+}
+
+/// A directory with no devices, for a managerd whose peripheral store did not open: nothing is known.
+private struct NoDevices: DeviceDirectory {
+    func identifier(at address: DeviceAddress) -> String? { nil }
+    func seen(_ address: DeviceAddress, name: String?) -> String { "" }
+    func address(of identifier: String) -> DeviceAddress? { nil }
 }

@@ -15,21 +15,6 @@ extension ManagerDaemon {
         .with { $0.authorization = core.catalog.mayUseBluetooth(appID: appID, uid: uid) ? .allowedAlways : .denied }
     }
 
-    /// CBPeripheralManager.setDesiredConnectionLatency(_:for:): this stack is the peripheral on the central's link,
-    /// so it asks the central through the Link Layer (LE Connection Update from the peripheral starts the Connection
-    /// Parameters Request procedure, Core Vol 4 Part E §7.8.18). The answer says the controller took the request; the
-    /// central may still refuse it, as on iOS.
-    func setConnectionLatency(_ latency: ConnectionLatency, for central: String, _ incoming: IncomingRequest) throws(WireFailure) {
-        guard let link = core.link(toCentral: central) else {
-            throw WireFailure(.notFound, "no link with central \(central) on which this stack is the peripheral", field: "central",
-                              detail: RemoteDetail(bluetoothError: .notConnected))
-        }
-        let parameters = latency.parameters
-        command(HCICommands.leConnectionUpdate(handle: link.handle, intervalMin: parameters.intervalMin, intervalMax: parameters.intervalMax,
-                                               latency: parameters.latency, supervisionTimeout: parameters.timeout),
-                named: "LE Connection Update", answering: incoming)
-    }
-
     /// Tells a manager that registered for connection events of a link that came up or went.
     func announce(_ change: ManagerCore<Beryl_Ipc_V1_ManagerEvent>.LinkChange, identifier: String, to key: ManagerKey) {
         guard let device = store?.device(identifier) else { return }

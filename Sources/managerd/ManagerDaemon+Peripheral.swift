@@ -36,38 +36,6 @@ extension ManagerDaemon {
                 }
                 incoming.respond(.with { $0.manager.serviceAdded = published })
             }
-        case .removeService(let owner, let startHandle):
-            guard let start = UInt16(exactly: startHandle), let outputs = try? core.removeService(start: start, owner: owner) else {
-                throw WireFailure(.notFound, "this manager published no service at handle \(startHandle)", field: "start_handle",
-                                  detail: RemoteDetail(managerReason: .notPublished))
-            }
-            apply(outputs)
-            incoming.respond(.with { $0.ack = .init() })
-        case .removeAllServices(let owner):
-            apply(core.removeAllServices(of: owner))
-            incoming.respond(.with { $0.ack = .init() })
-        case .startAdvertising(let key, let advertiser):
-            apply(core.startAdvertising(advertiser, for: key))
-            incoming.respond(.with { $0.ack = .init() })
-            updateAdvertising { [unowned self] error in
-                send(.with { $0.advertisingStarted = .with { $0.manager = key.manager; $0.error = error ?? "" } }, to: session)
-            }
-        case .stopAdvertising(let key):
-            apply(core.stopAdvertising(for: key))
-            incoming.respond(.with { $0.ack = .init() })
-        case .respond(let id, let error, let value):
-            let request: PeripheralRouter.Request
-            do {
-                request = try core.router.answer(id, from: .session(session), attError: error)
-            } catch .notPending {
-                throw WireFailure(.notFound, "request \(id) is not waiting for this app's answer (answered already, or timed out)", field: "id",
-                                  detail: RemoteDetail(managerReason: .requestNotPending))
-            } catch {
-                throw WireFailure(.invalidArgument, "ATT error codes are one byte; \(error) is not one", field: "error",
-                                  detail: RemoteDetail(bluetoothError: .invalidParameters))
-            }
-            answerAttd(id, isRead: request == .read, value: value, error: error)
-            incoming.respond(.with { $0.ack = .init() })
         case .updateValue(let key, let update):
             guard let valueHandle = UInt16(exactly: update.valueHandle), core.router.owns(key, handle: valueHandle) else {
                 throw .notPublished(update.valueHandle, field: "value_handle")
@@ -92,7 +60,7 @@ extension ManagerDaemon {
             }
             try forwardToAttd(.with { $0.att = .init(pairingAnswerOn: link, accept: accept, passkey: passkey) }, incoming)
         default:
-            throw WireFailure(.unsupported, "not a peripheral request")
+            throw WireFailure(.unsupported, "not a request for attd")
         }
     }
 

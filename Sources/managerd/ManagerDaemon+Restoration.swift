@@ -93,6 +93,18 @@ extension ManagerDaemon {
                 forgetUpdateSender(session)
             case .forgetWrites(let session, let link):
                 forgetWriteSender(session, on: link)
+            case .reply(let token, let result):
+                answer(token, result)
+            case .askController(let token, let controllerAsk):
+                ask(controllerAsk, answering: token)
+            case .discovered(let discovery):
+                report(discovery)
+            case .advertisingAsked(let key):
+                updateAdvertising { [unowned self] error in
+                    send(.with { $0.advertisingStarted = .with { $0.manager = key.manager; $0.error = error ?? "" } }, to: key.holder)
+                }
+            case .answerRemote(let id, let isRead, let value, let attError):
+                answerAttd(id, isRead: isRead, value: value, error: UInt32(attError))
             case .writesReadyAfresh(let link):
                 forwardToHolders(.gattWriteReady(.with { $0.connectionHandle = UInt32(link) }), connectionHandle: UInt32(link))
             }

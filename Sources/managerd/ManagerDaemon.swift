@@ -33,6 +33,9 @@ final class ManagerDaemon {
     var controllerScan: ControllerScan?
     /// GATT requests waiting for their link's bearer, by the core's token (`GattStep.waitForBearer`).
     var gattWaiting: [UInt64: () -> Void] = [:]
+    /// Apps' requests the core is to answer (`.reply`, `.askController`), by the token it was given.
+    var awaitingReply: [UInt64: IncomingRequest] = [:]
+    var nextReply: UInt64 = 0
 
     // Apps, background and restoration.
     let appsDir: String?
@@ -415,6 +418,6 @@ final class ManagerDaemon {
             throw WireFailure(.notReady, "API misuse: the manager is not powered on (state \(state)); wait for the poweredOn state")
         }
         guard let command = try ManagerCommand(kind, session: session.id) else { throw WireFailure(.unsupported, "not a manager's command") }
-        try handleCentral(command, session: session.id, incoming)
+        try handleCommand(command, session: session.id, incoming)
     }
 }

@@ -266,6 +266,7 @@ final class ManagerCoreCentralTests: XCTestCase {
         var identifiers: [DeviceAddress: String] = [:]
         var names: [String: String] = [:]
         func identifier(at address: DeviceAddress) -> String? { identifiers[address] }
+        func address(of identifier: String) -> DeviceAddress? { identifiers.first { $0.value == identifier }?.key }
         func seen(_ address: DeviceAddress, name: String?) -> String {
             let identifier = identifiers[address, default: "P\(identifiers.count + 1)"]
             identifiers[address] = identifier

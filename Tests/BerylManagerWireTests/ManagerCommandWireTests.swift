@@ -22,8 +22,8 @@ final class ManagerCommandWireTests: XCTestCase {
     func testAScanIsTypedAndItsUUIDsChecked() throws {
         let start = Kind.startScan(.with { $0.manager = 2; $0.serviceUuids = ["180D"]; $0.solicitedServiceUuids = ["FEAA"]; $0.allowDuplicates = true })
         XCTAssertEqual(try ManagerCommand(start, session: 7),
-                       .startScan(ManagerKey(session: 7, manager: 2), ScanRequest(services: [BluetoothUUID(0x180D)], allowDuplicates: true,
-                                                                                  solicited: [BluetoothUUID(0xFEAA)])))
+                       .core(.startScan(ManagerKey(session: 7, manager: 2), ScanRequest(services: [BluetoothUUID(0x180D)], allowDuplicates: true,
+                                                                                        solicited: [BluetoothUUID(0xFEAA)]))))
         XCTAssertEqual(refusal(.startScan(.with { $0.serviceUuids = ["180D", "heart"] }))?.field, "service_uuids")
         XCTAssertEqual(refusal(.startScan(.with { $0.solicitedServiceUuids = ["12345"] }))?.field, "solicited_service_uuids")
         XCTAssertEqual(refusal(.startScan(.with { $0.serviceUuids = ["heart"] }))?.code, .invalidArgument)
@@ -31,7 +31,7 @@ final class ManagerCommandWireTests: XCTestCase {
 
     func testAdvertisingAndConnectedRetrievalCheckTheirUUIDs() throws {
         XCTAssertEqual(try ManagerCommand(.startAdvertising(.with { $0.manager = 1; $0.localName = "Thermo"; $0.serviceUuids = ["181A"] }), session: 7),
-                       .startAdvertising(ManagerKey(session: 7, manager: 1), Advertiser(localName: "Thermo", serviceUUIDs: [BluetoothUUID(0x181A)])))
+                       .core(.startAdvertising(ManagerKey(session: 7, manager: 1), Advertiser(localName: "Thermo", serviceUUIDs: [BluetoothUUID(0x181A)]))))
         XCTAssertEqual(refusal(.startAdvertising(.with { $0.serviceUuids = ["not-a-uuid"] }))?.field, "service_uuids")
         XCTAssertEqual(refusal(.retrieveConnected(.with { $0.serviceUuids = ["xyz"] }))?.field, "service_uuids")
     }
@@ -56,7 +56,7 @@ final class ManagerCommandWireTests: XCTestCase {
 
     func testALatencyIsOneOfCoreBluetoothsThree() throws {
         XCTAssertEqual(try ManagerCommand(.setConnectionLatency(.with { $0.central = "C"; $0.latency = .high }), session: 7),
-                       .setConnectionLatency(central: "C", .high))
+                       .core(.setConnectionLatency(central: "C", .high)))
         let unknown = refusal(.setConnectionLatency(.with { $0.central = "C"; $0.latency = .UNRECOGNIZED(9) }))
         XCTAssertEqual(unknown?.field, "latency")
         XCTAssertEqual(unknown?.code, .invalidArgument)
@@ -67,18 +67,18 @@ final class ManagerCommandWireTests: XCTestCase {
         let identifier = "6f3c1a9e-0000-4000-8000-00000000000a"
         XCTAssertEqual(try ManagerCommand(.registerConnectionEvents(.with { $0.manager = 3; $0.peripheralUuids = [identifier]; $0.serviceUuids = ["180D"] }),
                                           session: 7),
-                       .registerConnectionEvents(ManagerKey(session: 7, manager: 3),
-                                                 .init(peripherals: [identifier.uppercased()], services: [BluetoothUUID(0x180D)])))
+                       .core(.registerConnectionEvents(ManagerKey(session: 7, manager: 3),
+                                                       .init(peripherals: [identifier.uppercased()], services: [BluetoothUUID(0x180D)]))))
         XCTAssertEqual(refusal(.registerConnectionEvents(.with { $0.peripheralUuids = ["lock"] }))?.field, "peripheral_uuids")
         XCTAssertEqual(refusal(.registerConnectionEvents(.with { $0.serviceUuids = ["lock"] }))?.field, "service_uuids")
     }
 
-    // An answer's error code is checked by the router once it knows the request (one not pending is refused as that).
+    // An answer's error code is checked by the core once it knows the request (one not pending is refused as that).
     func testAnAnswerKeepsItsCodeAsSent() throws {
         XCTAssertEqual(try ManagerCommand(.respond(.with { $0.id = 9; $0.error = 0x1FF; $0.value = Data([1, 2]) }), session: 7),
-                       .respond(id: 9, error: 0x1FF, value: [1, 2]))
+                       .core(.respond(id: 9, attError: 0x1FF, value: [1, 2])))
         XCTAssertEqual(try ManagerCommand(.removeService(.with { $0.manager = 1; $0.startHandle = 70_000 }), session: 7),
-                       .removeService(ManagerKey(session: 7, manager: 1), start: 70_000), "a handle out of range is not this manager's: refused as not found")
+                       .core(.removeService(ManagerKey(session: 7, manager: 1), start: 70_000)), "a handle out of range is not this manager's: refused as not found")
     }
 
     func testRequestsThatAreNotAManagersAreLeftToTheirHandlers() throws {
@@ -86,5 +86,35 @@ final class ManagerCommandWireTests: XCTestCase {
                               .listApps(.init()), .launchApp(.init()), .stopApp(.init()), .setAppState(.init()), .labOpen(.init()), .labScan(.init()),
                               .labRemoveBond(.init())]
         for kind in others { XCTAssertNil(try ManagerCommand(kind, session: 7), "\(kind)") }
+    }
+
+    // Each refusal of the core reads as the error apps heard when managerd's shell made it: code, field and the
+    // Core Bluetooth error or manager reason in the detail.
+    func testEachCommandRefusalKeepsItsWireForm() {
+        let cases: [(CommandRefusal, IPCErrorCode, String, RemoteDetail?)] = [
+            (.unknownPeripheral("P"), .notFound, "peripheral", RemoteDetail(bluetoothError: .unknownDevice)),
+            (.notConnected("P"), .notFound, "peripheral", RemoteDetail(bluetoothError: .notConnected)),
+            (.neitherHeldNorAwaited("P"), .notFound, "peripheral", RemoteDetail(bluetoothError: .unknownDevice)),
+            (.noLinkWithCentral("C"), .notFound, "central", RemoteDetail(bluetoothError: .notConnected)),
+            (.notPublished(startHandle: 70_000), .notFound, "start_handle", RemoteDetail(managerReason: .notPublished)),
+            (.requestNotPending(id: 4), .notFound, "id", RemoteDetail(managerReason: .requestNotPending)),
+            (.notAnATTError(0x1FF), .invalidArgument, "error", RemoteDetail(bluetoothError: .invalidParameters)),
+        ]
+        for (refusal, code, field, detail) in cases {
+            let failure = WireFailure(refusal)
+            XCTAssertEqual(failure.code, code, "\(refusal)")
+            XCTAssertEqual(failure.field, field, "\(refusal)")
+            XCTAssertEqual(failure.detail, detail, "\(refusal)")
+        }
+    }
+
+    // Read RSSI's return parameters are Connection_Handle then RSSI (Core Vol 4 Part E §7.5.4); fewer is the
+    // controller's fault, not a value.
+    func testTheControllersAnswerAnswersTheApp() throws {
+        let rssi = try Response(answering: .readRSSI(link: 0x40), returned: [0x40, 0x00, 0xC4][...])
+        XCTAssertEqual(rssi.manager.rssi.rssi, -60)
+        XCTAssertThrowsError(try Response(answering: .readRSSI(link: 0x40), returned: [0x40, 0x00][...]))
+        XCTAssertEqual(try Response(answering: .connectionUpdate(link: 0x41, ConnectionLatency.low.parameters), returned: [][...]).kind, .ack(.init()))
+        XCTAssertEqual(ControllerAsk.readRSSI(link: 0x40).packet.parameters, [0x40, 0x00])
     }
 }
