@@ -48,6 +48,8 @@ final class ManagerCommandWireTests: XCTestCase {
         XCTAssertEqual(bad?.code, .invalidArgument)
     }
 
+    // Fields are checked before any state: a request naming no operation is refused as such, whether or not the app
+    // holds the peripheral (before the decode, the link was looked up first).
     func testAGattRequestNamesAnOperation() throws {
         XCTAssertEqual(refusal(.gatt(.with { $0.peripheral = "A" }))?.field, "kind")
         let read = Beryl_Ipc_V1_GattOperation.with { $0.peripheral = "A"; $0.read.handle = 3 }
@@ -91,20 +93,22 @@ final class ManagerCommandWireTests: XCTestCase {
     // Each refusal of the core reads as the error apps heard when managerd's shell made it: code, field and the
     // Core Bluetooth error or manager reason in the detail.
     func testEachCommandRefusalKeepsItsWireForm() {
-        let cases: [(CommandRefusal, IPCErrorCode, String, RemoteDetail?)] = [
-            (.unknownPeripheral("P"), .notFound, "peripheral", RemoteDetail(bluetoothError: .unknownDevice)),
-            (.notConnected("P"), .notFound, "peripheral", RemoteDetail(bluetoothError: .notConnected)),
-            (.neitherHeldNorAwaited("P"), .notFound, "peripheral", RemoteDetail(bluetoothError: .unknownDevice)),
-            (.noLinkWithCentral("C"), .notFound, "central", RemoteDetail(bluetoothError: .notConnected)),
-            (.notPublished(startHandle: 70_000), .notFound, "start_handle", RemoteDetail(managerReason: .notPublished)),
-            (.requestNotPending(id: 4), .notFound, "id", RemoteDetail(managerReason: .requestNotPending)),
-            (.notAnATTError(0x1FF), .invalidArgument, "error", RemoteDetail(bluetoothError: .invalidParameters)),
+        let cases: [(CommandRefusal, IPCErrorCode, String, RemoteDetail, String)] = [
+            (.unknownPeripheral("P"), .notFound, "peripheral", RemoteDetail(bluetoothError: .unknownDevice), "no peripheral P is known"),
+            (.notConnected("P"), .notFound, "peripheral", RemoteDetail(bluetoothError: .notConnected), "peripheral P is not connected for this app"),
+            (.neitherHeldNorAwaited("P"), .notFound, "peripheral", RemoteDetail(bluetoothError: .unknownDevice), "this manager neither holds nor awaits P"),
+            (.noLinkWithCentral("C"), .notFound, "central", RemoteDetail(bluetoothError: .notConnected), "no link with central C"),
+            (.notPublished(startHandle: 70_000), .notFound, "start_handle", RemoteDetail(managerReason: .notPublished),
+             "this manager published no service at handle 70000"),
+            (.requestNotPending(id: 4), .notFound, "id", RemoteDetail(managerReason: .requestNotPending), "request 4 is not waiting for this app's answer"),
+            (.notAnATTError(0x1FF), .invalidArgument, "error", RemoteDetail(bluetoothError: .invalidParameters), "ATT error codes are one byte; 511"),
         ]
-        for (refusal, code, field, detail) in cases {
+        for (refusal, code, field, detail, message) in cases {
             let failure = WireFailure(refusal)
             XCTAssertEqual(failure.code, code, "\(refusal)")
             XCTAssertEqual(failure.field, field, "\(refusal)")
             XCTAssertEqual(failure.detail, detail, "\(refusal)")
+            XCTAssertTrue(failure.message.hasPrefix(message), "\(refusal): \(failure.message)")
         }
     }
 
