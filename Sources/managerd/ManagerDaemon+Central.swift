@@ -14,10 +14,12 @@ extension ManagerDaemon {
         switch asked {
         case .core(let command):
             nextReply += 1
-            awaitingReply[nextReply] = incoming
-            if let store { apply(core.command(command, from: session, reply: nextReply, directory: store)) } else {
-                apply(core.command(command, from: session, reply: nextReply, directory: NoDevices()))
-            }
+            let token = nextReply
+            awaitingReply[token] = incoming
+            let directory: any DeviceDirectory = store ?? NoDevices()
+            apply(core.command(command, from: session, reply: token, directory: directory))
+            // The core answers every command at once; one it left unanswered would otherwise wait for the app's timeout.
+            awaitingReply.removeValue(forKey: token)?.fail(.internal, "managerd's core did not answer this request")
         case .retrievePeripherals(let lookup):
             guard let store else { throw WireFailure(.notReady, "the peripheral store is not open") }
             let devices = switch lookup {
