@@ -153,6 +153,29 @@ extension ManagerCore {
         return .success(greeting)
     }
 
+    /// The Welcome's wake number for a session that said Hello (a launch's first Hello starts its wake).
+    public mutating func welcomeWake(_ session: UInt64, at now: Duration) -> UInt64 {
+        let appID = sessions[session]?.appID ?? ""
+        return life.hello(appID, session: session, rules: rules(for: appID), at: now)
+    }
+
+    /// The session handled every event up to `wake`; its app is idle once all its sessions have.
+    public mutating func sessionIdle(_ session: UInt64, upTo wake: UInt64, at now: Duration) -> [Output] {
+        guard let appID = sessions[session]?.appID,
+              let awake = life.idle(session: session, upTo: wake, app: appID, sessions: sessions(of: appID), at: now) else { return [] }
+        return [.idleAgain(appID: appID, after: awake)]
+    }
+
+    /// A closing session's part in its app's life: an app this stack did not launch stops running with its last
+    /// session, and a wake its sessions were in may end.
+    mutating func lifecycleSessionClosed(_ session: UInt64, at now: Duration) -> [Output] {
+        guard let appID = sessions[session]?.appID, !appID.isEmpty else { return [] }
+        let remaining = sessions(of: appID).filter { $0 != session }
+        guard let awake = life.sessionClosed(session, app: appID, remaining: remaining, launchedHere: launches.processes[appID] != nil,
+                                             at: now) else { return [] }
+        return [.idleAgain(appID: appID, after: awake)]
+    }
+
     /// Who hears the stack's state change: sessions welcomed already, in the order they came. One told before its
     /// Hello was answered heard poweredOn ahead of its Welcome: its app added its services, and the Welcome's reset
     /// clearing then removed them.

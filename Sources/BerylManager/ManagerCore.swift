@@ -50,6 +50,8 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         case suspended(appID: String, after: Duration)
         /// An app awake in the background overran its budget: the shell ends its processes, as iOS ends such an app.
         case overran(appID: String)
+        /// The app's wake ended, after it was awake this long: its sessions went idle or closed.
+        case idleAgain(appID: String, after: Duration)
         /// A GATT request that waited for its link's bearer (`gattAsked`) is to be asked again.
         case gattResumed(token: UInt64)
         /// A new attd counts writes without response from zero on this link: its holders hear a GattWriteReady.
@@ -160,18 +162,18 @@ public struct ManagerCore<Event: Sendable>: Sendable {
 
     /// A session closed. A preserved manager's work stays, held under its own id, unless the user quit the app (or
     /// the session never named one); everything else the session held goes.
-    public mutating func sessionClosed(_ session: UInt64, poweredOn: Bool) -> [Output] {
+    public mutating func sessionClosed(_ session: UInt64, poweredOn: Bool, at now: Duration) -> [Output] {
         let holder = ManagerHolder.session(session)
+        var outputs = lifecycleSessionClosed(session, at: now)
         let quitting = sessions.removeValue(forKey: session)?.quitting == true
         connectionInterests.remove(holder)
         scans.paused.remove(holder)
         scans.coalesced.remove(holder)
-        var outputs: [Output] = []
         if let preserved = restoration.manager(heldBy: holder) {
             if quitting || preserved.appID.isEmpty {
-                outputs = discard(preserved.id)
+                outputs += discard(preserved.id)
             } else if let preservedWork = preserveOnClose(session, poweredOn: poweredOn) {
-                return preservedWork
+                return outputs + preservedWork
             }
         }
         return outputs + releaseWork(of: holder)

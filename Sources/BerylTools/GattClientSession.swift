@@ -83,7 +83,7 @@ public final class GattClientSession {
     private func connect() {
         // 30 ms interval, 2 s supervision timeout.
         command(HCICommands.leCreateConnection(peer: peer, interval: 24, supervisionTimeout: 200)) { [unowned self] result in
-            let status = (try? result.get())?.hci.commandResult.parameters.first ?? 0xFF
+            let status = (try? result.get())?.hci.commandResult.status ?? 0xFF
             if status != 0 { self.finish(failure: "LE Create Connection refused (status 0x\(String(status, radix: 16)))") }
         }
     }

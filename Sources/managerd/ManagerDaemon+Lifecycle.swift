@@ -74,29 +74,7 @@ extension ManagerDaemon {
 
     // MARK: Wakes and deadlines
 
-    /// A session said Hello: the Welcome's wake number (a launch's first Hello starts its wake).
-    func lifecycleHello(_ appID: String, session: UInt64) -> UInt64 {
-        let wake = core.life.hello(appID, session: session, rules: core.rules(for: appID), at: host.loop.uptime)
-        logWakes()
-        return wake
-    }
-
-    /// A session has handled everything up to `wake`; the app is idle once all its sessions have.
-    func sessionIdle(_ session: UInt64, appID: String, wake: UInt64) {
-        if let awake = core.life.idle(session: session, upTo: wake, app: appID, sessions: sessionsOf(appID).map(\.id), at: host.loop.uptime) {
-            host.logger.info("\(appID) is idle again after \(awake) awake")
-        }
-    }
-
-    func lifecycleSessionClosed(_ session: UInt64, appID: String) {
-        let remaining = sessionsOf(appID).map(\.id).filter { $0 != session }
-        if let awake = core.life.sessionClosed(session, app: appID, remaining: remaining, launchedHere: core.launches.processes[appID] != nil,
-                                          at: host.loop.uptime) {
-            host.logger.info("\(appID) is idle again after \(awake) awake")
-        }
-    }
-
-    private func logWakes() {
+    func logWakes() {
         let begun = core.life.takeWakesBegun()
         for wake in begun { host.logger.info("\(wake.app) woken in the background (budget \(wake.budget))") }
         if !begun.isEmpty { armDeadline() }

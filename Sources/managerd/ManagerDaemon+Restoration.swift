@@ -87,6 +87,8 @@ extension ManagerDaemon {
                 host.logger.info("\(appID) is suspended (foreground-only, \(after) in the background)")
             case .overran(let appID):
                 endOverrunningApp(appID)
+            case .idleAgain(let appID, let awake):
+                host.logger.info("\(appID) is idle again after \(awake) awake")
             case .gattResumed(let token):
                 gattWaiting.removeValue(forKey: token)?()
             case .forgetUpdates(let session):

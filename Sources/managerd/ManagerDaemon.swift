@@ -190,9 +190,7 @@ final class ManagerDaemon {
         hcid.request(request) { [unowned self] result in
             switch result {
             case .success(let response):
-                let parameters = Array(response.hci.commandResult.parameters)
-                // Command Complete: Num_HCI_Command_Packets and the opcode come first (Core Vol 4 Part E §7.7.14).
-                then(.success(response.hci.commandResult.eventCode == UInt32(HCIEventCode.commandComplete.rawValue) ? Array(parameters.dropFirst(3)) : parameters))
+                then(.success(response.hci.commandResult.statusAndReturnParameters))
             case .failure(let error):
                 self.host.logger.warning("HCI 0x\(String(packet.opcode, radix: 16)) failed: \(error)")
                 then(.failure(error))
@@ -335,13 +333,12 @@ final class ManagerDaemon {
     // MARK: Sessions
 
     private func sessionClosed(_ id: UInt64) {
-        if let app = core.sessions[id], !app.appID.isEmpty { lifecycleSessionClosed(id, appID: app.appID) }
         if lab.isLabSession(id) { host.logger.info("lab session \(id) closed") }
         applyLab(lab.sessionClosed(id, book: book))
         alertSubscribers[id] = nil
         forgetUpdateSender(id)
         let preserved = core.restoration.manager(heldBy: .session(id))
-        apply(core.sessionClosed(id, poweredOn: state == .poweredOn))
+        apply(core.sessionClosed(id, poweredOn: state == .poweredOn, at: host.loop.uptime))
         if let preserved, let kept = core.restoration.manager(id: preserved.id), !kept.live {
             host.logger.info("\(kept.appID) is gone; its \(kept.role) manager \(kept.restoreID) is preserved")
         }
@@ -368,7 +365,8 @@ final class ManagerDaemon {
         let greeting = try bindSession(hello, session: session)
         var restored: (Beryl_Ipc_V1_PreservedState, [Beryl_Ipc_V1_ManagerEvent])?
         if case .restoring(let preserved) = greeting { restored = restore(preserved, into: session.id) }
-        let welcomeWake = lifecycleHello(hello.appID, session: session.id)
+        let welcomeWake = core.welcomeWake(session.id, at: host.loop.uptime)
+        logWakes()
         incoming.respond(.with {
             $0.manager.welcome = .with {
                 $0.sessionID = session.id
@@ -400,7 +398,7 @@ final class ManagerDaemon {
             incoming.respond(.with { $0.manager.capabilities = capabilities(appID: ask.appID, uid: session.peer.uid) })
             return
         case .appIdle(let idle):
-            sessionIdle(session.id, appID: app.appID, wake: idle.wake)
+            apply(core.sessionIdle(session.id, upTo: idle.wake, at: host.loop.uptime))
             incoming.respond(.with { $0.ack = .init() })
             return
         case .subscribeAlerts:

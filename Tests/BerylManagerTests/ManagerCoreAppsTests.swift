@@ -44,7 +44,7 @@ final class ManagerCoreAppsTests: XCTestCase {
         guard case .success(.made) = core.hello(6, appID: appID, uid: 1001, restoreID: "door", role: .peripheral) else {
             return XCTFail("the same identifier in the other role is another manager")
         }
-        _ = core.sessionClosed(5, poweredOn: true)
+        _ = core.sessionClosed(5, poweredOn: true, at: .zero)
         XCTAssertEqual(core.hello(7, appID: appID, uid: 1001, restoreID: "door", role: .central), .success(.restoring(preservedID: id)))
     }
 
@@ -104,7 +104,7 @@ final class ManagerCoreAppsTests: XCTestCase {
               case .success(.made(let chime)) = core.hello(6, appID: appID, uid: 1001, restoreID: "chime", role: .peripheral) else {
             return XCTFail("both managers are made")
         }
-        _ = core.sessionClosed(6, poweredOn: true)
+        _ = core.sessionClosed(6, poweredOn: true, at: .zero)
         let outputs = core.userQuit(appID)
         XCTAssertEqual(outputs.filter(\.isRecord), [.forget(appID: appID, restoreID: "door", role: .central),
                                                     .forget(appID: appID, restoreID: "chime", role: .peripheral), .forgetApp(appID: appID)])
@@ -196,5 +196,27 @@ final class ManagerCoreAppsTests: XCTestCase {
         XCTAssertNil(plain.manifest)
         XCTAssertEqual(plain.pids, [5000])
         XCTAssertEqual(plain.state, .foreground)
+    }
+
+    // BackgroundWakeTests, in the core: an app this stack did not launch, woken in the background with two sessions,
+    // stays awake while one of them owes its event, and is idle and not running once the last closes; the core counts
+    // the app's sessions itself.
+    func testAWakeEndsWithTheAppsLastSessionAndTheCoreSaysHowLongItLasted() throws {
+        let manifest = try AppManifestParser.parse(
+            Data(#"{"id": "com.example.doorlock", "user": "doorlock", "backgroundModes": ["bluetooth-central"], "wakeBudgetSeconds": 10}"#.utf8),
+            file: "/etc/beryl/apps/doorlock.json", lookup: { $0 == "doorlock" ? Account(uid: 1001, gid: 1001) : nil })
+        var core = Core()
+        core.catalog = AppCatalog([manifest])
+        for session: UInt64 in [1, 2] { _ = core.hello(session, appID: appID, uid: 1001, restoreID: "", role: .central) }
+        XCTAssertEqual(core.welcomeWake(1, at: .zero), 0, "started by its user: no wake yet")
+        _ = core.setLifecycle(appID, .background, at: .zero)
+        XCTAssertEqual(core.admit("heard", as: .work, replacing: nil, for: 1, at: .seconds(1)), .deliver(wake: 1))
+        XCTAssertEqual(core.admit("heard", as: .work, replacing: nil, for: 2, at: .seconds(1)), .deliver(wake: 1))
+        XCTAssertTrue(core.sessionIdle(1, upTo: 1, at: .seconds(2)).isEmpty, "session 2 still owes its event")
+        XCTAssertTrue(core.sessionClosed(1, poweredOn: true, at: .seconds(2)).allSatisfy { if case .idleAgain = $0 { false } else { true } })
+        XCTAssertEqual(core.lifecycle(of: appID), .background)
+        let closing = core.sessionClosed(2, poweredOn: true, at: .seconds(4))
+        guard case .idleAgain(appID, .seconds(3))? = closing.first else { return XCTFail("the wake ends with the last session: \(closing)") }
+        XCTAssertEqual(core.lifecycle(of: appID), .notRunning)
     }
 }

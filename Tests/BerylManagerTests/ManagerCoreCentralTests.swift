@@ -102,7 +102,7 @@ final class ManagerCoreCentralTests: XCTestCase {
         _ = core.linkDown(handle: 0x40, reason: 0x16, stackFailed: true)
         _ = core.startScan(ScanRequest(), for: key)
         XCTAssertEqual(record(door, in: core)?.links, [PreservedState.Link(identifier: "L", pending: true, options: .init(notifyOnDisconnection: true))])
-        let closed = core.sessionClosed(5, poweredOn: true)
+        let closed = core.sessionClosed(5, poweredOn: true, at: .zero)
         XCTAssertEqual(closed.last, .persist(preservedID: door.id))
         XCTAssertTrue(closed.contains(.connections(.controller(.connect(lock)))), "the preserved manager asks for it again")
         let away = ManagerKey(.preserved(door.id), manager: 1)
@@ -121,7 +121,7 @@ final class ManagerCoreCentralTests: XCTestCase {
         XCTAssertEqual(outputs, [.persist(preservedID: door.id), .connections(.event(.disconnected(key, identifier: "L", reason: 0)))])
         XCTAssertEqual(record(door, in: core)?.links, [])
         XCTAssertThrowsError(try core.cancelConnection(key, to: "L"), "nothing is held or awaited any more")
-        _ = core.sessionClosed(5, poweredOn: true)
+        _ = core.sessionClosed(5, poweredOn: true, at: .zero)
         XCTAssertEqual(core.book.pendingIdentifiers, [], "nothing is asked for again")
     }
 
@@ -146,7 +146,7 @@ final class ManagerCoreCentralTests: XCTestCase {
         _ = core.connect(key, to: "L", at: lock, options: .init())
         _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
         _ = core.notifyChanged(3, enabled: true, on: "L", by: key.holder)
-        _ = core.sessionClosed(5, poweredOn: true)
+        _ = core.sessionClosed(5, poweredOn: true, at: .zero)
         let down = core.linkDown(handle: 0x40, reason: 0x16, stackFailed: true)
         XCTAssertTrue(down.contains(.connections(.controller(.connect(lock)))))
         _ = core.linkUp(handle: 0x41, identifier: "L", address: lock, isCentral: true)

@@ -17,7 +17,7 @@ final class ManagerCoreTests: XCTestCase {
     /// The user quit the app of this session (`beryl app quit`), and the session closed.
     private func quit(_ session: UInt64, in core: inout Core) -> [Core.Output] {
         core.sessions[session, default: .init()].quitting = true
-        return core.sessionClosed(session, poweredOn: true)
+        return core.sessionClosed(session, poweredOn: true, at: .zero)
     }
 
     /// A central app (session 5) that opted into restoration, holds a link to the lock (0x40) and scans.
@@ -49,7 +49,7 @@ final class ManagerCoreTests: XCTestCase {
 
     func testAnAppThatGoesLeavesItsWorkHeldUnderThePreservedManagersOwnId() throws {
         var (core, made) = try centralWithALink()
-        XCTAssertEqual(core.sessionClosed(5, poweredOn: true), [.persist(preservedID: made.id)],
+        XCTAssertEqual(core.sessionClosed(5, poweredOn: true, at: .zero), [.persist(preservedID: made.id)],
                        "nothing is released: no disconnect, no scan change; the record is written once the work has moved")
         let held = ManagerKey(.preserved(made.id), manager: 1)
         XCTAssertEqual(core.book.link(for: "L")?.holders, [held])
@@ -72,7 +72,7 @@ final class ManagerCoreTests: XCTestCase {
 
     func testDiscardingAManagerWhoseAppIsAwayReleasesItsWork() throws {
         var (core, made) = try centralWithALink()
-        _ = core.sessionClosed(5, poweredOn: true)
+        _ = core.sessionClosed(5, poweredOn: true, at: .zero)
         let outputs = core.discard(made.id)
         XCTAssertEqual(outputs.first, .forget(appID: "lock", restoreID: "door", role: .central))
         XCTAssertTrue(outputs.contains(.connections(.controller(.disconnect(handle: 0x40)))), "\(outputs)")
@@ -81,7 +81,7 @@ final class ManagerCoreTests: XCTestCase {
 
     func testTheAppBackGetsItsWorkAndWhatWasHeldInOrder() throws {
         var (core, made) = try centralWithALink()
-        _ = core.sessionClosed(5, poweredOn: true)
+        _ = core.sessionClosed(5, poweredOn: true, at: .zero)
         _ = core.restoration.hold("disconnected L", replacing: nil, for: made.id)
         _ = core.restoration.hold("connected L", replacing: nil, for: made.id)
         let restored = try XCTUnwrap(core.restore(made.id, into: 9, name: name))
@@ -108,7 +108,7 @@ final class ManagerCoreTests: XCTestCase {
     /// The door lock: the link of a manager whose app is away drops, and it is asked for again instead of told.
     func testALinkOfAnAwayAppDropsAndIsAskedForAgain() throws {
         var (core, made) = try centralWithALink()
-        _ = core.sessionClosed(5, poweredOn: true)
+        _ = core.sessionClosed(5, poweredOn: true, at: .zero)
         let down = core.linkDown(handle: 0x40, reason: 0x08)
         XCTAssertEqual(down.first, .connections(.event(.requestedAgain(ManagerKey(.preserved(made.id), manager: 1), identifier: "L", reason: 0x08))))
         let restoredApp = try XCTUnwrap(core.restore(made.id, into: 9, name: name))
@@ -126,7 +126,7 @@ final class ManagerCoreTests: XCTestCase {
     /// is back; a running app's are its own to add again.
     func testAttdLostKeepsAwayManagersServicesForRepublication() throws {
         var (core, made) = try peripheralWithAService()
-        _ = core.sessionClosed(7, poweredOn: true)
+        _ = core.sessionClosed(7, poweredOn: true, at: .zero)
         let away = ManagerKey(.preserved(made.id), manager: 1)
         core.subscribers = [.init(central: "C", valueHandle: 12, notify: true, indicate: false, maximumUpdateLength: 20)]
         _ = core.attdLost()
@@ -145,7 +145,7 @@ final class ManagerCoreTests: XCTestCase {
         let cleared = core.controllerLost { $0 == .session(7) }
         XCTAssertEqual(cleared, [.unpublish(startHandle: 10), .persist(preservedID: made.id)])
         XCTAssertTrue(core.advertisers.isEmpty, "advertising stopped with the controller")
-        let outputs = core.sessionClosed(7, poweredOn: true)
+        let outputs = core.sessionClosed(7, poweredOn: true, at: .zero)
         XCTAssertEqual(outputs, [.republish, .advertisingChanged, .persist(preservedID: made.id)])
         let away = ManagerKey(.preserved(made.id), manager: 1)
         XCTAssertEqual(core.pendingRepublish, [away: [thermo]])
@@ -154,7 +154,7 @@ final class ManagerCoreTests: XCTestCase {
 
     func testTheControllerLostLeavesAnAwayManagersServicesInPlace() throws {
         var (core, _) = try peripheralWithAService()
-        _ = core.sessionClosed(7, poweredOn: true)
+        _ = core.sessionClosed(7, poweredOn: true, at: .zero)
         XCTAssertEqual(core.controllerLost { $0.sessionID != nil }, [], "no one runs to add them again")
         XCTAssertEqual(core.router.services.count, 1)
     }
@@ -175,7 +175,7 @@ final class ManagerCoreTests: XCTestCase {
         let app = ManagerKey(session: 3, manager: 1)
         _ = core.connections.controller(poweredOn: true)
         _ = core.connections.connect(app, identifier: "L", address: lock)
-        XCTAssertEqual(core.sessionClosed(3, poweredOn: true), [.scanningChanged, .connections(.controller(.cancelConnect))],
+        XCTAssertEqual(core.sessionClosed(3, poweredOn: true, at: .zero), [.scanningChanged, .connections(.controller(.cancelConnect))],
                        "the attempt no one else waits for is cancelled")
     }
 
@@ -267,7 +267,7 @@ final class ManagerCoreTests: XCTestCase {
         XCTAssertEqual(core.router.owner(of: 11), owner)
 
         core.sessions[8] = .init()
-        _ = core.sessionClosed(8, poweredOn: true)
+        _ = core.sessionClosed(8, poweredOn: true, at: .zero)
         let gone = core.appServicePublished(thermo, at: 20...22, owner: ManagerKey(session: 8, manager: 1))
         XCTAssertFalse(gone.kept)
         XCTAssertEqual(gone.outputs, [.unpublish(startHandle: 20)])
@@ -356,7 +356,7 @@ final class ManagerCoreTests: XCTestCase {
         XCTAssertEqual(down, [.connectionEvent(byService, .peerDisconnected, identifier: "L"),
                                       .connectionEvent(byPeripheral, .peerDisconnected, identifier: "L"), .advertisingChanged])
         XCTAssertNil(core.discoveredServices["L"], "what was found goes with the link")
-        _ = core.sessionClosed(3, poweredOn: true)
+        _ = core.sessionClosed(3, poweredOn: true, at: .zero)
         XCTAssertTrue(core.linkUp(handle: 0x41, identifier: "L", address: lock, isCentral: true).isEmpty, "a closed session's interest goes with it")
     }
 
@@ -365,7 +365,7 @@ final class ManagerCoreTests: XCTestCase {
     func testAnAwayManagersDroppedLinkForgetsItsSubscriptions() throws {
         var (core, made) = try centralWithALink()
         _ = core.restoration.update(heldBy: made.holder) { $0.notifying["L"] = [12] }
-        _ = core.sessionClosed(5, poweredOn: true)
+        _ = core.sessionClosed(5, poweredOn: true, at: .zero)
         let down = core.linkDown(handle: 0x40, reason: 0x08)
         XCTAssertTrue(down.contains(.persist(preservedID: made.id)), "\(down)")
         XCTAssertEqual(core.restoration.manager(id: made.id)?.notifying["L"], nil)
@@ -412,7 +412,7 @@ final class ManagerCoreTests: XCTestCase {
         XCTAssertEqual(core.rules(for: "lock")?.modes, [.central])
         appSession(5, of: "lock", in: &core)
         XCTAssertFalse(core.scanIsSlow, "the lock app is in the foreground")
-        _ = core.sessionClosed(5, poweredOn: true)
+        _ = core.sessionClosed(5, poweredOn: true, at: .zero)
         XCTAssertEqual(core.policy(for: .preserved(made.id)), .of(.notRunning, modes: [.central]))
         XCTAssertTrue(core.scanIsSlow, "only the preserved manager scans")
         appSession(8, of: "finder", in: &core)
@@ -458,7 +458,7 @@ final class ManagerCoreTests: XCTestCase {
         _ = core.attd(attached: true, isRunning: running)
         _ = core.controllerChanged(.poweredOn, isRunning: running)
         XCTAssertEqual(core.controllerChanged(.poweredOff, isRunning: running), [.unpublish(startHandle: 10), .persist(preservedID: made.id), .stateChanged(.poweredOff)])
-        XCTAssertEqual(core.sessionClosed(7, poweredOn: false), [.persist(preservedID: made.id)], "nothing asked of a stack that is off")
+        XCTAssertEqual(core.sessionClosed(7, poweredOn: false, at: .zero), [.persist(preservedID: made.id)], "nothing asked of a stack that is off")
         XCTAssertEqual(core.pendingRepublish, [ManagerKey(.preserved(made.id), manager: 1): [thermo]], "kept for when the stack is on")
         XCTAssertEqual(core.controllerChanged(.poweredOn, isRunning: running), [.stateChanged(.poweredOn), .republish])
     }
@@ -475,7 +475,7 @@ final class ManagerCoreTests: XCTestCase {
         _ = core.setLifecycle("thermo", .suspended, at: .zero)
         XCTAssertEqual(core.routeRemoteRequest(4, .read, handles: [12], expectsAnswer: true) { _ in true }, .unlikelyError, "a suspended app")
         XCTAssertEqual(core.routeRemoteRequest(5, .write, handles: [12], expectsAnswer: false) { _ in true }, .dropped)
-        _ = core.sessionClosed(7, poweredOn: true)
+        _ = core.sessionClosed(7, poweredOn: true, at: .zero)
         XCTAssertEqual(core.routeRemoteRequest(6, .read, handles: [12], expectsAnswer: true) { _ in false }, .app(ManagerKey(.preserved(made.id), manager: 1)),
                        "the preserved manager's app is launched to answer")
         XCTAssertThrowsError(try core.router.answer(4, from: .session(7), attError: 0), "a refused request is owed no answer")

@@ -92,7 +92,7 @@ final class RemoteSubscriptionsTests: XCTestCase {
         _ = core.remoteSubscriptions.request(true, value, cccdHandle: 13, by: .session(3))
         _ = core.remoteSubscriptions.request(true, value, cccdHandle: 13, by: .session(4))
         _ = core.remoteSubscriptions.request(true, other, cccdHandle: 21, by: .session(4))
-        let outputs = core.sessionClosed(4, poweredOn: true)
+        let outputs = core.sessionClosed(4, poweredOn: true, at: .zero)
         XCTAssertEqual(outputs.first, .unsubscribe(.init(value: other, cccdHandle: 21)), "before the link is let go of: \(outputs)")
         XCTAssertFalse(outputs.contains(.unsubscribe(.init(value: value, cccdHandle: 13))), "session 3 still wants it")
         XCTAssertFalse(outputs.contains(.connections(.controller(.disconnect(handle: 0x40)))), "session 3 keeps the link")
@@ -111,7 +111,7 @@ final class RemoteSubscriptionsTests: XCTestCase {
         var (core, made) = try restorableCentralConnecting()
         _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
         _ = core.remoteSubscriptions.request(true, value, cccdHandle: 13, by: .session(5))
-        let outputs = core.sessionClosed(5, poweredOn: true)
+        let outputs = core.sessionClosed(5, poweredOn: true, at: .zero)
         XCTAssertFalse(outputs.contains { if case .unsubscribe = $0 { true } else { false } }, "the peripheral keeps notifying the preserved manager: \(outputs)")
         let preserved = try XCTUnwrap(core.restoration.manager(id: made.id))
         XCTAssertEqual(core.remoteSubscriptions.holders(of: value), [preserved.holder])
@@ -140,6 +140,6 @@ final class RemoteSubscriptionsTests: XCTestCase {
         _ = core.remoteSubscriptions.request(true, value, cccdHandle: 13, by: .session(3))
         _ = core.linkDown(handle: 0x40, reason: 0x13)
         XCTAssertEqual(core.remoteSubscriptions.holders(of: value), [])
-        XCTAssertEqual(core.sessionClosed(3, poweredOn: true).filter { if case .unsubscribe = $0 { true } else { false } }, [])
+        XCTAssertEqual(core.sessionClosed(3, poweredOn: true, at: .zero).filter { if case .unsubscribe = $0 { true } else { false } }, [])
     }
 }
