@@ -218,10 +218,12 @@ extension FaultLab {
             let written = beryl(["gatt", "--peer", thermostatIdentifier, "write", Self.setpoint, value, "--json", "--timeout", "20"], on: .central)
             let said = written.stderr + written.stdout
             if written.status == 0 { failures.append("a \(length)-byte write to the 2-byte setpoint succeeded") }
-            let outOfRange = airLinks() == 0 && said.contains("no connection")  // the connecting phase: refused for that
+            let failed = events(inOutput: written.stdout).filter { $0["event"] as? String == "failed" }
+            // The connecting phase: refused for that, as the failed step says.
+            let outOfRange = airLinks() == 0 && failed.contains { $0["operation"] as? String == "connect" }
             // Past 512 bytes the CLI refuses the argument (a usage error, 64); within, the thermostat answers Invalid
-            // Attribute Value Length, which `--json` reports as the failed event's attError.
-            let refused = outOfRange || (length > 512 ? written.status == 64 : written.stdout.contains("\"attError\":13"))
+            // Attribute Value Length (0x0D, Core Vol 3 Part F §3.4.1.1), which `--json` reports as the failed event's attError.
+            let refused = outOfRange || (length > 512 ? written.status == 64 : failed.contains { $0["attError"] as? Int == 0x0D })
             if !refused { failures.append("a \(length)-byte write was not refused for its length: \(said.suffix(200))") }
         }
         // On the wire: a prepared write of 600 bytes, as a client that ignores the limit would send it.
@@ -340,7 +342,7 @@ extension FaultLab {
         let written = beryl(["gatt", "--peer", thermostatIdentifier, "write", Self.setpoint, Self.hex(value), "--json", "--timeout", "10"], on: .central)
         guard written.status == 0 else { return failures + ["the setpoint write failed: \(written.stderr.suffix(200))"] }
         let read = beryl(["gatt", "--peer", thermostatIdentifier, "read", Self.setpoint, "--json", "--timeout", "10"], on: .central)
-        if !read.stdout.contains("\"value\":\"\(Self.hex(value))\"") { failures.append("the setpoint read back \(read.stdout.suffix(120)) \(read.stderr.suffix(120))") }
+        if readValues(read.stdout) != [Self.hex(value)] { failures.append("the setpoint read back \(read.stdout.suffix(120)) \(read.stderr.suffix(120))") }
         let applied = setpointsApplied(value) - appliedBefore
         if applied != 1 { failures.append("one setpoint write was applied \(applied) times") }
         // The link is up on the air and both apps see it; the central app's subscription delivers again.

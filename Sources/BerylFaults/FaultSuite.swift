@@ -157,7 +157,7 @@ extension FaultLab {
         let written = beryl(["gatt", "--peer", thermostatIdentifier, "write", Self.setpoint, Self.hex(value), "--timeout", "10"], on: .central)
         if written.status != 0 { failures.append("soak write failed: \(written.stderr.suffix(160))") }
         let read = beryl(["gatt", "--peer", thermostatIdentifier, "read", Self.setpoint, "--json", "--timeout", "10"], on: .central)
-        if !read.stdout.contains(Self.hex(value)) { failures.append("soak read: \(read.stdout.suffix(120)) \(read.stderr.suffix(120))") }
+        if readValues(read.stdout) != [Self.hex(value)] { failures.append("soak read: \(read.stdout.suffix(120)) \(read.stderr.suffix(120))") }
         return failures
     }
 }

@@ -49,7 +49,36 @@ public final class GattClientSession {
     var subscribedHandle: UInt32?
     var received = 0
     var deadline: EventRegistration?
-    public private(set) var failure: String?
+    public private(set) var failure: Failure?
+    /// The link came up once: a failure after that is the operation's, not the connection's.
+    private var linkWasUp = false
+
+    /// Why the session failed, as a script reads it (`--json`'s failed event): the step, and the typed code that
+    /// failed it (the controller's status, or a daemon's typed refusal); `message` is for people.
+    public struct Failure: Sendable {
+        public var message: String
+        /// "connect" until the link was up, then the operation's verb.
+        public var step: String
+        public var timedOut = false
+        public var hciStatus: UInt8?
+        public var remote: (code: IPCErrorCode, detail: RemoteDetail)?
+
+        public var fields: [String: Any] {
+            var fields: [String: Any] = ["event": "failed", "operation": step, "message": message]
+            if timedOut { fields["timedOut"] = true }
+            if let hciStatus { fields["hciStatus"] = Int(hciStatus) }
+            guard let (code, detail) = remote else { return fields }
+            fields["code"] = code.rawValue
+            if detail.attError != 0 { fields["attError"] = Int(detail.attError) }
+            if detail.bluetoothError != .unspecified { fields["bluetoothError"] = detail.bluetoothError.rawValue }
+            if detail.hciStatus != 0 { fields["hciStatus"] = Int(detail.hciStatus) }
+            if detail.smpReason != 0 {
+                fields["smpReason"] = Int(detail.smpReason)
+                fields["byPeer"] = detail.smpReasonFromPeer
+            }
+            return fields
+        }
+    }
 
     public init(loop: EventLoop, paths: DaemonPaths, peer: DeviceAddress, operation: Operation, timeout: Duration,
                 emit: @escaping ([String: Any]) -> Void) {
@@ -72,7 +101,7 @@ public final class GattClientSession {
         subscribe.hci.subscribe.events = true
         hcid.request(subscribe) { [unowned self] _ in self.connect() }
         deadline = try loop.after(timeout) { [unowned self] in
-            self.finish(failure: self.handle == nil ? "no connection to \(self.peer) within \(self.timeout)" : "timed out")
+            self.fail(self.handle == nil ? "no connection to \(self.peer) within \(self.timeout)" : "timed out", timedOut: true)
         }
     }
 
@@ -84,22 +113,23 @@ public final class GattClientSession {
         // 30 ms interval, 2 s supervision timeout.
         command(HCICommands.leCreateConnection(peer: peer, interval: 24, supervisionTimeout: 200)) { [unowned self] result in
             let status = (try? result.get())?.hci.commandResult.status ?? 0xFF
-            if status != 0 { self.finish(failure: "LE Create Connection refused (status 0x\(String(status, radix: 16)))") }
+            if status != 0 { self.fail("LE Create Connection refused (status 0x\(String(status, radix: 16)))", hciStatus: status) }
         }
     }
 
     private func hcidEvent(_ event: Event) {
         switch event.linkEvent {
         case .connectionFailed(let status)? where handle == nil:
-            finish(failure: "connection failed with status 0x\(String(status, radix: 16))")
+            fail("connection failed with status 0x\(String(status, radix: 16))", hciStatus: status)
         case .connected(let connected, _, _)? where handle == nil:
             handle = connected
+            linkWasUp = true
             emit(["event": "connected", "peer": peer.description, "handle": Int(connected)])
             // attd hears of the link from hcid too; its bearer_opened event says it is ready (discover also retries).
             if operation == .pair { pair() } else { discover() }
         case .disconnected(let disconnected, let reason)? where disconnected == handle:
             handle = nil
-            if failure == nil, !done { finish(failure: "the peer disconnected (reason 0x\(String(reason, radix: 16)))") } else { loop.stop() }
+            if failure == nil, !done { fail("the peer disconnected (reason 0x\(String(reason, radix: 16)))", hciStatus: reason) } else { loop.stop() }
         default:
             break
         }
@@ -121,7 +151,7 @@ public final class GattClientSession {
                 // attd has not seen the connection yet: its bearer_opened event (or this retry) starts discovery; the deadline bounds it.
                 _ = try? self.loop.after(.milliseconds(100)) { [unowned self] in self.discover() }
             case .failure(let error):
-                self.finish(failure: "discovery failed: \(error)")
+                self.fail("discovery failed: \(error)", error: error)
             case .success(let response):
                 self.perform(with: response.att.gattDatabase)
             }
@@ -142,13 +172,13 @@ public final class GattClientSession {
                 self.pairing = false
                 _ = try? self.loop.after(.milliseconds(100)) { [unowned self] in self.pair() }
             case .failure(let error):
-                self.finish(failure: "\(error)")
+                self.fail("\(error)", error: error)
             case .success(let response):
                 let paired = response.att.paired
                 self.emit(["event": "paired", "peer": self.peer.description, "encrypted": paired.encrypted, "authenticated": paired.authenticated,
                            "bonded": paired.bonded, "secureConnections": paired.secureConnections, "keySize": Int(paired.keySize),
                            "identity": paired.identity])
-                self.finish(failure: nil)
+                self.finish(nil)
             }
         }
     }
@@ -169,22 +199,22 @@ public final class GattClientSession {
                            "descriptors": characteristic.descriptors.map { ["uuid": $0.uuid, "handle": Int($0.handle)] }] as [String: Any]
                       }])
             }
-            finish(failure: nil)
+            finish(nil)
         case .read(let uuid):
-            guard let characteristic = find(uuid) else { return finish(failure: "the peer has no characteristic \(uuid)") }
+            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)") }
             var request = Request()
             request.att.gattRead = .with { $0.connectionHandle = UInt32(handle); $0.handle = characteristic.valueHandle }
             attd?.request(request) { [unowned self] result in
                 switch result {
                 case .success(let response):
                     self.emit(["event": "read", "uuid": uuid.description, "value": Hex.encode(response.att.gattValue.value)])
-                    self.finish(failure: nil)
+                    self.finish(nil)
                 case .failure(let error):
-                    self.finish(failure: "read failed: \(error)")
+                    self.fail("read failed: \(error)", error: error)
                 }
             }
         case .write(let uuid, let value, let withoutResponse):
-            guard let characteristic = find(uuid) else { return finish(failure: "the peer has no characteristic \(uuid)") }
+            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)") }
             var request = Request()
             request.att.gattWrite = .with {
                 $0.connectionHandle = UInt32(handle)
@@ -197,17 +227,17 @@ public final class GattClientSession {
                 case .success:
                     self.emit(["event": "written", "uuid": uuid.description, "bytes": value.count, "withResponse": !withoutResponse])
                     // A command has no answer to wait for; give the link a moment to carry it before disconnecting.
-                    _ = try? self.loop.after(.milliseconds(withoutResponse ? 200 : 0)) { [unowned self] in self.finish(failure: nil) }
+                    _ = try? self.loop.after(.milliseconds(withoutResponse ? 200 : 0)) { [unowned self] in self.finish(nil) }
                 case .failure(let error):
-                    self.finish(failure: "write failed: \(error)")
+                    self.fail("write failed: \(error)", error: error)
                 }
             }
         case .pair:
             pair()
         case .readDescriptor(let uuid, let descriptorUUID), .writeDescriptor(let uuid, let descriptorUUID, _):
-            guard let characteristic = find(uuid) else { return finish(failure: "the peer has no characteristic \(uuid)") }
+            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)") }
             guard let descriptor = characteristic.descriptors.first(where: { BluetoothUUID($0.uuid) == descriptorUUID }) else {
-                return finish(failure: "the characteristic \(uuid) has no descriptor \(descriptorUUID)")
+                return fail("the characteristic \(uuid) has no descriptor \(descriptorUUID)")
             }
             var request = Request()
             if case .writeDescriptor(_, _, let value) = operation {
@@ -220,18 +250,18 @@ public final class GattClientSession {
                 case (.success(let response), .readDescriptor):
                     self.emit(["event": "read", "uuid": uuid.description, "descriptor": descriptorUUID.description,
                                "value": Hex.encode(response.att.gattValue.value)])
-                    self.finish(failure: nil)
+                    self.finish(nil)
                 case (.success, .writeDescriptor(_, _, let value)):
                     self.emit(["event": "written", "uuid": uuid.description, "descriptor": descriptorUUID.description, "bytes": value.count])
-                    self.finish(failure: nil)
+                    self.finish(nil)
                 case (.failure(let error), _):
-                    self.finish(failure: "\(self.operation.verb) failed: \(error)")
+                    self.fail("\(self.operation.verb) failed: \(error)", error: error)
                 default:
-                    self.finish(failure: nil)
+                    self.finish(nil)
                 }
             }
         case .reliableWrite(let uuid, let value):
-            guard let characteristic = find(uuid) else { return finish(failure: "the peer has no characteristic \(uuid)") }
+            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)") }
             var request = Request()
             request.att.gattReliableWrite = .with {
                 $0.connectionHandle = UInt32(handle)
@@ -241,13 +271,13 @@ public final class GattClientSession {
                 switch result {
                 case .success:
                     self.emit(["event": "written", "uuid": uuid.description, "bytes": value.count, "withResponse": true, "reliable": true])
-                    self.finish(failure: nil)
+                    self.finish(nil)
                 case .failure(let error):
-                    self.finish(failure: "reliable write failed: \(error)")
+                    self.fail("reliable write failed: \(error)", error: error)
                 }
             }
         case .subscribe(let uuid, _):
-            guard let characteristic = find(uuid) else { return finish(failure: "the peer has no characteristic \(uuid)") }
+            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)") }
             let indicate = characteristic.properties & 0x10 == 0 && characteristic.properties & 0x20 != 0
             let cccd = characteristic.descriptors.first { BluetoothUUID($0.uuid) == BluetoothUUID(0x2902) }?.handle ?? characteristic.valueHandle + 1
             subscribedHandle = characteristic.valueHandle
@@ -260,7 +290,7 @@ public final class GattClientSession {
                 $0.enable = true
             }
             attd?.request(request) { [unowned self] result in
-                if case .failure(let error) = result { self.finish(failure: "subscribe failed: \(error)") }
+                if case .failure(let error) = result { self.fail("subscribe failed: \(error)", error: error) }
                 else { self.emit(["event": "subscribed", "uuid": uuid.description, "indications": indicate]) }
             }
         }
@@ -287,10 +317,16 @@ public final class GattClientSession {
               notification.handle == subscribedHandle, case .subscribe(let uuid, let count) = operation, !done else { return }
         received += 1
         emit(["event": notification.indication ? "indication" : "notification", "uuid": uuid.description, "value": Hex.encode(notification.value)])
-        if received >= count { finish(failure: nil) }
+        if received >= count { finish(nil) }
     }
 
-    private func finish(failure: String?) {
+    private func fail(_ message: String, error: IPCClientError? = nil, hciStatus: UInt8? = nil, timedOut: Bool = false) {
+        var remote: (IPCErrorCode, RemoteDetail)?
+        if case .remote(let code, _, _, let detail)? = error { remote = (code, detail) }
+        finish(Failure(message: message, step: linkWasUp ? operation.verb : "connect", timedOut: timedOut, hciStatus: hciStatus, remote: remote))
+    }
+
+    private func finish(_ failure: Failure?) {
         guard !done else { return }
         done = true
         self.failure = failure

@@ -24,8 +24,10 @@ enum AppSupport {
     }
 
     /// Ends the process with a message once `seconds` pass (a connection request never times out by itself).
-    static func watchdog(seconds: Double, _ message: @escaping @Sendable () -> String) {
+    /// `event`: what a script reads of the timeout (`--json`), printed before the message for people.
+    static func watchdog(seconds: Double, event: (@Sendable () -> Void)? = nil, _ message: @escaping @Sendable () -> String) {
         DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
+            event?()
             Console.error("beryl: \(message())\n")
             exit(1)
         }

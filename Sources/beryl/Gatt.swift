@@ -109,6 +109,8 @@ struct Gatt: ParsableCommand {
         session.agent = agent
         do { try session.start() } catch { throw Output.fail("cannot reach the stack in \(stack.paths.runtimeDir): \(error)") }
         do { try loop.run() } catch { throw Output.fail("\(error)") }
-        if let failure = session.failure { throw Output.fail(failure) }
+        guard let failure = session.failure else { return }
+        if json { printer.emit(failure.fields) }
+        throw Output.fail(failure.message)
     }
 }

@@ -24,7 +24,13 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
         let printer = EventPrinter(json: json)
         let app = GattApp(printer: printer)
         let connected = Mutex(false)
-        AppSupport.watchdog(seconds: timeout) { connected.withLock { $0 } ? "timed out" : "no connection to \(peer) within \(timeout) s" }
+        // A script tells "never connected" from "the operation did not finish" by the failed step, not by the message.
+        let timedOut: @Sendable () -> Void = {
+            printer.emit(["event": "failed", "operation": connected.withLock { $0 } ? operation.verb : "connect", "timedOut": true])
+        }
+        AppSupport.watchdog(seconds: timeout, event: json ? timedOut : nil) {
+            connected.withLock { $0 } ? "timed out" : "no connection to \(peer) within \(timeout) s"
+        }
         try AppSupport.blocking {
             let central = CentralManager(delegate: app, queue: DispatchQueue(label: "beryl.gatt"), appID: "beryl.gatt",
                                              socketPath: stack.paths.socket("managerd"))

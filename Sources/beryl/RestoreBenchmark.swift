@@ -66,8 +66,9 @@ struct RestoreBenchmark {
         guard eventually(.milliseconds(Int(seconds * 1000)), condition) else { throw Failure.timedOut(what) }
     }
 
-    private func events() -> [[String: Any]] {
-        ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n")
+    /// The JSON-line events of a log (the app's, or `beryl serve --json`'s).
+    private func events(in path: String? = nil) -> [[String: Any]] {
+        ((try? String(contentsOfFile: path ?? log, encoding: .utf8)) ?? "").split(separator: "\n")
             .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
     }
 
@@ -113,8 +114,9 @@ struct RestoreBenchmark {
                                 managerdArguments: ["--apps-dir", root + "/apps"])
         _ = try StackControl.up(paths: lockStack, transport: "unix:\(root)/sim/controller-1.sock", logLevel: .warning)
         for directory in [central.runtimeDir, central.logDir] { chmod(directory, 0o755) }
-        processes.append(try Spawn.start([Executables.path("beryl"), "serve", root + "/lock.json", "--runtime-dir", lockStack.runtimeDir], logPath: root + "/serve.log"))
-        try until("the lock advertising") { ((try? String(contentsOfFile: root + "/serve.log", encoding: .utf8)) ?? "").contains("advertising") }
+        processes.append(try Spawn.start([Executables.path("beryl"), "serve", root + "/lock.json", "--json", "--runtime-dir", lockStack.runtimeDir],
+                                         logPath: root + "/serve.log"))
+        try until("the lock advertising") { events(in: root + "/serve.log").contains { $0["event"] as? String == "advertising" } }
         _ = manager { $0.launchApp.appID = "com.example.doorlock" }
         try until("the app's first read") { events().contains { $0["event"] as? String == "didUpdateValueFor" } }
 

@@ -72,6 +72,13 @@ final class SecurityProcessTests: XCTestCase {
 
     private func pairings(_ run: ToolRun) -> [[String: Any]] { JSONLines.events("pairing-complete", in: run.stdout) }
 
+    /// The SMP reason a failed pairing reported (`--json`), and whether the peer sent it.
+    private func smpFailure(_ run: ToolRun) -> [Int: Bool] {
+        Dictionary(JSONLines.events("failed", in: run.stdout).compactMap { event in
+            (event["smpReason"] as? Int).map { ($0, event["byPeer"] as? Bool ?? false) }
+        }, uniquingKeysWith: { first, _ in first })
+    }
+
     private func bonds(_ side: String) throws -> [[String: Any]] {
         let listed = try runTool("beryl", ["bonds", "list", "--runtime-dir", run(side), "--json"])
         XCTAssertEqual(listed.status, 0, listed.stderr)
@@ -241,15 +248,16 @@ final class SecurityProcessTests: XCTestCase {
         try startStack("b", controller: 1, attd: ["--io-capability", "keyboard-only"])
         let peer = try serve(["--passkey", "123456"])
 
-        let wrong = try runTool("beryl", ["pair", "--runtime-dir", run("a"), "--peer", peer, "--passkey", "654321", "--timeout", "30"])
+        let wrong = try runTool("beryl", ["pair", "--runtime-dir", run("a"), "--peer", peer, "--passkey", "654321", "--timeout", "30", "--json"])
         XCTAssertNotEqual(wrong.status, 0)
-        XCTAssertTrue(wrong.stderr.contains("[SMP reason 0x4 from the peer]"), "the typed reason travels: \(wrong.stderr)")
+        XCTAssertEqual(smpFailure(wrong), [0x04: true], "the typed reason travels: \(wrong.stdout) \(wrong.stderr)")
         // Confirm Value Failed (Core Vol 3 Part H §3.5.5), sent by the peripheral, whose confirm did not match.
         XCTAssertTrue(eventually { self.served("pairing-failed").contains { $0["reason"] as? Int == 0x04 && $0["endedByPeer"] as? Bool == false } },
                       serveLog)
-        let tooSoon = try runTool("beryl", ["pair", "--runtime-dir", run("a"), "--peer", peer, "--passkey", "123456", "--timeout", "30"])
+        let tooSoon = try runTool("beryl", ["pair", "--runtime-dir", run("a"), "--peer", peer, "--passkey", "123456", "--timeout", "30", "--json"])
         XCTAssertNotEqual(tooSoon.status, 0)
-        XCTAssertTrue(tooSoon.stderr.contains("[SMP reason 0x9 from the peer]"), "the verifier keeps the wait: \(tooSoon.stderr)")
+        // Repeated Attempts (Core Vol 3 Part H §3.5.5).
+        XCTAssertEqual(smpFailure(tooSoon), [0x09: true], "the verifier keeps the wait: \(tooSoon.stdout) \(tooSoon.stderr)")
         XCTAssertEqual(try bonds("a").count, 0)
 
         sleep(3)
@@ -279,7 +287,7 @@ final class SecurityProcessTests: XCTestCase {
 
         let failed = try gatt(["--peer", peer, "read", Self.secret])
         XCTAssertNotEqual(failed.status, 0)
-        XCTAssertTrue(failed.stderr.contains("0x3d") || failed.stderr.contains("read failed"), failed.stderr)
+        XCTAssertEqual(JSONLines.events("failed", in: failed.stdout).map { $0["operation"] as? String }, ["read"], failed.stdout + failed.stderr)
         // The central encrypted with its stored key, and the link went down with Connection Terminated due to MIC
         // Failure before encryption was on, not for some other reason.
         let after = try bonds("a")

@@ -1,6 +1,7 @@
 import Beryl
 import BerylDaemonKit
 import BerylSupervisor
+import BerylTestSupport
 import Dispatch
 import Foundation
 import XCTest
@@ -41,7 +42,7 @@ final class BackgroundTests: TwoStacksTestCase {
         // The door-lock app, except that while the marker exists it is a stand-in that never makes its managers.
         try writeManifest("stubborn", [
             "id": "com.example.stubborn", "backgroundModes": ["bluetooth-central"],
-            "launch": ["command": ["/bin/sh", "-c", "if [ -e \"$0\" ]; then echo standing in; exec sleep 600; fi; exec \"$1\" --service 180D --characteristic 2A37",
+            "launch": ["command": ["/bin/sh", "-c", "if [ -e \"$0\" ]; then echo '{\"event\":\"standingIn\"}'; exec sleep 600; fi; exec \"$1\" --service 180D --characteristic 2A37",
                                    standInMarker, Executables.path("doorlock")]],
         ])
     }
@@ -60,6 +61,15 @@ final class BackgroundTests: TwoStacksTestCase {
 
     private func log(_ name: String) -> String { (try? String(contentsOfFile: "\(scratch.root)/run0/logs/\(name).log", encoding: .utf8)) ?? "" }
 
+    /// The JSON-line events an app's log holds (every app here runs with `--json`), after the first `skipping`.
+    private func events(_ name: String, skipping: Int = 0) -> [[String: Any]] {
+        Array(JSONLines.events(inFile: "\(scratch.root)/run0/logs/\(name).log").dropFirst(skipping))
+    }
+
+    private func heard(_ event: String, in name: String, skipping: Int = 0) -> Bool {
+        events(name, skipping: skipping).contains { $0["event"] as? String == event }
+    }
+
     private func advertiseHeartRate() throws -> (HeartRatePeripheral, PeripheralManager) {
         let app = HeartRatePeripheral()
         let manager = PeripheralManager(delegate: app, queue: DispatchQueue(label: "peripheral"), appID: "com.test.sensor", socketPath: socket(1))
@@ -70,7 +80,7 @@ final class BackgroundTests: TwoStacksTestCase {
     }
 
     private func discoveries() -> Int {
-        log("app-com.example.scanner").split(separator: "\n").filter { $0.contains("\"identifier\"") }.count
+        events("app-com.example.scanner").filter { $0["identifier"] is String }.count
     }
 
     func testABackgroundCentralScansSlowlyWithDuplicatesCoalescedAndHearsAtOnce() throws {
@@ -114,7 +124,7 @@ final class BackgroundTests: TwoStacksTestCase {
         chmod(peerFile, 0o644)
 
         XCTAssertEqual(try beryl(["app", "launch", "com.example.watch"]).status, 0)
-        XCTAssertTrue(eventually(.seconds(20)) { self.log("app-com.example.watch").contains("\"event\":\"connected\"") }, log("app-com.example.watch"))
+        XCTAssertTrue(eventually(.seconds(20)) { self.heard("connected", in: "app-com.example.watch") }, log("app-com.example.watch"))
         XCTAssertEqual(try beryl(["app", "state", "com.example.watch", "suspended"]).status, 0)
         XCTAssertEqual(try runTool("beryl", ["sim", "range", "1", "out", "--dir", scratch.root + "/sim"]).status, 0)
 
@@ -122,7 +132,7 @@ final class BackgroundTests: TwoStacksTestCase {
         XCTAssertTrue(eventually(.seconds(15)) { self.log("alerts-com.example.watch").contains(expected) },
                       "alert command output: \(log("alerts-com.example.watch"))")
         XCTAssertFalse(log("alerts-com.example.watch").contains("alert connection"), "the connection came while it was running")
-        XCTAssertFalse(log("app-com.example.watch").contains("\"event\":\"disconnected\""), "held while suspended")
+        XCTAssertFalse(heard("disconnected", in: "app-com.example.watch"), "held while suspended")
         withExtendedLifetime(manager) {}
     }
 
@@ -136,7 +146,7 @@ final class BackgroundTests: TwoStacksTestCase {
         try scratch.start("serve", [Executables.path("beryl"), "serve", heartRateProfile, "--runtime-dir", "\(scratch.root)/run1"],
                           socket: "\(scratch.root)/run1/managerd.sock")
         XCTAssertEqual(try beryl(["app", "launch", "com.example.stubborn"]).status, 0)
-        XCTAssertTrue(eventually(.seconds(30)) { self.log("app-com.example.stubborn").contains("\"event\":\"didUpdateValueFor\"") },
+        XCTAssertTrue(eventually(.seconds(30)) { self.heard("didUpdateValueFor", in: "app-com.example.stubborn") },
                       log("app-com.example.stubborn"))
     }
 
@@ -147,10 +157,8 @@ final class BackgroundTests: TwoStacksTestCase {
         _ = FileManager.default.createFile(atPath: standInMarker, contents: nil)
         let pids = try XCTUnwrap(try app("com.example.stubborn")["pids"] as? [Int])
         for pid in pids { kill(Int32(pid), SIGKILL) }
-        XCTAssertTrue(eventually(.seconds(20)) {
-            ((try? self.app("com.example.stubborn")["lastLaunchError"] as? String) ?? "").contains("did not restore doorlock-central within")
-        }, "\(String(describing: try? app("com.example.stubborn")))")
-        XCTAssertEqual(try app("com.example.stubborn")["lastLaunchFailure"] as? String, "didNotRestore", "the reason travels typed")
+        XCTAssertTrue(eventually(.seconds(20)) { (try? self.app("com.example.stubborn")["lastLaunchFailure"] as? String) == "didNotRestore" },
+                      "the reason travels typed: \(String(describing: try? app("com.example.stubborn")))")
         let managerdLog = (try? String(contentsOfFile: scratch.paths.logFile("managerd0"), encoding: .utf8)) ?? ""
         // Each stand-in ended is reaped before the next launch, which waits out the backoff: none is launched over one
         // not yet reaped (that skipped the backoff, cleared the error, and left a zombie).
@@ -162,10 +170,10 @@ final class BackgroundTests: TwoStacksTestCase {
         XCTAssertEqual(try app("com.example.stubborn")["preservedCentrals"] as? [String], ["doorlock-central"], "its work is still kept")
 
         // Launched again (with backoff) until a launch restores: the real app comes back and resumes.
-        let standIns = log("app-com.example.stubborn").components(separatedBy: "standing in").count - 1
+        let standIns = events("app-com.example.stubborn").filter { $0["event"] as? String == "standingIn" }.count
         XCTAssertGreaterThanOrEqual(standIns, 1)
         try FileManager.default.removeItem(atPath: standInMarker)
-        XCTAssertTrue(eventually(.seconds(30)) { self.log("app-com.example.stubborn").contains("\"event\":\"willRestoreState\"") },
+        XCTAssertTrue(eventually(.seconds(30)) { self.heard("willRestoreState", in: "app-com.example.stubborn") },
                       log("app-com.example.stubborn"))
         XCTAssertTrue(eventually { ((try? self.app("com.example.stubborn")["pids"] as? [Int]) ?? []).count == 1 })
     }
@@ -178,17 +186,20 @@ final class BackgroundTests: TwoStacksTestCase {
         XCTAssertEqual(pids.count, 1)
 
         kill(try XCTUnwrap(scratch.pid(of: "managerd0")), SIGKILL)
-        XCTAssertTrue(eventually { self.log("app-com.example.stubborn").contains("\"state\":\"resetting\"") }, log("app-com.example.stubborn"))
-        let before = log("app-com.example.stubborn").count
+        let reportsState = { (events: [[String: Any]], state: String) in
+            events.contains { $0["event"] as? String == "centralManagerDidUpdateState" && $0["state"] as? String == state }
+        }
+        XCTAssertTrue(eventually { reportsState(self.events("app-com.example.stubborn"), "resetting") }, log("app-com.example.stubborn"))
+        let before = events("app-com.example.stubborn").count
         try scratch.start("managerd0", [Executables.path("managerd"), "--runtime-dir", scratch.root + "/run0", "--state-dir", scratch.root + "/state0"]
                           + managerdArguments[0], socket: socket(0))
         XCTAssertTrue(eventually(.seconds(15)) {
-            let after = String(self.log("app-com.example.stubborn").dropFirst(before))
-            return after.contains("\"state\":\"poweredOn\"") && after.contains("\"event\":\"didUpdateValueFor\"")
+            reportsState(self.events("app-com.example.stubborn", skipping: before), "poweredOn")
+                && self.heard("didUpdateValueFor", in: "app-com.example.stubborn", skipping: before)
         }, log("app-com.example.stubborn"))
         XCTAssertEqual(try app("com.example.stubborn")["pids"] as? [Int], pids, "the same process, reconnected")
         usleep(3_500_000)  // past managerd's wait for reconnecting apps
         XCTAssertEqual(try app("com.example.stubborn")["pids"] as? [Int], pids, "no second copy was launched")
-        XCTAssertFalse(log("app-com.example.stubborn").contains("willRestoreState"), "nothing to restore: the app never stopped")
+        XCTAssertFalse(heard("willRestoreState", in: "app-com.example.stubborn"), "nothing to restore: the app never stopped")
     }
 }

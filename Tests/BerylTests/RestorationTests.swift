@@ -165,7 +165,7 @@ final class RestorationTests: TwoStacksTestCase {
         XCTAssertEqual(heard["serviceUUIDs"] as? [String], [], "\(heard)")
         let read = try beryl(["gatt", "--peer", identifier, "read", "7E570002-0000-1000-8000-00805F9B34FB", "--json"], side: 1)
         XCTAssertEqual(read.status, 0, read.err)
-        XCTAssertTrue(read.out.contains("\"value\":\"d700\""), read.out)
+        XCTAssertEqual(JSONLines.events("read", in: read.out).map { $0["value"] as? String }, ["d700"], read.out)
         let relaunch = sinceRelaunch(of: thermostat)
         let restored = try XCTUnwrap(relaunch.first { $0["event"] as? String == "restored" }, log(of: thermostat))
         XCTAssertEqual(restored["services"] as? Int, 1)
@@ -215,7 +215,8 @@ final class RestorationTests: TwoStacksTestCase {
         let wakesBefore = tally()
         let refused = try beryl(["gatt", "--peer", identifier, "write", "7E570002-0000-1000-8000-00805F9B34FB", "e1", "--json"], side: 1)
         XCTAssertNotEqual(refused.status, 0, refused.out)
-        XCTAssertTrue(refused.err.contains("0xd"), refused.err)
+        // Invalid Attribute Value Length (Core Vol 3 Part F §3.4.1.1), as the write's failed event carries it.
+        XCTAssertEqual(JSONLines.events("failed", in: refused.out).map { $0["attError"] as? Int }, [0x0D], refused.out + refused.err)
         let pids = try XCTUnwrap(try app(brief)["pids"] as? [Int])
         Thread.sleep(forTimeInterval: 3)  // past the 2 s budget
         XCTAssertEqual(try app(brief)["state"] as? String, "background", "idle after the refusal without saying so, not ended")
@@ -263,7 +264,7 @@ final class RestorationTests: TwoStacksTestCase {
             let relaunchesBefore = relaunches(of: thermostat)
             let read = try beryl(["gatt", "--peer", identifier, "read", "7E570002-0000-1000-8000-00805F9B34FB", "--json"], side: 1)
             XCTAssertEqual(read.status, 0, "still published: \(read.err)")
-            XCTAssertTrue(read.out.contains("\"value\":\"d700\""), read.out)
+            XCTAssertEqual(JSONLines.events("read", in: read.out).map { $0["value"] as? String }, ["d700"], read.out)
             XCTAssertEqual(relaunches(of: thermostat), relaunchesBefore + 1, log(of: thermostat))
             let restored = sinceRelaunch(of: thermostat).first { $0["event"] as? String == "restored" }
             XCTAssertEqual(restored?["characteristics"] as? [String], ["7E570002", "2A6E", "7E570003"], log(of: thermostat))
@@ -306,7 +307,7 @@ final class RestorationTests: TwoStacksTestCase {
         let identifier = try XCTUnwrap(heard["identifier"] as? String)
         let read = try beryl(["gatt", "--peer", identifier, "read", "1E6AC702-0000-1000-8000-00805F9B34FB", "--json"], side: 1)
         XCTAssertEqual(read.status, 0, read.err)
-        XCTAssertTrue(read.out.contains("\"value\":\"\(Hex.encode(Array("kept".utf8)))\""), read.out)
+        XCTAssertEqual(JSONLines.events("read", in: read.out).map { $0["value"] as? String }, [Hex.encode(Array("kept".utf8))], read.out)
 
         let rewritten = try XCTUnwrap(try store.all().first { $0.restoreID == "legacy" })
         XCTAssertEqual(rewritten.state.first, UInt8(ascii: "{"), "written back as version 2")
