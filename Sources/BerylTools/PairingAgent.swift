@@ -99,9 +99,13 @@ public enum PairingEvent: Sendable, Equatable {
             }
             return fields
         case .finished(let finished):
-            return ["event": finished.success ? "pairing-complete" : "pairing-failed", "peer": finished.peer, "reason": Int(finished.reason),
-                    "endedByPeer": finished.remote, "bonded": finished.result.bonded, "authenticated": finished.result.authenticated,
-                    "secureConnections": finished.result.secureConnections, "detail": PairingAgent.describe(finished)]
+            var fields: [String: any Sendable] = [
+                "event": finished.success ? "pairing-complete" : "pairing-failed", "peer": finished.peer, "reason": Int(finished.reason),
+                "endedByPeer": finished.remote, "bonded": finished.result.bonded, "authenticated": finished.result.authenticated,
+                "secureConnections": finished.result.secureConnections, "detail": PairingAgent.describe(finished)]
+            // The identity address the peer distributed, which its bond is kept under (absent when it gave none).
+            if !finished.result.identity.isEmpty { fields["identity"] = finished.result.identity }
+            return fields
         }
     }
 }

@@ -134,6 +134,9 @@ struct Advertise: ParsableCommand {
     @Option(help: "Seconds to advertise (default: until SIGINT/SIGTERM).")
     var duration: Double?
 
+    @Flag(help: "One JSON object per line.")
+    var json = false
+
     func validate() throws {
         for uuid in service where BluetoothUUID(uuid) == nil { throw ValidationError("'\(uuid)' is not a UUID") }
         if let name, name.utf8.count > 248 { throw ValidationError("--name is at most 248 bytes (the Device Name's limit)") }
@@ -141,7 +144,7 @@ struct Advertise: ParsableCommand {
     }
 
     func run() throws {
-        let (stack, name, duration) = (stack, name, duration)
+        let (stack, name, duration, json) = (stack, name, duration, json)
         let uuids = service.compactMap(BluetoothUUID.init)
         try AppSupport.blocking {
             let watcher = AdvertisingWatcher()
@@ -153,8 +156,13 @@ struct Advertise: ParsableCommand {
                 manager.startAdvertising(AdvertisingOptions(localName: name, serviceUUIDs: uuids))
             }
             if let error { throw Output.fail("advertising refused: \(error)") }
-            EventPrinter(json: false).say("advertising" + (name.map { " as \"\($0)\"" } ?? "")
-                                          + (uuids.isEmpty ? "" : " with \(uuids.map(\.description).joined(separator: ","))"))
+            let printer = EventPrinter(json: json)
+            if json {
+                printer.emit(["event": "advertising", "name": name ?? "", "services": uuids.map(\.description)])
+            } else {
+                printer.say("advertising" + (name.map { " as \"\($0)\"" } ?? "")
+                            + (uuids.isEmpty ? "" : " with \(uuids.map(\.description).joined(separator: ","))"))
+            }
             await AppSupport.waitForStop(seconds: duration)
             manager.stopAdvertising()
             try? await Task.sleep(for: .milliseconds(100))

@@ -47,6 +47,7 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
                 try await app.perform(operation, on: peripheral)
             } catch {
                 if json { printer.emit(Self.failure(error, operation: operation.verb)) }
+                if let missing = error as? NotOnPeer { throw Output.fail(missing.description) }
                 guard error is BerylError else { throw error }
                 throw Output.fail("\(operation.verb) failed: \(error)")
             }
@@ -62,6 +63,17 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
         // Core Bluetooth's errors, as the async calls throw them, and the library's own.
         if let att = error as? ATTError { fields["attError"] = att.code.rawValue }
         if let bluetooth = error as? BluetoothError { fields["bluetoothError"] = bluetooth.code.rawValue }
+        if let missing = error as? NotOnPeer {
+            switch missing {
+            case .characteristic(let uuid):
+                fields["missing"] = "characteristic"
+                fields["uuid"] = uuid.description
+            case .descriptor(let uuid, let characteristic):
+                fields["missing"] = "descriptor"
+                fields["uuid"] = uuid.description
+                fields["characteristic"] = characteristic.description
+            }
+        }
         guard let error = error as? BerylError else { return fields }
         switch error {
         case .att(let code, _): fields["attError"] = Int(code)
@@ -79,7 +91,7 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
         let services = try await peripheral.services(discovering: nil)
         func find(_ uuid: BluetoothUUID) throws -> Characteristic {
             guard let found = services.lazy.flatMap({ $0.characteristics ?? [] }).first(where: { $0.uuid == uuid }) else {
-                throw Output.fail("the peer has no characteristic \(uuid)")
+                throw NotOnPeer.characteristic(uuid)
             }
             return found
         }
@@ -132,8 +144,21 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
 
     private func descriptor(_ uuid: BluetoothUUID, of characteristic: Characteristic, on peripheral: Peripheral) throws -> Descriptor {
         guard let found = characteristic.descriptors?.first(where: { $0.uuid == uuid }) else {
-            throw Output.fail("the characteristic \(characteristic.uuid) has no descriptor \(uuid)")
+            throw NotOnPeer.descriptor(uuid, of: characteristic.uuid)
         }
         return found
+    }
+}
+
+/// What `beryl gatt` looked for on the peer and did not find: `--json`'s failed event says which (`missing`, `uuid`).
+enum NotOnPeer: Error, CustomStringConvertible {
+    case characteristic(BluetoothUUID)
+    case descriptor(BluetoothUUID, of: BluetoothUUID)
+
+    var description: String {
+        switch self {
+        case .characteristic(let uuid): "the peer has no characteristic \(uuid)"
+        case .descriptor(let uuid, let characteristic): "the characteristic \(characteristic) has no descriptor \(uuid)"
+        }
     }
 }

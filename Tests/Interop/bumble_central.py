@@ -1,9 +1,11 @@
 """A Bumble central against a Beryl peripheral (`beryl serve Examples/profiles/heart-rate.json`).
 
 Usage: bumble_central.py PORT   (the berylsim TCP port of the controller Bumble drives)
-Prints one line per step; exits non-zero with what was expected on the first failure.
+Prints one JSON object per step and line, "event" naming the step; exits non-zero with a "failed" event saying what was
+expected on the first failure.
 """
 import asyncio
+import json
 import sys
 
 from bumble import att
@@ -16,13 +18,13 @@ NUS_RW = UUID("6E400002-B5A3-F393-E0A9-E50E24DCCA9E")
 NUS_IND = UUID("6E400003-B5A3-F393-E0A9-E50E24DCCA9E")
 
 
-def step(text):
-    print(text, flush=True)
+def step(event, **fields):
+    print(json.dumps({"event": event, **fields}), flush=True)
 
 
 def expect(condition, text):
     if not condition:
-        step("FAIL: " + text)
+        step("failed", expected=text)
         raise SystemExit(1)
 
 
@@ -43,7 +45,9 @@ async def main(port: int) -> int:
         advertisement = await asyncio.wait_for(found, 10)
         uuids = advertisement.data.get(AdvertisingData.COMPLETE_LIST_OF_16_BIT_SERVICE_CLASS_UUIDS) or []
         expect(UUID("180D") in uuids, f"180D advertised, got {uuids}")
-        step(f"discovered Beryl HR at {advertisement.address} advertising {[str(u) for u in uuids]}")
+        heard = advertisement.data.get(AdvertisingData.COMPLETE_LOCAL_NAME)
+        step("discovered", name=heard.decode() if isinstance(heard, bytes) else heard, address=str(advertisement.address),
+             uuids=[str(u) for u in uuids])
         await central.stop_scanning()
 
         connection = await asyncio.wait_for(central.connect(advertisement.address), 10)
@@ -55,13 +59,13 @@ async def main(port: int) -> int:
         expect("180D" in " ".join(services), f"heart rate service discovered, got {list(services)}")
         for service in peer.services:
             await service.discover_characteristics()
-        step(f"connected, MTU {mtu}, discovered {len(peer.services)} services")
+        step("connected", mtu=mtu, services=len(peer.services))
 
         name = await peer.get_characteristics_by_uuid(UUID("2A00"))[0].read_value()
         expect(bytes(name) == b"Beryl", f"GAP device name Beryl, got {bytes(name)}")
         location = await peer.get_characteristics_by_uuid(UUID("2A38"))[0].read_value()
         expect(bytes(location) == b"\x02", f"cached body sensor location 02, got {bytes(location).hex()}")
-        step("read GAP name and cached value")
+        step("read-name-and-cached-value")
 
         rw = peer.get_characteristics_by_uuid(NUS_RW)[0]
         await rw.write_value(b"\x01\x02\x03", with_response=True)
@@ -73,7 +77,7 @@ async def main(port: int) -> int:
         await rw.write_value(long_value, with_response=True)
         back = bytes(await rw.read_value())
         expect(back == long_value, f"400-byte long write then long read, got {len(back)} bytes")
-        step("writes with and without response, long write and long read round-trip")
+        step("writes-and-long-read-round-trip")
 
         # Reliable write (Core Vol 3 Part G §4.9.5): two prepared parts, each echo checked, then executed together;
         # a cancelled one leaves the value as it was.
@@ -88,7 +92,7 @@ async def main(port: int) -> int:
         await client.send_request(att.ATT_Prepare_Write_Request(attribute_handle=rw.handle, value_offset=0, part_attribute_value=b"\x00"))
         await client.send_request(att.ATT_Execute_Write_Request(flags=0x00))
         expect(bytes(await rw.read_value()) == b"\xAA\xBB\xCC\xDD\xEE", "a cancelled reliable write changed nothing")
-        step("reliable write applied; a cancelled one changed nothing")
+        step("reliable-write-applied")
 
         beats = []
         got_three = asyncio.get_running_loop().create_future()
@@ -101,14 +105,14 @@ async def main(port: int) -> int:
         await peer.get_characteristics_by_uuid(UUID("2A37"))[0].subscribe(on_beat)
         await asyncio.wait_for(got_three, 5)
         expect(all((b - a) % 256 == 1 for a, b in zip(beats, beats[1:])), f"counter8 notifications count up, got {beats}")
-        step(f"notifications: {beats[:3]}")
+        step("notifications", values=beats[:3])
 
         indicated = asyncio.get_running_loop().create_future()
         await peer.get_characteristics_by_uuid(NUS_IND)[0].subscribe(
             lambda value: indicated.done() or indicated.set_result(bytes(value)), prefer_notify=False)
         value = await asyncio.wait_for(indicated, 5)
         expect(value == bytes.fromhex("c0ffee"), f"indication c0ffee, got {value.hex()}")
-        step("indication received and confirmed")
+        step("indication-confirmed")
 
         await connection.disconnect()
         step("disconnected")

@@ -1,10 +1,11 @@
 """A Bumble peripheral with Battery, Heart Rate and a custom characteristic, for a Beryl central to use.
 
 Usage: bumble_peripheral.py PORT WRITES_FILE
-Prints "ready ADDRESS" once advertising; appends every value written to the custom characteristic to WRITES_FILE as hex,
+Prints {"event": "ready", "address": "ADDRESS"} (one JSON object on a line) once advertising; appends every value written to the custom characteristic to WRITES_FILE as hex,
 and every value written to its custom descriptor as "descriptor HEX".
 """
 import asyncio
+import json
 import sys
 
 from bumble.core import AdvertisingData, UUID
@@ -60,7 +61,7 @@ async def main(port: int, writes_path: str) -> None:
         # Bumble's default is once a second, which a scanner listening 60 ms in every 100 ms can miss for many seconds on
         # end (advDelay drifts the phase by only 0-10 ms an event; berylsim models both).
         await device.start_advertising(auto_restart=True, advertising_interval_min=100, advertising_interval_max=100)
-        print(f"ready {device.random_address}", flush=True)
+        print(json.dumps({"event": "ready", "address": str(device.random_address)}), flush=True)
         beat = 60
         while True:
             await asyncio.sleep(0.1)

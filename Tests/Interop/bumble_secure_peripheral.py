@@ -5,12 +5,15 @@ Usage: bumble_secure_peripheral.py PORT [--display PASSKEY]
   --display PASSKEY   display-only I/O with this passkey (MITM required); without it, no input/no output (Just Works)
 
 Pairs with LE Secure Connections and bonds (keys in a MemoryKeyStore for the life of the process, so a central that
-comes back re-encrypts with the bonded LTK). Prints one line per event, flushed:
-  ready ADDRESS | connected PEER | pairing started | displaying passkey NNNNNN | paired IDENTITY authenticated=B sc=B |
-  pairing failed 0xNN | encrypted during pairing | encrypted with bonded key | read secret | disconnected 0xNN
+comes back re-encrypts with the bonded LTK). Prints one JSON object per event and line, flushed, "event" naming it:
+  {"event": "ready", "address": ADDRESS} | {"event": "connected", "peer": PEER} | {"event": "pairing-started"} |
+  {"event": "displaying-passkey", "passkey": N} | {"event": "paired", "peer": IDENTITY, "authenticated": B, "sc": B} |
+  {"event": "pairing-failed", "reason": N} | {"event": "encrypted", "withBondedKey": B} | {"event": "read-secret"} |
+  {"event": "disconnected", "reason": N}
 """
 import argparse
 import asyncio
+import json
 
 from bumble.core import AdvertisingData, UUID
 from bumble.device import Device
@@ -26,8 +29,8 @@ SECRET_VALUE = b"bumble secret"
 ADDRESS = "F0:F1:F2:F3:F4:F7"
 
 
-def say(text):
-    print(text, flush=True)
+def say(event, **fields):
+    print(json.dumps({"event": event, **fields}), flush=True)
 
 
 class Display(PairingDelegate):
@@ -39,7 +42,7 @@ class Display(PairingDelegate):
         return self.passkey
 
     async def display_number(self, number, digits):
-        say(f"displaying passkey {number:06d}")
+        say("displaying-passkey", passkey=int(number))
 
 
 async def main(port, passkey):
@@ -53,7 +56,7 @@ async def main(port, passkey):
             identity_address_type=PairingConfig.AddressType.RANDOM)
 
         def read_secret(connection):
-            say("read secret")
+            say("read-secret")
             return SECRET_VALUE
 
         secret = Characteristic(SECRET, Characteristic.Properties.READ,
@@ -67,36 +70,36 @@ async def main(port, passkey):
 
         def on_connection(connection):
             state = {"pairing": False}
-            say(f"connected {connection.peer_address}")
+            say("connected", peer=str(connection.peer_address))
 
             def on_pairing_start():
                 state["pairing"] = True
-                say("pairing started")
+                say("pairing-started")
 
             def on_pairing(keys):
                 state["pairing"] = False
-                say(f"paired {connection.peer_address} authenticated={keys.ltk.authenticated} sc={connection.sc}")
+                say("paired", peer=str(connection.peer_address), authenticated=bool(keys.ltk.authenticated), sc=bool(connection.sc))
 
             def on_pairing_failure(reason):
                 state["pairing"] = False
-                say(f"pairing failed 0x{int(reason):02x}")
+                say("pairing-failed", reason=int(reason))
 
             def on_encryption_change():
                 if connection.encryption:
-                    say("encrypted during pairing" if state["pairing"] else "encrypted with bonded key")
+                    say("encrypted", withBondedKey=not state["pairing"])
 
             connection.on("pairing_start", on_pairing_start)
             connection.on("pairing", on_pairing)
             connection.on("pairing_failure", on_pairing_failure)
             connection.on("connection_encryption_change", on_encryption_change)
-            connection.on("disconnection", lambda reason: say(f"disconnected 0x{int(reason):02x}"))
+            connection.on("disconnection", lambda reason: say("disconnected", reason=int(reason)))
 
         device.on("connection", on_connection)
         await device.power_on()
         # Bumble's default is once a second, which a scanner listening 60 ms in every 100 ms can miss for many seconds on
         # end (advDelay drifts the phase by only 0-10 ms an event; berylsim models both).
         await device.start_advertising(auto_restart=True, advertising_interval_min=100, advertising_interval_max=100)
-        say(f"ready {device.random_address.to_string(False)}")
+        say("ready", address=device.random_address.to_string(False))
         await asyncio.get_running_loop().create_future()
 
 

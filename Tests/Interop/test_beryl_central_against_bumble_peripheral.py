@@ -18,9 +18,10 @@ def test_beryl_central_discovers_reads_writes_and_subscribes(air):
         peripheral = subprocess.Popen([sys.executable, os.path.join(HERE, "bumble_peripheral.py"), str(air.port(1)), writes],
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         processes.append(peripheral)
-        ready = peripheral.stdout.readline().split()
-        assert ready and ready[0] == "ready", ready
-        address = ready[1].split("/")[0] + "/random"
+        ready = peripheral.stdout.readline()
+        said = json.loads(ready) if ready.startswith("{") else {}
+        assert said.get("event") == "ready", ready
+        address = said["address"].split("/")[0] + "/random"
         for name in ["hcid", "attd", "managerd"]:
             arguments = [os.path.join(binaries, name), "--runtime-dir", run, "--state-dir", state]
             if name == "hcid":
@@ -72,7 +73,9 @@ def test_beryl_central_discovers_reads_writes_and_subscribes(air):
         assert json.loads(direct.stdout.splitlines()[-1])["value"] == "c0ffee", direct.stdout
         missing = subprocess.run([os.path.join(binaries, "beryl"), "gatt", "--runtime-dir", run, "--peer", address,
                                   "read-descriptor", custom, "2904", "--json"], capture_output=True, text=True, timeout=30)
-        assert missing.returncode != 0 and "has no descriptor 2904" in missing.stderr, missing.stderr
+        failed = [e for e in map(json.loads, missing.stdout.splitlines()) if e["event"] == "failed"]
+        assert missing.returncode != 0, missing.stdout
+        assert [(e["missing"], e["uuid"]) for e in failed] == [("descriptor", "2904")], missing.stdout + missing.stderr
 
         beats = [e for e in gatt("subscribe", "2A37", "--count", "3") if e["event"] == "notification"]
         assert len(beats) == 3

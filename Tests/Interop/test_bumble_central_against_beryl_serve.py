@@ -7,6 +7,7 @@ import subprocess
 import time
 
 import bumble_central
+from beryl_stack import events_in
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -46,22 +47,28 @@ def test_bumble_central_discovers_reads_writes_and_subscribes(air, capsys):
         start("managerd", ["managerd", "--runtime-dir", run, "--state-dir", state])
         wait_for(lambda: os.path.exists(os.path.join(run, "managerd.sock")), 10, "managerd")
         # beryl serve is an app of managerd: a PeripheralManager publishing the profile and answering its dynamic values.
-        start("serve", ["beryl", "serve", os.path.join(ROOT, "Examples/profiles/heart-rate.json"), "--runtime-dir", run])
+        start("serve", ["beryl", "serve", os.path.join(ROOT, "Examples/profiles/heart-rate.json"), "--runtime-dir", run, "--json"])
         serve_log = os.path.join(air["dir"], "serve.log")
-        wait_for(lambda: "advertising" in open(serve_log).read(), 10, "beryl serve advertising")
+        served = lambda event: events_in(open(serve_log).read(), event)  # noqa: E731
+        wait_for(lambda: served("advertising"), 10, "beryl serve advertising")
 
         assert asyncio.run(bumble_central.main(air.port(1))) == 0
         out = capsys.readouterr().out
-        for line in ["discovered Beryl HR", "MTU 185", "read GAP name and cached value", "long write and long read",
-                     "reliable write applied", "notifications:", "indication received and confirmed", "disconnected"]:
-            assert line in out, out
+        steps = {e["event"]: e for e in events_in(out)}
+        for step in ["discovered", "connected", "read-name-and-cached-value", "writes-and-long-read-round-trip",
+                     "reliable-write-applied", "notifications", "indication-confirmed", "disconnected"]:
+            assert step in steps, out
+        assert steps["discovered"]["name"] == "Beryl HR" and steps["connected"]["mtu"] == 185, out
 
-        served = open(serve_log).read()
+        uuid = lambda attribute: re.fullmatch(r"[0-9A-F-]+", attribute) is not None  # noqa: E731
         # The long write reached the app as one batch of prepared writes, answered once.
-        assert re.search(r"write ([0-9A-F-]+)\[0\] 180 bytes, \1\[180\] 180 bytes, \1\[360\] 40 bytes", served), served
+        assert any(len(e["writes"]) >= 3 and uuid(e["writes"][0]["attribute"])
+                   and [(w["attribute"], w["offset"], w["bytes"]) for w in e["writes"][:3]]
+                   == [(e["writes"][0]["attribute"], 0, 180), (e["writes"][0]["attribute"], 180, 180), (e["writes"][0]["attribute"], 360, 40)]
+                   for e in served("write-requested")), open(serve_log).read()
         # The long read came back in blobs from offsets; the app answered each from its offset on.
-        assert re.search(r"read [0-9A-F-]+ offset 184: 400 bytes", served), served
-        assert "central subscribed to" in served, served
+        assert any(uuid(e["attribute"]) and e["offset"] == 184 and e["bytes"] == 400 for e in served("read-requested")), open(serve_log).read()
+        assert served("subscribed"), open(serve_log).read()
         if air.name == "berylsim":
             # berylsim counts what a host sent beyond the controller's buffers and command credits; Root Canal does not.
             controllers = json.loads(subprocess.check_output(

@@ -17,10 +17,11 @@ import tempfile
 
 import pytest
 
-from beryl_stack import ROOT, BerylStack, stop_process, wait_for
+from beryl_stack import ROOT, BerylStack, events_in, stop_process, wait_for
 
 APP_ID = "com.example.heartrate-central-c"
 RESTORE_ID = "hr-central"
+CHEST = 1  # Body Sensor Location (Heart Rate Service §3.2)
 VALGRIND = ["valgrind", "--leak-check=full", "--errors-for-leak-kinds=definite", "--error-exitcode=99",
             "--track-fds=no", "-q"]
 
@@ -139,13 +140,13 @@ def test_swift_central_against_the_c_heart_rate_peripheral(berylsim, c_builds, r
         try:
             wait_for(lambda: "advertising as Beryl HR" in read_log() or peripheral.poll() is not None, 60, "the C peripheral advertising")
             assert "advertising as Beryl HR" in read_log(), read_log()
-            done = subprocess.run([os.path.join(a.bin, "heart-rate-central"), "--runtime-dir", a.run, "--count", "3"],
+            done = subprocess.run([os.path.join(a.bin, "heart-rate-central"), "--runtime-dir", a.run, "--count", "3", "--json"],
                                   capture_output=True, text=True, timeout=60)
             assert done.returncode == 0, done.stdout + done.stderr + read_log()
-            assert "sensor location chest" in done.stdout, done.stdout
-            measured = beats(done.stdout)
+            assert any(e["code"] == CHEST for e in events_in(done.stdout, "sensorLocation")), done.stdout
+            measured = [e["bpm"] for e in events_in(done.stdout, "heartRate")]
             assert len(measured) == 3 and measured == sorted(measured), done.stdout
-            assert "reset energy expended" in done.stdout, done.stdout
+            assert events_in(done.stdout, "energyExpendedReset"), done.stdout
             wait_for(lambda: "control point write [1] accepted" in read_log(), 10, "the C peripheral's answer to the write")
             assert "central subscribed to heart rate measurement" in read_log(), read_log()
         finally:

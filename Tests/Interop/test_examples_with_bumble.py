@@ -32,7 +32,7 @@ def test_heart_rate_central_example_against_a_bumble_peripheral(air):
     peripheral = subprocess.Popen([sys.executable, os.path.join(HERE, "bumble_peripheral.py"), str(air.port(1)), writes],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        assert peripheral.stdout.readline().startswith("ready"), "the Bumble peripheral did not start"
+        assert events_in(peripheral.stdout.readline(), "ready"), "the Bumble peripheral did not start"
         central = subprocess.run([os.path.join(air["bin"], "heart-rate-central"), "--runtime-dir", run, "--count", "3", "--json"],
                                  capture_output=True, text=True, timeout=60)
         assert central.returncode == 0, central.stdout + central.stderr

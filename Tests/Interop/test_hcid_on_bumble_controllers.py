@@ -90,8 +90,8 @@ def test_a_controller_without_a_public_address_gets_a_static_random_identity():
         with open(os.path.join(lock.state, "identity.json")) as f:
             assert json.load(f) == {"version": 1, "address": address.split("/")[0]}
 
-        lock.start_process("serve", ["beryl", "serve", LOCK_PROFILE, "--runtime-dir", lock.run])
-        lock.wait_log("serve", "advertising")
+        lock.start_process("serve", ["beryl", "serve", LOCK_PROFILE, "--runtime-dir", lock.run, "--json"])
+        lock.wait_event("serve", "advertising")
         scan = central.beryl("scan", "--runtime-dir", central.run, "--service", "D00D0001-0000-1000-8000-00805F9B34FB",
                              "--count", "1", "--timeout", "20", "--json")
         assert scan.returncode == 0, scan.stderr
@@ -119,8 +119,8 @@ def test_a_controller_that_never_answers_le_set_phy_keeps_its_links():
     with two_stacks_on_bumble_controllers("beryl-phy") as stacks:
         lock, central = stacks
         central.start_process("monitor", ["beryl", "hci", "monitor", "--runtime-dir", central.run, "--json", "--seconds", "60"])
-        lock.start_process("serve", ["beryl", "serve", LOCK_PROFILE, "--runtime-dir", lock.run])
-        lock.wait_log("serve", "advertising")
+        lock.start_process("serve", ["beryl", "serve", LOCK_PROFILE, "--runtime-dir", lock.run, "--json"])
+        lock.wait_event("serve", "advertising")
         time.sleep(1)  # the monitor subscribes before the link exists
 
         def read():

@@ -57,8 +57,9 @@ async def subscribe_and_never_confirm(port):
 
 def test_an_unconfirmed_indication_ends_the_link_after_30_seconds(berylsim):
     with BerylStack(berylsim).start() as stack:
-        stack.start_process("serve", ["beryl", "serve", os.path.join(ROOT, "Examples/profiles/heart-rate.json"), "--runtime-dir", stack.run])
-        stack.wait_log("serve", "advertising")
+        stack.start_process("serve", ["beryl", "serve", os.path.join(ROOT, "Examples/profiles/heart-rate.json"), "--runtime-dir", stack.run,
+                                      "--json"])
+        stack.wait_event("serve", "advertising")
         indications, after, reason = asyncio.run(subscribe_and_never_confirm(berylsim["base"] + 1))
         # The serve app indicates every 500 ms; one is outstanding until confirmed, the rest wait, and none follow it.
         assert [value for _, value in indications] == [bytes.fromhex("c0ffee")], indications

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import bumble_central
-from beryl_stack import BerylStack
+from beryl_stack import BerylStack, events_in
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -42,8 +42,8 @@ def run_rogue(port, peer, seed):
 def test_rogue_remote_device_cannot_take_beryl_down(berylsim, capsys):
     with BerylStack(berylsim) as stack:
         stack.start()
-        serve = stack.start_process("serve", ["beryl", "serve", HEART_RATE, "--runtime-dir", stack.run])
-        stack.wait_log("serve", "advertising")
+        serve = stack.start_process("serve", ["beryl", "serve", HEART_RATE, "--runtime-dir", stack.run, "--json"])
+        stack.wait_event("serve", "advertising")
         peer = stack.address
         pids = daemon_pids(stack)
         assert set(pids) == {"hcid", "attd", "managerd"}, pids
@@ -69,8 +69,10 @@ def test_rogue_remote_device_cannot_take_beryl_down(berylsim, capsys):
         capsys.readouterr()
         assert asyncio.run(bumble_central.main(berylsim["base"] + 1)) == 0
         out = capsys.readouterr().out
-        for line in ["discovered Beryl HR", "read GAP name and cached value", "long write and long read", "indication received and confirmed"]:
-            assert line in out, out + logs(stack)
+        steps = {e["event"]: e for e in events_in(out)}
+        for step in ["discovered", "read-name-and-cached-value", "writes-and-long-read-round-trip", "indication-confirmed"]:
+            assert step in steps, out + logs(stack)
+        assert steps["discovered"]["name"] == "Beryl HR", out + logs(stack)
         assert daemon_pids(stack) == pids, logs(stack)
 
         # Flow control held on both sides through the abuse.

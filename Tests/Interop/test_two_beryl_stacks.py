@@ -43,8 +43,8 @@ def test_bring_up_and_scanning_with_and_without_duplicates(air):
     with a, b:
         start([a, b])
         assert a.address != b.address, "each stack has its own controller"
-        b.start_process("advertise", ["beryl", "advertise", "--name", "Beryl B", "--service", "FEED", "--runtime-dir", b.run])
-        b.wait_log("advertise", "advertising")
+        b.start_process("advertise", ["beryl", "advertise", "--name", "Beryl B", "--service", "FEED", "--runtime-dir", b.run, "--json"])
+        b.wait_event("advertise", "advertising", lambda e: e["name"] == "Beryl B" and e["services"] == ["FEED"])
         once = a.beryl("scan", "--runtime-dir", a.run, "--service", "FEED", "--timeout", "3", "--json", timeout=30)
         assert once.returncode == 0, once.stderr
         found = [e for e in events(once) if e.get("name") == "Beryl B"]
@@ -61,8 +61,8 @@ def test_connections_both_ways_with_gatt(air):
     with a, b:
         start([a, b])
         for central, peripheral in [(a, b), (b, a)]:
-            peripheral.start_process("serve", ["beryl", "serve", HEART_RATE, "--runtime-dir", peripheral.run])
-            peripheral.wait_log("serve", "advertising")
+            peripheral.start_process("serve", ["beryl", "serve", HEART_RATE, "--runtime-dir", peripheral.run, "--json"])
+            peripheral.wait_event("serve", "advertising")
             read = central.beryl("gatt", "--runtime-dir", central.run, "--peer", peripheral.address, "read", BODY_SENSOR_LOCATION,
                                  "--json", "--timeout", "20", timeout=40)
             assert read.returncode == 0, read.stderr
@@ -99,8 +99,8 @@ def test_new_links_carry_251_octet_pdus_on_the_2m_phy(air):
     a, b = two_stacks(air)
     with a, b:
         start([a, b])
-        b.start_process("serve", ["beryl", "serve", HEART_RATE, "--runtime-dir", b.run])
-        b.wait_log("serve", "advertising")
+        b.start_process("serve", ["beryl", "serve", HEART_RATE, "--runtime-dir", b.run, "--json"])
+        b.wait_event("serve", "advertising")
         for stack in (a, b):
             stack.start_process("monitor", ["beryl", "hci", "monitor", "--runtime-dir", stack.run, "--json", "--seconds", "60"])
         time.sleep(1)  # the monitors subscribe before the link exists
@@ -160,7 +160,7 @@ def link_lost(air, a, peer, leave_root_canal):
     """A holds a link to `peer` with beryl connect, the peer leaves the air, and A's report of the loss is returned
     after checking it names the code the air's kind of loss gives."""
     held = a.start_process("connect", ["beryl", "connect", "--runtime-dir", a.run, "--peer", peer, "--json", "--timeout", "20"])
-    a.wait_log("connect", '"connected"', timeout=30)
+    a.wait_event("connect", "connected", timeout=30)
     if air.name == "berylsim":
         # The peer leaves A's range: no LL_TERMINATE_IND comes, and the link ends on its supervision timeout (HCI 0x08,
         # Core Vol 6 Part B §4.5.2), which Core Bluetooth reports as connectionTimeout.
@@ -182,8 +182,8 @@ def test_a_lost_peer_ends_the_link_and_a_new_link_follows(air):
     with a, b:
         start([a, b])
         # Through managerd, which advertises again once a new hcid is up (a --direct serve ends with its hcid).
-        b.start_process("serve", ["beryl", "serve", HEART_RATE, "--runtime-dir", b.run])
-        b.wait_log("serve", "advertising")
+        b.start_process("serve", ["beryl", "serve", HEART_RATE, "--runtime-dir", b.run, "--json"])
+        b.wait_event("serve", "advertising")
         lost = link_lost(air, a, b.address, leave_root_canal=lambda: b.kill("hcid"))
         assert lost["by"] == "peer", lost
         # B comes back (in range; or a new hcid, which Root Canal gives a new controller) and A links to it again.
@@ -205,9 +205,10 @@ class BumbleAdvertiser:
         self.log_file = open(self.path, "w")
         self.process = subprocess.Popen([sys.executable, os.path.join(HERE, "bumble_peripheral.py"), str(air.port(1)),
                                          os.path.join(air["dir"], "bumble-writes.txt")], stdout=self.log_file, stderr=subprocess.STDOUT)
-        wait_for(lambda: "ready " in open(self.path).read() or self.process.poll() is not None, 15, "the Bumble peripheral")
-        assert "ready " in open(self.path).read(), open(self.path).read()
-        self.address = open(self.path).read().split("ready ", 1)[1].split()[0] + "/random"
+        ready = lambda: events_in(open(self.path).read(), "ready")  # noqa: E731
+        wait_for(lambda: ready() or self.process.poll() is not None, 15, "the Bumble peripheral")
+        assert ready(), open(self.path).read()
+        self.address = ready()[0]["address"].split("/")[0] + "/random"
 
     def __enter__(self):
         return self
