@@ -138,10 +138,14 @@ public struct ATTError: Error, Hashable, Sendable, CustomStringConvertible, Loca
     public static let errorDomain = "CBATTErrorDomain"
     public let code: Code
     public let message: String
+    /// What the stack failed at on the way (a pairing that failed, an encryption refused), as NSUnderlyingErrorKey
+    /// carries it in Core Bluetooth's userInfo; nil for an error the peer answered.
+    public let underlyingError: BerylError?
 
-    public init(_ code: Code, message: String = "") {
+    public init(_ code: Code, message: String = "", underlyingError: BerylError? = nil) {
         self.code = code
         self.message = message
+        self.underlyingError = underlyingError
     }
 
     public var description: String { message.isEmpty ? "\(code) (ATT 0x\(String(code.rawValue, radix: 16)))" : message }
@@ -276,8 +280,8 @@ public enum BerylError: Error, Equatable, Sendable, CustomStringConvertible {
         case .permissionDenied: BluetoothError(.operationNotSupported, message: description)
         case .busy: BluetoothError(.unknown, message: description)
         // As iOS reports a pairing that failed or was refused while reaching a protected attribute.
-        case .pairingFailed: ATTError(.insufficientAuthentication, message: description)
-        case .encryptionFailed: ATTError(.insufficientEncryption, message: description)
+        case .pairingFailed: ATTError(.insufficientAuthentication, message: description, underlyingError: self)
+        case .encryptionFailed: ATTError(.insufficientEncryption, message: description, underlyingError: self)
         case .controller: BluetoothError(.unknown, message: description)
         case .failed: BluetoothError(.unknown, message: description)
         }

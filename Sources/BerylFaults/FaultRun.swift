@@ -349,7 +349,7 @@ extension FaultLab {
         if airLinks() != 1 { failures.append("\(airLinks()) links on the air between the stacks") }
         if appPIDs(Self.doorlockID, on: .central).count != 1 { failures.append("doorlock runs \(appPIDs(Self.doorlockID, on: .central).count) times") }
         if appPIDs(Self.thermostatID, on: .peripheral).count != 1 { failures.append("thermostat runs \(appPIDs(Self.thermostatID, on: .peripheral).count) times") }
-        let connected = beryl(["peripherals", "--connected", "--json"], on: .central).stdout
+        let connected = events(inOutput: beryl(["peripherals", "--connected", "--json"], on: .central).stdout).compactMap { $0["identifier"] as? String }
         if !connected.contains(thermostatIdentifier) { failures.append("the central's stack does not list the thermostat as connected") }
         let taken = notificationCount()
         if !eventually(.seconds(3), { self.notificationCount() >= taken + 2 }) {

@@ -60,13 +60,23 @@ public final class GattClientSession {
         /// "connect" until the link was up, then the operation's verb.
         public var step: String
         public var timedOut = false
+        /// The controller refused the step with this status.
         public var hciStatus: UInt8?
+        /// The link went, for this reason (an HCI error code), before the step was done.
+        public var disconnectReason: UInt8?
+        /// What the peer does not have: "characteristic" or "descriptor", and its UUID.
+        public var notOnPeer: (what: String, uuid: BluetoothUUID)?
         public var remote: (code: IPCErrorCode, detail: RemoteDetail)?
 
         public var fields: [String: Any] {
             var fields: [String: Any] = ["event": "failed", "operation": step, "message": message]
             if timedOut { fields["timedOut"] = true }
             if let hciStatus { fields["hciStatus"] = Int(hciStatus) }
+            if let disconnectReason { fields["disconnectReason"] = Int(disconnectReason) }
+            if let (what, uuid) = notOnPeer {
+                fields["missing"] = what
+                fields["uuid"] = uuid.description
+            }
             guard let (code, detail) = remote else { return fields }
             fields["code"] = code.rawValue
             if detail.attError != 0 { fields["attError"] = Int(detail.attError) }
@@ -112,8 +122,13 @@ public final class GattClientSession {
     private func connect() {
         // 30 ms interval, 2 s supervision timeout.
         command(HCICommands.leCreateConnection(peer: peer, interval: 24, supervisionTimeout: 200)) { [unowned self] result in
-            let status = (try? result.get())?.hci.commandResult.status ?? 0xFF
-            if status != 0 { self.fail("LE Create Connection refused (status 0x\(String(status, radix: 16)))", hciStatus: status) }
+            switch result {
+            case .failure(let error):
+                self.fail("LE Create Connection was not run: \(error)", error: error)
+            case .success(let response):
+                let status = response.hci.commandResult.status
+                if status != 0 { self.fail("LE Create Connection refused (status 0x\(String(status ?? 0xFF, radix: 16)))", hciStatus: status) }
+            }
         }
     }
 
@@ -129,7 +144,7 @@ public final class GattClientSession {
             if operation == .pair { pair() } else { discover() }
         case .disconnected(let disconnected, let reason)? where disconnected == handle:
             handle = nil
-            if failure == nil, !done { fail("the peer disconnected (reason 0x\(String(reason, radix: 16)))", hciStatus: reason) } else { loop.stop() }
+            if failure == nil, !done { fail("the peer disconnected (reason 0x\(String(reason, radix: 16)))", disconnectReason: reason) } else { loop.stop() }
         default:
             break
         }
@@ -201,7 +216,7 @@ public final class GattClientSession {
             }
             finish(nil)
         case .read(let uuid):
-            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)") }
+            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)", notOnPeer: ("characteristic", uuid)) }
             var request = Request()
             request.att.gattRead = .with { $0.connectionHandle = UInt32(handle); $0.handle = characteristic.valueHandle }
             attd?.request(request) { [unowned self] result in
@@ -214,7 +229,7 @@ public final class GattClientSession {
                 }
             }
         case .write(let uuid, let value, let withoutResponse):
-            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)") }
+            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)", notOnPeer: ("characteristic", uuid)) }
             var request = Request()
             request.att.gattWrite = .with {
                 $0.connectionHandle = UInt32(handle)
@@ -235,9 +250,9 @@ public final class GattClientSession {
         case .pair:
             pair()
         case .readDescriptor(let uuid, let descriptorUUID), .writeDescriptor(let uuid, let descriptorUUID, _):
-            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)") }
+            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)", notOnPeer: ("characteristic", uuid)) }
             guard let descriptor = characteristic.descriptors.first(where: { BluetoothUUID($0.uuid) == descriptorUUID }) else {
-                return fail("the characteristic \(uuid) has no descriptor \(descriptorUUID)")
+                return fail("the characteristic \(uuid) has no descriptor \(descriptorUUID)", notOnPeer: ("descriptor", descriptorUUID))
             }
             var request = Request()
             if case .writeDescriptor(_, _, let value) = operation {
@@ -261,7 +276,7 @@ public final class GattClientSession {
                 }
             }
         case .reliableWrite(let uuid, let value):
-            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)") }
+            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)", notOnPeer: ("characteristic", uuid)) }
             var request = Request()
             request.att.gattReliableWrite = .with {
                 $0.connectionHandle = UInt32(handle)
@@ -277,7 +292,7 @@ public final class GattClientSession {
                 }
             }
         case .subscribe(let uuid, _):
-            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)") }
+            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)", notOnPeer: ("characteristic", uuid)) }
             let indicate = characteristic.properties & 0x10 == 0 && characteristic.properties & 0x20 != 0
             let cccd = characteristic.descriptors.first { BluetoothUUID($0.uuid) == BluetoothUUID(0x2902) }?.handle ?? characteristic.valueHandle + 1
             subscribedHandle = characteristic.valueHandle
@@ -320,10 +335,12 @@ public final class GattClientSession {
         if received >= count { finish(nil) }
     }
 
-    private func fail(_ message: String, error: IPCClientError? = nil, hciStatus: UInt8? = nil, timedOut: Bool = false) {
+    private func fail(_ message: String, error: IPCClientError? = nil, hciStatus: UInt8? = nil, disconnectReason: UInt8? = nil,
+                      notOnPeer: (String, BluetoothUUID)? = nil, timedOut: Bool = false) {
         var remote: (IPCErrorCode, RemoteDetail)?
         if case .remote(let code, _, _, let detail)? = error { remote = (code, detail) }
-        finish(Failure(message: message, step: linkWasUp ? operation.verb : "connect", timedOut: timedOut, hciStatus: hciStatus, remote: remote))
+        finish(Failure(message: message, step: linkWasUp ? operation.verb : "connect", timedOut: timedOut, hciStatus: hciStatus,
+                       disconnectReason: disconnectReason, notOnPeer: notOnPeer, remote: remote))
     }
 
     private func finish(_ failure: Failure?) {

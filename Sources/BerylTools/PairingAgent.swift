@@ -103,7 +103,7 @@ public enum PairingEvent: Sendable, Equatable {
                 "event": finished.success ? "pairing-complete" : "pairing-failed", "peer": finished.peer, "reason": Int(finished.reason),
                 "endedByPeer": finished.remote, "bonded": finished.result.bonded, "authenticated": finished.result.authenticated,
                 "secureConnections": finished.result.secureConnections, "detail": PairingAgent.describe(finished)]
-            // The identity address the peer distributed, which its bond is kept under (absent when it gave none).
+            // The identity address the bond is kept under (the peer's address when it distributed none).
             if !finished.result.identity.isEmpty { fields["identity"] = finished.result.identity }
             return fields
         }

@@ -225,7 +225,10 @@ final class DemoWorld: Sendable {
         }
         try show.step("the lock goes out of range", side: "air") {
             _ = try runTool("beryl", ["sim", "range", "1", "out", "--dir", sim])
-            try show.wait(.seconds(10), for: "the link to drop") { self.beryl(["peripherals", "--connected"], self.central).stdout.isEmpty }
+            try show.wait(.seconds(10), for: "the link to drop") {
+                let listed = self.beryl(["peripherals", "--connected", "--json"], self.central)
+                return listed.status == 0 && listed.stdout.split(separator: "\n").compactMap { self.json(String($0)) }.isEmpty
+            }
             return "link dropped; managerd keeps the connection request pending"
         }
         try show.step("kill -9 managerd; the supervisor restarts it", side: "central") {

@@ -26,7 +26,9 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
         let connected = Mutex(false)
         // A script tells "never connected" from "the operation did not finish" by the failed step, not by the message.
         let timedOut: @Sendable () -> Void = {
-            printer.emit(["event": "failed", "operation": connected.withLock { $0 } ? operation.verb : "connect", "timedOut": true])
+            let linkWasUp = connected.withLock { $0 }
+            printer.emit(["event": "failed", "operation": linkWasUp ? operation.verb : "connect", "timedOut": true,
+                          "message": linkWasUp ? "timed out" : "no connection to \(peer) within \(timeout) s"])
         }
         AppSupport.watchdog(seconds: timeout, event: json ? timedOut : nil) {
             connected.withLock { $0 } ? "timed out" : "no connection to \(peer) within \(timeout) s"
@@ -39,7 +41,12 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
             try await AppSupport.poweredOn({ central.state }, reason: { central.stateReason }, runtimeDir: stack.paths.runtimeDir)
             let peripheral = try AppSupport.peripheral(peer, on: central)
             peripheral.delegate = app
-            try await central.connected(to: peripheral)
+            do {
+                try await central.connected(to: peripheral)
+            } catch {
+                if json { printer.emit(Self.failure(error, operation: "connect")) }
+                throw error
+            }
             connected.withLock { $0 = true }
             printer.emit(["event": "connected", "peer": peer, "identifier": peripheral.identifier.uuidString])
             defer { central.cancelPeripheralConnection(peripheral) }
@@ -61,7 +68,11 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
     static func failure(_ error: any Error, operation: String) -> [String: Any] {
         var fields: [String: Any] = ["event": "failed", "operation": operation, "message": "\(error)"]
         // Core Bluetooth's errors, as the async calls throw them, and the library's own.
-        if let att = error as? ATTError { fields["attError"] = att.code.rawValue }
+        if let att = error as? ATTError {
+            fields["attError"] = att.code.rawValue
+            // The pairing or encryption that failed on the way, as the stack reported it.
+            if let underlying = att.underlyingError { return fields.merging(failure(underlying, operation: operation)) { own, _ in own } }
+        }
         if let bluetooth = error as? BluetoothError { fields["bluetoothError"] = bluetooth.code.rawValue }
         if let missing = error as? NotOnPeer {
             switch missing {

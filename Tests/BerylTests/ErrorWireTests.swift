@@ -45,12 +45,16 @@ final class ErrorWireTests: XCTestCase {
                 let error = try roundTrip(.securityFailed, RemoteDetail(smpReason: reason, smpReasonFromPeer: byPeer))
                 XCTAssertEqual(error, .pairingFailed(reason: reason, byPeer: byPeer, Self.opaque))
                 XCTAssertEqual((error.coreBluetoothError as? ATTError)?.code, .insufficientAuthentication)
+                // Core Bluetooth's userInfo keeps the failure beneath: the reason survives for whoever looks.
+                XCTAssertEqual((error.coreBluetoothError as? ATTError)?.underlyingError, .pairingFailed(reason: reason, byPeer: byPeer, Self.opaque))
             }
         }
     }
 
     func testAnEncryptionFailureKeepsItsHCIStatusAndALostBondIsCoreBluetooths() throws {
-        XCTAssertEqual(try roundTrip(.securityFailed, RemoteDetail(hciStatus: 0x3D)), .encryptionFailed(status: 0x3D, Self.opaque))
+        let encryption = try roundTrip(.securityFailed, RemoteDetail(hciStatus: 0x3D))
+        XCTAssertEqual(encryption, .encryptionFailed(status: 0x3D, Self.opaque))
+        XCTAssertEqual((encryption.coreBluetoothError as? ATTError)?.underlyingError, encryption)
         XCTAssertEqual(try roundTrip(.notReady, RemoteDetail(hciStatus: 0x0C)), .notPoweredOn, "a status outside a security failure is not an encryption failure")
         let lost = try roundTrip(.securityFailed, RemoteDetail(bluetoothError: .peerRemovedPairingInformation, hciStatus: 0x06))
         XCTAssertEqual(lost, .bluetooth(.peerRemovedPairingInformation, Self.opaque))

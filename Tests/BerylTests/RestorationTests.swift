@@ -470,10 +470,10 @@ final class RestorationTests: TwoStacksTestCase {
     func testTheGuidesDoorLockScenario() throws {
         // A lock whose state notifies only when it changes (a ticking one would wake the app each time).
         let profile = Self.lockProfile.replacingOccurrences(of: "secure-lock.json", with: "lock.json")
-        try scratch.start("serve", [Executables.path("beryl"), "serve", profile, "--runtime-dir", "\(scratch.root)/run1"],
+        try scratch.start("serve", [Executables.path("beryl"), "serve", profile, "--runtime-dir", "\(scratch.root)/run1", "--json"],
                           socket: "\(scratch.root)/run1/managerd.sock")
         let serveLog = { (try? String(contentsOfFile: self.scratch.paths.logFile("serve"), encoding: .utf8)) ?? "" }
-        XCTAssertTrue(eventually { serveLog().contains("advertising") }, serveLog())
+        XCTAssertTrue(eventually { !JSONLines.events("advertising", inFile: self.scratch.paths.logFile("serve")).isEmpty }, serveLog())
 
         // 1. Launched through managerd as its manifest's user: it finds the lock, connects, discovers, subscribes, reads.
         XCTAssertEqual(try beryl(["app", "launch", Self.appID]).status, 0)

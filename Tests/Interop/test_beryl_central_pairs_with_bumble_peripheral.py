@@ -148,6 +148,9 @@ def test_beryl_central_wrong_passkey_then_right_passkey(air):
         failed = [e for e in pairing_events(wrong) if e["event"] != "pairing"]
         assert [(e["event"], e["reason"], e["endedByPeer"]) for e in failed] == [("pairing-failed", CONFIRM_VALUE_FAILED, True)], \
             wrong.stdout + wrong.stderr
+        # The command failed with the same typed reason: the peer's Pairing Failed, Confirm Value Failed.
+        refusal = [(e["operation"], e.get("smpReason"), e.get("byPeer")) for e in events_in(wrong.stdout, "failed")]
+        assert refusal == [("pairing", CONFIRM_VALUE_FAILED, True)], wrong.stdout + wrong.stderr
         wait_for(lambda: bumble.events("disconnected"), 5, "the link to go")
         assert bumble.events()[1:] == [{"event": "pairing-started"}, {"event": "displaying-passkey", "passkey": 123456},
                                        {"event": "pairing-failed", "reason": CONFIRM_VALUE_FAILED}, disconnected()], bumble.events()
