@@ -63,10 +63,9 @@ public struct BluetoothError: Error, Hashable, Sendable, CustomStringConvertible
 }
 
 extension BluetoothError.Code {
-    /// The wire's code is Apple's plus one (0 there means "not one of these").
     init?(wire: Beryl_Ipc_V1_BluetoothErrorCode) {
-        guard wire.rawValue > 0 else { return nil }
-        self.init(rawValue: wire.rawValue - 1)
+        guard let code = wire.coreBluetoothCode else { return nil }
+        self.init(rawValue: code)
     }
 
     /// Why a link went down (an HCI reason, Core Vol 1 Part F §1.3), as Core Bluetooth reports it; nil when this

@@ -187,15 +187,10 @@ public final class FaultLab: Sendable {
     func doorlockEvents() -> [[String: Any]] { events(in: doorlockLog) }
 
     /// A log of JSON lines, as both apps write theirs.
-    func events(in log: String) -> [[String: Any]] { events(inOutput: read(log)) }
-
-    /// A command's `--json` output: one event per line.
-    func events(inOutput output: String) -> [[String: Any]] { output.split(separator: "\n").compactMap { json(String($0)) } }
+    func events(in log: String) -> [[String: Any]] { JSONLines.events(inFile: log) }
 
     /// The values `beryl gatt … read --json` read, as hex.
-    func readValues(_ output: String) -> [String] {
-        events(inOutput: output).filter { $0["event"] as? String == "read" }.compactMap { $0["value"] as? String }
-    }
+    func readValues(_ output: String) -> [String] { JSONLines.events("read", in: output).compactMap { $0["value"] as? String } }
 
     /// Temperatures the doorlock app has taken (notifications that reached it, over all its launches).
     func notificationCount() -> Int {

@@ -218,7 +218,7 @@ extension FaultLab {
             let written = beryl(["gatt", "--peer", thermostatIdentifier, "write", Self.setpoint, value, "--json", "--timeout", "20"], on: .central)
             let said = written.stderr + written.stdout
             if written.status == 0 { failures.append("a \(length)-byte write to the 2-byte setpoint succeeded") }
-            let failed = events(inOutput: written.stdout).filter { $0["event"] as? String == "failed" }
+            let failed = JSONLines.events("failed", in: written.stdout)
             // The connecting phase: refused for that, as the failed step says.
             let outOfRange = airLinks() == 0 && failed.contains { $0["operation"] as? String == "connect" }
             // Past 512 bytes the CLI refuses the argument (a usage error, 64); within, the thermostat answers Invalid
@@ -349,7 +349,7 @@ extension FaultLab {
         if airLinks() != 1 { failures.append("\(airLinks()) links on the air between the stacks") }
         if appPIDs(Self.doorlockID, on: .central).count != 1 { failures.append("doorlock runs \(appPIDs(Self.doorlockID, on: .central).count) times") }
         if appPIDs(Self.thermostatID, on: .peripheral).count != 1 { failures.append("thermostat runs \(appPIDs(Self.thermostatID, on: .peripheral).count) times") }
-        let connected = events(inOutput: beryl(["peripherals", "--connected", "--json"], on: .central).stdout).compactMap { $0["identifier"] as? String }
+        let connected = JSONLines.events(in: beryl(["peripherals", "--connected", "--json"], on: .central).stdout).compactMap { $0["identifier"] as? String }
         if !connected.contains(thermostatIdentifier) { failures.append("the central's stack does not list the thermostat as connected") }
         let taken = notificationCount()
         if !eventually(.seconds(3), { self.notificationCount() >= taken + 2 }) {

@@ -49,46 +49,9 @@ public final class GattClientSession {
     var subscribedHandle: UInt32?
     var received = 0
     var deadline: EventRegistration?
-    public private(set) var failure: Failure?
+    public private(set) var failure: GattFailure?
     /// The link came up once: a failure after that is the operation's, not the connection's.
     private var linkWasUp = false
-
-    /// Why the session failed, as a script reads it (`--json`'s failed event): the step, and the typed code that
-    /// failed it (the controller's status, or a daemon's typed refusal); `message` is for people.
-    public struct Failure: Sendable {
-        public var message: String
-        /// "connect" until the link was up, then the operation's verb.
-        public var step: String
-        public var timedOut = false
-        /// The controller refused the step with this status.
-        public var hciStatus: UInt8?
-        /// The link went, for this reason (an HCI error code), before the step was done.
-        public var disconnectReason: UInt8?
-        /// What the peer does not have: "characteristic" or "descriptor", and its UUID.
-        public var notOnPeer: (what: String, uuid: BluetoothUUID)?
-        public var remote: (code: IPCErrorCode, detail: RemoteDetail)?
-
-        public var fields: [String: Any] {
-            var fields: [String: Any] = ["event": "failed", "operation": step, "message": message]
-            if timedOut { fields["timedOut"] = true }
-            if let hciStatus { fields["hciStatus"] = Int(hciStatus) }
-            if let disconnectReason { fields["disconnectReason"] = Int(disconnectReason) }
-            if let (what, uuid) = notOnPeer {
-                fields["missing"] = what
-                fields["uuid"] = uuid.description
-            }
-            guard let (code, detail) = remote else { return fields }
-            fields["code"] = code.rawValue
-            if detail.attError != 0 { fields["attError"] = Int(detail.attError) }
-            if detail.bluetoothError != .unspecified { fields["bluetoothError"] = detail.bluetoothError.rawValue }
-            if detail.hciStatus != 0 { fields["hciStatus"] = Int(detail.hciStatus) }
-            if detail.smpReason != 0 {
-                fields["smpReason"] = Int(detail.smpReason)
-                fields["byPeer"] = detail.smpReasonFromPeer
-            }
-            return fields
-        }
-    }
 
     public init(loop: EventLoop, paths: DaemonPaths, peer: DeviceAddress, operation: Operation, timeout: Duration,
                 emit: @escaping ([String: Any]) -> Void) {
@@ -216,7 +179,7 @@ public final class GattClientSession {
             }
             finish(nil)
         case .read(let uuid):
-            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)", notOnPeer: ("characteristic", uuid)) }
+            guard let characteristic = find(uuid) else { return fail(NotOnPeer.characteristic(uuid)) }
             var request = Request()
             request.att.gattRead = .with { $0.connectionHandle = UInt32(handle); $0.handle = characteristic.valueHandle }
             attd?.request(request) { [unowned self] result in
@@ -229,7 +192,7 @@ public final class GattClientSession {
                 }
             }
         case .write(let uuid, let value, let withoutResponse):
-            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)", notOnPeer: ("characteristic", uuid)) }
+            guard let characteristic = find(uuid) else { return fail(NotOnPeer.characteristic(uuid)) }
             var request = Request()
             request.att.gattWrite = .with {
                 $0.connectionHandle = UInt32(handle)
@@ -250,9 +213,9 @@ public final class GattClientSession {
         case .pair:
             pair()
         case .readDescriptor(let uuid, let descriptorUUID), .writeDescriptor(let uuid, let descriptorUUID, _):
-            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)", notOnPeer: ("characteristic", uuid)) }
+            guard let characteristic = find(uuid) else { return fail(NotOnPeer.characteristic(uuid)) }
             guard let descriptor = characteristic.descriptors.first(where: { BluetoothUUID($0.uuid) == descriptorUUID }) else {
-                return fail("the characteristic \(uuid) has no descriptor \(descriptorUUID)", notOnPeer: ("descriptor", descriptorUUID))
+                return fail(NotOnPeer.descriptor(descriptorUUID, of: uuid))
             }
             var request = Request()
             if case .writeDescriptor(_, _, let value) = operation {
@@ -276,7 +239,7 @@ public final class GattClientSession {
                 }
             }
         case .reliableWrite(let uuid, let value):
-            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)", notOnPeer: ("characteristic", uuid)) }
+            guard let characteristic = find(uuid) else { return fail(NotOnPeer.characteristic(uuid)) }
             var request = Request()
             request.att.gattReliableWrite = .with {
                 $0.connectionHandle = UInt32(handle)
@@ -292,7 +255,7 @@ public final class GattClientSession {
                 }
             }
         case .subscribe(let uuid, _):
-            guard let characteristic = find(uuid) else { return fail("the peer has no characteristic \(uuid)", notOnPeer: ("characteristic", uuid)) }
+            guard let characteristic = find(uuid) else { return fail(NotOnPeer.characteristic(uuid)) }
             let indicate = characteristic.properties & 0x10 == 0 && characteristic.properties & 0x20 != 0
             let cccd = characteristic.descriptors.first { BluetoothUUID($0.uuid) == BluetoothUUID(0x2902) }?.handle ?? characteristic.valueHandle + 1
             subscribedHandle = characteristic.valueHandle
@@ -336,14 +299,22 @@ public final class GattClientSession {
     }
 
     private func fail(_ message: String, error: IPCClientError? = nil, hciStatus: UInt8? = nil, disconnectReason: UInt8? = nil,
-                      notOnPeer: (String, BluetoothUUID)? = nil, timedOut: Bool = false) {
-        var remote: (IPCErrorCode, RemoteDetail)?
-        if case .remote(let code, _, _, let detail)? = error { remote = (code, detail) }
-        finish(Failure(message: message, step: linkWasUp ? operation.verb : "connect", timedOut: timedOut, hciStatus: hciStatus,
-                       disconnectReason: disconnectReason, notOnPeer: notOnPeer, remote: remote))
+                      timedOut: Bool = false) {
+        var failure = GattFailure(message, step: linkWasUp ? operation.verb : "connect")
+        failure.timedOut = timedOut
+        failure.hciStatus = hciStatus
+        failure.disconnectReason = disconnectReason
+        if case .remote(let code, _, _, let detail)? = error { failure.refused(code, detail) }
+        finish(failure)
     }
 
-    private func finish(_ failure: Failure?) {
+    private func fail(_ missing: NotOnPeer) {
+        var failure = GattFailure(missing.description, step: operation.verb)
+        failure.notOnPeer = missing
+        finish(failure)
+    }
+
+    private func finish(_ failure: GattFailure?) {
         guard !done else { return }
         done = true
         self.failure = failure

@@ -12,3 +12,8 @@ public struct WireFailure: Error, Equatable, Sendable {
         self.detail = detail
     }
 }
+
+extension Beryl_Ipc_V1_BluetoothErrorCode {
+    /// Core Bluetooth's CBError code for this: the wire's is Apple's plus one (0 there means "not one of these").
+    public var coreBluetoothCode: Int? { rawValue > 0 ? rawValue - 1 : nil }
+}

@@ -109,7 +109,7 @@ final class DemoWorld: Sendable {
 
     /// The JSON-line events a program wrote to its log (`name`: only those).
     private func events(_ name: String? = nil, in path: String) -> [[String: Any]] {
-        lines(path).compactMap { json($0) }.filter { name == nil || $0["event"] as? String == name }
+        name.map { JSONLines.events($0, inFile: path) } ?? JSONLines.events(inFile: path)
     }
 
     private func beryl(_ arguments: [String], _ paths: DaemonPaths) -> ToolRun {
@@ -227,7 +227,7 @@ final class DemoWorld: Sendable {
             _ = try runTool("beryl", ["sim", "range", "1", "out", "--dir", sim])
             try show.wait(.seconds(10), for: "the link to drop") {
                 let listed = self.beryl(["peripherals", "--connected", "--json"], self.central)
-                return listed.status == 0 && listed.stdout.split(separator: "\n").compactMap { self.json(String($0)) }.isEmpty
+                return listed.status == 0 && JSONLines.events(in: listed.stdout).isEmpty
             }
             return "link dropped; managerd keeps the connection request pending"
         }

@@ -25,14 +25,15 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
         let app = GattApp(printer: printer)
         let connected = Mutex(false)
         // A script tells "never connected" from "the operation did not finish" by the failed step, not by the message.
-        let timedOut: @Sendable () -> Void = {
-            let linkWasUp = connected.withLock { $0 }
-            printer.emit(["event": "failed", "operation": linkWasUp ? operation.verb : "connect", "timedOut": true,
-                          "message": linkWasUp ? "timed out" : "no connection to \(peer) within \(timeout) s"])
+        let timedOut: @Sendable () -> GattFailure = {
+            var failure = connected.withLock { $0 } ? GattFailure("timed out", step: operation.verb)
+                : GattFailure("no connection to \(peer) within \(timeout) s", step: "connect")
+            failure.timedOut = true
+            return failure
         }
-        AppSupport.watchdog(seconds: timeout, event: json ? timedOut : nil) {
-            connected.withLock { $0 } ? "timed out" : "no connection to \(peer) within \(timeout) s"
-        }
+        let report: @Sendable () -> Void = { printer.emit(timedOut().fields) }
+        let reportTimeout = json ? report : nil
+        AppSupport.watchdog(seconds: timeout, event: reportTimeout) { timedOut().message }
         try AppSupport.blocking {
             let central = CentralManager(delegate: app, queue: DispatchQueue(label: "beryl.gatt"), appID: "beryl.gatt",
                                              socketPath: stack.paths.socket("managerd"))
@@ -64,38 +65,36 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
         }
     }
 
-    /// A failed operation as an event, with the typed code a script acts on (`--json`); the message is for people.
+    /// A failed operation as an event, with the typed codes a script acts on (`--json`); the message is for people.
     static func failure(_ error: any Error, operation: String) -> [String: Any] {
-        var fields: [String: Any] = ["event": "failed", "operation": operation, "message": "\(error)"]
-        // Core Bluetooth's errors, as the async calls throw them, and the library's own.
-        if let att = error as? ATTError {
-            fields["attError"] = att.code.rawValue
-            // The pairing or encryption that failed on the way, as the stack reported it.
-            if let underlying = att.underlyingError { return fields.merging(failure(underlying, operation: operation)) { own, _ in own } }
-        }
-        if let bluetooth = error as? BluetoothError { fields["bluetoothError"] = bluetooth.code.rawValue }
-        if let missing = error as? NotOnPeer {
-            switch missing {
-            case .characteristic(let uuid):
-                fields["missing"] = "characteristic"
-                fields["uuid"] = uuid.description
-            case .descriptor(let uuid, let characteristic):
-                fields["missing"] = "descriptor"
-                fields["uuid"] = uuid.description
-                fields["characteristic"] = characteristic.description
-            }
-        }
-        guard let error = error as? BerylError else { return fields }
+        var failure = GattFailure("\(error)", step: operation)
+        record(error, in: &failure)
+        return failure.fields
+    }
+
+    /// Core Bluetooth's errors, as the async calls throw them (with the pairing or encryption that failed beneath an
+    /// ATT error), and the library's own.
+    private static func record(_ error: any Error, in failure: inout GattFailure) {
         switch error {
-        case .att(let code, _): fields["attError"] = Int(code)
-        case .bluetooth(let code, _): fields["bluetoothError"] = code.rawValue
-        case .pairingFailed(let reason, let byPeer, _):
-            fields["smpReason"] = Int(reason)
-            fields["byPeer"] = byPeer
-        case .encryptionFailed(let status, _): fields["hciStatus"] = Int(status)
-        default: break
+        case let att as ATTError:
+            failure.attError = att.code.rawValue
+            if let underlying = att.underlyingError { record(underlying, in: &failure) }
+        case let bluetooth as BluetoothError:
+            failure.bluetoothError = bluetooth.code.rawValue
+        case let missing as NotOnPeer:
+            failure.notOnPeer = missing
+        case BerylError.att(let code, _):
+            failure.attError = Int(code)
+        case BerylError.bluetooth(let code, _):
+            failure.bluetoothError = code.rawValue
+        case BerylError.pairingFailed(let reason, let byPeer, _):
+            failure.smpReason = reason
+            failure.byPeer = byPeer
+        case BerylError.encryptionFailed(let status, _):
+            failure.hciStatus = status
+        default:
+            break
         }
-        return fields
     }
 
     private func perform(_ operation: GattClientSession.Operation, on peripheral: Peripheral) async throws {
@@ -161,15 +160,3 @@ final class GattApp: CentralManagerDelegate, PeripheralDelegate, Sendable {
     }
 }
 
-/// What `beryl gatt` looked for on the peer and did not find: `--json`'s failed event says which (`missing`, `uuid`).
-enum NotOnPeer: Error, CustomStringConvertible {
-    case characteristic(BluetoothUUID)
-    case descriptor(BluetoothUUID, of: BluetoothUUID)
-
-    var description: String {
-        switch self {
-        case .characteristic(let uuid): "the peer has no characteristic \(uuid)"
-        case .descriptor(let uuid, let characteristic): "the characteristic \(characteristic) has no descriptor \(uuid)"
-        }
-    }
-}

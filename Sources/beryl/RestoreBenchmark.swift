@@ -66,11 +66,8 @@ struct RestoreBenchmark {
         guard eventually(.milliseconds(Int(seconds * 1000)), condition) else { throw Failure.timedOut(what) }
     }
 
-    /// The JSON-line events of a log (the app's, or `beryl serve --json`'s).
-    private func events(in path: String? = nil) -> [[String: Any]] {
-        ((try? String(contentsOfFile: path ?? log, encoding: .utf8)) ?? "").split(separator: "\n")
-            .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-    }
+    /// The app's JSON-line events.
+    private func events() -> [[String: Any]] { JSONLines.events(inFile: log) }
 
     private func manager(_ build: (inout Beryl_Ipc_V1_ManagerRequest) -> Void) -> Response? {
         var request = Request()
@@ -116,7 +113,7 @@ struct RestoreBenchmark {
         for directory in [central.runtimeDir, central.logDir] { chmod(directory, 0o755) }
         processes.append(try Spawn.start([Executables.path("beryl"), "serve", root + "/lock.json", "--json", "--runtime-dir", lockStack.runtimeDir],
                                          logPath: root + "/serve.log"))
-        try until("the lock advertising") { events(in: root + "/serve.log").contains { $0["event"] as? String == "advertising" } }
+        try until("the lock advertising") { !JSONLines.events("advertising", inFile: root + "/serve.log").isEmpty }
         _ = manager { $0.launchApp.appID = "com.example.doorlock" }
         try until("the app's first read") { events().contains { $0["event"] as? String == "didUpdateValueFor" } }
 
