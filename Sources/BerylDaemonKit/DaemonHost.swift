@@ -27,6 +27,8 @@ public final class DaemonHost {
     /// Permissions of the socket file; managerd opens its to every local user.
     public var socketMode: mode_t = 0o660
 
+    /// The stack's daemons this one holds a working connection to (`markAttached`), for its status.
+    public private(set) var attachedTo: Set<String> = []
     private var signalWatchers: [EventRegistration] = []
     private var wrotePidFile = false
 
@@ -141,6 +143,7 @@ public final class DaemonHost {
         status.sessions = UInt32(server?.sessions.count ?? 0)
         status.runtimeDir = paths.runtimeDir
         status.stateDir = paths.stateDir
+        status.attachedTo = attachedTo.sorted()
         decorateStatus(&status)
         return status
     }
@@ -173,6 +176,10 @@ public func runDaemon(_ host: () throws -> DaemonHost, configure: (DaemonHost) t
 }
 
 extension DaemonHost {
+    /// The connection `attach(to:)` made to `daemon` works (subscribed, where this daemon subscribes): until it is lost,
+    /// this daemon's status says it is attached.
+    public func markAttached(_ daemon: String) { attachedTo.insert(daemon) }
+
     /// Connects to another of the stack's daemons, and again half a second after each failure or loss, for as long
     /// as this one runs (a daemon restarted by the supervisor comes back under the same socket). `attached` has each
     /// new connection, to subscribe on; `lost` says why the last one ended, before the next attempt.
@@ -184,7 +191,8 @@ extension DaemonHost {
         do {
             let connection = try IPCConnection(loop: loop, path: paths.socket(daemon))
             connection.onEvent = onEvent
-            connection.onClose = { reason in
+            connection.onClose = { [unowned self] reason in
+                attachedTo.remove(daemon)
                 lost(reason)
                 again()
             }

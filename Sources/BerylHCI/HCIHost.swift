@@ -82,6 +82,8 @@ public final class HCIHost {
     private var lastPacketAt: Duration?
     /// Link-tuning commands this controller left unanswered while it went on sending: not asked again.
     public private(set) var unansweredTuning: Set<HCIOpcode> = []
+    /// How many times the controller fell silent (and was reset to recover) since this host started.
+    public private(set) var timesUnresponsive = 0
     /// The commands hcid sends on its own to tune a new link; a controller without them loses nothing but speed.
     static let tuningCommands: Set<HCIOpcode> = [.leSetPHY, .leSetDataLength]
 
@@ -258,6 +260,7 @@ public final class HCIHost {
             return
         }
         failEverything(reason: .unresponsive)
+        timesUnresponsive += 1
         bringUp = nil
         bringUpResumeAt = nil
         setState(.unresponsive(opcode: stalledOpcode))

@@ -13,6 +13,8 @@ public struct DaemonReport: Codable, Sendable, Equatable {
     public var lastExit: String?
     public var rssBytes: UInt64?
     public var uptimeMs: UInt64?
+    /// The stack's daemons this one is attached to (attd to hcid once subscribed; managerd to hcid and attd).
+    public var attachedTo: [String]?
 }
 
 /// The controller as hcid sees it.
@@ -26,6 +28,10 @@ public struct ControllerReport: Codable, Sendable, Equatable {
     public var aclBufferSource: String?
     public var filterAcceptListSize: UInt32?
     public var detail: String?
+    /// Opcodes hcid stopped sending because the controller left them unanswered while it went on sending.
+    public var unansweredCommands: [UInt32]
+    /// How many times the controller fell silent and hcid reset it, since hcid started.
+    public var timesUnresponsive: UInt32
 
     init(_ info: Beryl_Ipc_V1_ControllerInfo) {
         state = StackProbe.controllerStateName(info.state)
@@ -38,6 +44,8 @@ public struct ControllerReport: Codable, Sendable, Equatable {
         aclBufferSource = on ? info.aclBufferSource : nil
         filterAcceptListSize = on ? info.filterAcceptListSize : nil
         detail = info.detail.isEmpty ? nil : info.detail
+        unansweredCommands = info.unansweredCommands
+        timesUnresponsive = info.timesUnresponsive
     }
 }
 
@@ -75,6 +83,7 @@ public enum StackProbe {
                 report.state = stateName(live.state)
                 report.rssBytes = live.rssBytes
                 report.uptimeMs = live.uptimeMs
+                report.attachedTo = live.attachedTo
             }
             return report
         }

@@ -69,7 +69,6 @@ final class AttDaemon {
     private func connectToHcid() {
         host.attach(to: "hcid", onEvent: { [unowned self] in hcidEvent($0) }, attached: { [unowned self] connection in
             hcid = connection
-            host.logger.info("attached to hcid")
             var subscribe = Request()
             subscribe.hci.subscribe = .with { $0.events = true; $0.acl = true; $0.aclCredits = true }
             connection.request(subscribe) { [unowned self] result in
@@ -77,6 +76,8 @@ final class AttDaemon {
                 case .failure(let error):
                     host.logger.warning("hcid subscription failed: \(error)")
                 case .success(let response):
+                    host.markAttached("hcid")
+                    host.logger.info("attached to hcid")
                     learnLocalAddress(response.hci.controllerInfo.address)
                     adoptLinks(response.hci.controllerInfo.links)
                 }

@@ -23,7 +23,8 @@ struct Status: ParsableCommand {
             let pid = daemon.pid.map(String.init) ?? "-"
             let rss = daemon.rssBytes.map { "\($0 / 1024) KiB" } ?? "-"
             let restarts = daemon.restarts.map { " restarts \($0)" } ?? ""
-            lines.append("  \(daemon.name.padding(toLength: 9, withPad: " ", startingAt: 0)) pid \(pid.padding(toLength: 8, withPad: " ", startingAt: 0)) \(daemon.state.padding(toLength: 12, withPad: " ", startingAt: 0)) rss \(rss)\(restarts)")
+            let attached = daemon.attachedTo.flatMap { $0.isEmpty ? nil : " attached to \($0.joined(separator: ", "))" } ?? ""
+            lines.append("  \(daemon.name.padding(toLength: 9, withPad: " ", startingAt: 0)) pid \(pid.padding(toLength: 8, withPad: " ", startingAt: 0)) \(daemon.state.padding(toLength: 12, withPad: " ", startingAt: 0)) rss \(rss)\(restarts)\(attached)")
         }
         if let controller = report.controller {
             var line = "  controller \(controller.state) via \(controller.transport), profile \(controller.profile)"
@@ -32,6 +33,10 @@ struct Status: ParsableCommand {
             }
             if let detail = controller.detail { line += ": \(detail)" }
             lines.append(line)
+            if controller.timesUnresponsive > 0 { lines.append("  controller fell silent \(controller.timesUnresponsive) time(s) and was reset") }
+            if !controller.unansweredCommands.isEmpty {
+                lines.append("  commands the controller left unanswered: " + controller.unansweredCommands.map { "0x" + String($0, radix: 16) }.joined(separator: ", "))
+            }
         }
         return lines.joined(separator: "\n")
     }

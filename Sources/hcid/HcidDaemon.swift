@@ -346,6 +346,8 @@ final class HcidDaemon {
         info.transport = transport.description
         info.profile = profile?.id ?? "none"
         info.detail = detail
+        info.unansweredCommands = core.unansweredTuning.map { UInt32($0.rawValue) }.sorted()
+        info.timesUnresponsive = UInt32(core.timesUnresponsive)
         let facts = core.facts
         if state == .poweredOn {
             info.address = DeviceAddress(facts.address, type: facts.addressIsRandom ? .random : .public).description

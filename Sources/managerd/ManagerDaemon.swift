@@ -133,6 +133,7 @@ final class ManagerDaemon {
             subscribe.hci.subscribe.events = true
             connection.request(subscribe) { [unowned self] result in
                 guard case .success(let response) = result else { return }
+                host.markAttached("hcid")
                 learnIdentity(response.hci.controllerInfo)
                 controllerChanged(response.hci.controllerInfo.state)
             }
@@ -151,6 +152,7 @@ final class ManagerDaemon {
     private func connectToAttd() {
         host.attach(to: "attd", onEvent: { [unowned self] in attdEvent($0) }, attached: { [unowned self] connection in
             attd = connection
+            host.markAttached("attd")
             adoptOpenLinks(connection)
             republishPreserved()
             apply(core.attd(attached: true, isRunning: isRunning))

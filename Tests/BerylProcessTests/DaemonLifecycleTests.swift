@@ -131,6 +131,10 @@ final class SupervisorTests: XCTestCase {
         XCTAssertEqual(report.controller?.profile, "none")
         XCTAssertEqual(report.daemons.map(\.name), ["hcid", "attd", "managerd"])
         XCTAssertTrue(report.daemons.allSatisfy { $0.state == "running" && $0.pid != nil }, "\(report)")
+        XCTAssertEqual(report.controller?.timesUnresponsive, 0)
+        XCTAssertEqual(report.controller?.unansweredCommands, [])
+        let attachedWhenUp: [[String]] = [[], ["hcid"], ["attd", "hcid"]]
+        XCTAssertTrue(eventually { (try? self.statusJSON(paths))?.daemons.map { $0.attachedTo ?? [] } == attachedWhenUp }, "attd and managerd attach")
         let supervisor = try XCTUnwrap(report.supervisorPid)
         let attd = try XCTUnwrap(report.daemons[1].pid)
 
@@ -142,6 +146,8 @@ final class SupervisorTests: XCTestCase {
         }, "attd was not restarted: \(String(describing: restarted))")
         XCTAssertEqual(restarted?.restarts, 1)
         XCTAssertEqual(restarted?.lastExit, "signal 9")
+        // managerd lost attd with it, and attaches to its successor, which attaches to hcid.
+        XCTAssertTrue(eventually { (try? self.statusJSON(paths))?.daemons.map { $0.attachedTo ?? [] } == attachedWhenUp }, "attached again")
 
         let again = try runTool("beryl", ["up", "--runtime-dir", paths.runtimeDir, "--transport", "unix:/x.sock"])
         XCTAssertEqual(again.status, 1)

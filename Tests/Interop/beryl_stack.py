@@ -99,13 +99,17 @@ class BerylStack:
                              capture_output=True, text=True, timeout=10).stdout
         return json.loads(out) if out.strip() else {}
 
+    def attached(self, daemon):
+        """The daemons `daemon` says it is attached to (beryl status --json), empty while it is not up."""
+        return next((d.get("attachedTo", []) for d in self.status().get("daemons", []) if d["name"] == daemon), [])
+
     def start(self):
         self.start_process("hcid", ["hcid", "--runtime-dir", self.run, "--state-dir", self.state,
                                     "--transport", self.transport])
         wait_for(lambda: self.status().get("controller", {}).get("state") == "poweredOn", 10, "hcid poweredOn")
         self.start_process("attd", ["attd", "--runtime-dir", self.run, "--state-dir", self.state] + self.attd_args)
         wait_for(lambda: os.path.exists(os.path.join(self.run, "attd.sock")), 10, "attd listening")
-        self.wait_log("attd", "attached to hcid")
+        wait_for(lambda: "hcid" in self.attached("attd"), 10, f"attd attached to hcid:\n{self.log('attd')}")
         self.start_process("managerd", ["managerd", "--runtime-dir", self.run, "--state-dir", self.state] + self.managerd_args)
         wait_for(lambda: os.path.exists(os.path.join(self.run, "managerd.sock")), 10, "managerd listening")
         return self

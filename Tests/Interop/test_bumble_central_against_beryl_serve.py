@@ -37,13 +37,14 @@ def test_bumble_central_discovers_reads_writes_and_subscribes(air, capsys):
         start("hcid", ["hcid", "--runtime-dir", run, "--state-dir", state, "--transport", air.transport(0)])
         start("attd", ["attd", "--runtime-dir", run, "--state-dir", state])
 
-        def powered_on():
+        def status():
             out = subprocess.run([os.path.join(binaries, "beryl"), "status", "--runtime-dir", run, "--json"], capture_output=True, text=True).stdout
-            return bool(out.strip()) and json.loads(out).get("controller", {}).get("state") == "poweredOn"
+            return json.loads(out) if out.strip() else {}
 
-        wait_for(powered_on, 10, "hcid poweredOn")
+        wait_for(lambda: status().get("controller", {}).get("state") == "poweredOn", 10, "hcid poweredOn")
         wait_for(lambda: os.path.exists(os.path.join(run, "attd.sock")), 10, "attd")
-        wait_for(lambda: "attached to hcid" in open(os.path.join(air["dir"], "attd.log")).read(), 10, "attd attached to hcid")
+        attd_attached = lambda: next(d.get("attachedTo", []) for d in status()["daemons"] if d["name"] == "attd")  # noqa: E731
+        wait_for(lambda: "hcid" in attd_attached(), 10, "attd attached to hcid")
         start("managerd", ["managerd", "--runtime-dir", run, "--state-dir", state])
         wait_for(lambda: os.path.exists(os.path.join(run, "managerd.sock")), 10, "managerd")
         # beryl serve is an app of managerd: a PeripheralManager publishing the profile and answering its dynamic values.

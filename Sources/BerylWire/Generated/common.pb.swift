@@ -559,6 +559,10 @@ public nonisolated struct Beryl_Ipc_V1_Status: Sendable {
   /// Only the supervisor fills this: the daemons it keeps running.
   public var children: [Beryl_Ipc_V1_ProcessInfo] = []
 
+  /// The stack's daemons this one holds a working connection to, by name (attd: "hcid" once subscribed to its events;
+  /// managerd: "hcid" and "attd"): what a client waiting for a daemon to be ready looks for.
+  public var attachedTo: [String] = []
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -821,7 +825,7 @@ nonisolated extension Beryl_Ipc_V1_ProcessInfo: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Beryl_Ipc_V1_Status: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Status"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}daemon\0\u{1}version\0\u{1}pid\0\u{1}state\0\u{3}uptime_ms\0\u{3}rss_bytes\0\u{1}sessions\0\u{3}runtime_dir\0\u{3}state_dir\0\u{1}children\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}daemon\0\u{1}version\0\u{1}pid\0\u{1}state\0\u{3}uptime_ms\0\u{3}rss_bytes\0\u{1}sessions\0\u{3}runtime_dir\0\u{3}state_dir\0\u{1}children\0\u{3}attached_to\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -839,6 +843,7 @@ nonisolated extension Beryl_Ipc_V1_Status: SwiftProtobuf.Message, SwiftProtobuf.
       case 8: try { try decoder.decodeSingularStringField(value: &self.runtimeDir) }()
       case 9: try { try decoder.decodeSingularStringField(value: &self.stateDir) }()
       case 10: try { try decoder.decodeRepeatedMessageField(value: &self.children) }()
+      case 11: try { try decoder.decodeRepeatedStringField(value: &self.attachedTo) }()
       default: break
       }
     }
@@ -875,6 +880,9 @@ nonisolated extension Beryl_Ipc_V1_Status: SwiftProtobuf.Message, SwiftProtobuf.
     if !self.children.isEmpty {
       try visitor.visitRepeatedMessageField(value: self.children, fieldNumber: 10)
     }
+    if !self.attachedTo.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.attachedTo, fieldNumber: 11)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -889,6 +897,7 @@ nonisolated extension Beryl_Ipc_V1_Status: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.runtimeDir != rhs.runtimeDir {return false}
     if lhs.stateDir != rhs.stateDir {return false}
     if lhs.children != rhs.children {return false}
+    if lhs.attachedTo != rhs.attachedTo {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

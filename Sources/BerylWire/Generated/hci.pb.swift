@@ -179,6 +179,13 @@ public nonisolated struct Beryl_Ipc_V1_ControllerInfo: Sendable {
   /// The links up now, so that a client attaching late (attd after a restart) can take them over.
   public var links: [Beryl_Ipc_V1_LinkInfo] = []
 
+  /// Commands hcid no longer sends, by opcode: the controller claims them in its features but left them unanswered
+  /// while it went on sending (Bumble's controllers and LE Set PHY).
+  public var unansweredCommands: [UInt32] = []
+
+  /// How many times since hcid started the controller fell silent and hcid reset it to recover.
+  public var timesUnresponsive: UInt32 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -622,7 +629,7 @@ nonisolated extension Beryl_Ipc_V1_GetControllerInfo: SwiftProtobuf.Message, Swi
 
 nonisolated extension Beryl_Ipc_V1_ControllerInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ControllerInfo"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}state\0\u{1}transport\0\u{1}address\0\u{1}profile\0\u{3}le_acl_mtu\0\u{3}le_acl_buffers\0\u{1}detail\0\u{3}hci_version\0\u{1}manufacturer\0\u{3}acl_buffer_source\0\u{3}filter_accept_list_size\0\u{3}resolving_list_size\0\u{3}acl_in_flight\0\u{1}links\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}state\0\u{1}transport\0\u{1}address\0\u{1}profile\0\u{3}le_acl_mtu\0\u{3}le_acl_buffers\0\u{1}detail\0\u{3}hci_version\0\u{1}manufacturer\0\u{3}acl_buffer_source\0\u{3}filter_accept_list_size\0\u{3}resolving_list_size\0\u{3}acl_in_flight\0\u{1}links\0\u{3}unanswered_commands\0\u{3}times_unresponsive\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -644,6 +651,8 @@ nonisolated extension Beryl_Ipc_V1_ControllerInfo: SwiftProtobuf.Message, SwiftP
       case 12: try { try decoder.decodeSingularUInt32Field(value: &self.resolvingListSize) }()
       case 13: try { try decoder.decodeSingularUInt32Field(value: &self.aclInFlight) }()
       case 14: try { try decoder.decodeRepeatedMessageField(value: &self.links) }()
+      case 15: try { try decoder.decodeRepeatedUInt32Field(value: &self.unansweredCommands) }()
+      case 16: try { try decoder.decodeSingularUInt32Field(value: &self.timesUnresponsive) }()
       default: break
       }
     }
@@ -692,6 +701,12 @@ nonisolated extension Beryl_Ipc_V1_ControllerInfo: SwiftProtobuf.Message, SwiftP
     if !self.links.isEmpty {
       try visitor.visitRepeatedMessageField(value: self.links, fieldNumber: 14)
     }
+    if !self.unansweredCommands.isEmpty {
+      try visitor.visitPackedUInt32Field(value: self.unansweredCommands, fieldNumber: 15)
+    }
+    if self.timesUnresponsive != 0 {
+      try visitor.visitSingularUInt32Field(value: self.timesUnresponsive, fieldNumber: 16)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -710,6 +725,8 @@ nonisolated extension Beryl_Ipc_V1_ControllerInfo: SwiftProtobuf.Message, SwiftP
     if lhs.resolvingListSize != rhs.resolvingListSize {return false}
     if lhs.aclInFlight != rhs.aclInFlight {return false}
     if lhs.links != rhs.links {return false}
+    if lhs.unansweredCommands != rhs.unansweredCommands {return false}
+    if lhs.timesUnresponsive != rhs.timesUnresponsive {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

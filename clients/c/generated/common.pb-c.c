@@ -706,7 +706,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__process_info__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__process_info__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__status__field_descriptors[10] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__status__field_descriptors[11] =
 {
   {
     "daemon",
@@ -828,8 +828,21 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__status__field_descriptors[
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "attached_to",
+    11,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Beryl__Ipc__V1__Status, n_attached_to),
+    offsetof(Beryl__Ipc__V1__Status, attached_to),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__status__field_indices_by_name[] = {
+  10,   /* field[10] = attached_to */
   9,   /* field[9] = children */
   0,   /* field[0] = daemon */
   2,   /* field[2] = pid */
@@ -844,7 +857,7 @@ static const unsigned beryl__ipc__v1__status__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__status__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 10 }
+  { 0, 11 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__status__descriptor =
 {
@@ -854,7 +867,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__status__descriptor =
   "Beryl__Ipc__V1__Status",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__Status),
-  10,
+  11,
   beryl__ipc__v1__status__field_descriptors,
   beryl__ipc__v1__status__field_indices_by_name,
   1,  beryl__ipc__v1__status__number_ranges,

@@ -270,10 +270,16 @@ struct  Beryl__Ipc__V1__Status
    */
   size_t n_children;
   Beryl__Ipc__V1__ProcessInfo **children;
+  /*
+   * The stack's daemons this one holds a working connection to, by name (attd: "hcid" once subscribed to its events;
+   * managerd: "hcid" and "attd"): what a client waiting for a daemon to be ready looks for.
+   */
+  size_t n_attached_to;
+  char **attached_to;
 };
 #define BERYL__IPC__V1__STATUS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__status__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, BERYL__IPC__V1__DAEMON_STATE__DAEMON_STATE_UNSPECIFIED, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, BERYL__IPC__V1__DAEMON_STATE__DAEMON_STATE_UNSPECIFIED, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, 0,NULL }
 
 
 /*

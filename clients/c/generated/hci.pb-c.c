@@ -880,7 +880,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__get_controller_info__descriptor
   (ProtobufCMessageInit) beryl__ipc__v1__get_controller_info__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__controller_info__field_descriptors[14] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__controller_info__field_descriptors[16] =
 {
   {
     "state",
@@ -1050,6 +1050,30 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__controller_info__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "unanswered_commands",
+    15,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Beryl__Ipc__V1__ControllerInfo, n_unanswered_commands),
+    offsetof(Beryl__Ipc__V1__ControllerInfo, unanswered_commands),
+    NULL,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "times_unresponsive",
+    16,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__ControllerInfo, times_unresponsive),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__controller_info__field_indices_by_name[] = {
   9,   /* field[9] = acl_buffer_source */
@@ -1065,12 +1089,14 @@ static const unsigned beryl__ipc__v1__controller_info__field_indices_by_name[] =
   3,   /* field[3] = profile */
   11,   /* field[11] = resolving_list_size */
   0,   /* field[0] = state */
+  15,   /* field[15] = times_unresponsive */
   1,   /* field[1] = transport */
+  14,   /* field[14] = unanswered_commands */
 };
 static const ProtobufCIntRange beryl__ipc__v1__controller_info__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 14 }
+  { 0, 16 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__controller_info__descriptor =
 {
@@ -1080,7 +1106,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__controller_info__descriptor =
   "Beryl__Ipc__V1__ControllerInfo",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__ControllerInfo),
-  14,
+  16,
   beryl__ipc__v1__controller_info__field_descriptors,
   beryl__ipc__v1__controller_info__field_indices_by_name,
   1,  beryl__ipc__v1__controller_info__number_ranges,

@@ -119,10 +119,20 @@ struct  Beryl__Ipc__V1__ControllerInfo
    */
   size_t n_links;
   Beryl__Ipc__V1__LinkInfo **links;
+  /*
+   * Commands hcid no longer sends, by opcode: the controller claims them in its features but left them unanswered
+   * while it went on sending (Bumble's controllers and LE Set PHY).
+   */
+  size_t n_unanswered_commands;
+  uint32_t *unanswered_commands;
+  /*
+   * How many times since hcid started the controller fell silent and hcid reset it to recover.
+   */
+  uint32_t times_unresponsive;
 };
 #define BERYL__IPC__V1__CONTROLLER_INFO__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__controller_info__descriptor) \
-    , BERYL__IPC__V1__CONTROLLER_STATE__CONTROLLER_STATE_UNKNOWN, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, 0, 0, 0, 0,NULL }
+    , BERYL__IPC__V1__CONTROLLER_STATE__CONTROLLER_STATE_UNKNOWN, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, 0, 0, 0, 0,NULL, 0,NULL, 0 }
 
 
 struct  Beryl__Ipc__V1__LinkInfo
