@@ -18,6 +18,14 @@ public enum LaunchFailure: Equatable, Sendable, CustomStringConvertible {
     /// It exited (`exit` says how) before it made them.
     case exitedWithoutRestoring(exit: String, restoreIDs: [String])
 
+    /// The restore identifiers the launch was made to restore and did not.
+    public var unrestored: [String] {
+        switch self {
+        case .couldNotStart: []
+        case .didNotRestore(let ids, _), .exitedWithoutRestoring(_, let ids): ids
+        }
+    }
+
     public var description: String {
         switch self {
         case .couldNotStart(let reason): reason

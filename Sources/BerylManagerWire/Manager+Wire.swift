@@ -164,6 +164,7 @@ extension Beryl_Ipc_V1_AppInfo {
         launches = UInt32(clamping: status.launches)
         lastLaunchError = status.lastLaunchFailure?.description ?? ""
         lastLaunchFailure = .init(status.lastLaunchFailure)
+        lastLaunchUnrestored = status.lastLaunchFailure?.unrestored ?? []
         restorations = UInt32(clamping: status.restorations)
         launchesEndedUnrestored = UInt32(clamping: status.relaunches.endedUnrestored)
         launchesBackedOff = UInt32(clamping: status.relaunches.backedOff)

@@ -57,7 +57,7 @@ struct AppCommand: ParsableCommand {
          "state": state(app), "pids": app.pids.map(Int.init),
          "preservedCentrals": app.preservedCentrals, "preservedPeripherals": app.preservedPeripherals,
          "queuedEvents": Int(app.queuedEvents), "launches": Int(app.launches), "lastLaunchError": app.lastLaunchError,
-         "lastLaunchFailure": launchFailure(app.lastLaunchFailure),
+         "lastLaunchFailure": launchFailure(app.lastLaunchFailure), "lastLaunchUnrestored": app.lastLaunchUnrestored,
          "wakes": ["begun": Int(app.wakes), "endedIdle": Int(app.wakesEndedIdle), "overran": Int(app.wakesOverran)],
          "restorations": Int(app.restorations),
          "relaunches": ["endedUnrestored": Int(app.launchesEndedUnrestored), "backedOff": Int(app.launchesBackedOff),

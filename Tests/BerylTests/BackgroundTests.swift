@@ -159,6 +159,7 @@ final class BackgroundTests: TwoStacksTestCase {
         for pid in pids { kill(Int32(pid), SIGKILL) }
         XCTAssertTrue(eventually(.seconds(20)) { (try? self.app("com.example.stubborn")["lastLaunchFailure"] as? String) == "didNotRestore" },
                       "the reason travels typed: \(String(describing: try? app("com.example.stubborn")))")
+        XCTAssertEqual(try app("com.example.stubborn")["lastLaunchUnrestored"] as? [String], ["doorlock-central"], "and what was not restored")
         let managerdLog = (try? String(contentsOfFile: scratch.paths.logFile("managerd0"), encoding: .utf8)) ?? ""
         // Each stand-in ended is reaped before the next launch, which waits out the backoff: none is launched over one
         // not yet reaped (that skipped the backoff, cleared the error, and left a zombie).

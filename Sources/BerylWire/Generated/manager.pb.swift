@@ -722,6 +722,13 @@ public nonisolated struct Beryl_Ipc_V1_AppInfo: @unchecked Sendable {
     set {_uniqueStorage()._launchesBeforeReaped = newValue}
   }
 
+  /// The restore identifiers the last failed launch was made to restore and did not (DID_NOT_RESTORE,
+  /// EXITED_WITHOUT_RESTORING).
+  public var lastLaunchUnrestored: [String] {
+    get {_storage._lastLaunchUnrestored}
+    set {_uniqueStorage()._lastLaunchUnrestored = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -3014,7 +3021,7 @@ nonisolated extension Beryl_Ipc_V1_StopApp: SwiftProtobuf.Message, SwiftProtobuf
 
 nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AppInfo"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}manifest\0\u{1}user\0\u{3}background_modes\0\u{1}launchable\0\u{1}state\0\u{1}pids\0\u{3}preserved_centrals\0\u{3}preserved_peripherals\0\u{3}queued_events\0\u{1}launches\0\u{3}last_launch_error\0\u{3}last_launch_failure\0\u{1}wakes\0\u{3}wakes_ended_idle\0\u{3}wakes_overran\0\u{1}restorations\0\u{3}launches_ended_unrestored\0\u{3}launches_backed_off\0\u{3}launches_before_reaped\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}manifest\0\u{1}user\0\u{3}background_modes\0\u{1}launchable\0\u{1}state\0\u{1}pids\0\u{3}preserved_centrals\0\u{3}preserved_peripherals\0\u{3}queued_events\0\u{1}launches\0\u{3}last_launch_error\0\u{3}last_launch_failure\0\u{1}wakes\0\u{3}wakes_ended_idle\0\u{3}wakes_overran\0\u{1}restorations\0\u{3}launches_ended_unrestored\0\u{3}launches_backed_off\0\u{3}launches_before_reaped\0\u{3}last_launch_unrestored\0")
 
   fileprivate class _StorageClass {
     var _id: String = String()
@@ -3037,6 +3044,7 @@ nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf
     var _launchesEndedUnrestored: UInt32 = 0
     var _launchesBackedOff: UInt32 = 0
     var _launchesBeforeReaped: UInt32 = 0
+    var _lastLaunchUnrestored: [String] = []
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -3067,6 +3075,7 @@ nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf
       _launchesEndedUnrestored = source._launchesEndedUnrestored
       _launchesBackedOff = source._launchesBackedOff
       _launchesBeforeReaped = source._launchesBeforeReaped
+      _lastLaunchUnrestored = source._lastLaunchUnrestored
     }
   }
 
@@ -3105,6 +3114,7 @@ nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf
         case 18: try { try decoder.decodeSingularUInt32Field(value: &_storage._launchesEndedUnrestored) }()
         case 19: try { try decoder.decodeSingularUInt32Field(value: &_storage._launchesBackedOff) }()
         case 20: try { try decoder.decodeSingularUInt32Field(value: &_storage._launchesBeforeReaped) }()
+        case 21: try { try decoder.decodeRepeatedStringField(value: &_storage._lastLaunchUnrestored) }()
         default: break
         }
       }
@@ -3173,6 +3183,9 @@ nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf
       if _storage._launchesBeforeReaped != 0 {
         try visitor.visitSingularUInt32Field(value: _storage._launchesBeforeReaped, fieldNumber: 20)
       }
+      if !_storage._lastLaunchUnrestored.isEmpty {
+        try visitor.visitRepeatedStringField(value: _storage._lastLaunchUnrestored, fieldNumber: 21)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -3202,6 +3215,7 @@ nonisolated extension Beryl_Ipc_V1_AppInfo: SwiftProtobuf.Message, SwiftProtobuf
         if _storage._launchesEndedUnrestored != rhs_storage._launchesEndedUnrestored {return false}
         if _storage._launchesBackedOff != rhs_storage._launchesBackedOff {return false}
         if _storage._launchesBeforeReaped != rhs_storage._launchesBeforeReaped {return false}
+        if _storage._lastLaunchUnrestored != rhs_storage._lastLaunchUnrestored {return false}
         return true
       }
       if !storagesAreEqual {return false}

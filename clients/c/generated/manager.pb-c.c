@@ -3911,7 +3911,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__stop_app__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__stop_app__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__app_info__field_descriptors[20] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__app_info__field_descriptors[21] =
 {
   {
     "id",
@@ -4153,12 +4153,25 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__app_info__field_descriptor
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "last_launch_unrestored",
+    21,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Beryl__Ipc__V1__AppInfo, n_last_launch_unrestored),
+    offsetof(Beryl__Ipc__V1__AppInfo, last_launch_unrestored),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__app_info__field_indices_by_name[] = {
   3,   /* field[3] = background_modes */
   0,   /* field[0] = id */
   11,   /* field[11] = last_launch_error */
   12,   /* field[12] = last_launch_failure */
+  20,   /* field[20] = last_launch_unrestored */
   4,   /* field[4] = launchable */
   10,   /* field[10] = launches */
   18,   /* field[18] = launches_backed_off */
@@ -4179,7 +4192,7 @@ static const unsigned beryl__ipc__v1__app_info__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__app_info__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 20 }
+  { 0, 21 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__app_info__descriptor =
 {
@@ -4189,7 +4202,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__app_info__descriptor =
   "Beryl__Ipc__V1__AppInfo",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__AppInfo),
-  20,
+  21,
   beryl__ipc__v1__app_info__field_descriptors,
   beryl__ipc__v1__app_info__field_indices_by_name,
   1,  beryl__ipc__v1__app_info__number_ranges,

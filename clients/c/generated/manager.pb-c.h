@@ -417,10 +417,16 @@ struct  Beryl__Ipc__V1__AppInfo
   uint32_t launches_ended_unrestored;
   uint32_t launches_backed_off;
   uint32_t launches_before_reaped;
+  /*
+   * The restore identifiers the last failed launch was made to restore and did not (DID_NOT_RESTORE,
+   * EXITED_WITHOUT_RESTORING).
+   */
+  size_t n_last_launch_unrestored;
+  char **last_launch_unrestored;
 };
 #define BERYL__IPC__V1__APP_INFO__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__app_info__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, 0, BERYL__IPC__V1__APP_LIFECYCLE__APP_LIFECYCLE_NOT_RUNNING, 0,NULL, 0,NULL, 0,NULL, 0, 0, (char *)protobuf_c_empty_string, BERYL__IPC__V1__LAUNCH_FAILURE_KIND__LAUNCH_FAILURE_KIND_NONE, 0, 0, 0, 0, 0, 0, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, 0, BERYL__IPC__V1__APP_LIFECYCLE__APP_LIFECYCLE_NOT_RUNNING, 0,NULL, 0,NULL, 0,NULL, 0, 0, (char *)protobuf_c_empty_string, BERYL__IPC__V1__LAUNCH_FAILURE_KIND__LAUNCH_FAILURE_KIND_NONE, 0, 0, 0, 0, 0, 0, 0, 0,NULL }
 
 
 struct  Beryl__Ipc__V1__AppList
