@@ -101,12 +101,12 @@ public enum BenchLink: String, Codable, Sendable, CaseIterable {
     /// (Core Vol 4 Part E §7.8.33), the central the interval and the PHY.
     public func setUp(central: (IPCClient, UInt16), peripheral: (IPCClient, UInt16)) throws {
         guard self == .airTime else { return }
-        _ = try HCIBenchmark.command(central.0, HCICommands.leConnectionUpdate(handle: central.1, intervalMin: 6, intervalMax: 6, latency: 0,
+        try HCIBenchmark.command(central.0, HCICommands.leConnectionUpdate(handle: central.1, intervalMin: 6, intervalMax: 6, latency: 0,
                                                                                supervisionTimeout: 100))
         for (client, handle) in [central, peripheral] {
-            _ = try HCIBenchmark.command(client, HCICommands.leSetDataLength(handle: handle, octets: 251, time: 2120))
+            try HCIBenchmark.command(client, HCICommands.leSetDataLength(handle: handle, octets: 251, time: 2120))
         }
-        _ = try HCIBenchmark.command(central.0, HCICommands.leSetPHY(handle: central.1, phy: 2))
+        try HCIBenchmark.command(central.0, HCICommands.leSetPHY(handle: central.1, phy: 2))
     }
 
     /// Notifications of `valueBytes` per second the air allows: one per data PDU (the ATT and L2CAP headers add 7).
@@ -193,12 +193,12 @@ public enum GATTBenchmark {
 
         try HCIBenchmark.subscribe(centralHCI, acl: false)
         try HCIBenchmark.subscribe(peripheralHCI, acl: false)
-        _ = try HCIBenchmark.command(peripheralHCI, HCICommands.leSetAdvertisingParameters(interval: 0x20))
-        _ = try HCIBenchmark.command(peripheralHCI, HCICommands.leSetAdvertisingEnable(true))
+        try HCIBenchmark.command(peripheralHCI, HCICommands.leSetAdvertisingParameters(interval: 0x20))
+        try HCIBenchmark.command(peripheralHCI, HCICommands.leSetAdvertisingEnable(true))
         guard let address = StackProbe.controllerInfo(at: "\(scratch.root)/run1/hcid.sock").flatMap({ DeviceAddress($0.address) }) else {
             throw StackError.controllerNotReady(after: .zero, state: "no address", detail: "")
         }
-        _ = try HCIBenchmark.command(centralHCI, HCICommands.leCreateConnection(peer: address, scanInterval: 0x10, scanWindow: 0x10, interval: 6,
+        try HCIBenchmark.command(centralHCI, HCICommands.leCreateConnection(peer: address, scanInterval: 0x10, scanWindow: 0x10, interval: 6,
                                                                                 supervisionTimeout: 100))
         let handle = try HCIBenchmark.waitForHandle(centralHCI)
         let peripheralHandle = try HCIBenchmark.waitForHandle(peripheralHCI)

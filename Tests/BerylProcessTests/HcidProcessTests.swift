@@ -1,4 +1,6 @@
+import BerylBench
 import BerylDaemonKit
+import BerylHCI
 import BerylIPC
 import BerylSupervisor
 import BerylTestSupport
@@ -92,6 +94,17 @@ final class HcidProcessTests: XCTestCase {
         XCTAssertThrowsError(try client.call(acl)) { error in
             XCTAssertEqual(remoteCode(error), .notFound)
         }
+    }
+
+    /// The benchmarks' HCI helper stops at a command the controller refused rather than measure a setup it did not get.
+    func testABenchmarksRefusedCommandIsThrownWithTheControllersStatus() throws {
+        let client = try startHcid(0)
+        XCTAssertThrowsError(try HCIBenchmark.command(client, HCICommands.leSetDataLength(handle: 0x0EFE, octets: 251, time: 2120))) { error in
+            let refused = error as? HCIBenchmark.CommandRefused
+            XCTAssertEqual(refused?.opcode, HCIOpcode.leSetDataLength.rawValue, "\(error)")
+            XCTAssertEqual(refused?.status, 0x02, "Unknown Connection Identifier (Core Vol 1 Part F §1.3)")
+        }
+        XCTAssertEqual(try HCIBenchmark.command(client, HCICommands.leRand).count, 8, "LE Rand's 8 random octets after its status")
     }
 
     func testACLUnderLoadBetweenTwoStacksNeverOverflowsTheController() throws {
