@@ -28,9 +28,9 @@ public struct ControllerReport: Codable, Sendable, Equatable {
     public var aclBufferSource: String?
     public var filterAcceptListSize: UInt32?
     public var detail: String?
-    /// Opcodes hcid stopped sending because the controller left them unanswered while it went on sending.
+    /// Tuning opcodes hcid stopped sending on its own because the controller left them unanswered while it went on sending.
     public var unansweredCommands: [UInt32]
-    /// How many times the controller fell silent and hcid reset it, since hcid started.
+    /// How many times the controller fell silent since hcid started (however many resets each silence took).
     public var timesUnresponsive: UInt32
 
     init(_ info: Beryl_Ipc_V1_ControllerInfo) {

@@ -458,11 +458,20 @@ final class ControllerFaultTests: XCTestCase {
         harness.hosts[0].submitCommand(HCICommandPacket(.readBDAddr), client: 1, token: 9, at: harness.now)
         harness.run(until: { if case .unresponsive = harness.hosts[0].state { return true } else { return false } }, timeout: .seconds(3))
         XCTAssertEqual(harness.hosts[0].state, .unresponsive(opcode: HCIOpcode.readBDAddr.rawValue))
-        XCTAssertEqual(harness.hosts[0].timesUnresponsive, 1)
         XCTAssertEqual(harness.failures[0].map(\.token), [9], "the waiting client is told")
+        // Still frozen: the resets that try to recover it go unanswered too, and it is the same silence.
+        harness.run(for: .seconds(10))
+        XCTAssertEqual(harness.hosts[0].timesUnresponsive, 1, "\(harness.logs[0])")
         harness.air.thaw(0)
         harness.run(until: { harness.hosts[0].state == .poweredOn }, timeout: .seconds(10))
         XCTAssertEqual(harness.hosts[0].state, .poweredOn)
+        XCTAssertEqual(harness.hosts[0].timesUnresponsive, 1)
+
+        // Frozen again once it was back: a second silence.
+        harness.air.freeze(0)
+        harness.hosts[0].submitCommand(HCICommandPacket(.readBDAddr), client: 1, token: 10, at: harness.now)
+        harness.run(until: { if case .unresponsive = harness.hosts[0].state { return true } else { return false } }, timeout: .seconds(3))
+        XCTAssertEqual(harness.hosts[0].timesUnresponsive, 2)
     }
 
     /// Bumble's controllers claim the 2M PHY and never answer LE Set PHY: no Command Status, no PHY Update Complete.

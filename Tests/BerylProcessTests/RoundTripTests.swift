@@ -27,6 +27,24 @@ final class RoundTripTests: XCTestCase {
         XCTAssertGreaterThan(status.rssBytes, 0)
     }
 
+    /// A daemon's status names the daemons it is attached to: one that goes is dropped, and its successor is named again.
+    func testStatusNamesTheDaemonsEachIsAttachedTo() throws {
+        let scratch = try Scratch()
+        defer { scratch.stopAll() }
+        try startStacks(scratch, count: 1)
+        let run = "\(scratch.root)/run0"
+        func attached(_ daemon: String) -> [String]? { StackProbe.status(at: "\(run)/\(daemon).sock")?.attachedTo }
+        XCTAssertTrue(eventually { attached("attd") == ["hcid"] && attached("managerd") == ["attd", "hcid"] },
+                      "attd: \(String(describing: attached("attd"))), managerd: \(String(describing: attached("managerd")))")
+        XCTAssertEqual(attached("hcid"), [], "hcid attaches to no daemon")
+
+        try scratch.crash("attd0", socket: run + "/attd.sock")
+        XCTAssertTrue(eventually { attached("managerd") == ["hcid"] }, "managerd still names the attd it lost: \(String(describing: attached("managerd")))")
+        try scratch.start("attd0-1", [Executables.path("attd"), "--runtime-dir", run, "--state-dir", "\(scratch.root)/state0"], socket: run + "/attd.sock")
+        XCTAssertTrue(eventually { attached("attd") == ["hcid"] && attached("managerd") == ["attd", "hcid"] },
+                      "attd: \(String(describing: attached("attd"))), managerd: \(String(describing: attached("managerd")))")
+    }
+
     func testManagerdIdentifiesTheAppByKernelCredentials() throws {
         let scratch = try Scratch()
         defer { scratch.stopAll() }

@@ -157,9 +157,12 @@ final class BackgroundTests: TwoStacksTestCase {
         _ = FileManager.default.createFile(atPath: standInMarker, contents: nil)
         let pids = try XCTUnwrap(try app("com.example.stubborn")["pids"] as? [Int])
         for pid in pids { kill(Int32(pid), SIGKILL) }
-        XCTAssertTrue(eventually(.seconds(20)) { (try? self.app("com.example.stubborn")["lastLaunchFailure"] as? String) == "didNotRestore" },
-                      "the reason travels typed: \(String(describing: try? app("com.example.stubborn")))")
-        XCTAssertEqual(try app("com.example.stubborn")["lastLaunchUnrestored"] as? [String], ["doorlock-central"], "and what was not restored")
+        var failed: [String: Any]?
+        XCTAssertTrue(eventually(.seconds(20)) {
+            failed = try? self.app("com.example.stubborn")
+            return failed?["lastLaunchFailure"] as? String == "didNotRestore"
+        }, "the reason travels typed: \(String(describing: failed))")
+        XCTAssertEqual(failed?["lastLaunchUnrestored"] as? [String], ["doorlock-central"], "and what was not restored: \(String(describing: failed))")
         let managerdLog = (try? String(contentsOfFile: scratch.paths.logFile("managerd0"), encoding: .utf8)) ?? ""
         // Each stand-in ended is reaped before the next launch, which waits out the backoff: none is launched over one
         // not yet reaped (that skipped the backoff, cleared the error, and left a zombie).

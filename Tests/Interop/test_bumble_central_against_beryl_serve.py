@@ -43,7 +43,7 @@ def test_bumble_central_discovers_reads_writes_and_subscribes(air, capsys):
 
         wait_for(lambda: status().get("controller", {}).get("state") == "poweredOn", 10, "hcid poweredOn")
         wait_for(lambda: os.path.exists(os.path.join(run, "attd.sock")), 10, "attd")
-        attd_attached = lambda: next(d.get("attachedTo", []) for d in status()["daemons"] if d["name"] == "attd")  # noqa: E731
+        attd_attached = lambda: next((d.get("attachedTo", []) for d in status().get("daemons", []) if d["name"] == "attd"), [])  # noqa: E731
         wait_for(lambda: "hcid" in attd_attached(), 10, "attd attached to hcid")
         start("managerd", ["managerd", "--runtime-dir", run, "--state-dir", state])
         wait_for(lambda: os.path.exists(os.path.join(run, "managerd.sock")), 10, "managerd")

@@ -179,11 +179,11 @@ public nonisolated struct Beryl_Ipc_V1_ControllerInfo: Sendable {
   /// The links up now, so that a client attaching late (attd after a restart) can take them over.
   public var links: [Beryl_Ipc_V1_LinkInfo] = []
 
-  /// Commands hcid no longer sends, by opcode: the controller claims them in its features but left them unanswered
-  /// while it went on sending (Bumble's controllers and LE Set PHY).
+  /// Link-tuning commands hcid no longer sends on its own, by opcode: the controller claims them in its features but
+  /// left them unanswered while it went on sending (Bumble's controllers and LE Set PHY).
   public var unansweredCommands: [UInt32] = []
 
-  /// How many times since hcid started the controller fell silent and hcid reset it to recover.
+  /// How many times since hcid started the controller fell silent (however many resets each silence took to end).
   public var timesUnresponsive: UInt32 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()

@@ -120,13 +120,13 @@ struct  Beryl__Ipc__V1__ControllerInfo
   size_t n_links;
   Beryl__Ipc__V1__LinkInfo **links;
   /*
-   * Commands hcid no longer sends, by opcode: the controller claims them in its features but left them unanswered
-   * while it went on sending (Bumble's controllers and LE Set PHY).
+   * Link-tuning commands hcid no longer sends on its own, by opcode: the controller claims them in its features but
+   * left them unanswered while it went on sending (Bumble's controllers and LE Set PHY).
    */
   size_t n_unanswered_commands;
   uint32_t *unanswered_commands;
   /*
-   * How many times since hcid started the controller fell silent and hcid reset it to recover.
+   * How many times since hcid started the controller fell silent (however many resets each silence took to end).
    */
   uint32_t times_unresponsive;
 };
