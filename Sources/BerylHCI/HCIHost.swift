@@ -82,8 +82,11 @@ public final class HCIHost {
     private var lastPacketAt: Duration?
     /// Link-tuning commands this controller left unanswered while it went on sending: not asked again.
     public private(set) var unansweredTuning: Set<HCIOpcode> = []
-    /// How many times the controller fell silent (and was reset to recover) since this host started.
+    /// How many times the controller fell silent since this host started: once for each silence, however many resets
+    /// it took to end.
     public private(set) var timesUnresponsive = 0
+    /// Silent, and not poweredOn since: a reset that goes unanswered too is the same silence.
+    private var silent = false
     /// The commands hcid sends on its own to tune a new link; a controller without them loses nothing but speed.
     static let tuningCommands: Set<HCIOpcode> = [.leSetPHY, .leSetDataLength]
 
@@ -260,7 +263,8 @@ public final class HCIHost {
             return
         }
         failEverything(reason: .unresponsive)
-        timesUnresponsive += 1
+        if !silent { timesUnresponsive += 1 }
+        silent = true
         bringUp = nil
         bringUpResumeAt = nil
         setState(.unresponsive(opcode: stalledOpcode))
@@ -595,6 +599,7 @@ public final class HCIHost {
     }
 
     func setState(_ new: ControllerState) {
+        if new == .poweredOn { silent = false }
         guard new != state else { return }
         state = new
         outputs.append(.stateChanged(new))
