@@ -91,13 +91,14 @@ public enum HCIBenchmark {
             note: "berylsim without the air-time model; 7.5 ms interval; the controller holds 8 × 251-byte buffers, freed once per connection event")
     }
 
-    /// The command's return parameters after its status; a status other than Success is thrown, since the figures
-    /// would then measure a setup the benchmark did not ask for (a link at the old data length, no advertising).
+    /// A Command Complete's return parameters after its status (none for a command answered by Command Status); a
+    /// status other than Success is thrown, since the figures would then measure a setup the benchmark did not ask for
+    /// (a link at the old data length, no advertising).
     @discardableResult
     public static func command(_ client: IPCClient, _ packet: HCICommandPacket) throws -> [UInt8] {
         let answer = try client.call(.hci(packet)).hci.commandResult
         guard answer.status == 0x00 else { throw CommandRefused(opcode: packet.opcode, status: answer.status) }
-        return Array(answer.statusAndReturnParameters.dropFirst())
+        return answer.eventCode == UInt32(HCIEventCode.commandComplete.rawValue) ? Array(answer.statusAndReturnParameters.dropFirst()) : []
     }
 
     public struct CommandRefused: Error, Equatable, CustomStringConvertible {
