@@ -98,7 +98,7 @@ public enum HCIBenchmark {
     public static func command(_ client: IPCClient, _ packet: HCICommandPacket) throws -> [UInt8] {
         let answer = try client.call(.hci(packet)).hci.commandResult
         guard answer.status == 0x00 else { throw CommandRefused(opcode: packet.opcode, status: answer.status) }
-        return answer.eventCode == UInt32(HCIEventCode.commandComplete.rawValue) ? Array(answer.statusAndReturnParameters.dropFirst()) : []
+        return Array(answer.statusAndReturnParameters.dropFirst())
     }
 
     public struct CommandRefused: Error, Equatable, CustomStringConvertible {

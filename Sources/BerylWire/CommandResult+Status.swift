@@ -6,7 +6,7 @@ extension Beryl_Ipc_V1_CommandResult {
     /// only its status (§7.7.15). Empty when the answer is too short to say.
     public var statusAndReturnParameters: [UInt8] {
         let bytes = Array(parameters)
-        return eventCode == Self.commandCompleteCode ? Array(bytes.dropFirst(3)) : bytes
+        return eventCode == Self.commandCompleteCode ? Array(bytes.dropFirst(3)) : Array(bytes.prefix(1))
     }
 
     /// The controller's status for the command; nil when the answer carries none.

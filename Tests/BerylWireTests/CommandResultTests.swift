@@ -20,6 +20,7 @@ final class CommandResultTests: XCTestCase {
             $0.parameters = Data([0x0C, 0x01, 0x0D, 0x20])
         }
         XCTAssertEqual(result.status, 0x0C)
+        XCTAssertEqual(result.statusAndReturnParameters, [0x0C], "no return parameters: the credits and opcode are not the command's")
     }
 
     func testTruncatedCommandCompleteHasNoStatus() {

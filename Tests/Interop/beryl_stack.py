@@ -45,6 +45,18 @@ def stop_process(process, grace=5):
         process.wait(grace)
 
 
+
+def stack_status(bin_dir, run):
+    """beryl status --json for the stack whose runtime directory is `run`; {} while nothing answers."""
+    out = subprocess.run([os.path.join(bin_dir, "beryl"), "status", "--runtime-dir", run, "--json"],
+                         capture_output=True, text=True, timeout=10).stdout
+    return json.loads(out) if out.strip() else {}
+
+
+def attached_to(status, daemon):
+    """The daemons `daemon` is attached to in a stack_status answer; empty while it is not up."""
+    return next((d.get("attachedTo", []) for d in status.get("daemons", []) if d["name"] == daemon), [])
+
 class BerylStack:
     def __init__(self, env, controller=0, attd_args=(), transport=None, managerd_args=()):
         self.env = env
@@ -95,13 +107,10 @@ class BerylStack:
         return process
 
     def status(self):
-        out = subprocess.run([os.path.join(self.bin, "beryl"), "status", "--runtime-dir", self.run, "--json"],
-                             capture_output=True, text=True, timeout=10).stdout
-        return json.loads(out) if out.strip() else {}
+        return stack_status(self.bin, self.run)
 
     def attached(self, daemon):
-        """The daemons `daemon` says it is attached to (beryl status --json), empty while it is not up."""
-        return next((d.get("attachedTo", []) for d in self.status().get("daemons", []) if d["name"] == daemon), [])
+        return attached_to(self.status(), daemon)
 
     def start(self):
         self.start_process("hcid", ["hcid", "--runtime-dir", self.run, "--state-dir", self.state,

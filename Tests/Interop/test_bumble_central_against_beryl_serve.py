@@ -7,7 +7,7 @@ import subprocess
 import time
 
 import bumble_central
-from beryl_stack import events_in
+from beryl_stack import attached_to, events_in, stack_status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -37,14 +37,9 @@ def test_bumble_central_discovers_reads_writes_and_subscribes(air, capsys):
         start("hcid", ["hcid", "--runtime-dir", run, "--state-dir", state, "--transport", air.transport(0)])
         start("attd", ["attd", "--runtime-dir", run, "--state-dir", state])
 
-        def status():
-            out = subprocess.run([os.path.join(binaries, "beryl"), "status", "--runtime-dir", run, "--json"], capture_output=True, text=True).stdout
-            return json.loads(out) if out.strip() else {}
-
-        wait_for(lambda: status().get("controller", {}).get("state") == "poweredOn", 10, "hcid poweredOn")
+        wait_for(lambda: stack_status(binaries, run).get("controller", {}).get("state") == "poweredOn", 10, "hcid poweredOn")
         wait_for(lambda: os.path.exists(os.path.join(run, "attd.sock")), 10, "attd")
-        attd_attached = lambda: next((d.get("attachedTo", []) for d in status().get("daemons", []) if d["name"] == "attd"), [])  # noqa: E731
-        wait_for(lambda: "hcid" in attd_attached(), 10, "attd attached to hcid")
+        wait_for(lambda: "hcid" in attached_to(stack_status(binaries, run), "attd"), 10, "attd attached to hcid")
         start("managerd", ["managerd", "--runtime-dir", run, "--state-dir", state])
         wait_for(lambda: os.path.exists(os.path.join(run, "managerd.sock")), 10, "managerd")
         # beryl serve is an app of managerd: a PeripheralManager publishing the profile and answering its dynamic values.

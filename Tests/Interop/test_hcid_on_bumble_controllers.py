@@ -8,7 +8,7 @@ import sys
 import tempfile
 import time
 
-from beryl_stack import ROOT, BerylStack, wait_for
+from beryl_stack import ROOT, BerylStack, stack_status, wait_for
 from conftest import bin_dir, free_port_pair
 
 LOCK_PROFILE = os.path.join(ROOT, "Examples/profiles/lock.json")
@@ -56,12 +56,9 @@ def test_hcid_reaches_powered_on_against_bumble_controllers():
         status = {}
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            run = subprocess.run([os.path.join(bin_dir(), "beryl"), "status", "--runtime-dir", os.path.join(directory, "run"), "--json"],
-                                 capture_output=True, text=True)
-            if run.stdout.strip():
-                status = json.loads(run.stdout)
-                if status.get("controller", {}).get("state") == "poweredOn":
-                    break
+            status = stack_status(bin_dir(), os.path.join(directory, "run"))
+            if status.get("controller", {}).get("state") == "poweredOn":
+                break
             time.sleep(0.2)
         controller = status.get("controller", {})
         assert controller.get("state") == "poweredOn", (status, open(os.path.join(directory, "hcid.log")).read())
