@@ -1045,6 +1045,38 @@ static beryl_local_characteristic *published_measurement(harness *h, beryl_perip
     return measurement;
 }
 
+/* A refused add leaves the service with the caller, as the header says: it can be added once the stack is up, and
+ * one never added is the caller's to free (ASan and Valgrind see a double free or a leak if either side is wrong). */
+static void test_a_refused_add_service_leaves_the_service_with_the_caller(void) {
+    harness h = {0};
+    h.base = event_base_new();
+    fake_start(&h.fake, false);
+    beryl_peripheral_manager *manager = NULL;
+    CHECK_EQ(beryl_peripheral_manager_create(&manager, h.base, &pm_callbacks, &h.r, &(beryl_manager_options){.socket_path = h.fake.path}), BERYL_OK);
+    h.r.manager = manager;
+    pump(h.base, 50);
+    beryl_local_service *kept = NULL, *dropped = NULL;
+    CHECK_EQ(beryl_local_service_create(&kept, "180D", true), BERYL_OK);
+    CHECK_EQ(beryl_local_service_add_characteristic(kept, NULL, "2A37", BERYL_PROPERTY_NOTIFY, BERYL_PERMISSION_READABLE, NULL, 0), BERYL_OK);
+    CHECK_EQ(beryl_local_service_create(&dropped, "180F", true), BERYL_OK);
+    CHECK_EQ(beryl_peripheral_manager_add_service(manager, kept), BERYL_E_NOT_POWERED_ON);
+    CHECK_EQ(beryl_peripheral_manager_add_service(manager, dropped), BERYL_E_NOT_POWERED_ON);
+    beryl_local_service_free(dropped);
+    fake_listen(&h.fake);
+    CHECK(fake_accept(&h.fake, h.base));
+    fake_free_envelope(fake_welcome(&h.fake, h.base, POWERED_ON, NULL, 0));
+    pump(h.base, 20);
+    CHECK_EQ(beryl_peripheral_manager_add_service(manager, kept), BERYL_OK);
+    Beryl__Ipc__V1__Envelope *add = expect(&h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_ADD_SERVICE);
+    Beryl__Ipc__V1__ManagerRequest *request = manager_request(add);
+    if (request && request->add_service && request->add_service->service) {
+        CHECK_STR(request->add_service->service->uuid, "180D");
+        CHECK_EQ(request->add_service->service->n_characteristics, 1);
+    }
+    fake_free_envelope(add);
+    harness_end(&h);  /* frees `kept` with the manager */
+}
+
 static void test_a_published_service_answers_reads_and_writes_exactly_once(void) {
     harness h;
     beryl_peripheral_manager *manager = manager_up(&h, NULL);
@@ -2138,6 +2170,7 @@ int main(int argc, char **argv) {
         TEST(test_a_restored_central_hears_will_restore_before_the_state),
         TEST(test_freeing_the_manager_inside_its_callback_is_safe),
         TEST(test_retrieve_peripherals_by_identifier),
+        TEST(test_a_refused_add_service_leaves_the_service_with_the_caller),
         TEST(test_a_published_service_answers_reads_and_writes_exactly_once),
         TEST(test_update_value_is_decided_locally_pipelined_and_keeps_order_through_refusals),
         TEST(test_a_restored_peripheral_manager_gets_its_services_before_the_state),

@@ -109,6 +109,11 @@ typedef enum beryl_att_error {
     BERYL_ATT_INSUFFICIENT_ENCRYPTION = 0x0F,
     BERYL_ATT_UNSUPPORTED_GROUP_TYPE = 0x10,
     BERYL_ATT_INSUFFICIENT_RESOURCES = 0x11,
+    BERYL_ATT_DATABASE_OUT_OF_SYNC = 0x12,
+    BERYL_ATT_VALUE_NOT_ALLOWED = 0x13,
+    /* The application's own errors (Core Vol 3 Part F §3.4.1.1): any code from FIRST to LAST, defined by its profile. */
+    BERYL_ATT_APPLICATION_ERROR_FIRST = 0x80,
+    BERYL_ATT_APPLICATION_ERROR_LAST = 0x9F,
 } beryl_att_error;
 
 typedef struct beryl_error {
@@ -192,7 +197,8 @@ typedef enum beryl_pairing_prompt_kind {
 
 /* Valid during the callback only. */
 typedef struct beryl_pairing_prompt {
-    /* The peer's identifier: what the answer names. */
+    /* The stack's identifier for the peer, a UUID string (as beryl_peripheral_identifier gives): pass it as the answer's
+     * `peer`. Not an address: the address is below. */
     const char *peer;
     /* The peer's address on the link, to show the user. */
     const char *address;
@@ -492,8 +498,9 @@ int beryl_peripheral_manager_answer_pairing(beryl_peripheral_manager *manager, c
                                             uint32_t passkey);
 int beryl_peripheral_manager_invalidate(beryl_peripheral_manager *manager);
 
-/* A service to add: built by the app, then given to beryl_peripheral_manager_add_service (which takes ownership).
- * A service never added is freed with beryl_local_service_free. */
+/* A service to add: built by the app, then given to beryl_peripheral_manager_add_service (which takes ownership
+ * when it returns BERYL_OK). A service never added, or whose add was refused at once, is freed with
+ * beryl_local_service_free. */
 int beryl_local_service_create(beryl_local_service **out, const char *uuid, bool primary);
 void beryl_local_service_free(beryl_local_service *service);
 /* value NULL: a dynamic value, read and written through requests; otherwise a cached value (up to 512 bytes) that
@@ -512,7 +519,9 @@ size_t beryl_local_service_characteristic_count(const beryl_local_service *servi
 beryl_local_characteristic *beryl_local_service_characteristic_at(const beryl_local_service *service, size_t index);
 const beryl_uuid *beryl_local_characteristic_uuid(const beryl_local_characteristic *characteristic);
 
-/* did_add_service follows. On success the manager owns the service; on failure too (freed with the manager). */
+/* Returns BERYL_OK when the request went out: the manager then owns the service (freed with it), whether
+ * did_add_service reports success or failure. Any other status means the call did not take it: the service stays
+ * the caller's, to add again later or to free with beryl_local_service_free. */
 int beryl_peripheral_manager_add_service(beryl_peripheral_manager *manager, beryl_local_service *service);
 int beryl_peripheral_manager_remove_service(beryl_peripheral_manager *manager, beryl_local_service *service);
 int beryl_peripheral_manager_remove_all_services(beryl_peripheral_manager *manager);
