@@ -91,6 +91,27 @@ public struct DeviceAddress: Sendable, Hashable, CustomStringConvertible {
     }
 }
 
+/// An address as a person types it, the type perhaps left out ("AA:BB:CC:DD:EE:FF"): what they mean is the device
+/// they just heard with it, whichever its type, so a query without one is resolved against the devices heard.
+public struct AddressQuery: Sendable, Hashable, CustomStringConvertible {
+    public var address: BDAddress
+    /// nil: not said.
+    public var type: AddressType?
+
+    public init(_ address: BDAddress, type: AddressType?) {
+        self.address = address
+        self.type = type
+    }
+
+    /// "AA:BB:CC:DD:EE:FF", "AA:BB:CC:DD:EE:FF/public" or "AA:BB:CC:DD:EE:FF/random".
+    public init?(_ text: String) {
+        guard let typed = DeviceAddress(text) else { return nil }
+        self.init(typed.address, type: text.contains("/") ? typed.type : nil)
+    }
+
+    public var description: String { type.map { DeviceAddress(address, type: $0).description } ?? address.description }
+}
+
 /// A static random address (the lab's RANDOM procedures; the identity of a controller with no public address): the
 /// two most significant bits set, the rest neither all zeros nor all ones (Core Vol 6 Part B §1.3.2.1).
 public func makeStaticRandomAddress(_ random: () -> UInt8) -> BDAddress {

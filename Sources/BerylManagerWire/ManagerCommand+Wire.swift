@@ -19,7 +19,8 @@ public enum ManagerCommand: Equatable, Sendable {
     /// Which peripherals a retrieve names: addresses (as `beryl peripherals` may), identifiers (as apps do), or none,
     /// which lists every device the stack knows and hands no identifier to an app.
     public enum PeripheralLookup: Equatable, Sendable {
-        case addresses([DeviceAddress])
+        /// An address without its type is resolved against the devices heard (`AddressResolution`).
+        case addresses([AddressQuery])
         case identifiers([String])
         case everyKnown
     }
@@ -76,7 +77,7 @@ extension ManagerCommand.PeripheralLookup {
     /// Addresses win over identifiers, as `beryl peripherals` names one or the other.
     public init(_ retrieve: Beryl_Ipc_V1_RetrievePeripherals) throws(WireFailure) {
         let addresses = try retrieve.addresses.map { text throws(WireFailure) in
-            guard let address = DeviceAddress(text) else {
+            guard let address = AddressQuery(text) else {
                 throw WireFailure(.invalidArgument, "'\(text)' is not an address like AA:BB:CC:DD:EE:FF[/random]", field: "addresses")
             }
             return address

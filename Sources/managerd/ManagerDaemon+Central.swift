@@ -23,7 +23,13 @@ extension ManagerDaemon {
         case .retrievePeripherals(let lookup):
             guard let store else { throw WireFailure(.notReady, "the peripheral store is not open") }
             let devices = switch lookup {
-            case .addresses(let addresses): addresses.map { store.seen($0, at: 0) }  // last seen 0: never heard, only named
+            case .addresses(let queries): try queries.map { query throws(WireFailure) in
+                let known = AddressType.allCases.compactMap { store.device(at: DeviceAddress(query.address, type: $0)) }
+                switch AddressResolution.resolve(query, known: known.map { ($0.address, $0.lastSeen > 0) }) {
+                case .success(let address): return store.seen(address, at: 0)  // last seen 0: never heard, only named
+                case .failure(let ambiguous): throw WireFailure(.invalidArgument, ambiguous.description, field: "addresses")
+                }
+            }
             case .identifiers(let identifiers): identifiers.compactMap { store.device($0) }
             case .everyKnown: store.all
             }

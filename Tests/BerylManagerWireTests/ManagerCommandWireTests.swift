@@ -38,9 +38,12 @@ final class ManagerCommandWireTests: XCTestCase {
 
     // `beryl peripherals --peer` names addresses, apps name identifiers, and naming neither lists every device.
     func testARetrieveNamesAddressesIdentifiersOrEveryDevice() throws {
-        let address = try XCTUnwrap(DeviceAddress("C0:FF:EE:00:00:01/random"))
+        let address = try XCTUnwrap(BDAddress("C0:FF:EE:00:00:01"))
         XCTAssertEqual(try ManagerCommand(.retrievePeripherals(.with { $0.addresses = ["C0:FF:EE:00:00:01/random"]; $0.identifiers = ["A"] }), session: 7),
-                       .retrievePeripherals(.addresses([address])))
+                       .retrievePeripherals(.addresses([AddressQuery(address, type: .random)])))
+        // A bare address keeps its type unsaid, for managerd to resolve against the devices heard.
+        XCTAssertEqual(try ManagerCommand(.retrievePeripherals(.with { $0.addresses = ["C0:FF:EE:00:00:01", "C0:FF:EE:00:00:01/public"] }), session: 7),
+                       .retrievePeripherals(.addresses([AddressQuery(address, type: nil), AddressQuery(address, type: .public)])))
         XCTAssertEqual(try ManagerCommand(.retrievePeripherals(.with { $0.identifiers = ["A", "B"] }), session: 7), .retrievePeripherals(.identifiers(["A", "B"])))
         XCTAssertEqual(try ManagerCommand(.retrievePeripherals(.init()), session: 7), .retrievePeripherals(.everyKnown))
         let bad = refusal(.retrievePeripherals(.with { $0.addresses = ["C0:FF:EE:00:00:01", "C0:FF:EE"] }))
