@@ -87,6 +87,10 @@ public final class HCIHost {
     public private(set) var timesUnresponsive = 0
     /// Silent, and not poweredOn since: a reset that goes unanswered too is the same silence.
     private var silent = false
+    /// How many times the controller confirmed LE Create Connection Cancel and never completed it.
+    public private(set) var cancelsNeverCompleted = 0
+    /// When the controller confirmed LE Create Connection Cancel, until the LE Connection Complete that must follow.
+    private var cancelConfirmedAt: Duration?
     /// The commands hcid sends on its own to tune a new link; a controller without them loses nothing but speed.
     static let tuningCommands: Set<HCIOpcode> = [.leSetPHY, .leSetDataLength]
 
@@ -197,6 +201,7 @@ public final class HCIHost {
         framer.reset()
         partialPacketSince = nil
         recoveryAt = nil
+        cancelConfirmedAt = nil
         failEverything(reason: .resetting)
         acl.reset()
         grants.removeAll()
@@ -224,7 +229,8 @@ public final class HCIHost {
         // No credit and nothing outstanding to bring one back: the controller has as long as a command to grant one.
         let starved = commandCredits == 0 && outstanding.isEmpty && hasQueuedCommands ? creditsExhaustedAt.map { $0 + commandTimeout } : nil
         let stalledRead = partialPacketSince.map { $0 + partialPacketLimit }
-        return [oldest, recoveryAt, starved, stalledRead, parkedDisconnects.map(\.until).min(), bringUpResumeAt].compactMap { $0 }.min()
+        let uncompletedCancel = cancelConfirmedAt.map { $0 + commandTimeout }
+        return [oldest, recoveryAt, starved, stalledRead, parkedDisconnects.map(\.until).min(), bringUpResumeAt, uncompletedCancel].compactMap { $0 }.min()
     }
 
     private var creditsExhaustedAt: Duration?
@@ -250,6 +256,9 @@ public final class HCIHost {
             outstanding.removeAll()
             start(at: now)
             return
+        }
+        if let confirmedAt = cancelConfirmedAt, now - confirmedAt >= commandTimeout {
+            return resetAfterUncompletedCancel()
         }
         forgetUnansweredTuning()
         let stalledOpcode: UInt16
@@ -288,6 +297,19 @@ public final class HCIHost {
                                 + "while it went on sending; not asking for it again"))
         }
         if forgot { pumpCommands() }
+    }
+
+    /// A controller that confirmed LE Create Connection Cancel owes an LE Connection Complete with status 0x02 (Core Vol 4
+    /// Part E §7.8.13); one that never sends it still thinks it is initiating and refuses every later LE Create Connection
+    /// with Command Disallowed (Bumble 0.0.236's controller), so no connect would ever go out again. Only a reset ends
+    /// that; clients see the controller go through resetting and back, and managerd asks for its pending links again.
+    private func resetAfterUncompletedCancel() {
+        cancelConfirmedAt = nil
+        cancelsNeverCompleted += 1
+        outputs.append(.log("the controller confirmed LE Create Connection Cancel but sent no LE Connection Complete in \(commandTimeout); "
+                            + "resetting it (\(cancelsNeverCompleted) time(s) since hcid started)"))
+        // This host ends the links the reset takes with it: clients hear Connection Terminated by Local Host.
+        start(at: now, linksEndWith: .connectionTerminatedByLocalHost)
     }
 
     // MARK: Clients
@@ -476,6 +498,9 @@ public final class HCIHost {
                     handle(Self.linkLost(link))
                 }
             }
+            if isComplete, opcode == HCIOpcode.leCreateConnectionCancel.rawValue, (try? reader.u8()) == HCIStatus.success.rawValue {
+                cancelConfirmedAt = now
+            }
             switch pending.owner {
             case .host: bringUpAnswer(opcode: opcode, event: event, isComplete: isComplete)
             case .client(let client, let token): outputs.append(.commandAnswered(client: client, token: token, event))
@@ -500,7 +525,12 @@ public final class HCIHost {
                 }
                 return
             }
-            switch LinkEvent(event) {
+            let linkEvent = LinkEvent(event)
+            switch linkEvent {
+            case .connected?, .connectionFailed?: cancelConfirmedAt = nil
+            default: break
+            }
+            switch linkEvent {
             case .connected(let handle, let central, let peer)?:
                 endingUnknown.remove(handle)
                 acl.open(handle)

@@ -97,6 +97,7 @@ public final class SimAir {
     public func setCorruptRate(_ index: Int, _ rate: Double) { controllers[index].corruptRate = min(max(rate, 0), 1) }
     public func freeze(_ index: Int) { controllers[index].frozen = true }
     public func thaw(_ index: Int) { controllers[index].thaw() }
+    public func setWedgesConnectionCancel(_ index: Int, _ wedges: Bool) { controllers[index].wedgesConnectionCancel = wedges }
 
     /// Puts the whole air back to its initial state: every controller as after HCI Reset, at its start position.
     public func resetAll() {
@@ -105,6 +106,7 @@ public final class SimAir {
             controller.position = (Double(controller.index), 0)
             controller.forcedOutOfRange = false
             controller.corruptRate = 0
+            controller.wedgesConnectionCancel = false
             if controller.frozen { controller.thaw() }
         }
         for link in links where link.isOpen { close(link, centralReason: nil, peripheralReason: nil) }

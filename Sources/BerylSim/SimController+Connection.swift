@@ -16,7 +16,7 @@ extension SimController {
             let latency = try reader.u16()
             let timeout = try reader.u16()
             _ = try reader.u32()  // minimum and maximum CE length
-            guard initiating == nil else { return status(opcode, .commandDisallowed) }
+            guard initiating == nil, !initiationWedged else { return status(opcode, .commandDisallowed) }
             guard Self.validConnectionParameters(intervalMin, intervalMax, latency, timeout), scanWindow <= scanInterval,
                   (0x0004...0x4000).contains(scanInterval), policy <= 1, peerType <= 3, ownType <= 3 else {
                 return status(opcode, .invalidParameters)
@@ -35,6 +35,10 @@ extension SimController {
             guard initiating != nil else { return complete(opcode, .commandDisallowed) }
             initiating = nil
             complete(opcode, .success)
+            if wedgesConnectionCancel {
+                initiationWedged = true
+                return
+            }
             // Core Vol 4 Part E §7.8.13: the cancelled attempt ends with a connection complete event, status Unknown Connection Identifier.
             emitConnectionComplete(status: .unknownConnectionIdentifier, handle: 0, role: 0, peer: DeviceAddress(.zero, type: .public),
                                    interval: 0, latency: 0, timeout: 0)

@@ -47,6 +47,10 @@ public final class SimController {
     public internal(set) var forcedOutOfRange = false
     public internal(set) var frozen = false
     public internal(set) var corruptRate = 0.0
+    /// The wedged-cancel fault (Bumble 0.0.236's controller): a confirmed cancel is never completed.
+    public internal(set) var wedgesConnectionCancel = false
+    /// A cancel was wedged: every LE Create Connection is refused until HCI Reset.
+    public internal(set) var initiationWedged = false
     /// Commands the host sent with no Num_HCI_Command_Packets credit, and ACL packets past the buffers.
     public internal(set) var commandFlowViolations = 0
     public internal(set) var aclOverflows = 0
@@ -204,6 +208,7 @@ public final class SimController {
         scanEnabled = false
         reportedDuplicates.removeAll()
         initiating = nil
+        initiationWedged = false
         filterAcceptList.removeAll()
         suggestedDataLength = (27, 328)
         aclBuffersInUse = 0

@@ -32,6 +32,8 @@ public struct ControllerReport: Codable, Sendable, Equatable {
     public var unansweredCommands: [UInt32]
     /// How many times the controller fell silent since hcid started (however many resets each silence took).
     public var timesUnresponsive: UInt32
+    /// How many times the controller confirmed LE Create Connection Cancel, never completed it, and was reset for it.
+    public var cancelsNeverCompleted: UInt32
 
     init(_ info: Beryl_Ipc_V1_ControllerInfo) {
         state = StackProbe.controllerStateName(info.state)
@@ -46,6 +48,7 @@ public struct ControllerReport: Codable, Sendable, Equatable {
         detail = info.detail.isEmpty ? nil : info.detail
         unansweredCommands = info.unansweredCommands
         timesUnresponsive = info.timesUnresponsive
+        cancelsNeverCompleted = info.cancelsNeverCompleted
     }
 }
 

@@ -7,9 +7,9 @@ import Foundation
 /// `beryl sim --dir DIR <command>`: placement and faults on a running berylsim.
 struct Sim: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Drive a running berylsim: list, move, range, drop, delay, corrupt, freeze, thaw, reset.",
+        abstract: "Drive a running berylsim: list, move, range, drop, delay, corrupt, freeze, thaw, wedge-cancel, reset.",
         subcommands: [SimList.self, SimMove.self, SimRange.self, SimDrop.self, SimDelay.self, SimCorrupt.self,
-                      SimFreeze.self, SimThaw.self, SimReset.self, SimPty.self])
+                      SimFreeze.self, SimThaw.self, SimWedgeCancel.self, SimReset.self, SimPty.self])
 }
 
 struct SimOptions: ParsableArguments {
@@ -43,6 +43,7 @@ struct SimOptions: ParsableArguments {
             var flags: [String] = []
             if !c.inRange { flags.append("OUT OF RANGE") }
             if c.frozen { flags.append("FROZEN") }
+            if c.wedgesConnectionCancel { flags.append("WEDGES-CANCEL") }
             if c.corruptRate > 0 { flags.append(String(format: "corrupt %.0f%%", c.corruptRate * 100)) }
             if c.advertising { flags.append("advertising") }
             if c.scanning { flags.append("scanning") }
@@ -121,6 +122,17 @@ struct SimThaw: ParsableCommand {
     @OptionGroup var sim: SimOptions
     @Argument var index: UInt32
     func run() throws { try sim.send(.with { $0.thaw = .with { $0.index = index } }) }
+}
+
+struct SimWedgeCancel: ParsableCommand {
+    enum Mode: String, ExpressibleByArgument { case on, off }
+    static let configuration = CommandConfiguration(
+        commandName: "wedge-cancel",
+        abstract: "Controller INDEX confirms LE Create Connection Cancel but never completes it, then refuses every connect until reset (as Bumble 0.0.236's).")
+    @OptionGroup var sim: SimOptions
+    @Argument var index: UInt32
+    @Argument var mode: Mode = .on
+    func run() throws { try sim.send(.with { $0.wedgeConnectionCancel = .with { $0.index = index; $0.wedges = mode == .on } }) }
 }
 
 struct SimReset: ParsableCommand {

@@ -34,6 +34,9 @@ struct Status: ParsableCommand {
             if let detail = controller.detail { line += ": \(detail)" }
             lines.append(line)
             if controller.timesUnresponsive > 0 { lines.append("  controller fell silent \(controller.timesUnresponsive) time(s) and was reset") }
+            if controller.cancelsNeverCompleted > 0 {
+                lines.append("  controller never completed a cancelled connect \(controller.cancelsNeverCompleted) time(s) and was reset")
+            }
             if !controller.unansweredCommands.isEmpty {
                 lines.append("  commands the controller left unanswered: " + controller.unansweredCommands.map { "0x" + String($0, radix: 16) }.joined(separator: ", "))
             }

@@ -53,6 +53,9 @@ extension SimDaemon {
         case .thaw(let thaw)?:
             guard let i = index(thaw.index) else { return true }
             air.thaw(i)
+        case .wedgeConnectionCancel(let wedge)?:
+            guard let i = index(wedge.index) else { return true }
+            air.setWedgesConnectionCancel(i, wedge.wedges)
         case .reset?:
             air.resetAll()
         case nil:
@@ -81,6 +84,7 @@ extension SimDaemon {
             info.y = controller.position.y
             info.inRange = !controller.forcedOutOfRange
             info.frozen = controller.frozen
+            info.wedgesConnectionCancel = controller.wedgesConnectionCancel
             info.corruptRate = controller.corruptRate
             info.hostAttached = port.hostFD != nil
             info.advertising = controller.isAdvertising

@@ -348,6 +348,7 @@ final class HcidDaemon {
         info.detail = detail
         info.unansweredCommands = core.unansweredTuning.map { UInt32($0.rawValue) }.sorted()
         info.timesUnresponsive = UInt32(core.timesUnresponsive)
+        info.cancelsNeverCompleted = UInt32(core.cancelsNeverCompleted)
         let facts = core.facts
         if state == .poweredOn {
             info.address = DeviceAddress(facts.address, type: facts.addressIsRandom ? .random : .public).description

@@ -139,3 +139,17 @@ def test_a_controller_that_never_answers_le_set_phy_keeps_its_links():
         assert len(set_phy) == 1, f"LE Set PHY asked {len(set_phy)} times; once is right"
         resets = [h4 for h4 in sent if h4[:3] == bytes([0x01, 0x03, 0x0C])]
         assert resets == [], "no controller reset after the bring-up"
+
+
+def test_a_cancel_bumbles_controller_never_completes_is_detected_and_reset():
+    """Bumble 0.0.236's controller confirms LE Create Connection Cancel but never sends the LE Connection Complete
+    (status 0x02) the spec requires (Core Vol 4 Part E 7.8.13). A connect to a device nobody hears, abandoned when its
+    tool's timeout ends it, makes managerd cancel the attempt; hcid waits its command timeout for the completion, then
+    counts the wedged cancel in its status and resets the controller, which comes back poweredOn."""
+    with two_stacks_on_bumble_controllers("beryl-cancel") as stacks:
+        _, central = stacks
+        run = central.beryl("connect", "--runtime-dir", central.run, "--peer", "F0:F0:F0:F0:F0:09", "--timeout", "2", "--json", timeout=30)
+        assert run.returncode != 0, "nobody advertises as F0:F0:F0:F0:F0:09, so the connect times out"
+        wait_for(lambda: central.status().get("controller", {}).get("cancelsNeverCompleted", 0) >= 1, 15,
+                 "hcid noticing the cancel Bumble's controller never completed")
+        wait_for(lambda: central.status().get("controller", {}).get("state") == "poweredOn", 15, "the controller back after its reset")

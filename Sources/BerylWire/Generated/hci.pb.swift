@@ -141,54 +141,112 @@ public nonisolated struct Beryl_Ipc_V1_GetControllerInfo: Sendable {
   public init() {}
 }
 
-public nonisolated struct Beryl_Ipc_V1_ControllerInfo: Sendable {
+public nonisolated struct Beryl_Ipc_V1_ControllerInfo: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  public var state: Beryl_Ipc_V1_ControllerState = .unknown
+  public var state: Beryl_Ipc_V1_ControllerState {
+    get {_storage._state}
+    set {_uniqueStorage()._state = newValue}
+  }
 
   /// The --transport spec hcid was started with, normalised.
-  public var transport: String = String()
+  public var transport: String {
+    get {_storage._transport}
+    set {_uniqueStorage()._transport = newValue}
+  }
 
-  public var address: String = String()
+  public var address: String {
+    get {_storage._address}
+    set {_uniqueStorage()._address = newValue}
+  }
 
   /// The adapter profile in use ("none" without one).
-  public var profile: String = String()
+  public var profile: String {
+    get {_storage._profile}
+    set {_uniqueStorage()._profile = newValue}
+  }
 
-  public var leAclMtu: UInt32 = 0
+  public var leAclMtu: UInt32 {
+    get {_storage._leAclMtu}
+    set {_uniqueStorage()._leAclMtu = newValue}
+  }
 
-  public var leAclBuffers: UInt32 = 0
+  public var leAclBuffers: UInt32 {
+    get {_storage._leAclBuffers}
+    set {_uniqueStorage()._leAclBuffers = newValue}
+  }
 
   /// Why the state is what it is: the error that stopped bring-up, the stalled command.
-  public var detail: String = String()
+  public var detail: String {
+    get {_storage._detail}
+    set {_uniqueStorage()._detail = newValue}
+  }
 
-  public var hciVersion: UInt32 = 0
+  public var hciVersion: UInt32 {
+    get {_storage._hciVersion}
+    set {_uniqueStorage()._hciVersion = newValue}
+  }
 
-  public var manufacturer: UInt32 = 0
+  public var manufacturer: UInt32 {
+    get {_storage._manufacturer}
+    set {_uniqueStorage()._manufacturer = newValue}
+  }
 
   /// "LE v2", "LE v1" or "shared BR/EDR".
-  public var aclBufferSource: String = String()
+  public var aclBufferSource: String {
+    get {_storage._aclBufferSource}
+    set {_uniqueStorage()._aclBufferSource = newValue}
+  }
 
-  public var filterAcceptListSize: UInt32 = 0
+  public var filterAcceptListSize: UInt32 {
+    get {_storage._filterAcceptListSize}
+    set {_uniqueStorage()._filterAcceptListSize = newValue}
+  }
 
-  public var resolvingListSize: UInt32 = 0
+  public var resolvingListSize: UInt32 {
+    get {_storage._resolvingListSize}
+    set {_uniqueStorage()._resolvingListSize = newValue}
+  }
 
-  public var aclInFlight: UInt32 = 0
+  public var aclInFlight: UInt32 {
+    get {_storage._aclInFlight}
+    set {_uniqueStorage()._aclInFlight = newValue}
+  }
 
   /// The links up now, so that a client attaching late (attd after a restart) can take them over.
-  public var links: [Beryl_Ipc_V1_LinkInfo] = []
+  public var links: [Beryl_Ipc_V1_LinkInfo] {
+    get {_storage._links}
+    set {_uniqueStorage()._links = newValue}
+  }
 
   /// Link-tuning commands hcid no longer sends on its own, by opcode: the controller claims them in its features but
   /// left them unanswered while it went on sending (Bumble's controllers and LE Set PHY).
-  public var unansweredCommands: [UInt32] = []
+  public var unansweredCommands: [UInt32] {
+    get {_storage._unansweredCommands}
+    set {_uniqueStorage()._unansweredCommands = newValue}
+  }
 
   /// How many times since hcid started the controller fell silent (however many resets each silence took to end).
-  public var timesUnresponsive: UInt32 = 0
+  public var timesUnresponsive: UInt32 {
+    get {_storage._timesUnresponsive}
+    set {_uniqueStorage()._timesUnresponsive = newValue}
+  }
+
+  /// How many times the controller confirmed LE Create Connection Cancel and then sent no LE Connection Complete within
+  /// the command timeout (Core Vol 4 Part E §7.8.13 requires one, status 0x02): hcid reset it each time, as a wedged
+  /// controller refuses every later LE Create Connection.
+  public var cancelsNeverCompleted: UInt32 {
+    get {_storage._cancelsNeverCompleted}
+    set {_uniqueStorage()._cancelsNeverCompleted = newValue}
+  }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+
+  fileprivate var _storage = _StorageClass.defaultInstance
 }
 
 public nonisolated struct Beryl_Ipc_V1_LinkInfo: Sendable {
@@ -629,104 +687,177 @@ nonisolated extension Beryl_Ipc_V1_GetControllerInfo: SwiftProtobuf.Message, Swi
 
 nonisolated extension Beryl_Ipc_V1_ControllerInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ControllerInfo"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}state\0\u{1}transport\0\u{1}address\0\u{1}profile\0\u{3}le_acl_mtu\0\u{3}le_acl_buffers\0\u{1}detail\0\u{3}hci_version\0\u{1}manufacturer\0\u{3}acl_buffer_source\0\u{3}filter_accept_list_size\0\u{3}resolving_list_size\0\u{3}acl_in_flight\0\u{1}links\0\u{3}unanswered_commands\0\u{3}times_unresponsive\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}state\0\u{1}transport\0\u{1}address\0\u{1}profile\0\u{3}le_acl_mtu\0\u{3}le_acl_buffers\0\u{1}detail\0\u{3}hci_version\0\u{1}manufacturer\0\u{3}acl_buffer_source\0\u{3}filter_accept_list_size\0\u{3}resolving_list_size\0\u{3}acl_in_flight\0\u{1}links\0\u{3}unanswered_commands\0\u{3}times_unresponsive\0\u{3}cancels_never_completed\0")
+
+  fileprivate class _StorageClass {
+    var _state: Beryl_Ipc_V1_ControllerState = .unknown
+    var _transport: String = String()
+    var _address: String = String()
+    var _profile: String = String()
+    var _leAclMtu: UInt32 = 0
+    var _leAclBuffers: UInt32 = 0
+    var _detail: String = String()
+    var _hciVersion: UInt32 = 0
+    var _manufacturer: UInt32 = 0
+    var _aclBufferSource: String = String()
+    var _filterAcceptListSize: UInt32 = 0
+    var _resolvingListSize: UInt32 = 0
+    var _aclInFlight: UInt32 = 0
+    var _links: [Beryl_Ipc_V1_LinkInfo] = []
+    var _unansweredCommands: [UInt32] = []
+    var _timesUnresponsive: UInt32 = 0
+    var _cancelsNeverCompleted: UInt32 = 0
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _state = source._state
+      _transport = source._transport
+      _address = source._address
+      _profile = source._profile
+      _leAclMtu = source._leAclMtu
+      _leAclBuffers = source._leAclBuffers
+      _detail = source._detail
+      _hciVersion = source._hciVersion
+      _manufacturer = source._manufacturer
+      _aclBufferSource = source._aclBufferSource
+      _filterAcceptListSize = source._filterAcceptListSize
+      _resolvingListSize = source._resolvingListSize
+      _aclInFlight = source._aclInFlight
+      _links = source._links
+      _unansweredCommands = source._unansweredCommands
+      _timesUnresponsive = source._timesUnresponsive
+      _cancelsNeverCompleted = source._cancelsNeverCompleted
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularEnumField(value: &self.state) }()
-      case 2: try { try decoder.decodeSingularStringField(value: &self.transport) }()
-      case 3: try { try decoder.decodeSingularStringField(value: &self.address) }()
-      case 4: try { try decoder.decodeSingularStringField(value: &self.profile) }()
-      case 5: try { try decoder.decodeSingularUInt32Field(value: &self.leAclMtu) }()
-      case 6: try { try decoder.decodeSingularUInt32Field(value: &self.leAclBuffers) }()
-      case 7: try { try decoder.decodeSingularStringField(value: &self.detail) }()
-      case 8: try { try decoder.decodeSingularUInt32Field(value: &self.hciVersion) }()
-      case 9: try { try decoder.decodeSingularUInt32Field(value: &self.manufacturer) }()
-      case 10: try { try decoder.decodeSingularStringField(value: &self.aclBufferSource) }()
-      case 11: try { try decoder.decodeSingularUInt32Field(value: &self.filterAcceptListSize) }()
-      case 12: try { try decoder.decodeSingularUInt32Field(value: &self.resolvingListSize) }()
-      case 13: try { try decoder.decodeSingularUInt32Field(value: &self.aclInFlight) }()
-      case 14: try { try decoder.decodeRepeatedMessageField(value: &self.links) }()
-      case 15: try { try decoder.decodeRepeatedUInt32Field(value: &self.unansweredCommands) }()
-      case 16: try { try decoder.decodeSingularUInt32Field(value: &self.timesUnresponsive) }()
-      default: break
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularEnumField(value: &_storage._state) }()
+        case 2: try { try decoder.decodeSingularStringField(value: &_storage._transport) }()
+        case 3: try { try decoder.decodeSingularStringField(value: &_storage._address) }()
+        case 4: try { try decoder.decodeSingularStringField(value: &_storage._profile) }()
+        case 5: try { try decoder.decodeSingularUInt32Field(value: &_storage._leAclMtu) }()
+        case 6: try { try decoder.decodeSingularUInt32Field(value: &_storage._leAclBuffers) }()
+        case 7: try { try decoder.decodeSingularStringField(value: &_storage._detail) }()
+        case 8: try { try decoder.decodeSingularUInt32Field(value: &_storage._hciVersion) }()
+        case 9: try { try decoder.decodeSingularUInt32Field(value: &_storage._manufacturer) }()
+        case 10: try { try decoder.decodeSingularStringField(value: &_storage._aclBufferSource) }()
+        case 11: try { try decoder.decodeSingularUInt32Field(value: &_storage._filterAcceptListSize) }()
+        case 12: try { try decoder.decodeSingularUInt32Field(value: &_storage._resolvingListSize) }()
+        case 13: try { try decoder.decodeSingularUInt32Field(value: &_storage._aclInFlight) }()
+        case 14: try { try decoder.decodeRepeatedMessageField(value: &_storage._links) }()
+        case 15: try { try decoder.decodeRepeatedUInt32Field(value: &_storage._unansweredCommands) }()
+        case 16: try { try decoder.decodeSingularUInt32Field(value: &_storage._timesUnresponsive) }()
+        case 17: try { try decoder.decodeSingularUInt32Field(value: &_storage._cancelsNeverCompleted) }()
+        default: break
+        }
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    if self.state != .unknown {
-      try visitor.visitSingularEnumField(value: self.state, fieldNumber: 1)
-    }
-    if !self.transport.isEmpty {
-      try visitor.visitSingularStringField(value: self.transport, fieldNumber: 2)
-    }
-    if !self.address.isEmpty {
-      try visitor.visitSingularStringField(value: self.address, fieldNumber: 3)
-    }
-    if !self.profile.isEmpty {
-      try visitor.visitSingularStringField(value: self.profile, fieldNumber: 4)
-    }
-    if self.leAclMtu != 0 {
-      try visitor.visitSingularUInt32Field(value: self.leAclMtu, fieldNumber: 5)
-    }
-    if self.leAclBuffers != 0 {
-      try visitor.visitSingularUInt32Field(value: self.leAclBuffers, fieldNumber: 6)
-    }
-    if !self.detail.isEmpty {
-      try visitor.visitSingularStringField(value: self.detail, fieldNumber: 7)
-    }
-    if self.hciVersion != 0 {
-      try visitor.visitSingularUInt32Field(value: self.hciVersion, fieldNumber: 8)
-    }
-    if self.manufacturer != 0 {
-      try visitor.visitSingularUInt32Field(value: self.manufacturer, fieldNumber: 9)
-    }
-    if !self.aclBufferSource.isEmpty {
-      try visitor.visitSingularStringField(value: self.aclBufferSource, fieldNumber: 10)
-    }
-    if self.filterAcceptListSize != 0 {
-      try visitor.visitSingularUInt32Field(value: self.filterAcceptListSize, fieldNumber: 11)
-    }
-    if self.resolvingListSize != 0 {
-      try visitor.visitSingularUInt32Field(value: self.resolvingListSize, fieldNumber: 12)
-    }
-    if self.aclInFlight != 0 {
-      try visitor.visitSingularUInt32Field(value: self.aclInFlight, fieldNumber: 13)
-    }
-    if !self.links.isEmpty {
-      try visitor.visitRepeatedMessageField(value: self.links, fieldNumber: 14)
-    }
-    if !self.unansweredCommands.isEmpty {
-      try visitor.visitPackedUInt32Field(value: self.unansweredCommands, fieldNumber: 15)
-    }
-    if self.timesUnresponsive != 0 {
-      try visitor.visitSingularUInt32Field(value: self.timesUnresponsive, fieldNumber: 16)
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      if _storage._state != .unknown {
+        try visitor.visitSingularEnumField(value: _storage._state, fieldNumber: 1)
+      }
+      if !_storage._transport.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._transport, fieldNumber: 2)
+      }
+      if !_storage._address.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._address, fieldNumber: 3)
+      }
+      if !_storage._profile.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._profile, fieldNumber: 4)
+      }
+      if _storage._leAclMtu != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._leAclMtu, fieldNumber: 5)
+      }
+      if _storage._leAclBuffers != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._leAclBuffers, fieldNumber: 6)
+      }
+      if !_storage._detail.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._detail, fieldNumber: 7)
+      }
+      if _storage._hciVersion != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._hciVersion, fieldNumber: 8)
+      }
+      if _storage._manufacturer != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._manufacturer, fieldNumber: 9)
+      }
+      if !_storage._aclBufferSource.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._aclBufferSource, fieldNumber: 10)
+      }
+      if _storage._filterAcceptListSize != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._filterAcceptListSize, fieldNumber: 11)
+      }
+      if _storage._resolvingListSize != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._resolvingListSize, fieldNumber: 12)
+      }
+      if _storage._aclInFlight != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._aclInFlight, fieldNumber: 13)
+      }
+      if !_storage._links.isEmpty {
+        try visitor.visitRepeatedMessageField(value: _storage._links, fieldNumber: 14)
+      }
+      if !_storage._unansweredCommands.isEmpty {
+        try visitor.visitPackedUInt32Field(value: _storage._unansweredCommands, fieldNumber: 15)
+      }
+      if _storage._timesUnresponsive != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._timesUnresponsive, fieldNumber: 16)
+      }
+      if _storage._cancelsNeverCompleted != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._cancelsNeverCompleted, fieldNumber: 17)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_ControllerInfo, rhs: Beryl_Ipc_V1_ControllerInfo) -> Bool {
-    if lhs.state != rhs.state {return false}
-    if lhs.transport != rhs.transport {return false}
-    if lhs.address != rhs.address {return false}
-    if lhs.profile != rhs.profile {return false}
-    if lhs.leAclMtu != rhs.leAclMtu {return false}
-    if lhs.leAclBuffers != rhs.leAclBuffers {return false}
-    if lhs.detail != rhs.detail {return false}
-    if lhs.hciVersion != rhs.hciVersion {return false}
-    if lhs.manufacturer != rhs.manufacturer {return false}
-    if lhs.aclBufferSource != rhs.aclBufferSource {return false}
-    if lhs.filterAcceptListSize != rhs.filterAcceptListSize {return false}
-    if lhs.resolvingListSize != rhs.resolvingListSize {return false}
-    if lhs.aclInFlight != rhs.aclInFlight {return false}
-    if lhs.links != rhs.links {return false}
-    if lhs.unansweredCommands != rhs.unansweredCommands {return false}
-    if lhs.timesUnresponsive != rhs.timesUnresponsive {return false}
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._state != rhs_storage._state {return false}
+        if _storage._transport != rhs_storage._transport {return false}
+        if _storage._address != rhs_storage._address {return false}
+        if _storage._profile != rhs_storage._profile {return false}
+        if _storage._leAclMtu != rhs_storage._leAclMtu {return false}
+        if _storage._leAclBuffers != rhs_storage._leAclBuffers {return false}
+        if _storage._detail != rhs_storage._detail {return false}
+        if _storage._hciVersion != rhs_storage._hciVersion {return false}
+        if _storage._manufacturer != rhs_storage._manufacturer {return false}
+        if _storage._aclBufferSource != rhs_storage._aclBufferSource {return false}
+        if _storage._filterAcceptListSize != rhs_storage._filterAcceptListSize {return false}
+        if _storage._resolvingListSize != rhs_storage._resolvingListSize {return false}
+        if _storage._aclInFlight != rhs_storage._aclInFlight {return false}
+        if _storage._links != rhs_storage._links {return false}
+        if _storage._unansweredCommands != rhs_storage._unansweredCommands {return false}
+        if _storage._timesUnresponsive != rhs_storage._timesUnresponsive {return false}
+        if _storage._cancelsNeverCompleted != rhs_storage._cancelsNeverCompleted {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -136,6 +136,23 @@ public nonisolated struct Beryl_Ipc_V1_ResetAir: Sendable {
   public init() {}
 }
 
+/// A controller fault: LE Create Connection Cancel is confirmed but the LE Connection Complete (0x02) that must follow
+/// (Core Vol 4 Part E §7.8.13) never comes, and every later LE Create Connection is Command Disallowed until HCI Reset,
+/// as Bumble 0.0.236's controller does. `wedges` false ends the fault (a controller already wedged stays so until reset).
+public nonisolated struct Beryl_Ipc_V1_WedgeConnectionCancel: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var index: UInt32 = 0
+
+  public var wedges: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 public nonisolated struct Beryl_Ipc_V1_SimControllerInfo: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -246,6 +263,11 @@ public nonisolated struct Beryl_Ipc_V1_SimControllerInfo: @unchecked Sendable {
   public var advertisingIntervalUs: UInt32 {
     get {_storage._advertisingIntervalUs}
     set {_uniqueStorage()._advertisingIntervalUs = newValue}
+  }
+
+  public var wedgesConnectionCancel: Bool {
+    get {_storage._wedgesConnectionCancel}
+    set {_uniqueStorage()._wedgesConnectionCancel = newValue}
   }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
@@ -378,6 +400,14 @@ public nonisolated struct Beryl_Ipc_V1_SimRequest: Sendable {
     set {kind = .reset(newValue)}
   }
 
+  public var wedgeConnectionCancel: Beryl_Ipc_V1_WedgeConnectionCancel {
+    get {
+      if case .wedgeConnectionCancel(let v)? = kind {return v}
+      return Beryl_Ipc_V1_WedgeConnectionCancel()
+    }
+    set {kind = .wedgeConnectionCancel(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -390,6 +420,7 @@ public nonisolated struct Beryl_Ipc_V1_SimRequest: Sendable {
     case freeze(Beryl_Ipc_V1_Freeze)
     case thaw(Beryl_Ipc_V1_Thaw)
     case reset(Beryl_Ipc_V1_ResetAir)
+    case wedgeConnectionCancel(Beryl_Ipc_V1_WedgeConnectionCancel)
 
   }
 
@@ -694,9 +725,44 @@ nonisolated extension Beryl_Ipc_V1_ResetAir: SwiftProtobuf.Message, SwiftProtobu
   }
 }
 
+nonisolated extension Beryl_Ipc_V1_WedgeConnectionCancel: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".WedgeConnectionCancel"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}index\0\u{1}wedges\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.index) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.wedges) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.index != 0 {
+      try visitor.visitSingularUInt32Field(value: self.index, fieldNumber: 1)
+    }
+    if self.wedges != false {
+      try visitor.visitSingularBoolField(value: self.wedges, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_WedgeConnectionCancel, rhs: Beryl_Ipc_V1_WedgeConnectionCancel) -> Bool {
+    if lhs.index != rhs.index {return false}
+    if lhs.wedges != rhs.wedges {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Beryl_Ipc_V1_SimControllerInfo: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".SimControllerInfo"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}index\0\u{1}address\0\u{1}x\0\u{1}y\0\u{3}in_range\0\u{1}frozen\0\u{3}corrupt_rate\0\u{3}host_attached\0\u{1}advertising\0\u{1}scanning\0\u{1}initiating\0\u{3}connection_handles\0\u{3}command_flow_violations\0\u{3}acl_overflows\0\u{3}invalid_packets\0\u{3}socket_path\0\u{3}tcp_port\0\u{3}scan_interval_us\0\u{3}scan_window_us\0\u{3}scan_filter_duplicates\0\u{3}advertising_interval_us\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}index\0\u{1}address\0\u{1}x\0\u{1}y\0\u{3}in_range\0\u{1}frozen\0\u{3}corrupt_rate\0\u{3}host_attached\0\u{1}advertising\0\u{1}scanning\0\u{1}initiating\0\u{3}connection_handles\0\u{3}command_flow_violations\0\u{3}acl_overflows\0\u{3}invalid_packets\0\u{3}socket_path\0\u{3}tcp_port\0\u{3}scan_interval_us\0\u{3}scan_window_us\0\u{3}scan_filter_duplicates\0\u{3}advertising_interval_us\0\u{3}wedges_connection_cancel\0")
 
   fileprivate class _StorageClass {
     var _index: UInt32 = 0
@@ -720,6 +786,7 @@ nonisolated extension Beryl_Ipc_V1_SimControllerInfo: SwiftProtobuf.Message, Swi
     var _scanWindowUs: UInt32 = 0
     var _scanFilterDuplicates: Bool = false
     var _advertisingIntervalUs: UInt32 = 0
+    var _wedgesConnectionCancel: Bool = false
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -751,6 +818,7 @@ nonisolated extension Beryl_Ipc_V1_SimControllerInfo: SwiftProtobuf.Message, Swi
       _scanWindowUs = source._scanWindowUs
       _scanFilterDuplicates = source._scanFilterDuplicates
       _advertisingIntervalUs = source._advertisingIntervalUs
+      _wedgesConnectionCancel = source._wedgesConnectionCancel
     }
   }
 
@@ -790,6 +858,7 @@ nonisolated extension Beryl_Ipc_V1_SimControllerInfo: SwiftProtobuf.Message, Swi
         case 19: try { try decoder.decodeSingularUInt32Field(value: &_storage._scanWindowUs) }()
         case 20: try { try decoder.decodeSingularBoolField(value: &_storage._scanFilterDuplicates) }()
         case 21: try { try decoder.decodeSingularUInt32Field(value: &_storage._advertisingIntervalUs) }()
+        case 22: try { try decoder.decodeSingularBoolField(value: &_storage._wedgesConnectionCancel) }()
         default: break
         }
       }
@@ -861,6 +930,9 @@ nonisolated extension Beryl_Ipc_V1_SimControllerInfo: SwiftProtobuf.Message, Swi
       if _storage._advertisingIntervalUs != 0 {
         try visitor.visitSingularUInt32Field(value: _storage._advertisingIntervalUs, fieldNumber: 21)
       }
+      if _storage._wedgesConnectionCancel != false {
+        try visitor.visitSingularBoolField(value: _storage._wedgesConnectionCancel, fieldNumber: 22)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -891,6 +963,7 @@ nonisolated extension Beryl_Ipc_V1_SimControllerInfo: SwiftProtobuf.Message, Swi
         if _storage._scanWindowUs != rhs_storage._scanWindowUs {return false}
         if _storage._scanFilterDuplicates != rhs_storage._scanFilterDuplicates {return false}
         if _storage._advertisingIntervalUs != rhs_storage._advertisingIntervalUs {return false}
+        if _storage._wedgesConnectionCancel != rhs_storage._wedgesConnectionCancel {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -1012,7 +1085,7 @@ nonisolated extension Beryl_Ipc_V1_SimState: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Beryl_Ipc_V1_SimRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".SimRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_state\0\u{1}move\0\u{1}range\0\u{1}drop\0\u{1}delay\0\u{1}corrupt\0\u{1}freeze\0\u{1}thaw\0\u{1}reset\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_state\0\u{1}move\0\u{1}range\0\u{1}drop\0\u{1}delay\0\u{1}corrupt\0\u{1}freeze\0\u{1}thaw\0\u{1}reset\0\u{3}wedge_connection_cancel\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1137,6 +1210,19 @@ nonisolated extension Beryl_Ipc_V1_SimRequest: SwiftProtobuf.Message, SwiftProto
           self.kind = .reset(v)
         }
       }()
+      case 10: try {
+        var v: Beryl_Ipc_V1_WedgeConnectionCancel?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .wedgeConnectionCancel(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .wedgeConnectionCancel(v)
+        }
+      }()
       default: break
       }
     }
@@ -1183,6 +1269,10 @@ nonisolated extension Beryl_Ipc_V1_SimRequest: SwiftProtobuf.Message, SwiftProto
     case .reset?: try {
       guard case .reset(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+    }()
+    case .wedgeConnectionCancel?: try {
+      guard case .wedgeConnectionCancel(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
     }()
     case nil: break
     }

@@ -880,7 +880,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__get_controller_info__descriptor
   (ProtobufCMessageInit) beryl__ipc__v1__get_controller_info__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__controller_info__field_descriptors[16] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__controller_info__field_descriptors[17] =
 {
   {
     "state",
@@ -1074,11 +1074,24 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__controller_info__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "cancels_never_completed",
+    17,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__ControllerInfo, cancels_never_completed),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__controller_info__field_indices_by_name[] = {
   9,   /* field[9] = acl_buffer_source */
   12,   /* field[12] = acl_in_flight */
   2,   /* field[2] = address */
+  16,   /* field[16] = cancels_never_completed */
   6,   /* field[6] = detail */
   10,   /* field[10] = filter_accept_list_size */
   7,   /* field[7] = hci_version */
@@ -1096,7 +1109,7 @@ static const unsigned beryl__ipc__v1__controller_info__field_indices_by_name[] =
 static const ProtobufCIntRange beryl__ipc__v1__controller_info__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 16 }
+  { 0, 17 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__controller_info__descriptor =
 {
@@ -1106,7 +1119,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__controller_info__descriptor =
   "Beryl__Ipc__V1__ControllerInfo",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__ControllerInfo),
-  16,
+  17,
   beryl__ipc__v1__controller_info__field_descriptors,
   beryl__ipc__v1__controller_info__field_indices_by_name,
   1,  beryl__ipc__v1__controller_info__number_ranges,

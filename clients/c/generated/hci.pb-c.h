@@ -129,10 +129,16 @@ struct  Beryl__Ipc__V1__ControllerInfo
    * How many times since hcid started the controller fell silent (however many resets each silence took to end).
    */
   uint32_t times_unresponsive;
+  /*
+   * How many times the controller confirmed LE Create Connection Cancel and then sent no LE Connection Complete within
+   * the command timeout (Core Vol 4 Part E §7.8.13 requires one, status 0x02): hcid reset it each time, as a wedged
+   * controller refuses every later LE Create Connection.
+   */
+  uint32_t cancels_never_completed;
 };
 #define BERYL__IPC__V1__CONTROLLER_INFO__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__controller_info__descriptor) \
-    , BERYL__IPC__V1__CONTROLLER_STATE__CONTROLLER_STATE_UNKNOWN, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, 0, 0, 0, 0,NULL, 0,NULL, 0 }
+    , BERYL__IPC__V1__CONTROLLER_STATE__CONTROLLER_STATE_UNKNOWN, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, 0, 0, 0, 0,NULL, 0,NULL, 0, 0 }
 
 
 struct  Beryl__Ipc__V1__LinkInfo

@@ -412,6 +412,51 @@ void   beryl__ipc__v1__reset_air__free_unpacked
   assert(message->base.descriptor == &beryl__ipc__v1__reset_air__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   beryl__ipc__v1__wedge_connection_cancel__init
+                     (Beryl__Ipc__V1__WedgeConnectionCancel         *message)
+{
+  static const Beryl__Ipc__V1__WedgeConnectionCancel init_value = BERYL__IPC__V1__WEDGE_CONNECTION_CANCEL__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__wedge_connection_cancel__get_packed_size
+                     (const Beryl__Ipc__V1__WedgeConnectionCancel *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__wedge_connection_cancel__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__wedge_connection_cancel__pack
+                     (const Beryl__Ipc__V1__WedgeConnectionCancel *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__wedge_connection_cancel__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__wedge_connection_cancel__pack_to_buffer
+                     (const Beryl__Ipc__V1__WedgeConnectionCancel *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__wedge_connection_cancel__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__WedgeConnectionCancel *
+       beryl__ipc__v1__wedge_connection_cancel__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__WedgeConnectionCancel *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__wedge_connection_cancel__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__wedge_connection_cancel__free_unpacked
+                     (Beryl__Ipc__V1__WedgeConnectionCancel *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__wedge_connection_cancel__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   beryl__ipc__v1__sim_controller_info__init
                      (Beryl__Ipc__V1__SimControllerInfo         *message)
 {
@@ -991,7 +1036,58 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__reset_air__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__reset_air__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__sim_controller_info__field_descriptors[21] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__wedge_connection_cancel__field_descriptors[2] =
+{
+  {
+    "index",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__WedgeConnectionCancel, index),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "wedges",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__WedgeConnectionCancel, wedges),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__wedge_connection_cancel__field_indices_by_name[] = {
+  0,   /* field[0] = index */
+  1,   /* field[1] = wedges */
+};
+static const ProtobufCIntRange beryl__ipc__v1__wedge_connection_cancel__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__wedge_connection_cancel__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.WedgeConnectionCancel",
+  "WedgeConnectionCancel",
+  "Beryl__Ipc__V1__WedgeConnectionCancel",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__WedgeConnectionCancel),
+  2,
+  beryl__ipc__v1__wedge_connection_cancel__field_descriptors,
+  beryl__ipc__v1__wedge_connection_cancel__field_indices_by_name,
+  1,  beryl__ipc__v1__wedge_connection_cancel__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__wedge_connection_cancel__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__sim_controller_info__field_descriptors[22] =
 {
   {
     "index",
@@ -1245,6 +1341,18 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__sim_controller_info__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "wedges_connection_cancel",
+    22,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__SimControllerInfo, wedges_connection_cancel),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__sim_controller_info__field_indices_by_name[] = {
   13,   /* field[13] = acl_overflows */
@@ -1266,13 +1374,14 @@ static const unsigned beryl__ipc__v1__sim_controller_info__field_indices_by_name
   9,   /* field[9] = scanning */
   15,   /* field[15] = socket_path */
   16,   /* field[16] = tcp_port */
+  21,   /* field[21] = wedges_connection_cancel */
   2,   /* field[2] = x */
   3,   /* field[3] = y */
 };
 static const ProtobufCIntRange beryl__ipc__v1__sim_controller_info__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 21 }
+  { 0, 22 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__sim_controller_info__descriptor =
 {
@@ -1282,7 +1391,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__sim_controller_info__descriptor
   "Beryl__Ipc__V1__SimControllerInfo",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__SimControllerInfo),
-  21,
+  22,
   beryl__ipc__v1__sim_controller_info__field_descriptors,
   beryl__ipc__v1__sim_controller_info__field_indices_by_name,
   1,  beryl__ipc__v1__sim_controller_info__number_ranges,
@@ -1495,7 +1604,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__sim_state__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__sim_state__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__sim_request__field_descriptors[9] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__sim_request__field_descriptors[10] =
 {
   {
     "get_state",
@@ -1605,6 +1714,18 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__sim_request__field_descrip
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "wedge_connection_cancel",
+    10,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__SimRequest, kind_case),
+    offsetof(Beryl__Ipc__V1__SimRequest, wedge_connection_cancel),
+    &beryl__ipc__v1__wedge_connection_cancel__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__sim_request__field_indices_by_name[] = {
   5,   /* field[5] = corrupt */
@@ -1616,11 +1737,12 @@ static const unsigned beryl__ipc__v1__sim_request__field_indices_by_name[] = {
   2,   /* field[2] = range */
   8,   /* field[8] = reset */
   7,   /* field[7] = thaw */
+  9,   /* field[9] = wedge_connection_cancel */
 };
 static const ProtobufCIntRange beryl__ipc__v1__sim_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 9 }
+  { 0, 10 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__sim_request__descriptor =
 {
@@ -1630,7 +1752,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__sim_request__descriptor =
   "Beryl__Ipc__V1__SimRequest",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__SimRequest),
-  9,
+  10,
   beryl__ipc__v1__sim_request__field_descriptors,
   beryl__ipc__v1__sim_request__field_indices_by_name,
   1,  beryl__ipc__v1__sim_request__number_ranges,

@@ -24,6 +24,7 @@ typedef struct Beryl__Ipc__V1__SetCorrupt Beryl__Ipc__V1__SetCorrupt;
 typedef struct Beryl__Ipc__V1__Freeze Beryl__Ipc__V1__Freeze;
 typedef struct Beryl__Ipc__V1__Thaw Beryl__Ipc__V1__Thaw;
 typedef struct Beryl__Ipc__V1__ResetAir Beryl__Ipc__V1__ResetAir;
+typedef struct Beryl__Ipc__V1__WedgeConnectionCancel Beryl__Ipc__V1__WedgeConnectionCancel;
 typedef struct Beryl__Ipc__V1__SimControllerInfo Beryl__Ipc__V1__SimControllerInfo;
 typedef struct Beryl__Ipc__V1__SimLinkInfo Beryl__Ipc__V1__SimLinkInfo;
 typedef struct Beryl__Ipc__V1__SimState Beryl__Ipc__V1__SimState;
@@ -134,6 +135,22 @@ struct  Beryl__Ipc__V1__ResetAir
      }
 
 
+/*
+ * A controller fault: LE Create Connection Cancel is confirmed but the LE Connection Complete (0x02) that must follow
+ * (Core Vol 4 Part E §7.8.13) never comes, and every later LE Create Connection is Command Disallowed until HCI Reset,
+ * as Bumble 0.0.236's controller does. `wedges` false ends the fault (a controller already wedged stays so until reset).
+ */
+struct  Beryl__Ipc__V1__WedgeConnectionCancel
+{
+  ProtobufCMessage base;
+  uint32_t index;
+  protobuf_c_boolean wedges;
+};
+#define BERYL__IPC__V1__WEDGE_CONNECTION_CANCEL__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__wedge_connection_cancel__descriptor) \
+    , 0, 0 }
+
+
 struct  Beryl__Ipc__V1__SimControllerInfo
 {
   ProtobufCMessage base;
@@ -163,10 +180,11 @@ struct  Beryl__Ipc__V1__SimControllerInfo
   uint32_t scan_window_us;
   protobuf_c_boolean scan_filter_duplicates;
   uint32_t advertising_interval_us;
+  protobuf_c_boolean wedges_connection_cancel;
 };
 #define BERYL__IPC__V1__SIM_CONTROLLER_INFO__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__sim_controller_info__descriptor) \
-    , 0, (char *)protobuf_c_empty_string, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,NULL, 0, 0, 0, (char *)protobuf_c_empty_string, 0, 0, 0, 0, 0 }
+    , 0, (char *)protobuf_c_empty_string, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,NULL, 0, 0, 0, (char *)protobuf_c_empty_string, 0, 0, 0, 0, 0, 0 }
 
 
 struct  Beryl__Ipc__V1__SimLinkInfo
@@ -211,7 +229,8 @@ typedef enum {
   BERYL__IPC__V1__SIM_REQUEST__KIND_CORRUPT = 6,
   BERYL__IPC__V1__SIM_REQUEST__KIND_FREEZE = 7,
   BERYL__IPC__V1__SIM_REQUEST__KIND_THAW = 8,
-  BERYL__IPC__V1__SIM_REQUEST__KIND_RESET = 9
+  BERYL__IPC__V1__SIM_REQUEST__KIND_RESET = 9,
+  BERYL__IPC__V1__SIM_REQUEST__KIND_WEDGE_CONNECTION_CANCEL = 10
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(BERYL__IPC__V1__SIM_REQUEST__KIND__CASE)
 } Beryl__Ipc__V1__SimRequest__KindCase;
 
@@ -229,6 +248,7 @@ struct  Beryl__Ipc__V1__SimRequest
     Beryl__Ipc__V1__Freeze *freeze;
     Beryl__Ipc__V1__Thaw *thaw;
     Beryl__Ipc__V1__ResetAir *reset;
+    Beryl__Ipc__V1__WedgeConnectionCancel *wedge_connection_cancel;
   };
 };
 #define BERYL__IPC__V1__SIM_REQUEST__INIT \
@@ -429,6 +449,25 @@ Beryl__Ipc__V1__ResetAir *
 void   beryl__ipc__v1__reset_air__free_unpacked
                      (Beryl__Ipc__V1__ResetAir *message,
                       ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__WedgeConnectionCancel methods */
+void   beryl__ipc__v1__wedge_connection_cancel__init
+                     (Beryl__Ipc__V1__WedgeConnectionCancel         *message);
+size_t beryl__ipc__v1__wedge_connection_cancel__get_packed_size
+                     (const Beryl__Ipc__V1__WedgeConnectionCancel   *message);
+size_t beryl__ipc__v1__wedge_connection_cancel__pack
+                     (const Beryl__Ipc__V1__WedgeConnectionCancel   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__wedge_connection_cancel__pack_to_buffer
+                     (const Beryl__Ipc__V1__WedgeConnectionCancel   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__WedgeConnectionCancel *
+       beryl__ipc__v1__wedge_connection_cancel__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__wedge_connection_cancel__free_unpacked
+                     (Beryl__Ipc__V1__WedgeConnectionCancel *message,
+                      ProtobufCAllocator *allocator);
 /* Beryl__Ipc__V1__SimControllerInfo methods */
 void   beryl__ipc__v1__sim_controller_info__init
                      (Beryl__Ipc__V1__SimControllerInfo         *message);
@@ -553,6 +592,9 @@ typedef void (*Beryl__Ipc__V1__Thaw_Closure)
 typedef void (*Beryl__Ipc__V1__ResetAir_Closure)
                  (const Beryl__Ipc__V1__ResetAir *message,
                   void *closure_data);
+typedef void (*Beryl__Ipc__V1__WedgeConnectionCancel_Closure)
+                 (const Beryl__Ipc__V1__WedgeConnectionCancel *message,
+                  void *closure_data);
 typedef void (*Beryl__Ipc__V1__SimControllerInfo_Closure)
                  (const Beryl__Ipc__V1__SimControllerInfo *message,
                   void *closure_data);
@@ -583,6 +625,7 @@ extern const ProtobufCMessageDescriptor beryl__ipc__v1__set_corrupt__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__freeze__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__thaw__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__reset_air__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__wedge_connection_cancel__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__sim_controller_info__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__sim_link_info__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__sim_state__descriptor;
