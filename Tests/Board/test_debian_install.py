@@ -1,4 +1,4 @@
-"""The package on a Debian system of its own: debootstrap makes a minimal bookworm root (cached in .cache/board/),
+"""The package on a Debian system of its own: debootstrap makes a minimal bookworm root (cached in $BERYL_CACHE_DIR/board/),
 apt installs the .deb there, resolving its Depends from Debian's archive, and the installed stack runs from that root
 (chroot) on berylsim's controller 0: the heart-rate central example finds and reads the host's heart-rate peripheral,
 and so does the C central built there against the installed libberyl through pkg-config.
@@ -21,7 +21,9 @@ sys.path.insert(0, os.path.join(ROOT, "Tests", "Kernel"))
 from beryl_stack import HostHeartRatePeripheral, stop_process, wait_for  # noqa: E402
 from test_kernel_user_channel import bin_dir, package_path  # noqa: E402
 
-CACHE = os.path.join(ROOT, ".cache", "board")
+# Machine-wide, outside any clone, so a fresh clone on this machine reuses what an earlier run fetched (ci/setup
+# names the same default); a new machine fills it on first use.
+CACHE = os.path.join(os.environ.get("BERYL_CACHE_DIR", "/var/cache/beryl"), "board")
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 

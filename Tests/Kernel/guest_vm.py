@@ -1,7 +1,7 @@
 """Debian's kernel under qemu (TCG) with Beryl in its initramfs: the kernel's Bluetooth core and HCI user channel,
 driving a controller on the host through hci_vhci and a virtio-serial port.
 
-The kernel package is downloaded once (`apt-get download`, not installed) into .cache/kernel/, and only the image and
+The kernel package is downloaded once (`apt-get download`, not installed) into $BERYL_CACHE_DIR/kernel/ (default /var/cache/beryl), and only the image and
 the modules the guest loads are kept. Everything else is built per run in the caller's directory.
 """
 import os
@@ -12,7 +12,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GUEST = os.path.join(ROOT, "Tests", "Kernel", "guest")
-CACHE = os.path.join(ROOT, ".cache", "kernel")
+# Machine-wide, outside any clone, so a fresh clone on this machine reuses what an earlier run fetched (ci/setup
+# names the same default); a new machine fills it on first use.
+CACHE = os.path.join(os.environ.get("BERYL_CACHE_DIR", "/var/cache/beryl"), "kernel")
 # The modules the guest loads, with what they need loaded before them.
 WANTED_MODULES = ["virtio_pci", "virtio_console", "bluetooth", "hci_vhci"]
 MARK = "BERYL-KERNEL "
