@@ -12,10 +12,18 @@ public struct IPCBenchmarkResult: Codable, Sendable {
     public var pipelineWindow: Int
     public var idleRSSBytes: [String: UInt64]
     public var idlePSSBytes: [String: UInt64]
+    /// The three daemons' PSS together: one stack's share of the board's memory.
+    public var idlePSSPerStackBytes: UInt64
+    /// #52's goals for a Pi Zero 2 W class board: a stack's PSS, and each daemon's RSS.
+    public var idlePSSPerStackGoalBytes: UInt64 = IPCBenchmark.idlePSSPerStackGoal
+    public var idleRSSEachGoalBytes: UInt64 = IPCBenchmark.idleRSSEachGoal
 }
 
 /// `beryl bench ipc`: starts the three daemons in a scratch directory and measures round trips to managerd.
 public enum IPCBenchmark {
+    public static let idlePSSPerStackGoal: UInt64 = 12 << 20
+    public static let idleRSSEachGoal: UInt64 = 12 << 20
+
     public static func run(roundTrips: Int = 5000, pipelineSeconds: Double = 2, window: Int = 32) throws -> IPCBenchmarkResult {
         let scratch = try Scratch()
         defer { scratch.stopAll() }
@@ -68,7 +76,7 @@ public enum IPCBenchmark {
             p50Microseconds: microseconds(samples[samples.count / 2]),
             p99Microseconds: microseconds(samples[min(samples.count - 1, samples.count * 99 / 100)]),
             pipelinedMessagesPerSecond: Double(answered) / seconds(elapsed),
-            pipelineWindow: window, idleRSSBytes: rss, idlePSSBytes: pss)
+            pipelineWindow: window, idleRSSBytes: rss, idlePSSBytes: pss, idlePSSPerStackBytes: pss.values.reduce(0, +))
     }
 
     static func microseconds(_ duration: Duration) -> Double { seconds(duration) * 1_000_000 }

@@ -48,6 +48,11 @@ struct BenchIPC: ParsableCommand {
             let pss = result.idlePSSBytes[name].map { "\($0 / 1024) KiB" } ?? "-"
             print("  idle memory  \(name.padding(toLength: 9, withPad: " ", startingAt: 0)) RSS \(rss)   PSS \(pss)")
         }
+        let largestRSS = result.idleRSSBytes.values.max() ?? 0
+        print("  idle goals   PSS per stack \(result.idlePSSPerStackBytes / 1024) KiB of \(result.idlePSSPerStackGoalBytes / 1024) KiB"
+              + (result.idlePSSPerStackBytes <= result.idlePSSPerStackGoalBytes ? " (met)" : " (over)")
+              + ", largest RSS \(largestRSS / 1024) KiB of \(result.idleRSSEachGoalBytes / 1024) KiB each"
+              + (largestRSS <= result.idleRSSEachGoalBytes ? " (met)" : " (over)"))
     }
 }
 
