@@ -28,7 +28,9 @@ let package = Package(
         .library(name: "BerylProtocols", targets: ["BerylCore", "BerylHCI", "BerylL2CAP", "BerylATT", "BerylGATT", "BerylLink", "BerylSMP"]),
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-protobuf.git", from: "1.39.0"),
+        // Without its default BinaryDelimitedStreams trait SwiftProtobuf needs FoundationEssentials only, not the whole of
+        // Foundation with ICU (39 MB of data): the daemons load neither (docs/results/2026-12-07-ci-stages-demo-footprint.md).
+        .package(url: "https://github.com/apple/swift-protobuf.git", from: "1.39.0", traits: []),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/grpc/grpc-swift-2.git", from: "2.4.3"),
         .package(url: "https://github.com/grpc/grpc-swift-nio-transport.git", from: "2.9.2"),

@@ -1,5 +1,6 @@
 import BerylWire
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// What attd sends hcid during one loop wake-up: every PDU, in order, as one request when the wake-up ends. A batch
 /// stays well under the IPC's 64 KiB datagram cap however many links' credits came back at once.

@@ -3,7 +3,8 @@ import BerylGATT
 import BerylHCI
 import BerylSMP
 import BerylWire
-import Foundation
+import FoundationEssentials
+import Glibc
 
 // attd's proto ⇄ core translation: what its GATT client found, and what its security manager says, as the
 // messages its clients read. Stateless, so each is a round-trip test away from the cores' values.

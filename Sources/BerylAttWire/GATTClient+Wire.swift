@@ -1,7 +1,8 @@
 import BerylCore
 import BerylGATT
 import BerylWire
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// A request field the GATT client cannot take as it came: which field, and why.
 public struct FieldRefusal: Error, Equatable, Sendable {

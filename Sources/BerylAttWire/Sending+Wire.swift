@@ -4,7 +4,8 @@ import BerylGATT
 import BerylLink
 import BerylSMP
 import BerylWire
-import Foundation
+import FoundationEssentials
+import Glibc
 
 // What publishers and clients send without waiting for a peer's answer (Notify, writes without response), checked
 // against the pacer as attd's wire carries them; each refusal is the typed error the sender hears.

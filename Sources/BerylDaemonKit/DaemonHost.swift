@@ -2,7 +2,8 @@ import BerylCore
 import CBerylSys
 import BerylEventLoop
 import BerylIPC
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The shell every daemon runs in: its socket, pid file, signals and the requests all daemons answer
 /// (Ping, GetStatus, SetLogLevel). The daemon adds its own requests through `handle`.
@@ -94,7 +95,7 @@ public final class DaemonHost {
         try "\(getpid())\n".write(toFile: temporary, atomically: false, encoding: .utf8)
         guard rename(temporary, path) == 0 else {
             unlink(temporary)
-            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path])
+            throw PidFileError(path: path, errno: errno)
         }
         wrotePidFile = true
     }
@@ -169,7 +170,7 @@ public func runDaemon(_ host: () throws -> DaemonHost, configure: (DaemonHost) t
         try configure(daemon)
         try daemon.start()
     } catch {
-        try? FileHandle.standardError.write(contentsOf: Data("error: \(error)\n".utf8))
+        StandardError.write("error: \(error)\n")
         return 1
     }
     return daemon.run()
@@ -200,6 +201,25 @@ extension DaemonHost {
         } catch {
             logger.debug("\(daemon) not reachable yet: \(error)")
             again()
+        }
+    }
+}
+
+/// The pid file could not be put in place (a rename that failed: a read-only or missing runtime directory).
+public struct PidFileError: Error, CustomStringConvertible {
+    public let path: String
+    public let errno: Int32
+    public var description: String { "cannot write the pid file \(path): \(String(cString: strerror(errno)))" }
+}
+
+/// Standard error without FileHandle (the whole of Foundation): one write(2) per message.
+public enum StandardError {
+    public static func write(_ text: String) {
+        var bytes = Array(text.utf8)[...]
+        while !bytes.isEmpty {
+            let written = bytes.withUnsafeBytes { Glibc.write(2, $0.baseAddress, $0.count) }
+            guard written > 0 else { return }
+            bytes = bytes.dropFirst(written)
         }
     }
 }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Where one stack keeps its sockets and its databases; both settable so stacks run side by side.
 public struct DaemonPaths: Sendable, Equatable {

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Memory figures of a process from /proc, for Status and the benchmarks.
 public enum ProcessStats {

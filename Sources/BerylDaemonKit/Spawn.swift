@@ -1,5 +1,6 @@
 import CBerylSys
-import Foundation
+import FoundationEssentials
+import Glibc
 
 public enum SpawnError: Error, CustomStringConvertible {
     case failed(executable: String, errno: Int32)
@@ -91,7 +92,9 @@ public enum Executables {
     public static func directory() -> String {
         if let override = ProcessInfo.processInfo.environment["BERYL_BIN_DIR"] { return override }
         let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        return (me as NSString).deletingLastPathComponent
+        // The directory part, as NSString's deletingLastPathComponent gives it ("/" for a file in the root).
+        guard let slash = me.lastIndex(of: "/") else { return "" }
+        return slash == me.startIndex ? "/" : String(me[..<slash])
     }
 
     public static func path(_ name: String) -> String { "\(directory())/\(name)" }

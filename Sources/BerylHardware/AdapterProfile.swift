@@ -1,7 +1,8 @@
 import BerylCore
 import BerylHCI
 import BerylTransport
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// One adapter's profile, from `hardware/adapters/*.json`: how to recognise it, how to reach it, and what to work around.
 public struct AdapterProfile: Sendable, Equatable {
@@ -44,11 +45,11 @@ public enum ProfileLoader {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw ProfileError(file: path, field: "$", reason: "cannot read the file")
         }
-        let object: Any
+        let object: JSONValue
         do {
-            object = try JSONSerialization.jsonObject(with: data)
+            object = try JSONValue.parse(data)
         } catch {
-            throw ProfileError(file: path, field: "$", reason: "not JSON: \(error.localizedDescription)")
+            throw ProfileError(file: path, field: "$", reason: "not JSON: \(error)")
         }
         return try parse(object, file: path)
     }
@@ -66,33 +67,33 @@ public enum ProfileLoader {
     static let knownKeys: Set<String> = ["$schema", "id", "name", "match", "transport", "firmware", "patchFile", "quirks",
                                          "vendorSteps", "limits", "notes"]
 
-    static func parse(_ object: Any, file: String) throws(ProfileError) -> AdapterProfile {
+    static func parse(_ object: JSONValue, file: String) throws(ProfileError) -> AdapterProfile {
         func fail(_ field: String, _ reason: String) -> ProfileError { ProfileError(file: file, field: field, reason: reason) }
-        guard let root = object as? [String: Any] else { throw fail("$", "a profile is a JSON object") }
+        guard let root = object.object else { throw fail("$", "a profile is a JSON object") }
         if let unknown = root.keys.first(where: { !knownKeys.contains($0) }) { throw fail("$.\(unknown)", "unknown field") }
-        guard let id = root["id"] as? String, id.range(of: "^[a-z0-9][a-z0-9-]*$", options: .regularExpression) != nil else {
+        guard let id = root["id"]?.string, id.wholeMatch(of: /[a-z0-9][a-z0-9-]*/) != nil else {
             throw fail("$.id", "required: lower-case letters, digits and dashes")
         }
-        guard let name = root["name"] as? String, !name.isEmpty else { throw fail("$.name", "required: a non-empty string") }
+        guard let name = root["name"]?.string, !name.isEmpty else { throw fail("$.name", "required: a non-empty string") }
 
-        guard let matchObject = root["match"] as? [String: Any] else { throw fail("$.match", "required: an object with usb or deviceTree") }
+        guard let matchObject = root["match"]?.object else { throw fail("$.match", "required: an object with usb or deviceTree") }
         var match = AdapterProfile.Match()
         if let usb = matchObject["usb"] {
-            guard let ids = usb as? [String], !ids.isEmpty else { throw fail("$.match.usb", "a non-empty list of \"vvvv:pppp\"") }
-            for (index, value) in ids.enumerated() where value.range(of: "^[0-9a-f]{4}:[0-9a-f]{4}$", options: .regularExpression) == nil {
+            guard let ids = usb.strings, !ids.isEmpty else { throw fail("$.match.usb", "a non-empty list of \"vvvv:pppp\"") }
+            for (index, value) in ids.enumerated() where value.wholeMatch(of: /[0-9a-f]{4}:[0-9a-f]{4}/) == nil {
                 throw fail("$.match.usb[\(index)]", "\"\(value)\" is not a lower-case hex VID:PID")
             }
             match.usb = ids
         }
         if let tree = matchObject["deviceTree"] {
-            guard let compatibles = tree as? [String], !compatibles.isEmpty, compatibles.allSatisfy({ $0.contains(",") }) else {
+            guard let compatibles = tree.strings, !compatibles.isEmpty, compatibles.allSatisfy({ $0.contains(",") }) else {
                 throw fail("$.match.deviceTree", "a non-empty list of \"vendor,board\" compatible strings")
             }
             match.deviceTree = compatibles
         }
         guard !match.usb.isEmpty || !match.deviceTree.isEmpty else { throw fail("$.match", "needs usb or deviceTree") }
 
-        guard let transportObject = root["transport"] as? [String: Any], let kind = transportObject["kind"] as? String else {
+        guard let transportObject = root["transport"]?.object, let kind = transportObject["kind"]?.string else {
             throw fail("$.transport.kind", "required: \"userchannel\" or \"uart\"")
         }
         let transport: AdapterProfile.Transport
@@ -100,56 +101,56 @@ public enum ProfileLoader {
         case "userchannel":
             transport = .userChannel
         case "uart":
-            guard let device = transportObject["device"] as? String, device.hasPrefix("/dev/") else {
+            guard let device = transportObject["device"]?.string, device.hasPrefix("/dev/") else {
                 throw fail("$.transport.device", "required for uart: a /dev path")
             }
-            let baud = transportObject["baud"] as? Int ?? 115_200
+            let baud = transportObject["baud"]?.int ?? 115_200
             guard TransportSpec.supportedBaudRates.contains(baud) else { throw fail("$.transport.baud", "unsupported baud rate \(baud)") }
-            transport = .uart(device: device, baud: baud, flowControl: transportObject["flowControl"] as? Bool ?? true)
+            transport = .uart(device: device, baud: baud, flowControl: transportObject["flowControl"]?.bool ?? true)
         default:
             throw fail("$.transport.kind", "\"\(kind)\" is not \"userchannel\" or \"uart\"")
         }
 
         var quirks = ControllerQuirks()
         if let quirkObject = root["quirks"] {
-            guard let q = quirkObject as? [String: Any] else { throw fail("$.quirks", "an object") }
+            guard let q = quirkObject.object else { throw fail("$.quirks", "an object") }
             for key in q.keys where !["noReadBufferSizeV2", "maxACLBuffers", "noDataLengthExtension", "no2MPHY"].contains(key) {
                 throw fail("$.quirks.\(key)", "unknown quirk")
             }
             if let value = q["noReadBufferSizeV2"] {
-                guard let flag = value as? Bool else { throw fail("$.quirks.noReadBufferSizeV2", "true or false") }
+                guard let flag = value.bool else { throw fail("$.quirks.noReadBufferSizeV2", "true or false") }
                 quirks.noReadBufferSizeV2 = flag
             }
             if let value = q["noDataLengthExtension"] {
-                guard let flag = value as? Bool else { throw fail("$.quirks.noDataLengthExtension", "true or false") }
+                guard let flag = value.bool else { throw fail("$.quirks.noDataLengthExtension", "true or false") }
                 quirks.noDataLengthExtension = flag
             }
             if let value = q["no2MPHY"] {
-                guard let flag = value as? Bool else { throw fail("$.quirks.no2MPHY", "true or false") }
+                guard let flag = value.bool else { throw fail("$.quirks.no2MPHY", "true or false") }
                 quirks.no2MPHY = flag
             }
             if let value = q["maxACLBuffers"] {
-                guard let count = value as? Int, (1...255).contains(count) else { throw fail("$.quirks.maxACLBuffers", "a number from 1 to 255") }
+                guard let count = value.int, (1...255).contains(count) else { throw fail("$.quirks.maxACLBuffers", "a number from 1 to 255") }
                 quirks.maxACLBuffers = count
             }
         }
 
         var steps: [VendorStep] = []
         if let stepList = root["vendorSteps"] {
-            guard let list = stepList as? [[String: Any]] else { throw fail("$.vendorSteps", "a list of {opcode, parameters, description}") }
+            guard let list = stepList.array?.compactMap(\.object), list.count == stepList.array?.count else { throw fail("$.vendorSteps", "a list of {opcode, parameters, description}") }
             for (index, step) in list.enumerated() {
-                guard let opcodeText = step["opcode"] as? String, opcodeText.hasPrefix("0x"), let opcode = UInt16(opcodeText.dropFirst(2), radix: 16) else {
+                guard let opcodeText = step["opcode"]?.string, opcodeText.hasPrefix("0x"), let opcode = UInt16(opcodeText.dropFirst(2), radix: 16) else {
                     throw fail("$.vendorSteps[\(index)].opcode", "a hex opcode like \"0xFC18\"")
                 }
-                guard let parameters = Hex.decode(step["parameters"] as? String ?? ""), parameters.count <= 255 else {
+                guard let parameters = Hex.decode(step["parameters"]?.string ?? ""), parameters.count <= 255 else {
                     throw fail("$.vendorSteps[\(index)].parameters", "hex bytes, at most 255")
                 }
-                guard let description = step["description"] as? String, !description.isEmpty else {
+                guard let description = step["description"]?.string, !description.isEmpty else {
                     throw fail("$.vendorSteps[\(index)].description", "required: what the step does")
                 }
                 var thenBaud: Int?
                 if let value = step["thenBaud"] {
-                    guard let baud = value as? Int, TransportSpec.supportedBaudRates.contains(baud) else {
+                    guard let baud = value.int, TransportSpec.supportedBaudRates.contains(baud) else {
                         throw fail("$.vendorSteps[\(index)].thenBaud", "a supported baud rate")
                     }
                     thenBaud = baud
@@ -158,20 +159,20 @@ public enum ProfileLoader {
             }
         }
 
-        let firmware = root["firmware"] as? [String] ?? []
-        if root["firmware"] != nil, root["firmware"] as? [String] == nil { throw fail("$.firmware", "a list of file names") }
+        let firmware = root["firmware"]?.strings ?? []
+        if root["firmware"] != nil, root["firmware"]?.strings == nil { throw fail("$.firmware", "a list of file names") }
         var maxConnections: Int?
-        if let limits = root["limits"] as? [String: Any] {
+        if let limits = root["limits"]?.object {
             if let value = limits["maxConnections"] {
-                guard let count = value as? Int, count > 0 else { throw fail("$.limits.maxConnections", "a positive number") }
+                guard let count = value.int, count > 0 else { throw fail("$.limits.maxConnections", "a positive number") }
                 maxConnections = count
             }
         }
-        let patchFile = root["patchFile"] as? String
+        let patchFile = root["patchFile"]?.string
         if let patchFile, !patchFile.hasSuffix(".hcd") { throw fail("$.patchFile", "a Broadcom .hcd patch file") }
         return AdapterProfile(id: id, name: name, match: match, transport: transport, firmware: firmware, patchFile: patchFile,
                               quirks: quirks, vendorSteps: steps, maxConnections: maxConnections,
-                              notes: root["notes"] as? String ?? "")
+                              notes: root["notes"]?.string ?? "")
     }
 }
 
@@ -211,6 +212,6 @@ public enum ProfileDetector {
     }
 
     private static func read(_ path: String) -> String? {
-        (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+        (try? String(contentsOfFile: path, encoding: .utf8)).map { String($0.drop(while: \.isWhitespace).reversed().drop(while: \.isWhitespace).reversed()) }
     }
 }

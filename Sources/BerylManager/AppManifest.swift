@@ -1,4 +1,6 @@
-import Foundation
+import BerylCore
+import FoundationEssentials
+import Glibc
 
 /// Core Bluetooth's UIBackgroundModes for Bluetooth.
 public enum BackgroundMode: String, Sendable, CaseIterable {
@@ -48,39 +50,39 @@ public enum AppManifestParser {
     /// Parses one manifest. `lookup` finds a user by name (getpwnam in managerd, a table in tests).
     public static func parse(_ data: Data, file: String, lookup: (String) -> Account?) throws(ManifestError) -> AppManifest {
         func fail(_ field: String, _ reason: String) -> ManifestError { ManifestError(file: file, field: field, reason: reason) }
-        let parsed: Any
-        do { parsed = try JSONSerialization.jsonObject(with: data) } catch { throw fail("$", "not JSON: \(error.localizedDescription)") }
-        guard let object = parsed as? [String: Any] else { throw fail("$", "a manifest is a JSON object") }
+        let parsed: JSONValue
+        do { parsed = try JSONValue.parse(data) } catch { throw fail("$", "not JSON: \(error)") }
+        guard let object = parsed.object else { throw fail("$", "a manifest is a JSON object") }
         let known: Set<String> = ["id", "user", "backgroundModes", "launch", "alertCommand", "suspendAfterSeconds", "wakeBudgetSeconds"]
         if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) { throw fail(unknown, "unknown field") }
 
-        guard let id = object["id"] as? String else { throw fail("id", "missing, or not a string") }
+        guard let id = object["id"]?.string else { throw fail("id", "missing, or not a string") }
         // Reverse-DNS, as bundle identifiers are: letters, digits, '-' and '.', no empty parts.
-        let allowed = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-."))
-        guard !id.isEmpty, id.count <= 255, id.unicodeScalars.allSatisfy({ allowed.contains($0) && $0.isASCII }),
+        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.".unicodeScalars)
+        guard !id.isEmpty, id.count <= 255, id.unicodeScalars.allSatisfy({ allowed.contains($0) }),
               !id.split(separator: ".", omittingEmptySubsequences: false).contains(where: \.isEmpty) else {
             throw fail("id", "'\(id)' is not a reverse-DNS identifier like com.example.doorlock")
         }
-        guard let user = object["user"] as? String, !user.isEmpty else { throw fail("user", "missing, or not a user name") }
+        guard let user = object["user"]?.string, !user.isEmpty else { throw fail("user", "missing, or not a user name") }
         guard let account = lookup(user) else { throw fail("user", "no such user '\(user)'") }
         guard account.uid != 0, user != "root" else { throw fail("user", "apps never run as root; name an unprivileged user") }
 
         var modes: Set<BackgroundMode> = []
         if let raw = object["backgroundModes"] {
-            guard let list = raw as? [Any] else { throw fail("backgroundModes", "a list of bluetooth-central and bluetooth-peripheral") }
+            guard let list = raw.array else { throw fail("backgroundModes", "a list of bluetooth-central and bluetooth-peripheral") }
             for (index, entry) in list.enumerated() {
-                guard let name = entry as? String, let mode = BackgroundMode(rawValue: name) else {
+                guard let name = entry.string, let mode = BackgroundMode(rawValue: name) else {
                     throw fail("backgroundModes[\(index)]", "not bluetooth-central or bluetooth-peripheral")
                 }
                 modes.insert(mode)
             }
         }
 
-        func command(_ value: Any?, field: String) throws(ManifestError) -> [String] {
-            guard let list = value as? [Any], !list.isEmpty, list.count <= 256 else { throw fail(field, "a non-empty list of strings (argv)") }
+        func command(_ value: JSONValue?, field: String) throws(ManifestError) -> [String] {
+            guard let list = value?.array, !list.isEmpty, list.count <= 256 else { throw fail(field, "a non-empty list of strings (argv)") }
             var argv: [String] = []
             for (index, part) in list.enumerated() {
-                guard let text = part as? String, !text.contains("\0") else { throw fail("\(field)[\(index)]", "not a string") }
+                guard let text = part.string, !text.contains("\0") else { throw fail("\(field)[\(index)]", "not a string") }
                 argv.append(text)
             }
             guard argv[0].hasPrefix("/") else { throw fail("\(field)[0]", "the program must be an absolute path") }
@@ -88,7 +90,7 @@ public enum AppManifestParser {
         }
         var launch: [String]?
         if let raw = object["launch"] {
-            guard let launchObject = raw as? [String: Any] else { throw fail("launch", "an object with a command") }
+            guard let launchObject = raw.object else { throw fail("launch", "an object with a command") }
             if let unknown = launchObject.keys.sorted().first(where: { $0 != "command" }) { throw fail("launch.\(unknown)", "unknown field") }
             launch = try command(launchObject["command"], field: "launch.command")
         }
@@ -96,7 +98,7 @@ public enum AppManifestParser {
 
         func seconds(_ key: String, default value: Double) throws(ManifestError) -> Double {
             guard let raw = object[key] else { return value }
-            guard let number = raw as? Double, number >= 0, number <= 3600 else { throw fail(key, "seconds from 0 to 3600") }
+            guard let number = raw.double, number >= 0, number <= 3600 else { throw fail(key, "seconds from 0 to 3600") }
             return number
         }
         return AppManifest(id: id, file: file, user: user, uid: account.uid, gid: account.gid, backgroundModes: modes, launch: launch,

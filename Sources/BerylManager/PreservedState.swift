@@ -1,5 +1,6 @@
 import BerylCore
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// What a preserved manager holds, as written to the restoration store and handed to its app as willRestoreState:
 /// its own versioned record, not a wire message, so that the IPC schema can change without losing what is stored.

@@ -3,7 +3,8 @@ import BerylGAP
 import BerylManager
 import BerylStore
 import BerylWire
-import Foundation
+import FoundationEssentials
+import Glibc
 
 // The lab session's proto ⇄ core translation: its requests as LabSession's values, and what it hears of links,
 // reports and security as lab events.

@@ -3,7 +3,8 @@ import BerylGAP
 import BerylManager
 import BerylStore
 import BerylWire
-import Foundation
+import FoundationEssentials
+import Glibc
 
 // managerd's proto ⇄ core translation for its app-facing values: the app's GATT operations as attd's requests,
 // lifecycle states, launch failures, alerts, the lab's security. Stateless, so each is a round-trip test away.

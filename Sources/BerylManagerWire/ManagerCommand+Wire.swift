@@ -1,7 +1,8 @@
 import BerylCore
 import BerylManager
 import BerylWire
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// An app's request of one of its managers, with its fields checked and typed: managerd acts on it without parsing
 /// anything more, and a malformed field is refused here, by name, before any state changes. `.core` is what the core

@@ -1,7 +1,8 @@
 import BerylCore
 import BerylManager
 import BerylStore
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// managerd's peripheral store is the directory its core asks for identifiers; a device is seen now.
 extension PeripheralStore: DeviceDirectory {

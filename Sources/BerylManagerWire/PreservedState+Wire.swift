@@ -1,7 +1,8 @@
 import BerylCore
 import BerylManager
 import BerylWire
-import Foundation
+import FoundationEssentials
+import Glibc
 
 // managerd's proto ⇄ core translation for restoration: the wire's PreservedState is what an app hears in its
 // Welcome (willRestoreState), and what the restoration store held before version 2 (read here by migration).

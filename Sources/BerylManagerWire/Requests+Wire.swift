@@ -1,7 +1,8 @@
 import BerylCore
 import BerylManager
 import BerylWire
-import Foundation
+import FoundationEssentials
+import Glibc
 
 // managerd's typed refusals as apps hear them, and what it asks of attd for them. Stateless, so each is a
 // round-trip test away.

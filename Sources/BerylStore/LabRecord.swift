@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// What lab sessions made on this board that a factory reset takes back, and nothing else: the bonds they created and
 /// the peripheral identifiers they caused to be known. Kept in the state directory, so that the next session (or a

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The apps this stack launched, kept in the state directory so that a managerd started after one that crashed
 /// knows them: it supervises them as its own and ends them when it is stopped. A pid counts only while the process

@@ -1,5 +1,6 @@
 import BerylCore
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// A peripheral (or central) managerd has seen, under the identifier it gave it.
 public struct KnownDevice: Equatable, Sendable {

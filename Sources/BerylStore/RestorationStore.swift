@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// What managerd preserves for one manager that opted into restoration: its app, its restore identifier, its role,
 /// and the manager's state (an encoded protobuf the store does not look into).

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 extension Beryl_Ipc_V1_CommandResult {
     /// The controller's status followed by the command's return parameters, whichever event answered it: a Command

@@ -5,7 +5,8 @@ import BerylGATT
 import BerylHCI
 import BerylIPC
 import BerylLink
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The shell around each link's GATT client core: requests in, the core's outputs out to hcid, apps and the
 /// security manager.

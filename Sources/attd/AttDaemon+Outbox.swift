@@ -2,7 +2,8 @@ import BerylAttWire
 import BerylCore
 import BerylGATT
 import BerylIPC
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The shell around the pacer and the router's deadlines. What attd sends hcid during one loop wake-up (paced PDUs
 /// under credits, answers on the urgent lane) leaves as one datagram when the wake-up ends.

@@ -3,7 +3,8 @@ import BerylAttWire
 import BerylCore
 import BerylGATT
 import BerylIPC
-import Foundation
+import FoundationEssentials
+import Glibc
 
 extension AttDaemon {
     func handle(_ incoming: IncomingRequest) -> Bool {

@@ -6,7 +6,8 @@ import BerylHCI
 import BerylIPC
 import BerylLink
 import BerylSMP
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The shell around the SecurityManager core: its outputs become HCI commands, SMP PDUs, ATT server settings and
 /// events; its waiters are the callers' completions.

@@ -10,7 +10,8 @@ import BerylCrypto
 import BerylLink
 import BerylSMP
 import BerylStore
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// attd's shell: links from hcid's events and ACL, one `LinkSession` per connection over a shared
 /// attribute database, and the services publishers add over attd.sock.

@@ -5,7 +5,8 @@ import BerylHardware
 import BerylHCI
 import BerylIPC
 import BerylTransport
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// What one client session asked hcid for.
 struct Subscription {

@@ -1,5 +1,6 @@
 import BerylCore
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The static random identity for a controller with no public address, kept in `STATE_DIR/identity.json` so the
 /// stack is the same device to its peers (and their bonds) across restarts. Written once, when first used; a file

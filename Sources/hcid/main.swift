@@ -5,7 +5,8 @@ import BerylHardware
 import BerylHCI
 import BerylIPC
 import BerylTransport
-import Foundation
+import FoundationEssentials
+import Glibc
 
 struct Hcid: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -42,14 +43,14 @@ struct Hcid: ParsableCommand {
         do {
             chosen = try Self.resolveProfile(profile, directory: profilesDir, transport: spec)
         } catch {
-            try? FileHandle.standardError.write(contentsOf: Data("error: \(error)\n".utf8))
+            StandardError.write("error: \(error)\n")
             throw ExitCode(1)
         }
         let patch: [VendorStepLoad]
         do {
             patch = try chosen?.patchFile.map { [try VendorStepLoad.hcd(path: "\(firmwareDir)/\($0)")] } ?? []
         } catch {
-            try? FileHandle.standardError.write(contentsOf: Data("error: \(error)\n".utf8))
+            StandardError.write("error: \(error)\n")
             throw ExitCode(1)
         }
         var daemon: HcidDaemon?
@@ -67,7 +68,7 @@ struct Hcid: ParsableCommand {
             return nil
         case "auto":
             let (profiles, errors) = ProfileLoader.loadAll(directory: directory)
-            for error in errors { try? FileHandle.standardError.write(contentsOf: Data("warning: skipping profile \(error)\n".utf8)) }
+            for error in errors { StandardError.write("warning: skipping profile \(error)\n") }
             return ProfileDetector.detect(profiles: profiles, transport: transport)
         default:
             if name.contains("/") { return try ProfileLoader.load(path: name) }
@@ -82,10 +83,15 @@ struct VendorStepLoad {
 
     static func hcd(path: String) throws -> VendorStepLoad {
         guard let data = FileManager.default.contents(atPath: path) else {
-            throw CocoaError(.fileReadNoSuchFile, userInfo: [NSFilePathErrorKey: path, NSLocalizedDescriptionKey: "firmware patch \(path) not found"])
+            throw MissingFirmwarePatch(path: path)
         }
         return VendorStepLoad(steps: try HCDPatch.commands(in: Array(data)))
     }
 }
 
 Hcid.main()
+
+struct MissingFirmwarePatch: Error, CustomStringConvertible {
+    let path: String
+    var description: String { "firmware patch \(path) not found" }
+}

@@ -6,7 +6,7 @@ import BerylIPC
 import BerylManager
 import BerylManagerWire
 import BerylStore
-import Foundation
+import FoundationEssentials
 import Glibc
 
 extension ManagerDaemon {

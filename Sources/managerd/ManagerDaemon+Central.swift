@@ -5,7 +5,8 @@ import BerylIPC
 import BerylManager
 import BerylManagerWire
 import BerylStore
-import Foundation
+import FoundationEssentials
+import Glibc
 
 extension ManagerDaemon {
     /// An app's manager request: the core answers its own commands (`.reply`, `.askController`); the rest need the

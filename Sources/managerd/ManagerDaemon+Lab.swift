@@ -6,7 +6,8 @@ import BerylIPC
 import BerylManager
 import BerylManagerWire
 import BerylStore
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The lab session's shell: BerylManager's LabCore decides; this translates its requests from the wire and its outputs
 /// into HCI commands, attd requests, lab events and answers.

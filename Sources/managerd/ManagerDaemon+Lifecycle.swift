@@ -3,7 +3,7 @@ import BerylDaemonKit
 import BerylIPC
 import BerylManager
 import BerylManagerWire
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// The shell of BerylManager's AppLifecycle: it applies what a state change means to scans, advertising and held

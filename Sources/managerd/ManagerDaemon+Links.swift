@@ -4,7 +4,8 @@ import BerylHCI
 import BerylIPC
 import BerylManager
 import BerylManagerWire
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// What apps ask of links beyond their own GATT: connection latency, connection events, and the parameters a
 /// peripheral asks of this stack as central; and what CBManager.authorization reads.

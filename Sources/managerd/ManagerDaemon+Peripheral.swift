@@ -4,7 +4,8 @@ import BerylHCI
 import BerylIPC
 import BerylManager
 import BerylManagerWire
-import Foundation
+import FoundationEssentials
+import Glibc
 
 extension ManagerDaemon {
     func handlePeripheral(_ asked: ManagerCommand, session: UInt64, _ incoming: IncomingRequest) throws(WireFailure) {

@@ -7,7 +7,8 @@ import BerylIPC
 import BerylManager
 import BerylManagerWire
 import BerylStore
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// managerd's shell: app sessions on managerd.sock; hcid for scanning, connecting and advertising; attd for GATT.
 /// The decisions live in BerylManager's sans-IO parts (scan merging, connection ownership).

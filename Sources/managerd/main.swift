@@ -2,7 +2,8 @@ import ArgumentParser
 import BerylCore
 import BerylDaemonKit
 import BerylIPC
-import Foundation
+import FoundationEssentials
+import Glibc
 
 struct Managerd: ParsableCommand {
     static let configuration = CommandConfiguration(
