@@ -38,15 +38,26 @@ public final class Logger {
         let stamp = String(format2: tm.tm_hour) + ":" + String(format2: tm.tm_min) + ":" + String(format2: tm.tm_sec)
             + "." + String(now.tv_nsec / 1_000_000).leftPadded(to: 3)
         let line = "\(stamp) \(component)[\(getpid())] \(level.label): \(message())\n"
-        // write(2) rather than stdio: one syscall per line keeps lines whole when several processes share a log.
-        var bytes = Array(line.utf8)
-        bytes.withUnsafeMutableBytes { _ = write(2, $0.baseAddress, $0.count) }
+        StandardError.write(line)
     }
 
     public func error(_ message: @autoclosure () -> String) { log(.error, message()) }
     public func warning(_ message: @autoclosure () -> String) { log(.warning, message()) }
     public func info(_ message: @autoclosure () -> String) { log(.info, message()) }
     public func debug(_ message: @autoclosure () -> String) { log(.debug, message()) }
+}
+
+/// Standard error as write(2) calls, without stdio's buffer or Foundation's FileHandle: a line written in one call stays
+/// whole when several processes share a log.
+public enum StandardError {
+    public static func write(_ text: String) {
+        var bytes = Array(text.utf8)[...]
+        while !bytes.isEmpty {
+            let written = bytes.withUnsafeBytes { Glibc.write(2, $0.baseAddress, $0.count) }
+            guard written > 0 else { return }
+            bytes = bytes.dropFirst(written)
+        }
+    }
 }
 
 extension String {

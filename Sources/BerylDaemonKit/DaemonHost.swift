@@ -211,15 +211,3 @@ public struct PidFileError: Error, CustomStringConvertible {
     public let errno: Int32
     public var description: String { "cannot write the pid file \(path): \(String(cString: strerror(errno)))" }
 }
-
-/// Standard error without FileHandle (the whole of Foundation): one write(2) per message.
-public enum StandardError {
-    public static func write(_ text: String) {
-        var bytes = Array(text.utf8)[...]
-        while !bytes.isEmpty {
-            let written = bytes.withUnsafeBytes { Glibc.write(2, $0.baseAddress, $0.count) }
-            guard written > 0 else { return }
-            bytes = bytes.dropFirst(written)
-        }
-    }
-}

@@ -1,3 +1,4 @@
+import BerylCore
 import Foundation
 
 /// A command's own output, written straight to the descriptor. A reader that went away (`beryl scan --json | head`)
@@ -12,5 +13,5 @@ public enum Console {
     }
 
     /// Diagnostics: nobody left to tell is no reason to stop.
-    public static func error(_ text: String) { try? FileHandle.standardError.write(contentsOf: Data(text.utf8)) }
+    public static func error(_ text: String) { StandardError.write(text) }
 }

@@ -82,7 +82,8 @@ public final class IPCClient {
     public let path: String
     public let fd: Int32
     public var maxMessageBytes = IPCLimits.standard.maxMessageBytes
-    /// Events that arrived while waiting for a response, oldest first.
+    /// Events that arrived while `call` waited for its response, oldest first. What `receive` returns is the caller's
+    /// and is not kept again here, so a loop of receives (a monitor, a scan) holds nothing it did not ask for.
     public private(set) var events: [Event] = []
     private var nextRequestID: UInt64 = 1
     private var buffer: [UInt8] = []
@@ -103,6 +104,7 @@ public final class IPCClient {
         let id = try send(request)
         while true {
             let envelope = try receive(timeout: timeout, requestID: id)
+            if case .event(let event)? = envelope.body { events.append(event) }
             if envelope.requestID == id, case .response(let response)? = envelope.body {
                 if case .error(let error)? = response.kind {
                     throw .remote(code: error.code, message: error.message, field: error.field, detail: RemoteDetail(error))
@@ -125,7 +127,7 @@ public final class IPCClient {
         guard sent == bytes.count else { throw .closed }
     }
 
-    /// Receives the next envelope; events are also kept in `events`.
+    /// Receives the next envelope.
     public func receive(timeout: Duration = .seconds(10), requestID: UInt64 = 0) throws(IPCClientError) -> Envelope {
         var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
         let (seconds, attoseconds) = timeout.components
@@ -135,7 +137,6 @@ public final class IPCClient {
         switch received {
         case .message(let bytes):
             guard let envelope = try? Envelope(serializedBytes: bytes) else { throw .malformedResponse }
-            if case .event(let event)? = envelope.body { events.append(event) }
             return envelope
         case .tooLarge, .closed:
             throw .closed

@@ -158,7 +158,6 @@ struct Alerts: ParsableCommand {
             case .failure(.timedOut): continue
             case .failure(let error): throw Output.fail("managerd went away: \(error)")
             }
-            _ = client.takeEvents()
             guard case .alert(let alert)? = envelope.event.manager.kind else { continue }
             seen += 1
             let line: String

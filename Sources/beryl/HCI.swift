@@ -70,8 +70,6 @@ struct HCIMonitor: ParsableCommand {
                 Console.error("beryl: following hcid at \(socket) again\n")
                 continue
             }
-            // Monitor packets are events, which the client also keeps; take them so a long run does not grow.
-            _ = client.takeEvents()
             guard case .monitor(let packet)? = envelope.event.hci.kind else { continue }
             seen += 1
             let bytes = Array(packet.h4)

@@ -200,7 +200,6 @@ final class LinkEventWatcher: Sendable {
                     let now = Date().timeIntervalSince1970
                     connectedAt.withLock { $0 = now }
                 }
-                _ = client.takeEvents()
             } catch .timedOut {
                 continue
             } catch {

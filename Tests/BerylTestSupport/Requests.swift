@@ -43,7 +43,6 @@ extension IPCClient {
                 usleep(5_000)
                 continue
             }
-            _ = takeEvents()
             if case .event(let event)? = envelope.body, match(event.manager) { return event.manager }
         }
         return nil
