@@ -10,12 +10,18 @@ import Glibc
 /// handled in order. Requests may be sent from any thread.
 final class Channel: Sendable {
     typealias Completion = @Sendable (Result<Response, BerylError>) -> Void
+    /// An answer as the daemon typed it (a data channel's refusals are told apart by their codes and grant reasons).
+    typealias WireCompletion = @Sendable (Result<Response, IPCClientError>) -> Void
 
     let queue: DispatchQueue
     private let fd: Int32
+    /// The socket, which names a data channel for its session (closed only when the channel is released).
+    var descriptor: Int32 { fd }
     private struct State {
-        var pending = PendingRequests<Completion>()
+        var pending = PendingRequests<WireCompletion>()
         var closed = false
+        /// The data channel a Welcome's datagram carried, until the Welcome's handler takes it.
+        var dataDescriptor: Int32?
     }
     private let state = Mutex(State())
     private let onEvent: @Sendable (Event) -> Void
@@ -33,20 +39,29 @@ final class Channel: Sendable {
     }
 
     /// Says Hello for the app; the answer carries the manager's first state (unauthorized when managerd refuses the
-    /// app id, unsupported for any other refusal) and, for a restored manager, what managerd preserved.
+    /// app id, unsupported for any other refusal), for a restored manager what managerd preserved, and the app's data
+    /// channel to attd when managerd passed one (its descriptor, now the caller's).
     func hello(appID: String, restoreIdentifier: String?, role: Beryl_Ipc_V1_ManagerRole,
-               then: @escaping @Sendable (ManagerState, Beryl_Ipc_V1_PreservedState?, _ wake: UInt64, BerylError?) -> Void) {
+               then: @escaping @Sendable (ManagerState, Beryl_Ipc_V1_PreservedState?, _ wake: UInt64, _ dataChannel: Int32?, BerylError?) -> Void) {
         request(.manager {
             $0.hello.appID = appID
             $0.hello.restoreIdentifier = restoreIdentifier ?? ""
             $0.hello.role = role
-        }) { result in
+            $0.hello.wantsDataChannel = true
+        }) { [self] result in
+            let descriptor = state.withLock { state in
+                defer { state.dataDescriptor = nil }
+                return state.dataDescriptor
+            }
             switch result {
             case .success(let response):
                 let welcome = response.manager.welcome
-                then(ManagerState(welcome.state), welcome.wasRestored ? welcome.restored : nil, welcome.wake, nil)
+                let dataChannel = welcome.dataChannel ? descriptor : nil
+                if let descriptor, dataChannel == nil { Glibc.close(descriptor) }
+                then(ManagerState(welcome.state), welcome.wasRestored ? welcome.restored : nil, welcome.wake, dataChannel, nil)
             case .failure(let error):
-                if case .permissionDenied = error { then(.unauthorized, nil, 0, error) } else { then(.unsupported, nil, 0, error) }
+                if let descriptor { Glibc.close(descriptor) }
+                if case .permissionDenied = error { then(.unauthorized, nil, 0, nil, error) } else { then(.unsupported, nil, 0, nil, error) }
             }
         }
     }
@@ -65,6 +80,20 @@ final class Channel: Sendable {
         self.onClose = onClose
         let reader = Thread { [self] in self.readLoop() }
         reader.name = "beryl.\(label).reader"
+        reader.start()
+    }
+
+    /// An app's data channel to attd (the descriptor a Welcome passed): its answers and events are handled on
+    /// `queue`, the manager's session's, so that they keep their order with managerd's.
+    init(dataChannel descriptor: Int32, queue: DispatchQueue, label: String, onEvent: @escaping @Sendable (Event) -> Void,
+         onClose: @escaping @Sendable (String) -> Void) {
+        fd = descriptor
+        // The pair was made non-blocking for attd's loop; this end is read by a thread that blocks in poll.
+        self.queue = queue
+        self.onEvent = onEvent
+        self.onClose = onClose
+        let reader = Thread { [self] in self.readLoop() }
+        reader.name = "beryl.\(label).data"
         reader.start()
     }
 
@@ -93,12 +122,17 @@ final class Channel: Sendable {
 
     /// Several requests in one datagram (a batch, in order), each answered on its own.
     func requests(_ requests: [(request: Request, completion: Completion)]) {
+        wireRequests(requests.map { request in (request.request, { request.completion($0.mapError(BerylError.init)) }) })
+    }
+
+    /// As `requests`, answered with the daemon's typed error as it came.
+    func wireRequests(_ requests: [(request: Request, completion: WireCompletion)]) {
         let ids: [UInt64]? = state.withLock { state in
             guard !state.closed else { return nil }
             return requests.map { state.pending.add($0.completion) }
         }
         guard let ids else {
-            return queue.async { for request in requests { request.completion(.failure(.unavailable("the session is closed"))) } }
+            return queue.async { for request in requests { request.completion(.failure(.closed)) } }
         }
         var batch = EnvelopeBatch(capacity: IPCLimits.standard.maxMessageBytes)
         var sent = true
@@ -112,7 +146,7 @@ final class Channel: Sendable {
         sent = sent && SeqPacketSocket.send(fd, batch.take()) == .sent
         guard sent else {
             let failed = state.withLock { state in ids.compactMap { state.pending.cancel($0) } }
-            queue.async { for completion in failed { completion(.failure(.unavailable("managerd did not take the request"))) } }
+            queue.async { for completion in failed { completion(.failure(.closed)) } }
             return
         }
     }
@@ -131,18 +165,25 @@ final class Channel: Sendable {
     }
 
     private func readLoop() {
-        SeqPacketSocket.readDatagrams(fd) { dispatch($0) }
-        finish("managerd closed the session")
+        SeqPacketSocket.readDatagrams(fd) { dispatch($0, passed: $1) }
+        finish("the stack closed the session")
     }
 
-    /// A datagram's answers and events, handed to the session's queue in one hop, in order.
-    private func dispatch(_ envelopes: [Envelope]) {
+    /// A datagram's answers and events, handed to the session's queue in one hop, in order. A descriptor it carried is
+    /// kept for a Welcome's handler (a data channel), and closed when the datagram holds no Welcome.
+    private func dispatch(_ envelopes: [Envelope], passed descriptor: Int32?) {
         let work: [@Sendable () -> Void] = state.withLock { state in
-            envelopes.compactMap { envelope in
+            if let descriptor {
+                if let earlier = state.dataDescriptor { Glibc.close(earlier) }
+                let welcomes = envelopes.contains { $0.response.manager.welcome.dataChannel }
+                state.dataDescriptor = welcomes ? descriptor : nil
+                if !welcomes { Glibc.close(descriptor) }
+            }
+            return envelopes.compactMap { envelope in
                 switch envelope.body {
                 case .response?:
                     guard let (completion, outcome) = state.pending.answer(envelope) else { return nil }
-                    return { completion(outcome.mapError(BerylError.init)) }
+                    return { completion(outcome) }
                 case .event(let event)?:
                     return { self.onEvent(event) }
                 default:
@@ -155,12 +196,14 @@ final class Channel: Sendable {
     }
 
     private func finish(_ reason: String) {
-        let pending = state.withLock { state -> [Completion] in
+        let pending = state.withLock { state -> [WireCompletion] in
             state.closed = true
+            if let descriptor = state.dataDescriptor { Glibc.close(descriptor) }
+            state.dataDescriptor = nil
             return state.pending.removeAll()
         }
         queue.async {
-            for completion in pending { completion(.failure(.unavailable(reason))) }
+            for completion in pending { completion(.failure(.closed)) }
             self.onClose(reason)
         }
     }

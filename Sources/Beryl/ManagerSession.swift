@@ -1,6 +1,9 @@
 import BerylWire
 import Dispatch
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// What a central and a peripheral manager both are: one session with managerd for an app, its state, its
 /// delegate and pairing delegate (held weakly, as Core Bluetooth does), the queue their callbacks go on, and where
@@ -37,6 +40,14 @@ final class ManagerSession: Sendable {
     private let shared = Mutex(State())
     /// Why the first connection failed, until `start` reports it.
     private let openFailure: BerylError?
+    /// The app's data channel to attd, with the session whose Welcome passed it (it ends with that session).
+    private struct DataPlane: Sendable {
+        let channel: Channel
+        let session: Channel
+    }
+    private let data = Mutex<DataPlane?>(nil)
+    /// Whether attd last said the data channel's grant is live (the app in the foreground); assumed until told.
+    private let dataLive = Atomic<Bool>(true)
 
     /// - Parameters:
     ///   - socketPath: managerd's socket; `$BERYL_RUNTIME_DIR/managerd.sock` (or /run/beryl) by default.
@@ -62,6 +73,53 @@ final class ManagerSession: Sendable {
     deinit {
         ended.store(true, ordering: .relaxed)
         channel.close()
+        data.withLock { $0 }?.channel.close()
+    }
+
+    /// The data channel to send an app's values on now: nil without one, when it is not the current session's, or
+    /// while attd says its grant is revoked (the values then go through managerd).
+    var liveDataChannel: Channel? {
+        guard dataLive.load(ordering: .relaxed), let plane = data.withLock({ $0 }), plane.session === channel else { return nil }
+        return plane.channel
+    }
+
+    /// attd refused a value on the data channel as outside its grant or revoked: managerd carries the app's values
+    /// until attd says the grant is live again.
+    func dataGrantRefused() { dataLive.store(false, ordering: .relaxed) }
+
+    private func adopt(dataChannel descriptor: Int32, of session: Channel) {
+        let plane = DataPlane(channel: Channel(dataChannel: descriptor, queue: session.queue, label: label, onEvent: { [weak self] in self?.dataEvent($0) },
+                                               onClose: { [weak self] _ in self?.dataChannelClosed(descriptor) }), session: session)
+        dataLive.store(true, ordering: .relaxed)
+        data.withLock { $0 }?.channel.close()
+        data.withLock { $0 = plane }
+    }
+
+    private func dataChannelClosed(_ descriptor: Int32) {
+        data.withLock { plane in
+            if plane?.channel.descriptor == descriptor { plane = nil }
+        }
+    }
+
+    /// What attd sends the app's data channel, handled as the same news from managerd is.
+    private func dataEvent(_ event: Event) {
+        switch event.att.kind {
+        case .dataGrantChanged(let change)?:
+            dataLive.store(change.live, ordering: .relaxed)
+        case .readyToUpdate(let ready)?:
+            relay.deliver(.with { $0.manager.readyToUpdate.count = ready.count })
+        case .gattNotification(let notification)?:
+            relay.deliver(.with {
+                $0.manager.notification = .with {
+                    $0.peripheral = notification.peripheral
+                    $0.handle = notification.handle
+                    $0.value = notification.value
+                    $0.indication = notification.indication
+                }
+            })
+        default:
+            break
+        }
     }
 
     /// Binds the manager's event handler and says Hello; `welcome` gets the first state and, for a restored manager,
@@ -88,7 +146,10 @@ final class ManagerSession: Sendable {
     }
 
     private func greet(_ greeting: Greeting, on channel: Channel) {
-        channel.hello(appID: appID, restoreIdentifier: greeting.restoreIdentifier, role: greeting.role) { [misuse, weak self] state, restored, wake, error in
+        channel.hello(appID: appID, restoreIdentifier: greeting.restoreIdentifier, role: greeting.role) { [misuse, weak self] state, restored, wake, dataChannel, error in
+            if let dataChannel {
+                if let self { self.adopt(dataChannel: dataChannel, of: channel) } else { close(dataChannel) }
+            }
             if let error {
                 misuse.report(error)
                 self?.setReason(error.description)

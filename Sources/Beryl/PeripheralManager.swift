@@ -100,6 +100,10 @@ public final class PeripheralManager: Sendable, SessionBacked {
         var isAdvertising = false
         var services: [MutableService] = []
         var updates = UpdateQueue(limit: PeripheralManager.updateQueueLimit)
+        /// Values on their way to attd on the data channel, and through managerd: a value goes one way only while
+        /// none is on its way the other, so that the two ways cannot reorder them.
+        var onDataChannel: Set<UInt64> = []
+        var throughManagerd: Set<UInt64> = []
     }
     private let shared = Mutex(State())
     /// The values updateValue takes before it says false. They leave at once, without waiting for one another's answers,
@@ -361,10 +365,19 @@ public final class PeripheralManager: Sendable, SessionBacked {
     private func sendUpdates() {
         // Taken and sent under one lock: values the app's thread and the session's queue send must leave in the order
         // taken (a request's completion always runs later, on the session's queue, so this cannot re-enter).
+        let data = session.liveDataChannel
         shared.withLock { state in
-            let sendings = state.updates.takeSendable()
-            guard !sendings.isEmpty else { return }
-            channel.requests(sendings.map(request))
+            if let data, state.throughManagerd.isEmpty {
+                let sendings = state.updates.takeSendable()
+                guard !sendings.isEmpty else { return }
+                state.onDataChannel.formUnion(sendings.map(\.id))
+                data.wireRequests(sendings.map(dataRequest))
+            } else if state.onDataChannel.isEmpty {
+                let sendings = state.updates.takeSendable()
+                guard !sendings.isEmpty else { return }
+                state.throughManagerd.formUnion(sendings.map(\.id))
+                channel.requests(sendings.map(request))
+            }
         }
     }
 
@@ -380,15 +393,42 @@ public final class PeripheralManager: Sendable, SessionBacked {
                 $0.ordered = true
                 $0.readySeen = sending.readySeen
             }
-        }, { [weak self] result in self?.updateAnswered(sending.id, result) })
+        }, { [weak self] result in
+            let answer = UpdateQueue.Answer(result, sent: \.manager.updateResult.sent, sendAgain: \.manager.updateResult.sendAgain)
+            self?.updateAnswered(sending.id, answer, failure: result.failure)
+        })
     }
 
-    private func updateAnswered(_ id: UInt64, _ result: Result<Response, BerylError>) {
-        let answer = UpdateQueue.Answer(result, sent: \.manager.updateResult.sent, sendAgain: \.manager.updateResult.sendAgain)
-        guard shared.withLock({ $0.updates.answered(id, answer) }) else { return }
+    /// The same value as attd's Notify on the data channel: attd knows the app by its channel and the centrals by the
+    /// identifiers managerd gave them.
+    private func dataRequest(_ sending: UpdateQueue.Sending) -> (request: Request, completion: Channel.WireCompletion) {
+        (.with {
+            $0.att.notify = .with {
+                $0.valueHandle = sending.item.valueHandle
+                $0.value = sending.item.value
+                $0.centrals = sending.item.centrals
+                $0.indicate = sending.item.indicate
+                $0.ordered = true
+                $0.readySeen = sending.readySeen
+            }
+        }, { [weak self] result in
+            guard let self else { return }
+            let answer = DataChannelAnswer<PendingUpdate>(result)
+            if answer.grantRefused { session.dataGrantRefused() }
+            updateAnswered(sending.id, answer.queueAnswer, failure: answer.failure)
+        })
+    }
+
+    private func updateAnswered(_ id: UInt64, _ answer: UpdateQueue.Answer, failure: BerylError?) {
+        let known = shared.withLock { state in
+            state.onDataChannel.remove(id)
+            state.throughManagerd.remove(id)
+            return state.updates.answered(id, answer)
+        }
+        guard known else { return }
         // Refused for good (the service was removed meanwhile): said as misuse, as Core Bluetooth logs it.
-        if case .failure(let error) = result {
-            if case .unavailable = error {} else { misuse.report(error) }
+        if let failure {
+            if case .unavailable = failure {} else { misuse.report(failure) }
         }
         sendUpdates()
         readyIfOwed()
@@ -407,6 +447,8 @@ public final class PeripheralManager: Sendable, SessionBacked {
             state.services.removeAll()
             state.isAdvertising = false
             state.updates.reset()
+            state.onDataChannel.removeAll()
+            state.throughManagerd.removeAll()
         }
     }
 

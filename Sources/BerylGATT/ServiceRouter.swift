@@ -12,6 +12,8 @@ public struct ServiceRouter: Sendable {
     public struct Owner: Equatable, Sendable {
         public var range: ClosedRange<UInt16>
         public var publisher: PublisherID
+        /// The app the publisher added it for (att.proto's PublishService.on_behalf_of; 0: its own).
+        public var app: UInt64
     }
 
     /// A peer's request a publisher must answer.
@@ -54,8 +56,13 @@ public struct ServiceRouter: Sendable {
         owners.contains { $0.publisher == publisher && $0.range.contains(handle) }
     }
 
-    public mutating func published(_ range: ClosedRange<UInt16>, by publisher: PublisherID) {
-        owners.append(Owner(range: range, publisher: publisher))
+    /// Whether the handle is in a service published for the app (a data channel's grant: its app's own values).
+    public func owns(_ app: UpdateSender, _ handle: UInt16) -> Bool {
+        owners.contains { $0.publisher == app.publisher && $0.app == app.onBehalfOf && $0.range.contains(handle) }
+    }
+
+    public mutating func published(_ range: ClosedRange<UInt16>, by publisher: PublisherID, for app: UInt64 = 0) {
+        owners.append(Owner(range: range, publisher: publisher, app: app))
     }
 
     /// The range of the publisher's service starting at `start`, now no longer routed; nil when it has none there.

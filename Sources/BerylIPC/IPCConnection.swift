@@ -19,6 +19,8 @@ public final class IPCConnection {
     private var outbound: [[UInt8]] = []
     private var pending = PendingRequests<(Result<Response, IPCClientError>) -> Void>()
     private var buffer: [UInt8] = []
+    /// The descriptor the datagram being delivered carried (SCM_RIGHTS), until a completion takes it.
+    private var passed: Int32?
     /// The requests of this loop wake-up, sent as one datagram when it ends.
     private lazy var batch = WakeUpBatch(loop: loop, capacity: IPCLimits.standard.maxMessageBytes) { [unowned self] datagram in
         if isOpen { sendDatagram(datagram) }
@@ -65,16 +67,25 @@ public final class IPCConnection {
         writer = nil
     }
 
+    /// In a response's completion: the descriptor its datagram carried, now the caller's (nil when none, or taken).
+    /// One that no completion takes is closed once the datagram is delivered.
+    public func takePassedDescriptor() -> Int32? {
+        defer { passed = nil }
+        return passed
+    }
+
     private func readAvailable() {
         for _ in 0..<64 {
-            switch SeqPacketSocket.receive(fd, cap: IPCLimits.standard.maxMessageBytes, buffer: &buffer) {
+            switch SeqPacketSocket.receive(fd, cap: IPCLimits.standard.maxMessageBytes, buffer: &buffer, passed: &passed) {
             case .message(let bytes):
+                defer { if let descriptor = takePassedDescriptor() { close(descriptor) } }
                 guard let datagram = try? Envelope(serializedBytes: bytes) else { continue }
                 for envelope in datagram.unbatched {
                     deliver(envelope)
                     guard isOpen else { return }
                 }
             case .tooLarge:
+                if let descriptor = takePassedDescriptor() { close(descriptor) }
                 continue
             case .wouldBlock:
                 return

@@ -30,6 +30,19 @@ public final class IncomingRequest {
         return true
     }
 
+    /// Answers with `descriptor` passed on the answer's datagram (SCM_RIGHTS); the descriptor is the session's to close
+    /// (closed at once when the request was answered already or its session is gone).
+    @discardableResult
+    public func respond(_ response: Response, passing descriptor: Int32) -> Bool {
+        guard !answered, let session else {
+            Glibc.close(descriptor)
+            return false
+        }
+        answered = true
+        session.send(.response(response, to: id), passing: descriptor)
+        return true
+    }
+
     @discardableResult
     public func fail(_ code: IPCErrorCode, _ message: String, field: String = "", detail: RemoteDetail = RemoteDetail()) -> Bool {
         respond(.error(code, message, field: field, detail: detail))
@@ -59,7 +72,12 @@ public final class IPCSession {
 
     let fd: Int32
     private unowned let server: IPCServer
-    private var outbound: [[UInt8]] = []
+    private struct Outgoing {
+        var bytes: [UInt8]
+        /// A descriptor the datagram passes (SCM_RIGHTS), closed here once sent or dropped.
+        var descriptor: Int32?
+    }
+    private var outbound: [Outgoing] = []
     private var outboundHead = 0
     private var outboundBytes = 0
     private var readWatcher: EventRegistration?
@@ -100,15 +118,26 @@ public final class IPCSession {
     /// What this wake-up sent so far, now.
     func flushBatch() { batch.flush() }
 
-    private func sendDatagram(_ bytes: [UInt8]) {
+    /// Sends the envelope in a datagram of its own, after what this wake-up queued, with `descriptor` passed on it
+    /// (SCM_RIGHTS). The session takes `descriptor`: it is closed once sent, or when the session closes first.
+    public func send(_ envelope: Envelope, passing descriptor: Int32) {
+        guard isOpen else { return _ = Glibc.close(descriptor) }
+        batch.flush()
+        sendDatagram(envelope.encoded(), passing: descriptor)
+    }
+
+    private func sendDatagram(_ bytes: [UInt8], passing descriptor: Int32? = nil) {
         if queuedMessages == 0 {
-            switch SeqPacketSocket.send(fd, bytes) {
+            switch send(Outgoing(bytes: bytes, descriptor: descriptor)) {
             case .sent: return
-            case .closed: close(reason: "peer closed while sending"); return
+            case .closed:
+                if let descriptor { Glibc.close(descriptor) }
+                close(reason: "peer closed while sending")
+                return
             case .wouldBlock: break
             }
         }
-        outbound.append(bytes)
+        outbound.append(Outgoing(bytes: bytes, descriptor: descriptor))
         outboundBytes += bytes.count
         if queuedMessages > server.limits.maxQueuedMessages || outboundBytes > server.limits.maxQueuedBytes {
             server.logger.warning("dropping session \(id) (pid \(peer.pid)): \(queuedMessages) messages, \(outboundBytes) bytes unread")
@@ -120,11 +149,18 @@ public final class IPCSession {
         }
     }
 
+    private func send(_ outgoing: Outgoing) -> Sent {
+        guard let descriptor = outgoing.descriptor else { return SeqPacketSocket.send(fd, outgoing.bytes) }
+        let sent = SeqPacketSocket.send(fd, outgoing.bytes, passing: descriptor)
+        if sent == .sent { Glibc.close(descriptor) }
+        return sent
+    }
+
     private func flush() {
         while outboundHead < outbound.count {
-            switch SeqPacketSocket.send(fd, outbound[outboundHead]) {
+            switch send(outbound[outboundHead]) {
             case .sent:
-                outboundBytes -= outbound[outboundHead].count
+                outboundBytes -= outbound[outboundHead].bytes.count
                 outboundHead += 1
             case .wouldBlock:
                 return
@@ -167,6 +203,7 @@ public final class IPCSession {
         writeWatcher?.cancel()
         readWatcher = nil
         writeWatcher = nil
+        for outgoing in outbound[outboundHead...] { if let descriptor = outgoing.descriptor { Glibc.close(descriptor) } }
         outbound.removeAll()
         Glibc.close(fd)
         server.sessionClosed(self, reason: reason)
@@ -201,19 +238,31 @@ public final class IPCServer {
     private func acceptAll() {
         while let fd = SeqPacketSocket.accept(listener: listener) {
             let peer = SeqPacketSocket.peerCredentials(fd) ?? PeerCredentials(pid: 0, uid: UInt32.max, gid: UInt32.max)
-            let session = IPCSession(id: nextSessionID, fd: fd, peer: peer, server: self)
-            nextSessionID += 1
-            do {
-                try session.start()
-            } catch {
-                logger.error("cannot watch session fd \(fd): \(error)")
-                Glibc.close(fd)
-                continue
-            }
-            sessions[session.id] = session
+            guard let session = open(fd, peer: peer) else { continue }
             logger.debug("session \(session.id) opened by pid \(peer.pid) uid \(peer.uid)")
             onSessionOpened(session)
         }
+    }
+
+    private func open(_ fd: Int32, peer: PeerCredentials) -> IPCSession? {
+        let session = IPCSession(id: nextSessionID, fd: fd, peer: peer, server: self)
+        nextSessionID += 1
+        do {
+            try session.start()
+        } catch {
+            logger.error("cannot watch session fd \(fd): \(error)")
+            Glibc.close(fd)
+            return nil
+        }
+        sessions[session.id] = session
+        return session
+    }
+
+    /// A session on one end of a socket pair this daemon made (a data channel), served as any accepted one; its peer
+    /// is who the other end is passed to, so its credentials are the daemon's own until that one speaks. Not announced
+    /// through `onSessionOpened`: the caller knows it.
+    public func adopt(_ fd: Int32) -> IPCSession? {
+        open(fd, peer: PeerCredentials(pid: getpid(), uid: getuid(), gid: getgid()))
     }
 
     /// Handles a datagram; returns how many envelopes it held.

@@ -66,18 +66,32 @@ extension SeqPacketSocket {
     /// As `readEnvelopes`, a datagram's envelopes at a time (a batch's, in order), for a reader that hands them on in
     /// one hop.
     public static func readDatagrams(_ fd: Int32, _ deliver: ([Envelope]) -> Void) {
+        readDatagrams(fd) { envelopes, descriptor in
+            if let descriptor { close(descriptor) }
+            deliver(envelopes)
+        }
+    }
+
+    /// As `readDatagrams`, with the descriptor a datagram carried (SCM_RIGHTS), which `deliver` then owns.
+    public static func readDatagrams(_ fd: Int32, _ deliver: ([Envelope], _ descriptor: Int32?) -> Void) {
         var buffer: [UInt8] = []
+        var passed: Int32?
         while true {
-            switch receive(fd, cap: IPCLimits.standard.maxMessageBytes, buffer: &buffer) {
+            switch receive(fd, cap: IPCLimits.standard.maxMessageBytes, buffer: &buffer, passed: &passed) {
             case .message(let bytes):
-                guard let envelope = try? Envelope(serializedBytes: bytes) else { continue }
-                deliver(envelope.unbatched)
+                guard let envelope = try? Envelope(serializedBytes: bytes) else {
+                    if let passed { close(passed) }
+                    continue
+                }
+                deliver(envelope.unbatched, passed)
             case .wouldBlock:
                 var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
                 _ = poll(&descriptor, 1, -1)
             case .tooLarge:
+                if let passed { close(passed) }
                 continue
             case .closed:
+                if let passed { close(passed) }
                 return
             }
         }

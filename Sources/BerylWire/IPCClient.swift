@@ -15,10 +15,11 @@ public struct RemoteDetail: Equatable, Sendable {
     public var smpReasonFromPeer: Bool
     public var managerReason: Beryl_Ipc_V1_ManagerReason
     public var controllerReason: Beryl_Ipc_V1_ControllerReason
+    public var grantReason: Beryl_Ipc_V1_GrantReason
 
     public init(attError: UInt8 = 0, bluetoothError: Beryl_Ipc_V1_BluetoothErrorCode = .unspecified, hciStatus: UInt8 = 0, smpReason: UInt8 = 0,
                 smpReasonFromPeer: Bool = false, managerReason: Beryl_Ipc_V1_ManagerReason = .unspecified,
-                controllerReason: Beryl_Ipc_V1_ControllerReason = .unspecified) {
+                controllerReason: Beryl_Ipc_V1_ControllerReason = .unspecified, grantReason: Beryl_Ipc_V1_GrantReason = .unspecified) {
         self.attError = attError
         self.bluetoothError = bluetoothError
         self.hciStatus = hciStatus
@@ -26,12 +27,13 @@ public struct RemoteDetail: Equatable, Sendable {
         self.smpReasonFromPeer = smpReasonFromPeer
         self.managerReason = managerReason
         self.controllerReason = controllerReason
+        self.grantReason = grantReason
     }
 
     public init(_ error: IPCErrorMessage) {
         self.init(attError: UInt8(truncatingIfNeeded: error.attError), bluetoothError: error.bluetoothError, hciStatus: UInt8(truncatingIfNeeded: error.hciStatus),
                   smpReason: UInt8(truncatingIfNeeded: error.smpReason), smpReasonFromPeer: error.smpReasonFromPeer, managerReason: error.managerReason,
-                  controllerReason: error.controllerReason)
+                  controllerReason: error.controllerReason, grantReason: error.grantReason)
     }
 
     /// The typed codes that are set, for people: "SMP reason 0x4 from the peer", "HCI status 0x6".
@@ -43,6 +45,7 @@ public struct RemoteDetail: Equatable, Sendable {
         if smpReason != 0 { parts.append("SMP reason 0x\(String(smpReason, radix: 16)) from \(smpReasonFromPeer ? "the peer" : "this stack")") }
         if managerReason != .unspecified { parts.append("managerd \(managerReason)") }
         if controllerReason != .unspecified { parts.append("controller \(controllerReason)") }
+        if grantReason != .unspecified { parts.append("data channel \(grantReason)") }
         return parts.joined(separator: ", ")
     }
 
@@ -54,6 +57,7 @@ public struct RemoteDetail: Equatable, Sendable {
         error.smpReasonFromPeer = smpReasonFromPeer
         error.managerReason = managerReason
         error.controllerReason = controllerReason
+        error.grantReason = grantReason
     }
 }
 

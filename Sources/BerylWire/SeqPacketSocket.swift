@@ -178,6 +178,41 @@ public enum SeqPacketSocket {
         return .message(Array(buffer[0..<length]))
     }
 
+    /// A connected pair (non-blocking, close-on-exec): one end stays, the other is passed on with `send(_:_:passing:)`.
+    public static func pair() throws(IPCSocketError) -> (kept: Int32, passed: Int32) {
+        var fds: [Int32] = [-1, -1]
+        let result = beryl_seqpacket_pair(&fds)
+        guard result == 0 else { throw .system(call: "socketpair", path: "", errno: -result) }
+        return (fds[0], fds[1])
+    }
+
+    /// Sends one datagram with a descriptor attached (SCM_RIGHTS); the caller still owns `descriptor`.
+    public static func send(_ fd: Int32, _ bytes: [UInt8], passing descriptor: Int32) -> Sent {
+        let result = bytes.withUnsafeBytes { beryl_send_with_descriptor(fd, $0.baseAddress, UInt($0.count), descriptor) }
+        if result >= 0 { return .sent }
+        switch Int32(-result) {
+        case EAGAIN, EWOULDBLOCK, ENOBUFS: return .wouldBlock
+        default: return .closed
+        }
+    }
+
+    /// As `receive`, and the descriptor the datagram carried (nil when none), which the caller then owns.
+    public static func receive(_ fd: Int32, cap: Int, buffer: inout [UInt8], passed: inout Int32?) -> Received {
+        if buffer.count < cap { buffer = [UInt8](repeating: 0, count: cap) }
+        var descriptor: Int32 = -1
+        let length = buffer.withUnsafeMutableBytes { beryl_receive_with_descriptor(fd, $0.baseAddress, UInt(cap), &descriptor) }
+        passed = descriptor >= 0 ? descriptor : nil
+        if length < 0 {
+            switch Int32(-length) {
+            case EAGAIN, EWOULDBLOCK: return .wouldBlock
+            default: return .closed
+            }
+        }
+        if length > cap { return .tooLarge(length: length) }
+        if length == 0 && peerHungUp(fd) { return .closed }
+        return .message(Array(buffer[0..<length]))
+    }
+
     static func peerHungUp(_ fd: Int32) -> Bool {
         beryl_peer_hung_up(fd) != 0
     }

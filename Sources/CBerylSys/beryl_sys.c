@@ -237,3 +237,43 @@ int beryl_set_process_cpus(pid_t pid, const int *cpus, int count) {
     closedir(tasks);
     return result;
 }
+
+int beryl_seqpacket_pair(int fds[2]) {
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, fds) != 0) return -errno;
+    return 0;
+}
+
+long beryl_send_with_descriptor(int fd, const void *bytes, unsigned long length, int passed) {
+    struct iovec part = { .iov_base = (void *)bytes, .iov_len = length };
+    union { struct cmsghdr header; char space[CMSG_SPACE(sizeof(int))]; } control;
+    memset(&control, 0, sizeof(control));
+    struct msghdr message = { .msg_iov = &part, .msg_iovlen = 1, .msg_control = control.space, .msg_controllen = sizeof(control.space) };
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(header), &passed, sizeof(int));
+    ssize_t sent;
+    do { sent = sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT); } while (sent < 0 && errno == EINTR);
+    return sent < 0 ? -errno : (long)sent;
+}
+
+long beryl_receive_with_descriptor(int fd, void *bytes, unsigned long capacity, int *passed) {
+    *passed = -1;
+    struct iovec part = { .iov_base = bytes, .iov_len = capacity };
+    union { struct cmsghdr header; char space[CMSG_SPACE(sizeof(int) * 8)]; } control;
+    struct msghdr message = { .msg_iov = &part, .msg_iovlen = 1, .msg_control = control.space, .msg_controllen = sizeof(control.space) };
+    ssize_t length;
+    do { length = recvmsg(fd, &message, MSG_DONTWAIT | MSG_TRUNC | MSG_CMSG_CLOEXEC); } while (length < 0 && errno == EINTR);
+    if (length < 0) return -errno;
+    for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header; header = CMSG_NXTHDR(&message, header)) {
+        if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
+        size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t index = 0; index < count; index++) {
+            int descriptor;
+            memcpy(&descriptor, CMSG_DATA(header) + index * sizeof(int), sizeof(int));
+            if (*passed < 0) *passed = descriptor; else close(descriptor);
+        }
+    }
+    return (long)length;
+}

@@ -97,9 +97,9 @@ extension AttDaemon {
                 if let refused { host.logger.info("\(tag): MTU exchange refused (\(refused)); ATT_MTU stays \(mtu)") }
                 broadcastMTU(link)
             case .notification(let handle, let value, let indication):
-                host.server?.broadcast(Event(notification: handle, value: value, indication: indication, link: link.handle))
+                deliverNotification(handle, value: value, indication: indication, on: link.handle)
             case .serviceChanged(let range, let result):
-                host.server?.broadcast(Event(serviceChanged: range, link: link.handle, result))
+                broadcastToClients(Event(serviceChanged: range, link: link.handle, result))
             case .serviceChangedFound(let valueHandle):
                 applySecurity(security.peerServiceChangedFound(valueHandle, on: link.handle))
             case .disconnect:

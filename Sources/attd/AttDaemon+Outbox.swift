@@ -18,7 +18,7 @@ extension AttDaemon {
             case .writeReady(let link, let notices):
                 for notice in notices { host.server?.sessions[notice.sender.publisher]?.send(.event(Event(writeReady: notice, link: link))) }
             case .readyToUpdate(let notices):
-                for notice in notices { host.server?.sessions[notice.sender.publisher]?.send(.event(Event(readyToUpdate: notice))) }
+                for notice in notices { session(for: notice.sender)?.send(.event(Event(readyToUpdate: notice))) }
             }
         }
     }

@@ -9,6 +9,10 @@ import Glibc
 extension AttDaemon {
     func handle(_ incoming: IncomingRequest) -> Bool {
         guard case .att(let request)? = incoming.request.kind, let session = incoming.session else { return false }
+        if grants.isChannel(session.id) {
+            handleDataRequest(request.kind, on: session, incoming)
+            return true
+        }
         switch request.kind {
         case .getBearers?:
             incoming.respond(.with {
@@ -17,7 +21,7 @@ extension AttDaemon {
                 }
             })
         case .publishService(let publish)?:
-            publishService(publish.service, for: session, incoming)
+            publishService(publish.service, for: session, app: publish.onBehalfOf, incoming)
         case .unpublishService(let unpublish)?:
             guard unpublish.startHandle <= 0xFFFF, let range = router.unpublish(startingAt: UInt16(unpublish.startHandle), by: session.id) else {
                 incoming.fail(.notFound, "this session published no service at handle \(unpublish.startHandle)", field: "start_handle")
@@ -41,6 +45,8 @@ extension AttDaemon {
                 pacer.writeSenderGone(sender, on: UInt16(truncatingIfNeeded: forget.connectionHandle))
             } else {
                 pacer.senderGone(sender)
+                // The app's session with managerd ended: its channel goes with it.
+                if let channel = grants.channel(of: sender) { host.server?.sessions[channel]?.close(reason: "its app's session ended") }
             }
             incoming.respond(.with { $0.ack = .init() })
         case .answerRead(let answer)?:
@@ -53,13 +59,15 @@ extension AttDaemon {
             return handleClientRequest(request.kind!, incoming)
         case .pair?, .pairingAnswer?, .listBonds?, .removeBond?, .getPrivateAddress?, .setLinkPairing?:
             return handleSecurityRequest(request.kind!, incoming)
+        case .openDataChannel?, .setDataGrant?, .nameLink?, .notificationAudience?:
+            handleGrantRequest(request.kind!, from: session, incoming)
         case nil:
             incoming.fail(.unknownMessage, "empty ATT request")
         }
         return true
     }
 
-    private func publishService(_ spec: Beryl_Ipc_V1_ServiceSpec, for session: IPCSession, _ incoming: IncomingRequest) {
+    private func publishService(_ spec: Beryl_Ipc_V1_ServiceSpec, for session: IPCSession, app: UInt64, _ incoming: IncomingRequest) {
         let definition: ServiceDefinition
         do {
             definition = try ServiceDefinition(wire: spec)
@@ -75,7 +83,7 @@ extension AttDaemon {
             return
         }
         let end = database.attribute(at: start)?.groupEnd ?? start
-        router.published(start...end, by: session.id)
+        router.published(start...end, by: session.id, for: app)
         host.logger.info("service \(definition.uuid) published at \(start)–\(end) by session \(session.id)")
         incoming.respond(.with { $0.att.servicePublished = .init(start...end, in: database) })
         announceDatabaseChange(start...end)

@@ -79,7 +79,7 @@ extension AttDaemon {
             case .levelChanged(let handle, let level):
                 links[handle]?.server.security = level
             case .encryptionChanged(let handle, let level, let status):
-                host.server?.broadcast(Event(securityChanged: level, link: handle, status: status))
+                broadcastToClients(Event(securityChanged: level, link: handle, status: status))
             case .peerSigning(let handle, let key):
                 links[handle]?.server.peerSigning = key
             case .restoreClientState(let handle, let configurations, let features):
@@ -91,9 +91,9 @@ extension AttDaemon {
                 guard let link = links[handle] else { continue }
                 apply(wrap(link.server.indicateServiceChanged(range).outputs, for: link), on: link)
             case .prompt(let handle, let peer, let prompt):
-                host.server?.broadcast(.with { $0.att.pairingPrompt = Beryl_Ipc_V1_PairingPrompt(link: handle, peer: peer, prompt) })
+                broadcastToClients(.with { $0.att.pairingPrompt = Beryl_Ipc_V1_PairingPrompt(link: handle, peer: peer, prompt) })
             case .pairingFinished(let handle, let peer, let result):
-                host.server?.broadcast(.with { $0.att.pairingFinished = Beryl_Ipc_V1_PairingFinished(link: handle, peer: peer, result) })
+                broadcastToClients(.with { $0.att.pairingFinished = Beryl_Ipc_V1_PairingFinished(link: handle, peer: peer, result) })
             case .secured(let waiters, let result, let afterKeysDelivered):
                 let completions = waiters.compactMap { securityWaiters.removeValue(forKey: $0) }
                 guard afterKeysDelivered, hcid != nil else {

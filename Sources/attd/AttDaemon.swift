@@ -23,6 +23,8 @@ final class AttDaemon {
     var links: [UInt16: LinkSession] = [:]
     /// Which publisher owns which handles, and the answers they owe.
     var router: ServiceRouter
+    /// Apps' data channels and what each may touch (AttDaemon+DataChannels).
+    var grants = DataGrants()
     var pacer = TransmitPacer()
     /// PDUs for hcid from this loop wake-up, sent as one datagram when it ends.
     var outgoingACL = ACLBatch()
@@ -55,7 +57,7 @@ final class AttDaemon {
         try database.addCoreServices(deviceName: deviceName)
         host.handle = { [unowned self] in self.handle($0) }
         _ = try host.loop.after(.zero) { [unowned self] in
-            self.host.server?.onSessionClosed = { [unowned self] session, _ in self.publisherGone(session.id) }
+            self.host.server?.onSessionClosed = { [unowned self] session, _ in self.sessionClosed(session.id) }
             self.connectToHcid()
         }
         // The GATT client's 30-second transaction timeout needs the time now and then.
@@ -162,6 +164,7 @@ final class AttDaemon {
         applyGATT(link.gatt.linkClosed(), on: link)
         applySecurity(security.linkClosed(handle, reason: reason))
         router.linkClosed(handle)
+        grants.linkClosed(handle)
         applyPacer(pacer.linkClosed(handle))
         outgoingACL.drop(link: handle)
         host.logger.info("link 0x\(String(handle, radix: 16)) down" + (reason.map { " (HCI reason 0x\(String($0, radix: 16)))" } ?? ""))
@@ -246,6 +249,14 @@ final class AttDaemon {
 
     func owner(of handle: UInt16) -> IPCSession? { router.owner(of: handle).flatMap { host.server?.sessions[$0] } }
 
+    private func sessionClosed(_ session: UInt64) {
+        // A publisher's channels go with it: their grants were its to give.
+        for channel in grants.sessionClosed(session) {
+            host.server?.sessions[channel]?.close(reason: "the session that opened it closed")
+        }
+        publisherGone(session)
+    }
+
     private func publisherGone(_ session: UInt64) {
         pacer.publisherGone(session)
         let (ranges, unanswered) = router.publisherGone(session)
@@ -270,10 +281,10 @@ final class AttDaemon {
     }
 
     func broadcastMTU(_ link: LinkSession) {
-        host.server?.broadcast(Event(mtuChanged: link.client.mtu, link: link.handle, central: link.isCentral))
+        broadcastToClients(Event(mtuChanged: link.client.mtu, link: link.handle, central: link.isCentral))
     }
 
     private func broadcastBearer(_ handle: UInt16, opened: Bool) {
-        host.server?.broadcast(Event(bearer: handle, opened: opened, mtu: links[handle]?.server.mtu ?? 23, central: links[handle]?.isCentral ?? false))
+        broadcastToClients(Event(bearer: handle, opened: opened, mtu: links[handle]?.server.mtu ?? 23, central: links[handle]?.isCentral ?? false))
     }
 }

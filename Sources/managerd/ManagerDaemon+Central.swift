@@ -178,6 +178,9 @@ extension ManagerDaemon {
                                       everyService: discover.serviceUuids.isEmpty, on: identifier, by: .session(session)))
             }
             apply(core.gattAnswered(ask, succeeded: (try? result.get()) != nil, on: link.handle, identifier: identifier, by: .session(session)))
+            if case .setNotify(let notify)? = operation.kind, let valueHandle = UInt16(exactly: notify.valueHandle) {
+                refreshAudience(of: valueHandle, on: link.handle)
+            }
             switch result {
             case .success(let response): incoming.respond(Response(gattAnswer: response.att))
             case .failure(let error): incoming.fail(relaying: error, from: "attd")
@@ -210,14 +213,15 @@ extension ManagerDaemon {
 
     /// What attd's GATT client heard on a link goes to every session holding that peripheral, once each (`only`: to
     /// that one, if it holds it).
-    func forwardToHolders(_ event: Beryl_Ipc_V1_AttEvent.OneOf_Kind, connectionHandle: UInt32, only: ManagerHolder? = nil) {
+    func forwardToHolders(_ event: Beryl_Ipc_V1_AttEvent.OneOf_Kind, connectionHandle: UInt32, only: ManagerHolder? = nil,
+                          where wanted: (ManagerHolder) -> Bool = { _ in true }) {
         let link = UInt16(truncatingIfNeeded: connectionHandle)
         var audience = core.holders(ofLink: link)
         if case .gattNotification(let notification) = event, let valueHandle = UInt16(exactly: notification.handle) {
             audience = core.audience(ofNotification: valueHandle, onLink: link)
         }
         guard let (identifier, holders) = audience, let wire = Beryl_Ipc_V1_ManagerEvent(event, peripheral: identifier) else { return }
-        for holder in holders where only == nil || holder == only { send(wire, to: holder) }
+        for holder in holders.sorted() where (only == nil || holder == only) && wanted(holder) { send(wire, to: holder) }
     }
 }
 

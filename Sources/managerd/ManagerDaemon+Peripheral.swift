@@ -12,7 +12,11 @@ extension ManagerDaemon {
         switch asked {
         case .addService(let owner, let spec):
             guard let attd else { throw .attdUnreachable }
-            attd.request(.with { $0.att.publishService.service = spec }) { [unowned self] result in
+            attd.request(.with {
+                $0.att.publishService.service = spec
+                // The app's data channel may send this service's values.
+                $0.att.publishService.onBehalfOf = owner.holder.sessionID ?? 0
+            }) { [unowned self] result in
                 let response: Response
                 switch result {
                 case .success(let answer): response = answer

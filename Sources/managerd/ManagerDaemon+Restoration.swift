@@ -56,6 +56,8 @@ extension ManagerDaemon {
                 answerAttd(id, isRead: isRead, value: [], error: 0x0E)
             case .scanningChanged:
                 updateScanning()
+                // Emitted on every lifecycle change: whose data goes straight to it may have changed too.
+                syncGrants()
             case .advertisingChanged:
                 updateAdvertising()
             case .republish:

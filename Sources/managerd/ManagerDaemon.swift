@@ -46,6 +46,12 @@ final class ManagerDaemon {
     var exitWatches: [String: ProcessExitWatch] = [:]
     /// Sessions of `beryl alerts`, and their users.
     var alertSubscribers: [UInt64: UInt32] = [:]
+
+    // The data plane (ManagerDaemon+DataChannels).
+    /// App sessions with a data channel, and whether attd was last told their grant is live.
+    var dataGrants: [UInt64: Bool] = [:]
+    /// The audiences attd was told, by peripheral value.
+    var audiencesTold: [AudienceKey: Beryl_Ipc_V1_NotificationAudience] = [:]
     /// The controller's identity is hcid's static random address (it has no public one): apps advertise, scan and
     /// connect with it (own address type random) rather than as 00:00:00:00:00:00.
     var identityIsRandom: Bool { identity?.type.isRandom ?? false }
@@ -154,6 +160,7 @@ final class ManagerDaemon {
         host.attach(to: "attd", onEvent: { [unowned self] in attdEvent($0) }, attached: { [unowned self] connection in
             attd = connection
             host.markAttached("attd")
+            dataChannelsLost()
             adoptOpenLinks(connection)
             republishPreserved()
             apply(core.attd(attached: true, isRunning: isRunning))
@@ -161,6 +168,7 @@ final class ManagerDaemon {
             // attd's database went with it: the apps' services must be published again (their sessions are told).
             host.logger.warning("lost attd (\(reason)); published services are gone")
             attd = nil
+            dataChannelsLost()
             apply(core.attd(attached: false, isRunning: isRunning))
         })
     }
@@ -180,6 +188,7 @@ final class ManagerDaemon {
                 linkChanged(.connected(handle: bearer.link, central: bearer.isCentral, peer: peer))
             }
             applyLab(lab.attdAttached(bearers: Set(bearers.map(\.link)), book: book))
+            nameEveryLink()
         }
     }
 
@@ -289,19 +298,28 @@ final class ManagerDaemon {
     private func linkChanged(_ link: LinkEvent, stackFailed: Bool = false) {
         let madeKnown = linkEvent(link, stackFailed: stackFailed)
         applyLab(lab.linkEvent(link, madeKnown: madeKnown, book: book))
-        if case .disconnected(let handle, _) = link { lab.linkGone(handle) }
+        switch link {
+        case .connected(let handle, _, _): nameLink(handle)
+        case .disconnected(let handle, _):
+            lab.linkGone(handle)
+            linkGoneForAudiences(handle)
+        default: break
+        }
     }
 
     private func attdEvent(_ event: Event) {
         // Pairing on a lab link is the lab session's to answer and to hear of, not an app's.
         if let kind = event.att.kind, labSecurityEvent(kind) { return }
         switch event.att.kind {
-        case .bearerOpened(let bearer)?, .mtuChanged(let bearer)?:
+        case .bearerOpened(let bearer)?:
+            apply(core.bearer(UInt16(truncatingIfNeeded: bearer.connectionHandle), mtu: UInt16(truncatingIfNeeded: bearer.attMtu)))
+            nameLink(UInt16(truncatingIfNeeded: bearer.connectionHandle))
+        case .mtuChanged(let bearer)?:
             apply(core.bearer(UInt16(truncatingIfNeeded: bearer.connectionHandle), mtu: UInt16(truncatingIfNeeded: bearer.attMtu)))
         case .bearerClosed(let bearer)?:
             core.bearerClosed(UInt16(truncatingIfNeeded: bearer.connectionHandle))
         case .gattNotification(let notification)?:
-            forwardToHolders(.gattNotification(notification), connectionHandle: notification.connectionHandle)
+            deliverNotification(notification)
         case .gattServiceChanged(let change)?:
             forwardToHolders(.gattServiceChanged(change), connectionHandle: change.connectionHandle)
         case .gattWriteReady(let ready)?:
@@ -340,6 +358,7 @@ final class ManagerDaemon {
         applyLab(lab.sessionClosed(id, book: book))
         alertSubscribers[id] = nil
         forgetUpdateSender(id)
+        defer { dataChannelSessionClosed(id) }
         let preserved = core.restoration.manager(heldBy: .session(id))
         apply(core.sessionClosed(id, poweredOn: state == .poweredOn, at: host.loop.uptime))
         if let preserved, let kept = core.restoration.manager(id: preserved.id), !kept.live {
@@ -360,6 +379,8 @@ final class ManagerDaemon {
         } catch {
             incoming.fail(error)
         }
+        // Who holds which link and hears which value may have changed (a connection cancelled, a manager restored).
+        refreshAudiences()
         return true
     }
 
@@ -370,7 +391,7 @@ final class ManagerDaemon {
         if case .restoring(let preserved) = greeting { restored = restore(preserved, into: session.id) }
         let welcomeWake = core.welcomeWake(session.id, at: host.loop.uptime)
         logWakes()
-        incoming.respond(.with {
+        let welcome = Response.with {
             $0.manager.welcome = .with {
                 $0.sessionID = session.id
                 $0.peerPid = session.peer.pid
@@ -382,8 +403,24 @@ final class ManagerDaemon {
                 }
                 $0.wake = welcomeWake
             }
-        })
-        for event in restored?.1 ?? [] { send(event, to: session.id) }
+        }
+        let queued = restored?.1 ?? []
+        guard hello.wantsDataChannel else {
+            incoming.respond(welcome)
+            for event in queued { send(event, to: session.id) }
+            return
+        }
+        // The Welcome waits for attd's channel, and what was queued for the app waits for the Welcome.
+        openDataChannel(for: session.id) { [unowned self] descriptor in
+            if let descriptor {
+                var welcome = welcome
+                welcome.manager.welcome.dataChannel = true
+                incoming.respond(welcome, passing: descriptor)
+            } else {
+                incoming.respond(welcome)
+            }
+            for event in queued { send(event, to: session.id) }
+        }
     }
 
     private func dispatch(_ kind: Beryl_Ipc_V1_ManagerRequest.OneOf_Kind, session: IPCSession, app: AppSession<Beryl_Ipc_V1_ManagerEvent>,

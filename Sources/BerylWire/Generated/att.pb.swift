@@ -254,6 +254,9 @@ public nonisolated struct Beryl_Ipc_V1_PublishService: Sendable {
   /// Clears the value of `service`. Subsequent reads from it will return its default value.
   public mutating func clearService() {self._service = nil}
 
+  /// The app the publisher adds it for (managerd's session of the app): that app's data channel may send its values.
+  public var onBehalfOf: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -317,6 +320,9 @@ public nonisolated struct Beryl_Ipc_V1_Notify: Sendable {
   /// Core Bluetooth's updateValue(_:for:onSubscribedCentrals:) with centrals named: only these links' subscribed peers
   /// hear the value. Empty: every subscribed peer.
   public var connectionHandles: [UInt32] = []
+
+  /// On a data channel, the centrals named by the identifiers managerd gave them (NameLink), instead of handles.
+  public var centrals: [String] = []
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -796,6 +802,113 @@ public nonisolated struct Beryl_Ipc_V1_GattNotification: Sendable {
   public var value: Data = Data()
 
   public var indication: Bool = false
+
+  /// To managerd, once it set the value's audience (NotificationAudience): the apps whose data channel carried it;
+  /// managerd delivers to the rest of its audience.
+  public var delivered: [UInt64] = []
+
+  /// On a data channel: the peripheral's identifier, from the audience.
+  public var peripheral: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// managerd → attd: a data channel for one app session (on_behalf_of, managerd's session id of the app). Answered with
+/// DataChannelOpened and, as SCM_RIGHTS on that datagram, the app's end of a SOCK_SEQPACKET pair, which managerd passes
+/// on in the app's Welcome. Over it the app sends what the grant allows (Notify of its own services' values) and
+/// receives what is addressed to it (ReadyToUpdate, the notifications of its audiences), never through managerd.
+/// A second channel for the same app replaces the first.
+public nonisolated struct Beryl_Ipc_V1_OpenDataChannel: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var onBehalfOf: UInt64 = 0
+
+  /// Live from the start: the app runs in the foreground.
+  public var live: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_DataChannelOpened: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// attd's session id of the channel.
+  public var channel: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// managerd → attd: the app's grant is live (foreground) or revoked (background, suspended); while revoked, what is
+/// addressed to the app goes through managerd, which holds and wakes as its lifecycle says.
+public nonisolated struct Beryl_Ipc_V1_SetDataGrant: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var onBehalfOf: UInt64 = 0
+
+  public var live: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// managerd → attd: the identifier managerd gives the peer of a link, so that a data channel names centrals by it.
+public nonisolated struct Beryl_Ipc_V1_NameLink: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var identifier: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// managerd → attd: which apps hear a peripheral's value on a link (Core Bluetooth's setNotifyValue per app); attd
+/// sends each live one its notifications on its data channel and managerd the rest. No apps and no others: forgotten.
+public nonisolated struct Beryl_Ipc_V1_NotificationAudience: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var valueHandle: UInt32 = 0
+
+  public var peripheral: String = String()
+
+  public var apps: [UInt64] = []
+
+  /// Listeners that are not running apps (preserved managers) hear it too: every notification also goes to managerd.
+  public var others: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// To a data channel: its grant turned live or was revoked.
+public nonisolated struct Beryl_Ipc_V1_DataGrantChanged: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var live: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1287,6 +1400,38 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     set {kind = .forgetSender(newValue)}
   }
 
+  public var openDataChannel: Beryl_Ipc_V1_OpenDataChannel {
+    get {
+      if case .openDataChannel(let v)? = kind {return v}
+      return Beryl_Ipc_V1_OpenDataChannel()
+    }
+    set {kind = .openDataChannel(newValue)}
+  }
+
+  public var setDataGrant: Beryl_Ipc_V1_SetDataGrant {
+    get {
+      if case .setDataGrant(let v)? = kind {return v}
+      return Beryl_Ipc_V1_SetDataGrant()
+    }
+    set {kind = .setDataGrant(newValue)}
+  }
+
+  public var nameLink: Beryl_Ipc_V1_NameLink {
+    get {
+      if case .nameLink(let v)? = kind {return v}
+      return Beryl_Ipc_V1_NameLink()
+    }
+    set {kind = .nameLink(newValue)}
+  }
+
+  public var notificationAudience: Beryl_Ipc_V1_NotificationAudience {
+    get {
+      if case .notificationAudience(let v)? = kind {return v}
+      return Beryl_Ipc_V1_NotificationAudience()
+    }
+    set {kind = .notificationAudience(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1310,6 +1455,10 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     case getPrivateAddress(Beryl_Ipc_V1_GetPrivateAddress)
     case setLinkPairing(Beryl_Ipc_V1_SetLinkPairing)
     case forgetSender(Beryl_Ipc_V1_ForgetSender)
+    case openDataChannel(Beryl_Ipc_V1_OpenDataChannel)
+    case setDataGrant(Beryl_Ipc_V1_SetDataGrant)
+    case nameLink(Beryl_Ipc_V1_NameLink)
+    case notificationAudience(Beryl_Ipc_V1_NotificationAudience)
 
   }
 
@@ -1395,6 +1544,14 @@ public nonisolated struct Beryl_Ipc_V1_AttResponse: Sendable {
     set {kind = .privateAddress(newValue)}
   }
 
+  public var dataChannelOpened: Beryl_Ipc_V1_DataChannelOpened {
+    get {
+      if case .dataChannelOpened(let v)? = kind {return v}
+      return Beryl_Ipc_V1_DataChannelOpened()
+    }
+    set {kind = .dataChannelOpened(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1407,6 +1564,7 @@ public nonisolated struct Beryl_Ipc_V1_AttResponse: Sendable {
     case paired(Beryl_Ipc_V1_Paired)
     case bonds(Beryl_Ipc_V1_BondList)
     case privateAddress(Beryl_Ipc_V1_PrivateAddress)
+    case dataChannelOpened(Beryl_Ipc_V1_DataChannelOpened)
 
   }
 
@@ -1525,6 +1683,14 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
     set {kind = .readyToUpdate(newValue)}
   }
 
+  public var dataGrantChanged: Beryl_Ipc_V1_DataGrantChanged {
+    get {
+      if case .dataGrantChanged(let v)? = kind {return v}
+      return Beryl_Ipc_V1_DataGrantChanged()
+    }
+    set {kind = .dataGrantChanged(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1542,6 +1708,7 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
     /// The bearer's ATT_MTU after an exchange (attd exchanges as soon as it is central on a link, as iOS does).
     case mtuChanged(Beryl_Ipc_V1_Bearer)
     case readyToUpdate(Beryl_Ipc_V1_ReadyToUpdate)
+    case dataGrantChanged(Beryl_Ipc_V1_DataGrantChanged)
 
   }
 
@@ -1791,7 +1958,7 @@ nonisolated extension Beryl_Ipc_V1_ServiceSpec: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Beryl_Ipc_V1_PublishService: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PublishService"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}service\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}service\0\u{3}on_behalf_of\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1800,6 +1967,7 @@ nonisolated extension Beryl_Ipc_V1_PublishService: SwiftProtobuf.Message, SwiftP
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularMessageField(value: &self._service) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.onBehalfOf) }()
       default: break
       }
     }
@@ -1813,11 +1981,15 @@ nonisolated extension Beryl_Ipc_V1_PublishService: SwiftProtobuf.Message, SwiftP
     try { if let v = self._service {
       try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
     } }()
+    if self.onBehalfOf != 0 {
+      try visitor.visitSingularUInt64Field(value: self.onBehalfOf, fieldNumber: 2)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_PublishService, rhs: Beryl_Ipc_V1_PublishService) -> Bool {
     if lhs._service != rhs._service {return false}
+    if lhs.onBehalfOf != rhs.onBehalfOf {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1895,7 +2067,7 @@ nonisolated extension Beryl_Ipc_V1_UnpublishService: SwiftProtobuf.Message, Swif
 
 nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Notify"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}value_handle\0\u{1}value\0\u{1}indicate\0\u{1}ordered\0\u{3}ready_seen\0\u{3}on_behalf_of\0\u{3}connection_handles\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}value_handle\0\u{1}value\0\u{1}indicate\0\u{1}ordered\0\u{3}ready_seen\0\u{3}on_behalf_of\0\u{3}connection_handles\0\u{1}centrals\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1910,6 +2082,7 @@ nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf.
       case 5: try { try decoder.decodeSingularUInt32Field(value: &self.readySeen) }()
       case 6: try { try decoder.decodeSingularUInt64Field(value: &self.onBehalfOf) }()
       case 7: try { try decoder.decodeRepeatedUInt32Field(value: &self.connectionHandles) }()
+      case 8: try { try decoder.decodeRepeatedStringField(value: &self.centrals) }()
       default: break
       }
     }
@@ -1937,6 +2110,9 @@ nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf.
     if !self.connectionHandles.isEmpty {
       try visitor.visitPackedUInt32Field(value: self.connectionHandles, fieldNumber: 7)
     }
+    if !self.centrals.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.centrals, fieldNumber: 8)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1948,6 +2124,7 @@ nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.readySeen != rhs.readySeen {return false}
     if lhs.onBehalfOf != rhs.onBehalfOf {return false}
     if lhs.connectionHandles != rhs.connectionHandles {return false}
+    if lhs.centrals != rhs.centrals {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3029,7 +3206,7 @@ nonisolated extension Beryl_Ipc_V1_ForgetSender: SwiftProtobuf.Message, SwiftPro
 
 nonisolated extension Beryl_Ipc_V1_GattNotification: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GattNotification"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}handle\0\u{1}value\0\u{1}indication\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}handle\0\u{1}value\0\u{1}indication\0\u{1}delivered\0\u{1}peripheral\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3041,6 +3218,8 @@ nonisolated extension Beryl_Ipc_V1_GattNotification: SwiftProtobuf.Message, Swif
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
       case 3: try { try decoder.decodeSingularBytesField(value: &self.value) }()
       case 4: try { try decoder.decodeSingularBoolField(value: &self.indication) }()
+      case 5: try { try decoder.decodeRepeatedUInt64Field(value: &self.delivered) }()
+      case 6: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
       default: break
       }
     }
@@ -3059,6 +3238,12 @@ nonisolated extension Beryl_Ipc_V1_GattNotification: SwiftProtobuf.Message, Swif
     if self.indication != false {
       try visitor.visitSingularBoolField(value: self.indication, fieldNumber: 4)
     }
+    if !self.delivered.isEmpty {
+      try visitor.visitPackedUInt64Field(value: self.delivered, fieldNumber: 5)
+    }
+    if !self.peripheral.isEmpty {
+      try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 6)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3067,6 +3252,223 @@ nonisolated extension Beryl_Ipc_V1_GattNotification: SwiftProtobuf.Message, Swif
     if lhs.handle != rhs.handle {return false}
     if lhs.value != rhs.value {return false}
     if lhs.indication != rhs.indication {return false}
+    if lhs.delivered != rhs.delivered {return false}
+    if lhs.peripheral != rhs.peripheral {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_OpenDataChannel: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".OpenDataChannel"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}on_behalf_of\0\u{1}live\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.onBehalfOf) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.live) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.onBehalfOf != 0 {
+      try visitor.visitSingularUInt64Field(value: self.onBehalfOf, fieldNumber: 1)
+    }
+    if self.live != false {
+      try visitor.visitSingularBoolField(value: self.live, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_OpenDataChannel, rhs: Beryl_Ipc_V1_OpenDataChannel) -> Bool {
+    if lhs.onBehalfOf != rhs.onBehalfOf {return false}
+    if lhs.live != rhs.live {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_DataChannelOpened: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".DataChannelOpened"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}channel\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.channel) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.channel != 0 {
+      try visitor.visitSingularUInt64Field(value: self.channel, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_DataChannelOpened, rhs: Beryl_Ipc_V1_DataChannelOpened) -> Bool {
+    if lhs.channel != rhs.channel {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_SetDataGrant: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SetDataGrant"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}on_behalf_of\0\u{1}live\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.onBehalfOf) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.live) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.onBehalfOf != 0 {
+      try visitor.visitSingularUInt64Field(value: self.onBehalfOf, fieldNumber: 1)
+    }
+    if self.live != false {
+      try visitor.visitSingularBoolField(value: self.live, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_SetDataGrant, rhs: Beryl_Ipc_V1_SetDataGrant) -> Bool {
+    if lhs.onBehalfOf != rhs.onBehalfOf {return false}
+    if lhs.live != rhs.live {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_NameLink: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".NameLink"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}identifier\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.identifier) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    if !self.identifier.isEmpty {
+      try visitor.visitSingularStringField(value: self.identifier, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_NameLink, rhs: Beryl_Ipc_V1_NameLink) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.identifier != rhs.identifier {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_NotificationAudience: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".NotificationAudience"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{3}value_handle\0\u{1}peripheral\0\u{1}apps\0\u{1}others\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.valueHandle) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
+      case 4: try { try decoder.decodeRepeatedUInt64Field(value: &self.apps) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.others) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    if self.valueHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.valueHandle, fieldNumber: 2)
+    }
+    if !self.peripheral.isEmpty {
+      try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 3)
+    }
+    if !self.apps.isEmpty {
+      try visitor.visitPackedUInt64Field(value: self.apps, fieldNumber: 4)
+    }
+    if self.others != false {
+      try visitor.visitSingularBoolField(value: self.others, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_NotificationAudience, rhs: Beryl_Ipc_V1_NotificationAudience) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.valueHandle != rhs.valueHandle {return false}
+    if lhs.peripheral != rhs.peripheral {return false}
+    if lhs.apps != rhs.apps {return false}
+    if lhs.others != rhs.others {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_DataGrantChanged: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".DataGrantChanged"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}live\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBoolField(value: &self.live) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.live != false {
+      try visitor.visitSingularBoolField(value: self.live, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_DataGrantChanged, rhs: Beryl_Ipc_V1_DataGrantChanged) -> Bool {
+    if lhs.live != rhs.live {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3654,7 +4056,7 @@ nonisolated extension Beryl_Ipc_V1_PrivateAddress: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0\u{3}gatt_discover\0\u{3}gatt_read\0\u{3}gatt_write\0\u{3}gatt_subscribe\0\u{3}gatt_read_multiple\0\u{3}gatt_read_by_type\0\u{3}gatt_reliable_write\0\u{1}pair\0\u{3}pairing_answer\0\u{3}list_bonds\0\u{3}remove_bond\0\u{3}get_private_address\0\u{3}set_link_pairing\0\u{3}forget_sender\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0\u{3}gatt_discover\0\u{3}gatt_read\0\u{3}gatt_write\0\u{3}gatt_subscribe\0\u{3}gatt_read_multiple\0\u{3}gatt_read_by_type\0\u{3}gatt_reliable_write\0\u{1}pair\0\u{3}pairing_answer\0\u{3}list_bonds\0\u{3}remove_bond\0\u{3}get_private_address\0\u{3}set_link_pairing\0\u{3}forget_sender\0\u{3}open_data_channel\0\u{3}set_data_grant\0\u{3}name_link\0\u{3}notification_audience\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3922,6 +4324,58 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
           self.kind = .forgetSender(v)
         }
       }()
+      case 21: try {
+        var v: Beryl_Ipc_V1_OpenDataChannel?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .openDataChannel(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .openDataChannel(v)
+        }
+      }()
+      case 22: try {
+        var v: Beryl_Ipc_V1_SetDataGrant?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .setDataGrant(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .setDataGrant(v)
+        }
+      }()
+      case 23: try {
+        var v: Beryl_Ipc_V1_NameLink?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .nameLink(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .nameLink(v)
+        }
+      }()
+      case 24: try {
+        var v: Beryl_Ipc_V1_NotificationAudience?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .notificationAudience(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .notificationAudience(v)
+        }
+      }()
       default: break
       }
     }
@@ -4013,6 +4467,22 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
       guard case .forgetSender(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 20)
     }()
+    case .openDataChannel?: try {
+      guard case .openDataChannel(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 21)
+    }()
+    case .setDataGrant?: try {
+      guard case .setDataGrant(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 22)
+    }()
+    case .nameLink?: try {
+      guard case .nameLink(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 23)
+    }()
+    case .notificationAudience?: try {
+      guard case .notificationAudience(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 24)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -4027,7 +4497,7 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bearers\0\u{3}service_published\0\u{1}notified\0\u{3}gatt_database\0\u{3}gatt_value\0\u{3}gatt_values\0\u{1}paired\0\u{1}bonds\0\u{3}private_address\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bearers\0\u{3}service_published\0\u{1}notified\0\u{3}gatt_database\0\u{3}gatt_value\0\u{3}gatt_values\0\u{1}paired\0\u{1}bonds\0\u{3}private_address\0\u{3}data_channel_opened\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4152,6 +4622,19 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
           self.kind = .privateAddress(v)
         }
       }()
+      case 10: try {
+        var v: Beryl_Ipc_V1_DataChannelOpened?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .dataChannelOpened(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .dataChannelOpened(v)
+        }
+      }()
       default: break
       }
     }
@@ -4199,6 +4682,10 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
       guard case .privateAddress(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
     }()
+    case .dataChannelOpened?: try {
+      guard case .dataChannelOpened(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -4213,7 +4700,7 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}bearer_opened\0\u{3}bearer_closed\0\u{3}read_requested\0\u{3}write_requested\0\u{3}subscription_changed\0\u{3}gatt_notification\0\u{3}gatt_service_changed\0\u{3}gatt_write_ready\0\u{3}pairing_prompt\0\u{3}pairing_finished\0\u{3}security_changed\0\u{3}mtu_changed\0\u{3}ready_to_update\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}bearer_opened\0\u{3}bearer_closed\0\u{3}read_requested\0\u{3}write_requested\0\u{3}subscription_changed\0\u{3}gatt_notification\0\u{3}gatt_service_changed\0\u{3}gatt_write_ready\0\u{3}pairing_prompt\0\u{3}pairing_finished\0\u{3}security_changed\0\u{3}mtu_changed\0\u{3}ready_to_update\0\u{3}data_grant_changed\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4390,6 +4877,19 @@ nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobu
           self.kind = .readyToUpdate(v)
         }
       }()
+      case 14: try {
+        var v: Beryl_Ipc_V1_DataGrantChanged?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .dataGrantChanged(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .dataGrantChanged(v)
+        }
+      }()
       default: break
       }
     }
@@ -4452,6 +4952,10 @@ nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobu
     case .readyToUpdate?: try {
       guard case .readyToUpdate(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
+    }()
+    case .dataGrantChanged?: try {
+      guard case .dataGrantChanged(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 14)
     }()
     case nil: break
     }

@@ -134,6 +134,55 @@ public nonisolated enum Beryl_Ipc_V1_ErrorCode: SwiftProtobuf.Enum, Swift.CaseIt
 
 }
 
+/// attd's refusals on a data channel (att.proto's OpenDataChannel): what the app may touch is managerd's grant.
+public nonisolated enum Beryl_Ipc_V1_GrantReason: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case unspecified // = 0
+
+  /// The app is not in the foreground (or its session ended): its data goes through managerd until the grant is live.
+  case revoked // = 1
+
+  /// The handle, link or central named is not one the grant covers.
+  case outsideGrant // = 2
+
+  /// Not an operation a data channel carries.
+  case notADataOperation // = 3
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .revoked
+    case 2: self = .outsideGrant
+    case 3: self = .notADataOperation
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .revoked: return 1
+    case .outsideGrant: return 2
+    case .notADataOperation: return 3
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Beryl_Ipc_V1_GrantReason] = [
+    .unspecified,
+    .revoked,
+    .outsideGrant,
+    .notADataOperation,
+  ]
+
+}
+
 /// managerd's own refusals that an app acts on.
 public nonisolated enum Beryl_Ipc_V1_ManagerReason: SwiftProtobuf.Enum, Swift.CaseIterable {
   public typealias RawValue = Int
@@ -473,6 +522,9 @@ public nonisolated struct Beryl_Ipc_V1_Error: Sendable {
   /// Why hcid could not run a command.
   public var controllerReason: Beryl_Ipc_V1_ControllerReason = .unspecified
 
+  /// Why attd refused a request on an app's data channel.
+  public var grantReason: Beryl_Ipc_V1_GrantReason = .unspecified
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -599,6 +651,10 @@ nonisolated extension Beryl_Ipc_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding 
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0ERROR_CODE_UNSPECIFIED\0\u{1}ERROR_CODE_MALFORMED_MESSAGE\0\u{1}ERROR_CODE_UNKNOWN_MESSAGE\0\u{1}ERROR_CODE_MESSAGE_TOO_LARGE\0\u{1}ERROR_CODE_MISSING_FIELD\0\u{1}ERROR_CODE_INVALID_ARGUMENT\0\u{1}ERROR_CODE_UNSUPPORTED\0\u{1}ERROR_CODE_NOT_READY\0\u{1}ERROR_CODE_BUSY\0\u{1}ERROR_CODE_TIMEOUT\0\u{1}ERROR_CODE_NOT_FOUND\0\u{1}ERROR_CODE_PERMISSION_DENIED\0\u{1}ERROR_CODE_INTERNAL\0\u{1}ERROR_CODE_SECURITY_FAILED\0\u{1}ERROR_CODE_ALREADY_EXISTS\0\u{1}ERROR_CODE_CANCELLED\0")
 }
 
+nonisolated extension Beryl_Ipc_V1_GrantReason: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0GRANT_REASON_UNSPECIFIED\0\u{1}GRANT_REASON_REVOKED\0\u{1}GRANT_REASON_OUTSIDE_GRANT\0\u{1}GRANT_REASON_NOT_A_DATA_OPERATION\0")
+}
+
 nonisolated extension Beryl_Ipc_V1_ManagerReason: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0MANAGER_REASON_UNSPECIFIED\0\u{1}MANAGER_REASON_REQUEST_NOT_PENDING\0\u{1}MANAGER_REASON_NOT_PUBLISHED\0\u{1}MANAGER_REASON_PAIRING_UNDER_WAY\0")
 }
@@ -621,7 +677,7 @@ nonisolated extension Beryl_Ipc_V1_LogLevel: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension Beryl_Ipc_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Error"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}code\0\u{1}message\0\u{1}field\0\u{3}att_error\0\u{3}bluetooth_error\0\u{3}hci_status\0\u{3}smp_reason\0\u{3}smp_reason_from_peer\0\u{3}manager_reason\0\u{3}controller_reason\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}code\0\u{1}message\0\u{1}field\0\u{3}att_error\0\u{3}bluetooth_error\0\u{3}hci_status\0\u{3}smp_reason\0\u{3}smp_reason_from_peer\0\u{3}manager_reason\0\u{3}controller_reason\0\u{3}grant_reason\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -639,6 +695,7 @@ nonisolated extension Beryl_Ipc_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._
       case 8: try { try decoder.decodeSingularBoolField(value: &self.smpReasonFromPeer) }()
       case 9: try { try decoder.decodeSingularEnumField(value: &self.managerReason) }()
       case 10: try { try decoder.decodeSingularEnumField(value: &self.controllerReason) }()
+      case 11: try { try decoder.decodeSingularEnumField(value: &self.grantReason) }()
       default: break
       }
     }
@@ -675,6 +732,9 @@ nonisolated extension Beryl_Ipc_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._
     if self.controllerReason != .unspecified {
       try visitor.visitSingularEnumField(value: self.controllerReason, fieldNumber: 10)
     }
+    if self.grantReason != .unspecified {
+      try visitor.visitSingularEnumField(value: self.grantReason, fieldNumber: 11)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -689,6 +749,7 @@ nonisolated extension Beryl_Ipc_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._
     if lhs.smpReasonFromPeer != rhs.smpReasonFromPeer {return false}
     if lhs.managerReason != rhs.managerReason {return false}
     if lhs.controllerReason != rhs.controllerReason {return false}
+    if lhs.grantReason != rhs.grantReason {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

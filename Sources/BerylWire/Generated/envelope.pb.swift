@@ -23,61 +23,52 @@ fileprivate nonisolated struct _GeneratedWithProtocGenSwiftVersion: SwiftProtobu
   typealias Version = _2
 }
 
-public nonisolated struct Beryl_Ipc_V1_Envelope: @unchecked Sendable {
+public nonisolated struct Beryl_Ipc_V1_Envelope: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
   /// Set by the client on a request (never 0) and echoed on its one response; 0 on events.
-  public var requestID: UInt64 {
-    get {_storage._requestID}
-    set {_uniqueStorage()._requestID = newValue}
-  }
+  public var requestID: UInt64 = 0
 
-  public var body: OneOf_Body? {
-    get {return _storage._body}
-    set {_uniqueStorage()._body = newValue}
-  }
+  public var body: Beryl_Ipc_V1_Envelope.OneOf_Body? = nil
 
   public var request: Beryl_Ipc_V1_Request {
     get {
-      if case .request(let v)? = _storage._body {return v}
+      if case .request(let v)? = body {return v}
       return Beryl_Ipc_V1_Request()
     }
-    set {_uniqueStorage()._body = .request(newValue)}
+    set {body = .request(newValue)}
   }
 
   public var response: Beryl_Ipc_V1_Response {
     get {
-      if case .response(let v)? = _storage._body {return v}
+      if case .response(let v)? = body {return v}
       return Beryl_Ipc_V1_Response()
     }
-    set {_uniqueStorage()._body = .response(newValue)}
+    set {body = .response(newValue)}
   }
 
   public var event: Beryl_Ipc_V1_Event {
     get {
-      if case .event(let v)? = _storage._body {return v}
+      if case .event(let v)? = body {return v}
       return Beryl_Ipc_V1_Event()
     }
-    set {_uniqueStorage()._body = .event(newValue)}
+    set {body = .event(newValue)}
   }
 
   /// Envelopes one side sent the other during one loop wake-up, in order, in one datagram (never a batch within a
   /// batch). Sent only to a peer that said it takes them.
   public var batch: Beryl_Ipc_V1_Batch {
     get {
-      if case .batch(let v)? = _storage._body {return v}
+      if case .batch(let v)? = body {return v}
       return Beryl_Ipc_V1_Batch()
     }
-    set {_uniqueStorage()._body = .batch(newValue)}
+    set {body = .batch(newValue)}
   }
 
   /// On a request: its sender takes batches; the server then batches what it sends this session.
-  public var acceptsBatches: Bool {
-    get {_storage._acceptsBatches}
-    set {_uniqueStorage()._acceptsBatches = newValue}
-  }
+  public var acceptsBatches: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -92,8 +83,6 @@ public nonisolated struct Beryl_Ipc_V1_Envelope: @unchecked Sendable {
   }
 
   public init() {}
-
-  fileprivate var _storage = _StorageClass.defaultInstance
 }
 
 public nonisolated struct Beryl_Ipc_V1_Batch: Sendable {
@@ -326,148 +315,108 @@ nonisolated extension Beryl_Ipc_V1_Envelope: SwiftProtobuf.Message, SwiftProtobu
   public static let protoMessageName: String = _protobuf_package + ".Envelope"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}request\0\u{1}response\0\u{1}event\0\u{1}batch\0\u{3}accepts_batches\0")
 
-  fileprivate class _StorageClass {
-    var _requestID: UInt64 = 0
-    var _body: Beryl_Ipc_V1_Envelope.OneOf_Body?
-    var _acceptsBatches: Bool = false
-
-      // This property is used as the initial default value for new instances of the type.
-      // The type itself is protecting the reference to its storage via CoW semantics.
-      // This will force a copy to be made of this reference when the first mutation occurs;
-      // hence, it is safe to mark this as `nonisolated(unsafe)`.
-      static nonisolated(unsafe) let defaultInstance = _StorageClass()
-
-    private init() {}
-
-    init(copying source: _StorageClass) {
-      _requestID = source._requestID
-      _body = source._body
-      _acceptsBatches = source._acceptsBatches
-    }
-  }
-
-  fileprivate mutating func _uniqueStorage() -> _StorageClass {
-    if !isKnownUniquelyReferenced(&_storage) {
-      _storage = _StorageClass(copying: _storage)
-    }
-    return _storage
-  }
-
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    _ = _uniqueStorage()
-    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
-      while let fieldNumber = try decoder.nextFieldNumber() {
-        // The use of inline closures is to circumvent an issue where the compiler
-        // allocates stack space for every case branch when no optimizations are
-        // enabled. https://github.com/apple/swift-protobuf/issues/1034
-        switch fieldNumber {
-        case 1: try { try decoder.decodeSingularUInt64Field(value: &_storage._requestID) }()
-        case 2: try {
-          var v: Beryl_Ipc_V1_Request?
-          var hadOneofValue = false
-          if let current = _storage._body {
-            hadOneofValue = true
-            if case .request(let m) = current {v = m}
-          }
-          try decoder.decodeSingularMessageField(value: &v)
-          if let v = v {
-            if hadOneofValue {try decoder.handleConflictingOneOf()}
-            _storage._body = .request(v)
-          }
-        }()
-        case 3: try {
-          var v: Beryl_Ipc_V1_Response?
-          var hadOneofValue = false
-          if let current = _storage._body {
-            hadOneofValue = true
-            if case .response(let m) = current {v = m}
-          }
-          try decoder.decodeSingularMessageField(value: &v)
-          if let v = v {
-            if hadOneofValue {try decoder.handleConflictingOneOf()}
-            _storage._body = .response(v)
-          }
-        }()
-        case 4: try {
-          var v: Beryl_Ipc_V1_Event?
-          var hadOneofValue = false
-          if let current = _storage._body {
-            hadOneofValue = true
-            if case .event(let m) = current {v = m}
-          }
-          try decoder.decodeSingularMessageField(value: &v)
-          if let v = v {
-            if hadOneofValue {try decoder.handleConflictingOneOf()}
-            _storage._body = .event(v)
-          }
-        }()
-        case 5: try {
-          var v: Beryl_Ipc_V1_Batch?
-          var hadOneofValue = false
-          if let current = _storage._body {
-            hadOneofValue = true
-            if case .batch(let m) = current {v = m}
-          }
-          try decoder.decodeSingularMessageField(value: &v)
-          if let v = v {
-            if hadOneofValue {try decoder.handleConflictingOneOf()}
-            _storage._body = .batch(v)
-          }
-        }()
-        case 6: try { try decoder.decodeSingularBoolField(value: &_storage._acceptsBatches) }()
-        default: break
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.requestID) }()
+      case 2: try {
+        var v: Beryl_Ipc_V1_Request?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .request(let m) = current {v = m}
         }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .request(v)
+        }
+      }()
+      case 3: try {
+        var v: Beryl_Ipc_V1_Response?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .response(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .response(v)
+        }
+      }()
+      case 4: try {
+        var v: Beryl_Ipc_V1_Event?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .event(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .event(v)
+        }
+      }()
+      case 5: try {
+        var v: Beryl_Ipc_V1_Batch?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .batch(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .batch(v)
+        }
+      }()
+      case 6: try { try decoder.decodeSingularBoolField(value: &self.acceptsBatches) }()
+      default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every if/case branch local when no optimizations
-      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
-      // https://github.com/apple/swift-protobuf/issues/1182
-      if _storage._requestID != 0 {
-        try visitor.visitSingularUInt64Field(value: _storage._requestID, fieldNumber: 1)
-      }
-      switch _storage._body {
-      case .request?: try {
-        guard case .request(let v)? = _storage._body else { preconditionFailure() }
-        try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
-      }()
-      case .response?: try {
-        guard case .response(let v)? = _storage._body else { preconditionFailure() }
-        try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
-      }()
-      case .event?: try {
-        guard case .event(let v)? = _storage._body else { preconditionFailure() }
-        try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
-      }()
-      case .batch?: try {
-        guard case .batch(let v)? = _storage._body else { preconditionFailure() }
-        try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
-      }()
-      case nil: break
-      }
-      if _storage._acceptsBatches != false {
-        try visitor.visitSingularBoolField(value: _storage._acceptsBatches, fieldNumber: 6)
-      }
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if self.requestID != 0 {
+      try visitor.visitSingularUInt64Field(value: self.requestID, fieldNumber: 1)
+    }
+    switch self.body {
+    case .request?: try {
+      guard case .request(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    }()
+    case .response?: try {
+      guard case .response(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+    }()
+    case .event?: try {
+      guard case .event(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    }()
+    case .batch?: try {
+      guard case .batch(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    }()
+    case nil: break
+    }
+    if self.acceptsBatches != false {
+      try visitor.visitSingularBoolField(value: self.acceptsBatches, fieldNumber: 6)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_Envelope, rhs: Beryl_Ipc_V1_Envelope) -> Bool {
-    if lhs._storage !== rhs._storage {
-      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
-        let _storage = _args.0
-        let rhs_storage = _args.1
-        if _storage._requestID != rhs_storage._requestID {return false}
-        if _storage._body != rhs_storage._body {return false}
-        if _storage._acceptsBatches != rhs_storage._acceptsBatches {return false}
-        return true
-      }
-      if !storagesAreEqual {return false}
-    }
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.body != rhs.body {return false}
+    if lhs.acceptsBatches != rhs.acceptsBatches {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -336,45 +336,72 @@ public nonisolated struct Beryl_Ipc_V1_Hello: Sendable {
 
   public var role: Beryl_Ipc_V1_ManagerRole = .unspecified
 
+  /// The app takes a data channel (att.proto's OpenDataChannel): the Welcome's datagram then carries its descriptor.
+  public var wantsDataChannel: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 }
 
-public nonisolated struct Beryl_Ipc_V1_Welcome: Sendable {
+public nonisolated struct Beryl_Ipc_V1_Welcome: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  public var sessionID: UInt64 = 0
+  public var sessionID: UInt64 {
+    get {_storage._sessionID}
+    set {_uniqueStorage()._sessionID = newValue}
+  }
 
-  public var peerPid: Int32 = 0
+  public var peerPid: Int32 {
+    get {_storage._peerPid}
+    set {_uniqueStorage()._peerPid = newValue}
+  }
 
-  public var peerUid: UInt32 = 0
+  public var peerUid: UInt32 {
+    get {_storage._peerUid}
+    set {_uniqueStorage()._peerUid = newValue}
+  }
 
-  public var state: Beryl_Ipc_V1_ControllerState = .unknown
+  public var state: Beryl_Ipc_V1_ControllerState {
+    get {_storage._state}
+    set {_uniqueStorage()._state = newValue}
+  }
 
   /// Set when managerd kept this manager's work while the app was not running: delivered as willRestoreState.
   public var restored: Beryl_Ipc_V1_PreservedState {
-    get {_restored ?? Beryl_Ipc_V1_PreservedState()}
-    set {_restored = newValue}
+    get {_storage._restored ?? Beryl_Ipc_V1_PreservedState()}
+    set {_uniqueStorage()._restored = newValue}
   }
   /// Returns true if `restored` has been explicitly set.
-  public var hasRestored: Bool {self._restored != nil}
+  public var hasRestored: Bool {_storage._restored != nil}
   /// Clears the value of `restored`. Subsequent reads from it will return its default value.
-  public mutating func clearRestored() {self._restored = nil}
+  public mutating func clearRestored() {_uniqueStorage()._restored = nil}
 
-  public var wasRestored: Bool = false
+  public var wasRestored: Bool {
+    get {_storage._wasRestored}
+    set {_uniqueStorage()._wasRestored = newValue}
+  }
 
   /// Nonzero when the app was launched in the background for this manager (a relaunch): its first wake. The library
   /// answers AppIdle with it once the delegate calls the welcome led to have returned.
-  public var wake: UInt64 = 0
+  public var wake: UInt64 {
+    get {_storage._wake}
+    set {_uniqueStorage()._wake = newValue}
+  }
+
+  /// The Welcome's datagram carries the app's data channel (SCM_RIGHTS).
+  public var dataChannel: Bool {
+    get {_storage._dataChannel}
+    set {_uniqueStorage()._dataChannel = newValue}
+  }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
-  fileprivate var _restored: Beryl_Ipc_V1_PreservedState? = nil
+  fileprivate var _storage = _StorageClass.defaultInstance
 }
 
 /// A peripheral a preserved central manager holds or waits for, with what the app had discovered on it.
@@ -2457,7 +2484,7 @@ nonisolated extension Beryl_Ipc_V1_ConnectionEventKind: SwiftProtobuf._ProtoName
 
 nonisolated extension Beryl_Ipc_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Hello"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}app_id\0\u{3}restore_identifier\0\u{1}role\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}app_id\0\u{3}restore_identifier\0\u{1}role\0\u{3}wants_data_channel\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2468,6 +2495,7 @@ nonisolated extension Beryl_Ipc_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._
       case 1: try { try decoder.decodeSingularStringField(value: &self.appID) }()
       case 2: try { try decoder.decodeSingularStringField(value: &self.restoreIdentifier) }()
       case 3: try { try decoder.decodeSingularEnumField(value: &self.role) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.wantsDataChannel) }()
       default: break
       }
     }
@@ -2483,6 +2511,9 @@ nonisolated extension Beryl_Ipc_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._
     if self.role != .unspecified {
       try visitor.visitSingularEnumField(value: self.role, fieldNumber: 3)
     }
+    if self.wantsDataChannel != false {
+      try visitor.visitSingularBoolField(value: self.wantsDataChannel, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2490,6 +2521,7 @@ nonisolated extension Beryl_Ipc_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._
     if lhs.appID != rhs.appID {return false}
     if lhs.restoreIdentifier != rhs.restoreIdentifier {return false}
     if lhs.role != rhs.role {return false}
+    if lhs.wantsDataChannel != rhs.wantsDataChannel {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2497,63 +2529,118 @@ nonisolated extension Beryl_Ipc_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._
 
 nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Welcome"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}session_id\0\u{3}peer_pid\0\u{3}peer_uid\0\u{1}state\0\u{1}restored\0\u{3}was_restored\0\u{1}wake\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}session_id\0\u{3}peer_pid\0\u{3}peer_uid\0\u{1}state\0\u{1}restored\0\u{3}was_restored\0\u{1}wake\0\u{3}data_channel\0")
+
+  fileprivate class _StorageClass {
+    var _sessionID: UInt64 = 0
+    var _peerPid: Int32 = 0
+    var _peerUid: UInt32 = 0
+    var _state: Beryl_Ipc_V1_ControllerState = .unknown
+    var _restored: Beryl_Ipc_V1_PreservedState? = nil
+    var _wasRestored: Bool = false
+    var _wake: UInt64 = 0
+    var _dataChannel: Bool = false
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _sessionID = source._sessionID
+      _peerPid = source._peerPid
+      _peerUid = source._peerUid
+      _state = source._state
+      _restored = source._restored
+      _wasRestored = source._wasRestored
+      _wake = source._wake
+      _dataChannel = source._dataChannel
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.sessionID) }()
-      case 2: try { try decoder.decodeSingularInt32Field(value: &self.peerPid) }()
-      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.peerUid) }()
-      case 4: try { try decoder.decodeSingularEnumField(value: &self.state) }()
-      case 5: try { try decoder.decodeSingularMessageField(value: &self._restored) }()
-      case 6: try { try decoder.decodeSingularBoolField(value: &self.wasRestored) }()
-      case 7: try { try decoder.decodeSingularUInt64Field(value: &self.wake) }()
-      default: break
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularUInt64Field(value: &_storage._sessionID) }()
+        case 2: try { try decoder.decodeSingularInt32Field(value: &_storage._peerPid) }()
+        case 3: try { try decoder.decodeSingularUInt32Field(value: &_storage._peerUid) }()
+        case 4: try { try decoder.decodeSingularEnumField(value: &_storage._state) }()
+        case 5: try { try decoder.decodeSingularMessageField(value: &_storage._restored) }()
+        case 6: try { try decoder.decodeSingularBoolField(value: &_storage._wasRestored) }()
+        case 7: try { try decoder.decodeSingularUInt64Field(value: &_storage._wake) }()
+        case 8: try { try decoder.decodeSingularBoolField(value: &_storage._dataChannel) }()
+        default: break
+        }
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    // The use of inline closures is to circumvent an issue where the compiler
-    // allocates stack space for every if/case branch local when no optimizations
-    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
-    // https://github.com/apple/swift-protobuf/issues/1182
-    if self.sessionID != 0 {
-      try visitor.visitSingularUInt64Field(value: self.sessionID, fieldNumber: 1)
-    }
-    if self.peerPid != 0 {
-      try visitor.visitSingularInt32Field(value: self.peerPid, fieldNumber: 2)
-    }
-    if self.peerUid != 0 {
-      try visitor.visitSingularUInt32Field(value: self.peerUid, fieldNumber: 3)
-    }
-    if self.state != .unknown {
-      try visitor.visitSingularEnumField(value: self.state, fieldNumber: 4)
-    }
-    try { if let v = self._restored {
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
-    } }()
-    if self.wasRestored != false {
-      try visitor.visitSingularBoolField(value: self.wasRestored, fieldNumber: 6)
-    }
-    if self.wake != 0 {
-      try visitor.visitSingularUInt64Field(value: self.wake, fieldNumber: 7)
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if _storage._sessionID != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._sessionID, fieldNumber: 1)
+      }
+      if _storage._peerPid != 0 {
+        try visitor.visitSingularInt32Field(value: _storage._peerPid, fieldNumber: 2)
+      }
+      if _storage._peerUid != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._peerUid, fieldNumber: 3)
+      }
+      if _storage._state != .unknown {
+        try visitor.visitSingularEnumField(value: _storage._state, fieldNumber: 4)
+      }
+      try { if let v = _storage._restored {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+      } }()
+      if _storage._wasRestored != false {
+        try visitor.visitSingularBoolField(value: _storage._wasRestored, fieldNumber: 6)
+      }
+      if _storage._wake != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._wake, fieldNumber: 7)
+      }
+      if _storage._dataChannel != false {
+        try visitor.visitSingularBoolField(value: _storage._dataChannel, fieldNumber: 8)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_Welcome, rhs: Beryl_Ipc_V1_Welcome) -> Bool {
-    if lhs.sessionID != rhs.sessionID {return false}
-    if lhs.peerPid != rhs.peerPid {return false}
-    if lhs.peerUid != rhs.peerUid {return false}
-    if lhs.state != rhs.state {return false}
-    if lhs._restored != rhs._restored {return false}
-    if lhs.wasRestored != rhs.wasRestored {return false}
-    if lhs.wake != rhs.wake {return false}
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._sessionID != rhs_storage._sessionID {return false}
+        if _storage._peerPid != rhs_storage._peerPid {return false}
+        if _storage._peerUid != rhs_storage._peerUid {return false}
+        if _storage._state != rhs_storage._state {return false}
+        if _storage._restored != rhs_storage._restored {return false}
+        if _storage._wasRestored != rhs_storage._wasRestored {return false}
+        if _storage._wake != rhs_storage._wake {return false}
+        if _storage._dataChannel != rhs_storage._dataChannel {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -49,4 +49,17 @@ int beryl_process_cpus(pid_t pid, int *cpus, int capacity);
 /// Every thread of `pid` may run on `cpus` only. Returns 0 or -errno (the first failure).
 int beryl_set_process_cpus(pid_t pid, const int *cpus, int count);
 
+/// socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC), both ends non-blocking: a data channel (attd keeps fds[0]
+/// and passes fds[1] on). Returns 0 or -errno.
+int beryl_seqpacket_pair(int fds[2]);
+
+/// Sends one datagram (MSG_NOSIGNAL | MSG_DONTWAIT) with `passed` attached as SCM_RIGHTS. Returns the bytes sent or
+/// -errno; the caller still owns `passed` (the receiver gets its own copy).
+long beryl_send_with_descriptor(int fd, const void *bytes, unsigned long length, int passed);
+
+/// Receives one datagram (MSG_DONTWAIT | MSG_TRUNC | MSG_CMSG_CLOEXEC) of at most `capacity` bytes, and the one
+/// descriptor passed with it as SCM_RIGHTS into *passed (-1 when none; any beyond the first are closed, so that a
+/// peer cannot fill this process's descriptor table). Returns the datagram's true length (as recv with MSG_TRUNC) or -errno.
+long beryl_receive_with_descriptor(int fd, void *bytes, unsigned long capacity, int *passed);
+
 #endif

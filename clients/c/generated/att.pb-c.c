@@ -1672,6 +1672,276 @@ void   beryl__ipc__v1__gatt_notification__free_unpacked
   assert(message->base.descriptor == &beryl__ipc__v1__gatt_notification__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   beryl__ipc__v1__open_data_channel__init
+                     (Beryl__Ipc__V1__OpenDataChannel         *message)
+{
+  static const Beryl__Ipc__V1__OpenDataChannel init_value = BERYL__IPC__V1__OPEN_DATA_CHANNEL__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__open_data_channel__get_packed_size
+                     (const Beryl__Ipc__V1__OpenDataChannel *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__open_data_channel__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__open_data_channel__pack
+                     (const Beryl__Ipc__V1__OpenDataChannel *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__open_data_channel__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__open_data_channel__pack_to_buffer
+                     (const Beryl__Ipc__V1__OpenDataChannel *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__open_data_channel__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__OpenDataChannel *
+       beryl__ipc__v1__open_data_channel__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__OpenDataChannel *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__open_data_channel__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__open_data_channel__free_unpacked
+                     (Beryl__Ipc__V1__OpenDataChannel *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__open_data_channel__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   beryl__ipc__v1__data_channel_opened__init
+                     (Beryl__Ipc__V1__DataChannelOpened         *message)
+{
+  static const Beryl__Ipc__V1__DataChannelOpened init_value = BERYL__IPC__V1__DATA_CHANNEL_OPENED__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__data_channel_opened__get_packed_size
+                     (const Beryl__Ipc__V1__DataChannelOpened *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__data_channel_opened__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__data_channel_opened__pack
+                     (const Beryl__Ipc__V1__DataChannelOpened *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__data_channel_opened__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__data_channel_opened__pack_to_buffer
+                     (const Beryl__Ipc__V1__DataChannelOpened *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__data_channel_opened__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__DataChannelOpened *
+       beryl__ipc__v1__data_channel_opened__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__DataChannelOpened *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__data_channel_opened__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__data_channel_opened__free_unpacked
+                     (Beryl__Ipc__V1__DataChannelOpened *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__data_channel_opened__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   beryl__ipc__v1__set_data_grant__init
+                     (Beryl__Ipc__V1__SetDataGrant         *message)
+{
+  static const Beryl__Ipc__V1__SetDataGrant init_value = BERYL__IPC__V1__SET_DATA_GRANT__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__set_data_grant__get_packed_size
+                     (const Beryl__Ipc__V1__SetDataGrant *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__set_data_grant__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__set_data_grant__pack
+                     (const Beryl__Ipc__V1__SetDataGrant *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__set_data_grant__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__set_data_grant__pack_to_buffer
+                     (const Beryl__Ipc__V1__SetDataGrant *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__set_data_grant__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__SetDataGrant *
+       beryl__ipc__v1__set_data_grant__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__SetDataGrant *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__set_data_grant__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__set_data_grant__free_unpacked
+                     (Beryl__Ipc__V1__SetDataGrant *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__set_data_grant__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   beryl__ipc__v1__name_link__init
+                     (Beryl__Ipc__V1__NameLink         *message)
+{
+  static const Beryl__Ipc__V1__NameLink init_value = BERYL__IPC__V1__NAME_LINK__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__name_link__get_packed_size
+                     (const Beryl__Ipc__V1__NameLink *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__name_link__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__name_link__pack
+                     (const Beryl__Ipc__V1__NameLink *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__name_link__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__name_link__pack_to_buffer
+                     (const Beryl__Ipc__V1__NameLink *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__name_link__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__NameLink *
+       beryl__ipc__v1__name_link__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__NameLink *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__name_link__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__name_link__free_unpacked
+                     (Beryl__Ipc__V1__NameLink *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__name_link__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   beryl__ipc__v1__notification_audience__init
+                     (Beryl__Ipc__V1__NotificationAudience         *message)
+{
+  static const Beryl__Ipc__V1__NotificationAudience init_value = BERYL__IPC__V1__NOTIFICATION_AUDIENCE__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__notification_audience__get_packed_size
+                     (const Beryl__Ipc__V1__NotificationAudience *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__notification_audience__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__notification_audience__pack
+                     (const Beryl__Ipc__V1__NotificationAudience *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__notification_audience__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__notification_audience__pack_to_buffer
+                     (const Beryl__Ipc__V1__NotificationAudience *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__notification_audience__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__NotificationAudience *
+       beryl__ipc__v1__notification_audience__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__NotificationAudience *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__notification_audience__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__notification_audience__free_unpacked
+                     (Beryl__Ipc__V1__NotificationAudience *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__notification_audience__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   beryl__ipc__v1__data_grant_changed__init
+                     (Beryl__Ipc__V1__DataGrantChanged         *message)
+{
+  static const Beryl__Ipc__V1__DataGrantChanged init_value = BERYL__IPC__V1__DATA_GRANT_CHANGED__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__data_grant_changed__get_packed_size
+                     (const Beryl__Ipc__V1__DataGrantChanged *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__data_grant_changed__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__data_grant_changed__pack
+                     (const Beryl__Ipc__V1__DataGrantChanged *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__data_grant_changed__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__data_grant_changed__pack_to_buffer
+                     (const Beryl__Ipc__V1__DataGrantChanged *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__data_grant_changed__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__DataGrantChanged *
+       beryl__ipc__v1__data_grant_changed__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__DataGrantChanged *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__data_grant_changed__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__data_grant_changed__free_unpacked
+                     (Beryl__Ipc__V1__DataGrantChanged *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__data_grant_changed__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   beryl__ipc__v1__pair__init
                      (Beryl__Ipc__V1__Pair         *message)
 {
@@ -2801,7 +3071,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__service_spec__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__service_spec__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__publish_service__field_descriptors[1] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__publish_service__field_descriptors[2] =
 {
   {
     "service",
@@ -2815,14 +3085,27 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__publish_service__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "on_behalf_of",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__PublishService, on_behalf_of),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__publish_service__field_indices_by_name[] = {
+  1,   /* field[1] = on_behalf_of */
   0,   /* field[0] = service */
 };
 static const ProtobufCIntRange beryl__ipc__v1__publish_service__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__publish_service__descriptor =
 {
@@ -2832,7 +3115,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__publish_service__descriptor =
   "Beryl__Ipc__V1__PublishService",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__PublishService),
-  1,
+  2,
   beryl__ipc__v1__publish_service__field_descriptors,
   beryl__ipc__v1__publish_service__field_indices_by_name,
   1,  beryl__ipc__v1__publish_service__number_ranges,
@@ -2941,7 +3224,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__unpublish_service__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__unpublish_service__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__notify__field_descriptors[7] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__notify__field_descriptors[8] =
 {
   {
     "value_handle",
@@ -3027,8 +3310,21 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__notify__field_descriptors[
     0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "centrals",
+    8,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Beryl__Ipc__V1__Notify, n_centrals),
+    offsetof(Beryl__Ipc__V1__Notify, centrals),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__notify__field_indices_by_name[] = {
+  7,   /* field[7] = centrals */
   6,   /* field[6] = connection_handles */
   2,   /* field[2] = indicate */
   5,   /* field[5] = on_behalf_of */
@@ -3040,7 +3336,7 @@ static const unsigned beryl__ipc__v1__notify__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__notify__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 7 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__notify__descriptor =
 {
@@ -3050,7 +3346,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__notify__descriptor =
   "Beryl__Ipc__V1__Notify",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__Notify),
-  7,
+  8,
   beryl__ipc__v1__notify__field_descriptors,
   beryl__ipc__v1__notify__field_indices_by_name,
   1,  beryl__ipc__v1__notify__number_ranges,
@@ -4799,7 +5095,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__forget_sender__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__forget_sender__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_notification__field_descriptors[4] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_notification__field_descriptors[6] =
 {
   {
     "connection_handle",
@@ -4849,17 +5145,43 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_notification__field_d
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "delivered",
+    5,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Beryl__Ipc__V1__GattNotification, n_delivered),
+    offsetof(Beryl__Ipc__V1__GattNotification, delivered),
+    NULL,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "peripheral",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__GattNotification, peripheral),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__gatt_notification__field_indices_by_name[] = {
   0,   /* field[0] = connection_handle */
+  4,   /* field[4] = delivered */
   1,   /* field[1] = handle */
   3,   /* field[3] = indication */
+  5,   /* field[5] = peripheral */
   2,   /* field[2] = value */
 };
 static const ProtobufCIntRange beryl__ipc__v1__gatt_notification__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_notification__descriptor =
 {
@@ -4869,11 +5191,330 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_notification__descriptor =
   "Beryl__Ipc__V1__GattNotification",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__GattNotification),
-  4,
+  6,
   beryl__ipc__v1__gatt_notification__field_descriptors,
   beryl__ipc__v1__gatt_notification__field_indices_by_name,
   1,  beryl__ipc__v1__gatt_notification__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__gatt_notification__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__open_data_channel__field_descriptors[2] =
+{
+  {
+    "on_behalf_of",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__OpenDataChannel, on_behalf_of),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "live",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__OpenDataChannel, live),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__open_data_channel__field_indices_by_name[] = {
+  1,   /* field[1] = live */
+  0,   /* field[0] = on_behalf_of */
+};
+static const ProtobufCIntRange beryl__ipc__v1__open_data_channel__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__open_data_channel__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.OpenDataChannel",
+  "OpenDataChannel",
+  "Beryl__Ipc__V1__OpenDataChannel",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__OpenDataChannel),
+  2,
+  beryl__ipc__v1__open_data_channel__field_descriptors,
+  beryl__ipc__v1__open_data_channel__field_indices_by_name,
+  1,  beryl__ipc__v1__open_data_channel__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__open_data_channel__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__data_channel_opened__field_descriptors[1] =
+{
+  {
+    "channel",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataChannelOpened, channel),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__data_channel_opened__field_indices_by_name[] = {
+  0,   /* field[0] = channel */
+};
+static const ProtobufCIntRange beryl__ipc__v1__data_channel_opened__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__data_channel_opened__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.DataChannelOpened",
+  "DataChannelOpened",
+  "Beryl__Ipc__V1__DataChannelOpened",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__DataChannelOpened),
+  1,
+  beryl__ipc__v1__data_channel_opened__field_descriptors,
+  beryl__ipc__v1__data_channel_opened__field_indices_by_name,
+  1,  beryl__ipc__v1__data_channel_opened__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__data_channel_opened__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__set_data_grant__field_descriptors[2] =
+{
+  {
+    "on_behalf_of",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__SetDataGrant, on_behalf_of),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "live",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__SetDataGrant, live),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__set_data_grant__field_indices_by_name[] = {
+  1,   /* field[1] = live */
+  0,   /* field[0] = on_behalf_of */
+};
+static const ProtobufCIntRange beryl__ipc__v1__set_data_grant__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__set_data_grant__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.SetDataGrant",
+  "SetDataGrant",
+  "Beryl__Ipc__V1__SetDataGrant",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__SetDataGrant),
+  2,
+  beryl__ipc__v1__set_data_grant__field_descriptors,
+  beryl__ipc__v1__set_data_grant__field_indices_by_name,
+  1,  beryl__ipc__v1__set_data_grant__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__set_data_grant__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__name_link__field_descriptors[2] =
+{
+  {
+    "connection_handle",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__NameLink, connection_handle),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "identifier",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__NameLink, identifier),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__name_link__field_indices_by_name[] = {
+  0,   /* field[0] = connection_handle */
+  1,   /* field[1] = identifier */
+};
+static const ProtobufCIntRange beryl__ipc__v1__name_link__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__name_link__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.NameLink",
+  "NameLink",
+  "Beryl__Ipc__V1__NameLink",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__NameLink),
+  2,
+  beryl__ipc__v1__name_link__field_descriptors,
+  beryl__ipc__v1__name_link__field_indices_by_name,
+  1,  beryl__ipc__v1__name_link__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__name_link__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__notification_audience__field_descriptors[5] =
+{
+  {
+    "connection_handle",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__NotificationAudience, connection_handle),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "value_handle",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__NotificationAudience, value_handle),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "peripheral",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__NotificationAudience, peripheral),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "apps",
+    4,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_UINT64,
+    offsetof(Beryl__Ipc__V1__NotificationAudience, n_apps),
+    offsetof(Beryl__Ipc__V1__NotificationAudience, apps),
+    NULL,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "others",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__NotificationAudience, others),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__notification_audience__field_indices_by_name[] = {
+  3,   /* field[3] = apps */
+  0,   /* field[0] = connection_handle */
+  4,   /* field[4] = others */
+  2,   /* field[2] = peripheral */
+  1,   /* field[1] = value_handle */
+};
+static const ProtobufCIntRange beryl__ipc__v1__notification_audience__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 5 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__notification_audience__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.NotificationAudience",
+  "NotificationAudience",
+  "Beryl__Ipc__V1__NotificationAudience",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__NotificationAudience),
+  5,
+  beryl__ipc__v1__notification_audience__field_descriptors,
+  beryl__ipc__v1__notification_audience__field_indices_by_name,
+  1,  beryl__ipc__v1__notification_audience__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__notification_audience__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__data_grant_changed__field_descriptors[1] =
+{
+  {
+    "live",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataGrantChanged, live),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__data_grant_changed__field_indices_by_name[] = {
+  0,   /* field[0] = live */
+};
+static const ProtobufCIntRange beryl__ipc__v1__data_grant_changed__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__data_grant_changed__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.DataGrantChanged",
+  "DataGrantChanged",
+  "Beryl__Ipc__V1__DataGrantChanged",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__DataGrantChanged),
+  1,
+  beryl__ipc__v1__data_grant_changed__field_descriptors,
+  beryl__ipc__v1__data_grant_changed__field_indices_by_name,
+  1,  beryl__ipc__v1__data_grant_changed__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__data_grant_changed__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor beryl__ipc__v1__pair__field_descriptors[1] =
@@ -5844,7 +6485,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__private_address__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__private_address__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__att_request__field_descriptors[20] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__att_request__field_descriptors[24] =
 {
   {
     "get_bearers",
@@ -6086,6 +6727,54 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__att_request__field_descrip
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "open_data_channel",
+    21,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__AttRequest, kind_case),
+    offsetof(Beryl__Ipc__V1__AttRequest, open_data_channel),
+    &beryl__ipc__v1__open_data_channel__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "set_data_grant",
+    22,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__AttRequest, kind_case),
+    offsetof(Beryl__Ipc__V1__AttRequest, set_data_grant),
+    &beryl__ipc__v1__set_data_grant__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "name_link",
+    23,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__AttRequest, kind_case),
+    offsetof(Beryl__Ipc__V1__AttRequest, name_link),
+    &beryl__ipc__v1__name_link__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "notification_audience",
+    24,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__AttRequest, kind_case),
+    offsetof(Beryl__Ipc__V1__AttRequest, notification_audience),
+    &beryl__ipc__v1__notification_audience__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__att_request__field_indices_by_name[] = {
   4,   /* field[4] = answer_read */
@@ -6101,18 +6790,22 @@ static const unsigned beryl__ipc__v1__att_request__field_indices_by_name[] = {
   0,   /* field[0] = get_bearers */
   17,   /* field[17] = get_private_address */
   15,   /* field[15] = list_bonds */
+  22,   /* field[22] = name_link */
+  23,   /* field[23] = notification_audience */
   3,   /* field[3] = notify */
+  20,   /* field[20] = open_data_channel */
   13,   /* field[13] = pair */
   14,   /* field[14] = pairing_answer */
   1,   /* field[1] = publish_service */
   16,   /* field[16] = remove_bond */
+  21,   /* field[21] = set_data_grant */
   18,   /* field[18] = set_link_pairing */
   2,   /* field[2] = unpublish_service */
 };
 static const ProtobufCIntRange beryl__ipc__v1__att_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 20 }
+  { 0, 24 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__att_request__descriptor =
 {
@@ -6122,14 +6815,14 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__att_request__descriptor =
   "Beryl__Ipc__V1__AttRequest",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__AttRequest),
-  20,
+  24,
   beryl__ipc__v1__att_request__field_descriptors,
   beryl__ipc__v1__att_request__field_indices_by_name,
   1,  beryl__ipc__v1__att_request__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__att_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__att_response__field_descriptors[9] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__att_response__field_descriptors[10] =
 {
   {
     "bearers",
@@ -6239,10 +6932,23 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__att_response__field_descri
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "data_channel_opened",
+    10,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__AttResponse, kind_case),
+    offsetof(Beryl__Ipc__V1__AttResponse, data_channel_opened),
+    &beryl__ipc__v1__data_channel_opened__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__att_response__field_indices_by_name[] = {
   0,   /* field[0] = bearers */
   7,   /* field[7] = bonds */
+  9,   /* field[9] = data_channel_opened */
   3,   /* field[3] = gatt_database */
   4,   /* field[4] = gatt_value */
   5,   /* field[5] = gatt_values */
@@ -6254,7 +6960,7 @@ static const unsigned beryl__ipc__v1__att_response__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__att_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 9 }
+  { 0, 10 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__att_response__descriptor =
 {
@@ -6264,14 +6970,14 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__att_response__descriptor =
   "Beryl__Ipc__V1__AttResponse",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__AttResponse),
-  9,
+  10,
   beryl__ipc__v1__att_response__field_descriptors,
   beryl__ipc__v1__att_response__field_indices_by_name,
   1,  beryl__ipc__v1__att_response__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__att_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__att_event__field_descriptors[13] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__att_event__field_descriptors[14] =
 {
   {
     "bearer_opened",
@@ -6429,10 +7135,23 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__att_event__field_descripto
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "data_grant_changed",
+    14,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__AttEvent, kind_case),
+    offsetof(Beryl__Ipc__V1__AttEvent, data_grant_changed),
+    &beryl__ipc__v1__data_grant_changed__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__att_event__field_indices_by_name[] = {
   1,   /* field[1] = bearer_closed */
   0,   /* field[0] = bearer_opened */
+  13,   /* field[13] = data_grant_changed */
   5,   /* field[5] = gatt_notification */
   6,   /* field[6] = gatt_service_changed */
   7,   /* field[7] = gatt_write_ready */
@@ -6448,7 +7167,7 @@ static const unsigned beryl__ipc__v1__att_event__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__att_event__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 13 }
+  { 0, 14 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__att_event__descriptor =
 {
@@ -6458,7 +7177,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__att_event__descriptor =
   "Beryl__Ipc__V1__AttEvent",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__AttEvent),
-  13,
+  14,
   beryl__ipc__v1__att_event__field_descriptors,
   beryl__ipc__v1__att_event__field_indices_by_name,
   1,  beryl__ipc__v1__att_event__number_ranges,

@@ -52,6 +52,12 @@ typedef struct Beryl__Ipc__V1__GattWriteReady Beryl__Ipc__V1__GattWriteReady;
 typedef struct Beryl__Ipc__V1__ReadyToUpdate Beryl__Ipc__V1__ReadyToUpdate;
 typedef struct Beryl__Ipc__V1__ForgetSender Beryl__Ipc__V1__ForgetSender;
 typedef struct Beryl__Ipc__V1__GattNotification Beryl__Ipc__V1__GattNotification;
+typedef struct Beryl__Ipc__V1__OpenDataChannel Beryl__Ipc__V1__OpenDataChannel;
+typedef struct Beryl__Ipc__V1__DataChannelOpened Beryl__Ipc__V1__DataChannelOpened;
+typedef struct Beryl__Ipc__V1__SetDataGrant Beryl__Ipc__V1__SetDataGrant;
+typedef struct Beryl__Ipc__V1__NameLink Beryl__Ipc__V1__NameLink;
+typedef struct Beryl__Ipc__V1__NotificationAudience Beryl__Ipc__V1__NotificationAudience;
+typedef struct Beryl__Ipc__V1__DataGrantChanged Beryl__Ipc__V1__DataGrantChanged;
 typedef struct Beryl__Ipc__V1__Pair Beryl__Ipc__V1__Pair;
 typedef struct Beryl__Ipc__V1__Paired Beryl__Ipc__V1__Paired;
 typedef struct Beryl__Ipc__V1__SetLinkPairing Beryl__Ipc__V1__SetLinkPairing;
@@ -237,10 +243,14 @@ struct  Beryl__Ipc__V1__PublishService
 {
   ProtobufCMessage base;
   Beryl__Ipc__V1__ServiceSpec *service;
+  /*
+   * The app the publisher adds it for (managerd's session of the app): that app's data channel may send its values.
+   */
+  uint64_t on_behalf_of;
 };
 #define BERYL__IPC__V1__PUBLISH_SERVICE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__publish_service__descriptor) \
-    , NULL }
+    , NULL, 0 }
 
 
 struct  Beryl__Ipc__V1__ServicePublished
@@ -297,10 +307,15 @@ struct  Beryl__Ipc__V1__Notify
    */
   size_t n_connection_handles;
   uint32_t *connection_handles;
+  /*
+   * On a data channel, the centrals named by the identifiers managerd gave them (NameLink), instead of handles.
+   */
+  size_t n_centrals;
+  char **centrals;
 };
 #define BERYL__IPC__V1__NOTIFY__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__notify__descriptor) \
-    , 0, {0,NULL}, 0, 0, 0, 0, 0,NULL }
+    , 0, {0,NULL}, 0, 0, 0, 0, 0,NULL, 0,NULL }
 
 
 struct  Beryl__Ipc__V1__NotifyResult
@@ -700,10 +715,118 @@ struct  Beryl__Ipc__V1__GattNotification
   uint32_t handle;
   ProtobufCBinaryData value;
   protobuf_c_boolean indication;
+  /*
+   * To managerd, once it set the value's audience (NotificationAudience): the apps whose data channel carried it;
+   * managerd delivers to the rest of its audience.
+   */
+  size_t n_delivered;
+  uint64_t *delivered;
+  /*
+   * On a data channel: the peripheral's identifier, from the audience.
+   */
+  char *peripheral;
 };
 #define BERYL__IPC__V1__GATT_NOTIFICATION__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__gatt_notification__descriptor) \
-    , 0, 0, {0,NULL}, 0 }
+    , 0, 0, {0,NULL}, 0, 0,NULL, (char *)protobuf_c_empty_string }
+
+
+/*
+ * managerd → attd: a data channel for one app session (on_behalf_of, managerd's session id of the app). Answered with
+ * DataChannelOpened and, as SCM_RIGHTS on that datagram, the app's end of a SOCK_SEQPACKET pair, which managerd passes
+ * on in the app's Welcome. Over it the app sends what the grant allows (Notify of its own services' values) and
+ * receives what is addressed to it (ReadyToUpdate, the notifications of its audiences), never through managerd.
+ * A second channel for the same app replaces the first.
+ */
+struct  Beryl__Ipc__V1__OpenDataChannel
+{
+  ProtobufCMessage base;
+  uint64_t on_behalf_of;
+  /*
+   * Live from the start: the app runs in the foreground.
+   */
+  protobuf_c_boolean live;
+};
+#define BERYL__IPC__V1__OPEN_DATA_CHANNEL__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__open_data_channel__descriptor) \
+    , 0, 0 }
+
+
+struct  Beryl__Ipc__V1__DataChannelOpened
+{
+  ProtobufCMessage base;
+  /*
+   * attd's session id of the channel.
+   */
+  uint64_t channel;
+};
+#define BERYL__IPC__V1__DATA_CHANNEL_OPENED__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__data_channel_opened__descriptor) \
+    , 0 }
+
+
+/*
+ * managerd → attd: the app's grant is live (foreground) or revoked (background, suspended); while revoked, what is
+ * addressed to the app goes through managerd, which holds and wakes as its lifecycle says.
+ */
+struct  Beryl__Ipc__V1__SetDataGrant
+{
+  ProtobufCMessage base;
+  uint64_t on_behalf_of;
+  protobuf_c_boolean live;
+};
+#define BERYL__IPC__V1__SET_DATA_GRANT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__set_data_grant__descriptor) \
+    , 0, 0 }
+
+
+/*
+ * managerd → attd: the identifier managerd gives the peer of a link, so that a data channel names centrals by it.
+ */
+struct  Beryl__Ipc__V1__NameLink
+{
+  ProtobufCMessage base;
+  uint32_t connection_handle;
+  char *identifier;
+};
+#define BERYL__IPC__V1__NAME_LINK__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__name_link__descriptor) \
+    , 0, (char *)protobuf_c_empty_string }
+
+
+/*
+ * managerd → attd: which apps hear a peripheral's value on a link (Core Bluetooth's setNotifyValue per app); attd
+ * sends each live one its notifications on its data channel and managerd the rest. No apps and no others: forgotten.
+ */
+struct  Beryl__Ipc__V1__NotificationAudience
+{
+  ProtobufCMessage base;
+  uint32_t connection_handle;
+  uint32_t value_handle;
+  char *peripheral;
+  size_t n_apps;
+  uint64_t *apps;
+  /*
+   * Listeners that are not running apps (preserved managers) hear it too: every notification also goes to managerd.
+   */
+  protobuf_c_boolean others;
+};
+#define BERYL__IPC__V1__NOTIFICATION_AUDIENCE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__notification_audience__descriptor) \
+    , 0, 0, (char *)protobuf_c_empty_string, 0,NULL, 0 }
+
+
+/*
+ * To a data channel: its grant turned live or was revoked.
+ */
+struct  Beryl__Ipc__V1__DataGrantChanged
+{
+  ProtobufCMessage base;
+  protobuf_c_boolean live;
+};
+#define BERYL__IPC__V1__DATA_GRANT_CHANGED__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__data_grant_changed__descriptor) \
+    , 0 }
 
 
 /*
@@ -934,7 +1057,11 @@ typedef enum {
   BERYL__IPC__V1__ATT_REQUEST__KIND_REMOVE_BOND = 17,
   BERYL__IPC__V1__ATT_REQUEST__KIND_GET_PRIVATE_ADDRESS = 18,
   BERYL__IPC__V1__ATT_REQUEST__KIND_SET_LINK_PAIRING = 19,
-  BERYL__IPC__V1__ATT_REQUEST__KIND_FORGET_SENDER = 20
+  BERYL__IPC__V1__ATT_REQUEST__KIND_FORGET_SENDER = 20,
+  BERYL__IPC__V1__ATT_REQUEST__KIND_OPEN_DATA_CHANNEL = 21,
+  BERYL__IPC__V1__ATT_REQUEST__KIND_SET_DATA_GRANT = 22,
+  BERYL__IPC__V1__ATT_REQUEST__KIND_NAME_LINK = 23,
+  BERYL__IPC__V1__ATT_REQUEST__KIND_NOTIFICATION_AUDIENCE = 24
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(BERYL__IPC__V1__ATT_REQUEST__KIND__CASE)
 } Beryl__Ipc__V1__AttRequest__KindCase;
 
@@ -963,6 +1090,10 @@ struct  Beryl__Ipc__V1__AttRequest
     Beryl__Ipc__V1__GetPrivateAddress *get_private_address;
     Beryl__Ipc__V1__SetLinkPairing *set_link_pairing;
     Beryl__Ipc__V1__ForgetSender *forget_sender;
+    Beryl__Ipc__V1__OpenDataChannel *open_data_channel;
+    Beryl__Ipc__V1__SetDataGrant *set_data_grant;
+    Beryl__Ipc__V1__NameLink *name_link;
+    Beryl__Ipc__V1__NotificationAudience *notification_audience;
   };
 };
 #define BERYL__IPC__V1__ATT_REQUEST__INIT \
@@ -980,7 +1111,8 @@ typedef enum {
   BERYL__IPC__V1__ATT_RESPONSE__KIND_GATT_VALUES = 6,
   BERYL__IPC__V1__ATT_RESPONSE__KIND_PAIRED = 7,
   BERYL__IPC__V1__ATT_RESPONSE__KIND_BONDS = 8,
-  BERYL__IPC__V1__ATT_RESPONSE__KIND_PRIVATE_ADDRESS = 9
+  BERYL__IPC__V1__ATT_RESPONSE__KIND_PRIVATE_ADDRESS = 9,
+  BERYL__IPC__V1__ATT_RESPONSE__KIND_DATA_CHANNEL_OPENED = 10
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(BERYL__IPC__V1__ATT_RESPONSE__KIND__CASE)
 } Beryl__Ipc__V1__AttResponse__KindCase;
 
@@ -998,6 +1130,7 @@ struct  Beryl__Ipc__V1__AttResponse
     Beryl__Ipc__V1__Paired *paired;
     Beryl__Ipc__V1__BondList *bonds;
     Beryl__Ipc__V1__PrivateAddress *private_address;
+    Beryl__Ipc__V1__DataChannelOpened *data_channel_opened;
   };
 };
 #define BERYL__IPC__V1__ATT_RESPONSE__INIT \
@@ -1019,7 +1152,8 @@ typedef enum {
   BERYL__IPC__V1__ATT_EVENT__KIND_PAIRING_FINISHED = 10,
   BERYL__IPC__V1__ATT_EVENT__KIND_SECURITY_CHANGED = 11,
   BERYL__IPC__V1__ATT_EVENT__KIND_MTU_CHANGED = 12,
-  BERYL__IPC__V1__ATT_EVENT__KIND_READY_TO_UPDATE = 13
+  BERYL__IPC__V1__ATT_EVENT__KIND_READY_TO_UPDATE = 13,
+  BERYL__IPC__V1__ATT_EVENT__KIND_DATA_GRANT_CHANGED = 14
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(BERYL__IPC__V1__ATT_EVENT__KIND__CASE)
 } Beryl__Ipc__V1__AttEvent__KindCase;
 
@@ -1044,6 +1178,7 @@ struct  Beryl__Ipc__V1__AttEvent
      */
     Beryl__Ipc__V1__Bearer *mtu_changed;
     Beryl__Ipc__V1__ReadyToUpdate *ready_to_update;
+    Beryl__Ipc__V1__DataGrantChanged *data_grant_changed;
   };
 };
 #define BERYL__IPC__V1__ATT_EVENT__INIT \
@@ -1754,6 +1889,120 @@ Beryl__Ipc__V1__GattNotification *
 void   beryl__ipc__v1__gatt_notification__free_unpacked
                      (Beryl__Ipc__V1__GattNotification *message,
                       ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__OpenDataChannel methods */
+void   beryl__ipc__v1__open_data_channel__init
+                     (Beryl__Ipc__V1__OpenDataChannel         *message);
+size_t beryl__ipc__v1__open_data_channel__get_packed_size
+                     (const Beryl__Ipc__V1__OpenDataChannel   *message);
+size_t beryl__ipc__v1__open_data_channel__pack
+                     (const Beryl__Ipc__V1__OpenDataChannel   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__open_data_channel__pack_to_buffer
+                     (const Beryl__Ipc__V1__OpenDataChannel   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__OpenDataChannel *
+       beryl__ipc__v1__open_data_channel__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__open_data_channel__free_unpacked
+                     (Beryl__Ipc__V1__OpenDataChannel *message,
+                      ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__DataChannelOpened methods */
+void   beryl__ipc__v1__data_channel_opened__init
+                     (Beryl__Ipc__V1__DataChannelOpened         *message);
+size_t beryl__ipc__v1__data_channel_opened__get_packed_size
+                     (const Beryl__Ipc__V1__DataChannelOpened   *message);
+size_t beryl__ipc__v1__data_channel_opened__pack
+                     (const Beryl__Ipc__V1__DataChannelOpened   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__data_channel_opened__pack_to_buffer
+                     (const Beryl__Ipc__V1__DataChannelOpened   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__DataChannelOpened *
+       beryl__ipc__v1__data_channel_opened__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__data_channel_opened__free_unpacked
+                     (Beryl__Ipc__V1__DataChannelOpened *message,
+                      ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__SetDataGrant methods */
+void   beryl__ipc__v1__set_data_grant__init
+                     (Beryl__Ipc__V1__SetDataGrant         *message);
+size_t beryl__ipc__v1__set_data_grant__get_packed_size
+                     (const Beryl__Ipc__V1__SetDataGrant   *message);
+size_t beryl__ipc__v1__set_data_grant__pack
+                     (const Beryl__Ipc__V1__SetDataGrant   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__set_data_grant__pack_to_buffer
+                     (const Beryl__Ipc__V1__SetDataGrant   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__SetDataGrant *
+       beryl__ipc__v1__set_data_grant__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__set_data_grant__free_unpacked
+                     (Beryl__Ipc__V1__SetDataGrant *message,
+                      ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__NameLink methods */
+void   beryl__ipc__v1__name_link__init
+                     (Beryl__Ipc__V1__NameLink         *message);
+size_t beryl__ipc__v1__name_link__get_packed_size
+                     (const Beryl__Ipc__V1__NameLink   *message);
+size_t beryl__ipc__v1__name_link__pack
+                     (const Beryl__Ipc__V1__NameLink   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__name_link__pack_to_buffer
+                     (const Beryl__Ipc__V1__NameLink   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__NameLink *
+       beryl__ipc__v1__name_link__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__name_link__free_unpacked
+                     (Beryl__Ipc__V1__NameLink *message,
+                      ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__NotificationAudience methods */
+void   beryl__ipc__v1__notification_audience__init
+                     (Beryl__Ipc__V1__NotificationAudience         *message);
+size_t beryl__ipc__v1__notification_audience__get_packed_size
+                     (const Beryl__Ipc__V1__NotificationAudience   *message);
+size_t beryl__ipc__v1__notification_audience__pack
+                     (const Beryl__Ipc__V1__NotificationAudience   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__notification_audience__pack_to_buffer
+                     (const Beryl__Ipc__V1__NotificationAudience   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__NotificationAudience *
+       beryl__ipc__v1__notification_audience__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__notification_audience__free_unpacked
+                     (Beryl__Ipc__V1__NotificationAudience *message,
+                      ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__DataGrantChanged methods */
+void   beryl__ipc__v1__data_grant_changed__init
+                     (Beryl__Ipc__V1__DataGrantChanged         *message);
+size_t beryl__ipc__v1__data_grant_changed__get_packed_size
+                     (const Beryl__Ipc__V1__DataGrantChanged   *message);
+size_t beryl__ipc__v1__data_grant_changed__pack
+                     (const Beryl__Ipc__V1__DataGrantChanged   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__data_grant_changed__pack_to_buffer
+                     (const Beryl__Ipc__V1__DataGrantChanged   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__DataGrantChanged *
+       beryl__ipc__v1__data_grant_changed__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__data_grant_changed__free_unpacked
+                     (Beryl__Ipc__V1__DataGrantChanged *message,
+                      ProtobufCAllocator *allocator);
 /* Beryl__Ipc__V1__Pair methods */
 void   beryl__ipc__v1__pair__init
                      (Beryl__Ipc__V1__Pair         *message);
@@ -2190,6 +2439,24 @@ typedef void (*Beryl__Ipc__V1__ForgetSender_Closure)
 typedef void (*Beryl__Ipc__V1__GattNotification_Closure)
                  (const Beryl__Ipc__V1__GattNotification *message,
                   void *closure_data);
+typedef void (*Beryl__Ipc__V1__OpenDataChannel_Closure)
+                 (const Beryl__Ipc__V1__OpenDataChannel *message,
+                  void *closure_data);
+typedef void (*Beryl__Ipc__V1__DataChannelOpened_Closure)
+                 (const Beryl__Ipc__V1__DataChannelOpened *message,
+                  void *closure_data);
+typedef void (*Beryl__Ipc__V1__SetDataGrant_Closure)
+                 (const Beryl__Ipc__V1__SetDataGrant *message,
+                  void *closure_data);
+typedef void (*Beryl__Ipc__V1__NameLink_Closure)
+                 (const Beryl__Ipc__V1__NameLink *message,
+                  void *closure_data);
+typedef void (*Beryl__Ipc__V1__NotificationAudience_Closure)
+                 (const Beryl__Ipc__V1__NotificationAudience *message,
+                  void *closure_data);
+typedef void (*Beryl__Ipc__V1__DataGrantChanged_Closure)
+                 (const Beryl__Ipc__V1__DataGrantChanged *message,
+                  void *closure_data);
 typedef void (*Beryl__Ipc__V1__Pair_Closure)
                  (const Beryl__Ipc__V1__Pair *message,
                   void *closure_data);
@@ -2286,6 +2553,12 @@ extern const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_write_ready__descri
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__ready_to_update__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__forget_sender__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_notification__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__open_data_channel__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__data_channel_opened__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__set_data_grant__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__name_link__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__notification_audience__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__data_grant_changed__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__pair__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__paired__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__set_link_pairing__descriptor;

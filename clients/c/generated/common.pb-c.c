@@ -367,7 +367,7 @@ void   beryl__ipc__v1__ack__free_unpacked
   assert(message->base.descriptor == &beryl__ipc__v1__ack__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor beryl__ipc__v1__error__field_descriptors[10] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__error__field_descriptors[11] =
 {
   {
     "code",
@@ -489,6 +489,18 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__error__field_descriptors[1
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "grant_reason",
+    11,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__Error, grant_reason),
+    &beryl__ipc__v1__grant_reason__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__error__field_indices_by_name[] = {
   3,   /* field[3] = att_error */
@@ -496,6 +508,7 @@ static const unsigned beryl__ipc__v1__error__field_indices_by_name[] = {
   0,   /* field[0] = code */
   9,   /* field[9] = controller_reason */
   2,   /* field[2] = field */
+  10,   /* field[10] = grant_reason */
   5,   /* field[5] = hci_status */
   8,   /* field[8] = manager_reason */
   1,   /* field[1] = message */
@@ -505,7 +518,7 @@ static const unsigned beryl__ipc__v1__error__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__error__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 10 }
+  { 0, 11 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__error__descriptor =
 {
@@ -515,7 +528,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__error__descriptor =
   "Beryl__Ipc__V1__Error",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__Error),
-  10,
+  11,
   beryl__ipc__v1__error__field_descriptors,
   beryl__ipc__v1__error__field_indices_by_name,
   1,  beryl__ipc__v1__error__number_ranges,
@@ -984,6 +997,38 @@ const ProtobufCEnumDescriptor beryl__ipc__v1__error_code__descriptor =
   beryl__ipc__v1__error_code__enum_values_by_name,
   1,
   beryl__ipc__v1__error_code__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue beryl__ipc__v1__grant_reason__enum_values_by_number[4] =
+{
+  { "GRANT_REASON_UNSPECIFIED", "BERYL__IPC__V1__GRANT_REASON__GRANT_REASON_UNSPECIFIED", 0 },
+  { "GRANT_REASON_REVOKED", "BERYL__IPC__V1__GRANT_REASON__GRANT_REASON_REVOKED", 1 },
+  { "GRANT_REASON_OUTSIDE_GRANT", "BERYL__IPC__V1__GRANT_REASON__GRANT_REASON_OUTSIDE_GRANT", 2 },
+  { "GRANT_REASON_NOT_A_DATA_OPERATION", "BERYL__IPC__V1__GRANT_REASON__GRANT_REASON_NOT_A_DATA_OPERATION", 3 },
+};
+static const ProtobufCIntRange beryl__ipc__v1__grant_reason__value_ranges[] = {
+{0, 0},{0, 4}
+};
+static const ProtobufCEnumValueIndex beryl__ipc__v1__grant_reason__enum_values_by_name[4] =
+{
+  { "GRANT_REASON_NOT_A_DATA_OPERATION", 3 },
+  { "GRANT_REASON_OUTSIDE_GRANT", 2 },
+  { "GRANT_REASON_REVOKED", 1 },
+  { "GRANT_REASON_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor beryl__ipc__v1__grant_reason__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.GrantReason",
+  "GrantReason",
+  "Beryl__Ipc__V1__GrantReason",
+  "beryl.ipc.v1",
+  4,
+  beryl__ipc__v1__grant_reason__enum_values_by_number,
+  4,
+  beryl__ipc__v1__grant_reason__enum_values_by_name,
+  1,
+  beryl__ipc__v1__grant_reason__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
 static const ProtobufCEnumValue beryl__ipc__v1__manager_reason__enum_values_by_number[4] =

@@ -74,6 +74,25 @@ typedef enum _Beryl__Ipc__V1__ErrorCode {
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(BERYL__IPC__V1__ERROR_CODE)
 } Beryl__Ipc__V1__ErrorCode;
 /*
+ * attd's refusals on a data channel (att.proto's OpenDataChannel): what the app may touch is managerd's grant.
+ */
+typedef enum _Beryl__Ipc__V1__GrantReason {
+  BERYL__IPC__V1__GRANT_REASON__GRANT_REASON_UNSPECIFIED = 0,
+  /*
+   * The app is not in the foreground (or its session ended): its data goes through managerd until the grant is live.
+   */
+  BERYL__IPC__V1__GRANT_REASON__GRANT_REASON_REVOKED = 1,
+  /*
+   * The handle, link or central named is not one the grant covers.
+   */
+  BERYL__IPC__V1__GRANT_REASON__GRANT_REASON_OUTSIDE_GRANT = 2,
+  /*
+   * Not an operation a data channel carries.
+   */
+  BERYL__IPC__V1__GRANT_REASON__GRANT_REASON_NOT_A_DATA_OPERATION = 3
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(BERYL__IPC__V1__GRANT_REASON)
+} Beryl__Ipc__V1__GrantReason;
+/*
  * managerd's own refusals that an app acts on.
  */
 typedef enum _Beryl__Ipc__V1__ManagerReason {
@@ -201,10 +220,14 @@ struct  Beryl__Ipc__V1__Error
    * Why hcid could not run a command.
    */
   Beryl__Ipc__V1__ControllerReason controller_reason;
+  /*
+   * Why attd refused a request on an app's data channel.
+   */
+  Beryl__Ipc__V1__GrantReason grant_reason;
 };
 #define BERYL__IPC__V1__ERROR__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__error__descriptor) \
-    , BERYL__IPC__V1__ERROR_CODE__ERROR_CODE_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, BERYL__IPC__V1__BLUETOOTH_ERROR_CODE__BLUETOOTH_ERROR_CODE_UNSPECIFIED, 0, 0, 0, BERYL__IPC__V1__MANAGER_REASON__MANAGER_REASON_UNSPECIFIED, BERYL__IPC__V1__CONTROLLER_REASON__CONTROLLER_REASON_UNSPECIFIED }
+    , BERYL__IPC__V1__ERROR_CODE__ERROR_CODE_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, BERYL__IPC__V1__BLUETOOTH_ERROR_CODE__BLUETOOTH_ERROR_CODE_UNSPECIFIED, 0, 0, 0, BERYL__IPC__V1__MANAGER_REASON__MANAGER_REASON_UNSPECIFIED, BERYL__IPC__V1__CONTROLLER_REASON__CONTROLLER_REASON_UNSPECIFIED, BERYL__IPC__V1__GRANT_REASON__GRANT_REASON_UNSPECIFIED }
 
 
 struct  Beryl__Ipc__V1__Ping
@@ -489,6 +512,7 @@ typedef void (*Beryl__Ipc__V1__Ack_Closure)
 /* --- descriptors --- */
 
 extern const ProtobufCEnumDescriptor    beryl__ipc__v1__error_code__descriptor;
+extern const ProtobufCEnumDescriptor    beryl__ipc__v1__grant_reason__descriptor;
 extern const ProtobufCEnumDescriptor    beryl__ipc__v1__manager_reason__descriptor;
 extern const ProtobufCEnumDescriptor    beryl__ipc__v1__controller_reason__descriptor;
 extern const ProtobufCEnumDescriptor    beryl__ipc__v1__bluetooth_error_code__descriptor;

@@ -3028,7 +3028,7 @@ void   beryl__ipc__v1__connection_event_occurred__free_unpacked
   assert(message->base.descriptor == &beryl__ipc__v1__connection_event_occurred__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor beryl__ipc__v1__hello__field_descriptors[3] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__hello__field_descriptors[4] =
 {
   {
     "app_id",
@@ -3066,16 +3066,29 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__hello__field_descriptors[3
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "wants_data_channel",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__Hello, wants_data_channel),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__hello__field_indices_by_name[] = {
   0,   /* field[0] = app_id */
   1,   /* field[1] = restore_identifier */
   2,   /* field[2] = role */
+  3,   /* field[3] = wants_data_channel */
 };
 static const ProtobufCIntRange beryl__ipc__v1__hello__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__hello__descriptor =
 {
@@ -3085,14 +3098,14 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__hello__descriptor =
   "Beryl__Ipc__V1__Hello",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__Hello),
-  3,
+  4,
   beryl__ipc__v1__hello__field_descriptors,
   beryl__ipc__v1__hello__field_indices_by_name,
   1,  beryl__ipc__v1__hello__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__hello__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__welcome__field_descriptors[7] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__welcome__field_descriptors[8] =
 {
   {
     "session_id",
@@ -3178,8 +3191,21 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__welcome__field_descriptors
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "data_channel",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__Welcome, data_channel),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__welcome__field_indices_by_name[] = {
+  7,   /* field[7] = data_channel */
   1,   /* field[1] = peer_pid */
   2,   /* field[2] = peer_uid */
   4,   /* field[4] = restored */
@@ -3191,7 +3217,7 @@ static const unsigned beryl__ipc__v1__welcome__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__welcome__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 7 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__welcome__descriptor =
 {
@@ -3201,7 +3227,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__welcome__descriptor =
   "Beryl__Ipc__V1__Welcome",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__Welcome),
-  7,
+  8,
   beryl__ipc__v1__welcome__field_descriptors,
   beryl__ipc__v1__welcome__field_indices_by_name,
   1,  beryl__ipc__v1__welcome__number_ranges,

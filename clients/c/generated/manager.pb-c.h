@@ -179,10 +179,14 @@ struct  Beryl__Ipc__V1__Hello
   char *app_id;
   char *restore_identifier;
   Beryl__Ipc__V1__ManagerRole role;
+  /*
+   * The app takes a data channel (att.proto's OpenDataChannel): the Welcome's datagram then carries its descriptor.
+   */
+  protobuf_c_boolean wants_data_channel;
 };
 #define BERYL__IPC__V1__HELLO__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__hello__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, BERYL__IPC__V1__MANAGER_ROLE__MANAGER_ROLE_UNSPECIFIED }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, BERYL__IPC__V1__MANAGER_ROLE__MANAGER_ROLE_UNSPECIFIED, 0 }
 
 
 struct  Beryl__Ipc__V1__Welcome
@@ -202,10 +206,14 @@ struct  Beryl__Ipc__V1__Welcome
    * answers AppIdle with it once the delegate calls the welcome led to have returned.
    */
   uint64_t wake;
+  /*
+   * The Welcome's datagram carries the app's data channel (SCM_RIGHTS).
+   */
+  protobuf_c_boolean data_channel;
 };
 #define BERYL__IPC__V1__WELCOME__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__welcome__descriptor) \
-    , 0, 0, 0, BERYL__IPC__V1__CONTROLLER_STATE__CONTROLLER_STATE_UNKNOWN, NULL, 0, 0 }
+    , 0, 0, 0, BERYL__IPC__V1__CONTROLLER_STATE__CONTROLLER_STATE_UNKNOWN, NULL, 0, 0, 0 }
 
 
 /*

@@ -1,0 +1,137 @@
+import BerylAttWire
+import BerylCore
+import BerylGATT
+import BerylIPC
+import BerylWire
+import FoundationEssentials
+import Glibc
+
+/// Apps' data channels: managerd asks for one per app session and passes it to the app; over it the app's values go to
+/// the air and the app's notifications come back without crossing managerd. `grants` (BerylGATT's DataGrants) decides
+/// what a channel may do and where an app's events go; this translates.
+extension AttDaemon {
+    /// managerd's requests that set up and scope channels.
+    func handleGrantRequest(_ kind: Beryl_Ipc_V1_AttRequest.OneOf_Kind, from session: IPCSession, _ incoming: IncomingRequest) {
+        switch kind {
+        case .openDataChannel(let open):
+            openDataChannel(for: UpdateSender(publisher: session.id, onBehalfOf: open.onBehalfOf), live: open.live, incoming)
+        case .setDataGrant(let grant):
+            if let channel = grants.setLive(UpdateSender(publisher: session.id, onBehalfOf: grant.onBehalfOf), grant.live) {
+                host.server?.sessions[channel]?.send(.event(.with { $0.att.dataGrantChanged.live = grant.live }))
+            }
+            incoming.respond(.with { $0.ack = .init() })
+        case .nameLink(let name):
+            guard let link = UInt16(exactly: name.connectionHandle), link <= 0x0EFF else {
+                incoming.fail(.invalidArgument, "connection handle \(name.connectionHandle) is out of range (Core Vol 4 Part E §5.4.2)", field: "connection_handle")
+                return
+            }
+            grants.name(link, links[link] == nil ? "" : name.identifier)
+            incoming.respond(.with { $0.ack = .init() })
+        case .notificationAudience(let audience):
+            guard let link = UInt16(exactly: audience.connectionHandle), let valueHandle = UInt16(exactly: audience.valueHandle), valueHandle > 0 else {
+                incoming.fail(.invalidArgument, "a link and value handle of 16 bits, the value handle not 0", field: "value_handle")
+                return
+            }
+            // A link that is gone (or not up yet) has no audience: managerd delivers what little might still come.
+            if links[link] != nil {
+                grants.setAudience(audience.apps, others: audience.others, of: valueHandle, on: link, peripheral: audience.peripheral, publisher: session.id)
+            }
+            incoming.respond(.with { $0.ack = .init() })
+        default:
+            incoming.fail(.unknownMessage, "not a grant request")
+        }
+    }
+
+    private func openDataChannel(for app: UpdateSender, live: Bool, _ incoming: IncomingRequest) {
+        guard let server = host.server else { return _ = incoming.fail(.notReady, "attd is not serving") }
+        let pair: (kept: Int32, passed: Int32)
+        do {
+            pair = try SeqPacketSocket.pair()
+        } catch {
+            incoming.fail(.internal, "no data channel: \(error)")
+            return
+        }
+        guard let channel = server.adopt(pair.kept) else {
+            close(pair.passed)
+            incoming.fail(.internal, "no data channel: its socket cannot be watched")
+            return
+        }
+        if let replaced = grants.opened(channel.id, for: app, live: live) {
+            server.sessions[replaced]?.close(reason: "replaced by data channel \(channel.id)")
+        }
+        host.logger.info("data channel \(channel.id) for app session \(app.onBehalfOf) of session \(app.publisher)\(live ? "" : " (revoked until live)")")
+        incoming.respond(.with { $0.att.dataChannelOpened.channel = channel.id }, passing: pair.passed)
+    }
+
+    /// A request on a data channel: only what the grant allows, for the channel's own app.
+    func handleDataRequest(_ kind: Beryl_Ipc_V1_AttRequest.OneOf_Kind?, on channel: IPCSession, _ incoming: IncomingRequest) {
+        guard case .notify(var notify)? = kind else {
+            return fail(incoming, .notADataOperation)
+        }
+        let app: UpdateSender
+        switch grants.admit(channel.id) {
+        case .success(let admitted): app = admitted
+        case .failure(let refusal): return fail(incoming, refusal)
+        }
+        guard let valueHandle = UInt16(exactly: notify.valueHandle), router.owns(app, valueHandle) else {
+            return fail(incoming, .outsideGrant("handle \(notify.valueHandle) is not a value of this app's services"), field: "value_handle")
+        }
+        guard notify.connectionHandles.isEmpty else {
+            return fail(incoming, .outsideGrant("a data channel names centrals by identifier, not by link"), field: "connection_handles")
+        }
+        notify.onBehalfOf = app.onBehalfOf
+        if !notify.centrals.isEmpty {
+            let named = grants.links(named: notify.centrals)
+            // None of the centrals named is connected: the value goes nowhere, as Core Bluetooth's does.
+            guard !named.isEmpty else { return _ = incoming.respond(.with { $0.att.notified.peers = 0 }) }
+            notify.connectionHandles = named.map(UInt32.init)
+        }
+        switch pacer.update(notify, from: app.publisher, owns: { router.owns(app, $0) }, on: Array(links.values)) {
+        case .success(let update):
+            for (link, outputs) in update.indications { apply(wrap(outputs, for: link), on: link) }
+            applyPacer(update.transmissions)
+            incoming.respond(.with { $0.att.notified.peers = update.peers })
+        case .failure(let refusal):
+            incoming.fail(refusal)
+        }
+    }
+
+    private func fail(_ incoming: IncomingRequest, _ refusal: DataGrants.Refusal, field: String = "") {
+        let (reason, message): (Beryl_Ipc_V1_GrantReason, String) = switch refusal {
+        case .revoked: (.revoked, "this app's grant is revoked (it is not in the foreground); its data goes through managerd")
+        case .outsideGrant(let what): (.outsideGrant, what)
+        case .notADataOperation: (.notADataOperation, "a data channel carries an app's values only")
+        }
+        incoming.fail(.permissionDenied, message, field: field, detail: RemoteDetail(grantReason: reason))
+    }
+
+    /// Where ReadyToUpdate for a sender goes: its app's live channel, else the publisher that sent for it.
+    func session(for sender: UpdateSender) -> IPCSession? {
+        let sessions = host.server?.sessions ?? [:]
+        if let channel = grants.liveChannel(of: sender), let session = sessions[channel] { return session }
+        return sessions[sender.publisher]
+    }
+
+    /// A peripheral's notification on a link: to the live channels of the apps managerd said hear it, to managerd for
+    /// the rest of them, and as before to every other client (the CLI, tests) that is not a data channel.
+    func deliverNotification(_ handle: UInt16, value: [UInt8], indication: Bool, on link: UInt16) {
+        var event = Event(notification: handle, value: value, indication: indication, link: link)
+        guard let route = grants.route(notificationOf: handle, on: link) else { return broadcastToClients(event) }
+        let sessions = host.server?.sessions ?? [:]
+        if !route.channels.isEmpty {
+            var direct = event
+            direct.att.gattNotification.peripheral = route.peripheral
+            let bytes = Envelope.event(direct).encoded()
+            for channel in route.channels { sessions[channel]?.send(encoded: bytes) }
+        }
+        broadcastToClients(event) { $0 != route.publisher }
+        guard route.publisherDelivers else { return }
+        event.att.gattNotification.delivered = route.delivered
+        sessions[route.publisher]?.send(.event(event))
+    }
+
+    /// An event for every client that is not a data channel (those hear only what is addressed to their app).
+    func broadcastToClients(_ event: Event, where wanted: (UInt64) -> Bool = { _ in true }) {
+        host.server?.broadcast(event) { !grants.isChannel($0.id) && wanted($0.id) }
+    }
+}

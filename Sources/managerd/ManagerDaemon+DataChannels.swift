@@ -1,0 +1,113 @@
+import BerylCore
+import BerylIPC
+import BerylManager
+import BerylManagerWire
+import FoundationEssentials
+import Glibc
+
+/// The data plane, from managerd's side: it has attd open a data channel for each app session that asks for one,
+/// passes it in the Welcome, and scopes it — live while the app is in the foreground (elsewhere managerd's lifecycle
+/// holds and wakes, so the app's data comes through here), links named by the identifiers the app knows, and the
+/// apps that hear each peripheral value. attd enforces what this grants.
+extension ManagerDaemon {
+    /// Whether the session's app takes its data directly now: only in the foreground.
+    func grantIsLive(_ session: UInt64) -> Bool {
+        guard let app = core.sessions[session], app.saidHello else { return false }
+        return core.lifecycle(of: app.appID) == .foreground
+    }
+
+    /// Asks attd for the app's channel; `then` gets the descriptor to pass (nil: none, and the app's data goes through
+    /// managerd, as a C client's does).
+    func openDataChannel(for session: UInt64, then: @escaping (Int32?) -> Void) {
+        guard let attd else { return then(nil) }
+        let live = grantIsLive(session)
+        attd.request(.with { $0.att.openDataChannel = .with { $0.onBehalfOf = session; $0.live = live } }) { [unowned self] result in
+            let descriptor = attd.takePassedDescriptor()
+            guard case .success = result, let descriptor, self.session(session) != nil else {
+                if let descriptor { close(descriptor) }
+                if case .failure(let error) = result { host.logger.warning("no data channel for session \(session): \(error)") }
+                return then(nil)
+            }
+            dataGrants[session] = live
+            then(descriptor)
+        }
+    }
+
+    /// attd hears when an app's grant turns live or is revoked, as its lifecycle changed.
+    func syncGrants() {
+        guard let attd else { return }
+        for (session, told) in dataGrants.sorted(by: { $0.key < $1.key }) {
+            let live = grantIsLive(session)
+            guard live != told else { continue }
+            dataGrants[session] = live
+            attd.request(.with { $0.att.setDataGrant = .with { $0.onBehalfOf = session; $0.live = live } })
+        }
+    }
+
+    /// attd closes the channel when it hears the session's sender is gone (ForgetSender).
+    func dataChannelSessionClosed(_ session: UInt64) {
+        dataGrants[session] = nil
+        refreshAudiences()
+    }
+
+    /// attd restarted: its channels are gone; apps keep their data on managerd until they open a new session.
+    func dataChannelsLost() {
+        dataGrants.removeAll()
+        audiencesTold.removeAll()
+    }
+
+    /// Tells attd the identifier of a link's peer, which apps name centrals by; asked when managerd learns the link and
+    /// when attd's bearer opens, since the two arrive in either order and attd keeps names of links it has only.
+    func nameLink(_ handle: UInt16) {
+        guard let attd, let identifier = book.identifier(for: handle) else { return }
+        attd.request(.with { $0.att.nameLink = .with { $0.connectionHandle = UInt32(handle); $0.identifier = identifier } })
+    }
+
+    func nameEveryLink() {
+        for link in book.links.values.sorted(by: { $0.handle < $1.handle }) { nameLink(link.handle) }
+    }
+
+    /// Which apps hear a peripheral's value: attd sends it straight to those with a live channel and to managerd for
+    /// the rest. Told for the values apps subscribed to, and again whenever that audience may have changed.
+    func refreshAudience(of valueHandle: UInt16, on link: UInt16) {
+        guard let attd else { return }
+        let key = AudienceKey(link: link, valueHandle: valueHandle)
+        var told = Beryl_Ipc_V1_NotificationAudience.with {
+            $0.connectionHandle = UInt32(link)
+            $0.valueHandle = UInt32(valueHandle)
+        }
+        if let (identifier, holders) = core.audience(ofNotification: valueHandle, onLink: link) {
+            told.peripheral = identifier
+            told.apps = holders.compactMap(\.sessionID).filter { dataGrants[$0] != nil }.sorted()
+            told.others = holders.contains { $0.sessionID.map { dataGrants[$0] == nil } ?? true }
+        }
+        guard audiencesTold[key] != told, audiencesTold[key] != nil || !told.apps.isEmpty else { return }
+        audiencesTold[key] = told.apps.isEmpty ? nil : told
+        attd.request(.with { $0.att.notificationAudience = told })
+    }
+
+    func refreshAudiences() {
+        for key in audiencesTold.keys.sorted(by: { ($0.link, $0.valueHandle) < ($1.link, $1.valueHandle) }) {
+            refreshAudience(of: key.valueHandle, on: key.link)
+        }
+    }
+
+    func linkGoneForAudiences(_ link: UInt16) {
+        audiencesTold = audiencesTold.filter { $0.key.link != link }
+    }
+
+    /// A notification attd sent on: to the audience's apps that no channel carried it to (all of them when attd set no
+    /// audience for it).
+    func deliverNotification(_ notification: Beryl_Ipc_V1_GattNotification) {
+        let delivered = Set(notification.delivered)
+        forwardToHolders(.gattNotification(notification), connectionHandle: notification.connectionHandle) { holder in
+            holder.sessionID.map { !delivered.contains($0) } ?? true
+        }
+    }
+}
+
+/// A peripheral's value on a link, whose audience managerd told attd.
+struct AudienceKey: Hashable {
+    var link: UInt16
+    var valueHandle: UInt16
+}
