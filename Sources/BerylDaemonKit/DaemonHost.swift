@@ -18,6 +18,9 @@ public final class DaemonHost {
 
     /// Takes a daemon-specific request and returns true, or returns false to have it refused as UNSUPPORTED.
     public var handle: (IncomingRequest) -> Bool = { _ in false }
+    /// Sessions the daemon confines (attd's data channels): past Ping, everything they ask goes to `handle`, which
+    /// decides; they neither read the daemon's status nor set its log level.
+    public var confines: (UInt64) -> Bool = { _ in false }
     /// Lets the daemon add to its Status answer.
     public var decorateStatus: (inout Beryl_Ipc_V1_Status) -> Void = { _ in }
     /// Runs when the daemon stops, before the socket goes away.
@@ -101,6 +104,12 @@ public final class DaemonHost {
     }
 
     private func dispatch(_ incoming: IncomingRequest) {
+        if let session = incoming.session, confines(session.id) {
+            if case .ping? = incoming.request.kind {} else {
+                if !handle(incoming) { incoming.fail(.unsupported, "\(name) does not serve \(Self.describe(incoming.request)) here") }
+                return
+            }
+        }
         switch incoming.request.kind {
         case .ping(let ping)?:
             var pong = Beryl_Ipc_V1_Pong()

@@ -57,7 +57,7 @@ public struct ServiceRouter: Sendable {
     }
 
     /// Whether the handle is in a service published for the app (a data channel's grant: its app's own values).
-    public func owns(_ app: UpdateSender, _ handle: UInt16) -> Bool {
+    public func owns(_ handle: UInt16, for app: UpdateSender) -> Bool {
         owners.contains { $0.publisher == app.publisher && $0.app == app.onBehalfOf && $0.range.contains(handle) }
     }
 

@@ -92,6 +92,9 @@ public final class IPCClient {
     private var nextRequestID: UInt64 = 1
     private var buffer: [UInt8] = []
 
+    /// The descriptor the last datagram received carried (SCM_RIGHTS: a Welcome's data channel), until taken.
+    private var passed: Int32?
+
     public init(path: String) throws(IPCClientError) {
         self.path = path
         do {
@@ -101,7 +104,24 @@ public final class IPCClient {
         }
     }
 
-    deinit { close(fd) }
+    /// A client on a connected socket it takes over (a data channel a Welcome passed).
+    public init(descriptor: Int32, name: String) {
+        path = name
+        fd = descriptor
+        let flags = fcntl(descriptor, F_GETFL)
+        _ = fcntl(descriptor, F_SETFL, flags & ~O_NONBLOCK)
+    }
+
+    deinit {
+        close(fd)
+        if let passed { close(passed) }
+    }
+
+    /// The descriptor the last datagram received carried, now the caller's.
+    public func takePassedDescriptor() -> Int32? {
+        defer { passed = nil }
+        return passed
+    }
 
     /// Sends a request and waits for its response; an Error response is thrown as `.remote`.
     public func call(_ request: Request, timeout: Duration = .seconds(10)) throws(IPCClientError) -> Response {
@@ -137,7 +157,12 @@ public final class IPCClient {
         let (seconds, attoseconds) = timeout.components
         let milliseconds = Int32(clamping: seconds * 1000 + attoseconds / 1_000_000_000_000_000)
         guard poll(&poller, 1, milliseconds) > 0 else { throw .timedOut(requestID: requestID) }
-        let received = SeqPacketSocket.receive(fd, cap: maxMessageBytes, buffer: &buffer)
+        var descriptor: Int32?
+        let received = SeqPacketSocket.receive(fd, cap: maxMessageBytes, buffer: &buffer, passed: &descriptor)
+        if let descriptor {
+            if let earlier = passed { close(earlier) }
+            passed = descriptor
+        }
         switch received {
         case .message(let bytes):
             guard let envelope = try? Envelope(serializedBytes: bytes) else { throw .malformedResponse }

@@ -73,7 +73,7 @@ extension AttDaemon {
         case .success(let admitted): app = admitted
         case .failure(let refusal): return fail(incoming, refusal)
         }
-        guard let valueHandle = UInt16(exactly: notify.valueHandle), router.owns(app, valueHandle) else {
+        guard let valueHandle = UInt16(exactly: notify.valueHandle), router.owns(valueHandle, for: app) else {
             return fail(incoming, .outsideGrant("handle \(notify.valueHandle) is not a value of this app's services"), field: "value_handle")
         }
         guard notify.connectionHandles.isEmpty else {
@@ -86,7 +86,8 @@ extension AttDaemon {
             guard !named.isEmpty else { return _ = incoming.respond(.with { $0.att.notified.peers = 0 }) }
             notify.connectionHandles = named.map(UInt32.init)
         }
-        switch pacer.update(notify, from: app.publisher, owns: { router.owns(app, $0) }, on: Array(links.values)) {
+        dataPlane.channelValues += 1
+        switch pacer.update(notify, from: app.publisher, owns: { router.owns($0, for: app) }, on: Array(links.values)) {
         case .success(let update):
             for (link, outputs) in update.indications { apply(wrap(outputs, for: link), on: link) }
             applyPacer(update.transmissions)
@@ -97,10 +98,17 @@ extension AttDaemon {
     }
 
     private func fail(_ incoming: IncomingRequest, _ refusal: DataGrants.Refusal, field: String = "") {
-        let (reason, message): (Beryl_Ipc_V1_GrantReason, String) = switch refusal {
-        case .revoked: (.revoked, "this app's grant is revoked (it is not in the foreground); its data goes through managerd")
-        case .outsideGrant(let what): (.outsideGrant, what)
-        case .notADataOperation: (.notADataOperation, "a data channel carries an app's values only")
+        let (reason, message): (Beryl_Ipc_V1_GrantReason, String)
+        switch refusal {
+        case .revoked:
+            dataPlane.refusedRevoked += 1
+            (reason, message) = (.revoked, "this app's grant is revoked (it is not in the foreground); its data goes through managerd")
+        case .outsideGrant(let what):
+            dataPlane.refusedOutsideGrant += 1
+            (reason, message) = (.outsideGrant, what)
+        case .notADataOperation:
+            dataPlane.refusedNotData += 1
+            (reason, message) = (.notADataOperation, "a data channel carries an app's values only")
         }
         incoming.fail(.permissionDenied, message, field: field, detail: RemoteDetail(grantReason: reason))
     }
@@ -123,9 +131,11 @@ extension AttDaemon {
             direct.att.gattNotification.peripheral = route.peripheral
             let bytes = Envelope.event(direct).encoded()
             for channel in route.channels { sessions[channel]?.send(encoded: bytes) }
+            dataPlane.notificationsOnChannels += UInt64(route.channels.count)
         }
         broadcastToClients(event) { $0 != route.publisher }
         guard route.publisherDelivers else { return }
+        dataPlane.notificationsToPublisher += 1
         event.att.gattNotification.delivered = route.delivered
         sessions[route.publisher]?.send(.event(event))
     }

@@ -8,11 +8,12 @@ import Glibc
 
 extension AttDaemon {
     func handle(_ incoming: IncomingRequest) -> Bool {
-        guard case .att(let request)? = incoming.request.kind, let session = incoming.session else { return false }
+        guard let session = incoming.session else { return false }
         if grants.isChannel(session.id) {
-            handleDataRequest(request.kind, on: session, incoming)
+            handleDataRequest(incoming.request.att.kind, on: session, incoming)
             return true
         }
+        guard case .att(let request)? = incoming.request.kind else { return false }
         switch request.kind {
         case .getBearers?:
             incoming.respond(.with {
@@ -31,6 +32,7 @@ extension AttDaemon {
             incoming.respond(.with { $0.ack = .init() })
             announceDatabaseChange(range)
         case .notify(let notify)?:
+            if notify.onBehalfOf != 0 { dataPlane.publisherValues += 1 }
             switch pacer.update(notify, from: session.id, owns: { router.owns(session.id, $0) }, on: Array(links.values)) {
             case .success(let update):
                 for (link, outputs) in update.indications { apply(wrap(outputs, for: link), on: link) }

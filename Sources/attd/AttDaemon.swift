@@ -23,8 +23,9 @@ final class AttDaemon {
     var links: [UInt16: LinkSession] = [:]
     /// Which publisher owns which handles, and the answers they owe.
     var router: ServiceRouter
-    /// Apps' data channels and what each may touch (AttDaemon+DataChannels).
+    /// Apps' data channels and what each may touch (AttDaemon+DataChannels), and what went on them.
     var grants = DataGrants()
+    var dataPlane = Beryl_Ipc_V1_DataPlaneCounters()
     var pacer = TransmitPacer()
     /// PDUs for hcid from this loop wake-up, sent as one datagram when it ends.
     var outgoingACL = ACLBatch()
@@ -56,6 +57,11 @@ final class AttDaemon {
         }
         try database.addCoreServices(deviceName: deviceName)
         host.handle = { [unowned self] in self.handle($0) }
+        host.confines = { [unowned self] in grants.isChannel($0) }
+        host.decorateStatus = { [unowned self] status in
+            status.dataPlane = dataPlane
+            status.dataPlane.channels = UInt32(grants.channelCount)
+        }
         _ = try host.loop.after(.zero) { [unowned self] in
             self.host.server?.onSessionClosed = { [unowned self] session, _ in self.sessionClosed(session.id) }
             self.connectToHcid()

@@ -165,6 +165,9 @@ extension ManagerDaemon {
         case .forward:
             break
         }
+        if case .setNotify(let notify)? = operation.kind, notify.enable, let valueHandle = UInt16(exactly: notify.valueHandle) {
+            refreshAudience(of: valueHandle, on: link.handle, adding: session)
+        }
         attd.request(.with { $0.att = request }) { [unowned self] result in
             // An ordered write without response not sent is canSendWriteWithoutResponse false; attd sends this app's
             // GattWriteReady when the link has room.

@@ -69,14 +69,17 @@ extension ManagerDaemon {
 
     /// Which apps hear a peripheral's value: attd sends it straight to those with a live channel and to managerd for
     /// the rest. Told for the values apps subscribed to, and again whenever that audience may have changed.
-    func refreshAudience(of valueHandle: UInt16, on link: UInt16) {
+    /// `adding`: a session whose subscription is being written, told before its descriptor is, so that no notification
+    /// of it goes the longer way through managerd and lands behind the direct ones.
+    func refreshAudience(of valueHandle: UInt16, on link: UInt16, adding: UInt64? = nil) {
         guard let attd else { return }
         let key = AudienceKey(link: link, valueHandle: valueHandle)
         var told = Beryl_Ipc_V1_NotificationAudience.with {
             $0.connectionHandle = UInt32(link)
             $0.valueHandle = UInt32(valueHandle)
         }
-        if let (identifier, holders) = core.audience(ofNotification: valueHandle, onLink: link) {
+        if var (identifier, holders) = core.audience(ofNotification: valueHandle, onLink: link) {
+            if let adding { holders.insert(.session(adding)) }
             told.peripheral = identifier
             told.apps = holders.compactMap(\.sessionID).filter { dataGrants[$0] != nil }.sorted()
             told.others = holders.contains { $0.sessionID.map { dataGrants[$0] == nil } ?? true }

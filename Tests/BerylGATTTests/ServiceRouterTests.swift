@@ -17,6 +17,17 @@ final class ServiceRouterTests: XCTestCase {
         XCTAssertTrue(router.owners.isEmpty)
     }
 
+    /// A data channel sends only the values of the services its publisher added for its own app.
+    func testAValueIsAnAppsOwnOnlyWhenPublishedForIt() {
+        var router = ServiceRouter(answerTimeout: .seconds(5))
+        router.published(10...20, by: 1, for: 7)
+        router.published(21...30, by: 1, for: 8)
+        XCTAssertTrue(router.owns(15, for: UpdateSender(publisher: 1, onBehalfOf: 7)))
+        XCTAssertFalse(router.owns(25, for: UpdateSender(publisher: 1, onBehalfOf: 7)), "another app's value of the same publisher")
+        XCTAssertFalse(router.owns(15, for: UpdateSender(publisher: 2, onBehalfOf: 7)), "the same app id from another publisher")
+        XCTAssertTrue(router.owns(1, 25), "the publisher itself still owns all it published")
+    }
+
     /// A peer's request reaches its handle's live publisher, owing an answer only when the peer waits for one;
     /// a handle nobody live holds is answered Unlikely Error by the shell (GATTProcessTests' unknown handle).
     func testARequestGoesToTheLivePublisherAndOwesAnAnswerOnlyWhenOneIsAwaited() throws {

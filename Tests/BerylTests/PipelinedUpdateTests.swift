@@ -2,6 +2,7 @@ import Beryl
 import BerylDaemonKit
 import BerylSupervisor
 import BerylTestSupport
+import BerylWire
 import Dispatch
 import Foundation
 import Synchronization
@@ -87,8 +88,9 @@ private extension TwoStacksTestCase {
     }
 
     /// Each app's manager on stack 1 publishes its characteristic; one central on stack 0 subscribes to all four.
-    func publishAndSubscribe(_ apps: [Flooder]) async throws -> ([PeripheralManager], CentralManager, Collector) {
-        let managers = apps.map { PeripheralManager(delegate: $0, queue: DispatchQueue(label: "app"), socketPath: socket(1)) }
+    func publishAndSubscribe(_ apps: [Flooder], appIDs: [String?]? = nil) async throws -> ([PeripheralManager], CentralManager, Collector) {
+        let ids = appIDs ?? apps.map { _ in nil }
+        let managers = zip(apps, ids).map { PeripheralManager(delegate: $0, queue: DispatchQueue(label: "app"), appID: $1, socketPath: socket(1)) }
         for app in apps { XCTAssertNotNil(app.recorder.wait(for: "state poweredOn")) }
         try await publish(managers, apps)
         let collector = Collector()
@@ -191,5 +193,40 @@ final class PipelinedUpdateInstantLinkTests: TwoStacksTestCase {
 
     func testIndicationsOf20And244BytesLoseAndReorderNothing() async throws {
         try await floodBothLengths(.indicate, count: 80)
+    }
+
+    /// An app's values go to attd on its data channel while it is in the foreground and through managerd otherwise (its
+    /// grant revoked): four apps flooding while each goes to the background and back every few milliseconds still have
+    /// every value arrive once and in order (a value leaves one way only while none is on its way the other).
+    func testValuesKeepTheirOrderWhileTheirAppsKeepLeavingTheForegroundAndComingBack() async throws {
+        let apps = uuids.map { Flooder($0) }
+        let ids = uuids.map { "com.example.flooder.\($0)" }
+        let (managers, central, collector) = try await publishAndSubscribe(apps, appIDs: ids)
+        let control = try IPCClient(path: socket(1))
+        let flooding = Atomic<Bool>(true)
+        let switching = Task.detached {
+            var switches = 0
+            while flooding.load(ordering: .relaxed) {
+                for state in [Beryl_Ipc_V1_AppLifecycle.background, .foreground] {
+                    for id in ids {
+                        var request = Request()
+                        request.manager.setAppState = .with { $0.appID = id; $0.state = state }
+                        if (try? control.call(request)) != nil { switches += 1 }
+                    }
+                    try? await Task.sleep(for: .milliseconds(2))
+                }
+            }
+            return switches
+        }
+        await flood(managers, apps, collector, 0..<2000, mustBeRefused: false)
+        flooding.store(false, ordering: .relaxed)
+        let switches = await switching.value
+        XCTAssertGreaterThanOrEqual(switches, 16, "the apps went to the background and back while they flooded")
+        let attd = try IPCClient(path: "\(scratch.root)/run1/attd.sock")
+        let counters = try attd.call(.with { $0.getStatus = .init() }).status.dataPlane
+        XCTAssertGreaterThan(counters.channelValues, 0, "values went on the data channels: \(counters)")
+        XCTAssertGreaterThan(counters.publisherValues, 0, "and through managerd while their apps were in the background: \(counters)")
+        XCTAssertEqual(counters.channels, 4)
+        withExtendedLifetime((managers, central)) {}
     }
 }

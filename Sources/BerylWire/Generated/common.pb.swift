@@ -585,35 +585,110 @@ public nonisolated struct Beryl_Ipc_V1_ProcessInfo: Sendable {
   public init() {}
 }
 
-public nonisolated struct Beryl_Ipc_V1_Status: Sendable {
+public nonisolated struct Beryl_Ipc_V1_Status: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  public var daemon: String = String()
+  public var daemon: String {
+    get {_storage._daemon}
+    set {_uniqueStorage()._daemon = newValue}
+  }
 
-  public var version: String = String()
+  public var version: String {
+    get {_storage._version}
+    set {_uniqueStorage()._version = newValue}
+  }
 
-  public var pid: Int32 = 0
+  public var pid: Int32 {
+    get {_storage._pid}
+    set {_uniqueStorage()._pid = newValue}
+  }
 
-  public var state: Beryl_Ipc_V1_DaemonState = .unspecified
+  public var state: Beryl_Ipc_V1_DaemonState {
+    get {_storage._state}
+    set {_uniqueStorage()._state = newValue}
+  }
 
-  public var uptimeMs: UInt64 = 0
+  public var uptimeMs: UInt64 {
+    get {_storage._uptimeMs}
+    set {_uniqueStorage()._uptimeMs = newValue}
+  }
 
-  public var rssBytes: UInt64 = 0
+  public var rssBytes: UInt64 {
+    get {_storage._rssBytes}
+    set {_uniqueStorage()._rssBytes = newValue}
+  }
 
-  public var sessions: UInt32 = 0
+  public var sessions: UInt32 {
+    get {_storage._sessions}
+    set {_uniqueStorage()._sessions = newValue}
+  }
 
-  public var runtimeDir: String = String()
+  public var runtimeDir: String {
+    get {_storage._runtimeDir}
+    set {_uniqueStorage()._runtimeDir = newValue}
+  }
 
-  public var stateDir: String = String()
+  public var stateDir: String {
+    get {_storage._stateDir}
+    set {_uniqueStorage()._stateDir = newValue}
+  }
 
   /// Only the supervisor fills this: the daemons it keeps running.
-  public var children: [Beryl_Ipc_V1_ProcessInfo] = []
+  public var children: [Beryl_Ipc_V1_ProcessInfo] {
+    get {_storage._children}
+    set {_uniqueStorage()._children = newValue}
+  }
 
   /// The stack's daemons this one holds a working connection to, by name (attd: "hcid" once subscribed to its events;
   /// managerd: "hcid" and "attd"): what a client waiting for a daemon to be ready looks for.
-  public var attachedTo: [String] = []
+  public var attachedTo: [String] {
+    get {_storage._attachedTo}
+    set {_uniqueStorage()._attachedTo = newValue}
+  }
+
+  /// attd only: its apps' data channels since it started.
+  public var dataPlane: Beryl_Ipc_V1_DataPlaneCounters {
+    get {_storage._dataPlane ?? Beryl_Ipc_V1_DataPlaneCounters()}
+    set {_uniqueStorage()._dataPlane = newValue}
+  }
+  /// Returns true if `dataPlane` has been explicitly set.
+  public var hasDataPlane: Bool {_storage._dataPlane != nil}
+  /// Clears the value of `dataPlane`. Subsequent reads from it will return its default value.
+  public mutating func clearDataPlane() {_uniqueStorage()._dataPlane = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+/// What went on attd's data channels and what went through publishers (managerd) instead, since attd started.
+public nonisolated struct Beryl_Ipc_V1_DataPlaneCounters: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var channels: UInt32 = 0
+
+  /// Values (Notify) taken on data channels, and from publishers for an app (on_behalf_of set).
+  public var channelValues: UInt64 = 0
+
+  public var publisherValues: UInt64 = 0
+
+  /// Requests on data channels refused: the grant revoked, outside it, not a data operation.
+  public var refusedRevoked: UInt64 = 0
+
+  public var refusedOutsideGrant: UInt64 = 0
+
+  public var refusedNotData: UInt64 = 0
+
+  /// Peripheral notifications sent on apps' channels, and sent to managerd for apps (of an audience) it delivers to.
+  public var notificationsOnChannels: UInt64 = 0
+
+  public var notificationsToPublisher: UInt64 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -886,7 +961,154 @@ nonisolated extension Beryl_Ipc_V1_ProcessInfo: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Beryl_Ipc_V1_Status: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Status"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}daemon\0\u{1}version\0\u{1}pid\0\u{1}state\0\u{3}uptime_ms\0\u{3}rss_bytes\0\u{1}sessions\0\u{3}runtime_dir\0\u{3}state_dir\0\u{1}children\0\u{3}attached_to\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}daemon\0\u{1}version\0\u{1}pid\0\u{1}state\0\u{3}uptime_ms\0\u{3}rss_bytes\0\u{1}sessions\0\u{3}runtime_dir\0\u{3}state_dir\0\u{1}children\0\u{3}attached_to\0\u{3}data_plane\0")
+
+  fileprivate class _StorageClass {
+    var _daemon: String = String()
+    var _version: String = String()
+    var _pid: Int32 = 0
+    var _state: Beryl_Ipc_V1_DaemonState = .unspecified
+    var _uptimeMs: UInt64 = 0
+    var _rssBytes: UInt64 = 0
+    var _sessions: UInt32 = 0
+    var _runtimeDir: String = String()
+    var _stateDir: String = String()
+    var _children: [Beryl_Ipc_V1_ProcessInfo] = []
+    var _attachedTo: [String] = []
+    var _dataPlane: Beryl_Ipc_V1_DataPlaneCounters? = nil
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _daemon = source._daemon
+      _version = source._version
+      _pid = source._pid
+      _state = source._state
+      _uptimeMs = source._uptimeMs
+      _rssBytes = source._rssBytes
+      _sessions = source._sessions
+      _runtimeDir = source._runtimeDir
+      _stateDir = source._stateDir
+      _children = source._children
+      _attachedTo = source._attachedTo
+      _dataPlane = source._dataPlane
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularStringField(value: &_storage._daemon) }()
+        case 2: try { try decoder.decodeSingularStringField(value: &_storage._version) }()
+        case 3: try { try decoder.decodeSingularInt32Field(value: &_storage._pid) }()
+        case 4: try { try decoder.decodeSingularEnumField(value: &_storage._state) }()
+        case 5: try { try decoder.decodeSingularUInt64Field(value: &_storage._uptimeMs) }()
+        case 6: try { try decoder.decodeSingularUInt64Field(value: &_storage._rssBytes) }()
+        case 7: try { try decoder.decodeSingularUInt32Field(value: &_storage._sessions) }()
+        case 8: try { try decoder.decodeSingularStringField(value: &_storage._runtimeDir) }()
+        case 9: try { try decoder.decodeSingularStringField(value: &_storage._stateDir) }()
+        case 10: try { try decoder.decodeRepeatedMessageField(value: &_storage._children) }()
+        case 11: try { try decoder.decodeRepeatedStringField(value: &_storage._attachedTo) }()
+        case 12: try { try decoder.decodeSingularMessageField(value: &_storage._dataPlane) }()
+        default: break
+        }
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if !_storage._daemon.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._daemon, fieldNumber: 1)
+      }
+      if !_storage._version.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._version, fieldNumber: 2)
+      }
+      if _storage._pid != 0 {
+        try visitor.visitSingularInt32Field(value: _storage._pid, fieldNumber: 3)
+      }
+      if _storage._state != .unspecified {
+        try visitor.visitSingularEnumField(value: _storage._state, fieldNumber: 4)
+      }
+      if _storage._uptimeMs != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._uptimeMs, fieldNumber: 5)
+      }
+      if _storage._rssBytes != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._rssBytes, fieldNumber: 6)
+      }
+      if _storage._sessions != 0 {
+        try visitor.visitSingularUInt32Field(value: _storage._sessions, fieldNumber: 7)
+      }
+      if !_storage._runtimeDir.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._runtimeDir, fieldNumber: 8)
+      }
+      if !_storage._stateDir.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._stateDir, fieldNumber: 9)
+      }
+      if !_storage._children.isEmpty {
+        try visitor.visitRepeatedMessageField(value: _storage._children, fieldNumber: 10)
+      }
+      if !_storage._attachedTo.isEmpty {
+        try visitor.visitRepeatedStringField(value: _storage._attachedTo, fieldNumber: 11)
+      }
+      try { if let v = _storage._dataPlane {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+      } }()
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_Status, rhs: Beryl_Ipc_V1_Status) -> Bool {
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._daemon != rhs_storage._daemon {return false}
+        if _storage._version != rhs_storage._version {return false}
+        if _storage._pid != rhs_storage._pid {return false}
+        if _storage._state != rhs_storage._state {return false}
+        if _storage._uptimeMs != rhs_storage._uptimeMs {return false}
+        if _storage._rssBytes != rhs_storage._rssBytes {return false}
+        if _storage._sessions != rhs_storage._sessions {return false}
+        if _storage._runtimeDir != rhs_storage._runtimeDir {return false}
+        if _storage._stateDir != rhs_storage._stateDir {return false}
+        if _storage._children != rhs_storage._children {return false}
+        if _storage._attachedTo != rhs_storage._attachedTo {return false}
+        if _storage._dataPlane != rhs_storage._dataPlane {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_DataPlaneCounters: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".DataPlaneCounters"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}channels\0\u{3}channel_values\0\u{3}publisher_values\0\u{3}refused_revoked\0\u{3}refused_outside_grant\0\u{3}refused_not_data\0\u{3}notifications_on_channels\0\u{3}notifications_to_publisher\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -894,71 +1116,56 @@ nonisolated extension Beryl_Ipc_V1_Status: SwiftProtobuf.Message, SwiftProtobuf.
       // allocates stack space for every case branch when no optimizations are
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
-      case 1: try { try decoder.decodeSingularStringField(value: &self.daemon) }()
-      case 2: try { try decoder.decodeSingularStringField(value: &self.version) }()
-      case 3: try { try decoder.decodeSingularInt32Field(value: &self.pid) }()
-      case 4: try { try decoder.decodeSingularEnumField(value: &self.state) }()
-      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.uptimeMs) }()
-      case 6: try { try decoder.decodeSingularUInt64Field(value: &self.rssBytes) }()
-      case 7: try { try decoder.decodeSingularUInt32Field(value: &self.sessions) }()
-      case 8: try { try decoder.decodeSingularStringField(value: &self.runtimeDir) }()
-      case 9: try { try decoder.decodeSingularStringField(value: &self.stateDir) }()
-      case 10: try { try decoder.decodeRepeatedMessageField(value: &self.children) }()
-      case 11: try { try decoder.decodeRepeatedStringField(value: &self.attachedTo) }()
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.channels) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.channelValues) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.publisherValues) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.refusedRevoked) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.refusedOutsideGrant) }()
+      case 6: try { try decoder.decodeSingularUInt64Field(value: &self.refusedNotData) }()
+      case 7: try { try decoder.decodeSingularUInt64Field(value: &self.notificationsOnChannels) }()
+      case 8: try { try decoder.decodeSingularUInt64Field(value: &self.notificationsToPublisher) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    if !self.daemon.isEmpty {
-      try visitor.visitSingularStringField(value: self.daemon, fieldNumber: 1)
+    if self.channels != 0 {
+      try visitor.visitSingularUInt32Field(value: self.channels, fieldNumber: 1)
     }
-    if !self.version.isEmpty {
-      try visitor.visitSingularStringField(value: self.version, fieldNumber: 2)
+    if self.channelValues != 0 {
+      try visitor.visitSingularUInt64Field(value: self.channelValues, fieldNumber: 2)
     }
-    if self.pid != 0 {
-      try visitor.visitSingularInt32Field(value: self.pid, fieldNumber: 3)
+    if self.publisherValues != 0 {
+      try visitor.visitSingularUInt64Field(value: self.publisherValues, fieldNumber: 3)
     }
-    if self.state != .unspecified {
-      try visitor.visitSingularEnumField(value: self.state, fieldNumber: 4)
+    if self.refusedRevoked != 0 {
+      try visitor.visitSingularUInt64Field(value: self.refusedRevoked, fieldNumber: 4)
     }
-    if self.uptimeMs != 0 {
-      try visitor.visitSingularUInt64Field(value: self.uptimeMs, fieldNumber: 5)
+    if self.refusedOutsideGrant != 0 {
+      try visitor.visitSingularUInt64Field(value: self.refusedOutsideGrant, fieldNumber: 5)
     }
-    if self.rssBytes != 0 {
-      try visitor.visitSingularUInt64Field(value: self.rssBytes, fieldNumber: 6)
+    if self.refusedNotData != 0 {
+      try visitor.visitSingularUInt64Field(value: self.refusedNotData, fieldNumber: 6)
     }
-    if self.sessions != 0 {
-      try visitor.visitSingularUInt32Field(value: self.sessions, fieldNumber: 7)
+    if self.notificationsOnChannels != 0 {
+      try visitor.visitSingularUInt64Field(value: self.notificationsOnChannels, fieldNumber: 7)
     }
-    if !self.runtimeDir.isEmpty {
-      try visitor.visitSingularStringField(value: self.runtimeDir, fieldNumber: 8)
-    }
-    if !self.stateDir.isEmpty {
-      try visitor.visitSingularStringField(value: self.stateDir, fieldNumber: 9)
-    }
-    if !self.children.isEmpty {
-      try visitor.visitRepeatedMessageField(value: self.children, fieldNumber: 10)
-    }
-    if !self.attachedTo.isEmpty {
-      try visitor.visitRepeatedStringField(value: self.attachedTo, fieldNumber: 11)
+    if self.notificationsToPublisher != 0 {
+      try visitor.visitSingularUInt64Field(value: self.notificationsToPublisher, fieldNumber: 8)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  public static func ==(lhs: Beryl_Ipc_V1_Status, rhs: Beryl_Ipc_V1_Status) -> Bool {
-    if lhs.daemon != rhs.daemon {return false}
-    if lhs.version != rhs.version {return false}
-    if lhs.pid != rhs.pid {return false}
-    if lhs.state != rhs.state {return false}
-    if lhs.uptimeMs != rhs.uptimeMs {return false}
-    if lhs.rssBytes != rhs.rssBytes {return false}
-    if lhs.sessions != rhs.sessions {return false}
-    if lhs.runtimeDir != rhs.runtimeDir {return false}
-    if lhs.stateDir != rhs.stateDir {return false}
-    if lhs.children != rhs.children {return false}
-    if lhs.attachedTo != rhs.attachedTo {return false}
+  public static func ==(lhs: Beryl_Ipc_V1_DataPlaneCounters, rhs: Beryl_Ipc_V1_DataPlaneCounters) -> Bool {
+    if lhs.channels != rhs.channels {return false}
+    if lhs.channelValues != rhs.channelValues {return false}
+    if lhs.publisherValues != rhs.publisherValues {return false}
+    if lhs.refusedRevoked != rhs.refusedRevoked {return false}
+    if lhs.refusedOutsideGrant != rhs.refusedOutsideGrant {return false}
+    if lhs.refusedNotData != rhs.refusedNotData {return false}
+    if lhs.notificationsOnChannels != rhs.notificationsOnChannels {return false}
+    if lhs.notificationsToPublisher != rhs.notificationsToPublisher {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -277,6 +277,51 @@ void   beryl__ipc__v1__status__free_unpacked
   assert(message->base.descriptor == &beryl__ipc__v1__status__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   beryl__ipc__v1__data_plane_counters__init
+                     (Beryl__Ipc__V1__DataPlaneCounters         *message)
+{
+  static const Beryl__Ipc__V1__DataPlaneCounters init_value = BERYL__IPC__V1__DATA_PLANE_COUNTERS__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__data_plane_counters__get_packed_size
+                     (const Beryl__Ipc__V1__DataPlaneCounters *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__data_plane_counters__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__data_plane_counters__pack
+                     (const Beryl__Ipc__V1__DataPlaneCounters *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__data_plane_counters__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__data_plane_counters__pack_to_buffer
+                     (const Beryl__Ipc__V1__DataPlaneCounters *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__data_plane_counters__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__DataPlaneCounters *
+       beryl__ipc__v1__data_plane_counters__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__DataPlaneCounters *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__data_plane_counters__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__data_plane_counters__free_unpacked
+                     (Beryl__Ipc__V1__DataPlaneCounters *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__data_plane_counters__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   beryl__ipc__v1__set_log_level__init
                      (Beryl__Ipc__V1__SetLogLevel         *message)
 {
@@ -719,7 +764,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__process_info__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__process_info__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__status__field_descriptors[11] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__status__field_descriptors[12] =
 {
   {
     "daemon",
@@ -853,11 +898,24 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__status__field_descriptors[
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "data_plane",
+    12,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__Status, data_plane),
+    &beryl__ipc__v1__data_plane_counters__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__status__field_indices_by_name[] = {
   10,   /* field[10] = attached_to */
   9,   /* field[9] = children */
   0,   /* field[0] = daemon */
+  11,   /* field[11] = data_plane */
   2,   /* field[2] = pid */
   5,   /* field[5] = rss_bytes */
   7,   /* field[7] = runtime_dir */
@@ -870,7 +928,7 @@ static const unsigned beryl__ipc__v1__status__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__status__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 11 }
+  { 0, 12 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__status__descriptor =
 {
@@ -880,11 +938,140 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__status__descriptor =
   "Beryl__Ipc__V1__Status",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__Status),
-  11,
+  12,
   beryl__ipc__v1__status__field_descriptors,
   beryl__ipc__v1__status__field_indices_by_name,
   1,  beryl__ipc__v1__status__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__status__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__data_plane_counters__field_descriptors[8] =
+{
+  {
+    "channels",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataPlaneCounters, channels),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "channel_values",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataPlaneCounters, channel_values),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "publisher_values",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataPlaneCounters, publisher_values),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "refused_revoked",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataPlaneCounters, refused_revoked),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "refused_outside_grant",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataPlaneCounters, refused_outside_grant),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "refused_not_data",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataPlaneCounters, refused_not_data),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "notifications_on_channels",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataPlaneCounters, notifications_on_channels),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "notifications_to_publisher",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataPlaneCounters, notifications_to_publisher),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__data_plane_counters__field_indices_by_name[] = {
+  1,   /* field[1] = channel_values */
+  0,   /* field[0] = channels */
+  6,   /* field[6] = notifications_on_channels */
+  7,   /* field[7] = notifications_to_publisher */
+  2,   /* field[2] = publisher_values */
+  5,   /* field[5] = refused_not_data */
+  4,   /* field[4] = refused_outside_grant */
+  3,   /* field[3] = refused_revoked */
+};
+static const ProtobufCIntRange beryl__ipc__v1__data_plane_counters__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 8 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__data_plane_counters__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.DataPlaneCounters",
+  "DataPlaneCounters",
+  "Beryl__Ipc__V1__DataPlaneCounters",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__DataPlaneCounters),
+  8,
+  beryl__ipc__v1__data_plane_counters__field_descriptors,
+  beryl__ipc__v1__data_plane_counters__field_indices_by_name,
+  1,  beryl__ipc__v1__data_plane_counters__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__data_plane_counters__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor beryl__ipc__v1__set_log_level__field_descriptors[1] =

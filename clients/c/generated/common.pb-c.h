@@ -21,6 +21,7 @@ typedef struct Beryl__Ipc__V1__Pong Beryl__Ipc__V1__Pong;
 typedef struct Beryl__Ipc__V1__GetStatus Beryl__Ipc__V1__GetStatus;
 typedef struct Beryl__Ipc__V1__ProcessInfo Beryl__Ipc__V1__ProcessInfo;
 typedef struct Beryl__Ipc__V1__Status Beryl__Ipc__V1__Status;
+typedef struct Beryl__Ipc__V1__DataPlaneCounters Beryl__Ipc__V1__DataPlaneCounters;
 typedef struct Beryl__Ipc__V1__SetLogLevel Beryl__Ipc__V1__SetLogLevel;
 typedef struct Beryl__Ipc__V1__Ack Beryl__Ipc__V1__Ack;
 
@@ -299,10 +300,43 @@ struct  Beryl__Ipc__V1__Status
    */
   size_t n_attached_to;
   char **attached_to;
+  /*
+   * attd only: its apps' data channels since it started.
+   */
+  Beryl__Ipc__V1__DataPlaneCounters *data_plane;
 };
 #define BERYL__IPC__V1__STATUS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__status__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, BERYL__IPC__V1__DAEMON_STATE__DAEMON_STATE_UNSPECIFIED, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, 0,NULL }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, BERYL__IPC__V1__DAEMON_STATE__DAEMON_STATE_UNSPECIFIED, 0, 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, 0,NULL, NULL }
+
+
+/*
+ * What went on attd's data channels and what went through publishers (managerd) instead, since attd started.
+ */
+struct  Beryl__Ipc__V1__DataPlaneCounters
+{
+  ProtobufCMessage base;
+  uint32_t channels;
+  /*
+   * Values (Notify) taken on data channels, and from publishers for an app (on_behalf_of set).
+   */
+  uint64_t channel_values;
+  uint64_t publisher_values;
+  /*
+   * Requests on data channels refused: the grant revoked, outside it, not a data operation.
+   */
+  uint64_t refused_revoked;
+  uint64_t refused_outside_grant;
+  uint64_t refused_not_data;
+  /*
+   * Peripheral notifications sent on apps' channels, and sent to managerd for apps (of an audience) it delivers to.
+   */
+  uint64_t notifications_on_channels;
+  uint64_t notifications_to_publisher;
+};
+#define BERYL__IPC__V1__DATA_PLANE_COUNTERS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__data_plane_counters__descriptor) \
+    , 0, 0, 0, 0, 0, 0, 0, 0 }
 
 
 /*
@@ -441,6 +475,25 @@ Beryl__Ipc__V1__Status *
 void   beryl__ipc__v1__status__free_unpacked
                      (Beryl__Ipc__V1__Status *message,
                       ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__DataPlaneCounters methods */
+void   beryl__ipc__v1__data_plane_counters__init
+                     (Beryl__Ipc__V1__DataPlaneCounters         *message);
+size_t beryl__ipc__v1__data_plane_counters__get_packed_size
+                     (const Beryl__Ipc__V1__DataPlaneCounters   *message);
+size_t beryl__ipc__v1__data_plane_counters__pack
+                     (const Beryl__Ipc__V1__DataPlaneCounters   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__data_plane_counters__pack_to_buffer
+                     (const Beryl__Ipc__V1__DataPlaneCounters   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__DataPlaneCounters *
+       beryl__ipc__v1__data_plane_counters__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__data_plane_counters__free_unpacked
+                     (Beryl__Ipc__V1__DataPlaneCounters *message,
+                      ProtobufCAllocator *allocator);
 /* Beryl__Ipc__V1__SetLogLevel methods */
 void   beryl__ipc__v1__set_log_level__init
                      (Beryl__Ipc__V1__SetLogLevel         *message);
@@ -499,6 +552,9 @@ typedef void (*Beryl__Ipc__V1__ProcessInfo_Closure)
 typedef void (*Beryl__Ipc__V1__Status_Closure)
                  (const Beryl__Ipc__V1__Status *message,
                   void *closure_data);
+typedef void (*Beryl__Ipc__V1__DataPlaneCounters_Closure)
+                 (const Beryl__Ipc__V1__DataPlaneCounters *message,
+                  void *closure_data);
 typedef void (*Beryl__Ipc__V1__SetLogLevel_Closure)
                  (const Beryl__Ipc__V1__SetLogLevel *message,
                   void *closure_data);
@@ -524,6 +580,7 @@ extern const ProtobufCMessageDescriptor beryl__ipc__v1__pong__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__get_status__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__process_info__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__status__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__data_plane_counters__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__set_log_level__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__ack__descriptor;
 
