@@ -83,6 +83,12 @@ final class ManagerSession: Sendable {
         return plane.channel
     }
 
+    /// The data channel of the current session, live or not (a request sent on it while it was live is answered there).
+    var currentDataChannel: Channel? {
+        guard let plane = data.withLock({ $0 }), plane.session === channel else { return nil }
+        return plane.channel
+    }
+
     /// attd refused a value on the data channel as outside its grant or revoked: managerd carries the app's values
     /// until attd says the grant is live again.
     func dataGrantRefused() { dataLive.store(false, ordering: .relaxed) }

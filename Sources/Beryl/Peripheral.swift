@@ -56,6 +56,37 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         var services: [Service]?
         var writes = WriteQueue(limit: Peripheral.writeQueueLimit, fullOwesReady: true)
         var writeCompletions: [UInt64: @Sendable (Result<Void, BerylError>) -> Void] = [:]
+        /// Which way each GATT request goes (the data channel or managerd), never both at once.
+        var paths = GattPaths<GattRequest>()
+    }
+
+    /// One GATT operation of the app's and who hears its answer.
+    struct GattRequest: Sendable {
+        let operation: Beryl_Ipc_V1_GattOperation
+        let completion: @Sendable (Result<Beryl_Ipc_V1_GattResult, BerylError>) -> Void
+
+        /// The data channel carries reads and writes with response (a signed write is one without response).
+        var dataCapable: Bool {
+            switch operation.kind {
+            case .read?: true
+            case .write(let write)?: !write.withoutResponse
+            default: false
+            }
+        }
+
+        /// attd's request for it on the data channel, naming the peripheral by its identifier.
+        var onDataChannel: Request {
+            .with {
+                switch operation.kind {
+                case .read(let read)?:
+                    $0.att.gattRead = .with { $0.peripheral = operation.peripheral; $0.handle = read.handle }
+                case .write(let write)?:
+                    $0.att.gattWrite = .with { $0.peripheral = operation.peripheral; $0.handle = write.handle; $0.value = write.value }
+                default:
+                    break
+                }
+            }
+        }
     }
     /// The writes without response taken before canSendWriteWithoutResponse says false. They leave at once, without
     /// waiting for one another's answers, and keep their order (OrderedSendQueue).
@@ -133,8 +164,53 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         var operation = Beryl_Ipc_V1_GattOperation()
         operation.peripheral = identifierString
         build(&operation)
-        central.channel.request(.manager { $0.gatt = operation }) { result in
-            completion(result.map { $0.manager.gatt })
+        let request = GattRequest(operation: operation, completion: completion)
+        let live = central.session.liveDataChannel != nil
+        // Chosen and sent under one lock, as the writes are: requests leave in the order the paths let them.
+        shared.withLock { state in
+            guard let way = state.paths.send(request, dataCapable: request.dataCapable, live: live) else { return }
+            send([(request, way)], central: central)
+        }
+    }
+
+    /// Sends requests the way GattPaths chose (call under `shared`'s lock; answers come later, on the session's queue).
+    private func send(_ going: [(request: GattRequest, way: GattPaths<GattRequest>.Way)], central: CentralManager) {
+        for (request, way) in going {
+            switch way {
+            case .managerd:
+                central.channel.request(.manager { $0.gatt = request.operation }) { [weak self] result in
+                    self?.gattAnswered(request, on: .managerd, result.map { $0.manager.gatt }, refused: false)
+                }
+            case .dataChannel:
+                guard let data = central.session.currentDataChannel else {
+                    // The channel went (attd restarted): the request goes again through managerd, in its turn.
+                    central.channel.queue.async { [weak self] in self?.gattAnswered(request, on: .dataChannel, nil, refused: true) }
+                    continue
+                }
+                data.wireRequests([(request.onDataChannel, { @Sendable [weak self] result in
+                    // Refused by the grant (or the channel went): it goes again through managerd. Outside the grant is
+                    // this request's alone (a link managerd had not granted yet when the app heard of it); revoked is
+                    // the app's, until attd says the grant is live again.
+                    let refused: Bool = switch result {
+                    case .failure(.remote(_, _, _, let detail)): detail.grantReason == .revoked || detail.grantReason == .outsideGrant
+                    case .failure(.closed): true
+                    default: false
+                    }
+                    if case .failure(.remote(_, _, _, let detail)) = result, detail.grantReason == .revoked { central.session.dataGrantRefused() }
+                    let answer = result.map { response in Beryl_Ipc_V1_GattResult.with { $0.value = response.att.gattValue.value } }
+                    self?.gattAnswered(request, on: .dataChannel, answer.mapError(BerylError.init), refused: refused)
+                })])
+            }
+        }
+    }
+
+    private func gattAnswered(_ request: GattRequest, on way: GattPaths<GattRequest>.Way, _ result: Result<Beryl_Ipc_V1_GattResult, BerylError>?,
+                              refused: Bool) {
+        if !refused, let result { request.completion(result) }
+        guard let central = manager.value else { return }
+        let live = central.session.liveDataChannel != nil
+        shared.withLock { state in
+            send(state.paths.answered(on: way, refused: refused ? request : nil, live: live), central: central)
         }
     }
 

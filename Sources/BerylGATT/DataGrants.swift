@@ -47,6 +47,8 @@ public struct DataGrants: Sendable {
     }
 
     private var channels: [SessionID: Channel] = [:]
+    /// The links each app holds as central.
+    private var heldLinks: [UpdateSender: Set<UInt16>] = [:]
     private var channelOfApp: [UpdateSender: SessionID] = [:]
     private var names: [UInt16: String] = [:]
     private var audiences: [ValueKey: Audience] = [:]
@@ -71,6 +73,7 @@ public struct DataGrants: Sendable {
             if channelOfApp[channel.app] == session { channelOfApp[channel.app] = nil }
             return []
         }
+        heldLinks = heldLinks.filter { $0.key.publisher != session }
         let opened = channels.filter { $0.value.app.publisher == session }.map(\.key).sorted()
         for id in opened { _ = sessionClosed(id) }
         audiences = audiences.filter { $0.value.publisher != session }
@@ -114,6 +117,20 @@ public struct DataGrants: Sendable {
         return names.filter { wanted.contains($0.value) }.map(\.key).sorted()
     }
 
+    /// The links the app holds as central now (managerd's word), replacing what it held before.
+    public mutating func setLinks(_ links: Set<UInt16>, heldBy app: UpdateSender) {
+        heldLinks[app] = links.isEmpty ? nil : links
+    }
+
+    /// The link to the peripheral the app names, when the app holds it.
+    public func link(to peripheral: String, heldBy app: UpdateSender) -> Result<UInt16, Refusal> {
+        let wanted = peripheral.uppercased()
+        guard let link = names.first(where: { $0.value == wanted })?.key, heldLinks[app]?.contains(link) == true else {
+            return .failure(.outsideGrant("this app holds no link to \(peripheral)"))
+        }
+        return .success(link)
+    }
+
     /// Which apps of `publisher` hear the value on the link, and whether others (that are no running app) do too;
     /// no apps forgets it (the publisher delivers to its own audience).
     public mutating func setAudience(_ apps: [UInt64], others: Bool, of valueHandle: UInt16, on link: UInt16, peripheral: String, publisher: PublisherID) {
@@ -123,6 +140,7 @@ public struct DataGrants: Sendable {
 
     public mutating func linkClosed(_ link: UInt16) {
         names[link] = nil
+        for app in heldLinks.keys { heldLinks[app]?.remove(link) }
         audiences = audiences.filter { $0.key.link != link }
     }
 

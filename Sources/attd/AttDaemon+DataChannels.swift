@@ -27,6 +27,10 @@ extension AttDaemon {
             }
             grants.name(link, links[link] == nil ? "" : name.identifier)
             incoming.respond(.with { $0.ack = .init() })
+        case .setGrantLinks(let held):
+            let links = Set(held.connectionHandles.compactMap { UInt16(exactly: $0) }.filter { self.links[$0] != nil })
+            grants.setLinks(links, heldBy: UpdateSender(publisher: session.id, onBehalfOf: held.onBehalfOf))
+            incoming.respond(.with { $0.ack = .init() })
         case .notificationAudience(let audience):
             guard let link = UInt16(exactly: audience.connectionHandle), let valueHandle = UInt16(exactly: audience.valueHandle), valueHandle > 0 else {
                 incoming.fail(.invalidArgument, "a link and value handle of 16 bits, the value handle not 0", field: "value_handle")
@@ -65,14 +69,42 @@ extension AttDaemon {
 
     /// A request on a data channel: only what the grant allows, for the channel's own app.
     func handleDataRequest(_ kind: Beryl_Ipc_V1_AttRequest.OneOf_Kind?, on channel: IPCSession, _ incoming: IncomingRequest) {
-        guard case .notify(var notify)? = kind else {
+        let app: UpdateSender
+        switch (kind, grants.admit(channel.id)) {
+        case (.notify?, .success(let admitted)), (.gattRead?, .success(let admitted)), (.gattWrite?, .success(let admitted)):
+            app = admitted
+        case (.notify?, .failure(let refusal)), (.gattRead?, .failure(let refusal)), (.gattWrite?, .failure(let refusal)):
+            return fail(incoming, refusal)
+        default:
             return fail(incoming, .notADataOperation)
         }
-        let app: UpdateSender
-        switch grants.admit(channel.id) {
-        case .success(let admitted): app = admitted
-        case .failure(let refusal): return fail(incoming, refusal)
+        switch kind {
+        case .gattRead(var read)?:
+            switch grants.link(to: read.peripheral, heldBy: app) {
+            case .success(let link): read.connectionHandle = UInt32(link)
+            case .failure(let refusal): return fail(incoming, refusal, field: "peripheral")
+            }
+            dataPlane.channelReads += 1
+            _ = handleClientRequest(.gattRead(read), incoming)
+        case .gattWrite(var write)?:
+            // A write without response is paced per sender with its ready events, which go through managerd for now.
+            guard !write.withoutResponse else { return fail(incoming, .notADataOperation, field: "without_response") }
+            switch grants.link(to: write.peripheral, heldBy: app) {
+            case .success(let link): write.connectionHandle = UInt32(link)
+            case .failure(let refusal): return fail(incoming, refusal, field: "peripheral")
+            }
+            write.onBehalfOf = app.onBehalfOf
+            dataPlane.channelWrites += 1
+            _ = handleClientRequest(.gattWrite(write), incoming)
+        case .notify(let notify)?:
+            notifyFromChannel(notify, app: app, incoming)
+        default:
+            fail(incoming, .notADataOperation)
         }
+    }
+
+    private func notifyFromChannel(_ notify: Beryl_Ipc_V1_Notify, app: UpdateSender, _ incoming: IncomingRequest) {
+        var notify = notify
         guard let valueHandle = UInt16(exactly: notify.valueHandle), router.owns(valueHandle, for: app) else {
             return fail(incoming, .outsideGrant("handle \(notify.valueHandle) is not a value of this app's services"), field: "value_handle")
         }

@@ -61,7 +61,7 @@ extension AttDaemon {
             return handleClientRequest(request.kind!, incoming)
         case .pair?, .pairingAnswer?, .listBonds?, .removeBond?, .getPrivateAddress?, .setLinkPairing?:
             return handleSecurityRequest(request.kind!, incoming)
-        case .openDataChannel?, .setDataGrant?, .nameLink?, .notificationAudience?:
+        case .openDataChannel?, .setDataGrant?, .nameLink?, .notificationAudience?, .setGrantLinks?:
             handleGrantRequest(request.kind!, from: session, incoming)
         case nil:
             incoming.fail(.unknownMessage, "empty ATT request")

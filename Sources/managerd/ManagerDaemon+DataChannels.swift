@@ -47,13 +47,27 @@ extension ManagerDaemon {
     /// attd closes the channel when it hears the session's sender is gone (ForgetSender).
     func dataChannelSessionClosed(_ session: UInt64) {
         dataGrants[session] = nil
+        heldLinksTold[session] = nil
         refreshAudiences()
+        syncHeldLinks()
+    }
+
+    /// attd hears which links each app with a channel holds as central, on which its reads and writes may go.
+    func syncHeldLinks() {
+        guard let attd else { return }
+        for session in dataGrants.keys.sorted() {
+            let held = Set(book.links.values.filter { $0.isCentral && $0.holders.contains { $0.holder == .session(session) } }.map(\.handle))
+            guard heldLinksTold[session, default: []] != held else { continue }
+            heldLinksTold[session] = held
+            attd.request(.with { $0.att.setGrantLinks = .with { $0.onBehalfOf = session; $0.connectionHandles = held.sorted().map(UInt32.init) } })
+        }
     }
 
     /// attd restarted: its channels are gone; apps keep their data on managerd until they open a new session.
     func dataChannelsLost() {
         dataGrants.removeAll()
         audiencesTold.removeAll()
+        heldLinksTold.removeAll()
     }
 
     /// Tells attd the identifier of a link's peer, which apps name centrals by; asked when managerd learns the link and

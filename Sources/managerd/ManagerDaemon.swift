@@ -52,6 +52,8 @@ final class ManagerDaemon {
     var dataGrants: [UInt64: Bool] = [:]
     /// The audiences attd was told, by peripheral value.
     var audiencesTold: [AudienceKey: Beryl_Ipc_V1_NotificationAudience] = [:]
+    /// The links attd was told each app with a channel holds as central.
+    var heldLinksTold: [UInt64: Set<UInt16>] = [:]
     /// The controller's identity is hcid's static random address (it has no public one): apps advertise, scan and
     /// connect with it (own address type random) rather than as 00:00:00:00:00:00.
     var identityIsRandom: Bool { identity?.type.isRandom ?? false }
@@ -298,6 +300,7 @@ final class ManagerDaemon {
     private func linkChanged(_ link: LinkEvent, stackFailed: Bool = false) {
         let madeKnown = linkEvent(link, stackFailed: stackFailed)
         applyLab(lab.linkEvent(link, madeKnown: madeKnown, book: book))
+        syncHeldLinks()
         switch link {
         case .connected(let handle, _, _): nameLink(handle)
         case .disconnected(let handle, _):
@@ -381,6 +384,7 @@ final class ManagerDaemon {
         }
         // Who holds which link and hears which value may have changed (a connection cancelled, a manager restored).
         refreshAudiences()
+        syncHeldLinks()
         return true
     }
 

@@ -83,8 +83,11 @@ final class DataChannelGrantTests: XCTestCase {
         XCTAssertEqual(refusal(other, notify(valueHandle))?.1, .outsideGrant, "another app's value is outside the grant")
         XCTAssertEqual(refusal(channel, notify(0xFFF0))?.1, .outsideGrant, "a handle no service of the app has")
         var read = Request()
-        read.att.gattRead = .with { $0.connectionHandle = 0x40; $0.handle = valueHandle }
-        XCTAssertEqual(refusal(channel, read)?.1, .notADataOperation, "a data channel carries values, not a client's requests")
+        read.att.gattRead = .with { $0.peripheral = "F0F0F0F0-0000-4000-8000-000000000001"; $0.handle = valueHandle }
+        XCTAssertEqual(refusal(channel, read)?.1, .outsideGrant, "a read on a link the app does not hold")
+        var discover = Request()
+        discover.att.gattDiscover = .with { $0.connectionHandle = 0x40 }
+        XCTAssertEqual(refusal(channel, discover)?.1, .notADataOperation, "a data channel carries values, not discoveries")
         var publishing = Request()
         publishing.att.publishService.service = .with { $0.uuid = "FFF0"; $0.primary = true }
         XCTAssertEqual(refusal(channel, publishing)?.1, .notADataOperation, "nor a publisher's")
@@ -105,7 +108,7 @@ final class DataChannelGrantTests: XCTestCase {
         let attd = try IPCClient(path: scratch.paths.socket("attd"))
         let counters = try attd.call(.with { $0.getStatus = .init() }).status.dataPlane
         XCTAssertEqual([counters.channels, UInt32(counters.refusedRevoked), UInt32(counters.refusedOutsideGrant), UInt32(counters.refusedNotData)],
-                       [2, 1, 3, 3], "attd's status counts the channels and each refusal: \(counters)")
+                       [2, 1, 4, 3], "attd's status counts the channels and each refusal: \(counters)")
         XCTAssertEqual([counters.channelValues, counters.publisherValues], [2, 1], "values taken on channels and from managerd for an app")
 
         // The app's session with managerd ends: attd closes the channel with it.

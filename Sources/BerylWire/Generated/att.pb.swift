@@ -564,6 +564,9 @@ public nonisolated struct Beryl_Ipc_V1_GattRead: Sendable {
 
   public var handle: UInt32 = 0
 
+  /// On a data channel, the peripheral by the identifier managerd gave it (NameLink), instead of its link.
+  public var peripheral: String = String()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -681,6 +684,9 @@ public nonisolated struct Beryl_Ipc_V1_GattWrite: Sendable {
   public var readySeen: UInt32 = 0
 
   public var onBehalfOf: UInt64 = 0
+
+  /// On a data channel, the peripheral by the identifier managerd gave it (NameLink), instead of its link.
+  public var peripheral: String = String()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -896,6 +902,22 @@ public nonisolated struct Beryl_Ipc_V1_NotificationAudience: Sendable {
 
   /// Listeners that are not running apps (preserved managers) hear it too: every notification also goes to managerd.
   public var others: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// managerd → attd: the links an app holds as central (Core Bluetooth's connections are per app), which its data
+/// channel may read and write on. Replaces what was said before.
+public nonisolated struct Beryl_Ipc_V1_SetGrantLinks: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var onBehalfOf: UInt64 = 0
+
+  public var connectionHandles: [UInt32] = []
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1432,6 +1454,14 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     set {kind = .notificationAudience(newValue)}
   }
 
+  public var setGrantLinks: Beryl_Ipc_V1_SetGrantLinks {
+    get {
+      if case .setGrantLinks(let v)? = kind {return v}
+      return Beryl_Ipc_V1_SetGrantLinks()
+    }
+    set {kind = .setGrantLinks(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1459,6 +1489,7 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     case setDataGrant(Beryl_Ipc_V1_SetDataGrant)
     case nameLink(Beryl_Ipc_V1_NameLink)
     case notificationAudience(Beryl_Ipc_V1_NotificationAudience)
+    case setGrantLinks(Beryl_Ipc_V1_SetGrantLinks)
 
   }
 
@@ -2682,7 +2713,7 @@ nonisolated extension Beryl_Ipc_V1_GattDatabase: SwiftProtobuf.Message, SwiftPro
 
 nonisolated extension Beryl_Ipc_V1_GattRead: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GattRead"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}handle\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}handle\0\u{1}peripheral\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2692,6 +2723,7 @@ nonisolated extension Beryl_Ipc_V1_GattRead: SwiftProtobuf.Message, SwiftProtobu
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
       default: break
       }
     }
@@ -2704,12 +2736,16 @@ nonisolated extension Beryl_Ipc_V1_GattRead: SwiftProtobuf.Message, SwiftProtobu
     if self.handle != 0 {
       try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 2)
     }
+    if !self.peripheral.isEmpty {
+      try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 3)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_GattRead, rhs: Beryl_Ipc_V1_GattRead) -> Bool {
     if lhs.connectionHandle != rhs.connectionHandle {return false}
     if lhs.handle != rhs.handle {return false}
+    if lhs.peripheral != rhs.peripheral {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2927,7 +2963,7 @@ nonisolated extension Beryl_Ipc_V1_GattReliableWrite: SwiftProtobuf.Message, Swi
 
 nonisolated extension Beryl_Ipc_V1_GattWrite: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GattWrite"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}handle\0\u{1}value\0\u{3}without_response\0\u{1}signed\0\u{1}ordered\0\u{3}ready_seen\0\u{3}on_behalf_of\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}handle\0\u{1}value\0\u{3}without_response\0\u{1}signed\0\u{1}ordered\0\u{3}ready_seen\0\u{3}on_behalf_of\0\u{1}peripheral\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2943,6 +2979,7 @@ nonisolated extension Beryl_Ipc_V1_GattWrite: SwiftProtobuf.Message, SwiftProtob
       case 6: try { try decoder.decodeSingularBoolField(value: &self.ordered) }()
       case 7: try { try decoder.decodeSingularUInt32Field(value: &self.readySeen) }()
       case 8: try { try decoder.decodeSingularUInt64Field(value: &self.onBehalfOf) }()
+      case 9: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
       default: break
       }
     }
@@ -2973,6 +3010,9 @@ nonisolated extension Beryl_Ipc_V1_GattWrite: SwiftProtobuf.Message, SwiftProtob
     if self.onBehalfOf != 0 {
       try visitor.visitSingularUInt64Field(value: self.onBehalfOf, fieldNumber: 8)
     }
+    if !self.peripheral.isEmpty {
+      try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 9)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2985,6 +3025,7 @@ nonisolated extension Beryl_Ipc_V1_GattWrite: SwiftProtobuf.Message, SwiftProtob
     if lhs.ordered != rhs.ordered {return false}
     if lhs.readySeen != rhs.readySeen {return false}
     if lhs.onBehalfOf != rhs.onBehalfOf {return false}
+    if lhs.peripheral != rhs.peripheral {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3439,6 +3480,41 @@ nonisolated extension Beryl_Ipc_V1_NotificationAudience: SwiftProtobuf.Message, 
     if lhs.peripheral != rhs.peripheral {return false}
     if lhs.apps != rhs.apps {return false}
     if lhs.others != rhs.others {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_SetGrantLinks: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SetGrantLinks"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}on_behalf_of\0\u{3}connection_handles\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.onBehalfOf) }()
+      case 2: try { try decoder.decodeRepeatedUInt32Field(value: &self.connectionHandles) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.onBehalfOf != 0 {
+      try visitor.visitSingularUInt64Field(value: self.onBehalfOf, fieldNumber: 1)
+    }
+    if !self.connectionHandles.isEmpty {
+      try visitor.visitPackedUInt32Field(value: self.connectionHandles, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_SetGrantLinks, rhs: Beryl_Ipc_V1_SetGrantLinks) -> Bool {
+    if lhs.onBehalfOf != rhs.onBehalfOf {return false}
+    if lhs.connectionHandles != rhs.connectionHandles {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -4056,7 +4132,7 @@ nonisolated extension Beryl_Ipc_V1_PrivateAddress: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0\u{3}gatt_discover\0\u{3}gatt_read\0\u{3}gatt_write\0\u{3}gatt_subscribe\0\u{3}gatt_read_multiple\0\u{3}gatt_read_by_type\0\u{3}gatt_reliable_write\0\u{1}pair\0\u{3}pairing_answer\0\u{3}list_bonds\0\u{3}remove_bond\0\u{3}get_private_address\0\u{3}set_link_pairing\0\u{3}forget_sender\0\u{3}open_data_channel\0\u{3}set_data_grant\0\u{3}name_link\0\u{3}notification_audience\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0\u{3}gatt_discover\0\u{3}gatt_read\0\u{3}gatt_write\0\u{3}gatt_subscribe\0\u{3}gatt_read_multiple\0\u{3}gatt_read_by_type\0\u{3}gatt_reliable_write\0\u{1}pair\0\u{3}pairing_answer\0\u{3}list_bonds\0\u{3}remove_bond\0\u{3}get_private_address\0\u{3}set_link_pairing\0\u{3}forget_sender\0\u{3}open_data_channel\0\u{3}set_data_grant\0\u{3}name_link\0\u{3}notification_audience\0\u{3}set_grant_links\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4376,6 +4452,19 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
           self.kind = .notificationAudience(v)
         }
       }()
+      case 25: try {
+        var v: Beryl_Ipc_V1_SetGrantLinks?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .setGrantLinks(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .setGrantLinks(v)
+        }
+      }()
       default: break
       }
     }
@@ -4482,6 +4571,10 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
     case .notificationAudience?: try {
       guard case .notificationAudience(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 24)
+    }()
+    case .setGrantLinks?: try {
+      guard case .setGrantLinks(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 25)
     }()
     case nil: break
     }

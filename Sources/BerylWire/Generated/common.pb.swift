@@ -690,6 +690,11 @@ public nonisolated struct Beryl_Ipc_V1_DataPlaneCounters: Sendable {
 
   public var notificationsToPublisher: UInt64 = 0
 
+  /// A central app's reads and writes (with response) taken on data channels.
+  public var channelReads: UInt64 = 0
+
+  public var channelWrites: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1108,7 +1113,7 @@ nonisolated extension Beryl_Ipc_V1_Status: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Beryl_Ipc_V1_DataPlaneCounters: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".DataPlaneCounters"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}channels\0\u{3}channel_values\0\u{3}publisher_values\0\u{3}refused_revoked\0\u{3}refused_outside_grant\0\u{3}refused_not_data\0\u{3}notifications_on_channels\0\u{3}notifications_to_publisher\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}channels\0\u{3}channel_values\0\u{3}publisher_values\0\u{3}refused_revoked\0\u{3}refused_outside_grant\0\u{3}refused_not_data\0\u{3}notifications_on_channels\0\u{3}notifications_to_publisher\0\u{3}channel_reads\0\u{3}channel_writes\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1124,6 +1129,8 @@ nonisolated extension Beryl_Ipc_V1_DataPlaneCounters: SwiftProtobuf.Message, Swi
       case 6: try { try decoder.decodeSingularUInt64Field(value: &self.refusedNotData) }()
       case 7: try { try decoder.decodeSingularUInt64Field(value: &self.notificationsOnChannels) }()
       case 8: try { try decoder.decodeSingularUInt64Field(value: &self.notificationsToPublisher) }()
+      case 9: try { try decoder.decodeSingularUInt64Field(value: &self.channelReads) }()
+      case 10: try { try decoder.decodeSingularUInt64Field(value: &self.channelWrites) }()
       default: break
       }
     }
@@ -1154,6 +1161,12 @@ nonisolated extension Beryl_Ipc_V1_DataPlaneCounters: SwiftProtobuf.Message, Swi
     if self.notificationsToPublisher != 0 {
       try visitor.visitSingularUInt64Field(value: self.notificationsToPublisher, fieldNumber: 8)
     }
+    if self.channelReads != 0 {
+      try visitor.visitSingularUInt64Field(value: self.channelReads, fieldNumber: 9)
+    }
+    if self.channelWrites != 0 {
+      try visitor.visitSingularUInt64Field(value: self.channelWrites, fieldNumber: 10)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1166,6 +1179,8 @@ nonisolated extension Beryl_Ipc_V1_DataPlaneCounters: SwiftProtobuf.Message, Swi
     if lhs.refusedNotData != rhs.refusedNotData {return false}
     if lhs.notificationsOnChannels != rhs.notificationsOnChannels {return false}
     if lhs.notificationsToPublisher != rhs.notificationsToPublisher {return false}
+    if lhs.channelReads != rhs.channelReads {return false}
+    if lhs.channelWrites != rhs.channelWrites {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

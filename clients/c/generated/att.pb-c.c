@@ -1897,6 +1897,51 @@ void   beryl__ipc__v1__notification_audience__free_unpacked
   assert(message->base.descriptor == &beryl__ipc__v1__notification_audience__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   beryl__ipc__v1__set_grant_links__init
+                     (Beryl__Ipc__V1__SetGrantLinks         *message)
+{
+  static const Beryl__Ipc__V1__SetGrantLinks init_value = BERYL__IPC__V1__SET_GRANT_LINKS__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__set_grant_links__get_packed_size
+                     (const Beryl__Ipc__V1__SetGrantLinks *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__set_grant_links__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__set_grant_links__pack
+                     (const Beryl__Ipc__V1__SetGrantLinks *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__set_grant_links__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__set_grant_links__pack_to_buffer
+                     (const Beryl__Ipc__V1__SetGrantLinks *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__set_grant_links__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__SetGrantLinks *
+       beryl__ipc__v1__set_grant_links__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__SetGrantLinks *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__set_grant_links__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__set_grant_links__free_unpacked
+                     (Beryl__Ipc__V1__SetGrantLinks *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__set_grant_links__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   beryl__ipc__v1__data_grant_changed__init
                      (Beryl__Ipc__V1__DataGrantChanged         *message)
 {
@@ -4263,7 +4308,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_database__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__gatt_database__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_read__field_descriptors[2] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_read__field_descriptors[3] =
 {
   {
     "connection_handle",
@@ -4289,15 +4334,28 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_read__field_descripto
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "peripheral",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__GattRead, peripheral),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__gatt_read__field_indices_by_name[] = {
   0,   /* field[0] = connection_handle */
   1,   /* field[1] = handle */
+  2,   /* field[2] = peripheral */
 };
 static const ProtobufCIntRange beryl__ipc__v1__gatt_read__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_read__descriptor =
 {
@@ -4307,7 +4365,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_read__descriptor =
   "Beryl__Ipc__V1__GattRead",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__GattRead),
-  2,
+  3,
   beryl__ipc__v1__gatt_read__field_descriptors,
   beryl__ipc__v1__gatt_read__field_indices_by_name,
   1,  beryl__ipc__v1__gatt_read__number_ranges,
@@ -4620,7 +4678,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_reliable_write__descriptor
   (ProtobufCMessageInit) beryl__ipc__v1__gatt_reliable_write__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_write__field_descriptors[8] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_write__field_descriptors[9] =
 {
   {
     "connection_handle",
@@ -4718,12 +4776,25 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_write__field_descript
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "peripheral",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__GattWrite, peripheral),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__gatt_write__field_indices_by_name[] = {
   0,   /* field[0] = connection_handle */
   1,   /* field[1] = handle */
   7,   /* field[7] = on_behalf_of */
   5,   /* field[5] = ordered */
+  8,   /* field[8] = peripheral */
   6,   /* field[6] = ready_seen */
   4,   /* field[4] = signed */
   2,   /* field[2] = value */
@@ -4732,7 +4803,7 @@ static const unsigned beryl__ipc__v1__gatt_write__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__gatt_write__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 8 }
+  { 0, 9 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_write__descriptor =
 {
@@ -4742,7 +4813,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_write__descriptor =
   "Beryl__Ipc__V1__GattWrite",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__GattWrite),
-  8,
+  9,
   beryl__ipc__v1__gatt_write__field_descriptors,
   beryl__ipc__v1__gatt_write__field_indices_by_name,
   1,  beryl__ipc__v1__gatt_write__number_ranges,
@@ -5477,6 +5548,57 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__notification_audience__descript
   beryl__ipc__v1__notification_audience__field_indices_by_name,
   1,  beryl__ipc__v1__notification_audience__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__notification_audience__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__set_grant_links__field_descriptors[2] =
+{
+  {
+    "on_behalf_of",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__SetGrantLinks, on_behalf_of),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "connection_handles",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Beryl__Ipc__V1__SetGrantLinks, n_connection_handles),
+    offsetof(Beryl__Ipc__V1__SetGrantLinks, connection_handles),
+    NULL,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__set_grant_links__field_indices_by_name[] = {
+  1,   /* field[1] = connection_handles */
+  0,   /* field[0] = on_behalf_of */
+};
+static const ProtobufCIntRange beryl__ipc__v1__set_grant_links__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__set_grant_links__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.SetGrantLinks",
+  "SetGrantLinks",
+  "Beryl__Ipc__V1__SetGrantLinks",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__SetGrantLinks),
+  2,
+  beryl__ipc__v1__set_grant_links__field_descriptors,
+  beryl__ipc__v1__set_grant_links__field_indices_by_name,
+  1,  beryl__ipc__v1__set_grant_links__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__set_grant_links__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor beryl__ipc__v1__data_grant_changed__field_descriptors[1] =
@@ -6485,7 +6607,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__private_address__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__private_address__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__att_request__field_descriptors[24] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__att_request__field_descriptors[25] =
 {
   {
     "get_bearers",
@@ -6775,6 +6897,18 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__att_request__field_descrip
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "set_grant_links",
+    25,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__AttRequest, kind_case),
+    offsetof(Beryl__Ipc__V1__AttRequest, set_grant_links),
+    &beryl__ipc__v1__set_grant_links__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__att_request__field_indices_by_name[] = {
   4,   /* field[4] = answer_read */
@@ -6799,13 +6933,14 @@ static const unsigned beryl__ipc__v1__att_request__field_indices_by_name[] = {
   1,   /* field[1] = publish_service */
   16,   /* field[16] = remove_bond */
   21,   /* field[21] = set_data_grant */
+  24,   /* field[24] = set_grant_links */
   18,   /* field[18] = set_link_pairing */
   2,   /* field[2] = unpublish_service */
 };
 static const ProtobufCIntRange beryl__ipc__v1__att_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 24 }
+  { 0, 25 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__att_request__descriptor =
 {
@@ -6815,7 +6950,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__att_request__descriptor =
   "Beryl__Ipc__V1__AttRequest",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__AttRequest),
-  24,
+  25,
   beryl__ipc__v1__att_request__field_descriptors,
   beryl__ipc__v1__att_request__field_indices_by_name,
   1,  beryl__ipc__v1__att_request__number_ranges,

@@ -57,6 +57,7 @@ typedef struct Beryl__Ipc__V1__DataChannelOpened Beryl__Ipc__V1__DataChannelOpen
 typedef struct Beryl__Ipc__V1__SetDataGrant Beryl__Ipc__V1__SetDataGrant;
 typedef struct Beryl__Ipc__V1__NameLink Beryl__Ipc__V1__NameLink;
 typedef struct Beryl__Ipc__V1__NotificationAudience Beryl__Ipc__V1__NotificationAudience;
+typedef struct Beryl__Ipc__V1__SetGrantLinks Beryl__Ipc__V1__SetGrantLinks;
 typedef struct Beryl__Ipc__V1__DataGrantChanged Beryl__Ipc__V1__DataGrantChanged;
 typedef struct Beryl__Ipc__V1__Pair Beryl__Ipc__V1__Pair;
 typedef struct Beryl__Ipc__V1__Paired Beryl__Ipc__V1__Paired;
@@ -508,10 +509,14 @@ struct  Beryl__Ipc__V1__GattRead
   ProtobufCMessage base;
   uint32_t connection_handle;
   uint32_t handle;
+  /*
+   * On a data channel, the peripheral by the identifier managerd gave it (NameLink), instead of its link.
+   */
+  char *peripheral;
 };
 #define BERYL__IPC__V1__GATT_READ__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__gatt_read__descriptor) \
-    , 0, 0 }
+    , 0, 0, (char *)protobuf_c_empty_string }
 
 
 struct  Beryl__Ipc__V1__GattValue
@@ -612,10 +617,14 @@ struct  Beryl__Ipc__V1__GattWrite
   protobuf_c_boolean ordered;
   uint32_t ready_seen;
   uint64_t on_behalf_of;
+  /*
+   * On a data channel, the peripheral by the identifier managerd gave it (NameLink), instead of its link.
+   */
+  char *peripheral;
 };
 #define BERYL__IPC__V1__GATT_WRITE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__gatt_write__descriptor) \
-    , 0, 0, {0,NULL}, 0, 0, 0, 0, 0 }
+    , 0, 0, {0,NULL}, 0, 0, 0, 0, 0, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -814,6 +823,22 @@ struct  Beryl__Ipc__V1__NotificationAudience
 #define BERYL__IPC__V1__NOTIFICATION_AUDIENCE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__notification_audience__descriptor) \
     , 0, 0, (char *)protobuf_c_empty_string, 0,NULL, 0 }
+
+
+/*
+ * managerd → attd: the links an app holds as central (Core Bluetooth's connections are per app), which its data
+ * channel may read and write on. Replaces what was said before.
+ */
+struct  Beryl__Ipc__V1__SetGrantLinks
+{
+  ProtobufCMessage base;
+  uint64_t on_behalf_of;
+  size_t n_connection_handles;
+  uint32_t *connection_handles;
+};
+#define BERYL__IPC__V1__SET_GRANT_LINKS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__set_grant_links__descriptor) \
+    , 0, 0,NULL }
 
 
 /*
@@ -1061,7 +1086,8 @@ typedef enum {
   BERYL__IPC__V1__ATT_REQUEST__KIND_OPEN_DATA_CHANNEL = 21,
   BERYL__IPC__V1__ATT_REQUEST__KIND_SET_DATA_GRANT = 22,
   BERYL__IPC__V1__ATT_REQUEST__KIND_NAME_LINK = 23,
-  BERYL__IPC__V1__ATT_REQUEST__KIND_NOTIFICATION_AUDIENCE = 24
+  BERYL__IPC__V1__ATT_REQUEST__KIND_NOTIFICATION_AUDIENCE = 24,
+  BERYL__IPC__V1__ATT_REQUEST__KIND_SET_GRANT_LINKS = 25
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(BERYL__IPC__V1__ATT_REQUEST__KIND__CASE)
 } Beryl__Ipc__V1__AttRequest__KindCase;
 
@@ -1094,6 +1120,7 @@ struct  Beryl__Ipc__V1__AttRequest
     Beryl__Ipc__V1__SetDataGrant *set_data_grant;
     Beryl__Ipc__V1__NameLink *name_link;
     Beryl__Ipc__V1__NotificationAudience *notification_audience;
+    Beryl__Ipc__V1__SetGrantLinks *set_grant_links;
   };
 };
 #define BERYL__IPC__V1__ATT_REQUEST__INIT \
@@ -1984,6 +2011,25 @@ Beryl__Ipc__V1__NotificationAudience *
 void   beryl__ipc__v1__notification_audience__free_unpacked
                      (Beryl__Ipc__V1__NotificationAudience *message,
                       ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__SetGrantLinks methods */
+void   beryl__ipc__v1__set_grant_links__init
+                     (Beryl__Ipc__V1__SetGrantLinks         *message);
+size_t beryl__ipc__v1__set_grant_links__get_packed_size
+                     (const Beryl__Ipc__V1__SetGrantLinks   *message);
+size_t beryl__ipc__v1__set_grant_links__pack
+                     (const Beryl__Ipc__V1__SetGrantLinks   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__set_grant_links__pack_to_buffer
+                     (const Beryl__Ipc__V1__SetGrantLinks   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__SetGrantLinks *
+       beryl__ipc__v1__set_grant_links__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__set_grant_links__free_unpacked
+                     (Beryl__Ipc__V1__SetGrantLinks *message,
+                      ProtobufCAllocator *allocator);
 /* Beryl__Ipc__V1__DataGrantChanged methods */
 void   beryl__ipc__v1__data_grant_changed__init
                      (Beryl__Ipc__V1__DataGrantChanged         *message);
@@ -2454,6 +2500,9 @@ typedef void (*Beryl__Ipc__V1__NameLink_Closure)
 typedef void (*Beryl__Ipc__V1__NotificationAudience_Closure)
                  (const Beryl__Ipc__V1__NotificationAudience *message,
                   void *closure_data);
+typedef void (*Beryl__Ipc__V1__SetGrantLinks_Closure)
+                 (const Beryl__Ipc__V1__SetGrantLinks *message,
+                  void *closure_data);
 typedef void (*Beryl__Ipc__V1__DataGrantChanged_Closure)
                  (const Beryl__Ipc__V1__DataGrantChanged *message,
                   void *closure_data);
@@ -2558,6 +2607,7 @@ extern const ProtobufCMessageDescriptor beryl__ipc__v1__data_channel_opened__des
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__set_data_grant__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__name_link__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__notification_audience__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__set_grant_links__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__data_grant_changed__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__pair__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__paired__descriptor;

@@ -945,7 +945,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__status__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__status__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__data_plane_counters__field_descriptors[8] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__data_plane_counters__field_descriptors[10] =
 {
   {
     "channels",
@@ -1043,9 +1043,35 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__data_plane_counters__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "channel_reads",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataPlaneCounters, channel_reads),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "channel_writes",
+    10,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataPlaneCounters, channel_writes),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__data_plane_counters__field_indices_by_name[] = {
+  8,   /* field[8] = channel_reads */
   1,   /* field[1] = channel_values */
+  9,   /* field[9] = channel_writes */
   0,   /* field[0] = channels */
   6,   /* field[6] = notifications_on_channels */
   7,   /* field[7] = notifications_to_publisher */
@@ -1057,7 +1083,7 @@ static const unsigned beryl__ipc__v1__data_plane_counters__field_indices_by_name
 static const ProtobufCIntRange beryl__ipc__v1__data_plane_counters__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 8 }
+  { 0, 10 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__data_plane_counters__descriptor =
 {
@@ -1067,7 +1093,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__data_plane_counters__descriptor
   "Beryl__Ipc__V1__DataPlaneCounters",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__DataPlaneCounters),
-  8,
+  10,
   beryl__ipc__v1__data_plane_counters__field_descriptors,
   beryl__ipc__v1__data_plane_counters__field_indices_by_name,
   1,  beryl__ipc__v1__data_plane_counters__number_ranges,

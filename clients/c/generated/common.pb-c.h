@@ -333,10 +333,15 @@ struct  Beryl__Ipc__V1__DataPlaneCounters
    */
   uint64_t notifications_on_channels;
   uint64_t notifications_to_publisher;
+  /*
+   * A central app's reads and writes (with response) taken on data channels.
+   */
+  uint64_t channel_reads;
+  uint64_t channel_writes;
 };
 #define BERYL__IPC__V1__DATA_PLANE_COUNTERS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__data_plane_counters__descriptor) \
-    , 0, 0, 0, 0, 0, 0, 0, 0 }
+    , 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 
 /*
