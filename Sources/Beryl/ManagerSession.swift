@@ -1,5 +1,6 @@
 import BerylWire
 import Dispatch
+import Foundation
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -48,6 +49,8 @@ final class ManagerSession: Sendable {
     private let data = Mutex<DataPlane?>(nil)
     /// Whether attd last said the data channel's grant is live (the app in the foreground); assumed until told.
     private let dataLive = Atomic<Bool>(true)
+    /// Remote centrals' requests that came on the data channel, answered there (true: a read), by id.
+    private let dataRequests = Mutex<[UInt64: Bool]>([:])
 
     /// - Parameters:
     ///   - socketPath: managerd's socket; `$BERYL_RUNTIME_DIR/managerd.sock` (or /run/beryl) by default.
@@ -89,11 +92,35 @@ final class ManagerSession: Sendable {
         return plane.channel
     }
 
+    /// The app's answer to a remote central's request that came on the data channel: sent there (attd takes it even
+    /// after the grant was revoked). False when the request came through managerd, which then takes the answer.
+    func answerOnDataChannel(_ id: UInt64, error: UInt8, value: Data?) -> Bool {
+        guard let isRead = dataRequests.withLock({ $0.removeValue(forKey: id) }) else { return false }
+        // The channel went with attd, and the request with it: nothing is waiting for this answer.
+        guard let data = currentDataChannel else { return true }
+        data.wireRequests([(.with {
+            if isRead {
+                $0.att.answerRead = .with {
+                    $0.id = id
+                    $0.error = UInt32(error)
+                    $0.startsAtOffset = true
+                    if let value { $0.value = value }
+                }
+            } else {
+                $0.att.answerWrite = .with { $0.id = id; $0.error = UInt32(error) }
+            }
+        }, { [misuse] outcome in
+            if case .failure(let error) = outcome { misuse.report(BerylError(error)) }
+        })])
+        return true
+    }
+
     /// attd refused a value on the data channel as outside its grant or revoked: managerd carries the app's values
     /// until attd says the grant is live again.
     func dataGrantRefused() { dataLive.store(false, ordering: .relaxed) }
 
     private func adopt(dataChannel descriptor: Int32, of session: Channel) {
+        dataRequests.withLock { $0.removeAll() }
         let plane = DataPlane(channel: Channel(dataChannel: descriptor, queue: session.queue, label: label, onEvent: { [weak self] in self?.dataEvent($0) },
                                                onClose: { [weak self] _ in self?.dataChannelClosed(descriptor) }), session: session)
         dataLive.store(true, ordering: .relaxed)
@@ -114,6 +141,30 @@ final class ManagerSession: Sendable {
             dataLive.store(change.live, ordering: .relaxed)
         case .readyToUpdate(let ready)?:
             relay.deliver(.with { $0.manager.readyToUpdate.count = ready.count })
+        case .readRequested(let read)?:
+            dataRequests.withLock { $0[read.id] = true }
+            relay.deliver(.with {
+                $0.manager.readRequest = .with {
+                    $0.manager = managerID
+                    $0.id = read.id
+                    $0.central = read.central
+                    $0.handle = read.handle
+                    $0.offset = read.offset
+                    $0.maximumUpdateLength = read.maximumUpdateLength
+                }
+            })
+        case .writeRequested(let write)?:
+            if write.withResponse { dataRequests.withLock { $0[write.id] = false } }
+            relay.deliver(.with {
+                $0.manager.writeRequest = .with {
+                    $0.manager = managerID
+                    $0.id = write.id
+                    $0.central = write.central
+                    $0.writes = write.writes
+                    $0.withResponse = write.withResponse
+                    $0.maximumUpdateLength = write.maximumUpdateLength
+                }
+            })
         case .gattNotification(let notification)?:
             relay.deliver(.with {
                 $0.manager.notification = .with {

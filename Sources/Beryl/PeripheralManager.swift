@@ -327,6 +327,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
     public func respond(to request: ATTRequest, withResult result: ATTError.Code) {
         guard request.id != 0 else { return misuse.report(.apiMisuse("a write without response takes no answer")) }
         guard request.markAnswered() else { return misuse.report(.apiMisuse("request \(request.id) was answered already")) }
+        if session.answerOnDataChannel(request.id, error: result.byte, value: result == .success ? request.value : nil) { return }
         channel.request(.manager {
             $0.respond = .with {
                 $0.id = request.id
@@ -512,6 +513,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
     private func refuse(_ id: UInt64, handle: UInt32) {
         guard id != 0 else { return }
         misuse.report(.failed("request \(id) for handle \(handle), which no service of this manager has; answered Invalid Handle"))
+        if session.answerOnDataChannel(id, error: ATTError.invalidHandle.byte, value: nil) { return }
         channel.request(.manager { $0.respond = .with { $0.id = id; $0.error = UInt32(ATTError.invalidHandle.byte) } }) { _ in }
     }
 

@@ -269,15 +269,15 @@ extension ServiceRouter {
     /// A peer's read or write of published values, as the event its one live publisher hears (with the id its answer is
     /// owed under); nil when no one live publisher holds them all, and the peer is answered Unlikely Error.
     public mutating func route(_ request: ATTServerOutput, on link: UInt16, isLive: (PublisherID) -> Bool,
-                               at now: Duration) -> (publisher: PublisherID, event: Beryl_Ipc_V1_Event)? {
+                               at now: Duration) -> (owner: UpdateSender, event: Beryl_Ipc_V1_Event)? {
         switch request {
         case .readRequested(let id, let handle, let offset):
             return route(handles: [handle], link: link, serverID: id, isRead: true, offset: offset, expectsAnswer: true, isLive: isLive, at: now)
-                .map { ($0.publisher, Beryl_Ipc_V1_Event(readRequested: $0.answerID, link: link, handle: handle, offset: offset)) }
+                .map { ($0.owner, Beryl_Ipc_V1_Event(readRequested: $0.answerID, link: link, handle: handle, offset: offset)) }
         case .writeRequested(let id, let writes, let withResponse):
             return route(handles: writes.map(\.handle), link: link, serverID: id, isRead: false, offset: 0, expectsAnswer: withResponse,
                          isLive: isLive, at: now)
-                .map { ($0.publisher, Beryl_Ipc_V1_Event(writeRequested: $0.answerID, link: link, writes: writes, withResponse: withResponse)) }
+                .map { ($0.owner, Beryl_Ipc_V1_Event(writeRequested: $0.answerID, link: link, writes: writes, withResponse: withResponse)) }
         default:
             return nil
         }

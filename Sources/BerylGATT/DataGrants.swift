@@ -98,6 +98,12 @@ public struct DataGrants: Sendable {
         return session
     }
 
+    /// The channel's app, live or not (an answer it owes is taken even after its grant was revoked).
+    public func app(of session: SessionID) -> UpdateSender? { channels[session]?.app }
+
+    /// The identifier managerd gave a link's peer.
+    public func name(of link: UInt16) -> String? { names[link] }
+
     /// The app a channel's request acts for: the channel's own, never one the request names.
     public func admit(_ session: SessionID) -> Result<UpdateSender, Refusal> {
         guard let channel = channels[session] else { return .failure(.notADataOperation) }

@@ -25,20 +25,25 @@ public struct ServiceRouter: Sendable {
         public var offset: UInt16
         public var publisher: PublisherID
         public var deadline: Duration
+        /// The app whose values were asked for (0: the publisher's own).
+        public var app: UInt64
 
-        public init(link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16, publisher: PublisherID, deadline: Duration) {
+        public init(link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16, publisher: PublisherID, deadline: Duration, app: UInt64 = 0) {
             self.link = link
             self.serverID = serverID
             self.isRead = isRead
             self.offset = offset
             self.publisher = publisher
             self.deadline = deadline
+            self.app = app
         }
     }
 
     public enum AnswerError: Error, Equatable, Sendable {
         /// Answered already, timed out, its link gone, or the other kind (a read answered as a write).
         case notPending
+        /// Owed by another app than the one answering (on a data channel).
+        case anotherApps
     }
 
     public let answerTimeout: Duration
@@ -51,6 +56,11 @@ public struct ServiceRouter: Sendable {
     // MARK: Owners
 
     public func owner(of handle: UInt16) -> PublisherID? { owners.first { $0.range.contains(handle) }?.publisher }
+
+    /// The publisher and app a handle's service was published by and for.
+    public func ownerApp(of handle: UInt16) -> UpdateSender? {
+        owners.first { $0.range.contains(handle) }.map { UpdateSender(publisher: $0.publisher, onBehalfOf: $0.app) }
+    }
 
     public func owns(_ publisher: PublisherID, _ handle: UInt16) -> Bool {
         owners.contains { $0.publisher == publisher && $0.range.contains(handle) }
@@ -84,10 +94,11 @@ public struct ServiceRouter: Sendable {
     // MARK: Answers owed
 
     /// Remembers an answer the publisher owes; the id is what the publisher answers with.
-    public mutating func owe(link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16, by publisher: PublisherID, at now: Duration) -> UInt64 {
+    public mutating func owe(link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16, by publisher: PublisherID, for app: UInt64 = 0,
+                             at now: Duration) -> UInt64 {
         let id = nextAnswerID
         nextAnswerID += 1
-        owed[id] = OwedAnswer(link: link, serverID: serverID, isRead: isRead, offset: offset, publisher: publisher, deadline: now + answerTimeout)
+        owed[id] = OwedAnswer(link: link, serverID: serverID, isRead: isRead, offset: offset, publisher: publisher, deadline: now + answerTimeout, app: app)
         return id
     }
 
@@ -96,15 +107,17 @@ public struct ServiceRouter: Sendable {
     /// one (0 for a write command); nil when no one live publisher does, and the peer is answered Unlikely Error (a
     /// write command is dropped): one publisher is never handed another's values.
     public mutating func route(handles: [UInt16], link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16, expectsAnswer: Bool,
-                               isLive: (PublisherID) -> Bool, at now: Duration) -> (publisher: PublisherID, answerID: UInt64)? {
-        let publishers = Set(handles.map { owner(of: $0) })
-        guard publishers.count == 1, let publisher = publishers.first ?? nil, isLive(publisher) else { return nil }
-        return (publisher, expectsAnswer ? owe(link: link, serverID: serverID, isRead: isRead, offset: offset, by: publisher, at: now) : 0)
+                               isLive: (PublisherID) -> Bool, at now: Duration) -> (owner: UpdateSender, answerID: UInt64)? {
+        let owners = Set(handles.map { ownerApp(of: $0) })
+        guard owners.count == 1, let owner = owners.first ?? nil, isLive(owner.publisher) else { return nil }
+        let id = expectsAnswer ? owe(link: link, serverID: serverID, isRead: isRead, offset: offset, by: owner.publisher, for: owner.onBehalfOf, at: now) : 0
+        return (owner, id)
     }
 
-    /// Takes the answer the publisher gives now.
-    public mutating func answer(_ id: UInt64, isRead: Bool) throws(AnswerError) -> OwedAnswer {
+    /// Takes the answer given now: by the publisher, or (`by`) on the data channel of the app whose values were asked for.
+    public mutating func answer(_ id: UInt64, isRead: Bool, by app: UpdateSender? = nil) throws(AnswerError) -> OwedAnswer {
         guard let answer = owed[id], answer.isRead == isRead else { throw .notPending }
+        if let app, app != UpdateSender(publisher: answer.publisher, onBehalfOf: answer.app) { throw .anotherApps }
         owed[id] = nil
         return answer
     }

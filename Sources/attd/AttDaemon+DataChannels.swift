@@ -1,7 +1,9 @@
+import BerylATT
 import BerylAttWire
 import BerylCore
 import BerylGATT
 import BerylIPC
+import BerylLink
 import BerylWire
 import FoundationEssentials
 import Glibc
@@ -69,6 +71,21 @@ extension AttDaemon {
 
     /// A request on a data channel: only what the grant allows, for the channel's own app.
     func handleDataRequest(_ kind: Beryl_Ipc_V1_AttRequest.OneOf_Kind?, on channel: IPCSession, _ incoming: IncomingRequest) {
+        // An answer the app owes a remote central is taken whether or not its grant is still live: the request was its.
+        if let owner = grants.app(of: channel.id) {
+            switch kind {
+            case .answerRead(let answer)?:
+                dataPlane.answersOnChannels += 1
+                let read: Result<[UInt8], ATTError> = answer.error == 0 ? .success(Array(answer.value)) : .failure(ATTError(rawValue: UInt8(truncatingIfNeeded: answer.error)))
+                return answerOwed(answer.id, isRead: true, by: owner, incoming) { complete($0, read: read, writeError: nil, valueStartsAtOffset: answer.startsAtOffset) }
+            case .answerWrite(let answer)?:
+                dataPlane.answersOnChannels += 1
+                let error = answer.error == 0 ? nil : ATTError(rawValue: UInt8(truncatingIfNeeded: answer.error))
+                return answerOwed(answer.id, isRead: false, by: owner, incoming) { complete($0, read: .failure(.unlikelyError), writeError: error) }
+            default:
+                break
+            }
+        }
         let app: UpdateSender
         switch (kind, grants.admit(channel.id)) {
         case (.notify?, .success(let admitted)), (.gattRead?, .success(let admitted)), (.gattWrite?, .success(let admitted)):
@@ -143,6 +160,30 @@ extension AttDaemon {
             (reason, message) = (.notADataOperation, "a data channel carries an app's values only")
         }
         incoming.fail(.permissionDenied, message, field: field, detail: RemoteDetail(grantReason: reason))
+    }
+
+    /// A remote central's read or write of an app's values: to the app's live channel, naming the central as managerd
+    /// does, or to the publisher (managerd), which holds, wakes or refuses as the app's lifecycle says.
+    func deliverRequest(_ event: Event, for owner: UpdateSender, on link: LinkSession) {
+        let sessions = host.server?.sessions ?? [:]
+        guard owner.onBehalfOf != 0, let channel = grants.liveChannel(of: owner), let central = grants.name(of: link.handle) else {
+            sessions[owner.publisher]?.send(.event(event))
+            return
+        }
+        var direct = event
+        let maximumUpdateLength = UInt32(link.server.mtu) - 3
+        switch direct.att.kind {
+        case .readRequested(var read)?:
+            (read.central, read.maximumUpdateLength) = (central, maximumUpdateLength)
+            direct.att.readRequested = read
+        case .writeRequested(var write)?:
+            (write.central, write.maximumUpdateLength) = (central, maximumUpdateLength)
+            direct.att.writeRequested = write
+        default:
+            break
+        }
+        dataPlane.requestsOnChannels += 1
+        sessions[channel]?.send(.event(direct))
     }
 
     /// Where ReadyToUpdate for a sender goes: its app's live channel, else the publisher that sent for it.

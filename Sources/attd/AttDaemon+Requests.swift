@@ -92,9 +92,17 @@ extension AttDaemon {
         adoptStoredSubscriptions(in: start...end)
     }
 
-    /// A publisher's answer to a peer's read or write, if one is still owed under that id.
-    private func answerOwed(_ id: UInt64, isRead: Bool, _ incoming: IncomingRequest, then complete: (ServiceRouter.OwedAnswer) -> Void) {
-        guard let owed = try? router.answer(id, isRead: isRead) else {
+    /// A publisher's answer to a peer's read or write (or an app's, `by` its data channel), if one is still owed
+    /// under that id.
+    func answerOwed(_ id: UInt64, isRead: Bool, by app: UpdateSender? = nil, _ incoming: IncomingRequest, then complete: (ServiceRouter.OwedAnswer) -> Void) {
+        let owed: ServiceRouter.OwedAnswer
+        do {
+            owed = try router.answer(id, isRead: isRead, by: app)
+        } catch .anotherApps {
+            incoming.fail(.permissionDenied, "\(isRead ? "read" : "write") \(id) is not this app's to answer", field: "id",
+                          detail: RemoteDetail(grantReason: .outsideGrant))
+            return
+        } catch {
             incoming.fail(.notFound, "no \(isRead ? "read" : "write") \(id) is waiting for an answer (answered already, or timed out)", field: "id")
             return
         }

@@ -218,8 +218,8 @@ final class AttDaemon {
         case .readRequested(let id, _, _), .writeRequested(let id, _, _):
             let sessions = host.server?.sessions ?? [:]
             defer { armDeadline() }
-            if let (publisher, event) = router.route(output, on: link.handle, isLive: { sessions[$0] != nil }, at: host.loop.uptime) {
-                sessions[publisher]?.send(.event(event))
+            if let (owner, event) = router.route(output, on: link.handle, isLive: { sessions[$0] != nil }, at: host.loop.uptime) {
+                deliverRequest(event, for: owner, on: link)
             } else if case .readRequested = output {
                 apply(wrap(link.server.completeRead(id: id, with: .failure(.unlikelyError)), for: link), on: link)
             } else if case .writeRequested(_, _, true) = output {

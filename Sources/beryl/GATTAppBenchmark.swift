@@ -158,7 +158,7 @@ enum GATTAppBenchmark {
         // The stack's ten crossings, plus app to managerd and back on the central; a dynamic value also goes attd →
         // managerd → the peripheral app and back.
         let readings = [try GATTReadLatency.measure("static", crossings: 10, pids: pids) { try timeReads(characteristics[1], "static") },
-                        try GATTReadLatency.measure("dynamic", crossings: 14, pids: pids) { try timeReads(characteristics[2], "dynamic") }]
+                        try GATTReadLatency.measure("dynamic", crossings: 12, pids: pids) { try timeReads(characteristics[2], "dynamic") }]
         let loaded = memory()
         withExtendedLifetime((peripheralManager, central)) {}
         var figures: [String: [String: UInt64]] = [:]

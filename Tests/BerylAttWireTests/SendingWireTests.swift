@@ -135,7 +135,7 @@ final class SendingWireTests: XCTestCase {
         let live = { (publisher: PublisherID) in publisher == 5 }
 
         let read = router.route(.readRequested(id: 77, handle: 0x12, offset: 4), on: 0x40, isLive: live, at: .zero)
-        XCTAssertEqual(read?.publisher, 5)
+        XCTAssertEqual(read?.owner.publisher, 5)
         XCTAssertEqual(read?.event.att.readRequested.handle, 0x12)
         XCTAssertEqual(read?.event.att.readRequested.offset, 4)
         let answerID = try? XCTUnwrap(read?.event.att.readRequested.id)

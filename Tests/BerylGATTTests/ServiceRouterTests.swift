@@ -28,6 +28,18 @@ final class ServiceRouterTests: XCTestCase {
         XCTAssertTrue(router.owns(1, 25), "the publisher itself still owns all it published")
     }
 
+    /// A request for an app's values is owed by that app: only its data channel answers it, besides the publisher.
+    func testAnAppsRequestIsAnsweredOnlyByThatApp() throws {
+        var router = ServiceRouter(answerTimeout: .seconds(5))
+        router.published(10...20, by: 1, for: 7)
+        let read = try XCTUnwrap(router.route(handles: [12], link: 0x40, serverID: 7, isRead: true, offset: 0, expectsAnswer: true,
+                                              isLive: { _ in true }, at: .zero))
+        XCTAssertEqual(read.owner, UpdateSender(publisher: 1, onBehalfOf: 7))
+        XCTAssertThrowsError(try router.answer(read.answerID, isRead: true, by: UpdateSender(publisher: 1, onBehalfOf: 8)), "another app's channel")
+        XCTAssertEqual(try router.answer(read.answerID, isRead: true, by: UpdateSender(publisher: 1, onBehalfOf: 7)).app, 7)
+        XCTAssertThrowsError(try router.answer(read.answerID, isRead: true), "answered once")
+    }
+
     /// A peer's request reaches its handle's live publisher, owing an answer only when the peer waits for one;
     /// a handle nobody live holds is answered Unlikely Error by the shell (GATTProcessTests' unknown handle).
     func testARequestGoesToTheLivePublisherAndOwesAnAnswerOnlyWhenOneIsAwaited() throws {
@@ -36,7 +48,7 @@ final class ServiceRouterTests: XCTestCase {
         router.published(21...30, by: 2)
         let read = try XCTUnwrap(router.route(handles: [12], link: 0x40, serverID: 7, isRead: true, offset: 3, expectsAnswer: true,
                                               isLive: { _ in true }, at: .seconds(1)))
-        XCTAssertEqual(read.publisher, 1)
+        XCTAssertEqual(read.owner, UpdateSender(publisher: 1))
         XCTAssertEqual(try router.answer(read.answerID, isRead: true),
                        .init(link: 0x40, serverID: 7, isRead: true, offset: 3, publisher: 1, deadline: .seconds(6)))
         let command = try XCTUnwrap(router.route(handles: [22], link: 0x40, serverID: 8, isRead: false, offset: 0, expectsAnswer: false,

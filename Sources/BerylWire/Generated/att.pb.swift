@@ -372,6 +372,11 @@ public nonisolated struct Beryl_Ipc_V1_ReadRequested: Sendable {
 
   public var offset: UInt32 = 0
 
+  /// On an app's data channel: the central by the identifier managerd gave it, and its ATT_MTU less 3.
+  public var central: String = String()
+
+  public var maximumUpdateLength: UInt32 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -390,6 +395,11 @@ public nonisolated struct Beryl_Ipc_V1_WriteRequested: Sendable {
   public var writes: [Beryl_Ipc_V1_AttWrite] = []
 
   public var withResponse: Bool = false
+
+  /// On an app's data channel: the central by the identifier managerd gave it, and its ATT_MTU less 3.
+  public var central: String = String()
+
+  public var maximumUpdateLength: UInt32 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -2233,7 +2243,7 @@ nonisolated extension Beryl_Ipc_V1_AttWrite: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Beryl_Ipc_V1_ReadRequested: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ReadRequested"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{3}connection_handle\0\u{1}handle\0\u{1}offset\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{3}connection_handle\0\u{1}handle\0\u{1}offset\0\u{1}central\0\u{3}maximum_update_length\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2245,6 +2255,8 @@ nonisolated extension Beryl_Ipc_V1_ReadRequested: SwiftProtobuf.Message, SwiftPr
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
       case 3: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
       case 4: try { try decoder.decodeSingularUInt32Field(value: &self.offset) }()
+      case 5: try { try decoder.decodeSingularStringField(value: &self.central) }()
+      case 6: try { try decoder.decodeSingularUInt32Field(value: &self.maximumUpdateLength) }()
       default: break
       }
     }
@@ -2263,6 +2275,12 @@ nonisolated extension Beryl_Ipc_V1_ReadRequested: SwiftProtobuf.Message, SwiftPr
     if self.offset != 0 {
       try visitor.visitSingularUInt32Field(value: self.offset, fieldNumber: 4)
     }
+    if !self.central.isEmpty {
+      try visitor.visitSingularStringField(value: self.central, fieldNumber: 5)
+    }
+    if self.maximumUpdateLength != 0 {
+      try visitor.visitSingularUInt32Field(value: self.maximumUpdateLength, fieldNumber: 6)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2271,6 +2289,8 @@ nonisolated extension Beryl_Ipc_V1_ReadRequested: SwiftProtobuf.Message, SwiftPr
     if lhs.connectionHandle != rhs.connectionHandle {return false}
     if lhs.handle != rhs.handle {return false}
     if lhs.offset != rhs.offset {return false}
+    if lhs.central != rhs.central {return false}
+    if lhs.maximumUpdateLength != rhs.maximumUpdateLength {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2278,7 +2298,7 @@ nonisolated extension Beryl_Ipc_V1_ReadRequested: SwiftProtobuf.Message, SwiftPr
 
 nonisolated extension Beryl_Ipc_V1_WriteRequested: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".WriteRequested"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{3}connection_handle\0\u{1}writes\0\u{3}with_response\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{3}connection_handle\0\u{1}writes\0\u{3}with_response\0\u{1}central\0\u{3}maximum_update_length\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2290,6 +2310,8 @@ nonisolated extension Beryl_Ipc_V1_WriteRequested: SwiftProtobuf.Message, SwiftP
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
       case 3: try { try decoder.decodeRepeatedMessageField(value: &self.writes) }()
       case 4: try { try decoder.decodeSingularBoolField(value: &self.withResponse) }()
+      case 5: try { try decoder.decodeSingularStringField(value: &self.central) }()
+      case 6: try { try decoder.decodeSingularUInt32Field(value: &self.maximumUpdateLength) }()
       default: break
       }
     }
@@ -2308,6 +2330,12 @@ nonisolated extension Beryl_Ipc_V1_WriteRequested: SwiftProtobuf.Message, SwiftP
     if self.withResponse != false {
       try visitor.visitSingularBoolField(value: self.withResponse, fieldNumber: 4)
     }
+    if !self.central.isEmpty {
+      try visitor.visitSingularStringField(value: self.central, fieldNumber: 5)
+    }
+    if self.maximumUpdateLength != 0 {
+      try visitor.visitSingularUInt32Field(value: self.maximumUpdateLength, fieldNumber: 6)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2316,6 +2344,8 @@ nonisolated extension Beryl_Ipc_V1_WriteRequested: SwiftProtobuf.Message, SwiftP
     if lhs.connectionHandle != rhs.connectionHandle {return false}
     if lhs.writes != rhs.writes {return false}
     if lhs.withResponse != rhs.withResponse {return false}
+    if lhs.central != rhs.central {return false}
+    if lhs.maximumUpdateLength != rhs.maximumUpdateLength {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -695,6 +695,11 @@ public nonisolated struct Beryl_Ipc_V1_DataPlaneCounters: Sendable {
 
   public var channelWrites: UInt64 = 0
 
+  /// A remote central's reads and writes of an app's values sent on the app's channel, and the answers taken there.
+  public var requestsOnChannels: UInt64 = 0
+
+  public var answersOnChannels: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1113,7 +1118,7 @@ nonisolated extension Beryl_Ipc_V1_Status: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Beryl_Ipc_V1_DataPlaneCounters: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".DataPlaneCounters"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}channels\0\u{3}channel_values\0\u{3}publisher_values\0\u{3}refused_revoked\0\u{3}refused_outside_grant\0\u{3}refused_not_data\0\u{3}notifications_on_channels\0\u{3}notifications_to_publisher\0\u{3}channel_reads\0\u{3}channel_writes\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}channels\0\u{3}channel_values\0\u{3}publisher_values\0\u{3}refused_revoked\0\u{3}refused_outside_grant\0\u{3}refused_not_data\0\u{3}notifications_on_channels\0\u{3}notifications_to_publisher\0\u{3}channel_reads\0\u{3}channel_writes\0\u{3}requests_on_channels\0\u{3}answers_on_channels\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1131,6 +1136,8 @@ nonisolated extension Beryl_Ipc_V1_DataPlaneCounters: SwiftProtobuf.Message, Swi
       case 8: try { try decoder.decodeSingularUInt64Field(value: &self.notificationsToPublisher) }()
       case 9: try { try decoder.decodeSingularUInt64Field(value: &self.channelReads) }()
       case 10: try { try decoder.decodeSingularUInt64Field(value: &self.channelWrites) }()
+      case 11: try { try decoder.decodeSingularUInt64Field(value: &self.requestsOnChannels) }()
+      case 12: try { try decoder.decodeSingularUInt64Field(value: &self.answersOnChannels) }()
       default: break
       }
     }
@@ -1167,6 +1174,12 @@ nonisolated extension Beryl_Ipc_V1_DataPlaneCounters: SwiftProtobuf.Message, Swi
     if self.channelWrites != 0 {
       try visitor.visitSingularUInt64Field(value: self.channelWrites, fieldNumber: 10)
     }
+    if self.requestsOnChannels != 0 {
+      try visitor.visitSingularUInt64Field(value: self.requestsOnChannels, fieldNumber: 11)
+    }
+    if self.answersOnChannels != 0 {
+      try visitor.visitSingularUInt64Field(value: self.answersOnChannels, fieldNumber: 12)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1181,6 +1194,8 @@ nonisolated extension Beryl_Ipc_V1_DataPlaneCounters: SwiftProtobuf.Message, Swi
     if lhs.notificationsToPublisher != rhs.notificationsToPublisher {return false}
     if lhs.channelReads != rhs.channelReads {return false}
     if lhs.channelWrites != rhs.channelWrites {return false}
+    if lhs.requestsOnChannels != rhs.requestsOnChannels {return false}
+    if lhs.answersOnChannels != rhs.answersOnChannels {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

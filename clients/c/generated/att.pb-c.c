@@ -3500,7 +3500,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__att_write__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__att_write__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__read_requested__field_descriptors[4] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__read_requested__field_descriptors[6] =
 {
   {
     "id",
@@ -3550,17 +3550,43 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__read_requested__field_desc
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "central",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__ReadRequested, central),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "maximum_update_length",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__ReadRequested, maximum_update_length),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__read_requested__field_indices_by_name[] = {
+  4,   /* field[4] = central */
   1,   /* field[1] = connection_handle */
   2,   /* field[2] = handle */
   0,   /* field[0] = id */
+  5,   /* field[5] = maximum_update_length */
   3,   /* field[3] = offset */
 };
 static const ProtobufCIntRange beryl__ipc__v1__read_requested__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__read_requested__descriptor =
 {
@@ -3570,14 +3596,14 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__read_requested__descriptor =
   "Beryl__Ipc__V1__ReadRequested",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__ReadRequested),
-  4,
+  6,
   beryl__ipc__v1__read_requested__field_descriptors,
   beryl__ipc__v1__read_requested__field_indices_by_name,
   1,  beryl__ipc__v1__read_requested__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__read_requested__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__write_requested__field_descriptors[4] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__write_requested__field_descriptors[6] =
 {
   {
     "id",
@@ -3627,17 +3653,43 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__write_requested__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "central",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__WriteRequested, central),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "maximum_update_length",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__WriteRequested, maximum_update_length),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__write_requested__field_indices_by_name[] = {
+  4,   /* field[4] = central */
   1,   /* field[1] = connection_handle */
   0,   /* field[0] = id */
+  5,   /* field[5] = maximum_update_length */
   3,   /* field[3] = with_response */
   2,   /* field[2] = writes */
 };
 static const ProtobufCIntRange beryl__ipc__v1__write_requested__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__write_requested__descriptor =
 {
@@ -3647,7 +3699,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__write_requested__descriptor =
   "Beryl__Ipc__V1__WriteRequested",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__WriteRequested),
-  4,
+  6,
   beryl__ipc__v1__write_requested__field_descriptors,
   beryl__ipc__v1__write_requested__field_indices_by_name,
   1,  beryl__ipc__v1__write_requested__number_ranges,

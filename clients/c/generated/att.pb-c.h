@@ -354,10 +354,15 @@ struct  Beryl__Ipc__V1__ReadRequested
   uint32_t connection_handle;
   uint32_t handle;
   uint32_t offset;
+  /*
+   * On an app's data channel: the central by the identifier managerd gave it, and its ATT_MTU less 3.
+   */
+  char *central;
+  uint32_t maximum_update_length;
 };
 #define BERYL__IPC__V1__READ_REQUESTED__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__read_requested__descriptor) \
-    , 0, 0, 0, 0 }
+    , 0, 0, 0, 0, (char *)protobuf_c_empty_string, 0 }
 
 
 /*
@@ -371,10 +376,15 @@ struct  Beryl__Ipc__V1__WriteRequested
   size_t n_writes;
   Beryl__Ipc__V1__AttWrite **writes;
   protobuf_c_boolean with_response;
+  /*
+   * On an app's data channel: the central by the identifier managerd gave it, and its ATT_MTU less 3.
+   */
+  char *central;
+  uint32_t maximum_update_length;
 };
 #define BERYL__IPC__V1__WRITE_REQUESTED__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__write_requested__descriptor) \
-    , 0, 0, 0,NULL, 0 }
+    , 0, 0, 0,NULL, 0, (char *)protobuf_c_empty_string, 0 }
 
 
 struct  Beryl__Ipc__V1__SubscriptionChanged

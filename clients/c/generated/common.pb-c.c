@@ -945,7 +945,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__status__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__status__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__data_plane_counters__field_descriptors[10] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__data_plane_counters__field_descriptors[12] =
 {
   {
     "channels",
@@ -1067,8 +1067,33 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__data_plane_counters__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "requests_on_channels",
+    11,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataPlaneCounters, requests_on_channels),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "answers_on_channels",
+    12,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataPlaneCounters, answers_on_channels),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__data_plane_counters__field_indices_by_name[] = {
+  11,   /* field[11] = answers_on_channels */
   8,   /* field[8] = channel_reads */
   1,   /* field[1] = channel_values */
   9,   /* field[9] = channel_writes */
@@ -1079,11 +1104,12 @@ static const unsigned beryl__ipc__v1__data_plane_counters__field_indices_by_name
   5,   /* field[5] = refused_not_data */
   4,   /* field[4] = refused_outside_grant */
   3,   /* field[3] = refused_revoked */
+  10,   /* field[10] = requests_on_channels */
 };
 static const ProtobufCIntRange beryl__ipc__v1__data_plane_counters__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 10 }
+  { 0, 12 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__data_plane_counters__descriptor =
 {
@@ -1093,7 +1119,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__data_plane_counters__descriptor
   "Beryl__Ipc__V1__DataPlaneCounters",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__DataPlaneCounters),
-  10,
+  12,
   beryl__ipc__v1__data_plane_counters__field_descriptors,
   beryl__ipc__v1__data_plane_counters__field_indices_by_name,
   1,  beryl__ipc__v1__data_plane_counters__number_ranges,

@@ -338,10 +338,15 @@ struct  Beryl__Ipc__V1__DataPlaneCounters
    */
   uint64_t channel_reads;
   uint64_t channel_writes;
+  /*
+   * A remote central's reads and writes of an app's values sent on the app's channel, and the answers taken there.
+   */
+  uint64_t requests_on_channels;
+  uint64_t answers_on_channels;
 };
 #define BERYL__IPC__V1__DATA_PLANE_COUNTERS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__data_plane_counters__descriptor) \
-    , 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+    , 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 
 /*
