@@ -83,6 +83,24 @@ final class Channel: Sendable {
         reader.start()
     }
 
+    /// A new data channel for the session (after attd restarted): `then` gets its descriptor, or nil when managerd gave
+    /// none (attd away, or a managerd that does not know the request).
+    func renewDataChannel(then: @escaping @Sendable (_ descriptor: Int32?, _ retry: Bool) -> Void) {
+        wireRequests([(.manager { $0.renewDataChannel = .init() }, { [self] result in
+            let descriptor = state.withLock { state in
+                defer { state.dataDescriptor = nil }
+                return state.dataDescriptor
+            }
+            switch result {
+            case .success: then(descriptor, false)
+            case .failure(let error):
+                if let descriptor { Glibc.close(descriptor) }
+                // Not ready: attd is coming back. Anything else (an older managerd, a closed session) is final.
+                if case .remote(.notReady, _, _, _) = error { then(nil, true) } else { then(nil, false) }
+            }
+        })])
+    }
+
     /// An app's data channel to attd (the descriptor a Welcome passed): its answers and events are handled on
     /// `queue`, the manager's session's, so that they keep their order with managerd's.
     init(dataChannel descriptor: Int32, queue: DispatchQueue, label: String, onEvent: @escaping @Sendable (Event) -> Void,
@@ -175,9 +193,10 @@ final class Channel: Sendable {
         let work: [@Sendable () -> Void] = state.withLock { state in
             if let descriptor {
                 if let earlier = state.dataDescriptor { Glibc.close(earlier) }
-                let welcomes = envelopes.contains { $0.response.manager.welcome.dataChannel }
-                state.dataDescriptor = welcomes ? descriptor : nil
-                if !welcomes { Glibc.close(descriptor) }
+                // managerd passes a data channel with the answer to a Hello or a RenewDataChannel, alone in its datagram.
+                let answers = envelopes.contains { if case .response? = $0.body { true } else { false } }
+                state.dataDescriptor = answers ? descriptor : nil
+                if !answers { Glibc.close(descriptor) }
             }
             return envelopes.compactMap { envelope in
                 switch envelope.body {

@@ -129,8 +129,26 @@ final class ManagerSession: Sendable {
     }
 
     private func dataChannelClosed(_ descriptor: Int32) {
-        data.withLock { plane in
-            if plane?.channel.descriptor == descriptor { plane = nil }
+        let session: Channel? = data.withLock { plane in
+            guard let closed = plane, closed.channel.descriptor == descriptor else { return nil }
+            plane = nil
+            return closed.session
+        }
+        // attd went (its restart closes every channel) while managerd stays: the session asks for a new one.
+        if let session { renewDataChannel(of: session, after: .milliseconds(100)) }
+    }
+
+    private func renewDataChannel(of session: Channel, after delay: Duration) {
+        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(delay / .milliseconds(1)))) { [weak self] in
+            guard let self, !self.ended.load(ordering: .relaxed), session === self.channel else { return }
+            session.renewDataChannel { [weak self] descriptor, retry in
+                guard let self, session === self.channel else {
+                    if let descriptor { close(descriptor) }
+                    return
+                }
+                if let descriptor { return self.adopt(dataChannel: descriptor, of: session) }
+                if retry { self.renewDataChannel(of: session, after: min(delay * 2, .seconds(1))) }
+            }
         }
     }
 

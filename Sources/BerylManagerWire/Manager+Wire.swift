@@ -198,7 +198,7 @@ extension Beryl_Ipc_V1_ManagerRequest.OneOf_Kind {
         switch self {
         case .startScan, .stopScan, .connect, .cancelConnection, .gatt, .readRssi, .maximumWriteLength, .addService, .removeService,
              .removeAllServices, .startAdvertising, .stopAdvertising, .updateValue, .respond, .answerPairing, .setConnectionLatency,
-             .registerConnectionEvents, .appIdle, .invalidate:
+             .registerConnectionEvents, .appIdle, .invalidate, .renewDataChannel:
             true
         case .hello, .retrievePeripherals, .retrieveConnected, .getCapabilities, .setAppState, .listApps, .launchApp, .stopApp,
              .subscribeAlerts, .labOpen, .labAdvertise, .labStopAdvertising, .labScan, .labStopScan, .labConnect, .labCancelConnect,
@@ -217,7 +217,7 @@ extension Beryl_Ipc_V1_ManagerRequest.OneOf_Kind {
         case .startScan, .stopScan, .connect, .cancelConnection, .retrieveConnected, .gatt, .readRssi, .maximumWriteLength, .addService,
              .removeService, .startAdvertising, .updateValue, .answerPairing, .setConnectionLatency, .registerConnectionEvents:
             true
-        case .retrievePeripherals, .respond, .removeAllServices, .stopAdvertising, .hello, .invalidate, .setAppState, .listApps, .launchApp,
+        case .retrievePeripherals, .respond, .removeAllServices, .stopAdvertising, .hello, .invalidate, .renewDataChannel, .setAppState, .listApps, .launchApp,
              .stopApp, .subscribeAlerts, .appIdle, .getCapabilities, .labOpen, .labAdvertise, .labStopAdvertising, .labScan, .labStopScan,
              .labConnect, .labCancelConnect, .labDisconnect, .labGetLinks, .labFactoryReset, .labGetInfo, .labSecure, .labPairingAnswer,
              .labListBonds, .labRemoveBond:

@@ -66,7 +66,7 @@ public enum ManagerCommand: Equatable, Sendable {
             }
             self = .core(.registerConnectionEvents(key(request.manager), .init(peripherals: Set(request.peripheralUuids.map { $0.uppercased() }),
                                                                                services: services)))
-        case .hello, .getCapabilities, .appIdle, .invalidate, .subscribeAlerts, .listApps, .launchApp, .stopApp, .setAppState, .labOpen,
+        case .hello, .getCapabilities, .appIdle, .invalidate, .renewDataChannel, .subscribeAlerts, .listApps, .launchApp, .stopApp, .setAppState, .labOpen,
              .labAdvertise, .labStopAdvertising, .labScan, .labStopScan, .labConnect, .labCancelConnect, .labDisconnect, .labGetLinks,
              .labFactoryReset, .labGetInfo, .labSecure, .labPairingAnswer, .labListBonds, .labRemoveBond:
             return nil

@@ -445,6 +445,13 @@ final class ManagerDaemon {
             apply(core.sessionIdle(session.id, upTo: idle.wake, at: host.loop.uptime))
             incoming.respond(.with { $0.ack = .init() })
             return
+        case .renewDataChannel:
+            guard attd != nil else { throw .attdUnreachable }
+            openDataChannel(for: session.id) { descriptor in
+                guard let descriptor else { return _ = incoming.fail(.notReady, "attd gave no data channel") }
+                incoming.respond(.with { $0.ack = .init() }, passing: descriptor)
+            }
+            return
         case .subscribeAlerts:
             alertSubscribers[session.id] = session.peer.uid
             incoming.respond(.with { $0.ack = .init() })

@@ -196,32 +196,33 @@ final class PipelinedUpdateInstantLinkTests: TwoStacksTestCase {
     }
 
     /// An app's values go to attd on its data channel while it is in the foreground and through managerd otherwise (its
-    /// grant revoked): four apps flooding while each goes to the background and back every few milliseconds still have
-    /// every value arrive once and in order (a value leaves one way only while none is on its way the other).
-    func testValuesKeepTheirOrderWhileTheirAppsKeepLeavingTheForegroundAndComingBack() async throws {
+    /// grant revoked): four apps flooding, each sent to the background and back between floods and during them, still
+    /// have every value arrive once and in order (a value leaves one way only while none is on its way the other).
+    func testValuesKeepTheirOrderWhileTheirAppsLeaveTheForegroundAndComeBack() async throws {
         let apps = uuids.map { Flooder($0) }
         let ids = uuids.map { "com.example.flooder.\($0)" }
         let (managers, central, collector) = try await publishAndSubscribe(apps, appIDs: ids)
-        let control = try IPCClient(path: socket(1))
-        let flooding = Atomic<Bool>(true)
-        let switching = Task.detached {
-            var switches = 0
-            while flooding.load(ordering: .relaxed) {
-                for state in [Beryl_Ipc_V1_AppLifecycle.background, .foreground] {
-                    for id in ids {
-                        var request = Request()
-                        request.manager.setAppState = .with { $0.appID = id; $0.state = state }
-                        if (try? control.call(request)) != nil { switches += 1 }
-                    }
-                    try? await Task.sleep(for: .milliseconds(2))
-                }
+        let managerd = socket(1)
+        @Sendable func set(_ state: Beryl_Ipc_V1_AppLifecycle) -> Bool {
+            guard let control = try? IPCClient(path: managerd) else { return false }
+            return ids.allSatisfy { id in
+                var request = Request()
+                request.manager.setAppState = .with { $0.appID = id; $0.state = state }
+                return (try? control.call(request)) != nil
             }
-            return switches
         }
-        await flood(managers, apps, collector, 0..<2000, mustBeRefused: false)
-        flooding.store(false, ordering: .relaxed)
-        let switches = await switching.value
-        XCTAssertGreaterThanOrEqual(switches, 16, "the apps went to the background and back while they flooded")
+        for round in 0..<4 {
+            XCTAssertTrue(set(.background))
+            // The grant turns back live while the apps flood.
+            let comingBack = Task.detached {
+                try? await Task.sleep(for: .milliseconds(5))
+                return set(.foreground)
+            }
+            await flood(managers, apps, collector, round * 500..<round * 500 + 250, mustBeRefused: false)
+            let foreground = await comingBack.value
+            XCTAssertTrue(foreground)
+            await flood(managers, apps, collector, round * 500 + 250..<round * 500 + 500, mustBeRefused: false)
+        }
         let attd = try IPCClient(path: "\(scratch.root)/run1/attd.sock")
         let counters = try attd.call(.with { $0.getStatus = .init() }).status.dataPlane
         XCTAssertGreaterThan(counters.channelValues, 0, "values went on the data channels: \(counters)")

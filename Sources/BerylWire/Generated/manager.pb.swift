@@ -1781,6 +1781,14 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     set {kind = .registerConnectionEvents(newValue)}
   }
 
+  public var renewDataChannel: Beryl_Ipc_V1_RenewDataChannel {
+    get {
+      if case .renewDataChannel(let v)? = kind {return v}
+      return Beryl_Ipc_V1_RenewDataChannel()
+    }
+    set {kind = .renewDataChannel(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1830,6 +1838,7 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     case getCapabilities(Beryl_Ipc_V1_GetCapabilities)
     case setConnectionLatency(Beryl_Ipc_V1_SetDesiredConnectionLatency)
     case registerConnectionEvents(Beryl_Ipc_V1_RegisterForConnectionEvents)
+    case renewDataChannel(Beryl_Ipc_V1_RenewDataChannel)
 
   }
 
@@ -2349,6 +2358,18 @@ public nonisolated struct Beryl_Ipc_V1_ManagerEvent: @unchecked Sendable {
   public init() {}
 
   fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+/// A new data channel for the session, after the one its Welcome passed closed (attd restarted): answered with an Ack
+/// whose datagram carries the descriptor (SCM_RIGHTS), or NOT_READY while attd is away.
+public nonisolated struct Beryl_Ipc_V1_RenewDataChannel: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 /// The session has handled every event up to this wake number: the app is idle again (iOS suspends it then).
@@ -4774,7 +4795,7 @@ nonisolated extension Beryl_Ipc_V1_PairingFinishedEvent: SwiftProtobuf.Message, 
 
 nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{4}\u{2}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0\u{3}answer_pairing\0\u{1}invalidate\0\u{3}set_app_state\0\u{3}list_apps\0\u{3}launch_app\0\u{3}stop_app\0\u{3}subscribe_alerts\0\u{3}lab_open\0\u{3}lab_advertise\0\u{3}lab_stop_advertising\0\u{3}lab_scan\0\u{3}lab_stop_scan\0\u{3}lab_connect\0\u{3}lab_cancel_connect\0\u{3}lab_disconnect\0\u{3}lab_get_links\0\u{3}lab_factory_reset\0\u{3}lab_get_info\0\u{3}lab_secure\0\u{3}lab_pairing_answer\0\u{3}lab_list_bonds\0\u{3}lab_remove_bond\0\u{3}app_idle\0\u{3}get_capabilities\0\u{3}set_connection_latency\0\u{3}register_connection_events\0\u{1}gatt\0\u{c}\u{8}\u{1}")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}hello\0\u{3}start_scan\0\u{3}stop_scan\0\u{1}connect\0\u{3}cancel_connection\0\u{3}retrieve_peripherals\0\u{3}retrieve_connected\0\u{4}\u{2}read_rssi\0\u{3}maximum_write_length\0\u{3}add_service\0\u{3}remove_service\0\u{3}remove_all_services\0\u{3}start_advertising\0\u{3}stop_advertising\0\u{1}respond\0\u{3}update_value\0\u{3}answer_pairing\0\u{1}invalidate\0\u{3}set_app_state\0\u{3}list_apps\0\u{3}launch_app\0\u{3}stop_app\0\u{3}subscribe_alerts\0\u{3}lab_open\0\u{3}lab_advertise\0\u{3}lab_stop_advertising\0\u{3}lab_scan\0\u{3}lab_stop_scan\0\u{3}lab_connect\0\u{3}lab_cancel_connect\0\u{3}lab_disconnect\0\u{3}lab_get_links\0\u{3}lab_factory_reset\0\u{3}lab_get_info\0\u{3}lab_secure\0\u{3}lab_pairing_answer\0\u{3}lab_list_bonds\0\u{3}lab_remove_bond\0\u{3}app_idle\0\u{3}get_capabilities\0\u{3}set_connection_latency\0\u{3}register_connection_events\0\u{1}gatt\0\u{3}renew_data_channel\0\u{c}\u{8}\u{1}")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -5341,6 +5362,19 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
           self.kind = .gatt(v)
         }
       }()
+      case 45: try {
+        var v: Beryl_Ipc_V1_RenewDataChannel?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .renewDataChannel(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .renewDataChannel(v)
+        }
+      }()
       default: break
       }
     }
@@ -5523,6 +5557,10 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
     case .gatt?: try {
       guard case .gatt(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 44)
+    }()
+    case .renewDataChannel?: try {
+      guard case .renewDataChannel(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 45)
     }()
     case nil: break
     }
@@ -6595,6 +6633,25 @@ nonisolated extension Beryl_Ipc_V1_ManagerEvent: SwiftProtobuf.Message, SwiftPro
       }
       if !storagesAreEqual {return false}
     }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_RenewDataChannel: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RenewDataChannel"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_RenewDataChannel, rhs: Beryl_Ipc_V1_RenewDataChannel) -> Bool {
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

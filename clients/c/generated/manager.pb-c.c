@@ -2758,6 +2758,51 @@ void   beryl__ipc__v1__manager_event__free_unpacked
   assert(message->base.descriptor == &beryl__ipc__v1__manager_event__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   beryl__ipc__v1__renew_data_channel__init
+                     (Beryl__Ipc__V1__RenewDataChannel         *message)
+{
+  static const Beryl__Ipc__V1__RenewDataChannel init_value = BERYL__IPC__V1__RENEW_DATA_CHANNEL__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__renew_data_channel__get_packed_size
+                     (const Beryl__Ipc__V1__RenewDataChannel *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__renew_data_channel__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__renew_data_channel__pack
+                     (const Beryl__Ipc__V1__RenewDataChannel *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__renew_data_channel__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__renew_data_channel__pack_to_buffer
+                     (const Beryl__Ipc__V1__RenewDataChannel *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__renew_data_channel__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__RenewDataChannel *
+       beryl__ipc__v1__renew_data_channel__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__RenewDataChannel *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__renew_data_channel__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__renew_data_channel__free_unpacked
+                     (Beryl__Ipc__V1__RenewDataChannel *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__renew_data_channel__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   beryl__ipc__v1__app_idle__init
                      (Beryl__Ipc__V1__AppIdle         *message)
 {
@@ -6463,7 +6508,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__pairing_finished_event__descrip
   (ProtobufCMessageInit) beryl__ipc__v1__pairing_finished_event__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__manager_request__field_descriptors[43] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__manager_request__field_descriptors[44] =
 {
   {
     "hello",
@@ -6981,6 +7026,18 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__manager_request__field_des
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "renew_data_channel",
+    45,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__ManagerRequest, kind_case),
+    offsetof(Beryl__Ipc__V1__ManagerRequest, renew_data_channel),
+    &beryl__ipc__v1__renew_data_channel__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__manager_request__field_indices_by_name[] = {
   9,   /* field[9] = add_service */
@@ -7014,6 +7071,7 @@ static const unsigned beryl__ipc__v1__manager_request__field_indices_by_name[] =
   41,   /* field[41] = register_connection_events */
   11,   /* field[11] = remove_all_services */
   10,   /* field[10] = remove_service */
+  43,   /* field[43] = renew_data_channel */
   14,   /* field[14] = respond */
   6,   /* field[6] = retrieve_connected */
   5,   /* field[5] = retrieve_peripherals */
@@ -7031,7 +7089,7 @@ static const ProtobufCIntRange beryl__ipc__v1__manager_request__number_ranges[2 
 {
   { 1, 0 },
   { 9, 7 },
-  { 0, 43 }
+  { 0, 44 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__manager_request__descriptor =
 {
@@ -7041,7 +7099,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__manager_request__descriptor =
   "Beryl__Ipc__V1__ManagerRequest",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__ManagerRequest),
-  43,
+  44,
   beryl__ipc__v1__manager_request__field_descriptors,
   beryl__ipc__v1__manager_request__field_indices_by_name,
   2,  beryl__ipc__v1__manager_request__number_ranges,
@@ -8218,6 +8276,24 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__manager_event__descriptor =
   beryl__ipc__v1__manager_event__field_indices_by_name,
   1,  beryl__ipc__v1__manager_event__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__manager_event__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define beryl__ipc__v1__renew_data_channel__field_descriptors NULL
+#define beryl__ipc__v1__renew_data_channel__field_indices_by_name NULL
+#define beryl__ipc__v1__renew_data_channel__number_ranges NULL
+const ProtobufCMessageDescriptor beryl__ipc__v1__renew_data_channel__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.RenewDataChannel",
+  "RenewDataChannel",
+  "Beryl__Ipc__V1__RenewDataChannel",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__RenewDataChannel),
+  0,
+  beryl__ipc__v1__renew_data_channel__field_descriptors,
+  beryl__ipc__v1__renew_data_channel__field_indices_by_name,
+  0,  beryl__ipc__v1__renew_data_channel__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__renew_data_channel__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor beryl__ipc__v1__app_idle__field_descriptors[1] =

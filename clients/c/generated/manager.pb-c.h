@@ -80,6 +80,7 @@ typedef struct Beryl__Ipc__V1__CentralWrite Beryl__Ipc__V1__CentralWrite;
 typedef struct Beryl__Ipc__V1__CentralSubscription Beryl__Ipc__V1__CentralSubscription;
 typedef struct Beryl__Ipc__V1__AdvertisingStarted Beryl__Ipc__V1__AdvertisingStarted;
 typedef struct Beryl__Ipc__V1__ManagerEvent Beryl__Ipc__V1__ManagerEvent;
+typedef struct Beryl__Ipc__V1__RenewDataChannel Beryl__Ipc__V1__RenewDataChannel;
 typedef struct Beryl__Ipc__V1__AppIdle Beryl__Ipc__V1__AppIdle;
 typedef struct Beryl__Ipc__V1__GetCapabilities Beryl__Ipc__V1__GetCapabilities;
 typedef struct Beryl__Ipc__V1__Capabilities Beryl__Ipc__V1__Capabilities;
@@ -1028,7 +1029,8 @@ typedef enum {
   BERYL__IPC__V1__MANAGER_REQUEST__KIND_APP_IDLE = 40,
   BERYL__IPC__V1__MANAGER_REQUEST__KIND_GET_CAPABILITIES = 41,
   BERYL__IPC__V1__MANAGER_REQUEST__KIND_SET_CONNECTION_LATENCY = 42,
-  BERYL__IPC__V1__MANAGER_REQUEST__KIND_REGISTER_CONNECTION_EVENTS = 43
+  BERYL__IPC__V1__MANAGER_REQUEST__KIND_REGISTER_CONNECTION_EVENTS = 43,
+  BERYL__IPC__V1__MANAGER_REQUEST__KIND_RENEW_DATA_CHANNEL = 45
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(BERYL__IPC__V1__MANAGER_REQUEST__KIND__CASE)
 } Beryl__Ipc__V1__ManagerRequest__KindCase;
 
@@ -1089,6 +1091,7 @@ struct  Beryl__Ipc__V1__ManagerRequest
     Beryl__Ipc__V1__GetCapabilities *get_capabilities;
     Beryl__Ipc__V1__SetDesiredConnectionLatency *set_connection_latency;
     Beryl__Ipc__V1__RegisterForConnectionEvents *register_connection_events;
+    Beryl__Ipc__V1__RenewDataChannel *renew_data_channel;
   };
 };
 #define BERYL__IPC__V1__MANAGER_REQUEST__INIT \
@@ -1333,6 +1336,19 @@ struct  Beryl__Ipc__V1__ManagerEvent
 #define BERYL__IPC__V1__MANAGER_EVENT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__manager_event__descriptor) \
     , 0, BERYL__IPC__V1__MANAGER_EVENT__KIND__NOT_SET, {0} }
+
+
+/*
+ * A new data channel for the session, after the one its Welcome passed closed (attd restarted): answered with an Ack
+ * whose datagram carries the descriptor (SCM_RIGHTS), or NOT_READY while attd is away.
+ */
+struct  Beryl__Ipc__V1__RenewDataChannel
+{
+  ProtobufCMessage base;
+};
+#define BERYL__IPC__V1__RENEW_DATA_CHANNEL__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__renew_data_channel__descriptor) \
+     }
 
 
 /*
@@ -2570,6 +2586,25 @@ Beryl__Ipc__V1__ManagerEvent *
 void   beryl__ipc__v1__manager_event__free_unpacked
                      (Beryl__Ipc__V1__ManagerEvent *message,
                       ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__RenewDataChannel methods */
+void   beryl__ipc__v1__renew_data_channel__init
+                     (Beryl__Ipc__V1__RenewDataChannel         *message);
+size_t beryl__ipc__v1__renew_data_channel__get_packed_size
+                     (const Beryl__Ipc__V1__RenewDataChannel   *message);
+size_t beryl__ipc__v1__renew_data_channel__pack
+                     (const Beryl__Ipc__V1__RenewDataChannel   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__renew_data_channel__pack_to_buffer
+                     (const Beryl__Ipc__V1__RenewDataChannel   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__RenewDataChannel *
+       beryl__ipc__v1__renew_data_channel__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__renew_data_channel__free_unpacked
+                     (Beryl__Ipc__V1__RenewDataChannel *message,
+                      ProtobufCAllocator *allocator);
 /* Beryl__Ipc__V1__AppIdle methods */
 void   beryl__ipc__v1__app_idle__init
                      (Beryl__Ipc__V1__AppIdle         *message);
@@ -2872,6 +2907,9 @@ typedef void (*Beryl__Ipc__V1__AdvertisingStarted_Closure)
 typedef void (*Beryl__Ipc__V1__ManagerEvent_Closure)
                  (const Beryl__Ipc__V1__ManagerEvent *message,
                   void *closure_data);
+typedef void (*Beryl__Ipc__V1__RenewDataChannel_Closure)
+                 (const Beryl__Ipc__V1__RenewDataChannel *message,
+                  void *closure_data);
 typedef void (*Beryl__Ipc__V1__AppIdle_Closure)
                  (const Beryl__Ipc__V1__AppIdle *message,
                   void *closure_data);
@@ -2965,6 +3003,7 @@ extern const ProtobufCMessageDescriptor beryl__ipc__v1__central_write__descripto
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__central_subscription__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__advertising_started__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__manager_event__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__renew_data_channel__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__app_idle__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__get_capabilities__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__capabilities__descriptor;
