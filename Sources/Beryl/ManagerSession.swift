@@ -161,37 +161,13 @@ final class ManagerSession: Sendable {
             relay.deliver(.with { $0.manager.readyToUpdate.count = ready.count })
         case .readRequested(let read)?:
             dataRequests.withLock { $0[read.id] = true }
-            relay.deliver(.with {
-                $0.manager.readRequest = .with {
-                    $0.manager = managerID
-                    $0.id = read.id
-                    $0.central = read.central
-                    $0.handle = read.handle
-                    $0.offset = read.offset
-                    $0.maximumUpdateLength = read.maximumUpdateLength
-                }
-            })
+            relay.deliver(.with { $0.manager = .init(read, manager: managerID, central: read.central, maximumUpdateLength: read.maximumUpdateLength) })
         case .writeRequested(let write)?:
             if write.withResponse { dataRequests.withLock { $0[write.id] = false } }
-            relay.deliver(.with {
-                $0.manager.writeRequest = .with {
-                    $0.manager = managerID
-                    $0.id = write.id
-                    $0.central = write.central
-                    $0.writes = write.writes
-                    $0.withResponse = write.withResponse
-                    $0.maximumUpdateLength = write.maximumUpdateLength
-                }
-            })
+            relay.deliver(.with { $0.manager = .init(write, manager: managerID, central: write.central, maximumUpdateLength: write.maximumUpdateLength) })
         case .gattNotification(let notification)?:
-            relay.deliver(.with {
-                $0.manager.notification = .with {
-                    $0.peripheral = notification.peripheral
-                    $0.handle = notification.handle
-                    $0.value = notification.value
-                    $0.indication = notification.indication
-                }
-            })
+            guard let heard = Beryl_Ipc_V1_ManagerEvent(.gattNotification(notification), peripheral: notification.peripheral) else { return }
+            relay.deliver(.with { $0.manager = heard })
         default:
             break
         }

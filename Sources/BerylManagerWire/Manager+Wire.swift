@@ -370,26 +370,6 @@ extension Beryl_Ipc_V1_ManagerEvent {
             return nil
         }
     }
-
-    /// What attd's GATT client heard on a link, for the managers holding that peripheral.
-    public init?(_ event: Beryl_Ipc_V1_AttEvent.OneOf_Kind, peripheral: String) {
-        self.init()
-        switch event {
-        case .gattNotification(let heard):
-            notification = .with {
-                $0.peripheral = peripheral
-                $0.handle = heard.handle
-                $0.value = heard.value
-                $0.indication = heard.indication
-            }
-        case .gattServiceChanged(let change):
-            servicesChanged = .with { $0.peripheral = peripheral; $0.change = change }
-        case .gattWriteReady(let ready):
-            readyToWrite = .with { $0.peripheral = peripheral; $0.count = ready.count }
-        default:
-            return nil
-        }
-    }
 }
 
 extension StackState {

@@ -5,33 +5,6 @@ import BerylWire
 // connection handle and knows no managers; an app hears a central or peer by identifier, through its manager.
 
 extension Beryl_Ipc_V1_ManagerEvent {
-    /// A remote central's read, for the manager owning the handle (`central`: the identifier the app knows it by).
-    public init(_ read: Beryl_Ipc_V1_ReadRequested, manager: UInt32, central: String, maximumUpdateLength: UInt32) {
-        self.init()
-        readRequest = .with {
-            $0.manager = manager
-            $0.id = read.id
-            $0.central = central
-            $0.handle = read.handle
-            $0.offset = read.offset
-            $0.maximumUpdateLength = maximumUpdateLength
-        }
-    }
-
-    /// A remote central's write (several, for a reliable write); a write without response carries no request id,
-    /// since it takes no answer.
-    public init(_ write: Beryl_Ipc_V1_WriteRequested, manager: UInt32, central: String, maximumUpdateLength: UInt32) {
-        self.init()
-        writeRequest = .with {
-            $0.manager = manager
-            $0.id = write.withResponse ? write.id : 0
-            $0.central = central
-            $0.writes = write.writes
-            $0.withResponse = write.withResponse
-            $0.maximumUpdateLength = maximumUpdateLength
-        }
-    }
-
     /// A remote central's subscription as the value's owner hears it (a disconnected subscriber's as unsubscribing).
     public init(subscription: PreservedState.Subscription, manager: UInt32) {
         self.init()

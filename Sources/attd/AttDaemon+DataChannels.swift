@@ -136,14 +136,7 @@ extension AttDaemon {
             notify.connectionHandles = named.map(UInt32.init)
         }
         dataPlane.channelValues += 1
-        switch pacer.update(notify, from: app.publisher, owns: { router.owns($0, for: app) }, on: Array(links.values)) {
-        case .success(let update):
-            for (link, outputs) in update.indications { apply(wrap(outputs, for: link), on: link) }
-            applyPacer(update.transmissions)
-            incoming.respond(.with { $0.att.notified.peers = update.peers })
-        case .failure(let refusal):
-            incoming.fail(refusal)
-        }
+        send(notify, from: app.publisher, owns: { router.owns($0, for: app) }, incoming)
     }
 
     private func fail(_ incoming: IncomingRequest, _ refusal: DataGrants.Refusal, field: String = "") {

@@ -33,14 +33,7 @@ extension AttDaemon {
             announceDatabaseChange(range)
         case .notify(let notify)?:
             if notify.onBehalfOf != 0 { dataPlane.publisherValues += 1 }
-            switch pacer.update(notify, from: session.id, owns: { router.owns(session.id, $0) }, on: Array(links.values)) {
-            case .success(let update):
-                for (link, outputs) in update.indications { apply(wrap(outputs, for: link), on: link) }
-                applyPacer(update.transmissions)
-                incoming.respond(.with { $0.att.notified.peers = update.peers })
-            case .failure(let refusal):
-                incoming.fail(refusal)
-            }
+            send(notify, from: session.id, owns: { router.owns(session.id, $0) }, incoming)
         case .forgetSender(let forget)?:
             let sender = UpdateSender(publisher: session.id, onBehalfOf: forget.onBehalfOf)
             if forget.onlyLink {
@@ -67,6 +60,18 @@ extension AttDaemon {
             incoming.fail(.unknownMessage, "empty ATT request")
         }
         return true
+    }
+
+    /// A value for the subscribed peers (or the links named), from a publisher or an app's channel, paced.
+    func send(_ notify: Beryl_Ipc_V1_Notify, from publisher: PublisherID, owns: (UInt16) -> Bool, _ incoming: IncomingRequest) {
+        switch pacer.update(notify, from: publisher, owns: owns, on: Array(links.values)) {
+        case .success(let update):
+            for (link, outputs) in update.indications { apply(wrap(outputs, for: link), on: link) }
+            applyPacer(update.transmissions)
+            incoming.respond(.with { $0.att.notified.peers = update.peers })
+        case .failure(let refusal):
+            incoming.fail(refusal)
+        }
     }
 
     private func publishService(_ spec: Beryl_Ipc_V1_ServiceSpec, for session: IPCSession, app: UInt64, _ incoming: IncomingRequest) {

@@ -29,6 +29,10 @@ extension ManagerDaemon {
                 return then(nil)
             }
             dataGrants[session] = live
+            // A session renewing its channel (or restored with links) holds links and hears values already: attd
+            // hears of them now, not at the app's next request.
+            syncHeldLinks()
+            refreshAudiences()
             then(descriptor)
         }
     }
@@ -63,11 +67,18 @@ extension ManagerDaemon {
         }
     }
 
-    /// attd restarted: its channels are gone; apps keep their data on managerd until they open a new session.
+    /// attd went: its channels went with it, and what it was told; apps renew their channels when it is back, and each
+    /// renewal tells the new attd the audiences again (until then managerd delivers every notification).
     func dataChannelsLost() {
         dataGrants.removeAll()
+        audiencesToTellAgain.formUnion(audiencesTold.keys)
         audiencesTold.removeAll()
         heldLinksTold.removeAll()
+    }
+
+    /// The values whose audience attd was told at some time, still on a link: told again when channels are back.
+    private var audienceKeys: [AudienceKey] {
+        Set(audiencesTold.keys).union(audiencesToTellAgain).sorted { ($0.link, $0.valueHandle) < ($1.link, $1.valueHandle) }
     }
 
     /// Tells attd the identifier of a link's peer, which apps name centrals by; asked when managerd learns the link and
@@ -92,25 +103,25 @@ extension ManagerDaemon {
             $0.connectionHandle = UInt32(link)
             $0.valueHandle = UInt32(valueHandle)
         }
-        if var (identifier, holders) = core.audience(ofNotification: valueHandle, onLink: link) {
+        if case (let identifier, var holders)? = core.audience(ofNotification: valueHandle, onLink: link) {
             if let adding { holders.insert(.session(adding)) }
             told.peripheral = identifier
             told.apps = holders.compactMap(\.sessionID).filter { dataGrants[$0] != nil }.sorted()
             told.others = holders.contains { $0.sessionID.map { dataGrants[$0] == nil } ?? true }
         }
         guard audiencesTold[key] != told, audiencesTold[key] != nil || !told.apps.isEmpty else { return }
+        audiencesToTellAgain.remove(key)
         audiencesTold[key] = told.apps.isEmpty ? nil : told
         attd.request(.with { $0.att.notificationAudience = told })
     }
 
     func refreshAudiences() {
-        for key in audiencesTold.keys.sorted(by: { ($0.link, $0.valueHandle) < ($1.link, $1.valueHandle) }) {
-            refreshAudience(of: key.valueHandle, on: key.link)
-        }
+        for key in audienceKeys { refreshAudience(of: key.valueHandle, on: key.link) }
     }
 
     func linkGoneForAudiences(_ link: UInt16) {
         audiencesTold = audiencesTold.filter { $0.key.link != link }
+        audiencesToTellAgain = audiencesToTellAgain.filter { $0.link != link }
     }
 
     /// A notification attd sent on: to the audience's apps that no channel carried it to (all of them when attd set no

@@ -39,6 +39,9 @@ extension ManagerDaemon {
     // MARK: What the core decided
 
     func apply(_ outputs: [ManagerCore<Beryl_Ipc_V1_ManagerEvent>.Output]) {
+        // An app's grant follows its lifecycle, told to attd after what these outputs deliver (the events held for an
+        // app back in the foreground leave before attd sends it anything directly again).
+        defer { if !outputs.isEmpty { syncGrants() } }
         for output in outputs {
             switch output {
             case .persist(let id):
@@ -56,8 +59,6 @@ extension ManagerDaemon {
                 answerAttd(id, isRead: isRead, value: [], error: 0x0E)
             case .scanningChanged:
                 updateScanning()
-                // Emitted on every lifecycle change: whose data goes straight to it may have changed too.
-                syncGrants()
             case .advertisingChanged:
                 updateAdvertising()
             case .republish:

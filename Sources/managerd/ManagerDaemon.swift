@@ -54,6 +54,8 @@ final class ManagerDaemon {
     var audiencesTold: [AudienceKey: Beryl_Ipc_V1_NotificationAudience] = [:]
     /// The links attd was told each app with a channel holds as central.
     var heldLinksTold: [UInt64: Set<UInt16>] = [:]
+    /// Audiences a lost attd was told, to tell its successor once apps have channels again.
+    var audiencesToTellAgain: Set<AudienceKey> = []
     /// The controller's identity is hcid's static random address (it has no public one): apps advertise, scan and
     /// connect with it (own address type random) rather than as 00:00:00:00:00:00.
     var identityIsRandom: Bool { identity?.type.isRandom ?? false }

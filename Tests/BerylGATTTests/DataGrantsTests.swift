@@ -43,6 +43,23 @@ final class DataGrantsTests: XCTestCase {
         XCTAssertEqual(grants.links(named: ["BBBB-2"]), [])
     }
 
+    func testAnAppReadsAndWritesOnlyOnTheLinksItHolds() {
+        var grants = DataGrants()
+        grants.name(0x40, "P-1")
+        grants.name(0x41, "P-2")
+        grants.setLinks([0x40], heldBy: app(7))
+        XCTAssertEqual(grants.link(to: "p-1", heldBy: app(7)), .success(0x40))
+        XCTAssertEqual(grants.link(to: "P-2", heldBy: app(7)), .failure(.outsideGrant("this app holds no link to P-2")), "a link another app holds")
+        XCTAssertEqual(grants.link(to: "P-1", heldBy: app(8)), .failure(.outsideGrant("this app holds no link to P-1")))
+        grants.linkClosed(0x40)
+        grants.name(0x40, "P-3")
+        XCTAssertEqual(grants.link(to: "P-3", heldBy: app(7)), .failure(.outsideGrant("this app holds no link to P-3")),
+                       "a new link on a handle the app held before is not the app's until managerd says so")
+        grants.setLinks([0x40, 0x41], heldBy: app(7))
+        _ = grants.sessionClosed(managerd)
+        XCTAssertEqual(grants.link(to: "P-2", heldBy: app(7)), .failure(.outsideGrant("this app holds no link to P-2")), "forgotten with managerd")
+    }
+
     func testANotificationGoesToTheLiveChannelsOfItsAudienceAndManagerdDeliversTheRest() {
         var grants = DataGrants()
         XCTAssertNil(grants.route(notificationOf: 0x21, on: 0x40), "no audience: managerd delivers, as before")

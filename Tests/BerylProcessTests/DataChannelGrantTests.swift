@@ -118,6 +118,11 @@ final class DataChannelGrantTests: XCTestCase {
             return false
         }, "the channel closes when its app's session does")
         XCTAssertEqual(try other.call(pingRequest([9])).pong.payload, Data([9]), "another app's channel stays open")
+
+        // An app killed outright closes its end: attd frees the channel at once, its session with managerd or not.
+        shutdown(other.fd, Int32(SHUT_RDWR))
+        XCTAssertTrue(eventually(.seconds(5)) { ((try? attd.call(.with { $0.getStatus = .init() }))?.status.dataPlane.channels ?? 9) == 0 },
+                      "attd keeps no channel whose app end is gone")
         withExtendedLifetime(otherSession) {}
     }
 }
