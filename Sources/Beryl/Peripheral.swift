@@ -58,6 +58,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         var writeCompletions: [UInt64: @Sendable (Result<Void, BerylError>) -> Void] = [:]
         /// Which way each GATT request goes (the data channel or managerd), never both at once.
         var paths = GattPaths<GattRequest>()
+        var subscribing = SubscriptionGate<Data>()
     }
 
     /// One GATT operation of the app's and who hears its answer.
@@ -125,7 +126,10 @@ public final class Peripheral: CustomStringConvertible, Sendable {
 
     func setState(_ state: PeripheralState) { shared.withLock { $0.state = state } }
     func disconnected() {
-        shared.withLock { $0.state = .disconnected }
+        shared.withLock {
+            $0.state = .disconnected
+            $0.subscribing.reset()
+        }
         writesGone()
         for service in services ?? [] { for characteristic in service.characteristics ?? [] { characteristic.setNotifying(false) } }
     }
@@ -617,10 +621,14 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         }
         let cccd = characteristic.descriptors?.first { $0.uuid == BluetoothUUID(0x2902) }?.handle ?? characteristic.valueHandle + 1
         let indicate = !characteristic.properties.contains(.notify) && characteristic.properties.contains(.indicate)
-        gatt({ $0.setNotify = .with { $0.valueHandle = characteristic.valueHandle; $0.cccdHandle = cccd; $0.indicate = indicate; $0.enable = enabled } }) { result in
+        let valueHandle = UInt16(truncatingIfNeeded: characteristic.valueHandle)
+        if enabled { shared.withLock { $0.subscribing.subscribing(valueHandle) } }
+        gatt({ $0.setNotify = .with { $0.valueHandle = characteristic.valueHandle; $0.cccdHandle = cccd; $0.indicate = indicate; $0.enable = enabled } }) { [self] result in
             if case .success = result { characteristic.setNotifying(enabled) }
             let error: BerylError? = if case .failure(let failure) = result { failure } else { nil }
             completion(error)
+            guard enabled else { return }
+            for value in shared.withLock({ $0.subscribing.answered(valueHandle) }) { deliver(value, of: characteristic, error: nil) }
         }
     }
 
@@ -662,8 +670,9 @@ public final class Peripheral: CustomStringConvertible, Sendable {
     // MARK: From managerd
 
     func valueArrived(handle: UInt32, value: Data) {
-        guard let characteristic = services?.lazy.flatMap({ $0.characteristics ?? [] }).first(where: { $0.valueHandle == handle }) else { return }
-        deliver(value, of: characteristic, error: nil)
+        guard let characteristic = services?.lazy.flatMap({ $0.characteristics ?? [] }).first(where: { $0.valueHandle == handle }),
+              let now = shared.withLock({ $0.subscribing.arrived(value, of: UInt16(truncatingIfNeeded: handle)) }) else { return }
+        deliver(now, of: characteristic, error: nil)
     }
 
     func servicesChanged(_ change: Beryl_Ipc_V1_GattServiceChanged) {
