@@ -168,6 +168,9 @@ final class ManagerSession: Sendable {
         case .gattNotification(let notification)?:
             guard let heard = Beryl_Ipc_V1_ManagerEvent(.gattNotification(notification), peripheral: notification.peripheral) else { return }
             relay.deliver(.with { $0.manager = heard })
+        case .gattWriteReady(let ready)?:
+            guard let heard = Beryl_Ipc_V1_ManagerEvent(.gattWriteReady(ready), peripheral: ready.peripheral) else { return }
+            relay.deliver(.with { $0.manager = heard })
         default:
             break
         }

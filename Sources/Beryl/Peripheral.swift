@@ -56,6 +56,9 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         var services: [Service]?
         var writes = WriteQueue(limit: Peripheral.writeQueueLimit, fullOwesReady: true)
         var writeCompletions: [UInt64: @Sendable (Result<Void, BerylError>) -> Void] = [:]
+        /// Writes without response on their way each way: they leave one way only while none is on its way the other.
+        var writesOnDataChannel = Set<UInt64>()
+        var writesThroughManagerd = Set<UInt64>()
         /// Which way each GATT request goes (the data channel or managerd), never both at once.
         var paths = GattPaths<GattRequest>()
         var subscribing = SubscriptionGate<Data>()
@@ -478,12 +481,42 @@ public final class Peripheral: CustomStringConvertible, Sendable {
 
     private func sendWrites() {
         guard let central = manager.value else { return }
-        // Taken and sent under one lock, as PeripheralManager.sendUpdates: writes leave in the order taken.
+        // Taken and sent under one lock, as PeripheralManager.sendUpdates: writes leave in the order taken, on the data
+        // channel while the grant is live and through managerd otherwise.
+        let data = central.session.liveDataChannel
         shared.withLock { state in
-            let sendings = state.writes.takeSendable()
-            guard !sendings.isEmpty else { return }
-            central.channel.requests(sendings.map(request))
+            if let data, state.writesThroughManagerd.isEmpty {
+                let sendings = state.writes.takeSendable()
+                guard !sendings.isEmpty else { return }
+                state.writesOnDataChannel.formUnion(sendings.map(\.id))
+                data.wireRequests(sendings.map(dataRequest))
+            } else if state.writesOnDataChannel.isEmpty {
+                let sendings = state.writes.takeSendable()
+                guard !sendings.isEmpty else { return }
+                state.writesThroughManagerd.formUnion(sendings.map(\.id))
+                central.channel.requests(sendings.map(request))
+            }
         }
+    }
+
+    /// The same write as attd's GattWrite on the data channel, naming the peripheral by its identifier.
+    private func dataRequest(_ sending: WriteQueue.Sending) -> (request: Request, completion: Channel.WireCompletion) {
+        (.with {
+            $0.att.gattWrite = .with {
+                $0.peripheral = identifierString
+                $0.handle = sending.item.valueHandle
+                $0.value = sending.item.value
+                $0.withoutResponse = true
+                $0.signed = sending.item.signed
+                $0.ordered = true
+                $0.readySeen = sending.readySeen
+            }
+        }, { [weak self] result in
+            guard let self else { return }
+            let answer = DataChannelAnswer<PendingWrite>(result)
+            if answer.grantRefused { manager.value?.session.dataGrantRefused() }
+            writeAnswered(sending.id, answer.queueAnswer, failure: answer.failure)
+        })
     }
 
     private func request(_ sending: WriteQueue.Sending) -> (request: Request, completion: Channel.Completion) {
@@ -499,16 +532,20 @@ public final class Peripheral: CustomStringConvertible, Sendable {
                     $0.readySeen = sending.readySeen
                 }
             }
-        }, { [weak self] result in self?.writeAnswered(sending.id, result) })
+        }, { [weak self] result in
+            let answer = WriteQueue.Answer(result, sent: \.manager.gatt.writeCommand.sent, sendAgain: \.manager.gatt.writeCommand.sendAgain)
+            self?.writeAnswered(sending.id, answer, failure: result.failure)
+        })
     }
 
-    private func writeAnswered(_ id: UInt64, _ result: Result<Response, BerylError>) {
-        let answer = WriteQueue.Answer(result, sent: \.manager.gatt.writeCommand.sent, sendAgain: \.manager.gatt.writeCommand.sendAgain)
+    private func writeAnswered(_ id: UInt64, _ answer: WriteQueue.Answer, failure: BerylError?) {
         let completion = shared.withLock { state -> (@Sendable (Result<Void, BerylError>) -> Void)? in
+            state.writesOnDataChannel.remove(id)
+            state.writesThroughManagerd.remove(id)
             guard state.writes.answered(id, answer), answer == .sent || answer == .failed else { return nil }
             return state.writeCompletions.removeValue(forKey: id)
         }
-        if case .failure(let error) = result { completion?(.failure(error)) } else { completion?(.success(())) }
+        if let failure { completion?(.failure(failure)) } else { completion?(.success(())) }
         sendWrites()
         readyToWriteIfOwed()
     }
@@ -522,6 +559,8 @@ public final class Peripheral: CustomStringConvertible, Sendable {
     func writesGone() {
         let dropped = shared.withLock { state in
             state.writes.reset()
+            state.writesOnDataChannel.removeAll()
+            state.writesThroughManagerd.removeAll()
             defer { state.writeCompletions.removeAll() }
             return Array(state.writeCompletions.values)
         }

@@ -11,7 +11,9 @@ import Glibc
 /// The shell around each link's GATT client core: requests in, the core's outputs out to hcid, apps and the
 /// security manager.
 extension AttDaemon {
-    func handleClientRequest(_ request: Beryl_Ipc_V1_AttRequest.OneOf_Kind, _ incoming: IncomingRequest) -> Bool {
+    /// `publisher`: who sent a write without response, for its pacing and ready events — the session that asked, or
+    /// for an app's data channel the publisher that opened it (so both ways share the app's place in the pacer).
+    func handleClientRequest(_ request: Beryl_Ipc_V1_AttRequest.OneOf_Kind, publisher: PublisherID? = nil, _ incoming: IncomingRequest) -> Bool {
         guard let handle = request.clientConnectionHandle else { return false }
         guard let link = usableLink(handle, incoming) else { return true }
         let operation: GATTClient.Operation?
@@ -22,7 +24,7 @@ extension AttDaemon {
             return true
         }
         guard let operation else {
-            if case .gattWrite(let write) = request { writeWithoutResponse(write, on: link, incoming) }
+            if case .gattWrite(let write) = request { writeWithoutResponse(write, on: link, from: publisher ?? incoming.session?.id ?? 0, incoming) }
             return true
         }
         let id = nextClientOperation
@@ -45,8 +47,8 @@ extension AttDaemon {
     }
 
     /// Paced, not answered by the peer: the pacer admits it or refuses it as the sender hears.
-    private func writeWithoutResponse(_ write: Beryl_Ipc_V1_GattWrite, on link: LinkSession, _ incoming: IncomingRequest) {
-        switch pacer.admitWrite(write, from: incoming.session?.id ?? 0, on: link, encrypted: security.level(of: link.handle)?.encrypted == true,
+    private func writeWithoutResponse(_ write: Beryl_Ipc_V1_GattWrite, on link: LinkSession, from publisher: PublisherID, _ incoming: IncomingRequest) {
+        switch pacer.admitWrite(write, from: publisher, on: link, encrypted: security.level(of: link.handle)?.encrypted == true,
                                 sign: { signedWritePDU(on: link, handle: $0, value: $1) }) {
         case .failure(let refusal):
             incoming.fail(refusal)

@@ -104,15 +104,13 @@ extension AttDaemon {
             dataPlane.channelReads += 1
             _ = handleClientRequest(.gattRead(read), incoming)
         case .gattWrite(var write)?:
-            // A write without response is paced per sender with its ready events, which go through managerd for now.
-            guard !write.withoutResponse else { return fail(incoming, .notADataOperation, field: "without_response") }
             switch grants.link(to: write.peripheral, heldBy: app) {
             case .success(let link): write.connectionHandle = UInt32(link)
             case .failure(let refusal): return fail(incoming, refusal, field: "peripheral")
             }
             write.onBehalfOf = app.onBehalfOf
-            dataPlane.channelWrites += 1
-            _ = handleClientRequest(.gattWrite(write), incoming)
+            if write.withoutResponse { dataPlane.channelWriteCommands += 1 } else { dataPlane.channelWrites += 1 }
+            _ = handleClientRequest(.gattWrite(write), publisher: app.publisher, incoming)
         case .notify(let notify)?:
             notifyFromChannel(notify, app: app, incoming)
         default:

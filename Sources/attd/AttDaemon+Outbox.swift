@@ -16,11 +16,23 @@ extension AttDaemon {
             case .transmit(let transmission):
                 queueACL(transmission.pdu, on: transmission.link, lane: .credited)
             case .writeReady(let link, let notices):
-                for notice in notices { host.server?.sessions[notice.sender.publisher]?.send(.event(Event(writeReady: notice, link: link))) }
+                for notice in notices { sendWriteReady(notice, link: link) }
             case .readyToUpdate(let notices):
                 for notice in notices { session(for: notice.sender)?.send(.event(Event(readyToUpdate: notice))) }
             }
         }
+    }
+
+    /// A sender's writes without response have room again on the link: to its app's live channel, naming the
+    /// peripheral as managerd does, or to the publisher that sent them for it.
+    private func sendWriteReady(_ notice: TransmitPacer.ReadyNotice, link: UInt16) {
+        let sessions = host.server?.sessions ?? [:]
+        var event = Event(writeReady: notice, link: link)
+        if notice.sender.onBehalfOf != 0, let channel = grants.liveChannel(of: notice.sender), let peripheral = grants.name(of: link) {
+            event.att.gattWriteReady.peripheral = peripheral
+            return sessions[channel]?.send(.event(event)) ?? ()
+        }
+        sessions[notice.sender.publisher]?.send(.event(event))
     }
 
     /// Credits hcid granted or returned.

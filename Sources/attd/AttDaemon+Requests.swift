@@ -51,6 +51,7 @@ extension AttDaemon {
             let error = answer.error == 0 ? nil : ATTError(rawValue: UInt8(truncatingIfNeeded: answer.error))
             answerOwed(answer.id, isRead: false, incoming) { complete($0, read: .failure(.unlikelyError), writeError: error) }
         case .gattDiscover?, .gattRead?, .gattWrite?, .gattSubscribe?, .gattReadMultiple?, .gattReadByType?, .gattReliableWrite?:
+            if case .gattWrite(let write)? = request.kind, write.withoutResponse, write.onBehalfOf != 0 { dataPlane.publisherWriteCommands += 1 }
             return handleClientRequest(request.kind!, incoming)
         case .pair?, .pairingAnswer?, .listBonds?, .removeBond?, .getPrivateAddress?, .setLinkPairing?:
             return handleSecurityRequest(request.kind!, incoming)

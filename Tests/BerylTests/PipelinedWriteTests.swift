@@ -1,6 +1,8 @@
 import Beryl
 import BerylDaemonKit
 import BerylSupervisor
+import BerylTestSupport
+import BerylWire
 import Dispatch
 import Foundation
 import Synchronization
@@ -83,7 +85,7 @@ private extension TwoStacksTestCase {
     }
 
     /// A sink on stack 1 publishing four characteristics; four central apps on stack 0, each connected to it, with its own.
-    func connectWriters() async throws -> (Sink, PeripheralManager, [Writer], [CentralManager], [Peripheral], [Characteristic]) {
+    func connectWriters(appIDs: [String?]? = nil) async throws -> (Sink, PeripheralManager, [Writer], [CentralManager], [Peripheral], [Characteristic]) {
         let sink = Sink()
         let manager = PeripheralManager(delegate: sink, queue: DispatchQueue(label: "peripheral"), socketPath: socket(1))
         XCTAssertNotNil(sink.recorder.wait(for: "state poweredOn"))
@@ -95,7 +97,8 @@ private extension TwoStacksTestCase {
         manager.startAdvertising(AdvertisingOptions(localName: "Sink", serviceUUIDs: [BluetoothUUID(0xFFA0)]))
 
         let writers = uuids.map { _ in Writer() }
-        let centrals = writers.map { CentralManager(delegate: $0, queue: DispatchQueue(label: "central"), socketPath: socket(0)) }
+        let ids = appIDs ?? writers.map { _ in nil }
+        let centrals = zip(writers, ids).map { CentralManager(delegate: $0, queue: DispatchQueue(label: "central"), appID: $1, socketPath: socket(0)) }
         for writer in writers { XCTAssertNotNil(writer.recorder.wait(for: "state poweredOn")) }
         var peripherals: [Peripheral] = []
         var characteristics: [Characteristic] = []
@@ -156,6 +159,45 @@ final class PipelinedWriteInstantLinkTests: TwoStacksTestCase {
         await flood(writers, peripherals, characteristics, sink, 300..<600, length: long, mustWait: false)
         XCTAssertEqual(sink.lengths.withLock { $0 }, [20, long], "values arrive whole")
         XCTAssertTrue(peripherals.allSatisfy(\.canSendWriteWithoutResponse), "every queue drained")
+        let counters = try dataPlaneCounters(ofStack: 0)
+        XCTAssertGreaterThanOrEqual(counters.channelWriteCommands, 4 * 600, "every write went on its app's data channel: \(counters)")
+        XCTAssertEqual(counters.publisherWriteCommands, 0, "and none through managerd: \(counters)")
         withExtendedLifetime((manager, centrals)) {}
+    }
+
+    /// While the apps flood, managerd sends them to the background (their grants are revoked: writes go through
+    /// managerd) and back (the data channel again): each app's writes still arrive once and in order.
+    func testWritesKeepTheirOrderWhileTheirAppsLeaveTheForegroundAndComeBack() async throws {
+        let ids = uuids.map { "com.example.writer.\($0)" }
+        let (sink, manager, writers, centrals, peripherals, characteristics) = try await connectWriters(appIDs: ids)
+        let managerd = socket(0)
+        @Sendable func set(_ state: Beryl_Ipc_V1_AppLifecycle) -> Bool {
+            guard let control = try? IPCClient(path: managerd) else { return false }
+            return ids.allSatisfy { id in
+                var request = Request()
+                request.manager.setAppState = .with { $0.appID = id; $0.state = state }
+                return (try? control.call(request)) != nil
+            }
+        }
+        for round in 0..<4 {
+            XCTAssertTrue(set(.background))
+            let comingBack = Task.detached {
+                try? await Task.sleep(for: .milliseconds(5))
+                return set(.foreground)
+            }
+            await flood(writers, peripherals, characteristics, sink, round * 500..<round * 500 + 250, length: 20, mustWait: false)
+            let foreground = await comingBack.value
+            XCTAssertTrue(foreground)
+            await flood(writers, peripherals, characteristics, sink, round * 500 + 250..<round * 500 + 500, length: 20, mustWait: false)
+        }
+        let counters = try dataPlaneCounters(ofStack: 0)
+        XCTAssertGreaterThan(counters.channelWriteCommands, 0, "writes went on the data channels: \(counters)")
+        XCTAssertGreaterThan(counters.publisherWriteCommands, 0, "and through managerd while their apps were in the background: \(counters)")
+        withExtendedLifetime((manager, centrals)) {}
+    }
+
+    private func dataPlaneCounters(ofStack index: Int) throws -> Beryl_Ipc_V1_DataPlaneCounters {
+        let attd = try IPCClient(path: "\(scratch.root)/run\(index)/attd.sock")
+        return try attd.call(.with { $0.getStatus = .init() }).status.dataPlane
     }
 }

@@ -765,6 +765,9 @@ public nonisolated struct Beryl_Ipc_V1_GattWriteReady: Sendable {
 
   public var onBehalfOf: UInt64 = 0
 
+  /// On a data channel, the peripheral by the identifier managerd gave it (NameLink).
+  public var peripheral: String = String()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -3162,7 +3165,7 @@ nonisolated extension Beryl_Ipc_V1_GattServiceChanged: SwiftProtobuf.Message, Sw
 
 nonisolated extension Beryl_Ipc_V1_GattWriteReady: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GattWriteReady"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}count\0\u{3}on_behalf_of\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{1}count\0\u{3}on_behalf_of\0\u{1}peripheral\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3173,6 +3176,7 @@ nonisolated extension Beryl_Ipc_V1_GattWriteReady: SwiftProtobuf.Message, SwiftP
       case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self.count) }()
       case 3: try { try decoder.decodeSingularUInt64Field(value: &self.onBehalfOf) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
       default: break
       }
     }
@@ -3188,6 +3192,9 @@ nonisolated extension Beryl_Ipc_V1_GattWriteReady: SwiftProtobuf.Message, SwiftP
     if self.onBehalfOf != 0 {
       try visitor.visitSingularUInt64Field(value: self.onBehalfOf, fieldNumber: 3)
     }
+    if !self.peripheral.isEmpty {
+      try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3195,6 +3202,7 @@ nonisolated extension Beryl_Ipc_V1_GattWriteReady: SwiftProtobuf.Message, SwiftP
     if lhs.connectionHandle != rhs.connectionHandle {return false}
     if lhs.count != rhs.count {return false}
     if lhs.onBehalfOf != rhs.onBehalfOf {return false}
+    if lhs.peripheral != rhs.peripheral {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -690,10 +690,15 @@ public nonisolated struct Beryl_Ipc_V1_DataPlaneCounters: Sendable {
 
   public var notificationsToPublisher: UInt64 = 0
 
-  /// A central app's reads and writes (with response) taken on data channels.
+  /// A central app's reads and writes (with response, and without: channel_write_commands) taken on data channels.
   public var channelReads: UInt64 = 0
 
   public var channelWrites: UInt64 = 0
+
+  public var channelWriteCommands: UInt64 = 0
+
+  /// Writes without response from publishers for an app (on_behalf_of set), as publisher_values.
+  public var publisherWriteCommands: UInt64 = 0
 
   /// A remote central's reads and writes of an app's values sent on the app's channel, and the answers taken there.
   public var requestsOnChannels: UInt64 = 0
@@ -1118,7 +1123,7 @@ nonisolated extension Beryl_Ipc_V1_Status: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Beryl_Ipc_V1_DataPlaneCounters: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".DataPlaneCounters"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}channels\0\u{3}channel_values\0\u{3}publisher_values\0\u{3}refused_revoked\0\u{3}refused_outside_grant\0\u{3}refused_not_data\0\u{3}notifications_on_channels\0\u{3}notifications_to_publisher\0\u{3}channel_reads\0\u{3}channel_writes\0\u{3}requests_on_channels\0\u{3}answers_on_channels\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}channels\0\u{3}channel_values\0\u{3}publisher_values\0\u{3}refused_revoked\0\u{3}refused_outside_grant\0\u{3}refused_not_data\0\u{3}notifications_on_channels\0\u{3}notifications_to_publisher\0\u{3}channel_reads\0\u{3}channel_writes\0\u{3}requests_on_channels\0\u{3}answers_on_channels\0\u{3}channel_write_commands\0\u{3}publisher_write_commands\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1138,6 +1143,8 @@ nonisolated extension Beryl_Ipc_V1_DataPlaneCounters: SwiftProtobuf.Message, Swi
       case 10: try { try decoder.decodeSingularUInt64Field(value: &self.channelWrites) }()
       case 11: try { try decoder.decodeSingularUInt64Field(value: &self.requestsOnChannels) }()
       case 12: try { try decoder.decodeSingularUInt64Field(value: &self.answersOnChannels) }()
+      case 13: try { try decoder.decodeSingularUInt64Field(value: &self.channelWriteCommands) }()
+      case 14: try { try decoder.decodeSingularUInt64Field(value: &self.publisherWriteCommands) }()
       default: break
       }
     }
@@ -1180,6 +1187,12 @@ nonisolated extension Beryl_Ipc_V1_DataPlaneCounters: SwiftProtobuf.Message, Swi
     if self.answersOnChannels != 0 {
       try visitor.visitSingularUInt64Field(value: self.answersOnChannels, fieldNumber: 12)
     }
+    if self.channelWriteCommands != 0 {
+      try visitor.visitSingularUInt64Field(value: self.channelWriteCommands, fieldNumber: 13)
+    }
+    if self.publisherWriteCommands != 0 {
+      try visitor.visitSingularUInt64Field(value: self.publisherWriteCommands, fieldNumber: 14)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1194,6 +1207,8 @@ nonisolated extension Beryl_Ipc_V1_DataPlaneCounters: SwiftProtobuf.Message, Swi
     if lhs.notificationsToPublisher != rhs.notificationsToPublisher {return false}
     if lhs.channelReads != rhs.channelReads {return false}
     if lhs.channelWrites != rhs.channelWrites {return false}
+    if lhs.channelWriteCommands != rhs.channelWriteCommands {return false}
+    if lhs.publisherWriteCommands != rhs.publisherWriteCommands {return false}
     if lhs.requestsOnChannels != rhs.requestsOnChannels {return false}
     if lhs.answersOnChannels != rhs.answersOnChannels {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}

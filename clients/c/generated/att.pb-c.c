@@ -5039,7 +5039,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_service_changed__descripto
   (ProtobufCMessageInit) beryl__ipc__v1__gatt_service_changed__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_write_ready__field_descriptors[3] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_write_ready__field_descriptors[4] =
 {
   {
     "connection_handle",
@@ -5077,16 +5077,29 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_write_ready__field_de
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "peripheral",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__GattWriteReady, peripheral),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__gatt_write_ready__field_indices_by_name[] = {
   0,   /* field[0] = connection_handle */
   1,   /* field[1] = count */
   2,   /* field[2] = on_behalf_of */
+  3,   /* field[3] = peripheral */
 };
 static const ProtobufCIntRange beryl__ipc__v1__gatt_write_ready__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_write_ready__descriptor =
 {
@@ -5096,7 +5109,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_write_ready__descriptor =
   "Beryl__Ipc__V1__GattWriteReady",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__GattWriteReady),
-  3,
+  4,
   beryl__ipc__v1__gatt_write_ready__field_descriptors,
   beryl__ipc__v1__gatt_write_ready__field_indices_by_name,
   1,  beryl__ipc__v1__gatt_write_ready__number_ranges,

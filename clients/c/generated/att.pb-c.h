@@ -682,10 +682,14 @@ struct  Beryl__Ipc__V1__GattWriteReady
    */
   uint32_t count;
   uint64_t on_behalf_of;
+  /*
+   * On a data channel, the peripheral by the identifier managerd gave it (NameLink).
+   */
+  char *peripheral;
 };
 #define BERYL__IPC__V1__GATT_WRITE_READY__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__gatt_write_ready__descriptor) \
-    , 0, 0, 0 }
+    , 0, 0, 0, (char *)protobuf_c_empty_string }
 
 
 /*

@@ -945,7 +945,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__status__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__status__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__data_plane_counters__field_descriptors[12] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__data_plane_counters__field_descriptors[14] =
 {
   {
     "channels",
@@ -1091,16 +1091,42 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__data_plane_counters__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "channel_write_commands",
+    13,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataPlaneCounters, channel_write_commands),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "publisher_write_commands",
+    14,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataPlaneCounters, publisher_write_commands),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__data_plane_counters__field_indices_by_name[] = {
   11,   /* field[11] = answers_on_channels */
   8,   /* field[8] = channel_reads */
   1,   /* field[1] = channel_values */
+  12,   /* field[12] = channel_write_commands */
   9,   /* field[9] = channel_writes */
   0,   /* field[0] = channels */
   6,   /* field[6] = notifications_on_channels */
   7,   /* field[7] = notifications_to_publisher */
   2,   /* field[2] = publisher_values */
+  13,   /* field[13] = publisher_write_commands */
   5,   /* field[5] = refused_not_data */
   4,   /* field[4] = refused_outside_grant */
   3,   /* field[3] = refused_revoked */
@@ -1109,7 +1135,7 @@ static const unsigned beryl__ipc__v1__data_plane_counters__field_indices_by_name
 static const ProtobufCIntRange beryl__ipc__v1__data_plane_counters__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 12 }
+  { 0, 14 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__data_plane_counters__descriptor =
 {
@@ -1119,7 +1145,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__data_plane_counters__descriptor
   "Beryl__Ipc__V1__DataPlaneCounters",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__DataPlaneCounters),
-  12,
+  14,
   beryl__ipc__v1__data_plane_counters__field_descriptors,
   beryl__ipc__v1__data_plane_counters__field_indices_by_name,
   1,  beryl__ipc__v1__data_plane_counters__number_ranges,

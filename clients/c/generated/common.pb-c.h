@@ -334,10 +334,15 @@ struct  Beryl__Ipc__V1__DataPlaneCounters
   uint64_t notifications_on_channels;
   uint64_t notifications_to_publisher;
   /*
-   * A central app's reads and writes (with response) taken on data channels.
+   * A central app's reads and writes (with response, and without: channel_write_commands) taken on data channels.
    */
   uint64_t channel_reads;
   uint64_t channel_writes;
+  uint64_t channel_write_commands;
+  /*
+   * Writes without response from publishers for an app (on_behalf_of set), as publisher_values.
+   */
+  uint64_t publisher_write_commands;
   /*
    * A remote central's reads and writes of an app's values sent on the app's channel, and the answers taken there.
    */
@@ -346,7 +351,7 @@ struct  Beryl__Ipc__V1__DataPlaneCounters
 };
 #define BERYL__IPC__V1__DATA_PLANE_COUNTERS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__data_plane_counters__descriptor) \
-    , 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+    , 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 
 /*
