@@ -2,6 +2,7 @@ import Beryl
 import BerylDaemonKit
 import BerylSupervisor
 import BerylTestSupport
+import BerylWire
 import Dispatch
 import Foundation
 import Synchronization
@@ -117,6 +118,17 @@ class TwoStacksTestCase: XCTestCase {
     }
 
     func socket(_ index: Int) -> String { "\(scratch.root)/run\(index)/managerd.sock" }
+
+    /// Each app's lifecycle state set through managerd's socket, as the supervisor sets it; false when any call
+    /// fails. Static, so that a detached task can flip the apps while they run.
+    static func setAppState(_ ids: [String], _ state: Beryl_Ipc_V1_AppLifecycle, managerd socket: String) -> Bool {
+        guard let control = try? IPCClient(path: socket) else { return false }
+        return ids.allSatisfy { id in
+            var request = Request()
+            request.manager.setAppState = .with { $0.appID = id; $0.state = state }
+            return (try? control.call(request)) != nil
+        }
+    }
 
     /// `beryl ARGUMENTS` against one of the stacks.
     @discardableResult

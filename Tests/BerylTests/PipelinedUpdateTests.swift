@@ -203,14 +203,7 @@ final class PipelinedUpdateInstantLinkTests: TwoStacksTestCase {
         let ids = uuids.map { "com.example.flooder.\($0)" }
         let (managers, central, collector) = try await publishAndSubscribe(apps, appIDs: ids)
         let managerd = socket(1)
-        @Sendable func set(_ state: Beryl_Ipc_V1_AppLifecycle) -> Bool {
-            guard let control = try? IPCClient(path: managerd) else { return false }
-            return ids.allSatisfy { id in
-                var request = Request()
-                request.manager.setAppState = .with { $0.appID = id; $0.state = state }
-                return (try? control.call(request)) != nil
-            }
-        }
+        @Sendable func set(_ state: Beryl_Ipc_V1_AppLifecycle) -> Bool { TwoStacksTestCase.setAppState(ids, state, managerd: managerd) }
         for round in 0..<4 {
             XCTAssertTrue(set(.background))
             // The grant turns back live while the apps flood.

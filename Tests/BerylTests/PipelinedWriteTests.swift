@@ -171,14 +171,7 @@ final class PipelinedWriteInstantLinkTests: TwoStacksTestCase {
         let ids = uuids.map { "com.example.writer.\($0)" }
         let (sink, manager, writers, centrals, peripherals, characteristics) = try await connectWriters(appIDs: ids)
         let managerd = socket(0)
-        @Sendable func set(_ state: Beryl_Ipc_V1_AppLifecycle) -> Bool {
-            guard let control = try? IPCClient(path: managerd) else { return false }
-            return ids.allSatisfy { id in
-                var request = Request()
-                request.manager.setAppState = .with { $0.appID = id; $0.state = state }
-                return (try? control.call(request)) != nil
-            }
-        }
+        @Sendable func set(_ state: Beryl_Ipc_V1_AppLifecycle) -> Bool { TwoStacksTestCase.setAppState(ids, state, managerd: managerd) }
         for round in 0..<4 {
             XCTAssertTrue(set(.background))
             let comingBack = Task.detached {
