@@ -56,9 +56,8 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         var services: [Service]?
         var writes = WriteQueue(limit: Peripheral.writeQueueLimit, fullOwesReady: true)
         var writeCompletions: [UInt64: @Sendable (Result<Void, BerylError>) -> Void] = [:]
-        /// Writes without response on their way each way: they leave one way only while none is on its way the other.
-        var writesOnDataChannel = Set<UInt64>()
-        var writesThroughManagerd = Set<UInt64>()
+        /// Which way writes without response leave.
+        var writeWays = InFlightWays()
         /// Which way each GATT request goes (the data channel or managerd), never both at once.
         var paths = GattPaths<GattRequest>()
         var subscribing = SubscriptionGate<Data>()
@@ -485,17 +484,11 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         // channel while the grant is live and through managerd otherwise.
         let data = central.session.liveDataChannel
         shared.withLock { state in
-            if let data, state.writesThroughManagerd.isEmpty {
-                let sendings = state.writes.takeSendable()
-                guard !sendings.isEmpty else { return }
-                state.writesOnDataChannel.formUnion(sendings.map(\.id))
-                data.wireRequests(sendings.map(dataRequest))
-            } else if state.writesOnDataChannel.isEmpty {
-                let sendings = state.writes.takeSendable()
-                guard !sendings.isEmpty else { return }
-                state.writesThroughManagerd.formUnion(sendings.map(\.id))
-                central.channel.requests(sendings.map(request))
-            }
+            guard let way = state.writeWays.next(live: data != nil) else { return }
+            let sendings = state.writes.takeSendable()
+            guard !sendings.isEmpty else { return }
+            state.writeWays.sent(sendings.map(\.id), way)
+            if let data, way == .dataChannel { data.wireRequests(sendings.map(dataRequest)) } else { central.channel.requests(sendings.map(request)) }
         }
     }
 
@@ -540,8 +533,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
 
     private func writeAnswered(_ id: UInt64, _ answer: WriteQueue.Answer, failure: BerylError?) {
         let completion = shared.withLock { state -> (@Sendable (Result<Void, BerylError>) -> Void)? in
-            state.writesOnDataChannel.remove(id)
-            state.writesThroughManagerd.remove(id)
+            state.writeWays.answered(id)
             guard state.writes.answered(id, answer), answer == .sent || answer == .failed else { return nil }
             return state.writeCompletions.removeValue(forKey: id)
         }
@@ -559,8 +551,7 @@ public final class Peripheral: CustomStringConvertible, Sendable {
     func writesGone() {
         let dropped = shared.withLock { state in
             state.writes.reset()
-            state.writesOnDataChannel.removeAll()
-            state.writesThroughManagerd.removeAll()
+            state.writeWays.reset()
             defer { state.writeCompletions.removeAll() }
             return Array(state.writeCompletions.values)
         }

@@ -100,10 +100,8 @@ public final class PeripheralManager: Sendable, SessionBacked {
         var isAdvertising = false
         var services: [MutableService] = []
         var updates = UpdateQueue(limit: PeripheralManager.updateQueueLimit)
-        /// Values on their way to attd on the data channel, and through managerd: a value goes one way only while
-        /// none is on its way the other, so that the two ways cannot reorder them.
-        var onDataChannel: Set<UInt64> = []
-        var throughManagerd: Set<UInt64> = []
+        /// Which way values leave: the two ways cannot reorder them.
+        var updateWays = InFlightWays()
     }
     private let shared = Mutex(State())
     /// The values updateValue takes before it says false. They leave at once, without waiting for one another's answers,
@@ -368,17 +366,11 @@ public final class PeripheralManager: Sendable, SessionBacked {
         // taken (a request's completion always runs later, on the session's queue, so this cannot re-enter).
         let data = session.liveDataChannel
         shared.withLock { state in
-            if let data, state.throughManagerd.isEmpty {
-                let sendings = state.updates.takeSendable()
-                guard !sendings.isEmpty else { return }
-                state.onDataChannel.formUnion(sendings.map(\.id))
-                data.wireRequests(sendings.map(dataRequest))
-            } else if state.onDataChannel.isEmpty {
-                let sendings = state.updates.takeSendable()
-                guard !sendings.isEmpty else { return }
-                state.throughManagerd.formUnion(sendings.map(\.id))
-                channel.requests(sendings.map(request))
-            }
+            guard let way = state.updateWays.next(live: data != nil) else { return }
+            let sendings = state.updates.takeSendable()
+            guard !sendings.isEmpty else { return }
+            state.updateWays.sent(sendings.map(\.id), way)
+            if let data, way == .dataChannel { data.wireRequests(sendings.map(dataRequest)) } else { channel.requests(sendings.map(request)) }
         }
     }
 
@@ -422,8 +414,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
 
     private func updateAnswered(_ id: UInt64, _ answer: UpdateQueue.Answer, failure: BerylError?) {
         let known = shared.withLock { state in
-            state.onDataChannel.remove(id)
-            state.throughManagerd.remove(id)
+            state.updateWays.answered(id)
             return state.updates.answered(id, answer)
         }
         guard known else { return }
@@ -448,8 +439,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
             state.services.removeAll()
             state.isAdvertising = false
             state.updates.reset()
-            state.onDataChannel.removeAll()
-            state.throughManagerd.removeAll()
+            state.updateWays.reset()
         }
     }
 
