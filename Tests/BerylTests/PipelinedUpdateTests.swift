@@ -202,19 +202,8 @@ final class PipelinedUpdateInstantLinkTests: TwoStacksTestCase {
         let apps = uuids.map { Flooder($0) }
         let ids = uuids.map { "com.example.flooder.\($0)" }
         let (managers, central, collector) = try await publishAndSubscribe(apps, appIDs: ids)
-        let managerd = socket(1)
-        @Sendable func set(_ state: Beryl_Ipc_V1_AppLifecycle) -> Bool { TwoStacksTestCase.setAppState(ids, state, managerd: managerd) }
-        for round in 0..<4 {
-            XCTAssertTrue(set(.background))
-            // The grant turns back live while the apps flood.
-            let comingBack = Task.detached {
-                try? await Task.sleep(for: .milliseconds(5))
-                return set(.foreground)
-            }
-            await flood(managers, apps, collector, round * 500..<round * 500 + 250, mustBeRefused: false)
-            let foreground = await comingBack.value
-            XCTAssertTrue(foreground)
-            await flood(managers, apps, collector, round * 500 + 250..<round * 500 + 500, mustBeRefused: false)
+        await floodWhileTheAppsLeaveTheForegroundAndComeBack(ids, managerd: socket(1)) {
+            await flood(managers, apps, collector, $0, mustBeRefused: false)
         }
         let attd = try IPCClient(path: "\(scratch.root)/run1/attd.sock")
         let counters = try attd.call(.with { $0.getStatus = .init() }).status.dataPlane

@@ -170,18 +170,8 @@ final class PipelinedWriteInstantLinkTests: TwoStacksTestCase {
     func testWritesKeepTheirOrderWhileTheirAppsLeaveTheForegroundAndComeBack() async throws {
         let ids = uuids.map { "com.example.writer.\($0)" }
         let (sink, manager, writers, centrals, peripherals, characteristics) = try await connectWriters(appIDs: ids)
-        let managerd = socket(0)
-        @Sendable func set(_ state: Beryl_Ipc_V1_AppLifecycle) -> Bool { TwoStacksTestCase.setAppState(ids, state, managerd: managerd) }
-        for round in 0..<4 {
-            XCTAssertTrue(set(.background))
-            let comingBack = Task.detached {
-                try? await Task.sleep(for: .milliseconds(5))
-                return set(.foreground)
-            }
-            await flood(writers, peripherals, characteristics, sink, round * 500..<round * 500 + 250, length: 20, mustWait: false)
-            let foreground = await comingBack.value
-            XCTAssertTrue(foreground)
-            await flood(writers, peripherals, characteristics, sink, round * 500 + 250..<round * 500 + 500, length: 20, mustWait: false)
+        await floodWhileTheAppsLeaveTheForegroundAndComeBack(ids, managerd: socket(0)) {
+            await flood(writers, peripherals, characteristics, sink, $0, length: 20, mustWait: false)
         }
         let counters = try dataPlaneCounters(ofStack: 0)
         XCTAssertGreaterThan(counters.channelWriteCommands, 0, "writes went on the data channels: \(counters)")

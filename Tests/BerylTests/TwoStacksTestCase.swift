@@ -36,6 +36,22 @@ class TwoStacksTestCase: XCTestCase {
 
     func socket(_ index: Int) -> String { "\(scratch.root)/run\(index)/managerd.sock" }
 
+    /// Four rounds of 500 values: each round sends the apps to the background, and brings them back to the foreground
+    /// 5 ms into its first 250 values, so that their grants turn live again while they send.
+    func floodWhileTheAppsLeaveTheForegroundAndComeBack(_ ids: [String], managerd: String, flood: (Range<Int>) async -> Void) async {
+        for round in 0..<4 {
+            XCTAssertTrue(Self.setAppState(ids, .background, managerd: managerd))
+            let comingBack = Task.detached {
+                try? await Task.sleep(for: .milliseconds(5))
+                return TwoStacksTestCase.setAppState(ids, .foreground, managerd: managerd)
+            }
+            await flood(round * 500..<round * 500 + 250)
+            let foreground = await comingBack.value
+            XCTAssertTrue(foreground)
+            await flood(round * 500 + 250..<round * 500 + 500)
+        }
+    }
+
     /// Each app's lifecycle state set through managerd's socket, as the supervisor sets it; false when any call
     /// fails. Static, so that a detached task can flip the apps while they run.
     static func setAppState(_ ids: [String], _ state: Beryl_Ipc_V1_AppLifecycle, managerd socket: String) -> Bool {
