@@ -120,6 +120,8 @@ public final class SecurityManager {
         /// The link's subscriptions as its ATT server last reported them: they belong to the bond once there is one.
         var configurations: [UInt16: UInt16] = [:]
         var features: [UInt8] = [0]
+        /// Our Security Request that the central has not acted on yet, while we are the peripheral and someone waits.
+        var unansweredSecurityRequest: SecurityRequestRepeats?
     }
 
     /// Pairing options set for a link before it exists.
@@ -289,7 +291,9 @@ public final class SecurityManager {
         } else if state.isCentral {
             return startPairing(on: link)
         } else if let smp = state.smp {
-            return translate(smp.requestSecurity(), on: link)
+            let outputs = smp.requestSecurity()
+            if !outputs.isEmpty { links[link]?.unansweredSecurityRequest = SecurityRequestRepeats(firstSentAt: time) }
+            return translate(outputs, on: link)
         }
         return finish(link, .failure(.pairing(.local(.pairingNotSupported))))
     }
@@ -319,8 +323,25 @@ public final class SecurityManager {
         for link in links.keys.sorted() {
             guard let smp = links[link]?.smp else { continue }
             outputs += translate(smp.tick(at: time), on: link)
+            outputs += repeatSecurityRequestIfDue(on: link, smp)
         }
         return outputs
+    }
+
+    /// Core Vol 3 Part H §2.4.6 lets a central ignore a Security Request and forbids one only while pairing or
+    /// encryption is under way; a busy central can also drop it before anything listens. While someone still waits
+    /// for security and the central has neither paired nor encrypted, we ask again, a few times, further apart.
+    private func repeatSecurityRequestIfDue(on link: UInt16, _ smp: SMPSession) -> [SecurityOutput] {
+        guard let state = links[link], var repeats = state.unansweredSecurityRequest, repeats.isDue(at: now) else { return [] }
+        let stillWanted = !state.waiters.isEmpty && !state.encrypted && !state.reEncrypting && !smp.isPairing && !smp.isTimedOut
+        guard stillWanted else {
+            links[link]?.unansweredSecurityRequest = nil
+            return []
+        }
+        repeats.sent(at: now)
+        links[link]?.unansweredSecurityRequest = repeats.isExhausted ? nil : repeats
+        return [.log(.info, "link 0x\(String(link, radix: 16)): the central has not acted on our Security Request; asking again "
+                     + "(\(repeats.repeatsSent) of \(SecurityRequestRepeats.delays.count))")] + translate(smp.requestSecurity(), on: link)
     }
 
     private func startPairing(on link: UInt16) -> [SecurityOutput] {

@@ -320,6 +320,63 @@ final class SecurityManagerTests: XCTestCase {
         XCTAssertTrue(summary.level.bonded)
     }
 
+    /// A central that dropped our Security Request (a busy host, nothing listening yet) is asked again, and pairs.
+    func testAPeripheralAsksAgainWhenTheCentralDroppedItsSecurityRequest() throws {
+        let bench = try SecurityBench()
+        bench.connect()
+        let dropped = bench.peripheral.secure(SecurityBench.link, for: SecurityWaiter(9), at: bench.now)
+        let droppedOpcodes: [UInt8] = dropped.compactMap { output -> UInt8? in
+            if case .sendSMP(_, let bytes) = output { return bytes.first }
+            return nil
+        }
+        XCTAssertEqual(droppedOpcodes, [0x0B])
+        bench.now += .milliseconds(900)
+        XCTAssertTrue(bench.peripheral.tick(at: bench.now).isEmpty, "not before a second")
+        bench.now += .milliseconds(100)
+        bench.run(bench.peripheral.tick(at: bench.now), fromCentral: false)
+        XCTAssertEqual(bench.pdus(fromCentral: false).first, 0x0B, "Security Request again")
+        XCTAssertEqual(bench.pdus(fromCentral: true).first, 0x01, "the central pairs this time")
+        guard case .success? = bench.told(central: false).first?.result else { return XCTFail("\(bench.peripheralOutputs)") }
+        bench.forgetOutputs()
+        for _ in 0..<20 {
+            bench.now += .seconds(1)
+            bench.run(bench.peripheral.tick(at: bench.now), fromCentral: false)
+        }
+        XCTAssertTrue(bench.wire.isEmpty, "an encrypted link is not asked again: \(bench.wire)")
+    }
+
+    /// A central that ignores every Security Request hears four more, 1, 2, 4 and 8 seconds apart, then no more.
+    func testAPeripheralAsksAnIgnoringCentralFourTimesMoreThenStops() throws {
+        let bench = try SecurityBench()
+        bench.connect()
+        func securityRequests(_ outputs: [SecurityOutput]) -> Int {
+            outputs.filter { if case .sendSMP(_, let bytes) = $0 { bytes.first == 0x0B } else { false } }.count
+        }
+        var sentAt: [Duration] = []
+        let start = bench.now
+        if securityRequests(bench.peripheral.secure(SecurityBench.link, for: SecurityWaiter(9), at: bench.now)) == 1 { sentAt.append(.zero) }
+        for _ in 0..<60 {
+            bench.now += .milliseconds(500)
+            if securityRequests(bench.peripheral.tick(at: bench.now)) == 1 { sentAt.append(bench.now - start) }
+        }
+        XCTAssertEqual(sentAt, [.zero, .seconds(1), .seconds(3), .seconds(7), .seconds(15)])
+    }
+
+    /// Core Vol 3 Part H §2.4.6: no Security Request while pairing is under way.
+    func testAPeripheralDoesNotAskAgainWhilePairing() throws {
+        let bench = try SecurityBench(central: SecurityConfiguration(ioCapability: .displayYesNo),
+                                      peripheral: SecurityConfiguration(ioCapability: .displayYesNo))
+        bench.connect()
+        bench.run(bench.peripheral.secure(SecurityBench.link, for: SecurityWaiter(9), at: bench.now), fromCentral: false)
+        XCTAssertTrue(bench.peripheralOutputs.contains { if case .prompt = $0 { true } else { false } }, "waiting for the user")
+        bench.forgetOutputs()
+        for _ in 0..<20 {
+            bench.now += .seconds(1)
+            bench.run(bench.peripheral.tick(at: bench.now), fromCentral: false)
+        }
+        XCTAssertFalse(bench.pdus(fromCentral: false).contains(0x0B), "\(bench.wire)")
+    }
+
     /// Core Vol 3 Part G §7.1: a bonded client subscribed to Service Changed that is away when the database changes
     /// is told the merged range when it returns; one not subscribed is not.
     func testAnAbsentSubscribedBondHearsOfTheChangeWhenItReturns() throws {
