@@ -148,10 +148,15 @@ public final class Characteristic: CustomStringConvertible, Sendable {
     func setDescriptors(_ descriptors: [Descriptor]) { with { $0.descriptors = descriptors } }
     func setHandle(_ handle: UInt32) { with { $0.valueHandle = handle } }
 
-    func subscription(_ central: Central, on: Bool) {
+    /// Returns whether it changed: a central is subscribed once (a restarted managerd reports the subscriptions it
+    /// adopted, which the app heard of already).
+    @discardableResult
+    func subscription(_ central: Central, on: Bool) -> Bool {
         with { state in
+            let was = state.subscribed.contains { $0.identifier == central.identifier }
             state.subscribed.removeAll { $0.identifier == central.identifier }
             if on { state.subscribed.append(central) }
+            return was != on
         }
     }
 

@@ -107,12 +107,16 @@ public final class CentralManager: Sendable, SessionBacked {
         session = ManagerSession(label: "central", delegate: delegate, queue: queue, appID: appID, socketPath: socketPath)
         session.start(restoreIdentifier: restoreIdentifier, role: .central, events: { [weak self] in self?.handle($0) }) { [weak self] state, restored, again in
             guard let self else { return }
+            // Adopted with its data channel: the manager kept its links and subscriptions, and managerd has them again.
+            if again?.resumed == true { return self.update(state) }
+            // The data channel kept through managerd's restart was not adopted: the peripherals went after all.
+            if again != nil { self.peripheralsLost() }
             if let restored {
                 // After managerd restarted, the peripherals take back their links and databases quietly: the app
                 // was not relaunched, so there is nothing to restore it from.
                 let restoredState = self.restoredState(restored.central)
                 if restoredState.isScanning { self.shared.withLock { $0.isScanning = true } }
-                if !again {
+                if again == nil {
                     let dictionary = restoredState.dictionary
                     self.notify { $0.centralManager(self, willRestoreState: dictionary) }
                 }
@@ -167,14 +171,19 @@ public final class CentralManager: Sendable, SessionBacked {
     }
 
     /// managerd is gone: resetting, every link lost as far as the app knows, until a new session says otherwise.
+    /// managerd went: the peripherals went with it, as with bluetoothd — unless the data channel keeps the app going
+    /// while managerd restarts.
     private func sessionLost() {
+        if !session.managerdLost() { peripheralsLost() }
+    }
+
+    private func peripheralsLost() {
         let known = shared.withLock { Array($0.peripherals.values) }
         for peripheral in known {
             peripheral.setState(.disconnected)
             peripheral.writesGone()
         }
         update(.resetting)
-        session.reconnect()
     }
 
     func peripheral(_ identifier: String, name: String? = nil) -> Peripheral {

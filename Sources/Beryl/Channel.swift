@@ -41,13 +41,22 @@ final class Channel: Sendable {
     /// Says Hello for the app; the answer carries the manager's first state (unauthorized when managerd refuses the
     /// app id, unsupported for any other refusal), for a restored manager what managerd preserved, and the app's data
     /// channel to attd when managerd passed one (its descriptor, now the caller's).
-    func hello(appID: String, restoreIdentifier: String?, role: Beryl_Ipc_V1_ManagerRole,
-               then: @escaping @Sendable (ManagerState, Beryl_Ipc_V1_PreservedState?, _ wake: UInt64, _ dataChannel: Int32?, BerylError?) -> Void) {
+    /// What a Welcome says about the app's data channel: the descriptor of a new one (nil: none, or the old one kept),
+    /// its token, and whether the channel the Hello named was adopted (kept, with everything the app had).
+    struct WelcomedDataChannel: Sendable {
+        var descriptor: Int32?
+        var token: Data
+        var resumed: Bool
+    }
+
+    func hello(appID: String, restoreIdentifier: String?, role: Beryl_Ipc_V1_ManagerRole, resuming token: Data?,
+               then: @escaping @Sendable (ManagerState, Beryl_Ipc_V1_PreservedState?, _ wake: UInt64, WelcomedDataChannel, BerylError?) -> Void) {
         request(.manager {
             $0.hello.appID = appID
             $0.hello.restoreIdentifier = restoreIdentifier ?? ""
             $0.hello.role = role
             $0.hello.wantsDataChannel = true
+            if let token { $0.hello.resumeDataChannel = token }
         }) { [self] result in
             let descriptor = state.withLock { state in
                 defer { state.dataDescriptor = nil }
@@ -58,10 +67,12 @@ final class Channel: Sendable {
                 let welcome = response.manager.welcome
                 let dataChannel = welcome.dataChannel ? descriptor : nil
                 if let descriptor, dataChannel == nil { Glibc.close(descriptor) }
-                then(ManagerState(welcome.state), welcome.wasRestored ? welcome.restored : nil, welcome.wake, dataChannel, nil)
+                let data = WelcomedDataChannel(descriptor: dataChannel, token: welcome.dataChannelToken, resumed: welcome.dataChannelResumed)
+                then(ManagerState(welcome.state), welcome.wasRestored ? welcome.restored : nil, welcome.wake, data, nil)
             case .failure(let error):
                 if let descriptor { Glibc.close(descriptor) }
-                if case .permissionDenied = error { then(.unauthorized, nil, 0, nil, error) } else { then(.unsupported, nil, 0, nil, error) }
+                let none = WelcomedDataChannel(descriptor: nil, token: Data(), resumed: false)
+                if case .permissionDenied = error { then(.unauthorized, nil, 0, none, error) } else { then(.unsupported, nil, 0, none, error) }
             }
         }
     }
@@ -85,18 +96,18 @@ final class Channel: Sendable {
 
     /// A new data channel for the session (after attd restarted): `then` gets its descriptor, or nil when managerd gave
     /// none (attd away, or a managerd that does not know the request).
-    func renewDataChannel(then: @escaping @Sendable (_ descriptor: Int32?, _ retry: Bool) -> Void) {
+    func renewDataChannel(then: @escaping @Sendable (_ descriptor: Int32?, _ token: Data, _ retry: Bool) -> Void) {
         wireRequests([(.manager { $0.renewDataChannel = .init() }, { [self] result in
             let descriptor = state.withLock { state in
                 defer { state.dataDescriptor = nil }
                 return state.dataDescriptor
             }
             switch result {
-            case .success: then(descriptor, false)
+            case .success(let response): then(descriptor, response.manager.dataChannelRenewed.token, false)
             case .failure(let error):
                 if let descriptor { Glibc.close(descriptor) }
                 // Not ready: attd is coming back. Anything else (an older managerd, a closed session) is final.
-                if case .remote(.notReady, _, _, _) = error { then(nil, true) } else { then(nil, false) }
+                if case .remote(.notReady, _, _, _) = error { then(nil, Data(), true) } else { then(nil, Data(), false) }
             }
         })])
     }
@@ -125,6 +136,9 @@ final class Channel: Sendable {
     }
 
     deinit { if fd >= 0 { Glibc.close(fd) } }
+
+    /// Whether the socket still carries anything (neither end has closed it).
+    var isOpen: Bool { !state.withLock { $0.closed } }
 
     func close() {
         let wasOpen = state.withLock { state in

@@ -20,7 +20,13 @@ final class ManagerSession: Sendable {
     private struct Greeting: Sendable {
         let restoreIdentifier: String?
         let role: Beryl_Ipc_V1_ManagerRole
-        let welcome: @Sendable (ManagerState, Beryl_Ipc_V1_PreservedState?, _ again: Bool) -> Void
+        let welcome: @Sendable (ManagerState, Beryl_Ipc_V1_PreservedState?, _ again: Again?) -> Void
+    }
+
+    /// How a Welcome after managerd restarted found the app: `resumed` when the data channel the app kept was adopted
+    /// (its managers lose nothing and hear nothing); otherwise the managers reset, as after bluetoothd restarts.
+    struct Again: Sendable, Equatable {
+        var resumed: Bool
     }
     private let greeting = Mutex<Greeting?>(nil)
     private let ended = Atomic<Bool>(false)
@@ -44,7 +50,10 @@ final class ManagerSession: Sendable {
     /// The app's data channel to attd, with the session whose Welcome passed it (it ends with that session).
     private struct DataPlane: Sendable {
         let channel: Channel
-        let session: Channel
+        /// The session it goes with: a new one once a restarted managerd adopted it (or while it is asked to).
+        var session: Channel
+        /// What the app presents to a restarted managerd to keep it.
+        let token: Data
     }
     private let data = Mutex<DataPlane?>(nil)
     /// Whether attd last said the data channel's grant is live (the app in the foreground); assumed until told.
@@ -119,10 +128,10 @@ final class ManagerSession: Sendable {
     /// until attd says the grant is live again.
     func dataGrantRefused() { dataLive.store(false, ordering: .relaxed) }
 
-    private func adopt(dataChannel descriptor: Int32, of session: Channel) {
+    private func adopt(dataChannel descriptor: Int32, token: Data, of session: Channel) {
         dataRequests.withLock { $0.removeAll() }
         let plane = DataPlane(channel: Channel(dataChannel: descriptor, queue: session.queue, label: label, onEvent: { [weak self] in self?.dataEvent($0) },
-                                               onClose: { [weak self] _ in self?.dataChannelClosed(descriptor) }), session: session)
+                                               onClose: { [weak self] _ in self?.dataChannelClosed(descriptor) }), session: session, token: token)
         dataLive.store(true, ordering: .relaxed)
         data.withLock { $0 }?.channel.close()
         data.withLock { $0 = plane }
@@ -141,12 +150,12 @@ final class ManagerSession: Sendable {
     private func renewDataChannel(of session: Channel, after delay: Duration) {
         DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(delay / .milliseconds(1)))) { [weak self] in
             guard let self, !self.ended.load(ordering: .relaxed), session === self.channel else { return }
-            session.renewDataChannel { [weak self] descriptor, retry in
+            session.renewDataChannel { [weak self] descriptor, token, retry in
                 guard let self, session === self.channel else {
                     if let descriptor { close(descriptor) }
                     return
                 }
-                if let descriptor { return self.adopt(dataChannel: descriptor, of: session) }
+                if let descriptor { return self.adopt(dataChannel: descriptor, token: token, of: session) }
                 if retry { self.renewDataChannel(of: session, after: min(delay * 2, .seconds(1))) }
             }
         }
@@ -182,7 +191,7 @@ final class ManagerSession: Sendable {
     /// to talk to, `welcome` hears poweredOff (unauthorized when the socket refused this user) and the session keeps
     /// trying.
     func start(restoreIdentifier: String?, role: Beryl_Ipc_V1_ManagerRole, events: @escaping @Sendable (Event) -> Void,
-               welcome: @escaping @Sendable (ManagerState, Beryl_Ipc_V1_PreservedState?, _ again: Bool) -> Void) {
+               welcome: @escaping @Sendable (ManagerState, Beryl_Ipc_V1_PreservedState?, _ again: Again?) -> Void) {
         relay.bind { [weak self] event in
             events(event)
             if event.manager.wake != 0 { self?.reportIdle(after: event.manager.wake) }
@@ -192,28 +201,54 @@ final class ManagerSession: Sendable {
         if let openFailure {
             let state: ManagerState = if case .permissionDenied = openFailure { .unauthorized } else { .poweredOff }
             setReason(openFailure.description)
-            channel.queue.async { welcome(state, nil, false) }
+            channel.queue.async { welcome(state, nil, nil) }
             reconnect(after: .milliseconds(100))
         } else {
             greet(greeting, on: channel)
         }
     }
 
-    private func greet(_ greeting: Greeting, on channel: Channel) {
-        channel.hello(appID: appID, restoreIdentifier: greeting.restoreIdentifier, role: greeting.role) { [misuse, weak self] state, restored, wake, dataChannel, error in
-            if let dataChannel {
-                if let self { self.adopt(dataChannel: dataChannel, of: channel) } else { close(dataChannel) }
+    private func greet(_ greeting: Greeting, on channel: Channel, resuming token: Data? = nil) {
+        channel.hello(appID: appID, restoreIdentifier: greeting.restoreIdentifier, role: greeting.role, resuming: token) { [misuse, weak self] state, restored, wake, data, error in
+            guard let self else {
+                if let descriptor = data.descriptor { close(descriptor) }
+                return
+            }
+            if let descriptor = data.descriptor {
+                self.adopt(dataChannel: descriptor, token: data.token, of: channel)
+            } else if !data.resumed {
+                // The channel the Hello named was not adopted (attd closed it, or restarted): it is no longer the app's.
+                self.dropDataChannel(of: channel)
             }
             if let error {
                 misuse.report(error)
-                self?.setReason(error.description)
+                self.setReason(error.description)
             } else {
-                self?.setReason(nil)
+                self.setReason(nil)
             }
-            let again = self?.welcomed.exchange(true, ordering: .relaxed) ?? true
+            let again = self.welcomed.exchange(true, ordering: .relaxed) ? Again(resumed: data.resumed) : nil
             greeting.welcome(state, restored, again)
-            if wake != 0 { self?.reportIdle(after: wake) }
+            if wake != 0 { self.reportIdle(after: wake) }
         }
+    }
+
+    /// managerd went. With a data channel attd still keeps, the app carries on: its values go on the channel while
+    /// managerd is away, and the new session's Hello asks managerd to adopt the channel, so that the app's managers
+    /// lose nothing and hear nothing (true). Without one they reset, as Core Bluetooth's do while bluetoothd restarts
+    /// (false). Either way a new session is opened as soon as managerd is back.
+    func managerdLost() -> Bool {
+        let resuming = data.withLock { $0 }.map { $0.channel.isOpen } ?? false
+        reconnect()
+        return resuming
+    }
+
+    private func dropDataChannel(of session: Channel) {
+        let dropped: DataPlane? = data.withLock { plane in
+            guard let kept = plane, kept.session === session else { return nil }
+            plane = nil
+            return kept
+        }
+        dropped?.channel.close()
     }
 
     /// An app woken in the background is done, as iOS sees it, once the delegate calls its wake led to have returned
@@ -247,8 +282,15 @@ final class ManagerSession: Sendable {
             // needs a Hello), and the Welcome, answered on the new channel's queue, finds the new channel the app's
             // (between the two, its handler re-added the app's services on the closed channel, and they were lost).
             let greeting = self.greeting.withLock { $0 }
+            // The data channel kept through managerd's restart goes with the new session while managerd is asked to
+            // adopt it: the app's values keep going on it, never through a managerd that does not know them yet.
+            let kept: Data? = self.data.withLock { plane in
+                guard let old = plane, old.channel.isOpen else { return nil }
+                plane?.session = channel
+                return old.token
+            }
             self.current.withLock { current in
-                if let greeting { self.greet(greeting, on: channel) }
+                if let greeting { self.greet(greeting, on: channel, resuming: kept) }
                 current = channel
             }
             Self.afterReconnecting.withLock { $0 }?()

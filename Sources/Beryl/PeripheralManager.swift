@@ -130,12 +130,15 @@ public final class PeripheralManager: Sendable, SessionBacked {
         session = ManagerSession(label: "peripheral", delegate: delegate, queue: queue, appID: appID, socketPath: socketPath)
         session.start(restoreIdentifier: restoreIdentifier, role: .peripheral, events: { [weak self] in self?.handle($0) }) { [weak self] state, restored, again in
             guard let self else { return }
-            if again {
+            if let again {
+                // Adopted with its data channel: the manager kept everything, and managerd has it all again.
+                guard !again.resumed else { return self.update(state) }
                 // Core Bluetooth's rule after resetting: the database is cleared and advertising stopped; the app adds
                 // its services again on poweredOn. What managerd kept for the manager goes, so nothing is there twice.
                 self.removeAllServices()
                 self.stopAdvertising()
                 self.servicesGone()
+                self.update(.resetting)
             } else if let restored {
                 self.restore(restored.peripheral)
             }
@@ -449,11 +452,11 @@ public final class PeripheralManager: Sendable, SessionBacked {
 
     private func handle(_ event: Event) {
         guard case .manager(let managed)? = event.kind else {
-            if event.kind == nil {
-                // managerd is gone: without a restore identifier its services went with it, as after bluetoothd resets.
+            // managerd is gone: unless the data channel keeps the app going, its services went with it, as after
+            // bluetoothd resets.
+            if event.kind == nil, !session.managerdLost() {
                 servicesGone()
                 update(.resetting)
-                session.reconnect()
             }
             return
         }
@@ -487,7 +490,7 @@ public final class PeripheralManager: Sendable, SessionBacked {
             guard let characteristic = characteristic(at: change.valueHandle) else { return }
             let who = central(change.central, Int(change.maximumUpdateLength))
             let on = change.notify || change.indicate
-            characteristic.subscription(who, on: on)
+            guard characteristic.subscription(who, on: on) else { return }
             notify { on ? $0.peripheralManager(self, central: who, didSubscribeTo: characteristic) : $0.peripheralManager(self, central: who, didUnsubscribeFrom: characteristic) }
         case .readyToUpdate(let ready)?:
             shared.withLock { $0.updates.readyToSend(count: ready.count) }

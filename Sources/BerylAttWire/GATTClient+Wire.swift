@@ -268,7 +268,7 @@ extension Beryl_Ipc_V1_ServicePublished {
 extension ServiceRouter {
     /// A peer's read or write of published values, as the event its one live publisher hears (with the id its answer is
     /// owed under); nil when no one live publisher holds them all, and the peer is answered Unlikely Error.
-    public mutating func route(_ request: ATTServerOutput, on link: UInt16, isLive: (PublisherID) -> Bool,
+    public mutating func route(_ request: ATTServerOutput, on link: UInt16, isLive: (UpdateSender) -> Bool,
                                at now: Duration) -> (owner: UpdateSender, event: Beryl_Ipc_V1_Event)? {
         switch request {
         case .readRequested(let id, let handle, let offset):

@@ -102,7 +102,8 @@ extension FaultLab {
             while !streamer.isFinished && firstStream.result == nil { usleep(50_000) }
             // H4 carries no checksum (Core Vol 4 Part A): bytes corrupted on the wire reach the app as values, so only
             // the stream after that fault is checked.
-            failures += streamAfterFault(first: fault == .corruptHCI ? nil : firstStream.result, checkFirst: fault != .corruptHCI)
+            failures += streamAfterFault(first: fault == .corruptHCI ? nil : firstStream.result, checkFirst: fault != .corruptHCI,
+                                         gapless: fault == .killManagerd)
         }
         if let burst {
             while !burst.isFinished && !burstResults.isFinished { usleep(50_000) }
@@ -303,10 +304,10 @@ extension FaultLab {
 
     /// The stream through the fault lost no order; after it, a new subscriber takes 300 values in order: whatever the
     /// fault took down, the stack's flow control came back with it (a credit or a ready left owed would stall it).
-    private func streamAfterFault(first: ToolRun?, checkFirst: Bool) -> [String] {
+    private func streamAfterFault(first: ToolRun?, checkFirst: Bool, gapless: Bool) -> [String] {
         var failures: [String] = []
         if let first {
-            let before = StreamCheck(subscribeOutput: first.stdout)
+            let before = StreamCheck(subscribeOutput: first.stdout, gapless: gapless)
             failures += before.problems.prefix(3).map { "the stream through the fault: \($0)" }
         } else if checkFirst {
             failures.append("the first subscriber never finished")

@@ -99,6 +99,14 @@ public final class ATTServer {
         return adopted
     }
 
+    /// This peer's subscriptions to the values in `range`: value handle and CCCD value, in handle order.
+    public func subscriptions(in range: ClosedRange<UInt16>) -> [(valueHandle: UInt16, value: UInt16)] {
+        clientConfigurations.sorted { $0.key < $1.key }.compactMap { handle, value in
+            guard range.contains(handle), value & 0b11 != 0, let valueHandle = valueHandle(ofConfiguration: handle) else { return nil }
+            return (valueHandle, value)
+        }
+    }
+
     /// The bearer's ATT_MTU after an exchange our client made (Core Vol 3 Part F §3.4.2: one value for both roles).
     public func adopt(mtu newMTU: UInt16) { mtu = max(mtu, min(newMTU, serverMTU)) }
 

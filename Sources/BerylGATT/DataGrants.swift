@@ -32,6 +32,41 @@ public struct DataGrants: Sendable {
     private struct Channel: Sendable {
         var app: UpdateSender
         var live: Bool
+        /// What the app presents to a restarted managerd to have it adopt this channel.
+        var resumeToken: [UInt8]
+        /// The publisher that opened it is gone: it waits for a successor to adopt it, carrying the app's values meanwhile.
+        var orphaned = false
+    }
+
+    public struct LostLink: Equatable, Sendable {
+        public var peripheral: String
+        public var reason: UInt8?
+    }
+
+    /// What a session's closing meant.
+    public enum Closed: Equatable, Sendable {
+        /// An app's channel: its app, and whether its publisher had gone before it (nobody else will withdraw what
+        /// was published for that app then; the shell does).
+        case channel(app: UpdateSender, wasOrphaned: Bool)
+        /// A publisher: the channels it opened, which outlive it as orphans until a successor adopts them.
+        case publisher(orphaned: [SessionID])
+    }
+
+    /// A channel taken over by a restarted publisher.
+    public struct Adoption: Equatable, Sendable {
+        public var channel: SessionID
+        /// The app's name under the publisher that went.
+        public var was: UpdateSender
+        /// The links the app holds as central, and the values it hears on them (link, value handle).
+        public var heldLinks: [UInt16]
+        public var hears: [(link: UInt16, valueHandle: UInt16)]
+        /// Links it held that ended while it was orphaned: the peer as managerd named it, and the HCI reason.
+        public var lost: [LostLink] = []
+
+        public static func == (lhs: Adoption, rhs: Adoption) -> Bool {
+            lhs.channel == rhs.channel && lhs.was == rhs.was && lhs.heldLinks == rhs.heldLinks && lhs.lost == rhs.lost
+                && lhs.hears.map(\.link) == rhs.hears.map(\.link) && lhs.hears.map(\.valueHandle) == rhs.hears.map(\.valueHandle)
+        }
     }
 
     private struct ValueKey: Hashable, Sendable {
@@ -40,9 +75,11 @@ public struct DataGrants: Sendable {
     }
 
     private struct Audience: Sendable {
+        /// The publisher that set it, which delivers to the rest of its audience.
         var publisher: PublisherID
         var peripheral: String
-        var apps: [UInt64]
+        /// By their names under the publisher that opened their channels (an orphan's, until it is adopted).
+        var apps: [UpdateSender]
         var others: Bool
     }
 
@@ -52,32 +89,74 @@ public struct DataGrants: Sendable {
     private var channelOfApp: [UpdateSender: SessionID] = [:]
     private var names: [UInt16: String] = [:]
     private var audiences: [ValueKey: Audience] = [:]
+    /// Links orphans' apps held that ended before a successor adopted them.
+    private var lostByOrphans: [UpdateSender: [LostLink]] = [:]
 
     public init() {}
 
     public var channelCount: Int { channels.count }
 
     /// A channel opened for `app`; the app's earlier channel, which it replaces (the shell closes it), if any.
-    public mutating func opened(_ session: SessionID, for app: UpdateSender, live: Bool) -> SessionID? {
+    public mutating func opened(_ session: SessionID, for app: UpdateSender, live: Bool, resumeToken: [UInt8] = []) -> SessionID? {
         let replaced = channelOfApp[app]
         if let replaced { channels[replaced] = nil }
-        channels[session] = Channel(app: app, live: live)
+        channels[session] = Channel(app: app, live: live, resumeToken: resumeToken)
         channelOfApp[app] = session
         return replaced
     }
 
-    /// A session closed: a channel is forgotten (its app's events go through managerd again); for a publisher, the
-    /// channels it opened, which the shell closes (their grants came from it), and the audiences it set.
-    public mutating func sessionClosed(_ session: SessionID) -> [SessionID] {
+    /// A session closed. A channel is forgotten (its app's events go through managerd again). A publisher's channels
+    /// outlive it, orphaned, with their grants, held links and audiences, so that the apps' values keep flowing while
+    /// a successor starts (att.proto's AdoptDataChannel); the shell closes those not adopted in time. What the
+    /// publisher set for apps without a channel goes.
+    public mutating func sessionClosed(_ session: SessionID) -> Closed {
         if let channel = channels.removeValue(forKey: session) {
             if channelOfApp[channel.app] == session { channelOfApp[channel.app] = nil }
-            return []
+            // An orphan's grants had no publisher left to take them back; a renewed channel inherits the others.
+            if channel.orphaned {
+                heldLinks[channel.app] = nil
+                lostByOrphans[channel.app] = nil
+                for key in audiences.keys { audiences[key]?.apps.removeAll { $0 == channel.app } }
+                audiences = audiences.filter { !$0.value.apps.isEmpty || $0.value.others }
+            }
+            return .channel(app: channel.app, wasOrphaned: channel.orphaned)
         }
-        heldLinks = heldLinks.filter { $0.key.publisher != session }
         let opened = channels.filter { $0.value.app.publisher == session }.map(\.key).sorted()
-        for id in opened { _ = sessionClosed(id) }
-        audiences = audiences.filter { $0.value.publisher != session }
-        return opened
+        for id in opened { channels[id]?.orphaned = true }
+        let kept = Set(opened.compactMap { channels[$0]?.app })
+        heldLinks = heldLinks.filter { $0.key.publisher != session || kept.contains($0.key) }
+        for key in audiences.keys where audiences[key]?.publisher == session {
+            audiences[key]?.apps.removeAll { !kept.contains($0) }
+            audiences[key]?.others = false
+        }
+        audiences = audiences.filter { !$0.value.apps.isEmpty || $0.value.others }
+        return .publisher(orphaned: opened)
+    }
+
+    /// Whether the channel's publisher is gone and no successor has adopted it yet.
+    public func isOrphaned(_ session: SessionID) -> Bool { channels[session]?.orphaned == true }
+
+    public var orphanCount: Int { channels.values.filter(\.orphaned).count }
+
+    /// A restarted publisher takes over the orphaned channel whose app presented `token`, for the app's new session
+    /// `app`: the channel, its held links and its place in audiences go by the new name. Nil when no orphan has it.
+    public mutating func adopt(token: [UInt8], as app: UpdateSender, live: Bool) -> Adoption? {
+        guard !token.isEmpty, let found = channels.first(where: { $0.value.orphaned && $0.value.resumeToken == token }) else { return nil }
+        let (session, channel) = (found.key, found.value)
+        let was = channel.app
+        if let replaced = channelOfApp[app], replaced != session { channels[replaced] = nil }
+        channelOfApp[was] = nil
+        channelOfApp[app] = session
+        channels[session] = Channel(app: app, live: live, resumeToken: channel.resumeToken)
+        let held = heldLinks.removeValue(forKey: was) ?? []
+        if !held.isEmpty { heldLinks[app] = held }
+        var hears: [(link: UInt16, valueHandle: UInt16)] = []
+        for (key, audience) in audiences where audience.apps.contains(was) {
+            audiences[key]?.apps = audience.apps.map { $0 == was ? app : $0 }
+            hears.append((key.link, key.valueHandle))
+        }
+        hears.sort { ($0.link, $0.valueHandle) < ($1.link, $1.valueHandle) }
+        return Adoption(channel: session, was: was, heldLinks: held.sorted(), hears: hears, lost: lostByOrphans.removeValue(forKey: was) ?? [])
     }
 
     public func isChannel(_ session: SessionID) -> Bool { channels[session] != nil }
@@ -138,13 +217,19 @@ public struct DataGrants: Sendable {
     }
 
     /// Which apps of `publisher` hear the value on the link, and whether others (that are no running app) do too;
-    /// no apps forgets it (the publisher delivers to its own audience).
+    /// no apps forgets it (the publisher delivers to its own audience). Apps of a publisher that went, whose orphaned
+    /// channels still carry their values, keep their place until they are adopted.
     public mutating func setAudience(_ apps: [UInt64], others: Bool, of valueHandle: UInt16, on link: UInt16, peripheral: String, publisher: PublisherID) {
         let key = ValueKey(link: link, valueHandle: valueHandle)
-        audiences[key] = apps.isEmpty ? nil : Audience(publisher: publisher, peripheral: peripheral, apps: apps, others: others)
+        let orphans = (audiences[key]?.apps ?? []).filter { $0.publisher != publisher && channelOfApp[$0].map(isOrphaned) == true }
+        let members = apps.map { UpdateSender(publisher: publisher, onBehalfOf: $0) } + orphans
+        audiences[key] = members.isEmpty ? nil : Audience(publisher: publisher, peripheral: peripheral, apps: members, others: others)
     }
 
-    public mutating func linkClosed(_ link: UInt16) {
+    public mutating func linkClosed(_ link: UInt16, reason: UInt8? = nil) {
+        for (app, links) in heldLinks where links.contains(link) && channelOfApp[app].map(isOrphaned) == true {
+            if let name = names[link] { lostByOrphans[app, default: []].append(LostLink(peripheral: name, reason: reason)) }
+        }
         names[link] = nil
         for app in heldLinks.keys { heldLinks[app]?.remove(link) }
         audiences = audiences.filter { $0.key.link != link }
@@ -156,10 +241,10 @@ public struct DataGrants: Sendable {
         var route = NotificationRoute(peripheral: audience.peripheral, channels: [], publisher: audience.publisher, delivered: [],
                                       publisherDelivers: audience.others)
         for app in audience.apps {
-            if let channel = liveChannel(of: UpdateSender(publisher: audience.publisher, onBehalfOf: app)) {
+            if let channel = liveChannel(of: app) {
                 route.channels.append(channel)
-                route.delivered.append(app)
-            } else {
+                if app.publisher == audience.publisher { route.delivered.append(app.onBehalfOf) }
+            } else if app.publisher == audience.publisher {
                 route.publisherDelivers = true
             }
         }

@@ -82,13 +82,38 @@ public struct ServiceRouter: Sendable {
     }
 
     /// The publisher went away: its ranges, for the shell to remove and announce, and the answers it still owed,
-    /// oldest first, for the shell to fail at once rather than at their deadlines.
-    public mutating func publisherGone(_ publisher: PublisherID) -> (ranges: [ClosedRange<UInt16>], unanswered: [OwedAnswer]) {
-        let gone = owners.filter { $0.publisher == publisher }.map(\.range)
-        owners.removeAll { $0.publisher == publisher }
-        let unanswered = owed.filter { $0.value.publisher == publisher }.sorted { $0.key < $1.key }
+    /// oldest first, for the shell to fail at once rather than at their deadlines — but for the apps in `kept`, whose
+    /// data channels outlive it: their services stay, and their answers can still come on their channels.
+    public mutating func publisherGone(_ publisher: PublisherID, keeping kept: Set<UInt64> = []) -> (ranges: [ClosedRange<UInt16>], unanswered: [OwedAnswer]) {
+        gone { $0 == publisher && !kept.contains($1) }
+    }
+
+    /// One app's services and owed answers go (its orphaned channel was not adopted in time, or closed).
+    public mutating func appGone(_ app: UpdateSender) -> (ranges: [ClosedRange<UInt16>], unanswered: [OwedAnswer]) {
+        gone { $0 == app.publisher && $1 == app.onBehalfOf }
+    }
+
+    private mutating func gone(_ goes: (PublisherID, UInt64) -> Bool) -> (ranges: [ClosedRange<UInt16>], unanswered: [OwedAnswer]) {
+        let ranges = owners.filter { goes($0.publisher, $0.app) }.map(\.range)
+        owners.removeAll { goes($0.publisher, $0.app) }
+        let unanswered = owed.filter { goes($0.value.publisher, $0.value.app) }.sorted { $0.key < $1.key }
         for (id, _) in unanswered { owed[id] = nil }
-        return (gone, unanswered.map(\.value))
+        return (ranges, unanswered.map(\.value))
+    }
+
+    /// The ranges of the services published for the app, in handle order.
+    public func ranges(of app: UpdateSender) -> [ClosedRange<UInt16>] {
+        owners.filter { $0.publisher == app.publisher && $0.app == app.onBehalfOf }.map(\.range).sorted { $0.lowerBound < $1.lowerBound }
+    }
+
+    /// The app's services and the answers it owes, under its new name (a restarted publisher adopted its channel).
+    public mutating func rebind(_ old: UpdateSender, to new: UpdateSender) {
+        for index in owners.indices where owners[index].publisher == old.publisher && owners[index].app == old.onBehalfOf {
+            (owners[index].publisher, owners[index].app) = (new.publisher, new.onBehalfOf)
+        }
+        for (id, answer) in owed where answer.publisher == old.publisher && answer.app == old.onBehalfOf {
+            (owed[id]!.publisher, owed[id]!.app) = (new.publisher, new.onBehalfOf)
+        }
     }
 
     // MARK: Answers owed
@@ -103,13 +128,13 @@ public struct ServiceRouter: Sendable {
     }
 
     /// A peer's read or write of published values (`handles`: the read's, or each queued write's of an Execute Write)
-    /// goes to the live publisher that holds them all, owing an answer under the returned id when the peer waits for
+    /// goes to the live publisher (or live app channel, `isLive`) that holds them all, owing an answer under the returned id when the peer waits for
     /// one (0 for a write command); nil when no one live publisher does, and the peer is answered Unlikely Error (a
     /// write command is dropped): one publisher is never handed another's values.
     public mutating func route(handles: [UInt16], link: UInt16, serverID: UInt64, isRead: Bool, offset: UInt16, expectsAnswer: Bool,
-                               isLive: (PublisherID) -> Bool, at now: Duration) -> (owner: UpdateSender, answerID: UInt64)? {
+                               isLive: (UpdateSender) -> Bool, at now: Duration) -> (owner: UpdateSender, answerID: UInt64)? {
         let owners = Set(handles.map { ownerApp(of: $0) })
-        guard owners.count == 1, let owner = owners.first ?? nil, isLive(owner.publisher) else { return nil }
+        guard owners.count == 1, let owner = owners.first ?? nil, isLive(owner) else { return nil }
         let id = expectsAnswer ? owe(link: link, serverID: serverID, isRead: isRead, offset: offset, by: owner.publisher, for: owner.onBehalfOf, at: now) : 0
         return (owner, id)
     }

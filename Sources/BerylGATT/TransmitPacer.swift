@@ -106,11 +106,21 @@ public struct TransmitPacer: Sendable {
         notifications.sentBeforeReady(sender, readySeen: readySeen)
     }
 
-    /// The publisher is gone, and everyone it sent for: none is owed a ReadyToUpdate.
-    public mutating func publisherGone(_ publisher: PublisherID) {
-        notifications.forget { $0.publisher == publisher }
-        indicationWaits = indicationWaits.filter { $0.key.publisher != publisher }
-        for link in outboxes.keys { outboxes[link]?.writes.forget { $0.publisher == publisher } }
+    /// The publisher is gone, and everyone it sent for but `kept` (apps whose data channels outlive it): none is owed a
+    /// ReadyToUpdate.
+    public mutating func publisherGone(_ publisher: PublisherID, keeping kept: Set<UpdateSender> = []) {
+        let gone: (UpdateSender) -> Bool = { $0.publisher == publisher && !kept.contains($0) }
+        notifications.forget(where: gone)
+        indicationWaits = indicationWaits.filter { !gone($0.key) }
+        for link in outboxes.keys { outboxes[link]?.writes.forget(where: gone) }
+    }
+
+    /// A sender known by a new name (its app's channel adopted by a restarted publisher): what it is owed and how many
+    /// ready events it was sent carry over, so that its next ready count follows the last it saw.
+    public mutating func rebind(_ old: UpdateSender, to new: UpdateSender) {
+        notifications.rebind(old, to: new)
+        if let waits = indicationWaits.removeValue(forKey: old) { indicationWaits[new] = waits }
+        for link in outboxes.keys { outboxes[link]?.writes.rebind(old, to: new) }
     }
 
     /// One sender let go of one link (the link stays for others): its writes there count afresh.
@@ -230,6 +240,11 @@ struct ReadyLedger: Sendable {
     mutating func forget(where gone: (UpdateSender) -> Bool) {
         refused = refused.filter { !gone($0) }
         sent = sent.filter { !gone($0.key) }
+    }
+
+    mutating func rebind(_ old: UpdateSender, to new: UpdateSender) {
+        if refused.remove(old) != nil { refused.insert(new) }
+        if let count = sent.removeValue(forKey: old) { sent[new] = count }
     }
 }
 

@@ -61,6 +61,12 @@ public struct CentralConnections: Sendable {
         return holders.sorted().map { .event(.connected($0, identifier: identifier)) } + controller(actions)
     }
 
+    /// A manager holds links that are up already without asking for them (its app kept them, and its data channel,
+    /// through managerd's restart): no event, no controller work. Returns the handles it now holds.
+    public mutating func adopt(_ key: ManagerKey, links handles: [UInt16]) -> [UInt16] {
+        handles.filter { book.hold(key, handle: $0) }
+    }
+
     /// The controller's attempt ended without a link (failed, or cancelled to change the set): the next one is planned.
     public mutating func attemptEnded() -> [Output] {
         retryAt = nil

@@ -48,6 +48,15 @@ public struct ConnectionBook: Sendable {
         return (false, replan())
     }
 
+    /// The key holds the link already up (its app kept it through managerd's restart): nothing goes on the air and
+    /// nobody is told. False when the link is not known or is on its way down.
+    public mutating func hold(_ key: ManagerKey, handle: UInt16) -> Bool {
+        guard let identifier = identifier(for: handle), var link = links[identifier], !link.dropping else { return false }
+        link.holders.insert(key)
+        links[identifier] = link
+        return true
+    }
+
     /// App-local cancel; returns whether the key held or awaited the peripheral.
     public mutating func cancel(_ key: ManagerKey, identifier: String) -> (wasHeld: Bool, actions: [Action]) {
         if var entry = pending[identifier], entry.waiting.remove(key) != nil {

@@ -49,6 +49,28 @@ extension ManagerCore {
         return (router.owner(of: range.lowerBound) == owner, outputs)
     }
 
+    /// managerd restarted under an app whose data channel attd kept, with what the app had (att.proto's
+    /// AdoptDataChannel): its services are its own again as if it had added them again — nothing preserved for it is
+    /// published again beside them — and it holds the links it held and hears the values it subscribed to, without
+    /// hearing that it connected. Returns the links it holds now (one that went meanwhile is left out) and what the
+    /// change means.
+    public mutating func adopted(_ session: UInt64, manager: UInt32, services: [PreservedState.PublishedService],
+                                 heldLinks: [UInt16], heard: [RemoteSubscriptions.Value]) -> (heldLinks: [UInt16], outputs: [Output]) {
+        let owner = ManagerKey(.session(session), manager: manager)
+        pendingRepublish = pendingRepublish.filter { $0.key.holder != owner.holder }
+        var outputs: [Output] = []
+        for service in services {
+            guard let range = service.handles else { continue }
+            router.publish(range, owner: owner)
+            serviceSpecs[range.lowerBound] = service
+        }
+        if !services.isEmpty { restoration.appPublished(heldBy: owner.holder) }
+        let held = connections.adopt(owner, links: heldLinks)
+        for value in heard where held.contains(value.link) { remoteSubscriptions.adopt(value, by: owner.holder) }
+        outputs += persisting(owner.holder)
+        return (held, outputs)
+    }
+
     /// The link an app's answer to a pairing prompt goes to: the one with `peer` whose pairing the session hears —
     /// never another app's, nor a link a lab session holds (`isLabLink`), whose pairing is the lab's to answer.
     public func pairingLink(with peer: String, answeredBy session: UInt64, isLabLink: (UInt16) -> Bool) -> UInt16? {

@@ -1,6 +1,7 @@
 import BerylATT
 import BerylAttWire
 import BerylCore
+import BerylCrypto
 import BerylGATT
 import BerylIPC
 import BerylLink
@@ -17,6 +18,8 @@ extension AttDaemon {
         switch kind {
         case .openDataChannel(let open):
             openDataChannel(for: UpdateSender(publisher: session.id, onBehalfOf: open.onBehalfOf), live: open.live, incoming)
+        case .adoptDataChannel(let adopt):
+            adoptDataChannel(adopt, by: session, incoming)
         case .setDataGrant(let grant):
             if let channel = grants.setLive(UpdateSender(publisher: session.id, onBehalfOf: grant.onBehalfOf), grant.live) {
                 host.server?.sessions[channel]?.send(.event(.with { $0.att.dataGrantChanged.live = grant.live }))
@@ -62,11 +65,91 @@ extension AttDaemon {
             incoming.fail(.internal, "no data channel: its socket cannot be watched")
             return
         }
-        if let replaced = grants.opened(channel.id, for: app, live: live) {
+        let token = SecureRandom.bytes(16)
+        if let replaced = grants.opened(channel.id, for: app, live: live, resumeToken: token) {
             server.sessions[replaced]?.close(reason: "replaced by data channel \(channel.id)")
         }
         host.logger.info("data channel \(channel.id) for app session \(app.onBehalfOf) of session \(app.publisher)\(live ? "" : " (revoked until live)")")
-        incoming.respond(.with { $0.att.dataChannelOpened.channel = channel.id }, passing: pair.passed)
+        incoming.respond(.with {
+            $0.att.dataChannelOpened.channel = channel.id
+            $0.att.dataChannelOpened.resumeToken = Data(token)
+        }, passing: pair.passed)
+    }
+
+    // MARK: Orphans (managerd restarting)
+
+    /// How long an orphaned channel waits for a restarted managerd to adopt it: its app reconnects within about a
+    /// second of managerd being back (the library's backoff), and the supervisor restarts managerd at once.
+    static let orphanGrace: Duration = .seconds(15)
+
+    /// managerd went: its apps' channels carry on without it until its successor adopts them, or are closed.
+    func channelsOrphaned(_ channels: [UInt64]) {
+        let deadline = host.loop.uptime + Self.orphanGrace
+        for channel in channels { orphanDeadlines[channel] = deadline }
+        host.logger.info("data channel(s) \(channels.map(String.init).joined(separator: ", ")) outlive their managerd; "
+                         + "kept \(Self.orphanGrace) for its successor")
+        _ = try? host.loop.after(Self.orphanGrace) { [unowned self] in closeExpiredOrphans() }
+        orphansChanged()
+    }
+
+    private func closeExpiredOrphans() {
+        let now = host.loop.uptime
+        for (channel, deadline) in orphanDeadlines.sorted(by: { $0.key < $1.key }) where deadline <= now && grants.isOrphaned(channel) {
+            host.server?.sessions[channel]?.close(reason: "no restarted managerd adopted it within \(Self.orphanGrace)")
+        }
+    }
+
+    /// An orphan closed (not adopted in time, or its app went): what was published for its app goes with it.
+    func orphanGone(_ channel: UInt64, app: UpdateSender) {
+        orphanDeadlines[channel] = nil
+        pacer.senderGone(app)
+        withdraw(router.appGone(app), "with app session \(app.onBehalfOf)'s orphaned data channel")
+        orphansChanged()
+    }
+
+    /// managerd hears how many orphans are left: it publishes its preserved managers' services again once none are.
+    private func orphansChanged() {
+        orphanDeadlines = orphanDeadlines.filter { grants.isOrphaned($0.key) }
+        broadcastToClients(.with { $0.att.dataChannelOrphans.count = UInt32(grants.orphanCount) })
+    }
+
+    /// A restarted managerd takes over the channel whose token the app presented in its Hello: the app's values,
+    /// services, owed answers, held links and audiences go by its new session from now on.
+    private func adoptDataChannel(_ adopt: Beryl_Ipc_V1_AdoptDataChannel, by session: IPCSession, _ incoming: IncomingRequest) {
+        let app = UpdateSender(publisher: session.id, onBehalfOf: adopt.onBehalfOf)
+        guard let adoption = grants.adopt(token: Array(adopt.resumeToken), as: app, live: adopt.live) else {
+            incoming.fail(.notFound, "no orphaned data channel has that token (closed, or attd restarted)", field: "resume_token")
+            return
+        }
+        pacer.rebind(adoption.was, to: app)
+        router.rebind(adoption.was, to: app)
+        dataPlane.adoptedChannels += 1
+        let ranges = router.ranges(of: app)
+        host.logger.info("data channel \(adoption.channel) of app session \(adoption.was.onBehalfOf) adopted by session \(session.id) "
+                         + "as app session \(app.onBehalfOf), with \(ranges.count) service(s)")
+        incoming.respond(.with {
+            $0.att.dataChannelAdopted = .with { adopted in
+                adopted.channel = adoption.channel
+                adopted.services = ranges.compactMap { range in
+                    serviceSpecs[range.lowerBound].map { spec in .with { $0.spec = spec; $0.published = .init(range, in: database) } }
+                }
+                adopted.heldLinks = adoption.heldLinks.map(UInt32.init)
+                adopted.heard = adoption.hears.map { heard in .with { $0.connectionHandle = UInt32(heard.link); $0.valueHandle = UInt32(heard.valueHandle) } }
+                adopted.lostLinks = adoption.lost.map { lost in .with { $0.peripheral = lost.peripheral; $0.reason = UInt32(lost.reason ?? 0) } }
+            }
+        })
+        // The remote centrals subscribed to its values, as the publisher hears of any subscription.
+        for link in links.values.sorted(by: { $0.handle < $1.handle }) {
+            for range in ranges {
+                for (valueHandle, value) in link.server.subscriptions(in: range) {
+                    session.send(.event(Event(subscriptionChanged: valueHandle, link: link.handle, notify: value & 0b01 != 0, indicate: value & 0b10 != 0)))
+                }
+            }
+        }
+        if let channel = host.server?.sessions[adoption.channel] {
+            channel.send(.event(.with { $0.att.dataGrantChanged.live = adopt.live }))
+        }
+        orphansChanged()
     }
 
     /// A request on a data channel: only what the grant allows, for the channel's own app.

@@ -20,6 +20,7 @@ extension AttDaemon {
                 $0.att.bearers.bearers = links.values.sorted { $0.handle < $1.handle }.map {
                     Beryl_Ipc_V1_Bearer(link: $0.handle, mtu: $0.server.mtu, central: $0.isCentral, peer: security.peer(of: $0.handle))
                 }
+                $0.att.bearers.orphanedChannels = UInt32(grants.orphanCount)
             })
         case .publishService(let publish)?:
             publishService(publish.service, for: session, app: publish.onBehalfOf, incoming)
@@ -29,6 +30,7 @@ extension AttDaemon {
                 return true
             }
             _ = database.removeService(at: range.lowerBound)
+            serviceSpecs[range.lowerBound] = nil
             incoming.respond(.with { $0.ack = .init() })
             announceDatabaseChange(range)
         case .notify(let notify)?:
@@ -55,7 +57,7 @@ extension AttDaemon {
             return handleClientRequest(request.kind!, incoming)
         case .pair?, .pairingAnswer?, .listBonds?, .removeBond?, .getPrivateAddress?, .setLinkPairing?:
             return handleSecurityRequest(request.kind!, incoming)
-        case .openDataChannel?, .setDataGrant?, .nameLink?, .notificationAudience?, .setGrantLinks?:
+        case .openDataChannel?, .setDataGrant?, .nameLink?, .notificationAudience?, .setGrantLinks?, .adoptDataChannel?:
             handleGrantRequest(request.kind!, from: session, incoming)
         case nil:
             incoming.fail(.unknownMessage, "empty ATT request")
@@ -92,6 +94,7 @@ extension AttDaemon {
         }
         let end = database.attribute(at: start)?.groupEnd ?? start
         router.published(start...end, by: session.id, for: app)
+        if app != 0 { serviceSpecs[start] = spec }
         host.logger.info("service \(definition.uuid) published at \(start)–\(end) by session \(session.id)")
         incoming.respond(.with { $0.att.servicePublished = .init(start...end, in: database) })
         announceDatabaseChange(start...end)

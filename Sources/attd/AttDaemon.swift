@@ -26,6 +26,10 @@ final class AttDaemon {
     /// Apps' data channels and what each may touch (AttDaemon+DataChannels), and what went on them.
     var grants = DataGrants()
     var dataPlane = Beryl_Ipc_V1_DataPlaneCounters()
+    /// How each app's service was published, for a restarted managerd that adopts the app's channel.
+    var serviceSpecs: [UInt16: Beryl_Ipc_V1_ServiceSpec] = [:]
+    /// When each orphaned channel is closed if no restarted managerd has adopted it (AttDaemon+DataChannels).
+    var orphanDeadlines: [UInt64: Duration] = [:]
     var pacer = TransmitPacer()
     /// PDUs for hcid from this loop wake-up, sent as one datagram when it ends.
     var outgoingACL = ACLBatch()
@@ -61,6 +65,7 @@ final class AttDaemon {
         host.decorateStatus = { [unowned self] status in
             status.dataPlane = dataPlane
             status.dataPlane.channels = UInt32(grants.channelCount)
+            status.dataPlane.orphanedChannels = UInt32(grants.orphanCount)
         }
         _ = try host.loop.after(.zero) { [unowned self] in
             self.host.server?.onSessionClosed = { [unowned self] session, _ in self.sessionClosed(session.id) }
@@ -170,7 +175,7 @@ final class AttDaemon {
         applyGATT(link.gatt.linkClosed(), on: link)
         applySecurity(security.linkClosed(handle, reason: reason))
         router.linkClosed(handle)
-        grants.linkClosed(handle)
+        grants.linkClosed(handle, reason: reason)
         applyPacer(pacer.linkClosed(handle))
         outgoingACL.drop(link: handle)
         host.logger.info("link 0x\(String(handle, radix: 16)) down" + (reason.map { " (HCI reason 0x\(String($0, radix: 16)))" } ?? ""))
@@ -218,7 +223,9 @@ final class AttDaemon {
         case .readRequested(let id, _, _), .writeRequested(let id, _, _):
             let sessions = host.server?.sessions ?? [:]
             defer { armDeadline() }
-            if let (owner, event) = router.route(output, on: link.handle, isLive: { sessions[$0] != nil }, at: host.loop.uptime) {
+            // An app whose channel outlived managerd still answers on it.
+            let isLive = { [grants] (owner: UpdateSender) in sessions[owner.publisher] != nil || grants.liveChannel(of: owner) != nil }
+            if let (owner, event) = router.route(output, on: link.handle, isLive: isLive, at: host.loop.uptime) {
                 deliverRequest(event, for: owner, on: link)
             } else if case .readRequested = output {
                 apply(wrap(link.server.completeRead(id: id, with: .failure(.unlikelyError)), for: link), on: link)
@@ -256,22 +263,30 @@ final class AttDaemon {
     func owner(of handle: UInt16) -> IPCSession? { router.owner(of: handle).flatMap { host.server?.sessions[$0] } }
 
     private func sessionClosed(_ session: UInt64) {
-        // A publisher's channels go with it: their grants were its to give.
-        for channel in grants.sessionClosed(session) {
-            host.server?.sessions[channel]?.close(reason: "the session that opened it closed")
+        switch grants.sessionClosed(session) {
+        case .channel(let app, let wasOrphaned):
+            // Nobody is left to withdraw what was published for an orphan's app.
+            if wasOrphaned { orphanGone(session, app: app) }
+        case .publisher(let orphaned):
+            // Its apps' channels outlive it, with their services, until a restarted managerd adopts them.
+            publisherGone(session, keeping: Set(orphaned.compactMap { grants.app(of: $0) }))
+            if !orphaned.isEmpty { channelsOrphaned(orphaned) }
         }
-        publisherGone(session)
     }
 
-    private func publisherGone(_ session: UInt64) {
-        pacer.publisherGone(session)
-        let (ranges, unanswered) = router.publisherGone(session)
+    func publisherGone(_ session: UInt64, keeping kept: Set<UpdateSender> = []) {
+        pacer.publisherGone(session, keeping: kept)
+        withdraw(router.publisherGone(session, keeping: Set(kept.map(\.onBehalfOf))), "with its publisher")
+    }
+
+    func withdraw(_ gone: (ranges: [ClosedRange<UInt16>], unanswered: [ServiceRouter.OwedAnswer]), _ why: String) {
         // Its peers hear Unlikely Error now, not at the answer deadline.
-        for answer in unanswered { complete(answer, read: .failure(.unlikelyError), writeError: .unlikelyError) }
+        for answer in gone.unanswered { complete(answer, read: .failure(.unlikelyError), writeError: .unlikelyError) }
         armDeadline()
-        for range in ranges {
+        for range in gone.ranges {
             _ = database.removeService(at: range.lowerBound)
-            host.logger.info("service at \(range) removed with its publisher")
+            serviceSpecs[range.lowerBound] = nil
+            host.logger.info("service at \(range) removed \(why)")
             announceDatabaseChange(range)
         }
     }

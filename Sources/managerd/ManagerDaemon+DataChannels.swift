@@ -18,23 +18,100 @@ extension ManagerDaemon {
 
     /// Asks attd for the app's channel; `then` gets the descriptor to pass (nil: none, and the app's data goes through
     /// managerd, as a C client's does).
-    func openDataChannel(for session: UInt64, then: @escaping (Int32?) -> Void) {
-        guard let attd else { return then(nil) }
+    func openDataChannel(for session: UInt64, then: @escaping (Int32?, Data) -> Void) {
+        guard let attd else { return then(nil, Data()) }
         let live = grantIsLive(session)
         attd.request(.with { $0.att.openDataChannel = .with { $0.onBehalfOf = session; $0.live = live } }) { [unowned self] result in
             let descriptor = attd.takePassedDescriptor()
-            guard case .success = result, let descriptor, self.session(session) != nil else {
+            guard case .success(let response) = result, let descriptor, self.session(session) != nil else {
                 if let descriptor { close(descriptor) }
                 if case .failure(let error) = result { host.logger.warning("no data channel for session \(session): \(error)") }
-                return then(nil)
+                return then(nil, Data())
             }
             dataGrants[session] = live
             // A session renewing its channel (or restored with links) holds links and hears values already: attd
             // hears of them now, not at the app's next request.
             syncHeldLinks()
             refreshAudiences()
-            then(descriptor)
+            then(descriptor, response.att.dataChannelOpened.resumeToken)
         }
+    }
+
+    // MARK: Channels that outlived a managerd before this one
+
+    /// Whether a Hello that presents a kept channel can be answered now: attd's links are taken back (the app's
+    /// links are known) and the stack is on (the app's services can be its own again).
+    var readyToAdopt: Bool { attd != nil && attdLinksTakenBack && state == .poweredOn }
+
+    /// Runs `body` once adoption can go ahead (true), or after 5 s without (false: the app gets a new channel).
+    func whenReadyToAdopt(_ body: @escaping (Bool) -> Void) {
+        guard !readyToAdopt else { return body(true) }
+        adoptionsWaiting.append(body)
+        _ = try? host.loop.after(.seconds(5)) { [unowned self] in
+            let waiting = adoptionsWaiting
+            adoptionsWaiting.removeAll()
+            for body in waiting { body(readyToAdopt) }
+        }
+    }
+
+    func adoptWaitingChannels() {
+        guard readyToAdopt, !adoptionsWaiting.isEmpty else { return }
+        let waiting = adoptionsWaiting
+        adoptionsWaiting.removeAll()
+        for body in waiting { body(true) }
+    }
+
+    /// Has attd hand over the channel whose token the app presented: the app's services, the links it held and the
+    /// values it heard become its new session's (`ManagerCore.adopted`), and attd hears the grants under the new id.
+    /// `then` gets the links the app held that ended meanwhile (nil: not adopted).
+    func adoptDataChannel(_ token: Data, for session: UInt64, then: @escaping ([Beryl_Ipc_V1_LostLink]?) -> Void) {
+        guard let attd else { return then(nil) }
+        let live = grantIsLive(session)
+        attd.request(.with { $0.att.adoptDataChannel = .with { $0.resumeToken = token; $0.onBehalfOf = session; $0.live = live } }) { [unowned self] result in
+            let adopted: Beryl_Ipc_V1_DataChannelAdopted
+            switch result {
+            case .success(let response): adopted = response.att.dataChannelAdopted
+            case .failure(let error):
+                host.logger.info("session \(session)'s kept data channel was not adopted: \(error)")
+                return then(nil)
+            }
+            guard self.session(session) != nil else { return then(nil) }
+            var services: [PreservedState.PublishedService] = []
+            for service in adopted.services {
+                do {
+                    services.append(try PreservedState.PublishedService(wire: .with { $0.spec = service.spec; $0.published = service.published }))
+                } catch {
+                    host.logger.error("a kept service \(service.spec.uuid) is unreadable: \(error)")
+                }
+            }
+            let heard = adopted.heard.compactMap { value -> RemoteSubscriptions.Value? in
+                guard let link = UInt16(exactly: value.connectionHandle), let handle = UInt16(exactly: value.valueHandle) else { return nil }
+                return RemoteSubscriptions.Value(link: link, valueHandle: handle)
+            }
+            let (held, outputs) = core.adopted(session, manager: 1, services: services,
+                                               heldLinks: adopted.heldLinks.compactMap { UInt16(exactly: $0) }, heard: heard)
+            apply(outputs)
+            host.logger.info("session \(session) kept its data channel \(adopted.channel) through managerd's restart: "
+                             + "\(services.count) service(s), \(held.count) link(s), \(heard.count) value(s) heard")
+            dataGrants[session] = live
+            syncHeldLinks()
+            for value in heard { refreshAudience(of: value.valueHandle, on: value.link) }
+            then(adopted.lostLinks)
+        }
+    }
+
+    /// attd said how many channels of an earlier managerd are left; none left lets a waiting republication go.
+    func attdOrphansChanged(_ count: UInt32) {
+        attdOrphans = count
+        if count == 0, republishWaitsForOrphans {
+            republishWaitsForOrphans = false
+            republishPreserved()
+        }
+    }
+
+    func republishWhenNoOrphans() {
+        guard attdOrphans == 0 else { return republishWaitsForOrphans = true }
+        republishPreserved()
     }
 
     /// attd hears when an app's grant turns live or is revoked, as its lifecycle changed.

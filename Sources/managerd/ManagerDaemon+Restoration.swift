@@ -62,7 +62,7 @@ extension ManagerDaemon {
             case .advertisingChanged:
                 updateAdvertising()
             case .republish:
-                republishPreserved()
+                republishWhenNoOrphans()
             case .connectionEvent(let key, let change, let identifier):
                 announce(change, identifier: identifier, to: key)
             case .deliver(let session, let events):

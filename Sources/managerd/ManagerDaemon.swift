@@ -56,6 +56,13 @@ final class ManagerDaemon {
     var heldLinksTold: [UInt64: Set<UInt16>] = [:]
     /// Audiences a lost attd was told, to tell its successor once apps have channels again.
     var audiencesToTellAgain: Set<AudienceKey> = []
+    /// Channels attd kept for apps of a managerd before this one (nil until attd says): preserved managers' services
+    /// are published again only once there are none, so that an app whose services attd kept gets no second copy.
+    var attdOrphans: UInt32?
+    var republishWaitsForOrphans = false
+    /// Hellos that present a kept data channel, waiting until attd's links are taken back and the stack is on.
+    var adoptionsWaiting: [(Bool) -> Void] = []
+    var attdLinksTakenBack = false
     /// The controller's identity is hcid's static random address (it has no public one): apps advertise, scan and
     /// connect with it (own address type random) rather than as 00:00:00:00:00:00.
     var identityIsRandom: Bool { identity?.type.isRandom ?? false }
@@ -165,14 +172,18 @@ final class ManagerDaemon {
             attd = connection
             host.markAttached("attd")
             dataChannelsLost()
+            attdOrphans = nil
+            attdLinksTakenBack = false
             adoptOpenLinks(connection)
-            republishPreserved()
+            republishWhenNoOrphans()
             apply(core.attd(attached: true, isRunning: isRunning))
         }, lost: { [unowned self] reason in
             // attd's database went with it: the apps' services must be published again (their sessions are told).
             host.logger.warning("lost attd (\(reason)); published services are gone")
             attd = nil
             dataChannelsLost()
+            attdOrphans = nil
+            attdLinksTakenBack = false
             apply(core.attd(attached: false, isRunning: isRunning))
         })
     }
@@ -183,6 +194,7 @@ final class ManagerDaemon {
         request.att.getBearers = .init()
         connection.request(request) { [unowned self] result in
             guard case .success(let response) = result else { return }
+            attdOrphansChanged(response.att.bearers.orphanedChannels)
             let bearers = response.att.bearers.bearers.map(OpenBearer.init)
             let (outputs, unknown) = core.attdBearers(bearers)
             apply(outputs)
@@ -193,6 +205,8 @@ final class ManagerDaemon {
             }
             applyLab(lab.attdAttached(bearers: Set(bearers.map(\.link)), book: book))
             nameEveryLink()
+            attdLinksTakenBack = true
+            adoptWaitingChannels()
         }
     }
 
@@ -260,7 +274,10 @@ final class ManagerDaemon {
         var event = Beryl_Ipc_V1_ManagerEvent()
         event.stateChanged = .init(newState)
         for id in core.welcomedSessions { send(event, to: id) }
-        if newState == .poweredOn { resumeOnController() }
+        if newState == .poweredOn {
+            resumeOnController()
+            adoptWaitingChannels()
+        }
     }
 
     /// A controller that was reset forgot everything: scanning, advertising and connection attempts resume.
@@ -343,6 +360,8 @@ final class ManagerDaemon {
             if let kind = event.att.kind { routePairing(kind) }
         case .readyToUpdate(let ready)?:
             send(.with { $0.readyToUpdate.count = ready.count }, to: ready.onBehalfOf)
+        case .dataChannelOrphans(let orphans)?:
+            attdOrphansChanged(orphans.count)
         default:
             break
         }
@@ -391,7 +410,15 @@ final class ManagerDaemon {
     }
 
     /// The Welcome: the session's app, its restored manager's state (willRestoreState), then the events held for it.
-    private func greet(_ hello: Beryl_Ipc_V1_Hello, session: IPCSession, _ incoming: IncomingRequest) throws(WireFailure) {
+    private func greet(_ hello: Beryl_Ipc_V1_Hello, session: IPCSession, _ incoming: IncomingRequest, waited: Bool = false) throws(WireFailure) {
+        // A Hello that presents a kept data channel is taken once attd's links are back and the stack is on, so that
+        // the app's session hears nothing (no resetting on the way to poweredOn) before its Welcome.
+        if hello.wantsDataChannel, !hello.resumeDataChannel.isEmpty, !waited, !readyToAdopt {
+            return whenReadyToAdopt { [unowned self] _ in
+                guard self.session(session.id) != nil else { return }
+                do throws(WireFailure) { try greet(hello, session: session, incoming, waited: true) } catch { incoming.fail(error) }
+            }
+        }
         let greeting = try bindSession(hello, session: session)
         var restored: (Beryl_Ipc_V1_PreservedState, [Beryl_Ipc_V1_ManagerEvent])?
         if case .restoring(let preserved) = greeting { restored = restore(preserved, into: session.id) }
@@ -417,15 +444,37 @@ final class ManagerDaemon {
             return
         }
         // The Welcome waits for attd's channel, and what was queued for the app waits for the Welcome.
-        openDataChannel(for: session.id) { [unowned self] descriptor in
-            if let descriptor {
+        let welcomeWithNewChannel = { [unowned self] in
+            openDataChannel(for: session.id) { [unowned self] descriptor, token in
                 var welcome = welcome
-                welcome.manager.welcome.dataChannel = true
-                incoming.respond(welcome, passing: descriptor)
-            } else {
-                incoming.respond(welcome)
+                welcome.manager.welcome.state = state
+                if let descriptor {
+                    welcome.manager.welcome.dataChannel = true
+                    welcome.manager.welcome.dataChannelToken = token
+                    incoming.respond(welcome, passing: descriptor)
+                } else {
+                    incoming.respond(welcome)
+                }
+                for event in queued { send(event, to: session.id) }
             }
-            for event in queued { send(event, to: session.id) }
+        }
+        guard !hello.resumeDataChannel.isEmpty else { return welcomeWithNewChannel() }
+        // An app that kept its data channel while managerd restarted: attd hands it over with what the app had.
+        guard readyToAdopt else { return welcomeWithNewChannel() }
+        adoptDataChannel(hello.resumeDataChannel, for: session.id) { [unowned self] lostLinks in
+            guard let lostLinks else { return welcomeWithNewChannel() }
+            var welcome = welcome
+            welcome.manager.welcome.state = state
+            welcome.manager.welcome.dataChannelResumed = true
+            welcome.manager.welcome.dataChannelToken = hello.resumeDataChannel
+            incoming.respond(welcome)
+            // What a restored manager held since this managerd started is its restart's doing (links taken back,
+            // values the data channel carried already): the app, which never went, hears none of it.
+            if !queued.isEmpty { host.logger.info("session \(session.id) resumed: \(queued.count) event(s) held since managerd started dropped") }
+            // Links that ended while managerd was away: nobody told the app yet.
+            for lost in lostLinks {
+                send(.with { $0.disconnected = .with { $0.manager = 1; $0.peripheral = lost.peripheral; $0.reason = lost.reason } }, to: session.id)
+            }
         }
     }
 
@@ -449,9 +498,9 @@ final class ManagerDaemon {
             return
         case .renewDataChannel:
             guard attd != nil else { throw .attdUnreachable }
-            openDataChannel(for: session.id) { descriptor in
+            openDataChannel(for: session.id) { descriptor, token in
                 guard let descriptor else { return _ = incoming.fail(.notReady, "attd gave no data channel") }
-                incoming.respond(.with { $0.ack = .init() }, passing: descriptor)
+                incoming.respond(.with { $0.manager.dataChannelRenewed.token = token }, passing: descriptor)
             }
             return
         case .subscribeAlerts:

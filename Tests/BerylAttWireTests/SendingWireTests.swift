@@ -132,7 +132,7 @@ final class SendingWireTests: XCTestCase {
         var router = ServiceRouter(answerTimeout: .seconds(5))
         router.published(0x10...0x18, by: 5)
         router.published(0x20...0x28, by: 6)
-        let live = { (publisher: PublisherID) in publisher == 5 }
+        let live = { (owner: UpdateSender) in owner.publisher == 5 }
 
         let read = router.route(.readRequested(id: 77, handle: 0x12, offset: 4), on: 0x40, isLive: live, at: .zero)
         XCTAssertEqual(read?.owner.publisher, 5)

@@ -1,7 +1,8 @@
 @testable import BerylFaults
 import XCTest
 
-/// The streaming phase's verdict on what a subscriber took: order within an app run's epoch, gaps allowed.
+/// The streaming phase's verdict on what a subscriber took: order within an app run's epoch, gaps allowed unless the
+/// fault is one no value may be lost to (kill -9 managerd).
 final class StreamCheckTests: XCTestCase {
     private func line(epoch: UInt32, sequence: UInt32) -> String {
         let bytes = (0..<4).map { UInt8(truncatingIfNeeded: epoch >> (8 * $0)) } + (0..<4).map { UInt8(truncatingIfNeeded: sequence >> (8 * $0)) }
@@ -23,5 +24,14 @@ final class StreamCheckTests: XCTestCase {
         XCTAssertEqual(StreamCheck(subscribeOutput: [line(epoch: 7, sequence: 3), line(epoch: 8, sequence: 0), line(epoch: 7, sequence: 4)]
             .joined(separator: "\n")).problems, ["epoch 7 came back after 8, at sequence 4"])
         XCTAssertEqual(StreamCheck(subscribeOutput: #"{"event":"notification","value":"0102"}"#).problems, ["a stream value of the wrong shape: 0102"])
+    }
+
+    func testAGaplessStreamRefusesALostValueAndANewEpoch() {
+        let whole = [line(epoch: 7, sequence: 0), line(epoch: 7, sequence: 1), line(epoch: 7, sequence: 2)].joined(separator: "\n")
+        XCTAssertEqual(StreamCheck(subscribeOutput: whole, gapless: true).problems, [])
+        XCTAssertEqual(StreamCheck(subscribeOutput: [line(epoch: 7, sequence: 1), line(epoch: 7, sequence: 4)].joined(separator: "\n"), gapless: true).problems,
+                       ["values 2–3 lost in epoch 7"])
+        XCTAssertEqual(StreamCheck(subscribeOutput: [line(epoch: 7, sequence: 1), line(epoch: 9, sequence: 0)].joined(separator: "\n"), gapless: true).problems,
+                       ["the stream started again (epoch 9 after 7)"])
     }
 }

@@ -297,6 +297,17 @@ final class GATTServerNotificationTests: XCTestCase {
         XCTAssertEqual(later.clientFeatures, [0x01])
     }
 
+    /// What a restarted managerd hears of the subscriptions to an adopted app's service.
+    func testThePeersSubscriptionsInAServiceAreListedByValue() throws {
+        let (_, database) = try makeServer()
+        let server = ATTServer(database: database, clientConfigurations: [12: 0x0002])
+        XCTAssertEqual(server.subscriptions(in: 1...20).map(\.valueHandle), [11])
+        XCTAssertEqual(server.subscriptions(in: 1...20).map(\.value), [0x0002])
+        XCTAssertTrue(server.subscriptions(in: 13...20).isEmpty, "another service's range")
+        _ = server.restore(clientConfigurations: [12: 0x0000], clientFeatures: [])
+        XCTAssertTrue(server.subscriptions(in: 1...20).isEmpty, "an unsubscribed CCCD is no subscription")
+    }
+
     /// Read Multiple over dynamic values: each owner is asked in turn, and one refusal refuses the whole read.
     func testReadMultipleFetchesDynamicValuesFromTheirOwners() throws {
         let (server, _) = try makeServer()

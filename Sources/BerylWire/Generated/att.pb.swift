@@ -175,6 +175,24 @@ public nonisolated struct Beryl_Ipc_V1_Bearers: Sendable {
 
   public var bearers: [Beryl_Ipc_V1_Bearer] = []
 
+  /// Data channels whose managerd went and that no successor adopted yet: a restarted managerd publishes its
+  /// preserved managers' services again only once there are none (DataChannelOrphans says when), so that an app
+  /// whose services attd kept does not get a second copy.
+  public var orphanedChannels: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// attd → every client that is no data channel: how many orphaned channels are left (sent as the count changes).
+public nonisolated struct Beryl_Ipc_V1_DataChannelOrphans: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var count: UInt32 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -862,6 +880,115 @@ public nonisolated struct Beryl_Ipc_V1_DataChannelOpened: Sendable {
   /// attd's session id of the channel.
   public var channel: UInt64 = 0
 
+  /// 16 random bytes the app presents, in its Hello, to a managerd that restarted: the channel outlives managerd
+  /// (orphaned, still carrying the app's values) until a successor adopts it with AdoptDataChannel, or for 15 s.
+  public var resumeToken: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// A restarted managerd → attd: take over the orphaned channel whose token the app presented, for the app's new
+/// session (on_behalf_of). Answered with DataChannelAdopted, or NOT_FOUND when no orphan has that token (it was not
+/// adopted in time, or attd restarted too); the app then gets a new channel, and its managers reset.
+public nonisolated struct Beryl_Ipc_V1_AdoptDataChannel: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var resumeToken: Data = Data()
+
+  public var onBehalfOf: UInt64 = 0
+
+  public var live: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// A service attd kept for an orphaned channel's app: as it was published, and where.
+public nonisolated struct Beryl_Ipc_V1_AdoptedService: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var spec: Beryl_Ipc_V1_ServiceSpec {
+    get {_spec ?? Beryl_Ipc_V1_ServiceSpec()}
+    set {_spec = newValue}
+  }
+  /// Returns true if `spec` has been explicitly set.
+  public var hasSpec: Bool {self._spec != nil}
+  /// Clears the value of `spec`. Subsequent reads from it will return its default value.
+  public mutating func clearSpec() {self._spec = nil}
+
+  public var published: Beryl_Ipc_V1_ServicePublished {
+    get {_published ?? Beryl_Ipc_V1_ServicePublished()}
+    set {_published = newValue}
+  }
+  /// Returns true if `published` has been explicitly set.
+  public var hasPublished: Bool {self._published != nil}
+  /// Clears the value of `published`. Subsequent reads from it will return its default value.
+  public mutating func clearPublished() {self._published = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _spec: Beryl_Ipc_V1_ServiceSpec? = nil
+  fileprivate var _published: Beryl_Ipc_V1_ServicePublished? = nil
+}
+
+/// A peripheral's value on a link that an orphaned channel's app hears.
+public nonisolated struct Beryl_Ipc_V1_HeardValue: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var connectionHandle: UInt32 = 0
+
+  public var valueHandle: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// What the app had when its managerd went, now under its new session: its services (a remote central's
+/// subscriptions to them follow as SubscriptionChanged events), the links it held as central and the values it heard.
+public nonisolated struct Beryl_Ipc_V1_DataChannelAdopted: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var channel: UInt64 = 0
+
+  public var services: [Beryl_Ipc_V1_AdoptedService] = []
+
+  public var heldLinks: [UInt32] = []
+
+  public var heard: [Beryl_Ipc_V1_HeardValue] = []
+
+  /// Links the app held that ended while its channel was orphaned: nobody told the app (managerd tells apps).
+  public var lostLinks: [Beryl_Ipc_V1_LostLink] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Beryl_Ipc_V1_LostLink: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The peer's identifier, as managerd named it.
+  public var peripheral: String = String()
+
+  /// The HCI reason (Core Vol 1 Part F), 0 when attd did not hear one.
+  public var reason: UInt32 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1475,6 +1602,14 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     set {kind = .setGrantLinks(newValue)}
   }
 
+  public var adoptDataChannel: Beryl_Ipc_V1_AdoptDataChannel {
+    get {
+      if case .adoptDataChannel(let v)? = kind {return v}
+      return Beryl_Ipc_V1_AdoptDataChannel()
+    }
+    set {kind = .adoptDataChannel(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1503,6 +1638,7 @@ public nonisolated struct Beryl_Ipc_V1_AttRequest: Sendable {
     case nameLink(Beryl_Ipc_V1_NameLink)
     case notificationAudience(Beryl_Ipc_V1_NotificationAudience)
     case setGrantLinks(Beryl_Ipc_V1_SetGrantLinks)
+    case adoptDataChannel(Beryl_Ipc_V1_AdoptDataChannel)
 
   }
 
@@ -1596,6 +1732,14 @@ public nonisolated struct Beryl_Ipc_V1_AttResponse: Sendable {
     set {kind = .dataChannelOpened(newValue)}
   }
 
+  public var dataChannelAdopted: Beryl_Ipc_V1_DataChannelAdopted {
+    get {
+      if case .dataChannelAdopted(let v)? = kind {return v}
+      return Beryl_Ipc_V1_DataChannelAdopted()
+    }
+    set {kind = .dataChannelAdopted(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1609,6 +1753,7 @@ public nonisolated struct Beryl_Ipc_V1_AttResponse: Sendable {
     case bonds(Beryl_Ipc_V1_BondList)
     case privateAddress(Beryl_Ipc_V1_PrivateAddress)
     case dataChannelOpened(Beryl_Ipc_V1_DataChannelOpened)
+    case dataChannelAdopted(Beryl_Ipc_V1_DataChannelAdopted)
 
   }
 
@@ -1735,6 +1880,14 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
     set {kind = .dataGrantChanged(newValue)}
   }
 
+  public var dataChannelOrphans: Beryl_Ipc_V1_DataChannelOrphans {
+    get {
+      if case .dataChannelOrphans(let v)? = kind {return v}
+      return Beryl_Ipc_V1_DataChannelOrphans()
+    }
+    set {kind = .dataChannelOrphans(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1753,6 +1906,7 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
     case mtuChanged(Beryl_Ipc_V1_Bearer)
     case readyToUpdate(Beryl_Ipc_V1_ReadyToUpdate)
     case dataGrantChanged(Beryl_Ipc_V1_DataGrantChanged)
+    case dataChannelOrphans(Beryl_Ipc_V1_DataChannelOrphans)
 
   }
 
@@ -1837,7 +1991,7 @@ nonisolated extension Beryl_Ipc_V1_Bearer: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Beryl_Ipc_V1_Bearers: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Bearers"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bearers\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bearers\0\u{3}orphaned_channels\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1846,6 +2000,7 @@ nonisolated extension Beryl_Ipc_V1_Bearers: SwiftProtobuf.Message, SwiftProtobuf
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeRepeatedMessageField(value: &self.bearers) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.orphanedChannels) }()
       default: break
       }
     }
@@ -1855,11 +2010,45 @@ nonisolated extension Beryl_Ipc_V1_Bearers: SwiftProtobuf.Message, SwiftProtobuf
     if !self.bearers.isEmpty {
       try visitor.visitRepeatedMessageField(value: self.bearers, fieldNumber: 1)
     }
+    if self.orphanedChannels != 0 {
+      try visitor.visitSingularUInt32Field(value: self.orphanedChannels, fieldNumber: 2)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_Bearers, rhs: Beryl_Ipc_V1_Bearers) -> Bool {
     if lhs.bearers != rhs.bearers {return false}
+    if lhs.orphanedChannels != rhs.orphanedChannels {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_DataChannelOrphans: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".DataChannelOrphans"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}count\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.count) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.count != 0 {
+      try visitor.visitSingularUInt32Field(value: self.count, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_DataChannelOrphans, rhs: Beryl_Ipc_V1_DataChannelOrphans) -> Bool {
+    if lhs.count != rhs.count {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3375,7 +3564,7 @@ nonisolated extension Beryl_Ipc_V1_OpenDataChannel: SwiftProtobuf.Message, Swift
 
 nonisolated extension Beryl_Ipc_V1_DataChannelOpened: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".DataChannelOpened"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}channel\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}channel\0\u{3}resume_token\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3384,6 +3573,7 @@ nonisolated extension Beryl_Ipc_V1_DataChannelOpened: SwiftProtobuf.Message, Swi
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularUInt64Field(value: &self.channel) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.resumeToken) }()
       default: break
       }
     }
@@ -3393,11 +3583,214 @@ nonisolated extension Beryl_Ipc_V1_DataChannelOpened: SwiftProtobuf.Message, Swi
     if self.channel != 0 {
       try visitor.visitSingularUInt64Field(value: self.channel, fieldNumber: 1)
     }
+    if !self.resumeToken.isEmpty {
+      try visitor.visitSingularBytesField(value: self.resumeToken, fieldNumber: 2)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_DataChannelOpened, rhs: Beryl_Ipc_V1_DataChannelOpened) -> Bool {
     if lhs.channel != rhs.channel {return false}
+    if lhs.resumeToken != rhs.resumeToken {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_AdoptDataChannel: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AdoptDataChannel"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}resume_token\0\u{3}on_behalf_of\0\u{1}live\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.resumeToken) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.onBehalfOf) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.live) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.resumeToken.isEmpty {
+      try visitor.visitSingularBytesField(value: self.resumeToken, fieldNumber: 1)
+    }
+    if self.onBehalfOf != 0 {
+      try visitor.visitSingularUInt64Field(value: self.onBehalfOf, fieldNumber: 2)
+    }
+    if self.live != false {
+      try visitor.visitSingularBoolField(value: self.live, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_AdoptDataChannel, rhs: Beryl_Ipc_V1_AdoptDataChannel) -> Bool {
+    if lhs.resumeToken != rhs.resumeToken {return false}
+    if lhs.onBehalfOf != rhs.onBehalfOf {return false}
+    if lhs.live != rhs.live {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_AdoptedService: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".AdoptedService"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}spec\0\u{1}published\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._spec) }()
+      case 2: try { try decoder.decodeSingularMessageField(value: &self._published) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._spec {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    try { if let v = self._published {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_AdoptedService, rhs: Beryl_Ipc_V1_AdoptedService) -> Bool {
+    if lhs._spec != rhs._spec {return false}
+    if lhs._published != rhs._published {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_HeardValue: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".HeardValue"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{3}value_handle\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.connectionHandle) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.valueHandle) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.connectionHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.connectionHandle, fieldNumber: 1)
+    }
+    if self.valueHandle != 0 {
+      try visitor.visitSingularUInt32Field(value: self.valueHandle, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_HeardValue, rhs: Beryl_Ipc_V1_HeardValue) -> Bool {
+    if lhs.connectionHandle != rhs.connectionHandle {return false}
+    if lhs.valueHandle != rhs.valueHandle {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_DataChannelAdopted: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".DataChannelAdopted"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}channel\0\u{1}services\0\u{3}held_links\0\u{1}heard\0\u{3}lost_links\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.channel) }()
+      case 2: try { try decoder.decodeRepeatedMessageField(value: &self.services) }()
+      case 3: try { try decoder.decodeRepeatedUInt32Field(value: &self.heldLinks) }()
+      case 4: try { try decoder.decodeRepeatedMessageField(value: &self.heard) }()
+      case 5: try { try decoder.decodeRepeatedMessageField(value: &self.lostLinks) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.channel != 0 {
+      try visitor.visitSingularUInt64Field(value: self.channel, fieldNumber: 1)
+    }
+    if !self.services.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.services, fieldNumber: 2)
+    }
+    if !self.heldLinks.isEmpty {
+      try visitor.visitPackedUInt32Field(value: self.heldLinks, fieldNumber: 3)
+    }
+    if !self.heard.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.heard, fieldNumber: 4)
+    }
+    if !self.lostLinks.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.lostLinks, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_DataChannelAdopted, rhs: Beryl_Ipc_V1_DataChannelAdopted) -> Bool {
+    if lhs.channel != rhs.channel {return false}
+    if lhs.services != rhs.services {return false}
+    if lhs.heldLinks != rhs.heldLinks {return false}
+    if lhs.heard != rhs.heard {return false}
+    if lhs.lostLinks != rhs.lostLinks {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_LostLink: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".LostLink"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peripheral\0\u{1}reason\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.reason) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.peripheral.isEmpty {
+      try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 1)
+    }
+    if self.reason != 0 {
+      try visitor.visitSingularUInt32Field(value: self.reason, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_LostLink, rhs: Beryl_Ipc_V1_LostLink) -> Bool {
+    if lhs.peripheral != rhs.peripheral {return false}
+    if lhs.reason != rhs.reason {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -4170,7 +4563,7 @@ nonisolated extension Beryl_Ipc_V1_PrivateAddress: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0\u{3}gatt_discover\0\u{3}gatt_read\0\u{3}gatt_write\0\u{3}gatt_subscribe\0\u{3}gatt_read_multiple\0\u{3}gatt_read_by_type\0\u{3}gatt_reliable_write\0\u{1}pair\0\u{3}pairing_answer\0\u{3}list_bonds\0\u{3}remove_bond\0\u{3}get_private_address\0\u{3}set_link_pairing\0\u{3}forget_sender\0\u{3}open_data_channel\0\u{3}set_data_grant\0\u{3}name_link\0\u{3}notification_audience\0\u{3}set_grant_links\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}get_bearers\0\u{3}publish_service\0\u{3}unpublish_service\0\u{1}notify\0\u{3}answer_read\0\u{3}answer_write\0\u{3}gatt_discover\0\u{3}gatt_read\0\u{3}gatt_write\0\u{3}gatt_subscribe\0\u{3}gatt_read_multiple\0\u{3}gatt_read_by_type\0\u{3}gatt_reliable_write\0\u{1}pair\0\u{3}pairing_answer\0\u{3}list_bonds\0\u{3}remove_bond\0\u{3}get_private_address\0\u{3}set_link_pairing\0\u{3}forget_sender\0\u{3}open_data_channel\0\u{3}set_data_grant\0\u{3}name_link\0\u{3}notification_audience\0\u{3}set_grant_links\0\u{3}adopt_data_channel\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4503,6 +4896,19 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
           self.kind = .setGrantLinks(v)
         }
       }()
+      case 26: try {
+        var v: Beryl_Ipc_V1_AdoptDataChannel?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .adoptDataChannel(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .adoptDataChannel(v)
+        }
+      }()
       default: break
       }
     }
@@ -4614,6 +5020,10 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
       guard case .setGrantLinks(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 25)
     }()
+    case .adoptDataChannel?: try {
+      guard case .adoptDataChannel(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 26)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -4628,7 +5038,7 @@ nonisolated extension Beryl_Ipc_V1_AttRequest: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bearers\0\u{3}service_published\0\u{1}notified\0\u{3}gatt_database\0\u{3}gatt_value\0\u{3}gatt_values\0\u{1}paired\0\u{1}bonds\0\u{3}private_address\0\u{3}data_channel_opened\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bearers\0\u{3}service_published\0\u{1}notified\0\u{3}gatt_database\0\u{3}gatt_value\0\u{3}gatt_values\0\u{1}paired\0\u{1}bonds\0\u{3}private_address\0\u{3}data_channel_opened\0\u{3}data_channel_adopted\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4766,6 +5176,19 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
           self.kind = .dataChannelOpened(v)
         }
       }()
+      case 11: try {
+        var v: Beryl_Ipc_V1_DataChannelAdopted?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .dataChannelAdopted(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .dataChannelAdopted(v)
+        }
+      }()
       default: break
       }
     }
@@ -4817,6 +5240,10 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
       guard case .dataChannelOpened(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
     }()
+    case .dataChannelAdopted?: try {
+      guard case .dataChannelAdopted(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -4831,7 +5258,7 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}bearer_opened\0\u{3}bearer_closed\0\u{3}read_requested\0\u{3}write_requested\0\u{3}subscription_changed\0\u{3}gatt_notification\0\u{3}gatt_service_changed\0\u{3}gatt_write_ready\0\u{3}pairing_prompt\0\u{3}pairing_finished\0\u{3}security_changed\0\u{3}mtu_changed\0\u{3}ready_to_update\0\u{3}data_grant_changed\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}bearer_opened\0\u{3}bearer_closed\0\u{3}read_requested\0\u{3}write_requested\0\u{3}subscription_changed\0\u{3}gatt_notification\0\u{3}gatt_service_changed\0\u{3}gatt_write_ready\0\u{3}pairing_prompt\0\u{3}pairing_finished\0\u{3}security_changed\0\u{3}mtu_changed\0\u{3}ready_to_update\0\u{3}data_grant_changed\0\u{3}data_channel_orphans\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -5021,6 +5448,19 @@ nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobu
           self.kind = .dataGrantChanged(v)
         }
       }()
+      case 15: try {
+        var v: Beryl_Ipc_V1_DataChannelOrphans?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .dataChannelOrphans(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .dataChannelOrphans(v)
+        }
+      }()
       default: break
       }
     }
@@ -5087,6 +5527,10 @@ nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobu
     case .dataGrantChanged?: try {
       guard case .dataGrantChanged(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 14)
+    }()
+    case .dataChannelOrphans?: try {
+      guard case .dataChannelOrphans(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
     }()
     case nil: break
     }

@@ -705,6 +705,11 @@ public nonisolated struct Beryl_Ipc_V1_DataPlaneCounters: Sendable {
 
   public var answersOnChannels: UInt64 = 0
 
+  /// Channels whose managerd went, not adopted yet (now), and those a restarted managerd adopted (so far).
+  public var orphanedChannels: UInt32 = 0
+
+  public var adoptedChannels: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1123,7 +1128,7 @@ nonisolated extension Beryl_Ipc_V1_Status: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Beryl_Ipc_V1_DataPlaneCounters: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".DataPlaneCounters"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}channels\0\u{3}channel_values\0\u{3}publisher_values\0\u{3}refused_revoked\0\u{3}refused_outside_grant\0\u{3}refused_not_data\0\u{3}notifications_on_channels\0\u{3}notifications_to_publisher\0\u{3}channel_reads\0\u{3}channel_writes\0\u{3}requests_on_channels\0\u{3}answers_on_channels\0\u{3}channel_write_commands\0\u{3}publisher_write_commands\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}channels\0\u{3}channel_values\0\u{3}publisher_values\0\u{3}refused_revoked\0\u{3}refused_outside_grant\0\u{3}refused_not_data\0\u{3}notifications_on_channels\0\u{3}notifications_to_publisher\0\u{3}channel_reads\0\u{3}channel_writes\0\u{3}requests_on_channels\0\u{3}answers_on_channels\0\u{3}channel_write_commands\0\u{3}publisher_write_commands\0\u{3}orphaned_channels\0\u{3}adopted_channels\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1145,6 +1150,8 @@ nonisolated extension Beryl_Ipc_V1_DataPlaneCounters: SwiftProtobuf.Message, Swi
       case 12: try { try decoder.decodeSingularUInt64Field(value: &self.answersOnChannels) }()
       case 13: try { try decoder.decodeSingularUInt64Field(value: &self.channelWriteCommands) }()
       case 14: try { try decoder.decodeSingularUInt64Field(value: &self.publisherWriteCommands) }()
+      case 15: try { try decoder.decodeSingularUInt32Field(value: &self.orphanedChannels) }()
+      case 16: try { try decoder.decodeSingularUInt64Field(value: &self.adoptedChannels) }()
       default: break
       }
     }
@@ -1193,6 +1200,12 @@ nonisolated extension Beryl_Ipc_V1_DataPlaneCounters: SwiftProtobuf.Message, Swi
     if self.publisherWriteCommands != 0 {
       try visitor.visitSingularUInt64Field(value: self.publisherWriteCommands, fieldNumber: 14)
     }
+    if self.orphanedChannels != 0 {
+      try visitor.visitSingularUInt32Field(value: self.orphanedChannels, fieldNumber: 15)
+    }
+    if self.adoptedChannels != 0 {
+      try visitor.visitSingularUInt64Field(value: self.adoptedChannels, fieldNumber: 16)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1211,6 +1224,8 @@ nonisolated extension Beryl_Ipc_V1_DataPlaneCounters: SwiftProtobuf.Message, Swi
     if lhs.publisherWriteCommands != rhs.publisherWriteCommands {return false}
     if lhs.requestsOnChannels != rhs.requestsOnChannels {return false}
     if lhs.answersOnChannels != rhs.answersOnChannels {return false}
+    if lhs.orphanedChannels != rhs.orphanedChannels {return false}
+    if lhs.adoptedChannels != rhs.adoptedChannels {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

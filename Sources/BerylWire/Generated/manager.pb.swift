@@ -339,6 +339,10 @@ public nonisolated struct Beryl_Ipc_V1_Hello: Sendable {
   /// The app takes a data channel (att.proto's OpenDataChannel): the Welcome's datagram then carries its descriptor.
   public var wantsDataChannel: Bool = false
 
+  /// After managerd restarted: the token of the data channel the app kept (Welcome.data_channel_token). managerd has
+  /// attd adopt it; the Welcome says whether it did (then nothing the app had is lost or said again).
+  public var resumeDataChannel: Data = Data()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -395,6 +399,18 @@ public nonisolated struct Beryl_Ipc_V1_Welcome: @unchecked Sendable {
   public var dataChannel: Bool {
     get {_storage._dataChannel}
     set {_uniqueStorage()._dataChannel = newValue}
+  }
+
+  /// What the app presents to a restarted managerd to keep its data channel (Hello.resume_data_channel).
+  public var dataChannelToken: Data {
+    get {_storage._dataChannelToken}
+    set {_uniqueStorage()._dataChannelToken = newValue}
+  }
+
+  /// The data channel the Hello named was adopted: the app keeps it, its services, links and subscriptions.
+  public var dataChannelResumed: Bool {
+    get {_storage._dataChannelResumed}
+    set {_uniqueStorage()._dataChannelResumed = newValue}
   }
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
@@ -1964,6 +1980,14 @@ public nonisolated struct Beryl_Ipc_V1_ManagerResponse: Sendable {
     set {kind = .capabilities(newValue)}
   }
 
+  public var dataChannelRenewed: Beryl_Ipc_V1_DataChannelRenewed {
+    get {
+      if case .dataChannelRenewed(let v)? = kind {return v}
+      return Beryl_Ipc_V1_DataChannelRenewed()
+    }
+    set {kind = .dataChannelRenewed(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1981,8 +2005,23 @@ public nonisolated struct Beryl_Ipc_V1_ManagerResponse: Sendable {
     case labSecurity(Beryl_Ipc_V1_LabSecurityOutcome)
     case labBonds(Beryl_Ipc_V1_BondList)
     case capabilities(Beryl_Ipc_V1_Capabilities)
+    case dataChannelRenewed(Beryl_Ipc_V1_DataChannelRenewed)
 
   }
+
+  public init() {}
+}
+
+/// RenewDataChannel's answer; its datagram carries the new channel (SCM_RIGHTS).
+public nonisolated struct Beryl_Ipc_V1_DataChannelRenewed: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// As Welcome.data_channel_token, for the new channel.
+  public var token: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 }
@@ -2505,7 +2544,7 @@ nonisolated extension Beryl_Ipc_V1_ConnectionEventKind: SwiftProtobuf._ProtoName
 
 nonisolated extension Beryl_Ipc_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Hello"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}app_id\0\u{3}restore_identifier\0\u{1}role\0\u{3}wants_data_channel\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}app_id\0\u{3}restore_identifier\0\u{1}role\0\u{3}wants_data_channel\0\u{3}resume_data_channel\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2517,6 +2556,7 @@ nonisolated extension Beryl_Ipc_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._
       case 2: try { try decoder.decodeSingularStringField(value: &self.restoreIdentifier) }()
       case 3: try { try decoder.decodeSingularEnumField(value: &self.role) }()
       case 4: try { try decoder.decodeSingularBoolField(value: &self.wantsDataChannel) }()
+      case 5: try { try decoder.decodeSingularBytesField(value: &self.resumeDataChannel) }()
       default: break
       }
     }
@@ -2535,6 +2575,9 @@ nonisolated extension Beryl_Ipc_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._
     if self.wantsDataChannel != false {
       try visitor.visitSingularBoolField(value: self.wantsDataChannel, fieldNumber: 4)
     }
+    if !self.resumeDataChannel.isEmpty {
+      try visitor.visitSingularBytesField(value: self.resumeDataChannel, fieldNumber: 5)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2543,6 +2586,7 @@ nonisolated extension Beryl_Ipc_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._
     if lhs.restoreIdentifier != rhs.restoreIdentifier {return false}
     if lhs.role != rhs.role {return false}
     if lhs.wantsDataChannel != rhs.wantsDataChannel {return false}
+    if lhs.resumeDataChannel != rhs.resumeDataChannel {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2550,7 +2594,7 @@ nonisolated extension Beryl_Ipc_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._
 
 nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Welcome"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}session_id\0\u{3}peer_pid\0\u{3}peer_uid\0\u{1}state\0\u{1}restored\0\u{3}was_restored\0\u{1}wake\0\u{3}data_channel\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}session_id\0\u{3}peer_pid\0\u{3}peer_uid\0\u{1}state\0\u{1}restored\0\u{3}was_restored\0\u{1}wake\0\u{3}data_channel\0\u{3}data_channel_token\0\u{3}data_channel_resumed\0")
 
   fileprivate class _StorageClass {
     var _sessionID: UInt64 = 0
@@ -2561,6 +2605,8 @@ nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf
     var _wasRestored: Bool = false
     var _wake: UInt64 = 0
     var _dataChannel: Bool = false
+    var _dataChannelToken: Data = Data()
+    var _dataChannelResumed: Bool = false
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -2579,6 +2625,8 @@ nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf
       _wasRestored = source._wasRestored
       _wake = source._wake
       _dataChannel = source._dataChannel
+      _dataChannelToken = source._dataChannelToken
+      _dataChannelResumed = source._dataChannelResumed
     }
   }
 
@@ -2605,6 +2653,8 @@ nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf
         case 6: try { try decoder.decodeSingularBoolField(value: &_storage._wasRestored) }()
         case 7: try { try decoder.decodeSingularUInt64Field(value: &_storage._wake) }()
         case 8: try { try decoder.decodeSingularBoolField(value: &_storage._dataChannel) }()
+        case 9: try { try decoder.decodeSingularBytesField(value: &_storage._dataChannelToken) }()
+        case 10: try { try decoder.decodeSingularBoolField(value: &_storage._dataChannelResumed) }()
         default: break
         }
       }
@@ -2641,6 +2691,12 @@ nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf
       if _storage._dataChannel != false {
         try visitor.visitSingularBoolField(value: _storage._dataChannel, fieldNumber: 8)
       }
+      if !_storage._dataChannelToken.isEmpty {
+        try visitor.visitSingularBytesField(value: _storage._dataChannelToken, fieldNumber: 9)
+      }
+      if _storage._dataChannelResumed != false {
+        try visitor.visitSingularBoolField(value: _storage._dataChannelResumed, fieldNumber: 10)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -2658,6 +2714,8 @@ nonisolated extension Beryl_Ipc_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf
         if _storage._wasRestored != rhs_storage._wasRestored {return false}
         if _storage._wake != rhs_storage._wake {return false}
         if _storage._dataChannel != rhs_storage._dataChannel {return false}
+        if _storage._dataChannelToken != rhs_storage._dataChannelToken {return false}
+        if _storage._dataChannelResumed != rhs_storage._dataChannelResumed {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -5576,7 +5634,7 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
 
 nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManagerResponse"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}welcome\0\u{1}peripherals\0\u{2}\u{2}rssi\0\u{3}maximum_write_length\0\u{3}service_added\0\u{3}update_result\0\u{1}apps\0\u{3}lab_welcome\0\u{3}lab_link\0\u{3}lab_links\0\u{3}lab_security\0\u{3}lab_bonds\0\u{1}capabilities\0\u{1}gatt\0\u{c}\u{3}\u{1}")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}welcome\0\u{1}peripherals\0\u{2}\u{2}rssi\0\u{3}maximum_write_length\0\u{3}service_added\0\u{3}update_result\0\u{1}apps\0\u{3}lab_welcome\0\u{3}lab_link\0\u{3}lab_links\0\u{3}lab_security\0\u{3}lab_bonds\0\u{1}capabilities\0\u{1}gatt\0\u{3}data_channel_renewed\0\u{c}\u{3}\u{1}")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -5766,6 +5824,19 @@ nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, Swift
           self.kind = .gatt(v)
         }
       }()
+      case 16: try {
+        var v: Beryl_Ipc_V1_DataChannelRenewed?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .dataChannelRenewed(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .dataChannelRenewed(v)
+        }
+      }()
       default: break
       }
     }
@@ -5833,6 +5904,10 @@ nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, Swift
       guard case .gatt(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
     }()
+    case .dataChannelRenewed?: try {
+      guard case .dataChannelRenewed(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 16)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -5840,6 +5915,36 @@ nonisolated extension Beryl_Ipc_V1_ManagerResponse: SwiftProtobuf.Message, Swift
 
   public static func ==(lhs: Beryl_Ipc_V1_ManagerResponse, rhs: Beryl_Ipc_V1_ManagerResponse) -> Bool {
     if lhs.kind != rhs.kind {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Beryl_Ipc_V1_DataChannelRenewed: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".DataChannelRenewed"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}token\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.token) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.token.isEmpty {
+      try visitor.visitSingularBytesField(value: self.token, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Beryl_Ipc_V1_DataChannelRenewed, rhs: Beryl_Ipc_V1_DataChannelRenewed) -> Bool {
+    if lhs.token != rhs.token {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -142,6 +142,51 @@ void   beryl__ipc__v1__bearers__free_unpacked
   assert(message->base.descriptor == &beryl__ipc__v1__bearers__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   beryl__ipc__v1__data_channel_orphans__init
+                     (Beryl__Ipc__V1__DataChannelOrphans         *message)
+{
+  static const Beryl__Ipc__V1__DataChannelOrphans init_value = BERYL__IPC__V1__DATA_CHANNEL_ORPHANS__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__data_channel_orphans__get_packed_size
+                     (const Beryl__Ipc__V1__DataChannelOrphans *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__data_channel_orphans__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__data_channel_orphans__pack
+                     (const Beryl__Ipc__V1__DataChannelOrphans *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__data_channel_orphans__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__data_channel_orphans__pack_to_buffer
+                     (const Beryl__Ipc__V1__DataChannelOrphans *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__data_channel_orphans__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__DataChannelOrphans *
+       beryl__ipc__v1__data_channel_orphans__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__DataChannelOrphans *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__data_channel_orphans__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__data_channel_orphans__free_unpacked
+                     (Beryl__Ipc__V1__DataChannelOrphans *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__data_channel_orphans__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   beryl__ipc__v1__descriptor_spec__init
                      (Beryl__Ipc__V1__DescriptorSpec         *message)
 {
@@ -1762,6 +1807,231 @@ void   beryl__ipc__v1__data_channel_opened__free_unpacked
   assert(message->base.descriptor == &beryl__ipc__v1__data_channel_opened__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   beryl__ipc__v1__adopt_data_channel__init
+                     (Beryl__Ipc__V1__AdoptDataChannel         *message)
+{
+  static const Beryl__Ipc__V1__AdoptDataChannel init_value = BERYL__IPC__V1__ADOPT_DATA_CHANNEL__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__adopt_data_channel__get_packed_size
+                     (const Beryl__Ipc__V1__AdoptDataChannel *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__adopt_data_channel__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__adopt_data_channel__pack
+                     (const Beryl__Ipc__V1__AdoptDataChannel *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__adopt_data_channel__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__adopt_data_channel__pack_to_buffer
+                     (const Beryl__Ipc__V1__AdoptDataChannel *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__adopt_data_channel__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__AdoptDataChannel *
+       beryl__ipc__v1__adopt_data_channel__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__AdoptDataChannel *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__adopt_data_channel__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__adopt_data_channel__free_unpacked
+                     (Beryl__Ipc__V1__AdoptDataChannel *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__adopt_data_channel__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   beryl__ipc__v1__adopted_service__init
+                     (Beryl__Ipc__V1__AdoptedService         *message)
+{
+  static const Beryl__Ipc__V1__AdoptedService init_value = BERYL__IPC__V1__ADOPTED_SERVICE__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__adopted_service__get_packed_size
+                     (const Beryl__Ipc__V1__AdoptedService *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__adopted_service__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__adopted_service__pack
+                     (const Beryl__Ipc__V1__AdoptedService *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__adopted_service__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__adopted_service__pack_to_buffer
+                     (const Beryl__Ipc__V1__AdoptedService *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__adopted_service__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__AdoptedService *
+       beryl__ipc__v1__adopted_service__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__AdoptedService *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__adopted_service__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__adopted_service__free_unpacked
+                     (Beryl__Ipc__V1__AdoptedService *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__adopted_service__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   beryl__ipc__v1__heard_value__init
+                     (Beryl__Ipc__V1__HeardValue         *message)
+{
+  static const Beryl__Ipc__V1__HeardValue init_value = BERYL__IPC__V1__HEARD_VALUE__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__heard_value__get_packed_size
+                     (const Beryl__Ipc__V1__HeardValue *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__heard_value__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__heard_value__pack
+                     (const Beryl__Ipc__V1__HeardValue *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__heard_value__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__heard_value__pack_to_buffer
+                     (const Beryl__Ipc__V1__HeardValue *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__heard_value__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__HeardValue *
+       beryl__ipc__v1__heard_value__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__HeardValue *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__heard_value__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__heard_value__free_unpacked
+                     (Beryl__Ipc__V1__HeardValue *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__heard_value__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   beryl__ipc__v1__data_channel_adopted__init
+                     (Beryl__Ipc__V1__DataChannelAdopted         *message)
+{
+  static const Beryl__Ipc__V1__DataChannelAdopted init_value = BERYL__IPC__V1__DATA_CHANNEL_ADOPTED__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__data_channel_adopted__get_packed_size
+                     (const Beryl__Ipc__V1__DataChannelAdopted *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__data_channel_adopted__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__data_channel_adopted__pack
+                     (const Beryl__Ipc__V1__DataChannelAdopted *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__data_channel_adopted__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__data_channel_adopted__pack_to_buffer
+                     (const Beryl__Ipc__V1__DataChannelAdopted *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__data_channel_adopted__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__DataChannelAdopted *
+       beryl__ipc__v1__data_channel_adopted__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__DataChannelAdopted *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__data_channel_adopted__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__data_channel_adopted__free_unpacked
+                     (Beryl__Ipc__V1__DataChannelAdopted *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__data_channel_adopted__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   beryl__ipc__v1__lost_link__init
+                     (Beryl__Ipc__V1__LostLink         *message)
+{
+  static const Beryl__Ipc__V1__LostLink init_value = BERYL__IPC__V1__LOST_LINK__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__lost_link__get_packed_size
+                     (const Beryl__Ipc__V1__LostLink *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__lost_link__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__lost_link__pack
+                     (const Beryl__Ipc__V1__LostLink *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__lost_link__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__lost_link__pack_to_buffer
+                     (const Beryl__Ipc__V1__LostLink *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__lost_link__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__LostLink *
+       beryl__ipc__v1__lost_link__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__LostLink *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__lost_link__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__lost_link__free_unpacked
+                     (Beryl__Ipc__V1__LostLink *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__lost_link__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   beryl__ipc__v1__set_data_grant__init
                      (Beryl__Ipc__V1__SetDataGrant         *message)
 {
@@ -2847,7 +3117,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__bearer__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__bearer__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__bearers__field_descriptors[1] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__bearers__field_descriptors[2] =
 {
   {
     "bearers",
@@ -2861,14 +3131,27 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__bearers__field_descriptors
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "orphaned_channels",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__Bearers, orphaned_channels),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__bearers__field_indices_by_name[] = {
   0,   /* field[0] = bearers */
+  1,   /* field[1] = orphaned_channels */
 };
 static const ProtobufCIntRange beryl__ipc__v1__bearers__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__bearers__descriptor =
 {
@@ -2878,11 +3161,49 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__bearers__descriptor =
   "Beryl__Ipc__V1__Bearers",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__Bearers),
-  1,
+  2,
   beryl__ipc__v1__bearers__field_descriptors,
   beryl__ipc__v1__bearers__field_indices_by_name,
   1,  beryl__ipc__v1__bearers__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__bearers__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__data_channel_orphans__field_descriptors[1] =
+{
+  {
+    "count",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataChannelOrphans, count),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__data_channel_orphans__field_indices_by_name[] = {
+  0,   /* field[0] = count */
+};
+static const ProtobufCIntRange beryl__ipc__v1__data_channel_orphans__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__data_channel_orphans__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.DataChannelOrphans",
+  "DataChannelOrphans",
+  "Beryl__Ipc__V1__DataChannelOrphans",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__DataChannelOrphans),
+  1,
+  beryl__ipc__v1__data_channel_orphans__field_descriptors,
+  beryl__ipc__v1__data_channel_orphans__field_indices_by_name,
+  1,  beryl__ipc__v1__data_channel_orphans__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__data_channel_orphans__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor beryl__ipc__v1__descriptor_spec__field_descriptors[2] =
@@ -5385,7 +5706,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__open_data_channel__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__open_data_channel__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__data_channel_opened__field_descriptors[1] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__data_channel_opened__field_descriptors[2] =
 {
   {
     "channel",
@@ -5399,14 +5720,27 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__data_channel_opened__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "resume_token",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataChannelOpened, resume_token),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__data_channel_opened__field_indices_by_name[] = {
   0,   /* field[0] = channel */
+  1,   /* field[1] = resume_token */
 };
 static const ProtobufCIntRange beryl__ipc__v1__data_channel_opened__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__data_channel_opened__descriptor =
 {
@@ -5416,11 +5750,318 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__data_channel_opened__descriptor
   "Beryl__Ipc__V1__DataChannelOpened",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__DataChannelOpened),
-  1,
+  2,
   beryl__ipc__v1__data_channel_opened__field_descriptors,
   beryl__ipc__v1__data_channel_opened__field_indices_by_name,
   1,  beryl__ipc__v1__data_channel_opened__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__data_channel_opened__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__adopt_data_channel__field_descriptors[3] =
+{
+  {
+    "resume_token",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__AdoptDataChannel, resume_token),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "on_behalf_of",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__AdoptDataChannel, on_behalf_of),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "live",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__AdoptDataChannel, live),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__adopt_data_channel__field_indices_by_name[] = {
+  2,   /* field[2] = live */
+  1,   /* field[1] = on_behalf_of */
+  0,   /* field[0] = resume_token */
+};
+static const ProtobufCIntRange beryl__ipc__v1__adopt_data_channel__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__adopt_data_channel__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.AdoptDataChannel",
+  "AdoptDataChannel",
+  "Beryl__Ipc__V1__AdoptDataChannel",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__AdoptDataChannel),
+  3,
+  beryl__ipc__v1__adopt_data_channel__field_descriptors,
+  beryl__ipc__v1__adopt_data_channel__field_indices_by_name,
+  1,  beryl__ipc__v1__adopt_data_channel__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__adopt_data_channel__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__adopted_service__field_descriptors[2] =
+{
+  {
+    "spec",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__AdoptedService, spec),
+    &beryl__ipc__v1__service_spec__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "published",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__AdoptedService, published),
+    &beryl__ipc__v1__service_published__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__adopted_service__field_indices_by_name[] = {
+  1,   /* field[1] = published */
+  0,   /* field[0] = spec */
+};
+static const ProtobufCIntRange beryl__ipc__v1__adopted_service__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__adopted_service__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.AdoptedService",
+  "AdoptedService",
+  "Beryl__Ipc__V1__AdoptedService",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__AdoptedService),
+  2,
+  beryl__ipc__v1__adopted_service__field_descriptors,
+  beryl__ipc__v1__adopted_service__field_indices_by_name,
+  1,  beryl__ipc__v1__adopted_service__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__adopted_service__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__heard_value__field_descriptors[2] =
+{
+  {
+    "connection_handle",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__HeardValue, connection_handle),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "value_handle",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__HeardValue, value_handle),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__heard_value__field_indices_by_name[] = {
+  0,   /* field[0] = connection_handle */
+  1,   /* field[1] = value_handle */
+};
+static const ProtobufCIntRange beryl__ipc__v1__heard_value__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__heard_value__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.HeardValue",
+  "HeardValue",
+  "Beryl__Ipc__V1__HeardValue",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__HeardValue),
+  2,
+  beryl__ipc__v1__heard_value__field_descriptors,
+  beryl__ipc__v1__heard_value__field_indices_by_name,
+  1,  beryl__ipc__v1__heard_value__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__heard_value__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__data_channel_adopted__field_descriptors[5] =
+{
+  {
+    "channel",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataChannelAdopted, channel),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "services",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__DataChannelAdopted, n_services),
+    offsetof(Beryl__Ipc__V1__DataChannelAdopted, services),
+    &beryl__ipc__v1__adopted_service__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "held_links",
+    3,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_UINT32,
+    offsetof(Beryl__Ipc__V1__DataChannelAdopted, n_held_links),
+    offsetof(Beryl__Ipc__V1__DataChannelAdopted, held_links),
+    NULL,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "heard",
+    4,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__DataChannelAdopted, n_heard),
+    offsetof(Beryl__Ipc__V1__DataChannelAdopted, heard),
+    &beryl__ipc__v1__heard_value__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "lost_links",
+    5,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__DataChannelAdopted, n_lost_links),
+    offsetof(Beryl__Ipc__V1__DataChannelAdopted, lost_links),
+    &beryl__ipc__v1__lost_link__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__data_channel_adopted__field_indices_by_name[] = {
+  0,   /* field[0] = channel */
+  3,   /* field[3] = heard */
+  2,   /* field[2] = held_links */
+  4,   /* field[4] = lost_links */
+  1,   /* field[1] = services */
+};
+static const ProtobufCIntRange beryl__ipc__v1__data_channel_adopted__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 5 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__data_channel_adopted__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.DataChannelAdopted",
+  "DataChannelAdopted",
+  "Beryl__Ipc__V1__DataChannelAdopted",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__DataChannelAdopted),
+  5,
+  beryl__ipc__v1__data_channel_adopted__field_descriptors,
+  beryl__ipc__v1__data_channel_adopted__field_indices_by_name,
+  1,  beryl__ipc__v1__data_channel_adopted__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__data_channel_adopted__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__lost_link__field_descriptors[2] =
+{
+  {
+    "peripheral",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__LostLink, peripheral),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reason",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__LostLink, reason),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__lost_link__field_indices_by_name[] = {
+  0,   /* field[0] = peripheral */
+  1,   /* field[1] = reason */
+};
+static const ProtobufCIntRange beryl__ipc__v1__lost_link__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__lost_link__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.LostLink",
+  "LostLink",
+  "Beryl__Ipc__V1__LostLink",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__LostLink),
+  2,
+  beryl__ipc__v1__lost_link__field_descriptors,
+  beryl__ipc__v1__lost_link__field_indices_by_name,
+  1,  beryl__ipc__v1__lost_link__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__lost_link__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor beryl__ipc__v1__set_data_grant__field_descriptors[2] =
@@ -6672,7 +7313,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__private_address__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__private_address__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__att_request__field_descriptors[25] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__att_request__field_descriptors[26] =
 {
   {
     "get_bearers",
@@ -6974,8 +7615,21 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__att_request__field_descrip
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "adopt_data_channel",
+    26,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__AttRequest, kind_case),
+    offsetof(Beryl__Ipc__V1__AttRequest, adopt_data_channel),
+    &beryl__ipc__v1__adopt_data_channel__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__att_request__field_indices_by_name[] = {
+  25,   /* field[25] = adopt_data_channel */
   4,   /* field[4] = answer_read */
   5,   /* field[5] = answer_write */
   19,   /* field[19] = forget_sender */
@@ -7005,7 +7659,7 @@ static const unsigned beryl__ipc__v1__att_request__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__att_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 25 }
+  { 0, 26 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__att_request__descriptor =
 {
@@ -7015,14 +7669,14 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__att_request__descriptor =
   "Beryl__Ipc__V1__AttRequest",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__AttRequest),
-  25,
+  26,
   beryl__ipc__v1__att_request__field_descriptors,
   beryl__ipc__v1__att_request__field_indices_by_name,
   1,  beryl__ipc__v1__att_request__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__att_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__att_response__field_descriptors[10] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__att_response__field_descriptors[11] =
 {
   {
     "bearers",
@@ -7144,10 +7798,23 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__att_response__field_descri
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "data_channel_adopted",
+    11,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__AttResponse, kind_case),
+    offsetof(Beryl__Ipc__V1__AttResponse, data_channel_adopted),
+    &beryl__ipc__v1__data_channel_adopted__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__att_response__field_indices_by_name[] = {
   0,   /* field[0] = bearers */
   7,   /* field[7] = bonds */
+  10,   /* field[10] = data_channel_adopted */
   9,   /* field[9] = data_channel_opened */
   3,   /* field[3] = gatt_database */
   4,   /* field[4] = gatt_value */
@@ -7160,7 +7827,7 @@ static const unsigned beryl__ipc__v1__att_response__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__att_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 10 }
+  { 0, 11 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__att_response__descriptor =
 {
@@ -7170,14 +7837,14 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__att_response__descriptor =
   "Beryl__Ipc__V1__AttResponse",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__AttResponse),
-  10,
+  11,
   beryl__ipc__v1__att_response__field_descriptors,
   beryl__ipc__v1__att_response__field_indices_by_name,
   1,  beryl__ipc__v1__att_response__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__att_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__att_event__field_descriptors[14] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__att_event__field_descriptors[15] =
 {
   {
     "bearer_opened",
@@ -7347,10 +8014,23 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__att_event__field_descripto
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "data_channel_orphans",
+    15,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__AttEvent, kind_case),
+    offsetof(Beryl__Ipc__V1__AttEvent, data_channel_orphans),
+    &beryl__ipc__v1__data_channel_orphans__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__att_event__field_indices_by_name[] = {
   1,   /* field[1] = bearer_closed */
   0,   /* field[0] = bearer_opened */
+  14,   /* field[14] = data_channel_orphans */
   13,   /* field[13] = data_grant_changed */
   5,   /* field[5] = gatt_notification */
   6,   /* field[6] = gatt_service_changed */
@@ -7367,7 +8047,7 @@ static const unsigned beryl__ipc__v1__att_event__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__att_event__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 14 }
+  { 0, 15 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__att_event__descriptor =
 {
@@ -7377,7 +8057,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__att_event__descriptor =
   "Beryl__Ipc__V1__AttEvent",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__AttEvent),
-  14,
+  15,
   beryl__ipc__v1__att_event__field_descriptors,
   beryl__ipc__v1__att_event__field_indices_by_name,
   1,  beryl__ipc__v1__att_event__number_ranges,

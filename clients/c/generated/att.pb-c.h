@@ -18,6 +18,7 @@ PROTOBUF_C__BEGIN_DECLS
 typedef struct Beryl__Ipc__V1__GetBearers Beryl__Ipc__V1__GetBearers;
 typedef struct Beryl__Ipc__V1__Bearer Beryl__Ipc__V1__Bearer;
 typedef struct Beryl__Ipc__V1__Bearers Beryl__Ipc__V1__Bearers;
+typedef struct Beryl__Ipc__V1__DataChannelOrphans Beryl__Ipc__V1__DataChannelOrphans;
 typedef struct Beryl__Ipc__V1__DescriptorSpec Beryl__Ipc__V1__DescriptorSpec;
 typedef struct Beryl__Ipc__V1__CharacteristicSpec Beryl__Ipc__V1__CharacteristicSpec;
 typedef struct Beryl__Ipc__V1__ServiceSpec Beryl__Ipc__V1__ServiceSpec;
@@ -54,6 +55,11 @@ typedef struct Beryl__Ipc__V1__ForgetSender Beryl__Ipc__V1__ForgetSender;
 typedef struct Beryl__Ipc__V1__GattNotification Beryl__Ipc__V1__GattNotification;
 typedef struct Beryl__Ipc__V1__OpenDataChannel Beryl__Ipc__V1__OpenDataChannel;
 typedef struct Beryl__Ipc__V1__DataChannelOpened Beryl__Ipc__V1__DataChannelOpened;
+typedef struct Beryl__Ipc__V1__AdoptDataChannel Beryl__Ipc__V1__AdoptDataChannel;
+typedef struct Beryl__Ipc__V1__AdoptedService Beryl__Ipc__V1__AdoptedService;
+typedef struct Beryl__Ipc__V1__HeardValue Beryl__Ipc__V1__HeardValue;
+typedef struct Beryl__Ipc__V1__DataChannelAdopted Beryl__Ipc__V1__DataChannelAdopted;
+typedef struct Beryl__Ipc__V1__LostLink Beryl__Ipc__V1__LostLink;
 typedef struct Beryl__Ipc__V1__SetDataGrant Beryl__Ipc__V1__SetDataGrant;
 typedef struct Beryl__Ipc__V1__NameLink Beryl__Ipc__V1__NameLink;
 typedef struct Beryl__Ipc__V1__NotificationAudience Beryl__Ipc__V1__NotificationAudience;
@@ -174,10 +180,29 @@ struct  Beryl__Ipc__V1__Bearers
   ProtobufCMessage base;
   size_t n_bearers;
   Beryl__Ipc__V1__Bearer **bearers;
+  /*
+   * Data channels whose managerd went and that no successor adopted yet: a restarted managerd publishes its
+   * preserved managers' services again only once there are none (DataChannelOrphans says when), so that an app
+   * whose services attd kept does not get a second copy.
+   */
+  uint32_t orphaned_channels;
 };
 #define BERYL__IPC__V1__BEARERS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__bearers__descriptor) \
-    , 0,NULL }
+    , 0,NULL, 0 }
+
+
+/*
+ * attd → every client that is no data channel: how many orphaned channels are left (sent as the count changes).
+ */
+struct  Beryl__Ipc__V1__DataChannelOrphans
+{
+  ProtobufCMessage base;
+  uint32_t count;
+};
+#define BERYL__IPC__V1__DATA_CHANNEL_ORPHANS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__data_channel_orphans__descriptor) \
+    , 0 }
 
 
 struct  Beryl__Ipc__V1__DescriptorSpec
@@ -782,10 +807,102 @@ struct  Beryl__Ipc__V1__DataChannelOpened
    * attd's session id of the channel.
    */
   uint64_t channel;
+  /*
+   * 16 random bytes the app presents, in its Hello, to a managerd that restarted: the channel outlives managerd
+   * (orphaned, still carrying the app's values) until a successor adopts it with AdoptDataChannel, or for 15 s.
+   */
+  ProtobufCBinaryData resume_token;
 };
 #define BERYL__IPC__V1__DATA_CHANNEL_OPENED__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__data_channel_opened__descriptor) \
-    , 0 }
+    , 0, {0,NULL} }
+
+
+/*
+ * A restarted managerd → attd: take over the orphaned channel whose token the app presented, for the app's new
+ * session (on_behalf_of). Answered with DataChannelAdopted, or NOT_FOUND when no orphan has that token (it was not
+ * adopted in time, or attd restarted too); the app then gets a new channel, and its managers reset.
+ */
+struct  Beryl__Ipc__V1__AdoptDataChannel
+{
+  ProtobufCMessage base;
+  ProtobufCBinaryData resume_token;
+  uint64_t on_behalf_of;
+  protobuf_c_boolean live;
+};
+#define BERYL__IPC__V1__ADOPT_DATA_CHANNEL__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__adopt_data_channel__descriptor) \
+    , {0,NULL}, 0, 0 }
+
+
+/*
+ * A service attd kept for an orphaned channel's app: as it was published, and where.
+ */
+struct  Beryl__Ipc__V1__AdoptedService
+{
+  ProtobufCMessage base;
+  Beryl__Ipc__V1__ServiceSpec *spec;
+  Beryl__Ipc__V1__ServicePublished *published;
+};
+#define BERYL__IPC__V1__ADOPTED_SERVICE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__adopted_service__descriptor) \
+    , NULL, NULL }
+
+
+/*
+ * A peripheral's value on a link that an orphaned channel's app hears.
+ */
+struct  Beryl__Ipc__V1__HeardValue
+{
+  ProtobufCMessage base;
+  uint32_t connection_handle;
+  uint32_t value_handle;
+};
+#define BERYL__IPC__V1__HEARD_VALUE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__heard_value__descriptor) \
+    , 0, 0 }
+
+
+/*
+ * What the app had when its managerd went, now under its new session: its services (a remote central's
+ * subscriptions to them follow as SubscriptionChanged events), the links it held as central and the values it heard.
+ */
+struct  Beryl__Ipc__V1__DataChannelAdopted
+{
+  ProtobufCMessage base;
+  uint64_t channel;
+  size_t n_services;
+  Beryl__Ipc__V1__AdoptedService **services;
+  size_t n_held_links;
+  uint32_t *held_links;
+  size_t n_heard;
+  Beryl__Ipc__V1__HeardValue **heard;
+  /*
+   * Links the app held that ended while its channel was orphaned: nobody told the app (managerd tells apps).
+   */
+  size_t n_lost_links;
+  Beryl__Ipc__V1__LostLink **lost_links;
+};
+#define BERYL__IPC__V1__DATA_CHANNEL_ADOPTED__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__data_channel_adopted__descriptor) \
+    , 0, 0,NULL, 0,NULL, 0,NULL, 0,NULL }
+
+
+struct  Beryl__Ipc__V1__LostLink
+{
+  ProtobufCMessage base;
+  /*
+   * The peer's identifier, as managerd named it.
+   */
+  char *peripheral;
+  /*
+   * The HCI reason (Core Vol 1 Part F), 0 when attd did not hear one.
+   */
+  uint32_t reason;
+};
+#define BERYL__IPC__V1__LOST_LINK__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__lost_link__descriptor) \
+    , (char *)protobuf_c_empty_string, 0 }
 
 
 /*
@@ -1101,7 +1218,8 @@ typedef enum {
   BERYL__IPC__V1__ATT_REQUEST__KIND_SET_DATA_GRANT = 22,
   BERYL__IPC__V1__ATT_REQUEST__KIND_NAME_LINK = 23,
   BERYL__IPC__V1__ATT_REQUEST__KIND_NOTIFICATION_AUDIENCE = 24,
-  BERYL__IPC__V1__ATT_REQUEST__KIND_SET_GRANT_LINKS = 25
+  BERYL__IPC__V1__ATT_REQUEST__KIND_SET_GRANT_LINKS = 25,
+  BERYL__IPC__V1__ATT_REQUEST__KIND_ADOPT_DATA_CHANNEL = 26
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(BERYL__IPC__V1__ATT_REQUEST__KIND__CASE)
 } Beryl__Ipc__V1__AttRequest__KindCase;
 
@@ -1135,6 +1253,7 @@ struct  Beryl__Ipc__V1__AttRequest
     Beryl__Ipc__V1__NameLink *name_link;
     Beryl__Ipc__V1__NotificationAudience *notification_audience;
     Beryl__Ipc__V1__SetGrantLinks *set_grant_links;
+    Beryl__Ipc__V1__AdoptDataChannel *adopt_data_channel;
   };
 };
 #define BERYL__IPC__V1__ATT_REQUEST__INIT \
@@ -1153,7 +1272,8 @@ typedef enum {
   BERYL__IPC__V1__ATT_RESPONSE__KIND_PAIRED = 7,
   BERYL__IPC__V1__ATT_RESPONSE__KIND_BONDS = 8,
   BERYL__IPC__V1__ATT_RESPONSE__KIND_PRIVATE_ADDRESS = 9,
-  BERYL__IPC__V1__ATT_RESPONSE__KIND_DATA_CHANNEL_OPENED = 10
+  BERYL__IPC__V1__ATT_RESPONSE__KIND_DATA_CHANNEL_OPENED = 10,
+  BERYL__IPC__V1__ATT_RESPONSE__KIND_DATA_CHANNEL_ADOPTED = 11
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(BERYL__IPC__V1__ATT_RESPONSE__KIND__CASE)
 } Beryl__Ipc__V1__AttResponse__KindCase;
 
@@ -1172,6 +1292,7 @@ struct  Beryl__Ipc__V1__AttResponse
     Beryl__Ipc__V1__BondList *bonds;
     Beryl__Ipc__V1__PrivateAddress *private_address;
     Beryl__Ipc__V1__DataChannelOpened *data_channel_opened;
+    Beryl__Ipc__V1__DataChannelAdopted *data_channel_adopted;
   };
 };
 #define BERYL__IPC__V1__ATT_RESPONSE__INIT \
@@ -1194,7 +1315,8 @@ typedef enum {
   BERYL__IPC__V1__ATT_EVENT__KIND_SECURITY_CHANGED = 11,
   BERYL__IPC__V1__ATT_EVENT__KIND_MTU_CHANGED = 12,
   BERYL__IPC__V1__ATT_EVENT__KIND_READY_TO_UPDATE = 13,
-  BERYL__IPC__V1__ATT_EVENT__KIND_DATA_GRANT_CHANGED = 14
+  BERYL__IPC__V1__ATT_EVENT__KIND_DATA_GRANT_CHANGED = 14,
+  BERYL__IPC__V1__ATT_EVENT__KIND_DATA_CHANNEL_ORPHANS = 15
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(BERYL__IPC__V1__ATT_EVENT__KIND__CASE)
 } Beryl__Ipc__V1__AttEvent__KindCase;
 
@@ -1220,6 +1342,7 @@ struct  Beryl__Ipc__V1__AttEvent
     Beryl__Ipc__V1__Bearer *mtu_changed;
     Beryl__Ipc__V1__ReadyToUpdate *ready_to_update;
     Beryl__Ipc__V1__DataGrantChanged *data_grant_changed;
+    Beryl__Ipc__V1__DataChannelOrphans *data_channel_orphans;
   };
 };
 #define BERYL__IPC__V1__ATT_EVENT__INIT \
@@ -1283,6 +1406,25 @@ Beryl__Ipc__V1__Bearers *
                       const uint8_t       *data);
 void   beryl__ipc__v1__bearers__free_unpacked
                      (Beryl__Ipc__V1__Bearers *message,
+                      ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__DataChannelOrphans methods */
+void   beryl__ipc__v1__data_channel_orphans__init
+                     (Beryl__Ipc__V1__DataChannelOrphans         *message);
+size_t beryl__ipc__v1__data_channel_orphans__get_packed_size
+                     (const Beryl__Ipc__V1__DataChannelOrphans   *message);
+size_t beryl__ipc__v1__data_channel_orphans__pack
+                     (const Beryl__Ipc__V1__DataChannelOrphans   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__data_channel_orphans__pack_to_buffer
+                     (const Beryl__Ipc__V1__DataChannelOrphans   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__DataChannelOrphans *
+       beryl__ipc__v1__data_channel_orphans__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__data_channel_orphans__free_unpacked
+                     (Beryl__Ipc__V1__DataChannelOrphans *message,
                       ProtobufCAllocator *allocator);
 /* Beryl__Ipc__V1__DescriptorSpec methods */
 void   beryl__ipc__v1__descriptor_spec__init
@@ -1968,6 +2110,101 @@ Beryl__Ipc__V1__DataChannelOpened *
 void   beryl__ipc__v1__data_channel_opened__free_unpacked
                      (Beryl__Ipc__V1__DataChannelOpened *message,
                       ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__AdoptDataChannel methods */
+void   beryl__ipc__v1__adopt_data_channel__init
+                     (Beryl__Ipc__V1__AdoptDataChannel         *message);
+size_t beryl__ipc__v1__adopt_data_channel__get_packed_size
+                     (const Beryl__Ipc__V1__AdoptDataChannel   *message);
+size_t beryl__ipc__v1__adopt_data_channel__pack
+                     (const Beryl__Ipc__V1__AdoptDataChannel   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__adopt_data_channel__pack_to_buffer
+                     (const Beryl__Ipc__V1__AdoptDataChannel   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__AdoptDataChannel *
+       beryl__ipc__v1__adopt_data_channel__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__adopt_data_channel__free_unpacked
+                     (Beryl__Ipc__V1__AdoptDataChannel *message,
+                      ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__AdoptedService methods */
+void   beryl__ipc__v1__adopted_service__init
+                     (Beryl__Ipc__V1__AdoptedService         *message);
+size_t beryl__ipc__v1__adopted_service__get_packed_size
+                     (const Beryl__Ipc__V1__AdoptedService   *message);
+size_t beryl__ipc__v1__adopted_service__pack
+                     (const Beryl__Ipc__V1__AdoptedService   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__adopted_service__pack_to_buffer
+                     (const Beryl__Ipc__V1__AdoptedService   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__AdoptedService *
+       beryl__ipc__v1__adopted_service__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__adopted_service__free_unpacked
+                     (Beryl__Ipc__V1__AdoptedService *message,
+                      ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__HeardValue methods */
+void   beryl__ipc__v1__heard_value__init
+                     (Beryl__Ipc__V1__HeardValue         *message);
+size_t beryl__ipc__v1__heard_value__get_packed_size
+                     (const Beryl__Ipc__V1__HeardValue   *message);
+size_t beryl__ipc__v1__heard_value__pack
+                     (const Beryl__Ipc__V1__HeardValue   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__heard_value__pack_to_buffer
+                     (const Beryl__Ipc__V1__HeardValue   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__HeardValue *
+       beryl__ipc__v1__heard_value__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__heard_value__free_unpacked
+                     (Beryl__Ipc__V1__HeardValue *message,
+                      ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__DataChannelAdopted methods */
+void   beryl__ipc__v1__data_channel_adopted__init
+                     (Beryl__Ipc__V1__DataChannelAdopted         *message);
+size_t beryl__ipc__v1__data_channel_adopted__get_packed_size
+                     (const Beryl__Ipc__V1__DataChannelAdopted   *message);
+size_t beryl__ipc__v1__data_channel_adopted__pack
+                     (const Beryl__Ipc__V1__DataChannelAdopted   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__data_channel_adopted__pack_to_buffer
+                     (const Beryl__Ipc__V1__DataChannelAdopted   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__DataChannelAdopted *
+       beryl__ipc__v1__data_channel_adopted__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__data_channel_adopted__free_unpacked
+                     (Beryl__Ipc__V1__DataChannelAdopted *message,
+                      ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__LostLink methods */
+void   beryl__ipc__v1__lost_link__init
+                     (Beryl__Ipc__V1__LostLink         *message);
+size_t beryl__ipc__v1__lost_link__get_packed_size
+                     (const Beryl__Ipc__V1__LostLink   *message);
+size_t beryl__ipc__v1__lost_link__pack
+                     (const Beryl__Ipc__V1__LostLink   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__lost_link__pack_to_buffer
+                     (const Beryl__Ipc__V1__LostLink   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__LostLink *
+       beryl__ipc__v1__lost_link__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__lost_link__free_unpacked
+                     (Beryl__Ipc__V1__LostLink *message,
+                      ProtobufCAllocator *allocator);
 /* Beryl__Ipc__V1__SetDataGrant methods */
 void   beryl__ipc__v1__set_data_grant__init
                      (Beryl__Ipc__V1__SetDataGrant         *message);
@@ -2397,6 +2634,9 @@ typedef void (*Beryl__Ipc__V1__Bearer_Closure)
 typedef void (*Beryl__Ipc__V1__Bearers_Closure)
                  (const Beryl__Ipc__V1__Bearers *message,
                   void *closure_data);
+typedef void (*Beryl__Ipc__V1__DataChannelOrphans_Closure)
+                 (const Beryl__Ipc__V1__DataChannelOrphans *message,
+                  void *closure_data);
 typedef void (*Beryl__Ipc__V1__DescriptorSpec_Closure)
                  (const Beryl__Ipc__V1__DescriptorSpec *message,
                   void *closure_data);
@@ -2505,6 +2745,21 @@ typedef void (*Beryl__Ipc__V1__OpenDataChannel_Closure)
 typedef void (*Beryl__Ipc__V1__DataChannelOpened_Closure)
                  (const Beryl__Ipc__V1__DataChannelOpened *message,
                   void *closure_data);
+typedef void (*Beryl__Ipc__V1__AdoptDataChannel_Closure)
+                 (const Beryl__Ipc__V1__AdoptDataChannel *message,
+                  void *closure_data);
+typedef void (*Beryl__Ipc__V1__AdoptedService_Closure)
+                 (const Beryl__Ipc__V1__AdoptedService *message,
+                  void *closure_data);
+typedef void (*Beryl__Ipc__V1__HeardValue_Closure)
+                 (const Beryl__Ipc__V1__HeardValue *message,
+                  void *closure_data);
+typedef void (*Beryl__Ipc__V1__DataChannelAdopted_Closure)
+                 (const Beryl__Ipc__V1__DataChannelAdopted *message,
+                  void *closure_data);
+typedef void (*Beryl__Ipc__V1__LostLink_Closure)
+                 (const Beryl__Ipc__V1__LostLink *message,
+                  void *closure_data);
 typedef void (*Beryl__Ipc__V1__SetDataGrant_Closure)
                  (const Beryl__Ipc__V1__SetDataGrant *message,
                   void *closure_data);
@@ -2582,6 +2837,7 @@ extern const ProtobufCEnumDescriptor    beryl__ipc__v1__pairing_prompt_kind__des
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__get_bearers__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__bearer__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__bearers__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__data_channel_orphans__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__descriptor_spec__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__characteristic_spec__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__service_spec__descriptor;
@@ -2618,6 +2874,11 @@ extern const ProtobufCMessageDescriptor beryl__ipc__v1__forget_sender__descripto
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_notification__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__open_data_channel__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__data_channel_opened__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__adopt_data_channel__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__adopted_service__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__heard_value__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__data_channel_adopted__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__lost_link__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__set_data_grant__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__name_link__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__notification_audience__descriptor;

@@ -945,7 +945,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__status__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__status__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__data_plane_counters__field_descriptors[14] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__data_plane_counters__field_descriptors[16] =
 {
   {
     "channels",
@@ -1115,8 +1115,33 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__data_plane_counters__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "orphaned_channels",
+    15,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataPlaneCounters, orphaned_channels),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "adopted_channels",
+    16,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT64,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataPlaneCounters, adopted_channels),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__data_plane_counters__field_indices_by_name[] = {
+  15,   /* field[15] = adopted_channels */
   11,   /* field[11] = answers_on_channels */
   8,   /* field[8] = channel_reads */
   1,   /* field[1] = channel_values */
@@ -1125,6 +1150,7 @@ static const unsigned beryl__ipc__v1__data_plane_counters__field_indices_by_name
   0,   /* field[0] = channels */
   6,   /* field[6] = notifications_on_channels */
   7,   /* field[7] = notifications_to_publisher */
+  14,   /* field[14] = orphaned_channels */
   2,   /* field[2] = publisher_values */
   13,   /* field[13] = publisher_write_commands */
   5,   /* field[5] = refused_not_data */
@@ -1135,7 +1161,7 @@ static const unsigned beryl__ipc__v1__data_plane_counters__field_indices_by_name
 static const ProtobufCIntRange beryl__ipc__v1__data_plane_counters__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 14 }
+  { 0, 16 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__data_plane_counters__descriptor =
 {
@@ -1145,7 +1171,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__data_plane_counters__descriptor
   "Beryl__Ipc__V1__DataPlaneCounters",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__DataPlaneCounters),
-  14,
+  16,
   beryl__ipc__v1__data_plane_counters__field_descriptors,
   beryl__ipc__v1__data_plane_counters__field_indices_by_name,
   1,  beryl__ipc__v1__data_plane_counters__number_ranges,

@@ -348,10 +348,15 @@ struct  Beryl__Ipc__V1__DataPlaneCounters
    */
   uint64_t requests_on_channels;
   uint64_t answers_on_channels;
+  /*
+   * Channels whose managerd went, not adopted yet (now), and those a restarted managerd adopted (so far).
+   */
+  uint32_t orphaned_channels;
+  uint64_t adopted_channels;
 };
 #define BERYL__IPC__V1__DATA_PLANE_COUNTERS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__data_plane_counters__descriptor) \
-    , 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+    , 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 
 /*

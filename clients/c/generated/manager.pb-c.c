@@ -2263,6 +2263,51 @@ void   beryl__ipc__v1__manager_response__free_unpacked
   assert(message->base.descriptor == &beryl__ipc__v1__manager_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   beryl__ipc__v1__data_channel_renewed__init
+                     (Beryl__Ipc__V1__DataChannelRenewed         *message)
+{
+  static const Beryl__Ipc__V1__DataChannelRenewed init_value = BERYL__IPC__V1__DATA_CHANNEL_RENEWED__INIT;
+  *message = init_value;
+}
+size_t beryl__ipc__v1__data_channel_renewed__get_packed_size
+                     (const Beryl__Ipc__V1__DataChannelRenewed *message)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__data_channel_renewed__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t beryl__ipc__v1__data_channel_renewed__pack
+                     (const Beryl__Ipc__V1__DataChannelRenewed *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__data_channel_renewed__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t beryl__ipc__v1__data_channel_renewed__pack_to_buffer
+                     (const Beryl__Ipc__V1__DataChannelRenewed *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &beryl__ipc__v1__data_channel_renewed__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Beryl__Ipc__V1__DataChannelRenewed *
+       beryl__ipc__v1__data_channel_renewed__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Beryl__Ipc__V1__DataChannelRenewed *)
+     protobuf_c_message_unpack (&beryl__ipc__v1__data_channel_renewed__descriptor,
+                                allocator, len, data);
+}
+void   beryl__ipc__v1__data_channel_renewed__free_unpacked
+                     (Beryl__Ipc__V1__DataChannelRenewed *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &beryl__ipc__v1__data_channel_renewed__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   beryl__ipc__v1__scan_discovery__init
                      (Beryl__Ipc__V1__ScanDiscovery         *message)
 {
@@ -3073,7 +3118,7 @@ void   beryl__ipc__v1__connection_event_occurred__free_unpacked
   assert(message->base.descriptor == &beryl__ipc__v1__connection_event_occurred__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor beryl__ipc__v1__hello__field_descriptors[4] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__hello__field_descriptors[5] =
 {
   {
     "app_id",
@@ -3123,17 +3168,30 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__hello__field_descriptors[4
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "resume_data_channel",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__Hello, resume_data_channel),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__hello__field_indices_by_name[] = {
   0,   /* field[0] = app_id */
   1,   /* field[1] = restore_identifier */
+  4,   /* field[4] = resume_data_channel */
   2,   /* field[2] = role */
   3,   /* field[3] = wants_data_channel */
 };
 static const ProtobufCIntRange beryl__ipc__v1__hello__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__hello__descriptor =
 {
@@ -3143,14 +3201,14 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__hello__descriptor =
   "Beryl__Ipc__V1__Hello",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__Hello),
-  4,
+  5,
   beryl__ipc__v1__hello__field_descriptors,
   beryl__ipc__v1__hello__field_indices_by_name,
   1,  beryl__ipc__v1__hello__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__hello__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__welcome__field_descriptors[8] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__welcome__field_descriptors[10] =
 {
   {
     "session_id",
@@ -3248,9 +3306,35 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__welcome__field_descriptors
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "data_channel_token",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__Welcome, data_channel_token),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "data_channel_resumed",
+    10,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__Welcome, data_channel_resumed),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__welcome__field_indices_by_name[] = {
   7,   /* field[7] = data_channel */
+  9,   /* field[9] = data_channel_resumed */
+  8,   /* field[8] = data_channel_token */
   1,   /* field[1] = peer_pid */
   2,   /* field[2] = peer_uid */
   4,   /* field[4] = restored */
@@ -3262,7 +3346,7 @@ static const unsigned beryl__ipc__v1__welcome__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__welcome__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 8 }
+  { 0, 10 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__welcome__descriptor =
 {
@@ -3272,7 +3356,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__welcome__descriptor =
   "Beryl__Ipc__V1__Welcome",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__Welcome),
-  8,
+  10,
   beryl__ipc__v1__welcome__field_descriptors,
   beryl__ipc__v1__welcome__field_indices_by_name,
   1,  beryl__ipc__v1__welcome__number_ranges,
@@ -7106,7 +7190,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__manager_request__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__manager_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__manager_response__field_descriptors[14] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__manager_response__field_descriptors[15] =
 {
   {
     "welcome",
@@ -7276,10 +7360,23 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__manager_response__field_de
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "data_channel_renewed",
+    16,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__ManagerResponse, kind_case),
+    offsetof(Beryl__Ipc__V1__ManagerResponse, data_channel_renewed),
+    &beryl__ipc__v1__data_channel_renewed__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__manager_response__field_indices_by_name[] = {
   6,   /* field[6] = apps */
   12,   /* field[12] = capabilities */
+  14,   /* field[14] = data_channel_renewed */
   13,   /* field[13] = gatt */
   11,   /* field[11] = lab_bonds */
   8,   /* field[8] = lab_link */
@@ -7297,7 +7394,7 @@ static const ProtobufCIntRange beryl__ipc__v1__manager_response__number_ranges[2
 {
   { 1, 0 },
   { 4, 2 },
-  { 0, 14 }
+  { 0, 15 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__manager_response__descriptor =
 {
@@ -7307,11 +7404,49 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__manager_response__descriptor =
   "Beryl__Ipc__V1__ManagerResponse",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__ManagerResponse),
-  14,
+  15,
   beryl__ipc__v1__manager_response__field_descriptors,
   beryl__ipc__v1__manager_response__field_indices_by_name,
   2,  beryl__ipc__v1__manager_response__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__manager_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor beryl__ipc__v1__data_channel_renewed__field_descriptors[1] =
+{
+  {
+    "token",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__DataChannelRenewed, token),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned beryl__ipc__v1__data_channel_renewed__field_indices_by_name[] = {
+  0,   /* field[0] = token */
+};
+static const ProtobufCIntRange beryl__ipc__v1__data_channel_renewed__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor beryl__ipc__v1__data_channel_renewed__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "beryl.ipc.v1.DataChannelRenewed",
+  "DataChannelRenewed",
+  "Beryl__Ipc__V1__DataChannelRenewed",
+  "beryl.ipc.v1",
+  sizeof(Beryl__Ipc__V1__DataChannelRenewed),
+  1,
+  beryl__ipc__v1__data_channel_renewed__field_descriptors,
+  beryl__ipc__v1__data_channel_renewed__field_indices_by_name,
+  1,  beryl__ipc__v1__data_channel_renewed__number_ranges,
+  (ProtobufCMessageInit) beryl__ipc__v1__data_channel_renewed__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor beryl__ipc__v1__scan_discovery__field_descriptors[2] =

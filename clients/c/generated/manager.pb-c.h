@@ -69,6 +69,7 @@ typedef struct Beryl__Ipc__V1__PairingPromptEvent Beryl__Ipc__V1__PairingPromptE
 typedef struct Beryl__Ipc__V1__PairingFinishedEvent Beryl__Ipc__V1__PairingFinishedEvent;
 typedef struct Beryl__Ipc__V1__ManagerRequest Beryl__Ipc__V1__ManagerRequest;
 typedef struct Beryl__Ipc__V1__ManagerResponse Beryl__Ipc__V1__ManagerResponse;
+typedef struct Beryl__Ipc__V1__DataChannelRenewed Beryl__Ipc__V1__DataChannelRenewed;
 typedef struct Beryl__Ipc__V1__ScanDiscovery Beryl__Ipc__V1__ScanDiscovery;
 typedef struct Beryl__Ipc__V1__PeripheralConnected Beryl__Ipc__V1__PeripheralConnected;
 typedef struct Beryl__Ipc__V1__PeripheralDisconnected Beryl__Ipc__V1__PeripheralDisconnected;
@@ -184,10 +185,15 @@ struct  Beryl__Ipc__V1__Hello
    * The app takes a data channel (att.proto's OpenDataChannel): the Welcome's datagram then carries its descriptor.
    */
   protobuf_c_boolean wants_data_channel;
+  /*
+   * After managerd restarted: the token of the data channel the app kept (Welcome.data_channel_token). managerd has
+   * attd adopt it; the Welcome says whether it did (then nothing the app had is lost or said again).
+   */
+  ProtobufCBinaryData resume_data_channel;
 };
 #define BERYL__IPC__V1__HELLO__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__hello__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, BERYL__IPC__V1__MANAGER_ROLE__MANAGER_ROLE_UNSPECIFIED, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, BERYL__IPC__V1__MANAGER_ROLE__MANAGER_ROLE_UNSPECIFIED, 0, {0,NULL} }
 
 
 struct  Beryl__Ipc__V1__Welcome
@@ -211,10 +217,18 @@ struct  Beryl__Ipc__V1__Welcome
    * The Welcome's datagram carries the app's data channel (SCM_RIGHTS).
    */
   protobuf_c_boolean data_channel;
+  /*
+   * What the app presents to a restarted managerd to keep its data channel (Hello.resume_data_channel).
+   */
+  ProtobufCBinaryData data_channel_token;
+  /*
+   * The data channel the Hello named was adopted: the app keeps it, its services, links and subscriptions.
+   */
+  protobuf_c_boolean data_channel_resumed;
 };
 #define BERYL__IPC__V1__WELCOME__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__welcome__descriptor) \
-    , 0, 0, 0, BERYL__IPC__V1__CONTROLLER_STATE__CONTROLLER_STATE_UNKNOWN, NULL, 0, 0, 0 }
+    , 0, 0, 0, BERYL__IPC__V1__CONTROLLER_STATE__CONTROLLER_STATE_UNKNOWN, NULL, 0, 0, 0, {0,NULL}, 0 }
 
 
 /*
@@ -1114,7 +1128,8 @@ typedef enum {
   BERYL__IPC__V1__MANAGER_RESPONSE__KIND_LAB_LINKS = 11,
   BERYL__IPC__V1__MANAGER_RESPONSE__KIND_LAB_SECURITY = 12,
   BERYL__IPC__V1__MANAGER_RESPONSE__KIND_LAB_BONDS = 13,
-  BERYL__IPC__V1__MANAGER_RESPONSE__KIND_CAPABILITIES = 14
+  BERYL__IPC__V1__MANAGER_RESPONSE__KIND_CAPABILITIES = 14,
+  BERYL__IPC__V1__MANAGER_RESPONSE__KIND_DATA_CHANNEL_RENEWED = 16
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(BERYL__IPC__V1__MANAGER_RESPONSE__KIND__CASE)
 } Beryl__Ipc__V1__ManagerResponse__KindCase;
 
@@ -1137,11 +1152,28 @@ struct  Beryl__Ipc__V1__ManagerResponse
     Beryl__Ipc__V1__LabSecurityOutcome *lab_security;
     Beryl__Ipc__V1__BondList *lab_bonds;
     Beryl__Ipc__V1__Capabilities *capabilities;
+    Beryl__Ipc__V1__DataChannelRenewed *data_channel_renewed;
   };
 };
 #define BERYL__IPC__V1__MANAGER_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__manager_response__descriptor) \
     , BERYL__IPC__V1__MANAGER_RESPONSE__KIND__NOT_SET, {0} }
+
+
+/*
+ * RenewDataChannel's answer; its datagram carries the new channel (SCM_RIGHTS).
+ */
+struct  Beryl__Ipc__V1__DataChannelRenewed
+{
+  ProtobufCMessage base;
+  /*
+   * As Welcome.data_channel_token, for the new channel.
+   */
+  ProtobufCBinaryData token;
+};
+#define BERYL__IPC__V1__DATA_CHANNEL_RENEWED__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__data_channel_renewed__descriptor) \
+    , {0,NULL} }
 
 
 struct  Beryl__Ipc__V1__ScanDiscovery
@@ -2377,6 +2409,25 @@ Beryl__Ipc__V1__ManagerResponse *
 void   beryl__ipc__v1__manager_response__free_unpacked
                      (Beryl__Ipc__V1__ManagerResponse *message,
                       ProtobufCAllocator *allocator);
+/* Beryl__Ipc__V1__DataChannelRenewed methods */
+void   beryl__ipc__v1__data_channel_renewed__init
+                     (Beryl__Ipc__V1__DataChannelRenewed         *message);
+size_t beryl__ipc__v1__data_channel_renewed__get_packed_size
+                     (const Beryl__Ipc__V1__DataChannelRenewed   *message);
+size_t beryl__ipc__v1__data_channel_renewed__pack
+                     (const Beryl__Ipc__V1__DataChannelRenewed   *message,
+                      uint8_t             *out);
+size_t beryl__ipc__v1__data_channel_renewed__pack_to_buffer
+                     (const Beryl__Ipc__V1__DataChannelRenewed   *message,
+                      ProtobufCBuffer     *buffer);
+Beryl__Ipc__V1__DataChannelRenewed *
+       beryl__ipc__v1__data_channel_renewed__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   beryl__ipc__v1__data_channel_renewed__free_unpacked
+                     (Beryl__Ipc__V1__DataChannelRenewed *message,
+                      ProtobufCAllocator *allocator);
 /* Beryl__Ipc__V1__ScanDiscovery methods */
 void   beryl__ipc__v1__scan_discovery__init
                      (Beryl__Ipc__V1__ScanDiscovery         *message);
@@ -2874,6 +2925,9 @@ typedef void (*Beryl__Ipc__V1__ManagerRequest_Closure)
 typedef void (*Beryl__Ipc__V1__ManagerResponse_Closure)
                  (const Beryl__Ipc__V1__ManagerResponse *message,
                   void *closure_data);
+typedef void (*Beryl__Ipc__V1__DataChannelRenewed_Closure)
+                 (const Beryl__Ipc__V1__DataChannelRenewed *message,
+                  void *closure_data);
 typedef void (*Beryl__Ipc__V1__ScanDiscovery_Closure)
                  (const Beryl__Ipc__V1__ScanDiscovery *message,
                   void *closure_data);
@@ -2992,6 +3046,7 @@ extern const ProtobufCMessageDescriptor beryl__ipc__v1__pairing_prompt_event__de
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__pairing_finished_event__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__manager_request__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__manager_response__descriptor;
+extern const ProtobufCMessageDescriptor beryl__ipc__v1__data_channel_renewed__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__scan_discovery__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__peripheral_connected__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__peripheral_disconnected__descriptor;
