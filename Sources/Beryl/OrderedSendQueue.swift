@@ -91,8 +91,12 @@ struct OrderedSendQueue<Item: Equatable & Sendable> {
         case .sent, .failed:
             entries.remove(at: index)
         case .queueFull:
+            // attd refuses with BUSY only an item sent after its latest ready, so a later ready seen already was sent
+            // after this refusal and ends it: it overtook this answer (on the data channel while the answer came
+            // through managerd), and no other follows. The item goes again now.
+            let readyCameFirst = entries[index].sentAfter != readySeen
             entries[index].sentAfter = nil
-            waitingForReady = true
+            if !readyCameFirst { waitingForReady = true }
         case .sendAgain:
             entries[index].sentAfter = nil
         }

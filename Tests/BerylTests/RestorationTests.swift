@@ -324,11 +324,14 @@ final class RestorationTests: TwoStacksTestCase {
         XCTAssertTrue(eventually(.seconds(15)) { self.advertised(thermostat) > 0 }, log(of: thermostat))
         let appPID = Int32(try XCTUnwrap((try app(thermostat)["pids"] as? [Int])?.first))
 
-        // A crash leaves the app running, to reconnect to the next managerd, which takes it as its own.
+        // A crash leaves the app running, to reconnect to the next managerd, which takes it as its own, with the data
+        // channel attd kept for it: the app never hears a reset.
         try scratch.crash("managerd0", socket: run + "/managerd.sock")
         try scratch.start("managerd0-1", arguments, socket: run + "/managerd.sock")
-        XCTAssertTrue(eventually { self.resets(of: thermostat) > 0 }, log(of: thermostat))
         XCTAssertTrue(eventually { (try? self.app(thermostat)["pids"] as? [Int]) == [Int(appPID)] })
+        let attd = try IPCClient(path: run + "/attd.sock")
+        XCTAssertTrue(eventually { (try? attd.call(.with { $0.getStatus = .init() }).status.dataPlane.adoptedChannels) == 1 }, log(of: thermostat))
+        XCTAssertEqual(resets(of: thermostat), 0, log(of: thermostat))
         XCTAssertTrue(ProcessStats.isAlive(pid: appPID), "a crash ends no app")
         XCTAssertTrue(eventually { (try? self.app(thermostat)["state"] as? String) == "foreground" },
                       "as any app that reconnects: taken as launched is not taken as woken (it would be suspended at its wake budget)")

@@ -46,6 +46,20 @@ final class UpdateQueueTests: XCTestCase {
         XCTAssertEqual(sequences(queue.takeSendable()), [3, 4, 5])
     }
 
+    /// The ready event can overtake the refusal it ends: it comes on the data channel while the refusal's answer
+    /// comes through managerd (a write refused outside the app's grant went that way). No other ready follows, so the
+    /// refused value goes again at once rather than waiting for ever (PipelinedWriteInstantLinkTests under load).
+    func testAReadyThatOvertookItsRefusalLetsTheRefusedValueGoAtOnce() {
+        var queue = UpdateQueue(limit: 16)
+        for sequence in 0..<2 { queue.offer(update(sequence)) }
+        let first = queue.takeSendable()
+        queue.answered(first[0].id, .queueFull)
+        XCTAssertEqual(queue.takeSendable(), [], "refused before any ready: it waits for one")
+        queue.readyToSend(count: 1)
+        queue.answered(first[1].id, .queueFull)
+        XCTAssertEqual(sequences(queue.takeSendable()), [0, 1], "both go again: the ready that ended 1's refusal came first")
+    }
+
     func testAResetDropsWhatWaitsAndIgnoresLateAnswers() {
         var queue = UpdateQueue(limit: 1)
         queue.offer(update(0))
