@@ -214,6 +214,9 @@ final class ManagerSession: Sendable {
                 if let descriptor = data.descriptor { close(descriptor) }
                 return
             }
+            // A Hello said again that never reached a managerd (the dying one took the connection, or none listens
+            // yet): this session's closing reconnects, and the kept data channel is still the app's to present.
+            if token != nil, case .unavailable? = error { return }
             if let descriptor = data.descriptor {
                 self.adopt(dataChannel: descriptor, token: data.token, of: channel)
             } else if !data.resumed {
