@@ -81,10 +81,12 @@ public final class Peripheral: CustomStringConvertible, Sendable {
         var onDataChannel: Request {
             .with {
                 switch operation.kind {
-                case .read(let read)?:
-                    $0.att.gattRead = .with { $0.peripheral = operation.peripheral; $0.handle = read.handle }
-                case .write(let write)?:
-                    $0.att.gattWrite = .with { $0.peripheral = operation.peripheral; $0.handle = write.handle; $0.value = write.value }
+                case .read(var read)?:
+                    read.peripheral = operation.peripheral
+                    $0.att.gattRead = read
+                case .write(var write)?:
+                    write.peripheral = operation.peripheral
+                    $0.att.gattWrite = write
                 default:
                     break
                 }

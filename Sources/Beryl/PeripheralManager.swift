@@ -377,19 +377,11 @@ public final class PeripheralManager: Sendable, SessionBacked {
         }
     }
 
-    /// One value's UpdateValue, in a batch with the others that leave with it.
+    /// One value's Notify to managerd, naming this manager, in a batch with the others that leave with it.
     private func request(_ sending: UpdateQueue.Sending) -> (request: Request, completion: Channel.Completion) {
-        (.manager {
-            $0.updateValue = .with {
-                $0.manager = managerID
-                $0.valueHandle = sending.item.valueHandle
-                $0.value = sending.item.value
-                $0.centrals = sending.item.centrals
-                $0.indicate = sending.item.indicate
-                $0.ordered = true
-                $0.readySeen = sending.readySeen
-            }
-        }, { [weak self] result in
+        var notify = Self.notify(sending)
+        notify.manager = managerID
+        return (.manager { $0.updateValue = notify }, { [weak self] result in
             let answer = UpdateQueue.Answer(result, sent: \.manager.updateResult.sent, sendAgain: \.manager.updateResult.sendAgain)
             self?.updateAnswered(sending.id, answer, failure: result.failure)
         })
@@ -398,21 +390,24 @@ public final class PeripheralManager: Sendable, SessionBacked {
     /// The same value as attd's Notify on the data channel: attd knows the app by its channel and the centrals by the
     /// identifiers managerd gave them.
     private func dataRequest(_ sending: UpdateQueue.Sending) -> (request: Request, completion: Channel.WireCompletion) {
-        (.with {
-            $0.att.notify = .with {
-                $0.valueHandle = sending.item.valueHandle
-                $0.value = sending.item.value
-                $0.centrals = sending.item.centrals
-                $0.indicate = sending.item.indicate
-                $0.ordered = true
-                $0.readySeen = sending.readySeen
-            }
-        }, { [weak self] result in
+        (.with { $0.att.notify = Self.notify(sending) }, { [weak self] result in
             guard let self else { return }
             let answer = DataChannelAnswer<PendingUpdate>(result)
             if answer.grantRefused { session.dataGrantRefused() }
             updateAnswered(sending.id, answer.queueAnswer, failure: answer.failure)
         })
+    }
+
+    /// A value as attd's Notify, ordered: the one message either way carries.
+    private static func notify(_ sending: UpdateQueue.Sending) -> Beryl_Ipc_V1_Notify {
+        .with {
+            $0.valueHandle = sending.item.valueHandle
+            $0.value = sending.item.value
+            $0.centrals = sending.item.centrals
+            $0.indicate = sending.item.indicate
+            $0.ordered = true
+            $0.readySeen = sending.readySeen
+        }
     }
 
     private func updateAnswered(_ id: UInt64, _ answer: UpdateQueue.Answer, failure: BerylError?) {

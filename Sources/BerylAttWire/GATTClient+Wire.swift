@@ -236,11 +236,28 @@ extension Beryl_Ipc_V1_Event {
         }
     }
 
-    /// An ATT bearer opened with a link, or closed with it.
-    public init(bearer link: UInt16, opened: Bool, mtu: UInt16, central: Bool) {
+    /// A link's ATT bearer opened with it: what attd's clients learn of a new link.
+    public init(bearerOpened link: UInt16, mtu: UInt16, central: Bool, peer: DeviceAddress) {
         self.init()
-        let bearer = Beryl_Ipc_V1_Bearer(link: link, mtu: mtu, central: central)
-        if opened { att.bearerOpened = bearer } else { att.bearerClosed = bearer }
+        att.bearerOpened = Beryl_Ipc_V1_Bearer(link: link, mtu: mtu, central: central, peer: peer)
+    }
+
+    /// A link's ATT bearer closed with it: why, and whether the stack lost it itself (`stackFailed`).
+    public init(bearerClosed link: UInt16, central: Bool, reason: UInt8, stackFailed: Bool) {
+        self.init()
+        var bearer = Beryl_Ipc_V1_Bearer(link: link, mtu: 23, central: central)
+        bearer.reason = UInt32(reason)
+        bearer.stackFailed = stackFailed
+        att.bearerClosed = bearer
+    }
+
+    /// attd took over hcid's links: every one there is.
+    public init(linksTakenOver bearers: [Beryl_Ipc_V1_Bearer]) {
+        self.init()
+        att.linksTakenOver = .with {
+            $0.bearers = bearers
+            $0.complete = true
+        }
     }
 }
 

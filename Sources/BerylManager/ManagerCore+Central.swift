@@ -156,7 +156,6 @@ extension ManagerCore {
 
     public mutating func bearerClosed(_ handle: UInt16) {
         attMTUs[handle] = nil
-        heldSubscriptions[handle] = nil
     }
 
     /// The links an updateValue(_:for:onSubscribedCentrals:) goes to: [] for every subscribed central (none named),
@@ -166,19 +165,6 @@ extension ManagerCore {
         guard !centrals.isEmpty else { return [] }
         let links = centrals.compactMap { book.link(for: $0.uppercased()) }.filter { !$0.isCentral }.map(\.handle)
         return links.isEmpty ? nil : links
-    }
-
-    /// Whether a subscription change attd reported goes to the value's owner now. hcid tells managerd and attd of a
-    /// link in either order, and attd reports a bonded central's restored subscriptions as soon as it has the link:
-    /// one on a link managerd does not know yet waits for it (linkUp gives it back as `.subscriptionReported`); one
-    /// on a link whose bearer attd closed is stale (its centrals were heard unsubscribing when the link went).
-    public mutating func subscriptionReported(_ report: ReportedSubscription) -> Bool {
-        guard attMTUs[report.link] != nil else { return false }
-        guard book.identifier(for: report.link) != nil else {
-            heldSubscriptions[report.link, default: []].append(report)
-            return false
-        }
-        return true
     }
 
     /// An app's writes without response on a link that attd is to forget (the app cancelled a link others keep, and

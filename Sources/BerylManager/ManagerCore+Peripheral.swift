@@ -4,11 +4,12 @@ import BerylCore
 /// means for its value's owner, whether an app's service stayed published, whose pairing an app may answer.
 extension ManagerCore {
     /// A remote central's subscription change attd reported: for the value's owner, as its app hears it and its record
-    /// keeps it (the central named by the link's identifier, the link's longest update) — or nil while the change
-    /// waits for its link (`subscriptionReported`), or when no manager owns the value.
+    /// keeps it (the central named by the link's identifier, the link's longest update) — or nil when no manager owns
+    /// the value, or the link is not one managerd has: attd tells of a link before any subscription on it and of its
+    /// end after, so a change on a link managerd does not have is one it ended itself (hcid went) and is stale.
     public mutating func subscriptionRouted(_ report: ReportedSubscription)
         -> (owner: ManagerKey, subscription: PreservedState.Subscription, outputs: [Output])? {
-        guard subscriptionReported(report), let owner = router.owner(of: report.valueHandle), let central = book.identifier(for: report.link) else {
+        guard let owner = router.owner(of: report.valueHandle), let central = book.identifier(for: report.link) else {
             return nil
         }
         let subscription = PreservedState.Subscription(central: central, valueHandle: report.valueHandle, notify: report.notify,

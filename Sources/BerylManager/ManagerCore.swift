@@ -44,8 +44,6 @@ public struct ManagerCore<Event: Sendable>: Sendable {
         /// A remote central subscribed to the owner's value disconnected: a running app hears it unsubscribe, as
         /// Core Bluetooth's didUnsubscribeFrom follows a subscribed central's disconnection.
         case subscriberGone(owner: ManagerKey, PreservedState.Subscription)
-        /// A subscription change held until managerd knew its link: route it now (subscriptionReported says yes).
-        case subscriptionReported(ReportedSubscription)
         /// A foreground-only app's time in the background ran out (what that changes follows as outputs of its own).
         case suspended(appID: String, after: Duration)
         /// An app awake in the background overran its budget: the shell ends its processes, as iOS ends such an app.
@@ -107,8 +105,6 @@ public struct ManagerCore<Event: Sendable>: Sendable {
     var gattAwaitingBearer: [UInt16: [UInt64]] = [:]
     var nextGattToken: UInt64 = 1
     var writesBeingForgotten: Set<WriteSender> = []
-    /// Subscription changes attd reported on links hcid has not told managerd of yet (subscriptionReported).
-    var heldSubscriptions: [UInt16: [ReportedSubscription]] = [:]
 
     /// What apps see of the stack, what hcid last said of the controller, and whether attd is attached.
     public internal(set) var state: StackState = .unknown
@@ -382,7 +378,6 @@ public struct ManagerCore<Event: Sendable>: Sendable {
             }
         }
         // A central connecting ended connectable advertising (Core Vol 6 Part B §4.4.2): it is started again.
-        outputs += (heldSubscriptions.removeValue(forKey: handle) ?? []).map(Output.subscriptionReported)
         return isCentral ? outputs : outputs + [.advertisingChanged]
     }
 
@@ -492,7 +487,6 @@ public struct ManagerCore<Event: Sendable>: Sendable {
             attMTUs.removeAll()
             serviceSpecs.removeAll()
             subscribers.removeAll()
-            heldSubscriptions.removeAll()
         }
         for preserved in restoration.managers {
             let stashed = stashPublications(of: preserved)

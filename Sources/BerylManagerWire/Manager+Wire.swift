@@ -42,27 +42,19 @@ extension Beryl_Ipc_V1_AttRequest {
                 $0.endHandle = discover.endHandle
                 $0.depth = discover.depth
             } }
-        case .read(let read)?:
-            self = .with { $0.gattRead = .with { $0.connectionHandle = handle; $0.handle = read.handle } }
-        case .write(let write)?:
-            self = .with { $0.gattWrite = .with {
-                $0.connectionHandle = handle
-                $0.handle = write.handle
-                $0.value = write.value
-                $0.withoutResponse = write.withoutResponse
-                $0.signed = write.signed
-                $0.ordered = write.ordered
-                $0.readySeen = write.readySeen
-                $0.onBehalfOf = session
-            } }
-        case .setNotify(let change)?:
-            self = .with { $0.gattSubscribe = .with {
-                $0.connectionHandle = handle
-                $0.valueHandle = change.valueHandle
-                $0.cccdHandle = change.cccdHandle
-                $0.indicate = change.indicate
-                $0.enable = change.enable
-            } }
+        // The app's own message, with what attd needs set and nothing of the app's word for link or sender kept.
+        case .read(var read)?:
+            read.connectionHandle = handle
+            read.peripheral = ""
+            self = .with { $0.gattRead = read }
+        case .write(var write)?:
+            write.connectionHandle = handle
+            write.peripheral = ""
+            write.onBehalfOf = session
+            self = .with { $0.gattWrite = write }
+        case .setNotify(var change)?:
+            change.connectionHandle = handle
+            self = .with { $0.gattSubscribe = change }
         case .reliableWrite(let writes)?:
             self = .with { $0.gattReliableWrite = .with { $0.connectionHandle = handle; $0.writes = writes.writes } }
         case nil:

@@ -14,7 +14,7 @@ public enum ManagerCommand: Equatable, Sendable {
     case retrieveConnected(offering: [BluetoothUUID])
     case gatt(Beryl_Ipc_V1_GattOperation)
     case addService(ManagerKey, Beryl_Ipc_V1_ServiceSpec)
-    case updateValue(ManagerKey, Beryl_Ipc_V1_UpdateValue)
+    case updateValue(ManagerKey, Beryl_Ipc_V1_Notify)
     case answerPairing(peer: String, accept: Bool, passkey: UInt32)
 
     /// Which peripherals a retrieve names: addresses (as `beryl peripherals` may), identifiers (as apps do), or none,

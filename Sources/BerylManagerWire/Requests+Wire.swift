@@ -77,18 +77,16 @@ extension ConnectionLatency {
 }
 
 extension Beryl_Ipc_V1_AttRequest {
-    /// An app's updateValue, as managerd's Notify for it; `links`: those of the centrals it named (none: every one).
-    public init(update: Beryl_Ipc_V1_UpdateValue, session: UInt64, links: [UInt16] = []) {
+    /// An app's updateValue, its own Notify with the links of the centrals it named (none: every one) and the app as
+    /// the sender; nothing of the app's word for centrals, manager or sender kept.
+    public init(update: Beryl_Ipc_V1_Notify, session: UInt64, links: [UInt16] = []) {
         self.init()
-        notify = .with {
-            $0.connectionHandles = links.map(UInt32.init)
-            $0.valueHandle = update.valueHandle
-            $0.value = update.value
-            $0.indicate = update.indicate
-            $0.ordered = update.ordered
-            $0.readySeen = update.readySeen
-            $0.onBehalfOf = session
-        }
+        var notify = update
+        notify.connectionHandles = links.map(UInt32.init)
+        notify.centrals = []
+        notify.manager = 0
+        notify.onBehalfOf = session
+        self.notify = notify
     }
 
     /// attd keeps refusals and ready counts per app managerd sends for: one app's (on one link only, or everywhere) go.

@@ -9,13 +9,12 @@ extension Beryl_Ipc_V1_ManagerEvent {
     public init?(_ event: Beryl_Ipc_V1_AttEvent.OneOf_Kind, peripheral: String) {
         self.init()
         switch event {
-        case .gattNotification(let heard):
-            notification = .with {
-                $0.peripheral = peripheral
-                $0.handle = heard.handle
-                $0.value = heard.value
-                $0.indication = heard.indication
-            }
+        case .gattNotification(var heard):
+            // As a data channel carries it: the peripheral by identifier, nothing of attd's links and audiences.
+            heard.peripheral = peripheral
+            heard.connectionHandle = 0
+            heard.delivered = []
+            notification = heard
         case .gattServiceChanged(let change):
             servicesChanged = .with { $0.peripheral = peripheral; $0.change = change }
         case .gattWriteReady(let ready):

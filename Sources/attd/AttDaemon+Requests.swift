@@ -17,9 +17,8 @@ extension AttDaemon {
         switch request.kind {
         case .getBearers?:
             incoming.respond(.with {
-                $0.att.bearers.bearers = links.values.sorted { $0.handle < $1.handle }.map {
-                    Beryl_Ipc_V1_Bearer(link: $0.handle, mtu: $0.server.mtu, central: $0.isCentral, peer: security.peer(of: $0.handle))
-                }
+                $0.att.bearers.bearers = openBearers
+                $0.att.bearers.complete = hasHcidsLinks
                 $0.att.bearers.orphanedChannels = UInt32(grants.orphanCount)
             })
         case .publishService(let publish)?:

@@ -20,6 +20,8 @@ final class AttDaemon {
     let database = AttributeDatabase()
     let serverMTU: UInt16
     var hcid: IPCConnection?
+    /// attd attached to hcid and took over its links: `links` is every link the controller has.
+    var hasHcidsLinks = false
     var links: [UInt16: LinkSession] = [:]
     /// Which publisher owns which handles, and the answers they owe.
     var router: ServiceRouter
@@ -94,14 +96,18 @@ final class AttDaemon {
                     host.logger.info("attached to hcid")
                     learnLocalAddress(response.hci.controllerInfo.address)
                     adoptLinks(response.hci.controllerInfo.links)
+                    hasHcidsLinks = true
+                    broadcastToClients(Event(linksTakenOver: openBearers))
                 }
             }
         }, lost: { [unowned self] reason in
             host.logger.warning("lost hcid (\(reason)); links are gone")
             hcid = nil
+            hasHcidsLinks = false
             outgoingACL.removeAll()
             pacer.hcidGone()
-            for handle in Array(links.keys) { linkClosed(handle) }
+            // Its successor resets the controller (Core Vol 4 Part E §7.3.2): the links are the stack's loss.
+            for handle in links.keys.sorted() { linkClosed(handle, reason: 0x16, stackFailed: true) }
         })
     }
 
@@ -127,7 +133,7 @@ final class AttDaemon {
         links[handle] = link
         host.logger.info("link 0x\(String(handle, radix: 16)) up with \(peer) (\(central ? "central" : "peripheral"))")
         // The bearer first: what the security manager restores for a bonded peer (its subscriptions) is news about it.
-        broadcastBearer(handle, opened: true)
+        broadcastToClients(Event(bearerOpened: handle, mtu: link.server.mtu, central: central, peer: peer))
         applySecurity(security.linkOpened(handle, isCentral: central, peer: peer, at: host.loop.uptime))
         if central { applyGATT(link.gatt.exchangeMTU(offering: serverMTU, at: host.loop.uptime), on: link) }
     }
@@ -170,7 +176,14 @@ final class AttDaemon {
         if link.server.mtu != mtu { broadcastMTU(link) }
     }
 
-    private func linkClosed(_ handle: UInt16, reason: UInt8? = nil) {
+    /// The links as GetBearers lists them and LinksTakenOver announces them.
+    var openBearers: [Beryl_Ipc_V1_Bearer] {
+        links.values.sorted { $0.handle < $1.handle }.map {
+            Beryl_Ipc_V1_Bearer(link: $0.handle, mtu: $0.server.mtu, central: $0.isCentral, peer: security.peer(of: $0.handle))
+        }
+    }
+
+    private func linkClosed(_ handle: UInt16, reason: UInt8, stackFailed: Bool = false) {
         guard let link = links.removeValue(forKey: handle) else { return }
         applyGATT(link.gatt.linkClosed(), on: link)
         applySecurity(security.linkClosed(handle, reason: reason))
@@ -178,8 +191,9 @@ final class AttDaemon {
         grants.linkClosed(handle, reason: reason)
         applyPacer(pacer.linkClosed(handle))
         outgoingACL.drop(link: handle)
-        host.logger.info("link 0x\(String(handle, radix: 16)) down" + (reason.map { " (HCI reason 0x\(String($0, radix: 16)))" } ?? ""))
-        broadcastBearer(handle, opened: false)
+        host.logger.info("link 0x\(String(handle, radix: 16)) down (HCI reason 0x\(String(reason, radix: 16)))")
+        // Last: whatever else this link's end causes reaches the clients first.
+        broadcastToClients(Event(bearerClosed: handle, central: link.isCentral, reason: reason, stackFailed: stackFailed))
     }
 
     /// An answer a peer waits on goes on hcid's urgent lane, ahead of the link's queued PDUs; anything else (requests,
@@ -305,7 +319,4 @@ final class AttDaemon {
         broadcastToClients(Event(mtuChanged: link.client.mtu, link: link.handle, central: link.isCentral))
     }
 
-    private func broadcastBearer(_ handle: UInt16, opened: Bool) {
-        broadcastToClients(Event(bearer: handle, opened: opened, mtu: links[handle]?.server.mtu ?? 23, central: links[handle]?.isCentral ?? false))
-    }
 }

@@ -80,8 +80,6 @@ extension ManagerDaemon {
                 recordLaunchedApps()
             case .unsubscribe(let clearing):
                 clearSubscription(clearing)
-            case .subscriptionReported(let report):
-                routeSubscription(report)
             case .subscriberGone(let owner, let subscription):
                 // The record says so already; only a running app is told (an absent one reads its record on return).
                 guard case .session(let session) = owner.holder else { break }

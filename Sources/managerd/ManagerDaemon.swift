@@ -159,8 +159,10 @@ final class ManagerDaemon {
             host.logger.warning("lost hcid (\(reason)); its links are gone")
             hcid = nil
             // hcid's successor resets the controller (Core Vol 4 Part E §7.3.2): every link ends with it, and the
-            // apps and preserved managers that held one hear so (a preserved one asks for it again).
+            // apps and preserved managers that held one hear so (a preserved one asks for it again). attd says so
+            // too, after or before: whichever comes second names links managerd no longer has.
             for handle in core.linksEndingWithHcid(alsoEnding: lab.peripheralLinks) {
+                lab.linkGone(handle)
                 linkChanged(.disconnected(handle: handle, reason: 0x16), stackFailed: true)
             }
             controllerChanged(.unknown)
@@ -195,19 +197,54 @@ final class ManagerDaemon {
         connection.request(request) { [unowned self] result in
             guard case .success(let response) = result else { return }
             attdOrphansChanged(response.att.bearers.orphanedChannels)
-            let bearers = response.att.bearers.bearers.map(OpenBearer.init)
-            let (outputs, unknown) = core.attdBearers(bearers)
-            apply(outputs)
-            for bearer in unknown {
-                guard let peer = bearer.peer else { continue }
-                host.logger.info("link 0x\(String(bearer.link, radix: 16)) with \(peer) was up before managerd started; taking it back")
-                linkChanged(.connected(handle: bearer.link, central: bearer.isCentral, peer: peer))
-            }
-            applyLab(lab.attdAttached(bearers: Set(bearers.map(\.link)), book: book))
-            nameEveryLink()
-            attdLinksTakenBack = true
-            adoptWaitingChannels()
+            takeBackLinks(response.att.bearers)
         }
+    }
+
+    /// attd's links, whole: the unknown taken, the known ones it lacks ended while it was away (without attd nobody
+    /// heard them end). A list attd made before it had hcid's links waits for its LinksTakenOver.
+    private func takeBackLinks(_ listed: Beryl_Ipc_V1_Bearers) {
+        guard listed.complete else { return }
+        let bearers = listed.bearers.map(OpenBearer.init)
+        let (outputs, unknown, ended) = core.attdBearers(bearers, complete: true, alsoKnown: lab.peripheralLinks)
+        apply(outputs)
+        for handle in ended {
+            host.logger.info("link 0x\(String(handle, radix: 16)) ended while attd was away")
+            linkChanged(.disconnected(handle: handle, reason: HCIStatus.unspecifiedError.rawValue))
+        }
+        for bearer in unknown {
+            guard let peer = bearer.peer else { continue }
+            host.logger.info("link 0x\(String(bearer.link, radix: 16)) with \(peer) was up before managerd started; taking it back")
+            linkChanged(.connected(handle: bearer.link, central: bearer.isCentral, peer: peer))
+        }
+        applyLab(lab.attdAttached(bearers: Set(bearers.map(\.link)), book: book))
+        nameEveryLink()
+        attdLinksTakenBack = true
+        adoptWaitingChannels()
+    }
+
+    /// attd says a link opened, before anything else about it: the one way managerd learns of a new link.
+    private func bearerOpened(_ bearer: OpenBearer) {
+        guard let peer = bearer.peer else { return }
+        switch core.news(of: bearer) {
+        case .bearerOnly:
+            nameLink(bearer.link)
+        case .replacesEndedLink:
+            linkChanged(.disconnected(handle: bearer.link, reason: HCIStatus.unspecifiedError.rawValue))
+            linkChanged(.connected(handle: bearer.link, central: bearer.isCentral, peer: peer))
+        case .linkUp:
+            linkChanged(.connected(handle: bearer.link, central: bearer.isCentral, peer: peer))
+        }
+        apply(core.bearer(bearer.link, mtu: bearer.mtu))
+    }
+
+    /// attd says a link closed, after everything else about it. One managerd ended itself (it saw hcid go) is past.
+    private func bearerClosed(_ bearer: Beryl_Ipc_V1_Bearer) {
+        let handle = UInt16(truncatingIfNeeded: bearer.connectionHandle)
+        if book.identifier(for: handle) != nil || lab.peripheralLinks.contains(handle) {
+            linkChanged(.disconnected(handle: handle, reason: UInt8(truncatingIfNeeded: bearer.reason)), stackFailed: bearer.stackFailed)
+        }
+        core.bearerClosed(handle)
     }
 
     /// Sends an HCI command; the answer starts with its status (the return parameters of a Command Complete, or a
@@ -308,7 +345,13 @@ final class ManagerDaemon {
             let timing = LinkTiming(hci)
             if let timing { applyLab(lab.timingChanged(timing, isUpdate: hci.parameters.first == LESubevent.connectionUpdateComplete.rawValue, book: book)) }
             if let request = RemoteConnectionParameterRequest(hci) { return answerParameterRequest(request) }
-            if let link = LinkEvent(hci) { linkChanged(link) }
+            // Links come and go as attd tells (bearerOpened, bearerClosed); from hcid only what managerd asked of the
+            // controller failing, and the end of a link's timing, which came from hcid too.
+            switch LinkEvent(hci) {
+            case .connectionFailed(let status)?: linkChanged(.connectionFailed(status: status))
+            case .disconnected(let handle, _)?: lab.linkGone(handle)
+            default: break
+            }
         default:
             break
         }
@@ -323,7 +366,6 @@ final class ManagerDaemon {
         switch link {
         case .connected(let handle, _, _): nameLink(handle)
         case .disconnected(let handle, _):
-            lab.linkGone(handle)
             linkGoneForAudiences(handle)
         default: break
         }
@@ -334,12 +376,13 @@ final class ManagerDaemon {
         if let kind = event.att.kind, labSecurityEvent(kind) { return }
         switch event.att.kind {
         case .bearerOpened(let bearer)?:
-            apply(core.bearer(UInt16(truncatingIfNeeded: bearer.connectionHandle), mtu: UInt16(truncatingIfNeeded: bearer.attMtu)))
-            nameLink(UInt16(truncatingIfNeeded: bearer.connectionHandle))
+            bearerOpened(OpenBearer(bearer))
         case .mtuChanged(let bearer)?:
             apply(core.bearer(UInt16(truncatingIfNeeded: bearer.connectionHandle), mtu: UInt16(truncatingIfNeeded: bearer.attMtu)))
         case .bearerClosed(let bearer)?:
-            core.bearerClosed(UInt16(truncatingIfNeeded: bearer.connectionHandle))
+            bearerClosed(bearer)
+        case .linksTakenOver(let bearers)?:
+            takeBackLinks(bearers)
         case .gattNotification(let notification)?:
             deliverNotification(notification)
         case .gattServiceChanged(let change)?:

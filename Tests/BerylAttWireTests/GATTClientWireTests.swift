@@ -107,7 +107,7 @@ final class GATTClientWireTests: XCTestCase {
     }
 
     /// Each event with values that differ per field, so a swapped field shows.
-    func testAttdsEventsCarryEveryField() {
+    func testAttdsEventsCarryEveryField() throws {
         let read = Event(readRequested: 11, link: 0x40, handle: 0x12, offset: 3).att.readRequested
         XCTAssertEqual([read.id, UInt64(read.connectionHandle), UInt64(read.handle), UInt64(read.offset)], [11, 0x40, 0x12, 3])
         let write = Event(writeRequested: 12, link: 0x41, writes: [PreparedWrite(handle: 0x13, offset: 2, value: [5])], withResponse: true).att.writeRequested
@@ -129,9 +129,18 @@ final class GATTClientWireTests: XCTestCase {
         let mtu = Event(mtuChanged: 247, link: 0x45, central: true).att.mtuChanged
         XCTAssertEqual([mtu.attMtu, mtu.connectionHandle], [247, 0x45])
         XCTAssertTrue(mtu.central)
-        let opened = Event(bearer: 0x46, opened: true, mtu: 23, central: false).att
-        XCTAssertEqual([opened.bearerOpened.connectionHandle, opened.bearerOpened.attMtu], [0x46, 23])
-        XCTAssertEqual(Event(bearer: 0x46, opened: false, mtu: 23, central: true).att.bearerClosed.central, true)
+        let peer = try XCTUnwrap(DeviceAddress("C0:FF:EE:00:00:01/random"))
+        let opened = Event(bearerOpened: 0x46, mtu: 23, central: false, peer: peer).att.bearerOpened
+        XCTAssertEqual([opened.connectionHandle, opened.attMtu], [0x46, 23])
+        XCTAssertEqual(DeviceAddress(opened.peerAddress), peer, "a new link's peer comes with it")
+        let closed = Event(bearerClosed: 0x46, central: true, reason: 0x13, stackFailed: false).att.bearerClosed
+        XCTAssertEqual([closed.connectionHandle, closed.reason], [0x46, 0x13])
+        XCTAssertTrue(closed.central)
+        XCTAssertFalse(closed.stackFailed)
+        XCTAssertTrue(Event(bearerClosed: 0x46, central: false, reason: 0x16, stackFailed: true).att.bearerClosed.stackFailed)
+        let taken = Event(linksTakenOver: [opened]).att.linksTakenOver
+        XCTAssertEqual(taken.bearers.map(\.connectionHandle), [0x46])
+        XCTAssertTrue(taken.complete, "the whole list, so that a client can end the links it lacks")
         let secured = Event(securityChanged: LinkSecurity(encrypted: true, authenticated: false, bonded: true), link: 0x47, status: 0x06).att.securityChanged
         XCTAssertEqual([secured.connectionHandle, secured.status], [0x47, 0x06])
         XCTAssertEqual([secured.encrypted, secured.authenticated, secured.bonded], [true, false, true])

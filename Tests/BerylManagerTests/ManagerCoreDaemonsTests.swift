@@ -20,14 +20,40 @@ final class ManagerCoreDaemonsTests: XCTestCase {
         guard case .waitForBearer(let token) = core.gattAsked(.other, on: 0x40, identifier: "L", by: app.holder) else {
             return XCTFail("no bearer yet: the request waits")
         }
-        let (outputs, unknown) = core.attdBearers([
+        let (outputs, unknown, ended) = core.attdBearers([
             OpenBearer(link: 0x40, mtu: 247, peer: lock, isCentral: true),
             OpenBearer(link: 0x41, mtu: 23, peer: stranger, isCentral: false),
             OpenBearer(link: 0x42, mtu: 23, peer: nil, isCentral: false),
-        ])
+        ], complete: true)
         XCTAssertEqual(outputs, [.gattResumed(token: token), .writesReadyAfresh(link: 0x40), .writesReadyAfresh(link: 0x41), .writesReadyAfresh(link: 0x42)])
         XCTAssertEqual(unknown.map(\.link), [0x41], "known links are not taken twice; a peer that is no address cannot be taken")
+        XCTAssertEqual(ended, [], "every link managerd knows is listed")
         XCTAssertEqual(core.maximumUpdateLength(on: 0x40), 244, "the kept bearer's MTU")
+    }
+
+    // Fault suite, kill -9 of attd: a link that ended while attd was away was heard ending by no one. The new attd's
+    // whole list lacks it (and the lab's link too), so it ended; a list made before attd had hcid's links proves
+    // nothing.
+    func testALinkMissingFromANewAttdsWholeListEndedWhileItWasAway() {
+        var core = Core()
+        _ = core.controllerChanged(.poweredOn, isRunning: { _ in true })
+        _ = core.connect(ManagerKey(session: 5, manager: 1), to: "L", at: lock, options: .init())
+        _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
+        _ = core.linkUp(handle: 0x41, identifier: "C", address: stranger, isCentral: false)
+        XCTAssertEqual(core.attdBearers([], complete: false, alsoKnown: [0x45]).endedLinks, [], "attd has not taken hcid's links yet")
+        let kept = OpenBearer(link: 0x41, mtu: 23, peer: stranger, isCentral: false)
+        XCTAssertEqual(core.attdBearers([kept], complete: true, alsoKnown: [0x45]).endedLinks, [0x40, 0x45])
+    }
+
+    // attd tells of each link as its bearer opens: new, one managerd has (a new attd took it over), or a handle that
+    // a new peer has now (the link managerd knew ended while attd was away).
+    func testABearerOpeningIsANewLinkOnlyWhenManagerdLacksIt() {
+        var core = Core()
+        _ = core.controllerChanged(.poweredOn, isRunning: { _ in true })
+        XCTAssertEqual(core.news(of: OpenBearer(link: 0x40, mtu: 23, peer: stranger, isCentral: false)), .linkUp)
+        _ = core.linkUp(handle: 0x40, identifier: "C", address: stranger, isCentral: false)
+        XCTAssertEqual(core.news(of: OpenBearer(link: 0x40, mtu: 23, peer: stranger, isCentral: false)), .bearerOnly)
+        XCTAssertEqual(core.news(of: OpenBearer(link: 0x40, mtu: 23, peer: lock, isCentral: false)), .replacesEndedLink)
     }
 
     // hcid's successor resets the controller: every link ends, the apps' and the lab's, once each.

@@ -280,28 +280,6 @@ final class ManagerCoreTests: XCTestCase {
         XCTAssertNil(core.router.owner(of: 31))
     }
 
-    /// hcid tells managerd and attd of a link in either order, and attd reports a bonded central's restored
-    /// subscription as soon as it has the link: the report waits for managerd to know the link; one made after attd's
-    /// bearer closed is stale, and one held when it closed is not handed to the next link with that handle.
-    func testASubscriptionReportedBeforeItsLinkWaitsForItAndNoneOutlivesItsBearer() {
-        var core = Core()
-        let report = ReportedSubscription(link: 0x40, valueHandle: 12, notify: true, indicate: false)
-        _ = core.bearer(0x40, mtu: 23)
-        XCTAssertFalse(core.subscriptionReported(report), "managerd does not know the link yet")
-        XCTAssertEqual(core.linkUp(handle: 0x40, identifier: "C", address: lock, isCentral: false), [.subscriptionReported(report), .advertisingChanged])
-        XCTAssertTrue(core.subscriptionReported(report), "given back once the link is known, it goes to the owner")
-
-        _ = core.linkDown(handle: 0x40, reason: 0x13)
-        core.bearerClosed(0x40)
-        XCTAssertFalse(core.subscriptionReported(report), "after the bearer closed: stale")
-        _ = core.bearer(0x40, mtu: 23)
-        XCTAssertFalse(core.subscriptionReported(report))
-        core.bearerClosed(0x40)
-        _ = core.bearer(0x40, mtu: 23)
-        XCTAssertEqual(core.linkUp(handle: 0x40, identifier: "D", address: lock, isCentral: false), [.advertisingChanged],
-                       "what was held for the bearer that closed is not the next link's")
-    }
-
     /// updateValue(_:for:onSubscribedCentrals:): every subscribed central, the named ones connected to this stack as
     /// its peripheral, or no one.
     func testAnUpdateGoesToTheLinksOfTheCentralsItNames() {

@@ -19,11 +19,14 @@ final class ManagerWireTests: XCTestCase {
         XCTAssertEqual(discover.gattDiscover.startHandle...discover.gattDiscover.endHandle, 3...9)
         XCTAssertEqual(discover.gattDiscover.depth, .characteristics)
 
-        let read = try XCTUnwrap(Beryl_Ipc_V1_AttRequest(.with { $0.read.handle = 0x2A }, connectionHandle: 0x41, session: 7))
+        // The app's own att.proto message goes on, with the link and the sender managerd knows, not the app's word.
+        let read = try XCTUnwrap(Beryl_Ipc_V1_AttRequest(.with { $0.read = .with { $0.handle = 0x2A; $0.connectionHandle = 0x99; $0.peripheral = "X" } },
+                                                         connectionHandle: 0x41, session: 7))
         XCTAssertEqual(read.gattRead, .with { $0.connectionHandle = 0x41; $0.handle = 0x2A })
 
         let write = try XCTUnwrap(Beryl_Ipc_V1_AttRequest(.with { $0.write = .with {
             $0.handle = 0x2C; $0.value = Data([1, 2]); $0.withoutResponse = true; $0.signed = true; $0.ordered = true; $0.readySeen = 3
+            $0.onBehalfOf = 99; $0.connectionHandle = 0x99; $0.peripheral = "X"
         } }, connectionHandle: 0x42, session: 7))
         XCTAssertEqual(write.gattWrite, .with {
             $0.connectionHandle = 0x42; $0.handle = 0x2C; $0.value = Data([1, 2]); $0.withoutResponse = true; $0.signed = true
@@ -31,7 +34,7 @@ final class ManagerWireTests: XCTestCase {
         }, "attd keeps the app's write order per app")
 
         let notify = try XCTUnwrap(Beryl_Ipc_V1_AttRequest(.with { $0.setNotify = .with {
-            $0.valueHandle = 0x2C; $0.cccdHandle = 0x2D; $0.indicate = true; $0.enable = true
+            $0.valueHandle = 0x2C; $0.cccdHandle = 0x2D; $0.indicate = true; $0.enable = true; $0.connectionHandle = 0x99
         } }, connectionHandle: 0x43, session: 7))
         XCTAssertEqual(notify.gattSubscribe, .with { $0.connectionHandle = 0x43; $0.valueHandle = 0x2C; $0.cccdHandle = 0x2D; $0.indicate = true; $0.enable = true })
 
@@ -158,9 +161,10 @@ final class ManagerWireTests: XCTestCase {
     }
 
     func testWhatTheGATTClientHeardReachesTheManagerUnderThePeripheralsIdentifier() {
-        let notification = Beryl_Ipc_V1_ManagerEvent(.gattNotification(.with { $0.connectionHandle = 0x40; $0.handle = 0x12; $0.value = Data([7]); $0.indication = true }),
+        let notification = Beryl_Ipc_V1_ManagerEvent(.gattNotification(.with { $0.connectionHandle = 0x40; $0.handle = 0x12; $0.value = Data([7]); $0.indication = true; $0.delivered = [3] }),
                                                      peripheral: "P")?.notification
-        XCTAssertEqual(notification, .with { $0.peripheral = "P"; $0.handle = 0x12; $0.value = Data([7]); $0.indication = true })
+        XCTAssertEqual(notification, .with { $0.peripheral = "P"; $0.handle = 0x12; $0.value = Data([7]); $0.indication = true },
+                       "as a data channel carries it: nothing of attd's links and audiences")
         let change = Beryl_Ipc_V1_GattServiceChanged.with { $0.connectionHandle = 0x40; $0.startHandle = 5; $0.endHandle = 9 }
         XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent(.gattServiceChanged(change), peripheral: "P")?.servicesChanged, .with { $0.peripheral = "P"; $0.change = change })
         XCTAssertEqual(Beryl_Ipc_V1_ManagerEvent(.gattWriteReady(.with { $0.connectionHandle = 0x40; $0.count = 4; $0.onBehalfOf = 9 }), peripheral: "P")?.readyToWrite,

@@ -88,10 +88,15 @@ final class RequestsWireTests: XCTestCase {
     }
 
     func testWhatManagerdAsksOfAttdForAnApp() {
-        let update = Beryl_Ipc_V1_AttRequest(update: .with { $0.valueHandle = 18; $0.value = Data([1, 2]); $0.indicate = true; $0.ordered = true; $0.readySeen = 4 },
-                                             session: 77)
+        // The app's Notify, as the data channel carries it too; its word for sender, links and manager is not attd's.
+        let update = Beryl_Ipc_V1_AttRequest(update: .with {
+            $0.valueHandle = 18; $0.value = Data([1, 2]); $0.indicate = true; $0.ordered = true; $0.readySeen = 4
+            $0.manager = 3; $0.onBehalfOf = 5; $0.connectionHandles = [0x99]
+        }, session: 77)
         XCTAssertEqual(update.notify, .with { $0.valueHandle = 18; $0.value = Data([1, 2]); $0.indicate = true; $0.ordered = true; $0.readySeen = 4; $0.onBehalfOf = 77 })
-        XCTAssertEqual(Beryl_Ipc_V1_AttRequest(update: .with { $0.valueHandle = 18; $0.centrals = ["C1"] }, session: 77, links: [0x41]).notify.connectionHandles, [0x41])
+        let named = Beryl_Ipc_V1_AttRequest(update: .with { $0.valueHandle = 18; $0.centrals = ["C1"] }, session: 77, links: [0x41]).notify
+        XCTAssertEqual(named.connectionHandles, [0x41])
+        XCTAssertEqual(named.centrals, [], "managerd found the centrals' links: attd is not asked to name them again")
         XCTAssertEqual(Beryl_Ipc_V1_AttRequest(forgetting: 77).forgetSender, .with { $0.onBehalfOf = 77 })
         XCTAssertEqual(Beryl_Ipc_V1_AttRequest(forgetting: 77, onLink: 0x40).forgetSender,
                        .with { $0.onBehalfOf = 77; $0.onlyLink = true; $0.connectionHandle = 0x40 })

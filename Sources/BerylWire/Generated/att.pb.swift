@@ -150,6 +150,8 @@ public nonisolated struct Beryl_Ipc_V1_GetBearers: Sendable {
   public init() {}
 }
 
+/// attd owns a link's coming and going for its clients: it says a link opened before anything else about it, and
+/// that it closed after everything else.
 public nonisolated struct Beryl_Ipc_V1_Bearer: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -162,6 +164,13 @@ public nonisolated struct Beryl_Ipc_V1_Bearer: Sendable {
   public var attMtu: UInt32 = 0
 
   public var central: Bool = false
+
+  /// bearer_closed: the HCI reason the link ended with (Core Vol 1 Part F §1.3); 0x1F (unspecified) when it ended
+  /// while this attd was not there to hear why.
+  public var reason: UInt32 = 0
+
+  /// bearer_closed: the stack lost the link itself (attd lost hcid, whose successor resets the controller).
+  public var stackFailed: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -179,6 +188,9 @@ public nonisolated struct Beryl_Ipc_V1_Bearers: Sendable {
   /// preserved managers' services again only once there are none (DataChannelOrphans says when), so that an app
   /// whose services attd kept does not get a second copy.
   public var orphanedChannels: UInt32 = 0
+
+  /// attd has taken over hcid's links: the list is every link the controller has. False until attd attached to hcid.
+  public var complete: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -339,8 +351,12 @@ public nonisolated struct Beryl_Ipc_V1_Notify: Sendable {
   /// hear the value. Empty: every subscribed peer.
   public var connectionHandles: [UInt32] = []
 
-  /// On a data channel, the centrals named by the identifiers managerd gave them (NameLink), instead of handles.
+  /// On a data channel and to managerd, the centrals named by the identifiers managerd gave them (NameLink), instead of
+  /// handles.
   public var centrals: [String] = []
+
+  /// To managerd (ManagerRequest.update_value): which of the app's peripheral managers sends it.
+  public var manager: UInt32 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1888,6 +1904,16 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
     set {kind = .dataChannelOrphans(newValue)}
   }
 
+  /// attd attached to hcid and took over its links (bearer_opened went for each first): every link there is,
+  /// `complete`, so that a client that knew links before this attd learns which ended while attd was away.
+  public var linksTakenOver: Beryl_Ipc_V1_Bearers {
+    get {
+      if case .linksTakenOver(let v)? = kind {return v}
+      return Beryl_Ipc_V1_Bearers()
+    }
+    set {kind = .linksTakenOver(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1907,6 +1933,9 @@ public nonisolated struct Beryl_Ipc_V1_AttEvent: Sendable {
     case readyToUpdate(Beryl_Ipc_V1_ReadyToUpdate)
     case dataGrantChanged(Beryl_Ipc_V1_DataGrantChanged)
     case dataChannelOrphans(Beryl_Ipc_V1_DataChannelOrphans)
+    /// attd attached to hcid and took over its links (bearer_opened went for each first): every link there is,
+    /// `complete`, so that a client that knew links before this attd learns which ended while attd was away.
+    case linksTakenOver(Beryl_Ipc_V1_Bearers)
 
   }
 
@@ -1946,7 +1975,7 @@ nonisolated extension Beryl_Ipc_V1_GetBearers: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Beryl_Ipc_V1_Bearer: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Bearer"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{3}peer_address\0\u{3}att_mtu\0\u{1}central\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}connection_handle\0\u{3}peer_address\0\u{3}att_mtu\0\u{1}central\0\u{1}reason\0\u{3}stack_failed\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1958,6 +1987,8 @@ nonisolated extension Beryl_Ipc_V1_Bearer: SwiftProtobuf.Message, SwiftProtobuf.
       case 2: try { try decoder.decodeSingularStringField(value: &self.peerAddress) }()
       case 3: try { try decoder.decodeSingularUInt32Field(value: &self.attMtu) }()
       case 4: try { try decoder.decodeSingularBoolField(value: &self.central) }()
+      case 5: try { try decoder.decodeSingularUInt32Field(value: &self.reason) }()
+      case 6: try { try decoder.decodeSingularBoolField(value: &self.stackFailed) }()
       default: break
       }
     }
@@ -1976,6 +2007,12 @@ nonisolated extension Beryl_Ipc_V1_Bearer: SwiftProtobuf.Message, SwiftProtobuf.
     if self.central != false {
       try visitor.visitSingularBoolField(value: self.central, fieldNumber: 4)
     }
+    if self.reason != 0 {
+      try visitor.visitSingularUInt32Field(value: self.reason, fieldNumber: 5)
+    }
+    if self.stackFailed != false {
+      try visitor.visitSingularBoolField(value: self.stackFailed, fieldNumber: 6)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1984,6 +2021,8 @@ nonisolated extension Beryl_Ipc_V1_Bearer: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.peerAddress != rhs.peerAddress {return false}
     if lhs.attMtu != rhs.attMtu {return false}
     if lhs.central != rhs.central {return false}
+    if lhs.reason != rhs.reason {return false}
+    if lhs.stackFailed != rhs.stackFailed {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1991,7 +2030,7 @@ nonisolated extension Beryl_Ipc_V1_Bearer: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Beryl_Ipc_V1_Bearers: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Bearers"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bearers\0\u{3}orphaned_channels\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}bearers\0\u{3}orphaned_channels\0\u{1}complete\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2001,6 +2040,7 @@ nonisolated extension Beryl_Ipc_V1_Bearers: SwiftProtobuf.Message, SwiftProtobuf
       switch fieldNumber {
       case 1: try { try decoder.decodeRepeatedMessageField(value: &self.bearers) }()
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self.orphanedChannels) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.complete) }()
       default: break
       }
     }
@@ -2013,12 +2053,16 @@ nonisolated extension Beryl_Ipc_V1_Bearers: SwiftProtobuf.Message, SwiftProtobuf
     if self.orphanedChannels != 0 {
       try visitor.visitSingularUInt32Field(value: self.orphanedChannels, fieldNumber: 2)
     }
+    if self.complete != false {
+      try visitor.visitSingularBoolField(value: self.complete, fieldNumber: 3)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Beryl_Ipc_V1_Bearers, rhs: Beryl_Ipc_V1_Bearers) -> Bool {
     if lhs.bearers != rhs.bearers {return false}
     if lhs.orphanedChannels != rhs.orphanedChannels {return false}
+    if lhs.complete != rhs.complete {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2300,7 +2344,7 @@ nonisolated extension Beryl_Ipc_V1_UnpublishService: SwiftProtobuf.Message, Swif
 
 nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Notify"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}value_handle\0\u{1}value\0\u{1}indicate\0\u{1}ordered\0\u{3}ready_seen\0\u{3}on_behalf_of\0\u{3}connection_handles\0\u{1}centrals\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}value_handle\0\u{1}value\0\u{1}indicate\0\u{1}ordered\0\u{3}ready_seen\0\u{3}on_behalf_of\0\u{3}connection_handles\0\u{1}centrals\0\u{1}manager\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2316,6 +2360,7 @@ nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf.
       case 6: try { try decoder.decodeSingularUInt64Field(value: &self.onBehalfOf) }()
       case 7: try { try decoder.decodeRepeatedUInt32Field(value: &self.connectionHandles) }()
       case 8: try { try decoder.decodeRepeatedStringField(value: &self.centrals) }()
+      case 9: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
       default: break
       }
     }
@@ -2346,6 +2391,9 @@ nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf.
     if !self.centrals.isEmpty {
       try visitor.visitRepeatedStringField(value: self.centrals, fieldNumber: 8)
     }
+    if self.manager != 0 {
+      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 9)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2358,6 +2406,7 @@ nonisolated extension Beryl_Ipc_V1_Notify: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.onBehalfOf != rhs.onBehalfOf {return false}
     if lhs.connectionHandles != rhs.connectionHandles {return false}
     if lhs.centrals != rhs.centrals {return false}
+    if lhs.manager != rhs.manager {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -5258,7 +5307,7 @@ nonisolated extension Beryl_Ipc_V1_AttResponse: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".AttEvent"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}bearer_opened\0\u{3}bearer_closed\0\u{3}read_requested\0\u{3}write_requested\0\u{3}subscription_changed\0\u{3}gatt_notification\0\u{3}gatt_service_changed\0\u{3}gatt_write_ready\0\u{3}pairing_prompt\0\u{3}pairing_finished\0\u{3}security_changed\0\u{3}mtu_changed\0\u{3}ready_to_update\0\u{3}data_grant_changed\0\u{3}data_channel_orphans\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}bearer_opened\0\u{3}bearer_closed\0\u{3}read_requested\0\u{3}write_requested\0\u{3}subscription_changed\0\u{3}gatt_notification\0\u{3}gatt_service_changed\0\u{3}gatt_write_ready\0\u{3}pairing_prompt\0\u{3}pairing_finished\0\u{3}security_changed\0\u{3}mtu_changed\0\u{3}ready_to_update\0\u{3}data_grant_changed\0\u{3}data_channel_orphans\0\u{3}links_taken_over\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -5461,6 +5510,19 @@ nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobu
           self.kind = .dataChannelOrphans(v)
         }
       }()
+      case 16: try {
+        var v: Beryl_Ipc_V1_Bearers?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .linksTakenOver(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .linksTakenOver(v)
+        }
+      }()
       default: break
       }
     }
@@ -5531,6 +5593,10 @@ nonisolated extension Beryl_Ipc_V1_AttEvent: SwiftProtobuf.Message, SwiftProtobu
     case .dataChannelOrphans?: try {
       guard case .dataChannelOrphans(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
+    }()
+    case .linksTakenOver?: try {
+      guard case .linksTakenOver(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 16)
     }()
     case nil: break
     }

@@ -970,6 +970,9 @@ public nonisolated struct Beryl_Ipc_V1_PeripheralList: Sendable {
 /// A GATT client operation of Core Bluetooth's CBPeripheral on a peripheral the manager is connected to, named by its
 /// identifier (managerd finds the link and carries it out through attd). Handles are the peripheral's attribute
 /// handles, as discovery reported them. Answered with a GattResult; failures carry an ATT error or a Bluetooth error.
+/// A read, a write and setNotifyValue are att.proto's messages, as the data channel carries them too: the app leaves
+/// their connection_handle, on_behalf_of and peripheral unset (managerd sets what attd needs from `peripheral` and the
+/// session).
 public nonisolated struct Beryl_Ipc_V1_GattOperation: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -987,26 +990,31 @@ public nonisolated struct Beryl_Ipc_V1_GattOperation: Sendable {
     set {kind = .discover(newValue)}
   }
 
-  public var read: Beryl_Ipc_V1_ReadAttribute {
+  /// readValue(for:) of a characteristic's value or a descriptor.
+  public var read: Beryl_Ipc_V1_GattRead {
     get {
       if case .read(let v)? = kind {return v}
-      return Beryl_Ipc_V1_ReadAttribute()
+      return Beryl_Ipc_V1_GattRead()
     }
     set {kind = .read(newValue)}
   }
 
-  public var write: Beryl_Ipc_V1_WriteAttribute {
+  /// writeValue(_:for:type:): with response, or without (then signed when the characteristic asks for it). A
+  /// library that sends writes without response without waiting for each answer sets `ordered` and `ready_seen`
+  /// (the count of the last PeripheralReadyToWrite it had for the peripheral).
+  public var write: Beryl_Ipc_V1_GattWrite {
     get {
       if case .write(let v)? = kind {return v}
-      return Beryl_Ipc_V1_WriteAttribute()
+      return Beryl_Ipc_V1_GattWrite()
     }
     set {kind = .write(newValue)}
   }
 
-  public var setNotify: Beryl_Ipc_V1_SetNotifyValue {
+  /// setNotifyValue(_:for:): writes the characteristic's Client Characteristic Configuration descriptor.
+  public var setNotify: Beryl_Ipc_V1_GattSubscribe {
     get {
       if case .setNotify(let v)? = kind {return v}
-      return Beryl_Ipc_V1_SetNotifyValue()
+      return Beryl_Ipc_V1_GattSubscribe()
     }
     set {kind = .setNotify(newValue)}
   }
@@ -1023,9 +1031,14 @@ public nonisolated struct Beryl_Ipc_V1_GattOperation: Sendable {
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
     case discover(Beryl_Ipc_V1_DiscoverAttributes)
-    case read(Beryl_Ipc_V1_ReadAttribute)
-    case write(Beryl_Ipc_V1_WriteAttribute)
-    case setNotify(Beryl_Ipc_V1_SetNotifyValue)
+    /// readValue(for:) of a characteristic's value or a descriptor.
+    case read(Beryl_Ipc_V1_GattRead)
+    /// writeValue(_:for:type:): with response, or without (then signed when the characteristic asks for it). A
+    /// library that sends writes without response without waiting for each answer sets `ordered` and `ready_seen`
+    /// (the count of the last PeripheralReadyToWrite it had for the peripheral).
+    case write(Beryl_Ipc_V1_GattWrite)
+    /// setNotifyValue(_:for:): writes the characteristic's Client Characteristic Configuration descriptor.
+    case setNotify(Beryl_Ipc_V1_GattSubscribe)
     case reliableWrite(Beryl_Ipc_V1_WriteAttributesReliably)
 
   }
@@ -1049,63 +1062,6 @@ public nonisolated struct Beryl_Ipc_V1_DiscoverAttributes: Sendable {
   public var endHandle: UInt32 = 0
 
   public var depth: Beryl_Ipc_V1_GattDiscoveryDepth = .whole
-
-  public var unknownFields = SwiftProtobuf.UnknownStorage()
-
-  public init() {}
-}
-
-/// readValue(for:) of a characteristic's value or a descriptor.
-public nonisolated struct Beryl_Ipc_V1_ReadAttribute: Sendable {
-  // SwiftProtobuf.Message conformance is added in an extension below. See the
-  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
-  // methods supported on all messages.
-
-  public var handle: UInt32 = 0
-
-  public var unknownFields = SwiftProtobuf.UnknownStorage()
-
-  public init() {}
-}
-
-/// writeValue(_:for:type:): with response, or without (then signed when the characteristic asks for it).
-public nonisolated struct Beryl_Ipc_V1_WriteAttribute: Sendable {
-  // SwiftProtobuf.Message conformance is added in an extension below. See the
-  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
-  // methods supported on all messages.
-
-  public var handle: UInt32 = 0
-
-  public var value: Data = Data()
-
-  public var withoutResponse: Bool = false
-
-  public var signed: Bool = false
-
-  /// A library that sends writes without response without waiting for each answer keeps them in order with these
-  /// (att.proto's GattWrite): `ready_seen` is the count of the last PeripheralReadyToWrite it had for the peripheral.
-  public var ordered: Bool = false
-
-  public var readySeen: UInt32 = 0
-
-  public var unknownFields = SwiftProtobuf.UnknownStorage()
-
-  public init() {}
-}
-
-/// setNotifyValue(_:for:): writes the characteristic's Client Characteristic Configuration descriptor.
-public nonisolated struct Beryl_Ipc_V1_SetNotifyValue: Sendable {
-  // SwiftProtobuf.Message conformance is added in an extension below. See the
-  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
-  // methods supported on all messages.
-
-  public var valueHandle: UInt32 = 0
-
-  public var cccdHandle: UInt32 = 0
-
-  public var indicate: Bool = false
-
-  public var enable: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1333,33 +1289,6 @@ public nonisolated struct Beryl_Ipc_V1_RespondToRequest: Sendable {
   public init() {}
 }
 
-public nonisolated struct Beryl_Ipc_V1_UpdateValue: Sendable {
-  // SwiftProtobuf.Message conformance is added in an extension below. See the
-  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
-  // methods supported on all messages.
-
-  public var manager: UInt32 = 0
-
-  public var valueHandle: UInt32 = 0
-
-  public var value: Data = Data()
-
-  /// Empty: every subscribed central.
-  public var centrals: [String] = []
-
-  public var indicate: Bool = false
-
-  /// A library that sends values without waiting for each answer keeps them in order with these (att.proto's Notify):
-  /// `ready_seen` is the count of the last ReadyToUpdate it had.
-  public var ordered: Bool = false
-
-  public var readySeen: UInt32 = 0
-
-  public var unknownFields = SwiftProtobuf.UnknownStorage()
-
-  public init() {}
-}
-
 /// sent false: the transmit queue is full; ReadyToUpdate follows. With `send_again` (ordered updates only) the value
 /// was sent before the latest ReadyToUpdate: it goes again at once, and no other ReadyToUpdate follows.
 public nonisolated struct Beryl_Ipc_V1_UpdateResult: Sendable {
@@ -1578,10 +1507,12 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     set {kind = .respond(newValue)}
   }
 
-  public var updateValue: Beryl_Ipc_V1_UpdateValue {
+  /// updateValue(_:for:onSubscribedCentrals:): att.proto's Notify as the data channel carries it (centrals by
+  /// identifier, empty for every subscribed one), naming the peripheral manager (`manager`).
+  public var updateValue: Beryl_Ipc_V1_Notify {
     get {
       if case .updateValue(let v)? = kind {return v}
-      return Beryl_Ipc_V1_UpdateValue()
+      return Beryl_Ipc_V1_Notify()
     }
     set {kind = .updateValue(newValue)}
   }
@@ -1824,7 +1755,9 @@ public nonisolated struct Beryl_Ipc_V1_ManagerRequest: Sendable {
     case startAdvertising(Beryl_Ipc_V1_StartAdvertising)
     case stopAdvertising(Beryl_Ipc_V1_StopAdvertising)
     case respond(Beryl_Ipc_V1_RespondToRequest)
-    case updateValue(Beryl_Ipc_V1_UpdateValue)
+    /// updateValue(_:for:onSubscribedCentrals:): att.proto's Notify as the data channel carries it (centrals by
+    /// identifier, empty for every subscribed one), naming the peripheral manager (`manager`).
+    case updateValue(Beryl_Ipc_V1_Notify)
     case answerPairing(Beryl_Ipc_V1_AnswerPairing)
     case invalidate(Beryl_Ipc_V1_Invalidate)
     case setAppState(Beryl_Ipc_V1_SetAppState)
@@ -2080,24 +2013,6 @@ public nonisolated struct Beryl_Ipc_V1_PeripheralDisconnected: Sendable {
   public init() {}
 }
 
-public nonisolated struct Beryl_Ipc_V1_PeripheralNotification: Sendable {
-  // SwiftProtobuf.Message conformance is added in an extension below. See the
-  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
-  // methods supported on all messages.
-
-  public var peripheral: String = String()
-
-  public var handle: UInt32 = 0
-
-  public var value: Data = Data()
-
-  public var indication: Bool = false
-
-  public var unknownFields = SwiftProtobuf.UnknownStorage()
-
-  public init() {}
-}
-
 public nonisolated struct Beryl_Ipc_V1_PeripheralServicesChanged: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -2260,10 +2175,11 @@ public nonisolated struct Beryl_Ipc_V1_ManagerEvent: @unchecked Sendable {
     set {_uniqueStorage()._kind = .disconnected(newValue)}
   }
 
-  public var notification: Beryl_Ipc_V1_PeripheralNotification {
+  /// A peripheral's value, as attd sends it on a data channel: the peripheral by its identifier.
+  public var notification: Beryl_Ipc_V1_GattNotification {
     get {
       if case .notification(let v)? = _storage._kind {return v}
-      return Beryl_Ipc_V1_PeripheralNotification()
+      return Beryl_Ipc_V1_GattNotification()
     }
     set {_uniqueStorage()._kind = .notification(newValue)}
   }
@@ -2378,7 +2294,8 @@ public nonisolated struct Beryl_Ipc_V1_ManagerEvent: @unchecked Sendable {
     case discovered(Beryl_Ipc_V1_ScanDiscovery)
     case connected(Beryl_Ipc_V1_PeripheralConnected)
     case disconnected(Beryl_Ipc_V1_PeripheralDisconnected)
-    case notification(Beryl_Ipc_V1_PeripheralNotification)
+    /// A peripheral's value, as attd sends it on a data channel: the peripheral by its identifier.
+    case notification(Beryl_Ipc_V1_GattNotification)
     case servicesChanged(Beryl_Ipc_V1_PeripheralServicesChanged)
     case readyToWrite(Beryl_Ipc_V1_PeripheralReadyToWrite)
     case readRequest(Beryl_Ipc_V1_CentralRead)
@@ -3840,7 +3757,7 @@ nonisolated extension Beryl_Ipc_V1_GattOperation: SwiftProtobuf.Message, SwiftPr
         }
       }()
       case 3: try {
-        var v: Beryl_Ipc_V1_ReadAttribute?
+        var v: Beryl_Ipc_V1_GattRead?
         var hadOneofValue = false
         if let current = self.kind {
           hadOneofValue = true
@@ -3853,7 +3770,7 @@ nonisolated extension Beryl_Ipc_V1_GattOperation: SwiftProtobuf.Message, SwiftPr
         }
       }()
       case 4: try {
-        var v: Beryl_Ipc_V1_WriteAttribute?
+        var v: Beryl_Ipc_V1_GattWrite?
         var hadOneofValue = false
         if let current = self.kind {
           hadOneofValue = true
@@ -3866,7 +3783,7 @@ nonisolated extension Beryl_Ipc_V1_GattOperation: SwiftProtobuf.Message, SwiftPr
         }
       }()
       case 5: try {
-        var v: Beryl_Ipc_V1_SetNotifyValue?
+        var v: Beryl_Ipc_V1_GattSubscribe?
         var hadOneofValue = false
         if let current = self.kind {
           hadOneofValue = true
@@ -3983,136 +3900,6 @@ nonisolated extension Beryl_Ipc_V1_DiscoverAttributes: SwiftProtobuf.Message, Sw
     if lhs.startHandle != rhs.startHandle {return false}
     if lhs.endHandle != rhs.endHandle {return false}
     if lhs.depth != rhs.depth {return false}
-    if lhs.unknownFields != rhs.unknownFields {return false}
-    return true
-  }
-}
-
-nonisolated extension Beryl_Ipc_V1_ReadAttribute: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  public static let protoMessageName: String = _protobuf_package + ".ReadAttribute"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0")
-
-  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
-      default: break
-      }
-    }
-  }
-
-  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    if self.handle != 0 {
-      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 1)
-    }
-    try unknownFields.traverse(visitor: &visitor)
-  }
-
-  public static func ==(lhs: Beryl_Ipc_V1_ReadAttribute, rhs: Beryl_Ipc_V1_ReadAttribute) -> Bool {
-    if lhs.handle != rhs.handle {return false}
-    if lhs.unknownFields != rhs.unknownFields {return false}
-    return true
-  }
-}
-
-nonisolated extension Beryl_Ipc_V1_WriteAttribute: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  public static let protoMessageName: String = _protobuf_package + ".WriteAttribute"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}handle\0\u{1}value\0\u{3}without_response\0\u{1}signed\0\u{1}ordered\0\u{3}ready_seen\0")
-
-  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
-      case 2: try { try decoder.decodeSingularBytesField(value: &self.value) }()
-      case 3: try { try decoder.decodeSingularBoolField(value: &self.withoutResponse) }()
-      case 4: try { try decoder.decodeSingularBoolField(value: &self.signed) }()
-      case 5: try { try decoder.decodeSingularBoolField(value: &self.ordered) }()
-      case 6: try { try decoder.decodeSingularUInt32Field(value: &self.readySeen) }()
-      default: break
-      }
-    }
-  }
-
-  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    if self.handle != 0 {
-      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 1)
-    }
-    if !self.value.isEmpty {
-      try visitor.visitSingularBytesField(value: self.value, fieldNumber: 2)
-    }
-    if self.withoutResponse != false {
-      try visitor.visitSingularBoolField(value: self.withoutResponse, fieldNumber: 3)
-    }
-    if self.signed != false {
-      try visitor.visitSingularBoolField(value: self.signed, fieldNumber: 4)
-    }
-    if self.ordered != false {
-      try visitor.visitSingularBoolField(value: self.ordered, fieldNumber: 5)
-    }
-    if self.readySeen != 0 {
-      try visitor.visitSingularUInt32Field(value: self.readySeen, fieldNumber: 6)
-    }
-    try unknownFields.traverse(visitor: &visitor)
-  }
-
-  public static func ==(lhs: Beryl_Ipc_V1_WriteAttribute, rhs: Beryl_Ipc_V1_WriteAttribute) -> Bool {
-    if lhs.handle != rhs.handle {return false}
-    if lhs.value != rhs.value {return false}
-    if lhs.withoutResponse != rhs.withoutResponse {return false}
-    if lhs.signed != rhs.signed {return false}
-    if lhs.ordered != rhs.ordered {return false}
-    if lhs.readySeen != rhs.readySeen {return false}
-    if lhs.unknownFields != rhs.unknownFields {return false}
-    return true
-  }
-}
-
-nonisolated extension Beryl_Ipc_V1_SetNotifyValue: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  public static let protoMessageName: String = _protobuf_package + ".SetNotifyValue"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}value_handle\0\u{3}cccd_handle\0\u{1}indicate\0\u{1}enable\0")
-
-  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.valueHandle) }()
-      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.cccdHandle) }()
-      case 3: try { try decoder.decodeSingularBoolField(value: &self.indicate) }()
-      case 4: try { try decoder.decodeSingularBoolField(value: &self.enable) }()
-      default: break
-      }
-    }
-  }
-
-  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    if self.valueHandle != 0 {
-      try visitor.visitSingularUInt32Field(value: self.valueHandle, fieldNumber: 1)
-    }
-    if self.cccdHandle != 0 {
-      try visitor.visitSingularUInt32Field(value: self.cccdHandle, fieldNumber: 2)
-    }
-    if self.indicate != false {
-      try visitor.visitSingularBoolField(value: self.indicate, fieldNumber: 3)
-    }
-    if self.enable != false {
-      try visitor.visitSingularBoolField(value: self.enable, fieldNumber: 4)
-    }
-    try unknownFields.traverse(visitor: &visitor)
-  }
-
-  public static func ==(lhs: Beryl_Ipc_V1_SetNotifyValue, rhs: Beryl_Ipc_V1_SetNotifyValue) -> Bool {
-    if lhs.valueHandle != rhs.valueHandle {return false}
-    if lhs.cccdHandle != rhs.cccdHandle {return false}
-    if lhs.indicate != rhs.indicate {return false}
-    if lhs.enable != rhs.enable {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -4601,66 +4388,6 @@ nonisolated extension Beryl_Ipc_V1_RespondToRequest: SwiftProtobuf.Message, Swif
   }
 }
 
-nonisolated extension Beryl_Ipc_V1_UpdateValue: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  public static let protoMessageName: String = _protobuf_package + ".UpdateValue"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}manager\0\u{3}value_handle\0\u{1}value\0\u{1}centrals\0\u{1}indicate\0\u{1}ordered\0\u{3}ready_seen\0")
-
-  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.manager) }()
-      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.valueHandle) }()
-      case 3: try { try decoder.decodeSingularBytesField(value: &self.value) }()
-      case 4: try { try decoder.decodeRepeatedStringField(value: &self.centrals) }()
-      case 5: try { try decoder.decodeSingularBoolField(value: &self.indicate) }()
-      case 6: try { try decoder.decodeSingularBoolField(value: &self.ordered) }()
-      case 7: try { try decoder.decodeSingularUInt32Field(value: &self.readySeen) }()
-      default: break
-      }
-    }
-  }
-
-  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    if self.manager != 0 {
-      try visitor.visitSingularUInt32Field(value: self.manager, fieldNumber: 1)
-    }
-    if self.valueHandle != 0 {
-      try visitor.visitSingularUInt32Field(value: self.valueHandle, fieldNumber: 2)
-    }
-    if !self.value.isEmpty {
-      try visitor.visitSingularBytesField(value: self.value, fieldNumber: 3)
-    }
-    if !self.centrals.isEmpty {
-      try visitor.visitRepeatedStringField(value: self.centrals, fieldNumber: 4)
-    }
-    if self.indicate != false {
-      try visitor.visitSingularBoolField(value: self.indicate, fieldNumber: 5)
-    }
-    if self.ordered != false {
-      try visitor.visitSingularBoolField(value: self.ordered, fieldNumber: 6)
-    }
-    if self.readySeen != 0 {
-      try visitor.visitSingularUInt32Field(value: self.readySeen, fieldNumber: 7)
-    }
-    try unknownFields.traverse(visitor: &visitor)
-  }
-
-  public static func ==(lhs: Beryl_Ipc_V1_UpdateValue, rhs: Beryl_Ipc_V1_UpdateValue) -> Bool {
-    if lhs.manager != rhs.manager {return false}
-    if lhs.valueHandle != rhs.valueHandle {return false}
-    if lhs.value != rhs.value {return false}
-    if lhs.centrals != rhs.centrals {return false}
-    if lhs.indicate != rhs.indicate {return false}
-    if lhs.ordered != rhs.ordered {return false}
-    if lhs.readySeen != rhs.readySeen {return false}
-    if lhs.unknownFields != rhs.unknownFields {return false}
-    return true
-  }
-}
-
 nonisolated extension Beryl_Ipc_V1_UpdateResult: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".UpdateResult"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}sent\0\u{3}send_again\0")
@@ -5057,7 +4784,7 @@ nonisolated extension Beryl_Ipc_V1_ManagerRequest: SwiftProtobuf.Message, SwiftP
         }
       }()
       case 17: try {
-        var v: Beryl_Ipc_V1_UpdateValue?
+        var v: Beryl_Ipc_V1_Notify?
         var hadOneofValue = false
         if let current = self.kind {
           hadOneofValue = true
@@ -6064,51 +5791,6 @@ nonisolated extension Beryl_Ipc_V1_PeripheralDisconnected: SwiftProtobuf.Message
   }
 }
 
-nonisolated extension Beryl_Ipc_V1_PeripheralNotification: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
-  public static let protoMessageName: String = _protobuf_package + ".PeripheralNotification"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peripheral\0\u{1}handle\0\u{1}value\0\u{1}indication\0")
-
-  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularStringField(value: &self.peripheral) }()
-      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.handle) }()
-      case 3: try { try decoder.decodeSingularBytesField(value: &self.value) }()
-      case 4: try { try decoder.decodeSingularBoolField(value: &self.indication) }()
-      default: break
-      }
-    }
-  }
-
-  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    if !self.peripheral.isEmpty {
-      try visitor.visitSingularStringField(value: self.peripheral, fieldNumber: 1)
-    }
-    if self.handle != 0 {
-      try visitor.visitSingularUInt32Field(value: self.handle, fieldNumber: 2)
-    }
-    if !self.value.isEmpty {
-      try visitor.visitSingularBytesField(value: self.value, fieldNumber: 3)
-    }
-    if self.indication != false {
-      try visitor.visitSingularBoolField(value: self.indication, fieldNumber: 4)
-    }
-    try unknownFields.traverse(visitor: &visitor)
-  }
-
-  public static func ==(lhs: Beryl_Ipc_V1_PeripheralNotification, rhs: Beryl_Ipc_V1_PeripheralNotification) -> Bool {
-    if lhs.peripheral != rhs.peripheral {return false}
-    if lhs.handle != rhs.handle {return false}
-    if lhs.value != rhs.value {return false}
-    if lhs.indication != rhs.indication {return false}
-    if lhs.unknownFields != rhs.unknownFields {return false}
-    return true
-  }
-}
-
 nonisolated extension Beryl_Ipc_V1_PeripheralServicesChanged: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".PeripheralServicesChanged"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}peripheral\0\u{1}change\0")
@@ -6468,7 +6150,7 @@ nonisolated extension Beryl_Ipc_V1_ManagerEvent: SwiftProtobuf.Message, SwiftPro
           }
         }()
         case 5: try {
-          var v: Beryl_Ipc_V1_PeripheralNotification?
+          var v: Beryl_Ipc_V1_GattNotification?
           var hadOneofValue = false
           if let current = _storage._kind {
             hadOneofValue = true

@@ -3040,7 +3040,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__get_bearers__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__get_bearers__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__bearer__field_descriptors[4] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__bearer__field_descriptors[6] =
 {
   {
     "connection_handle",
@@ -3090,17 +3090,43 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__bearer__field_descriptors[
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "reason",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__Bearer, reason),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "stack_failed",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__Bearer, stack_failed),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__bearer__field_indices_by_name[] = {
   2,   /* field[2] = att_mtu */
   3,   /* field[3] = central */
   0,   /* field[0] = connection_handle */
   1,   /* field[1] = peer_address */
+  4,   /* field[4] = reason */
+  5,   /* field[5] = stack_failed */
 };
 static const ProtobufCIntRange beryl__ipc__v1__bearer__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__bearer__descriptor =
 {
@@ -3110,14 +3136,14 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__bearer__descriptor =
   "Beryl__Ipc__V1__Bearer",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__Bearer),
-  4,
+  6,
   beryl__ipc__v1__bearer__field_descriptors,
   beryl__ipc__v1__bearer__field_indices_by_name,
   1,  beryl__ipc__v1__bearer__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__bearer__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__bearers__field_descriptors[2] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__bearers__field_descriptors[3] =
 {
   {
     "bearers",
@@ -3143,15 +3169,28 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__bearers__field_descriptors
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "complete",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__Bearers, complete),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__bearers__field_indices_by_name[] = {
   0,   /* field[0] = bearers */
+  2,   /* field[2] = complete */
   1,   /* field[1] = orphaned_channels */
 };
 static const ProtobufCIntRange beryl__ipc__v1__bearers__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__bearers__descriptor =
 {
@@ -3161,7 +3200,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__bearers__descriptor =
   "Beryl__Ipc__V1__Bearers",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__Bearers),
-  2,
+  3,
   beryl__ipc__v1__bearers__field_descriptors,
   beryl__ipc__v1__bearers__field_indices_by_name,
   1,  beryl__ipc__v1__bearers__number_ranges,
@@ -3590,7 +3629,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__unpublish_service__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__unpublish_service__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__notify__field_descriptors[8] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__notify__field_descriptors[9] =
 {
   {
     "value_handle",
@@ -3688,11 +3727,24 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__notify__field_descriptors[
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "manager",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_UINT32,
+    0,   /* quantifier_offset */
+    offsetof(Beryl__Ipc__V1__Notify, manager),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__notify__field_indices_by_name[] = {
   7,   /* field[7] = centrals */
   6,   /* field[6] = connection_handles */
   2,   /* field[2] = indicate */
+  8,   /* field[8] = manager */
   5,   /* field[5] = on_behalf_of */
   3,   /* field[3] = ordered */
   4,   /* field[4] = ready_seen */
@@ -3702,7 +3754,7 @@ static const unsigned beryl__ipc__v1__notify__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__notify__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 8 }
+  { 0, 9 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__notify__descriptor =
 {
@@ -3712,7 +3764,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__notify__descriptor =
   "Beryl__Ipc__V1__Notify",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__Notify),
-  8,
+  9,
   beryl__ipc__v1__notify__field_descriptors,
   beryl__ipc__v1__notify__field_indices_by_name,
   1,  beryl__ipc__v1__notify__number_ranges,
@@ -7844,7 +7896,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__att_response__descriptor =
   (ProtobufCMessageInit) beryl__ipc__v1__att_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__att_event__field_descriptors[15] =
+static const ProtobufCFieldDescriptor beryl__ipc__v1__att_event__field_descriptors[16] =
 {
   {
     "bearer_opened",
@@ -8026,6 +8078,18 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__att_event__field_descripto
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "links_taken_over",
+    16,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Beryl__Ipc__V1__AttEvent, kind_case),
+    offsetof(Beryl__Ipc__V1__AttEvent, links_taken_over),
+    &beryl__ipc__v1__bearers__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned beryl__ipc__v1__att_event__field_indices_by_name[] = {
   1,   /* field[1] = bearer_closed */
@@ -8035,6 +8099,7 @@ static const unsigned beryl__ipc__v1__att_event__field_indices_by_name[] = {
   5,   /* field[5] = gatt_notification */
   6,   /* field[6] = gatt_service_changed */
   7,   /* field[7] = gatt_write_ready */
+  15,   /* field[15] = links_taken_over */
   11,   /* field[11] = mtu_changed */
   9,   /* field[9] = pairing_finished */
   8,   /* field[8] = pairing_prompt */
@@ -8047,7 +8112,7 @@ static const unsigned beryl__ipc__v1__att_event__field_indices_by_name[] = {
 static const ProtobufCIntRange beryl__ipc__v1__att_event__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 15 }
+  { 0, 16 }
 };
 const ProtobufCMessageDescriptor beryl__ipc__v1__att_event__descriptor =
 {
@@ -8057,7 +8122,7 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__att_event__descriptor =
   "Beryl__Ipc__V1__AttEvent",
   "beryl.ipc.v1",
   sizeof(Beryl__Ipc__V1__AttEvent),
-  15,
+  16,
   beryl__ipc__v1__att_event__field_descriptors,
   beryl__ipc__v1__att_event__field_indices_by_name,
   1,  beryl__ipc__v1__att_event__number_ranges,

@@ -162,6 +162,10 @@ struct  Beryl__Ipc__V1__GetBearers
      }
 
 
+/*
+ * attd owns a link's coming and going for its clients: it says a link opened before anything else about it, and
+ * that it closed after everything else.
+ */
 struct  Beryl__Ipc__V1__Bearer
 {
   ProtobufCMessage base;
@@ -169,10 +173,19 @@ struct  Beryl__Ipc__V1__Bearer
   char *peer_address;
   uint32_t att_mtu;
   protobuf_c_boolean central;
+  /*
+   * bearer_closed: the HCI reason the link ended with (Core Vol 1 Part F §1.3); 0x1F (unspecified) when it ended
+   * while this attd was not there to hear why.
+   */
+  uint32_t reason;
+  /*
+   * bearer_closed: the stack lost the link itself (attd lost hcid, whose successor resets the controller).
+   */
+  protobuf_c_boolean stack_failed;
 };
 #define BERYL__IPC__V1__BEARER__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__bearer__descriptor) \
-    , 0, (char *)protobuf_c_empty_string, 0, 0 }
+    , 0, (char *)protobuf_c_empty_string, 0, 0, 0, 0 }
 
 
 struct  Beryl__Ipc__V1__Bearers
@@ -186,10 +199,14 @@ struct  Beryl__Ipc__V1__Bearers
    * whose services attd kept does not get a second copy.
    */
   uint32_t orphaned_channels;
+  /*
+   * attd has taken over hcid's links: the list is every link the controller has. False until attd attached to hcid.
+   */
+  protobuf_c_boolean complete;
 };
 #define BERYL__IPC__V1__BEARERS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__bearers__descriptor) \
-    , 0,NULL, 0 }
+    , 0,NULL, 0, 0 }
 
 
 /*
@@ -334,14 +351,19 @@ struct  Beryl__Ipc__V1__Notify
   size_t n_connection_handles;
   uint32_t *connection_handles;
   /*
-   * On a data channel, the centrals named by the identifiers managerd gave them (NameLink), instead of handles.
+   * On a data channel and to managerd, the centrals named by the identifiers managerd gave them (NameLink), instead of
+   * handles.
    */
   size_t n_centrals;
   char **centrals;
+  /*
+   * To managerd (ManagerRequest.update_value): which of the app's peripheral managers sends it.
+   */
+  uint32_t manager;
 };
 #define BERYL__IPC__V1__NOTIFY__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__notify__descriptor) \
-    , 0, {0,NULL}, 0, 0, 0, 0, 0,NULL, 0,NULL }
+    , 0, {0,NULL}, 0, 0, 0, 0, 0,NULL, 0,NULL, 0 }
 
 
 struct  Beryl__Ipc__V1__NotifyResult
@@ -1316,7 +1338,8 @@ typedef enum {
   BERYL__IPC__V1__ATT_EVENT__KIND_MTU_CHANGED = 12,
   BERYL__IPC__V1__ATT_EVENT__KIND_READY_TO_UPDATE = 13,
   BERYL__IPC__V1__ATT_EVENT__KIND_DATA_GRANT_CHANGED = 14,
-  BERYL__IPC__V1__ATT_EVENT__KIND_DATA_CHANNEL_ORPHANS = 15
+  BERYL__IPC__V1__ATT_EVENT__KIND_DATA_CHANNEL_ORPHANS = 15,
+  BERYL__IPC__V1__ATT_EVENT__KIND_LINKS_TAKEN_OVER = 16
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(BERYL__IPC__V1__ATT_EVENT__KIND__CASE)
 } Beryl__Ipc__V1__AttEvent__KindCase;
 
@@ -1343,6 +1366,11 @@ struct  Beryl__Ipc__V1__AttEvent
     Beryl__Ipc__V1__ReadyToUpdate *ready_to_update;
     Beryl__Ipc__V1__DataGrantChanged *data_grant_changed;
     Beryl__Ipc__V1__DataChannelOrphans *data_channel_orphans;
+    /*
+     * attd attached to hcid and took over its links (bearer_opened went for each first): every link there is,
+     * `complete`, so that a client that knew links before this attd learns which ended while attd was away.
+     */
+    Beryl__Ipc__V1__Bearers *links_taken_over;
   };
 };
 #define BERYL__IPC__V1__ATT_EVENT__INIT \

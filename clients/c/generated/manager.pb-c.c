@@ -1228,141 +1228,6 @@ void   beryl__ipc__v1__discover_attributes__free_unpacked
   assert(message->base.descriptor == &beryl__ipc__v1__discover_attributes__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-void   beryl__ipc__v1__read_attribute__init
-                     (Beryl__Ipc__V1__ReadAttribute         *message)
-{
-  static const Beryl__Ipc__V1__ReadAttribute init_value = BERYL__IPC__V1__READ_ATTRIBUTE__INIT;
-  *message = init_value;
-}
-size_t beryl__ipc__v1__read_attribute__get_packed_size
-                     (const Beryl__Ipc__V1__ReadAttribute *message)
-{
-  assert(message->base.descriptor == &beryl__ipc__v1__read_attribute__descriptor);
-  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
-}
-size_t beryl__ipc__v1__read_attribute__pack
-                     (const Beryl__Ipc__V1__ReadAttribute *message,
-                      uint8_t       *out)
-{
-  assert(message->base.descriptor == &beryl__ipc__v1__read_attribute__descriptor);
-  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
-}
-size_t beryl__ipc__v1__read_attribute__pack_to_buffer
-                     (const Beryl__Ipc__V1__ReadAttribute *message,
-                      ProtobufCBuffer *buffer)
-{
-  assert(message->base.descriptor == &beryl__ipc__v1__read_attribute__descriptor);
-  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
-}
-Beryl__Ipc__V1__ReadAttribute *
-       beryl__ipc__v1__read_attribute__unpack
-                     (ProtobufCAllocator  *allocator,
-                      size_t               len,
-                      const uint8_t       *data)
-{
-  return (Beryl__Ipc__V1__ReadAttribute *)
-     protobuf_c_message_unpack (&beryl__ipc__v1__read_attribute__descriptor,
-                                allocator, len, data);
-}
-void   beryl__ipc__v1__read_attribute__free_unpacked
-                     (Beryl__Ipc__V1__ReadAttribute *message,
-                      ProtobufCAllocator *allocator)
-{
-  if(!message)
-    return;
-  assert(message->base.descriptor == &beryl__ipc__v1__read_attribute__descriptor);
-  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
-}
-void   beryl__ipc__v1__write_attribute__init
-                     (Beryl__Ipc__V1__WriteAttribute         *message)
-{
-  static const Beryl__Ipc__V1__WriteAttribute init_value = BERYL__IPC__V1__WRITE_ATTRIBUTE__INIT;
-  *message = init_value;
-}
-size_t beryl__ipc__v1__write_attribute__get_packed_size
-                     (const Beryl__Ipc__V1__WriteAttribute *message)
-{
-  assert(message->base.descriptor == &beryl__ipc__v1__write_attribute__descriptor);
-  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
-}
-size_t beryl__ipc__v1__write_attribute__pack
-                     (const Beryl__Ipc__V1__WriteAttribute *message,
-                      uint8_t       *out)
-{
-  assert(message->base.descriptor == &beryl__ipc__v1__write_attribute__descriptor);
-  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
-}
-size_t beryl__ipc__v1__write_attribute__pack_to_buffer
-                     (const Beryl__Ipc__V1__WriteAttribute *message,
-                      ProtobufCBuffer *buffer)
-{
-  assert(message->base.descriptor == &beryl__ipc__v1__write_attribute__descriptor);
-  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
-}
-Beryl__Ipc__V1__WriteAttribute *
-       beryl__ipc__v1__write_attribute__unpack
-                     (ProtobufCAllocator  *allocator,
-                      size_t               len,
-                      const uint8_t       *data)
-{
-  return (Beryl__Ipc__V1__WriteAttribute *)
-     protobuf_c_message_unpack (&beryl__ipc__v1__write_attribute__descriptor,
-                                allocator, len, data);
-}
-void   beryl__ipc__v1__write_attribute__free_unpacked
-                     (Beryl__Ipc__V1__WriteAttribute *message,
-                      ProtobufCAllocator *allocator)
-{
-  if(!message)
-    return;
-  assert(message->base.descriptor == &beryl__ipc__v1__write_attribute__descriptor);
-  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
-}
-void   beryl__ipc__v1__set_notify_value__init
-                     (Beryl__Ipc__V1__SetNotifyValue         *message)
-{
-  static const Beryl__Ipc__V1__SetNotifyValue init_value = BERYL__IPC__V1__SET_NOTIFY_VALUE__INIT;
-  *message = init_value;
-}
-size_t beryl__ipc__v1__set_notify_value__get_packed_size
-                     (const Beryl__Ipc__V1__SetNotifyValue *message)
-{
-  assert(message->base.descriptor == &beryl__ipc__v1__set_notify_value__descriptor);
-  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
-}
-size_t beryl__ipc__v1__set_notify_value__pack
-                     (const Beryl__Ipc__V1__SetNotifyValue *message,
-                      uint8_t       *out)
-{
-  assert(message->base.descriptor == &beryl__ipc__v1__set_notify_value__descriptor);
-  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
-}
-size_t beryl__ipc__v1__set_notify_value__pack_to_buffer
-                     (const Beryl__Ipc__V1__SetNotifyValue *message,
-                      ProtobufCBuffer *buffer)
-{
-  assert(message->base.descriptor == &beryl__ipc__v1__set_notify_value__descriptor);
-  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
-}
-Beryl__Ipc__V1__SetNotifyValue *
-       beryl__ipc__v1__set_notify_value__unpack
-                     (ProtobufCAllocator  *allocator,
-                      size_t               len,
-                      const uint8_t       *data)
-{
-  return (Beryl__Ipc__V1__SetNotifyValue *)
-     protobuf_c_message_unpack (&beryl__ipc__v1__set_notify_value__descriptor,
-                                allocator, len, data);
-}
-void   beryl__ipc__v1__set_notify_value__free_unpacked
-                     (Beryl__Ipc__V1__SetNotifyValue *message,
-                      ProtobufCAllocator *allocator)
-{
-  if(!message)
-    return;
-  assert(message->base.descriptor == &beryl__ipc__v1__set_notify_value__descriptor);
-  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
-}
 void   beryl__ipc__v1__write_attributes_reliably__init
                      (Beryl__Ipc__V1__WriteAttributesReliably         *message)
 {
@@ -1948,51 +1813,6 @@ void   beryl__ipc__v1__respond_to_request__free_unpacked
   assert(message->base.descriptor == &beryl__ipc__v1__respond_to_request__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-void   beryl__ipc__v1__update_value__init
-                     (Beryl__Ipc__V1__UpdateValue         *message)
-{
-  static const Beryl__Ipc__V1__UpdateValue init_value = BERYL__IPC__V1__UPDATE_VALUE__INIT;
-  *message = init_value;
-}
-size_t beryl__ipc__v1__update_value__get_packed_size
-                     (const Beryl__Ipc__V1__UpdateValue *message)
-{
-  assert(message->base.descriptor == &beryl__ipc__v1__update_value__descriptor);
-  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
-}
-size_t beryl__ipc__v1__update_value__pack
-                     (const Beryl__Ipc__V1__UpdateValue *message,
-                      uint8_t       *out)
-{
-  assert(message->base.descriptor == &beryl__ipc__v1__update_value__descriptor);
-  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
-}
-size_t beryl__ipc__v1__update_value__pack_to_buffer
-                     (const Beryl__Ipc__V1__UpdateValue *message,
-                      ProtobufCBuffer *buffer)
-{
-  assert(message->base.descriptor == &beryl__ipc__v1__update_value__descriptor);
-  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
-}
-Beryl__Ipc__V1__UpdateValue *
-       beryl__ipc__v1__update_value__unpack
-                     (ProtobufCAllocator  *allocator,
-                      size_t               len,
-                      const uint8_t       *data)
-{
-  return (Beryl__Ipc__V1__UpdateValue *)
-     protobuf_c_message_unpack (&beryl__ipc__v1__update_value__descriptor,
-                                allocator, len, data);
-}
-void   beryl__ipc__v1__update_value__free_unpacked
-                     (Beryl__Ipc__V1__UpdateValue *message,
-                      ProtobufCAllocator *allocator)
-{
-  if(!message)
-    return;
-  assert(message->base.descriptor == &beryl__ipc__v1__update_value__descriptor);
-  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
-}
 void   beryl__ipc__v1__update_result__init
                      (Beryl__Ipc__V1__UpdateResult         *message)
 {
@@ -2441,51 +2261,6 @@ void   beryl__ipc__v1__peripheral_disconnected__free_unpacked
   if(!message)
     return;
   assert(message->base.descriptor == &beryl__ipc__v1__peripheral_disconnected__descriptor);
-  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
-}
-void   beryl__ipc__v1__peripheral_notification__init
-                     (Beryl__Ipc__V1__PeripheralNotification         *message)
-{
-  static const Beryl__Ipc__V1__PeripheralNotification init_value = BERYL__IPC__V1__PERIPHERAL_NOTIFICATION__INIT;
-  *message = init_value;
-}
-size_t beryl__ipc__v1__peripheral_notification__get_packed_size
-                     (const Beryl__Ipc__V1__PeripheralNotification *message)
-{
-  assert(message->base.descriptor == &beryl__ipc__v1__peripheral_notification__descriptor);
-  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
-}
-size_t beryl__ipc__v1__peripheral_notification__pack
-                     (const Beryl__Ipc__V1__PeripheralNotification *message,
-                      uint8_t       *out)
-{
-  assert(message->base.descriptor == &beryl__ipc__v1__peripheral_notification__descriptor);
-  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
-}
-size_t beryl__ipc__v1__peripheral_notification__pack_to_buffer
-                     (const Beryl__Ipc__V1__PeripheralNotification *message,
-                      ProtobufCBuffer *buffer)
-{
-  assert(message->base.descriptor == &beryl__ipc__v1__peripheral_notification__descriptor);
-  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
-}
-Beryl__Ipc__V1__PeripheralNotification *
-       beryl__ipc__v1__peripheral_notification__unpack
-                     (ProtobufCAllocator  *allocator,
-                      size_t               len,
-                      const uint8_t       *data)
-{
-  return (Beryl__Ipc__V1__PeripheralNotification *)
-     protobuf_c_message_unpack (&beryl__ipc__v1__peripheral_notification__descriptor,
-                                allocator, len, data);
-}
-void   beryl__ipc__v1__peripheral_notification__free_unpacked
-                     (Beryl__Ipc__V1__PeripheralNotification *message,
-                      ProtobufCAllocator *allocator)
-{
-  if(!message)
-    return;
-  assert(message->base.descriptor == &beryl__ipc__v1__peripheral_notification__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
 void   beryl__ipc__v1__peripheral_services_changed__init
@@ -5140,7 +4915,7 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_operation__field_desc
     PROTOBUF_C_TYPE_MESSAGE,
     offsetof(Beryl__Ipc__V1__GattOperation, kind_case),
     offsetof(Beryl__Ipc__V1__GattOperation, read),
-    &beryl__ipc__v1__read_attribute__descriptor,
+    &beryl__ipc__v1__gatt_read__descriptor,
     NULL,
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
@@ -5152,7 +4927,7 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_operation__field_desc
     PROTOBUF_C_TYPE_MESSAGE,
     offsetof(Beryl__Ipc__V1__GattOperation, kind_case),
     offsetof(Beryl__Ipc__V1__GattOperation, write),
-    &beryl__ipc__v1__write_attribute__descriptor,
+    &beryl__ipc__v1__gatt_write__descriptor,
     NULL,
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
@@ -5164,7 +4939,7 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__gatt_operation__field_desc
     PROTOBUF_C_TYPE_MESSAGE,
     offsetof(Beryl__Ipc__V1__GattOperation, kind_case),
     offsetof(Beryl__Ipc__V1__GattOperation, set_notify),
-    &beryl__ipc__v1__set_notify_value__descriptor,
+    &beryl__ipc__v1__gatt_subscribe__descriptor,
     NULL,
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
@@ -5298,224 +5073,6 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__discover_attributes__descriptor
   beryl__ipc__v1__discover_attributes__field_indices_by_name,
   1,  beryl__ipc__v1__discover_attributes__number_ranges,
   (ProtobufCMessageInit) beryl__ipc__v1__discover_attributes__init,
-  NULL,NULL,NULL    /* reserved[123] */
-};
-static const ProtobufCFieldDescriptor beryl__ipc__v1__read_attribute__field_descriptors[1] =
-{
-  {
-    "handle",
-    1,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_UINT32,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__ReadAttribute, handle),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-};
-static const unsigned beryl__ipc__v1__read_attribute__field_indices_by_name[] = {
-  0,   /* field[0] = handle */
-};
-static const ProtobufCIntRange beryl__ipc__v1__read_attribute__number_ranges[1 + 1] =
-{
-  { 1, 0 },
-  { 0, 1 }
-};
-const ProtobufCMessageDescriptor beryl__ipc__v1__read_attribute__descriptor =
-{
-  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
-  "beryl.ipc.v1.ReadAttribute",
-  "ReadAttribute",
-  "Beryl__Ipc__V1__ReadAttribute",
-  "beryl.ipc.v1",
-  sizeof(Beryl__Ipc__V1__ReadAttribute),
-  1,
-  beryl__ipc__v1__read_attribute__field_descriptors,
-  beryl__ipc__v1__read_attribute__field_indices_by_name,
-  1,  beryl__ipc__v1__read_attribute__number_ranges,
-  (ProtobufCMessageInit) beryl__ipc__v1__read_attribute__init,
-  NULL,NULL,NULL    /* reserved[123] */
-};
-static const ProtobufCFieldDescriptor beryl__ipc__v1__write_attribute__field_descriptors[6] =
-{
-  {
-    "handle",
-    1,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_UINT32,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__WriteAttribute, handle),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
-    "value",
-    2,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_BYTES,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__WriteAttribute, value),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
-    "without_response",
-    3,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_BOOL,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__WriteAttribute, without_response),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
-    "signed",
-    4,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_BOOL,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__WriteAttribute, signed_),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
-    "ordered",
-    5,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_BOOL,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__WriteAttribute, ordered),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
-    "ready_seen",
-    6,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_UINT32,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__WriteAttribute, ready_seen),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-};
-static const unsigned beryl__ipc__v1__write_attribute__field_indices_by_name[] = {
-  0,   /* field[0] = handle */
-  4,   /* field[4] = ordered */
-  5,   /* field[5] = ready_seen */
-  3,   /* field[3] = signed */
-  1,   /* field[1] = value */
-  2,   /* field[2] = without_response */
-};
-static const ProtobufCIntRange beryl__ipc__v1__write_attribute__number_ranges[1 + 1] =
-{
-  { 1, 0 },
-  { 0, 6 }
-};
-const ProtobufCMessageDescriptor beryl__ipc__v1__write_attribute__descriptor =
-{
-  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
-  "beryl.ipc.v1.WriteAttribute",
-  "WriteAttribute",
-  "Beryl__Ipc__V1__WriteAttribute",
-  "beryl.ipc.v1",
-  sizeof(Beryl__Ipc__V1__WriteAttribute),
-  6,
-  beryl__ipc__v1__write_attribute__field_descriptors,
-  beryl__ipc__v1__write_attribute__field_indices_by_name,
-  1,  beryl__ipc__v1__write_attribute__number_ranges,
-  (ProtobufCMessageInit) beryl__ipc__v1__write_attribute__init,
-  NULL,NULL,NULL    /* reserved[123] */
-};
-static const ProtobufCFieldDescriptor beryl__ipc__v1__set_notify_value__field_descriptors[4] =
-{
-  {
-    "value_handle",
-    1,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_UINT32,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__SetNotifyValue, value_handle),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
-    "cccd_handle",
-    2,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_UINT32,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__SetNotifyValue, cccd_handle),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
-    "indicate",
-    3,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_BOOL,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__SetNotifyValue, indicate),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
-    "enable",
-    4,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_BOOL,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__SetNotifyValue, enable),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-};
-static const unsigned beryl__ipc__v1__set_notify_value__field_indices_by_name[] = {
-  1,   /* field[1] = cccd_handle */
-  3,   /* field[3] = enable */
-  2,   /* field[2] = indicate */
-  0,   /* field[0] = value_handle */
-};
-static const ProtobufCIntRange beryl__ipc__v1__set_notify_value__number_ranges[1 + 1] =
-{
-  { 1, 0 },
-  { 0, 4 }
-};
-const ProtobufCMessageDescriptor beryl__ipc__v1__set_notify_value__descriptor =
-{
-  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
-  "beryl.ipc.v1.SetNotifyValue",
-  "SetNotifyValue",
-  "Beryl__Ipc__V1__SetNotifyValue",
-  "beryl.ipc.v1",
-  sizeof(Beryl__Ipc__V1__SetNotifyValue),
-  4,
-  beryl__ipc__v1__set_notify_value__field_descriptors,
-  beryl__ipc__v1__set_notify_value__field_indices_by_name,
-  1,  beryl__ipc__v1__set_notify_value__number_ranges,
-  (ProtobufCMessageInit) beryl__ipc__v1__set_notify_value__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor beryl__ipc__v1__write_attributes_reliably__field_descriptors[1] =
@@ -6142,122 +5699,6 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__respond_to_request__descriptor 
   (ProtobufCMessageInit) beryl__ipc__v1__respond_to_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__update_value__field_descriptors[7] =
-{
-  {
-    "manager",
-    1,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_UINT32,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__UpdateValue, manager),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
-    "value_handle",
-    2,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_UINT32,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__UpdateValue, value_handle),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
-    "value",
-    3,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_BYTES,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__UpdateValue, value),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
-    "centrals",
-    4,
-    PROTOBUF_C_LABEL_REPEATED,
-    PROTOBUF_C_TYPE_STRING,
-    offsetof(Beryl__Ipc__V1__UpdateValue, n_centrals),
-    offsetof(Beryl__Ipc__V1__UpdateValue, centrals),
-    NULL,
-    &protobuf_c_empty_string,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
-    "indicate",
-    5,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_BOOL,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__UpdateValue, indicate),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
-    "ordered",
-    6,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_BOOL,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__UpdateValue, ordered),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
-    "ready_seen",
-    7,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_UINT32,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__UpdateValue, ready_seen),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-};
-static const unsigned beryl__ipc__v1__update_value__field_indices_by_name[] = {
-  3,   /* field[3] = centrals */
-  4,   /* field[4] = indicate */
-  0,   /* field[0] = manager */
-  5,   /* field[5] = ordered */
-  6,   /* field[6] = ready_seen */
-  2,   /* field[2] = value */
-  1,   /* field[1] = value_handle */
-};
-static const ProtobufCIntRange beryl__ipc__v1__update_value__number_ranges[1 + 1] =
-{
-  { 1, 0 },
-  { 0, 7 }
-};
-const ProtobufCMessageDescriptor beryl__ipc__v1__update_value__descriptor =
-{
-  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
-  "beryl.ipc.v1.UpdateValue",
-  "UpdateValue",
-  "Beryl__Ipc__V1__UpdateValue",
-  "beryl.ipc.v1",
-  sizeof(Beryl__Ipc__V1__UpdateValue),
-  7,
-  beryl__ipc__v1__update_value__field_descriptors,
-  beryl__ipc__v1__update_value__field_indices_by_name,
-  1,  beryl__ipc__v1__update_value__number_ranges,
-  (ProtobufCMessageInit) beryl__ipc__v1__update_value__init,
-  NULL,NULL,NULL    /* reserved[123] */
-};
 static const ProtobufCFieldDescriptor beryl__ipc__v1__update_result__field_descriptors[2] =
 {
   {
@@ -6781,7 +6222,7 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__manager_request__field_des
     PROTOBUF_C_TYPE_MESSAGE,
     offsetof(Beryl__Ipc__V1__ManagerRequest, kind_case),
     offsetof(Beryl__Ipc__V1__ManagerRequest, update_value),
-    &beryl__ipc__v1__update_value__descriptor,
+    &beryl__ipc__v1__notify__descriptor,
     NULL,
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
@@ -7615,83 +7056,6 @@ const ProtobufCMessageDescriptor beryl__ipc__v1__peripheral_disconnected__descri
   (ProtobufCMessageInit) beryl__ipc__v1__peripheral_disconnected__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor beryl__ipc__v1__peripheral_notification__field_descriptors[4] =
-{
-  {
-    "peripheral",
-    1,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_STRING,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__PeripheralNotification, peripheral),
-    NULL,
-    &protobuf_c_empty_string,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
-    "handle",
-    2,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_UINT32,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__PeripheralNotification, handle),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
-    "value",
-    3,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_BYTES,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__PeripheralNotification, value),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
-    "indication",
-    4,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_BOOL,
-    0,   /* quantifier_offset */
-    offsetof(Beryl__Ipc__V1__PeripheralNotification, indication),
-    NULL,
-    NULL,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-};
-static const unsigned beryl__ipc__v1__peripheral_notification__field_indices_by_name[] = {
-  1,   /* field[1] = handle */
-  3,   /* field[3] = indication */
-  0,   /* field[0] = peripheral */
-  2,   /* field[2] = value */
-};
-static const ProtobufCIntRange beryl__ipc__v1__peripheral_notification__number_ranges[1 + 1] =
-{
-  { 1, 0 },
-  { 0, 4 }
-};
-const ProtobufCMessageDescriptor beryl__ipc__v1__peripheral_notification__descriptor =
-{
-  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
-  "beryl.ipc.v1.PeripheralNotification",
-  "PeripheralNotification",
-  "Beryl__Ipc__V1__PeripheralNotification",
-  "beryl.ipc.v1",
-  sizeof(Beryl__Ipc__V1__PeripheralNotification),
-  4,
-  beryl__ipc__v1__peripheral_notification__field_descriptors,
-  beryl__ipc__v1__peripheral_notification__field_indices_by_name,
-  1,  beryl__ipc__v1__peripheral_notification__number_ranges,
-  (ProtobufCMessageInit) beryl__ipc__v1__peripheral_notification__init,
-  NULL,NULL,NULL    /* reserved[123] */
-};
 static const ProtobufCFieldDescriptor beryl__ipc__v1__peripheral_services_changed__field_descriptors[2] =
 {
   {
@@ -8211,7 +7575,7 @@ static const ProtobufCFieldDescriptor beryl__ipc__v1__manager_event__field_descr
     PROTOBUF_C_TYPE_MESSAGE,
     offsetof(Beryl__Ipc__V1__ManagerEvent, kind_case),
     offsetof(Beryl__Ipc__V1__ManagerEvent, notification),
-    &beryl__ipc__v1__peripheral_notification__descriptor,
+    &beryl__ipc__v1__gatt_notification__descriptor,
     NULL,
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */

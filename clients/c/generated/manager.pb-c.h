@@ -46,9 +46,6 @@ typedef struct Beryl__Ipc__V1__RetrieveConnectedPeripherals Beryl__Ipc__V1__Retr
 typedef struct Beryl__Ipc__V1__PeripheralList Beryl__Ipc__V1__PeripheralList;
 typedef struct Beryl__Ipc__V1__GattOperation Beryl__Ipc__V1__GattOperation;
 typedef struct Beryl__Ipc__V1__DiscoverAttributes Beryl__Ipc__V1__DiscoverAttributes;
-typedef struct Beryl__Ipc__V1__ReadAttribute Beryl__Ipc__V1__ReadAttribute;
-typedef struct Beryl__Ipc__V1__WriteAttribute Beryl__Ipc__V1__WriteAttribute;
-typedef struct Beryl__Ipc__V1__SetNotifyValue Beryl__Ipc__V1__SetNotifyValue;
 typedef struct Beryl__Ipc__V1__WriteAttributesReliably Beryl__Ipc__V1__WriteAttributesReliably;
 typedef struct Beryl__Ipc__V1__GattResult Beryl__Ipc__V1__GattResult;
 typedef struct Beryl__Ipc__V1__WriteCommandResult Beryl__Ipc__V1__WriteCommandResult;
@@ -62,7 +59,6 @@ typedef struct Beryl__Ipc__V1__RemoveAllServices Beryl__Ipc__V1__RemoveAllServic
 typedef struct Beryl__Ipc__V1__StartAdvertising Beryl__Ipc__V1__StartAdvertising;
 typedef struct Beryl__Ipc__V1__StopAdvertising Beryl__Ipc__V1__StopAdvertising;
 typedef struct Beryl__Ipc__V1__RespondToRequest Beryl__Ipc__V1__RespondToRequest;
-typedef struct Beryl__Ipc__V1__UpdateValue Beryl__Ipc__V1__UpdateValue;
 typedef struct Beryl__Ipc__V1__UpdateResult Beryl__Ipc__V1__UpdateResult;
 typedef struct Beryl__Ipc__V1__AnswerPairing Beryl__Ipc__V1__AnswerPairing;
 typedef struct Beryl__Ipc__V1__PairingPromptEvent Beryl__Ipc__V1__PairingPromptEvent;
@@ -73,7 +69,6 @@ typedef struct Beryl__Ipc__V1__DataChannelRenewed Beryl__Ipc__V1__DataChannelRen
 typedef struct Beryl__Ipc__V1__ScanDiscovery Beryl__Ipc__V1__ScanDiscovery;
 typedef struct Beryl__Ipc__V1__PeripheralConnected Beryl__Ipc__V1__PeripheralConnected;
 typedef struct Beryl__Ipc__V1__PeripheralDisconnected Beryl__Ipc__V1__PeripheralDisconnected;
-typedef struct Beryl__Ipc__V1__PeripheralNotification Beryl__Ipc__V1__PeripheralNotification;
 typedef struct Beryl__Ipc__V1__PeripheralServicesChanged Beryl__Ipc__V1__PeripheralServicesChanged;
 typedef struct Beryl__Ipc__V1__PeripheralReadyToWrite Beryl__Ipc__V1__PeripheralReadyToWrite;
 typedef struct Beryl__Ipc__V1__CentralRead Beryl__Ipc__V1__CentralRead;
@@ -640,6 +635,9 @@ typedef enum {
  * A GATT client operation of Core Bluetooth's CBPeripheral on a peripheral the manager is connected to, named by its
  * identifier (managerd finds the link and carries it out through attd). Handles are the peripheral's attribute
  * handles, as discovery reported them. Answered with a GattResult; failures carry an ATT error or a Bluetooth error.
+ * A read, a write and setNotifyValue are att.proto's messages, as the data channel carries them too: the app leaves
+ * their connection_handle, on_behalf_of and peripheral unset (managerd sets what attd needs from `peripheral` and the
+ * session).
  */
 struct  Beryl__Ipc__V1__GattOperation
 {
@@ -648,9 +646,20 @@ struct  Beryl__Ipc__V1__GattOperation
   Beryl__Ipc__V1__GattOperation__KindCase kind_case;
   union {
     Beryl__Ipc__V1__DiscoverAttributes *discover;
-    Beryl__Ipc__V1__ReadAttribute *read;
-    Beryl__Ipc__V1__WriteAttribute *write;
-    Beryl__Ipc__V1__SetNotifyValue *set_notify;
+    /*
+     * readValue(for:) of a characteristic's value or a descriptor.
+     */
+    Beryl__Ipc__V1__GattRead *read;
+    /*
+     * writeValue(_:for:type:): with response, or without (then signed when the characteristic asks for it). A
+     * library that sends writes without response without waiting for each answer sets `ordered` and `ready_seen`
+     * (the count of the last PeripheralReadyToWrite it had for the peripheral).
+     */
+    Beryl__Ipc__V1__GattWrite *write;
+    /*
+     * setNotifyValue(_:for:): writes the characteristic's Client Characteristic Configuration descriptor.
+     */
+    Beryl__Ipc__V1__GattSubscribe *set_notify;
     Beryl__Ipc__V1__WriteAttributesReliably *reliable_write;
   };
 };
@@ -677,57 +686,6 @@ struct  Beryl__Ipc__V1__DiscoverAttributes
 #define BERYL__IPC__V1__DISCOVER_ATTRIBUTES__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__discover_attributes__descriptor) \
     , 0,NULL, 0,NULL, 0, 0, BERYL__IPC__V1__GATT_DISCOVERY_DEPTH__GATT_DISCOVERY_DEPTH_WHOLE }
-
-
-/*
- * readValue(for:) of a characteristic's value or a descriptor.
- */
-struct  Beryl__Ipc__V1__ReadAttribute
-{
-  ProtobufCMessage base;
-  uint32_t handle;
-};
-#define BERYL__IPC__V1__READ_ATTRIBUTE__INIT \
- { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__read_attribute__descriptor) \
-    , 0 }
-
-
-/*
- * writeValue(_:for:type:): with response, or without (then signed when the characteristic asks for it).
- */
-struct  Beryl__Ipc__V1__WriteAttribute
-{
-  ProtobufCMessage base;
-  uint32_t handle;
-  ProtobufCBinaryData value;
-  protobuf_c_boolean without_response;
-  protobuf_c_boolean signed_;
-  /*
-   * A library that sends writes without response without waiting for each answer keeps them in order with these
-   * (att.proto's GattWrite): `ready_seen` is the count of the last PeripheralReadyToWrite it had for the peripheral.
-   */
-  protobuf_c_boolean ordered;
-  uint32_t ready_seen;
-};
-#define BERYL__IPC__V1__WRITE_ATTRIBUTE__INIT \
- { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__write_attribute__descriptor) \
-    , 0, {0,NULL}, 0, 0, 0, 0 }
-
-
-/*
- * setNotifyValue(_:for:): writes the characteristic's Client Characteristic Configuration descriptor.
- */
-struct  Beryl__Ipc__V1__SetNotifyValue
-{
-  ProtobufCMessage base;
-  uint32_t value_handle;
-  uint32_t cccd_handle;
-  protobuf_c_boolean indicate;
-  protobuf_c_boolean enable;
-};
-#define BERYL__IPC__V1__SET_NOTIFY_VALUE__INIT \
- { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__set_notify_value__descriptor) \
-    , 0, 0, 0, 0 }
 
 
 /*
@@ -902,30 +860,6 @@ struct  Beryl__Ipc__V1__RespondToRequest
     , 0, {0,NULL}, 0 }
 
 
-struct  Beryl__Ipc__V1__UpdateValue
-{
-  ProtobufCMessage base;
-  uint32_t manager;
-  uint32_t value_handle;
-  ProtobufCBinaryData value;
-  /*
-   * Empty: every subscribed central.
-   */
-  size_t n_centrals;
-  char **centrals;
-  protobuf_c_boolean indicate;
-  /*
-   * A library that sends values without waiting for each answer keeps them in order with these (att.proto's Notify):
-   * `ready_seen` is the count of the last ReadyToUpdate it had.
-   */
-  protobuf_c_boolean ordered;
-  uint32_t ready_seen;
-};
-#define BERYL__IPC__V1__UPDATE_VALUE__INIT \
- { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__update_value__descriptor) \
-    , 0, 0, {0,NULL}, 0,NULL, 0, 0, 0 }
-
-
 /*
  * sent false: the transmit queue is full; ReadyToUpdate follows. With `send_again` (ordered updates only) the value
  * was sent before the latest ReadyToUpdate: it goes again at once, and no other ReadyToUpdate follows.
@@ -1069,7 +1003,11 @@ struct  Beryl__Ipc__V1__ManagerRequest
     Beryl__Ipc__V1__StartAdvertising *start_advertising;
     Beryl__Ipc__V1__StopAdvertising *stop_advertising;
     Beryl__Ipc__V1__RespondToRequest *respond;
-    Beryl__Ipc__V1__UpdateValue *update_value;
+    /*
+     * updateValue(_:for:onSubscribedCentrals:): att.proto's Notify as the data channel carries it (centrals by
+     * identifier, empty for every subscribed one), naming the peripheral manager (`manager`).
+     */
+    Beryl__Ipc__V1__Notify *update_value;
     Beryl__Ipc__V1__AnswerPairing *answer_pairing;
     Beryl__Ipc__V1__Invalidate *invalidate;
     Beryl__Ipc__V1__SetAppState *set_app_state;
@@ -1213,19 +1151,6 @@ struct  Beryl__Ipc__V1__PeripheralDisconnected
     , 0, (char *)protobuf_c_empty_string, 0 }
 
 
-struct  Beryl__Ipc__V1__PeripheralNotification
-{
-  ProtobufCMessage base;
-  char *peripheral;
-  uint32_t handle;
-  ProtobufCBinaryData value;
-  protobuf_c_boolean indication;
-};
-#define BERYL__IPC__V1__PERIPHERAL_NOTIFICATION__INIT \
- { PROTOBUF_C_MESSAGE_INIT (&beryl__ipc__v1__peripheral_notification__descriptor) \
-    , (char *)protobuf_c_empty_string, 0, {0,NULL}, 0 }
-
-
 struct  Beryl__Ipc__V1__PeripheralServicesChanged
 {
   ProtobufCMessage base;
@@ -1350,7 +1275,10 @@ struct  Beryl__Ipc__V1__ManagerEvent
     Beryl__Ipc__V1__ScanDiscovery *discovered;
     Beryl__Ipc__V1__PeripheralConnected *connected;
     Beryl__Ipc__V1__PeripheralDisconnected *disconnected;
-    Beryl__Ipc__V1__PeripheralNotification *notification;
+    /*
+     * A peripheral's value, as attd sends it on a data channel: the peripheral by its identifier.
+     */
+    Beryl__Ipc__V1__GattNotification *notification;
     Beryl__Ipc__V1__PeripheralServicesChanged *services_changed;
     Beryl__Ipc__V1__PeripheralReadyToWrite *ready_to_write;
     Beryl__Ipc__V1__CentralRead *read_request;
@@ -1972,63 +1900,6 @@ Beryl__Ipc__V1__DiscoverAttributes *
 void   beryl__ipc__v1__discover_attributes__free_unpacked
                      (Beryl__Ipc__V1__DiscoverAttributes *message,
                       ProtobufCAllocator *allocator);
-/* Beryl__Ipc__V1__ReadAttribute methods */
-void   beryl__ipc__v1__read_attribute__init
-                     (Beryl__Ipc__V1__ReadAttribute         *message);
-size_t beryl__ipc__v1__read_attribute__get_packed_size
-                     (const Beryl__Ipc__V1__ReadAttribute   *message);
-size_t beryl__ipc__v1__read_attribute__pack
-                     (const Beryl__Ipc__V1__ReadAttribute   *message,
-                      uint8_t             *out);
-size_t beryl__ipc__v1__read_attribute__pack_to_buffer
-                     (const Beryl__Ipc__V1__ReadAttribute   *message,
-                      ProtobufCBuffer     *buffer);
-Beryl__Ipc__V1__ReadAttribute *
-       beryl__ipc__v1__read_attribute__unpack
-                     (ProtobufCAllocator  *allocator,
-                      size_t               len,
-                      const uint8_t       *data);
-void   beryl__ipc__v1__read_attribute__free_unpacked
-                     (Beryl__Ipc__V1__ReadAttribute *message,
-                      ProtobufCAllocator *allocator);
-/* Beryl__Ipc__V1__WriteAttribute methods */
-void   beryl__ipc__v1__write_attribute__init
-                     (Beryl__Ipc__V1__WriteAttribute         *message);
-size_t beryl__ipc__v1__write_attribute__get_packed_size
-                     (const Beryl__Ipc__V1__WriteAttribute   *message);
-size_t beryl__ipc__v1__write_attribute__pack
-                     (const Beryl__Ipc__V1__WriteAttribute   *message,
-                      uint8_t             *out);
-size_t beryl__ipc__v1__write_attribute__pack_to_buffer
-                     (const Beryl__Ipc__V1__WriteAttribute   *message,
-                      ProtobufCBuffer     *buffer);
-Beryl__Ipc__V1__WriteAttribute *
-       beryl__ipc__v1__write_attribute__unpack
-                     (ProtobufCAllocator  *allocator,
-                      size_t               len,
-                      const uint8_t       *data);
-void   beryl__ipc__v1__write_attribute__free_unpacked
-                     (Beryl__Ipc__V1__WriteAttribute *message,
-                      ProtobufCAllocator *allocator);
-/* Beryl__Ipc__V1__SetNotifyValue methods */
-void   beryl__ipc__v1__set_notify_value__init
-                     (Beryl__Ipc__V1__SetNotifyValue         *message);
-size_t beryl__ipc__v1__set_notify_value__get_packed_size
-                     (const Beryl__Ipc__V1__SetNotifyValue   *message);
-size_t beryl__ipc__v1__set_notify_value__pack
-                     (const Beryl__Ipc__V1__SetNotifyValue   *message,
-                      uint8_t             *out);
-size_t beryl__ipc__v1__set_notify_value__pack_to_buffer
-                     (const Beryl__Ipc__V1__SetNotifyValue   *message,
-                      ProtobufCBuffer     *buffer);
-Beryl__Ipc__V1__SetNotifyValue *
-       beryl__ipc__v1__set_notify_value__unpack
-                     (ProtobufCAllocator  *allocator,
-                      size_t               len,
-                      const uint8_t       *data);
-void   beryl__ipc__v1__set_notify_value__free_unpacked
-                     (Beryl__Ipc__V1__SetNotifyValue *message,
-                      ProtobufCAllocator *allocator);
 /* Beryl__Ipc__V1__WriteAttributesReliably methods */
 void   beryl__ipc__v1__write_attributes_reliably__init
                      (Beryl__Ipc__V1__WriteAttributesReliably         *message);
@@ -2276,25 +2147,6 @@ Beryl__Ipc__V1__RespondToRequest *
 void   beryl__ipc__v1__respond_to_request__free_unpacked
                      (Beryl__Ipc__V1__RespondToRequest *message,
                       ProtobufCAllocator *allocator);
-/* Beryl__Ipc__V1__UpdateValue methods */
-void   beryl__ipc__v1__update_value__init
-                     (Beryl__Ipc__V1__UpdateValue         *message);
-size_t beryl__ipc__v1__update_value__get_packed_size
-                     (const Beryl__Ipc__V1__UpdateValue   *message);
-size_t beryl__ipc__v1__update_value__pack
-                     (const Beryl__Ipc__V1__UpdateValue   *message,
-                      uint8_t             *out);
-size_t beryl__ipc__v1__update_value__pack_to_buffer
-                     (const Beryl__Ipc__V1__UpdateValue   *message,
-                      ProtobufCBuffer     *buffer);
-Beryl__Ipc__V1__UpdateValue *
-       beryl__ipc__v1__update_value__unpack
-                     (ProtobufCAllocator  *allocator,
-                      size_t               len,
-                      const uint8_t       *data);
-void   beryl__ipc__v1__update_value__free_unpacked
-                     (Beryl__Ipc__V1__UpdateValue *message,
-                      ProtobufCAllocator *allocator);
 /* Beryl__Ipc__V1__UpdateResult methods */
 void   beryl__ipc__v1__update_result__init
                      (Beryl__Ipc__V1__UpdateResult         *message);
@@ -2484,25 +2336,6 @@ Beryl__Ipc__V1__PeripheralDisconnected *
                       const uint8_t       *data);
 void   beryl__ipc__v1__peripheral_disconnected__free_unpacked
                      (Beryl__Ipc__V1__PeripheralDisconnected *message,
-                      ProtobufCAllocator *allocator);
-/* Beryl__Ipc__V1__PeripheralNotification methods */
-void   beryl__ipc__v1__peripheral_notification__init
-                     (Beryl__Ipc__V1__PeripheralNotification         *message);
-size_t beryl__ipc__v1__peripheral_notification__get_packed_size
-                     (const Beryl__Ipc__V1__PeripheralNotification   *message);
-size_t beryl__ipc__v1__peripheral_notification__pack
-                     (const Beryl__Ipc__V1__PeripheralNotification   *message,
-                      uint8_t             *out);
-size_t beryl__ipc__v1__peripheral_notification__pack_to_buffer
-                     (const Beryl__Ipc__V1__PeripheralNotification   *message,
-                      ProtobufCBuffer     *buffer);
-Beryl__Ipc__V1__PeripheralNotification *
-       beryl__ipc__v1__peripheral_notification__unpack
-                     (ProtobufCAllocator  *allocator,
-                      size_t               len,
-                      const uint8_t       *data);
-void   beryl__ipc__v1__peripheral_notification__free_unpacked
-                     (Beryl__Ipc__V1__PeripheralNotification *message,
                       ProtobufCAllocator *allocator);
 /* Beryl__Ipc__V1__PeripheralServicesChanged methods */
 void   beryl__ipc__v1__peripheral_services_changed__init
@@ -2856,15 +2689,6 @@ typedef void (*Beryl__Ipc__V1__GattOperation_Closure)
 typedef void (*Beryl__Ipc__V1__DiscoverAttributes_Closure)
                  (const Beryl__Ipc__V1__DiscoverAttributes *message,
                   void *closure_data);
-typedef void (*Beryl__Ipc__V1__ReadAttribute_Closure)
-                 (const Beryl__Ipc__V1__ReadAttribute *message,
-                  void *closure_data);
-typedef void (*Beryl__Ipc__V1__WriteAttribute_Closure)
-                 (const Beryl__Ipc__V1__WriteAttribute *message,
-                  void *closure_data);
-typedef void (*Beryl__Ipc__V1__SetNotifyValue_Closure)
-                 (const Beryl__Ipc__V1__SetNotifyValue *message,
-                  void *closure_data);
 typedef void (*Beryl__Ipc__V1__WriteAttributesReliably_Closure)
                  (const Beryl__Ipc__V1__WriteAttributesReliably *message,
                   void *closure_data);
@@ -2904,9 +2728,6 @@ typedef void (*Beryl__Ipc__V1__StopAdvertising_Closure)
 typedef void (*Beryl__Ipc__V1__RespondToRequest_Closure)
                  (const Beryl__Ipc__V1__RespondToRequest *message,
                   void *closure_data);
-typedef void (*Beryl__Ipc__V1__UpdateValue_Closure)
-                 (const Beryl__Ipc__V1__UpdateValue *message,
-                  void *closure_data);
 typedef void (*Beryl__Ipc__V1__UpdateResult_Closure)
                  (const Beryl__Ipc__V1__UpdateResult *message,
                   void *closure_data);
@@ -2936,9 +2757,6 @@ typedef void (*Beryl__Ipc__V1__PeripheralConnected_Closure)
                   void *closure_data);
 typedef void (*Beryl__Ipc__V1__PeripheralDisconnected_Closure)
                  (const Beryl__Ipc__V1__PeripheralDisconnected *message,
-                  void *closure_data);
-typedef void (*Beryl__Ipc__V1__PeripheralNotification_Closure)
-                 (const Beryl__Ipc__V1__PeripheralNotification *message,
                   void *closure_data);
 typedef void (*Beryl__Ipc__V1__PeripheralServicesChanged_Closure)
                  (const Beryl__Ipc__V1__PeripheralServicesChanged *message,
@@ -3023,9 +2841,6 @@ extern const ProtobufCMessageDescriptor beryl__ipc__v1__retrieve_connected_perip
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__peripheral_list__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_operation__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__discover_attributes__descriptor;
-extern const ProtobufCMessageDescriptor beryl__ipc__v1__read_attribute__descriptor;
-extern const ProtobufCMessageDescriptor beryl__ipc__v1__write_attribute__descriptor;
-extern const ProtobufCMessageDescriptor beryl__ipc__v1__set_notify_value__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__write_attributes_reliably__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__gatt_result__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__write_command_result__descriptor;
@@ -3039,7 +2854,6 @@ extern const ProtobufCMessageDescriptor beryl__ipc__v1__remove_all_services__des
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__start_advertising__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__stop_advertising__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__respond_to_request__descriptor;
-extern const ProtobufCMessageDescriptor beryl__ipc__v1__update_value__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__update_result__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__answer_pairing__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__pairing_prompt_event__descriptor;
@@ -3050,7 +2864,6 @@ extern const ProtobufCMessageDescriptor beryl__ipc__v1__data_channel_renewed__de
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__scan_discovery__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__peripheral_connected__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__peripheral_disconnected__descriptor;
-extern const ProtobufCMessageDescriptor beryl__ipc__v1__peripheral_notification__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__peripheral_services_changed__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__peripheral_ready_to_write__descriptor;
 extern const ProtobufCMessageDescriptor beryl__ipc__v1__central_read__descriptor;

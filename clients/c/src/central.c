@@ -651,7 +651,7 @@ int beryl_peripheral_discover_descriptors(beryl_peripheral *peripheral, beryl_ch
 }
 
 static int read_handle(beryl_peripheral *peripheral, operation_kind kind, void *target, uint32_t handle) {
-    Beryl__Ipc__V1__ReadAttribute read = BERYL__IPC__V1__READ_ATTRIBUTE__INIT;
+    Beryl__Ipc__V1__GattRead read = BERYL__IPC__V1__GATT_READ__INIT;
     read.handle = handle;
     GattOperation gatt = BERYL__IPC__V1__GATT_OPERATION__INIT;
     gatt.kind_case = BERYL__IPC__V1__GATT_OPERATION__KIND_READ;
@@ -684,7 +684,7 @@ int beryl_peripheral_read_descriptor(beryl_peripheral *peripheral, beryl_descrip
 
 static int write_handle(beryl_peripheral *peripheral, operation *op, uint32_t handle, const uint8_t *value,
                         size_t length, bool without_response, bool is_signed) {
-    Beryl__Ipc__V1__WriteAttribute write = BERYL__IPC__V1__WRITE_ATTRIBUTE__INIT;
+    Beryl__Ipc__V1__GattWrite write = BERYL__IPC__V1__GATT_WRITE__INIT;
     write.handle = handle;
     write.value.data = (uint8_t *)value;
     write.value.len = length;
@@ -756,7 +756,7 @@ int beryl_peripheral_set_notify(beryl_peripheral *peripheral, beryl_characterist
     beryl_uuid_parse("2902", &cccd);
     for (size_t i = 0; i < characteristic->descriptor_count; i++)
         if (beryl_uuid_equal(&characteristic->descriptors[i]->uuid, &cccd)) cccd_handle = characteristic->descriptors[i]->handle;
-    Beryl__Ipc__V1__SetNotifyValue notify = BERYL__IPC__V1__SET_NOTIFY_VALUE__INIT;
+    Beryl__Ipc__V1__GattSubscribe notify = BERYL__IPC__V1__GATT_SUBSCRIBE__INIT;
     notify.value_handle = characteristic->value_handle;
     notify.cccd_handle = cccd_handle;
     notify.indicate = !(properties & BERYL_PROPERTY_NOTIFY);
@@ -1027,7 +1027,7 @@ static void central_event(void *owner, const ManagerEvent *event) {
         break;
     }
     case BERYL__IPC__V1__MANAGER_EVENT__KIND_NOTIFICATION: {
-        const Beryl__Ipc__V1__PeripheralNotification *note = event->notification;
+        const Beryl__Ipc__V1__GattNotification *note = event->notification;
         if (!(peripheral = find_peripheral(central, note->peripheral))) break;
         beryl_characteristic *characteristic = characteristic_with_value_handle(peripheral, note->handle);
         if (!characteristic || note->value.len > BERYL_VALUE_CAP) break;

@@ -490,7 +490,7 @@ static void send_updates(beryl_peripheral_manager *manager) {
             continue;
         }
         if (manager->waiting_for_ready) return;
-        Beryl__Ipc__V1__UpdateValue update = BERYL__IPC__V1__UPDATE_VALUE__INIT;
+        Beryl__Ipc__V1__Notify update = BERYL__IPC__V1__NOTIFY__INIT;
         update.manager = BERYL_MANAGER_ID;
         update.value_handle = next->value_handle;
         update.value.data = next->value;

@@ -586,7 +586,7 @@ static void test_central_calls_go_on_the_wire_and_events_update_the_tree(void) {
 
     /* A notification: the value and the callback; one on an unknown handle is dropped. */
     uint8_t beat[2] = {0, 72};
-    Beryl__Ipc__V1__PeripheralNotification note = BERYL__IPC__V1__PERIPHERAL_NOTIFICATION__INIT;
+    Beryl__Ipc__V1__GattNotification note = BERYL__IPC__V1__GATT_NOTIFICATION__INIT;
     note.peripheral = PERIPHERAL_ID;
     note.handle = 3;
     note.value.data = beat;
@@ -1213,7 +1213,7 @@ static void test_a_published_service_answers_reads_and_writes_exactly_once(void)
     harness_end(&h);
 }
 
-/* One UpdateValue off the wire, checked: the value's second byte and the ReadyToUpdate count it was sent after. */
+/* One update_value (a Notify) off the wire, checked: the value's second byte and the ReadyToUpdate count it was sent after. */
 static Beryl__Ipc__V1__Envelope *expect_update(harness *h, int value, uint32_t ready_seen) {
     Beryl__Ipc__V1__Envelope *update = expect(h, BERYL__IPC__V1__MANAGER_REQUEST__KIND_UPDATE_VALUE);
     Beryl__Ipc__V1__ManagerRequest *request = manager_request(update);
@@ -1229,7 +1229,7 @@ static Beryl__Ipc__V1__Envelope *expect_update(harness *h, int value, uint32_t r
     return update;
 }
 
-/* Answers (and frees) an UpdateValue: sent, refused as full, or refused as sent before the latest ReadyToUpdate. */
+/* Answers (and frees) an update_value: sent, refused as full, or refused as sent before the latest ReadyToUpdate. */
 static void answer_update(harness *h, Beryl__Ipc__V1__Envelope *update, bool sent, bool send_again) {
     Beryl__Ipc__V1__UpdateResult result = BERYL__IPC__V1__UPDATE_RESULT__INIT;
     result.sent = sent;
@@ -1937,7 +1937,7 @@ static void write_seeds(const char *directory) {
     connected.connected = &link;
     connected.wake = 2;
     uint8_t beat[2] = {0, 70};
-    Beryl__Ipc__V1__PeripheralNotification note = BERYL__IPC__V1__PERIPHERAL_NOTIFICATION__INIT;
+    Beryl__Ipc__V1__GattNotification note = BERYL__IPC__V1__GATT_NOTIFICATION__INIT;
     note.peripheral = PERIPHERAL_ID;
     note.handle = 3;
     note.value.data = beat;
