@@ -8,6 +8,16 @@ final class ManagerCoreDaemonsTests: XCTestCase {
     private let lock = DeviceAddress("C0:FF:EE:00:00:01/random")!
     private let stranger = DeviceAddress("C0:FF:EE:00:00:09/random")!
 
+    /// An app's link to the lock as its central (`central`), and a remote central's link to this stack (`peripheral`).
+    private func coreWithTwoLinks(central: UInt16, peripheral: UInt16) -> Core {
+        var core = Core()
+        _ = core.controllerChanged(.poweredOn, isRunning: { _ in true })
+        _ = core.connect(ManagerKey(session: 5, manager: 1), to: "L", at: lock, options: .init())
+        _ = core.linkUp(handle: central, identifier: "L", address: lock, isCentral: true)
+        _ = core.linkUp(handle: peripheral, identifier: "C", address: stranger, isCentral: false)
+        return core
+    }
+
     // Fault suite, kill -9 of managerd alone: attd and hcid keep the links. The one managerd knows (a preserved
     // manager's, resumed from its record) is not taken again; the one it does not is given back to be taken as if it
     // had just come up; every link's holders count their writes afresh; a request that waited goes on.
@@ -35,11 +45,7 @@ final class ManagerCoreDaemonsTests: XCTestCase {
     // whole list lacks it (and the lab's link too), so it ended; a list made before attd had hcid's links proves
     // nothing.
     func testALinkMissingFromANewAttdsWholeListEndedWhileItWasAway() {
-        var core = Core()
-        _ = core.controllerChanged(.poweredOn, isRunning: { _ in true })
-        _ = core.connect(ManagerKey(session: 5, manager: 1), to: "L", at: lock, options: .init())
-        _ = core.linkUp(handle: 0x40, identifier: "L", address: lock, isCentral: true)
-        _ = core.linkUp(handle: 0x41, identifier: "C", address: stranger, isCentral: false)
+        var core = coreWithTwoLinks(central: 0x40, peripheral: 0x41)
         XCTAssertEqual(core.attdBearers([], complete: false, alsoKnown: [0x45]).endedLinks, [], "attd has not taken hcid's links yet")
         let kept = OpenBearer(link: 0x41, mtu: 23, peer: stranger, isCentral: false)
         XCTAssertEqual(core.attdBearers([kept], complete: true, alsoKnown: [0x45]).endedLinks, [0x40, 0x45])
@@ -58,11 +64,7 @@ final class ManagerCoreDaemonsTests: XCTestCase {
 
     // hcid's successor resets the controller: every link ends, the apps' and the lab's, once each.
     func testEveryLinkEndsWithHcid() {
-        var core = Core()
-        _ = core.controllerChanged(.poweredOn, isRunning: { _ in true })
-        _ = core.connect(ManagerKey(session: 5, manager: 1), to: "L", at: lock, options: .init())
-        _ = core.linkUp(handle: 0x41, identifier: "L", address: lock, isCentral: true)
-        _ = core.linkUp(handle: 0x40, identifier: "C", address: stranger, isCentral: false)
+        let core = coreWithTwoLinks(central: 0x41, peripheral: 0x40)
         XCTAssertEqual(core.linksEndingWithHcid(alsoEnding: [0x41, 0x45]), [0x40, 0x41, 0x45])
     }
 

@@ -31,10 +31,9 @@ final class LinkWatcher: CentralManagerDelegate {
     }
 }
 
-/// Connection latency, connection events and authorization: what apps ask of links beyond their own GATT.
-final class LinkEventsTests: TwoStacksTestCase {
-    func testAPeripheralAsksForALatencyAndTheWatchersHearTheLink() async throws {
-        let queue = DispatchQueue(label: "app")
+extension TwoStacksTestCase {
+    /// A LatencyPeripheral app on stack 1, advertising the heart-rate service with its one value.
+    func advertisingLatencyPeripheral(queue: DispatchQueue) async throws -> (LatencyPeripheral, PeripheralManager) {
         let app = LatencyPeripheral()
         let peripheralManager = PeripheralManager(delegate: app, queue: queue, socketPath: socket(1))
         XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
@@ -43,6 +42,26 @@ final class LinkEventsTests: TwoStacksTestCase {
         try await peripheralManager.add(service)
         peripheralManager.startAdvertising([AdvertisementDataServiceUUIDsKey: [BluetoothUUID(0x180D)]])
         XCTAssertEqual(app.recorder.wait(for: "advertising"), "advertising ok")
+        return (app, peripheralManager)
+    }
+
+    /// A HeartRateCentral app on stack 0, connected to the first heart-rate peripheral it finds.
+    func heartRateCentralConnected(queue: DispatchQueue) async throws -> (HeartRateCentral, CentralManager, Peripheral) {
+        let client = HeartRateCentral()
+        let central = CentralManager(delegate: client, queue: queue, socketPath: socket(0))
+        XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
+        let found = await central.firstDiscovery(of: BluetoothUUID(0x180D))
+        let peripheral = try XCTUnwrap(found).peripheral
+        try await central.connected(to: peripheral)
+        return (client, central, peripheral)
+    }
+}
+
+/// Connection latency, connection events and authorization: what apps ask of links beyond their own GATT.
+final class LinkEventsTests: TwoStacksTestCase {
+    func testAPeripheralAsksForALatencyAndTheWatchersHearTheLink() async throws {
+        let queue = DispatchQueue(label: "app")
+        let (app, peripheralManager) = try await advertisingLatencyPeripheral(queue: queue)
 
         // Two watchers on the central's stack: one for the heart-rate service, one for a peripheral that never comes.
         let watcher = LinkWatcher(), bystander = LinkWatcher()
@@ -53,12 +72,7 @@ final class LinkEventsTests: TwoStacksTestCase {
         watching.registerForConnectionEvents(options: [.serviceUUIDs: [BluetoothUUID(0x180D)]])
         elsewhere.registerForConnectionEvents(options: [.peripheralUUIDs: [UUID()]])
 
-        let client = HeartRateCentral()
-        let central = CentralManager(delegate: client, queue: queue, socketPath: socket(0))
-        XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
-        let found = await central.firstDiscovery(of: BluetoothUUID(0x180D))
-        let peripheral = try XCTUnwrap(found).peripheral
-        try await central.connected(to: peripheral)
+        let (client, central, peripheral) = try await heartRateCentralConnected(queue: queue)
         XCTAssertEqual(watcher.recorder.wait(for: "connected"), "connected \(peripheral.identifier)", "the watcher hears another manager's link")
 
         peripheral.discoverServices([BluetoothUUID(0x180D)])

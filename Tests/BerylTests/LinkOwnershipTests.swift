@@ -16,21 +16,9 @@ final class LinkOwnershipTests: TwoStacksTestCase {
 
     func testALinkThatEndedWhileAttdWasAwayEndsForTheAppWhenAttdIsBack() async throws {
         let queue = DispatchQueue(label: "app")
-        let app = LatencyPeripheral()
-        let peripheralManager = PeripheralManager(delegate: app, queue: queue, socketPath: socket(1))
-        XCTAssertNotNil(app.recorder.wait(for: "state poweredOn"))
-        let service = MutableService(type: BluetoothUUID(0x180D), primary: true)
-        service.characteristics = [app.value]
-        try await peripheralManager.add(service)
-        peripheralManager.startAdvertising([AdvertisementDataServiceUUIDsKey: [BluetoothUUID(0x180D)]])
-        XCTAssertEqual(app.recorder.wait(for: "advertising"), "advertising ok")
+        let (app, peripheralManager) = try await advertisingLatencyPeripheral(queue: queue)
 
-        let client = HeartRateCentral()
-        let central = CentralManager(delegate: client, queue: queue, socketPath: socket(0))
-        XCTAssertNotNil(client.recorder.wait(for: "state poweredOn"))
-        let found = await central.firstDiscovery(of: BluetoothUUID(0x180D))
-        let peripheral = try XCTUnwrap(found).peripheral
-        try await central.connected(to: peripheral)
+        let (client, central, peripheral) = try await heartRateCentralConnected(queue: queue)
 
         // attd goes on the central's side; the peripheral's controller ends the link meanwhile (HCI Disconnect,
         // remote user terminated, Core Vol 4 Part E §7.1.6), so the central's hcid reports it to no attd.
