@@ -51,8 +51,7 @@ extension ManagerCore {
             outputs.append(.writesReadyAfresh(link: bearer.link))
             if book.identifier(for: bearer.link) == nil, bearer.peer != nil { unknown.append(bearer) }
         }
-        let listed = Set(bearers.map(\.link))
-        let ended = complete ? Set(book.links.values.map(\.handle)).union(alsoKnown).subtracting(listed).sorted() : []
+        let ended = complete ? knownLinks(alsoKnown: alsoKnown).subtracting(bearers.map(\.link)).sorted() : []
         return (outputs, unknown, ended)
     }
 
@@ -60,6 +59,12 @@ extension ManagerCore {
     /// apps' and `alsoEnding` (a lab's, which no app holds) — in handle order. managerd sees hcid go itself and ends
     /// them at once; attd's closing them after (stack failed) then names links managerd no longer has.
     public func linksEndingWithHcid(alsoEnding: Set<UInt16>) -> [UInt16] {
-        Set(book.links.values.map(\.handle)).union(alsoEnding).sorted()
+        knownLinks(alsoKnown: alsoEnding).sorted()
+    }
+
+    /// The links managerd has: the apps' (the book's) and `alsoKnown` (a lab's, which no app holds). attd's closing
+    /// any other is past news (managerd ended it itself when hcid went).
+    public func knownLinks(alsoKnown: Set<UInt16>) -> Set<UInt16> {
+        Set(book.links.values.map(\.handle)).union(alsoKnown)
     }
 }

@@ -241,7 +241,7 @@ final class ManagerDaemon {
     /// attd says a link closed, after everything else about it. One managerd ended itself (it saw hcid go) is past.
     private func bearerClosed(_ bearer: Beryl_Ipc_V1_Bearer) {
         let handle = UInt16(truncatingIfNeeded: bearer.connectionHandle)
-        if book.identifier(for: handle) != nil || lab.peripheralLinks.contains(handle) {
+        if core.knownLinks(alsoKnown: lab.peripheralLinks).contains(handle) {
             linkChanged(.disconnected(handle: handle, reason: UInt8(truncatingIfNeeded: bearer.reason)), stackFailed: bearer.stackFailed)
         }
         core.bearerClosed(handle)
