@@ -153,6 +153,9 @@ public struct DataGrants: Sendable {
         var hears: [(link: UInt16, valueHandle: UInt16)] = []
         for (key, audience) in audiences where audience.apps.contains(was) {
             audiences[key]?.apps = audience.apps.map { $0 == was ? app : $0 }
+            // The successor is the audience's publisher from now on: attd's broadcast of the value must skip it, as
+            // it skips a publisher, or it would hand the app the value a second time, behind the channel's.
+            audiences[key]?.publisher = app.publisher
             hears.append((key.link, key.valueHandle))
         }
         hears.sort { ($0.link, $0.valueHandle) < ($1.link, $1.valueHandle) }

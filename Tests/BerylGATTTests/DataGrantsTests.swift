@@ -71,6 +71,10 @@ final class DataGrantsTests: XCTestCase {
         XCTAssertEqual(grants.link(to: "P-1", heldBy: adopted), .success(0x40))
         XCTAssertEqual(grants.link(to: "P-1", heldBy: app(7)), .failure(.outsideGrant("this app holds no link to P-1")))
         XCTAssertNil(grants.adopt(token: [1, 2, 3], as: UpdateSender(publisher: successor, onBehalfOf: 2), live: true), "adopted once")
+        XCTAssertEqual(grants.route(notificationOf: 0x21, on: 0x40),
+                       .init(peripheral: "P-1", channels: [10, 11], publisher: successor, delivered: [1], publisherDelivers: false),
+                       "before the successor sets the audience, it is the publisher: attd's broadcast skips it, and had it a "
+                       + "copy it would know the adopted app has the value already (it is no second path to the app)")
 
         grants.setAudience([1], others: false, of: 0x21, on: 0x40, peripheral: "P-1", publisher: successor)
         XCTAssertEqual(grants.route(notificationOf: 0x21, on: 0x40),
