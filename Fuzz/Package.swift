@@ -9,6 +9,8 @@ let package = Package(
     targets: [
         .executableTarget(name: "FuzzATTServer", dependencies: [.product(name: "BerylProtocols", package: "Beryl")]),
         .executableTarget(name: "FuzzL2CAP", dependencies: [.product(name: "BerylProtocols", package: "Beryl")]),
+        // LE credit-based and enhanced credit-based signalling, and K-frames, as a peer sends them.
+        .executableTarget(name: "FuzzCreditBased", dependencies: [.product(name: "BerylProtocols", package: "Beryl")]),
         // Adapter profiles and app manifests: the JSON reader the daemons use instead of Foundation's JSONSerialization.
         .executableTarget(name: "FuzzJSONValue", dependencies: [.product(name: "BerylProtocols", package: "Beryl")]),
     ]

@@ -11,7 +11,7 @@ rm -rf .build
 swift build -c debug -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true
 swift build -c debug -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library >/dev/null
 bin=$(swift build -c debug --show-bin-path)
-for name in ATTServer L2CAP JSONValue; do
+for name in ATTServer L2CAP CreditBased JSONValue; do
   scratch=$(mktemp -d /tmp/beryl-fuzz-XXXXXX)
   echo "fuzz: $name for ${seconds}s"
   if ! "$bin/Fuzz$name" -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$scratch/" "$scratch" "Corpus/$name" \

@@ -11,6 +11,10 @@ public struct LESignaling {
         case leCreditBasedConnectionRequest = 0x14
         case leCreditBasedConnectionResponse = 0x15
         case flowControlCredit = 0x16
+        case creditBasedConnectionRequest = 0x17
+        case creditBasedConnectionResponse = 0x18
+        case creditBasedReconfigureRequest = 0x19
+        case creditBasedReconfigureResponse = 0x1A
     }
 
     public enum RejectReason: UInt16, Sendable {
@@ -106,7 +110,12 @@ public struct LESignaling {
     }
 
     private func reject(_ identifier: UInt8, _ reason: RejectReason, data: [UInt8] = []) -> Output {
-        .send(Self.packet(.commandReject, identifier, [UInt8(reason.rawValue & 0xFF), UInt8(reason.rawValue >> 8)] + data))
+        .send(Self.rejectPacket(identifier, reason, data: data))
+    }
+
+    /// A Command Reject (Core Vol 3 Part A §4.1).
+    static func rejectPacket(_ identifier: UInt8, _ reason: RejectReason, data: [UInt8] = []) -> [UInt8] {
+        packet(.commandReject, identifier, [UInt8(reason.rawValue & 0xFF), UInt8(reason.rawValue >> 8)] + data)
     }
 
     static func packet(_ code: Code, _ identifier: UInt8, _ body: [UInt8]) -> [UInt8] {
