@@ -66,7 +66,8 @@ public struct CreditBasedChannel: Sendable {
     /// Octets of SDUs waiting for credits that `send` accepts before it refuses with `queueFull`.
     public let sendQueueLimit: Int
 
-    private var heldFrames = 0
+    /// K-frames whose SDU is not complete or not taken yet.
+    public private(set) var framesHeld = 0
     private var owedCredits = 0
     private var assembling: [UInt8] = []
     private var expectedLength: Int?
@@ -103,7 +104,7 @@ public struct CreditBasedChannel: Sendable {
         guard peerCredits > 0 else { return .failure(.frameWithoutCredit) }
         guard payload.count <= Int(local.mps) else { return .failure(.frameOverMPS(payload.count)) }
         peerCredits -= 1
-        heldFrames += 1
+        framesHeld += 1
         framesInSDU += 1
         var data = payload[...]
         if expectedLength == nil {
@@ -129,8 +130,8 @@ public struct CreditBasedChannel: Sendable {
     /// The app took an SDU: the credits of its K-frames are owed to the peer. The credits to send now (a Flow Control
     /// Credit Indication for `local.cid`), batched until half the window is owed or the peer has none left.
     public mutating func consumed(_ sdu: ReceivedSDU) -> UInt16? {
-        let frames = min(sdu.frames, heldFrames)
-        heldFrames -= frames
+        let frames = min(sdu.frames, framesHeld)
+        framesHeld -= frames
         owedCredits += frames
         guard owedCredits > 0, owedCredits >= max(1, window / 2) || peerCredits == 0 else { return nil }
         let credits = owedCredits
@@ -138,9 +139,6 @@ public struct CreditBasedChannel: Sendable {
         peerCredits += credits
         return UInt16(credits)
     }
-
-    /// K-frames whose SDU is not complete or not taken yet.
-    public var framesHeld: Int { heldFrames }
 
     // MARK: Sending
 

@@ -123,6 +123,11 @@ public struct CreditBasedChannels: Sendable {
     public static func minimumMTU(_ mode: Mode) -> UInt16 { mode == .le ? 23 : 64 }
     public static let maximumMPS: UInt16 = 65_533
 
+    /// Whether an MTU and MPS a peer gives are within the mode's bounds (the MPS minimum is the MTU's).
+    public static func acceptable(mtu: UInt16, mps: UInt16, in mode: Mode) -> Bool {
+        mtu >= minimumMTU(mode) && mps >= minimumMTU(mode) && mps <= maximumMPS
+    }
+
     private struct Open: Sendable {
         var channel: CreditBasedChannel
         var spsm: UInt16
@@ -151,7 +156,7 @@ public struct CreditBasedChannels: Sendable {
     private var reconfiguring: [UInt8: PendingReconfigure] = [:]
     /// Local CIDs of channels asked for and not answered yet.
     private var reserved: Set<UInt16> = []
-    private var nextIdentifier: UInt8 = 1
+    private var identifiers = SignalingIdentifiers()
     private var nextRequest: RequestID = 1
 
     public init(settings: Settings = Settings()) {
@@ -242,7 +247,7 @@ public struct CreditBasedChannels: Sendable {
             guard let cid = freeCID(excluding: cids) else { return nil }
             cids.append(cid)
         }
-        let identifier = takeIdentifier()
+        let identifier = identifiers.next()
         let request = nextRequest
         nextRequest += 1
         reserved.formUnion(cids)
@@ -289,7 +294,7 @@ public struct CreditBasedChannels: Sendable {
         let credits = open.channel.consumed(sdu)
         channels[localCID] = open
         guard let credits, open.disconnecting == nil else { return [] }
-        return [.signal(CreditBasedSignal.flowControlCredit(cid: localCID, credits: credits).packet(identifier: takeIdentifier()))]
+        return [.signal(CreditBasedSignal.flowControlCredit(cid: localCID, credits: credits).packet(identifier: identifiers.next()))]
     }
 
     /// A K-frame on one of this link's channels.
@@ -318,7 +323,7 @@ public struct CreditBasedChannels: Sendable {
         guard !localCIDs.isEmpty, localCIDs.count <= CreditBasedSignal.maxChannelsPerRequest, growing else {
             return [.log("channels \(localCIDs) cannot be reconfigured to MTU \(mtu), MPS \(mps)")]
         }
-        let identifier = takeIdentifier()
+        let identifier = identifiers.next()
         reconfiguring[identifier] = PendingReconfigure(localCIDs: localCIDs, mtu: mtu, mps: mps)
         return [.signal(CreditBasedSignal.reconfigureRequest(mtu: mtu, mps: mps, destinationCIDs: localCIDs).packet(identifier: identifier))]
     }
@@ -356,8 +361,7 @@ public struct CreditBasedChannels: Sendable {
             return refuseAll(refusal)
         }
         guard listener.authorized else { return refuseAll(.insufficientAuthorization) }
-        let minimum = Self.minimumMTU(mode)
-        guard mtu >= minimum, mps >= minimum, mps <= Self.maximumMPS else {
+        guard Self.acceptable(mtu: mtu, mps: mps, in: mode) else {
             return refuseAll(mode == .le ? .unacceptableParameters : .invalidParameters)
         }
         var results: [CreditBasedResult] = []
@@ -423,14 +427,13 @@ public struct CreditBasedChannels: Sendable {
         let accepted = destinations.enumerated().filter { $0.element != 0 }
         // Core Vol 3 Part A §4.23: on a refusal the other fields are not looked at.
         guard !accepted.isEmpty, asked.mode == .enhanced || known == .success else { return [.connectFailed(asked.request, failure)] }
-        let minimum = Self.minimumMTU(asked.mode)
         var outputs: [Output] = []
         var inUse = Set(channels.values.map(\.channel.remote.cid))
         for (index, destination) in accepted {
             let local = asked.localCIDs[index]
-            guard Self.dynamicCIDs.contains(destination), !inUse.contains(destination), mtu >= minimum, mps >= minimum, mps <= Self.maximumMPS else {
+            guard Self.dynamicCIDs.contains(destination), !inUse.contains(destination), Self.acceptable(mtu: mtu, mps: mps, in: asked.mode) else {
                 // A channel the peer opened with fields that break the spec is closed at once.
-                let disconnecting = takeIdentifier()
+                let disconnecting = identifiers.next()
                 outputs.append(.signal(CreditBasedSignal.disconnectionRequest(destinationCID: destination, sourceCID: local).packet(identifier: disconnecting)))
                 outputs.append(.connectFailed(asked.request, .invalidResponse))
                 continue
@@ -474,7 +477,7 @@ public struct CreditBasedChannels: Sendable {
         // may not shrink, nor the MPS of more than one channel; both stay at least 64.
         let localCIDs = peerCIDs.compactMap { peer in channels.first { $0.value.channel.remote.cid == peer && $0.value.mode == .enhanced }?.key }
         guard localCIDs.count == peerCIDs.count else { return [answer(.invalidDestinationCID)] }
-        guard mtu >= Self.minimumMTU(.enhanced), mps >= Self.minimumMTU(.enhanced), mps <= Self.maximumMPS else { return [answer(.unacceptableParameters)] }
+        guard Self.acceptable(mtu: mtu, mps: mps, in: .enhanced) else { return [answer(.unacceptableParameters)] }
         let current = localCIDs.compactMap { channels[$0]?.channel.remote }
         guard current.allSatisfy({ mtu >= $0.mtu }) else { return [answer(.mtuReductionNotAllowed)] }
         guard localCIDs.count == 1 || current.allSatisfy({ mps >= $0.mps }) else { return [answer(.mpsReductionNotAllowed)] }
@@ -487,7 +490,7 @@ public struct CreditBasedChannels: Sendable {
 
     private mutating func disconnect(_ localCID: UInt16, because reason: CloseReason) -> [Output] {
         guard let open = channels[localCID], open.disconnecting == nil else { return [] }
-        let identifier = takeIdentifier()
+        let identifier = identifiers.next()
         channels[localCID]?.disconnecting = identifier
         var outputs: [Output] = [.signal(CreditBasedSignal.disconnectionRequest(destinationCID: open.channel.remote.cid, sourceCID: localCID)
             .packet(identifier: identifier))]
@@ -503,9 +506,4 @@ public struct CreditBasedChannels: Sendable {
         Self.dynamicCIDs.first { channels[$0] == nil && !reserved.contains($0) && !taken.contains($0) }
     }
 
-    private mutating func takeIdentifier() -> UInt8 {
-        let identifier = nextIdentifier
-        nextIdentifier = nextIdentifier == 255 ? 1 : nextIdentifier + 1
-        return identifier
-    }
 }

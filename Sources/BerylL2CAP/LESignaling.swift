@@ -36,7 +36,7 @@ public struct LESignaling {
     /// LE signalling MTU: at least 23 (Core Vol 3 Part A §4).
     public static let mtu = 23
     public let isCentral: Bool
-    private var nextIdentifier: UInt8 = 1
+    private var identifiers = SignalingIdentifiers()
     private var pendingUpdate: UInt8?
 
     public init(isCentral: Bool) {
@@ -96,17 +96,11 @@ public struct LESignaling {
     /// A peripheral's request for new parameters; nil (and nothing sent) while one is outstanding.
     public mutating func requestParameterUpdate(_ parameters: ConnectionParameters) -> Output? {
         guard !isCentral, pendingUpdate == nil else { return nil }
-        let identifier = takeIdentifier()
+        let identifier = identifiers.next()
         pendingUpdate = identifier
         var body = ByteWriter()
         for value in [parameters.intervalMin, parameters.intervalMax, parameters.latency, parameters.timeout] { body.u16(value) }
         return .send(Self.packet(.connectionParameterUpdateRequest, identifier, body.bytes))
-    }
-
-    private mutating func takeIdentifier() -> UInt8 {
-        let identifier = nextIdentifier
-        nextIdentifier = nextIdentifier == 255 ? 1 : nextIdentifier + 1
-        return identifier
     }
 
     private func reject(_ identifier: UInt8, _ reason: RejectReason, data: [UInt8] = []) -> Output {
@@ -120,5 +114,16 @@ public struct LESignaling {
 
     static func packet(_ code: Code, _ identifier: UInt8, _ body: [UInt8]) -> [UInt8] {
         [code.rawValue, identifier, UInt8(body.count & 0xFF), UInt8(body.count >> 8)] + body
+    }
+}
+
+/// The identifiers of this end's signalling requests: 1 to 255, never 0 (Core Vol 3 Part A §4). One link's requests
+/// should come from one of these, so that an answer names one request.
+struct SignalingIdentifiers: Sendable {
+    private var last: UInt8 = 0
+
+    mutating func next() -> UInt8 {
+        last = last == 255 ? 1 : last + 1
+        return last
     }
 }

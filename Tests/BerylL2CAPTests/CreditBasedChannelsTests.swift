@@ -115,6 +115,7 @@ final class CreditBasedChannelsTests: XCTestCase {
         XCTAssertEqual(channels.openCIDs, [0x40], "the refused requests' CIDs are free again")
         XCTAssertEqual(receive(&channels, .leConnectionResponse(destinationCID: 0x72, mtu: 23, mps: 23, credits: 1, result: 0), identifier: 3).count, 1,
                        "a response to no request is only logged")
+        XCTAssertEqual(channels.openCIDs, [0x40], "and opens nothing")
     }
 
     func testARejectedTimedOutOrInvalidAnswerFailsTheRequest() throws {
@@ -160,6 +161,7 @@ final class CreditBasedChannelsTests: XCTestCase {
         XCTAssertEqual(waiting, [], "no credit left")
         XCTAssertEqual(receive(&channels, .flowControlCredit(cid: 0x50, credits: 0)).count, 1, "0 credits: ignored (§10.1)")
         XCTAssertEqual(receive(&channels, .flowControlCredit(cid: 0x40, credits: 5)).count, 1, "this end's own CID names no channel of the peer's")
+        XCTAssertEqual(channels.channel(0x40)?.sendCredits, 0, "neither granted a credit")
         XCTAssertEqual(receive(&channels, .flowControlCredit(cid: 0x50, credits: 1)),
                        [.frame(L2CAPFrame(channel: 0x50, payload: [3, 0, 1, 2, 3]))])
     }
